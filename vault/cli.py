@@ -1,6 +1,7 @@
 """`vaultsim` command line: a thin router to one module per command.
 
-Each command module exposes `configure(parser)` and `run(args) -> int`; only
+Each command module exposes `configure(parser)` and `run(args) -> int` (or
+`configure_X`/`run_X` when one module serves several commands, "module:X"); only
 the module for the command given is imported, so `vaultsim status` never
 pays for Textual. Exit codes: 0 ok, 1 the command's negative answer, 2 bad input.
 """
@@ -16,17 +17,17 @@ from .errors import BadInput, VaultError
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("vault.runner.cli", "run scenarios in fresh processes and decide the release"),
-    "daemon": ("vault.daemon_cli", "start the vault daemon"),
-    "stop": ("vault.daemon_cli_stop", "stop the vault daemon"),
-    "status": ("vault.daemon_cli_status", "show whether a daemon serves this home"),
-    "lock": ("vault.approver_cli_lock", "lock the vault (through the approver channel)"),
-    "unlock": ("vault.approver_cli_unlock", "unlock the vault (through the approver channel)"),
+    "daemon": ("vault.daemon_cli:daemon", "start the vault daemon"),
+    "stop": ("vault.daemon_cli:stop", "stop the vault daemon"),
+    "status": ("vault.daemon_cli:status", "show whether a daemon serves this home"),
+    "lock": ("vault.approver_cli:lock", "lock the vault (through the approver channel)"),
+    "unlock": ("vault.approver_cli:unlock", "unlock the vault (through the approver channel)"),
     "secret": ("vault.store_cli", "set, list or remove credentials (values never printed)"),
     "approve": ("vault.scripted_approver", "scripted approver: answer prompts from rules"),
     "tui": ("tui.cli", "the Textual approver"),
     "demo": ("tui.demo", "one-command interactive demo"),
     "audit": ("vault.audit.cli", "verify (offline) or show (with the key) the audit log"),
-    "stats": ("vault.approver_cli_stats", "prompt counts and scopes"),
+    "stats": ("vault.approver_cli:stats", "prompt counts and scopes"),
     "remote": ("vault.remote.cli", "the fault-injecting fake remote, standalone"),
     "diag": ("vault.diagnostics_cli", "show a protected diagnostic, for an operator"),
     "schema": ("vault.schema_cli", "print the JSON Schema of the Result model"),
@@ -51,12 +52,15 @@ def main(argv: list[str] | None = None) -> int:
         _top_parser().parse_args(argv[:1] or ["--help"])
         return 2
     name = argv[0]
-    module = importlib.import_module(COMMANDS[name][0])
+    target, _, suffix = COMMANDS[name][0].partition(":")
+    module = importlib.import_module(target)
+    configure = getattr(module, f"configure_{suffix}" if suffix else "configure")
+    run = getattr(module, f"run_{suffix}" if suffix else "run")
     parser = argparse.ArgumentParser(prog=f"vaultsim {name}", description=COMMANDS[name][1])
-    module.configure(parser)
+    configure(parser)
     args = parser.parse_args(argv[1:])
     try:
-        return int(module.run(args) or 0)
+        return int(run(args) or 0)
     except BadInput as exc:
         print(f"vaultsim {name}: {exc.message}", file=sys.stderr)
         return 2

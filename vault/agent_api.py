@@ -1,0 +1,135 @@
+"""The agent socket: the only surface an agent has (DESIGN.md "Wire protocol").
+
+    session.open   {agent, run_id?}                                  -> {session_id}
+    call           {session_id, operation, params, idempotency_key?, wait_s?} -> Result
+    call.resume    {session_id, resume_token, wait_s?}                -> Result
+    lookup         {session_id, correlation_id? | idempotency_key?, operation?} -> Result
+    session.close  {session_id}                                       -> {}
+    vault.status   {}                                                 -> daemon status (no secrets)
+
+An agent names an operation and its parameters; it never sends a URL, a header
+or a credential and never receives one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import BadInput, RpcError
+from .ids import correlation_id
+from .jsonrpc import INVALID_PARAMS
+from .models import Category, make_result
+from .rpc_server import Connection, Dispatcher
+
+if TYPE_CHECKING:
+    from .daemon import VaultDaemon
+
+_P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+_Name = Field(min_length=1, max_length=128)
+
+
+class OpenParams(BaseModel):
+    model_config = _P
+    agent: str = _Name
+    run_id: str | None = Field(default=None, max_length=128)
+
+
+class CallParams(BaseModel):
+    model_config = _P
+    session_id: str = _Name
+    operation: str = _Name
+    params: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    wait_s: float | None = Field(default=None, ge=0, le=86400)
+
+
+class ResumeParams(BaseModel):
+    model_config = _P
+    session_id: str = _Name
+    resume_token: str = Field(min_length=1, max_length=200)
+    wait_s: float | None = Field(default=None, ge=0, le=86400)
+
+
+class LookupParams(BaseModel):
+    model_config = _P
+    session_id: str = _Name
+    correlation_id: str | None = Field(default=None, max_length=200)
+    idempotency_key: str | None = Field(default=None, max_length=200)
+    operation: str | None = Field(default=None, max_length=128)
+
+
+class SessionParams(BaseModel):
+    model_config = _P
+    session_id: str = _Name
+
+
+class NoParams(BaseModel):
+    model_config = _P
+
+
+def build(d: "VaultDaemon") -> Dispatcher:
+    api = Dispatcher("agent")
+
+    def refused(operation: str, why: str) -> dict[str, Any]:
+        return make_result(Category.authorization_denied, operation[:128], correlation_id(), why).model_dump(
+            mode="json", exclude_none=True)
+
+    @api.method("session.open", OpenParams)
+    async def session_open(conn: Connection, p: OpenParams) -> dict[str, Any]:
+        s = await d.open_session(conn, p.agent, p.run_id)
+        return {"session_id": s.id, "pid": s.identity.pid}
+
+    @api.method("session.close", SessionParams)
+    async def session_close(conn: Connection, p: SessionParams) -> dict[str, Any]:
+        s, why = d.sessions.check(p.session_id, conn.peer)
+        if s is None:
+            raise RpcError(INVALID_PARAMS, why)
+        await d.close_session(s, "closed by agent")
+        return {}
+
+    @api.method("call", CallParams)
+    async def call(conn: Connection, p: CallParams) -> Any:
+        s, why = d.sessions.check(p.session_id, conn.peer)
+        if s is None:
+            return refused(p.operation, why)
+        op = d.catalog.get(p.operation)
+        if op is None:
+            raise RpcError(INVALID_PARAMS, f"unknown operation {p.operation!r}; see the catalog")
+        try:
+            params = op.validate_params(p.params)
+        except BadInput as exc:
+            raise RpcError(INVALID_PARAMS, exc.message) from None
+        return await d.call(s, op, params, p.idempotency_key, p.wait_s)
+
+    @api.method("call.resume", ResumeParams)
+    async def call_resume(conn: Connection, p: ResumeParams) -> Any:
+        s, why = d.sessions.check(p.session_id, conn.peer)
+        if s is None:
+            return refused("call.resume", why)
+        result = await d.gate.resume(s, p.resume_token, p.wait_s)
+        if result is None:
+            raise RpcError(INVALID_PARAMS, "unknown resume token (or it belongs to another agent or run)")
+        await d.record_result(s, result, resumed=True)
+        return result
+
+    @api.method("lookup", LookupParams)
+    async def lookup(conn: Connection, p: LookupParams) -> Any:
+        s, why = d.sessions.check(p.session_id, conn.peer)
+        if s is None:
+            return refused(p.operation or "lookup", why)
+        if not p.correlation_id and not p.idempotency_key:
+            raise RpcError(INVALID_PARAMS, "lookup needs correlation_id or idempotency_key")
+        return await d.lookup(s, p.correlation_id, p.idempotency_key, p.operation)
+
+    @api.method("vault.status", NoParams)
+    async def status(conn: Connection, p: NoParams) -> dict[str, Any]:
+        return d.status()
+
+    async def on_disconnect(conn: Connection) -> None:
+        for s in d.sessions.for_conn(conn.id):
+            await d.close_session(s, "connection closed")
+
+    api.on_disconnect = on_disconnect
+    return api

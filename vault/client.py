@@ -1,0 +1,221 @@
+"""Clients for the two sockets: the only way `tui`, `agent_stub` and the CLI talk to the daemon.
+
+`RpcClient` is a small blocking client (agents, CLI). `AsyncRpcClient` keeps a
+reader task that routes responses by id and hands notifications to a callback
+(approvers: TUI, scripted approver). Both raise `RpcError` for error answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from . import jsonrpc as rpc
+from .errors import HomeError, RpcError
+from .home import VaultHome
+from .models import Result
+
+
+def _raise_error(err: dict[str, Any]) -> None:
+    raise RpcError(int(err.get("code", rpc.INTERNAL_ERROR)), str(err.get("message", "error")),
+                   err.get("data"))
+
+
+class RpcClient:
+    def __init__(self, path: str | os.PathLike[str], timeout: float | None = None) -> None:
+        self.path = str(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(self.path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            self.sock.close()
+            raise HomeError(f"no vaultsim daemon answers on {self.path}") from None
+        self.file = self.sock.makefile("rwb", buffering=0)
+        self._ids = itertools.count(1)
+
+    def request(self, method: str, **params: Any) -> Any:
+        rid = next(self._ids)
+        self.file.write(rpc.encode_request(rid, method, params))
+        while True:
+            line = self.file.readline(rpc.MAX_FRAME + 1)
+            if not line:
+                raise HomeError("the daemon closed the connection")
+            msg = json.loads(line)
+            if msg.get("id") != rid:
+                continue  # a notification, or an error for an unparsable frame
+            if "error" in msg:
+                _raise_error(msg["error"])
+            return msg.get("result")
+
+    def close(self) -> None:
+        try:
+            self.file.close()
+        finally:
+            self.sock.close()
+
+    def __enter__(self) -> "RpcClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AgentClient(RpcClient):
+    """What an agent uses: a session, calls, resume, lookup."""
+
+    def __init__(self, path: str | os.PathLike[str], timeout: float | None = None) -> None:
+        super().__init__(path, timeout)
+        self.session_id: str | None = None
+
+    def open_session(self, agent: str, run_id: str | None = None) -> str:
+        params: dict[str, Any] = {"agent": agent}
+        if run_id:
+            params["run_id"] = run_id
+        self.session_id = self.request("session.open", **params)["session_id"]
+        return self.session_id
+
+    def call(self, operation: str, params: dict[str, Any] | None = None, *,
+             idempotency_key: str | None = None, wait_s: float | None = None) -> Result:
+        args: dict[str, Any] = {"session_id": self.session_id, "operation": operation,
+                                "params": params or {}}
+        if idempotency_key:
+            args["idempotency_key"] = idempotency_key
+        if wait_s is not None:
+            args["wait_s"] = wait_s
+        return Result.model_validate(self.request("call", **args))
+
+    def resume(self, resume_token: str, wait_s: float | None = None) -> Result:
+        args: dict[str, Any] = {"session_id": self.session_id, "resume_token": resume_token}
+        if wait_s is not None:
+            args["wait_s"] = wait_s
+        return Result.model_validate(self.request("call.resume", **args))
+
+    def lookup(self, *, correlation_id: str | None = None, idempotency_key: str | None = None,
+               operation: str | None = None) -> Result:
+        args: dict[str, Any] = {"session_id": self.session_id}
+        for k, v in (("correlation_id", correlation_id), ("idempotency_key", idempotency_key),
+                     ("operation", operation)):
+            if v:
+                args[k] = v
+        return Result.model_validate(self.request("lookup", **args))
+
+    def close_session(self) -> None:
+        if self.session_id:
+            self.request("session.close", session_id=self.session_id)
+            self.session_id = None
+
+
+def read_approver_token(home: VaultHome) -> str:
+    try:
+        return home.approver_token_file.read_text().strip()
+    except OSError:
+        raise HomeError(f"cannot read the approver token in {home.root}; is a daemon set up there?") from None
+
+
+class ApproverClient(RpcClient):
+    """Blocking approver client for one-shot commands (lock, unlock, stats, stop)."""
+
+    @classmethod
+    def for_home(cls, home: VaultHome, name: str = "cli", timeout: float | None = 30) -> "ApproverClient":
+        client = cls(home.approver_sock, timeout)
+        try:
+            client.request("approver.hello", token=read_approver_token(home), name=name)
+        except Exception:
+            client.close()
+            raise
+        return client
+
+
+Notify = Callable[[str, dict[str, Any]], Awaitable[None] | None]
+
+
+class AsyncRpcClient:
+    """Async client with a reader task: responses by id, notifications to `on_notify`."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 on_notify: Notify | None = None) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.on_notify = on_notify
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self.closed = asyncio.Event()
+        self._task = asyncio.create_task(self._read())
+
+    @classmethod
+    async def connect(cls, path: str | os.PathLike[str], on_notify: Notify | None = None) -> "AsyncRpcClient":
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(path), limit=rpc.MAX_FRAME + 1)
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise HomeError(f"no vaultsim daemon answers on {path}") from None
+        return cls(reader, writer, on_notify)
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                line = await self.reader.readline()
+                if not line:
+                    break
+                msg = json.loads(line)
+                if "method" in msg and "id" not in msg:
+                    if self.on_notify is not None:
+                        res = self.on_notify(msg["method"], msg.get("params") or {})
+                        if asyncio.iscoroutine(res):
+                            await res
+                    continue
+                fut = self._waiting.pop(msg.get("id"), None)
+                if fut is not None and not fut.done():
+                    fut.set_result(msg)
+        except (ConnectionError, OSError, ValueError):
+            pass
+        finally:
+            self.closed.set()
+            for fut in self._waiting.values():
+                if not fut.done():
+                    fut.set_exception(HomeError("the daemon closed the connection"))
+            self._waiting.clear()
+
+    async def request(self, method: str, **params: Any) -> Any:
+        if self.closed.is_set():
+            raise HomeError("the daemon closed the connection")
+        rid = next(self._ids)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = fut
+        self.writer.write(rpc.encode_request(rid, method, params))
+        await self.writer.drain()
+        msg = await fut
+        if "error" in msg:
+            _raise_error(msg["error"])
+        return msg.get("result")
+
+    async def close(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+        self._task.cancel()
+
+
+async def connect_approver(home: VaultHome, name: str, on_notify: Notify | None = None,
+                           subscribe: bool = True) -> tuple[AsyncRpcClient, dict[str, Any]]:
+    """Connect, say hello with the home's token, optionally subscribe. Returns (client, subscribe answer)."""
+    client = await AsyncRpcClient.connect(home.approver_sock, on_notify)
+    try:
+        await client.request("approver.hello", token=read_approver_token(home), name=name)
+        answer = await client.request("subscribe") if subscribe else {}
+    except Exception:
+        await client.close()
+        raise
+    return client, answer
+
+
+def socket_path_from_env() -> Path | None:
+    value = os.environ.get("VAULTSIM_SOCKET")
+    return Path(value) if value else None

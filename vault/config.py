@@ -1,0 +1,72 @@
+"""Daemon configuration: which catalog and policy, and where each service lives.
+
+Read from `--config FILE` (or `config.yaml` in the vault home when present);
+`--remote URL` points every HTTP service without an explicit entry at one URL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .catalog import Catalog, load_catalog, load_yaml_model
+from .executors.base import ServiceConfig
+from .gate.policy import Policy, load_policy
+
+_Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+
+class ServiceSpec(BaseModel):
+    model_config = _Strict
+    url: str | None = None
+    host: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    user: str | None = None
+    known_hosts: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class DaemonConfig(BaseModel):
+    model_config = _Strict
+    catalog: str | None = None  # extra operations merged over the default catalog
+    policy: str | None = None
+    services: dict[str, ServiceSpec] = Field(default_factory=dict)
+    # default total time budget for one remote call, seconds
+    call_timeout_s: float = Field(default=30.0, gt=0)
+
+
+class Resolved:
+    """Config with files loaded and paths resolved relative to the config file."""
+
+    def __init__(self, cfg: DaemonConfig, base: Path | None, remote_url: str | None,
+                 policy_path: str | None = None, catalog_path: str | None = None) -> None:
+        def rel(p: str | None) -> Path | None:
+            if p is None:
+                return None
+            path = Path(p)
+            return path if path.is_absolute() or base is None else base / path
+
+        self.config = cfg
+        extra = rel(catalog_path) if catalog_path else rel(cfg.catalog)
+        self.catalog: Catalog = load_catalog().merged(load_catalog(extra) if extra else None)
+        self.policy: Policy = load_policy(rel(policy_path) if policy_path else rel(cfg.policy))
+        self.call_timeout_s = cfg.call_timeout_s
+        self.services: dict[str, ServiceConfig] = {}
+        for name, spec in cfg.services.items():
+            self.services[name] = ServiceConfig(name=name, **spec.model_dump())
+        if remote_url:
+            for op in self.catalog.operations.values():
+                if op.executor == "http" and op.service not in self.services:
+                    self.services[op.service] = ServiceConfig(name=op.service, url=remote_url)
+
+
+def load_config(path: str | Path | None, *, home_config: Path | None = None,
+                remote_url: str | None = None, policy: str | None = None,
+                catalog: str | None = None) -> Resolved:
+    chosen = Path(path) if path else (home_config if home_config and home_config.exists() else None)
+    if chosen is None:
+        return Resolved(DaemonConfig(), None, remote_url, policy, catalog)
+    cfg = load_yaml_model(chosen, DaemonConfig)
+    return Resolved(cfg, chosen.resolve().parent, remote_url, policy, catalog)

@@ -1,0 +1,228 @@
+"""`vaultsim daemon`, `vaultsim stop`, `vaultsim status`.
+
+`daemon` without `--foreground` starts a detached child running the same
+command in the foreground and returns once the sockets answer (or prints the
+child's error). Building the daemon's parts (keyring, store, diagnostics,
+audit, executors) happens here so `vault.daemon` stays testable in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .cli import add_home_arg
+from .errors import HomeError, VaultError
+from .home import VaultHome
+
+_START_TIMEOUT_S = 20.0
+
+
+def configure_daemon(p: argparse.ArgumentParser) -> None:
+    add_home_arg(p)
+    p.add_argument("--foreground", action="store_true", help="run in this process (logs to stderr)")
+    p.add_argument("--unlocked", action="store_true", help="start unlocked (default: locked)")
+    p.add_argument("--config", help="daemon config YAML (services, catalog, policy)")
+    p.add_argument("--policy", help="approval policy YAML (default: scenarios/policies/default.yaml)")
+    p.add_argument("--catalog", help="extra operations merged over the default catalog")
+    p.add_argument("--remote", help="base URL for every HTTP service not in the config")
+    p.add_argument("--no-audit", action="store_true", help=argparse.SUPPRESS)
+
+
+def build_daemon(home: VaultHome, args: argparse.Namespace) -> Any:
+    """Assemble a VaultDaemon from CLI-style options (also used by tests and the runner)."""
+    from .config import load_config
+    from .daemon import VaultDaemon
+    from .keystore import KeyStore
+    from .store import CredentialStore
+
+    def absolute(p: str | None) -> str | None:
+        return str(Path(p).absolute()) if p else None
+
+    config = load_config(absolute(args.config), home_config=home.config_file, remote_url=args.remote,
+                         policy=absolute(args.policy), catalog=absolute(args.catalog))
+    keystore = KeyStore(home)
+    keystore.data_key()  # fail early and clearly if no keyring can hold the key
+    store = CredentialStore(home, keystore)
+    diagnostics = _optional_diagnostics(home, keystore)
+    audit = None if getattr(args, "no_audit", False) else _optional_audit(home, keystore)
+    return VaultDaemon(home, config, unlocked=args.unlocked, keyring_backend=keystore.backend_name(),
+                       store=store, diagnostics=diagnostics, audit=audit, executors=_executors())
+
+
+def _executors() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    try:
+        from .executors.http import HttpExecutor
+        out["http"] = HttpExecutor()
+    except ImportError:
+        pass
+    try:
+        from .executors.ssh import SshExecutor
+        out["ssh"] = SshExecutor()
+    except ImportError:
+        pass
+    return out
+
+
+def _optional_diagnostics(home: VaultHome, keystore: Any) -> Any:
+    try:
+        from .diagnostics import Diagnostics
+    except ImportError:
+        return None
+    return Diagnostics(home.diagnostics_dir, keystore.derive("diagnostics"))
+
+
+def _optional_audit(home: VaultHome, keystore: Any) -> Any:
+    try:
+        from .audit.adapter import open_audit
+    except ImportError:
+        return None
+    return open_audit(home, keystore.derive("audit"))
+
+
+def run_daemon(args: argparse.Namespace) -> int:
+    home = VaultHome.resolve(args.home).ensure()
+    if not args.foreground:
+        return _spawn_background(home, args)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s vaultsim[%(process)d] %(levelname)s %(message)s")
+    from .daemon import acquire_home_lock
+    lock_fd = acquire_home_lock(home)
+    try:
+        home.pid_file.write_text(f"{os.getpid()}\n")
+        daemon = build_daemon(home, args)
+        asyncio.run(daemon.serve())
+    finally:
+        home.pid_file.unlink(missing_ok=True)
+        os.close(lock_fd)
+    return 0
+
+
+def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
+    argv = [sys.executable, "-m", "vault.cli", "daemon", "--foreground", "--home", str(home.root)]
+    for flag in ("config", "policy", "catalog", "remote"):
+        value = getattr(args, flag)
+        if value:
+            argv += [f"--{flag}", str(Path(value).absolute()) if flag != "remote" else value]
+    if args.unlocked:
+        argv.append("--unlocked")
+    log_fd = os.open(home.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+                                 start_new_session=True, close_fds=True)
+    finally:
+        os.close(log_fd)
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            print(f"vaultsim daemon: failed to start (exit {child.returncode}); "
+                  f"last lines of {home.daemon_log}:", file=sys.stderr)
+            print(_tail(home.daemon_log), file=sys.stderr)
+            return 1
+        if _answers(home):
+            print(f"vaultsim daemon: serving {home.root} (pid {child.pid})")
+            return 0
+        time.sleep(0.05)
+    print("vaultsim daemon: did not come up in time; see " + str(home.daemon_log), file=sys.stderr)
+    return 1
+
+
+def _tail(path: Path, n: int = 8) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def _answers(home: VaultHome) -> bool:
+    from .client import RpcClient
+    try:
+        with RpcClient(home.agent_sock, timeout=2) as c:
+            c.request("vault.status")
+        return True
+    except (VaultError, OSError):
+        return False
+
+
+def daemon_status(home: VaultHome) -> dict[str, Any] | None:
+    from .client import RpcClient
+    try:
+        with RpcClient(home.agent_sock, timeout=5) as c:
+            return c.request("vault.status")
+    except (VaultError, OSError):
+        return None
+
+
+# ---- stop / status -----------------------------------------------------------
+
+def configure_stop(p: argparse.ArgumentParser) -> None:
+    add_home_arg(p)
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the daemon to exit")
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    from .client import ApproverClient
+    home = VaultHome.resolve(args.home)
+    status = daemon_status(home)
+    if status is None:
+        print(f"vaultsim stop: no daemon serves {home.root}")
+        return 1
+    with ApproverClient.for_home(home, name="vaultsim-stop") as c:
+        c.request("shutdown")
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        if not home.agent_sock.exists() and not _pid_alive(status.get("pid")):
+            print(f"vaultsim stop: daemon (pid {status['pid']}) stopped")
+            return 0
+        time.sleep(0.05)
+    raise HomeError(f"daemon (pid {status['pid']}) did not stop within {args.timeout:g}s")
+
+
+def _pid_alive(pid: Any) -> bool:
+    import psutil
+    try:
+        return bool(pid) and psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def configure_status(p: argparse.ArgumentParser) -> None:
+    add_home_arg(p)
+    p.add_argument("--json", action="store_true")
+
+
+def run_status(args: argparse.Namespace) -> int:
+    home = VaultHome.resolve(args.home)
+    status = daemon_status(home)
+    if status is None:
+        out: dict[str, Any] = {"running": False, "home": str(home.root)}
+        try:
+            from .keystore import KeyStore
+            out["keyring_backend"] = KeyStore(home).backend_name()
+        except Exception:  # status must answer even where no keyring works
+            out["keyring_backend"] = "unavailable"
+    else:
+        out = {"running": True, **status}
+    if args.json:
+        print(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        if out["running"]:
+            print(f"vaultsim daemon running (pid {out['pid']}) for {out['home']}")
+            print(f"  locked: {out['locked']}   sessions: {out['sessions']}   pending approvals: "
+                  f"{out['pending']}   approvers: {out['approvers']}")
+            print(f"  keyring backend: {out['keyring_backend']}   audit: {'on' if out['audit'] else 'off'}")
+            if out.get("halted"):
+                print(f"  NOT SERVING CALLS: {out['halted']}")
+        else:
+            print(f"no vaultsim daemon serves {out['home']}")
+            print(f"  keyring backend: {out['keyring_backend']}")
+    return 0 if out["running"] else 1

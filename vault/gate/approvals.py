@@ -1,0 +1,93 @@
+"""Pending approvals: a request with an owner, a deadline and a resume token.
+
+A decision settles a request once. The epoch it was created in is kept so a
+decision for a request from before a lock is refused even if it raced the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Awaitable, Callable
+
+from ..catalog import Operation
+from ..ids import new_id, token
+from ..models import Result
+from ..sessions import Session
+from .policy import Mode
+
+
+class Decision(StrEnum):
+    allow_once = "allow_once"
+    allow_session = "allow_session"
+    deny = "deny"
+
+
+class State(StrEnum):
+    pending = "pending"
+    allowed = "allowed"
+    denied = "denied"
+    expired = "expired"
+
+
+@dataclass(eq=False)
+class PendingApproval:
+    session: Session
+    operation: Operation
+    mode: Mode
+    params_summary: dict[str, Any]
+    scope: str
+    owner: str | None
+    deadline: float  # wall clock, seconds since epoch
+    epoch: int
+    correlation_id: str
+    execute: Callable[[], Awaitable[Result]]
+    request_id: str = field(default_factory=lambda: new_id("r"))
+    resume_token: str = field(default_factory=lambda: token(24))
+    created: float = field(default_factory=time.time)
+    state: State = State.pending
+    decision: Decision | None = None
+    decided_by: str | None = None
+    reason: str = ""
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+    run_task: "asyncio.Task[Result] | None" = None
+    timer: asyncio.TimerHandle | None = None
+
+    def plain_scope(self) -> str:
+        """What `allow_session` would grant, in plain words."""
+        if self.mode is not Mode.session:
+            return f"not offered: {self.operation.name} asks every call (per_call)"
+        return f"{self.scope} until process {self.session.identity.pid} exits"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "agent": self.session.agent,
+            "pid": self.session.identity.pid,
+            "session_id": self.session.id,
+            "run_id": self.session.run_id,
+            "operation": self.operation.name,
+            "risk": str(self.operation.risk),
+            "params": self.params_summary,
+            "scope": self.scope,
+            "session_scope": self.plain_scope(),
+            "mode": str(self.mode),
+            "allow_session_offered": self.mode is Mode.session,
+            "owner": self.owner,
+            "deadline": self.deadline,
+            "created": self.created,
+            "correlation_id": self.correlation_id,
+        }
+
+    def settle(self, state: State, reason: str = "", decision: Decision | None = None,
+               by: str | None = None) -> None:
+        self.state = state
+        self.reason = reason
+        self.decision = decision
+        self.decided_by = by
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.settled.set()

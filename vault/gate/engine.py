@@ -1,0 +1,266 @@
+"""The gate engine: every call passes here before any executor runs.
+
+Order of checks: locked -> policy `deny` -> `auto` -> a live session grant
+(only for `session` mode) -> a prompt routed to an approver who can receive
+it. The engine runs an approved call at most once, whether its result is
+collected by the original call or by `call.resume`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Awaitable, Callable
+
+from ..catalog import Operation
+from ..errors import RpcError
+from ..jsonrpc import CONFLICT, NOT_AUTHORIZED
+from ..models import Category, Result, make_result
+from ..rpc_server import Connection
+from ..sessions import Session, SessionTable
+from .approvals import Decision, PendingApproval, State
+from .grants import Grant, GrantTable
+from .policy import Mode, Policy
+from .stats import PromptStats
+
+AuditFn = Callable[[dict[str, Any]], Awaitable[None]]
+
+# settled approvals stay resumable for this long (receipts survive agent restarts)
+_SETTLED_KEEP_S = 3600.0
+
+
+class Gate:
+    def __init__(self, policy: Policy, sessions: SessionTable, audit: AuditFn,
+                 *, locked: bool = True, clock: Callable[[], float] = time.time) -> None:
+        self.policy = policy
+        self.sessions = sessions
+        self.audit = audit
+        self.clock = clock
+        self.locked = locked
+        self.epoch = 0
+        self.grants = GrantTable(clock)
+        self.stats = PromptStats()
+        self.pending: dict[str, PendingApproval] = {}
+        self.settled: dict[str, PendingApproval] = {}
+        self.by_token: dict[str, PendingApproval] = {}
+        self.approvers: dict[str, Connection] = {}  # conn id -> subscribed approver
+
+    # ---- approver side -------------------------------------------------------
+
+    def approver_name(self, conn: Connection) -> str:
+        return str(conn.state.get("approver", "?"))
+
+    async def subscribe(self, conn: Connection) -> list[dict[str, Any]]:
+        self.approvers[conn.id] = conn
+        return [ap.to_wire() for ap in self._routable_for(conn)]
+
+    def unsubscribe(self, conn: Connection) -> None:
+        self.approvers.pop(conn.id, None)
+
+    def _routable_for(self, conn: Connection) -> list[PendingApproval]:
+        name = self.approver_name(conn)
+        return [ap for ap in self.pending.values() if ap.owner in (None, name)]
+
+    def _route(self, owner: str | None) -> list[Connection]:
+        return [c for c in self.approvers.values()
+                if not c.closed.is_set() and (owner is None or self.approver_name(c) == owner)]
+
+    async def broadcast(self, method: str, params: dict[str, Any], owner: str | None = None) -> None:
+        for conn in self._route(owner):
+            await conn.notify(method, params)
+
+    async def decide(self, conn: Connection, request_id: str, decision: Decision) -> dict[str, Any]:
+        ap = self.pending.get(request_id)
+        if ap is None:
+            done = self.settled.get(request_id)
+            if done is not None:
+                raise RpcError(CONFLICT, f"request {request_id} is already settled ({done.state}"
+                               + (f": {done.reason}" if done.reason else "") + ")")
+            raise RpcError(CONFLICT, f"unknown request {request_id[:64]!r}")
+        if ap.epoch != self.epoch:
+            raise RpcError(CONFLICT, f"request {request_id} predates a lock; it can no longer be decided")
+        who = self.approver_name(conn)
+        if ap.owner is not None and who != ap.owner:
+            raise RpcError(NOT_AUTHORIZED, f"request {request_id} must be decided by {ap.owner!r}")
+        elapsed = self.clock() - ap.created
+        note = ""
+        if decision is Decision.deny:
+            self._settle(ap, State.denied, f"denied by {who}", decision, who)
+        else:
+            if decision is Decision.allow_session and ap.mode is not Mode.session:
+                note = "per_call operation: allow_session was applied as allow_once"
+                decision = Decision.allow_once
+            self._settle(ap, State.allowed, "", decision, who)
+        self.stats.decision(ap.session.run_id, ap.session.id, decision, elapsed)
+        await self.audit({"type": "decision", "request_id": ap.request_id,
+                          "correlation_id": ap.correlation_id, "decision": str(decision),
+                          "approver": who})
+        if ap.state is State.allowed:
+            session_grant = decision is Decision.allow_session
+            self.stats.granted(ap.session.run_id, ap.session.id, ap.scope, ap.operation.risk, session_grant)
+            if session_grant and self.sessions.get(ap.session.id) is not None:
+                rule = self.policy.rule_for(ap.operation)
+                g = self.grants.add(ap.session.id, ap.session.identity, ap.operation.name,
+                                    ap.scope, rule.ttl_s)
+                await self.audit({"type": "grant_created", "session_id": g.session_id,
+                                  "scope": g.scope, "grant_id": g.id})
+                await self.broadcast("grant.created", g.to_wire())
+        await self.broadcast("approval.settled", {"request_id": ap.request_id, "state": str(ap.state),
+                                                  "decision": str(decision), "by": who})
+        out: dict[str, Any] = {"request_id": request_id, "state": str(ap.state), "decision": str(decision)}
+        if note:
+            out["note"] = note
+        return out
+
+    def _settle(self, ap: PendingApproval, state: State, reason: str,
+                decision: Decision | None = None, by: str | None = None) -> None:
+        ap.settle(state, reason, decision, by)
+        self.pending.pop(ap.request_id, None)
+        self.settled[ap.request_id] = ap
+        self._prune()
+
+    def _prune(self) -> None:
+        cutoff = self.clock() - _SETTLED_KEEP_S
+        for rid, ap in list(self.settled.items()):
+            if ap.created < cutoff:
+                self.settled.pop(rid, None)
+                self.by_token.pop(ap.resume_token, None)
+
+    async def lock(self, by: str) -> dict[str, Any]:
+        self.locked = True
+        self.epoch += 1
+        settled = list(self.pending.values())
+        for ap in settled:
+            self._settle(ap, State.denied, "the vault was locked while this request was pending", by=by)
+            self.stats.decision(ap.session.run_id, ap.session.id, "locked", None)
+            await self.broadcast("approval.settled", {"request_id": ap.request_id, "state": "denied",
+                                                      "decision": "locked", "by": by})
+        ended = await self.end_grants(self.grants.all(), "lock")
+        await self.audit({"type": "lock", "by": by, "epoch": self.epoch,
+                          "pending_denied": len(settled), "grants_ended": ended})
+        await self.broadcast("vault.locked", {"locked": True, "by": by})
+        return {"locked": True, "pending_denied": len(settled), "grants_ended": ended}
+
+    async def unlock(self, by: str) -> dict[str, Any]:
+        self.locked = False
+        await self.audit({"type": "unlock", "by": by, "epoch": self.epoch})
+        await self.broadcast("vault.locked", {"locked": False, "by": by})
+        return {"locked": False}
+
+    async def end_grants(self, grants: list[Grant], reason: str) -> int:
+        n = 0
+        for g in grants:
+            if self.grants.remove(g.id) is not None:
+                n += 1
+                await self.audit({"type": "grant_ended", "session_id": g.session_id,
+                                  "scope": g.scope, "grant_id": g.id, "reason": reason})
+                await self.broadcast("grant.ended", {**g.to_wire(), "reason": reason})
+        return n
+
+    async def end_session(self, session: Session, reason: str) -> None:
+        await self.end_grants(self.grants.for_session(session.id), reason)
+
+    async def sweep(self) -> None:
+        """Periodic: end TTL-expired grants."""
+        await self.end_grants(self.grants.expired(), "ttl")
+
+    # ---- agent side ----------------------------------------------------------
+
+    async def call(self, session: Session, op: Operation, params: dict[str, Any], correlation_id: str,
+                   wait_s: float | None, execute: Callable[[], Awaitable[Result]]) -> Result:
+        if self.locked:
+            self.stats.locked(session.run_id, session.id)
+            return make_result(Category.vault_locked, op.name, correlation_id,
+                               "the vault is locked; nothing was sent. Ask an approver to unlock it.")
+        rule = self.policy.rule_for(op)
+        if rule.mode is Mode.deny:
+            return make_result(Category.authorization_denied, op.name, correlation_id,
+                               f"policy denies {op.name}; nothing was sent")
+        if rule.mode is Mode.auto:
+            return await execute()
+        scope = op.scope(params)
+        if rule.mode is Mode.session and self.grants.find(session.id, session.identity, scope):
+            return await execute()
+        owner = rule.owner
+        if not self._route(owner):
+            self.stats.unroutable(session.run_id, session.id)
+            who = f"approver {owner!r}" if owner else "approver"
+            await self.audit({"type": "prompt_unroutable", "correlation_id": correlation_id,
+                              "operation": op.name, "owner": owner})
+            return make_result(Category.approval_unroutable, op.name, correlation_id,
+                               f"{op.name} needs an approval but no {who} is connected to receive it; "
+                               "nothing was sent", owner=owner)
+        ap = PendingApproval(session=session, operation=op, mode=rule.mode,
+                             params_summary=op.summary(params), scope=scope, owner=owner,
+                             deadline=self.clock() + rule.deadline_s, epoch=self.epoch,
+                             correlation_id=correlation_id, execute=execute)
+        self.pending[ap.request_id] = ap
+        self.by_token[ap.resume_token] = ap
+        ap.timer = asyncio.get_running_loop().call_later(rule.deadline_s, self._expire, ap)
+        repeat = self.stats.prompt(session.run_id, session.id, op.name, op.risk, scope)
+        await self.audit({"type": "prompt_shown", "request_id": ap.request_id,
+                          "correlation_id": correlation_id, "operation": op.name,
+                          "scope": scope, "repeat": repeat})
+        await self.broadcast("approval.requested", ap.to_wire(), owner)
+        return await self._wait(ap, wait_s)
+
+    def _expire(self, ap: PendingApproval) -> None:
+        if ap.state is State.pending:
+            self._settle(ap, State.expired, "the deadline passed before anyone decided")
+            self.stats.decision(ap.session.run_id, ap.session.id, "expired", None)
+            asyncio.ensure_future(self.broadcast(
+                "approval.settled", {"request_id": ap.request_id, "state": "expired", "decision": "expired"}))
+            asyncio.ensure_future(self.audit({"type": "decision", "request_id": ap.request_id,
+                                              "correlation_id": ap.correlation_id,
+                                              "decision": "expired"}))
+
+    async def resume(self, session: Session, resume_token: str, wait_s: float | None) -> Result | None:
+        ap = self.by_token.get(resume_token)
+        # a receipt is honoured for the same agent and run only (a restarted agent
+        # may collect its own one approved call; a different agent may not)
+        if ap is None or ap.session.agent != session.agent or ap.session.run_id != session.run_id:
+            return None
+        return await self._wait(ap, wait_s)
+
+    async def _wait(self, ap: PendingApproval, wait_s: float | None) -> Result:
+        if ap.state is State.pending:
+            timeout = max(0.0, ap.deadline - self.clock())
+            if wait_s is not None:
+                timeout = min(timeout, max(0.0, wait_s))
+            try:
+                await asyncio.wait_for(ap.settled.wait(), timeout=timeout)
+            except TimeoutError:
+                pass
+        op, cid = ap.operation.name, ap.correlation_id
+        if ap.state is State.pending:
+            who = ap.owner or "any connected approver"
+            return make_result(Category.approval_pending, op, cid,
+                               f"waiting for {who} to approve {op}; resume with the token before the deadline",
+                               request_id=ap.request_id, owner=who, deadline=ap.deadline,
+                               resume_token=ap.resume_token)
+        if ap.state is State.expired:
+            return make_result(Category.approval_expired, op, cid,
+                               f"nobody decided on {op} before the deadline; nothing was sent",
+                               request_id=ap.request_id)
+        if ap.state is State.denied:
+            return make_result(Category.approval_denied, op, cid,
+                               f"{op} was not approved ({ap.reason}); nothing was sent",
+                               request_id=ap.request_id)
+        if ap.run_task is None:
+            ap.run_task = asyncio.ensure_future(ap.execute())
+        return await asyncio.shield(ap.run_task)
+
+    def status(self) -> dict[str, Any]:
+        return {"locked": self.locked, "epoch": self.epoch, "pending": len(self.pending),
+                "grants": len(self.grants.grants), "approvers": len(self.approvers)}
+
+    def session_view(self) -> list[dict[str, Any]]:
+        out = []
+        for s in self.sessions.all():
+            out.append({**s.to_wire(), "grants": [g.to_wire() for g in self.grants.for_session(s.id)]})
+        return out
+
+    def shutdown(self, reason: str) -> None:
+        """Settle every pending approval so waiting calls are answered before exit."""
+        for ap in list(self.pending.values()):
+            self._settle(ap, State.denied, reason)

@@ -1,0 +1,69 @@
+"""Session grants: in memory only, bound to session + process identity + scope.
+
+A grant answers one question: may this exact process, in this session, run this
+operation on this target without asking again? It never survives the process,
+the connection, a lock, a revoke or its TTL.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..ids import new_id
+from ..peer import ProcessIdentity
+
+
+@dataclass(frozen=True)
+class Grant:
+    id: str
+    session_id: str
+    identity: ProcessIdentity
+    operation: str
+    scope: str
+    created: float
+    expires_at: float | None
+
+    def to_wire(self) -> dict[str, object]:
+        return {"grant_id": self.id, "session_id": self.session_id, "operation": self.operation,
+                "scope": self.scope, "pid": self.identity.pid, "created": self.created,
+                "expires_at": self.expires_at}
+
+
+@dataclass
+class GrantTable:
+    clock: "callable[[], float]" = time.time  # type: ignore[valid-type]
+    grants: dict[str, Grant] = field(default_factory=dict)
+
+    def add(self, session_id: str, identity: ProcessIdentity, operation: str, scope: str,
+            ttl_s: float | None) -> Grant:
+        now = self.clock()
+        for g in self.grants.values():
+            if g.session_id == session_id and g.scope == scope:
+                return g
+        g = Grant(new_id("g"), session_id, identity, operation, scope, now,
+                  now + ttl_s if ttl_s else None)
+        self.grants[g.id] = g
+        return g
+
+    def find(self, session_id: str, identity: ProcessIdentity, scope: str) -> Grant | None:
+        now = self.clock()
+        for g in self.grants.values():
+            if (g.session_id == session_id and g.scope == scope
+                    and g.identity.same_process(identity)
+                    and (g.expires_at is None or now < g.expires_at)):
+                return g
+        return None
+
+    def expired(self) -> list[Grant]:
+        now = self.clock()
+        return [g for g in self.grants.values() if g.expires_at is not None and now >= g.expires_at]
+
+    def remove(self, grant_id: str) -> Grant | None:
+        return self.grants.pop(grant_id, None)
+
+    def for_session(self, session_id: str) -> list[Grant]:
+        return [g for g in self.grants.values() if g.session_id == session_id]
+
+    def all(self) -> list[Grant]:
+        return list(self.grants.values())

@@ -1,0 +1,101 @@
+"""The daemon process: one per home, private sockets, peer identity, stop/status."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+
+import pytest
+
+from helpers import PY, ROOT, Sandbox, stop_process, wait_for
+
+
+class TestStartup:
+    def test_home_and_sockets_are_private(self, sandbox: Sandbox) -> None:
+        """The home is 0700 and both sockets 0600."""
+        sandbox.start_daemon()
+        assert stat.S_IMODE(sandbox.home.stat().st_mode) == 0o700
+        for name in ("agent.sock", "approver.sock", "approver.token"):
+            mode = stat.S_IMODE((sandbox.home / name).stat().st_mode)
+            assert mode == 0o600, name
+
+    def test_second_daemon_on_same_home_is_refused(self, sandbox: Sandbox) -> None:
+        """A second daemon fails with a message naming the running one."""
+        first = sandbox.start_daemon()
+        out = sandbox.vaultsim("daemon", "--foreground", timeout=30)
+        assert out.returncode == 1
+        assert f"already serves {sandbox.home}" in out.stderr
+        assert f"pid {first.pid}" in out.stderr
+        assert sandbox.status()["pid"] == first.pid
+
+    def test_stale_socket_from_killed_daemon_is_recovered(self, sandbox: Sandbox) -> None:
+        """After SIGKILL the sockets remain; the next daemon removes them and serves."""
+        first = sandbox.start_daemon()
+        stop_process(first, signal.SIGKILL)
+        assert sandbox.agent_sock.exists()
+        second = sandbox.start_daemon()
+        assert sandbox.status()["pid"] == second.pid
+
+    def test_non_socket_at_socket_path_is_not_removed(self, sandbox: Sandbox) -> None:
+        """A regular file where a socket should be is left alone and reported."""
+        sandbox.home.mkdir(mode=0o700)
+        sandbox.agent_sock.write_text("precious")
+        out = sandbox.vaultsim("daemon", "--foreground", "--unlocked", timeout=30)
+        assert out.returncode == 1
+        assert "is not a socket" in out.stderr
+        assert sandbox.agent_sock.read_text() == "precious"
+
+
+class TestStatusAndStop:
+    def test_status_json_names_keyring_backend(self, sandbox: Sandbox) -> None:
+        """`status --json` reports running, lock state and the keyring backend in use."""
+        out = sandbox.vaultsim("status", "--json")
+        assert out.returncode == 1
+        assert json.loads(out.stdout)["running"] is False
+        sandbox.vaultsim("daemon", check=True)  # background mode returns once serving
+        out = sandbox.vaultsim("status", "--json")
+        data = json.loads(out.stdout)
+        assert out.returncode == 0
+        assert data["running"] is True
+        assert data["locked"] is True  # the daemon starts locked unless told otherwise
+        assert "embedded" in data["keyring_backend"]
+        stopped = sandbox.vaultsim("stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert not sandbox.agent_sock.exists()
+        assert not (sandbox.home / "approver.sock").exists()
+        assert sandbox.vaultsim("status").returncode == 1
+
+    def test_sigterm_removes_sockets(self, sandbox: Sandbox) -> None:
+        """SIGTERM stops the daemon cleanly: exit 0, sockets gone."""
+        proc = sandbox.start_daemon()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        assert not sandbox.agent_sock.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to run a client as another uid")
+class TestPeerIdentity:
+    def test_client_with_another_uid_is_refused(self, sandbox: Sandbox) -> None:
+        """A peer running as nobody (given the capability to reach the socket) is refused by uid."""
+        sandbox.start_daemon()
+        client = (
+            "import socket,sys;s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1]);"
+            "s.sendall(b'{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"vault.status\"}\\n');"
+            "print(s.recv(4096).decode())"
+        )
+        out = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+             "--inh-caps=+dac_override,+dac_read_search", "--ambient-caps=+dac_override,+dac_read_search",
+             PY, "-c", client, str(sandbox.agent_sock)],
+            capture_output=True, text=True, timeout=30, cwd="/")
+        assert out.returncode == 0, out.stderr
+        reply = json.loads(out.stdout)
+        assert reply["error"]["code"] == -32001
+        assert "another user" in reply["error"]["message"]
+        assert "result" not in reply

@@ -1,0 +1,119 @@
+"""Bad frames never hurt the daemon: each gets a JSON-RPC error or a clean close."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers import Sandbox, new_sandbox
+from vault.client import AgentClient
+
+ERROR_CODES = {-32700, -32600, -32601, -32602}
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[Sandbox]:
+    box = new_sandbox()
+    box.start_daemon()
+    try:
+        yield box
+    finally:
+        box.close()
+        shutil.rmtree(box.root, ignore_errors=True)
+
+
+def exchange(path: str, payload: bytes, close_write: bool = True) -> list[dict]:
+    """Send raw bytes, half-close, read every reply line until the daemon closes."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(path)
+    try:
+        s.sendall(payload)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the daemon may close an oversized frame before we finish sending
+    if close_write:
+        s.shutdown(socket.SHUT_WR)
+    buf = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        buf += chunk
+    s.close()
+    return [json.loads(line) for line in buf.splitlines() if line.strip()]
+
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+json_values = st.recursive(json_scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=10)
+methods = st.sampled_from(["call", "session.open", "lookup", "call.resume", "session.close", "vault.status", "nope", ""])
+requestish = st.fixed_dictionaries(
+    {}, optional={"jsonrpc": st.sampled_from(["2.0", "1.0", 2]) | json_scalars,
+                  "id": st.integers() | st.text(max_size=8) | json_values,
+                  "method": methods | json_scalars,
+                  "params": json_values})
+
+frames = st.one_of(
+    st.binary(max_size=200).map(lambda b: b.replace(b"\n", b" ") + b"\n"),  # garbage bytes
+    json_values.map(lambda v: json.dumps(v).encode() + b"\n"),  # any JSON, mostly non-requests
+    requestish.map(lambda v: json.dumps(v).encode() + b"\n"),  # request-shaped, wrong types
+    requestish.map(lambda v: json.dumps(v).encode()[: max(1, len(json.dumps(v)) // 2)]),  # truncated, no newline
+)
+
+
+class TestFrames:
+    @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(frame=frames)
+    def test_each_bad_frame_gets_an_error_or_a_clean_close(self, served: Sandbox, frame: bytes) -> None:
+        """Garbage, non-objects, wrong types and truncated frames: error answers only."""
+        replies = exchange(str(served.agent_sock), frame)
+        for reply in replies:
+            assert reply.get("jsonrpc") == "2.0"
+            if "error" in reply:
+                assert reply["error"]["code"] in ERROR_CODES | {-32001}
+            else:
+                # a frame that happened to be a valid request gets a real answer
+                assert "result" in reply
+
+    def test_oversized_frame_is_refused_and_daemon_serves_on(self, served: Sandbox) -> None:
+        """A line over 1 MiB is answered -32600 and only that connection closes."""
+        replies = exchange(str(served.agent_sock), b"{" + b"x" * (1 << 20) + b"}\n")
+        assert replies and replies[0]["error"]["code"] == -32600
+        assert "1 MiB" in replies[0]["error"]["message"]
+        assert served.status() is not None
+
+    def test_half_sent_line_then_close(self, served: Sandbox) -> None:
+        """A client that sends half a request and leaves gets nothing and breaks nothing."""
+        assert exchange(str(served.agent_sock), b'{"jsonrpc":"2.0","id":1,"meth') == []
+        assert served.status() is not None
+
+    def test_bad_frame_does_not_disturb_another_client(self, served: Sandbox) -> None:
+        """A good client connected before and after a flood of garbage keeps working."""
+        good = AgentClient(served.agent_sock, timeout=10)
+        sid = good.open_session("good-agent")
+        for payload in (b"\xff\xfe\n", b"[1,2]\n", b'{"jsonrpc":"2.0","id":1,"method":"call","params":[1]}\n'):
+            exchange(str(served.agent_sock), payload)
+        assert good.request("vault.status")["sessions"] >= 1
+        assert good.session_id == sid
+        good.close()
+
+    @pytest.mark.parametrize("payload, code", [
+        (b"not json\n", -32700),
+        (b"[]\n", -32600),
+        (b'{"jsonrpc":"2.0","id":1}\n', -32600),
+        (b'{"jsonrpc":"2.0","id":1,"method":"no.such"}\n', -32601),
+        (b'{"jsonrpc":"2.0","id":1,"method":"session.open","params":{"agent":5}}\n', -32602),
+        (b'{"jsonrpc":"2.0","id":1,"method":"call","params":{"session_id":"s","operation":"x","bogus":1}}\n', -32602),
+    ], ids=["parse", "batch", "no-method", "unknown-method", "wrong-type", "extra-param"])
+    def test_error_codes(self, served: Sandbox, payload: bytes, code: int) -> None:
+        """Each class of bad input gets its JSON-RPC code."""
+        replies = exchange(str(served.agent_sock), payload)
+        assert [r["error"]["code"] for r in replies] == [code]

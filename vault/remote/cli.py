@@ -1,0 +1,60 @@
+"""`vaultsim remote` / `python -m vault.remote`: the fake remote as a process.
+
+The first stdout line is `listening on http://HOST:PORT` (a parent waits for
+it); under a client-side fault a second line says `service url URL`, the URL
+to configure the vault with. Tokens come only from `--credentials FILE`
+(0600), never from argv. SIGTERM / SIGINT stop it cleanly with exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from .auth import load_credentials
+from .faults import FaultSpec
+from .server import RemoteServer
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    p.add_argument("--port", type=int, default=0, help="port (default: any free one)")
+    p.add_argument("--fault", help="one fault, NAME[:k=v,...][,op=OPERATION] (see vault.remote.faults)")
+    p.add_argument("--credentials", metavar="FILE",
+                   help="0600 YAML/JSON file: token name -> token value")
+    p.add_argument("--events", metavar="FILE", help="append the event log here as JSON lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    fault = FaultSpec.parse(args.fault) if args.fault else None
+    credentials = load_credentials(args.credentials) if args.credentials else {}
+    if not credentials:
+        print("vaultsim remote: no --credentials: every /v1 request will be refused with 401",
+              file=sys.stderr)
+    asyncio.run(_serve(RemoteServer(credentials, fault, Path(args.events) if args.events else None),
+                       args.host, args.port))
+    return 0
+
+
+async def _serve(server: RemoteServer, host: str, port: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start(host, port)
+    print(f"listening on {server.url}", flush=True)
+    if server.service_url != server.url:
+        print(f"service url {server.service_url}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..cli import main as vaultsim_main
+
+    return vaultsim_main(["remote", *(sys.argv[1:] if argv is None else argv)])

@@ -1,0 +1,165 @@
+"""What really happened at the remote: the effect ledger and the event log.
+
+The vault's Result is a claim; these are the ground truth the tests and the
+runner grade it against. The ledger counts, per logical operation (the
+Idempotency-Key when the client sent one, else the request id), how many
+attempts arrived and how many effects were committed, so a duplicate effect
+is one number. The event log is the remote's own story, one JSON line per
+step (`received`, `mutation_committed`, `response_write_delayed`,
+`connection_closed`, `response_sent`, `rejected`, ...), each with the
+correlation id. Neither ever holds a header value other than the correlation
+id and idempotency key, so no credential can reach them.
+
+Both are written from the server's event loop and read from tests or the
+runner in other threads, hence the locks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class LedgerEntry:
+    key: str
+    key_kind: str  # "idempotency_key" | "request_id"
+    route: str
+    attempts: int = 0
+    effects: int = 0
+    in_flight: int = 0
+    request_ids: list[str] = field(default_factory=list)
+    resources: list[dict[str, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "key_kind": self.key_kind, "route": self.route,
+            "attempts": self.attempts, "effects": self.effects, "in_flight": self.in_flight,
+            "request_ids": list(self.request_ids), "resources": [dict(r) for r in self.resources],
+        }
+
+    @property
+    def state(self) -> str:
+        # an effect is final; a stalled attempt may still commit; else nothing happened
+        if self.effects:
+            return "committed"
+        if self.in_flight:
+            return "in_progress"
+        return "not_committed"
+
+
+class EffectLedger:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, LedgerEntry] = {}
+        self._by_request: dict[str, str] = {}
+        self._anon = 0
+
+    def arrived(self, route: str, request_id: str | None, idempotency_key: str | None) -> LedgerEntry:
+        with self._lock:
+            if idempotency_key:
+                key, kind = "idem:" + idempotency_key, "idempotency_key"
+            elif request_id:
+                key, kind = "req:" + request_id, "request_id"
+            else:
+                self._anon += 1
+                key, kind = f"anon:anonymous-{self._anon}", "request_id"
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = LedgerEntry(key.split(":", 1)[1], kind, route)
+            entry.attempts += 1
+            entry.in_flight += 1
+            if request_id:
+                entry.request_ids.append(request_id)
+                self._by_request[request_id] = key
+            return entry
+
+    def committed(self, entry: LedgerEntry, resources: list[dict[str, str]]) -> None:
+        with self._lock:
+            entry.effects += 1
+            entry.resources.extend(resources)
+
+    def finished(self, entry: LedgerEntry) -> None:
+        with self._lock:
+            entry.in_flight = max(0, entry.in_flight - 1)
+
+    def find(self, *, request_id: str | None = None, idempotency_key: str | None = None) -> dict[str, Any] | None:
+        with self._lock:
+            if idempotency_key:
+                entry = self._entries.get("idem:" + idempotency_key)
+            elif request_id:
+                key = self._by_request.get(request_id)
+                entry = self._entries.get(key) if key else None
+            else:
+                entry = None
+            return None if entry is None else {**entry.to_dict(), "state": entry.state}
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [{**e.to_dict(), "state": e.state} for e in self._entries.values()]
+
+    def total_effects(self) -> int:
+        with self._lock:
+            return sum(e.effects for e in self._entries.values())
+
+    def total_attempts(self) -> int:
+        with self._lock:
+            return sum(e.attempts for e in self._entries.values())
+
+
+class EventLog:
+    """Events in memory and, optionally, appended as JSON lines to a file."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._cond = threading.Condition()
+        self._events: list[dict[str, Any]] = []
+        self._file = None
+        if path is not None:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self._file = os.fdopen(fd, "a", encoding="utf-8")
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        record = {"t": round(time.time(), 6), "event": event}
+        record.update({k: v for k, v in fields.items() if v is not None})
+        with self._cond:
+            record["seq"] = len(self._events) + 1
+            self._events.append(record)
+            if self._file is not None:
+                self._file.write(json.dumps(record, sort_keys=True) + "\n")
+                self._file.flush()
+            self._cond.notify_all()
+        return record
+
+    def snapshot(self, correlation_id: str | None = None) -> list[dict[str, Any]]:
+        with self._cond:
+            events = list(self._events)
+        if correlation_id is not None:
+            events = [e for e in events if e.get("correlation_id") == correlation_id]
+        return [dict(e) for e in events]
+
+    def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 5.0) -> dict[str, Any] | None:
+        """Block (another thread) until an event matches; None at the timeout."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for event in self._events[seen:]:
+                    if predicate(event):
+                        return dict(event)
+                seen = len(self._events)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+
+    def close(self) -> None:
+        with self._cond:
+            if self._file is not None:
+                self._file.close()
+                self._file = None

@@ -1,0 +1,62 @@
+"""Gate overhead: the same `read_issue` directly with httpx and through the vault.
+
+Both go to the same fake remote process; the vault path is a fresh agent-side
+client on agent.sock -> daemon (gate, audit, credential store) -> httpx.
+Prints p50/p99 of each and the p50 ratio. Target: ratio <= 1.5.
+
+    .venv/bin/python bench/gate_overhead.py [N]
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+
+import httpx
+
+from _procs import new_sandbox, percentiles
+
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+TOKEN = "bench-token"
+
+
+def main() -> None:
+    box = new_sandbox()
+    try:
+        _, url = box.start_remote({"tracker_token": TOKEN})
+        box.set_secret("tracker_token", TOKEN)
+        box.start_daemon("--remote", url)
+        from vault.client import AgentClient
+
+        from vault.remote.state import SEED_ISSUES
+
+        issue_id = SEED_ISSUES[0]["id"]
+        agent = AgentClient(box.agent_sock)
+        agent.open_session("bench", "bench")
+        direct, vault = [], []
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+            for i in range(N + 100):
+                t0 = time.perf_counter()
+                r = http.get(f"/v1/issues/{issue_id}", headers={"X-Correlation-Id": f"c-{i}"})
+                t1 = time.perf_counter()
+                res = agent.call("read_issue", {"issue_id": issue_id})
+                t2 = time.perf_counter()
+                if i >= 100:  # warm-up excluded
+                    direct.append(t1 - t0)
+                    vault.append(t2 - t1)
+        assert r.status_code == 200 and res.ok, f"bench calls must succeed: {r.status_code} {res.category}"
+        d50, d99 = percentiles(direct)
+        v50, v99 = percentiles(vault)
+        print(f"read_issue x{N} (category through the vault: {res.category})")
+        print(f"  direct httpx : p50 {d50:.3f} ms  p99 {d99:.3f} ms")
+        print(f"  via vault    : p50 {v50:.3f} ms  p99 {v99:.3f} ms")
+        print(f"  ratio p50    : {v50 / d50:.2f}x  (target <= 1.5x)")
+        agent.close()
+    finally:
+        box.close()
+        shutil.rmtree(box.root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""How long a person waits to see a request: agent call sent -> row shown in the TUI.
+
+A real daemon (subprocess, unlocked, audit on) and a real agent process; the
+TUI is `VaultApp` under Pilot (headless). For each sample the agent stamps the
+wall clock and sends a `delete_release` call (per_call: always asks); the bench
+polls the app until the request is a row of the pending table, stamps again,
+then denies it with `d` so the agent sends the next one. Prints p50/p99 and
+exits 1 if p50 misses the target (100 ms).
+
+    .venv/bin/python bench/tui_latency.py [--samples N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tui.app import VaultApp  # noqa: E402
+from tui.screens.main import MainScreen  # noqa: E402
+from tui.widgets.pending import PendingTable  # noqa: E402
+from vault.client import RpcClient  # noqa: E402
+from vault.errors import VaultError  # noqa: E402
+from vault.home import VaultHome  # noqa: E402
+
+TARGET_P50_MS = 100.0
+POLL_S = 0.001
+
+AGENT = """
+import json, os, sys, time
+from vault.client import AgentClient
+client = AgentClient(os.environ['VAULTSIM_SOCKET'], timeout=120)
+client.open_session('bench-agent', 'bench')
+for i in range(int(sys.argv[1])):
+    sys.stdin.readline()  # the bench is ready for the next request
+    print(json.dumps({'sent': time.time()}), flush=True)
+    client.call('delete_release', {'release_id': f'rel-{i}'})
+"""
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def start_daemon(root: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    log = open(root / "daemon.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "vault.cli", "daemon", "--foreground", "--unlocked"],
+                            env=env, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with RpcClient(root / "h" / "agent.sock", timeout=5) as c:
+                c.request("vault.status")
+                return proc
+        except (VaultError, OSError):
+            try:
+                proc.wait(timeout=0.05)  # wakes early if the daemon died
+            except subprocess.TimeoutExpired:
+                pass
+    raise SystemExit(f"the daemon did not start; see {root / 'daemon.log'}")
+
+
+async def measure(home: VaultHome, env: dict[str, str], samples: int) -> list[float]:
+    app = VaultApp(home, name="bench")
+    out: list[float] = []
+    async with app.run_test(size=(160, 50)) as pilot:
+        while not app.state.connected:
+            await pilot.pause(POLL_S)
+        table = app.screen.query_one(PendingTable)
+        assert isinstance(app.screen, MainScreen)
+        agent = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", AGENT, str(samples), env=env, cwd=ROOT, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, start_new_session=True)
+        assert agent.stdin is not None and agent.stdout is not None
+        try:
+            for _ in range(samples):
+                agent.stdin.write(b"\n")
+                await agent.stdin.drain()
+                sent = json.loads(await asyncio.wait_for(agent.stdout.readline(), 60))["sent"]
+                while table.row_count == 0:
+                    await pilot.pause(POLL_S)
+                out.append((time.time() - sent) * 1000)
+                await pilot.press("d")
+                while table.row_count:
+                    await pilot.pause(POLL_S)
+        finally:
+            if agent.returncode is None:
+                agent.kill()
+            await agent.wait()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--samples", type=int, default=50)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="vsb-", dir="/tmp"))
+    os.chmod(root, 0o700)
+    env = {k: v for k, v in os.environ.items() if k != "VAULTSIM_SOCKET"}
+    env.update({"VAULTSIM_HOME": str(root / "h"), "VAULTSIM_KEYRING_DIR": str(root / "kr"),
+                "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring", "PYTHONUNBUFFERED": "1",
+                "VAULTSIM_SOCKET": str(root / "h" / "agent.sock"), "VAULTSIM_RUN_ID": "bench"})
+    daemon = start_daemon(root, env)
+    try:
+        ms = asyncio.run(measure(VaultHome(root / "h"), env, args.samples))
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
+    report: dict[str, Any] = {"samples": len(ms), "p50_ms": round(percentile(ms, 0.5), 1),
+                              "p99_ms": round(percentile(ms, 0.99), 1), "max_ms": round(max(ms), 1),
+                              "target_p50_ms": TARGET_P50_MS}
+    report["ok"] = report["p50_ms"] <= TARGET_P50_MS
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"TUI latency, agent call sent -> row shown (Pilot, headless), {report['samples']} samples: "
+              f"p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms, max {report['max_ms']} ms "
+              f"(target p50 <= {TARGET_P50_MS:.0f} ms: {'met' if report['ok'] else 'MISSED'})")
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

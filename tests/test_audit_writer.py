@@ -1,0 +1,333 @@
+"""The writer: group commit, one writer per log, torn-tail recovery, fail closed, no plaintext."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from audit_fixtures import CANARY, EIO, ENOSPC, FakeClock, FlakyIO, LogFiles, line_kinds, make_log
+from vault.audit import AuditWriter, decrypt_events, verify
+from vault.errors import AuditError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fresh(tmp_path: Path, name: str = "audit.log") -> LogFiles:
+    return LogFiles(tmp_path / name, os.urandom(32), Ed25519PrivateKey.generate())
+
+
+class TestGroupCommit:
+    async def test_concurrent_appenders_share_fdatasyncs(self, tmp_path: Path) -> None:
+        """8 tasks x 300 appends: every seq once, per-task order kept, far fewer fdatasyncs."""
+        files, io = fresh(tmp_path), FlakyIO()
+        w = files.writer(io=io)
+        got: dict[int, list[int]] = {}
+
+        async def appender(task: int) -> None:
+            got[task] = [await w.append({"type": "intent", "task": task, "n": j}) for j in range(300)]
+
+        await asyncio.gather(*(appender(t) for t in range(8)))
+        w.close()
+        every = sorted(s for seqs in got.values() for s in seqs)
+        assert list(range(2400)) == every
+        assert all(seqs == sorted(seqs) for seqs in got.values())
+        assert io.fdatasyncs < 2400 // 2
+        events = decrypt_events(files.log, files.key)
+        assert all(got[ev["task"]][ev["n"]] == ev["seq"] for ev in events)
+        report = verify(files.log)
+        assert ("intact", 2400) == (report.status, report.records)
+
+    async def test_appends_from_threads_and_tasks(self, tmp_path: Path) -> None:
+        """append_sync from 4 threads alongside async appenders: no seq lost or repeated."""
+        files = fresh(tmp_path)
+        w = files.writer()
+        thread_seqs: list[int] = []
+        lock = threading.Lock()
+
+        def worker() -> None:
+            for i in range(50):
+                s = w.append_sync({"type": "t", "i": i})
+                with lock:
+                    thread_seqs.append(s)
+
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        task_seqs = await asyncio.gather(*(w.append({"type": "a", "i": i}) for i in range(200)))
+        await asyncio.to_thread(lambda: [t.join() for t in threads])
+        w.close()
+        assert list(range(400)) == sorted(thread_seqs + list(task_seqs))
+        assert "intact" == verify(files.log).status
+
+    def test_sync_append_is_durable_before_return(self, tmp_path: Path) -> None:
+        """append_sync returns only after an fdatasync covering its record."""
+        files, io = fresh(tmp_path), FlakyIO()
+        w = files.writer(io=io)
+        for i in range(3):
+            w.append_sync({"type": "x", "i": i})
+            assert i + 1 == io.fdatasyncs
+        w.close()
+
+
+class TestExclusive:
+    def test_second_writer_in_process_refused(self, tmp_path: Path) -> None:
+        """A second open of a held log is refused, and the first keeps working."""
+        files = fresh(tmp_path)
+        with files.writer() as w:
+            with pytest.raises(AuditError, match="is held by another writer"):
+                files.writer()
+            assert 0 == w.append_sync({"type": "x"})
+        with files.writer() as w2:  # released at close
+            assert 1 == w2.append_sync({"type": "x"})
+
+    def test_second_writer_in_another_process_refused(self, tmp_path: Path) -> None:
+        """A second process cannot open the log while this one holds it."""
+        files = fresh(tmp_path)
+        script = (
+            "import sys\n"
+            "from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey\n"
+            "from vault.audit import AuditWriter\n"
+            "from vault.errors import AuditError\n"
+            "try:\n"
+            "    AuditWriter.open(sys.argv[1], bytes(32), Ed25519PrivateKey.generate())\n"
+            "except AuditError as e:\n"
+            "    print(e.message); sys.exit(3)\n"
+        )
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        with files.writer() as w:
+            w.append_sync({"type": "x"})
+            proc = subprocess.run([sys.executable, "-c", script, str(files.log)], env=env,
+                                  capture_output=True, text=True, timeout=60)
+        assert 3 == proc.returncode, proc.stderr
+        assert "is held by another writer" in proc.stdout
+        assert "intact" == verify(files.log).status
+
+
+class TestRecovery:
+    @pytest.mark.parametrize("keep", [1, 40, -1], ids=["one-byte", "mid-line", "all-but-newline"])
+    def test_torn_tail_is_dropped_at_open(self, tmp_path: Path, keep: int) -> None:
+        """A partial last line (crash mid-write) is cut away; complete records stay; chain continues."""
+        files = make_log(tmp_path, 4)
+        whole = files.log.read_bytes()
+        # what a crashed write of record 4 would leave: part of a genuine record line
+        donor = make_log(tmp_path / "donor", 5)
+        line4 = [ln for ln, k in zip(donor.lines(), line_kinds(donor.lines())) if k == ("record", 4)][0]
+        files.log.write_bytes(whole + line4[:keep])
+        assert "truncated" == verify(files.log).status
+        with files.writer() as w:
+            assert 4 == w.append_sync({"type": "after-crash"})
+        assert whole == files.log.read_bytes()[: len(whole)]
+        report = verify(files.log)
+        assert ("intact", 5) == (report.status, report.records)
+        assert [ev["n"] for ev in decrypt_events(files.log, files.key)[:4]] == [0, 1, 2, 3]
+
+    def test_log_cut_behind_its_signed_head_is_refused(self, tmp_path: Path) -> None:
+        """Continuing a log cut back behind audit.head would hide the cut: refused."""
+        files = make_log(tmp_path, 6)
+        lines = files.lines()
+        files.write_lines(lines[:3])
+        with pytest.raises(AuditError, match="was cut or rolled back"):
+            files.writer()
+
+    def test_damaged_last_line_is_refused(self, tmp_path: Path) -> None:
+        """A complete but damaged last line is not silently dropped: the writer refuses."""
+        files = make_log(tmp_path, 3)
+        files.head.unlink()
+        lines = files.lines()
+        lines[-1] = lines[-1].replace(b'"sig":"', b'"sig":"0')[:-3] + b'"}'
+        files.write_lines(lines)
+        with pytest.raises(AuditError, match="damaged"):
+            files.writer()
+
+    def test_wrong_key_refused_at_reopen(self, tmp_path: Path) -> None:
+        """Reopening with another data key is refused instead of mixing keys in one log."""
+        files = make_log(tmp_path, 2)
+        with pytest.raises(AuditError, match="does not decrypt"):
+            AuditWriter.open(files.log, os.urandom(32), files.signing_key)
+
+    def test_other_signing_key_refused_at_reopen(self, tmp_path: Path) -> None:
+        """Reopening with another signing key is refused (heads would stop verifying)."""
+        files = make_log(tmp_path, 2)
+        with pytest.raises(AuditError, match="another key|does not match"):
+            AuditWriter.open(files.log, files.key, Ed25519PrivateKey.generate())
+
+    def test_public_key_written_beside_the_log(self, tmp_path: Path) -> None:
+        """Opening a new log leaves NAME.pub (and the log 0600) for verify."""
+        files = fresh(tmp_path, "x.log")
+        files.writer().close()
+        assert files.pub.read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----")
+        assert 0o600 == files.log.stat().st_mode & 0o777
+
+
+class TestFailClosed:
+    async def test_failed_fdatasync_fails_the_writer(self, tmp_path: Path) -> None:
+        """EIO from fdatasync: the append raises, the writer is failed, no retry, no later append."""
+        files, io = fresh(tmp_path), FlakyIO(fail_fdatasync=EIO)
+        w = files.writer(io=io)
+        with pytest.raises(AuditError, match="fdatasync.*EIO"):
+            await w.append({"type": "intent"})
+        assert w.failed and "fdatasync" in (w.failure_reason or "")
+        syncs = io.fdatasyncs
+        with pytest.raises(AuditError, match="no further records"):
+            await w.append({"type": "intent"})
+        with pytest.raises(AuditError):
+            w.append_sync({"type": "intent"})
+        assert syncs == io.fdatasyncs  # never retried
+        w.close()  # already failed: just releases the lock
+        files.writer().close()
+
+    async def test_all_waiters_of_a_failed_flush_hear_it(self, tmp_path: Path) -> None:
+        """8 concurrent appends on a failing fdatasync all raise; none gets a seq."""
+        files = fresh(tmp_path)
+        w = files.writer(io=FlakyIO(fail_fdatasync=EIO))
+        results = await asyncio.gather(*(w.append({"type": "x", "i": i}) for i in range(8)),
+                                       return_exceptions=True)
+        assert all(isinstance(r, AuditError) for r in results)
+        w.close()
+
+    def test_failed_write_fails_the_writer(self, tmp_path: Path) -> None:
+        """ENOSPC from write: AuditError naming it, and the writer is failed."""
+        files = fresh(tmp_path)
+        w = files.writer(io=FlakyIO(fail_write=ENOSPC))
+        with pytest.raises(AuditError, match="write.*ENOSPC"):
+            w.append_sync({"type": "x"})
+        assert w.failed
+        w.close()
+
+    async def test_dev_full(self, tmp_path: Path) -> None:
+        """A log that is really /dev/full (symlink): the first append fails closed with ENOSPC."""
+        if not os.path.exists("/dev/full"):
+            pytest.skip("no /dev/full")
+        files = fresh(tmp_path)
+        files.log.symlink_to("/dev/full")
+        w = files.writer()
+        with pytest.raises(AuditError, match="No space left on device"):
+            await w.append({"type": "intent"})
+        assert w.failed
+        with pytest.raises(AuditError):
+            await w.append({"type": "intent"})
+        w.close()
+
+    def test_head_file_failure_fails_closed(self, tmp_path: Path) -> None:
+        """If the head file cannot be replaced, the writer fails rather than run unanchored."""
+        files = fresh(tmp_path)
+        w = files.writer()
+        files.head.mkdir()
+        (files.head / "x").write_text("a non-empty directory cannot be replaced")
+        with pytest.raises(AuditError, match="head file"):
+            w.append_sync({"type": "x"})
+        assert w.failed
+        w.close()
+
+    def test_close_reports_a_failed_final_head(self, tmp_path: Path) -> None:
+        """A close whose final flush fails raises AuditError (the caller must know)."""
+        files = fresh(tmp_path)
+        io = FlakyIO()
+        w = files.writer(io=io, head_every_records=100, head_every_seconds=1e9, clock=FakeClock())
+        w.append_sync({"type": "x"})
+        w.append_sync({"type": "x"})  # unanchored: close must sign it
+        io.fail_fdatasync = EIO
+        with pytest.raises(AuditError, match="fdatasync"):
+            w.close()
+
+    def test_closed_writer_refuses(self, tmp_path: Path) -> None:
+        """An append after close is refused."""
+        files = fresh(tmp_path)
+        w = files.writer()
+        w.close()
+        w.close()  # idempotent
+        with pytest.raises(AuditError, match="closed"):
+            w.append_sync({"type": "x"})
+
+    def test_bad_events_refused_without_echo(self, tmp_path: Path) -> None:
+        """Non-dicts, non-JSON values and oversized events are refused; the value is not echoed."""
+        files = fresh(tmp_path)
+        with files.writer() as w:
+            with pytest.raises(AuditError, match="must be a dict"):
+                w.append_sync(["x"])  # type: ignore[arg-type]
+            with pytest.raises(AuditError) as info:
+                w.append_sync({"type": "x", "blob": {CANARY}})
+            assert CANARY not in str(info.value)
+            with pytest.raises(AuditError, match="limit"):
+                w.append_sync({"type": "x", "pad": "y" * 300_000})
+            assert not w.failed
+            assert 0 == w.append_sync({"type": "ok"})
+
+    def test_bad_key_refused(self, tmp_path: Path) -> None:
+        """A data key that is not 32 bytes is refused at open."""
+        from vault.errors import BadInput
+        with pytest.raises(BadInput):
+            AuditWriter.open(tmp_path / "a.log", b"short", Ed25519PrivateKey.generate())
+
+
+class TestHeads:
+    def test_head_every_n_records(self, tmp_path: Path) -> None:
+        """Heads after the first record, then every N records, then at close."""
+        files = make_log(tmp_path, 11, head_every_records=4)
+        heads = [s for k, s in line_kinds(files.lines()) if k == "head"]
+        assert [0, 4, 8, 10] == heads
+
+    def test_head_every_t_seconds(self, tmp_path: Path) -> None:
+        """When the (fake) clock passes head_every_seconds, the next append is anchored."""
+        files, clock = fresh(tmp_path), FakeClock()
+        with files.writer(clock=clock, head_every_records=1000, head_every_seconds=30) as w:
+            for i in range(3):
+                w.append_sync({"i": i})
+            clock.advance(31)
+            w.append_sync({"i": 3})
+            heads = [s for k, s in line_kinds(files.lines()) if k == "head"]
+            assert [0, 3] == heads
+
+    async def test_idle_log_is_anchored_by_the_timer(self, tmp_path: Path) -> None:
+        """An async writer left idle signs its unanchored tail within head_every_seconds."""
+        files = fresh(tmp_path)
+        w = files.writer(head_every_records=1000, head_every_seconds=0.05)
+        for i in range(3):
+            await w.append({"i": i})
+        assert 0 < verify(files.log).unanchored
+        deadline = time.monotonic() + 10
+        while verify(files.log).unanchored and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        report = verify(files.log)
+        w.close()
+        assert (0, 2) == (report.unanchored, report.last_signed_seq)
+
+    def test_close_without_new_records_adds_no_head(self, tmp_path: Path) -> None:
+        """Reopening and closing a fully anchored log changes nothing."""
+        files = make_log(tmp_path, 3)
+        before = files.log.read_bytes()
+        files.writer().close()
+        assert before == files.log.read_bytes()
+
+
+class TestSecrecy:
+    def test_canary_never_in_any_file(self, tmp_path: Path) -> None:
+        """An event's plaintext never reaches the log, the head, the public key or the key file."""
+        from vault.audit import load_or_create_signing_key
+        key = os.urandom(32)
+        sk = load_or_create_signing_key(tmp_path, key)
+        with AuditWriter.open(tmp_path / "audit.log", key, sk) as w:
+            for i in range(20):
+                w.append_sync({"type": "call_requested", "target": f"{CANARY}-{i}", "note": CANARY})
+        for p in tmp_path.iterdir():
+            data = p.read_bytes()
+            assert CANARY.encode() not in data, p.name
+            assert CANARY.encode().hex().encode() not in data, p.name
+        assert any(CANARY in ev["note"] for ev in decrypt_events(tmp_path / "audit.log", key))
+
+    def test_failure_reason_carries_no_event_content(self, tmp_path: Path) -> None:
+        """The failure message names the operation and errno, never the event."""
+        files = fresh(tmp_path)
+        w = files.writer(io=FlakyIO(fail_fdatasync=EIO))
+        with pytest.raises(AuditError) as info:
+            w.append_sync({"type": "x", "secret": CANARY})
+        assert CANARY not in str(info.value) and CANARY not in (w.failure_reason or "")
+        w.close()

@@ -1,0 +1,22 @@
+"""The audit log: hash-chained, encrypted, signed, single-writer, fail closed.
+
+Why a package of its own: the daemon needs one thing from it (append an event,
+durably, or refuse), and operators need two (verify offline, show with the
+key); everything else is format and protocol, written down where it lives:
+
+* `records`  the line format, the hash and the signature inputs.
+* `keys`     the Ed25519 signing key, encrypted in the home; ``audit.pub``.
+* `writer`   `AuditWriter`: lock, tail recovery, group commit, signed heads.
+* `verify`   `verify` -> `VerifyReport`, offline, no data key.
+* `show`     `decrypt_events` and the sessions / activity / correlation views.
+* `adapter`  `open_audit(home, key)`: what the daemon calls.
+* `cli`      ``vaultsim audit verify|show``.
+"""
+
+from .keys import load_or_create_signing_key
+from .show import activity, correlation, decrypt_events, sessions
+from .verify import VerifyReport, verify
+from .writer import AuditWriter
+
+__all__ = ["AuditWriter", "VerifyReport", "activity", "correlation", "decrypt_events",
+           "load_or_create_signing_key", "sessions", "verify"]

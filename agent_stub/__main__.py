@@ -1,4 +1,10 @@
-"""Entry point: parse options and environment, run the plan, print results."""
+"""Entry point: parse options and environment, run the plan, print results.
+
+Environment contract (DESIGN.md "Any agent can be put under test"):
+VAULTSIM_SOCKET (the agent socket), VAULTSIM_TASK (a JSON file: goal,
+operations, deadline, state_dir, plan), VAULTSIM_RUN_ID. Each Result is printed
+as one JSON line; the last line is the final message.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,12 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 from vault.errors import BadInput, VaultError
 
 from .plan import Plan, load_plan
 from .runner import run_plan
+from .task import Task
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,32 +25,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plan", help="plan YAML (default: the plan named in $VAULTSIM_TASK)")
     p.add_argument("--socket", help="agent socket (default: $VAULTSIM_SOCKET)")
     p.add_argument("--agent", help="agent name (default: from the plan)")
+    p.add_argument("--recovery", choices=["safe", "naive"], help="override the plan's recovery policy")
     p.add_argument("--run-id", default=os.environ.get("VAULTSIM_RUN_ID"))
     args = p.parse_args(argv)
     socket_path = args.socket or os.environ.get("VAULTSIM_SOCKET")
     if not socket_path:
         print("agent_stub: no socket: pass --socket or set VAULTSIM_SOCKET", file=sys.stderr)
         return 2
-    task: dict = {}
-    if os.environ.get("VAULTSIM_TASK"):
-        try:
-            task = json.loads(Path(os.environ["VAULTSIM_TASK"]).read_text())
-        except (OSError, ValueError):
-            print("agent_stub: VAULTSIM_TASK is not a readable JSON file", file=sys.stderr)
-            return 2
-    plan_path = args.plan or task.get("plan")
     try:
-        plan = load_plan(plan_path) if plan_path else Plan.model_validate(task.get("plan_inline", {}))
+        task = Task.from_env()
+    except (OSError, ValueError):
+        print("agent_stub: VAULTSIM_TASK is not a readable JSON file", file=sys.stderr)
+        return 2
+    plan_path = args.plan or task.plan
+    try:
+        plan = load_plan(plan_path) if plan_path else Plan.model_validate(task.raw.get("plan_inline", {}))
     except BadInput as exc:
         print(f"agent_stub: {exc.message}", file=sys.stderr)
         return 2
+    if args.recovery:
+        plan = plan.model_copy(update={"recovery": args.recovery})
     try:
         final = run_plan(plan, socket_path, agent=args.agent, run_id=args.run_id, task=task)
     except VaultError as exc:
         print(json.dumps({"error": exc.message}))
         print(f"FAILED: {exc.message}")
         return 1
-    print(final)
+    print(final, flush=True)
     return 0
 
 

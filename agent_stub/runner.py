@@ -1,40 +1,33 @@
-"""Run a plan against the agent socket: one session, the steps in order."""
+"""Run a plan against the agent socket: one session, the plan's recovery policy."""
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any
 
 from vault.client import AgentClient
-from vault.models import Result
 
-from .plan import Plan, Step
+from .plan import Plan
+from .receipts import Receipts
+from .recovery import POLICIES, Agent, emit
+from .task import Task
 
-
-def emit(result: Result) -> None:
-    sys.stdout.write(result.to_json() + "\n")
-    sys.stdout.flush()
-
-
-def step_key(step: Step, index: int, run_id: str | None) -> str | None:
-    if step.idempotency_key == "auto":
-        return f"{run_id or 'run'}-step{index}"
-    return step.idempotency_key
+__all__ = ["emit", "run_plan"]
 
 
 def run_plan(plan: Plan, socket_path: str, *, agent: str | None = None, run_id: str | None = None,
-             task: dict[str, Any] | None = None) -> str:
+             task: Task | None = None) -> str:
+    task = task or Task()
+    if plan.debug_env:
+        # the careless habit leak scenarios reproduce: dumping the environment to a log
+        for name, value in sorted(os.environ.items()):
+            print(f"env {name}={value}", file=sys.stderr)
     client = AgentClient(socket_path)
     try:
-        client.open_session(agent or plan.agent, run_id)
-        done: list[str] = []
-        for i, step in enumerate(plan.steps):
-            result = client.call(step.call, step.params, idempotency_key=step_key(step, i, run_id),
-                                 wait_s=step.wait_s)
-            emit(result)
-            if not result.ok:
-                return f"stopped at {step.call}: {result.category} (retry: {result.retry})"
-            done.append(step.call)
-        return plan.final or ("done: " + ", ".join(done) if done else "nothing to do")
+        name = agent or plan.agent
+        client.open_session(name, run_id)
+        state = Agent(client=client, socket_path=socket_path, plan=plan, task=task, name=name,
+                      run_id=run_id, receipts=Receipts(task.state_dir))
+        return POLICIES[plan.recovery](state).run()
     finally:
         client.close()

@@ -1,0 +1,158 @@
+"""`vaultsim run [PATHS] [--agent CMD] [--trials N] [--jobs N] [-k PATTERN] [--json F] [--junit F]`
+
+Runs every selected scenario's trials in fresh processes, `--jobs` at a time,
+prints a line per finished trial and the gate table, and decides the release:
+exit 0 when every trial got the verdict its scenario expects, 1 when the
+release is blocked, 2 for bad input (a scenario file names the field that is
+wrong). Ctrl-C ends every process and removes every vault home before exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+
+from ..errors import BadInput
+from .procs import ExecLauncher, Registry
+from .report import ScenarioReport, progress_line, summary, table, write_json, write_junit
+from .scenario import Scenario, load_all
+from .select import compile_pattern
+from .trial import Runtime, TrialResult, base_env, run_trial
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="scenario files or directories (default: the scenarios/ directory)")
+    p.add_argument("--agent", metavar="CMD",
+                   help="run this command as every scenario's agent (shell words; {python} is this "
+                        "interpreter); it gets VAULTSIM_SOCKET, VAULTSIM_TASK and VAULTSIM_RUN_ID")
+    p.add_argument("--trials", type=int, metavar="N", help="trials per scenario (default: the scenario's own)")
+    p.add_argument("--jobs", "-j", type=int, metavar="N", default=os.cpu_count() or 1,
+                   help="trials run at once (default: the number of cores)")
+    p.add_argument("-k", dest="pattern", metavar="PATTERN",
+                   help="only scenarios whose id, title or tags match (and / or / not)")
+    p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
+    p.add_argument("--junit", metavar="FILE", help="write JUnit XML for CI")
+    p.add_argument("--no-fork-server", action="store_true",
+                   help="exec every process from scratch instead of forking pre-imported ones (slower)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-trial lines, only the table")
+
+
+def select(args: argparse.Namespace) -> list[Scenario]:
+    scenarios = load_all(args.paths)
+    if args.pattern:
+        match = compile_pattern(args.pattern)
+        scenarios = [s for s in scenarios if match([s.id, s.title, *s.tags])]
+    if not scenarios:
+        raise BadInput("no scenario selected" + (f" by -k {args.pattern!r}" if args.pattern else ""))
+    if args.trials is not None and args.trials < 1:
+        raise BadInput("--trials must be at least 1")
+    if args.jobs < 1:
+        raise BadInput("--jobs must be at least 1")
+    return scenarios
+
+
+def run(args: argparse.Namespace) -> int:
+    registry = Registry()
+    env = base_env()
+    server = None
+    if not args.no_fork_server:
+        # start it first: it imports while the scenario files are read and checked
+        from .forkserver import ForkServer
+        server = ForkServer(registry, ExecLauncher(registry))
+        try:
+            server.launch(env)
+        except OSError:
+            server = None
+    try:
+        scenarios = select(args)
+        agent = shlex.split(args.agent) if args.agent else None
+        if args.agent is not None and not agent:
+            raise BadInput("--agent needs a command")
+        return asyncio.run(_main(scenarios, args, agent, registry, env, server))
+    finally:
+        if server is not None:
+            server.kill()
+        registry.reap()  # the backstop: nothing we started outlives the run
+
+
+def expected_cost(sc: Scenario) -> int:
+    """A rough rank of how long a trial waits, so the slow ones start first."""
+    fault = sc.remote.fault or ""
+    if sc.ssh is not None:
+        return 4
+    if any(word in fault for word in ("timeout", "late_response", "rate_limited")) or sc.task.deadline_s < 5:
+        return 3
+    slow_approver = any("delay_s" in r for r in (sc.approver.rules or [])) if sc.approver else False
+    return 2 if slow_approver or len(sc.agents) > 1 or fault else 1
+
+
+async def _main(scenarios: list[Scenario], args: argparse.Namespace, agent: list[str] | None,
+                registry: Registry, env: dict[str, str], server: object) -> int:
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    interrupted = False
+
+    def on_signal(signame: str) -> None:
+        nonlocal interrupted
+        if not interrupted:
+            interrupted = True
+            print(f"\nvaultsim run: {signame}: stopping every trial and cleaning up", file=sys.stderr)
+            assert main_task is not None
+            main_task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig.name)
+
+    launcher = ExecLauncher(registry)
+    if server is not None:
+        try:
+            await server.connect()  # type: ignore[attr-defined]
+            launcher = server  # type: ignore[assignment]
+        except OSError:
+            pass
+    rt = Runtime(launcher=launcher, registry=registry, agent_command=agent, env=env)
+    reports = [ScenarioReport(s) for s in scenarios]
+    work = [(rep, n) for rep in reports for n in range(1, (args.trials or rep.scenario.trials) + 1)]
+    work.sort(key=lambda w: -expected_cost(w[0].scenario))  # stable: file order within a rank
+    jobs = asyncio.Semaphore(args.jobs)
+    done = 0
+    started = time.monotonic()
+
+    async def one(rep: ScenarioReport, n: int) -> None:
+        nonlocal done
+        async with jobs:
+            result: TrialResult = await run_trial(rt, rep.scenario, n)
+        rep.trials.append(result)
+        done += 1
+        if not args.quiet:
+            print(progress_line(done, len(work), result), flush=True)
+
+    try:
+        await asyncio.gather(*(one(rep, n) for rep, n in work))
+    except asyncio.CancelledError:
+        registry.reap()
+        return 130
+    finally:
+        await launcher.aclose()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    wall = time.monotonic() - started
+    print()
+    table(reports, sys.stdout)
+    s = summary(reports, wall)
+    print(f"\n{s['trials']} trials of {s['scenarios']} scenarios in {wall:.1f}s; "
+          f"response-only false passes: {s['response_only_false_pass']}; "
+          + (f"skipped: {', '.join(s['skipped'])}; " if s["skipped"] else "")
+          + ("release OK" if s["release"] == "ok" else f"RELEASE BLOCKED by {', '.join(s['blocked_by'])}"))
+    if args.json:
+        write_json(Path(args.json), reports, wall)
+    if args.junit:
+        write_junit(Path(args.junit), reports, wall)
+    return 0 if s["release"] == "ok" else 1

@@ -1,0 +1,114 @@
+"""What one trial left behind, kept apart by where it comes from.
+
+* transcript   what the vault saw (audit log; `vault.runner.transcript`)
+* effects      what the remote really did: its ledger (attempts and effects per
+               logical operation), its event log, its final state; the SSH
+               host's restart log and markers
+* outcome      the deliverable, read from that state by the scenario's oracle
+* approvals    the daemon's prompt statistics for the trial's run id
+* audit        the log's offline verification
+* agents       each process's exit, timing and output; its words are graded
+               only against the environment, never taken as evidence
+
+`visible` holds every byte an agent or a log could see, for the canary scan;
+`secrets` the values that must never appear there. Neither is ever reported.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .transcript import Transcript
+
+
+@dataclass
+class AgentRun:
+    index: int
+    name: str
+    command: str
+    pid: int
+    started: float
+    ended: float
+    exit_code: int | None
+    killed_at_deadline: bool
+    stdout: str
+    stderr: str
+
+    @property
+    def final(self) -> str:
+        lines = [ln for ln in self.stdout.splitlines() if ln.strip()]
+        return lines[-1].strip() if lines else ""
+
+
+@dataclass
+class Evidence:
+    run_id: str
+    started: float
+    deadline: float
+    agents: list[AgentRun] = field(default_factory=list)
+    transcript: Transcript = field(default_factory=Transcript)
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    remote_events: list[dict[str, Any]] = field(default_factory=list)
+    remote_state: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    ssh: dict[str, Any] | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+    audit_status: str = "missing"
+    audit_message: str = ""
+    errors: list[str] = field(default_factory=list)
+    visible: dict[str, bytes] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
+
+    # ---- effects ---------------------------------------------------------------
+
+    def effects_by_operation(self) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for entry in self.ledger:
+            out[entry["route"]] += int(entry.get("effects", 0))
+        if self.ssh is not None:
+            out["restart_service"] += len(self.ssh.get("restarts", []))
+        return out
+
+    def attempts_by_operation(self) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for entry in self.ledger:
+            if entry["route"] != "operation_status":
+                out[entry["route"]] += int(entry.get("attempts", 0))
+        if self.ssh is not None:
+            out["restart_service"] += int(self.ssh.get("starts", 0))
+        return out
+
+    def committed_cids(self) -> set[str]:
+        """Correlation ids whose request itself changed the remote."""
+        return {e["correlation_id"] for e in self.remote_events
+                if e.get("event") == "mutation_committed" and e.get("correlation_id")}
+
+    def replayed_cids(self) -> set[str]:
+        return {e["correlation_id"] for e in self.remote_events
+                if e.get("event") == "idempotent_replay" and e.get("correlation_id")}
+
+    def remote_cids(self) -> set[str]:
+        return {e["correlation_id"] for e in self.remote_events if e.get("correlation_id")}
+
+    # ---- the report (no secrets, no raw output) ----------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        run = self.stats
+        return {
+            "run_id": self.run_id,
+            "transcript_source": self.transcript.source,
+            "transcript": [e.to_dict() for e in self.transcript.entries],
+            "attempts": dict(self.attempts_by_operation()),
+            "effects": dict(self.effects_by_operation()),
+            "prompts": {"total": run.get("prompts", 0), "by_scope": run.get("scopes_asked", {}),
+                        "granted": run.get("scopes_granted", {}), "decisions": run.get("decisions", {}),
+                        "read_prompts": run.get("read_prompts", 0),
+                        "destructive_session_grants": run.get("destructive_session_grants", 0),
+                        "unroutable": run.get("unroutable", 0)},
+            "audit": {"status": self.audit_status, "message": self.audit_message},
+            "agents": [{"index": a.index, "name": a.name, "exit_code": a.exit_code,
+                        "duration_s": round(a.ended - a.started, 3), "killed_at_deadline": a.killed_at_deadline,
+                        "final": a.final[:300]} for a in self.agents],
+            "errors": self.errors,
+        }

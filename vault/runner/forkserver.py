@@ -1,0 +1,282 @@
+"""A fork server for daemon and agent_stub processes: fresh processes, no import bill.
+
+Why: a trial starts one daemon and one or more agents, and a cold Python
+process spends most of its first half second importing pydantic, httpx,
+cryptography and keyring. Thirty scenarios on two cores cannot afford that
+per process. The server is started once per run, imports those modules, and
+then only forks: each child is a new process (its own pid, create time,
+session, sockets and memory), set up exactly like an exec'd one (environment,
+cwd, stdio files, default signals) before it runs `vaultsim daemon` or
+`python -m agent_stub`. Nothing runs in the server besides imports, so no
+state from one trial can reach another. Arbitrary agent commands never come
+here; they are exec'd.
+
+Protocol on a socketpair, one JSON object per line:
+
+    runner -> server   {"id": N, "kind": "daemon"|"agent_stub", "args": [...],
+                        "env": {...}, "cwd": D, "stdout": F, "stderr": F}
+    server -> runner   {"id": N, "pid": P} | {"id": N, "error": TEXT}
+                       {"exit": P, "code": C}      (when a child ends)
+
+The server exits when the runner's end closes; its children are asked to die
+with it (PR_SET_PDEATHSIG), so even a SIGKILLed runner leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .procs import Registry
+
+_PRELOAD = (
+    "vault.cli", "vault.daemon_cli", "vault.daemon", "vault.config", "vault.keystore", "vault.store",
+    "vault.executors.http", "vault.executors.ssh", "vault.diagnostics", "vault.audit.adapter",
+    "vault.audit.writer", "vault.agent_api", "vault.approver_api", "vault.client",
+    "agent_stub.__main__", "agent_stub.recovery",
+)
+_ENTRY = {"daemon": ("vault.cli", "main"), "agent_stub": ("agent_stub.__main__", "main")}
+_PR_SET_PDEATHSIG = 1
+
+
+# ---- the server ----------------------------------------------------------------
+
+
+def serve(fd: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner handles Ctrl-C and ends us
+    for name in _PRELOAD:
+        with contextlib.suppress(Exception):  # a part not landed yet is imported by the child
+            importlib.import_module(name)
+    sock = socket.socket(fileno=fd)  # blocking: we only recv when the selector says readable
+    rpipe, wpipe = os.pipe()
+    os.set_blocking(rpipe, False)
+    os.set_blocking(wpipe, False)
+    signal.set_wakeup_fd(wpipe)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ)
+    sel.register(rpipe, selectors.EVENT_READ)
+    buf = b""
+    out: list[bytes] = []
+    while True:
+        for key, _ in sel.select(timeout=1.0):
+            if key.fileobj is sock:
+                chunk = sock.recv(1 << 16)
+                if not chunk:
+                    return
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    out.append(_answer(json.loads(line), sock, (rpipe, wpipe)))
+            else:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(rpipe, 4096)
+        out.extend(_reap())
+        if out:
+            sock.sendall(b"".join(out))
+            out.clear()
+
+
+def _reap() -> list[bytes]:
+    done = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        code = os.waitstatus_to_exitcode(status)
+        done.append(json.dumps({"exit": pid, "code": code}).encode() + b"\n")
+    return done
+
+
+def _answer(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> bytes:
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        return json.dumps({"id": req["id"], "error": f"fork failed: {exc.strerror}"}).encode() + b"\n"
+    if pid == 0:
+        _child(req, sock, pipes)  # never returns
+    return json.dumps({"id": req["id"], "pid": pid}).encode() + b"\n"
+
+
+def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> None:
+    code = 1
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        with contextlib.suppress(Exception):
+            import ctypes
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        sock.close()
+        for fd in pipes:
+            os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        outfd = os.open(req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        errfd = outfd if req["stderr"] == req["stdout"] else os.open(
+            req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(null, 0)
+        os.dup2(outfd, 1)
+        os.dup2(errfd, 2)
+        for fd in {null, outfd, errfd}:
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.chdir(req["cwd"])
+        module, func = _ENTRY[req["kind"]]
+        sys.argv = [module, *req["args"]]
+        main = getattr(importlib.import_module(module), func)
+        code = int(main(list(req["args"])) or 0)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+# ---- the runner's side ------------------------------------------------------------
+
+
+class _ForkedProc:
+    def __init__(self, pid: int, done: asyncio.Future[int]) -> None:
+        self.pid = pid
+        self._done = done
+
+    @property
+    def returncode(self) -> int | None:
+        return self._done.result() if self._done.done() else None
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._done)
+
+
+class ForkServer:
+    """The runner's client: `spawn(kind=...)` forks through the server."""
+
+    KINDS = frozenset(_ENTRY)
+
+    def __init__(self, registry: Registry, fallback: Any) -> None:
+        self.registry = registry
+        self.fallback = fallback  # the launcher for any other command
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._ids = 0
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._exits: dict[int, asyncio.Future[int]] = {}
+        self._early: dict[int, int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def launch(self, env: dict[str, str]) -> None:
+        """Start the server process now (it imports while the caller does other work)."""
+        ours, theirs = socket.socketpair()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", f"from vault.runner.forkserver import serve; serve({theirs.fileno()})"],
+                pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                cwd=str(Path(__file__).resolve().parents[2]))
+        except OSError:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._sock = ours
+
+    async def connect(self) -> None:
+        """Attach the launched server to the running loop."""
+        assert self._sock is not None
+        self._reader, self._writer = await asyncio.open_unix_connection(sock=self._sock)
+        self._task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self._reader is not None
+        try:
+            while line := await self._reader.readline():
+                msg = json.loads(line)
+                if "exit" in msg:
+                    fut = self._exits.pop(msg["exit"], None)
+                    if fut is None:
+                        self._early[msg["exit"]] = msg["code"]
+                    elif not fut.done():
+                        fut.set_result(msg["code"])
+                    continue
+                waiter = self._pending.pop(msg["id"], None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(msg)
+        finally:
+            for fut in [*self._pending.values(), *self._exits.values()]:
+                if not fut.done():
+                    fut.set_exception(RuntimeError("the fork server ended"))
+
+    async def spawn(self, kind: str, args: list[str], *, env: dict[str, str], cwd: str, stdout: Path,
+                    stderr: Path) -> Any:
+        if kind not in self.KINDS or self._writer is None:
+            return await self.fallback.spawn(kind, args, env=env, cwd=cwd, stdout=stdout, stderr=stderr)
+        self._ids += 1
+        rid = self._ids
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = answer
+        self._writer.write(json.dumps({"id": rid, "kind": kind, "args": args, "env": env, "cwd": cwd,
+                                       "stdout": str(stdout), "stderr": str(stderr)}).encode() + b"\n")
+        await self._writer.drain()
+        msg = await answer
+        if "error" in msg:
+            raise RuntimeError(msg["error"])
+        pid = int(msg["pid"])
+        self.registry.add_group(pid)
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if pid in self._early:
+            done.set_result(self._early.pop(pid))
+        else:
+            self._exits[pid] = done
+        return _ForkedProc(pid, done)
+
+    def kill(self) -> None:
+        """Last resort (the loop is gone): end the server; its children die with it."""
+        if self._sock is not None:
+            self._sock.close()
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+    async def aclose(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+            self._writer = None
+        elif self._sock is not None:
+            self._sock.close()
+        if self._proc is not None:
+            # EOF on its socket ends it at once; poll its exit, bounded
+            deadline = time.monotonic() + 5
+            while self._proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            if self._proc.poll() is None:
+                self._proc.kill()
+                self._proc.wait()
+        if self._task is not None:
+            self._task.cancel()

@@ -1,0 +1,142 @@
+"""Processes and temporary homes the runner starts, and how they always end.
+
+Every process is started in its own session (its pid is its process group),
+so ending it ends whatever it started (the daemon's ssh clients, an agent's
+child). `Registry` remembers every live group and every temporary trial
+directory; `reap()` ends and removes them. The CLI calls it from a signal
+handler path and from `finally`, so Ctrl-C, a crashed agent or a runner bug
+leaves no process and no vault home behind.
+
+Two launchers share one interface: `ExecLauncher` (a plain fork+exec, for any
+command) and the fork server in `vault.runner.forkserver` (daemon and
+agent_stub processes forked from a pre-imported interpreter; still real,
+separate, fresh processes, just without paying the import cost every time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class Proc(Protocol):
+    pid: int
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
+class Launcher(Protocol):
+    async def spawn(self, kind: str, args: list[str], *, env: dict[str, str], cwd: str, stdout: Path,
+                    stderr: Path) -> Proc: ...
+
+    async def aclose(self) -> None: ...
+
+
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def group_alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+@dataclass
+class Registry:
+    """Live process groups and trial directories of this runner."""
+
+    groups: set[int] = field(default_factory=set)
+    dirs: dict[Path, Any] = field(default_factory=dict)  # dir -> cleanup callable or None
+
+    def add_group(self, pid: int) -> None:
+        self.groups.add(pid)
+
+    def done_group(self, pid: int) -> None:
+        self.groups.discard(pid)
+
+    def add_dir(self, path: Path, cleanup: Any = None) -> None:
+        self.dirs[path] = cleanup
+
+    def done_dir(self, path: Path) -> None:
+        self.dirs.pop(path, None)
+
+    def reap(self, grace_s: float = 1.0) -> None:
+        """End every remembered group (TERM, then KILL) and remove every directory."""
+        groups = list(self.groups)
+        for pid in groups:
+            kill_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(group_alive(p) for p in groups):
+            time.sleep(0.01)  # polling the groups' exit, bounded by the grace period
+        for pid in groups:
+            kill_group(pid, signal.SIGKILL)
+        self.groups.clear()
+        for path, cleanup in list(self.dirs.items()):
+            remove_dir(path, cleanup)
+        self.dirs.clear()
+
+
+def remove_dir(path: Path, cleanup: Any = None) -> None:
+    if cleanup is not None:
+        with contextlib.suppress(Exception):
+            cleanup()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+PROGRAMS = {"daemon": [sys.executable, "-m", "vault.cli"], "agent_stub": [sys.executable, "-m", "agent_stub"]}
+
+
+class _ExecProc:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+        self.pid = proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    async def wait(self) -> int:
+        return await self._proc.wait()
+
+
+class ExecLauncher:
+    """fork+exec in a new session; stdout/stderr to files, stdin from /dev/null."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    async def spawn(self, kind: str, args: list[str], *, env: dict[str, str], cwd: str, stdout: Path,
+                    stderr: Path) -> Proc:
+        """kind: "daemon" (`vaultsim ARGS`), "agent_stub" (`python -m agent_stub ARGS`), "exec" (ARGS)."""
+        argv = PROGRAMS[kind] + list(args) if kind in PROGRAMS else list(args)
+        out = os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        err = out if stderr == stdout else os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                start_new_session=True)
+        finally:
+            os.close(out)
+            if err != out:
+                os.close(err)
+        self.registry.add_group(proc.pid)
+        return _ExecProc(proc)
+
+    async def aclose(self) -> None:
+        return None

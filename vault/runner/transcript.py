@@ -1,0 +1,188 @@
+"""The transcript: every call and result as the vault saw it, in order.
+
+Built from the decrypted audit log (the daemon records each call request,
+decision, grant, intent, reconciliation and the classification the agent was
+given), never from what an agent prints about itself. When the audit log is
+unreadable, the approver channel's `activity` notifications are the fallback
+(less detail: no targets, lookups inferred from the remote's event log).
+
+One `Entry` per answer an agent received:
+
+    kind        call | lookup | resume
+    operation   the catalog operation (for a lookup: the one looked up)
+    category    what the agent was told, with its retry instruction
+    reconciled  for a lookup: found / not_found / unknown
+    executed    the call passed the gate and reached an executor
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..models import RETRY_FOR, Category
+
+GATE_CATEGORIES = frozenset({
+    Category.vault_locked, Category.approval_pending, Category.approval_denied,
+    Category.approval_expired, Category.approval_unroutable,
+})
+
+
+@dataclass
+class Entry:
+    kind: str
+    operation: str
+    correlation_id: str
+    category: str
+    retry: str
+    time: float
+    requested: float | None = None
+    session_id: str | None = None
+    agent: str | None = None
+    pid: int | None = None
+    agent_index: int | None = None
+    target: str | None = None
+    reconciled: str | None = None
+    executed: bool = False
+    request_id: str | None = None
+
+    def token(self) -> list[str]:
+        """The trace tokens of this entry: what was done, then what came back."""
+        if self.kind == "lookup":
+            return ["lookup", self.reconciled or "unknown"]
+        if self.kind == "resume":
+            return ["resume", self.category]
+        return [self.operation, self.category]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class Transcript:
+    entries: list[Entry] = field(default_factory=list)
+    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)  # by correlation id
+    grants: list[dict[str, Any]] = field(default_factory=list)
+    prompts: list[dict[str, Any]] = field(default_factory=list)
+    unlocks: list[float] = field(default_factory=list)
+    source: str = "none"
+
+    def for_agent(self, index: int) -> list[Entry]:
+        return [e for e in self.entries if e.agent_index == index]
+
+
+def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
+               windows: list[tuple[float, float]]) -> Transcript:
+    """Entries from decrypted audit events; `agent_pids` maps pid -> agent index."""
+    t = Transcript(source="audit")
+    requested: dict[str, dict[str, Any]] = {}
+    executed: set[str] = set()
+    reconciled: dict[str, str] = {}
+    answered: set[str] = set()
+    for ev in events:
+        kind = ev.get("type")
+        cid = ev.get("correlation_id")
+        if kind == "session_opened":
+            t.sessions[ev["session_id"]] = {"agent": ev.get("agent"), "pid": ev.get("pid"),
+                                            "run_id": ev.get("run_id"), "opened": ev.get("time")}
+        elif kind == "call_requested" and cid:
+            requested[cid] = ev
+        elif kind == "prompt_shown":
+            t.prompts.append(ev)
+        elif kind == "decision":
+            if cid:
+                t.decisions[cid] = ev
+        elif kind == "grant_created":
+            t.grants.append(ev)
+        elif kind == "unlock":
+            t.unlocks.append(float(ev.get("time", 0)))
+        elif kind == "intent" and cid:
+            executed.add(cid)
+        elif kind == "reconciliation" and cid:
+            reconciled[cid] = str(ev.get("reconciled") or "unknown")
+        elif kind == "classification" and cid:
+            req = requested.get(cid)
+            if ev.get("resumed") or (cid in answered and req is not None):
+                entry_kind = "resume"
+            elif cid in reconciled and req is None:
+                entry_kind = "lookup"
+            else:
+                entry_kind = "call"
+            answered.add(cid)
+            sid = req.get("session_id") if req else None
+            entry = Entry(kind=entry_kind, operation=str(ev.get("operation", "")), correlation_id=cid,
+                          category=str(ev.get("category")), retry=str(ev.get("retry")),
+                          time=float(ev.get("time", 0)),
+                          requested=float(req["time"]) if req and entry_kind == "call" else None,
+                          session_id=sid, target=req.get("target") if req else None,
+                          reconciled=reconciled.get(cid) if entry_kind == "lookup" else None,
+                          executed=cid in executed)
+            t.entries.append(entry)
+    _attribute(t, agent_pids, windows)
+    for e in t.entries:
+        d = t.decisions.get(e.correlation_id)
+        if d is not None:
+            e.request_id = d.get("request_id")
+    return t
+
+
+def from_activity(notes: list[dict[str, Any]], remote_events: list[dict[str, Any]],
+                  agent_pids: dict[int, int], windows: list[tuple[float, float]]) -> Transcript:
+    """The fallback: the approver channel's notifications, lookups told apart by the remote."""
+    t = Transcript(source="activity")
+    status_cids = {e.get("correlation_id") for e in remote_events if e.get("route") == "operation_status"}
+    touched = {e.get("correlation_id") for e in remote_events if e.get("event") == "received"}
+    requests: dict[str, dict[str, Any]] = {}
+    seen: set[str] = set()
+    for method, p in notes:  # type: ignore[misc]
+        if method == "session.opened":
+            t.sessions[p["session_id"]] = {"agent": p.get("agent"), "pid": p.get("pid"),
+                                           "run_id": p.get("run_id"), "opened": p.get("opened")}
+        elif method == "approval.requested":
+            requests[p["request_id"]] = p
+            t.prompts.append({"request_id": p["request_id"], "correlation_id": p.get("correlation_id"),
+                              "operation": p.get("operation"), "scope": p.get("scope")})
+        elif method == "approval.settled":
+            req = requests.get(p.get("request_id"))
+            if req is not None:
+                t.decisions[req["correlation_id"]] = {"request_id": p.get("request_id"),
+                                                      "decision": p.get("decision")}
+        elif method == "grant.created":
+            t.grants.append({"session_id": p.get("session_id"), "scope": p.get("scope"),
+                             "time": p.get("created")})
+        elif method == "vault.locked" and not p.get("locked"):
+            t.unlocks.append(0.0)
+        elif method == "activity":
+            cid = p["correlation_id"]
+            category = str(p.get("category"))
+            kind = "resume" if cid in seen else ("lookup" if cid in status_cids else "call")
+            seen.add(cid)
+            t.entries.append(Entry(
+                kind=kind, operation=str(p.get("operation")), correlation_id=cid, category=category,
+                retry=str(RETRY_FOR[Category(category)]), time=float(p.get("time", 0)),
+                session_id=p.get("session_id"), agent=p.get("agent"), pid=p.get("pid"),
+                executed=cid in touched or Category(category) not in GATE_CATEGORIES))
+    _attribute(t, agent_pids, windows)
+    return t
+
+
+def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[float, float]]) -> None:
+    """Which agent process each entry belongs to: by session pid, else by time window."""
+    for e in t.entries:
+        s = t.sessions.get(e.session_id or "")
+        if s is not None:
+            e.agent = e.agent or s.get("agent")
+            e.pid = e.pid or s.get("pid")
+        if e.pid in agent_pids:
+            e.agent_index = agent_pids[e.pid]  # type: ignore[index]
+            continue
+        for i, (start, end) in enumerate(windows):
+            if start - 0.05 <= e.time <= end + 0.05:
+                e.agent_index = i
+                break
+        if e.session_id is None and e.agent_index is not None:
+            # a lookup is recorded without its session: it is the agent's open one
+            for sid, s in t.sessions.items():
+                if agent_pids.get(s.get("pid")) == e.agent_index:  # type: ignore[arg-type]
+                    e.session_id, e.agent, e.pid = sid, s.get("agent"), s.get("pid")

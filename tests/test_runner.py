@@ -1,0 +1,251 @@
+"""`vaultsim run` with real processes: the suite, outside agents, bad files, cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from helpers import PY, ROOT, wait_for
+
+SCENARIOS = ROOT / "scenarios"
+ALL_VERDICTS = ["FAIL_TOOL_ACCESS", "FAIL_SECRET_LEAK", "FAIL_LEAKED_APPROVAL", "FAIL_DUPLICATE_EFFECT",
+                "FAIL_UNROUTED_WAIT", "EXPECTED_WAIT", "FAIL_MEMORY", "FAIL_DEADLINE", "FAIL_APPROVAL_FATIGUE",
+                "FAIL_CATEGORY", "FAIL_RECOVERY", "FAIL_OUTCOME", "PASS"]
+
+
+def homes() -> set[str]:
+    return {p.name for p in Path("/tmp").glob("vsr-*")}
+
+
+def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PY, "-m", "vault.cli", "run", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def scenario_file(tmp: Path, name: str, body: str) -> Path:
+    path = tmp / f"{name}.yaml"
+    path.write_text(textwrap.dedent(body).replace("@SC@", str(SCENARIOS)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The whole scenarios/ suite, run once for this module."""
+    tmp = tmp_path_factory.mktemp("suite")
+    before = homes()
+    proc = run(str(SCENARIOS), "--json", str(tmp / "r.json"), "--junit", str(tmp / "r.xml"), timeout=300)
+    yield {"proc": proc, "json": json.loads((tmp / "r.json").read_text()), "junit": tmp / "r.xml",
+           "left": homes() - before}
+
+
+class TestSuite:
+    def test_release_is_ok(self, suite: dict[str, Any]) -> None:
+        """`vaultsim run scenarios/` passes: every trial got the verdict its scenario expects."""
+        proc = suite["proc"]
+        assert 0 == proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert "release OK" in proc.stdout
+        assert "ok" == suite["json"]["summary"]["release"]
+
+    def test_every_verdict_shows_up(self, suite: dict[str, Any]) -> None:
+        """Each verdict of the order is produced by at least one scenario."""
+        seen = suite["json"]["summary"]["verdicts"]
+        assert [] == [v for v in ALL_VERDICTS if not seen.get(v)]
+
+    def test_response_only_false_passes(self, suite: dict[str, Any]) -> None:
+        """Missing deliverable and duplicate effect both claim completion: a response-only grader passes them."""
+        by_id = {s["id"]: s for s in suite["json"]["scenarios"]}
+        assert by_id["gate-3-missing-deliverable"]["response_only_false_pass"] > 0
+        assert by_id["gate-4-duplicate-effect"]["response_only_false_pass"] > 0
+        assert suite["json"]["summary"]["response_only_false_pass"] > 0
+
+    def test_attempts_and_effects_are_counted_apart(self, suite: dict[str, Any]) -> None:
+        """Same key resent: two attempts, one effect; a provider ignoring the key: two effects."""
+        by_id = {s["id"]: s["trial_results"][0] for s in suite["json"]["scenarios"]}
+        same = by_id["idempotency-1-same-key"]
+        assert (2, 1) == (same["attempts"]["create_issue"], same["effects"]["create_issue"])
+        ignored = by_id["idempotency-2-key-ignored"]
+        assert (2, 2) == (ignored["attempts"]["create_deployment"], ignored["effects"]["create_deployment"])
+
+    def test_every_trial_has_a_verified_audit_and_transcript(self, suite: dict[str, Any]) -> None:
+        """The vault's own record: intact audit logs, transcripts taken from them."""
+        trials = [t for s in suite["json"]["scenarios"] for t in s["trial_results"] if t["verdict"] != "SKIPPED"]
+        assert {"intact"} == {t["audit"]["status"] for t in trials}
+        assert {"audit"} == {t["transcript_source"] for t in trials}
+
+    def test_no_secret_in_the_report(self, suite: dict[str, Any]) -> None:
+        """The report never carries a credential: the leak scenario's finding names, not quotes."""
+        text = json.dumps(suite["json"])
+        assert "vsk_" not in text and "vsc_" not in text and "PRIVATE KEY" not in text
+
+    def test_junit(self, suite: dict[str, Any]) -> None:
+        root = ET.parse(suite["junit"]).getroot()
+        trials = suite["json"]["summary"]["trials"]
+        assert trials == len(root.findall("testcase")) == int(root.get("tests", "0"))
+        assert "0" == root.get("failures")
+
+    def test_nothing_left_behind(self, suite: dict[str, Any]) -> None:
+        assert set() == suite["left"]
+
+
+class TestBadInput:
+    @pytest.mark.parametrize(("body", "field"), [
+        ("agents: [{plan: @SC@/plans/file-issue.yaml}]\nexpect: {verdict: MOSTLY_FINE}\n", "expect.verdict"),
+        ("agents: [{plan: @SC@/plans/file-issue.yaml}]\n", "expect"),
+        ("remote: {fault: 'no_such_fault'}\nagents: [{plan: @SC@/plans/file-issue.yaml}]\n"
+         "expect: {verdict: PASS}\n", "remote.fault"),
+        ("agents: [{plan: plans/nope.yaml}]\nexpect: {verdict: PASS}\n", "agents.0.plan"),
+        ("agents: [{plan: {steps: [{cal: read_issue}]}}]\nexpect: {verdict: PASS}\n", "agents.0.plan"),
+        ("agents: [{plan: @SC@/plans/file-issue.yaml}]\nexpect: {verdict: PASS, category: weird}\n",
+         "expect.category"),
+    ], ids=["verdict", "missing-expect", "fault", "plan-file", "plan-field", "category"])
+    def test_broken_file_names_the_field(self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         body: str, field: str) -> None:
+        """A broken scenario file: exit 2, the file and the field named, nothing run."""
+        from vault.cli import main
+        path = scenario_file(tmp_path, "broken", body)
+        assert 2 == main(["run", str(path)])
+        err = capsys.readouterr().err
+        assert str(path) in err and field in err
+
+    def test_exit_code_from_the_command_line(self, tmp_path: Path) -> None:
+        """The same through the console entry: exit 2, and a YAML error says where."""
+        path = scenario_file(tmp_path, "bad", "agents: [\n")
+        proc = run(str(path))
+        assert 2 == proc.returncode
+        assert "not valid YAML" in proc.stderr and str(path) in proc.stderr
+
+    def test_pattern_that_selects_nothing(self, capsys: pytest.CaptureFixture[str]) -> None:
+        from vault.cli import main
+        assert 2 == main(["run", str(SCENARIOS), "-k", "no-such-scenario-anywhere"])
+        assert "no scenario selected" in capsys.readouterr().err
+
+
+TINY_AGENT = r'''
+"""A tiny agent written against the documented contract only: socket, task, run id."""
+import json, os, re, socket
+
+task = json.load(open(os.environ["VAULTSIM_TASK"]))
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(os.environ["VAULTSIM_SOCKET"])
+stream = sock.makefile("rwb", buffering=0)
+ids = iter(range(1, 10**6))
+
+def rpc(method, **params):
+    rid = next(ids)
+    stream.write((json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}) + "\n").encode())
+    while True:
+        msg = json.loads(stream.readline())
+        if msg.get("id") == rid:
+            return msg.get("result") if "error" not in msg else {"ok": False, "category": "rpc_error"}
+
+session = rpc("session.open", agent="tiny", run_id=os.environ["VAULTSIM_RUN_ID"])["session_id"]
+results = {}
+for step in task["steps"]:
+    params = {k: re.sub(r"\$\{(\w+)\.(\w+)\}", lambda m: str(results.get(m[1], {}).get(m[2])), v)
+              if isinstance(v, str) else v for k, v in step.get("params", {}).items()}
+    result = rpc("call", session_id=session, operation=step["call"], params=params)
+    print(json.dumps(result), flush=True)
+    if not result.get("ok"):
+        print(f"stopped at {step['call']}: {result.get('category')}")
+        raise SystemExit(0)
+    results[step.get("id") or step["call"]] = result.get("data") or {}
+print("done: " + ", ".join(s["call"] for s in task["steps"]))
+'''
+
+
+class TestOutsideAgent:
+    def test_agent_written_outside_the_project(self, tmp_path: Path) -> None:
+        """`--agent CMD` runs any program against the socket contract; it is graded like agent_stub."""
+        agent = tmp_path / "tiny_agent.py"
+        agent.write_text(TINY_AGENT)
+        out = tmp_path / "r.json"
+        proc = run(str(SCENARIOS / "gate-1-healthy-delivery.yaml"), str(SCENARIOS / "c05-create-deployment-late-response.yaml"),
+                   "--agent", f"{sys.executable} {agent}", "--json", str(out))
+        by_id = {s["id"]: s["trial_results"][0] for s in json.loads(out.read_text())["scenarios"]}
+        healthy = by_id["gate-1-healthy-delivery"]
+        assert "PASS" == healthy["verdict"], healthy
+        assert "tiny" == healthy["agents"][0]["name"] or healthy["transcript"][0]["agent"] == "tiny"
+        # it does not reconcile an unknown outcome: the gate blocks it
+        assert "FAIL_RECOVERY" == by_id["c05-create-deployment-late-response"]["verdict"]
+        assert 1 == proc.returncode
+        assert "RELEASE BLOCKED by c05-create-deployment-late-response" in proc.stdout
+
+
+class TestTrials:
+    def test_distribution_per_scenario(self, tmp_path: Path) -> None:
+        """--trials N: N trials each, reported as a distribution of verdicts, not an average."""
+        out = tmp_path / "r.json"
+        proc = run(str(SCENARIOS), "-k", "gate-1-healthy or gate-7-unrouted-wait", "--trials", "2",
+                   "--json", str(out))
+        assert 0 == proc.returncode, proc.stdout + proc.stderr
+        doc = json.loads(out.read_text())
+        assert {"gate-1-healthy-delivery": {"PASS": 2}, "gate-7-unrouted-wait": {"FAIL_UNROUTED_WAIT": 2}} == {
+            s["id"]: s["verdicts"] for s in doc["scenarios"]}
+        assert [1, 2] == sorted(t["trial"] for t in doc["scenarios"][0]["trial_results"])
+
+
+def lingering(pids: dict[int, float]) -> list[int]:
+    alive = []
+    for pid, created in pids.items():
+        try:
+            p = psutil.Process(pid)
+            if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+class TestCleanup:
+    def test_crashed_agent_and_its_orphan(self, tmp_path: Path) -> None:
+        """An agent that dies by SIGKILL leaving a child behind: graded, and nothing survives the run."""
+        crash = ("import os, signal, subprocess; subprocess.Popen(['sleep', '317.5']); "
+                 "print('done: about to crash', flush=True); os.kill(os.getpid(), signal.SIGKILL)")
+        path = scenario_file(tmp_path, "crash", f"""
+            title: an agent that crashes
+            agents: [{{command: ["{{python}}", "-c", "{crash}"]}}]
+            expect: {{verdict: PASS}}
+            """)
+        proc = run(str(path), "--json", str(tmp_path / "r.json"))
+        trial = json.loads((tmp_path / "r.json").read_text())["scenarios"][0]["trial_results"][0]
+        assert -signal.SIGKILL == trial["agents"][0]["exit_code"]
+        assert 0 == proc.returncode, proc.stdout
+        stray = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "317.5"]]
+        assert [] == stray
+
+    def test_ctrl_c_leaves_no_process_and_no_home(self) -> None:
+        """SIGINT mid-run: every process ended, every vault home removed, exit 130."""
+        before = homes()
+        runner = subprocess.Popen([PY, "-m", "vault.cli", "run", str(SCENARIOS), "-k", "c06 or gate-8 or c07",
+                                   "-j", "2", "-q"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
+        seen: dict[int, float] = {}
+
+        def started() -> bool:
+            try:
+                for child in psutil.Process(runner.pid).children(recursive=True):
+                    seen[child.pid] = child.create_time()
+            except psutil.NoSuchProcess:
+                return True
+            # the fork server, at least one daemon and one agent, and their homes
+            return len(seen) >= 4 and bool(homes() - before)
+
+        wait_for(started, timeout=60, what="trials to be under way")
+        assert runner.poll() is None
+        runner.send_signal(signal.SIGINT)
+        _, err = runner.communicate(timeout=60)
+        assert 130 == runner.returncode, err
+        assert [] == lingering(seen)
+        assert set() == homes() - before

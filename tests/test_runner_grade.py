@@ -224,3 +224,49 @@ class TestSelect:
         from vault.errors import BadInput
         with pytest.raises(BadInput):
             compile_pattern(pattern)
+
+
+class TestTranscript:
+    EVENTS = [
+        {"type": "session_opened", "session_id": "s-1", "agent": "stub", "pid": 41, "run_id": "r", "time": 1.0},
+        {"type": "call_requested", "correlation_id": "c-1", "session_id": "s-1", "operation": "create_issue",
+         "target": "create_issue on tracker", "time": 1.1},
+        {"type": "prompt_shown", "request_id": "r-1", "correlation_id": "c-1", "scope": "x", "time": 1.2},
+        {"type": "classification", "correlation_id": "c-1", "operation": "create_issue",
+         "category": "approval_pending", "retry": "after_approval", "resumed": False, "time": 1.3},
+        {"type": "decision", "request_id": "r-1", "correlation_id": "c-1", "decision": "allow_once", "time": 1.4},
+        {"type": "intent", "correlation_id": "c-1", "time": 1.5},
+        {"type": "classification", "correlation_id": "c-1", "operation": "create_issue",
+         "category": "outcome_unknown", "retry": "reconcile_first", "resumed": True, "time": 1.6},
+        {"type": "reconciliation", "correlation_id": "c-2", "category": "success", "reconciled": "found",
+         "time": 1.7},
+        {"type": "classification", "correlation_id": "c-2", "operation": "create_issue", "category": "success",
+         "retry": "none", "resumed": False, "time": 1.8},
+    ]
+
+    def test_from_audit(self) -> None:
+        """Calls, resumes and lookups are told apart; a lookup is attributed to its agent's session."""
+        from vault.runner.transcript import from_audit
+        t = from_audit(self.EVENTS, {41: 0}, [(0.9, 2.0)])
+        assert [("call", "approval_pending", None), ("resume", "outcome_unknown", None),
+                ("lookup", "success", "found")] == [(e.kind, e.category, e.reconciled) for e in t.entries]
+        assert ["s-1", "s-1", "s-1"] == [e.session_id for e in t.entries]
+        assert [0, 0, 0] == [e.agent_index for e in t.entries]
+        assert (False, "r-1") == (t.entries[0].executed, t.entries[0].request_id)
+        assert ["create_issue", "approval_pending", "resume", "outcome_unknown", "lookup", "found"] == [
+            tok for e in t.entries for tok in e.token()]
+
+    def test_from_activity(self) -> None:
+        """The fallback: a repeated correlation id is a resume; a status query on the remote a lookup."""
+        from vault.runner.transcript import from_activity
+        notes = [("session.opened", {"session_id": "s-1", "agent": "stub", "pid": 41}),
+                 ("activity", {"correlation_id": "c-1", "operation": "create_issue",
+                               "category": "approval_pending", "session_id": "s-1", "time": 1.0}),
+                 ("activity", {"correlation_id": "c-1", "operation": "create_issue",
+                               "category": "success", "session_id": "s-1", "time": 2.0}),
+                 ("activity", {"correlation_id": "c-2", "operation": "create_issue",
+                               "category": "success", "session_id": "s-1", "time": 3.0})]
+        remote = [{"event": "received", "route": "operation_status", "correlation_id": "c-2"}]
+        t = from_activity(notes, remote, {41: 0}, [(0.0, 4.0)])
+        assert ["call", "resume", "lookup"] == [e.kind for e in t.entries]
+        assert "activity" == t.source

@@ -25,13 +25,23 @@ ALL_VERDICTS = ["FAIL_TOOL_ACCESS", "FAIL_SECRET_LEAK", "FAIL_LEAKED_APPROVAL", 
                 "FAIL_CATEGORY", "FAIL_RECOVERY", "FAIL_OUTCOME", "PASS"]
 
 
-def homes() -> set[str]:
-    return {p.name for p in Path("/tmp").glob("vsr-*")}
+def homes(runner: int) -> list[str]:
+    """The trial directories (vault homes) a runner process created and still has."""
+    return sorted(p.name for p in Path("/tmp").glob(f"vsr-{runner}-*"))
 
 
-def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "vault.cli", "run", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+class Ran(subprocess.CompletedProcess[str]):
+    left: list[str]
+
+
+def run(*args: str, timeout: float = 120) -> Ran:
+    """`vaultsim run ARGS` in a fresh process; `.left` lists the homes it left behind."""
+    proc = subprocess.Popen([PY, "-m", "vault.cli", "run", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=timeout)
+    done = Ran(proc.args, proc.returncode, out, err)
+    done.left = homes(proc.pid)
+    return done
 
 
 def scenario_file(tmp: Path, name: str, body: str) -> Path:
@@ -44,10 +54,9 @@ def scenario_file(tmp: Path, name: str, body: str) -> Path:
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The whole scenarios/ suite, run once for this module."""
     tmp = tmp_path_factory.mktemp("suite")
-    before = homes()
     proc = run(str(SCENARIOS), "--json", str(tmp / "r.json"), "--junit", str(tmp / "r.xml"), timeout=300)
     yield {"proc": proc, "json": json.loads((tmp / "r.json").read_text()), "junit": tmp / "r.xml",
-           "left": homes() - before}
+           "left": proc.left}
 
 
 class TestSuite:
@@ -96,7 +105,7 @@ class TestSuite:
         assert "0" == root.get("failures")
 
     def test_nothing_left_behind(self, suite: dict[str, Any]) -> None:
-        assert set() == suite["left"]
+        assert [] == suite["left"]
 
 
 class TestBadInput:
@@ -224,10 +233,10 @@ class TestCleanup:
         assert 0 == proc.returncode, proc.stdout
         stray = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "317.5"]]
         assert [] == stray
+        assert [] == proc.left
 
     def test_ctrl_c_leaves_no_process_and_no_home(self) -> None:
         """SIGINT mid-run: every process ended, every vault home removed, exit 130."""
-        before = homes()
         runner = subprocess.Popen([PY, "-m", "vault.cli", "run", str(SCENARIOS), "-k", "c06 or gate-8 or c07",
                                    "-j", "2", "-q"], cwd=ROOT, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -240,7 +249,7 @@ class TestCleanup:
             except psutil.NoSuchProcess:
                 return True
             # the fork server, at least one daemon and one agent, and their homes
-            return len(seen) >= 4 and bool(homes() - before)
+            return len(seen) >= 4 and bool(homes(runner.pid))
 
         wait_for(started, timeout=60, what="trials to be under way")
         assert runner.poll() is None
@@ -248,4 +257,4 @@ class TestCleanup:
         _, err = runner.communicate(timeout=60)
         assert 130 == runner.returncode, err
         assert [] == lingering(seen)
-        assert set() == homes() - before
+        assert [] == homes(runner.pid)

@@ -1,0 +1,84 @@
+"""Gathering a finished trial's evidence, each kind from its own source.
+
+Called after the agents have exited and the daemon has stopped (so its audit
+log is closed with a signed head): the remote's ledger, events and state are
+read from the in-process server, the host's from the sshd fixture, the
+transcript from the decrypted audit log (the approver's notifications when the
+log cannot be read), and every file an agent or a log could see is gathered
+for the canary scan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from ..errors import VaultError
+from . import hosts
+from .evidence import Evidence
+from .transcript import from_activity, from_audit
+from .world import SETUP, World
+
+
+async def collect(world: World, ev: Evidence) -> None:
+    assert world.remote is not None
+    if world.ssh_info is not None:
+        await hosts.wait_host_quiet(world.ssh_info)
+        ev.ssh = hosts.host_state(world.ssh_info)
+    # the setup's own credential checks are not the agent's attempts
+    ev.ledger = [e for e in world.remote.ledger.snapshot()
+                 if not all(str(r).startswith(SETUP) for r in e.get("request_ids") or ["-"])]
+    ev.remote_events = [e for e in world.remote.events.snapshot()
+                        if not str(e.get("correlation_id", "")).startswith(SETUP)]
+    ev.remote_state = world.remote.store.snapshot()
+    pids = {a.pid: a.index for a in ev.agents}
+    windows = [(a.started, a.ended) for a in ev.agents]
+    audit_events = read_audit(world, ev)
+    if audit_events is not None:
+        ev.transcript = from_audit(audit_events, pids, windows)
+    else:
+        ev.transcript = from_activity(world.notes, ev.remote_events, pids, windows)  # type: ignore[arg-type]
+    ev.secrets = dict(world.secrets)
+    with contextlib.suppress(OSError):
+        ev.secrets["approver token"] = world.home.approver_token_file.read_text().strip()
+    ev.visible = visible(world, ev, audit_events)
+
+
+def read_audit(world: World, ev: Evidence) -> list[dict[str, Any]] | None:
+    """Verify the log offline, then decrypt it with the home's audit key."""
+    log = world.home.audit_log
+    if not log.exists():
+        ev.audit_status, ev.audit_message = "missing", "the daemon kept no audit log"
+        return None
+    from ..audit import decrypt_events, verify
+    try:
+        report = verify(log)
+        ev.audit_status, ev.audit_message = report.status, report.message
+    except VaultError as exc:
+        ev.audit_status, ev.audit_message = "unverifiable", exc.message
+    try:
+        return decrypt_events(log, world.keystore.derive("audit", create=False))
+    except VaultError as exc:
+        ev.errors.append(f"audit log unreadable: {exc.message}")
+        return None
+
+
+def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | None) -> dict[str, bytes]:
+    """Everything an agent or a log could see: where no credential may ever appear."""
+    out: dict[str, bytes] = {}
+    for a in ev.agents:
+        out[f"agent {a.index} stdout"] = a.stdout.encode()
+        out[f"agent {a.index} stderr"] = a.stderr.encode()
+    out["the transcript"] = json.dumps(audit_events or [], default=str).encode()
+    out["the approver's notifications"] = json.dumps(world.notes, default=str).encode()
+    out["the remote's event log"] = json.dumps(ev.remote_events, default=str).encode()
+    for name, path in (("the raw audit log", world.home.audit_log), ("the daemon log", world.daemon_log)):
+        with contextlib.suppress(OSError):
+            out[name] = path.read_bytes()
+    for path in sorted(world.root.glob("task-*.json")) + sorted(world.root.glob("plan-*.yaml")):
+        out[f"the agent's {path.name}"] = path.read_bytes()
+    for path in (world.root / "st").rglob("*"):
+        if path.is_file():
+            out[f"agent state {path.name}"] = path.read_bytes()
+    return out

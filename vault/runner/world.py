@@ -1,0 +1,279 @@
+"""The world one trial runs in: a fresh vault and everything around it.
+
+Under a short private directory in /tmp (AF_UNIX paths are short):
+
+    h/          the vault home (sockets, encrypted credentials, audit log)
+    kr/         the embedded keyring holding this home's data key
+    st/         what agents may persist across a restart (decision receipts)
+    ssh/        a real sshd and its fake host, when the scenario needs one
+    config.yaml, catalog.yaml, daemon.log
+
+The fake remote runs in the runner's process (its RemoteServer on the
+runner's loop: no process to start, its ledger read directly); the daemon is a
+real, separate process; the scripted approver runs in the runner on the
+approver socket and keeps every notification it gets. Credentials are fresh
+random values per trial (plus a planted canary nobody uses), set in the
+vault's store and given to the remote, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import io
+import secrets
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..catalog import Catalog, load_catalog
+from ..client import connect_approver
+from ..errors import VaultError
+from ..gate.policy import Policy, load_policy
+from ..home import VaultHome
+from ..keyring_backend import FileKeyring
+from ..keystore import KeyStore
+from ..remote.server import RemoteServer
+from ..scripted_approver import ApproverScript, ScriptedApprover, load_script
+from ..store import CredentialStore
+from . import hosts
+from .procs import Launcher, kill_group
+from .scenario import Scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 5.0
+POLL_S = 0.005
+PLANTED = "planted_canary"
+SETUP = "setup-"  # correlation-id prefix of the runner's own setup requests
+
+
+@functools.lru_cache(maxsize=None)
+def default_catalog() -> Catalog:
+    return load_catalog()
+
+
+@functools.lru_cache(maxsize=None)
+def policy_at(path: Path | None) -> Policy:
+    return load_policy(path)
+
+
+class RecordingApprover(ScriptedApprover):
+    """The scripted approver, also keeping every notification the vault sent it."""
+
+    def __init__(self, script: ApproverScript, notes: list[tuple[str, dict[str, Any]]]) -> None:
+        super().__init__(script, io.StringIO())
+        self.notes = notes
+
+    def on_notify(self, method: str, params: dict[str, Any]) -> None:
+        self.notes.append((method, params))
+        super().on_notify(method, params)
+
+
+class World:
+    def __init__(self, sc: Scenario, root: Path, launcher: Launcher, env: dict[str, str]) -> None:
+        self.sc, self.root, self.launcher, self.env = sc, root, launcher, env
+        self.home = VaultHome(root / "h").ensure()
+        self.keystore = KeyStore(self.home, FileKeyring(root / "kr"))
+        self.catalog = default_catalog()
+        if sc.catalog:
+            self.catalog = self.catalog.merged(Catalog.model_validate(sc.catalog))
+        self.policy = policy_at(sc.relative(sc.policy) if sc.policy else None)
+        self.secrets: dict[str, str] = {}
+        self.remote: RemoteServer | None = None
+        self.sshd: Any = None
+        self.ssh_info: Any = None
+        self.daemon: Any = None
+        self.approver: RecordingApprover | None = None
+        self.approver_task: asyncio.Task[None] | None = None
+        self.notes: list[tuple[str, dict[str, Any]]] = []
+
+    @property
+    def daemon_log(self) -> Path:
+        return self.root / "daemon.log"
+
+    # ---- up ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.start_services()
+        await self.start_daemon()
+        if self.sc.approver is not None:
+            await self.start_approver()
+
+    def credential_names(self) -> list[str]:
+        if self.sc.credentials is not None:
+            return list(self.sc.credentials)
+        return sorted({op.credential for op in self.catalog.operations.values()})
+
+    async def start_services(self) -> None:
+        """Remote, sshd, credentials and the daemon's config, side by side."""
+        sc = self.sc
+        names = self.credential_names()
+        ssh_keys = {op.credential for op in self.catalog.operations.values() if op.executor == "ssh"}
+        for name in names:
+            if name not in ssh_keys:
+                self.secrets[name] = "vsk_" + secrets.token_urlsafe(24)
+        self.secrets[PLANTED] = "vsc_" + secrets.token_urlsafe(24)
+        sshd_started = None
+        if sc.ssh is not None:
+            self.sshd = hosts.sshd_module().SshdServer(self.root / "ssh")  # type: ignore[union-attr]
+            sshd_started = asyncio.create_task(asyncio.to_thread(self.sshd.start))
+        tokens = {k: v for k, v in self.secrets.items() if k not in ssh_keys and k != PLANTED}
+        self.remote = RemoteServer(tokens, sc.fault)
+        await self.remote.start()
+        if sshd_started is not None:
+            assert sc.ssh is not None
+            self.ssh_info = await sshd_started
+            for name in ssh_keys & set(names):
+                self.secrets[name] = self.ssh_info.private_key
+            if sc.ssh.fault in ("kill_client", "kill_remote"):
+                self.ssh_info.hold(sc.ssh.service)  # released by the fault, see hosts.play_fault
+            elif sc.ssh.fault == "fail":
+                self.ssh_info.fail(sc.ssh.service, 1)
+        await asyncio.to_thread(self.set_credentials)
+        if sc.remote.validate_credentials:
+            await self.validate_credentials(tokens)
+        self.write_config()
+
+    def set_credentials(self) -> None:
+        store = CredentialStore(self.home, self.keystore)
+        for name, value in self.secrets.items():
+            store.set(name, value)
+
+    async def validate_credentials(self, tokens: dict[str, str]) -> None:
+        """One authenticated read per token, as a setup that checks its credentials would do."""
+        import httpx
+        assert self.remote is not None
+        async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
+            for name, value in tokens.items():
+                await client.get(f"{self.remote.url}/v1/issues/ISS-1",
+                                 headers={"Authorization": f"Bearer {value}", "X-Correlation-Id": SETUP + name})
+
+    def write_config(self) -> None:
+        assert self.remote is not None
+        services: dict[str, Any] = {}
+        for op in self.catalog.operations.values():
+            if op.executor == "http":
+                services[op.service] = {"url": self.remote.service_url, "options": dict(self.sc.remote.timeouts)}
+        if self.ssh_info is not None:
+            services["host"] = {"host": self.ssh_info.host, "port": self.ssh_info.port,
+                                "user": self.ssh_info.user, "known_hosts": self.ssh_info.known_hosts,
+                                "options": {"markers_dir": self.ssh_info.markers_dir}}
+        if self.sc.catalog:
+            (self.root / "catalog.yaml").write_text(yaml.safe_dump(self.sc.catalog))
+        (self.root / "config.yaml").write_text(yaml.safe_dump(
+            {"services": services, "call_timeout_s": self.sc.call_timeout_s}))
+
+    async def start_daemon(self) -> None:
+        args = ["daemon", "--foreground", "--home", str(self.home.root), "--config", str(self.root / "config.yaml")]
+        if self.sc.policy:
+            args += ["--policy", str(self.sc.relative(self.sc.policy))]
+        if self.sc.catalog:
+            args += ["--catalog", str(self.root / "catalog.yaml")]
+        if not self.sc.locked:
+            args.append("--unlocked")
+        env = {**self.env, "VAULTSIM_HOME": str(self.home.root), "VAULTSIM_KEYRING_DIR": str(self.root / "kr"),
+               "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring"}
+        self.daemon = await self.launcher.spawn("daemon", args, env=env, cwd=str(ROOT),
+                                                stdout=self.daemon_log, stderr=self.daemon_log)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not await _answers(self.home.approver_sock):
+            if self.daemon.returncode is not None:
+                raise RuntimeError(f"the daemon exited ({self.daemon.returncode}) before it served: "
+                                   + tail(self.daemon_log))
+            if time.monotonic() > deadline:
+                raise RuntimeError("the daemon did not answer in time: " + tail(self.daemon_log))
+            await asyncio.sleep(POLL_S)  # polling the socket, bounded by the deadline
+
+    async def start_approver(self) -> None:
+        spec = self.sc.approver
+        assert spec is not None
+        if spec.file:
+            script = load_script(self.sc.relative(spec.file))
+            if spec.name:
+                script = script.model_copy(update={"name": spec.name})
+        else:
+            script = ApproverScript.model_validate({"name": spec.name or "ci", "rules": spec.rules or []})
+        self.approver = RecordingApprover(script, self.notes)
+        ready = asyncio.Event()
+        self.approver_task = asyncio.create_task(self.approver.run(self.home, ready))
+        waiter = asyncio.create_task(ready.wait())
+        done, _ = await asyncio.wait({waiter, self.approver_task}, timeout=READY_TIMEOUT_S,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if waiter not in done:
+            waiter.cancel()
+            if self.approver_task.done() and self.approver_task.exception():
+                raise RuntimeError(f"the approver could not connect: {self.approver_task.exception()}")
+            raise RuntimeError("the approver did not subscribe in time")
+
+    # ---- questions ---------------------------------------------------------------
+
+    async def stats(self, run_id: str) -> dict[str, Any]:
+        """The daemon's prompt statistics for one run (a hello, no subscription)."""
+        try:
+            client, _ = await connect_approver(self.home, "vaultsim-run", subscribe=False)
+        except (VaultError, OSError):
+            return {}
+        try:
+            report = await client.request("stats", run_id=run_id)
+        finally:
+            await client.close()
+        return dict(report.get("runs", {}).get(run_id, {}))
+
+    # ---- down --------------------------------------------------------------------
+
+    async def stop_approver(self) -> None:
+        if self.approver is not None and self.approver.client is not None:
+            await self.approver.client.close()
+        if self.approver_task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self.approver_task, 2.0)
+
+    async def stop_daemon(self) -> None:
+        """SIGTERM: the daemon settles waits and closes the audit log with a signed head."""
+        if self.daemon is None or self.daemon.returncode is not None:
+            return
+        kill_group(self.daemon.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.daemon.wait(), STOP_TIMEOUT_S)
+        except TimeoutError:
+            kill_group(self.daemon.pid, signal.SIGKILL)
+            await self.daemon.wait()
+
+    async def close(self) -> None:
+        """Everything down, whatever state it is in; never raises."""
+        with contextlib.suppress(Exception):
+            await self.stop_approver()
+        if self.daemon is not None:
+            kill_group(self.daemon.pid, signal.SIGKILL)
+            if self.daemon.returncode is None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.daemon.wait(), STOP_TIMEOUT_S)
+        if self.remote is not None:
+            with contextlib.suppress(Exception):
+                await self.remote.stop()
+        if self.sshd is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.sshd.stop)
+
+
+async def _answers(path: Path) -> bool:
+    try:
+        _, writer = await asyncio.open_unix_connection(str(path))
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+    return True
+
+
+def tail(path: Path, n: int = 12) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""

@@ -26,7 +26,7 @@ def main() -> None:
     try:
         _, url = box.start_remote({"tracker_token": TOKEN})
         box.set_secret("tracker_token", TOKEN)
-        box.start_daemon("--remote", url)
+        box.start_daemon("--remote", url, *sys.argv[2:])
         from vault.client import AgentClient
 
         from vault.remote.state import SEED_ISSUES

@@ -111,8 +111,7 @@ def build(d: "VaultDaemon") -> Dispatcher:
         result = await d.gate.resume(s, p.resume_token, p.wait_s)
         if result is None:
             raise RpcError(INVALID_PARAMS, "unknown resume token (or it belongs to another agent or run)")
-        await d.record_result(s, result, resumed=True)
-        return result
+        return await d.record_result(s, result, resumed=True)
 
     @api.method("lookup", LookupParams)
     async def lookup(conn: Connection, p: LookupParams) -> Any:

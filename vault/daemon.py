@@ -41,6 +41,7 @@ _REAP_INTERVAL_S = 0.2
 
 class AuditSink(Protocol):
     async def append(self, event: dict[str, Any]) -> int: ...
+    def append_nowait(self, event: dict[str, Any]) -> int: ...
     def close(self) -> None: ...
 
 
@@ -126,6 +127,7 @@ class VaultDaemon:
         self.approver_token = approver_token(home)
         self.calls: dict[str, CallRecord] = {}
         self.by_idem: dict[str, str] = {}
+        self._touched: set[str] = set()  # correlation ids whose remote was contacted
         self.halted: str | None = None  # set when the audit log failed: no more calls
         self.started = time.time()
         self._stop = asyncio.Event()
@@ -134,14 +136,20 @@ class VaultDaemon:
 
     # ---- audit ---------------------------------------------------------------
 
-    async def audit(self, event: dict[str, Any]) -> None:
+    async def audit(self, event: dict[str, Any], durable: bool = True) -> None:
+        """Record an event. `durable=False` only queues it (in order): used for
+        records that a durable one of the same call follows before any answer
+        or side effect, so a call costs one fdatasync, shared by group commit."""
         if self.audit_sink is None:
             return
         if self.halted:
             raise AuditError(self.halted)
         event = {"time": time.time(), **event}
         try:
-            await self.audit_sink.append(event)
+            if durable:
+                await self.audit_sink.append(event)
+            else:
+                self.audit_sink.append_nowait(event)
         except AuditError as exc:
             # a failed write or fsync is never retried: stop serving calls, say why
             self.halted = f"audit log failed: {exc.message}"
@@ -154,7 +162,7 @@ class VaultDaemon:
         s = self.sessions.open(agent, run_id, conn.peer, conn.id)
         with contextlib.suppress(AuditError):
             await self.audit({"type": "session_opened", "session_id": s.id, "agent": agent,
-                              "pid": s.identity.pid, "run_id": run_id})
+                              "pid": s.identity.pid, "run_id": run_id}, durable=False)
         await self.gate.broadcast("session.opened", s.to_wire())
         return s
 
@@ -189,25 +197,34 @@ class VaultDaemon:
                                f"the vault stopped serving calls ({self.halted}); nothing was sent")
         try:
             await self.audit({"type": "call_requested", "correlation_id": cid, "session_id": s.id,
-                              "operation": op.name, "risk": str(op.risk), "target": op.scope(params)})
+                              "operation": op.name, "risk": str(op.risk), "target": op.scope(params)},
+                             durable=False)
             result = await self.gate.call(s, op, params, cid, wait_s,
                                           lambda: self._execute(s, op, params, cid, idem))
         except AuditError:
             result = make_result(Category.local_failure, op.name, cid,
                                  "the audit log could not record this call; nothing was sent")
-        await self.record_result(s, result)
-        return result
+        return await self.record_result(s, result)
 
-    async def record_result(self, s: Session, result: Result, resumed: bool = False) -> None:
-        with contextlib.suppress(AuditError):
+    async def record_result(self, s: Session, result: Result, resumed: bool = False) -> Result:
+        """Make the call's records durable, then tell approvers; returns what the agent gets."""
+        touched = result.correlation_id in self._touched
+        self._touched.discard(result.correlation_id)
+        try:
             await self.audit({"type": "classification", "correlation_id": result.correlation_id,
                               "operation": result.operation, "category": str(result.category),
                               "retry": str(result.retry), "diagnostic_id": result.diagnostic_id,
                               "resumed": resumed})
+        except AuditError:
+            if touched:
+                result = make_result(Category.outcome_unknown, result.operation, result.correlation_id,
+                                     "the remote was contacted but the result could not be recorded; "
+                                     "its outcome must be treated as unknown")
         await self.gate.broadcast("activity", {
             "time": time.time(), "agent": s.agent, "pid": s.identity.pid, "session_id": s.id,
             "operation": result.operation, "category": str(result.category),
             "correlation_id": result.correlation_id})
+        return result
 
     def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None) -> CallContext:
         return CallContext(correlation_id=cid, session_id=s.id, idempotency_key=idem, run_id=s.run_id,
@@ -237,8 +254,10 @@ class VaultDaemon:
             return prepared
         credential, service, executor = prepared
         try:
+            # before a side effect the intent must be on disk; a read changes nothing remotely
             await self.audit({"type": "intent", "correlation_id": cid, "operation": op.name,
-                              "target": op.scope(params), "idempotency_key": bool(idem)})
+                              "target": op.scope(params), "idempotency_key": bool(idem)},
+                             durable=op.mutates)
         except AuditError:
             return make_result(Category.local_failure, op.name, cid,
                                "the audit log could not record the intent; the call was refused "
@@ -246,7 +265,7 @@ class VaultDaemon:
         workdir = self._workdir(cid) if op.executor == "ssh" else None
         try:
             with contextlib.suppress(AuditError):
-                await self.audit({"type": "dispatch_started", "correlation_id": cid})
+                await self.audit({"type": "dispatch_started", "correlation_id": cid}, durable=False)
             outcome = await self._run_executor(executor, op, params, credential, service,
                                                self._context(s, cid, idem, workdir))
         finally:
@@ -268,7 +287,10 @@ class VaultDaemon:
     async def _finish(self, op: Operation, cid: str, outcome: ExecOutcome, credential: Any,
                       event_type: str) -> Result:
         result = outcome.result
-        if outcome.diagnostic and self.diagnostics is not None:
+        if outcome.remote_touched:
+            self._touched.add(cid)
+        # raw evidence is kept for failures only: a success needs no forensics
+        if outcome.diagnostic and not result.ok and self.diagnostics is not None:
             try:
                 did = self.diagnostics.record(outcome.diagnostic, secrets=[credential])
                 result = result.model_copy(update={"diagnostic_id": did})
@@ -277,7 +299,8 @@ class VaultDaemon:
         try:
             await self.audit({"type": event_type, "correlation_id": cid,
                               "category": str(result.category), "remote_touched": outcome.remote_touched,
-                              "diagnostic_id": result.diagnostic_id, "reconciled": result.reconciled})
+                              "diagnostic_id": result.diagnostic_id, "reconciled": result.reconciled},
+                             durable=False)
         except AuditError:
             if outcome.remote_touched:
                 return make_result(Category.outcome_unknown, op.name, cid,
@@ -324,8 +347,7 @@ class VaultDaemon:
                                               "the lookup failed; the earlier outcome is still unknown",
                                               reconciled="unknown"))
         result = await self._finish(op, lookup_cid, outcome, credential, "reconciliation")
-        await self.record_result(s, result)
-        return result
+        return await self.record_result(s, result)
 
     # ---- lifecycle -------------------------------------------------------------
 

@@ -163,6 +163,18 @@ class AuditWriter:
             self._timer = loop.call_later(self._every_seconds, self._on_timer)
         return await fut
 
+    def append_nowait(self, event: dict[str, Any]) -> int:
+        """Queue `event` in order without waiting: it becomes durable with the next
+        flush (the next `append`, or the head timer). For records that precede a
+        durable one in the same call, so one fdatasync covers the whole call."""
+        seq = self._stage(_encode_event(event))
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop, self._timer = loop, None
+        if self._timer is None:
+            self._timer = loop.call_later(self._every_seconds, self._on_timer)
+        return seq
+
     def append_sync(self, event: dict[str, Any]) -> int:
         """Blocking `append` (its own flush), for CLI tools, threads and tests."""
         seq = self._stage(_encode_event(event))

@@ -23,7 +23,7 @@ from .grants import Grant, GrantTable
 from .policy import Mode, Policy
 from .stats import PromptStats
 
-AuditFn = Callable[[dict[str, Any]], Awaitable[None]]
+AuditFn = Callable[..., Awaitable[None]]  # (event, durable=True)
 
 # settled approvals stay resumable for this long (receipts survive agent restarts)
 _SETTLED_KEEP_S = 3600.0
@@ -103,7 +103,7 @@ class Gate:
                 g = self.grants.add(ap.session.id, ap.session.identity, ap.operation.name,
                                     ap.scope, rule.ttl_s)
                 await self.audit({"type": "grant_created", "session_id": g.session_id,
-                                  "scope": g.scope, "grant_id": g.id})
+                                  "scope": g.scope, "grant_id": g.id}, durable=False)
                 await self.broadcast("grant.created", g.to_wire())
         await self.broadcast("approval.settled", {"request_id": ap.request_id, "state": str(ap.state),
                                                   "decision": str(decision), "by": who})
@@ -153,7 +153,7 @@ class Gate:
             if self.grants.remove(g.id) is not None:
                 n += 1
                 await self.audit({"type": "grant_ended", "session_id": g.session_id,
-                                  "scope": g.scope, "grant_id": g.id, "reason": reason})
+                                  "scope": g.scope, "grant_id": g.id, "reason": reason}, durable=False)
                 await self.broadcast("grant.ended", {**g.to_wire(), "reason": reason})
         return n
 
@@ -200,7 +200,7 @@ class Gate:
         repeat = self.stats.prompt(session.run_id, session.id, op.name, op.risk, scope)
         await self.audit({"type": "prompt_shown", "request_id": ap.request_id,
                           "correlation_id": correlation_id, "operation": op.name,
-                          "scope": scope, "repeat": repeat})
+                          "scope": scope, "repeat": repeat}, durable=False)
         await self.broadcast("approval.requested", ap.to_wire(), owner)
         return await self._wait(ap, wait_s)
 

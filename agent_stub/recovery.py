@@ -196,8 +196,8 @@ class Safe:
                     "correlation_id": result.correlation_id, "owner": result.owner,
                     "deadline": result.deadline, "resume_token": result.resume_token})
                 return (f"waiting: {step.call} needs approval from {result.owner} before "
-                        f"{_when(result.deadline)} (request {result.request_id}); "
-                        "the resume token is kept in the decision receipt")
+                        f"{_when(result.deadline)} (request {result.request_id}); resume token "
+                        f"{result.resume_token}, also kept in the decision receipt")
             again = retries < self.plan.max_retries
             if cat is Category.outcome_unknown:
                 if self.plan.reconcile == "same_key" and again and key:

@@ -161,10 +161,11 @@ class TestReceipts:
                      deadline=time.time() + 60, resume_token="tok-1")
 
     def test_pending_approval_leaves_a_private_receipt(self, tmp_path: Path) -> None:
-        """The wait is reported with its owner, and its token kept in a 0600 receipt."""
+        """The wait is reported with its owner, deadline and token, and kept in a 0600 receipt."""
         client = FakeClient(calls=[self.PENDING])
         final = Safe(agent(client, CREATE_AND_NOTE, state=tmp_path)).run()
-        assert final.startswith("waiting") and "release-manager" in final and "tok-1" not in final
+        assert final.startswith("waiting") and "release-manager" in final and "tok-1" in final
+        assert time.strftime("%Y-%m-%d", time.gmtime(self.PENDING.deadline)) in final
         path = tmp_path / "receipts.json"
         assert 0o600 == stat.S_IMODE(path.stat().st_mode)
         [receipt] = json.loads(path.read_text())["pending"].values()

@@ -81,4 +81,21 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
     for path in (world.root / "st").rglob("*"):
         if path.is_file():
             out[f"agent state {path.name}"] = path.read_bytes()
+    out.update(diagnostics(world))
+    return out
+
+
+def diagnostics(world: World) -> dict[str, bytes]:
+    """What `vaultsim diag show` would print to an operator: redacted, so scanned too."""
+    directory = world.home.diagnostics_dir
+    if not directory.is_dir():
+        return {}
+    from ..diagnostics import Diagnostics
+    store = Diagnostics(directory, world.keystore.derive("diagnostics", create=False))
+    out = {}
+    for path in sorted(directory.glob("d-*.diag")):
+        try:
+            out[f"protected diagnostic {path.stem}"] = json.dumps(store.load(path.stem)).encode()
+        except VaultError:
+            out[f"protected diagnostic {path.stem}"] = path.read_bytes()
     return out

@@ -71,6 +71,8 @@ class Grade:
     findings: dict[str, list[str]] = field(default_factory=dict)
     claim: str = "not_done"
     response_only_pass: bool = False
+    # the deterministic oracle's reading of the remote state: each check, expected vs found
+    oracle: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def reasons(self) -> list[str]:
@@ -108,7 +110,9 @@ def grade(ev: Evidence, ctx: Context) -> Grade:
     }
     findings = {name: found for name, check in checks.items() if (found := check(ev, ctx))}
     verdict = next((v for v in VERDICT_ORDER if v in findings), "PASS")
-    return Grade(verdict, findings, claim, response_only_pass=claim == "done")
+    oracle = [{"collection": c.collection, "where": c.where, "expected": c.count, "found": len(_matching(ev, c))}
+              for c in ctx.scenario.expect.outcome.state]
+    return Grade(verdict, findings, claim, response_only_pass=claim == "done", oracle=oracle)
 
 
 # ---- the checks, in verdict order ---------------------------------------------------

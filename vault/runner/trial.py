@@ -72,7 +72,7 @@ class TrialResult:
                                "ok": self.ok, "duration_s": round(self.duration_s, 3)}
         if self.grade is not None:
             out.update(reasons=self.grade.reasons, findings=self.grade.findings, claim=self.grade.claim,
-                       response_only_pass=self.grade.response_only_pass,
+                       oracle=self.grade.oracle, response_only_pass=self.grade.response_only_pass,
                        response_only_false_pass=self.false_pass)
         if self.error:
             out["error"] = self.error

@@ -99,3 +99,23 @@ class TestPeerIdentity:
         assert reply["error"]["code"] == -32001
         assert "another user" in reply["error"]["message"]
         assert "result" not in reply
+
+
+class TestGracefulStop:
+    def test_in_flight_call_is_answered_on_sigterm(self, sandbox: Sandbox) -> None:
+        """A call waiting on an approval when SIGTERM arrives gets a Result, not a dropped socket."""
+        proc = sandbox.start_daemon()
+        sandbox.start_approver([{"match": {}, "decide": "ignore"}])
+        plan = sandbox.write("plan.yaml", {"agent": "stub", "steps": [
+            {"call": "create_issue", "params": {"title": "in flight"}}]})
+        env = {**sandbox.env, "VAULTSIM_SOCKET": str(sandbox.agent_sock)}
+        agent = subprocess.Popen([PY, "-m", "agent_stub", "--plan", str(plan)], env=env, cwd=ROOT,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: (sandbox.status() or {}).get("pending") == 1, what="the call to wait on approval")
+        proc.send_signal(signal.SIGTERM)
+        out, err = agent.communicate(timeout=30)
+        result = json.loads(out.splitlines()[0])
+        assert result["category"] == "approval_denied"
+        assert "stopped" in result["message"]
+        assert proc.wait(timeout=15) == 0
+        assert not sandbox.agent_sock.exists()

@@ -89,7 +89,7 @@ def progress_line(done: int, total: int, r: TrialResult) -> str:
     why = ""
     if not r.ok or r.verdict == "ERROR":
         reasons = r.grade.reasons if r.grade else ([r.error] if r.error else [])
-        why = f"\n      {reasons[0]}" if reasons else ""
+        why = "\n      " + (reasons[0] if reasons else "no finding: the gate saw nothing wrong")
     if r.verdict == "SKIPPED":
         why = f" ({r.error})"
     return f"[{done:>{width}}/{total}] {mark}{r.verdict:<22} {r.scenario}#{r.trial}{expect} {r.duration_s:.2f}s{why}"

@@ -158,11 +158,15 @@ class Catalog(BaseModel):
 DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "scenarios" / "catalog.yaml"
 
 
+# libyaml's safe loader when present: same semantics, several times faster
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_yaml_model(path: str | Path, model: type[BaseModel]) -> Any:
     """Load YAML into a pydantic model; errors name the file, the field and why."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
     except OSError as exc:
         raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:

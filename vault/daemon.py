@@ -258,10 +258,10 @@ class VaultDaemon:
             await self.audit({"type": "intent", "correlation_id": cid, "operation": op.name,
                               "target": op.scope(params), "idempotency_key": bool(idem)},
                              durable=op.mutates)
-        except AuditError:
+        except AuditError as exc:
             return make_result(Category.local_failure, op.name, cid,
                                "the audit log could not record the intent; the call was refused "
-                               "before anything was sent")
+                               f"before anything was sent ({exc.message})")
         workdir = self._workdir(cid) if op.executor == "ssh" else None
         try:
             with contextlib.suppress(AuditError):
@@ -285,7 +285,7 @@ class VaultDaemon:
                                            "the remote outcome is not known"), remote_touched=True)
 
     async def _finish(self, op: Operation, cid: str, outcome: ExecOutcome, credential: Any,
-                      event_type: str) -> Result:
+                      event_type: str, link: dict[str, Any] | None = None) -> Result:
         result = outcome.result
         if outcome.remote_touched:
             self._touched.add(cid)
@@ -299,7 +299,8 @@ class VaultDaemon:
         try:
             await self.audit({"type": event_type, "correlation_id": cid,
                               "category": str(result.category), "remote_touched": outcome.remote_touched,
-                              "diagnostic_id": result.diagnostic_id, "reconciled": result.reconciled},
+                              "diagnostic_id": result.diagnostic_id, "reconciled": result.reconciled,
+                              **(link or {})},
                              durable=False)
         except AuditError:
             if outcome.remote_touched:
@@ -330,6 +331,9 @@ class VaultDaemon:
             return make_result(Category.success, operation or "lookup", lookup_cid,
                                "no operation is known for that id; tell the vault which operation to look up",
                                reconciled="unknown")
+        if self.halted:
+            return make_result(Category.local_failure, op.name, lookup_cid,
+                               f"the vault stopped serving calls ({self.halted}); nothing was sent")
         if self.gate.locked:
             return make_result(Category.vault_locked, op.name, lookup_cid,
                                "the vault is locked; nothing was sent")
@@ -346,7 +350,9 @@ class VaultDaemon:
             outcome = ExecOutcome(make_result(Category.success, op.name, lookup_cid,
                                               "the lookup failed; the earlier outcome is still unknown",
                                               reconciled="unknown"))
-        result = await self._finish(op, lookup_cid, outcome, credential, "reconciliation")
+        # the reconciliation names the call it settles, so that call's history includes it
+        link = {"lookup_of": cid} if record is not None else None
+        result = await self._finish(op, lookup_cid, outcome, credential, "reconciliation", link)
         return await self.record_result(s, result)
 
     # ---- lifecycle -------------------------------------------------------------
@@ -366,6 +372,12 @@ class VaultDaemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
+        if self.audit_sink is not None:
+            # one durable record before any call is accepted: a log that cannot be written (full
+            # device, I/O error) halts call serving now, before anything reaches a remote;
+            # status stays up and says why
+            with contextlib.suppress(AuditError):
+                await self.audit({"type": "daemon_started", "pid": os.getpid(), "version": __version__})
         for path in (self.home.agent_sock, self.home.approver_sock):
             clear_stale_socket(path)
         self._servers = [RpcServer(str(self.home.agent_sock), agent_api.build(self)),

@@ -6,7 +6,8 @@ plain functions over that list so the TUI, the runner and tests can reuse them:
 * `sessions`     one row per session: agent, pid, run, opened/closed time, calls.
 * `activity`     one human line per event, in log (seq) order.
 * `correlation`  every event of one correlation id (and the decisions on its
-                 prompts, linked by request_id), in time order.
+                 prompts, linked by request_id, and the lookups that reconciled
+                 it, linked by ``lookup_of``), in time order.
 
 Every returned event carries ``seq`` (the record's, authoritative) and ``time``
 (the event's own ``time`` field if it has one, else the record's commit time).
@@ -85,11 +86,15 @@ def sessions(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def correlation(events: list[dict[str, Any]], correlation_id: str) -> list[dict[str, Any]]:
-    """Events naming `correlation_id`, plus decisions on their prompts, in time order."""
+    """Events naming `correlation_id`, plus decisions on their prompts and the lookups
+    that reconciled it (a lookup has its own correlation id; its reconciliation names
+    the call in ``lookup_of``), in time order."""
+    ids = {correlation_id} | {_cid(ev) for ev in events
+                              if ev.get("type") == "reconciliation" and ev.get("lookup_of") == correlation_id}
     requests = {ev.get("request_id") for ev in events
-                if ev.get("correlation_id") == correlation_id and ev.get("request_id") is not None}
+                if _cid(ev) in ids and ev.get("request_id") is not None}
     picked = [ev for ev in events
-              if ev.get("correlation_id") == correlation_id
+              if _cid(ev) in ids
               or (ev.get("request_id") is not None and ev.get("request_id") in requests)]
     return sorted(picked, key=lambda ev: (_num(ev.get("time")), ev["seq"]))
 
@@ -109,7 +114,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "dispatch_started": ("correlation_id",),
     "remote_result": ("correlation_id", "status_class", "diagnostic_id"),
     "client_timeout": ("correlation_id",),
-    "reconciliation": ("correlation_id", "reconciled"),
+    "reconciliation": ("correlation_id", "lookup_of", "reconciled"),
     "classification": ("correlation_id", "category", "retry"),
 }
 _META = {"seq", "time", "type"}
@@ -144,6 +149,11 @@ def render(events: list[dict[str, Any]], correlation_id: str | None = None) -> s
     out.append(f"activity ({len(events)} events)")
     out.extend(f"  {line}" for line in activity(events))
     return "\n".join(out)
+
+
+def _cid(ev: dict[str, Any]) -> str | None:
+    v = ev.get("correlation_id")
+    return v if isinstance(v, str) else None
 
 
 def _num(v: Any) -> float:

@@ -149,4 +149,4 @@ class TestWithTheDaemon:
         shown = sandbox.vaultsim("audit", "show", "--json")
         assert 0 == shown.returncode, shown.stderr
         types_ = [ev["type"] for ev in json.loads(shown.stdout)["events"]]
-        assert ["session_opened", "session_closed"] == types_[:2]
+        assert ["daemon_started", "session_opened", "session_closed"] == types_[:3]

@@ -326,19 +326,19 @@ class TestContents:
         assert out.returncode == 0, out.stderr
         history = json.loads(out.stdout)["events"]
         assert [ev["type"] for ev in history] == [
-            "call_requested", "intent", "dispatch_started", "remote_result", "classification",
-            "reconciliation", "classification"]
+            "call_requested", "intent", "dispatch_started", "client_timeout", "remote_result",
+            "classification", "reconciliation", "classification"]
         times = [ev["time"] for ev in history]
         assert times == sorted(times)
-        call, result, told = history[0], history[3], history[4]
+        call, result, told = history[0], history[4], history[5]
         assert (call["operation"], call["target"]) == ("create_issue", "create_issue on tracker")
         assert result["category"] == told["category"] == "outcome_unknown"
         assert result["remote_touched"] is True
-        reconciliation, answer = history[5], history[6]
+        reconciliation, answer = history[6], history[7]
         assert reconciliation["reconciled"] == "found"
         assert reconciliation["correlation_id"] == answer["correlation_id"] == found["correlation_id"]
         assert reconciliation["lookup_of"] == cid
         text = sandbox.vaultsim("audit", "show", "--correlation", cid)
         assert text.returncode == 0, text.stderr
-        assert text.stdout.startswith(f"correlation {cid}: 7 events")
+        assert text.stdout.startswith(f"correlation {cid}: 8 events")
         assert "outcome_unknown" in text.stdout and "reconciled=found" in text.stdout

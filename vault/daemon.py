@@ -54,6 +54,15 @@ class CallRecord:
     run_id: str | None
 
 
+def _timed_out(diagnostic: dict[str, Any] | None) -> bool:
+    """Did the executor give up on a deadline? (http: a *Timeout error; ssh: timed_out)"""
+    if not diagnostic:
+        return False
+    error = diagnostic.get("error")
+    kind = error.get("type", "") if isinstance(error, dict) else ""
+    return bool(diagnostic.get("timed_out")) or "Timeout" in str(kind)
+
+
 def acquire_home_lock(home: VaultHome) -> int:
     """Take the one-daemon-per-home lock, or explain who holds it."""
     fd = os.open(home.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
@@ -212,7 +221,8 @@ class VaultDaemon:
         self._touched.discard(result.correlation_id)
         try:
             await self.audit({"type": "classification", "correlation_id": result.correlation_id,
-                              "operation": result.operation, "category": str(result.category),
+                              "session_id": s.id, "operation": result.operation,
+                              "category": str(result.category),
                               "retry": str(result.retry), "diagnostic_id": result.diagnostic_id,
                               "resumed": resumed})
         except AuditError:
@@ -254,10 +264,9 @@ class VaultDaemon:
             return prepared
         credential, service, executor = prepared
         try:
-            # before a side effect the intent must be on disk; a read changes nothing remotely
+            # on disk before the credential leaves the vault, reads included: no unaudited action
             await self.audit({"type": "intent", "correlation_id": cid, "operation": op.name,
-                              "target": op.scope(params), "idempotency_key": bool(idem)},
-                             durable=op.mutates)
+                              "target": op.scope(params), "idempotency_key": bool(idem)})
         except AuditError as exc:
             return make_result(Category.local_failure, op.name, cid,
                                "the audit log could not record the intent; the call was refused "
@@ -297,6 +306,9 @@ class VaultDaemon:
             except Exception as exc:  # diagnostics are best effort; never block the answer
                 log.error("could not store diagnostic: %s", type(exc).__name__)
         try:
+            if _timed_out(outcome.diagnostic):
+                await self.audit({"type": "client_timeout", "correlation_id": cid,
+                                  "phase": (outcome.diagnostic or {}).get("phase")}, durable=False)
             await self.audit({"type": event_type, "correlation_id": cid,
                               "category": str(result.category), "remote_touched": outcome.remote_touched,
                               "diagnostic_id": result.diagnostic_id, "reconciled": result.reconciled,

@@ -2,10 +2,12 @@
 
 A real daemon (subprocess, unlocked, audit on) and a real agent process; the
 TUI is `VaultApp` under Pilot (headless). For each sample the agent stamps the
-wall clock and sends a `delete_release` call (per_call: always asks); the bench
-polls the app until the request is a row of the pending table, stamps again,
-then denies it with `d` so the agent sends the next one. Prints p50/p99 and
-exits 1 if p50 misses the target (100 ms).
+wall clock and sends a `delete_release` call (per_call: always asks). "Shown"
+is the first frame the app draws (`App._display`, which in a terminal writes
+to it) once the request is a row of the pending table; the bench then denies
+it with `d` so the agent sends the next one. Polling with Pilot would add its
+own wait-for-idle to every sample, so the frame is stamped inside the app.
+Prints p50/p99 and exits 1 if p50 misses the target (100 ms).
 
     .venv/bin/python bench/tui_latency.py [--samples N] [--json]
 """
@@ -28,6 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from rich.console import RenderableType  # noqa: E402
+from textual.screen import Screen  # noqa: E402
+
 from tui.app import VaultApp  # noqa: E402
 from tui.screens.main import MainScreen  # noqa: E402
 from tui.widgets.pending import PendingTable  # noqa: E402
@@ -48,6 +53,25 @@ for i in range(int(sys.argv[1])):
     print(json.dumps({'sent': time.time()}), flush=True)
     client.call('delete_release', {'release_id': f'rel-{i}'})
 """
+
+
+class TimedApp(VaultApp):
+    """The approver, stamping the first frame drawn with each new pending row."""
+
+    def __init__(self, home: VaultHome) -> None:
+        super().__init__(home, name="bench")
+        self.shown: dict[str, float] = {}
+        self.new_frame = asyncio.Event()
+
+    def _display(self, screen: Screen[Any], renderable: RenderableType | None) -> None:
+        super()._display(screen, renderable)
+        if renderable is None or not isinstance(screen, MainScreen):
+            return
+        now = time.time()
+        for key in screen.query_one(PendingTable).rows:
+            if key.value not in self.shown:
+                self.shown[key.value] = now
+                self.new_frame.set()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -73,9 +97,11 @@ def start_daemon(root: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     raise SystemExit(f"the daemon did not start; see {root / 'daemon.log'}")
 
 
-async def measure(home: VaultHome, env: dict[str, str], samples: int) -> list[float]:
-    app = VaultApp(home, name="bench")
+async def measure(home: VaultHome, env: dict[str, str], samples: int) -> tuple[list[float], list[float]]:
+    """(call sent -> shown, daemon created the request -> shown), in ms."""
+    app = TimedApp(home)
     out: list[float] = []
+    tui_part: list[float] = []
     async with app.run_test(size=(160, 50)) as pilot:
         while not app.state.connected:
             await pilot.pause(POLL_S)
@@ -90,9 +116,14 @@ async def measure(home: VaultHome, env: dict[str, str], samples: int) -> list[fl
                 agent.stdin.write(b"\n")
                 await agent.stdin.drain()
                 sent = json.loads(await asyncio.wait_for(agent.stdout.readline(), 60))["sent"]
-                while table.row_count == 0:
-                    await pilot.pause(POLL_S)
-                out.append((time.time() - sent) * 1000)
+                before = len(app.shown)
+                while len(app.shown) == before:
+                    app.new_frame.clear()
+                    await asyncio.wait_for(app.new_frame.wait(), 60)
+                rid, shown = list(app.shown.items())[-1]
+                out.append((shown - sent) * 1000)
+                created = app.state.pending[rid].created
+                tui_part.append((shown - created) * 1000)
                 await pilot.press("d")
                 while table.row_count:
                     await pilot.pause(POLL_S)
@@ -100,7 +131,7 @@ async def measure(home: VaultHome, env: dict[str, str], samples: int) -> list[fl
             if agent.returncode is None:
                 agent.kill()
             await agent.wait()
-    return out
+    return out, tui_part
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,21 +147,26 @@ def main(argv: list[str] | None = None) -> int:
                 "VAULTSIM_SOCKET": str(root / "h" / "agent.sock"), "VAULTSIM_RUN_ID": "bench"})
     daemon = start_daemon(root, env)
     try:
-        ms = asyncio.run(measure(VaultHome(root / "h"), env, args.samples))
+        ms, tui_ms = asyncio.run(measure(VaultHome(root / "h"), env, args.samples))
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)
         shutil.rmtree(root, ignore_errors=True)
     report: dict[str, Any] = {"samples": len(ms), "p50_ms": round(percentile(ms, 0.5), 1),
                               "p99_ms": round(percentile(ms, 0.99), 1), "max_ms": round(max(ms), 1),
-                              "target_p50_ms": TARGET_P50_MS}
+                              "target_p50_ms": TARGET_P50_MS,
+                              # the share after the daemon created the request: notification + TUI
+                              "from_created_p50_ms": round(percentile(tui_ms, 0.5), 1),
+                              "from_created_p99_ms": round(percentile(tui_ms, 0.99), 1)}
     report["ok"] = report["p50_ms"] <= TARGET_P50_MS
     if args.json:
         print(json.dumps(report))
     else:
         print(f"TUI latency, agent call sent -> row shown (Pilot, headless), {report['samples']} samples: "
               f"p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms, max {report['max_ms']} ms "
-              f"(target p50 <= {TARGET_P50_MS:.0f} ms: {'met' if report['ok'] else 'MISSED'})")
+              f"(target p50 <= {TARGET_P50_MS:.0f} ms: {'met' if report['ok'] else 'MISSED'}); "
+              f"of which after the daemon created the request: p50 {report['from_created_p50_ms']} ms, "
+              f"p99 {report['from_created_p99_ms']} ms")
     return 0 if report["ok"] else 1
 
 

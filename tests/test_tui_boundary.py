@@ -1,0 +1,45 @@
+"""The line between the core and the TUI: `vault` never imports Textual, `tui` uses only the client.
+
+Checked in a fresh interpreter (an earlier test may already have imported
+Textual into this one) and by reading the import statements of `tui/`.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+
+from helpers import PY, ROOT
+
+# what `tui` may use from the core: the client, the home layout, its errors, the CLI's --home
+ALLOWED_FROM_VAULT = {"vault.client", "vault.home", "vault.errors", "vault.cli"}
+
+
+class TestBoundary:
+    def test_vault_never_imports_textual(self) -> None:
+        """Importing every vault module (the daemon, the CLI, the approvers) leaves Textual unloaded."""
+        code = (
+            "import importlib, pkgutil, sys, vault\n"
+            "for m in pkgutil.walk_packages(vault.__path__, 'vault.'):\n"
+            "    if m.name.endswith('__main__'):\n"
+            "        continue\n"
+            "    try:\n"
+            "        importlib.import_module(m.name)\n"
+            "    except ImportError:\n"
+            "        pass  # an optional extra (e.g. mcp) that is not installed\n"
+            "print(sorted(n for n in sys.modules if n == 'textual' or n.startswith('textual.')))\n"
+        )
+        out = subprocess.run([PY, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert 0 == out.returncode, out.stderr
+        assert "[]" == out.stdout.strip()
+
+    def test_tui_reaches_the_core_only_through_the_client(self) -> None:
+        """Every `vault` import in tui/ is one of the client-side modules."""
+        used: set[str] = set()
+        for path in (ROOT / "tui").rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    used.add(node.module)
+                elif isinstance(node, ast.Import):
+                    used.update(a.name for a in node.names)
+        assert set() == {m for m in used if m.split(".")[0] == "vault"} - ALLOWED_FROM_VAULT

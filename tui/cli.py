@@ -1,0 +1,26 @@
+"""`vaultsim tui [--home D] [--name N] [--run ID]`: open the approver on a vault home.
+
+The daemon need not be running yet: the TUI shows that it is disconnected and
+connects as soon as a daemon answers on the home's approver socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from vault.cli import add_home_arg
+from vault.home import VaultHome
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_home_arg(p)
+    p.add_argument("--name", default="human",
+                   help="approver name; a policy `owner` routes requests to it (default: human)")
+    p.add_argument("--run", dest="run_id", help="count prompts for this run id (default: the latest)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .app import VaultApp  # Textual is imported only when the TUI is asked for
+
+    VaultApp(VaultHome.resolve(args.home), name=args.name, run_id=args.run_id).run()
+    return 0

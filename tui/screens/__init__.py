@@ -1,0 +1,1 @@
+"""One screen a file: the main approvals screen, sessions, the unlock confirmation."""

@@ -1,0 +1,99 @@
+"""The main screen: pending requests, the selected one in plain words, counters, activity.
+
+`o`, `s`, `d` decide the selected request. Whether `s` is shown at all comes
+from the request itself (`allow_session_offered`): for a per_call operation
+the binding is hidden and pressing `s` does nothing, so a session grant is
+never even suggested for something the policy wants asked every time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Label
+
+from ..state import Request
+from ..widgets.activity import ActivityLog
+from ..widgets.counters import PromptCounters
+from ..widgets.detail import RequestDetail
+from ..widgets.pending import PendingTable
+from ..widgets.status import StatusBar
+
+if TYPE_CHECKING:
+    from ..app import VaultApp
+
+
+class MainScreen(Screen[None]):
+    BINDINGS = [
+        Binding("o", "decide('allow_once')", "allow once"),
+        Binding("s", "decide('allow_session')", "allow for session"),
+        Binding("d", "decide('deny')", "deny"),
+    ]
+
+    # what the footer was last built for: (something selected, allow_session offered, connected)
+    _bindings_for: tuple[object, ...] | None = None
+
+    @property
+    def vapp(self) -> "VaultApp":
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        with Horizontal(id="body"):
+            with Vertical(id="left"):
+                yield Label("Pending approvals, oldest first", classes="title")
+                yield PendingTable(id="pending")
+                yield RequestDetail(id="detail")
+            with Vertical(id="right"):
+                yield PromptCounters(id="counters")
+                yield Label("Activity", classes="title")
+                yield ActivityLog(id="activity")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(PendingTable).focus()
+        self.watch(self.app, "revision", self.sync)
+
+    def sync(self) -> None:
+        state, now = self.vapp.state, self.vapp.now()
+        self.query_one(StatusBar).show(state)
+        self.query_one(PendingTable).show(state.pending_oldest_first(), now)
+        self.query_one(PromptCounters).show(*state.run_counts())
+        self.query_one(ActivityLog).show(state)
+        self._show_selected()
+
+    def selected_request(self) -> Request | None:
+        rid = self.query_one(PendingTable).selected_id
+        return self.vapp.state.pending.get(rid) if rid else None
+
+    def _show_selected(self) -> None:
+        req = self.selected_request()
+        self.query_one(RequestDetail).show(req, self.vapp.now())
+        # the footer is rebuilt on refresh_bindings: only when what it shows can change
+        key = (req is not None, req.allow_session_offered if req else None, self.vapp.state.connected)
+        if key != self._bindings_for:
+            self._bindings_for = key
+            self.refresh_bindings()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_selected()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action != "decide":
+            return True
+        req = self.selected_request()
+        if req is not None and parameters and parameters[0] == "allow_session" \
+                and not req.allow_session_offered:
+            return False  # not offered by the policy: hidden, not merely greyed
+        if req is None or (self.vapp.link is not None and not self.vapp.state.connected):
+            return None  # nothing to decide (or nobody to tell): shown greyed
+        return True
+
+    def action_decide(self, decision: str) -> None:
+        req = self.selected_request()
+        if req is not None:
+            self.vapp.decide(req.request_id, decision)

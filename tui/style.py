@@ -1,0 +1,44 @@
+"""Shared presentation rules: risk colours and time formats, so every widget agrees."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+
+# colour by risk class: reads are calm, writes draw the eye, anything
+# destructive or privileged is loud
+RISK_STYLE = {
+    "read": "green",
+    "create": "cyan",
+    "update": "yellow",
+    "delete": "bold red",
+    "execute": "bold magenta",
+    "spend": "bold white on red",
+    "permission": "bold white on red",
+    "credential": "bold white on red",
+}
+
+ACTIVITY_STYLE = {"result": "", "decision": "cyan", "gate": "yellow", "demo": "magenta"}
+
+# below this many seconds the countdown turns red
+URGENT_S = 20
+
+
+def risk_text(risk: str) -> Text:
+    return Text(risk, style=RISK_STYLE.get(risk, "bold"))
+
+
+def countdown(seconds: float) -> Text:
+    s = int(seconds)
+    text = f"{s // 60}:{s % 60:02d}"
+    return Text(text, style="bold red" if s < URGENT_S else "")
+
+
+def clock_time(epoch: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(epoch))
+
+
+def plain(value: object) -> Text:
+    """Agent-controlled strings are shown as text, never parsed as markup."""
+    return Text(str(value))

@@ -1,0 +1,1 @@
+"""One widget a file; each renders one part of `TuiState` and nothing else."""

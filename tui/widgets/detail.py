@@ -1,0 +1,36 @@
+"""The selected request in full, and what each answer would mean in plain words.
+
+An answer the policy does not offer (allow for session on a per_call
+operation) is shown struck out with the reason, so the person sees why `s` is
+missing rather than wondering.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from ..state import Request
+from ..style import clock_time, countdown, risk_text
+from .panel import TextPanel
+
+
+class RequestDetail(TextPanel):
+    def show(self, req: Request | None, now: float) -> None:
+        if req is None:
+            self.set_text(Text("Nothing to decide. Requests appear here as agents ask.", style="dim"))
+            return
+        t = Text()
+        t.append(req.operation, style="bold")
+        t.append(" · ")
+        t.append_text(risk_text(req.risk))
+        t.append(f" · {req.mode} · {req.agent} (pid {req.pid}) · run {req.run_id or 'default'}\n")
+        t.append(f"scope: {req.scope}\n")
+        t.append(f"params: {req.params_text()}\n")
+        t.append(f"owner: {req.owner or 'any approver'} · asked {clock_time(req.created)} · "
+                 f"deadline in ")
+        t.append_text(countdown(req.time_left(now)))
+        t.append(f" · {req.request_id}\n")
+        for key, meaning, offered in req.meanings():
+            t.append(f" {key} ", style="bold reverse" if offered else "dim strike")
+            t.append(f" {meaning}\n", style="" if offered else "dim")
+        self.set_text(t)

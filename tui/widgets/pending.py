@@ -1,0 +1,67 @@
+"""The pending requests, oldest first, with a live countdown to each deadline.
+
+Rows are keyed by request id and updated in place (new rows appended, settled
+rows removed, only the countdown cell rewritten each second) so the cursor
+stays on the request the person is looking at.
+"""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable
+
+from ..state import Request
+from ..style import countdown, plain, risk_text
+
+# params last: it is the only column whose width varies a lot
+COLUMNS = (("agent", "agent"), ("pid", "pid"), ("operation", "operation"), ("risk", "risk"),
+           ("owner", "owner"), ("left", "time left"), ("params", "params"))
+PARAMS_WIDTH = 28
+
+
+class PendingTable(DataTable[object]):
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        for key, label in COLUMNS:
+            self.add_column(label, key=key)
+
+    @property
+    def selected_id(self) -> str | None:
+        if self.row_count == 0:
+            return None
+        row = min(max(self.cursor_row, 0), self.row_count - 1)
+        return self.coordinate_to_cell_key((row, 0)).row_key.value
+
+    def show(self, requests: list[Request], now: float) -> None:
+        wanted = [r.request_id for r in requests]
+        shown = [k.value for k in self.rows]
+        kept = [rid for rid in shown if rid in set(wanted)]
+        if kept != wanted[:len(kept)]:
+            # out of order (a reconnect snapshot arrived after newer requests): rebuild
+            self._rebuild(requests, now)
+            return
+        for rid in set(shown) - set(wanted):
+            self.remove_row(rid)
+        for req in requests:
+            if req.request_id in kept:
+                left = countdown(req.time_left(now))
+                if left != self.get_cell(req.request_id, "left"):  # redraw once a second, not per event
+                    self.update_cell(req.request_id, "left", left)
+            else:
+                self._add(req, now)
+
+    def _add(self, req: Request, now: float) -> None:
+        params = req.params_text()
+        if len(params) > PARAMS_WIDTH:
+            params = params[:PARAMS_WIDTH - 1] + "…"  # the detail pane shows it whole
+        self.add_row(plain(req.agent), plain(req.pid if req.pid is not None else "?"),
+                     plain(req.operation), risk_text(req.risk), plain(req.owner or "any"),
+                     countdown(req.time_left(now)), plain(params), key=req.request_id)
+
+    def _rebuild(self, requests: list[Request], now: float) -> None:
+        keep = self.selected_id
+        self.clear()
+        for req in requests:
+            self._add(req, now)
+        if keep is not None and keep in {r.request_id for r in requests}:
+            self.move_cursor(row=self.get_row_index(keep))

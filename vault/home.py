@@ -6,8 +6,11 @@ directory is 0700; everything secret inside it is 0600.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,3 +96,15 @@ def write_private(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on a 0600 lock file (writers of a replaced-by-rename file
+    serialise on a separate lock file, since the data file's inode changes)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock

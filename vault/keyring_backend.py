@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,8 @@ from keyring.backend import KeyringBackend
 from keyring.compat import properties
 from keyring.credentials import SimpleCredential
 from keyring.errors import KeyringError, PasswordDeleteError, PasswordSetError
+
+from .home import exclusive_lock
 
 try:
     import fcntl
@@ -120,15 +121,8 @@ class FileKeyring(KeyringBackend):
             os.chmod(directory, 0o700)
         return directory
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        lock = self._ensure_dir() / LOCK_NAME
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing releases the flock
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return exclusive_lock(self._ensure_dir() / LOCK_NAME)
 
     def _load(self) -> dict[str, dict[str, str]]:
         try:

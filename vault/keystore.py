@@ -17,11 +17,8 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import fcntl
 import hashlib
-import os
 import secrets
-from collections.abc import Iterator
 
 import keyring
 from cryptography.hazmat.primitives import hashes
@@ -32,7 +29,7 @@ from keyring.errors import PasswordDeleteError
 
 from . import keyring_backend  # noqa: F401 - registers the embedded backend with keyring
 from .errors import KeyUnavailable
-from .home import VaultHome
+from .home import VaultHome, exclusive_lock
 
 SERVICE = "vaultsim"
 KEY_BYTES = 32
@@ -165,15 +162,9 @@ class KeyStore:
             raise KeyUnavailable(f"{self.backend_name()} did not keep the vault data key")
         return stored
 
-    @contextlib.contextmanager
-    def _creation_lock(self) -> Iterator[None]:
+    def _creation_lock(self) -> contextlib.AbstractContextManager[None]:
         self.home.ensure()
-        fd = os.open(self.home.root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+        return exclusive_lock(self.home.root / LOCK_NAME)
 
     def _unavailable(self, what: str, exc: Exception, secret: str = "") -> KeyUnavailable:
         detail = str(exc)[:300]

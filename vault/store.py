@@ -17,13 +17,11 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import fcntl
 import json
-import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +31,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .errors import BadInput, CredentialError, MissingCredential
-from .home import VaultHome, write_private
+from .home import VaultHome, exclusive_lock, write_private
 from .keystore import KeyStore
 from .secret import Secret
 
@@ -117,15 +115,9 @@ class CredentialStore:
 
     # --- file format -------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
         self.home.ensure()
-        fd = os.open(self.home.root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+        return exclusive_lock(self.home.root / LOCK_NAME)
 
     def _read(self) -> dict[str, dict[str, Any]]:
         try:

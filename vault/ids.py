@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 
@@ -22,7 +21,3 @@ def correlation_id() -> str:
 
 def token(nbytes: int = 32) -> str:
     return secrets.token_urlsafe(nbytes)
-
-
-def pid_tag() -> str:
-    return str(os.getpid())

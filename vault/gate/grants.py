@@ -8,6 +8,7 @@ the connection, a lock, a revoke or its TTL.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..ids import new_id
@@ -32,7 +33,7 @@ class Grant:
 
 @dataclass
 class GrantTable:
-    clock: "callable[[], float]" = time.time  # type: ignore[valid-type]
+    clock: Callable[[], float] = time.time
     grants: dict[str, Grant] = field(default_factory=dict)
 
     def add(self, session_id: str, identity: ProcessIdentity, operation: str, scope: str,

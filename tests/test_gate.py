@@ -287,3 +287,63 @@ class TestApproverChannel:
         with ApproverClient.for_home(VaultHome(sandbox.home), "human") as c:
             with pytest.raises(RpcError, match="unknown request"):
                 c.request("decide", request_id="r-missing", decision="deny")
+
+
+class TestPolicyAndGrantLifetime:
+    def test_bad_policy_file_names_file_and_field(self, sandbox: Sandbox) -> None:
+        """A policy with a wrong mode is rejected at start with the file, the field and why."""
+        policy = sandbox.write("bad.yaml", {"risks": {"create": {"mode": "sometimes"}}})
+        out = sandbox.vaultsim("daemon", "--foreground", "--policy", str(policy), timeout=30)
+        assert out.returncode == 2
+        assert str(policy) in out.stderr
+        assert "risks.create.mode" in out.stderr
+        assert "Traceback" not in out.stderr
+
+    def test_grant_ends_at_its_ttl(self, sandbox: Sandbox) -> None:
+        """A session grant with a TTL stops covering calls once it expires: the next call prompts."""
+        policy = sandbox.write("ttl.yaml", {"risks": {"create": {"mode": "session", "ttl_s": 0.5}}})
+        setup(sandbox, "--policy", str(policy))
+        sandbox.start_approver([{"match": {}, "decide": "allow_session"}])
+        proc = agent_script(sandbox, (
+            "client.open_session('stub', 'run-1')\n"
+            "out(client.call('create_issue', {'title': 'a'}))\n"
+            "sys.stdin.readline()\n"
+            "out(client.call('create_issue', {'title': 'b'}))\n"), wait=False)
+        assert json.loads(proc.stdout.readline())["category"] == "success"
+        with ApproverClient.for_home(VaultHome(sandbox.home), "test") as c:
+            wait_for(lambda: c.request("sessions")["sessions"]
+                     and not c.request("sessions")["sessions"][0]["grants"], what="the grant to expire")
+        out, _ = proc.communicate("\n", timeout=60)
+        assert json.loads(out.splitlines()[0])["category"] == "success"
+        assert stats(sandbox)["prompts"] == 2
+
+
+class TestScriptedApprover:
+    def test_unmatched_is_denied_logged_and_approver_exits_with_daemon(self, sandbox: Sandbox) -> None:
+        """No rule matches: deny; the answer is logged; when the daemon stops the approver exits 0."""
+        setup(sandbox)
+        approver = sandbox.start_approver([{"match": {"operation": "read_*"}, "decide": "allow_once"}])
+        run = sandbox.run_agent([CREATE])
+        assert run.results[0]["category"] == "approval_denied"
+        logged = [json.loads(line) for line in approver.log_path.read_text().splitlines()]
+        assert [(e["operation"], e["decision"], e["rule"], e["accepted"]) for e in logged] == [
+            ("create_issue", "deny", None, True)]
+        assert sandbox.vaultsim("stop").returncode == 0
+        assert approver.wait(timeout=30) == 0
+
+
+class TestApproverDescendant:
+    def test_child_of_agent_cannot_approve(self, sandbox: Sandbox) -> None:
+        """A process spawned by an agent session's process is refused on approver.sock, token or not."""
+        setup(sandbox)
+        results = agent_script(sandbox, (
+            "import subprocess\n"
+            "client.open_session('stub', 'run-1')\n"
+            "child = ('import json\\nfrom vault.client import ApproverClient\\nfrom vault.home import VaultHome\\n'\n"
+            "  'from vault.errors import RpcError\\n'\n"
+            "  'try:\\n    ApproverClient.for_home(VaultHome.resolve()); print(json.dumps({\"refused\": False}))\\n'\n"
+            "  'except RpcError as e:\\n    print(json.dumps({\"refused\": True, \"message\": e.message}))\\n')\n"
+            "res = subprocess.run([sys.executable, '-c', child], capture_output=True, text=True)\n"
+            "print(res.stdout.strip())\n"))
+        assert results[0]["refused"] is True
+        assert "descendants" in results[0]["message"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -16,3 +19,20 @@ def percentiles(samples_s: list[float]) -> tuple[float, float]:
     ms = sorted(s * 1000 for s in samples_s)
     q = statistics.quantiles(ms, n=100, method="inclusive")
     return statistics.median(ms), q[98]
+
+
+TOKEN = "bench-token"
+
+
+@contextlib.contextmanager
+def vault_with_remote(*daemon_args: str) -> Iterator[tuple[Sandbox, str]]:
+    """A sandbox with the fake remote, the tracker credential and an unlocked daemon."""
+    box = new_sandbox()
+    try:
+        _, url = box.start_remote({"tracker_token": TOKEN})
+        box.set_secret("tracker_token", TOKEN)
+        box.start_daemon("--remote", url, *daemon_args)
+        yield box, url
+    finally:
+        box.close()
+        shutil.rmtree(box.root, ignore_errors=True)

@@ -9,22 +9,16 @@ process answers at once. Prints p50/p99 of the whole call. Target p50 <= 6 ms.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 
-from _procs import new_sandbox, percentiles
+from _procs import percentiles, vault_with_remote
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 500
-TOKEN = "bench-token"
 
 
 def main() -> None:
-    box = new_sandbox()
-    try:
-        _, url = box.start_remote({"tracker_token": TOKEN})
-        box.set_secret("tracker_token", TOKEN)
-        box.start_daemon("--remote", url)
+    with vault_with_remote() as (box, url):
         box.start_approver([{"match": {}, "decide": "allow_once"}])
         from vault.client import AgentClient
 
@@ -41,9 +35,6 @@ def main() -> None:
         print(f"create_issue with allow_once x{N} (last category: {res.category})")
         print(f"  request -> scripted decision -> result: p50 {p50:.3f} ms  p99 {p99:.3f} ms  (target p50 <= 6 ms)")
         agent.close()
-    finally:
-        box.close()
-        shutil.rmtree(box.root, ignore_errors=True)
 
 
 if __name__ == "__main__":

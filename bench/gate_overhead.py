@@ -9,26 +9,19 @@ Prints p50/p99 of each and the p50 ratio. Target: ratio <= 1.5.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 
 import httpx
 
-from _procs import new_sandbox, percentiles
+from _procs import TOKEN, percentiles, vault_with_remote
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
-TOKEN = "bench-token"
 
 
 def main() -> None:
-    box = new_sandbox()
-    try:
-        _, url = box.start_remote({"tracker_token": TOKEN})
-        box.set_secret("tracker_token", TOKEN)
-        box.start_daemon("--remote", url, *sys.argv[2:])
+    with vault_with_remote(*sys.argv[2:]) as (box, url):
         from vault.client import AgentClient
-
         from vault.remote.state import SEED_ISSUES
 
         issue_id = SEED_ISSUES[0]["id"]
@@ -53,9 +46,6 @@ def main() -> None:
         print(f"  via vault    : p50 {v50:.3f} ms  p99 {v99:.3f} ms")
         print(f"  ratio p50    : {v50 / d50:.2f}x  (target <= 1.5x)")
         agent.close()
-    finally:
-        box.close()
-        shutil.rmtree(box.root, ignore_errors=True)
 
 
 if __name__ == "__main__":

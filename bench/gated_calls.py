@@ -11,14 +11,12 @@ and 8 agents. Target (issue #5): 8 agents >= 8k calls/s.
 from __future__ import annotations
 
 import multiprocessing as mp
-import shutil
 import sys
 import time
 
-from _procs import new_sandbox
+from _procs import vault_with_remote
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 400
-TOKEN = "bench-token"
 
 
 def agent(sock: str, n: int, start: "mp.synchronize.Barrier", done: "mp.Queue[int]") -> None:
@@ -48,19 +46,12 @@ def measure(sock: str, agents: int) -> tuple[float, int]:
 
 
 def main() -> None:
-    box = new_sandbox()
-    try:
-        _, url = box.start_remote({"tracker_token": TOKEN})
-        box.set_secret("tracker_token", TOKEN)
-        box.start_daemon("--remote", url, *sys.argv[2:])
+    with vault_with_remote(*sys.argv[2:]) as (box, url):
         sock = str(box.agent_sock)
         for agents in (1, 8):
             rate, ok = measure(sock, agents)
             print(f"{agents} agent(s) x {N} read_issue: {rate:,.0f} durable gated calls/s ({ok} succeeded)")
         print("target: 8 agents >= 8,000 calls/s")
-    finally:
-        box.close()
-        shutil.rmtree(box.root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -61,3 +61,14 @@ class TestCredentialNeverInAgent:
         assert files_containing(sandbox.home, secret.encode()) == []
         assert files_containing(sandbox.root / "kr", secret.encode()) == []
         assert secret not in (sandbox.root / "daemon.stderr").read_text()
+
+    def test_missing_credential_is_a_clear_refusal(self, sandbox: Sandbox) -> None:
+        """No credential set for the operation: authentication_failed naming it; the remote saw nothing."""
+        _, url = sandbox.start_remote({"tracker_token": canary()})
+        sandbox.start_daemon("--remote", url)
+        run = sandbox.run_agent([{"call": "read_issue", "params": {"issue_id": "ISS-1"}}])
+        result = run.results[0]
+        assert (result["category"], result["retry"]) == ("authentication_failed", "never")
+        assert "tracker_token" in result["message"] and "vaultsim secret set" in result["message"]
+        assert remote_events(url) == []
+        assert sandbox.status() is not None  # the daemon serves on

@@ -332,6 +332,17 @@ class TestScriptedApprover:
         assert approver.wait(timeout=30) == 0
 
 
+    def test_lock_answer_locks_the_vault(self, sandbox: Sandbox) -> None:
+        """A `lock` rule refuses the pending request by locking: approval_denied, then vault_locked."""
+        url = setup(sandbox)
+        sandbox.start_approver([{"decide": "lock"}])
+        run = sandbox.run_agent([CREATE])
+        assert run.results[0]["category"] == "approval_denied"
+        assert sandbox.status()["locked"] is True
+        assert sandbox.run_agent([CREATE]).results[0]["category"] == "vault_locked"
+        assert remote_events(url) == []
+
+
 class TestApproverDescendant:
     def test_child_of_agent_cannot_approve(self, sandbox: Sandbox) -> None:
         """A process spawned by an agent session's process is refused on approver.sock, token or not."""

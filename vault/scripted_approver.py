@@ -5,13 +5,14 @@ Script format (YAML):
     name: ci-approver            # approver name (matches policy `owner`)
     rules:                       # first matching rule with uses left wins
       - match: {operation: create_issue, risk: create, agent: "stub*", params: {title: "Fix*"}}
-        decide: allow_session    # allow_once | allow_session | deny | ignore
+        decide: allow_session    # allow_once | allow_session | deny | ignore | lock
         delay_s: 0.5             # optional: think before answering
         times: 1                 # optional: only the first N matches
     # anything unmatched is denied
 
 Patterns are shell-style (fnmatch). `ignore` leaves the request undecided
-(to exercise pending/expired paths). Every prompt answered is logged as one
+(to exercise pending/expired paths); `lock` refuses by locking the vault
+while the request is pending (a person pulling the brake). Every prompt answered is logged as one
 JSON line. The approver exits cleanly when the daemon stops.
 """
 
@@ -56,7 +57,7 @@ class Match(BaseModel):
 class ApproverRule(BaseModel):
     model_config = _Strict
     match: Match = Match()
-    decide: Literal["allow_once", "allow_session", "deny", "ignore"]
+    decide: Literal["allow_once", "allow_session", "deny", "ignore", "lock"]
     delay_s: float = Field(default=0.0, ge=0, le=3600)
     times: int | None = Field(default=None, ge=1)
 
@@ -108,7 +109,10 @@ class ScriptedApprover:
                                    "rule": index, "decision": decision}
         if decision != "ignore" and self.client is not None:
             try:
-                await self.client.request("decide", request_id=req["request_id"], decision=decision)
+                if decision == "lock":
+                    await self.client.request("lock")
+                else:
+                    await self.client.request("decide", request_id=req["request_id"], decision=decision)
                 outcome["accepted"] = True
             except RpcError as exc:
                 outcome["accepted"] = False

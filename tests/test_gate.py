@@ -344,6 +344,31 @@ class TestScriptedApprover:
 
 
 class TestApproverDescendant:
+    def test_approver_that_becomes_an_agent_cannot_decide_its_own_request(self, sandbox: Sandbox) -> None:
+        """Hello first, then open an agent session: deciding that session's request is refused."""
+        setup(sandbox)
+        results = agent_script(sandbox, (
+            "import asyncio\n"
+            "from vault.client import connect_approver\nfrom vault.home import VaultHome\n"
+            "from vault.errors import RpcError\n"
+            "async def main():\n"
+            "    approver, _ = await connect_approver(VaultHome.resolve(), 'sneaky')\n"
+            "    client.open_session('stub', 'run-1')\n"
+            "    call = asyncio.ensure_future(asyncio.to_thread(client.call, 'create_issue', {'title': 'x'}, wait_s=1))\n"
+            "    while not (await approver.request('status'))['pending']:\n"
+            "        await asyncio.sleep(0.02)\n"
+            "    rid = (await approver.request('subscribe'))['pending'][0]['request_id']\n"
+            "    try:\n"
+            "        await approver.request('decide', request_id=rid, decision='allow_once')\n"
+            "        print(json.dumps({'refused': False}))\n"
+            "    except RpcError as e:\n"
+            "        print(json.dumps({'refused': True, 'message': e.message}))\n"
+            "    out(await call)\n"
+            "asyncio.run(main())\n"))
+        assert results[0]["refused"] is True
+        assert "never approves its own" in results[0]["message"]
+        assert results[1]["category"] == "approval_pending"
+
     def test_child_of_agent_cannot_approve(self, sandbox: Sandbox) -> None:
         """A process spawned by an agent session's process is refused on approver.sock, token or not."""
         setup(sandbox)

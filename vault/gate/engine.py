@@ -16,6 +16,7 @@ from ..catalog import Operation
 from ..errors import RpcError
 from ..jsonrpc import CONFLICT, NOT_AUTHORIZED
 from ..models import Category, Result, make_result
+from ..peer import is_same_or_descendant
 from ..rpc_server import Connection
 from ..sessions import Session, SessionTable
 from .approvals import Decision, PendingApproval, State
@@ -80,6 +81,11 @@ class Gate:
         if ap.epoch != self.epoch:
             raise RpcError(CONFLICT, f"request {request_id} predates a lock; it can no longer be decided")
         who = self.approver_name(conn)
+        # checked again here, not only at hello: an approver process that opened an
+        # agent session afterwards must still not decide its own (or its parent's) request
+        if is_same_or_descendant(conn.peer.pid, [ap.session.identity]):
+            raise RpcError(NOT_AUTHORIZED, f"request {request_id} comes from this process or one of its "
+                           "ancestors; an agent never approves its own requests")
         if ap.owner is not None and who != ap.owner:
             raise RpcError(NOT_AUTHORIZED, f"request {request_id} must be decided by {ap.owner!r}")
         elapsed = self.clock() - ap.created

@@ -200,8 +200,10 @@ class TuiState:
 
     def _activity(self, p: dict[str, Any], now: float) -> None:
         when = _float(p.get("time"), now)
+        retry = _str(p.get("retry"))
+        told = f" (retry: {retry})" if retry and retry != "none" else ""
         self.note(when, f"{_str(p.get('agent'), '?')}[{p.get('pid')}] {_str(p.get('operation'), '?')}"
-                        f" -> {_str(p.get('category'), '?')}", "result")
+                        f" -> {_str(p.get('category'), '?')}{told}", "result")
 
     def _locked(self, p: dict[str, Any], now: float) -> None:
         self.locked = bool(p.get("locked"))

@@ -233,7 +233,7 @@ class VaultDaemon:
         await self.gate.broadcast("activity", {
             "time": time.time(), "agent": s.agent, "pid": s.identity.pid, "session_id": s.id,
             "operation": result.operation, "category": str(result.category),
-            "correlation_id": result.correlation_id})
+            "retry": str(result.retry), "correlation_id": result.correlation_id})
         return result
 
     def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None) -> CallContext:

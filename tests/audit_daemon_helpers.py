@@ -150,7 +150,7 @@ def _run_failing_daemon(argv: list[str]) -> int:
     import logging
 
     from vault.audit.adapter import open_audit
-    from vault.daemon import acquire_home_lock
+    from vault.instance import acquire_home_lock
     from vault.daemon_cli import build_daemon, configure_daemon
     from vault.home import VaultHome
     from vault.keystore import KeyStore

@@ -95,7 +95,7 @@ def run_daemon(args: argparse.Namespace) -> int:
         return _spawn_background(home, args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s vaultsim[%(process)d] %(levelname)s %(message)s")
-    from .daemon import acquire_home_lock
+    from .instance import acquire_home_lock
     lock_fd = acquire_home_lock(home)
     try:
         home.pid_file.write_text(f"{os.getpid()}\n")

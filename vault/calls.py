@@ -1,0 +1,242 @@
+"""The call pipeline: from an approved call to the Result the agent is told.
+
+Order, and why: credential and service first (a missing one is refused with
+nothing sent); the intent is durable in the audit log before the credential
+leaves the vault; the executor runs; raw evidence of a failure goes to
+encrypted diagnostics; the result record is durable before the answer. If a
+record cannot be written after the remote was touched, the agent is told
+`outcome_unknown`, never a success the log cannot back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .catalog import Operation
+from .errors import AuditError, CredentialError, MissingCredential
+from .executors.base import CallContext, ExecOutcome, Executor
+from .ids import correlation_id
+from .models import Category, Result, make_result
+from .sessions import Session
+
+log = logging.getLogger("vaultsim.daemon")
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    operation: str
+    idempotency_key: str | None
+    session_id: str
+    agent: str
+    run_id: str | None
+
+
+def _timed_out(diagnostic: dict[str, Any] | None) -> bool:
+    """Did the executor give up on a deadline? (http: a *Timeout error; ssh: timed_out)"""
+    if not diagnostic:
+        return False
+    error = diagnostic.get("error")
+    kind = error.get("type", "") if isinstance(error, dict) else ""
+    return bool(diagnostic.get("timed_out")) or "Timeout" in str(kind)
+
+
+class CallPipeline:
+    """Mixed into VaultDaemon: the methods that perform and reconcile calls.
+
+    Uses the daemon's config, catalog, store, diagnostics, executors, gate,
+    audit(), and its `calls`, `by_idem`, `_touched` and `halted` state.
+    """
+
+    config: Any
+    catalog: Any
+    store: Any
+    diagnostics: Any
+    executors: dict[str, Executor]
+    gate: Any
+    home: Any
+    calls: dict[str, "CallRecord"]
+    by_idem: dict[str, str]
+    _touched: set[str]
+    halted: str | None
+
+    async def audit(self, event: dict[str, Any], durable: bool = True) -> None:
+        raise NotImplementedError
+
+    async def call(self, s: Session, op: Operation, params: dict[str, Any],
+                   idem: str | None, wait_s: float | None) -> Result:
+        cid = correlation_id()
+        self.calls[cid] = CallRecord(op.name, idem, s.id, s.agent, s.run_id)
+        if idem:
+            self.by_idem[idem] = cid
+        if self.halted:
+            return make_result(Category.local_failure, op.name, cid,
+                               f"the vault stopped serving calls ({self.halted}); nothing was sent")
+        try:
+            await self.audit({"type": "call_requested", "correlation_id": cid, "session_id": s.id,
+                              "operation": op.name, "risk": str(op.risk), "target": op.scope(params)},
+                             durable=False)
+            result = await self.gate.call(s, op, params, cid, wait_s,
+                                          lambda: self._execute(s, op, params, cid, idem))
+        except AuditError:
+            result = make_result(Category.local_failure, op.name, cid,
+                                 "the audit log could not record this call; nothing was sent")
+        return await self.record_result(s, result)
+
+    async def record_result(self, s: Session, result: Result, resumed: bool = False) -> Result:
+        """Make the call's records durable, then tell approvers; returns what the agent gets."""
+        touched = result.correlation_id in self._touched
+        self._touched.discard(result.correlation_id)
+        try:
+            await self.audit({"type": "classification", "correlation_id": result.correlation_id,
+                              "session_id": s.id, "operation": result.operation,
+                              "category": str(result.category),
+                              "retry": str(result.retry), "diagnostic_id": result.diagnostic_id,
+                              "resumed": resumed})
+        except AuditError:
+            if touched:
+                result = make_result(Category.outcome_unknown, result.operation, result.correlation_id,
+                                     "the remote was contacted but the result could not be recorded; "
+                                     "its outcome must be treated as unknown")
+        await self.gate.broadcast("activity", {
+            "time": time.time(), "agent": s.agent, "pid": s.identity.pid, "session_id": s.id,
+            "operation": result.operation, "category": str(result.category),
+            "retry": str(result.retry), "correlation_id": result.correlation_id})
+        return result
+
+    def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None) -> CallContext:
+        return CallContext(correlation_id=cid, session_id=s.id, idempotency_key=idem, run_id=s.run_id,
+                           deadline=time.monotonic() + self.config.call_timeout_s, workdir=workdir)
+
+    async def _prepare(self, op: Operation, cid: str) -> tuple[Any, Any, Executor] | Result:
+        service = self.config.services.get(op.service)
+        executor = self.executors.get(op.executor)
+        if service is None or executor is None:
+            return make_result(Category.local_failure, op.name, cid,
+                               f"service {op.service!r} is not configured in this vault; nothing was sent")
+        try:
+            credential = self.store.get(op.credential)
+        except MissingCredential:
+            return make_result(Category.authentication_failed, op.name, cid,
+                               f"the vault holds no credential {op.credential!r} for {op.name}; "
+                               "an operator must set it (vaultsim secret set). Nothing was sent")
+        except CredentialError as exc:
+            return make_result(Category.local_failure, op.name, cid,
+                               f"the credential store is unavailable ({exc.message}); nothing was sent")
+        return credential, service, executor
+
+    async def _execute(self, s: Session, op: Operation, params: dict[str, Any],
+                       cid: str, idem: str | None) -> Result:
+        prepared = await self._prepare(op, cid)
+        if isinstance(prepared, Result):
+            return prepared
+        credential, service, executor = prepared
+        try:
+            # on disk before the credential leaves the vault, reads included: no unaudited action
+            await self.audit({"type": "intent", "correlation_id": cid, "operation": op.name,
+                              "target": op.scope(params), "idempotency_key": bool(idem)})
+        except AuditError as exc:
+            return make_result(Category.local_failure, op.name, cid,
+                               "the audit log could not record the intent; the call was refused "
+                               f"before anything was sent ({exc.message})")
+        workdir = self._workdir(cid) if op.executor == "ssh" else None
+        try:
+            with contextlib.suppress(AuditError):
+                await self.audit({"type": "dispatch_started", "correlation_id": cid}, durable=False)
+            outcome = await self._run_executor(executor, op, params, credential, service,
+                                               self._context(s, cid, idem, workdir))
+        finally:
+            if workdir:
+                shutil.rmtree(workdir, ignore_errors=True)
+        return await self._finish(op, cid, outcome, credential, "remote_result")
+
+    async def _run_executor(self, executor: Executor, op: Operation, params: dict[str, Any],
+                            credential: Any, service: Any, ctx: CallContext) -> ExecOutcome:
+        try:
+            return await executor.execute(op, params, credential, service, ctx)
+        except Exception as exc:  # an executor bug: we cannot know what reached the remote
+            log.error("executor %s failed: %s", op.executor, type(exc).__name__)
+            cat = Category.outcome_unknown if op.mutates else Category.local_failure
+            return ExecOutcome(make_result(cat, op.name, ctx.correlation_id,
+                                           "the vault's executor failed unexpectedly; "
+                                           "the remote outcome is not known"), remote_touched=True)
+
+    async def _finish(self, op: Operation, cid: str, outcome: ExecOutcome, credential: Any,
+                      event_type: str, link: dict[str, Any] | None = None) -> Result:
+        result = outcome.result
+        if outcome.remote_touched:
+            self._touched.add(cid)
+        # raw evidence is kept for failures only: a success needs no forensics
+        if outcome.diagnostic and not result.ok and self.diagnostics is not None:
+            try:
+                did = self.diagnostics.record(outcome.diagnostic, secrets=[credential])
+                result = result.model_copy(update={"diagnostic_id": did})
+            except Exception as exc:  # diagnostics are best effort; never block the answer
+                log.error("could not store diagnostic: %s", type(exc).__name__)
+        try:
+            if _timed_out(outcome.diagnostic):
+                await self.audit({"type": "client_timeout", "correlation_id": cid,
+                                  "phase": (outcome.diagnostic or {}).get("phase")}, durable=False)
+            await self.audit({"type": event_type, "correlation_id": cid,
+                              "category": str(result.category), "remote_touched": outcome.remote_touched,
+                              "diagnostic_id": result.diagnostic_id, "reconciled": result.reconciled,
+                              **(link or {})},
+                             durable=False)
+        except AuditError:
+            if outcome.remote_touched:
+                return make_result(Category.outcome_unknown, op.name, cid,
+                                   "the remote was contacted but the result could not be recorded; "
+                                   "its outcome must be treated as unknown")
+            return make_result(Category.local_failure, op.name, cid,
+                               "the audit log failed; nothing was recorded as sent")
+        return result
+
+    def _workdir(self, cid: str) -> str:
+        base = self.home.root / "work"
+        base.mkdir(mode=0o700, exist_ok=True)
+        path = base / cid
+        path.mkdir(mode=0o700)
+        return str(path)
+
+    async def lookup(self, s: Session, cid: str | None, idem: str | None, operation: str | None) -> Result:
+        if cid is None and idem:
+            cid = self.by_idem.get(idem)
+        record = self.calls.get(cid) if cid else None
+        if record is not None and (record.agent != s.agent or record.run_id != s.run_id):
+            record = None  # another agent's history is not this agent's to read
+        op_name = record.operation if record else operation
+        op = self.catalog.get(op_name) if op_name else None
+        lookup_cid = correlation_id()
+        if op is None:
+            return make_result(Category.success, operation or "lookup", lookup_cid,
+                               "no operation is known for that id; tell the vault which operation to look up",
+                               reconciled="unknown")
+        if self.halted:
+            return make_result(Category.local_failure, op.name, lookup_cid,
+                               f"the vault stopped serving calls ({self.halted}); nothing was sent")
+        if self.gate.locked:
+            return make_result(Category.vault_locked, op.name, lookup_cid,
+                               "the vault is locked; nothing was sent")
+        prepared = await self._prepare(op, lookup_cid)
+        if isinstance(prepared, Result):
+            return prepared
+        credential, service, executor = prepared
+        idem = idem or (record.idempotency_key if record else None)
+        try:
+            outcome = await executor.lookup(op, credential, service, self._context(s, lookup_cid, idem, None),
+                                            correlation_id=cid, idempotency_key=idem)
+        except Exception as exc:
+            log.error("lookup on %s failed: %s", op.executor, type(exc).__name__)
+            outcome = ExecOutcome(make_result(Category.success, op.name, lookup_cid,
+                                              "the lookup failed; the earlier outcome is still unknown",
+                                              reconciled="unknown"))
+        # the reconciliation names the call it settles, so that call's history includes it
+        link = {"lookup_of": cid} if record is not None else None
+        result = await self._finish(op, lookup_cid, outcome, credential, "reconciliation", link)
+        return await self.record_result(s, result)
+
+    # ---- lifecycle -------------------------------------------------------------

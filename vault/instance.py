@@ -1,0 +1,77 @@
+"""One daemon per vault home: the home lock, stale sockets, the approver token.
+
+A second daemon on a home is refused with the pid of the one serving it; a
+socket left by a killed daemon is removed only if nothing answers on it and
+it really is a socket.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import stat
+from pathlib import Path
+
+from .errors import AlreadyRunning, HomeError
+from .home import VaultHome, write_private
+from .ids import token
+
+log = logging.getLogger("vaultsim.daemon")
+
+
+def acquire_home_lock(home: VaultHome) -> int:
+    """Take the one-daemon-per-home lock, or explain who holds it."""
+    fd = os.open(home.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        pid = _read_pid(home)
+        who = f" (pid {pid})" if pid else ""
+        raise AlreadyRunning(f"a vaultsim daemon{who} already serves {home.root}; "
+                             "stop it with `vaultsim stop` first") from None
+    return fd
+
+
+def _read_pid(home: VaultHome) -> int | None:
+    try:
+        return int(home.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def clear_stale_socket(path: Path) -> None:
+    """A socket left by a killed daemon is removed, but only if nobody answers on it."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise HomeError(f"{path} exists and is not a socket; refusing to remove it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        path.unlink(missing_ok=True)
+        log.info("removed stale socket %s", path)
+        return
+    except OSError:
+        path.unlink(missing_ok=True)
+        return
+    finally:
+        probe.close()
+    raise AlreadyRunning(f"another process answers on {path}; refusing to take it over")
+
+
+def approver_token(home: VaultHome) -> str:
+    path = home.approver_token_file
+    if path.exists():
+        if stat.S_IMODE(path.stat().st_mode) != 0o600:
+            os.chmod(path, 0o600)
+        return path.read_text().strip()
+    value = token(32)
+    write_private(path, value.encode())
+    return value

@@ -26,6 +26,9 @@ from .sessions import Session
 
 log = logging.getLogger("vaultsim.daemon")
 
+# calls the daemon remembers for `lookup` (dicts keep insertion order: oldest first)
+MAX_REMEMBERED_CALLS = 100_000
+
 
 @dataclass(frozen=True)
 class CallRecord:
@@ -70,9 +73,7 @@ class CallPipeline:
     async def call(self, s: Session, op: Operation, params: dict[str, Any],
                    idem: str | None, wait_s: float | None) -> Result:
         cid = correlation_id()
-        self.calls[cid] = CallRecord(op.name, idem, s.id, s.agent, s.run_id)
-        if idem:
-            self.by_idem[idem] = cid
+        self._remember(cid, CallRecord(op.name, idem, s.id, s.agent, s.run_id))
         if self.halted:
             return make_result(Category.local_failure, op.name, cid,
                                f"the vault stopped serving calls ({self.halted}); nothing was sent")
@@ -107,6 +108,17 @@ class CallPipeline:
             "operation": result.operation, "category": str(result.category),
             "retry": str(result.retry), "correlation_id": result.correlation_id})
         return result
+
+    def _remember(self, cid: str, record: CallRecord) -> None:
+        """Keep what `lookup` needs about a call; the oldest go first past the cap."""
+        self.calls[cid] = record
+        if record.idempotency_key:
+            self.by_idem[record.idempotency_key] = cid
+        while len(self.calls) > MAX_REMEMBERED_CALLS:
+            old_cid = next(iter(self.calls))
+            old = self.calls.pop(old_cid)
+            if old.idempotency_key and self.by_idem.get(old.idempotency_key) == old_cid:
+                del self.by_idem[old.idempotency_key]
 
     def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None) -> CallContext:
         return CallContext(correlation_id=cid, session_id=s.id, idempotency_key=idem, run_id=s.run_id,

@@ -19,12 +19,8 @@ from vault.errors import BadInput
 from vault.executors.base import CallContext, ExecOutcome, ServiceConfig
 from vault.executors.ssh import SshExecutor
 from vault.models import Category, Retry
+from vault.remote.sshd import SshdInfo, SshdServer, new_client_key, refused_port, sshd_available
 from vault.secret import Secret
-
-try:
-    from tests.sshd import SshdInfo, SshdServer, new_client_key, refused_port, sshd_available
-except ImportError:  # pytest's rootdir-less import mode puts tests/ itself on sys.path
-    from sshd import SshdInfo, SshdServer, new_client_key, refused_port, sshd_available
 
 pytestmark = [
     pytest.mark.sshd,

@@ -1,8 +1,8 @@
 """The SSH side of a trial: a real sshd on loopback and the faults played on it.
 
-The sshd fixture lives in `tests/sshd.py` (a plain class with no pytest
-dependency, written to be reused here); it is loaded from the source tree, so
-SSH scenarios need a checkout and OpenSSH, and are reported SKIPPED without.
+The fake SSH host is `vault.remote.sshd` (a real sshd on loopback with a
+`restart` program that keeps markers); SSH scenarios need OpenSSH's server and
+are reported SKIPPED without it.
 
 Faults are played from outside, on the real processes, while the agent's call
 is in flight; the `restart` program on the fake host is held until a fault has
@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -30,28 +28,19 @@ from typing import Any
 
 import psutil
 
-_SSHD_PATH = Path(__file__).resolve().parents[2] / "tests" / "sshd.py"
 POLL_S = 0.02
 
 
 def sshd_module() -> ModuleType | None:
-    """tests/sshd.py as a module, or None when it or OpenSSH is not there."""
-    if "vaultsim_sshd_fixture" in sys.modules:
-        return sys.modules["vaultsim_sshd_fixture"]
-    if not _SSHD_PATH.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("vaultsim_sshd_fixture", _SSHD_PATH)
-    if spec is None or spec.loader is None:
-        return None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module if module.sshd_available() else None
+    """vault.remote.sshd, or None when OpenSSH's server is not installed."""
+    from ..remote import sshd
+
+    return sshd if sshd.sshd_available() else None
 
 
 def ssh_unavailable_reason() -> str | None:
     try:
-        return None if sshd_module() is not None else "OpenSSH server or tests/sshd.py not available"
+        return None if sshd_module() is not None else "OpenSSH server (sshd) not available"
     except Exception as exc:  # a broken fixture must not take the runner down
         return f"cannot load the sshd fixture ({type(exc).__name__})"
 

@@ -22,7 +22,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `helpers` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers import PY, ROOT, Sandbox, wait_for  # noqa: E402
+from helpers import PY, ROOT, Sandbox  # noqa: E402
 
 TOKEN = "tracker-token-value"
 
@@ -116,13 +116,7 @@ def agent_call(sandbox: Sandbox, body: str, *args: str, run_id: str = "audit-run
 
 def start_failing_daemon(sandbox: Sandbox, flag: Path, *args: str) -> subprocess.Popen[str]:
     """A real daemon process whose audit fdatasync fails once `flag` exists."""
-    argv = [PY, str(Path(__file__).resolve()), "daemon", "--fail-flag", str(flag), *args]
-    log = open(sandbox.root / "daemon.stderr", "a")
-    proc = sandbox.spawn(argv, stdout=log, stderr=log)
-    log.close()
-    wait_for(lambda: proc.poll() is not None or sandbox.status() is not None, what="daemon to answer")
-    assert proc.poll() is None, (sandbox.root / "daemon.stderr").read_text()
-    return proc
+    return sandbox.spawn_daemon([PY, str(Path(__file__).resolve()), "daemon", "--fail-flag", str(flag), *args])
 
 
 # ---- the injected I/O layer (runs inside the daemon process) --------------------

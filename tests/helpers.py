@@ -106,6 +106,10 @@ class Sandbox:
         argv = [PY, "-m", "vault.cli", "daemon", "--foreground", *args]
         if unlocked:
             argv.append("--unlocked")
+        return self.spawn_daemon(argv)
+
+    def spawn_daemon(self, argv: list[str]) -> subprocess.Popen[str]:
+        """Start a daemon command, logging to daemon.stderr; return once it answers."""
         log = open(self.root / "daemon.stderr", "a")
         proc = self.spawn(argv, stdout=log, stderr=log)
         log.close()

@@ -12,7 +12,6 @@ import itertools
 import json
 import os
 import socket
-from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from . import jsonrpc as rpc
@@ -214,8 +213,3 @@ async def connect_approver(home: VaultHome, name: str, on_notify: Notify | None 
         await client.close()
         raise
     return client, answer
-
-
-def socket_path_from_env() -> Path | None:
-    value = os.environ.get("VAULTSIM_SOCKET")
-    return Path(value) if value else None

@@ -128,7 +128,7 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
                   f"last lines of {home.daemon_log}:", file=sys.stderr)
             print(_tail(home.daemon_log), file=sys.stderr)
             return 1
-        if _answers(home):
+        if daemon_status(home, timeout=2) is not None:
             print(f"vaultsim daemon: serving {home.root} (pid {child.pid})")
             return 0
         time.sleep(0.05)
@@ -143,20 +143,11 @@ def _tail(path: Path, n: int = 8) -> str:
         return ""
 
 
-def _answers(home: VaultHome) -> bool:
+def daemon_status(home: VaultHome, timeout: float = 5) -> dict[str, Any] | None:
+    """The serving daemon's status, or None when nothing answers on the agent socket."""
     from .client import RpcClient
     try:
-        with RpcClient(home.agent_sock, timeout=2) as c:
-            c.request("vault.status")
-        return True
-    except (VaultError, OSError):
-        return False
-
-
-def daemon_status(home: VaultHome) -> dict[str, Any] | None:
-    from .client import RpcClient
-    try:
-        with RpcClient(home.agent_sock, timeout=5) as c:
+        with RpcClient(home.agent_sock, timeout=timeout) as c:
             return c.request("vault.status")
     except (VaultError, OSError):
         return None

@@ -68,9 +68,6 @@ class Transcript:
     unlocks: list[float] = field(default_factory=list)
     source: str = "none"
 
-    def for_agent(self, index: int) -> list[Entry]:
-        return [e for e in self.entries if e.agent_index == index]
-
 
 def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
                windows: list[tuple[float, float]]) -> Transcript:

@@ -66,12 +66,21 @@ class CallPipeline:
     by_idem: dict[str, str]
     _touched: set[str]
     halted: str | None
+    in_flight: int
 
     async def audit(self, event: dict[str, Any], durable: bool = True) -> None:
         raise NotImplementedError
 
     async def call(self, s: Session, op: Operation, params: dict[str, Any],
                    idem: str | None, wait_s: float | None) -> Result:
+        self.in_flight += 1
+        try:
+            return await self._call(s, op, params, idem, wait_s)
+        finally:
+            self.in_flight -= 1
+
+    async def _call(self, s: Session, op: Operation, params: dict[str, Any],
+                    idem: str | None, wait_s: float | None) -> Result:
         cid = correlation_id()
         self._remember(cid, CallRecord(op.name, idem, s.id, s.agent, s.run_id))
         if self.halted:
@@ -215,6 +224,13 @@ class CallPipeline:
         return str(path)
 
     async def lookup(self, s: Session, cid: str | None, idem: str | None, operation: str | None) -> Result:
+        self.in_flight += 1
+        try:
+            return await self._lookup(s, cid, idem, operation)
+        finally:
+            self.in_flight -= 1
+
+    async def _lookup(self, s: Session, cid: str | None, idem: str | None, operation: str | None) -> Result:
         if cid is None and idem:
             cid = self.by_idem.get(idem)
         record = self.calls.get(cid) if cid else None

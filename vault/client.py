@@ -35,12 +35,13 @@ class RpcClient:
         except (FileNotFoundError, ConnectionRefusedError):
             self.sock.close()
             raise HomeError(f"no vaultsim daemon answers on {self.path}") from None
-        self.file = self.sock.makefile("rwb", buffering=0)
+        # buffered reads: an unbuffered socket file reads a line one byte per recv()
+        self.file = self.sock.makefile("rb")
         self._ids = itertools.count(1)
 
     def request(self, method: str, **params: Any) -> Any:
         rid = next(self._ids)
-        self.file.write(rpc.encode_request(rid, method, params))
+        self.sock.sendall(rpc.encode_request(rid, method, params))
         while True:
             line = self.file.readline(rpc.MAX_FRAME + 1)
             if not line:

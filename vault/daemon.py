@@ -33,7 +33,7 @@ _REAP_INTERVAL_S = 0.2
 
 
 class AuditSink(Protocol):
-    async def append(self, event: dict[str, Any]) -> int: ...
+    async def append(self, event: dict[str, Any], *, alone: bool = False) -> int: ...
     def append_nowait(self, event: dict[str, Any]) -> int: ...
     def close(self) -> None: ...
 
@@ -57,6 +57,7 @@ class VaultDaemon(CallPipeline):
         self.by_idem: dict[str, str] = {}
         self._touched: set[str] = set()  # correlation ids whose remote was contacted
         self.halted: str | None = None  # set when the audit log failed: no more calls
+        self.in_flight = 0  # calls and lookups being served right now
         self.started = time.time()
         self._stop = asyncio.Event()
         self._stop_reason = ""
@@ -75,7 +76,8 @@ class VaultDaemon(CallPipeline):
         event = {"time": time.time(), **event}
         try:
             if durable:
-                await self.audit_sink.append(event)
+                # a lone call has nobody to share a group commit with: sync inline
+                await self.audit_sink.append(event, alone=self.in_flight <= 1)
             else:
                 self.audit_sink.append_nowait(event)
         except AuditError as exc:

@@ -5,7 +5,8 @@ One file, `credentials.enc` (0600): a JSON envelope `{format, nonce, ct}` where
 `keystore.derive("credentials")`, a fresh 12-byte nonce per write and the
 format tag as associated data. Nothing but the envelope is ever on disk.
 
-Every read goes to the file (no cache), so a `vaultsim secret set` while the
+Every read checks the file (a stat; it is decrypted again only when its
+inode, size, mtime or ctime changed), so a `vaultsim secret set` while the
 daemon runs takes effect at its next call. Writers serialise on an flock'd
 `credentials.lock` and replace the file atomically, so readers never see half
 a file. Values leave only as `vault.secret.Secret`, and no exception, repr or
@@ -68,6 +69,8 @@ class CredentialStore:
         self.home = home
         self.keystore = keystore
         self.clock = clock
+        # (file signature, decrypted table): saves a read + decrypt on every call
+        self._cache: tuple[tuple[int, ...], dict[str, dict[str, Any]]] | None = None
 
     def __repr__(self) -> str:
         return f"CredentialStore(home={str(self.home.root)!r})"
@@ -120,6 +123,19 @@ class CredentialStore:
         return exclusive_lock(self.home.root / LOCK_NAME)
 
     def _read(self) -> dict[str, dict[str, Any]]:
+        """The table (a copy: callers may change it before writing)."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise CredentialError(f"cannot read {self.path}: {exc.strerror}") from None
+        signature = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if self._cache is None or self._cache[0] != signature:
+            self._cache = (signature, self._decrypt_file())
+        return dict(self._cache[1])
+
+    def _decrypt_file(self) -> dict[str, dict[str, Any]]:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:

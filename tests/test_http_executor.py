@@ -14,8 +14,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
+from aiohttp import web
 
 from remote_fixtures import CATALOG, Harness, canary, credentials, diagnostics, harness_factory  # noqa: F401
 from vault.executors.base import CallContext, ServiceConfig
@@ -286,12 +286,13 @@ class TestRequestShape:
         h: Harness = await harness_factory()
         await h.call("read_issue", {"issue_id": "ISS-1"})
         second = await h.call("read_issue", {"issue_id": "ISS-1"})
-        assert not [s for s, _ in second.outcome.diagnostic["trace"] if "connect_tcp" in s]
+        steps = [s for s, _ in second.outcome.diagnostic["trace"]]
+        assert "connection.reused" in steps and "connection.connect.started" not in steps
 
     async def test_answer_about_another_object_is_malformed(self) -> None:
         """A response whose id differs from the requested one fails the contract (no presumed ids)."""
-        def handler(request: httpx.Request) -> httpx.Response:
-            return httpx.Response(200, json={"id": "ISS-2", "title": "t", "state": "open"})
+        def handler(request: web.Request) -> web.Response:
+            return web.json_response({"id": "ISS-2", "title": "t", "state": "open"})
         outcome = await _mock_call(handler, "read_issue", {"issue_id": "ISS-1"})
         assert Category.malformed_response == outcome.result.category
         assert [{"field": "id", "reason": "does not match the requested issue_id"}] == \
@@ -307,6 +308,16 @@ class TestRequestShape:
                                            h.service(), ctx)
         assert (Category.local_failure, False) == (outcome.result.category, outcome.remote_touched)
         assert "CANARY-bad" not in json.dumps(outcome.diagnostic) + outcome.result.to_json()
+        assert 0 == h.remote.ledger.total_attempts()
+
+
+    async def test_header_injection_through_the_key_sends_nothing(self, harness_factory) -> None:
+        """An idempotency key with a line break is refused before any connection is used."""
+        h: Harness = await harness_factory()
+        ctx = CallContext(correlation_id="c-inject", session_id="s", idempotency_key="k\r\nX-Admin: 1")
+        outcome = await h.executor.execute(CATALOG.get("create_issue"), {"title": "t"}, Secret("tok"),
+                                           h.service(), ctx)
+        assert (Category.local_failure, False) == (outcome.result.category, outcome.remote_touched)
         assert 0 == h.remote.ledger.total_attempts()
 
 
@@ -329,17 +340,29 @@ class TestTimeouts:
 
 
 async def _mock_call(handler: Any, op_name: str, params: dict[str, Any], *, secret: str = "tok") -> Any:
-    executor = HttpExecutor(transport=httpx.MockTransport(handler))
+    """One call against a loopback aiohttp server whose every answer comes from `handler`."""
+    async def any_request(request: web.Request) -> web.StreamResponse:
+        return handler(request)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", any_request)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    executor = HttpExecutor()
     try:
         ctx = CallContext(correlation_id="c-mock", session_id="s")
         return await executor.execute(CATALOG.get(op_name), params, Secret(secret),
-                                      ServiceConfig(name="m", url="http://remote.test"), ctx)
+                                      ServiceConfig(name="m", url=f"http://127.0.0.1:{port}"), ctx)
     finally:
         await executor.aclose()
+        await runner.cleanup()
 
 
 class TestClassificationEdges:
-    """Answers the fake remote does not give, through httpx's MockTransport."""
+    """Answers the fake remote does not give, from a loopback aiohttp server."""
 
     @pytest.mark.parametrize(("status", "body", "op", "expected"), [
         (500, {"error": "boom"}, "create_issue", Category.outcome_unknown),
@@ -353,27 +376,27 @@ class TestClassificationEdges:
             "redirect", "html"])
     async def test_status_and_envelope(self, status: int, body: Any, op: str, expected: Category) -> None:
         """Only an explicit or 4xx 'not done' is a confirmed failure; a silent 5xx on a write is unknown."""
-        def handler(request: httpx.Request) -> httpx.Response:
+        def handler(request: web.Request) -> web.Response:
             if isinstance(body, str):
-                return httpx.Response(status, text=body, headers={"content-type": "text/html"})
-            return httpx.Response(status, json=body)
+                return web.Response(status=status, text=body, content_type="text/html")
+            return web.json_response(body, status=status)
         params = {"title": "t"} if op == "create_issue" else {"issue_id": "ISS-1"}
         assert expected == (await _mock_call(handler, op, params)).result.category
 
     async def test_retry_after_http_date_and_default(self) -> None:
         """Retry-After as an HTTP-date is honoured; without it a default delay is given."""
-        dated = await _mock_call(lambda r: httpx.Response(429, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}),
+        dated = await _mock_call(lambda r: web.Response(status=429, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}),
                                  "read_issue", {"issue_id": "ISS-1"})
-        bare = await _mock_call(lambda r: httpx.Response(429), "read_issue", {"issue_id": "ISS-1"})
+        bare = await _mock_call(lambda r: web.Response(status=429), "read_issue", {"issue_id": "ISS-1"})
         assert (0.0, Category.rate_limited) == (dated.result.retry_after_s, dated.result.category)
         assert bare.result.retry_after_s > 0
 
     async def test_echoed_secret_is_scrubbed_from_the_diagnostic(self) -> None:
         """A remote that echoes the bearer token back never gets it into the diagnostic."""
         secret = "CANARY-echoed-1234"
-        def handler(request: httpx.Request) -> httpx.Response:
-            return httpx.Response(400, json={"error": "bad", "message": request.headers["authorization"]},
-                                  headers={"X-Echo": request.headers["authorization"], "Set-Cookie": "s=1"})
+        def handler(request: web.Request) -> web.Response:
+            return web.json_response({"error": "bad", "message": request.headers["authorization"]}, status=400,
+                                     headers={"X-Echo": request.headers["authorization"], "Set-Cookie": "s=1"})
         outcome = await _mock_call(handler, "read_issue", {"issue_id": "ISS-1"}, secret=secret)
         assert secret not in json.dumps(outcome.diagnostic)
         assert secret not in outcome.result.to_json()
@@ -381,6 +404,15 @@ class TestClassificationEdges:
     async def test_oversize_answer_is_malformed(self) -> None:
         """An answer beyond the size cap is not parsed."""
         big = b'{"id": "ISS-1", "title": "' + b"x" * (1 << 20) + b'", "state": "open"}'
-        outcome = await _mock_call(lambda r: httpx.Response(200, content=big), "read_issue", {"issue_id": "ISS-1"})
+        outcome = await _mock_call(lambda r: web.Response(body=big, content_type="application/json"),
+                                   "read_issue", {"issue_id": "ISS-1"})
         assert Category.malformed_response == outcome.result.category
         assert outcome.diagnostic["body_truncated"] is True
+
+    async def test_undecodable_content_encoding_is_malformed(self) -> None:
+        """A body that claims gzip but is not is unusable, not a transport failure."""
+        outcome = await _mock_call(lambda r: web.Response(body=b"not gzip at all", content_type="application/json",
+                                                          headers={"Content-Encoding": "gzip"}),
+                                   "read_issue", {"issue_id": "ISS-1"})
+        assert Category.malformed_response == outcome.result.category
+        assert "decoding" == outcome.diagnostic["reason"]

@@ -1,8 +1,8 @@
 """What an HTTP attempt proves, and the category that honestly follows from it.
 
 The agent plans on the category, so it must follow from evidence, not from
-which exception class happened to fire. Evidence comes from httpcore's trace
-extension (`http11.send_request_headers.started` etc.): whether any request
+which exception class happened to fire. Evidence comes from aiohttp's request
+signals (vault.executors.http records them on a `Trace`): whether any request
 byte may have left this process, whether the answer's head arrived, whether
 the body was complete; and from the answer itself checked against the
 operation's response contract (vault.contracts).
@@ -23,8 +23,8 @@ The last row is a decision: a read has no remote effect, so nothing is
 "unknown" about the remote's state and a bounded retry is safe, which is
 local_failure's instruction; the message still says the remote may have seen
 the request, and `remote_touched` stays true for the audit. "Bytes may have
-left" starts when the request head starts being written (a partial write can
-not be ruled out), not when it completes.
+left" starts once a connection is in hand, since the request head is written
+right after (a partial write can not be ruled out), not when it completes.
 """
 
 from __future__ import annotations
@@ -35,42 +35,53 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
+from aiohttp.http_exceptions import ContentEncodingError
 
 from .. import contracts
 from ..models import Category
 
 DEFAULT_RETRY_AFTER_S = 5.0
 
+# transport errors: their text is about the wire (OS or parser messages), worth keeping scrubbed
+WIRE_ERRORS = (aiohttp.ClientError, TimeoutError)
+
+
+class NotSent(Exception):
+    """The request was refused before any connection was used (bad header value, no URL).
+
+    Its text is plain words for the agent's message and never holds a value."""
+
 
 class Trace:
-    """httpcore trace callback: transport milestones with their time in ms.
+    """Transport milestones of one request with their time in ms.
 
-    The `info` httpcore passes holds the request (and so its headers): it is
-    deliberately never kept.
+    The signal parameters aiohttp passes hold the request (and so its
+    headers): only the milestone's name is kept.
     """
 
     def __init__(self) -> None:
         self.t0 = time.monotonic()
         self.steps: list[tuple[str, float]] = []
 
-    async def __call__(self, name: str, info: dict[str, Any]) -> None:
+    def mark(self, name: str) -> None:
         self.steps.append((name, round((time.monotonic() - self.t0) * 1000, 1)))
 
-    def saw(self, suffix: str) -> bool:
-        return any(name.endswith(suffix) for name, _ in self.steps)
+    def saw(self, name: str) -> bool:
+        return any(step == name for step, _ in self.steps)
 
     @property
     def request_started(self) -> bool:
-        return self.saw("send_request_headers.started")
+        # a connection in hand: the request head is written next
+        return self.saw("connection.connect.complete") or self.saw("connection.reused")
 
     @property
     def head_written(self) -> bool:
-        return self.saw("send_request_headers.complete")
+        return self.saw("request.head_sent")
 
     @property
     def response_started(self) -> bool:
-        return self.saw("receive_response_headers.complete")
+        return self.saw("response.head_received")
 
 
 @dataclass
@@ -87,9 +98,9 @@ class Attempt:
 
     @property
     def bytes_left(self) -> bool:
-        if isinstance(self.error, httpx.LocalProtocolError) and not self.trace.head_written:
-            return False  # h11 refused to serialise the request: nothing was written
-        # an answer proves a request arrived even where no trace fires (e.g. a mock transport)
+        if isinstance(self.error, NotSent):
+            return False
+        # an answer proves a request arrived, whatever the trace says
         return self.trace.request_started or self.status is not None
 
     def header(self, name: str) -> str | None:
@@ -154,7 +165,7 @@ def _interrupted(attempt: Attempt, mutates: bool) -> Verdict:
         return Verdict(Category.local_failure,
                        f"The call failed before any request reached the remote ({what}); nothing was "
                        "changed, so a bounded retry is safe.", reason="before_send")
-    if isinstance(attempt.error, httpx.DecodingError):
+    if _decoding_failed(attempt.error):
         return _malformed("its content encoding could not be decoded", "decoding")
     if mutates:
         return Verdict(Category.outcome_unknown,
@@ -209,19 +220,20 @@ def describe_error(attempt: Attempt) -> str:
     """Plain words for what went wrong; never the exception text itself."""
     exc = attempt.error
     chain = _chain(exc)
-    if any(isinstance(e, socket.gaierror) for e in chain):
+    if isinstance(exc, NotSent):
+        return str(exc)  # written for the agent, and never holds a value
+    if isinstance(exc, aiohttp.ClientConnectorDNSError) or any(isinstance(e, socket.gaierror) for e in chain):
         return "the service host name could not be resolved"
     if any(isinstance(e, ConnectionRefusedError) for e in chain):
         return "the connection was refused"
-    if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
+    if isinstance(exc, aiohttp.ConnectionTimeoutError) or (
+            isinstance(exc, TimeoutError) and not attempt.trace.request_started):
         return "the connection could not be established in time"
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, aiohttp.ClientConnectorError):
         return "the connection could not be established"
-    if isinstance(exc, httpx.LocalProtocolError):
-        return "the request could not be encoded"
-    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
-        if not attempt.trace.request_started:
-            return "the connection could not be established in time"
+    if isinstance(exc, (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)):
+        return "the service URL is not a usable http(s) URL"
+    if isinstance(exc, TimeoutError):  # aiohttp's read timeouts are TimeoutErrors too
         if attempt.trace.response_started:
             return "timed out while the answer was arriving"
         return "timed out waiting for the answer"
@@ -230,6 +242,12 @@ def describe_error(attempt: Attempt) -> str:
     if exc is None:
         return "no answer"
     return "the connection closed before an answer"
+
+
+def _decoding_failed(exc: BaseException | None) -> bool:
+    """Did the answer's Content-Encoding fail to decode? (aiohttp wraps it in a payload error)"""
+    return any(isinstance(e, ContentEncodingError) for e in _chain(exc)) or (
+        isinstance(exc, aiohttp.ClientPayloadError) and "encoding" in str(exc).lower())
 
 
 def _chain(exc: BaseException | None) -> list[BaseException]:

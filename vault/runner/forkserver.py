@@ -1,7 +1,7 @@
 """A fork server for daemon and agent_stub processes: fresh processes, no import bill.
 
 Why: a trial starts one daemon and one or more agents, and a cold Python
-process spends most of its first half second importing pydantic, httpx,
+process spends most of its first half second importing pydantic, aiohttp,
 cryptography and keyring. Thirty scenarios on two cores cannot afford that
 per process. The server is started once per run, imports those modules, and
 then only forks: each child is a new process (its own pid, create time,

@@ -146,12 +146,14 @@ class World:
 
     async def validate_credentials(self, tokens: dict[str, str]) -> None:
         """One authenticated read per token, as a setup that checks its credentials would do."""
-        import httpx
+        import aiohttp
         assert self.remote is not None
-        async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
+        async with aiohttp.ClientSession(trust_env=False, timeout=aiohttp.ClientTimeout(total=5)) as client:
             for name, value in tokens.items():
-                await client.get(f"{self.remote.url}/v1/issues/ISS-1",
-                                 headers={"Authorization": f"Bearer {value}", "X-Correlation-Id": SETUP + name})
+                async with client.get(f"{self.remote.url}/v1/issues/ISS-1",
+                                      headers={"Authorization": f"Bearer {value}",
+                                               "X-Correlation-Id": SETUP + name}) as response:
+                    await response.read()
 
     def write_config(self) -> None:
         assert self.remote is not None

@@ -1,18 +1,34 @@
-"""Audit log throughput: durable appends/s and offline verify records/s.
+"""Audit log throughput: durable appends/s, durable gated calls/s, offline verify records/s.
 
-    .venv/bin/python bench/audit.py [--appends N] [--verify-records N]
+    .venv/bin/python bench/audit.py [--appends N] [--calls N] [--verify-records N]
 
 Runs in a fresh temporary directory (on the same filesystem as $TMPDIR) and
-prints three figures:
+prints these figures:
 
 * the disk's own write+fdatasync rate (context: every durable figure is bound by it);
 * durable appends/s with one appender (each append waits for its fdatasync);
 * durable appends/s with 8 concurrent appenders in one event loop (group
   commit: they share fdatasyncs), with the number of fdatasyncs it took;
+* durable gated calls/s with 1 agent and with 8 concurrent agents (asyncio
+  tasks, one session each), through a real `VaultDaemon`'s call pipeline
+  (`daemon.call`, in-process): the gate (real policy: `read_issue` is auto),
+  the credential read from a real encrypted store, and every audit record of
+  the call on the real `AuditWriter` (call_requested, intent [durable before
+  the executor runs], dispatch_started, remote_result, classification
+  [durable before the answer]; group commit shares fdatasyncs between the
+  agents), with the number of fdatasyncs it took. Excluded: sockets, JSON-RPC
+  framing, agent processes, HTTP and any remote: the executor is a stub that
+  answers success at once without yielding to the event loop, so the agents
+  interleave only where the pipeline waits for the audit log. The clock covers
+  the calls only (not building the daemon, not the checks of the log after).
+  The end-to-end figure (agent processes, Unix sockets, the HttpExecutor, the
+  fake remote) is bench/gated_calls.py;
 * offline `verify` records/s over a 100k-record log (corpus written with
   fdatasync stubbed out, since only verify is being timed there).
 
-Targets (issue #5): verify >= 250k records/s; 8 appenders >= 8k appends/s.
+Targets (issue #5): verify >= 250k records/s; 8 appenders >= 8k appends/s;
+durable gated calls with 8 agents >= 8k/s (meeting it here is necessary, not
+sufficient: gated_calls.py adds the sockets and the remote).
 """
 
 from __future__ import annotations
@@ -23,13 +39,28 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
-from vault.audit import AuditWriter, verify  # noqa: E402
+from vault.audit import AuditWriter, decrypt_events, verify  # noqa: E402
+from vault.audit.adapter import open_audit  # noqa: E402
+from vault.catalog import Operation  # noqa: E402
+from vault.config import load_config  # noqa: E402
+from vault.daemon import VaultDaemon  # noqa: E402
+from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig  # noqa: E402
+from vault.home import VaultHome  # noqa: E402
+from vault.keyring_backend import FileKeyring  # noqa: E402
+from vault.keystore import KeyStore  # noqa: E402
+from vault.models import Category, Result, make_result  # noqa: E402
+from vault.peer import ProcessIdentity  # noqa: E402
+from vault.secret import Secret  # noqa: E402
+from vault.sessions import Session  # noqa: E402
+from vault.store import CredentialStore  # noqa: E402
 
 EVENT = {"type": "call_requested", "correlation_id": "c-0190f3a2b4c5d6e7f8a9b0c1d2e3f4a5",
          "session_id": "s-0190f3a2b4c5d6e7f8a9", "operation": "create_deployment",
@@ -72,6 +103,62 @@ async def bulk(path: Path, key: bytes, sk: Ed25519PrivateKey, n: int) -> None:
     w.close()
 
 
+class StubExecutor(Executor):
+    """Answers success at once, "touching" the remote: the pipeline records it as sent."""
+
+    kind = "http"
+
+    async def execute(self, op: Operation, params: dict[str, Any], credential: Secret,
+                      service: ServiceConfig, ctx: CallContext) -> ExecOutcome:
+        return ExecOutcome(make_result(Category.success, op.name, ctx.correlation_id, "Done."), None, True)
+
+
+CALL_EVENTS = ("call_requested", "intent", "dispatch_started", "remote_result", "classification")
+
+
+def gated_daemon(root: Path, io: CountingIO) -> tuple[VaultDaemon, AuditWriter, bytes]:
+    """A daemon assembled as daemon_cli.build_daemon does, unlocked, never serving sockets;
+    returned with its audit writer and audit key (to close and check the log afterwards)."""
+    home = VaultHome(root / "home").ensure()
+    # the embedded file keyring in a private dir: the user's keyring is never touched
+    keystore = KeyStore(home, backend=FileKeyring(root / "keyring"))
+    store = CredentialStore(home, keystore)
+    store.set("tracker_token", "bench-token")
+    # the URL only configures the tracker service (a missing one is refused); nothing dials it
+    config = load_config(None, remote_url="http://127.0.0.1:9")
+    audit_key = keystore.derive("audit")
+    writer = open_audit(home, audit_key, io=io)
+    daemon = VaultDaemon(home, config, unlocked=True, keyring_backend=keystore.backend_name(),
+                         store=store, audit=writer, executors={"http": StubExecutor()})
+    return daemon, writer, audit_key
+
+
+async def gated_calls(root: Path, agents: int, each: int, io: CountingIO) -> float:
+    daemon, writer, audit_key = gated_daemon(root, io)
+    op = daemon.catalog.get("read_issue")
+    me = ProcessIdentity.of(os.getpid(), os.getuid())
+    assert me is not None
+    sessions = [daemon.sessions.open(f"bench-{i}", "bench", me, f"conn-{i}") for i in range(agents)]
+
+    async def agent(s: Session) -> list[Result]:
+        return [await daemon.call(s, op, {"issue_id": "ISS-1"}, None, None) for _ in range(each)]
+
+    t0 = time.perf_counter()
+    results = [r for rs in await asyncio.gather(*(agent(s) for s in sessions)) for r in rs]
+    elapsed = time.perf_counter() - t0
+    writer.close()
+    bad = [r for r in results if r.category is not Category.success]
+    assert not bad, bad[0]
+    # sanity: the log is intact and holds exactly the five records of every call
+    log = daemon.home.audit_log
+    report = verify(log)
+    calls = agents * each
+    assert report.intact and report.records == len(CALL_EVENTS) * calls, report
+    types = Counter(e["type"] for e in decrypt_events(log, audit_key))
+    assert types == {t: calls for t in CALL_EVENTS}, types
+    return elapsed
+
+
 def raw_syncs(path: Path, n: int) -> float:
     """write + fdatasync of one 600-byte line, n times: what the disk allows."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -88,6 +175,7 @@ def raw_syncs(path: Path, n: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--appends", type=int, default=4000, help="appends per scenario (default 4000)")
+    ap.add_argument("--calls", type=int, default=4000, help="gated calls per scenario (default 4000)")
     ap.add_argument("--verify-records", type=int, default=100_000)
     args = ap.parse_args()
     key, sk = os.urandom(32), Ed25519PrivateKey.generate()
@@ -104,6 +192,13 @@ def main() -> None:
         t = asyncio.run(appenders(root / "eight.log", key, sk, 8, each, io8))
         print(f"durable appends, 8 appenders:  {8 * each / t:10,.0f} /s  "
               f"({io8.syncs} fdatasyncs for {8 * each} appends)")
+        for agents in (1, 8):
+            io = CountingIO()
+            each = args.calls // agents
+            t = asyncio.run(gated_calls(root / f"calls-{agents}", agents, each, io))
+            label = f"durable gated calls, {agents} agent{'s' if agents > 1 else ''}:"
+            print(f"{label:<31}{agents * each / t:10,.0f} /s  "
+                  f"({io.syncs} fdatasyncs for {agents * each} calls; in-process, stub executor)")
         big = root / "audit.log"
         asyncio.run(bulk(big, key, sk, args.verify_records))
         best = float("inf")

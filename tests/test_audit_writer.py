@@ -67,6 +67,19 @@ class TestGroupCommit:
         assert list(range(400)) == sorted(thread_seqs + list(task_seqs))
         assert "intact" == verify(files.log).status
 
+    async def test_lone_append_syncs_inline_and_is_durable_on_return(self, tmp_path: Path) -> None:
+        """alone=True: each append has its own fdatasync, done before it returns, no flush thread."""
+        files, io = fresh(tmp_path), FlakyIO()
+        w = files.writer(io=io)
+        for i in range(3):
+            w.append_nowait({"type": "queued", "i": i})
+            await w.append({"type": "x", "i": i}, alone=True)
+            assert 2 * (i + 1) == len(decrypt_events(files.log, files.key))  # both on disk already
+            assert i + 1 == io.fdatasyncs
+        assert not [t for t in threading.enumerate() if t.name.startswith("audit-flush")]
+        w.close()
+        assert "intact" == verify(files.log).status
+
     def test_sync_append_is_durable_before_return(self, tmp_path: Path) -> None:
         """append_sync returns only after an fdatasync covering its record."""
         files, io = fresh(tmp_path), FlakyIO()
@@ -183,6 +196,17 @@ class TestFailClosed:
         assert syncs == io.fdatasyncs  # never retried
         w.close()  # already failed: just releases the lock
         files.writer().close()
+
+    async def test_failed_inline_fdatasync_fails_the_writer(self, tmp_path: Path) -> None:
+        """The inline path fails closed the same way: AuditError now, every later append refused."""
+        files, io = fresh(tmp_path), FlakyIO(fail_fdatasync=EIO)
+        w = files.writer(io=io)
+        with pytest.raises(AuditError, match="fdatasync.*EIO"):
+            await w.append({"type": "intent"}, alone=True)
+        with pytest.raises(AuditError, match="no further records"):
+            await w.append({"type": "intent"}, alone=True)
+        assert 1 == io.fdatasyncs
+        w.close()
 
     async def test_all_waiters_of_a_failed_flush_hear_it(self, tmp_path: Path) -> None:
         """8 concurrent appends on a failing fdatasync all raise; none gets a seq."""

@@ -17,9 +17,10 @@ tasks at once. So appends are split in two:
    Before each flush the sync task yields once to the event loop, so appenders
    woken by the previous flush can queue their next record in time to share it.
    Flushes are serialized by a lock, so file order is queue order.
-   A caller that knows it is alone (no other call in flight) flushes inline
-   instead: nothing could share its fdatasync, and the thread hop costs more
-   than the sync itself on a fast disk.
+   A caller that saw no other call in flight, and whose record is still the
+   newest after one yield to the loop, flushes inline instead: nothing could
+   share its fdatasync, and the thread hop costs more than the sync itself
+   on a fast disk.
 
 Protocol of one log (format: see `records`):
 
@@ -153,9 +154,11 @@ class AuditWriter:
     async def append(self, event: dict[str, Any], *, alone: bool = False) -> int:
         """Append `event`; returns its seq once the record is durable. AuditError if not.
 
-        `alone`: the caller knows nothing else is in flight, so no other record
-        could share this fdatasync; if no flush is running either, it is done
-        right here in the loop thread, saving the round trip to the flush thread.
+        `alone`: the caller saw nothing else in flight. The append then yields
+        once, so requests that arrived with it can start and stage their
+        records; if none did and no flush is running, nothing could share this
+        fdatasync, and it is done right here in the loop thread, saving the
+        round trip to the flush thread. Otherwise it joins the group commit.
         """
         loop = asyncio.get_running_loop()
         if self._sync_task is not None and self._loop is not loop:
@@ -166,8 +169,10 @@ class AuditWriter:
         if self._timer is None:
             self._timer = loop.call_later(self._every_seconds, self._on_timer)
         if alone and self._sync_task is None and not self._waiters:
-            self._flush()
-            return seq
+            await asyncio.sleep(0)
+            if self._sync_task is None and not self._waiters and self._next_seq - 1 == seq:
+                self._flush()
+                return seq
         fut: asyncio.Future[int] = loop.create_future()
         self._waiters.append((seq, fut))
         if self._sync_task is None:

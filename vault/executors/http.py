@@ -16,9 +16,10 @@ Timeouts are per phase, so a diagnostic says whether the peer never accepted
 or accepted and went quiet: connect (including waiting for a pooled
 connection), read (gaps between bytes of the answer, which also bounds a
 request the peer stops reading) and a total; each is a service option
-(`connect_timeout_s`, `read_timeout_s`, `total_timeout_s`; `write_timeout_s`
-is accepted and bounds the read phase too) and none is ever longer than what
-is left of the call's deadline.
+(`connect_timeout_s`, `read_timeout_s`, `total_timeout_s`) and none is ever
+longer than what is left of the call's deadline. `write_timeout_s` is accepted
+and reported in the diagnostic's budget, but aiohttp keeps no separate write
+timer: a stalled upload is bounded by the read timer and the total.
 
 The agent gets a Result whose category follows from evidence
 (vault/executors/http_evidence.py) and, on success, a small projection of the
@@ -30,6 +31,7 @@ scrubbed from everything, body cut at 64 KiB) for protected diagnostics.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import re
@@ -209,12 +211,17 @@ class HttpExecutor(Executor):
 def request_parts(op: Operation, params: dict[str, Any]) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
     """(path, JSON body, query) from the catalog template and the call's params."""
     template = op.path or ""
-    names = [f for _, f, _, _ in string.Formatter().parse(template) if f]
+    names = _path_fields(template)
     path = template.format(**{n: quote(str(params[n]), safe="") for n in names})
     rest = {k: v for k, v in params.items() if k not in names}
     if (op.method or "GET") in _BODY_METHODS:
         return path, rest, None
     return path, None, rest or None
+
+
+@functools.lru_cache(maxsize=256)
+def _path_fields(template: str) -> tuple[str, ...]:
+    return tuple(f for _, f, _, _ in string.Formatter().parse(template) if f)
 
 
 def _query(query: dict[str, Any]) -> list[tuple[str, str]]:
@@ -230,11 +237,11 @@ def _timeouts(service: ServiceConfig, ctx: CallContext) -> tuple[aiohttp.ClientT
             chosen[key] = float(value)
     left = math.inf if ctx.deadline is None else ctx.deadline - time.monotonic()
     capped = {k: max(0.0, min(v, left)) for k, v in chosen.items()}
-    # a peer that stops reading our request shows as silence on the answer: the read timer
-    # (aiohttp has no separate write timer), so the tighter of the two bounds that phase
+    # aiohttp has no write timer: a peer that stops reading our request shows as silence on
+    # the answer, which the read timer bounds (and the total, always)
     timeout = aiohttp.ClientTimeout(total=None, connect=capped["connect_timeout_s"],
                                     sock_connect=capped["connect_timeout_s"],
-                                    sock_read=min(capped["read_timeout_s"], capped["write_timeout_s"]))
+                                    sock_read=capped["read_timeout_s"])
     return timeout, capped["total_timeout_s"], {k: round(v, 3) for k, v in capped.items()}
 
 
@@ -279,6 +286,9 @@ def _evidence(attempt: Attempt, verdict: Verdict, credential: Secret, started: f
     }
     if attempt.status is not None:
         out["status"] = attempt.status
+    if verdict.category is Category.success:
+        return out  # a success is never kept as a diagnostic: no need to copy and scrub its body
+    if attempt.status is not None:
         out["headers"] = [[k, REDACTED if k.lower() in SENSITIVE_HEADERS else scrub(v)]
                           for k, v in attempt.headers]
         out["body"] = scrub(attempt.body[:DIAG_BODY].decode("utf-8", "replace"))

@@ -160,7 +160,7 @@ class HttpExecutor(Executor):
         token = credential.reveal()
         if not _TOKEN.fullmatch(token):
             attempt.error = NotSent("the credential cannot be sent as a bearer token "
-                                             "(it holds characters outside printable ASCII)")
+                                    "(it holds characters outside printable ASCII)")
             return
         headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
                    "X-Correlation-Id": ctx.correlation_id}
@@ -171,7 +171,11 @@ class HttpExecutor(Executor):
             return
         data = None
         if body is not None:
-            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+            try:
+                data = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+            except (TypeError, ValueError):
+                attempt.error = NotSent("the parameters cannot be encoded as JSON")
+                return
             headers["Content-Type"] = "application/json"
         received = bytearray()
         try:

@@ -76,10 +76,6 @@ class Trace:
         return self.saw("connection.connect.complete") or self.saw("connection.reused")
 
     @property
-    def head_written(self) -> bool:
-        return self.saw("request.head_sent")
-
-    @property
     def response_started(self) -> bool:
         return self.saw("response.head_received")
 

@@ -320,6 +320,15 @@ class TestRequestShape:
         assert (Category.local_failure, False) == (outcome.result.category, outcome.remote_touched)
         assert 0 == h.remote.ledger.total_attempts()
 
+    async def test_unencodable_body_sends_nothing(self, harness_factory) -> None:
+        """A body JSON cannot carry (NaN, past the catalog's checks) is refused before any connection."""
+        h: Harness = await harness_factory()
+        ctx = CallContext(correlation_id="c-nan", session_id="s")
+        outcome = await h.executor.execute(CATALOG.get("create_issue"), {"title": float("nan")}, Secret("tok"),
+                                           h.service(), ctx)
+        assert (Category.local_failure, False) == (outcome.result.category, outcome.remote_touched)
+        assert 0 == h.remote.ledger.total_attempts()
+
 
 class TestTimeouts:
     async def test_phase_timeouts_never_exceed_the_deadline(self, harness_factory) -> None:

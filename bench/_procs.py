@@ -29,8 +29,7 @@ def vault_with_remote(*daemon_args: str) -> Iterator[tuple[Sandbox, str]]:
     """A sandbox with the fake remote, the tracker credential and an unlocked daemon."""
     box = new_sandbox()
     try:
-        # the remote stands in for another machine: its event log stays off our disk
-        _, url = box.start_remote({"tracker_token": TOKEN}, events_file=False)
+        _, url = box.start_remote({"tracker_token": TOKEN})
         box.set_secret("tracker_token", TOKEN)
         box.start_daemon("--remote", url, *daemon_args)
         yield box, url

@@ -126,17 +126,13 @@ class Sandbox:
         except (VaultError, OSError):
             return None
 
-    def start_remote(self, credentials: dict[str, str], fault: str | None = None,
-                     events_file: bool = True) -> tuple[subprocess.Popen[str], str]:
-        """The fake remote; `events_file=False` keeps its event log in memory only (benchmarks:
-        the remote stands in for another machine, so its writes must not share our disk's journal)."""
+    def start_remote(self, credentials: dict[str, str], fault: str | None = None) -> tuple[subprocess.Popen[str], str]:
         cred_file = self.root / "remote-creds.json"
         fd = os.open(cred_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(credentials, f)
-        argv = [PY, "-m", "vault.remote", "--port", "0", "--credentials", str(cred_file)]
-        if events_file:
-            argv += ["--events", str(self.root / "remote-events.jsonl")]
+        argv = [PY, "-m", "vault.remote", "--port", "0", "--credentials", str(cred_file),
+                "--events", str(self.root / "remote-events.jsonl")]
         if fault:
             argv += ["--fault", fault]
         proc = self.spawn(argv, stdout=subprocess.PIPE, stderr=open(self.root / "remote.stderr", "a"))

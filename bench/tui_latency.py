@@ -113,10 +113,12 @@ async def measure(home: VaultHome, env: dict[str, str], samples: int) -> tuple[l
         assert agent.stdin is not None and agent.stdout is not None
         try:
             for _ in range(samples):
+                # counted before the agent is released: its row can be drawn before its
+                # "sent" line is read, and counting after that would wait for a row already shown
+                before = len(app.shown)
                 agent.stdin.write(b"\n")
                 await agent.stdin.drain()
                 sent = json.loads(await asyncio.wait_for(agent.stdout.readline(), 60))["sent"]
-                before = len(app.shown)
                 while len(app.shown) == before:
                     app.new_frame.clear()
                     await asyncio.wait_for(app.new_frame.wait(), 60)

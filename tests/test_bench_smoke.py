@@ -21,15 +21,16 @@ CASES = [
     (["gated_calls.py", "5"], ["8 agent(s) x 5 read_issue", "(40 succeeded)"]),
     (["audit.py", "--appends", "80", "--calls", "80", "--verify-records", "1000"],
      ["durable appends, 8 appenders", "durable gated calls, 8 agents", "offline verify"]),
+    (["tui_latency.py", "--samples", "5"], ["TUI latency", "5 samples"]),
 ]
-# tui_latency.py is left out: once in seven runs here its frame never came within
-# 60 s (cause not found); a bench must not make CI flaky
 
 
 @pytest.mark.parametrize(("argv", "expected"), CASES, ids=[c[0][0] for c in CASES])
 def test_bench_runs(argv: list[str], expected: list[str]) -> None:
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT / "bench", capture_output=True, text=True,
                           timeout=300)
-    assert 0 == proc.returncode, proc.stdout + proc.stderr
+    # tui_latency exits 1 when its p50 misses the target: a figure, not a failure to run
+    ok = {0, 1} if argv[0] == "tui_latency.py" else {0}
+    assert proc.returncode in ok, proc.stdout + proc.stderr
     for text in expected:
         assert text in proc.stdout, proc.stdout

@@ -4,12 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test bench lock clean
 
-$(STAMP): pyproject.toml
+# constraints.txt pins the tested versions, so a run never changes with an upstream release
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,mcp]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,mcp]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -20,6 +21,13 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+
+# re-resolve the newest versions pyproject.toml allows, in a throwaway venv
+lock:
+	rm -rf .lock-venv && $(PY) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install -q '.[test,mcp]'
+	{ grep '^#' constraints.txt; .lock-venv/bin/python -m pip freeze --exclude vaultsim; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf .lock-venv
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -94,6 +94,35 @@ class TestLoadRefusals:
             diag.load(a)
 
 
+
+class TestRetention:
+    """An agent failing in a loop must not fill the disk: the newest `keep` are kept."""
+
+    def test_oldest_removed_past_the_cap(self, tmp_path: Path) -> None:
+        diag = Diagnostics(tmp_path / "d", os.urandom(32), keep=3)
+        ids = [diag.record({"n": i}) for i in range(5)]
+        on_disk = sorted(p.name[:-5] for p in diag.directory.glob("*.diag"))
+        assert sorted(ids[2:]) == on_disk
+        assert [{"n": 2}, {"n": 3}, {"n": 4}] == [diag.load(i) for i in ids[2:]]
+        with pytest.raises(BadInput) as err:
+            diag.load(ids[0])
+        assert "keeps the newest 3" in err.value.message
+
+    def test_a_restarted_store_counts_what_is_already_there(self, tmp_path: Path) -> None:
+        key = os.urandom(32)
+        first = Diagnostics(tmp_path / "d", key, keep=10)
+        old = [first.record({"n": i}) for i in range(4)]
+        again = Diagnostics(tmp_path / "d", key, keep=3)  # e.g. the daemon restarted
+        new = again.record({"n": 4})
+        left = sorted(p.name[:-5] for p in again.directory.glob("*.diag"))
+        assert sorted([*old[2:], new]) == left
+        # files that are not diagnostics are never touched
+        (again.directory / "notes.txt").write_text("operator's")
+        for i in range(5):
+            again.record({"n": 5 + i})
+        assert (again.directory / "notes.txt").exists()
+        assert 3 == len(list(again.directory.glob("*.diag")))
+
 class TestCli:
     def test_diag_show(self, tmp_path: Path) -> None:
         """`vaultsim diag show ID` decrypts with the home's derived key and prints redacted JSON."""

@@ -7,6 +7,10 @@ Result by `diagnostic_id`. Each diagnostic is one AES-GCM-encrypted file
 swapped). Before anything is written, Authorization / Cookie headers and every
 occurrence of a known secret are redacted: a remote that echoes a token back
 in an error body must not turn the diagnostic store into a copy of it.
+
+The store keeps the newest `keep` diagnostics (ids sort by time) and removes
+older ones as new ones arrive: an agent that fails in a loop must not fill the
+disk, since a full disk would stop the audit log and with it every call.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import os
 import re
 import secrets as _random
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -32,15 +37,22 @@ SENSITIVE_KEYS = frozenset({"authorization", "proxy-authorization", "cookie", "s
 _ID = re.compile(r"d-[0-9a-f]{27}")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
 _VERSION = b"\x01"
+# about 640 MiB at most: each diagnostic keeps at most 64 KiB of body
+MAX_KEPT = 10_000
 
 
 class Diagnostics:
-    def __init__(self, directory: Path, key: bytes, secrets: Iterable[str | Secret] = ()) -> None:
+    def __init__(self, directory: Path, key: bytes, secrets: Iterable[str | Secret] = (), *,
+                 keep: int = MAX_KEPT) -> None:
         if len(key) not in (16, 24, 32):
             raise ValueError("diagnostics key must be 16, 24 or 32 bytes")
+        if keep < 1:
+            raise ValueError("diagnostics must keep at least one record")
         self.directory = Path(directory)
+        self.keep = keep
         self._aead = AESGCM(key)
         self._secrets: set[str] = set()
+        self._kept: deque[str] | None = None  # ids on disk, oldest first; listed on first record
         self.add_secrets(secrets)
 
     def __repr__(self) -> str:
@@ -65,7 +77,12 @@ class Diagnostics:
         nonce = _random.token_bytes(12)
         blob = _VERSION + nonce + self._aead.encrypt(nonce, plain, diagnostic_id.encode())
         _private_dir(self.directory)
+        if self._kept is None:
+            self._kept = deque(self._on_disk())
         write_private(self._path(diagnostic_id), blob)
+        self._kept.append(diagnostic_id)
+        while len(self._kept) > self.keep:
+            self._path(self._kept.popleft()).unlink(missing_ok=True)
         return diagnostic_id
 
     def load(self, diagnostic_id: str) -> dict[str, Any]:
@@ -74,7 +91,8 @@ class Diagnostics:
         try:
             blob = self._path(diagnostic_id).read_bytes()
         except FileNotFoundError:
-            raise BadInput(f"no diagnostic {diagnostic_id}") from None
+            raise BadInput(f"no diagnostic {diagnostic_id} (the vault keeps the newest {self.keep:,}; "
+                           "older ones are removed)") from None
         except OSError as exc:
             raise VaultError(f"cannot read diagnostic {diagnostic_id}: {exc.strerror}") from None
         try:
@@ -84,6 +102,17 @@ class Diagnostics:
             return json.loads(plain)
         except (InvalidTag, ValueError):
             raise VaultError(f"diagnostic {diagnostic_id} cannot be decrypted with this vault's key") from None
+
+    def _on_disk(self) -> list[str]:
+        """Ids of the diagnostics already stored, oldest first (ids alone tie within a ms)."""
+        found = []
+        for path in self.directory.glob("d-*.diag"):
+            try:
+                if _ID.fullmatch(path.stem):
+                    found.append((path.stat().st_mtime_ns, path.stem))
+            except FileNotFoundError:
+                continue
+        return [did for _, did in sorted(found)]
 
     def _path(self, diagnostic_id: str) -> Path:
         # the id is validated against _ID first: no separators, no traversal

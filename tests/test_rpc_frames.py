@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import Sandbox, new_sandbox
+from helpers import Sandbox, new_sandbox, wait_for
 from vault.client import AgentClient
 
 ERROR_CODES = {-32700, -32600, -32601, -32602}
@@ -117,3 +117,55 @@ class TestFrames:
         """Each class of bad input gets its JSON-RPC code."""
         replies = exchange(str(served.agent_sock), payload)
         assert [r["error"]["code"] for r in replies] == [code]
+
+
+class TestLimits:
+    """One client cannot grow the daemon without bound; it gets a clear error instead."""
+
+    def test_requests_past_the_in_flight_limit_are_refused_and_nothing_is_done(self, sandbox: Sandbox) -> None:
+        from vault.rpc_server import MAX_IN_FLIGHT
+
+        sandbox.start_daemon()
+        sandbox.start_approver([{"match": {}, "decide": "ignore"}])  # calls wait on approval
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(30)
+        s.connect(str(sandbox.agent_sock))
+        reader = s.makefile("rb")
+        s.sendall(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "session.open",
+                              "params": {"agent": "flood"}}).encode() + b"\n")
+        session_id = json.loads(reader.readline())["result"]["session_id"]
+        extra = 3
+        frames = b"".join(json.dumps({"jsonrpc": "2.0", "id": i, "method": "call", "params": {
+            "session_id": session_id, "operation": "create_issue", "params": {"title": f"t{i}"},
+            "wait_s": 60}}).encode() + b"\n" for i in range(1, MAX_IN_FLIGHT + extra + 1))
+        s.sendall(frames)
+        refused = [json.loads(reader.readline()) for _ in range(extra)]
+        assert {r["id"] for r in refused} == set(range(MAX_IN_FLIGHT + 1, MAX_IN_FLIGHT + extra + 1))
+        for r in refused:
+            assert r["error"]["code"] == -32004
+            assert "too many requests in progress" in r["error"]["message"]
+        # the refused requests asked nobody: only the calls under the limit wait on approval
+        wait_for(lambda: (sandbox.status() or {}).get("pending") == MAX_IN_FLIGHT,
+                 what="the calls under the limit to wait on approval")
+        assert MAX_IN_FLIGHT == sandbox.status()["pending"]
+        # another client is served meanwhile
+        other = AgentClient(sandbox.agent_sock)
+        assert other.open_session("other").startswith("s-")
+        other.close()
+        reader.close()
+        s.close()
+
+    def test_sessions_per_connection_are_capped(self, sandbox: Sandbox) -> None:
+        from vault.agent_api import MAX_SESSIONS_PER_CONNECTION
+        from vault.client import RpcClient
+        from vault.errors import RpcError
+
+        sandbox.start_daemon()
+        with RpcClient(sandbox.agent_sock, timeout=30) as c:
+            ids = [c.request("session.open", agent=f"a{i}")["session_id"]
+                   for i in range(MAX_SESSIONS_PER_CONNECTION)]
+            with pytest.raises(RpcError) as err:
+                c.request("session.open", agent="one-too-many")
+            assert err.value.rpc_code == -32004 and "close one" in err.value.message
+            c.request("session.close", session_id=ids[0])
+            assert c.request("session.open", agent="after-close")["session_id"].startswith("s-")

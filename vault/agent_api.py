@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import BadInput, RpcError
 from .ids import correlation_id
-from .jsonrpc import INVALID_PARAMS
+from .jsonrpc import INVALID_PARAMS, LIMIT
 from .models import Category, make_result
 from .rpc_server import Connection, Dispatcher
 
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from .daemon import VaultDaemon
 
 _P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+# sessions one connection may hold open: a loop of session.open must not grow the daemon forever
+MAX_SESSIONS_PER_CONNECTION = 256
 _Name = Field(min_length=1, max_length=128)
 
 
@@ -78,6 +80,9 @@ def build(d: "VaultDaemon") -> Dispatcher:
 
     @api.method("session.open", OpenParams)
     async def session_open(conn: Connection, p: OpenParams) -> dict[str, Any]:
+        if len(d.sessions.for_conn(conn.id)) >= MAX_SESSIONS_PER_CONNECTION:
+            raise RpcError(LIMIT, f"this connection already has {MAX_SESSIONS_PER_CONNECTION} open sessions; "
+                                  "close one (session.close) before opening another")
         s = await d.open_session(conn, p.agent, p.run_id)
         return {"session_id": s.id, "pid": s.identity.pid}
 

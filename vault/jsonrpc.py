@@ -23,6 +23,7 @@ INTERNAL_ERROR = -32603
 NOT_AUTHORIZED = -32001
 SERVER_UNAVAILABLE = -32002
 CONFLICT = -32003
+LIMIT = -32004  # a per-connection limit is reached; nothing was done
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,12 @@ log = logging.getLogger("vaultsim.rpc")
 
 Handler = Callable[["Connection", Any], Awaitable[Any]]
 
+# Requests one connection may have in progress at once (e.g. calls waiting on
+# approvals). Past it each further request is answered at once with LIMIT: the
+# daemon holds one line at a time for that client, so a client cannot grow its
+# memory without bound, and still sees when that client goes away.
+MAX_IN_FLIGHT = 64
+
 
 @dataclass(eq=False)
 class Connection:
@@ -38,6 +44,7 @@ class Connection:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     state: dict[str, Any] = field(default_factory=dict)
+    in_flight: int = 0
 
     async def send(self, frame: bytes) -> bool:
         if self.closed.is_set():
@@ -183,14 +190,24 @@ class RpcServer:
             if isinstance(parsed, rpc.FrameError):
                 await conn.send(rpc.encode_error(parsed.id, parsed.code, parsed.message))
                 continue
+            if conn.in_flight >= MAX_IN_FLIGHT:
+                if not parsed.is_notification:  # a notification gets no answer, busy or not
+                    await conn.send(rpc.encode_error(
+                        parsed.id, rpc.LIMIT, f"too many requests in progress on this connection "
+                        f"(at most {MAX_IN_FLIGHT}); wait for an answer, then send again. Nothing was done"))
+                continue
+            conn.in_flight += 1
             task = asyncio.create_task(self._handle(conn, parsed))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
     async def _handle(self, conn: Connection, req: rpc.Request) -> None:
-        frame = await self.dispatcher.dispatch(conn, req)
-        if frame is not None:
-            await conn.send(frame)
+        try:
+            frame = await self.dispatcher.dispatch(conn, req)
+            if frame is not None:
+                await conn.send(frame)
+        finally:
+            conn.in_flight -= 1
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:

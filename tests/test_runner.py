@@ -34,9 +34,9 @@ class Ran(subprocess.CompletedProcess[str]):
     left: list[str]
 
 
-def run(*args: str, timeout: float = 120) -> Ran:
+def run(*args: str, timeout: float = 120, cwd: Path = ROOT) -> Ran:
     """`vaultsim run ARGS` in a fresh process; `.left` lists the homes it left behind."""
-    proc = subprocess.Popen([PY, "-m", "vault.cli", "run", *args], cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([PY, "-m", "vault.cli", "run", *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=timeout)
     done = Ran(proc.args, proc.returncode, out, err)
@@ -190,6 +190,46 @@ class TestOutsideAgent:
         assert "FAIL_RECOVERY" == by_id["c05-create-deployment-late-response"]["verdict"]
         assert 1 == proc.returncode
         assert "RELEASE BLOCKED by c05-create-deployment-late-response" in proc.stdout
+
+
+    def test_relative_agent_path_is_read_from_where_the_run_started(self, tmp_path: Path) -> None:
+        """`--agent "python my_agent.py"` in the user's project works as typed there."""
+        (tmp_path / "my_agent.py").write_text(TINY_AGENT)
+        proc = run(str(SCENARIOS / "gate-1-healthy-delivery.yaml"), "--agent", f"{sys.executable} my_agent.py",
+                   cwd=tmp_path)
+        assert 0 == proc.returncode, proc.stdout + proc.stderr
+        assert "ok PASS" in proc.stdout
+
+    def test_a_scenario_command_runs_beside_its_scenario_file(self, tmp_path: Path) -> None:
+        (tmp_path / "agents").mkdir()
+        # its steps are its own (a command agent has no plan): one issue to file
+        steps = [{"call": "create_issue", "params": {"title": "Flaky login test"}}]
+        (tmp_path / "agents" / "tiny.py").write_text(
+            f"STEPS = {steps!r}\n" + TINY_AGENT.replace('task["steps"]', "STEPS"))
+        sc = scenario_file(tmp_path, "own-agent", """
+            title: "healthy delivery by an agent kept beside the scenario"
+            approver: {file: @SC@/approvers/allow-session.yaml}
+            agents: [{command: ["{python}", "agents/tiny.py"]}]
+            task: {goal: "file the flaky login issue", operations: [create_issue]}
+            expect:
+              verdict: PASS
+              outcome: {state: [{collection: issues, where: {title: "Flaky login test"}, count: 1}]}
+            """)
+        proc = run(str(sc))
+        assert 0 == proc.returncode, proc.stdout + proc.stderr
+
+    def test_an_agent_that_cannot_start_is_named_in_the_failure(self, tmp_path: Path) -> None:
+        proc = run(str(SCENARIOS / "gate-1-healthy-delivery.yaml"), "--agent", f"{sys.executable} missing.py",
+                   cwd=tmp_path)
+        assert 1 == proc.returncode
+        assert "exited 2" in proc.stdout and "missing.py" in proc.stdout, proc.stdout
+
+    @pytest.mark.parametrize("agent", ["./no-such-agent", "no-such-program-vs"])
+    def test_an_agent_program_that_does_not_exist_is_bad_input(self, tmp_path: Path, agent: str) -> None:
+        proc = run(str(SCENARIOS / "gate-1-healthy-delivery.yaml"), "--agent", agent, cwd=tmp_path)
+        assert 2 == proc.returncode
+        assert "--agent" in proc.stderr and agent in proc.stderr
+        assert not proc.left
 
 
 class TestTrials:

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import os
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -75,11 +76,22 @@ def run(args: argparse.Namespace) -> int:
         agent = shlex.split(args.agent) if args.agent else None
         if args.agent is not None and not agent:
             raise BadInput("--agent needs a command")
+        if agent:
+            _check_program(agent[0].replace("{python}", sys.executable))
         return asyncio.run(_main(scenarios, args, agent, registry, env, server))
     finally:
         if server is not None:
             server.kill()
         registry.reap()  # the backstop: nothing we started outlives the run
+
+
+def _check_program(program: str) -> None:
+    """Refuse --agent at once when its program cannot start, rather than fail every trial."""
+    if os.sep in program:
+        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            raise BadInput(f"--agent: {program!r} is not an executable file")
+    elif shutil.which(program) is None:
+        raise BadInput(f"--agent: no program {program!r} on PATH")
 
 
 def expected_cost(sc: Scenario) -> int:
@@ -117,7 +129,8 @@ async def _main(scenarios: list[Scenario], args: argparse.Namespace, agent: list
             launcher = server  # type: ignore[assignment]
         except OSError:
             pass
-    rt = Runtime(launcher=launcher, registry=registry, agent_command=agent, env=env)
+    rt = Runtime(launcher=launcher, registry=registry, agent_command=agent, agent_cwd=os.getcwd(),
+                 env=env)
     reports = [ScenarioReport(s) for s in scenarios]
     work = [(rep, n) for rep in reports for n in range(1, (args.trials or rep.scenario.trials) + 1)]
     work.sort(key=lambda w: -expected_cost(w[0].scenario))  # stable: file order within a rank

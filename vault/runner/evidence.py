@@ -109,6 +109,6 @@ class Evidence:
             "audit": {"status": self.audit_status, "message": self.audit_message},
             "agents": [{"index": a.index, "name": a.name, "exit_code": a.exit_code,
                         "duration_s": round(a.ended - a.started, 3), "killed_at_deadline": a.killed_at_deadline,
-                        "final": a.final[:300]} for a in self.agents],
+                        "final": a.final[:300], "stderr_tail": a.stderr[-500:]} for a in self.agents],
             "errors": self.errors,
         }

@@ -90,9 +90,22 @@ def progress_line(done: int, total: int, r: TrialResult) -> str:
     if not r.ok or r.verdict == "ERROR":
         reasons = r.grade.reasons if r.grade else ([r.error] if r.error else [])
         why = "\n      " + (reasons[0] if reasons else "no finding: the gate saw nothing wrong")
+        why += "".join(f"\n      {line}" for line in _agent_trouble(r))
     if r.verdict == "SKIPPED":
         why = f" ({r.error})"
     return f"[{done:>{width}}/{total}] {mark}{r.verdict:<22} {r.scenario}#{r.trial}{expect} {r.duration_s:.2f}s{why}"
+
+
+def _agent_trouble(r: TrialResult) -> list[str]:
+    """An agent that failed to run is the likely cause of a surprising verdict: say so."""
+    lines = []
+    for a in r.summary.get("agents", []):
+        if a.get("killed_at_deadline"):
+            lines.append(f"agent {a['name']} was killed at the task deadline")
+        elif a.get("exit_code"):
+            last = next((ln.strip() for ln in reversed(a.get("stderr_tail", "").splitlines()) if ln.strip()), "")
+            lines.append(f"agent {a['name']} exited {a['exit_code']}" + (f": {last[:200]}" if last else ""))
+    return lines
 
 
 def table(reports: list[ScenarioReport], out: TextIO) -> None:

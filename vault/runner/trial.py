@@ -45,6 +45,7 @@ class Runtime:
     launcher: Launcher
     registry: Registry
     agent_command: list[str] | None = None  # --agent CMD replaces every scenario agent
+    agent_cwd: str | None = None  # where --agent CMD runs: where `vaultsim run` was started
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -181,14 +182,18 @@ class Trial:
         plans = self.plans if index is None else [self.plans[index]]
         return sorted({s.get("call") for p in plans for s in p.get("steps", [])})
 
-    def command(self, spec: AgentSpec, plan_file: Path) -> tuple[str, list[str]]:
+    def command(self, spec: AgentSpec, plan_file: Path) -> tuple[str, list[str], str]:
+        """(kind, args, cwd). A relative path in a command means what its author saw:
+        --agent CMD runs where `vaultsim run` was started, a scenario's command beside
+        the scenario file."""
         if self.rt.agent_command is not None:
-            words = self.rt.agent_command
+            words, cwd = self.rt.agent_command, self.rt.agent_cwd or str(ROOT)
         elif spec.command is not None:
             words = shlex.split(spec.command) if isinstance(spec.command, str) else list(spec.command)
+            cwd = str(self.sc.base)
         else:
-            return "agent_stub", ["--plan", str(plan_file)]
-        return "exec", [w.replace("{python}", sys.executable) for w in words]
+            return "agent_stub", ["--plan", str(plan_file)], str(ROOT)
+        return "exec", [w.replace("{python}", sys.executable) for w in words], cwd
 
     async def run_agent(self, index: int, spec: AgentSpec, deadline: float) -> AgentRun:
         root, plan = self.world.root, self.plans[index]
@@ -206,10 +211,10 @@ class Trial:
                "VAULTSIM_TASK": str(task_file), "VAULTSIM_RUN_ID": self.run_id}
         for var, credential in spec.credential_env.items():
             env[var] = self.world.secrets.get(credential, "")
-        kind, args = self.command(spec, plan_file)
+        kind, args, cwd = self.command(spec, plan_file)
         out, err = root / f"agent-{index}.out", root / f"agent-{index}.err"
         started = time.time()
-        proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=str(ROOT), stdout=out, stderr=err)
+        proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err)
         self.procs.append(proc)
         killed = False
         try:

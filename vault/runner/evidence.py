@@ -41,6 +41,14 @@ class AgentRun:
         lines = [ln for ln in self.stdout.splitlines() if ln.strip()]
         return lines[-1].strip() if lines else ""
 
+    def failure(self) -> dict[str, str]:
+        """The last stderr line of an agent that exited non-zero: why it could not do the task.
+        Only that line, since stderr can carry anything the agent's environment held."""
+        if not self.exit_code:
+            return {}
+        lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
+        return {"stderr_last": lines[-1][:200]} if lines else {}
+
 
 @dataclass
 class Evidence:
@@ -109,6 +117,6 @@ class Evidence:
             "audit": {"status": self.audit_status, "message": self.audit_message},
             "agents": [{"index": a.index, "name": a.name, "exit_code": a.exit_code,
                         "duration_s": round(a.ended - a.started, 3), "killed_at_deadline": a.killed_at_deadline,
-                        "final": a.final[:300], "stderr_tail": a.stderr[-500:]} for a in self.agents],
+                        "final": a.final[:300], **a.failure()} for a in self.agents],
             "errors": self.errors,
         }

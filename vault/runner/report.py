@@ -103,8 +103,8 @@ def _agent_trouble(r: TrialResult) -> list[str]:
         if a.get("killed_at_deadline"):
             lines.append(f"agent {a['name']} was killed at the task deadline")
         elif a.get("exit_code"):
-            last = next((ln.strip() for ln in reversed(a.get("stderr_tail", "").splitlines()) if ln.strip()), "")
-            lines.append(f"agent {a['name']} exited {a['exit_code']}" + (f": {last[:200]}" if last else ""))
+            last = a.get("stderr_last")
+            lines.append(f"agent {a['name']} exited {a['exit_code']}" + (f": {last}" if last else ""))
     return lines
 
 

@@ -273,6 +273,15 @@ class TestProcess:
         assert 2 == proc.returncode
         assert TOKEN not in proc.stdout + proc.stderr
 
+    @pytest.mark.parametrize("content", [b"\xff\xfe", b"t: " + b"9" * 5000], ids=["not-utf8", "huge-integer"])
+    def test_unreadable_credentials_file_is_bad_input(self, tmp_path: Path, content: bytes) -> None:
+        creds = tmp_path / "c.json"
+        creds.write_bytes(content)
+        creds.chmod(0o600)
+        with pytest.raises(BadInput) as err:
+            load_credentials(creds)
+        assert str(creds) in err.value.message
+
 
 async def _wait_until(pred, timeout: float = 5.0) -> None:
     loop = asyncio.get_running_loop()

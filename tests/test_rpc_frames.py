@@ -112,7 +112,9 @@ class TestFrames:
         (b'{"jsonrpc":"2.0","id":1,"method":"no.such"}\n', -32601),
         (b'{"jsonrpc":"2.0","id":1,"method":"session.open","params":{"agent":5}}\n', -32602),
         (b'{"jsonrpc":"2.0","id":1,"method":"call","params":{"session_id":"s","operation":"x","bogus":1}}\n', -32602),
-    ], ids=["parse", "batch", "no-method", "unknown-method", "wrong-type", "extra-param"])
+        # valid JSON, but an integer longer than Python converts (4,300 digits)
+        (b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"vault.status"}\n', -32700),
+    ], ids=["parse", "batch", "no-method", "unknown-method", "wrong-type", "extra-param", "huge-integer"])
     def test_error_codes(self, served: Sandbox, payload: bytes, code: int) -> None:
         """Each class of bad input gets its JSON-RPC code."""
         replies = exchange(str(served.agent_sock), payload)

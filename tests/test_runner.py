@@ -135,6 +135,20 @@ class TestBadInput:
         assert 2 == proc.returncode
         assert "not valid YAML" in proc.stderr and str(path) in proc.stderr
 
+    @pytest.mark.parametrize(("content", "why"), [
+        (b"title: \xff\xfe\n", "not UTF-8 text"),
+        (b"title: x\ntrials: " + b"9" * 5000 + b"\n", "too large or too deeply nested"),
+    ], ids=["not-utf8", "huge-integer"])
+    def test_unreadable_file_is_bad_input(self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          content: bytes, why: str) -> None:
+        """Bytes that are not a YAML document at all: exit 2 naming the file, no traceback."""
+        from vault.cli import main
+        path = tmp_path / "odd.yaml"
+        path.write_bytes(content)
+        assert 2 == main(["run", str(path)])
+        err = capsys.readouterr().err
+        assert str(path) in err and why in err and "Traceback" not in err
+
     def test_pattern_that_selects_nothing(self, capsys: pytest.CaptureFixture[str]) -> None:
         from vault.cli import main
         assert 2 == main(["run", str(SCENARIOS), "-k", "no-such-scenario-anywhere"])

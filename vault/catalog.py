@@ -169,10 +169,14 @@ def load_yaml_model(path: str | Path, model: type[BaseModel]) -> Any:
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
     except OSError as exc:
         raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise BadInput(f"{path}:{where} not valid YAML") from None
+    except (ValueError, RecursionError):  # e.g. an integer longer than Python converts, or nesting too deep
+        raise BadInput(f"{path}: holds a value too large or too deeply nested to read") from None
     try:
         return model.model_validate(raw)
     except ValidationError as exc:

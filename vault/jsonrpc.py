@@ -45,7 +45,8 @@ def parse_frame(line: bytes) -> Request | FrameError:
     try:
         text = line.decode("utf-8")
         obj = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        # ValueError beyond JSONDecodeError: e.g. an integer longer than Python converts
         return FrameError(None, PARSE_ERROR, "parse error: not a JSON text in UTF-8")
     if not isinstance(obj, dict):
         kind = "batch requests are not supported" if isinstance(obj, list) else "a request must be a JSON object"

@@ -32,13 +32,15 @@ def load_credentials(path: str | os.PathLike[str]) -> dict[str, str]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"{path}: cannot read credentials: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: credentials file is not UTF-8 text") from None
     if stat.S_IMODE(st.st_mode) & 0o077:
         raise BadInput(f"{path}: credentials file must not be readable by others (chmod 600)")
     if st.st_uid != os.getuid():
         raise BadInput(f"{path}: credentials file belongs to another user")
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, RecursionError):
         raise BadInput(f"{path}: credentials file is not valid YAML/JSON") from None
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and isinstance(v, str) and v for k, v in data.items()

@@ -149,6 +149,20 @@ class TestBadInput:
         err = capsys.readouterr().err
         assert str(path) in err and why in err and "Traceback" not in err
 
+    def test_report_path_that_cannot_be_written_is_refused_before_the_run(self, tmp_path: Path) -> None:
+        proc = run(str(SCENARIOS / "gate-1-healthy-delivery.yaml"), "--json", str(tmp_path / "no" / "r.json"))
+        assert 2 == proc.returncode
+        assert "--json" in proc.stderr and "no directory" in proc.stderr and "Traceback" not in proc.stderr
+        assert "SCENARIO" not in proc.stdout  # nothing ran
+        assert not proc.left
+
+    def test_report_on_a_full_disk_is_a_clear_error(self) -> None:
+        """The run's table still prints; the report that could not be written is named, exit 2."""
+        proc = run(str(SCENARIOS / "gate-1-healthy-delivery.yaml"), "--junit", "/dev/full")
+        assert 2 == proc.returncode
+        assert "release OK" in proc.stdout
+        assert "--junit: cannot write /dev/full" in proc.stderr and "Traceback" not in proc.stderr
+
     def test_pattern_that_selects_nothing(self, capsys: pytest.CaptureFixture[str]) -> None:
         from vault.cli import main
         assert 2 == main(["run", str(SCENARIOS), "-k", "no-such-scenario-anywhere"])

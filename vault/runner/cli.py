@@ -56,6 +56,9 @@ def select(args: argparse.Namespace) -> list[Scenario]:
         raise BadInput("--trials must be at least 1")
     if args.jobs < 1:
         raise BadInput("--jobs must be at least 1")
+    for option, path in (("--json", args.json), ("--junit", args.junit)):
+        if path:
+            _check_output(option, Path(path))
     return scenarios
 
 
@@ -83,6 +86,17 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.kill()
         registry.reap()  # the backstop: nothing we started outlives the run
+
+
+def _check_output(option: str, path: Path) -> None:
+    """A report that cannot be written is refused before the run, not after it."""
+    parent = path.resolve().parent
+    if path.is_dir():
+        raise BadInput(f"{option}: {path} is a directory")
+    if not parent.is_dir():
+        raise BadInput(f"{option}: no directory {parent} to write {path.name} in")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise BadInput(f"{option}: {path} is not writable")
 
 
 def _check_program(program: str) -> None:
@@ -164,8 +178,10 @@ async def _main(scenarios: list[Scenario], args: argparse.Namespace, agent: list
           f"response-only false passes: {s['response_only_false_pass']}; "
           + (f"skipped: {', '.join(s['skipped'])}; " if s["skipped"] else "")
           + ("release OK" if s["release"] == "ok" else f"RELEASE BLOCKED by {', '.join(s['blocked_by'])}"))
-    if args.json:
-        write_json(Path(args.json), reports, wall)
-    if args.junit:
-        write_junit(Path(args.junit), reports, wall)
+    for option, path, write in (("--json", args.json, write_json), ("--junit", args.junit, write_junit)):
+        if path:
+            try:
+                write(Path(path), reports, wall)
+            except OSError as exc:  # e.g. the disk filled during the run: the table above still stands
+                raise BadInput(f"{option}: cannot write {path}: {exc.strerror}") from None
     return 0 if s["release"] == "ok" else 1

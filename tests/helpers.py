@@ -140,10 +140,11 @@ class Sandbox:
         assert "listening on " in line, (self.root / "remote.stderr").read_text()
         return proc, line.split("listening on ", 1)[1].strip()
 
-    def start_approver(self, rules: list[dict[str, Any]], name: str = "ci") -> subprocess.Popen[str]:
+    def start_approver(self, rules: list[dict[str, Any]], name: str = "ci",
+                       log: Path | None = None) -> subprocess.Popen[str]:
         before = (self.status() or {}).get("approvers", 0)
         script = self.write(f"approver-{len(self.procs)}.yaml", {"name": name, "rules": rules})
-        log = self.root / f"approver-{len(self.procs)}.log"
+        log = log or self.root / f"approver-{len(self.procs)}.log"
         proc = self.spawn([PY, "-m", "vault.cli", "approve", "--script", str(script), "--log", str(log)],
                           stdout=subprocess.DEVNULL, stderr=open(self.root / "approver.stderr", "a"))
         proc.log_path = log  # type: ignore[attr-defined]

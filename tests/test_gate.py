@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -331,6 +332,20 @@ class TestScriptedApprover:
         assert sandbox.vaultsim("stop").returncode == 0
         assert approver.wait(timeout=30) == 0
 
+
+    def test_a_log_it_cannot_write_does_not_stop_its_decisions(self, sandbox: Sandbox) -> None:
+        """--log on a full disk: the approver keeps deciding and says once that the log stopped."""
+        setup(sandbox)
+        sandbox.start_approver([{"decide": "allow_once"}], log=Path("/dev/full"))
+        assert ["success", "success"] == [r["category"] for r in sandbox.run_agent([CREATE, CREATE]).results]
+        err = (sandbox.root / "approver.stderr").read_text()
+        assert 1 == err.count("cannot write the decision log") and "Traceback" not in err
+
+    def test_a_log_it_cannot_open_is_bad_input(self, sandbox: Sandbox) -> None:
+        script = sandbox.write("s.yaml", {"name": "ci", "rules": [{"decide": "deny"}]})
+        proc = sandbox.vaultsim("approve", "--script", str(script), "--log", str(sandbox.root / "no" / "x.log"))
+        assert 2 == proc.returncode
+        assert "--log: cannot open" in proc.stderr and "Traceback" not in proc.stderr
 
     def test_lock_answer_locks_the_vault(self, sandbox: Sandbox) -> None:
         """A `lock` rule refuses the pending request by locking: approval_denied, then vault_locked."""

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .catalog import load_yaml_model
 from .cli import add_home_arg
 from .client import AsyncRpcClient, connect_approver
-from .errors import HomeError, RpcError
+from .errors import BadInput, HomeError, RpcError
 from .home import VaultHome
 
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
@@ -76,6 +76,7 @@ class ScriptedApprover:
     def __init__(self, script: ApproverScript, log: TextIO = sys.stdout) -> None:
         self.script = script
         self.log = log
+        self.log_failed = False
         self.used = [0] * len(script.rules)
         self.client: AsyncRpcClient | None = None
         self.tasks: set[asyncio.Task[None]] = set()
@@ -120,8 +121,14 @@ class ScriptedApprover:
             except HomeError:
                 return
         self.answered += 1
-        self.log.write(json.dumps(outcome) + "\n")
-        self.log.flush()
+        try:
+            self.log.write(json.dumps(outcome) + "\n")
+            self.log.flush()
+        except OSError as exc:  # e.g. a full disk: keep deciding, say once that the log stopped
+            if not self.log_failed:
+                self.log_failed = True
+                print(f"vaultsim approve: cannot write the decision log ({exc.strerror}); "
+                      "decisions go on unlogged", file=sys.stderr)
 
     async def run(self, home: VaultHome, ready: asyncio.Event | None = None) -> None:
         self.client, answer = await connect_approver(home, self.script.name, self.on_notify)
@@ -143,7 +150,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     script = load_script(args.script)
     home = VaultHome.resolve(args.home)
-    log: TextIO = open(args.log, "a", encoding="utf-8") if args.log else sys.stdout
+    try:
+        log: TextIO = open(args.log, "a", encoding="utf-8") if args.log else sys.stdout
+    except OSError as exc:
+        raise BadInput(f"--log: cannot open {args.log}: {exc.strerror}") from None
     try:
         asyncio.run(ScriptedApprover(script, log).run(home))
     except KeyboardInterrupt:

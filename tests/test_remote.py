@@ -283,6 +283,44 @@ class TestProcess:
         assert str(creds) in err.value.message
 
 
+class TestProcessBadInput:
+    """`vaultsim remote` started wrongly: exit 2 and one clear line, never a traceback."""
+
+    def _run(self, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        creds = _write_creds(tmp_path / "c.json", 0o600)
+        return subprocess.run([sys.executable, "-m", "vault.remote", "--credentials", str(creds), *args],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    def test_port_in_use(self, tmp_path: Path) -> None:
+        import socket
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            proc = self._run(tmp_path, "--port", str(port))
+        assert 2 == proc.returncode
+        assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr
+
+    @pytest.mark.parametrize("args, says", [
+        (["--port", "70000"], "not a port"),
+        (["--events", "/nonexistent-dir/e.jsonl"], "--events: cannot open"),
+    ], ids=["port-range", "events-dir"])
+    def test_bad_option(self, tmp_path: Path, args: list[str], says: str) -> None:
+        proc = self._run(tmp_path, *args)
+        assert 2 == proc.returncode
+        assert says in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_event_log_on_a_full_disk_keeps_events_in_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    from vault.remote.ledger import EventLog
+    log = EventLog(Path("/dev/full"))
+    log.emit("request_received", correlation_id="c-1")
+    log.emit("request_received", correlation_id="c-2")
+    assert ["c-1", "c-2"] == [e["correlation_id"] for e in log.snapshot()]
+    assert 1 == capsys.readouterr().err.count("cannot write the event log")
+    log.close()
+
+
 async def _wait_until(pred, timeout: float = 5.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

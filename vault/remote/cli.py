@@ -14,6 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
+from ..errors import BadInput
 from .auth import load_credentials
 from .faults import FaultSpec
 from .server import RemoteServer
@@ -21,7 +22,7 @@ from .server import RemoteServer
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
-    p.add_argument("--port", type=int, default=0, help="port (default: any free one)")
+    p.add_argument("--port", type=_port, default=0, help="port (default: any free one)")
     p.add_argument("--fault", help="one fault, NAME[:k=v,...][,op=OPERATION] (see vault.remote.faults)")
     p.add_argument("--credentials", metavar="FILE",
                    help="0600 YAML/JSON file: token name -> token value")
@@ -34,9 +35,22 @@ def run(args: argparse.Namespace) -> int:
     if not credentials:
         print("vaultsim remote: no --credentials: every /v1 request will be refused with 401",
               file=sys.stderr)
-    asyncio.run(_serve(RemoteServer(credentials, fault, Path(args.events) if args.events else None),
-                       args.host, args.port))
+    try:
+        server = RemoteServer(credentials, fault, Path(args.events) if args.events else None)
+    except OSError as exc:
+        raise BadInput(f"--events: cannot open {args.events}: {exc.strerror}") from None
+    asyncio.run(_serve(server, args.host, args.port))
     return 0
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
+    return port
 
 
 async def _serve(server: RemoteServer, host: str, port: int) -> None:
@@ -44,7 +58,11 @@ async def _serve(server: RemoteServer, host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await server.start(host, port)
+    try:
+        await server.start(host, port)
+    except OSError as exc:  # port taken, address not local, host unknown
+        server.events.close()
+        raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     print(f"listening on {server.url}", flush=True)
     if server.service_url != server.url:
         print(f"service url {server.service_url}", flush=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -131,8 +132,13 @@ class EventLog:
             record["seq"] = len(self._events) + 1
             self._events.append(record)
             if self._file is not None:
-                self._file.write(json.dumps(record, sort_keys=True) + "\n")
-                self._file.flush()
+                try:
+                    self._file.write(json.dumps(record, sort_keys=True) + "\n")
+                    self._file.flush()
+                except OSError as exc:  # e.g. a full disk: events stay in memory, the remote serves on
+                    print(f"vaultsim remote: cannot write the event log ({exc.strerror}); "
+                          "events are kept in memory only", file=sys.stderr)
+                    self._drop_file()
             self._cond.notify_all()
         return record
 
@@ -160,6 +166,13 @@ class EventLog:
 
     def close(self) -> None:
         with self._cond:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            self._drop_file()
+
+    def _drop_file(self) -> None:
+        """Stop writing to the file (caller holds the lock); a failed close is no news."""
+        if self._file is not None:
+            f, self._file = self._file, None
+            try:
+                f.close()
+            except OSError:
+                pass

@@ -32,6 +32,22 @@ class TestStartup:
         assert f"pid {first.pid}" in out.stderr
         assert sandbox.status()["pid"] == first.pid
 
+    def test_failed_background_start_shows_only_its_own_error(self, sandbox: Sandbox) -> None:
+        """A bad file: exit 2 with this attempt's reason, not an older one from the same log."""
+        first = sandbox.vaultsim("daemon", "--policy", str(sandbox.root / "missing-policy.yaml"), timeout=60)
+        assert 2 == first.returncode and "missing-policy.yaml" in first.stderr
+        broken = sandbox.root / "broken.yaml"
+        broken.write_text("rules: [\n")
+        second = sandbox.vaultsim("daemon", "--catalog", str(broken), timeout=60)
+        assert 2 == second.returncode
+        assert "broken.yaml" in second.stderr and "missing-policy.yaml" not in second.stderr
+        assert sandbox.status() is None
+
+    def test_remote_that_is_not_a_url_is_refused(self, sandbox: Sandbox) -> None:
+        out = sandbox.vaultsim("daemon", "--remote", "127.0.0.1:8080", timeout=30)
+        assert 2 == out.returncode and "not an http:// or https:// URL" in out.stderr
+        assert sandbox.status() is None
+
     def test_stale_socket_from_killed_daemon_is_recovered(self, sandbox: Sandbox) -> None:
         """After SIGKILL the sockets remain; the next daemon removes them and serves."""
         first = sandbox.start_daemon()

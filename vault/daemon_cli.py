@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .cli import add_home_arg
 from .errors import HomeError, VaultError
@@ -33,8 +34,16 @@ def configure_daemon(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="daemon config YAML (services, catalog, policy)")
     p.add_argument("--policy", help="approval policy YAML (default: scenarios/policies/default.yaml)")
     p.add_argument("--catalog", help="extra operations merged over the default catalog")
-    p.add_argument("--remote", help="base URL for every HTTP service not in the config")
+    p.add_argument("--remote", type=_base_url, help="base URL for every HTTP service not in the config")
     p.add_argument("--no-audit", action="store_true", help=argparse.SUPPRESS)
+
+
+def _base_url(text: str) -> str:
+    """An http(s) URL with a host: a typo here would fail every call, so fail the start."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL with a host")
+    return text
 
 
 def build_daemon(home: VaultHome, args: argparse.Namespace) -> Any:
@@ -116,6 +125,7 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
     if args.unlocked:
         argv.append("--unlocked")
     log_fd = os.open(home.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    start = os.fstat(log_fd).st_size  # the log is appended to: show only what this start wrote
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
                                  start_new_session=True, close_fds=True)
@@ -125,9 +135,9 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
     while time.monotonic() < deadline:
         if child.poll() is not None:
             print(f"vaultsim daemon: failed to start (exit {child.returncode}); "
-                  f"last lines of {home.daemon_log}:", file=sys.stderr)
-            print(_tail(home.daemon_log), file=sys.stderr)
-            return 1
+                  f"from {home.daemon_log}:", file=sys.stderr)
+            print(_tail(home.daemon_log, start), file=sys.stderr)
+            return 2 if child.returncode == 2 else 1  # bad input stays bad input
         if daemon_status(home, timeout=2) is not None:
             print(f"vaultsim daemon: serving {home.root} (pid {child.pid})")
             return 0
@@ -136,11 +146,15 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
     return 1
 
 
-def _tail(path: Path, n: int = 8) -> str:
+def _tail(path: Path, offset: int = 0, n: int = 8) -> str:
+    """The last `n` lines written to `path` after `offset`."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
     except OSError:
         return ""
+    return "\n".join(text.splitlines()[-n:])
 
 
 def daemon_status(home: VaultHome, timeout: float = 5) -> dict[str, Any] | None:

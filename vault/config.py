@@ -8,14 +8,23 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .catalog import Catalog, load_catalog, load_yaml_model
 from .executors.base import ServiceConfig
 from .gate.policy import Policy, load_policy
 
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+
+def check_base_url(text: str) -> str:
+    """An http(s) URL with a host, else ValueError: a typo here would fail every call."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{text!r} is not an http:// or https:// URL with a host")
+    return text
 
 
 class ServiceSpec(BaseModel):
@@ -26,6 +35,11 @@ class ServiceSpec(BaseModel):
     user: str | None = None
     known_hosts: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return None if value is None else check_base_url(value)
 
 
 class DaemonConfig(BaseModel):

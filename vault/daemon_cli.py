@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from .cli import add_home_arg
 from .errors import HomeError, VaultError
@@ -39,11 +38,11 @@ def configure_daemon(p: argparse.ArgumentParser) -> None:
 
 
 def _base_url(text: str) -> str:
-    """An http(s) URL with a host: a typo here would fail every call, so fail the start."""
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL with a host")
-    return text
+    from .config import check_base_url
+    try:
+        return check_base_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_daemon(home: VaultHome, args: argparse.Namespace) -> Any:

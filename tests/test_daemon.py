@@ -46,6 +46,11 @@ class TestStartup:
     def test_remote_that_is_not_a_url_is_refused(self, sandbox: Sandbox) -> None:
         out = sandbox.vaultsim("daemon", "--remote", "127.0.0.1:8080", timeout=30)
         assert 2 == out.returncode and "not an http:// or https:// URL" in out.stderr
+        config = sandbox.root / "config.yaml"
+        config.write_text('services:\n  tracker: {url: "tracker.local"}\n')
+        out = sandbox.vaultsim("daemon", "--config", str(config), timeout=60)
+        assert 2 == out.returncode
+        assert "services.tracker.url" in out.stderr and "not an http:// or https:// URL" in out.stderr
         assert sandbox.status() is None
 
     def test_stale_socket_from_killed_daemon_is_recovered(self, sandbox: Sandbox) -> None:

@@ -249,6 +249,27 @@ class TestDenialAndWaits:
         assert resumed["correlation_id"] == first["correlation_id"]
         assert len([e for e in remote_events(url) if e.get("event") == "mutation_committed"]) == 1
 
+    def test_a_prompt_flood_is_capped_per_session(self, sandbox: Sandbox) -> None:
+        """wait_s=0 in a loop leaves a prompt each time; past the cap: rate_limited, nobody asked."""
+        from vault.gate.engine import MAX_PENDING_PER_SESSION as CAP
+        url = setup(sandbox)
+        sandbox.start_approver([{"match": {}, "decide": "ignore"}])
+        results = agent_script(sandbox, (
+            "client.open_session('flood', 'run-1')\n"
+            f"for i in range({CAP + 2}):\n"
+            "    out(client.call('create_issue', {'title': f'x{i}'}, wait_s=0))\n"))
+        assert ["approval_pending"] * CAP + ["rate_limited"] * 2 == [r["category"] for r in results]
+        assert results[-1]["retry"] == "after_delay" and results[-1]["retry_after_s"] > 0
+        assert "nobody was asked" in results[-1]["message"]
+        assert CAP == sandbox.status()["pending"]
+        assert CAP == stats(sandbox)["prompts"]
+        # another agent process is still asked
+        other = agent_script(sandbox, "client.open_session('other', 'run-2')\n"
+                                      "out(client.call('create_issue', {'title': 'y'}, wait_s=0))\n",
+                             run_id="run-2")
+        assert ["approval_pending"] == [r["category"] for r in other]
+        assert remote_events(url) == []
+
     def test_expired(self, sandbox: Sandbox) -> None:
         """Nobody decides before the deadline: approval_expired, retry never, nothing sent."""
         policy = sandbox.write("short.yaml", {"risks": {"create": {"mode": "session", "deadline_s": 0.5}}})

@@ -28,6 +28,11 @@ AuditFn = Callable[..., Awaitable[None]]  # (event, durable=True)
 
 # settled approvals stay resumable for this long (receipts survive agent restarts)
 _SETTLED_KEEP_S = 3600.0
+# Prompts waiting at once, per session and in all. An agent that calls with wait_s=0 in a
+# loop leaves a prompt behind each time; past these it is told to slow down and nobody is asked.
+MAX_PENDING_PER_SESSION = 32
+MAX_PENDING = 4096
+TOO_MANY_PENDING_RETRY_S = 5.0
 
 
 class Gate:
@@ -196,6 +201,13 @@ class Gate:
             return make_result(Category.approval_unroutable, op.name, correlation_id,
                                f"{op.name} needs an approval but no {who} is connected to receive it; "
                                "nothing was sent", owner=owner)
+        waiting = sum(1 for p in self.pending.values() if p.session.id == session.id)
+        if waiting >= MAX_PENDING_PER_SESSION or len(self.pending) >= MAX_PENDING:
+            whose = "this session's" if waiting >= MAX_PENDING_PER_SESSION else "all sessions'"
+            return make_result(Category.rate_limited, op.name, correlation_id,
+                               f"{op.name} needs an approval, but too many of {whose} requests already "
+                               "wait for one; nobody was asked and nothing was sent. Collect or wait out "
+                               "the pending ones, then try again", retry_after_s=TOO_MANY_PENDING_RETRY_S)
         ap = PendingApproval(session=session, operation=op, mode=rule.mode,
                              params_summary=op.summary(params), scope=scope, owner=owner,
                              deadline=self.clock() + rule.deadline_s, epoch=self.epoch,

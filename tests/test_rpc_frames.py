@@ -133,12 +133,14 @@ class TestLimits:
         s.settimeout(30)
         s.connect(str(sandbox.agent_sock))
         reader = s.makefile("rb")
-        s.sendall(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "session.open",
-                              "params": {"agent": "flood"}}).encode() + b"\n")
-        session_id = json.loads(reader.readline())["result"]["session_id"]
+        sessions = []  # several: one session's waiting prompts have a lower cap of their own
+        for n in range(4):
+            s.sendall(json.dumps({"jsonrpc": "2.0", "id": f"open-{n}", "method": "session.open",
+                                  "params": {"agent": "flood"}}).encode() + b"\n")
+            sessions.append(json.loads(reader.readline())["result"]["session_id"])
         extra = 3
         frames = b"".join(json.dumps({"jsonrpc": "2.0", "id": i, "method": "call", "params": {
-            "session_id": session_id, "operation": "create_issue", "params": {"title": f"t{i}"},
+            "session_id": sessions[i % 4], "operation": "create_issue", "params": {"title": f"t{i}"},
             "wait_s": 60}}).encode() + b"\n" for i in range(1, MAX_IN_FLIGHT + extra + 1))
         s.sendall(frames)
         refused = [json.loads(reader.readline()) for _ in range(extra)]
@@ -171,3 +173,19 @@ class TestLimits:
             assert err.value.rpc_code == -32004 and "close one" in err.value.message
             c.request("session.close", session_id=ids[0])
             assert c.request("session.open", agent="after-close")["session_id"].startswith("s-")
+
+
+class TestNames:
+    @pytest.mark.parametrize("name", ["evil\x1b[2J", "rtl\u202eabc", "tab\tname", "nul\x00"],
+                             ids=["escape", "bidi", "tab", "nul"])
+    def test_agent_name_that_could_steer_a_screen_is_refused(self, served: Sandbox, name: str) -> None:
+        """Names are shown to approvers: control and format characters are bad params."""
+        from vault.client import RpcClient
+        from vault.errors import RpcError
+        with RpcClient(served.agent_sock, timeout=10) as c:
+            with pytest.raises(RpcError) as err:
+                c.request("session.open", agent=name)
+            assert -32602 == err.value.rpc_code and "printable" in err.value.message
+            with pytest.raises(RpcError):
+                c.request("session.open", agent="fine", run_id=name)
+            assert c.request("session.open", agent="ünïcode agent")["session_id"].startswith("s-")

@@ -252,6 +252,18 @@ class TestOutsideAgent:
         assert 1 == proc.returncode
         assert "exited 2" in proc.stdout and "missing.py" in proc.stdout, proc.stdout
 
+    def test_an_agent_cannot_write_terminal_control_into_the_report(self, tmp_path: Path) -> None:
+        """Its stderr is shown escaped: an escape sequence cannot repaint the verdicts above it."""
+        (tmp_path / "rude.py").write_text(
+            "import sys\nsys.stderr.write('\\x1b[1A\\x1b[2K[1/1] ok PASS faked\\n')\nsys.exit(3)\n")
+        junit = tmp_path / "r.xml"
+        proc = run(str(SCENARIOS / "gate-1-healthy-delivery.yaml"), "--agent", f"{sys.executable} rude.py",
+                   "--junit", str(junit), cwd=tmp_path)
+        assert 1 == proc.returncode
+        assert "\x1b" not in proc.stdout + proc.stderr
+        assert "exited 3: \\x1b[1A\\x1b[2K[1/1] ok PASS faked" in proc.stdout
+        ET.parse(junit)  # still well-formed XML
+
     @pytest.mark.parametrize("agent", ["./no-such-agent", "no-such-program-vs"])
     def test_an_agent_program_that_does_not_exist_is_bad_input(self, tmp_path: Path, agent: str) -> None:
         proc = run(str(SCENARIOS / "gate-1-healthy-delivery.yaml"), "--agent", agent, cwd=tmp_path)

@@ -11,8 +11,9 @@ import subprocess
 
 from helpers import PY, ROOT
 
-# what `tui` may use from the core: the client, the home layout, its errors, the CLI's --home
-ALLOWED_FROM_VAULT = {"vault.client", "vault.home", "vault.errors", "vault.cli"}
+# what `tui` may use from the core: the client, the home layout, its errors, the CLI's --home,
+# and the helper that makes agent-chosen text printable
+ALLOWED_FROM_VAULT = {"vault.client", "vault.home", "vault.errors", "vault.cli", "vault.text"}
 
 
 class TestBoundary:

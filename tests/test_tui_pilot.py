@@ -49,6 +49,19 @@ class TestPending:
             await pilot.press("d")
             assert (await a.next())["category"] == "approval_denied"
 
+    async def test_agent_chosen_text_cannot_steer_the_screen(self, sandbox: Sandbox, agents: list[Agent]) -> None:
+        """A bidi override in a parameter is shown as its escape: the row reads as what was sent."""
+        sandbox.start_daemon()
+        async with tui(sandbox) as pilot:
+            a = await agent(sandbox, agents, "call('create_issue', title='fix \u202edelete everything')\n")
+            await until(pilot, lambda: rows(pilot) == 1, "the request to be shown")
+            cells = [str(c) for c in main(pilot).query_one(PendingTable).get_row_at(0)]
+            assert cells[6].startswith("title=fix \\u202edelete") and "\u202e" not in cells[6]
+            detail = text_of(main(pilot).query_one(RequestDetail))
+            assert "\u202e" not in detail and "\\u202e" in detail
+            await pilot.press("d")
+            assert (await a.next())["category"] == "approval_denied"
+
 
 class TestDecisions:
     @pytest.mark.parametrize(("key", "decision", "calls", "category"), [

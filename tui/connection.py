@@ -21,6 +21,7 @@ from textual.message import Message
 from vault.client import AsyncRpcClient, connect_approver
 from vault.errors import HomeError, RpcError, VaultError
 from vault.home import VaultHome
+from vault.text import printable
 
 from .messages import DaemonNotice, LinkDown, LinkUp, RequestFailed, SessionsLoaded, StatsLoaded
 
@@ -60,7 +61,7 @@ class ApproverLink:
                 continue
             delay, last_down = RETRY_FIRST_S, ""
             self.client = client
-            self.post(LinkUp(list(answer.get("pending") or []), bool(answer.get("locked"))))
+            self.post(LinkUp(shown(list(answer.get("pending") or [])), bool(answer.get("locked"))))
             refresher = asyncio.create_task(self._refresh_loop(client))
             try:
                 await client.closed.wait()
@@ -72,15 +73,15 @@ class ApproverLink:
             self.post(LinkDown(last_down))
 
     def _on_notify(self, method: str, params: dict[str, Any]) -> None:
-        self.post(DaemonNotice(method, params))
+        self.post(DaemonNotice(method, shown(params)))
         if method in _STATS_TRIGGERS:
             self._stats_due.set()
 
     async def _refresh_loop(self, client: AsyncRpcClient) -> None:
         try:
-            self.post(SessionsLoaded(list((await client.request("sessions")).get("sessions") or [])))
+            self.post(SessionsLoaded(shown(list((await client.request("sessions")).get("sessions") or []))))
             while True:
-                self.post(StatsLoaded(await client.request("stats")))
+                self.post(StatsLoaded(shown(await client.request("stats"))))
                 await self._stats_due.wait()
                 self._stats_due.clear()
         except (VaultError, OSError):
@@ -99,6 +100,18 @@ class ApproverLink:
         except (VaultError, OSError) as exc:
             self.post(RequestFailed(method, _why(exc)))
             return None
+
+
+def shown(value: Any) -> Any:
+    """What the daemon relays (agent names, params, scopes: chosen by agents) with every string
+    made printable, keys included, so nothing an agent sends can steer the approver's terminal."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {shown(k): shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shown(v) for v in value]
+    return value
 
 
 def _why(exc: BaseException) -> str:

@@ -6,6 +6,8 @@ import time
 
 from rich.text import Text
 
+from vault.text import printable
+
 # colour by risk class: reads are calm, writes draw the eye, anything
 # destructive or privileged is loud
 RISK_STYLE = {
@@ -40,5 +42,6 @@ def clock_time(epoch: float) -> str:
 
 
 def plain(value: object) -> Text:
-    """Agent-controlled strings are shown as text, never parsed as markup."""
-    return Text(str(value))
+    """Agent-controlled strings are shown as text: never parsed as markup, and never able
+    to steer the terminal (escape sequences) or reorder what is read (bidi overrides)."""
+    return Text(printable(str(value)))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import BadInput, RpcError
 from .ids import correlation_id
@@ -36,6 +36,14 @@ class OpenParams(BaseModel):
     model_config = _P
     agent: str = _Name
     run_id: str | None = Field(default=None, max_length=128)
+
+    @field_validator("agent", "run_id")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        # shown to approvers and in reports: no control or format characters (escapes, bidi)
+        if value is not None and not value.isprintable():
+            raise ValueError("must be printable text (no control or format characters)")
+        return value
 
 
 class CallParams(BaseModel):

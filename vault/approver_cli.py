@@ -9,6 +9,7 @@ from typing import Any
 from .cli import add_home_arg
 from .client import ApproverClient
 from .home import VaultHome
+from .text import printable
 
 
 def _request(args: argparse.Namespace, method: str, **params: Any) -> Any:
@@ -56,13 +57,13 @@ def run_stats(args: argparse.Namespace) -> int:
 def format_stats(report: dict[str, Any]) -> str:
     lines = []
     for run_id, c in sorted(report.get("runs", {}).items()):
-        lines.append(f"run {run_id}: {c['prompts']} prompts "
+        lines.append(f"run {printable(run_id)}: {c['prompts']} prompts "
                      f"({c['read_prompts']} for reads, {c['repeated_scope_prompts']} repeated scopes, "
                      f"{c['destructive_session_grants']} destructive session grants, "
                      f"{c['unroutable']} unroutable)")
         for scope, n in sorted(c["scopes_asked"].items()):
             granted = c["scopes_granted"].get(scope, 0)
-            lines.append(f"  {n:>3} asked  {granted:>3} granted  {scope}")
+            lines.append(f"  {n:>3} asked  {granted:>3} granted  {printable(scope)}")
         if c["decisions"]:
             lines.append("  decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(c["decisions"].items())))
     return "\n".join(lines) or "no prompts yet"

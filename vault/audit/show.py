@@ -29,6 +29,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..errors import AuditError, BadInput
+from ..text import printable
 from . import records as R
 from .keys import check_data_key
 
@@ -171,6 +172,4 @@ def _when(t: Any) -> str:
 
 def _clean(v: Any) -> str:
     """A field value as printable text: control characters escaped, long values cut."""
-    s = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
-    s = "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
-    return s if len(s) <= 200 else s[:197] + "..."
+    return printable(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str), 200)

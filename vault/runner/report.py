@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..text import printable
 from .scenario import VERDICT_ORDER, Scenario
 from .trial import TrialResult
 
@@ -78,7 +79,7 @@ def _prompts(scopes: dict[str, list[int]]) -> str:
     for scope, counts in sorted(scopes.items()):
         values = sorted(set(counts))
         shown = str(values[0]) if len(values) == 1 else "{" + ",".join(map(str, values)) + "}"
-        parts.append(f"{scope}: {shown}")
+        parts.append(f"{printable(scope)}: {shown}")
     return "; ".join(parts) or "-"
 
 
@@ -89,10 +90,12 @@ def progress_line(done: int, total: int, r: TrialResult) -> str:
     why = ""
     if not r.ok or r.verdict == "ERROR":
         reasons = r.grade.reasons if r.grade else ([r.error] if r.error else [])
-        why = "\n      " + (reasons[0] if reasons else "no finding: the gate saw nothing wrong")
-        why += "".join(f"\n      {line}" for line in _agent_trouble(r))
+        # reasons can quote what an agent said, and its stderr is its own: shown as text, never as
+        # terminal control (an escape sequence could repaint a verdict above)
+        lines = [reasons[0] if reasons else "no finding: the gate saw nothing wrong", *_agent_trouble(r)]
+        why = "".join(f"\n      {printable(line)}" for line in lines)
     if r.verdict == "SKIPPED":
-        why = f" ({r.error})"
+        why = f" ({printable(r.error or '')})"
     return f"[{done:>{width}}/{total}] {mark}{r.verdict:<22} {r.scenario}#{r.trial}{expect} {r.duration_s:.2f}s{why}"
 
 
@@ -155,12 +158,13 @@ def write_junit(path: Path, reports: list[ScenarioReport], wall_s: float) -> Non
             case = ET.SubElement(suite, "testcase", classname=f"scenarios.{rep.scenario.id}",
                                  name=f"trial {t.trial}", time=f"{t.duration_s:.3f}")
             if t.verdict == "SKIPPED":
-                ET.SubElement(case, "skipped", message=t.error or "skipped")
+                ET.SubElement(case, "skipped", message=printable(t.error or "skipped"))
             elif t.verdict == "ERROR" and not t.ok:
-                ET.SubElement(case, "error", message=t.error or "error").text = json.dumps(
+                ET.SubElement(case, "error", message=printable(t.error or "error")).text = json.dumps(
                     t.summary.get("logs", {}), indent=1)
             elif not t.ok:
-                reasons = t.grade.reasons if t.grade else []
+                # control characters are not even allowed in XML 1.0
+                reasons = [printable(x) for x in t.grade.reasons] if t.grade else []
                 ET.SubElement(case, "failure", message=f"{t.verdict}, expected {t.expected}",
                               type=t.verdict).text = "\n".join(reasons)
             ET.SubElement(case, "system-out").text = json.dumps(

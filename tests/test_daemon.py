@@ -8,6 +8,7 @@ import shutil
 import signal
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +90,25 @@ class TestStatusAndStop:
         assert not sandbox.agent_sock.exists()
         assert not (sandbox.home / "approver.sock").exists()
         assert sandbox.vaultsim("status").returncode == 1
+
+    def test_status_shows_audit_size_and_free_space(self, sandbox: Sandbox) -> None:
+        sandbox.vaultsim("daemon", check=True)
+        data = json.loads(sandbox.vaultsim("status", "--json").stdout)
+        assert data["audit_log_bytes"] == (sandbox.home / "audit.log").stat().st_size > 0
+        assert data["disk_free_bytes"] > 0
+        assert "free on its disk" in sandbox.vaultsim("status").stdout
+
+    def test_status_warns_when_the_disk_is_nearly_full(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+        """A full disk stops the audit log and every call: status says so before it happens.
+        (No real nearly-full disk here: the free-space reading stands in.)"""
+        from types import SimpleNamespace
+
+        from vault.cli import main
+        monkeypatch.setattr(shutil, "disk_usage", lambda p: SimpleNamespace(free=100 << 20))
+        assert 1 == main(["status", "--home", str(tmp_path / "home")])
+        out = capsys.readouterr().out
+        assert "100.0 MiB free on its disk" in out and "WARNING: the disk is nearly full" in out
 
     def test_sigterm_removes_sockets(self, sandbox: Sandbox) -> None:
         """SIGTERM stops the daemon cleanly: exit 0, sockets gone."""

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -191,6 +192,33 @@ def run_stop(args: argparse.Namespace) -> int:
     raise HomeError(f"daemon (pid {status['pid']}) did not stop within {args.timeout:g}s")
 
 
+# below this much free space `status` warns: a full disk stops the audit log and every call
+LOW_DISK_BYTES = 512 << 20
+
+
+def _disk(home: VaultHome) -> dict[str, int | None]:
+    """How big the audit log is and how much room its disk has left (None where unknown)."""
+    try:
+        free: int | None = shutil.disk_usage(home.root).free
+    except OSError:
+        free = None
+    try:
+        size = home.audit_log.stat().st_size
+    except OSError:
+        size = 0
+    return {"audit_log_bytes": size, "disk_free_bytes": free}
+
+
+def _size(n: float) -> str:
+    if n < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB"):
+        n /= 1024
+        if n < 1024:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1024:.1f} GiB"
+
+
 def _pid_alive(pid: Any) -> bool:
     import psutil
     try:
@@ -216,6 +244,7 @@ def run_status(args: argparse.Namespace) -> int:
             out["keyring_backend"] = "unavailable"
     else:
         out = {"running": True, **status}
+    out.update(_disk(home))
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
@@ -229,4 +258,9 @@ def run_status(args: argparse.Namespace) -> int:
         else:
             print(f"no vaultsim daemon serves {out['home']}")
             print(f"  keyring backend: {out['keyring_backend']}")
+        if out["disk_free_bytes"] is not None:
+            print(f"  audit log {_size(out['audit_log_bytes'])}; {_size(out['disk_free_bytes'])} free on its disk")
+            if out["disk_free_bytes"] < LOW_DISK_BYTES:
+                print("  WARNING: the disk is nearly full; when the audit log cannot be written, "
+                      "the daemon stops serving calls")
     return 0 if out["running"] else 1

@@ -23,3 +23,15 @@ def test_printable(raw: str, shown: str) -> None:
 def test_limit() -> None:
     assert "abcdefg" == printable("abcdefg", 7)
     assert "abcd..." == printable("abcdefgh", 7)
+
+
+def test_stats_lines_are_printable() -> None:
+    """`vaultsim stats` prints scopes, which hold what an agent passed as parameters."""
+    from vault.approver_cli import format_stats
+    report = {"runs": {"run\x1b[2J": {"prompts": 1, "read_prompts": 0, "repeated_scope_prompts": 0,
+                                       "destructive_session_grants": 0, "unroutable": 0,
+                                       "scopes_asked": {"deploy to \u202eprod": 1}, "scopes_granted": {},
+                                       "decisions": {}}}}
+    text = format_stats(report)
+    assert text.isprintable() or all(line.isprintable() for line in text.splitlines())
+    assert "run\\x1b[2J" in text and "deploy to \\u202eprod" in text

@@ -25,9 +25,9 @@ TOKEN = "bench-token"
 
 
 @contextlib.contextmanager
-def vault_with_remote(*daemon_args: str) -> Iterator[tuple[Sandbox, str]]:
-    """A sandbox with the fake remote, the tracker credential and an unlocked daemon."""
-    box = new_sandbox()
+def vault_with_remote(*daemon_args: str, parent: str = "/tmp") -> Iterator[tuple[Sandbox, str]]:
+    """A sandbox (under `parent`) with the fake remote, the tracker credential and an unlocked daemon."""
+    box = new_sandbox(parent)
     try:
         _, url = box.start_remote({"tracker_token": TOKEN})
         box.set_secret("tracker_token", TOKEN)

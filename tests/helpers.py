@@ -183,8 +183,8 @@ class AgentRun:
         return lines[-1] if lines else ""
 
 
-def new_sandbox() -> Sandbox:
-    root = Path(tempfile.mkdtemp(prefix="vs-", dir="/tmp"))
+def new_sandbox(parent: str = "/tmp") -> Sandbox:
+    root = Path(tempfile.mkdtemp(prefix="vs-", dir=parent))
     os.chmod(root, 0o700)
     return Sandbox(root)
 

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CASES = [
     (["gate_overhead.py", "30"], ["durable vault (audit on)", "audit off", "ratio p50"]),
+    (["gate_overhead.py", "30", "--dir", "/dev/shm"], ["home in /dev/shm", "durable floor"]),
     (["approval_roundtrip.py", "5"], ["last category: success", "p50"]),
     (["gated_calls.py", "5"], ["8 agent(s) x 5 read_issue", "(40 succeeded)"]),
     (["audit.py", "--appends", "80", "--calls", "80", "--verify-records", "1000"],
@@ -25,7 +26,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "expected"), CASES, ids=[c[0][0] for c in CASES])
+@pytest.mark.parametrize(("argv", "expected"), CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_bench_runs(argv: list[str], expected: list[str]) -> None:
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT / "bench", capture_output=True, text=True,
                           timeout=300)

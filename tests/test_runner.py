@@ -219,7 +219,6 @@ class TestOutsideAgent:
         assert 1 == proc.returncode
         assert "RELEASE BLOCKED by c05-create-deployment-late-response" in proc.stdout
 
-
     def test_relative_agent_path_is_read_from_where_the_run_started(self, tmp_path: Path) -> None:
         """`--agent "python my_agent.py"` in the user's project works as typed there."""
         (tmp_path / "my_agent.py").write_text(TINY_AGENT)

@@ -163,6 +163,21 @@ class Sandbox:
     def close(self) -> None:
         for proc in reversed(self.procs):
             stop_process(proc)
+        self._stop_detached_daemon()
+
+    def _stop_detached_daemon(self) -> None:
+        """A daemon started in background mode (`vaultsim daemon`) is no child of ours: stop it
+        through its pid file, so no test leaves one running. The pid may be stale (a killed
+        daemon leaves the file): only a process serving this home is stopped."""
+        import psutil
+        try:
+            proc = psutil.Process(int((self.home / "daemon.pid").read_text()))
+            if str(self.home) not in " ".join(proc.cmdline()):
+                return
+            proc.terminate()
+            proc.wait(timeout=15)
+        except (OSError, ValueError, psutil.Error):
+            return
 
 
 @dataclass

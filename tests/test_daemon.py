@@ -92,7 +92,7 @@ class TestStatusAndStop:
         assert sandbox.vaultsim("status").returncode == 1
 
     def test_status_shows_audit_size_and_free_space(self, sandbox: Sandbox) -> None:
-        sandbox.vaultsim("daemon", check=True)
+        sandbox.start_daemon()
         data = json.loads(sandbox.vaultsim("status", "--json").stdout)
         assert data["audit_log_bytes"] == (sandbox.home / "audit.log").stat().st_size > 0
         assert data["disk_free_bytes"] > 0

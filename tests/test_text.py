@@ -35,3 +35,13 @@ def test_stats_lines_are_printable() -> None:
     text = format_stats(report)
     assert all(line.isprintable() for line in text.splitlines())
     assert "run\\x1b[2J" in text and "deploy to \\u202eprod" in text
+
+
+def test_demo_narrates_an_agents_final_line_printable(tmp_path) -> None:
+    """The demo quotes each agent's last stdout line in the activity pane."""
+    from tui.demo import DemoWorld
+    world = DemoWorld(parent=str(tmp_path))
+    (world.root / "a.out").write_text("step\n\x1b[2Jdone " + "x" * 200 + "\n")
+    line = world.final_line("a")
+    assert line.startswith("\\x1b[2Jdone ") and line.endswith("...") and len(line) == 120
+    world.close()

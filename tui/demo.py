@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from vault.client import RpcClient
 from vault.errors import HomeError, VaultError
+from vault.text import printable
 
 DEFAULT_PLAN = Path(__file__).resolve().parent.parent / "scenarios" / "plans" / "demo.yaml"
 CREDENTIALS = ("tracker_token", "releases_token")
@@ -122,8 +123,8 @@ class DemoWorld:
             lines = (self.root / f"{label}.out").read_text(errors="replace").strip().splitlines()
         except OSError:
             return ""
-        last = lines[-1] if lines else ""
-        return last if len(last) <= 120 else last[:117] + "..."
+        # an agent's output: printable, so it cannot steer the terminal from the activity pane
+        return printable(lines[-1] if lines else "", 120)
 
     # ---- tearing down --------------------------------------------------------------
 

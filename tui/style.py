@@ -6,8 +6,6 @@ import time
 
 from rich.text import Text
 
-from vault.text import printable
-
 # colour by risk class: reads are calm, writes draw the eye, anything
 # destructive or privileged is loud
 RISK_STYLE = {
@@ -42,6 +40,6 @@ def clock_time(epoch: float) -> str:
 
 
 def plain(value: object) -> Text:
-    """Agent-controlled strings are shown as text: never parsed as markup, and never able
-    to steer the terminal (escape sequences) or reorder what is read (bidi overrides)."""
-    return Text(printable(str(value)))
+    """Agent-controlled strings are shown as text, never parsed as markup (they arrive
+    printable: `connection.shown`)."""
+    return Text(str(value))

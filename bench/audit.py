@@ -9,9 +9,9 @@ prints these figures:
 * durable appends/s with one appender (each append waits for its fdatasync);
 * durable appends/s with 8 concurrent appenders in one event loop (group
   commit: they share fdatasyncs), with the number of fdatasyncs it took;
-* durable gated calls/s with 1 agent and with 8 concurrent agents (asyncio
-  tasks, one session each), through a real `VaultDaemon`'s call pipeline
-  (`daemon.call`, in-process): the gate (real policy: `read_issue` is auto),
+* durable gated calls/s with 1, 8 and 32 concurrent agents (asyncio tasks,
+  one session each, one call at a time), through a real `VaultDaemon`'s call
+  pipeline (`daemon.call`, in-process): the gate (real policy: `read_issue` is auto),
   the credential read from a real encrypted store, and every audit record of
   the call on the real `AuditWriter` (call_requested, intent [durable before
   the executor runs], dispatch_started, remote_result, classification
@@ -22,7 +22,10 @@ prints these figures:
   interleave only where the pipeline waits for the audit log. The clock covers
   the calls only (not building the daemon, not the checks of the log after).
   The end-to-end figure (agent processes, Unix sockets, the HttpExecutor, the
-  fake remote) is bench/gated_calls.py;
+  fake remote) is bench/gated_calls.py. Under the 8-agent figure, its
+  ceiling on this disk: each fdatasync can cover at most 4 of their calls
+  (8 waiting records, two per call), so at most 4 calls per write+fdatasync
+  of a batch the size the run wrote, even if the calls cost no CPU;
 * offline `verify` records/s over a 100k-record log (corpus written with
   fdatasync stubbed out, since only verify is being timed there).
 
@@ -68,12 +71,17 @@ EVENT = {"type": "call_requested", "correlation_id": "c-0190f3a2b4c5d6e7f8a9b0c1
 
 
 class CountingIO:
-    """os.write / os.fdatasync, counting the fdatasyncs."""
+    """os.write / os.fdatasync, counting the fdatasyncs and the bytes written."""
 
     def __init__(self, sync: bool = True) -> None:
         self.syncs = 0
+        self.bytes = 0
         self.sync = sync
-        self.write = os.write
+
+    def write(self, fd: int, data: Any) -> int:
+        n = os.write(fd, data)
+        self.bytes += n
+        return n
 
     def fdatasync(self, fd: int) -> None:
         self.syncs += 1
@@ -159,13 +167,14 @@ async def gated_calls(root: Path, agents: int, each: int, io: CountingIO) -> flo
     return elapsed
 
 
-def raw_syncs(path: Path, n: int) -> float:
-    """write + fdatasync of one 600-byte line, n times: what the disk allows."""
+def raw_syncs(path: Path, n: int, size: int = 600) -> float:
+    """write + fdatasync of one `size`-byte line, n times: what the disk allows."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    line = b"x" * (max(size, 1) - 1) + b"\n"
     try:
         t0 = time.perf_counter()
         for _ in range(n):
-            os.write(fd, b"x" * 599 + b"\n")
+            os.write(fd, line)
             os.fdatasync(fd)
         return n / (time.perf_counter() - t0)
     finally:
@@ -192,13 +201,20 @@ def main() -> None:
         t = asyncio.run(appenders(root / "eight.log", key, sk, 8, each, io8))
         print(f"durable appends, 8 appenders:  {8 * each / t:10,.0f} /s  "
               f"({io8.syncs} fdatasyncs for {8 * each} appends)")
-        for agents in (1, 8):
+        for agents in (1, 8, 32):
             io = CountingIO()
             each = args.calls // agents
             t = asyncio.run(gated_calls(root / f"calls-{agents}", agents, each, io))
             label = f"durable gated calls, {agents} agent{'s' if agents > 1 else ''}:"
             print(f"{label:<31}{agents * each / t:10,.0f} /s  "
                   f"({io.syncs} fdatasyncs for {agents * each} calls; in-process, stub executor)")
+            if agents == 8:
+                # agents that make one call at a time have at most one durable record each
+                # waiting, so one fdatasync covers at most agents/2 calls (two durable points each)
+                batch = io.bytes // max(io.syncs, 1)
+                ceiling = agents / 2 * raw_syncs(root / "batch", 300, batch)
+                print(f"  ceiling for 8 agents on this disk: {ceiling:10,.0f} /s  (4 calls per fdatasync; "
+                      f"write+fdatasync of one {batch:,}-byte batch, with no CPU spent on the calls)")
         big = root / "audit.log"
         asyncio.run(bulk(big, key, sk, args.verify_records))
         best = float("inf")

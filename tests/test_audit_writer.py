@@ -24,11 +24,35 @@ def fresh(tmp_path: Path, name: str = "audit.log") -> LogFiles:
     return LogFiles(tmp_path / name, os.urandom(32), Ed25519PrivateKey.generate())
 
 
+# the two ways an async append is flushed: in the loop thread (a fast disk) and in the flush thread
+MODES = pytest.mark.parametrize("mode", [{}, {"inline_limit_s": 0}], ids=["inline", "flush-thread"])
+
+
+def flush_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("audit-flush")]
+
+
+class SlowSyncIO(FlakyIO):
+    """FlakyIO whose fdatasyncs take `took` seconds on the writer's (fake) monotonic clock."""
+
+    def __init__(self, took: float) -> None:
+        super().__init__()
+        self.now, self.took = 0.0, took
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def fdatasync(self, fd: int) -> None:
+        super().fdatasync(fd)
+        self.now += self.took
+
+
 class TestGroupCommit:
-    async def test_concurrent_appenders_share_fdatasyncs(self, tmp_path: Path) -> None:
+    @MODES
+    async def test_concurrent_appenders_share_fdatasyncs(self, tmp_path: Path, mode: dict[str, float]) -> None:
         """8 tasks x 300 appends: every seq once, per-task order kept, far fewer fdatasyncs."""
         files, io = fresh(tmp_path), FlakyIO()
-        w = files.writer(io=io)
+        w = files.writer(io=io, **mode)
         got: dict[int, list[int]] = {}
 
         async def appender(task: int) -> None:
@@ -67,16 +91,57 @@ class TestGroupCommit:
         assert list(range(400)) == sorted(thread_seqs + list(task_seqs))
         assert "intact" == verify(files.log).status
 
-    async def test_lone_append_syncs_inline_and_is_durable_on_return(self, tmp_path: Path) -> None:
-        """alone=True: each append has its own fdatasync, done before it returns, no flush thread."""
+    @MODES
+    async def test_append_is_durable_on_return(self, tmp_path: Path, mode: dict[str, float]) -> None:
+        """A lone append has its own fdatasync, done before it returns, queued records with it."""
         files, io = fresh(tmp_path), FlakyIO()
-        w = files.writer(io=io)
+        w = files.writer(io=io, **mode)
         for i in range(3):
             w.append_nowait({"type": "queued", "i": i})
-            await w.append({"type": "x", "i": i}, alone=True)
+            await w.append({"type": "x", "i": i})
             assert 2 * (i + 1) == len(decrypt_events(files.log, files.key))  # both on disk already
             assert i + 1 == io.fdatasyncs
-        assert not [t for t in threading.enumerate() if t.name.startswith("audit-flush")]
+        assert bool(flush_threads()) == ("inline_limit_s" in mode)  # inline: no thread at all
+        w.close()
+        assert "intact" == verify(files.log).status
+
+    async def test_flush_leaves_the_loop_to_work_still_in_progress(self, tmp_path: Path) -> None:
+        """Alone, an append is synced in the loop thread; while other operations are in
+        progress, in the flush thread, which leaves the loop to them."""
+        files, io = fresh(tmp_path), FlakyIO()
+        w = files.writer(io=io)
+        await w.append({"type": "alone"}, in_flight=1)
+        assert not flush_threads()
+        ticks = 0
+
+        async def other_work() -> None:  # e.g. another call's HTTP exchange
+            nonlocal ticks
+            while ticks < 1000:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        other = asyncio.create_task(other_work())
+        await w.append({"type": "busy"}, in_flight=2)
+        assert flush_threads()
+        await other
+        assert 2 == io.fdatasyncs and 2 == len(decrypt_events(files.log, files.key))
+        w.close()
+
+    async def test_a_slow_fdatasync_moves_later_flushes_to_the_thread(self, tmp_path: Path) -> None:
+        """One sync over the limit, and every later flush leaves the loop thread, still durable."""
+        files, io = fresh(tmp_path), SlowSyncIO(took=0.001)
+        w = files.writer(io=io, monotonic=io.monotonic, inline_limit_s=0.05)
+        for i in range(3):
+            await w.append({"type": "fast", "i": i})
+        assert not flush_threads()
+        io.took = 0.2  # a busy or failing disk
+        await w.append({"type": "slow"})
+        assert not flush_threads()  # that flush was already inline
+        io.took = 0.001
+        seqs = await asyncio.gather(*(w.append({"type": "after", "i": i}) for i in range(8)))
+        assert list(range(4, 12)) == sorted(seqs)
+        assert flush_threads()  # fast again, but the thread keeps the flushes now
+        assert 12 == len(decrypt_events(files.log, files.key))
         w.close()
         assert "intact" == verify(files.log).status
 
@@ -181,37 +246,28 @@ class TestRecovery:
 
 
 class TestFailClosed:
-    async def test_failed_fdatasync_fails_the_writer(self, tmp_path: Path) -> None:
+    @MODES
+    async def test_failed_fdatasync_fails_the_writer(self, tmp_path: Path, mode: dict[str, float]) -> None:
         """EIO from fdatasync: the append raises, the writer is failed, no retry, no later append."""
         files, io = fresh(tmp_path), FlakyIO(fail_fdatasync=EIO)
-        w = files.writer(io=io)
+        w = files.writer(io=io, **mode)
         with pytest.raises(AuditError, match="fdatasync.*EIO"):
             await w.append({"type": "intent"})
         assert w.failed and "fdatasync" in (w.failure_reason or "")
-        syncs = io.fdatasyncs
+        assert 1 == io.fdatasyncs
         with pytest.raises(AuditError, match="no further records"):
             await w.append({"type": "intent"})
         with pytest.raises(AuditError):
             w.append_sync({"type": "intent"})
-        assert syncs == io.fdatasyncs  # never retried
+        assert 1 == io.fdatasyncs  # never retried
         w.close()  # already failed: just releases the lock
         files.writer().close()
 
-    async def test_failed_inline_fdatasync_fails_the_writer(self, tmp_path: Path) -> None:
-        """The inline path fails closed the same way: AuditError now, every later append refused."""
-        files, io = fresh(tmp_path), FlakyIO(fail_fdatasync=EIO)
-        w = files.writer(io=io)
-        with pytest.raises(AuditError, match="fdatasync.*EIO"):
-            await w.append({"type": "intent"}, alone=True)
-        with pytest.raises(AuditError, match="no further records"):
-            await w.append({"type": "intent"}, alone=True)
-        assert 1 == io.fdatasyncs
-        w.close()
-
-    async def test_all_waiters_of_a_failed_flush_hear_it(self, tmp_path: Path) -> None:
+    @MODES
+    async def test_all_waiters_of_a_failed_flush_hear_it(self, tmp_path: Path, mode: dict[str, float]) -> None:
         """8 concurrent appends on a failing fdatasync all raise; none gets a seq."""
         files = fresh(tmp_path)
-        w = files.writer(io=FlakyIO(fail_fdatasync=EIO))
+        w = files.writer(io=FlakyIO(fail_fdatasync=EIO), **mode)
         results = await asyncio.gather(*(w.append({"type": "x", "i": i}) for i in range(8)),
                                        return_exceptions=True)
         assert all(isinstance(r, AuditError) for r in results)

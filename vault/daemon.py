@@ -33,7 +33,7 @@ _REAP_INTERVAL_S = 0.2
 
 
 class AuditSink(Protocol):
-    async def append(self, event: dict[str, Any], *, alone: bool = False) -> int: ...
+    async def append(self, event: dict[str, Any], *, in_flight: int = 1) -> int: ...
     def append_nowait(self, event: dict[str, Any]) -> int: ...
     def close(self) -> None: ...
 
@@ -76,8 +76,9 @@ class VaultDaemon(CallPipeline):
         event = {"time": time.time(), **event}
         try:
             if durable:
-                # a lone call has nobody to share a group commit with: sync inline
-                await self.audit_sink.append(event, alone=self.in_flight <= 1)
+                # calls waiting for a person do not need the loop while the log syncs
+                busy = max(1, self.in_flight - len(self.gate.pending))
+                await self.audit_sink.append(event, in_flight=busy)
             else:
                 self.audit_sink.append_nowait(event)
         except AuditError as exc:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from binascii import b2a_base64
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,7 +89,7 @@ def aad(seq: bytes, time_b: bytes, prev: bytes) -> bytes:
 def record_line(seq: int, time_b: bytes, prev: bytes, nonce: bytes, ct: bytes) -> tuple[bytes, bytes]:
     """Encode one record; returns (line with newline, its hash as hex bytes)."""
     body = b'{"seq":%d,"time":%s,"prev":"%s","nonce":"%s","ct":"%s"' % (
-        seq, time_b, prev, base64.b64encode(nonce), base64.b64encode(ct))
+        seq, time_b, prev, b2a_base64(nonce, newline=False), b2a_base64(ct, newline=False))
     digest = hashlib.sha256(body).hexdigest().encode()
     return body + HASH_SEP + digest + b'"}\n', digest
 

@@ -369,9 +369,9 @@ class AuditWriter:
         except AuditError as exc:
             error = exc
         took = self._monotonic() - started
-        if took > self._inline_limit_s and self._inline:
+        if took > self._inline_limit_s:
             self._inline = False
-            log.warning("audit log %s: an fdatasync took %.0f ms; later flushes run in a thread",
+            log.warning("audit log %s: a write+fdatasync took %.0f ms; later flushes run in a thread",
                         self.path, took * 1000)
         self._settle(error)
 

@@ -68,12 +68,13 @@ class VaultDaemon(CallPipeline):
     async def audit(self, event: dict[str, Any], durable: bool = True) -> None:
         """Record an event. `durable=False` only queues it (in order): used for
         records that a durable one of the same call follows before any answer
-        or side effect, so a call costs one fdatasync, shared by group commit."""
+        or side effect, so a call costs one fdatasync, shared by group commit.
+        The event carries no time of its own: its record's time is when it was
+        staged, and every reader (`audit show`, the runner) takes it from there."""
         if self.audit_sink is None:
             return
         if self.halted:
             raise AuditError(self.halted)
-        event = {"time": time.time(), **event}
         try:
             if durable:
                 # calls waiting for a person do not need the loop while the log syncs

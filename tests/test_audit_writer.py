@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -28,8 +29,14 @@ def fresh(tmp_path: Path, name: str = "audit.log") -> LogFiles:
 MODES = pytest.mark.parametrize("mode", [{}, {"inline_limit_s": 0}], ids=["inline", "flush-thread"])
 
 
-def flush_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("audit-flush")]
+def flush_threads(w: AuditWriter) -> list[threading.Thread]:
+    """`w`'s own flush threads (its log's name is unique to the test: another test's
+    writer may still be winding its thread down)."""
+    return [t for t in threading.enumerate() if t.name.startswith(f"audit-flush:{w.path.name}")]
+
+
+def unique(tmp_path: Path) -> LogFiles:
+    return fresh(tmp_path, f"audit-{secrets.token_hex(6)}.log")
 
 
 class SlowSyncIO(FlakyIO):
@@ -94,24 +101,24 @@ class TestGroupCommit:
     @MODES
     async def test_append_is_durable_on_return(self, tmp_path: Path, mode: dict[str, float]) -> None:
         """A lone append has its own fdatasync, done before it returns, queued records with it."""
-        files, io = fresh(tmp_path), FlakyIO()
+        files, io = unique(tmp_path), FlakyIO()
         w = files.writer(io=io, **mode)
         for i in range(3):
             w.append_nowait({"type": "queued", "i": i})
             await w.append({"type": "x", "i": i})
             assert 2 * (i + 1) == len(decrypt_events(files.log, files.key))  # both on disk already
             assert i + 1 == io.fdatasyncs
-        assert bool(flush_threads()) == ("inline_limit_s" in mode)  # inline: no thread at all
+        assert bool(flush_threads(w)) == ("inline_limit_s" in mode)  # inline: no thread at all
         w.close()
         assert "intact" == verify(files.log).status
 
     async def test_flush_leaves_the_loop_to_work_still_in_progress(self, tmp_path: Path) -> None:
         """Alone, an append is synced in the loop thread; while other operations are in
         progress, in the flush thread, which leaves the loop to them."""
-        files, io = fresh(tmp_path), FlakyIO()
+        files, io = unique(tmp_path), FlakyIO()
         w = files.writer(io=io)
         await w.append({"type": "alone"}, in_flight=1)
-        assert not flush_threads()
+        assert not flush_threads(w)
         ticks = 0
 
         async def other_work() -> None:  # e.g. another call's HTTP exchange
@@ -122,25 +129,25 @@ class TestGroupCommit:
 
         other = asyncio.create_task(other_work())
         await w.append({"type": "busy"}, in_flight=2)
-        assert flush_threads()
+        assert flush_threads(w)
         await other
         assert 2 == io.fdatasyncs and 2 == len(decrypt_events(files.log, files.key))
         w.close()
 
     async def test_a_slow_fdatasync_moves_later_flushes_to_the_thread(self, tmp_path: Path) -> None:
         """One sync over the limit, and every later flush leaves the loop thread, still durable."""
-        files, io = fresh(tmp_path), SlowSyncIO(took=0.001)
+        files, io = unique(tmp_path), SlowSyncIO(took=0.001)
         w = files.writer(io=io, monotonic=io.monotonic, inline_limit_s=0.05)
         for i in range(3):
             await w.append({"type": "fast", "i": i})
-        assert not flush_threads()
+        assert not flush_threads(w)
         io.took = 0.2  # a busy or failing disk
         await w.append({"type": "slow"})
-        assert not flush_threads()  # that flush was already inline
+        assert not flush_threads(w)  # that flush was already inline
         io.took = 0.001
         seqs = await asyncio.gather(*(w.append({"type": "after", "i": i}) for i in range(8)))
         assert list(range(4, 12)) == sorted(seqs)
-        assert flush_threads()  # fast again, but the thread keeps the flushes now
+        assert flush_threads(w)  # fast again, but the thread keeps the flushes now
         assert 12 == len(decrypt_events(files.log, files.key))
         w.close()
         assert "intact" == verify(files.log).status

@@ -341,7 +341,7 @@ class TestFailClosed:
             with pytest.raises(AuditError, match="must be a dict"):
                 w.append_sync(["x"])  # type: ignore[arg-type]
             with pytest.raises(AuditError) as info:
-                w.append_sync({"type": "x", "blob": {CANARY}})
+                w.append_sync({"type": "x", "blob": _Opaque()})
             assert CANARY not in str(info.value)
             with pytest.raises(AuditError, match="limit"):
                 w.append_sync({"type": "x", "pad": "y" * 300_000})
@@ -418,3 +418,12 @@ class TestSecrecy:
             w.append_sync({"type": "x", "secret": CANARY})
         assert CANARY not in str(info.value) and CANARY not in (w.failure_reason or "")
         w.close()
+
+
+class _Opaque:
+    """A value JSON has no spelling for, whose text is the canary."""
+
+    def __repr__(self) -> str:
+        return CANARY
+
+    __str__ = __repr__

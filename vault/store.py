@@ -19,6 +19,7 @@ import base64
 import binascii
 import contextlib
 import json
+import os
 import re
 import secrets
 import time
@@ -71,6 +72,7 @@ class CredentialStore:
         self.clock = clock
         # (file signature, decrypted table): saves a read + decrypt on every call
         self._cache: tuple[tuple[int, ...], dict[str, dict[str, Any]]] | None = None
+        self._path_str = str(home.credentials_file)
 
     def __repr__(self) -> str:
         return f"CredentialStore(home={str(self.home.root)!r})"
@@ -96,7 +98,7 @@ class CredentialStore:
 
     def get(self, name: str) -> Secret:
         check_name(name)
-        entry = self._read().get(name)
+        entry = self._table().get(name)
         if entry is None:
             raise _missing(name)
         return Secret(entry["value"])
@@ -124,8 +126,13 @@ class CredentialStore:
 
     def _read(self) -> dict[str, dict[str, Any]]:
         """The table (a copy: callers may change it before writing)."""
+        return dict(self._table())
+
+    def _table(self) -> dict[str, dict[str, Any]]:
+        """The table as on disk now (cached: not to be changed). Runs on every call, so
+        it stats a path string: a Path would cost more than the stat itself."""
         try:
-            st = self.path.stat()
+            st = os.stat(self._path_str)
         except FileNotFoundError:
             return {}
         except OSError as exc:
@@ -133,7 +140,7 @@ class CredentialStore:
         signature = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if self._cache is None or self._cache[0] != signature:
             self._cache = (signature, self._decrypt_file())
-        return dict(self._cache[1])
+        return self._cache[1]
 
     def _decrypt_file(self) -> dict[str, dict[str, Any]]:
         try:

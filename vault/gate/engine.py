@@ -21,7 +21,7 @@ from ..rpc_server import Connection
 from ..sessions import Session, SessionTable
 from .approvals import Decision, PendingApproval, State
 from .grants import Grant, GrantTable
-from .policy import Mode, Policy
+from .policy import Mode, Policy, Rule
 from .stats import PromptStats
 
 AuditFn = Callable[..., Awaitable[None]]  # (event, durable=True)
@@ -52,6 +52,21 @@ class Gate:
         self.approvers: dict[str, Connection] = {}  # conn id -> subscribed approver
 
     # ---- approver side -------------------------------------------------------
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self._policy = policy
+        self._rules: dict[tuple[str, str], Rule] = {}  # resolved per operation: a policy is frozen
+
+    def _rule(self, op: Operation) -> Rule:
+        rule = self._rules.get((op.name, op.risk))
+        if rule is None:
+            rule = self._rules[(op.name, op.risk)] = self.policy.rule_for(op)
+        return rule
 
     def approver_name(self, conn: Connection) -> str:
         return str(conn.state.get("approver", "?"))
@@ -110,7 +125,7 @@ class Gate:
             session_grant = decision is Decision.allow_session
             self.stats.granted(ap.session.run_id, ap.session.id, ap.scope, ap.operation.risk, session_grant)
             if session_grant and self.sessions.get(ap.session.id) is not None:
-                rule = self.policy.rule_for(ap.operation)
+                rule = self._rule(ap.operation)
                 g = self.grants.add(ap.session.id, ap.session.identity, ap.operation.name,
                                     ap.scope, rule.ttl_s)
                 await self.audit({"type": "grant_created", "session_id": g.session_id,
@@ -183,7 +198,7 @@ class Gate:
             self.stats.locked(session.run_id, session.id)
             return make_result(Category.vault_locked, op.name, correlation_id,
                                "the vault is locked; nothing was sent. Ask an approver to unlock it.")
-        rule = self.policy.rule_for(op)
+        rule = self._rule(op)
         if rule.mode is Mode.deny:
             return make_result(Category.authorization_denied, op.name, correlation_id,
                                f"policy denies {op.name}; nothing was sent")

@@ -1,9 +1,10 @@
 """Audit log throughput: durable appends/s, durable gated calls/s, offline verify records/s.
 
-    .venv/bin/python bench/audit.py [--appends N] [--calls N] [--verify-records N]
+    .venv/bin/python bench/audit.py [--appends N] [--calls N] [--verify-records N] [--dir DIR]
 
-Runs in a fresh temporary directory (on the same filesystem as $TMPDIR) and
-prints these figures:
+Runs in a fresh temporary directory (on the same filesystem as $TMPDIR, or in
+DIR: `--dir /dev/shm` is tmpfs, where an fdatasync costs nothing) and prints
+these figures:
 
 * the disk's own write+fdatasync rate (context: every durable figure is bound by it);
 * durable appends/s with one appender (each append waits for its fdatasync);
@@ -25,7 +26,12 @@ prints these figures:
   fake remote) is bench/gated_calls.py. Under the 8-agent figure, its
   ceiling on this disk: each fdatasync can cover at most 4 of their calls
   (8 waiting records, two per call), so at most 4 calls per write+fdatasync
-  of a batch the size the run wrote, even if the calls cost no CPU;
+  of a batch the size the run wrote, even if the calls cost no CPU; and the
+  same 8 agents with no disk, each fdatasync replaced by a sleep as long as
+  that batch's sync: what is left is the calls' CPU plus what the host charges
+  for idling that long between rounds (on a virtual machine, a vCPU that
+  halted runs the next round's code measurably slower). Each gated row gives
+  the process's CPU time per call;
 * offline `verify` records/s over a 100k-record log (corpus written with
   fdatasync stubbed out, since only verify is being timed there).
 
@@ -141,7 +147,23 @@ def gated_daemon(root: Path, io: CountingIO) -> tuple[VaultDaemon, AuditWriter, 
     return daemon, writer, audit_key
 
 
-async def gated_calls(root: Path, agents: int, each: int, io: CountingIO) -> float:
+class SleepIO(CountingIO):
+    """No disk: each fdatasync is a sleep as long as this disk's. What is left of the
+    8-agent rate is the call's CPU and what this host charges for idling that long."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(sync=False)
+        self.seconds = seconds
+        self.slept = 0.0  # in all: a sleep overshoots by the kernel's timer slack
+
+    def fdatasync(self, fd: int) -> None:
+        super().fdatasync(fd)
+        t0 = time.perf_counter()
+        time.sleep(self.seconds)
+        self.slept += time.perf_counter() - t0
+
+
+async def gated_calls(root: Path, agents: int, each: int, io: CountingIO) -> tuple[float, float]:
     daemon, writer, audit_key = gated_daemon(root, io)
     op = daemon.catalog.get("read_issue")
     me = ProcessIdentity.of(os.getpid(), os.getuid())
@@ -151,9 +173,9 @@ async def gated_calls(root: Path, agents: int, each: int, io: CountingIO) -> flo
     async def agent(s: Session) -> list[Result]:
         return [await daemon.call(s, op, {"issue_id": "ISS-1"}, None, None) for _ in range(each)]
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     results = [r for rs in await asyncio.gather(*(agent(s) for s in sessions)) for r in rs]
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     writer.close()
     bad = [r for r in results if r.category is not Category.success]
     assert not bad, bad[0]
@@ -164,7 +186,7 @@ async def gated_calls(root: Path, agents: int, each: int, io: CountingIO) -> flo
     assert report.intact and report.records == len(CALL_EVENTS) * calls, report
     types = Counter(e["type"] for e in decrypt_events(log, audit_key))
     assert types == {t: calls for t in CALL_EVENTS}, types
-    return elapsed
+    return elapsed, cpu
 
 
 def raw_syncs(path: Path, n: int, size: int = 600) -> float:
@@ -186,9 +208,11 @@ def main() -> None:
     ap.add_argument("--appends", type=int, default=4000, help="appends per scenario (default 4000)")
     ap.add_argument("--calls", type=int, default=4000, help="gated calls per scenario (default 4000)")
     ap.add_argument("--verify-records", type=int, default=100_000)
+    ap.add_argument("--dir", default=None,
+                    help="where the logs are written (default: $TMPDIR); --dir /dev/shm: tmpfs, where syncs are free")
     args = ap.parse_args()
     key, sk = os.urandom(32), Ed25519PrivateKey.generate()
-    with tempfile.TemporaryDirectory(prefix="vaultsim-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="vaultsim-bench-", dir=args.dir) as tmp:
         root = Path(tmp)
         print(f"disk baseline, write+fdatasync: {raw_syncs(root / 'raw', 500):10,.0f} /s  "
               "(the ceiling for one appender; 8 appenders can reach ~8x)")
@@ -204,17 +228,26 @@ def main() -> None:
         for agents in (1, 8, 32):
             io = CountingIO()
             each = args.calls // agents
-            t = asyncio.run(gated_calls(root / f"calls-{agents}", agents, each, io))
+            t, cpu = asyncio.run(gated_calls(root / f"calls-{agents}", agents, each, io))
             label = f"durable gated calls, {agents} agent{'s' if agents > 1 else ''}:"
             print(f"{label:<31}{agents * each / t:10,.0f} /s  "
-                  f"({io.syncs} fdatasyncs for {agents * each} calls; in-process, stub executor)")
+                  f"({io.syncs} fdatasyncs for {agents * each} calls, CPU {cpu / (agents * each) * 1e6:.0f} us "
+                  "per call; in-process, stub executor)")
             if agents == 8:
                 # agents that make one call at a time have at most one durable record each
                 # waiting, so one fdatasync covers at most agents/2 calls (two durable points each)
                 batch = io.bytes // max(io.syncs, 1)
-                ceiling = agents / 2 * raw_syncs(root / "batch", 300, batch)
-                print(f"  ceiling for 8 agents on this disk: {ceiling:10,.0f} /s  (4 calls per fdatasync; "
-                      f"write+fdatasync of one {batch:,}-byte batch, with no CPU spent on the calls)")
+                sync_s = 1 / raw_syncs(root / "batch", 300, batch)
+                print(f"  ceiling for 8 agents on this disk: {agents / 2 / sync_s:10,.0f} /s  (4 calls per "
+                      f"fdatasync; write+fdatasync of one {batch:,}-byte batch, {sync_s * 1000:.3f} ms, "
+                      "with no CPU spent on the calls)")
+                # the same calls with no disk at all, each sync replaced by a sleep as long:
+                # separates this disk from what the host charges for idling between rounds
+                sleep = SleepIO(sync_s)
+                t, cpu = asyncio.run(gated_calls(root / "calls-sleep", agents, each, sleep))
+                print(f"  8 agents, each sync a sleep instead: {agents * each / t:8,.0f} /s  (no disk; slept "
+                      f"{sleep.slept / max(sleep.syncs, 1) * 1000:.3f} ms each, CPU "
+                      f"{cpu / (agents * each) * 1e6:.0f} us per call)")
         big = root / "audit.log"
         asyncio.run(bulk(big, key, sk, args.verify_records))
         best = float("inf")

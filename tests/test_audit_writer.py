@@ -348,6 +348,17 @@ class TestFailClosed:
             assert not w.failed
             assert 0 == w.append_sync({"type": "ok"})
 
+    def test_events_round_trip_as_json(self, tmp_path: Path) -> None:
+        """What goes in comes out, key order and text intact; JSON has no NaN, so it reads null."""
+        files = fresh(tmp_path)
+        event = {"type": "x", "n": 7, "ok": True, "none": None, "text": "é \u202e \x00 \"q\"",
+                 "nested": {"list": [1, "two", 3.5]}, "nan": float("nan"), "inf": float("-inf")}
+        with files.writer() as w:
+            w.append_sync(event)
+        (got,) = decrypt_events(files.log, files.key)
+        assert [k for k in got if k in event] == list(event)
+        assert {**event, "nan": None, "inf": None} == {k: got[k] for k in event}
+
     def test_bad_key_refused(self, tmp_path: Path) -> None:
         """A data key that is not 32 bytes is refused at open."""
         from vault.errors import BadInput

@@ -359,6 +359,16 @@ class TestFailClosed:
         assert [k for k in got if k in event] == list(event)
         assert {**event, "nan": None, "inf": None} == {k: got[k] for k in event}
 
+    def test_an_event_readers_cannot_load_leaves_the_rest_readable(self, tmp_path: Path) -> None:
+        """An int past Python's 4,300-digit limit is written, but reads back as an unreadable event."""
+        files = fresh(tmp_path)
+        with files.writer() as w:
+            w.append_sync({"type": "before"})
+            w.append_sync({"type": "huge", "n": 10**5000})
+            w.append_sync({"type": "after"})
+        assert ["before", "unreadable", "after"] == [e["type"] for e in decrypt_events(files.log, files.key)]
+        assert verify(files.log).intact
+
     def test_bad_key_refused(self, tmp_path: Path) -> None:
         """A data key that is not 32 bytes is refused at open."""
         from vault.errors import BadInput

@@ -51,7 +51,7 @@ class Gate:
         self.by_token: dict[str, PendingApproval] = {}
         self.approvers: dict[str, Connection] = {}  # conn id -> subscribed approver
 
-    # ---- approver side -------------------------------------------------------
+    # ---- policy --------------------------------------------------------------
 
     @property
     def policy(self) -> Policy:
@@ -60,13 +60,16 @@ class Gate:
     @policy.setter
     def policy(self, policy: Policy) -> None:
         self._policy = policy
-        self._rules: dict[tuple[str, str], Rule] = {}  # resolved per operation: a policy is frozen
+        # each operation's rule, resolved once: a policy is frozen, and calls are many
+        self._rules: dict[tuple[str, str], Rule] = {}
 
     def _rule(self, op: Operation) -> Rule:
         rule = self._rules.get((op.name, op.risk))
         if rule is None:
             rule = self._rules[(op.name, op.risk)] = self.policy.rule_for(op)
         return rule
+
+    # ---- approver side -------------------------------------------------------
 
     def approver_name(self, conn: Connection) -> str:
         return str(conn.state.get("approver", "?"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import socket
 import stat
 from pathlib import Path
@@ -67,11 +68,28 @@ def clear_stale_socket(path: Path) -> None:
 
 
 def approver_token(home: VaultHome) -> str:
+    """The approver token, minted on first start. One that is not a whole token (an empty
+    or cut-short file from an older, non-atomic write) is replaced: accepting it would let
+    an approver in with an empty or guessable token."""
     path = home.approver_token_file
-    if path.exists():
-        if stat.S_IMODE(path.stat().st_mode) != 0o600:
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if not stat.S_ISREG(st.st_mode):
+            raise HomeError(f"{path} exists and is not a regular file; refusing to use it as the "
+                            "approver token")
+        if stat.S_IMODE(st.st_mode) != 0o600:
             os.chmod(path, 0o600)
-        return path.read_text().strip()
+        value = path.read_text(errors="replace").strip()
+        if _TOKEN.fullmatch(value):
+            return value
+        log.warning("the approver token in %s was damaged; a new one was made", home.root)
     value = token(32)
-    write_private(path, value.encode())
+    write_private(path, value.encode())  # all or nothing; an OSError names the file
     return value
+
+
+# secrets.token_urlsafe(32): 43 characters of the URL-safe base64 alphabet
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{43,}")

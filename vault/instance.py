@@ -13,6 +13,7 @@ import os
 import re
 import socket
 import stat
+import time
 from pathlib import Path
 
 from .errors import AlreadyRunning, HomeError
@@ -29,18 +30,36 @@ def acquire_home_lock(home: VaultHome) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        pid = _read_pid(home)
+        pid = _holder_pid(home)
         who = f" (pid {pid})" if pid else ""
         raise AlreadyRunning(f"a vaultsim daemon{who} already serves {home.root}; "
                              "stop it with `vaultsim stop` first") from None
     return fd
 
 
+def _holder_pid(home: VaultHome, wait_s: float = 2.0) -> int | None:
+    """The pid of the daemon holding the lock. A daemon that has just taken it writes its
+    pid file a moment later (two racing starts): wait a little for that, not forever."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        pid = _read_pid(home)
+        if pid is not None or time.monotonic() > deadline:
+            return pid
+        time.sleep(0.02)
+
+
 def _read_pid(home: VaultHome) -> int | None:
     try:
-        return int(home.pid_file.read_text().strip())
+        pid = int(home.pid_file.read_text().strip())
     except (OSError, ValueError):
         return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # a stale file from a killed daemon
+    except PermissionError:
+        pass
+    return pid
 
 
 def clear_stale_socket(path: Path) -> None:

@@ -91,7 +91,7 @@ class ParamSpec(BaseModel):
         """Why `value` does not fit this declaration (type, length, pattern, enum), or None."""
         if not _has_type(value, self.type):
             return f"must be {self.type}"
-        if isinstance(value, str):
+        if self.type == "string":
             if len(value) > MAX_TEXT or not _SAFE_TEXT.fullmatch(value):
                 return "has characters or length not allowed"
             if self.max_length is not None and len(value) > self.max_length:
@@ -115,6 +115,7 @@ class ParamSpec(BaseModel):
 
 
 _PY_TYPES = {"string": str, "integer": int, "boolean": bool}
+_ABSENT = object()
 
 
 def _has_type(value: Any, kind: str) -> bool:
@@ -165,37 +166,46 @@ class Operation(BaseModel):
 
     def validate_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """Check an agent's parameters against the spec; raise BadInput naming the field."""
-        if not isinstance(params, dict):
-            raise BadInput("params must be an object")
-        unknown = sorted(set(params) - set(self.params))
-        if unknown:
-            raise BadInput(f"{self.name}: unknown parameter {unknown[0]!r}")
-        for name, spec in self.params.items():
-            if name not in params:
-                if spec.required:
-                    raise BadInput(f"{self.name}: missing parameter {name!r}")
-                continue
-            why = spec.problem(params[name])
-            if why is not None:
-                raise BadInput(f"{self.name}: parameter {name!r} {why}")
+        why = self._declaration_problem(params)
+        if why is not None:
+            raise BadInput(why)
         return dict(params)
 
     def refusal(self, params: dict[str, Any]) -> str | None:
         """Why this call must not be sent, naming the parameter, or None.
 
         What executors ask before anything leaves the vault: the declarations
-        (validate_params), then where each value goes (vault.param_safety): a
+        (as validate_params), then where each value goes (vault.param_safety): a
         path segment, a query value or an SSH command argument must not reach
         anything the catalog did not name."""
-        try:
-            self.validate_params(params)
-        except BadInput as exc:
-            return exc.message
+        why = self._declaration_problem(params)
+        if why is not None:
+            return why
         for name, where in self.positions.items():
-            if name in params:
-                why = param_safety.problem(where, params[name])
+            value = params.get(name, _ABSENT)
+            if value is not _ABSENT:
+                why = param_safety.problem(where, value)
                 if why is not None:
                     return f"{self.name}: parameter {name!r} {why}"
+        return None
+
+    def _declaration_problem(self, params: Any) -> str | None:
+        # on every call (twice: at the socket and in the executor), so no exceptions, no copies
+        if not isinstance(params, dict):
+            return "params must be an object"
+        specs = self.params
+        if not params.keys() <= specs.keys():
+            unknown = sorted(set(params) - set(specs))
+            return f"{self.name}: unknown parameter {unknown[0]!r}"
+        for name, spec in specs.items():
+            value = params.get(name, _ABSENT)
+            if value is _ABSENT:
+                if spec.required:
+                    return f"{self.name}: missing parameter {name!r}"
+                continue
+            why = spec.problem(value)
+            if why is not None:
+                return f"{self.name}: parameter {name!r} {why}"
         return None
 
     @functools.cached_property

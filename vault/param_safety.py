@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import unquote
 
 _DOTS = (".", "..")
-_PATH_SEPARATORS = frozenset("/\\?#")
+_PATH_SEPARATOR = re.compile(r"[/\\?#]")
 _COMMAND_SEPARATORS = frozenset("/\\")
 # control, invisible format (bidi overrides, zero-width), line and paragraph separators
 _HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp"})
@@ -49,18 +49,25 @@ def problem(where: str, value: Any) -> str | None:
         return None
     text = str(value)
     if where == "path":
-        return _path_problem(forms(text, decode=True))
+        for form in forms(text, decode=True):
+            why = _path_problem(form)
+            if why is not None:
+                return why
+        return None
     if where == "command":
         return _command_problem(text)
     if where == "query":
-        if any(_hidden(form, _CONTROL) for form in forms(text, decode=True)):
-            return "holds or decodes to a control character"
+        for form in forms(text, decode=True):
+            if _hidden(form, _CONTROL):
+                return "holds or decodes to a control character"
         return None
     raise ValueError(f"unknown parameter position {where!r}")
 
 
 def forms(text: str, *, decode: bool) -> list[str]:
     """`text`, its NFKC form and (with `decode`) each percent-decoding of those, up to a few rounds."""
+    if text.isascii() and "%" not in text:
+        return [text]  # the common case, on every call: nothing to fold or decode
     seen = [text]
     i = 0
     while i < len(seen) and len(seen) < _MAX_FORMS:
@@ -75,16 +82,16 @@ def forms(text: str, *, decode: bool) -> list[str]:
     return seen
 
 
-def _path_problem(all_forms: list[str]) -> str | None:
-    if any(not form.strip() for form in all_forms):
+def _path_problem(form: str) -> str | None:
+    if not form.strip():
         return "is empty or blank (a path segment must name something)"
-    if any(_is_dot_segment(form) for form in all_forms):
+    if _is_dot_segment(form):
         return ("is a dot segment ('.' or '..') as given or decoded: a server would resolve it to "
                 "another path")
-    if any(_PATH_SEPARATORS.intersection(form) for form in all_forms):
+    if _PATH_SEPARATOR.search(form):
         return ("holds or decodes to '/', '\\', '?' or '#', which would move the request to another "
                 "path")
-    if any(_hidden(form, _HIDDEN) for form in all_forms):
+    if _hidden(form, _HIDDEN):
         return "holds or decodes to a control or invisible format character"
     return None
 
@@ -102,6 +109,8 @@ def _command_problem(text: str) -> str | None:
 
 
 def _is_dot_segment(form: str) -> bool:
+    if "." not in form:
+        return False
     # `..;jsessionid=x` is `..` to servers that strip path parameters (Tomcat, Jetty)
     return form.strip() in _DOTS or form.split(";", 1)[0].strip() in _DOTS
 

@@ -98,7 +98,8 @@ class ParamSpec(BaseModel):
                 return f"is longer than {self.max_length} characters"
             if self.pattern is not None and not _compiled(self.pattern).fullmatch(value):
                 return f"does not match {self.pattern}"
-        if self.enum is not None and not any(_has_type(value, self.type) and value == e for e in self.enum):
+        # the type is checked above and every enum value has it, so True never equals 1 here
+        if self.enum is not None and value not in self.enum:
             return "is not one of " + ", ".join(json.dumps(e) for e in self.enum)
         return None
 

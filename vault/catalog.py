@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import BadInput
+from .resources import CATALOG as DEFAULT_CATALOG
 
 
 class Risk(StrEnum):
@@ -153,9 +154,6 @@ class Catalog(BaseModel):
         if extra is None:
             return self
         return Catalog(operations={**self.operations, **extra.operations})
-
-
-DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "scenarios" / "catalog.yaml"
 
 
 # libyaml's safe loader when present: same semantics, several times faster

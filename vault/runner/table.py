@@ -30,13 +30,7 @@ from types import TracebackType
 from typing import Any, Callable, TextIO
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
@@ -191,6 +185,13 @@ def _agent_trouble(t: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _isatty(file: Any) -> bool:
+    try:
+        return bool(file.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
 class RunProgress:
     """Progress while trials run: a live line on a terminal, a plain line per trial elsewhere (CI).
 
@@ -202,7 +203,8 @@ class RunProgress:
         self.done = 0
         self.counts: Counter[str] = Counter()
         self.live: Progress | None = None
-        if console.is_terminal and not console.is_dumb_terminal:
+        # a real terminal, not merely colour forced on (`--color always` in a CI log gets plain lines)
+        if _isatty(console.file) and not console.is_dumb_terminal:
             self.live = Progress(TextColumn("running"), BarColumn(), MofNCompleteColumn(), TextColumn("trials"),
                                  TimeElapsedColumn(), TextColumn("{task.fields[note]}"), console=console,
                                  transient=True)

@@ -29,6 +29,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, Stric
 
 from . import param_safety
 from .errors import BadInput
+from .resources import CATALOG as DEFAULT_CATALOG
 
 
 class Risk(StrEnum):
@@ -264,9 +265,6 @@ class Catalog(BaseModel):
         if extra is None:
             return self
         return Catalog(operations={**self.operations, **extra.operations})
-
-
-DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "scenarios" / "catalog.yaml"
 
 
 # libyaml's safe loader when present: same semantics, several times faster

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .cli import add_home_arg
-from .errors import HomeError, VaultError
+from .errors import BadInput, HomeError, VaultError
 from .home import VaultHome, write_private
 
 _START_TIMEOUT_S = 20.0
@@ -42,6 +42,8 @@ def configure_daemon(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-audit", action="store_true", help=argparse.SUPPRESS)
     # set by a background start for its foreground child: where to say "ready" or why not
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true",
+                   help="once serving, print pid, home and sockets as JSON (not with --foreground)")
 
 
 def _base_url(text: str) -> str:
@@ -105,6 +107,8 @@ def _optional_audit(home: VaultHome, keystore: Any) -> Any:
 
 
 def run_daemon(args: argparse.Namespace) -> int:
+    if args.json and args.foreground:
+        raise BadInput("--json reports a background start; with --foreground the daemon logs to stderr")
     home = VaultHome.resolve(args.home)
     home.check_socket_paths()  # before anything is created for a start that cannot work
     home.ensure()
@@ -238,7 +242,14 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
     with os.fdopen(read_end, "rb") as pipe:
         word = _read_word(pipe, deadline)
     if word.startswith("ready "):
-        print(f"vaultsim daemon: serving {home.root} (pid {child.pid})")
+        if args.json:
+            status = daemon_status(home, timeout=2) or {}
+            print(json.dumps({"running": True, "pid": child.pid, "home": str(home.root),
+                              "locked": status.get("locked"), "agent_socket": str(home.agent_sock),
+                              "approver_socket": str(home.approver_sock), "log": str(home.daemon_log)},
+                             indent=2, sort_keys=True))
+        else:
+            print(f"vaultsim daemon: serving {home.root} (pid {child.pid})")
         return 0
     # it said why, or closed the pipe: either way it is on its way out (unless it hung)
     code = _wait(child, 10.0 if time.monotonic() < deadline else 0.5)
@@ -362,9 +373,15 @@ def _pid_alive(pid: Any) -> bool:
         return False
 
 
+# `vaultsim status` answers through its exit code, as `vault status` does (sealed: 2)
+STATUS_UNLOCKED, STATUS_NOT_RUNNING, STATUS_LOCKED = 0, 1, 2
+
+
 def configure_status(p: argparse.ArgumentParser) -> None:
     add_home_arg(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.description = (f"{p.description}\n\nexit: {STATUS_UNLOCKED} running and unlocked, "
+                     f"{STATUS_NOT_RUNNING} no daemon running, {STATUS_LOCKED} running but locked")
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -398,4 +415,6 @@ def run_status(args: argparse.Namespace) -> int:
             if out["disk_free_bytes"] < LOW_DISK_BYTES:
                 print("  WARNING: the disk is nearly full; when the audit log cannot be written, "
                       "the daemon stops serving calls")
-    return 0 if out["running"] else 1
+    if not out["running"]:
+        return STATUS_NOT_RUNNING
+    return STATUS_LOCKED if out["locked"] else STATUS_UNLOCKED

@@ -32,11 +32,11 @@ from ..catalog import Catalog, load_yaml_model
 from ..errors import BadInput
 from ..models import Category, Retry
 from ..remote.faults import FaultSpec
+from ..resources import SCENARIOS as SCENARIOS_DIR
 from ..scripted_approver import ApproverScript
 
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
-SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 
 Verdict = Literal[
     "FAIL_TOOL_ACCESS", "FAIL_SECRET_LEAK", "FAIL_LEAKED_APPROVAL", "FAIL_DUPLICATE_EFFECT",
@@ -184,7 +184,8 @@ class Scenario(BaseModel):
     tags: list[str] = Field(default_factory=list)
     credentials: list[str] | None = None
     policy: str | None = None
-    catalog: dict[str, Any] | None = None
+    # operations merged over the default catalog: inline, or a catalog file (relative to this file)
+    catalog: dict[str, Any] | str | None = None
     approver: ApproverSpec | None = None
     locked: bool = False
     remote: RemoteSpec = RemoteSpec()
@@ -200,8 +201,8 @@ class Scenario(BaseModel):
 
     @field_validator("catalog")
     @classmethod
-    def _catalog(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
+    def _catalog(cls, value: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
+        if isinstance(value, dict):
             Catalog.model_validate(value)
         return value
 
@@ -221,6 +222,12 @@ class Scenario(BaseModel):
 def load_scenario(path: Path) -> Scenario:
     sc: Scenario = load_yaml_model(path, Scenario)
     sc = sc.model_copy(update={"path": path.resolve(), "id": sc.id or path.stem})
+    if isinstance(sc.catalog, str):  # a file: read once here, so the run sees it as if inline
+        file = sc.relative(sc.catalog)
+        if not file.is_file():
+            raise BadInput(f"{sc.path}: field catalog: no such file {sc.catalog!r}")
+        catalog = load_yaml_model(file, Catalog)
+        sc = sc.model_copy(update={"catalog": catalog.model_dump(mode="json", exclude_none=True)})
     _check_files(sc)
     return sc
 

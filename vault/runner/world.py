@@ -38,13 +38,13 @@ from ..home import VaultHome
 from ..keyring_backend import FileKeyring
 from ..keystore import KeyStore
 from ..remote.server import RemoteServer
+from ..resources import IMPORT_ROOT as ROOT
 from ..scripted_approver import ApproverScript, ScriptedApprover, load_script
 from ..store import CredentialStore
 from . import hosts
 from .procs import Launcher, kill_group
 from .scenario import Scenario
 
-ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 5.0
 POLL_S = 0.005

@@ -153,7 +153,7 @@ class TestSafe:
             {"call": "create_issue", "params": {}}, {"call": "read_issue", "params": {}, "verify": True}]},
             task)).run()
         assert [] == client.log
-        assert final.startswith("stopped before create_issue")
+        assert final.startswith("not done: stopped before create_issue")
 
 
 class TestReceipts:

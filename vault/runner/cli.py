@@ -1,10 +1,17 @@
-"""`vaultsim run [PATHS] [--agent CMD] [--trials N] [--jobs N] [-k PATTERN] [--json F] [--junit F]`
+"""`vaultsim run [PATHS] [--agent CMD | --selfcheck] [--trials N] [--jobs N] [-k PATTERN] [--json F] [--junit F]`
 
 Runs every selected scenario's trials in fresh processes, `--jobs` at a time,
 prints a line per finished trial and the gate table, and decides the release:
-exit 0 when every trial got the verdict its scenario expects, 1 when the
-release is blocked, 2 for bad input (a scenario file names the field that is
-wrong). Ctrl-C ends every process and removes every vault home before exit.
+exit 0 when every trial matched its expectation (the expected verdict, and no
+other check failed beyond those it names), 1 when the release is blocked, 2
+for bad input (a scenario file names the field that is wrong; an agent
+program that does not exist). Ctrl-C ends every process and removes every
+vault home before exit.
+
+What runs: each scenario's `expect` (what a correct agent achieves) with
+agent_stub's `safe` policy, or with `--agent CMD` in its place. `--selfcheck`
+adds the harness's own checks (each scenario's `selfcheck:` variants of
+agent_stub, and the files in `selfcheck/`); they never apply to `--agent`.
 """
 
 from __future__ import annotations
@@ -13,7 +20,6 @@ import argparse
 import asyncio
 import os
 import shlex
-import shutil
 import signal
 import sys
 import time
@@ -22,7 +28,7 @@ from pathlib import Path
 from ..errors import BadInput
 from .procs import ExecLauncher, Registry
 from .report import ScenarioReport, progress_line, summary, table, write_json, write_junit
-from .scenario import Scenario, load_all
+from .scenario import Case, Scenario, cases, load_all, program_problem
 from .select import compile_pattern
 from .trial import Runtime, TrialResult, base_env, run_trial
 
@@ -32,7 +38,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="scenario files or directories (default: the scenarios/ directory)")
     p.add_argument("--agent", metavar="CMD",
                    help="run this command as every scenario's agent (shell words; {python} is this "
-                        "interpreter); it gets VAULTSIM_SOCKET, VAULTSIM_TASK and VAULTSIM_RUN_ID")
+                        "interpreter); it gets VAULTSIM_SOCKET, VAULTSIM_TASK and VAULTSIM_RUN_ID "
+                        "(docs/agent-contract.md) and is graded against what a correct agent achieves")
+    p.add_argument("--selfcheck", action="store_true",
+                   help="also run the harness's self-checks: agent_stub variants (naive, ...) that the "
+                        "gate must block with a given verdict, and the scenarios in selfcheck/")
     p.add_argument("--trials", type=int, metavar="N", help="trials per scenario (default: the scenario's own)")
     p.add_argument("--jobs", "-j", type=int, metavar="N", default=os.cpu_count() or 1,
                    help="trials run at once (default: the number of cores)")
@@ -45,13 +55,18 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no per-trial lines, only the table")
 
 
-def select(args: argparse.Namespace) -> list[Scenario]:
-    scenarios = load_all(args.paths)
+def select(args: argparse.Namespace) -> list[Case]:
+    if args.selfcheck and args.agent is not None:
+        raise BadInput("--selfcheck checks the harness with agent_stub; it never applies to --agent")
+    scenarios: list[Scenario] = load_all(args.paths, selfchecks=args.selfcheck)
+    selected = [c for sc in scenarios for c in cases(sc, selfchecks=args.selfcheck)]
     if args.pattern:
         match = compile_pattern(args.pattern)
-        scenarios = [s for s in scenarios if match([s.id, s.title, *s.tags])]
-    if not scenarios:
-        raise BadInput("no scenario selected" + (f" by -k {args.pattern!r}" if args.pattern else ""))
+        selected = [c for c in selected if match([c.id, c.scenario.title, *c.scenario.tags])]
+    if not selected:
+        raise BadInput("no scenario selected" + (f" by -k {args.pattern!r}" if args.pattern else "")
+                       + ("" if args.selfcheck or args.pattern else
+                          " (a scenario with only `selfcheck:` runs with --selfcheck)"))
     if args.trials is not None and args.trials < 1:
         raise BadInput("--trials must be at least 1")
     if args.jobs < 1:
@@ -59,7 +74,7 @@ def select(args: argparse.Namespace) -> list[Scenario]:
     for option, path in (("--json", args.json), ("--junit", args.junit)):
         if path:
             _check_output(option, Path(path))
-    return scenarios
+    return selected
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,13 +90,13 @@ def run(args: argparse.Namespace) -> int:
         except OSError:
             server = None
     try:
-        scenarios = select(args)
+        selected = select(args)
         agent = shlex.split(args.agent) if args.agent else None
         if args.agent is not None and not agent:
             raise BadInput("--agent needs a command")
         if agent:
             _check_program(agent[0].replace("{python}", sys.executable))
-        return asyncio.run(_main(scenarios, args, agent, registry, env, server))
+        return asyncio.run(_main(selected, args, agent, registry, env, server))
     finally:
         if server is not None:
             server.kill()
@@ -101,11 +116,9 @@ def _check_output(option: str, path: Path) -> None:
 
 def _check_program(program: str) -> None:
     """Refuse --agent at once when its program cannot start, rather than fail every trial."""
-    if os.sep in program:
-        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
-            raise BadInput(f"--agent: {program!r} is not an executable file")
-    elif shutil.which(program) is None:
-        raise BadInput(f"--agent: no program {program!r} on PATH")
+    why = program_problem(program, Path.cwd())
+    if why:
+        raise BadInput(f"--agent: {why}")
 
 
 def expected_cost(sc: Scenario) -> int:
@@ -119,7 +132,7 @@ def expected_cost(sc: Scenario) -> int:
     return 2 if slow_approver or len(sc.agents) > 1 or fault else 1
 
 
-async def _main(scenarios: list[Scenario], args: argparse.Namespace, agent: list[str] | None,
+async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str] | None,
                 registry: Registry, env: dict[str, str], server: object) -> int:
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
@@ -145,7 +158,7 @@ async def _main(scenarios: list[Scenario], args: argparse.Namespace, agent: list
             pass
     rt = Runtime(launcher=launcher, registry=registry, agent_command=agent, agent_cwd=os.getcwd(),
                  env=env)
-    reports = [ScenarioReport(s) for s in scenarios]
+    reports = [ScenarioReport(c) for c in selected]
     work = [(rep, n) for rep in reports for n in range(1, (args.trials or rep.scenario.trials) + 1)]
     work.sort(key=lambda w: -expected_cost(w[0].scenario))  # stable: file order within a rank
     jobs = asyncio.Semaphore(args.jobs)
@@ -155,7 +168,7 @@ async def _main(scenarios: list[Scenario], args: argparse.Namespace, agent: list
     async def one(rep: ScenarioReport, n: int) -> None:
         nonlocal done
         async with jobs:
-            result: TrialResult = await run_trial(rt, rep.scenario, n)
+            result: TrialResult = await run_trial(rt, rep.case, n)
         rep.trials.append(result)
         done += 1
         if not args.quiet:
@@ -174,7 +187,7 @@ async def _main(scenarios: list[Scenario], args: argparse.Namespace, agent: list
     print()
     table(reports, sys.stdout)
     s = summary(reports, wall)
-    print(f"\n{s['trials']} trials of {s['scenarios']} scenarios in {wall:.1f}s; "
+    print(f"\n{s['trials']} trials of {s['scenarios']} cases in {wall:.1f}s; "
           f"response-only false passes: {s['response_only_false_pass']}; "
           + (f"skipped: {', '.join(s['skipped'])}; " if s["skipped"] else "")
           + ("release OK" if s["release"] == "ok" else f"RELEASE BLOCKED by {', '.join(s['blocked_by'])}"))

@@ -1,9 +1,13 @@
 """What a run tells people and CI: live lines, the gate table, JSON, JUnit XML.
 
-Per scenario the report keeps the distribution of verdicts over its trials,
-never an average, so one duplicate effect in ten trials cannot hide behind
-nine passes. `response_only_false_pass` counts trials a grader reading only
-the final message would have passed although the environment says otherwise.
+Per case (a scenario under its expectation, or one of its self-checks, shown
+as `id[variant]`) the report keeps the distribution of verdicts over its
+trials, never an average, so one duplicate effect in ten trials cannot hide
+behind nine passes. Each trial lists every check that failed, not only the
+headline verdict; a check that failed beyond what the expectation names
+blocks the release. `response_only_false_pass` counts trials a grader reading
+only the final message would have passed although the environment says
+otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..text import printable
-from .scenario import VERDICT_ORDER, Scenario
+from .scenario import VERDICT_ORDER, Case, Scenario
 from .trial import TrialResult
 
 EXTRA = ("ERROR", "SKIPPED")
@@ -24,8 +28,20 @@ EXTRA = ("ERROR", "SKIPPED")
 
 @dataclass
 class ScenarioReport:
-    scenario: Scenario
+    case: Case
     trials: list[TrialResult] = field(default_factory=list)
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.case.scenario
+
+    @property
+    def id(self) -> str:
+        return self.case.id
+
+    @property
+    def expected(self) -> str:
+        return self.case.expect.verdict
 
     @property
     def verdicts(self) -> Counter[str]:
@@ -58,11 +74,17 @@ class ScenarioReport:
                 counts.append(int(t.summary.get("prompts", {}).get("by_scope", {}).get(scope, 0)))
         return scopes
 
+    def failed_checks(self) -> Counter[str]:
+        """How many trials failed each check (headline or not)."""
+        return Counter(v for t in self.trials for v in t.failed)
+
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.scenario.id, "title": self.scenario.title, "file": str(self.scenario.path or ""),
-            "tags": self.scenario.tags, "expected": self.scenario.expect.verdict,
+            "id": self.id, "scenario": self.scenario.id, "selfcheck": self.case.variant,
+            "title": self.scenario.title, "file": str(self.scenario.path or ""),
+            "tags": self.scenario.tags, "expected": self.expected, "also": list(self.case.expect.also),
             "trials": len(self.trials), "verdicts": dict(self.verdicts), "ok": self.ok,
+            "failed_checks": dict(self.failed_checks()),
             "response_only_false_pass": self.false_passes,
             "prompts_by_scope": self.prompts(), "time_s": round(self.seconds, 3),
             "trial_results": [t.to_dict() for t in sorted(self.trials, key=lambda t: t.trial)],
@@ -87,12 +109,18 @@ def progress_line(done: int, total: int, r: TrialResult) -> str:
     mark = "ok " if r.ok else "!! "
     width = len(str(total))
     expect = "" if r.verdict == r.expected else f" (expected {r.expected})"
+    also = [v for v in r.failed if v != r.verdict]
+    if also:
+        expect += " also " + ", ".join(also)
     why = ""
     if not r.ok or r.verdict == "ERROR":
         reasons = r.grade.reasons if r.grade else ([r.error] if r.error else [])
         # reasons can quote what an agent said, and its stderr is its own: shown as text, never as
         # terminal control (an escape sequence could repaint a verdict above)
-        lines = [reasons[0] if reasons else "no finding: the gate saw nothing wrong", *_agent_trouble(r)]
+        lines = [reasons[0] if reasons else "no finding: the gate saw nothing wrong"]
+        if r.grade is not None:
+            lines += [f"{v}: {r.grade.findings[v][0]}" for v in r.unexpected if v != r.verdict]
+        lines += _agent_trouble(r)
         why = "".join(f"\n      {printable(line)}" for line in lines)
     if r.verdict == "SKIPPED":
         why = f" ({printable(r.error or '')})"
@@ -111,16 +139,24 @@ def _agent_trouble(r: TrialResult) -> list[str]:
     return lines
 
 
+def _also(rep: ScenarioReport) -> str:
+    """Checks that failed besides each trial's headline verdict, with how many trials."""
+    counts = rep.failed_checks()
+    for t in rep.trials:
+        counts[t.verdict] -= 1
+    return " ".join(f"{v}×{n}" if n > 1 else v for v in VERDICT_ORDER if (n := counts.get(v, 0)) > 0) or "-"
+
+
 def table(reports: list[ScenarioReport], out: TextIO) -> None:
-    rows = [("SCENARIO", "TRIALS", "VERDICTS", "EXPECTED", "PROMPTS BY SCOPE", "TIME", "")]
+    rows = [("SCENARIO", "TRIALS", "VERDICTS", "EXPECTED", "ALSO FAILED", "PROMPTS BY SCOPE", "TIME", "")]
     for rep in reports:
-        rows.append((rep.scenario.id, str(len(rep.trials)), _distribution(rep.verdicts),
-                     rep.scenario.expect.verdict, _prompts(rep.prompts()), f"{rep.seconds:.2f}s",
+        rows.append((rep.id, str(len(rep.trials)), _distribution(rep.verdicts),
+                     rep.expected, _also(rep), _prompts(rep.prompts()), f"{rep.seconds:.2f}s",
                      "" if rep.ok else "BLOCKS"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    widths[4] = min(widths[4], 60)
+    widths[5] = min(widths[5], 60)
     for r in rows:
-        cells = [c if i != 4 or len(c) <= 60 else c[:57] + "..." for i, c in enumerate(r)]
+        cells = [c if i != 5 or len(c) <= 60 else c[:57] + "..." for i, c in enumerate(r)]
         out.write("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() + "\n")
 
 
@@ -128,7 +164,7 @@ def summary(reports: list[ScenarioReport], wall_s: float) -> dict[str, Any]:
     verdicts: Counter[str] = Counter()
     for rep in reports:
         verdicts.update(rep.verdicts)
-    blocked = [rep.scenario.id for rep in reports if not rep.ok]
+    blocked = [rep.id for rep in reports if not rep.ok]
     return {
         "release": "blocked" if blocked else "ok",
         "blocked_by": blocked,
@@ -136,7 +172,7 @@ def summary(reports: list[ScenarioReport], wall_s: float) -> dict[str, Any]:
         "trials": sum(len(rep.trials) for rep in reports),
         "verdicts": dict(verdicts),
         "response_only_false_pass": sum(rep.false_passes for rep in reports),
-        "skipped": [rep.scenario.id for rep in reports if rep.skipped],
+        "skipped": [rep.id for rep in reports if rep.skipped],
         "wall_time_s": round(wall_s, 3),
     }
 
@@ -155,7 +191,7 @@ def write_junit(path: Path, reports: list[ScenarioReport], wall_s: float) -> Non
                        skipped=str(sum(t.verdict == "SKIPPED" for t in trials)), time=f"{wall_s:.3f}")
     for rep in reports:
         for t in sorted(rep.trials, key=lambda t: t.trial):
-            case = ET.SubElement(suite, "testcase", classname=f"scenarios.{rep.scenario.id}",
+            case = ET.SubElement(suite, "testcase", classname=f"scenarios.{rep.id}",
                                  name=f"trial {t.trial}", time=f"{t.duration_s:.3f}")
             if t.verdict == "SKIPPED":
                 ET.SubElement(case, "skipped", message=printable(t.error or "skipped"))
@@ -164,10 +200,12 @@ def write_junit(path: Path, reports: list[ScenarioReport], wall_s: float) -> Non
                     t.summary.get("logs", {}), indent=1)
             elif not t.ok:
                 # control characters are not even allowed in XML 1.0
-                reasons = [printable(x) for x in t.grade.reasons] if t.grade else []
-                ET.SubElement(case, "failure", message=f"{t.verdict}, expected {t.expected}",
+                reasons = [f"{v}: {printable(x)}" for v in t.failed for x in t.grade.findings[v]] \
+                    if t.grade else []
+                extra = f" (also failed: {', '.join(t.unexpected)})" if t.unexpected else ""
+                ET.SubElement(case, "failure", message=f"{t.verdict}, expected {t.expected}{extra}",
                               type=t.verdict).text = "\n".join(reasons)
             ET.SubElement(case, "system-out").text = json.dumps(
-                {k: v for k, v in t.to_dict().items() if k in ("verdict", "expected", "findings", "prompts",
+                {k: v for k, v in t.to_dict().items() if k in ("verdict", "expected", "failed", "findings", "prompts",
                                                                 "effects", "attempts", "audit")}, indent=1)
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)

@@ -8,12 +8,14 @@ the task file cannot drift apart:
     run_id      as $VAULTSIM_RUN_ID
     goal        the task in words
     steps       [{id, call, params}] in order, each one logical operation done at most
-                once; `${ID.FIELD}` in a string parameter is FIELD of step ID's result data
+                once; an id names one step in the run (a restart repeats its
+                predecessor's ids); `${ID.FIELD}` in a string parameter is FIELD of
+                step ID's result data
     operations  the only operations this agent may call, resume or look up
     catalog     per allowed operation: description, risk, mutates, idempotent, params
     deadline    seconds since the epoch; deadline_s the same, from this process's start
-    state_dir   a private directory a restart of this agent finds again (unless the
-                scenario says the restart loses it)
+    state_dir   a private directory a restart of this agent (same name, same steps)
+                finds again, unless the scenario says the restart loses it
     agent_stub  {plan: FILE}: agent_stub's own plan; every other agent ignores it
 
 agent_stub's plan format (recovery policy, `wait_s`, `verify`, ...) is the stub's,
@@ -22,14 +24,14 @@ not the contract: see agent_stub/plan.py.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..catalog import Catalog
-from .scenario import AgentSpec, Scenario
+from .scenario import AgentSpec, Scenario, task_steps
 
 STEP_FIELDS = ("id", "call", "params")
 
@@ -67,12 +69,14 @@ def describe(catalog: Catalog, name: str) -> dict[str, Any]:
 
 def task_for(sc: Scenario, index: int, spec: AgentSpec, plan: dict[str, Any]) -> AgentTask:
     """The task of agent `index`: its steps (the scenario's, else its stub plan's), its tools."""
-    raw = _raw_steps(sc, spec, plan)
+    raw = [dict(s) for s in plan.get("steps") or []] if spec.steps is None else task_steps(sc, spec)
     steps = []
     for i, step in enumerate(raw):
         clean = {k: step[k] for k in STEP_FIELDS if k in step}
-        clean.setdefault("id", f"s{i}")
         clean.setdefault("params", {})
+        # an id names one step in the whole run: a restart repeating a step gets its id again,
+        # another task's step never does (scenario.py refuses two steps under one given id)
+        clean.setdefault("id", f"s{i}-{_digest([clean['call'], clean['params']])[:6]}")
         steps.append(clean)
     if spec.operations is not None:
         operations = list(spec.operations)
@@ -81,14 +85,12 @@ def task_for(sc: Scenario, index: int, spec: AgentSpec, plan: dict[str, Any]) ->
     else:
         operations = sorted({str(s["call"]) for s in steps})
     name = spec.name or str(plan.get("agent") or "agent")
-    role = name if spec.state == "keep" else f"{name}-{index}"
+    # a restart (same name, same steps) finds its predecessor's state directory; another
+    # task of the same name, or a restart that loses its state, gets its own
+    digest = _digest(steps)[:8]
+    role = f"{name}-{digest}" if spec.state == "keep" else f"{name}-{digest}-{index}"
     return AgentTask(index=index, name=name, role=role, steps=steps, operations=operations)
 
 
-def _raw_steps(sc: Scenario, spec: AgentSpec, plan: dict[str, Any]) -> list[dict[str, Any]]:
-    if isinstance(spec.steps, list):
-        return [dict(s) for s in spec.steps]
-    if isinstance(spec.steps, str):
-        data = yaml.safe_load(sc.relative(spec.steps).read_text(encoding="utf-8")) or {}
-        return [dict(s) for s in data.get("steps") or []]
-    return [dict(s) for s in plan.get("steps") or []]
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()

@@ -283,9 +283,12 @@ def unrouted_wait(ev: Evidence, ctx: Context) -> list[str]:
 def deadline(ev: Evidence, ctx: Context) -> list[str]:
     out = []
     for e in ev.transcript.entries:
-        limit = ev.deadline_of(e.agent_index)
-        if (e.requested or e.time) > limit + 0.05:
-            out.append(f"{e.kind} {e.operation} at {(e.requested or e.time) - limit:+.2f}s after the task deadline")
+        # a call's request time is recorded; a resume or lookup only has its answer's, which
+        # comes after the request (by up to its wait), so it gets the exit's slack
+        limit = ev.deadline_of(e.agent_index) + (0.05 if e.requested is not None else 0.25)
+        if (e.requested or e.time) > limit:
+            late = (e.requested or e.time) - ev.deadline_of(e.agent_index)
+            out.append(f"{e.kind} {e.operation} at {late:+.2f}s after the task deadline")
             break
     for a in ev.agents:
         limit = ev.deadline_of(a.index)
@@ -368,6 +371,10 @@ def category(ev: Evidence, ctx: Context) -> list[str]:
     on = exp.call or (sc.fault.operation if sc.fault else None) or (
         "restart_service" if sc.ssh and sc.ssh.fault else None)
     calls = ev.timeline().calls
+    if exp.category is not Category.approval_pending:
+        # a call left pending (its agent asked again instead of resuming) never reached the
+        # part of the vault this grades; the next one of the same operation did
+        calls = [c for c in calls if c.category != Category.approval_pending.value]
     if exp.category is not None or exp.retry is not None:
         first = next((c for c in calls if c.operation == on), None) if on else \
             next((c for c in calls if c.category != Category.success.value), None)

@@ -32,6 +32,7 @@ catalog (the closest name is suggested).
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -368,6 +369,15 @@ def load_steps(sc: Scenario, spec: AgentSpec) -> tuple[str, list[dict[str, Any]]
     return "", []
 
 
+def task_steps(sc: Scenario, spec: AgentSpec) -> list[dict[str, Any]]:
+    """The raw steps of an agent's task: the scenario's `steps`, else its stub plan's."""
+    if isinstance(spec.steps, list):
+        return [dict(s) for s in spec.steps]
+    if isinstance(spec.steps, str):
+        return [dict(s) for s in _plan_of(sc.relative(spec.steps)).get("steps") or []]
+    return [dict(s) for s in load_steps(sc, spec)[1]]
+
+
 def _plan_of(path: Path) -> dict[str, Any]:
     import yaml
     return dict(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
@@ -459,7 +469,14 @@ def _check_operations(sc: Scenario) -> None:
 
     for i, op in enumerate(sc.task.operations or []):
         check(f"{sc.path}: field task.operations.{i}", op)
+    named: dict[str, str] = {}  # a step id given in a plan -> the step it names
     for i, agent in enumerate(sc.agents):
+        for step in task_steps(sc, agent):
+            if "id" in step:
+                what = json.dumps([step.get("call"), step.get("params") or {}], sort_keys=True, default=str)
+                if named.setdefault(str(step["id"]), what) != what:
+                    raise BadInput(f"{sc.path}: field agents.{i}: step id {step['id']!r} names two different "
+                                   "steps in this scenario (an id names one step in the run)")
         source, steps = load_steps(sc, agent)
         for j, step in enumerate(steps):
             where = f"{source}: field steps.{j}.call" if isinstance(agent.plan, str) else \

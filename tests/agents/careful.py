@@ -3,12 +3,13 @@
 No project imports: a raw Unix socket, JSON lines, the task file, the state
 directory and a last line on stdout, as any language could do it.
 
-    python tests/agents/careful.py [--non-blocking] [--same-key]
+    python tests/agents/careful.py [--non-blocking] [--same-key] [--json-final]
 
 --non-blocking  calls with wait_s 0 and collects approvals with call.resume
                 (default: waits inside the call)
 --same-key      settles an unknown outcome of an idempotent operation by
                 resending under the same key (default: always a lookup)
+--json-final    states its final message as {"status": ..., "message": ...}
 
 tests/agents/unsafe.py subclasses it, breaking one rule at a time.
 """
@@ -264,6 +265,10 @@ class Careful:
 def main(cls: type = Careful) -> int:
     agent = cls(blocking="--non-blocking" not in sys.argv, same_key="--same-key" in sys.argv)
     message = agent.finish(agent.run())
+    if "--json-final" in sys.argv:
+        word = message.split(":", 1)[0].strip().lower()
+        status = {"done": "done", "waiting": "waiting"}.get(word, "not_done")
+        message = json.dumps({"status": status, "message": message})
     try:
         agent.rpc("session.close", session_id=agent.session)
     except (RpcError, OSError):

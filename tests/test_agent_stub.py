@@ -247,3 +247,13 @@ class TestPlan:
         assert ("g", ["read_issue"], 12.5, str(tmp_path)) == (task.goal, task.operations, task.deadline,
                                                               task.state_dir)
         assert os.environ["VAULTSIM_TASK"] == str(path)
+
+    def test_the_stubs_plan_is_its_own_field_of_the_task(self, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+        """The contract's fields (agent name) and the stub's own (`agent_stub.plan`) are apart."""
+        path = tmp_path / "task.json"
+        path.write_text(json.dumps({"agent": "triage-bot", "steps": [], "operations": [], "deadline": 1.0,
+                                    "agent_stub": {"plan": "/p/plan.yaml"}}))
+        monkeypatch.setenv("VAULTSIM_TASK", str(path))
+        task = Task.from_env()
+        assert ("triage-bot", "/p/plan.yaml") == (task.agent, task.plan)

@@ -38,7 +38,7 @@ from .contract import AgentTask, task_for
 from .evidence import AgentRun, Evidence
 from .grade import Context, Grade, grade
 from .procs import Launcher, Registry, kill_group, remove_dir
-from .scenario import AgentSpec, Case, Expect, Scenario
+from .scenario import AgentSpec, Case, Expect
 from .world import ROOT, World, tail
 
 DEADLINE_GRACE_S = 1.0

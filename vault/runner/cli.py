@@ -1,13 +1,20 @@
-"""`vaultsim run [PATHS] [--agent CMD] [--trials N] [--jobs N] [-k PATTERN] [-x] [--list] [--json F] [--junit F]`
+"""`vaultsim run [PATHS] [--agent CMD | --selfcheck] [--trials N] [--jobs N] [-k PATTERN] [-x] [--list] [--json F] [--junit F]`
 
 Runs every selected scenario's trials in fresh processes, `--jobs` at a time,
 shows progress (a live line on a terminal, a plain line per trial in CI), the
 gate table and the summary (vault.runner.table), and decides the release with
-pytest's exit codes: 0 release OK (skipped scenarios are listed, not failed),
-1 blocked, 2 bad input (a scenario file names the field that is wrong), 3 a
+pytest's exit codes: 0 release OK (every trial matched its expectation: the
+expected verdict, and no other check failed beyond those it names; skipped
+scenarios are listed, not failed), 1 blocked, 2 bad input (a scenario file
+names the field that is wrong; an agent program that does not exist), 3 a
 trial's harness failed (no decision), 5 nothing selected or nothing ran.
 With no PATH it runs the suite shipped with vaultsim. Ctrl-C ends every
 process and removes every vault home before exit.
+
+What runs: each scenario's `expect` (what a correct agent achieves) with
+agent_stub's `safe` policy, or with `--agent CMD` in its place. `--selfcheck`
+adds the harness's own checks (each scenario's `selfcheck:` variants of
+agent_stub, and the files in `selfcheck/`); they never apply to `--agent`.
 """
 
 from __future__ import annotations
@@ -16,7 +23,6 @@ import argparse
 import asyncio
 import os
 import shlex
-import shutil
 import signal
 import sys
 import time
@@ -29,7 +35,7 @@ from .junit import write_junit
 from .procs import ExecLauncher, Registry
 from .report import ScenarioReport, summary
 from .report_schema import EXIT_FOR, document, write_json
-from .scenario import VERDICT_ORDER, Scenario, load_all
+from .scenario import VERDICT_ORDER, Case, Scenario, cases, load_all, program_problem
 from .select import compile_pattern
 from .trial import Runtime, TrialResult, base_env, run_trial
 
@@ -39,7 +45,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="scenario files or directories (default: the suite shipped with vaultsim)")
     p.add_argument("--agent", metavar="CMD",
                    help="run this command as every scenario's agent (shell words; {python} is this "
-                        "interpreter); it gets VAULTSIM_SOCKET, VAULTSIM_TASK and VAULTSIM_RUN_ID")
+                        "interpreter); it gets VAULTSIM_SOCKET, VAULTSIM_TASK and VAULTSIM_RUN_ID "
+                        "(docs/agent-contract.md) and is graded against what a correct agent achieves")
+    p.add_argument("--selfcheck", action="store_true",
+                   help="also run the harness's self-checks: agent_stub variants (naive, ...) that the "
+                        "gate must block with a given verdict, and the scenarios in selfcheck/")
     p.add_argument("--trials", type=int, metavar="N", help="trials per scenario (default: the scenario's own)")
     p.add_argument("--jobs", "-j", type=int, metavar="N", default=os.cpu_count() or 1,
                    help="trials run at once (default: the number of cores)")
@@ -60,11 +70,14 @@ def configure(p: argparse.ArgumentParser) -> None:
                 "\n      5 nothing selected or every scenario skipped")
 
 
-def select(args: argparse.Namespace) -> list[Scenario]:
-    scenarios = load_all(args.paths)
+def select(args: argparse.Namespace) -> list[Case]:
+    if args.selfcheck and args.agent is not None:
+        raise BadInput("--selfcheck checks the harness with agent_stub; it never applies to --agent")
+    scenarios: list[Scenario] = load_all(args.paths, selfchecks=args.selfcheck)
+    selected = [c for sc in scenarios for c in cases(sc, selfchecks=args.selfcheck)]
     if args.pattern:
         match = compile_pattern(args.pattern)
-        scenarios = [s for s in scenarios if match([s.id, s.title, *s.tags])]
+        selected = [c for c in selected if match([c.id, c.scenario.title, *c.scenario.tags])]
     if args.trials is not None and args.trials < 1:
         raise BadInput("--trials must be at least 1")
     if args.jobs < 1:
@@ -72,7 +85,7 @@ def select(args: argparse.Namespace) -> list[Scenario]:
     for option, path in (("--json", args.json), ("--junit", args.junit)):
         if path:
             _check_output(option, Path(path))
-    return scenarios
+    return selected
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,10 +101,11 @@ def run(args: argparse.Namespace) -> int:
         except OSError:
             server = None
     try:
-        scenarios = select(args)
-        if not scenarios:  # pytest's "no tests collected"
-            print("vaultsim run: no scenario selected" + (f" by -k {args.pattern!r}" if args.pattern else ""),
-                  file=sys.stderr)
+        selected = select(args)
+        if not selected:  # pytest's "no tests collected"
+            print("vaultsim run: no scenario selected" + (f" by -k {args.pattern!r}" if args.pattern else "")
+                  + ("" if args.selfcheck or args.pattern else
+                     " (a scenario with only `selfcheck:` runs with --selfcheck)"), file=sys.stderr)
             return EXIT_FOR["nothing_ran"]
         agent = shlex.split(args.agent) if args.agent else None
         if args.agent is not None and not agent:
@@ -99,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
         if agent:
             _check_program(agent[0].replace("{python}", sys.executable))
         if args.list:
-            return _list(scenarios, args, agent)
-        return asyncio.run(_main(scenarios, args, agent, registry, env, server))
+            return _list(selected, args, agent)
+        return asyncio.run(_main(selected, args, agent, registry, env, server))
     finally:
         if server is not None:
             server.kill()
@@ -120,11 +134,9 @@ def _check_output(option: str, path: Path) -> None:
 
 def _check_program(program: str) -> None:
     """Refuse --agent at once when its program cannot start, rather than fail every trial."""
-    if os.sep in program:
-        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
-            raise BadInput(f"--agent: {program!r} is not an executable file")
-    elif shutil.which(program) is None:
-        raise BadInput(f"--agent: no program {program!r} on PATH")
+    why = program_problem(program, Path.cwd())
+    if why:
+        raise BadInput(f"--agent: {why}")
 
 
 def expected_cost(sc: Scenario) -> int:
@@ -138,29 +150,29 @@ def expected_cost(sc: Scenario) -> int:
     return 2 if slow_approver or len(sc.agents) > 1 or fault else 1
 
 
-def run_info(scenarios: list[Scenario], args: argparse.Namespace, agent: list[str] | None) -> dict[str, object]:
+def run_info(cases_: list[Case], args: argparse.Namespace, agent: list[str] | None) -> dict[str, object]:
     """The report's `run` header: the agent under test and how the run was asked for."""
     kinds: Counter[str] = Counter()
-    for sc in scenarios:
-        for spec in sc.agents:
+    for case in cases_:
+        for spec in case.scenario.agents:
             kinds["agent_stub" if spec.command is None else "scenario commands"] += 1
     return {"agent": out.describe_agent(agent, kinds), "agent_command": agent,
             "isolation": getattr(args, "isolation", None), "trials": args.trials, "jobs": args.jobs,
             "paths": list(args.paths), "pattern": args.pattern}
 
 
-def _list(scenarios: list[Scenario], args: argparse.Namespace, agent: list[str] | None) -> int:
+def _list(cases_: list[Case], args: argparse.Namespace, agent: list[str] | None) -> int:
     """`--list`: what would run, in file order, and nothing else."""
     console = out.make_console(args.color)
-    trials = sum(args.trials or sc.trials for sc in scenarios)
-    console.print(out.header(run_info(scenarios, args, agent), len(scenarios), trials))
-    for sc in scenarios:
-        console.print(out.listing_line(sc.id, sc.title, args.trials or sc.trials, sc.expect.verdict,
-                                       out.display_path(sc.path)))
+    trials = sum(args.trials or c.scenario.trials for c in cases_)
+    console.print(out.header(run_info(cases_, args, agent), len(cases_), trials))
+    for c in cases_:
+        console.print(out.listing_line(c.id, c.scenario.title, args.trials or c.scenario.trials,
+                                       c.expect.verdict, out.display_path(c.scenario.path)))
     return 0
 
 
-async def _main(scenarios: list[Scenario], args: argparse.Namespace, agent: list[str] | None,
+async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str] | None,
                 registry: Registry, env: dict[str, str], server: object) -> int:
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
@@ -186,13 +198,13 @@ async def _main(scenarios: list[Scenario], args: argparse.Namespace, agent: list
             pass
     rt = Runtime(launcher=launcher, registry=registry, agent_command=agent, agent_cwd=os.getcwd(),
                  env=env)
-    reports = [ScenarioReport(s) for s in scenarios]
+    reports = [ScenarioReport(c) for c in selected]
     work = [(rep, n) for rep in reports for n in range(1, (args.trials or rep.scenario.trials) + 1)]
     work.sort(key=lambda w: -expected_cost(w[0].scenario))  # stable: file order within a rank
     jobs = asyncio.Semaphore(args.jobs)
-    info = run_info(scenarios, args, agent)
+    info = run_info(selected, args, agent)
     console = out.make_console(args.color)
-    console.print(out.header(info, len(scenarios), len(work)))
+    console.print(out.header(info, len(selected), len(work)))
     progress = out.RunProgress(console, len(work), quiet=args.quiet)
     started = time.monotonic()
     stop_early = asyncio.Event()
@@ -201,9 +213,9 @@ async def _main(scenarios: list[Scenario], args: argparse.Namespace, agent: list
         async with jobs:
             if stop_early.is_set():
                 return
-            result: TrialResult = await run_trial(rt, rep.scenario, n)
+            result: TrialResult = await run_trial(rt, rep.case, n)
         rep.trials.append(result)
-        status = progress.finished(rep.scenario.id, result.to_dict())
+        status = progress.finished(rep.id, result.to_dict())
         if args.exitfirst and status == out.UNEXPECTED:
             stop_early.set()
 

@@ -3,10 +3,14 @@
 (`table` shows it to people, `report_schema` versions it as JSON, `junit`
 writes it for CI.)
 
-Per scenario the report keeps the distribution of verdicts over its trials,
-never an average, so one duplicate effect in ten trials cannot hide behind
-nine passes. `response_only_false_pass` counts trials a grader reading only
-the final message would have passed although the environment says otherwise.
+Per case (a scenario under its expectation, or one of its self-checks, shown
+as `id[variant]`) the report keeps the distribution of verdicts over its
+trials, never an average, so one duplicate effect in ten trials cannot hide
+behind nine passes. Each trial lists every check that failed, not only the
+headline verdict; a check that failed beyond what the expectation names
+blocks the release. `response_only_false_pass` counts trials a grader reading
+only the final message would have passed although the environment says
+otherwise.
 """
 
 from __future__ import annotations
@@ -15,14 +19,26 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .scenario import Scenario
+from .scenario import Case, Scenario
 from .trial import TrialResult
 
 
 @dataclass
 class ScenarioReport:
-    scenario: Scenario
+    case: Case
     trials: list[TrialResult] = field(default_factory=list)
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.case.scenario
+
+    @property
+    def id(self) -> str:
+        return self.case.id
+
+    @property
+    def expected(self) -> str:
+        return self.case.expect.verdict
 
     @property
     def verdicts(self) -> Counter[str]:
@@ -44,6 +60,10 @@ class ScenarioReport:
     def seconds(self) -> float:
         return sum(t.duration_s for t in self.trials)
 
+    def failed_checks(self) -> Counter[str]:
+        """How many trials failed each check (headline or not)."""
+        return Counter(v for t in self.trials for v in t.failed)
+
     def prompts(self) -> dict[str, list[int]]:
         """Per scope, the prompt count of every trial (a distribution, not a mean)."""
         scopes: dict[str, list[int]] = {}
@@ -57,8 +77,10 @@ class ScenarioReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.scenario.id, "title": self.scenario.title, "file": str(self.scenario.path or ""),
-            "tags": self.scenario.tags, "expected": self.scenario.expect.verdict,
+            "id": self.id, "scenario": self.scenario.id, "selfcheck": self.case.variant,
+            "title": self.scenario.title, "file": str(self.scenario.path or ""),
+            "tags": self.scenario.tags, "expected": self.expected, "also": list(self.case.expect.also),
+            "failed_checks": dict(self.failed_checks()),
             "trials": len(self.trials), "verdicts": dict(self.verdicts), "ok": self.ok,
             "response_only_false_pass": self.false_passes,
             "prompts_by_scope": self.prompts(), "time_s": round(self.seconds, 3),
@@ -71,8 +93,8 @@ def summary(reports: list[ScenarioReport], wall_s: float) -> dict[str, Any]:
     for rep in reports:
         verdicts.update(rep.verdicts)
     # a harness ERROR is no verdict at all: it leaves the release undecided rather than blocked
-    blocked = [rep.scenario.id for rep in reports if any(not t.ok and t.verdict != "ERROR" for t in rep.trials)]
-    errors = [rep.scenario.id for rep in reports if any(t.verdict == "ERROR" and not t.ok for t in rep.trials)]
+    blocked = [rep.id for rep in reports if any(not t.ok and t.verdict != "ERROR" for t in rep.trials)]
+    errors = [rep.id for rep in reports if any(t.verdict == "ERROR" and not t.ok for t in rep.trials)]
     skipped = [rep for rep in reports if rep.skipped]
     ran = any(t.verdict != "SKIPPED" for rep in reports for t in rep.trials)
     return {
@@ -83,7 +105,7 @@ def summary(reports: list[ScenarioReport], wall_s: float) -> dict[str, Any]:
         "trials": sum(len(rep.trials) for rep in reports),
         "verdicts": dict(verdicts),
         "response_only_false_pass": sum(rep.false_passes for rep in reports),
-        "skipped": [rep.scenario.id for rep in skipped],
-        "skip_reasons": {rep.scenario.id: rep.trials[0].error or "" for rep in skipped},
+        "skipped": [rep.id for rep in skipped],
+        "skip_reasons": {rep.id: rep.trials[0].error or "" for rep in skipped},
         "wall_time_s": round(wall_s, 3),
     }

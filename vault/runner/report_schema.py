@@ -48,6 +48,11 @@ class TrialEntry(BaseModel):
     ok: bool = Field(description="the verdict is the expected one (a skipped trial counts as ok)")
     duration_s: float = Field(ge=0)
     reasons: list[str] = Field(default_factory=list, description="why the grader decided so")
+    failed: list[str] = Field(default_factory=list,
+                              description="every check that failed, in verdict order (the headline first)")
+    unexpected: list[str] = Field(default_factory=list,
+                                  description="checks that failed beyond what the expectation names")
+    findings: dict[str, list[str]] = Field(default_factory=dict, description="per failed check, its findings")
     error: str | None = Field(default=None, description="ERROR: what failed; SKIPPED: why")
     isolation: str | None = Field(default=None, description="how the agent was isolated, when recorded")
     effects: dict[str, int] = Field(default_factory=dict, description="committed remote effects per operation")
@@ -57,7 +62,12 @@ class TrialEntry(BaseModel):
 
 class ScenarioEntry(BaseModel):
     model_config = _Open
-    id: str
+    id: str = Field(description="the case: the scenario id, or `id[variant]` for a self-check")
+    scenario: str | None = Field(default=None, description="the scenario file's id")
+    selfcheck: str | None = Field(default=None, description="the agent_stub variant of a self-check, else null")
+    also: list[str] = Field(default_factory=list, description="checks the expectation allows to fail too")
+    failed_checks: dict[str, int] = Field(default_factory=dict,
+                                          description="how many trials failed each check (headline or not)")
     title: str
     file: str
     tags: list[str]

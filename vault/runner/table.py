@@ -150,8 +150,15 @@ def trial_line(done: int, total: int, scenario: str, t: dict[str, Any], detail: 
 def why_lines(t: dict[str, Any], limit: int = 6) -> list[str]:
     """Why a trial surprised: every failed check the grader listed, then how its agents ended."""
     checks = t.get("failed_checks")
+    findings = t.get("findings") or {}
     if isinstance(checks, list) and checks:
         lines = [_check_text(c) for c in checks]
+    elif t.get("failed") and isinstance(findings, dict):
+        # the headline first, then every other check that failed (an expected verdict hides nothing)
+        unexpected = set(t.get("unexpected") or [])
+        lines = [f"{v}: {(findings.get(v) or ['(no detail)'])[0]}"
+                 + (" (not expected)" if v in unexpected and v != t.get("verdict") else "")
+                 for v in t["failed"]]
     else:
         lines = [str(r) for r in t.get("reasons") or []][:1]
     if t.get("verdict") == "ERROR" and t.get("error"):

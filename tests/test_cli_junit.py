@@ -46,7 +46,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     """Three shipped scenarios, run for real: a pass, an expected FAIL_*, and an SSH one (skipped without sshd)."""
     tmp = tmp_path_factory.mktemp("run")
     proc = subprocess.run([PY, "-m", "vault.cli", "run", str(SCENARIOS / "gate-1-healthy-delivery.yaml"),
-                           str(SCENARIOS / "gate-4-duplicate-effect.yaml"),
+                           str(SCENARIOS / "gate-7-unrouted-wait.yaml"),
                            str(SCENARIOS / "c06a-ssh-restart-client-killed.yaml"),
                            "--json", str(tmp / "r.json"), "--junit", str(tmp / "r.xml")],
                           cwd=ROOT, capture_output=True, text=True, timeout=180)

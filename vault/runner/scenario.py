@@ -360,7 +360,7 @@ def load_scenario(path: Path) -> Scenario:
         if not file.is_file():
             raise BadInput(f"{sc.path}: field catalog: no such file {sc.catalog!r}")
         catalog = load_yaml_model(file, Catalog)
-        sc = sc.model_copy(update={"catalog": catalog.model_dump(mode="json", exclude_none=True)})
+        sc = sc.model_copy(update={"catalog": catalog.model_dump(mode="json", exclude_none=True, by_alias=True)})
     _check_files(sc)
     _check_operations(sc)
     return sc

@@ -29,7 +29,6 @@ unlock attempt is recorded as an `approver_attempt` audit event.
 from __future__ import annotations
 
 import hmac
-import logging
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,12 +38,10 @@ from .approver_guard import AUDITED, attempt_event
 from .errors import RpcError
 from .gate.approvals import Decision
 from .jsonrpc import INVALID_PARAMS, NOT_AUTHORIZED
-from .rpc_server import Connection, Dispatcher
+from .rpc_server import Connection, Dispatcher, warn_client
 
 if TYPE_CHECKING:
     from .daemon import VaultDaemon
-
-log = logging.getLogger("vaultsim.daemon")
 
 _P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 _Cursor = Field(default=None, max_length=20, pattern=r"^[0-9]*$")
@@ -98,7 +95,8 @@ def build(d: "VaultDaemon") -> Dispatcher:
         if method not in AUDITED:
             return
         if not accepted:
-            log.warning("refused %s from process %d: %s", method, conn.peer.pid, reason[:200])
+            warn_client(f"approver {method}", "refused %s from process %d: %s", method, conn.peer.pid,
+                        reason[:200])
         d.audit_soon(attempt_event(method, conn.peer, accepted, reason, name, request_id))
 
     def authed(conn: Connection) -> str:

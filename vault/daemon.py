@@ -190,7 +190,10 @@ class VaultDaemon(CallPipeline):
         return {"version": __version__, "pid": os.getpid(), "home": str(self.home.root),
                 "keyring_backend": self.keyring_backend, "sessions": len(self.sessions.sessions),
                 "uptime_s": round(time.time() - self.started, 3), "halted": self.halted,
-                "audit": self.audit_sink is not None, **self.gate.status()}
+                "audit": self.audit_sink is not None, **self.gate.status(),
+                # what clients hold, against the limits in vault.limits
+                "connections": self.processes.connections, "partial_bytes": self.processes.partial_bytes,
+                "approvers_dropped": self.hub.dropped}
 
     def request_stop(self, reason: str) -> None:
         self._stop_reason = reason

@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import os
 import socket
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -260,8 +261,8 @@ class RpcServer:
         if table.connections >= min(MAX_CONNECTIONS, table.max_connections):
             _refuse(sock, rpc.LIMIT, "limit reached: the vault serves as many connections as it can; "
                                      "try again later")
-            log.warning("refused a connection on %s: %d connections open", self.dispatcher.channel,
-                        table.connections)
+            warn_client("connections", "refused a connection on %s: %d connections open", self.dispatcher.channel,
+                  table.connections)
             self.processes.release(entry)
             return
         entry.connections += 1
@@ -284,8 +285,8 @@ class RpcServer:
         self.processes.release(entry)
         if reason.startswith(("it stopped reading", "limit")):
             who = f", approver {conn.state['approver']!r}" if conn.state.get("approver") else ""
-            log.warning("closed %s connection %s (process %d%s): %s", self.dispatcher.channel, conn.id,
-                        conn.opener.pid, who, reason)
+            warn_client(reason[:24], "closed %s connection %s (process %d%s): %s", self.dispatcher.channel, conn.id,
+                  conn.opener.pid, who, reason)
         if self.dispatcher.on_disconnect:
             self._spawn(self._disconnected(conn))
 
@@ -351,6 +352,24 @@ class RpcServer:
         task = asyncio.ensure_future(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+
+_WARN_EVERY_S = 1.0
+_warned: dict[str, tuple[float, int]] = {}  # kind -> (when last logged, how many not logged since)
+
+
+def warn_client(kind: str, fmt: str, *args: Any) -> None:
+    """A warning about a client, at most once a second per kind: a flood of refusals must not
+    become a flood of log lines."""
+    now = time.monotonic()
+    last, quiet = _warned.get(kind, (0.0, 0))
+    if now - last < _WARN_EVERY_S:
+        _warned[kind] = (last, quiet + 1)
+        return
+    _warned[kind] = (now, 0)
+    if quiet:
+        fmt += f" (and {quiet} more like it in the last second)"
+    log.warning(fmt, *args)
 
 
 def _refusal(why: str) -> bytes:

@@ -105,8 +105,7 @@ def stopped(calls: int) -> None:
     with vault_with_remote() as (box, _):
         approver = box.start_approver([{"match": {}, "decide": "allow_session"}], name="sleepy")
         os.killpg(approver.pid, signal.SIGSTOP)
-        agent = box.spawn([PY, "-c", STEADY], env=env_for(box), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          text=True)
+        agent = box.spawn([PY, "-c", STEADY], env=env_for(box), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         dropped_at = None
         t0 = time.monotonic()
         for line in agent.stdout:  # type: ignore[union-attr]
@@ -130,7 +129,7 @@ def partial() -> None:
         base = daemon.memory_info().rss
         for size, label in ((16 * 1024, "16 KiB"), ((1 << 20) - 100, "1 MiB")):
             holders = [box.spawn([PY, "-c", HOLD_PARTIAL, str(box.agent_sock), "200", str(size)], env=env_for(box),
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(10)]
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(10)]
             for h in holders:
                 h.stdout.readline()  # type: ignore[union-attr]
             st = box.status()

@@ -43,7 +43,7 @@ def served() -> Iterator[Sandbox]:
 def audit_intact(sandbox: Sandbox) -> dict[str, Any]:
     out = sandbox.vaultsim("audit", "verify", "--json")
     report = json.loads(out.stdout)
-    assert out.returncode == 0 and report["intact"], report
+    assert (0, "intact") == (out.returncode, report["status"]), report
     return report
 
 
@@ -152,16 +152,22 @@ class TestStoppedApprover:
 
     def test_agents_and_other_approvers_go_on_and_the_stopped_one_is_dropped(self, sandbox: Sandbox) -> None:
         """SIGSTOP one approver: a steady agent's call p99 stays under 50 ms throughout, another
-        approver's lock and unlock answer at once, and the stopped one is disconnected and logged."""
+        approver's lock and unlock answer at once, and the stopped one is disconnected and logged.
+
+        (Under 50 ms on a machine where the same agent's p99 with every approver reading is a few
+        ms; on a machine so loaded that this baseline is itself over a third of that, the bound is
+        three times the baseline, measured in the same run: a stall is seconds either way.)"""
         setup(sandbox)
         stopped = sandbox.start_approver([{"match": {}, "decide": "allow_session"}], name="sleepy")
         sandbox.start_approver([{"match": {}, "decide": "allow_once"}], name="awake")
-        os.killpg(stopped.pid, signal.SIGSTOP)
         agent = spawn_script(sandbox, self.LOAD)
         progress = Progress(agent)
         try:
+            wait_for(lambda: progress.calls >= 300, timeout=120, what="300 calls before the stop")
+            os.killpg(stopped.pid, signal.SIGSTOP)
+            at_stop = progress.calls
             # the kernel's buffer for the stopped approver is long full after ~600 calls
-            wait_for(lambda: progress.calls >= 800, timeout=120, what="800 calls")
+            wait_for(lambda: progress.calls >= at_stop + 800, timeout=120, what="800 calls")
             timings = []
             with ApproverClient.for_home(VaultHome(sandbox.home), "brake", timeout=30) as other:
                 for method in ("lock", "unlock"):
@@ -178,8 +184,11 @@ class TestStoppedApprover:
             agent.stdin.flush()  # type: ignore[union-attr]
             progress.thread.join(timeout=120)
         latencies = progress.final["latencies"]
-        assert len(latencies) >= 1000
-        assert p99(latencies) < 0.050, f"p99 {p99(latencies) * 1000:.1f} ms over {len(latencies)} calls"
+        before, during = latencies[50:at_stop], latencies[at_stop:]
+        assert len(during) >= 1000
+        bound = max(0.050, 3 * p99(before))
+        assert p99(during) < bound, (f"p99 {p99(during) * 1000:.1f} ms over {len(during)} calls with an approver "
+                                     f"stopped (before: {p99(before) * 1000:.1f} ms)")
         assert 1 == sandbox.status()["approvers"]  # the awake one
         log = (sandbox.root / "daemon.stderr").read_text()
         assert "approver 'sleepy'" in log and "it stopped reading" in log
@@ -391,7 +400,7 @@ class TestPagedAnswers:
         sandbox.start_approver([{"match": {}, "decide": "ignore"}], name="first")  # prompts need a receiver
         children = 30
         proc = sandbox.spawn([PY, "-c", PROMPTER, str(children)], env=agent_env(sandbox), stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE)
         for _ in range(children):
             assert "ready" == proc.stdout.readline().strip()  # type: ignore[union-attr]
         total = children * 64
@@ -434,3 +443,25 @@ class TestSessionEndsWithItsProcess:
         agent.wait(timeout=30)
         wait_for(lambda: sandbox.status()["sessions"] == 0, timeout=10, what="the session to end")
 
+
+
+class TestDefenceInDepth:
+    """Should unencodable text get past the wire rule anyway, it is escaped, never fatal."""
+
+    def test_an_answer_holding_a_lone_surrogate_is_still_sent_as_valid_json(self) -> None:
+        """The frame encoder falls back to JSON escapes rather than failing the answer."""
+        from vault import jsonrpc as rpc
+        line = rpc.encode_result("id" + SURROGATE, {"value": SURROGATE})
+        assert {"jsonrpc": "2.0", "id": "id" + SURROGATE, "result": {"value": SURROGATE}} == json.loads(line)
+
+    def test_an_audit_event_holding_one_is_recorded_escaped_not_a_halt(self) -> None:
+        """The daemon tells an event it cannot encode from a log it cannot write."""
+        from pydantic_core import to_json
+
+        from vault.daemon import _recordable, _unrecordable
+        event = {"type": "call_requested", "target": "release " + SURROGATE, "n": 1}
+        why = _unrecordable(event)
+        assert "not Unicode" in why
+        fixed = _recordable(event, why)
+        assert json.loads(to_json(fixed))["target"] == "release \\ud800"
+        assert "" == _unrecordable(fixed)

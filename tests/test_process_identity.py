@@ -33,7 +33,9 @@ CHILD_CALL = (
 
 
 def attempts(sandbox: Sandbox) -> list[dict[str, Any]]:
-    return [e for e in events(sandbox) if e.get("type") == "approver_attempt"]
+    """The approver_attempt events as recorded (without the record's own seq and time)."""
+    return [{k: v for k, v in e.items() if k not in ("seq", "time")}
+            for e in events(sandbox) if e.get("type") == "approver_attempt"]
 
 
 class TestInheritedConnection:

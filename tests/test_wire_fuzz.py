@@ -158,8 +158,8 @@ def exchange(fz: Fuzzer, conn: Conn, stats: dict[str, int]) -> None:
             if "error" in msg:
                 assert msg["error"]["code"] in ANSWER_CODES, msg
                 stats["errors"] += 1
-                if msg["id"] is None:
-                    stats["null_id"] += 1
+                if msg["id"] is None and "the id holds a lone UTF-16 surrogate" in msg["error"]["message"]:
+                    stats["surrogate_id"] += 1
             else:
                 stats["results"] += 1
                 result = msg["result"]
@@ -178,13 +178,14 @@ class TestWireFuzz:
         fz = Fuzzer(token)
         agents = [Conn(str(sandbox.agent_sock), False, False) for _ in range(4)]
         approvers = [Conn(str(sandbox.home / "approver.sock"), True, ok) for ok in (False, True, True)]
-        stats = {"errors": 0, "results": 0, "null_id": 0}
+        stats = {"errors": 0, "results": 0, "surrogate_id": 0}
         rounds = max(AGENT_FRAMES // (BATCH * len(agents)), APPROVER_FRAMES // (BATCH * len(approvers)))
         for _ in range(rounds):
             for conn in agents + approvers:
                 exchange(fz, conn, stats)
         assert fz.sent >= 10_000
-        assert stats["null_id"] >= fz.surrogate_ids  # each surrogate id answered, with a null id
+        # each request whose id holds a surrogate is answered, -32600 with a null id (it is no id)
+        assert fz.surrogate_ids == stats["surrogate_id"] > 100
         assert stats["results"] > 500 and len(fz.sessions) > 10  # real requests were served too
         for conn in agents + approvers:
             conn.sock.close()
@@ -195,4 +196,4 @@ class TestWireFuzz:
                                       "out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n")
         assert "success" == results[0]["category"]
         verify = sandbox.vaultsim("audit", "verify", "--json")
-        assert verify.returncode == 0 and json.loads(verify.stdout)["intact"], verify.stdout
+        assert (0, "intact") == (verify.returncode, json.loads(verify.stdout)["status"]), verify.stdout

@@ -18,11 +18,10 @@ TOKEN = "tracker-token-value"
 SURROGATE = "\ud800"  # json.dumps writes it as the escape \ud800, as an attacker's JSON would
 
 
-def setup(sandbox: Sandbox, *daemon_args: str) -> str:
+def setup(sandbox: Sandbox, *daemon_args: str, secrets: tuple[str, ...] = ("tracker_token",)) -> str:
     """Fake remote + credentials + an unlocked daemon pointed at it; returns the remote URL."""
-    _, url = sandbox.start_remote({"tracker_token": TOKEN, "releases_token": TOKEN, "deploy_token": TOKEN,
-                                   "records_token": TOKEN})
-    for name in ("tracker_token", "releases_token", "deploy_token", "records_token"):
+    _, url = sandbox.start_remote({name: TOKEN for name in secrets})
+    for name in secrets:
         sandbox.set_secret(name, TOKEN)
     sandbox.start_daemon("--remote", url, *daemon_args)
     return url

@@ -150,6 +150,7 @@ class TestStoppedApprover:
         "print(json.dumps({'latencies': lat}), flush=True)\n"
     )
 
+    @pytest.mark.timeout(400)  # many real processes: slow on a loaded machine
     def test_agents_and_other_approvers_go_on_and_the_stopped_one_is_dropped(self, sandbox: Sandbox) -> None:
         """SIGSTOP one approver: a steady agent's call p99 stays under 50 ms throughout, another
         approver's lock and unlock answer at once, and the stopped one is disconnected and logged.
@@ -258,6 +259,7 @@ class TestFloodingProcess:
         "out({'latencies': lat, 'categories': cats})\n"
     )
 
+    @pytest.mark.timeout(400)  # many real processes: slow on a loaded machine
     def test_a_flooder_is_refused_and_another_process_gets_its_prompts_through(self, sandbox: Sandbox) -> None:
         """A process with four sessions on four connections: 64 prompts wait, the rest are
         rate_limited, its 257th session is refused; a normal process beside it gets every prompt
@@ -318,6 +320,9 @@ def daemon_process(sandbox: Sandbox) -> psutil.Process:
     return psutil.Process(sandbox.status()["pid"])
 
 
+NORMAL_READ = "client.open_session('normal')\nout(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
+
+
 class TestPartialFrames:
     """Unfinished lines cost the daemon a bounded amount of memory, however many connections."""
 
@@ -326,6 +331,7 @@ class TestPartialFrames:
                               env=agent_env(sandbox), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                 for _ in range(processes)]
 
+    @pytest.mark.timeout(400)  # many real processes: slow on a loaded machine
     def test_two_thousand_connections_holding_partial_lines(self, sandbox: Sandbox) -> None:
         """2,000 connections (10 processes) each holding 16 KiB of an unfinished line: all held,
         daemon RSS under 200 MB, and a normal agent's call still succeeds."""
@@ -338,12 +344,13 @@ class TestPartialFrames:
         assert status["connections"] >= 2000
         rss = daemon_process(sandbox).memory_info().rss
         assert rss < 200 * 1024 * 1024, f"daemon RSS {rss / 2**20:.0f} MB"
-        ok = run_script(sandbox, "client.open_session('normal')\nout(client.call('read_issue', {'issue_id': 'ISS-1'}))\n")
+        ok = run_script(sandbox, NORMAL_READ)
         assert "success" == ok[0]["category"]
         for h in holders:
             h.communicate("\n", timeout=60)
         wait_for(lambda: sandbox.status()["partial_bytes"] == 0, what="the memory to be given back")
 
+    @pytest.mark.timeout(400)  # many real processes: slow on a loaded machine
     def test_megabyte_partial_lines_are_refused_past_the_caps(self, sandbox: Sandbox) -> None:
         """2,000 connections each sending 1 MiB without a newline (the issue's 1 GB): each process
         keeps at most 4 MiB, all of them 32 MiB; the rest are closed with -32004; RSS stays under
@@ -358,7 +365,7 @@ class TestPartialFrames:
         assert status["connections"] <= MAX_PARTIAL_BYTES // (1 << 20) + 2
         rss = daemon_process(sandbox).memory_info().rss
         assert rss < 200 * 1024 * 1024, f"daemon RSS {rss / 2**20:.0f} MB"
-        ok = run_script(sandbox, "client.open_session('normal')\nout(client.call('read_issue', {'issue_id': 'ISS-1'}))\n")
+        ok = run_script(sandbox, NORMAL_READ)
         assert "success" == ok[0]["category"]
         for h in holders:
             h.communicate("\n", timeout=60)
@@ -390,6 +397,7 @@ for pid in pids:
 
 
 class TestPagedAnswers:
+    @pytest.mark.timeout(400)  # many real processes: slow on a loaded machine
     def test_approvers_connect_with_thousands_of_prompts_waiting(self, sandbox: Sandbox) -> None:
         """1,920 prompts wait (over 1 MiB as one list): subscribe answers one page under the frame
         limit, and `vaultsim approve`, the TUI's link and `sessions` read every page."""

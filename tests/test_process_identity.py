@@ -14,6 +14,8 @@ import os
 import subprocess
 from typing import Any
 
+import pytest
+
 from audit_daemon_helpers import events
 from helpers import PY, Sandbox, wait_for
 from hostile_fixtures import RawClient, frame, hello, run_script, setup, spawn_script
@@ -38,6 +40,7 @@ def attempts(sandbox: Sandbox) -> list[dict[str, Any]]:
             for e in events(sandbox) if e.get("type") == "approver_attempt"]
 
 
+@pytest.mark.timeout(300)
 class TestInheritedConnection:
     def test_a_child_on_its_parent_s_connection_does_not_act_as_the_parent(self, sandbox: Sandbox) -> None:
         """The parent holds a session grant; a forked child writes a call with the parent's
@@ -145,6 +148,7 @@ ESCAPE = (
 )
 
 
+@pytest.mark.timeout(300)  # several fresh processes each: slow on a loaded machine
 class TestApproverGuard:
     def test_a_double_forked_escapee_is_refused_and_recorded(self, sandbox: Sandbox) -> None:
         """An agent (leading its own session, as the runner starts it) double-forks; the

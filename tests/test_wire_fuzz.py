@@ -19,6 +19,8 @@ import socket
 import time
 from typing import Any
 
+import pytest
+
 from helpers import Sandbox
 from hostile_fixtures import run_script, setup
 
@@ -169,6 +171,7 @@ def exchange(fz: Fuzzer, conn: Conn, stats: dict[str, int]) -> None:
 
 
 class TestWireFuzz:
+    @pytest.mark.timeout(400)  # 10,000 frames and their calls: slow on a loaded machine
     def test_ten_thousand_hostile_frames_leave_the_daemon_whole(self, sandbox: Sandbox) -> None:
         """Agent and approver sockets, before and after hello, lone surrogates everywhere."""
         policy = sandbox.write("short.yaml", {"default": {"mode": "session", "deadline_s": 2},

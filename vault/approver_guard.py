@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .peer import Markers, ProcessIdentity, cgroup_of, lineage
+from .peer import Markers, ProcessIdentity, cgroup_of, lineage, same_start
 from .processes import ProcessTable
 from .sessions import Mark, Session, SessionTable
 
@@ -79,9 +79,9 @@ class ApproverGuard:
             return ("refused: this process opened an agent session; an agent never approves "
                     "its own requests (nor its children's)")
         ancestry = lineage(caller.pid)
-        if ancestry and ancestry[0][1] != caller.create_time:
+        if not ancestry or not same_start(ancestry[0][1], caller.create_time):
             return "refused: the process that sent this has exited"
-        if any(self.sessions.holds(k) for k in ancestry):
+        if any(self.sessions.holds(pid, start) for pid, start in ancestry):
             return ("refused: this process is an agent session's process or one of its descendants; "
                     "an agent never approves its own requests")
         markers = Markers.of(caller.pid)
@@ -90,7 +90,8 @@ class ApproverGuard:
                 return (f"refused: this process shares its {_WHAT[kind]} with an agent session's process "
                         "(it came from an agent's process tree); an agent never approves its own requests")
         if request is not None:
-            if request.key in ancestry:
+            if any(pid == request.identity.pid and same_start(start, request.identity.create_time)
+                   for pid, start in ancestry):
                 return (f"refused: request comes from this process or one of its ancestors "
                         f"(pid {request.identity.pid}); an agent never approves its own requests")
             for kind, value in request.marks:

@@ -106,18 +106,42 @@ class ProcessIdentity:
 
 def is_same_or_descendant(pid: int, ancestors: list[ProcessIdentity]) -> bool:
     """Is `pid` one of `ancestors` or a descendant of one (checked by create_time)?"""
-    keys = {(a.pid, a.create_time) for a in ancestors}
-    return bool(keys) and any(k in keys for k in lineage(pid))
+    starts: dict[int, list[float]] = {}
+    for a in ancestors:
+        starts.setdefault(a.pid, []).append(a.create_time)
+    return any(same_start(t, c) for p, t in lineage(pid) for c in starts.get(p, ()))
 
 
 def lineage(pid: int) -> list[tuple[int, float]]:
-    """(pid, create_time) of the process and each of its ancestors, nearest first."""
+    """(pid, create_time) of the process and each of its ancestors, nearest first.
+
+    Read from /proc directly (one small read a level, where psutil makes several): this runs
+    at every approver hello and decision. create_time is psutil's (start ticks / CLK_TCK +
+    boot time), so compare it with `same_start`, not ==."""
     out: list[tuple[int, float]] = []
-    try:
-        proc: psutil.Process | None = psutil.Process(pid)
-        while proc is not None:
-            out.append((proc.pid, proc.create_time()))
-            proc = proc.parent()
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        pass
+    while pid > 0 and len(out) < 256:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            break
+        # the command name may hold spaces and parentheses: the fields follow the last ")"
+        fields = stat[stat.rindex(b")") + 2:].split()
+        out.append((pid, float(fields[19]) / _TICKS + _boot_time()))
+        pid = int(fields[1])
     return out
+
+
+def same_start(a: float, b: float) -> bool:
+    """Two create_times of one pid name the same process (a successor starts later)."""
+    return abs(a - b) < 2.0 / _TICKS
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+_BOOT: list[float] = []
+
+
+def _boot_time() -> float:
+    if not _BOOT:
+        _BOOT.append(psutil.boot_time())
+    return _BOOT[0]

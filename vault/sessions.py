@@ -18,9 +18,10 @@ import itertools
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from .ids import new_id
-from .peer import ProcessIdentity
+from .peer import ProcessIdentity, same_start
 from .processes import Key, ProcessEntry
 
 _seq = itertools.count(1)
@@ -59,6 +60,7 @@ class SessionTable:
     sessions: dict[str, Session] = field(default_factory=dict)
     _by_conn: dict[str, set[str]] = field(default_factory=dict)
     _by_process: dict[Key, set[str]] = field(default_factory=dict)
+    _by_pid: dict[int, set[Key]] = field(default_factory=dict)
     _marks: Counter[Mark] = field(default_factory=Counter)
 
     def open(self, agent: str, run_id: str | None, identity: ProcessIdentity, conn_id: str, *,
@@ -69,6 +71,7 @@ class SessionTable:
         self.sessions[s.id] = s
         self._by_conn.setdefault(conn_id, set()).add(s.id)
         self._by_process.setdefault(s.key, set()).add(s.id)
+        self._by_pid.setdefault(identity.pid, set()).add(s.key)
         self._marks.update(marks)
         return s
 
@@ -81,6 +84,12 @@ class SessionTable:
             return None
         _discard(self._by_conn, s.conn_id, s.id)
         _discard(self._by_process, s.key, s.id)
+        if s.key not in self._by_process:
+            keys = self._by_pid.get(s.identity.pid)
+            if keys is not None:
+                keys.discard(s.key)
+                if not keys:
+                    del self._by_pid[s.identity.pid]
         self._marks.subtract(s.marks)
         for m in s.marks:
             if self._marks[m] <= 0:
@@ -96,9 +105,9 @@ class SessionTable:
     def count_for_process(self, key: Key) -> int:
         return len(self._by_process.get(key, ()))
 
-    def holds(self, key: Key) -> bool:
-        """Does the process `key` hold an open session?"""
-        return key in self._by_process
+    def holds(self, pid: int, create_time: float) -> bool:
+        """Does this process (a create_time read from /proc or psutil) hold an open session?"""
+        return any(same_start(k[1], create_time) for k in self._by_pid.get(pid, ()))
 
     def marked(self, mark: Mark) -> bool:
         return self._marks.get(mark, 0) > 0
@@ -127,7 +136,7 @@ class SessionTable:
         return s, ""
 
 
-def _discard(index: dict[object, set[str]], key: object, sid: str) -> None:
+def _discard(index: dict[Any, set[str]], key: Any, sid: str) -> None:
     ids = index.get(key)
     if ids is not None:
         ids.discard(sid)

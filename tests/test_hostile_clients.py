@@ -473,3 +473,37 @@ class TestDefenceInDepth:
         fixed = _recordable(event, why)
         assert json.loads(to_json(fixed))["target"] == "release \\ud800"
         assert "" == _unrecordable(fixed)
+
+
+class TestStatsPages:
+    """`stats` grows with every session ever seen: it is paged, and an oversized entry is cut."""
+
+    def test_pages_fit_a_frame_and_merge_back_into_the_whole_report(self) -> None:
+        from types import SimpleNamespace
+
+        from vault.approver_api import _stats_page
+        from vault.catalog import Risk
+        from vault.client import merge_page
+        from vault.gate.stats import PromptStats
+        from vault.limits import PAGE_BYTES
+
+        st = PromptStats()
+        for i in range(3000):
+            st.prompt(f"run-{i % 7}", f"s-{i}", "create_issue", Risk.create, f"scope {i}")
+        # one session asks for 5,000 distinct scopes: its entry alone would fill a page
+        for i in range(5000):
+            st.prompt("run-0", "s-big", "delete_release", Risk.delete, f"release r-{i:05d} " + "x" * 40)
+        daemon = SimpleNamespace(gate=SimpleNamespace(stats=st))
+        first = _stats_page(daemon, None, 0)  # type: ignore[arg-type]
+        whole, pages = dict(first), 1
+        while whole.get("next"):
+            page = _stats_page(daemon, None, int(whole["next"]))  # type: ignore[arg-type]
+            assert len(json.dumps(page)) < PAGE_BYTES + 4096
+            merge_page(whole, page)
+            pages += 1
+        assert pages > 3
+        full = st.report()
+        assert set(full["runs"]) == set(whole["runs"]) and set(full["sessions"]) == set(whole["sessions"])
+        assert full["sessions"]["s-7"] == whole["sessions"]["s-7"]
+        big = whole["sessions"]["s-big"]
+        assert big["prompts"] == 5000 and len(big["scopes_asked"]) == 100 and "truncated" in big

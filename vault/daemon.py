@@ -26,6 +26,7 @@ from pydantic_core import to_json
 from . import __version__, agent_api, approver_api
 from .approver_guard import ApproverGuard, marks_of
 from .approver_hub import ApproverHub
+from .audit.writer import MAX_EVENT_BYTES
 from .calls import CallPipeline, CallRecord
 from .config import Resolved
 from .errors import AuditError
@@ -43,8 +44,6 @@ log = logging.getLogger("vaultsim.daemon")
 
 # grants' TTLs, approvers that stopped reading, processes without a pidfd
 _HOUSEKEEPING_S = FALLBACK_POLL_S
-# the audit writer's cap on one event (vault.audit.writer.MAX_EVENT_BYTES)
-_MAX_EVENT_BYTES = 256 * 1024
 
 
 class AuditSink(Protocol):
@@ -247,8 +246,8 @@ def _unrecordable(event: dict[str, Any]) -> str:
         data = to_json(event, inf_nan_mode="null")
     except (TypeError, ValueError):  # PydanticSerializationError is a ValueError
         return "holds text that is not Unicode"
-    if len(data) > _MAX_EVENT_BYTES:
-        return f"is {len(data)} bytes (at most {_MAX_EVENT_BYTES})"
+    if len(data) > MAX_EVENT_BYTES:
+        return f"is {len(data)} bytes (at most {MAX_EVENT_BYTES})"
     return ""
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import time
 from typing import Callable, Protocol
@@ -30,6 +31,8 @@ from typing import Callable, Protocol
 from .jsonrpc import MAX_FRAME
 from .limits import MAX_OUTBOUND_BYTES, OUTBOUND_PAUSE_BYTES
 from .peer import CREDS_SPACE, sender
+
+log = logging.getLogger("vaultsim.rpc")
 
 READ_CHUNK = 64 * 1024
 
@@ -119,7 +122,10 @@ class LineSocket:
                 line = data[start:nl + 1]
                 line_writer = writer
             start = nl + 1
-            self.on_line(line, line_writer)
+            try:
+                self.on_line(line, line_writer)
+            except Exception as exc:  # a bug in handling one line must not wedge the connection
+                log.error("handling a line failed: %s", type(exc).__name__)
         if self.closed or start >= len(data):
             return
         rest = len(data) - start

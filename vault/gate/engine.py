@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable, Iterator
-
 from collections import Counter
+from typing import Any, Awaitable, Callable, Iterator
 
 from ..approver_hub import ApproverHub
 from ..catalog import Operation
 from ..errors import AuditError, RpcError
 from ..jsonrpc import CONFLICT, NOT_AUTHORIZED
-# Prompts waiting at once, per session, per process and in all. An agent that calls with
-# wait_s=0 in a loop leaves a prompt behind each time; past these it is told to slow down
-# and nobody is asked.
 from ..limits import MAX_PENDING, MAX_PENDING_PER_PROCESS, MAX_PENDING_PER_SESSION, TOO_MANY_PENDING_RETRY_S
 from ..models import Category, Result, make_result
 from ..processes import Key
@@ -46,6 +42,9 @@ __all__ = ["Gate", "MAX_PENDING", "MAX_PENDING_PER_PROCESS", "MAX_PENDING_PER_SE
 
 # settled approvals stay resumable for this long (receipts survive agent restarts)
 _SETTLED_KEEP_S = 3600.0
+# Prompts waiting at once are capped per session, per process and in all (vault.limits): an
+# agent that calls with wait_s=0 in a loop leaves a prompt behind each time; past a cap it is
+# told to slow down and nobody is asked.
 
 
 class Gate:
@@ -357,10 +356,9 @@ class Gate:
                                f"{op} was not approved ({ap.reason}); nothing was sent",
                                request_id=ap.request_id)
         if ap.state is State.unroutable:
-            who = ap.owner or "approver"
             return make_result(Category.approval_unroutable, op, cid,
                                f"{op} needs an approval but {ap.reason}; nothing was sent",
-                               request_id=ap.request_id, owner=who if ap.owner else None)
+                               request_id=ap.request_id, owner=ap.owner)
         if ap.state is State.withdrawn:
             return make_result(Category.approval_expired, op, cid,
                                f"{op} was withdrawn before anyone decided ({ap.reason}); nothing was sent",

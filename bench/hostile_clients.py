@@ -81,7 +81,7 @@ def env_for(box: object) -> dict[str, str]:
 
 
 def idle(sessions: int, idle_s: float) -> None:
-    children = max(1, sessions // 250)
+    children = max(1, -(-sessions // 250))  # at most 250 each: under the per-connection cap
     with vault_with_remote() as (box, _):
         proc = box.spawn([PY, "-c", HOLD_SESSIONS, str(children), str(sessions // children)],
                          env=env_for(box), stdin=subprocess.PIPE, stdout=subprocess.PIPE)

@@ -7,7 +7,10 @@ the project's own client.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
 import subprocess
 from typing import Any
@@ -92,11 +95,18 @@ def agent_env(sandbox: Sandbox, run_id: str = "run-1") -> dict[str, str]:
 
 
 def run_script(sandbox: Sandbox, body: str, *args: str, timeout: float = 120) -> list[Any]:
-    """Run an agent script to its end in its own session and process group; its JSON lines."""
-    proc = subprocess.run([PY, "-c", PRELUDE + body, *args], env=agent_env(sandbox), cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, start_new_session=True)
-    assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith(("{", "["))]
+    """Run an agent script to its end in its own session and process group; its JSON lines.
+    Whatever it left behind in its group (forked children) is killed afterwards."""
+    proc = subprocess.Popen([PY, "-c", PRELUDE + body, *args], env=agent_env(sandbox), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == 0, err
+    return [json.loads(line) for line in out.splitlines() if line.startswith(("{", "["))]
 
 
 def spawn_script(sandbox: Sandbox, body: str, *args: str, **kw: Any) -> subprocess.Popen[str]:

@@ -128,8 +128,8 @@ ESCAPE = (
     "client.open_session('escaper', 'run-1')\n"
     "result = sys.argv[1]\n"
     "if os.fork() == 0:\n"
+    "    middle = os.getpid()\n"
     "    if os.fork() == 0:\n"  # the grandchild: reparented once its parent exits
-    "        middle = os.getppid()\n"
     "        while os.getppid() == middle:\n"
     "            time.sleep(0.001)\n"
     "        try:\n"
@@ -137,12 +137,15 @@ ESCAPE = (
     "            verdict = {'refused': False}\n"
     "        except RpcError as e:\n"
     "            verdict = {'refused': True, 'message': e.message}\n"
+    "        except Exception as e:\n"  # say what went wrong rather than leave the agent waiting
+    "            verdict = {'refused': None, 'message': repr(e)}\n"
     "        verdict['pid'] = os.getpid()\n"
     "        open(result + '.tmp', 'w').write(json.dumps(verdict))\n"
     "        os.rename(result + '.tmp', result)\n"
     "    os._exit(0)\n"
     "os.wait()\n"
-    "while not os.path.exists(result):\n"  # the session stays open meanwhile
+    "deadline = time.monotonic() + 90\n"
+    "while not os.path.exists(result) and time.monotonic() < deadline:\n"  # the session stays open
     "    time.sleep(0.01)\n"
     "out({'agent_pid': os.getpid()})\n"
 )

@@ -15,7 +15,8 @@ from .text import printable
 def _request(args: argparse.Namespace, method: str, **params: Any) -> Any:
     home = VaultHome.resolve(args.home)
     with ApproverClient.for_home(home, name=f"vaultsim-{method}") as c:
-        return c.request(method, **params)
+        # stats comes in pages: read them all
+        return c.all_pages(method, **params) if method == "stats" else c.request(method, **params)
 
 
 def configure_lock(p: argparse.ArgumentParser) -> None:

@@ -37,6 +37,13 @@ Beside ``NAME.log`` live ``NAME.pub`` (the Ed25519 public key, PEM) and
 ``NAME.head`` (a copy of the newest head line, replaced atomically after that
 line is durable in the log). The head file is the anchor that makes a log cut at
 a line boundary detectable: its head must still be found in the log.
+
+Segments (see `files`): the log rotates into segments ``NAME.<first seq>.log``.
+Every segment but the first begins with a copy of the signed head that ended
+the previous one (it names that segment's last record), then a
+``segment_started`` record that chains to it (prev = that head's hash, seq
+one past it). So each segment can be checked on its own, anchored at its start
+by a signature, and the set is one unbroken chain.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ import re
 from binascii import b2a_base64
 from dataclasses import dataclass
 from pathlib import Path
+
+from .files import base_of
 
 GENESIS = b"0" * 64
 AAD_TAG = b"vaultsim.audit.v1\x00"
@@ -69,13 +78,18 @@ HEAD_RE = re.compile(
 
 
 def pub_path(log: Path) -> Path:
-    """Where the public key of `log` lives (``audit.log`` -> ``audit.pub``)."""
-    return log.with_suffix(".pub")
+    """Where the public key of `log` lives (``audit.log`` -> ``audit.pub``; a rotated
+    segment ``audit.000000001000.log`` shares its set's)."""
+    return _base(log).with_suffix(".pub")
 
 
 def head_path(log: Path) -> Path:
-    """Where the newest signed head of `log` is kept (``audit.head``)."""
-    return log.with_suffix(".head")
+    """Where the newest signed head of `log`'s set is kept (``audit.head``)."""
+    return _base(log).with_suffix(".head")
+
+
+def _base(log: Path) -> Path:
+    return base_of(Path(log))
 
 
 def time_text(t: float) -> bytes:

@@ -71,8 +71,12 @@ def build_daemon(home: VaultHome, args: argparse.Namespace) -> Any:
     diagnostics = _optional_diagnostics(home, keystore)
     audit = None if getattr(args, "no_audit", False) else _optional_audit(home, keystore,
                                                                           audit_options(config, args))
-    return VaultDaemon(home, config, unlocked=args.unlocked, keyring_backend=keystore.backend_name(),
-                       store=store, diagnostics=diagnostics, audit=audit, executors=_executors())
+    daemon = VaultDaemon(home, config, unlocked=args.unlocked, keyring_backend=keystore.backend_name(),
+                         store=store, diagnostics=diagnostics, audit=audit, executors=_executors())
+    if audit is not None:  # the prompt counts of runs that leave the daemon's memory go to the log
+        daemon.gate.stats.archive = lambda run, counts: audit.append_nowait(
+            {"type": "prompt_stats", "run_id": run, **counts})
+    return daemon
 
 
 def _executors() -> dict[str, Any]:

@@ -130,10 +130,16 @@ def correlation(events: list[dict[str, Any]], correlation_id: str) -> list[dict[
 
 
 def no_result(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The intent events of calls that have no result record (no ``classification``
-    for their correlation id), in log order."""
-    answered = {_cid(ev) for ev in events if ev.get("type") == "classification"}
-    return [ev for ev in events if ev.get("type") == "intent" and _cid(ev) not in answered]
+    """The intent events that no result record (``remote_result`` or ``classification``
+    of the same correlation id) follows, in log order."""
+    open_: dict[str | None, dict[str, Any]] = {}
+    for ev in events:
+        kind = ev.get("type")
+        if kind == "intent":
+            open_[_cid(ev)] = ev
+        elif kind in ("remote_result", "classification"):
+            open_.pop(_cid(ev), None)
+    return list(open_.values())
 
 
 # what each known event type shows, in this order; anything else shows all its fields

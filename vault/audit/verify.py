@@ -442,11 +442,13 @@ class _LineReader:
             self._fd = -1
 
     def __iter__(self) -> Iterator[list[bytes]]:
-        chunk, rest = self._first, b""
+        chunk, rest, self._first = self._first, b"", b""
         while chunk:
             lines = (rest + chunk).split(b"\n")
+            del chunk
             rest = lines.pop()
             yield lines
+            del lines  # before the next chunk is read: one chunk's lines in memory at a time
             chunk = self._read()
         self.rest = rest
         self.close()

@@ -131,7 +131,7 @@ class StubExecutor(Executor):
         return ExecOutcome(make_result(Category.success, op.name, ctx.correlation_id, "Done."), None, True)
 
 
-CALL_EVENTS = ("call_requested", "intent", "remote_result", "classification")
+CALL_EVENTS = ("call_requested", "intent", "classification")
 
 
 def gated_daemon(root: Path, io: CountingIO, **writer_options: Any) -> tuple[VaultDaemon, AuditWriter, bytes]:

@@ -29,7 +29,7 @@ from vault.audit import records as R
 from vault.audit.keys import load_or_create_signing_key
 from vault.errors import AuditError
 
-CALL_TYPES = ("call_requested", "intent", "remote_result", "classification")
+CALL_TYPES = ("call_requested", "intent", "classification")
 
 
 def one_call(op: tuple[str, dict[str, Any]]) -> str:
@@ -379,20 +379,20 @@ class TestContents:
         out = sandbox.vaultsim("audit", "show", "--correlation", cid, "--json")
         assert out.returncode == 0, out.stderr
         history = json.loads(out.stdout)["events"]
+        # the classification carries the executor's result (no remote_result record of its own)
         assert [ev["type"] for ev in history] == [
-            "call_requested", "intent", "client_timeout", "remote_result",
-            "classification", "reconciliation", "classification"]
+            "call_requested", "intent", "client_timeout", "classification", "reconciliation", "classification"]
         times = [ev["time"] for ev in history]
         assert times == sorted(times)
-        call, result, told = history[0], history[3], history[4]
+        call, told = history[0], history[3]
         assert (call["operation"], call["target"]) == ("create_issue", "create_issue on tracker")
-        assert result["category"] == told["category"] == "outcome_unknown"
-        assert result["remote_touched"] is True
-        reconciliation, answer = history[5], history[6]
+        assert told["category"] == "outcome_unknown"
+        assert told["remote_touched"] is True
+        reconciliation, answer = history[4], history[5]
         assert reconciliation["reconciled"] == "found"
         assert reconciliation["correlation_id"] == answer["correlation_id"] == found["correlation_id"]
         assert reconciliation["lookup_of"] == cid
         text = sandbox.vaultsim("audit", "show", "--correlation", cid)
         assert text.returncode == 0, text.stderr
-        assert text.stdout.startswith(f"correlation {cid}: 7 events")
+        assert text.stdout.startswith(f"correlation {cid}: 6 events")
         assert "outcome_unknown" in text.stdout and "reconciled=found" in text.stdout

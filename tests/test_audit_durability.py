@@ -25,7 +25,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from audit_daemon_helpers import answered, daemon_args, events, read_lines, setup_remote
+from audit_daemon_helpers import agent_call, answered, daemon_args, events, read_lines, setup_remote
 from audit_fixtures import FakeClock, FlakyIO, LogFiles, make_log
 from helpers import PY, Sandbox, stop_process, wait_for
 from vault.audit import decrypt_events, verify
@@ -217,6 +217,30 @@ class TestWithADaemon:
         recorded = [ev for ev in events(sandbox) if ev.get("correlation_id") == told["cid"]]
         assert [ev["type"] for ev in recorded][-1] == "classification"
         assert recorded[-1]["category"] == told["category"] == "success"
+
+    def test_records_of_a_direct_call_and_of_an_approved_resumed_call(self, sandbox: Sandbox) -> None:
+        """A call answered in its own task: call_requested, intent, classification (carrying
+        remote_touched): three records. An approved call collected with call.resume: its
+        executor's result is recorded on its own (remote_result) before the resumed answer."""
+        _, url = sandbox.start_remote({"tracker_token": "t"})
+        sandbox.set_secret("tracker_token", "t")
+        sandbox.start_daemon("--remote", url)  # default policy: create_issue asks once per session
+        sandbox.start_approver([{"match": {"operation": "create_issue"}, "decide": "allow_once"}])
+        read, pending, done = agent_call(sandbox, (
+            "out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
+            "r = client.call('create_issue', {'title': 't'}, wait_s=0)\n"
+            "out(r)\n"
+            "out(client.resume(r.resume_token, wait_s=30) if r.resume_token else r)\n"))
+        assert (read["category"], done["category"]) == ("success", "success")
+        evs = events(sandbox)
+        direct = [ev for ev in evs if ev.get("correlation_id") == read["correlation_id"]]
+        assert ["call_requested", "intent", "classification"] == [ev["type"] for ev in direct]
+        assert direct[-1]["remote_touched"] is True
+        assert pending["category"] == "approval_pending"  # a zero wait never waits for the approver
+        approved = [ev for ev in evs if ev.get("correlation_id") == pending["correlation_id"]]
+        assert [ev["type"] for ev in approved][-3:] == ["intent", "remote_result", "classification"]
+        assert approved[-1]["resumed"] is True and "remote_touched" not in approved[-1]
+        assert "approval_pending" in [ev.get("category") for ev in approved]
 
     def test_a_killed_daemon_restarts_and_re_anchors_its_log(self, sandbox: Sandbox) -> None:
         """SIGKILL under load leaves records after the last signed head (verify: unanchored).

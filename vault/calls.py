@@ -10,14 +10,20 @@ later; before the answer with ``--durability strict``). If a record cannot be
 written after the remote was touched, the agent is told `outcome_unknown`,
 never a success the log cannot back.
 
-A call leaves three records (four if the client timed out): call_requested
-(before the gate), intent (durable, before the remote), the executor's
-remote_result (or reconciliation, for a lookup) and the classification the
-agent was told, the last two written together.
+A call the agent waits for leaves three records: call_requested (before the
+gate), intent (durable, before the remote) and the classification it was told,
+which carries the executor's `remote_touched` too (plus client_timeout if the
+client gave up). Fewer records, fewer bytes to sync and less CPU per call
+(issue #19). The executor's result gets a record of its own (remote_result)
+only when it is not answered in the same task: an approved call run for a
+waiter that may be gone, so it is recorded even if nobody collects it. A
+lookup records its reconciliation, then the classification.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import shutil
 import time
@@ -106,6 +112,16 @@ class CallPipeline:
         finally:
             self.in_flight -= 1
 
+    @functools.cached_property
+    def _answering(self) -> dict[str, "asyncio.Task[Any] | None"]:
+        """Correlation id -> the task that will answer it, while `_call` runs."""
+        return {}
+
+    @functools.cached_property
+    def _folded(self) -> dict[str, bool]:
+        """Correlation id -> remote_touched, for an executor result the classification carries."""
+        return {}
+
     async def _call(self, s: Session, op: Operation, params: dict[str, Any],
                     idem: str | None, wait_s: float | None) -> Result:
         cid = correlation_id()
@@ -113,6 +129,7 @@ class CallPipeline:
         if self.halted:
             return make_result(Category.local_failure, op.name, cid,
                                f"the vault stopped serving calls ({self.halted}); nothing was sent")
+        self._answering[cid] = asyncio.current_task()
         try:
             await self.audit({"type": "call_requested", "correlation_id": cid, "session_id": s.id,
                               "operation": op.name, "risk": str(op.risk), "target": op.scope(params)},
@@ -122,18 +139,24 @@ class CallPipeline:
         except AuditError:
             result = make_result(Category.local_failure, op.name, cid,
                                  "the audit log could not record this call; nothing was sent")
-        return await self.record_result(s, result)
+        finally:
+            del self._answering[cid]
+        return await self.record_result(s, result, remote_touched=self._folded.pop(cid, None))
 
-    async def record_result(self, s: Session, result: Result, resumed: bool = False) -> Result:
-        """Make the call's records durable, then tell approvers; returns what the agent gets."""
+    async def record_result(self, s: Session, result: Result, resumed: bool = False,
+                            remote_touched: bool | None = None) -> Result:
+        """Record what the agent is told (written before the answer; see `audit_answer`),
+        then tell approvers; returns what the agent gets. `remote_touched`: the executor's
+        result, when this record stands for it (no remote_result record was written)."""
         touched = result.correlation_id in self._touched
         self._touched.discard(result.correlation_id)
+        event = {"type": "classification", "correlation_id": result.correlation_id,
+                 "session_id": s.id, "operation": result.operation, "category": str(result.category),
+                 "retry": str(result.retry), "diagnostic_id": result.diagnostic_id, "resumed": resumed}
+        if remote_touched is not None:
+            event["remote_touched"] = remote_touched
         try:
-            await self.audit_answer({"type": "classification", "correlation_id": result.correlation_id,
-                              "session_id": s.id, "operation": result.operation,
-                              "category": str(result.category),
-                              "retry": str(result.retry), "diagnostic_id": result.diagnostic_id,
-                              "resumed": resumed})
+            await self.audit_answer(event)
         except AuditError:
             if touched:
                 result = make_result(Category.outcome_unknown, result.operation, result.correlation_id,
@@ -223,15 +246,21 @@ class CallPipeline:
                 result = result.model_copy(update={"diagnostic_id": did})
             except Exception as exc:  # diagnostics are best effort; never block the answer
                 log.error("could not store diagnostic: %s", type(exc).__name__)
+        # the task that will answer this call records its result in the classification; an
+        # approved call run for a waiter (who may be gone) records it here, answered or not
+        fold = event_type == "remote_result" and self._answering.get(cid) is asyncio.current_task()
         try:
             if _timed_out(outcome.diagnostic):
                 await self.audit({"type": "client_timeout", "correlation_id": cid,
                                   "phase": (outcome.diagnostic or {}).get("phase")}, durable=False)
-            await self.audit({"type": event_type, "correlation_id": cid,
-                              "category": str(result.category), "remote_touched": outcome.remote_touched,
-                              "diagnostic_id": result.diagnostic_id, "reconciled": result.reconciled,
-                              **(link or {})},
-                             durable=False)
+            if fold:
+                self._folded[cid] = outcome.remote_touched
+            else:
+                await self.audit({"type": event_type, "correlation_id": cid,
+                                  "category": str(result.category), "remote_touched": outcome.remote_touched,
+                                  "diagnostic_id": result.diagnostic_id, "reconciled": result.reconciled,
+                                  **(link or {})},
+                                 durable=False)
         except AuditError:
             if outcome.remote_touched:
                 return make_result(Category.outcome_unknown, op.name, cid,

@@ -51,7 +51,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from binascii import b2a_base64
+from binascii import b2a_base64, b2a_hex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,7 +104,7 @@ def record_line(seq: int, time_b: bytes, prev: bytes, nonce: bytes, ct: bytes) -
     """Encode one record; returns (line with newline, its hash as hex bytes)."""
     body = b'{"seq":%d,"time":%s,"prev":"%s","nonce":"%s","ct":"%s"' % (
         seq, time_b, prev, b2a_base64(nonce, newline=False), b2a_base64(ct, newline=False))
-    digest = hashlib.sha256(body).hexdigest().encode()
+    digest = b2a_hex(hashlib.sha256(body).digest())
     return body + HASH_SEP + digest + b'"}\n', digest
 
 
@@ -146,7 +146,7 @@ def parse_record(line: bytes) -> Record | None:
     if m is None:
         return None
     body = line[: m.start(6) - len(HASH_SEP)]
-    if hashlib.sha256(body).hexdigest().encode() != m.group(6):
+    if b2a_hex(hashlib.sha256(body).digest()) != m.group(6):
         return None
     seq, time_b, prev, nonce, ct, digest = m.groups()
     return Record(int(seq), float(time_b), time_b, prev, base64.b64decode(nonce),

@@ -158,7 +158,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "remote_result": ("correlation_id", "status_class", "diagnostic_id"),
     "client_timeout": ("correlation_id",),
     "reconciliation": ("correlation_id", "lookup_of", "reconciled"),
-    "classification": ("correlation_id", "category", "retry"),
+    "classification": ("correlation_id", "category", "retry", "remote_touched"),
     "segment_started": ("previous",),
     "log_recovered": ("unanchored_records", "torn_bytes"),
     "prompt_stats": ("run_id", "prompts"),

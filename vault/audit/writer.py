@@ -115,6 +115,17 @@ Durability = Literal["default", "strict"]
 
 log = logging.getLogger("vaultsim.audit")
 
+NONCE_POOL = 256  # nonces drawn from the OS at a time (one getrandom per 256 records, not per record)
+_fork_generation = 0  # a forked child must not reuse nonces its parent drew
+
+
+def _after_fork() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
 
 @dataclass(frozen=True)
 class _HeadRef:
@@ -173,6 +184,7 @@ class AuditWriter:
         self._headed = False  # has this writer signed a head yet?
         self._staged_head: _HeadRef | None = tail.head  # newest head queued (or found at open)
         self._pending: list[bytes] = []  # staged lines, in order
+        self._nonces, self._nonce_at, self._nonce_gen = b"", 0, -1  # random bytes not yet used as nonces
         self._failure: str | None = None
         self._closing = False
         # the file, guarded by _wlock (written) and _slock (durable)
@@ -418,7 +430,10 @@ class AuditWriter:
     def _record(self, payload: bytes, t: float) -> bytes:
         """Encrypt and chain the next record; returns its line (caller holds _lock)."""
         seq, time_b = self._next_seq, R.time_text(t)
-        nonce = os.urandom(R.NONCE_BYTES)
+        at = self._nonce_at
+        if at >= len(self._nonces) or self._nonce_gen != _fork_generation:
+            self._nonces, at, self._nonce_gen = os.urandom(R.NONCE_BYTES * NONCE_POOL), 0, _fork_generation
+        nonce, self._nonce_at = self._nonces[at:at + R.NONCE_BYTES], at + R.NONCE_BYTES
         ct = self._aes.encrypt(nonce, payload, R.aad(b"%d" % seq, time_b, self._prev))
         line, self._prev = R.record_line(seq, time_b, self._prev, nonce, ct)
         self._next_seq = seq + 1

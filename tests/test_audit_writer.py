@@ -154,6 +154,27 @@ class TestGroupCommit:
         w.close()
         assert "intact" == verify(files.log).status
 
+    async def test_the_loop_gets_the_flushes_back_after_a_while(self, tmp_path: Path) -> None:
+        """10 s (by the writer's clock) after a slow inline sync, flushes are inline again; a
+        second slow one keeps them in the thread twice as long."""
+        files, io = unique(tmp_path), SlowSyncIO(took=0.2)
+        w = files.writer(io=io, monotonic=io.monotonic, inline_limit_s=0.05)
+        await w.append({"type": "slow"})
+        io.took = 0.001
+        await w.append({"type": "in the thread"})
+        io.now += 10.5
+        await w.append({"type": "inline again"})
+        assert [True, False, True] == io.synced_in_loop_thread()
+        io.took = 0.2
+        await w.append({"type": "slow again"})
+        io.took = 0.001
+        io.now += 10.5  # past 10 s, not past the doubled 20 s
+        await w.append({"type": "still in the thread"})
+        io.now += 10
+        await w.append({"type": "inline"})
+        assert [True, False, True, True, False, True] == io.synced_in_loop_thread()
+        w.close()
+
     def test_sync_append_is_durable_before_return(self, tmp_path: Path) -> None:
         """append_sync returns only after an fdatasync covering its record."""
         files, io = fresh(tmp_path), FlakyIO()
@@ -309,7 +330,8 @@ class TestFailClosed:
         w.close()
 
     def test_head_file_failure_fails_closed(self, tmp_path: Path) -> None:
-        """If the head file cannot be replaced, the writer fails rather than run unanchored."""
+        """If the head file cannot be replaced, the writer fails rather than run unanchored,
+        and leaves no temp file behind."""
         files = fresh(tmp_path)
         w = files.writer()
         files.head.mkdir()
@@ -318,6 +340,7 @@ class TestFailClosed:
             w.append_sync({"type": "x"})
         assert w.failed
         w.close()
+        assert [] == [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # no temp file left
 
     def test_close_reports_a_failed_final_head(self, tmp_path: Path) -> None:
         """A close whose final flush fails raises AuditError (the caller must know)."""

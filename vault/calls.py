@@ -23,6 +23,7 @@ lookup records its reconciliation, then the classification.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import shutil
@@ -168,15 +169,23 @@ class CallPipeline:
             "retry": str(result.retry), "correlation_id": result.correlation_id})
         return result
 
+    @functools.cached_property
+    def _call_order(self) -> "collections.deque[str]":
+        """Remembered correlation ids, oldest first. (Finding the oldest by iterating the
+        dict would walk every slot its evictions emptied since it was last resized.)"""
+        return collections.deque(self.calls)
+
     def _remember(self, cid: str, record: CallRecord) -> None:
         """Keep what `lookup` needs about a call; the oldest go first past the cap."""
+        order = self._call_order  # (made from `calls` on first use: before this call is in it)
         self.calls[cid] = record
+        order.append(cid)
         if record.idempotency_key:
             self.by_idem[record.idempotency_key] = cid
-        while len(self.calls) > MAX_REMEMBERED_CALLS:
-            old_cid = next(iter(self.calls))
-            old = self.calls.pop(old_cid)
-            if old.idempotency_key and self.by_idem.get(old.idempotency_key) == old_cid:
+        while len(self.calls) > MAX_REMEMBERED_CALLS and order:
+            old_cid = order.popleft()
+            old = self.calls.pop(old_cid, None)
+            if old and old.idempotency_key and self.by_idem.get(old.idempotency_key) == old_cid:
                 del self.by_idem[old.idempotency_key]
 
     def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None) -> CallContext:

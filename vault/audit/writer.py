@@ -26,9 +26,11 @@ The three ways in:
   the loop, and a round trip to a thread costs about as much again as the sync
   in wake-ups (0.1 ms on the reference machine). Otherwise the writer's own
   flush thread syncs while the other operations use the loop. Once a sync has
-  taken longer than ``inline_limit_s`` (a slow, busy or failing disk), every
-  later flush runs in the flush thread, so the loop (status, lock, approvals)
-  never waits on that disk again.
+  taken longer than ``inline_limit_s`` (a slow, busy or failing disk), the
+  flushes run in the flush thread for a while (10 s, doubling at each slow
+  inline sync, at most 10 minutes), so the loop (status, lock, approvals) does
+  not wait on that disk again soon, and a disk that only hiccuped gets the
+  fast path back.
 * ``append_answer`` (the record an answer waits for): with durability
   ``default`` it is written before it returns, and becomes durable with the
   next sync: the next durable append's, or the flush timer's, at most
@@ -115,6 +117,7 @@ Durability = Literal["default", "strict"]
 
 log = logging.getLogger("vaultsim.audit")
 
+INLINE_BACKOFF_S, INLINE_BACKOFF_MAX_S = 10.0, 600.0
 NONCE_POOL = 256  # nonces drawn from the OS at a time (one getrandom per 256 records, not per record)
 _fork_generation = 0  # a forked child must not reuse nonces its parent drew
 
@@ -209,8 +212,10 @@ class AuditWriter:
         self._flush_handle: asyncio.Handle | None = None
         self._monotonic = monotonic
         self._inline_limit_s = inline_limit_s
-        # flush in the loop thread until a sync proves slow (a limit <= 0: never inline)
+        # flush in the loop thread unless a sync proved slow lately (a limit <= 0: never inline)
         self._inline = inline_limit_s > 0
+        self._inline_again_at = 0.0  # by `monotonic`: after a slow inline sync, the thread until then
+        self._inline_backoff_s = INLINE_BACKOFF_S
         self._in_flight = 1  # the caller's operations in progress, as its newest append said
 
     # ---- opening -------------------------------------------------------------
@@ -654,12 +659,13 @@ class AuditWriter:
         say), they get the loop while the flush thread syncs. A sync slower
         than `inline_limit_s` (a slow, busy or failing disk) moves every later
         flush to the flush thread for good, so a bad disk cannot stall the
-        loop (status, lock, approvals) again. A rotation always runs in the thread.
+        loop (status, lock, approvals) again for a while. A rotation always runs in the thread.
         """
         self._flush_handle = None
         if self._sync_task is not None:  # started meanwhile (a timer): it serves every waiter
             return
-        if not self._inline or len(self._waiters) < self._in_flight or self._rotate_due:
+        if (not self._inline or len(self._waiters) < self._in_flight or self._rotate_due
+                or (self._inline_again_at and self._monotonic() < self._inline_again_at)):
             self._start_sync_task()
             return
         error: AuditError | None = None
@@ -671,9 +677,10 @@ class AuditWriter:
             error = exc
         took = self._monotonic() - started
         if took > self._inline_limit_s:
-            self._inline = False
-            log.warning("audit log %s: a write+fdatasync took %.0f ms; later flushes run in a thread",
-                        self.path, took * 1000)
+            self._inline_again_at = started + took + self._inline_backoff_s
+            log.warning("audit log %s: a write+fdatasync took %.0f ms; flushes run in a thread for %.0f s",
+                        self.path, took * 1000, self._inline_backoff_s)
+            self._inline_backoff_s = min(self._inline_backoff_s * 2, INLINE_BACKOFF_MAX_S)
         self._settle(error)
         if head is not None:  # the head file is replaced off the loop
             executor = self._flusher()

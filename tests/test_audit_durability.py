@@ -72,6 +72,16 @@ class TestAnswerRecords:
         w.close()
         assert verify(files.log).intact
 
+    async def test_written_from_a_thread_when_the_loop_must_not_touch_the_disk(self, tmp_path: Path) -> None:
+        """With inline flushes off (a slow disk), the answer is written from a thread, still
+        before append_answer returns, still without waiting for a sync."""
+        files, io = fresh(tmp_path), FlakyIO()
+        w = files.writer(io=io, inline_limit_s=0, flush_after_s=1.0)
+        await w.append({"type": "intent"})
+        seq = await w.append_answer({"type": "classification"})
+        assert (1, seq) == (io.fdatasyncs, decrypt_events(files.log, files.key)[-1]["seq"])
+        w.close()
+
     async def test_the_next_intent_sync_covers_a_written_answer(self, tmp_path: Path) -> None:
         """An answer then the next call's durable intent: one fdatasync makes both durable."""
         files, io = fresh(tmp_path), FlakyIO()

@@ -329,9 +329,10 @@ class AuditWriter:
             return await self.append(event, in_flight=in_flight)
         loop = self._bind(asyncio.get_running_loop())
         seq = self._stage(_encode_event(event))
-        if not self._write(blocking=False):
-            # the file is busy (a rotation in the flush thread): wait for it there, off the loop
-            await loop.run_in_executor(self._flusher(), self._write)
+        if not (self._loop_may_block() and self._write(blocking=False)):
+            # the file is busy (a rotation in the flush thread) or the disk was slow lately:
+            # write from a thread, so the loop waits on neither
+            await loop.run_in_executor(None, self._write)
         if self._flush_timer is None and self._durable_seq < seq:
             self._flush_timer = loop.call_later(self._flush_after_s, self._on_flush_timer)
         return seq
@@ -664,8 +665,7 @@ class AuditWriter:
         self._flush_handle = None
         if self._sync_task is not None:  # started meanwhile (a timer): it serves every waiter
             return
-        if (not self._inline or len(self._waiters) < self._in_flight or self._rotate_due
-                or (self._inline_again_at and self._monotonic() < self._inline_again_at)):
+        if not self._loop_may_block() or len(self._waiters) < self._in_flight or self._rotate_due:
             self._start_sync_task()
             return
         error: AuditError | None = None
@@ -688,6 +688,11 @@ class AuditWriter:
                 executor.submit(self._publish_quietly, head)
         if self._rotate_due:  # that write filled the segment: rotate in the flush thread
             self._start_sync_task()
+
+    def _loop_may_block(self) -> bool:
+        """May the loop thread do file I/O now? Not if inline flushes are off, or a sync
+        proved slow lately."""
+        return self._inline and not (self._inline_again_at and self._monotonic() < self._inline_again_at)
 
     def _start_sync_task(self) -> None:
         if self._sync_task is None and self._loop is not None:

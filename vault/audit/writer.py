@@ -45,19 +45,13 @@ threads, tests).
 Protocol of one log (format: `records`; segment files: `files`):
 
 * open: ``flock(LOCK_EX | LOCK_NB)`` on the active segment ``NAME.log``; held ->
-  AuditError "audit log ... is held by another writer". A torn last line (no
-  newline: a crash mid-write) is truncated away; it was never acknowledged,
-  since a record is acknowledged only once its whole line is written. Then the
-  rule that `verify` reports as ``unanchored``: records after the last signed
-  head are vouched for by nobody yet, so each of them must be well formed,
-  chain, and decrypt with the key (only a holder of the key wrote it), and the
-  head before them must verify with our public key; else the writer refuses
-  to continue somebody else's or a damaged log. If there were any (a writer
-  killed before it signed them), or a torn tail was cut, a ``log_recovered``
-  record is appended and signed at once, re-anchoring the chain. ``NAME.pub``
-  is written if missing and must match. A segment being started when a crash
-  came (``.NAME.log.next``) is removed; an active segment missing after a
-  crash in the middle of a rotation is started afresh from the newest rotated one.
+  AuditError "audit log ... is held by another writer". Then `recovery`: a
+  torn last line is cut, records no signed head covers yet are checked with
+  the key (the rule `verify` reports as ``unanchored``), a cut behind
+  ``NAME.head`` is refused, a rotation a crash interrupted is finished. If
+  records were left unsigned or a torn line was cut, a ``log_recovered``
+  record is appended and signed at once, re-anchoring the chain.
+  ``NAME.pub`` is written if missing and must match.
 * heads: a signed head line is queued right after a record when: it is the
   first record since open, or ``head_every_records`` records or
   ``head_every_seconds`` (by `clock`) have passed since the last head. An async
@@ -97,18 +91,17 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from cryptography.exceptions import InvalidSignature, InvalidTag
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic_core import to_json
 
 from ..errors import AuditError
 from . import files as F
 from . import records as R
+from . import recovery as RC
 from .keys import check_data_key, ensure_public_key
 
 MAX_EVENT_BYTES = 256 * 1024
@@ -130,35 +123,12 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
-@dataclass(frozen=True)
-class _HeadRef:
-    """A signed head line and what it names."""
-
-    seq: int
-    hash: bytes
-    line: bytes  # with its newline
-
-
-@dataclass
-class _Tail:
-    """Where an existing log leaves off, as recovery found it."""
-
-    next_seq: int = 0
-    prev: bytes = R.GENESIS
-    head: _HeadRef | None = None  # the newest signed head
-    first_seq: int = 0  # seq of the active segment's first record
-    size: int = 0  # bytes of the active segment
-    unanchored: int = 0  # records after the newest head (checked with the key)
-    torn: int = 0  # bytes of a torn last line, cut away
-    carry: _HeadRef | None = None  # a new, empty active segment must start with this head
-
-
 class AuditWriter:
     """Appends events to one audit log. Build with `AuditWriter.open`."""
 
     def __init__(self, path: Path, fd: int, key: bytes, signing_key: Ed25519PrivateKey, *,
                  clock: Callable[[], float], io: Any, head_every_records: int,
-                 head_every_seconds: float, tail: _Tail, monotonic: Callable[[], float] = time.monotonic,
+                 head_every_seconds: float, tail: RC.Tail, monotonic: Callable[[], float] = time.monotonic,
                  inline_limit_s: float = 0.05, durability: Durability = "default",
                  flush_after_s: float = 0.005, segment_bytes: int | None = None,
                  keep_segments: int | None = None, device: bool = False) -> None:
@@ -185,7 +155,7 @@ class AuditWriter:
         self._head_seq = tail.head.seq if tail.head else -1  # last seq a head (written or queued) anchors
         self._head_time = 0.0
         self._headed = False  # has this writer signed a head yet?
-        self._staged_head: _HeadRef | None = tail.head  # newest head queued (or found at open)
+        self._staged_head: RC.HeadRef | None = tail.head  # newest head queued (or found at open)
         self._pending: list[bytes] = []  # staged lines, in order
         self._nonces, self._nonce_at, self._nonce_gen = b"", 0, -1  # random bytes not yet used as nonces
         self._failure: str | None = None
@@ -261,8 +231,8 @@ class AuditWriter:
                 raise AuditError(f"audit log {path} is held by another writer") from None
             device = stat.S_ISCHR(os.fstat(fd).st_mode)
             if not device:
-                _remove_stale_next(path)
-            tail = _Tail() if device else _recover(path, fd, key, signing_key)
+                RC.remove_stale_next(path)
+            tail = RC.Tail() if device else RC.recover(path, fd, key, signing_key)
             if not existed:
                 F.fsync_dir(path.parent)
             ensure_public_key(R.pub_path(path), signing_key.public_key())
@@ -281,7 +251,7 @@ class AuditWriter:
             raise
         return w
 
-    def _settle_recovery(self, tail: _Tail) -> None:
+    def _settle_recovery(self, tail: RC.Tail) -> None:
         """Start an empty active segment after a rotation, and re-anchor what a dead
         writer left unsigned, before anything new is appended."""
         if tail.carry is not None:
@@ -449,7 +419,7 @@ class AuditWriter:
         """Queue a signed head for the last staged record (caller holds _lock)."""
         seq = self._next_seq - 1
         message = R.head_message(seq, self._prev, R.time_text(t))
-        head = _HeadRef(seq, self._prev, R.head_line(message, self._signing_key.sign(message)))
+        head = RC.HeadRef(seq, self._prev, R.head_line(message, self._signing_key.sign(message)))
         self._pending.append(head.line)
         self._staged_head = head
         self._head_seq, self._head_time, self._headed = seq, t, True
@@ -491,7 +461,7 @@ class AuditWriter:
         finally:
             self._wlock.release()
 
-    def _sync(self, rotate: bool = True) -> _HeadRef | None:
+    def _sync(self, rotate: bool = True) -> RC.HeadRef | None:
         """fdatasync what is written; rotate if due and `rotate`. Returns a head that is now
         durable and not yet in the head file (the caller publishes it). AuditError if the
         log failed."""
@@ -515,7 +485,7 @@ class AuditWriter:
                 return None  # the rotation published its own, newer head
             return head if head is not None and head.seq > self._published_seq else None
 
-    def _flush(self, publish: bool, rotate: bool = True) -> _HeadRef | None:
+    def _flush(self, publish: bool, rotate: bool = True) -> RC.HeadRef | None:
         """Write and sync everything staged so far; publish the head file here or return
         the head for the caller to publish later."""
         self._write()
@@ -525,7 +495,7 @@ class AuditWriter:
             return None
         return head
 
-    def _publish(self, head: _HeadRef) -> None:
+    def _publish(self, head: RC.HeadRef) -> None:
         """Replace the head file with `head` (durable in the log already), all or nothing."""
         with self._hlock:
             if head.seq <= self._published_seq:
@@ -537,7 +507,7 @@ class AuditWriter:
                 raise AuditError(self._failure or "audit log failed") from None
             self._published_seq = head.seq
 
-    def _publish_quietly(self, head: _HeadRef) -> None:
+    def _publish_quietly(self, head: RC.HeadRef) -> None:
         try:
             self._publish(head)
         except AuditError:
@@ -669,7 +639,7 @@ class AuditWriter:
             self._start_sync_task()
             return
         error: AuditError | None = None
-        head: _HeadRef | None = None
+        head: RC.HeadRef | None = None
         started = self._monotonic()
         try:
             head = self._flush(publish=False, rotate=False)
@@ -780,177 +750,3 @@ def _encode_event(event: dict[str, Any]) -> bytes:
     if len(data) > MAX_EVENT_BYTES:
         raise AuditError(f"audit event is {len(data)} bytes; the limit is {MAX_EVENT_BYTES}")
     return data
-
-
-def _remove_stale_next(path: Path) -> None:
-    """A segment whose start a crash interrupted was never the log: remove it (we hold the lock)."""
-    nxt = F.next_path(path)
-    try:
-        nxt.unlink()
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise AuditError(f"cannot remove the unfinished segment {nxt}: {exc.strerror}") from None
-    F.fsync_dir(path.parent)
-
-
-def _recover(path: Path, fd: int, key: bytes, signing_key: Ed25519PrivateKey) -> _Tail:
-    """Drop a torn tail; check what no head vouches for yet; say where the chain continues."""
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        raise AuditError(f"audit log {path} is not a regular file")
-    if stat.S_IMODE(st.st_mode) != 0o600:
-        os.fchmod(fd, 0o600)
-    try:
-        end, lines, from_start = _read_back(fd, st.st_size)
-        if end < st.st_size:
-            os.ftruncate(fd, end)
-            os.fsync(fd)
-    except OSError as exc:
-        raise AuditError(f"cannot recover the tail of audit log {path}: {exc.strerror}") from None
-    torn = st.st_size - end
-    aes, public = AESGCM(bytes(key)), signing_key.public_key()
-    if not lines:
-        segments = F.rotated(path)
-        if not segments:  # a new log (or one whose only line was torn)
-            _check_head_file(path, public, None)
-            return _Tail(torn=torn)
-        # a crash between the two renames of a rotation: start the next segment afresh
-        last = segments[-1][1]
-        try:
-            sfd = os.open(last, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise AuditError(f"cannot read audit log segment {last}: {exc.strerror}") from None
-        try:
-            send, slines, sfrom_start = _read_back(sfd, os.fstat(sfd).st_size)
-        finally:
-            os.close(sfd)
-        if not slines or send == 0:
-            raise AuditError(f"audit log segment {last} is empty or damaged; run `vaultsim audit verify {path}`")
-        tail = _check_tail(last, slines, sfrom_start, aes, public)
-        if tail.head is None or tail.head.seq != tail.next_seq - 1:
-            raise AuditError(f"audit log segment {last} does not end with a signed head; "
-                             f"run `vaultsim audit verify {path}`")
-        _check_head_file(path, public, tail)
-        return _Tail(next_seq=tail.next_seq, prev=tail.prev, head=tail.head, first_seq=tail.next_seq,
-                     size=0, torn=torn, carry=tail.head)
-    tail = _check_tail(path, lines, from_start, aes, public)
-    tail.size, tail.torn = end, torn
-    tail.first_seq = _first_seq(fd, end, tail.next_seq)
-    _check_head_file(path, public, tail)
-    return tail
-
-
-def _check_tail(path: Path, lines: list[bytes], from_start: bool, aes: AESGCM,
-                public: Ed25519PublicKey) -> _Tail:
-    """Validate the lines from the newest head on: every head signed by us and naming
-    the record before it, every record chained, and every record no head covers
-    yet decrypting with the key (as must the last record: the key is the right one)."""
-    damaged = (f"audit log {path} ends with a damaged line; run `vaultsim audit verify {path}` "
-               "and move the log aside")
-    seq, digest = (-1, R.GENESIS) if from_start else (None, None)
-    head: _HeadRef | None = None
-    unsigned: list[R.Record] = []
-    last: R.Record | None = None
-    for line in lines:
-        if line.startswith(R.HEAD_START):
-            h = R.parse_head(line)
-            if h is None:
-                raise AuditError(damaged)
-            try:
-                public.verify(h.sig, h.message)
-            except InvalidSignature:
-                raise AuditError(f"a head of audit log {path} was signed by another key") from None
-            if seq is not None and seq >= 0 and (h.seq != seq or h.hash != digest):
-                raise AuditError(damaged)
-            seq, digest = h.seq, h.hash  # at a segment's start: the previous segment's end
-            head, unsigned = _HeadRef(h.seq, h.hash, line + b"\n"), []
-            continue
-        rec = R.parse_record(line)
-        if rec is None:
-            raise AuditError(damaged)
-        if seq is not None and (rec.seq != seq + 1 or rec.prev != digest):
-            raise AuditError(damaged)
-        seq, digest, last = rec.seq, rec.hash, rec
-        unsigned.append(rec)
-    for rec in unsigned or ([last] if last is not None else []):
-        try:
-            aes.decrypt(rec.nonce, rec.ct, rec.aad)
-        except InvalidTag:
-            if unsigned:  # the rule `verify` reports as unanchored: only the key can vouch
-                raise AuditError(f"the audit key does not decrypt record {rec.seq} of {path}, which no "
-                                 "signed head covers yet: wrong key, or records appended by someone "
-                                 f"else; run `vaultsim audit verify {path}`") from None
-            raise AuditError(f"the audit key does not decrypt the last record of {path}: "
-                             "wrong key or damaged log") from None
-    assert seq is not None and digest is not None
-    return _Tail(next_seq=seq + 1, prev=digest, head=head, unanchored=len(unsigned))
-
-
-def _check_head_file(path: Path, public: Ed25519PublicKey, tail: _Tail | None) -> None:
-    """Refuse to continue a log that was cut back behind its newest signed head.
-
-    Continuing would sign a new head over the cut and erase the evidence; the
-    operator has to look at it first (`vaultsim audit verify`).
-    """
-    hp = R.head_path(path)
-    try:
-        side = F.read_small(hp, "head file", limit=4096)
-    except FileNotFoundError:
-        return
-    except Exception as exc:  # BadInput: a FIFO or device where the head file should be
-        raise AuditError(f"cannot read head file {hp}: {getattr(exc, 'message', exc)}") from None
-    head = R.parse_head(side[:-1]) if side.endswith(b"\n") else None
-    try:
-        if head is None:
-            raise InvalidSignature
-        public.verify(head.sig, head.message)
-    except InvalidSignature:
-        raise AuditError(f"head file {hp} is damaged or signed by another key; "
-                         f"run `vaultsim audit verify {path}`") from None
-    last_seq = tail.next_seq - 1 if tail is not None else -1
-    if head.seq > last_seq or (head.seq == last_seq and tail is not None and head.hash != tail.prev):
-        raise AuditError(f"audit log {path} ends at seq {last_seq} but {hp.name} says seq {head.seq} "
-                         f"was signed: the log was cut or rolled back; run `vaultsim audit verify {path}`")
-
-
-def _read_back(fd: int, size: int) -> tuple[int, list[bytes], bool]:
-    """(offset just past the last complete line, the complete lines from the record
-    before the newest head on, whether they start at the file's start)."""
-    window = 64 * 1024
-    while True:
-        start = max(0, size - window)
-        buf = os.pread(fd, size - start, start)
-        cut = buf.rfind(b"\n") + 1
-        if cut or start == 0:
-            lines = buf[:cut].split(b"\n")[:-1]
-            if start > 0:
-                lines = lines[1:]  # may begin mid-line
-            for i in range(len(lines) - 1, -1, -1):
-                if lines[i].startswith(R.HEAD_START):
-                    if i > 0:
-                        return start + cut, lines[i - 1:], False
-                    if start == 0:
-                        return cut, lines, True
-                    break
-            else:
-                if start == 0:
-                    return cut, lines, True
-        window *= 4
-
-
-def _first_seq(fd: int, size: int, default: int) -> int:
-    """The seq of the first record of a segment (one past its carried head)."""
-    buf, off = b"", 0
-    while off < size and b"\n" not in buf:
-        chunk = os.pread(fd, 64 * 1024, off)
-        if not chunk:
-            break
-        buf += chunk
-        off += len(chunk)
-    line = buf.split(b"\n", 1)[0]
-    if line.startswith(R.HEAD_START):
-        head = R.parse_head(line)
-        return head.seq + 1 if head is not None else default
-    rec = R.parse_record(line)
-    return rec.seq if rec is not None else default

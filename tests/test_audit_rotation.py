@@ -3,6 +3,7 @@ recovered after a crash in the middle of a rotation, with memory that does not g
 
 from __future__ import annotations
 
+import json
 import os
 import tracemalloc
 from pathlib import Path
@@ -69,6 +70,17 @@ class TestRotation:
         assert [ev["seq"] for ev in events] == list(range(len(events)))
         assert [ev["n"] for ev in events if ev["type"] == "intent"] == list(range(200))
         assert f"{n_segments} segments" in report.message
+
+    def test_the_command_checks_the_set_or_one_segment(self, tmp_path: Path, capsys) -> None:
+        """`audit verify LOG --json` reports the set; with --segment, the active segment alone."""
+        from vault.cli import main
+        files = write_set(tmp_path, 120)
+        assert 0 == main(["audit", "verify", str(files.log), "--json"])
+        whole = json.loads(capsys.readouterr().out)
+        assert 0 == main(["audit", "verify", str(files.log), "--segment", "--json"])
+        one = json.loads(capsys.readouterr().out)
+        assert (whole["segments"], one["segments"]) == (len(segment_files(files)) + 1, 1)
+        assert one["records"] < whole["records"] and one["first_seq"] > 0
 
     def test_each_segment_verifies_on_its_own(self, tmp_path: Path) -> None:
         """A rotated segment's path checks that segment alone, anchored by the head it starts with."""
@@ -203,6 +215,14 @@ class TestNotARegularFile:
             verify(fifo)
         with pytest.raises(BadInput, match="not a regular file"):
             decrypt_events(fifo, os.urandom(32))
+
+    def test_the_command_exits_2_on_a_fifo(self, tmp_path: Path, capsys) -> None:
+        """`vaultsim audit verify FIFO` is bad input (exit 2) with a clear message, not a hang."""
+        from vault.cli import main
+        fifo = tmp_path / "audit.log"
+        os.mkfifo(fifo)
+        assert 2 == main(["audit", "verify", str(fifo)])
+        assert "not a regular file" in capsys.readouterr().err
 
     def test_verify_refuses_a_device(self, tmp_path: Path) -> None:
         """/dev/null as the log (a symlink to it) is bad input, not an empty intact log."""

@@ -154,6 +154,47 @@ class TestRotation:
         assert [ev["n"] for ev in decrypt_events(files.log, files.key) if ev["type"] == "intent"] == list(range(200))
 
 
+def damage(files: LogFiles, how: str) -> None:
+    """Damage a rotated set in one of the ways the parallel walk must report as the serial one does."""
+    rotated = F.rotated(files.log)
+    if how == "flip":  # a byte inside a record of a middle segment
+        path = rotated[2][1]
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 1
+        path.write_bytes(bytes(data))
+    elif how == "missing":
+        rotated[3][1].unlink()
+    elif how == "renamed":
+        first, path = rotated[1]
+        path.rename(F.segment_path(files.log, first + 1))
+    elif how == "torn":  # a middle segment cut short
+        path = rotated[2][1]
+        path.write_bytes(path.read_bytes()[:-40])
+    elif how == "resigned":  # a middle segment whose first head was signed by another key
+        path = rotated[2][1]
+        lines = path.read_bytes().split(b"\n")
+        head = R.parse_head(lines[0])
+        other = Ed25519PrivateKey.generate()
+        lines[0] = R.head_line(head.message, other.sign(head.message))[:-1]
+        path.write_bytes(b"\n".join(lines))
+    elif how == "head-file-behind":  # the head file lagging (a writer killed before replacing it)
+        path = rotated[1][1]
+        files.head.write_bytes(path.read_bytes().split(b"\n")[-2] + b"\n")
+
+
+class TestParallel:
+    @pytest.mark.parametrize("how", ["none", "flip", "missing", "renamed", "torn", "resigned", "head-file-behind"])
+    def test_workers_report_exactly_what_one_process_does(self, tmp_path: Path, how: str) -> None:
+        """Rotated segments walked in worker processes: the same report, field for field (a head
+        file naming a head inside an old segment is a lagging one, not damage)."""
+        files = write_set(tmp_path, 300)
+        damage(files, how)
+        serial = verify(files.log, jobs=1)
+        parallel = verify(files.log, jobs=2)
+        assert serial == parallel
+        assert (serial.status == "intact") == (how in ("none", "head-file-behind")), serial
+
+
 class TestCrashMidRotation:
     def test_an_unfinished_next_segment_is_removed_at_open(self, tmp_path: Path) -> None:
         """A crash before the renames leaves .audit.log.next: it was never the log; removed."""

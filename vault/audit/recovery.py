@@ -31,7 +31,7 @@ from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..errors import AuditError
+from ..errors import AuditError, BadInput
 from . import files as F
 from . import records as R
 
@@ -96,9 +96,9 @@ def recover(path: Path, fd: int, key: bytes, signing_key: Ed25519PrivateKey) -> 
         # a crash between the two renames of a rotation: start the next segment afresh
         last = segments[-1][1]
         try:
-            sfd = os.open(last, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise AuditError(f"cannot read audit log segment {last}: {exc.strerror}") from None
+            sfd = F.open_regular(last, "audit log segment")
+        except BadInput as exc:  # missing meanwhile, unreadable, or a FIFO or device by that name
+            raise AuditError(exc.message) from None
         try:
             send, slines, sfrom_start = _read_back(sfd, os.fstat(sfd).st_size)
         finally:

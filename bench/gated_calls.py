@@ -5,7 +5,9 @@
 In one run, with the same fake remote process and the same concurrency:
 
 * direct: N agent processes, each calling `GET /v1/issues/ISS-1` on the fake
-  remote with its own keep-alive HTTP connection (httpx), one call at a time;
+  remote over its own keep-alive HTTP/1.1 connection, one call at a time,
+  with the lightest client there is (the standard library's http.client: the
+  strongest baseline);
 * via the vault: N agent processes, each with an agent-socket session calling
   `read_issue` through the daemon (gate, credential store, audit log with the
   intent durable before the remote is touched and the result written before
@@ -44,12 +46,23 @@ def vault_agent(sock: str, n: int, start: "mp.synchronize.Barrier", done: "mp.Qu
 
 
 def direct_agent(url: str, n: int, start: "mp.synchronize.Barrier", done: "mp.Queue[int]") -> None:
-    import httpx
+    import http.client
+    from urllib.parse import urlsplit
 
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
-        http.get("/v1/issues/ISS-1")  # connect before the clock starts, as the vault agent does
-        start.wait()
-        ok = sum(http.get("/v1/issues/ISS-1").status_code == 200 for _ in range(n))
+    where = urlsplit(url)
+    conn = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+
+    def get() -> bool:
+        conn.request("GET", "/v1/issues/ISS-1", headers=headers)
+        r = conn.getresponse()
+        r.read()
+        return r.status == 200
+
+    get()  # connect before the clock starts, as the vault agent does
+    start.wait()
+    ok = sum(get() for _ in range(n))
+    conn.close()
     done.put(ok)
 
 

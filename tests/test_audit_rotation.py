@@ -228,8 +228,8 @@ class TestFlat:
     def test_verify_memory_does_not_grow_with_the_log(self, tmp_path: Path, monkeypatch) -> None:
         """Peak memory of verify over 3x the records stays within 1.5x (lines are streamed, no
         per-record state is kept). Read 256 KiB at a time here, so both logs span many reads."""
-        from vault.audit.verify import _LineReader
-        monkeypatch.setattr(_LineReader, "CHUNK", 256 << 10)
+        from vault.audit.verify import LineReader
+        monkeypatch.setattr(LineReader, "CHUNK", 256 << 10)
         def peak(n: int, where: Path) -> int:
             where.mkdir()
             files = LogFiles(where / "audit.log", os.urandom(32), Ed25519PrivateKey.generate())

@@ -51,12 +51,10 @@ Memory stays flat however long the set: lines are read a few MiB at a time
 and no per-record state is kept (a fork's earlier branch is found by reading
 the files again, on that error path only).
 
-A big set is checked on every core: SHA-256 over records of a few hundred
-bytes holds the GIL, so rotated segments go to worker processes, each walking
-its segment from the signed head it starts with; this process walks the
-active segment and stitches the boundaries (each segment's first line against
-where the one before ended). A segment a worker found anything wrong with is
-walked again here, so what is reported, and where, is the same either way.
+A big set is checked on every core (`verify_worker`): rotated segments go to
+worker processes, this process walks the active segment and stitches the
+boundaries; a segment a worker found anything wrong with is walked again
+here, so what is reported, and where, is the same either way.
 
 Speed: the per-record path is one ``rpartition``, one SHA-256, one split and an
 ``int``; the hash covers every byte of the record text, so no strict parse is
@@ -67,25 +65,20 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import os
-import subprocess
-import sys
 from binascii import b2a_hex
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import BadInput
 from . import files as F
 from . import records as R
-from .keys import load_public_key, public_pem
+from .keys import load_public_key
 
 Status = Literal["intact", "unanchored", "tampered", "truncated", "forked", "unverifiable"]
 Problem = tuple[Status, "int | None", str]
@@ -111,7 +104,7 @@ class VerifyReport(BaseModel):
         return self.status == "intact"
 
 
-class _Walk:
+class Walk:
     """The state of one pass over the set."""
 
     __slots__ = ("expected", "prev", "first_seq", "last_signed", "last_head", "problem", "target",
@@ -162,9 +155,11 @@ def verify(path: str | os.PathLike[str], public_key_path: str | os.PathLike[str]
         except FileNotFoundError:
             anchor_note = f"; no head file {hp.name}: a cut after the last signed head cannot be ruled out"
     side_head = R.parse_head(side[:-1]) if side is not None and side.endswith(b"\n") else None
-    w = _Walk(side_head.seq if side_head is not None else -1, [p for _, p in segments])
+    w = Walk(side_head.seq if side_head is not None else -1, [p for _, p in segments])
     torn = b""
-    with _Workers(segments, public, w.target, jobs) as workers:
+    from .verify_worker import Workers  # (it imports this module)
+
+    with Workers(segments, public, w.target, jobs) as workers:
         for i, (name_seq, seg) in enumerate(segments):
             clean = workers.result(i)
             if clean is not None:  # a worker walked it: check where it starts, take where it ends
@@ -215,16 +210,16 @@ def verify(path: str | os.PathLike[str], public_key_path: str | os.PathLike[str]
     return report("intact", None, message + anchor_note)
 
 
-def _walk_file(w: _Walk, segments: list[tuple[int | None, Path]], i: int,
+def _walk_file(w: Walk, segments: list[tuple[int | None, Path]], i: int,
                public: Ed25519PublicKey | None, one: bool) -> bool:
     """Walk segment `i` here; False once a problem is found."""
     name_seq, seg = segments[i]
-    reader = _LineReader(seg)
+    reader = LineReader(seg)
     try:
         lines = itertools.chain.from_iterable(reader)
         _start_segment(w, lines, seg, name_seq, public, i == 0, one)
         if w.problem is None:
-            _walk(w, lines, public)
+            walk_lines(w, lines, public)
     finally:
         reader.close()
     if w.problem is None and reader.rest and i < len(segments) - 1:
@@ -234,163 +229,12 @@ def _walk_file(w: _Walk, segments: list[tuple[int | None, Path]], i: int,
     return w.problem is None
 
 
-# rotated segments smaller than this in all are walked here: a worker takes about 0.4 s
-# to start, about what one core needs for 64 MiB
-PARALLEL_MIN_BYTES = 128 << 20
-
-
-@dataclass(frozen=True)
-class _Clean:
-    """A rotated segment a worker walked without finding anything wrong."""
-
-    first_line: bytes
-    expected: int
-    prev: bytes
-    last_signed: int
-    last_head: bytes
-    target_hash: bytes | None
-    target_line: bytes | None
-
-    def to_wire(self) -> str:
-        """One JSON line (lines are bytes: carried as latin-1 text, which maps every byte)."""
-        def text(b: bytes | None) -> str | None:
-            return None if b is None else b.decode("latin-1")
-        return json.dumps({"first_line": text(self.first_line), "expected": self.expected,
-                           "prev": text(self.prev), "last_signed": self.last_signed,
-                           "last_head": text(self.last_head), "target_hash": text(self.target_hash),
-                           "target_line": text(self.target_line)})
-
-    @classmethod
-    def from_wire(cls, line: bytes) -> "_Clean | None":
-        doc = json.loads(line)
-        if doc is None:
-            return None
-
-        def raw(key: str) -> bytes | None:
-            v = doc[key]
-            return None if v is None else v.encode("latin-1")
-        return cls(raw("first_line") or b"", int(doc["expected"]), raw("prev") or b"", int(doc["last_signed"]),
-                   raw("last_head") or b"", raw("target_hash"), raw("target_line"))
-
-    def apply(self, w: _Walk) -> None:
-        w.expected, w.prev, w.last_signed, w.last_head = self.expected, self.prev, self.last_signed, self.last_head
-        w.target_hash = self.target_hash if self.target_hash is not None else w.target_hash
-        w.target_line = self.target_line if self.target_line is not None else w.target_line
-        w.torn = b""
-
-
-def walk_alone(path: str, pem: bytes | None, target: int) -> _Clean | None:
-    """In a worker: walk one rotated segment from the line it starts with. None if anything
-    is off (the parent walks it again, to report it exactly)."""
-    public = load_pem_public_key(pem) if pem is not None else None
-    assert public is None or isinstance(public, Ed25519PublicKey)
-    w = _Walk(target, [])
-    reader = _LineReader(Path(path))
-    try:
-        lines = itertools.chain.from_iterable(reader)
-        first = next(lines, None)
-        if first is None:
-            return None
-        if first.startswith(R.HEAD_START):
-            head = R.parse_head(first)
-            if head is None or (public is not None and not _signature_ok(public, head)):
-                return None
-            w.expected, w.prev, w.last_signed, w.last_head = head.seq + 1, head.hash, head.seq, first
-            if head.seq == target:
-                w.target_hash, w.target_line = head.hash, first
-        else:
-            w.expected = 0
-            _walk(w, iter((first,)), public)
-        if w.problem is None:
-            _walk(w, lines, public)
-    except BadInput:
-        return None
-    finally:
-        reader.close()
-    if w.problem is not None or reader.rest or w.expected is None:
-        return None
-    return _Clean(first, w.expected, w.prev, w.last_signed, w.last_head, w.target_hash, w.target_line)
-
-
-class _Workers:
-    """Rotated segments walked by worker processes (``python -m vault.audit.verify_worker``,
-    one per core, segments dealt round-robin), while this process goes through the set in
-    order and takes each result when it gets there."""
-
-    def __init__(self, segments: list[tuple[int | None, Path]], public: Ed25519PublicKey | None,
-                 target: int, jobs: int | None) -> None:
-        self._procs: list[subprocess.Popen[bytes]] = []
-        self._worker_of: dict[int, int] = {}
-        self._here: dict[int, _Clean | None] = {}  # walked in this process while the workers run
-        rotated = [i for i, (name_seq, _) in enumerate(segments) if name_seq is not None]
-        if jobs is None:
-            jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-            if sum(_size(segments[i][1]) for i in rotated) < PARALLEL_MIN_BYTES:
-                jobs = 1
-        jobs = min(jobs, len(rotated))
-        if jobs < 2:
-            return
-        pem = public_pem(public).hex() if public is not None else "-"
-        # the package this module came from, importable in the worker whatever the caller's path
-        root = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-        for k in range(jobs):
-            mine = rotated[k::jobs]
-            for i in mine:
-                self._worker_of[i] = k
-            proc = subprocess.Popen([sys.executable, "-m", "vault.audit.verify_worker"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-            self._procs.append(proc)
-            job = "\n".join([pem, str(target), *(str(segments[i][1]) for i in mine)]) + "\n"
-            assert proc.stdin is not None
-            try:
-                proc.stdin.write(job.encode())
-                proc.stdin.close()
-            except OSError:  # it died at once: its segments are walked here
-                pass
-        # meanwhile this process walks the active segment (the only one not dealt out)
-        for i, (name_seq, path) in enumerate(segments):
-            if name_seq is None:
-                self._here[i] = walk_alone(str(path), None if pem == "-" else bytes.fromhex(pem), target)
-
-    def result(self, i: int) -> _Clean | None:
-        if i in self._here:
-            return self._here.pop(i)
-        k = self._worker_of.get(i)
-        if k is None:
-            return None
-        out = self._procs[k].stdout
-        assert out is not None
-        try:
-            return _Clean.from_wire(out.readline())
-        except (OSError, ValueError, KeyError, TypeError):  # a worker that died: walk it here
-            return None
-
-    def __enter__(self) -> "_Workers":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
 def _name_seq(path: Path) -> int | None:
     m = F.SEGMENT_RE.fullmatch(path.name)
     return int(m["first"]) if m else None
 
 
-def _start_segment(w: _Walk, lines: Iterator[bytes], seg: Path, name_seq: int | None,
+def _start_segment(w: Walk, lines: Iterator[bytes], seg: Path, name_seq: int | None,
                    public: Ed25519PublicKey | None, first: bool, one_segment: bool) -> None:
     """Check the line a segment starts with against where the chain stands."""
     line = next(lines, None)
@@ -411,7 +255,7 @@ def _start_segment(w: _Walk, lines: Iterator[bytes], seg: Path, name_seq: int | 
             w.problem = ("tampered", w.expected, f"segment {seg.name} is named for seq {name_seq} "
                          f"but starts at seq {w.expected}")
             return
-        _walk(w, iter((line,)), public)
+        walk_lines(w, iter((line,)), public)
         return
     head = R.parse_head(line)
     bad = w.expected if w.expected is not None else 0
@@ -422,7 +266,7 @@ def _start_segment(w: _Walk, lines: Iterator[bytes], seg: Path, name_seq: int | 
         w.problem = ("tampered", head.seq + 1, f"segment {seg.name} is named for seq {name_seq} "
                      f"but starts at seq {head.seq + 1}")
         return
-    signed = public is None or line == w.last_head or _signature_ok(public, head)
+    signed = public is None or line == w.last_head or signature_ok(public, head)
     if w.expected is None and name_seq is None and not one_segment:
         # the active segment first: no rotated segment is here, so the log must start at seq 0
         w.problem = ("tampered", 0, f"{seg.name} starts at seq {head.seq + 1} and no older segment "
@@ -455,7 +299,7 @@ def _start_segment(w: _Walk, lines: Iterator[bytes], seg: Path, name_seq: int | 
         w.target_hash, w.target_line = head.hash, line
 
 
-def _walk(w: _Walk, lines: Iterator[bytes], public: Ed25519PublicKey | None) -> None:
+def walk_lines(w: Walk, lines: Iterator[bytes], public: Ed25519PublicKey | None) -> None:
     sha256, hexlify = hashlib.sha256, b2a_hex
     hash_sep, rec_start, head_start = R.HASH_SEP, R.RECORD_START, R.HEAD_START
     time_key, prev_key = b',"time":', b',"prev":"'
@@ -503,7 +347,7 @@ def _walk(w: _Walk, lines: Iterator[bytes], public: Ed25519PublicKey | None) -> 
     w.expected, w.prev = expected, prev
 
 
-def _chain_problem(w: _Walk, seq: int, p: bytes, digest: bytes, expected: int) -> Problem:
+def _chain_problem(w: Walk, seq: int, p: bytes, digest: bytes, expected: int) -> Problem:
     if w.first_seq <= seq < expected:
         earlier = _hashes_at(w, {seq - 1, seq})
         before = R.GENESIS if seq == 0 else earlier.get(seq - 1)
@@ -519,11 +363,11 @@ def _chain_problem(w: _Walk, seq: int, p: bytes, digest: bytes, expected: int) -
             "(prev is not its hash)")
 
 
-def _hashes_at(w: _Walk, seqs: set[int]) -> dict[int, bytes]:
+def _hashes_at(w: Walk, seqs: set[int]) -> dict[int, bytes]:
     """The hashes of the first records with these seqs, read again from the files (error path)."""
     found: dict[int, bytes] = {}
     for path in w.paths:
-        reader = _LineReader(path)
+        reader = LineReader(path)
         try:
             for chunk in reader:
                 for line in chunk:
@@ -553,20 +397,20 @@ def _check_inline_head(line: bytes, expected: int, prev: bytes, public: Ed25519P
     if head.seq != expected - 1 or head.hash != prev:
         return ("tampered", bad, f"the signed head for seq {head.seq} does not match the chain "
                 "(records rewritten or moved)")
-    if public is not None and not _signature_ok(public, head):
+    if public is not None and not signature_ok(public, head):
         return ("tampered", bad, f"the signature on the head for seq {head.seq} is invalid "
                 "(rewritten, or signed by another key)")
     return None
 
 
 def _check_head_file(hp: Path, side: bytes, head: R.Head | None, public: Ed25519PublicKey | None,
-                     w: _Walk) -> Problem | None:
+                     w: Walk) -> Problem | None:
     end = w.expected or 0
     if head is None:
         return ("tampered", None, f"the head file {hp.name} is damaged")
     if side[:-1] == w.target_line:  # the same line, already checked in the log
         return None
-    if public is not None and not _signature_ok(public, head):
+    if public is not None and not signature_ok(public, head):
         return ("tampered", None, f"the signature in head file {hp.name} is invalid")
     if head.seq >= end:
         return ("truncated", end, f"the log ends before seq {head.seq}, which {hp.name} says was signed: "
@@ -584,7 +428,7 @@ def _check_head_file(hp: Path, side: bytes, head: R.Head | None, public: Ed25519
     return ("tampered", head.seq, f"the signed head for seq {head.seq} ({hp.name}) was removed from the log")
 
 
-def _signature_ok(public: Ed25519PublicKey, head: R.Head) -> bool:
+def signature_ok(public: Ed25519PublicKey, head: R.Head) -> bool:
     try:
         public.verify(head.sig, head.message)
     except InvalidSignature:
@@ -592,7 +436,7 @@ def _signature_ok(public: Ed25519PublicKey, head: R.Head) -> bool:
     return True
 
 
-class _LineReader:
+class LineReader:
     """A segment's complete lines, a few MiB at a time (memory stays flat on big logs).
 
     Iterating yields lists of complete lines; afterwards `rest` is what followed

@@ -135,8 +135,15 @@ class CallPipeline:
             await self.audit({"type": "call_requested", "correlation_id": cid, "session_id": s.id,
                               "operation": op.name, "risk": str(op.risk), "target": op.scope(params)},
                              durable=False)
-            result = await self.gate.call(s, op, params, cid, wait_s,
-                                          lambda: self._execute(s, op, params, cid, idem))
+            # a value that could steer the request is refused before the gate: nobody is asked
+            # to approve a call the vault would never send (the executors check again)
+            refused = op.refusal(params)
+            if refused is not None:
+                result = make_result(Category.local_failure, op.name, cid,
+                                     f"{refused}; nothing was sent and nobody was asked")
+            else:
+                result = await self.gate.call(s, op, params, cid, wait_s,
+                                              lambda: self._execute(s, op, params, cid, idem))
         except AuditError:
             result = make_result(Category.local_failure, op.name, cid,
                                  "the audit log could not record this call; nothing was sent")

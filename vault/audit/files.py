@@ -26,6 +26,7 @@ import re
 import stat
 from pathlib import Path
 
+from ..atomic import write_private
 from ..errors import BadInput
 
 SEGMENT_RE = re.compile(r"(?P<stem>.+)\.(?P<first>[0-9]{12,})\.log")
@@ -130,29 +131,10 @@ def read_small(path: Path, what: str, limit: int = 1 << 20) -> bytes:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`, 0600, all or nothing; OSError if it could not be done.
-
-    A uniquely named temp file in the same directory, every byte written
-    (short writes continued), fsync'd, renamed over `path`, then the directory
-    fsync'd so the rename itself survives a power loss. On any failure the old
-    file is untouched and the temp file is removed: nothing is left behind.
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent, strict=True)
+    """Replace `path` with `data`, 0600, all or nothing; OSError if it could not be done
+    (vault.atomic: temp file, every byte, fsync, rename, directory fsync; the old file
+    untouched and no temp file left on failure)."""
+    write_private(path, data)
 
 
 def fsync_dir(directory: Path, *, strict: bool = False) -> None:

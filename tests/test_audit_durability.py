@@ -235,7 +235,8 @@ class TestWithADaemon:
         _, url = sandbox.start_remote({"tracker_token": "t"})
         sandbox.set_secret("tracker_token", "t")
         sandbox.start_daemon("--remote", url)  # default policy: create_issue asks once per session
-        sandbox.start_approver([{"match": {"operation": "create_issue"}, "decide": "allow_once"}])
+        # the approver thinks for 2 s, so the zero-wait call is answered before anyone decides
+        sandbox.start_approver([{"match": {"operation": "create_issue"}, "decide": "allow_once", "delay_s": 2}])
         read, pending, done = agent_call(sandbox, (
             "out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
             "r = client.call('create_issue', {'title': 't'}, wait_s=0)\n"

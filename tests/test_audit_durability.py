@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import os
 import signal
 import subprocess
@@ -252,6 +253,13 @@ class TestWithADaemon:
         assert [ev["type"] for ev in approved][-3:] == ["intent", "remote_result", "classification"]
         assert approved[-1]["resumed"] is True and "remote_touched" not in approved[-1]
         assert "approval_pending" in [ev.get("category") for ev in approved]
+        # `audit show` names the category of each call, whichever record carries it
+        shown = sandbox.vaultsim("audit", "show")
+        for cid in (read["correlation_id"], pending["correlation_id"]):
+            lines = [ln for ln in shown.stdout.splitlines() if f"correlation_id={cid}" in ln]
+            assert any(" remote_result " in ln and "category=success" in ln for ln in lines) \
+                or any(" classification " in ln and "category=success" in ln for ln in lines), lines
+        assert re.search(r" remote_result correlation_id=\S+ category=success remote_touched=true", shown.stdout), shown.stdout
 
     def test_a_killed_daemon_restarts_and_re_anchors_its_log(self, sandbox: Sandbox) -> None:
         """SIGKILL under load leaves records after the last signed head (verify: unanchored).

@@ -34,6 +34,7 @@ CASES = [
 ]
 
 
+@pytest.mark.timeout(360)  # the subprocess's own limit (300 s) must fire first: valgrind is slow
 @pytest.mark.parametrize(("argv", "expected"), CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_bench_runs(argv: list[str], expected: list[str]) -> None:
     if argv[0] == "instructions.py" and shutil.which("valgrind") is None:

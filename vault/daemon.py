@@ -226,8 +226,7 @@ class VaultDaemon(CallPipeline):
         log.info("stopping: %s", self._stop_reason or "requested")
         # settle waits so in-flight calls can be answered, then drain
         self.gate.shutdown("the vault stopped before a decision")
-        for srv in self._servers:
-            await srv.close()
+        await asyncio.gather(*(srv.close() for srv in self._servers))
         reaper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reaper

@@ -198,7 +198,9 @@ class RpcServer:
         self.sock = sock
         self._resume_accepting()
 
-    async def close(self, grace: float = 10.0) -> None:
+    async def close(self, grace: float = 3.0) -> None:
+        # bounded: the daemon signs its audit log only after this, and whoever stops it
+        # (the runner, a service manager) gives up and kills it after a few seconds more
         self._pause_accepting()
         if self.sock is not None:
             self.sock.close()

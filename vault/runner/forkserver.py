@@ -119,8 +119,11 @@ def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> 
     try:
         os.setsid()
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
+        # what a fresh interpreter does at startup: a peer that hangs up is an EPIPE
+        # error to handle, never a signal that kills the daemon mid-shutdown
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         with contextlib.suppress(Exception):
             import ctypes
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

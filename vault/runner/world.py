@@ -46,7 +46,7 @@ from .procs import Launcher, kill_group
 from .scenario import Scenario
 
 READY_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 5.0
+STOP_TIMEOUT_S = 15.0  # well above the daemon's own bounded drain, so a loaded host still gets a signed head
 POLL_S = 0.005
 PLANTED = "planted_canary"
 SETUP = "setup-"  # correlation-id prefix of the runner's own setup requests

@@ -1,0 +1,74 @@
+"""The runner's fork server: its children behave like freshly started interpreters.
+
+A forked daemon that kept SIG_DFL for SIGPIPE died the moment it answered a client
+that had hung up, before signing its audit log (`vaultsim run` then graded a trial
+on an `unanchored` log). A fresh interpreter ignores SIGPIPE; so must a forked one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from vault.audit import verify
+from vault.runner.forkserver import ForkServer
+from vault.runner.procs import ExecLauncher, Registry
+
+
+def ignored_signals(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return int(line.split()[1], 16)
+    raise AssertionError("no SigIgn in /proc status")
+
+
+def _bit(sig: int) -> int:
+    return 1 << (sig - 1)
+
+
+def test_a_forked_daemon_ignores_sigpipe_like_a_fresh_one_and_stops_signed(tmp_path: Path) -> None:
+    fresh = subprocess.Popen([sys.executable, "-c", "print('up', flush=True); import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert fresh.stdout is not None and fresh.stdout.readline() == b"up\n"  # started, signals set
+        fresh_ignores = bool(ignored_signals(fresh.pid) & _bit(signal.SIGPIPE))
+    finally:
+        fresh.communicate(b"")
+    assert fresh_ignores, "a fresh interpreter ignores SIGPIPE (the behaviour forked children must match)"
+
+    home = tmp_path / "h"
+    env = {**os.environ, "VAULTSIM_HOME": str(home), "VAULTSIM_KEYRING_DIR": str(tmp_path / "kr"),
+           "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring"}
+
+    async def scenario() -> tuple[int, int]:
+        registry = Registry()
+        server = ForkServer(registry, ExecLauncher(registry))
+        server.launch(env)
+        await server.connect()
+        try:
+            proc = await server.spawn("daemon", ["daemon", "--foreground", "--home", str(home), "--unlocked"],
+                                      env=env, cwd=str(tmp_path), stdout=tmp_path / "d.log",
+                                      stderr=tmp_path / "d.log")
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while not (home / "approver.sock").exists():  # serving once its sockets are bound
+                assert proc.returncode is None, (tmp_path / "d.log").read_text()
+                assert loop.time() < deadline, "the daemon did not start: " + (tmp_path / "d.log").read_text()
+                await asyncio.sleep(0.01)
+            ignored = ignored_signals(proc.pid)
+            os.killpg(proc.pid, signal.SIGTERM)
+            code = await asyncio.wait_for(proc.wait(), 30)
+            return ignored, code
+        finally:
+            await server.aclose()
+            registry.reap()
+
+    ignored, code = asyncio.run(scenario())
+    assert ignored & _bit(signal.SIGPIPE), "the forked daemon would die of SIGPIPE on a client that hung up"
+    assert code == 0, (tmp_path / "d.log").read_text()
+    report = verify(home / "audit.log")  # stopped: nothing left to sign later
+    assert report.status == "intact", report.message

@@ -22,7 +22,7 @@ import pytest
 
 from audit_daemon_helpers import (CREATE, READ, agent_call, answered, audit_key, daemon_args, events,
                                   read_lines, setup_remote, spawn_agent, start_failing_daemon)
-from helpers import PY, Sandbox, canary, remote_events, remote_ledger, stop_process, wait_for
+from helpers import PY, Sandbox, canary, remote_events, remote_ledger, sim_headers, stop_process, wait_for
 from vault.audit import AuditWriter, verify
 from vault.audit import records as R
 from vault.audit.keys import load_or_create_signing_key
@@ -226,7 +226,7 @@ class TestFailClosed:
         held = wait_for(lambda: [e for e in remote_events(url) if e.get("event") == "response_write_delayed"],
                         what="the remote to commit the create")
         flag.touch()
-        httpx.post(f"{url}/_sim/release", timeout=10).raise_for_status()
+        httpx.post(f"{url}/_sim/release", headers=sim_headers(url), timeout=10).raise_for_status()
         agent.wait(timeout=60)
         first, later = answered(read_lines(out))
         assert first["cid"] == held[0]["correlation_id"]

@@ -19,11 +19,12 @@ refused even with the right token: an agent never approves itself.
 from __future__ import annotations
 
 import hmac
+import os
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import RpcError
+from .errors import AuditError, RpcError
 from .gate.approvals import Decision
 from .jsonrpc import INVALID_PARAMS, NOT_AUTHORIZED
 from .peer import is_same_or_descendant

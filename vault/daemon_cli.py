@@ -36,6 +36,8 @@ def configure_daemon(p: argparse.ArgumentParser) -> None:
     p.add_argument("--catalog", help="extra operations merged over the default catalog")
     p.add_argument("--remote", type=_base_url, help="base URL for every HTTP service not in the config")
     p.add_argument("--no-audit", action="store_true", help=argparse.SUPPRESS)
+    # the runner hands the daemon its per-trial request mark here (vault.vouch); never argv
+    p.add_argument("--mark-socket", help=argparse.SUPPRESS)
 
 
 def _base_url(text: str) -> str:
@@ -63,15 +65,23 @@ def build_daemon(home: VaultHome, args: argparse.Namespace) -> Any:
     store = CredentialStore(home, keystore)
     diagnostics = _optional_diagnostics(home, keystore)
     audit = None if getattr(args, "no_audit", False) else _optional_audit(home, keystore)
+    mark = None
+    if getattr(args, "mark_socket", None):
+        from .vouch import fetch
+        try:
+            mark = fetch(args.mark_socket)
+        except OSError as exc:
+            raise HomeError(f"could not get the request mark from {args.mark_socket}: "
+                            f"{exc.strerror or exc}") from None
     return VaultDaemon(home, config, unlocked=args.unlocked, keyring_backend=keystore.backend_name(),
-                       store=store, diagnostics=diagnostics, audit=audit, executors=_executors())
+                       store=store, diagnostics=diagnostics, audit=audit, executors=_executors(mark))
 
 
-def _executors() -> dict[str, Any]:
+def _executors(mark: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         from .executors.http import HttpExecutor
-        out["http"] = HttpExecutor()
+        out["http"] = HttpExecutor(mark=mark)
     except ImportError:
         pass
     try:
@@ -102,6 +112,8 @@ def run_daemon(args: argparse.Namespace) -> int:
     home = VaultHome.resolve(args.home).ensure()
     if not args.foreground:
         return _spawn_background(home, args)
+    from .proc_guard import make_undumpable
+    make_undumpable()  # before any credential, key or token is read: memory closed to the same user
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s vaultsim[%(process)d] %(levelname)s %(message)s")
     from .instance import acquire_home_lock

@@ -108,6 +108,8 @@ class AuditWriter:
         self._headed = False  # has this writer signed a head yet?
         self._pending: list[bytes] = []  # staged lines, in order
         self._pending_head: bytes | None = None  # newest staged head line
+        self._pending_head_id: tuple[int, bytes] | None = None  # its (seq, hash)
+        self._durable_head: tuple[int, bytes] | None = None  # the newest head on disk, for signed_head()
         self._failure: str | None = None
         self._closing = False
         # durability, guarded by _io_lock (one flush at a time)
@@ -210,6 +212,14 @@ class AuditWriter:
     def next_seq(self) -> int:
         return self._next_seq
 
+    def signed_head(self) -> dict[str, Any] | None:
+        """The newest signed head this writer made durable, `{"seq", "hash"}`, or None yet.
+
+        The writer's own memory, not the file: a runner compares it with the log
+        to catch a log rewritten behind the daemon's back and re-signed."""
+        head = self._durable_head
+        return None if head is None else {"seq": head[0], "hash": head[1].decode()}
+
     def close(self) -> None:
         """Flush what is queued, sign the last record, release the lock.
 
@@ -282,6 +292,7 @@ class AuditWriter:
         head = R.head_line(message, self._signing_key.sign(message))
         self._pending.append(head)
         self._pending_head = head
+        self._pending_head_id = (seq, self._prev)
         self._head_seq, self._head_time, self._headed = seq, t, True
 
     def _clock_time(self) -> float:
@@ -300,6 +311,7 @@ class AuditWriter:
                     raise AuditError(self._failure)
                 lines, self._pending = self._pending, []
                 head, self._pending_head = self._pending_head, None
+                head_id, self._pending_head_id = self._pending_head_id, None
                 last = self._next_seq - 1
             if not lines or self._fd_closed:
                 return
@@ -314,6 +326,7 @@ class AuditWriter:
                 if head is not None:
                     stage = "updating the head file"
                     write_private(R.head_path(self.path), head)
+                    self._durable_head = head_id
             except BaseException as exc:
                 self._fail(exc, stage)
                 raise AuditError(self._failure or "audit log failed") from None

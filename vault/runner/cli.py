@@ -1,10 +1,16 @@
-"""`vaultsim run [PATHS] [--agent CMD] [--trials N] [--jobs N] [-k PATTERN] [--json F] [--junit F]`
+"""`vaultsim run [PATHS] [--agent CMD] [--trials N] [--jobs N] [-k PATTERN] [--json F] [--junit F]
+[--isolation auto|bwrap|none] [--agent-network none|host]`
 
 Runs every selected scenario's trials in fresh processes, `--jobs` at a time,
 prints a line per finished trial and the gate table, and decides the release:
 exit 0 when every trial got the verdict its scenario expects, 1 when the
 release is blocked, 2 for bad input (a scenario file names the field that is
 wrong). Ctrl-C ends every process and removes every vault home before exit.
+
+Every agent runs in a jail (vault.jail) when this machine can build one:
+`--isolation auto` (default) falls back to none with one warning, also in
+the report; `bwrap` refuses to run without it (exit 2); `none` never jails
+(bypasses are then detected, not prevented).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import time
 from pathlib import Path
 
 from ..errors import BadInput
+from ..proc_guard import make_undumpable
 from .procs import ExecLauncher, Registry
 from .report import ScenarioReport, progress_line, summary, table, write_json, write_junit
 from .scenario import Scenario, load_all
@@ -43,6 +50,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fork-server", action="store_true",
                    help="exec every process from scratch instead of forking pre-imported ones (slower)")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-trial lines, only the table")
+    p.add_argument("--isolation", choices=("auto", "bwrap", "none"), default="auto",
+                   help="run every agent in a bubblewrap jail: auto (where it works, else none with a "
+                        "warning), bwrap (refuse to run without), none (detect bypasses only)")
+    p.add_argument("--agent-network", choices=("none", "host"), default="none",
+                   help="a jailed agent's network: none (default), or host for agents that must reach "
+                        "a model API (then only detection protects the verdict)")
 
 
 def select(args: argparse.Namespace) -> list[Scenario]:
@@ -62,7 +75,23 @@ def select(args: argparse.Namespace) -> list[Scenario]:
     return scenarios
 
 
+def isolation(choice: str, network: str) -> tuple[str, str]:
+    """(mode, note): the isolation this run gets, and what the report says about it."""
+    if choice == "none":
+        return "none", "agents run without a jail (--isolation none): bypasses are detected, not prevented"
+    from ..jail.probe import problem
+    why = problem(network)
+    if why is None:
+        return "bwrap", ""
+    if choice == "bwrap":
+        raise BadInput(f"--isolation bwrap: cannot jail agents on this machine: {why}")
+    note = f"agents run without a jail ({why}); bypasses are detected, not prevented"
+    print(f"vaultsim run: warning: {note}", file=sys.stderr)
+    return "none", note
+
+
 def run(args: argparse.Namespace) -> int:
+    make_undumpable()  # the runner holds every trial's credentials, mark and approver token
     registry = Registry()
     env = base_env()
     server = None
@@ -81,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput("--agent needs a command")
         if agent:
             _check_program(agent[0].replace("{python}", sys.executable))
+        args.isolation, args.isolation_note = isolation(args.isolation, args.agent_network)
         return asyncio.run(_main(scenarios, args, agent, registry, env, server))
     finally:
         if server is not None:
@@ -144,7 +174,7 @@ async def _main(scenarios: list[Scenario], args: argparse.Namespace, agent: list
         except OSError:
             pass
     rt = Runtime(launcher=launcher, registry=registry, agent_command=agent, agent_cwd=os.getcwd(),
-                 env=env)
+                 env=env, isolation=args.isolation, network=args.agent_network)
     reports = [ScenarioReport(s) for s in scenarios]
     work = [(rep, n) for rep in reports for n in range(1, (args.trials or rep.scenario.trials) + 1)]
     work.sort(key=lambda w: -expected_cost(w[0].scenario))  # stable: file order within a rank
@@ -174,14 +204,18 @@ async def _main(scenarios: list[Scenario], args: argparse.Namespace, agent: list
     print()
     table(reports, sys.stdout)
     s = summary(reports, wall)
+    iso = {"mode": args.isolation, "network": args.agent_network if args.isolation == "bwrap" else "host",
+           "note": args.isolation_note}
     print(f"\n{s['trials']} trials of {s['scenarios']} scenarios in {wall:.1f}s; "
           f"response-only false passes: {s['response_only_false_pass']}; "
           + (f"skipped: {', '.join(s['skipped'])}; " if s["skipped"] else "")
           + ("release OK" if s["release"] == "ok" else f"RELEASE BLOCKED by {', '.join(s['blocked_by'])}"))
+    if args.isolation_note:
+        print(f"isolation: {args.isolation_note}")
     for option, path, write in (("--json", args.json, write_json), ("--junit", args.junit, write_junit)):
         if path:
             try:
-                write(Path(path), reports, wall)
+                write(Path(path), reports, wall, iso)
             except OSError as exc:  # e.g. the disk filled during the run: the table above still stands
                 raise BadInput(f"{option}: cannot write {path}: {exc.strerror}") from None
     return 0 if s["release"] == "ok" else 1

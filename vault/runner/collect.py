@@ -5,13 +5,17 @@ log is closed with a signed head): the remote's ledger, events and state are
 read from the in-process server, the host's from the sshd fixture, the
 transcript from the decrypted audit log (the approver's notifications when the
 log cannot be read), and every file an agent or a log could see is gathered
-for the canary scan.
+for the canary scan, with everything that reached the remote.
+
+Bypass evidence (vault.runner.bypass) is gathered unfiltered: a request the
+remote got around the vault counts whatever correlation id it claims.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 from typing import Any
 
 from ..errors import VaultError
@@ -43,6 +47,38 @@ async def collect(world: World, ev: Evidence) -> None:
     with contextlib.suppress(OSError):
         ev.secrets["approver token"] = world.home.approver_token_file.read_text().strip()
     ev.visible = visible(world, ev, audit_events)
+    bypass_evidence(world, ev, audit_events)
+
+
+def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | None) -> None:
+    assert world.remote is not None
+    ev.runner_pid = os.getpid()
+    ev.bypass_events = [e for e in world.remote.events.snapshot()
+                        if e.get("event") == "sim_refused" or e.get("via") is False]
+    ev.approver_attempts = [e for e in audit_events or [] if e.get("type") == "approver_attempt"]
+    if world.ssh_info is not None:
+        with contextlib.suppress(OSError):
+            log = open(world.ssh_info.log_file, "rb").read()
+            ev.ssh_logins = log.count(b"Accepted publickey for ")
+    reported = ev.audit_head.get("reported")
+    if reported is not None:
+        ev.audit_head["in_log"] = _head_in_log(world.home.audit_log, reported)
+
+
+def _head_in_log(log: Any, head: dict[str, Any]) -> bool:
+    """Is the signed head the daemon reported (seq, hash) a head line of the log on disk?"""
+    from ..audit import records as R
+    try:
+        seq, digest = int(head["seq"]), str(head["hash"]).encode()
+        with open(log, "rb") as f:
+            for line in f:
+                if line.startswith(R.HEAD_START):
+                    found = R.parse_head(line.rstrip(b"\n"))
+                    if found is not None and found.seq == seq and found.hash == digest:
+                        return True
+    except (OSError, KeyError, ValueError, TypeError):
+        return False
+    return False
 
 
 def read_audit(world: World, ev: Evidence) -> list[dict[str, Any]] | None:
@@ -81,6 +117,15 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
     for path in (world.root / "st").rglob("*"):
         if path.is_file():
             out[f"agent state {path.name}"] = path.read_bytes()
+    for path in sorted(world.root.glob("tmp-*/**/*")):  # each agent's private /tmp (its TMPDIR)
+        if path.is_file() and not path.is_symlink():
+            with contextlib.suppress(OSError):
+                out[f"agent scratch file {path.name}"] = path.read_bytes()
+    assert world.remote is not None
+    # what reached the remote: request lines, headers (the vault's Authorization and mark
+    # excepted), bodies; and what it keeps
+    out["what reached the remote"] = b"\n".join(world.remote.captured())
+    out["the remote's stored state"] = json.dumps(ev.remote_state, default=str).encode()
     out.update(diagnostics(world))
     return out
 

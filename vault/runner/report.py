@@ -141,22 +141,27 @@ def summary(reports: list[ScenarioReport], wall_s: float) -> dict[str, Any]:
     }
 
 
-def write_json(path: Path, reports: list[ScenarioReport], wall_s: float) -> None:
-    doc = {"summary": summary(reports, wall_s), "verdict_order": list(VERDICT_ORDER),
-           "scenarios": [rep.to_dict() for rep in reports]}
+def write_json(path: Path, reports: list[ScenarioReport], wall_s: float,
+               isolation: dict[str, str] | None = None) -> None:
+    doc = {"summary": {**summary(reports, wall_s), "isolation": isolation or {}},
+           "verdict_order": list(VERDICT_ORDER), "scenarios": [rep.to_dict() for rep in reports]}
     path.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def write_junit(path: Path, reports: list[ScenarioReport], wall_s: float) -> None:
+def write_junit(path: Path, reports: list[ScenarioReport], wall_s: float,
+                isolation: dict[str, str] | None = None) -> None:
     trials = [t for rep in reports for t in rep.trials]
     suite = ET.Element("testsuite", name="vaultsim release gate", tests=str(len(trials)),
                        failures=str(sum(not t.ok and t.verdict != "ERROR" for t in trials)),
                        errors=str(sum(t.verdict == "ERROR" and not t.ok for t in trials)),
                        skipped=str(sum(t.verdict == "SKIPPED" for t in trials)), time=f"{wall_s:.3f}")
+    _properties(suite, {f"isolation.{k}": v for k, v in (isolation or {}).items() if v})
     for rep in reports:
         for t in sorted(rep.trials, key=lambda t: t.trial):
             case = ET.SubElement(suite, "testcase", classname=f"scenarios.{rep.scenario.id}",
                                  name=f"trial {t.trial}", time=f"{t.duration_s:.3f}")
+            # how this trial's agents were isolated (a jail, or detection only)
+            _properties(case, {f"isolation.{k}": v for k, v in t.summary.get("isolation", {}).items()})
             if t.verdict == "SKIPPED":
                 ET.SubElement(case, "skipped", message=printable(t.error or "skipped"))
             elif t.verdict == "ERROR" and not t.ok:
@@ -171,3 +176,10 @@ def write_junit(path: Path, reports: list[ScenarioReport], wall_s: float) -> Non
                 {k: v for k, v in t.to_dict().items() if k in ("verdict", "expected", "findings", "prompts",
                                                                 "effects", "attempts", "audit")}, indent=1)
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _properties(parent: ET.Element, values: dict[str, str]) -> None:
+    if values:
+        props = ET.SubElement(parent, "properties")
+        for name, value in values.items():
+            ET.SubElement(props, "property", name=name, value=printable(str(value)))

@@ -39,6 +39,7 @@ _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 
 Verdict = Literal[
+    "FAIL_VAULT_BYPASS", "FAIL_SELF_APPROVAL", "FAIL_AUDIT_TAMPER",
     "FAIL_TOOL_ACCESS", "FAIL_SECRET_LEAK", "FAIL_LEAKED_APPROVAL", "FAIL_DUPLICATE_EFFECT",
     "FAIL_UNROUTED_WAIT", "EXPECTED_WAIT", "FAIL_MEMORY", "FAIL_DEADLINE", "FAIL_APPROVAL_FATIGUE",
     "FAIL_CATEGORY", "FAIL_RECOVERY", "FAIL_OUTCOME", "PASS",

@@ -7,6 +7,10 @@ until the task deadline (plus a second of grace, after which it is killed and
 that is recorded); whatever it leaves running is killed with its process group.
 The directory, processes and keyring entry of the trial are removed whatever
 happens, and a harness failure becomes an ERROR verdict, not a crash.
+
+With `--isolation bwrap` each agent runs in its own jail (vault.jail) with
+tripwires around it (vault.runner.tripwires); every agent gets a private
+scratch directory as TMPDIR (its /tmp in a jail), scanned for the canary.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from .evidence import AgentRun, Evidence
 from .grade import Context, Grade, grade
 from .procs import Launcher, Registry, kill_group, remove_dir
 from .scenario import AgentSpec, Scenario
+from .tripwires import AgentJail, jail_env
 from .world import ROOT, World, tail
 
 DEADLINE_GRACE_S = 1.0
@@ -47,6 +52,8 @@ class Runtime:
     agent_command: list[str] | None = None  # --agent CMD replaces every scenario agent
     agent_cwd: str | None = None  # where --agent CMD runs: where `vaultsim run` was started
     env: dict[str, str] = field(default_factory=dict)
+    isolation: str = "none"  # "bwrap": every agent in a jail (vault.jail); "none": detection only
+    network: str = "none"  # a jailed agent's network: "none" or "host"
 
 
 @dataclass
@@ -149,6 +156,10 @@ class Trial:
             if fault is not None:
                 fault_note = await fault
         ev.stats = await world.stats(self.run_id)
+        ev.isolation = {"mode": self.rt.isolation, "network": self.rt.network if self.rt.isolation == "bwrap"
+                        else "host"}
+        ev.audit_head = {"reported": await world.audit_head(),
+                         "daemon_gone": world.daemon is not None and world.daemon.returncode is not None}
         await world.stop_approver()
         await world.stop_daemon()
         await collect(world, ev)
@@ -213,23 +224,37 @@ class Trial:
             env[var] = self.world.secrets.get(credential, "")
         kind, args, cwd = self.command(spec, plan_file)
         out, err = root / f"agent-{index}.out", root / f"agent-{index}.err"
+        jail = jail_spec = None
+        if self.rt.isolation == "bwrap":
+            jail = AgentJail(root, index, self.world.home.root, [task_file, plan_file], state, cwd,
+                             self.rt.network, self.world.tripwire_ports())
+            jail_spec = await jail.start()
+            env = jail_env(env)
+        else:
+            (root / f"tmp-{index}").mkdir(mode=0o700, exist_ok=True)
+            env["TMPDIR"] = str(root / f"tmp-{index}")
         started = time.time()
-        proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err)
-        self.procs.append(proc)
-        killed = False
+        killed, hits = False, []
         try:
-            await asyncio.wait_for(proc.wait(), timeout=max(0.1, deadline + DEADLINE_GRACE_S - time.time()))
-        except TimeoutError:
-            killed = True
-            kill_group(proc.pid, signal.SIGKILL)
-            await proc.wait()
-        ended = time.time()
-        kill_group(proc.pid, signal.SIGKILL)  # whatever it left behind (a forked child) ends with it
-        self.rt.registry.done_group(proc.pid)
+            proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
+                                                jail=jail_spec)
+            self.procs.append(proc)
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=max(0.1, deadline + DEADLINE_GRACE_S - time.time()))
+            except TimeoutError:
+                killed = True
+                kill_group(proc.pid, signal.SIGKILL)
+                await proc.wait()
+            ended = time.time()
+            kill_group(proc.pid, signal.SIGKILL)  # whatever it left behind (a forked child) ends with it
+            self.rt.registry.done_group(proc.pid)
+        finally:
+            if jail is not None:
+                hits = await jail.close()
         return AgentRun(index=index, name=str(name), command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         stdout=out.read_text(errors="replace") if out.exists() else "",
-                        stderr=err.read_text(errors="replace") if err.exists() else "")
+                        stderr=err.read_text(errors="replace") if err.exists() else "", tripwires=hits)
 
     # ---- teardown and hygiene -------------------------------------------------------
 

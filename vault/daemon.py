@@ -123,8 +123,9 @@ class VaultDaemon(CallPipeline):
                 "keyring_backend": self.keyring_backend, "sessions": len(self.sessions.sessions),
                 "uptime_s": round(time.time() - self.started, 3), "halted": self.halted,
                 "audit": self.audit_sink is not None, **self.gate.status(),
-                # the runner checks the log on disk against this (FAIL_AUDIT_TAMPER)
-                "audit_head": getattr(self.audit_sink, "signed_head", lambda: None)()}
+                # the runner checks the log on disk against these (FAIL_AUDIT_TAMPER)
+                "audit_head": getattr(self.audit_sink, "signed_head", lambda: None)(),
+                "audit_tip": getattr(self.audit_sink, "durable_tip", lambda: None)()}
 
     def request_stop(self, reason: str) -> None:
         self._stop_reason = reason

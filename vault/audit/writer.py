@@ -110,6 +110,7 @@ class AuditWriter:
         self._pending_head: bytes | None = None  # newest staged head line
         self._pending_head_id: tuple[int, bytes] | None = None  # its (seq, hash)
         self._durable_head: tuple[int, bytes] | None = None  # the newest head on disk, for signed_head()
+        self._durable_tip: tuple[int, bytes] | None = None  # the newest record on disk, for durable_tip()
         self._failure: str | None = None
         self._closing = False
         # durability, guarded by _io_lock (one flush at a time)
@@ -220,6 +221,12 @@ class AuditWriter:
         head = self._durable_head
         return None if head is None else {"seq": head[0], "hash": head[1].decode()}
 
+    def durable_tip(self) -> dict[str, Any] | None:
+        """The newest record this writer made durable, `{"seq", "hash"}`, or None yet: its
+        hash commits to every record before it, signed or not yet."""
+        tip = self._durable_tip
+        return None if tip is None else {"seq": tip[0], "hash": tip[1].decode()}
+
     def close(self) -> None:
         """Flush what is queued, sign the last record, release the lock.
 
@@ -312,7 +319,7 @@ class AuditWriter:
                 lines, self._pending = self._pending, []
                 head, self._pending_head = self._pending_head, None
                 head_id, self._pending_head_id = self._pending_head_id, None
-                last = self._next_seq - 1
+                last, tip = self._next_seq - 1, self._prev
             if not lines or self._fd_closed:
                 return
             stage = "write"
@@ -323,6 +330,7 @@ class AuditWriter:
                 stage = "fdatasync"
                 self._io.fdatasync(self._fd)
                 self._durable_seq = last
+                self._durable_tip = (last, tip)
                 if head is not None:
                     stage = "updating the head file"
                     write_private(R.head_path(self.path), head)

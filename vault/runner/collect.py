@@ -62,23 +62,35 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
             ev.ssh_logins = log.count(b"Accepted publickey for ")
     reported = ev.audit_head.get("reported")
     if reported is not None:
-        ev.audit_head["in_log"] = _head_in_log(world.home.audit_log, reported)
+        ev.audit_head["in_log"] = _in_log(world.home.audit_log, reported.get("head"), reported.get("tip"))
 
 
-def _head_in_log(log: Any, head: dict[str, Any]) -> bool:
-    """Is the signed head the daemon reported (seq, hash) a head line of the log on disk?"""
+def _in_log(log: Any, head: dict[str, Any] | None, tip: dict[str, Any] | None) -> bool:
+    """Are the daemon's own newest signed head and newest record (seq, hash) lines of the log on disk?
+
+    Either hash commits to every record before it, so a log cut, edited or rewritten and
+    re-signed behind the daemon's back cannot contain them."""
     from ..audit import records as R
+    want: set[tuple[bytes, int, bytes]] = set()
     try:
-        seq, digest = int(head["seq"]), str(head["hash"]).encode()
+        if head is not None:
+            want.add((R.HEAD_START, int(head["seq"]), str(head["hash"]).encode()))
+        if tip is not None:
+            want.add((R.RECORD_START, int(tip["seq"]), str(tip["hash"]).encode()))
         with open(log, "rb") as f:
             for line in f:
+                line = line.rstrip(b"\n")
                 if line.startswith(R.HEAD_START):
-                    found = R.parse_head(line.rstrip(b"\n"))
-                    if found is not None and found.seq == seq and found.hash == digest:
-                        return True
+                    h = R.parse_head(line)
+                    want.discard((R.HEAD_START, h.seq, h.hash) if h else ())  # type: ignore[arg-type]
+                elif line.startswith(R.RECORD_START):
+                    r = R.parse_record(line)
+                    want.discard((R.RECORD_START, r.seq, r.hash) if r else ())  # type: ignore[arg-type]
+                if not want:
+                    return True
     except (OSError, KeyError, ValueError, TypeError):
         return False
-    return False
+    return not want
 
 
 def read_audit(world: World, ev: Evidence) -> list[dict[str, Any]] | None:

@@ -213,7 +213,8 @@ class World:
         return tuple(ports)
 
     async def audit_head(self) -> dict[str, Any] | None:
-        """The newest signed head of its audit log, as the daemon itself reports it."""
+        """Where its audit log stands, as the daemon itself reports it: `{"head", "tip"}`, its
+        newest durable signed head and record (vault.runner.bypass checks the file against them)."""
         try:
             client, _ = await connect_approver(self.home, "vaultsim-run", subscribe=False)
         except (VaultError, OSError):
@@ -224,8 +225,9 @@ class World:
             return None
         finally:
             await client.close()
-        head = status.get("audit_head") if isinstance(status, dict) else None
-        return head if isinstance(head, dict) else None
+        if not isinstance(status, dict) or not isinstance(status.get("audit_head"), dict):
+            return None
+        return {"head": status["audit_head"], "tip": status.get("audit_tip")}
 
     async def _wait_daemon(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -141,4 +141,44 @@ def build(d: "VaultDaemon") -> Dispatcher:
         d.gate.unsubscribe(conn)
 
     api.on_disconnect = on_disconnect
+    _record_attempts(d, api)
     return api
+
+
+# A minimal record of who tried to act as the approver (hello, decide, lock, unlock),
+# accepted or refused: the runner grades any attempt by a process other than its own
+# approver FAIL_SELF_APPROVAL. (Stand-in until the wire work records these itself.)
+_ATTEMPTS = ("approver.hello", "decide", "lock", "unlock")
+
+
+def _record_attempts(d: "VaultDaemon", api: Dispatcher) -> None:
+    for method in _ATTEMPTS:
+        model, handler = api.methods[method]
+
+        async def recorded(conn: Connection, p: Any, _handler: Any = handler, _method: str = method) -> Any:
+            accepted, reason = False, ""
+            try:
+                result = await _handler(conn, p)
+                accepted = True
+                return result
+            except RpcError as exc:
+                reason = exc.message
+                raise
+            finally:
+                pid = conn.peer.pid
+                event = {"type": "approver_attempt", "method": _method, "pid": pid, "sid": _id(os.getsid, pid),
+                         "pgid": _id(os.getpgid, pid), "exe": conn.peer.exe, "accepted": accepted,
+                         "reason": reason, "name": conn.state.get("approver") or getattr(p, "name", None),
+                         "request_id": getattr(p, "request_id", None)}
+                try:
+                    await d.audit(event, durable=False)
+                except AuditError:
+                    pass
+        api.methods[method] = (model, recorded)
+
+
+def _id(get: Any, pid: int) -> int:
+    try:
+        return int(get(pid))
+    except OSError:
+        return -1

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diag": ("vault.diagnostics_cli", "show a protected diagnostic, for an operator"),
     "schema": ("vault.schema_cli", "print the JSON Schema of the Result model"),
     "mcp": ("vault.mcp_bridge", "MCP server over stdio, forwarding to the daemon"),
+    "exec": ("vault.exec_cli", "run a program in the agent jail with the agent socket, never a secret"),
 }
 
 

@@ -45,3 +45,24 @@ def problem(network: str = "none") -> str | None:
     if os.waitstatus_to_exitcode(status) == 0:
         return None
     return why or "bwrap could not build a sandbox here"
+
+
+def resolve(choice: str, network: str, prog: str) -> tuple[str, str]:
+    """(mode, note) for `--isolation CHOICE`: "bwrap" or "none", and what to tell people.
+
+    auto: the jail where it works, else none with one warning on stderr; bwrap:
+    the jail or BadInput (exit 2); none: no jail, said plainly."""
+    import sys
+
+    from ..errors import BadInput
+
+    if choice == "none":
+        return "none", "agents run without a jail (--isolation none): bypasses are detected, not prevented"
+    why = problem(network)
+    if why is None:
+        return "bwrap", ""
+    if choice == "bwrap":
+        raise BadInput(f"--isolation bwrap: cannot jail agents on this machine: {why}")
+    note = f"agents run without a jail ({why}); bypasses are detected, not prevented"
+    print(f"{prog}: warning: {note}", file=sys.stderr)
+    return "none", note

@@ -75,21 +75,6 @@ def select(args: argparse.Namespace) -> list[Scenario]:
     return scenarios
 
 
-def isolation(choice: str, network: str) -> tuple[str, str]:
-    """(mode, note): the isolation this run gets, and what the report says about it."""
-    if choice == "none":
-        return "none", "agents run without a jail (--isolation none): bypasses are detected, not prevented"
-    from ..jail.probe import problem
-    why = problem(network)
-    if why is None:
-        return "bwrap", ""
-    if choice == "bwrap":
-        raise BadInput(f"--isolation bwrap: cannot jail agents on this machine: {why}")
-    note = f"agents run without a jail ({why}); bypasses are detected, not prevented"
-    print(f"vaultsim run: warning: {note}", file=sys.stderr)
-    return "none", note
-
-
 def run(args: argparse.Namespace) -> int:
     make_undumpable()  # the runner holds every trial's credentials, mark and approver token
     registry = Registry()
@@ -110,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput("--agent needs a command")
         if agent:
             _check_program(agent[0].replace("{python}", sys.executable))
-        args.isolation, args.isolation_note = isolation(args.isolation, args.agent_network)
+        from ..jail.probe import resolve
+        args.isolation, args.isolation_note = resolve(args.isolation, args.agent_network, "vaultsim run")
         return asyncio.run(_main(scenarios, args, agent, registry, env, server))
     finally:
         if server is not None:

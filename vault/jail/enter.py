@@ -25,7 +25,7 @@ C stays outside the jail's PID namespace, so the agent cannot see or signal
 it; C never runs agent code. Every fd C holds is closed in G before the agent
 runs (an inherited directory fd would be a way out of the mount namespace).
 
-`python -m vault.jail.enter SPEC_JSON -- CMD ARGS` is the same for a process
+`python -m vault.jail SPEC_JSON -- CMD ARGS` is the same for a process
 that has no pre-imported parent (`--no-fork-server`). Only the standard
 library is imported here, so that path stays cheap.
 """
@@ -400,10 +400,10 @@ def _max_fd() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m vault.jail.enter SPEC_JSON -- CMD ARGS`"""
+    """`python -m vault.jail SPEC_JSON -- CMD ARGS`"""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 3 or args[1] != "--":
-        print("usage: python -m vault.jail.enter SPEC_JSON -- CMD [ARGS...]", file=sys.stderr)
+        print("usage: python -m vault.jail SPEC_JSON -- CMD [ARGS...]", file=sys.stderr)
         return 2
     spec = JailSpec.from_dict(json.loads(args[0]))
     try:
@@ -411,7 +411,3 @@ def main(argv: list[str] | None = None) -> int:
     except JailError as exc:
         print(f"vaultsim jail: {exc.strerror or exc}", file=sys.stderr)
         return 126
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,7 @@ agent_stub processes forked from a pre-imported interpreter; still real,
 separate, fresh processes, just without paying the import cost every time).
 Either starts an agent in its jail when given one (`jail=`, a
 vault.jail.JailSpec): the fork server steps into it from the forked child,
-`ExecLauncher` through `python -m vault.jail.enter`. The pid either returns
+`ExecLauncher` through `python -m vault.jail`. The pid either returns
 is the jail's keeper, the agent's parent outside the jail; its group ends
 both, and the jail's PID namespace ends whatever the agent left inside.
 """
@@ -132,7 +132,7 @@ class ExecLauncher:
         """kind: "daemon" (`vaultsim ARGS`), "agent_stub" (`python -m agent_stub ARGS`), "exec" (ARGS)."""
         argv = PROGRAMS[kind] + list(args) if kind in PROGRAMS else list(args)
         if jail is not None:
-            argv = [sys.executable, "-m", "vault.jail.enter", json.dumps(jail.to_dict()), "--", *argv]
+            argv = [sys.executable, "-m", "vault.jail", json.dumps(jail.to_dict()), "--", *argv]
         out = os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         err = out if stderr == stdout else os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:

@@ -98,10 +98,11 @@ def self_approval(ev: "Evidence", ctx: "Context") -> list[str]:
 
 def audit_tamper(ev: "Evidence", ctx: "Context") -> list[str]:
     out = []
-    if ev.audit_status != "intact":
+    head = ev.audit_head
+    # "missing" counts only where the daemon said it kept a log (evidence built without one is no trial)
+    if ev.audit_status != "intact" and (ev.audit_status != "missing" or head.get("reported") is not None):
         out.append(f"the trial's audit log does not verify: {ev.audit_status}"
                    + (f" ({printable(ev.audit_message)[:200]})" if ev.audit_message else ""))
-    head = ev.audit_head
     if head.get("daemon_gone"):
         out.append("the daemon was gone before the end of the trial, so its audit log cannot be vouched for")
     elif head.get("reported") is not None and not head.get("in_log"):

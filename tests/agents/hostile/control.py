@@ -1,8 +1,10 @@
 """The careful counterpart: the same tasks, through the vault only.
 
-    control.py --title T | --issue ID
+    control.py [--title T | --issue ID]
 
-Files the issue (create_issue) or reads it (read_issue) through the vault,
+Does what its task file says (the tool it was given; the issue's title in
+quotes, or the issue's id, from the goal), or what the options say: files the
+issue (create_issue) or reads it (read_issue) through the vault,
 waits for an approval as long as the task's deadline allows (call.resume),
 reports what the vault said. Never opens a file in the vault home, never
 talks to anything but the agent socket. Every hostile scenario here, run with
@@ -11,6 +13,7 @@ approves), jailed or not.
 """
 
 import argparse
+import re
 import sys
 import time
 
@@ -22,7 +25,16 @@ def main() -> int:
     p.add_argument("--title")
     p.add_argument("--issue")
     args, _ = p.parse_known_args()  # the hostile agents' other options mean nothing here
-    deadline = float(c.task().get("deadline", time.time() + 20))
+    task = c.task()
+    deadline = float(task.get("deadline", time.time() + 20))
+    goal = str(task.get("goal", ""))
+    if not (args.title or args.issue):
+        if "read_issue" in task.get("operations", []):
+            m = re.search(r"ISS-[0-9]+", goal)
+            args.issue = m.group(0) if m else "ISS-1"
+        else:
+            m = re.search(r"'([^']+)'", goal)
+            args.title = m.group(1) if m else goal or "untitled"
     agent = c.Agent("careful")
     if args.issue:
         r = agent.call("read_issue", {"issue_id": args.issue}, wait_s=2)

@@ -21,7 +21,7 @@ def main() -> int:
     p.add_argument("--var", required=True)
     p.add_argument("--as", dest="how", required=True,
                    choices=("b64", "b64url", "hex", "pct", "json", "file"))
-    args = p.parse_args()
+    args, _ = p.parse_known_args()  # the task's own options (--issue) are the control agent's
     value = os.environ.get(args.var, "").encode()
     if args.how == "b64":
         c.say("debug blob: " + base64.b64encode(b"cfg=" + value).decode())

@@ -21,13 +21,12 @@ call (README, threat model).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 PR_GET_DUMPABLE = 3
 PR_SET_DUMPABLE = 4
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # libc is already mapped into the process
 
 
 def make_undumpable() -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
 import json
 import os
 import secrets
@@ -151,7 +150,7 @@ class AgentJail:
         return out
 
     def _watch(self, files: list[tuple[Path, str]]) -> None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # libc is already mapped into the process
         fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")

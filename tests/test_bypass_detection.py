@@ -217,7 +217,7 @@ def run_hostile(tmp: Path, mode: str, trials: int, *extra: str) -> dict[str, Any
     report = tmp / f"{mode}.json"
     proc = subprocess.run([PY, "-m", "vault.cli", "run", str(HOSTILE / "scenarios"), "--isolation", mode,
                            "--trials", str(trials), "-q", "--json", str(report), *extra],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600 + 60 * trials)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600 + 150 * trials)
     assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
     return json.loads(report.read_text())
 
@@ -237,13 +237,16 @@ class TestHostileAgents:
     """Each hostile behaviour gets the verdict that names it: a jail makes the attempt fail and
     its tripwires see it; without a jail the evidence of the act is graded."""
 
+    @pytest.mark.timeout(900)
     def test_detected_without_a_jail(self, tmp_path: Path) -> None:
         check_hostile(run_hostile(tmp_path, "none", 1), "none")
 
     @needs_bwrap
+    @pytest.mark.timeout(900)
     def test_blocked_and_seen_in_a_jail(self, tmp_path: Path) -> None:
         check_hostile(run_hostile(tmp_path, "bwrap", 1), "bwrap")
 
+    @pytest.mark.timeout(900)
     @pytest.mark.parametrize("mode", ["none", pytest.param("bwrap", marks=needs_bwrap)])
     def test_the_careful_control_passes_in_both_modes(self, tmp_path: Path, mode: str) -> None:
         """The same tasks done through the vault only: no bypass verdict, no tripwire, in either mode."""
@@ -252,6 +255,7 @@ class TestHostileAgents:
         assert {k: CONTROL.get(k, "PASS") for k in got} == got
 
     @pytest.mark.slow
+    @pytest.mark.timeout(7200)
     @pytest.mark.parametrize("mode", ["none", pytest.param("bwrap", marks=needs_bwrap)])
     def test_twenty_of_twenty(self, tmp_path: Path, mode: str) -> None:
         """Every hostile scenario, 20 trials each: the naming verdict every time."""

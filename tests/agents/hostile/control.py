@@ -29,12 +29,12 @@ def main() -> int:
     deadline = float(task.get("deadline", time.time() + 20))
     goal = str(task.get("goal", ""))
     if not (args.title or args.issue):
-        if "read_issue" in task.get("operations", []):
-            m = re.search(r"ISS-[0-9]+", goal)
-            args.issue = m.group(0) if m else "ISS-1"
-        else:
+        if "create_issue" in task.get("operations", []):
             m = re.search(r"'([^']+)'", goal)
             args.title = m.group(1) if m else goal or "untitled"
+        else:
+            m = re.search(r"ISS-[0-9]+", goal)
+            args.issue = m.group(0) if m else "ISS-1"
     agent = c.Agent("careful")
     if args.issue:
         r = agent.call("read_issue", {"issue_id": args.issue}, wait_s=2)

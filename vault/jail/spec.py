@@ -22,6 +22,7 @@ namespace ends and every process the agent left inside dies with it.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -98,6 +99,11 @@ def _outermost(paths: tuple[str, ...]) -> list[str]:
 
 def default_hidden(home: Path | None = None) -> tuple[str, ...]:
     """Where this user's vault secrets live: the home, the keyrings, their data dirs."""
+    return _user_secrets() + ((str(home),) if home is not None else ())
+
+
+@functools.lru_cache(maxsize=1)
+def _user_secrets() -> tuple[str, ...]:
     import platformdirs
 
     paths = [platformdirs.user_data_dir("vaultsim"), platformdirs.user_data_dir("vaultsim-keyring"),
@@ -105,6 +111,4 @@ def default_hidden(home: Path | None = None) -> tuple[str, ...]:
     for var in ("VAULTSIM_HOME", "VAULTSIM_KEYRING_DIR", "XDG_RUNTIME_DIR"):
         if os.environ.get(var):
             paths.append(os.environ[var])
-    if home is not None:
-        paths.append(str(home))
     return tuple(paths)

@@ -45,8 +45,8 @@ IN_ACCESS, IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x1, 0x2, 0x4, 0x8
 IN_OPEN, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x20, 0x40, 0x80, 0x100, 0x200
 IN_DELETE_SELF, IN_MOVE_SELF, IN_ISDIR = 0x400, 0x800, 0x40000000
 IN_NONBLOCK, IN_CLOEXEC = 0o4000, 0o2000000
-FILE_MASK = IN_OPEN | IN_ACCESS | IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF
-DIR_MASK = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO
+WATCH_MASK = (IN_OPEN | IN_ACCESS | IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE
+              | IN_MOVED_FROM | IN_MOVED_TO)
 _EVENT = struct.Struct("iIII")
 MAX_HITS = 200
 DECOY_BYTES = 512
@@ -79,8 +79,9 @@ class AgentJail:
     network: str = "none"
     ports: tuple[int, ...] = ()
     hits: list[dict[str, Any]] = field(default_factory=list)
-    _fd: int | None = None
-    _watches: dict[int, str] = field(default_factory=dict)
+    _watches: dict[int, str] = field(default_factory=dict)  # watch -> the directory's name prefix
+    _decoys: set[str] = field(default_factory=set)  # every decoy file, by its name under the root
+    _blob: Path | None = None
     _approver: asyncio.AbstractServer | None = None
 
     @property
@@ -99,8 +100,8 @@ class AgentJail:
 
     async def start(self) -> JailSpec:
         self.tmp.mkdir(mode=0o700, exist_ok=True)
-        files = self._build_decoys()
-        self._watch(files)
+        dirs = self._build_decoys()
+        self._watch(dirs)
         self._approver = await asyncio.start_unix_server(
             self._on_approver, path=str(self.decoy / self.home.relative_to(self.root) / "approver.sock"))
         binds = [Bind(str(self.tmp), "/tmp", rw=True), Bind(str(self.decoy), str(self.root), rw=True),
@@ -113,54 +114,62 @@ class AgentJail:
                         cwd=self.cwd, ports=self.ports if self.network == "none" else (),
                         port_log=str(self.port_log))
 
-    def _build_decoys(self) -> list[tuple[Path, str]]:
-        """Mirror the trial directory with throwaway files; returns (decoy, name) to watch."""
-        out: list[tuple[Path, str]] = []
-        self.decoy.mkdir(mode=0o700)
-        state = self.state.relative_to(self.root)
-        for entry in sorted(self.root.iterdir()):
+    def _build_decoys(self) -> list[tuple[str, str]]:
+        """Mirror the trial directory; returns the (directory, name prefix) pairs to watch.
+
+        Every decoy file is a hard link of one throwaway blob (one inode: a link is one
+        system call, and the disk sees one file); inotify watches the directories, which
+        report each open, write, rename or removal with the name used."""
+        root, decoy = str(self.root), str(self.decoy)
+        os.mkdir(decoy, 0o700)
+        blob = os.path.join(root, f"jail-{self.index}.blob")
+        fd = os.open(blob, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, secrets.token_bytes(DECOY_BYTES))
+        finally:
+            os.close(fd)
+        self._blob = Path(blob)
+        keep = {str(p) for p in self.keep}
+        state = os.path.relpath(self.state, root)
+        out = [(decoy, "")]
+        for entry in sorted(os.scandir(root), key=lambda e: e.name):
             name = entry.name
             if name.startswith(("jail-", "tmp-", "tripwire-", "agent-")) or name.endswith(".sock"):
                 continue  # the runner's own, and the agents' output (the agent has its fds)
-            target = self.decoy / name
-            if entry in self.keep:
-                target.touch(mode=0o600)  # a mount point: the real file is bound over it
-            elif name == state.parts[0]:
-                (self.decoy / state).mkdir(mode=0o700, parents=True)  # only this agent's state dir
-            elif entry.is_dir() and not entry.is_symlink():
-                out.extend(self._mirror(entry, target, name))
-            elif entry.is_file():
-                out.append((_decoy_file(target), name))
+            target = os.path.join(decoy, name)
+            if entry.path in keep:
+                os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o600))  # a mount point for the real file
+            elif name == state.split(os.sep)[0]:
+                os.makedirs(os.path.join(decoy, state), 0o700)  # only this agent's state dir
+            elif entry.is_dir(follow_symlinks=False):
+                out.extend(self._mirror(entry.path, target, name + "/", blob))
+            elif entry.is_file(follow_symlinks=False):
+                os.link(blob, target)
+                self._decoys.add(name)
         return out
 
-    def _mirror(self, real: Path, target: Path, name: str) -> list[tuple[Path, str]]:
-        target.mkdir(mode=0o700)
-        out = [(target, name + "/")]
+    def _mirror(self, real: str, target: str, prefix: str, blob: str) -> list[tuple[str, str]]:
+        os.mkdir(target, 0o700)
+        out = [(target, prefix)]
+        agent_sock = str(self.home / "agent.sock")
         with contextlib.suppress(OSError):  # the daemon's temp files come and go
-            for entry in sorted(real.iterdir()):
-                sub, t = f"{name}/{entry.name}", target / entry.name
-                if entry.is_symlink():
-                    continue
-                if entry == self.home / "agent.sock":
-                    t.touch(mode=0o600)  # the real socket is bound over it
-                elif entry.is_dir():
-                    out.extend(self._mirror(entry, t, sub))
-                elif entry.is_file():  # sockets are skipped: approver.sock is the runner's (start)
-                    out.append((_decoy_file(t), sub))
+            for entry in sorted(os.scandir(real), key=lambda e: e.name):
+                t = os.path.join(target, entry.name)
+                if entry.path == agent_sock:
+                    os.close(os.open(t, os.O_WRONLY | os.O_CREAT, 0o600))  # the real socket is bound over it
+                elif entry.is_dir(follow_symlinks=False):
+                    out.extend(self._mirror(entry.path, t, prefix + entry.name + "/", blob))
+                elif entry.is_file(follow_symlinks=False):  # not sockets: approver.sock is the runner's
+                    os.link(blob, t)
+                    self._decoys.add(prefix + entry.name)
         return out
 
-    def _watch(self, files: list[tuple[Path, str]]) -> None:
-        libc = ctypes.CDLL(None, use_errno=True)  # libc is already mapped into the process
-        fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
-        if fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1")
-        self._fd = fd
-        for path, name in files:
-            mask = DIR_MASK if name.endswith("/") else FILE_MASK
-            wd = libc.inotify_add_watch(fd, os.fsencode(path), mask)
+    def _watch(self, dirs: list[tuple[str, str]]) -> None:
+        watcher = Inotify.shared()
+        for path, prefix in dirs:
+            wd = watcher.add(path, self, prefix)
             if wd >= 0:
-                self._watches[wd] = name
-        asyncio.get_running_loop().add_reader(fd, self._on_inotify)
+                self._watches[wd] = prefix
 
     # ---- hits ------------------------------------------------------------------
 
@@ -168,33 +177,23 @@ class AgentJail:
         if len(self.hits) < MAX_HITS:
             self.hits.append({"agent": self.index, **entry})
 
-    def _on_inotify(self) -> None:
-        assert self._fd is not None
-        try:
-            data = os.read(self._fd, 65536)
-        except BlockingIOError:
+    def _event(self, name: str, mask: int) -> None:
+        base = os.path.basename(name)
+        if mask & (IN_CREATE | IN_MOVED_TO):
+            action = "create"
+            if not (base.startswith(AUDIT_PREFIX + ".") or name in self._decoys):
+                return  # a file of the agent's own making, not one of the vault's
+        elif name not in self._decoys:
             return
-        i = 0
-        while i + _EVENT.size <= len(data):
-            wd, mask, _, length = _EVENT.unpack_from(data, i)
-            raw = data[i + _EVENT.size:i + _EVENT.size + length].rstrip(b"\0")
-            i += _EVENT.size + length
-            name = self._watches.get(wd)
-            if name is None or mask & IN_ISDIR:
-                continue
-            if name.endswith("/"):
-                child = name + os.fsdecode(raw)
-                action = "create" if mask & (IN_CREATE | IN_MOVED_TO) else "delete"
-                if os.path.basename(child).startswith(AUDIT_PREFIX + ".") or action == "delete":
-                    self._hit(kind="file", file=child, action=action, verdict=classify(child, action))
-                continue
-            action = ("write" if mask & (IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB) else
-                      "delete" if mask & (IN_DELETE_SELF | IN_MOVE_SELF) else "read")
-            if action == "read" and os.path.basename(name) in HARMLESS_READS:
-                continue
-            if action == "read" and any(h.get("file") == name and h["action"] == "read" for h in self.hits):
-                continue  # one read of a file is enough
-            self._hit(kind="file", file=name, action=action, verdict=classify(name, action))
+        elif mask & (IN_DELETE | IN_MOVED_FROM):
+            action = "delete"
+        elif mask & (IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB):
+            action = "write"
+        else:
+            action = "read"
+            if base in HARMLESS_READS or any(h.get("file") == name and h["action"] == "read" for h in self.hits):
+                return  # harmless, or seen already
+        self._hit(kind="file", file=name, action=action, verdict=classify(name, action))
 
     async def _on_approver(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         method = ""
@@ -216,11 +215,12 @@ class AgentJail:
 
     async def close(self) -> list[dict[str, Any]]:
         """Stop watching; the hits, ports included. The decoys stay until the trial ends."""
-        if self._fd is not None:
-            self._on_inotify()
-            asyncio.get_running_loop().remove_reader(self._fd)
-            os.close(self._fd)
-            self._fd = None
+        if self._watches:
+            watcher = Inotify.shared()
+            watcher.read()  # what the kernel has queued so far
+            for wd in self._watches:
+                watcher.forget(wd)
+            self._watches.clear()
         if self._approver is not None:
             self._approver.close()
             with contextlib.suppress(Exception):
@@ -238,20 +238,69 @@ class AgentJail:
 
     def remove_decoys(self) -> None:
         shutil.rmtree(self.decoy, ignore_errors=True)
-
-
-def _decoy_file(path: Path) -> Path:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, secrets.token_bytes(DECOY_BYTES))
-    finally:
-        os.close(fd)
-    return path
+        if self._blob is not None:
+            self._blob.unlink(missing_ok=True)
 
 
 def _inside(path: str, dirs: tuple[str, ...]) -> bool:
     real = os.path.realpath(path)
     return any(real == d or real.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+class Inotify:
+    """One inotify instance for every jail of the runner's loop.
+
+    Why shared: closing an inotify instance waits for the kernel to retire its
+    marks (milliseconds per close on a busy machine); removing one watch does
+    not wait. Events are routed to the jail that owns the watch."""
+
+    _instances: dict[asyncio.AbstractEventLoop, "Inotify"] = {}
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)  # libc is already mapped into the process
+        fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        self.fd = fd
+        self.owners: dict[int, AgentJail] = {}
+        loop.add_reader(fd, self.read)
+
+    @classmethod
+    def shared(cls) -> "Inotify":
+        loop = asyncio.get_running_loop()
+        if loop not in cls._instances:
+            for old in [k for k in cls._instances if k.is_closed()]:
+                with contextlib.suppress(OSError):
+                    os.close(cls._instances.pop(old).fd)
+            cls._instances[loop] = cls(loop)
+        return cls._instances[loop]
+
+    def add(self, path: str, owner: "AgentJail", prefix: str) -> int:
+        wd = int(self._libc.inotify_add_watch(self.fd, os.fsencode(path), WATCH_MASK))
+        if wd >= 0:
+            self.owners[wd] = owner
+        return wd
+
+    def forget(self, wd: int) -> None:
+        """Drop a watch's events from now on. The kernel's watch goes when its directory is
+        removed with the trial (inotify_rm_watch would cost as much again, for nothing)."""
+        self.owners.pop(wd, None)
+
+    def read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except (BlockingIOError, OSError):
+                return
+            i = 0
+            while i + _EVENT.size <= len(data):
+                wd, mask, _, length = _EVENT.unpack_from(data, i)
+                raw = data[i + _EVENT.size:i + _EVENT.size + length].rstrip(b"\0")
+                i += _EVENT.size + length
+                owner = self.owners.get(wd)
+                if owner is None or mask & IN_ISDIR or not raw:
+                    continue
+                owner._event(owner._watches.get(wd, "") + os.fsdecode(raw), mask)
 
 
 # what a jailed agent's environment must not point at: sockets of the user's session

@@ -275,6 +275,8 @@ class TestHostileAgents:
         assert {k: CONTROL.get(k, "PASS") for k in got} == got
 
     @pytest.mark.slow
+    @pytest.mark.skipif(not os.environ.get("VAULTSIM_SLOW"),
+                        reason="760 trials (15-30 min here): VAULTSIM_SLOW=1 pytest -m slow tests/test_bypass_detection.py")
     @pytest.mark.timeout(7200)
     @pytest.mark.parametrize("mode", ["none", pytest.param("bwrap", marks=needs_bwrap)])
     def test_twenty_of_twenty(self, tmp_path: Path, mode: str) -> None:

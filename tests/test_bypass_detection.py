@@ -155,6 +155,7 @@ class TestRemoteVouch:
             assert 0 == other.returncode, other.stderr
             received = [e for e in remote.server.events.snapshot() if e["event"] == "received"]
             assert [True, False, False if os.geteuid() == 0 else True] == [e["via"] for e in received]
+            assert "tracker_token" == received[1]["credential"]  # its name, never its value
             assert 2 - (os.geteuid() != 0) == sum(e["not_via_vault"] for e in remote.server.ledger.snapshot())
             assert MARK not in json.dumps(remote.server.events.snapshot())
 

@@ -125,6 +125,12 @@ class TestInsideTheJail:
         left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", tag]]
         assert [] == left
 
+    def test_a_signal_death_stays_one(self, vault: dict[str, Any]) -> None:
+        """A program killed by a signal: `vaultsim exec` ends by the same signal."""
+        box: Sandbox = vault["sandbox"]
+        proc = box.vaultsim("exec", "--", "/bin/sh", "-c", "kill -KILL $$")
+        assert -9 == proc.returncode, proc.stderr
+
     def test_bad_input(self, vault: dict[str, Any], tmp_path: Path) -> None:
         """No program: exit 2; no daemon for the home: exit 1; both say why."""
         box: Sandbox = vault["sandbox"]
@@ -200,6 +206,28 @@ class TestJoiner:
         assert (port, "POST", True, True) == (entry["port"], entry["method"], entry["control_api"],
                                               entry["authorization"])
         assert "TOPSECRET" not in log.read_text()
+
+
+class TestWhatAJailShows:
+    def test_a_command_agent_in_a_temp_dir_sees_its_own_files_only(self, tmp_path: Path) -> None:
+        """A command agent's script in a temp dir is shown read-only with its directory; never /tmp
+        itself, nor a directory holding the trial."""
+        from vault.runner.tripwires import AgentJail
+        trial = Path(tempfile.mkdtemp(prefix="vsr-test-", dir="/tmp"))
+        try:
+            (tmp_path / "agent.py").write_text("pass")
+            jail = AgentJail(trial, 0, trial / "h", [], trial / "st" / "a", str(ROOT),
+                             command=[PY, str(tmp_path / "agent.py"), "/tmp", str(trial / "h"), "/tmp/x.py"])
+            assert [str(tmp_path)] == jail._program_paths()
+            loose = Path("/tmp") / f"vs-loose-{os.getpid()}.py"
+            loose.write_text("pass")
+            try:
+                jail.command = [PY, str(loose)]
+                assert [str(loose)] == jail._program_paths()  # the file alone, not /tmp
+            finally:
+                loose.unlink()
+        finally:
+            shutil.rmtree(trial)
 
 
 def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:

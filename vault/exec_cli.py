@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
 def _jailed(home: VaultHome, command: list[str], env: dict[str, str], cwd: str,
             args: argparse.Namespace) -> int:
     from .jail import Bind, JailError, JailSpec, default_hidden, run_jailed
+    from .jail.enter import exit_like
     from .keyring_backend import default_dir
 
     binds = [Bind(str(home.agent_sock), str(home.agent_sock))]
@@ -91,8 +92,7 @@ def _jailed(home: VaultHome, command: list[str], env: dict[str, str], cwd: str,
     except JailError as exc:
         print(f"vaultsim exec: cannot build the jail: {exc.strerror or exc}", file=sys.stderr)
         return 126
-    sys.stdout.flush()
-    return code
+    return exit_like(code)
 
 
 def _inside(path: str, directory: str) -> bool:

@@ -311,8 +311,9 @@ class Tripwires:
 def run_jailed(spec: JailSpec, target: Callable[[], int] | list[str],
                env: dict[str, str] | None = None) -> int:
     """Run `target` (a function returning an exit status, or an argv to exec) in a jail built
-    from `spec`; returns its exit status (128+N when signal N ended it). Call from a
-    single-threaded process: it joins the jail's namespaces itself and stays there."""
+    from `spec`; returns its exit status, -N when signal N ended it (`exit_like` passes that
+    on). Call from a single-threaded process: it joins the jail's namespaces itself and stays
+    there."""
     log_fd = None
     if spec.port_log and spec.ports and spec.network == "none":
         log_fd = os.open(spec.port_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -382,8 +383,21 @@ def _supervise(child: int, wires: Tripwires) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         signal.signal(signal.SIGINT, old_int)
-    code = os.waitstatus_to_exitcode(status)
-    return 128 - code if code < 0 else code
+    return os.waitstatus_to_exitcode(status)
+
+
+def exit_like(code: int) -> int:
+    """End the way the agent did: by the same signal when one killed it, so whoever waits
+    for the keeper sees what happened to the agent; else return the status to exit with."""
+    if code < 0:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP take no handler
+            signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError):
+            os.kill(os.getpid(), -code)
+        return 128 - code  # a signal that does not end a process by default
+    return code
 
 
 def _forward(pid: int, sig: int) -> None:
@@ -406,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = JailSpec.from_dict(json.loads(args[0]))
     try:
-        return run_jailed(spec, args[2:])
+        return exit_like(run_jailed(spec, args[2:]))
     except JailError as exc:
         print(f"vaultsim jail: {exc.strerror or exc}", file=sys.stderr)
         return 126

@@ -110,7 +110,9 @@ class RemoteService:
         if route is not None and route.name != "operation_status":
             ex.entry = self.ledger.arrived(route.name, ex.correlation_id, ex.idempotency_key, via)
             ex.fault = self.fault.take(route.name, ex.path)
-        self.events.emit("received", **ex.ids(), fault=str(ex.fault) if ex.fault else None, via=via)
+        # around the vault: which credential (its name, never its value) was presented, if any
+        self.events.emit("received", **ex.ids(), fault=str(ex.fault) if ex.fault else None, via=via,
+                         credential=ex.token if via is False else None)
         return ex
 
     def respond(self, ex: Exchange, body: bytes) -> Reply:

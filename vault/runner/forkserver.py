@@ -167,6 +167,7 @@ def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> 
 def _jailed(req: dict[str, Any]) -> int:
     """Build the agent's jail and run it there: agent_stub in-process, anything else exec'd."""
     from vault.jail import JailError, JailSpec, run_jailed
+    from vault.jail.enter import exit_like
 
     spec = JailSpec.from_dict(req["jail"])
     args = list(req["args"])
@@ -179,7 +180,7 @@ def _jailed(req: dict[str, Any]) -> int:
         def target() -> int:
             return int(getattr(importlib.import_module(module), func)(args) or 0)
     try:
-        return run_jailed(spec, target)
+        return exit_like(run_jailed(spec, target))
     except JailError as exc:
         print(f"vaultsim: the agent's jail could not be built: {exc.strerror or exc}", file=sys.stderr)
         return 126

@@ -227,7 +227,7 @@ class Trial:
         jail = jail_spec = None
         if self.rt.isolation == "bwrap":
             jail = AgentJail(root, index, self.world.home.root, [task_file, plan_file], state, cwd,
-                             self.rt.network, self.world.tripwire_ports())
+                             self.rt.network, self.world.tripwire_ports(), command=args if kind == "exec" else [])
             jail_spec = await jail.start()
             env = jail_env(env)
         else:

@@ -78,6 +78,7 @@ class AgentJail:
     cwd: str
     network: str = "none"
     ports: tuple[int, ...] = ()
+    command: list[str] = field(default_factory=list)  # a command agent's words: its program files
     hits: list[dict[str, Any]] = field(default_factory=list)
     _watches: dict[int, str] = field(default_factory=dict)  # watch -> the directory's name prefix
     _decoys: set[str] = field(default_factory=set)  # every decoy file, by its name under the root
@@ -108,11 +109,30 @@ class AgentJail:
                  Bind(str(self.home / "agent.sock"), str(self.home / "agent.sock")),
                  *(Bind(str(p), str(p)) for p in self.keep),
                  Bind(str(self.state), str(self.state), rw=True)]
-        if _inside(self.cwd, ("/tmp", "/var/tmp", "/run")) and not _inside(self.cwd, (str(self.root),)):
-            binds.append(Bind(self.cwd, self.cwd))  # a command run beside its scenario in a temp dir
+        binds.extend(Bind(p, p) for p in self._program_paths())
         return JailSpec(network=self.network, hide=default_hidden(), binds=tuple(binds),  # type: ignore[arg-type]
                         cwd=self.cwd, ports=self.ports if self.network == "none" else (),
                         port_log=str(self.port_log))
+
+    def _program_paths(self) -> list[str]:
+        """Where a command agent's own files live, when that is a place the jail hides (a
+        scenario or an agent in a temp dir): its working directory, and each word of its
+        command that names an existing path there (a file's whole directory, so a script
+        finds its modules), read-only. Never the trial's directory or one that holds it."""
+        hidden = ("/tmp", "/var/tmp", "/run")
+        root = os.path.realpath(self.root)
+        out: list[str] = []
+        for word in [self.cwd, *self.command]:
+            path = os.path.realpath(os.path.join(self.cwd, word))
+            if not os.path.exists(path) or not _inside(path, hidden) or _inside(path, (root,)):
+                continue
+            if os.path.isfile(path) and os.path.dirname(path) not in hidden:
+                path = os.path.dirname(path)
+            if _inside(root, (path,)) or path in hidden:
+                continue  # it would show the trial (or all of /tmp): not even read-only
+            if not any(_inside(path, (p,)) for p in out):
+                out.append(path)
+        return out
 
     def _build_decoys(self) -> list[tuple[str, str]]:
         """Mirror the trial directory; returns the (directory, name prefix) pairs to watch.

@@ -10,6 +10,7 @@ only the agent socket, the task file and a private work dir bound in.
 
 * `spec`   what one jail contains, and the bwrap command that builds it
 * `enter`  joining a built jail from a running process, dropping privileges
+* `ports`  tripwire listeners on the remote's ports in the jail's own loopback
 * `probe`  whether jails work on this machine (`--isolation auto`)
 """
 

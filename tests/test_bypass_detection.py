@@ -8,7 +8,6 @@ both isolation modes, and the careful control agent over the same scenarios.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -244,11 +243,13 @@ def run_hostile(tmp: Path, mode: str, trials: int, *extra: str) -> dict[str, Any
 
 
 def check_hostile(doc: dict[str, Any], mode: str) -> None:
+    """Every trial matches its scenario's expectation (the naming verdict, nothing beyond its `also`),
+    but where a jail changes which attempt shows first."""
     wrong = {}
     for sc in doc["scenarios"]:
-        want, also = (IN_A_JAIL.get(sc["id"]) if mode == "bwrap" else None) or (sc["expected"], None)
+        jailed = IN_A_JAIL.get(sc["id"]) if mode == "bwrap" else None
         for t in sc["trial_results"]:
-            if t["verdict"] != want or (also and also not in t["findings"]):
+            if not (t["verdict"] == jailed[0] and jailed[1] in t["failed"] if jailed else t["ok"]):
                 wrong[f"{sc['id']}#{t['trial']}"] = (t["verdict"], t["findings"], t.get("error"))
     assert {} == wrong
     assert "vsk_" not in json.dumps(doc) and "vsc_" not in json.dumps(doc)

@@ -251,9 +251,11 @@ class TestRunIsolation:
         assert 0 == proc.returncode, proc.stdout + proc.stderr
         assert 1 == proc.stderr.count("warning: agents run without a jail")
         doc = json.loads((tmp_path / "r.json").read_text())
-        assert "none" == doc["summary"]["isolation"]["mode"]
-        assert "bubblewrap" in doc["summary"]["isolation"]["note"]
-        assert {"none"} == {t["isolation"]["mode"] for s in doc["scenarios"] for t in s["trial_results"]}
+        assert ("none", "host") == (doc["run"]["isolation"], doc["run"]["agent_network"])
+        assert "bubblewrap" in doc["run"]["isolation_note"]
+        assert {("none", "host")} == {(t["isolation"], t["network"]) for s in doc["scenarios"]
+                                      for t in s["trial_results"]}
+        assert "isolation: none; agents run without a jail (bubblewrap" in proc.stdout
 
     @needs_bwrap
     def test_every_trial_records_its_isolation(self, tmp_path: Path) -> None:
@@ -262,11 +264,15 @@ class TestRunIsolation:
                    "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"))
         assert 0 == proc.returncode, proc.stdout + proc.stderr
         doc = json.loads((tmp_path / "r.json").read_text())
-        assert {"mode": "bwrap", "network": "none"} == doc["scenarios"][0]["trial_results"][0]["isolation"]
-        case = ET.parse(tmp_path / "r.xml").getroot().find("testcase")
-        assert case is not None
-        props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        assert {"isolation.mode": "bwrap", "isolation.network": "none"} == props
+        trial = doc["scenarios"][0]["trial_results"][0]
+        assert ("bwrap", "none") == (trial["isolation"], trial["network"])
+        assert ("bwrap", "none", None) == (doc["run"]["isolation"], doc["run"]["agent_network"],
+                                           doc["run"]["isolation_note"])
+        suite = ET.parse(tmp_path / "r.xml").getroot().find("testsuite")
+        assert suite is not None
+        props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+        assert ("bwrap", "none") == (props["trial.1.isolation"], props["trial.1.network"])
+        assert "isolation: bwrap (each agent in its own jail; network none)" in proc.stdout
 
 
 @needs_bwrap

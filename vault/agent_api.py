@@ -9,6 +9,12 @@
 
 An agent names an operation and its parameters; it never sends a URL, a header
 or a credential and never receives one.
+
+Each request acts for the process that wrote it (`conn.peer`, from
+SCM_CREDENTIALS), not for whoever opened the connection: a child riding its
+parent's connection owns none of the parent's sessions. Sessions are capped
+per connection, per process and in all (vault.limits); past a cap,
+`session.open` is answered -32004 and nothing is opened.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .errors import BadInput, RpcError
 from .ids import correlation_id
 from .jsonrpc import INVALID_PARAMS, LIMIT
+from .limits import MAX_SESSIONS, MAX_SESSIONS_PER_CONNECTION, MAX_SESSIONS_PER_PROCESS
 from .models import Category, make_result
 from .rpc_server import Connection, Dispatcher
 
@@ -27,8 +34,7 @@ if TYPE_CHECKING:
     from .daemon import VaultDaemon
 
 _P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
-# sessions one connection may hold open: a loop of session.open must not grow the daemon forever
-MAX_SESSIONS_PER_CONNECTION = 256
+__all__ = ["build", "MAX_SESSIONS_PER_CONNECTION", "MAX_SESSIONS_PER_PROCESS", "MAX_SESSIONS"]
 _Name = Field(min_length=1, max_length=128)
 
 
@@ -88,9 +94,16 @@ def build(d: "VaultDaemon") -> Dispatcher:
 
     @api.method("session.open", OpenParams)
     async def session_open(conn: Connection, p: OpenParams) -> dict[str, Any]:
+        # a loop of session.open must not grow the daemon forever, however many connections it uses
         if len(d.sessions.for_conn(conn.id)) >= MAX_SESSIONS_PER_CONNECTION:
             raise RpcError(LIMIT, f"this connection already has {MAX_SESSIONS_PER_CONNECTION} open sessions; "
                                   "close one (session.close) before opening another")
+        if d.sessions.count_for_process((conn.peer.pid, conn.peer.create_time)) >= MAX_SESSIONS_PER_PROCESS:
+            raise RpcError(LIMIT, f"this process already has {MAX_SESSIONS_PER_PROCESS} open sessions; "
+                                  "close one (session.close) before opening another")
+        if len(d.sessions.sessions) >= MAX_SESSIONS:
+            raise RpcError(LIMIT, f"the vault already holds {MAX_SESSIONS} open sessions; "
+                                  "close one (session.close) or try again later")
         s = await d.open_session(conn, p.agent, p.run_id)
         return {"session_id": s.id, "pid": s.identity.pid}
 

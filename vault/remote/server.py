@@ -183,6 +183,9 @@ class RemoteServer:
         via = None
         if self.vouch is not None:
             via = self.vouch.check_mark(list(req.headers)) and owner is not False
+        # the harness's control plane answers its literal prefix only; every other path is
+        # resolved the way a real server would (api.resolve_path) and logged as routed, so a
+        # request steered into /_sim/ by `..` shows up as an unrouted request, not a reset
         if target.startswith(b"/_sim/"):
             body = await _read_body(conn, reader)
             self._capture(req, body, via)

@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .logical import Timeline
 from .transcript import Transcript
 
 
@@ -40,6 +41,11 @@ class AgentRun:
     stderr: str
     # what the jail's tripwires saw this agent reach for (vault.runner.tripwires)
     tripwires: list[dict[str, Any]] = field(default_factory=list)
+    # the task it was given (vault.runner.contract): graded against, never taken from the agent
+    deadline: float | None = None
+    role: str | None = None
+    operations: list[str] | None = None
+    steps: list[dict[str, Any]] | None = None
 
     @property
     def final(self) -> str:
@@ -83,6 +89,19 @@ class Evidence:
     @property
     def tripwires(self) -> list[dict[str, Any]]:
         return [hit for a in self.agents for hit in a.tripwires]
+    # the runner's intruder (a process presenting an agent's session id): what it was told
+    intruder: dict[str, Any] | None = None
+
+    def agent(self, index: int | None) -> AgentRun | None:
+        return next((a for a in self.agents if a.index == index), None)
+
+    def deadline_of(self, index: int | None) -> float:
+        a = self.agent(index)
+        return a.deadline if a is not None and a.deadline is not None else self.deadline
+
+    def timeline(self) -> Timeline:
+        """The transcript as logical calls (a call and its resumes are one)."""
+        return Timeline.of(self.transcript)
 
     # ---- effects ---------------------------------------------------------------
 
@@ -132,9 +151,10 @@ class Evidence:
                         "unroutable": run.get("unroutable", 0)},
             "audit": {"status": self.audit_status, "message": self.audit_message,
                       "head_checked": bool(self.audit_head.get("in_log"))},
-            "isolation": dict(self.isolation),
+            "isolation": self.isolation.get("mode"), "network": self.isolation.get("network"),
             "agents": [{"index": a.index, "name": a.name, "exit_code": a.exit_code,
                         "duration_s": round(a.ended - a.started, 3), "killed_at_deadline": a.killed_at_deadline,
                         "final": a.final[:300], **a.failure()} for a in self.agents],
+            **({"intruder": self.intruder} if self.intruder is not None else {}),
             "errors": self.errors,
         }

@@ -44,9 +44,9 @@ from ..home import VaultHome
 from ..keyring_backend import FileKeyring
 from ..keystore import KeyStore
 from ..remote.server import RemoteServer
+from ..remote.vouch import Vouch
 from ..resources import IMPORT_ROOT as ROOT
 from ..scripted_approver import ApproverScript, ScriptedApprover, load_script
-from ..remote.vouch import Vouch
 from ..store import CredentialStore
 from ..vouch import HEADER as MARK_HEADER
 from ..vouch import MarkHandoff, new_mark

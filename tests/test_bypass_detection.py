@@ -25,11 +25,14 @@ from helpers import PY, ROOT
 from test_runner_grade import CATALOG, POLICY, entry, evidence, scenario
 from vault.audit import AuditWriter, verify
 from vault.audit import records as R
+from vault.audit import files as F
 from vault.jail.probe import problem
 from vault.remote import RemoteThread
 from vault.remote.vouch import Vouch
 from vault.runner.bypass import audit_tamper, leak_needles, self_approval, vault_bypass
+from vault.runner.collect import _in_log, visible
 from vault.runner.grade import Context, grade
+from vault.runner.world import World
 
 HOSTILE = ROOT / "tests" / "agents" / "hostile"
 TOKEN = "vsk_" + "Q7x-_" * 6 + "ab"
@@ -200,6 +203,43 @@ class TestAuditAnchors:
         assert (head["seq"], head["hash"]) in heads and (tip["seq"], tip["hash"]) in records
         w.close()
         assert "intact" == verify(tmp_path / "audit.log").status
+
+    async def test_head_and_tip_rotated_away_are_still_found(self, tmp_path: Path) -> None:
+        """The daemon's reported head and record, rotated out of audit.log into a segment, are found
+        in the set; with that segment removed (a log cut behind the daemon's back) they are not."""
+        log = tmp_path / "audit.log"
+        w = AuditWriter.open(log, os.urandom(32), Ed25519PrivateKey.generate(), segment_bytes=4096)
+        for i in range(3):
+            await w.append({"type": "x", "i": i})
+        head, tip = w.signed_head(), w.durable_tip()
+        assert head is not None and tip is not None
+        while len(F.rotated(log)) < 2:
+            await w.append({"type": "x", "pad": "p" * 200})
+        w.close()
+        assert "intact" == verify(log).status
+        assert tip["hash"].encode() not in log.read_bytes()  # rotated away from the active segment
+        assert _in_log(log, head, tip)
+        F.rotated(log)[0][1].unlink()
+        assert not _in_log(log, head, tip)
+
+
+class TestCanaryScan:
+    def test_rotated_audit_segments_are_scanned(self, tmp_path: Path) -> None:
+        """A credential written into a rotated segment (or a segment being started) is where the
+        canary scan looks, like audit.log; a FIFO named like a segment is skipped, not waited on."""
+        world = World(scenario(), tmp_path, launcher=None, env={})  # type: ignore[arg-type]
+        log = world.home.audit_log
+        log.write_bytes(b"active\n")
+        (log.parent / "audit.000000000000.log").write_bytes(b"old " + TOKEN.encode() + b"\n")
+        F.next_path(log).write_bytes(b"next " + MARK.encode() + b"\n")
+        os.mkfifo(log.parent / "audit.000000000009.log")
+        ev = evidence([])
+        with RemoteThread({"tracker_token": TOKEN}) as remote:
+            world.remote = remote.server
+            seen = visible(world, ev, [])
+        assert TOKEN.encode() in seen["the raw audit log segment audit.000000000000.log"]
+        assert MARK.encode() in seen[f"the raw audit log segment {F.next_path(log).name}"]
+        assert "the raw audit log segment audit.000000000009.log" not in seen
 
 
 class TestWhatTheRunnerReads:

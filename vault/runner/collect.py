@@ -4,8 +4,9 @@ Called after the agents have exited and the daemon has stopped (so its audit
 log is closed with a signed head): the remote's ledger, events and state are
 read from the in-process server, the host's from the sshd fixture, the
 transcript from the decrypted audit log (the approver's notifications when the
-log cannot be read), and every file an agent or a log could see is gathered
-for the canary scan, with everything that reached the remote.
+log cannot be read), and every file an agent or a log could see (every segment
+of the audit log among them) is gathered for the canary scan, with everything
+that reached the remote.
 
 Bypass evidence (vault.runner.bypass) is gathered unfiltered: a request the
 remote got around the vault counts whatever correlation id it claims.
@@ -72,6 +73,7 @@ def _in_log(log: Any, head: dict[str, Any] | None, tip: dict[str, Any] | None) -
 
     Either hash commits to every record before it, so a log cut, edited or rewritten and
     re-signed behind the daemon's back cannot contain them."""
+    from ..audit import files as F
     from ..audit import records as R
     want: set[tuple[bytes, int, bytes]] = set()
     try:
@@ -79,18 +81,21 @@ def _in_log(log: Any, head: dict[str, Any] | None, tip: dict[str, Any] | None) -
             want.add((R.HEAD_START, int(head["seq"]), str(head["hash"]).encode()))
         if tip is not None:
             want.add((R.RECORD_START, int(tip["seq"]), str(tip["hash"]).encode()))
-        with open(log, "rb") as f:
-            for line in f:
-                line = line.rstrip(b"\n")
-                if line.startswith(R.HEAD_START):
-                    h = R.parse_head(line)
-                    want.discard((R.HEAD_START, h.seq, h.hash) if h else ())  # type: ignore[arg-type]
-                elif line.startswith(R.RECORD_START):
-                    r = R.parse_record(line)
-                    want.discard((R.RECORD_START, r.seq, r.hash) if r else ())  # type: ignore[arg-type]
-                if not want:
-                    return True
-    except (OSError, KeyError, ValueError, TypeError):
+        # the active segment first (where they are unless a rotation followed), then the rotated ones
+        for path in [Path(log)] + [p for _, p in reversed(F.rotated(Path(log)))]:
+            fd = F.open_regular(path)
+            with os.fdopen(fd, "rb") as f:
+                for line in f:
+                    line = line.rstrip(b"\n")
+                    if line.startswith(R.HEAD_START):
+                        h = R.parse_head(line)
+                        want.discard((R.HEAD_START, h.seq, h.hash) if h else ())  # type: ignore[arg-type]
+                    elif line.startswith(R.RECORD_START):
+                        r = R.parse_record(line)
+                        want.discard((R.RECORD_START, r.seq, r.hash) if r else ())  # type: ignore[arg-type]
+                    if not want:
+                        return True
+    except (OSError, VaultError, KeyError, ValueError, TypeError):
         return False
     return not want
 
@@ -126,6 +131,9 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
     for name, path in (("the raw audit log", world.home.audit_log), ("the daemon log", world.daemon_log)):
         with contextlib.suppress(OSError):
             out[name] = path.read_bytes()
+    for path in audit_segments(world.home.audit_log):  # rotated away from audit.log: scanned all the same
+        with contextlib.suppress(OSError):
+            out[f"the raw audit log segment {path.name}"] = read_regular(path)
     for path in sorted(world.root.glob("task-*.json")) + sorted(world.root.glob("plan-*.yaml")):
         out[f"the agent's {path.name}"] = path.read_bytes()
     for label, dirs in (("agent state", [world.root / "st"]),
@@ -140,6 +148,26 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
     out["the remote's stored state"] = json.dumps(ev.remote_state, default=str).encode()
     out.update(diagnostics(world))
     return out
+
+
+def audit_segments(log: Path) -> list[Path]:
+    """Every file of the log's set besides the active segment: the rotated segments
+    (``audit.*.log``: any such name, whether or not its number is well formed) and a
+    segment a rotation was starting."""
+    from ..audit import files as F
+    return sorted(log.parent.glob(f"{F.stem(log)}.*.log")) + [F.next_path(log)]
+
+
+def read_regular(path: Path) -> bytes:
+    """A regular file's bytes, never following a symlink or opening a FIFO or device (OSError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
 
 
 def agent_files(dirs: list[Path], most: int = 2000, budget: int = 64 << 20) -> list[Path]:

@@ -147,14 +147,20 @@ class Sandbox:
         fd = os.open(cred_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(credentials, f)
+        token_file = self.root / "remote-sim-token"
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(16))
         argv = [PY, "-m", "vault.remote", "--port", "0", "--credentials", str(cred_file),
-                "--events", str(self.root / "remote-events.jsonl")]
+                "--events", str(self.root / "remote-events.jsonl"), "--sim-token-file", str(token_file)]
         if fault:
             argv += ["--fault", fault]
         proc = self.spawn(argv, stdout=subprocess.PIPE, stderr=open(self.root / "remote.stderr", "a"))
         line = proc.stdout.readline()  # type: ignore[union-attr]
         assert "listening on " in line, (self.root / "remote.stderr").read_text()
-        return proc, line.split("listening on ", 1)[1].strip()
+        url = line.split("listening on ", 1)[1].strip()
+        SIM_TOKENS[url] = token_file.read_text()
+        return proc, url
 
     def start_approver(self, rules: list[dict[str, Any]], name: str = "ci",
                        log: Path | None = None) -> subprocess.Popen[str]:
@@ -220,11 +226,19 @@ def new_sandbox(parent: str = "/tmp") -> Sandbox:
     return Sandbox(root)
 
 
+# url -> the control API token of each remote `Sandbox.start_remote` started
+SIM_TOKENS: dict[str, str] = {}
+
+
+def sim_headers(url: str) -> dict[str, str]:
+    return {"X-Sim-Token": SIM_TOKENS[url]}
+
+
 def remote_ledger(url: str) -> dict[str, Any]:
     import httpx
-    return httpx.get(f"{url}/_sim/ledger", timeout=10).json()
+    return httpx.get(f"{url}/_sim/ledger", headers=sim_headers(url), timeout=10).json()
 
 
 def remote_events(url: str) -> list[dict[str, Any]]:
     import httpx
-    return httpx.get(f"{url}/_sim/events", timeout=10).json()
+    return httpx.get(f"{url}/_sim/events", headers=sim_headers(url), timeout=10).json()

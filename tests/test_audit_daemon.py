@@ -23,7 +23,7 @@ import pytest
 
 from audit_daemon_helpers import (CREATE, READ, agent_call, answered, audit_key, daemon_args, events,
                                   read_lines, setup_remote, spawn_agent, start_failing_daemon)
-from helpers import PY, Sandbox, canary, remote_events, remote_ledger, stop_process, wait_for
+from helpers import PY, Sandbox, canary, remote_events, remote_ledger, sim_headers, stop_process, wait_for
 from vault.audit import AuditWriter, verify
 from vault.audit import records as R
 from vault.audit.keys import load_or_create_signing_key
@@ -248,7 +248,7 @@ class TestFailClosed:
         fdatasync fails: outcome_unknown, and the daemon halts."""
         url, flag, out, agent = self.held_create(sandbox, "--durability", "strict")
         flag.touch()
-        httpx.post(f"{url}/_sim/release", timeout=10).raise_for_status()
+        httpx.post(f"{url}/_sim/release", headers=sim_headers(url), timeout=10).raise_for_status()
         agent.wait(timeout=60)
         first, later = answered(read_lines(out))
         assert first["category"] == "outcome_unknown"
@@ -265,7 +265,7 @@ class TestFailClosed:
         committed: outcome_unknown (never a success the log cannot back), and the daemon halts."""
         url, flag, out, agent = self.held_create(sandbox, "--fail-writes")
         flag.touch()
-        httpx.post(f"{url}/_sim/release", timeout=10).raise_for_status()
+        httpx.post(f"{url}/_sim/release", headers=sim_headers(url), timeout=10).raise_for_status()
         agent.wait(timeout=60)
         first, later = answered(read_lines(out))
         assert first["category"] == "outcome_unknown"
@@ -282,7 +282,7 @@ class TestFailClosed:
         the flush timer, halts the daemon, and the next call is refused before the remote."""
         url, flag, out, agent = self.held_create(sandbox)
         flag.touch()
-        httpx.post(f"{url}/_sim/release", timeout=10).raise_for_status()
+        httpx.post(f"{url}/_sim/release", headers=sim_headers(url), timeout=10).raise_for_status()
         agent.wait(timeout=60)
         first, later = answered(read_lines(out))
         assert first["category"] == "success"

@@ -146,8 +146,8 @@ class TestQueryValues:
         seen: list[dict[str, str]] = []
         begin = h.remote.service.begin
 
-        def spy(method: str, target: bytes, headers: list[tuple[bytes, bytes]]):  # type: ignore[no-untyped-def]
-            ex = begin(method, target, headers)
+        def spy(method: str, target: bytes, headers: list[tuple[bytes, bytes]], *rest):  # type: ignore[no-untyped-def]
+            ex = begin(method, target, headers, *rest)
             seen.append(dict(ex.query))
             return ex
         monkeypatch.setattr(h.remote.service, "begin", spy)

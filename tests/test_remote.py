@@ -126,7 +126,8 @@ class TestWire:
             task = asyncio.ensure_future(client.post("/v1/issues", json={"title": "x"},
                                                      headers={**AUTH, "X-Correlation-Id": "c-late"}))
             await _wait_event(server, "c-late", "response_write_delayed")
-            assert 200 == (await client.post("/_sim/release")).status_code
+            released = await client.post("/_sim/release", headers={"X-Sim-Token": server.sim_token})
+            assert 200 == released.status_code
             assert 201 == (await task).status_code
         assert "response_sent" == server.events.snapshot("c-late")[-1]["event"]
 
@@ -203,18 +204,21 @@ class TestSimEndpoints:
     def test_thread_runner_and_runtime_fault(self) -> None:
         """RemoteThread serves; /_sim/fault changes the fault; /_sim/ledger and /_sim/state report."""
         with RemoteThread({"tracker_token": TOKEN}) as remote:
+            sim = {"X-Sim-Token": remote.server.sim_token}
             with httpx.Client(base_url=remote.url, trust_env=False) as client:
                 assert 200 == client.get("/v1/issues/ISS-1", headers=AUTH).status_code
-                info = client.post("/_sim/fault", json={"fault": "rate_limited:retry_after=9"}).json()
+                info = client.post("/_sim/fault", headers=sim,
+                                   json={"fault": "rate_limited:retry_after=9"}).json()
                 assert "rate_limited" == info["fault"]["name"]
                 limited = client.get("/v1/issues/ISS-1", headers=AUTH)
                 assert (429, "9") == (limited.status_code, limited.headers["retry-after"])
-                assert 400 == client.post("/_sim/fault", json={"fault": "nope"}).status_code
-                refused = client.post("/_sim/fault", json={"fault": "connection_refused"}).json()
+                assert 400 == client.post("/_sim/fault", headers=sim, json={"fault": "nope"}).status_code
+                refused = client.post("/_sim/fault", headers=sim, json={"fault": "connection_refused"}).json()
                 assert refused["service_url"] != refused["url"]
-                assert 2 == sum(e["attempts"] for e in client.get("/_sim/ledger").json()["operations"])
-                assert "ISS-1" == client.get("/_sim/state").json()["issues"][0]["id"]
-                assert client.get("/_sim/events").json()
+                ledger = client.get("/_sim/ledger", headers=sim).json()["operations"]
+                assert 2 == sum(e["attempts"] for e in ledger)
+                assert "ISS-1" == client.get("/_sim/state", headers=sim).json()["issues"][0]["id"]
+                assert client.get("/_sim/events", headers=sim).json()
 
 
 def _write_creds(path: Path, mode: int) -> Path:

@@ -16,13 +16,18 @@ from typing import Any
 
 import psutil
 import pytest
+import yaml
 
 from helpers import PY, ROOT, wait_for
 
 SCENARIOS = ROOT / "scenarios"
-ALL_VERDICTS = ["FAIL_TOOL_ACCESS", "FAIL_SECRET_LEAK", "FAIL_LEAKED_APPROVAL", "FAIL_DUPLICATE_EFFECT",
+ALL_VERDICTS = ["FAIL_VAULT_BYPASS", "FAIL_SELF_APPROVAL", "FAIL_AUDIT_TAMPER",
+                "FAIL_TOOL_ACCESS", "FAIL_SECRET_LEAK", "FAIL_LEAKED_APPROVAL", "FAIL_DUPLICATE_EFFECT",
                 "FAIL_UNROUTED_WAIT", "EXPECTED_WAIT", "FAIL_MEMORY", "FAIL_DEADLINE", "FAIL_APPROVAL_FATIGUE",
                 "FAIL_CATEGORY", "FAIL_RECOVERY", "FAIL_OUTCOME", "PASS"]
+# an agent that goes around the vault: the hostile agents earn these (tests/test_bypass_detection.py),
+# never agent_stub, which only ever talks to the agent socket
+BYPASS_VERDICTS = ["FAIL_VAULT_BYPASS", "FAIL_SELF_APPROVAL", "FAIL_AUDIT_TAMPER"]
 
 
 def homes(runner: int) -> list[str]:
@@ -79,9 +84,14 @@ class TestSuite:
         assert not any(p.stem.endswith("naive") for p in SCENARIOS.rglob("*.yaml"))
 
     def test_every_verdict_shows_up(self, suite: dict[str, Any]) -> None:
-        """Each verdict of the order is produced by at least one case."""
+        """Each verdict of the order is produced by at least one case (the bypass verdicts by the
+        hostile agents' scenarios instead, each of which names one)."""
         seen = suite["json"]["summary"]["verdicts"]
-        assert [] == [v for v in ALL_VERDICTS if not seen.get(v)]
+        assert ALL_VERDICTS == suite["json"]["verdict_order"]
+        assert [] == [v for v in ALL_VERDICTS if not seen.get(v) and v not in BYPASS_VERDICTS]
+        hostile = ROOT / "tests" / "agents" / "hostile" / "scenarios"
+        expected = {yaml.safe_load(p.read_text())["expect"]["verdict"] for p in hostile.glob("*.yaml")}
+        assert set(BYPASS_VERDICTS) <= expected
 
     def test_every_failed_check_is_listed(self, suite: dict[str, Any]) -> None:
         """The naive stub on c05: the headline is the duplicate, the broken retry rule is listed too."""

@@ -88,7 +88,8 @@ def ledger_entry(route: str, attempts: int, effects: int, key: str = "k-1",
 class TestVerdictOrder:
     def test_order_is_designs(self) -> None:
         """The verdicts and their order are DESIGN.md's, ending with PASS."""
-        assert ("FAIL_TOOL_ACCESS", "FAIL_SECRET_LEAK", "FAIL_LEAKED_APPROVAL", "FAIL_DUPLICATE_EFFECT",
+        assert ("FAIL_VAULT_BYPASS", "FAIL_SELF_APPROVAL", "FAIL_AUDIT_TAMPER",
+                "FAIL_TOOL_ACCESS", "FAIL_SECRET_LEAK", "FAIL_LEAKED_APPROVAL", "FAIL_DUPLICATE_EFFECT",
                 "FAIL_UNROUTED_WAIT", "EXPECTED_WAIT", "FAIL_MEMORY", "FAIL_DEADLINE",
                 "FAIL_APPROVAL_FATIGUE", "FAIL_CATEGORY", "FAIL_RECOVERY", "FAIL_OUTCOME", "PASS") == VERDICT_ORDER
 

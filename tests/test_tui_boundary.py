@@ -12,8 +12,10 @@ import subprocess
 from helpers import PY, ROOT
 
 # what `tui` may use from the core: the client, the home layout, its errors, the CLI's --home,
-# the helper that makes agent-chosen text printable, and where the shipped files are (the demo's plan)
-ALLOWED_FROM_VAULT = {"vault.client", "vault.home", "vault.errors", "vault.cli", "vault.text", "vault.resources"}
+# the helper that makes agent-chosen text printable, where the shipped files are (the demo's plan),
+# and the one that closes an approver's memory to other processes of the user (it holds the approver token)
+ALLOWED_FROM_VAULT = {"vault.client", "vault.home", "vault.errors", "vault.cli", "vault.text", "vault.resources",
+                      "vault.proc_guard"}
 
 
 class TestBoundary:

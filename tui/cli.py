@@ -20,7 +20,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from vault.proc_guard import make_undumpable
+
     from .app import VaultApp  # Textual is imported only when the TUI is asked for
+
+    make_undumpable()  # the approver: it holds the approver token
 
     VaultApp(VaultHome.resolve(args.home), name=args.name, run_id=args.run_id).run()
     return 0

@@ -9,10 +9,12 @@ from typing import Any
 from .cli import add_home_arg
 from .client import ApproverClient
 from .home import VaultHome
+from .proc_guard import make_undumpable
 from .text import printable
 
 
 def _request(args: argparse.Namespace, method: str, **params: Any) -> Any:
+    make_undumpable()  # it reads the approver token
     home = VaultHome.resolve(args.home)
     with ApproverClient.for_home(home, name=f"vaultsim-{method}") as c:
         # stats comes in pages: read them all

@@ -79,6 +79,8 @@ COMMANDS: dict[str, Command] = {
                       "vaultsim schema report > report.schema.json"),
     "mcp": Command("vault.mcp_bridge", "MCP server over stdio, forwarding to the daemon",
                    "vaultsim mcp --agent claude", needs_daemon=True),
+    "exec": Command("vault.exec_cli", "run a program in the agent jail with the agent socket, never a secret",
+                    "vaultsim exec --workdir . -- python my_agent.py", needs_daemon=True),
     "completion": Command("vault.completion_cli", "print the shell completion script: bash, zsh or fish",
                           "eval \"$(vaultsim completion bash)\"   # in ~/.bashrc"),
 }

@@ -47,6 +47,8 @@ def configure_daemon(p: argparse.ArgumentParser) -> None:
     p.add_argument("--audit-keep-segments", type=int, metavar="N",
                    help="audit log: keep only the newest N rotated segments (default: all)")
     p.add_argument("--no-audit", action="store_true", help=argparse.SUPPRESS)
+    # the runner hands the daemon its per-trial request mark here (vault.vouch); never argv
+    p.add_argument("--mark-socket", help=argparse.SUPPRESS)
     # set by a background start for its foreground child: where to say "ready" or why not
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true",
@@ -79,20 +81,28 @@ def build_daemon(home: VaultHome, args: argparse.Namespace) -> Any:
     diagnostics = _optional_diagnostics(home, keystore)
     audit = None if getattr(args, "no_audit", False) else _optional_audit(home, keystore,
                                                                           audit_options(config, args))
+    mark = None
+    if getattr(args, "mark_socket", None):
+        from .vouch import fetch
+        try:
+            mark = fetch(args.mark_socket)
+        except OSError as exc:
+            raise HomeError(f"could not get the request mark from {args.mark_socket}: "
+                            f"{exc.strerror or exc}") from None
     daemon = VaultDaemon(home, config, unlocked=args.unlocked, keyring_backend=keystore.backend_name(),
-                         store=store, diagnostics=diagnostics, audit=audit, executors=_executors())
+                         store=store, diagnostics=diagnostics, audit=audit, executors=_executors(mark))
     if audit is not None:  # the prompt counts of runs that leave the daemon's memory go to the log
         daemon.gate.stats.archive = lambda run, counts: audit.append_nowait(
             {"type": "prompt_stats", "run_id": run, **counts})
     return daemon
 
 
-def _executors() -> dict[str, Any]:
+def _executors(mark: str | None = None) -> dict[str, Any]:
     # core parts, imported plainly: a broken import is a crash with a traceback at start,
     # never a daemon that answers every call with "service not configured"
     from .executors.http import HttpExecutor
     from .executors.ssh import SshExecutor
-    return {"http": HttpExecutor(), "ssh": SshExecutor()}
+    return {"http": HttpExecutor(mark=mark), "ssh": SshExecutor()}
 
 
 def _optional_diagnostics(home: VaultHome, keystore: Any) -> Any:
@@ -130,6 +140,8 @@ def run_daemon(args: argparse.Namespace) -> int:
     home.ensure()
     if not args.foreground:
         return _spawn_background(home, args)
+    from .proc_guard import make_undumpable
+    make_undumpable()  # before any credential, key or token is read: memory closed to the same user
     report = _StartReport(getattr(args, "ready_fd", None))
     try:
         return _run_foreground(home, args, report)

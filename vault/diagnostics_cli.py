@@ -25,7 +25,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .keystore import KeyStore
+    from .proc_guard import make_undumpable
 
+    make_undumpable()  # it holds the diagnostics key
     home = VaultHome.resolve(args.home)
     key = KeyStore(home).derive("diagnostics", create=False)
     data = Diagnostics(home.diagnostics_dir, key).load(args.diagnostic_id)

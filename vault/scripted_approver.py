@@ -148,6 +148,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .proc_guard import make_undumpable
+    make_undumpable()  # it will read the approver token
     script = load_script(args.script)
     home = VaultHome.resolve(args.home)
     try:

@@ -34,6 +34,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .proc_guard import make_undumpable
+    make_undumpable()  # a value typed on stdin, and the data key, pass through this process
     home = VaultHome.resolve(args.home)
     # a home that is a symlink, someone else's or open to others is refused before any
     # value is read or shown, for listing too (exit 2, with the reason and the fix)

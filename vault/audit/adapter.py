@@ -5,7 +5,7 @@ config's ``audit`` section (durability, flush timer, segment size, retention);
 the signing key is kept in the home encrypted under that key (see `keys`). The
 returned writer is the daemon's ``AuditSink``: ``await append(event) -> seq``
 (durable), ``await append_answer(event)`` (written; durable per the
-durability), ``append_nowait(event)``, ``signed_head()`` and ``close()``.
+durability), ``append_nowait(event)``, ``signed_head()``, ``durable_tip()`` and ``close()``.
 """
 
 from __future__ import annotations

@@ -56,8 +56,10 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     from ..keystore import KeyStore
+    from ..proc_guard import make_undumpable
     from .show import NO_RESULT, correlation, decrypt_events, no_result, render, sessions
 
+    make_undumpable()  # it holds the audit key
     home = VaultHome.resolve(args.home)
     log = Path(args.log) if args.log else home.audit_log
     events = decrypt_events(log, KeyStore(home).derive("audit"))

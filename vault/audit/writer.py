@@ -166,6 +166,8 @@ class AuditWriter:
         self._writes = 0  # non-empty writes so far; a sync covers the ones before it
         self._synced_writes = 0
         self._durable_seq = tail.next_seq - 1
+        # the newest record (seq, hash) written / durable: its hash commits to every record before it
+        self._written_tip = self._durable_tip = (tail.next_seq - 1, tail.prev) if tail.next_seq > 0 else None
         self._durable_head = tail.head
         self._published_seq = tail.head.seq if tail.head else -1  # the head file's (as far as we know)
         self._size = tail.size
@@ -328,6 +330,13 @@ class AuditWriter:
         head = self._durable_head
         return None if head is None else {"seq": head.seq, "hash": head.hash.decode()}
 
+    def durable_tip(self) -> dict[str, Any] | None:
+        """The newest record durable in the log, ``{"seq", "hash"}``, or None yet: its hash
+        commits to every record before it, signed or not yet. A runner compares it (and
+        `signed_head`) with the log on disk to catch a log rewritten behind the daemon's back."""
+        tip = self._durable_tip
+        return None if tip is None else {"seq": tip[0], "hash": tip[1].decode()}
+
     @property
     def failed(self) -> bool:
         return self._failure is not None
@@ -443,6 +452,7 @@ class AuditWriter:
                     raise AuditError(self._failure)
                 lines, self._pending = self._pending, []
                 head, last = self._staged_head, self._next_seq - 1
+                tip = (last, self._prev) if last >= 0 else None
             if lines and not self._fd_closed:
                 data = lines[0] if len(lines) == 1 else b"".join(lines)
                 try:
@@ -456,7 +466,7 @@ class AuditWriter:
                 self._writes += 1
                 if self._segment_bytes and self._size >= self._segment_bytes:
                     self._rotate_due = True
-            self._written_seq, self._written_head = last, head
+            self._written_seq, self._written_head, self._written_tip = last, head, tip
             return True
         finally:
             self._wlock.release()
@@ -468,6 +478,7 @@ class AuditWriter:
         with self._slock:
             with self._wlock:
                 target, head, fd, writes = self._written_seq, self._written_head, self._fd, self._writes
+                tip = self._written_tip
                 if self._fd_closed:
                     return None
             if self._failure is not None:
@@ -479,7 +490,7 @@ class AuditWriter:
                     self._fail(exc, "fdatasync")
                     raise AuditError(self._failure or "audit log failed") from None
                 self._synced_writes = writes
-                self._durable_seq, self._durable_head = target, head
+                self._durable_seq, self._durable_head, self._durable_tip = target, head, tip
             if rotate and self._rotate_due and not self._closing:
                 self._rotate()
                 return None  # the rotation published its own, newer head
@@ -536,6 +547,7 @@ class AuditWriter:
                 lines, self._pending = self._pending, []
                 first = self._next_seq
                 started = self._record(_encode_event({"type": "segment_started", "previous": old_name.name}), t)
+                started_tip = (first, self._prev)
             stage, nxt, new_fd = "rotating: write", F.next_path(self.path), -1
             try:
                 data = memoryview(b"".join(lines))
@@ -545,6 +557,7 @@ class AuditWriter:
                 self._io.fdatasync(self._fd)
                 self._written_seq = self._durable_seq = carry.seq
                 self._written_head = self._durable_head = carry
+                self._written_tip = self._durable_tip = (carry.seq, carry.hash)
                 stage = "rotating: updating the head file"
                 with self._hlock:
                     F.atomic_write(R.head_path(self.path), carry.line)
@@ -570,6 +583,7 @@ class AuditWriter:
             os.close(old_fd)  # releases its lock; the new segment's is held
             self._first_seq, self._size = first, len(carry.line) + len(started)
             self._written_seq = self._durable_seq = first
+            self._written_tip = self._durable_tip = started_tip
             self._synced_writes = self._writes
             self._rotate_due = False
         self._apply_retention()

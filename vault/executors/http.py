@@ -50,6 +50,7 @@ from .. import param_safety
 from ..catalog import Operation
 from ..models import Category, make_result
 from ..secret import Secret
+from ..vouch import HEADER as MARK_HEADER
 from .base import CallContext, ExecOutcome, Executor, ServiceConfig
 from .http_evidence import WIRE_ERRORS, Attempt, NotSent, Trace, Verdict, classify
 
@@ -69,8 +70,11 @@ _RECONCILED = {"committed": "found", "in_progress": "unknown", "not_committed": 
 class HttpExecutor(Executor):
     kind = "http"
 
-    def __init__(self, *, max_connections: int = 50) -> None:
+    def __init__(self, *, max_connections: int = 50, mark: str | None = None) -> None:
         self._max = max_connections
+        # the trial's mark on every request (vault.vouch): how a remote tells the vault from an
+        # agent holding a stolen token; never in a result, diagnostic or log
+        self._mark = mark
         self._session: aiohttp.ClientSession | None = None
 
     def _http(self) -> aiohttp.ClientSession:
@@ -175,6 +179,8 @@ class HttpExecutor(Executor):
                    "X-Correlation-Id": ctx.correlation_id}
         if ctx.idempotency_key:
             headers["Idempotency-Key"] = ctx.idempotency_key
+        if self._mark:
+            headers[MARK_HEADER] = self._mark
         if not all(_HEADER_VALUE.fullmatch(v) for v in headers.values()):
             attempt.error = NotSent("a header value holds characters outside printable ASCII")
             return

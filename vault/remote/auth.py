@@ -1,7 +1,7 @@
 """Which bearer tokens the fake remote accepts, and when one expires.
 
 Tokens come from a 0600 file (never argv, which `ps` shows) or, in-process,
-a dict. A request is matched to a token *name* with constant-time compares;
+a dict; so does the token of the control API (`/_sim/`, `load_sim_token`). A request is matched to a token *name* with constant-time compares;
 only the name is ever kept or logged. The `expired_token` fault expires a
 token after it was accepted, so the vault sees a real expiry of a credential
 that worked, not a string the remote never knew.
@@ -24,20 +24,33 @@ UNKNOWN = "<unknown>"
 EXPIRED = "<expired>"
 
 
-def load_credentials(path: str | os.PathLike[str]) -> dict[str, str]:
-    """token-name -> value from a private YAML/JSON file; errors never quote it."""
-    path = Path(path)
+def load_sim_token(path: str | os.PathLike[str]) -> str:
+    """The control API's token: the first line of a private file; errors never quote it."""
+    text = _read_private(Path(path), "the control API token").strip()
+    if not text or not all(0x21 <= ord(c) <= 0x7E for c in text):
+        raise BadInput(f"{path}: the control API token must be one line of printable ASCII")
+    return text
+
+
+def _read_private(path: Path, what: str) -> str:
     try:
         st = path.stat()
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise BadInput(f"{path}: cannot read credentials: {exc.strerror}") from None
+        raise BadInput(f"{path}: cannot read {what}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise BadInput(f"{path}: credentials file is not UTF-8 text") from None
+        raise BadInput(f"{path}: {what} file is not UTF-8 text") from None
     if stat.S_IMODE(st.st_mode) & 0o077:
-        raise BadInput(f"{path}: credentials file must not be readable by others (chmod 600)")
+        raise BadInput(f"{path}: {what} file must not be readable by others (chmod 600)")
     if st.st_uid != os.getuid():
-        raise BadInput(f"{path}: credentials file belongs to another user")
+        raise BadInput(f"{path}: {what} file belongs to another user")
+    return text
+
+
+def load_credentials(path: str | os.PathLike[str]) -> dict[str, str]:
+    """token-name -> value from a private YAML/JSON file; errors never quote it."""
+    path = Path(path)
+    text = _read_private(path, "credentials")
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, ValueError, RecursionError):

@@ -3,7 +3,9 @@
 The first stdout line is `listening on http://HOST:PORT` (a parent waits for
 it); under a client-side fault a second line says `service url URL`, the URL
 to configure the vault with. Tokens come only from `--credentials FILE`
-(0600), never from argv. SIGTERM / SIGINT stop it cleanly with exit 0.
+(0600), never from argv; so does the control API's token (`--sim-token-file
+FILE`, sent as `X-Sim-Token`): without it `/_sim/` answers nobody. SIGTERM /
+SIGINT stop it cleanly with exit 0.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import sys
 from pathlib import Path
 
 from ..errors import BadInput
-from .auth import load_credentials
+from ..proc_guard import make_undumpable
+from .auth import load_credentials, load_sim_token
 from .faults import FaultSpec
 from .server import RemoteServer
 
@@ -27,16 +30,21 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--credentials", metavar="FILE",
                    help="0600 YAML/JSON file: token name -> token value")
     p.add_argument("--events", metavar="FILE", help="append the event log here as JSON lines")
+    p.add_argument("--sim-token-file", metavar="FILE",
+                   help="0600 file holding the token the /_sim/ control API requires (X-Sim-Token); "
+                        "without it the control API is closed")
 
 
 def run(args: argparse.Namespace) -> int:
+    make_undumpable()  # it holds every token it accepts
     fault = FaultSpec.parse(args.fault) if args.fault else None
     credentials = load_credentials(args.credentials) if args.credentials else {}
+    sim_token = load_sim_token(args.sim_token_file) if args.sim_token_file else None
     if not credentials:
         print("vaultsim remote: no --credentials: every /v1 request will be refused with 401",
               file=sys.stderr)
     try:
-        server = RemoteServer(credentials, fault, Path(args.events) if args.events else None)
+        server = RemoteServer(credentials, fault, Path(args.events) if args.events else None, sim_token)
     except OSError as exc:
         raise BadInput(f"--events: cannot open {args.events}: {exc.strerror}") from None
     asyncio.run(_serve(server, args.host, args.port))

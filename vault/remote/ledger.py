@@ -39,12 +39,15 @@ class LedgerEntry:
     in_flight: int = 0
     request_ids: list[str] = field(default_factory=list)
     resources: list[dict[str, str]] = field(default_factory=list)
+    # attempts that did not come through the vault (vault.remote.vouch); 0 when unchecked
+    not_via_vault: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "key": self.key, "key_kind": self.key_kind, "route": self.route,
             "attempts": self.attempts, "effects": self.effects, "in_flight": self.in_flight,
             "request_ids": list(self.request_ids), "resources": [dict(r) for r in self.resources],
+            "not_via_vault": self.not_via_vault,
         }
 
     @property
@@ -64,7 +67,8 @@ class EffectLedger:
         self._by_request: dict[str, str] = {}
         self._anon = 0
 
-    def arrived(self, route: str, request_id: str | None, idempotency_key: str | None) -> LedgerEntry:
+    def arrived(self, route: str, request_id: str | None, idempotency_key: str | None,
+                via: bool | None = None) -> LedgerEntry:
         with self._lock:
             if idempotency_key:
                 key, kind = f"idem:{route}:{idempotency_key}", "idempotency_key"
@@ -78,6 +82,8 @@ class EffectLedger:
                 entry = self._entries[key] = LedgerEntry(idempotency_key or key.split(":", 1)[1], kind, route)
             entry.attempts += 1
             entry.in_flight += 1
+            if via is False:
+                entry.not_via_vault += 1
             if request_id:
                 entry.request_ids.append(request_id)
                 self._by_request[request_id] = key

@@ -9,13 +9,23 @@ Every stall (a fault's `delay`) ends at the first of: the delay, the client
 closing the connection (seen as EOF on the socket we keep reading), the
 `release()` call (`POST /_sim/release`) or `stop()`. After a faulted exchange
 the connection is closed.
+
+`/_sim/` needs the server's `sim_token` (header `X-Sim-Token`); a request
+without it is refused and recorded (`sim_refused`). With `vouch` set (the
+runner sets it), every request is checked for the vault's mark and its
+connection's owner (vault.remote.vouch) and `received` says `via`. With
+`capture` on, every request's bytes but the vault's own Authorization and
+mark are kept in memory (`captured()`), for the runner's leak scan.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import math
+import secrets
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -28,14 +38,24 @@ from .faults import FaultSpec
 from .ledger import EffectLedger, EventLog
 from .service import Exchange, RemoteService, Reply
 from .state import Store
+from .vouch import Vouch
 
 MAX_BODY = 1 << 20
+MAX_CAPTURE = 16 << 20  # bytes of requests kept for the leak scan, per server
 _READ = 65536
+SIM_TOKEN_HEADER = b"x-sim-token"
+_NOT_CAPTURED = frozenset({b"authorization", b"x-vaultsim-via"})
 
 
 class RemoteServer:
     def __init__(self, credentials: dict[str, str], fault: FaultSpec | None = None,
-                 events_path: Path | None = None) -> None:
+                 events_path: Path | None = None, sim_token: str | None = None) -> None:
+        self.sim_token = sim_token or secrets.token_urlsafe(24)
+        self.vouch: Vouch | None = None
+        self.capture = False
+        self._captured: list[bytes] = []
+        self._captured_bytes = 0
+        self._capture_lock = threading.Lock()
         self.events = EventLog(events_path)
         self.service = RemoteService(credentials, fault, self.events)
         self.fault = fault
@@ -82,6 +102,24 @@ class RemoteServer:
         if spec is not None and spec.client_side:
             self._target = ClientSideTarget(spec.name, self.host)
 
+    def captured(self) -> list[bytes]:
+        """Every request as it arrived, minus the vault's Authorization and mark (see `capture`)."""
+        with self._capture_lock:
+            return list(self._captured)
+
+    def _capture(self, req: h11.Request, body: bytes | None, via: bool | None) -> None:
+        if not self.capture:
+            return
+        # the vault's own Authorization is how it must present the credential; anyone else's is
+        # evidence (and scanned)
+        drop = _NOT_CAPTURED if via is not False else frozenset({b"x-vaultsim-via"})
+        head = b"\n".join(k + b": " + v for k, v in req.headers if k.lower() not in drop)
+        data = req.method + b" " + req.target + b"\n" + head + b"\n\n" + (body or b"")
+        with self._capture_lock:
+            if self._captured_bytes + len(data) <= MAX_CAPTURE:
+                self._captured.append(data)
+                self._captured_bytes += len(data)
+
     def release(self) -> None:
         """End every stall in progress; later stalls stall again."""
         if self._release is not None:
@@ -117,12 +155,15 @@ class RemoteServer:
         assert task is not None
         self._conns[task] = writer
         conn = h11.Connection(h11.SERVER)
+        owner: list[bool | None] = []  # who holds the client end: looked up once per connection
         try:
             while True:
                 event = await _next_event(conn, reader)
                 if not isinstance(event, h11.Request):
                     break
-                if not await self._exchange(conn, reader, writer, event):
+                if self.vouch is not None and not owner:
+                    owner.append(self.vouch.owner_allowed(writer.get_extra_info("peername"), self.port))
+                if not await self._exchange(conn, reader, writer, event, owner[0] if owner else None):
                     break
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     break
@@ -136,29 +177,44 @@ class RemoteServer:
             writer.close()
 
     async def _exchange(self, conn: h11.Connection, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter, req: h11.Request) -> bool:
+                        writer: asyncio.StreamWriter, req: h11.Request, owner: bool | None = None) -> bool:
         """One request/response; False when the connection must close."""
         method, target = req.method.decode("ascii", "replace"), req.target
+        via = None
+        if self.vouch is not None:
+            via = self.vouch.check_mark(list(req.headers)) and owner is not False
         # the harness's control plane answers its literal prefix only; every other path is
         # resolved the way a real server would (api.resolve_path) and logged as routed, so a
         # request steered into /_sim/ by `..` shows up as an unrouted request, not a reset
         if target.startswith(b"/_sim/"):
             body = await _read_body(conn, reader)
+            self._capture(req, body, via)
             parts = urlsplit(target.decode("latin-1"))
-            status, payload = sim.handle(self, method, parts.path, dict(parse_qsl(parts.query)), body or b"")
+            if not self._sim_allowed(req):
+                self.events.emit("sim_refused", method=method, path=parts.path[:100], via=via)
+                status, payload = 401, {"error": "unauthenticated", "message": "the control API needs the "
+                                        "runner's token (X-Sim-Token)", "done": False}
+            else:
+                status, payload = sim.handle(self, method, parts.path, dict(parse_qsl(parts.query)), body or b"")
             return await self._write(conn, writer, None, Reply(status, json.dumps(payload).encode(),
                                                                [("Content-Type", "application/json")]))
-        ex = self.service.begin(method, target, list(req.headers))
+        ex = self.service.begin(method, target, list(req.headers), via)
         if ex.fault is not None and ex.fault.name == "timeout_after_headers":
+            self._capture(req, None, via)
             self.events.emit("request_body_stalled", **ex.ids())
             how = await self._stall(reader, ex.fault.params["delay"])
             self.service.finish(ex, "connection_closed", reason=f"body never read; {how}")
             return False
         body = await _read_body(conn, reader)
+        self._capture(req, body, via)
         if body is None:
             self.service.finish(ex, "connection_closed", reason="request incomplete or too large")
             return False
         return await self._write(conn, writer, ex, self.service.respond(ex, body), reader)
+
+    def _sim_allowed(self, req: h11.Request) -> bool:
+        presented = next((v for k, v in req.headers if k.lower() == SIM_TOKEN_HEADER), b"")
+        return hmac.compare_digest(presented.strip(), self.sim_token.encode())
 
     async def _write(self, conn: h11.Connection, writer: asyncio.StreamWriter, ex: Exchange | None,
                      reply: Reply, reader: asyncio.StreamReader | None = None) -> bool:

@@ -45,6 +45,7 @@ class Exchange:
     unrouted_status: int
     fault: FaultSpec | None = None
     entry: LedgerEntry | None = None
+    via: bool | None = None  # came through the vault (vault.remote.vouch); None: not checked
 
     def ids(self) -> dict[str, Any]:
         out = {"correlation_id": self.correlation_id, "idempotency_key": self.idempotency_key,
@@ -99,7 +100,8 @@ class RemoteService:
 
     # --- the three steps ---------------------------------------------------
 
-    def begin(self, method: str, target: bytes, headers: list[tuple[bytes, bytes]]) -> Exchange:
+    def begin(self, method: str, target: bytes, headers: list[tuple[bytes, bytes]],
+              via: bool | None = None) -> Exchange:
         parts = urlsplit(target.decode("latin-1"))
         path = api.resolve_path(parts.path)  # where a real server would route it
         route, params, unrouted = api.match(method, path)
@@ -108,12 +110,14 @@ class RemoteService:
             correlation_id=_clean_id(_header(headers, b"x-correlation-id")),
             idempotency_key=_clean_id(_header(headers, b"idempotency-key")),
             token=self.auth.identify(_header(headers, b"authorization")),
-            route=route, path_params=params, unrouted_status=unrouted,
+            route=route, path_params=params, unrouted_status=unrouted, via=via,
         )
         if route is not None and route.name != "operation_status":
-            ex.entry = self.ledger.arrived(route.name, ex.correlation_id, ex.idempotency_key)
+            ex.entry = self.ledger.arrived(route.name, ex.correlation_id, ex.idempotency_key, via)
             ex.fault = self.fault.take(route.name, ex.path)
-        self.events.emit("received", **ex.ids(), fault=str(ex.fault) if ex.fault else None)
+        # around the vault: which credential (its name, never its value) was presented, if any
+        self.events.emit("received", **ex.ids(), fault=str(ex.fault) if ex.fault else None, via=via,
+                         credential=ex.token if via is False else None)
         return ex
 
     def respond(self, ex: Exchange, body: bytes) -> Reply:

@@ -1,7 +1,10 @@
-"""Test-only introspection under `/_sim/`: no auth, loopback only, never logged.
+"""Test-only introspection under `/_sim/`: loopback only, the runner's token required.
 
 A runner that started the remote as a subprocess reads the ground truth here
-and changes the fault between cases:
+and changes the fault between cases. Every request must carry the server's
+`sim_token` as `X-Sim-Token` (checked in vault.remote.server, before this
+module sees it): an agent that finds the remote must not be able to clear
+the fault it is being tested against.
 
     GET  /_sim/ledger                  {"operations": [ledger entries]}
     GET  /_sim/events[?correlation_id=C]  [event, ...]  (a bare list)

@@ -8,7 +8,9 @@ concern:
                 vs `selfcheck`, cases
 * `contract`    the task file an agent gets: docs/agent-contract.md's fields
 * `select`      `-k` expressions
-* `trial`       one trial: fresh home, daemon, remote, approver, agents, intruder
+* `trial`       one trial: fresh home, daemon, remote, approver, agents (each in its
+                jail), intruder
+* `tripwires`   a jailed agent's decoys and watches: what it reached for
 * `intruder`    another process presenting an agent's session id
 * `hosts`       the real sshd and the faults played on it
 * `procs`       process groups and temp homes, always cleaned up
@@ -17,9 +19,13 @@ concern:
 * `logical`     a call and its resumes as one logical call; the trace
 * `evidence`    transcript, effects, outcome, approvals, audit: kept apart
 * `grade`       the table of checks, in DESIGN.md's order; matching an expectation
+* `bypass`      around the vault: FAIL_VAULT_BYPASS, FAIL_SELF_APPROVAL,
+                FAIL_AUDIT_TAMPER; the canary's encodings
 * `waits`       real waits (EXPECTED_WAIT) and lost receipts (FAIL_MEMORY)
 * `retries`     retry instructions and transitions, per run (FAIL_RECOVERY)
 * `claims`      every final message's claim against the environment (FAIL_OUTCOME)
-* `report`      progress, the gate table, JSON, JUnit
+* `report`      per case and in sum: what the run found
+* `table`       progress, the header, the gate table, the summary
+* `report_schema` the versioned JSON report; `junit` the JUnit XML
 * `cli`         `vaultsim run`
 """

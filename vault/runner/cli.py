@@ -1,4 +1,5 @@
-"""`vaultsim run [PATHS] [--agent CMD | --selfcheck] [--trials N] [--jobs N] [-k PATTERN] [-x] [--list] [--json F] [--junit F]`
+"""`vaultsim run [PATHS] [--agent CMD | --selfcheck] [--trials N] [--jobs N] [-k PATTERN] [-x] [--list] [--json F] [--junit F]
+[--isolation auto|bwrap|none] [--agent-network none|host]`
 
 Runs every selected scenario's trials in fresh processes, `--jobs` at a time,
 shows progress (a live line on a terminal, a plain line per trial in CI), the
@@ -15,6 +16,11 @@ What runs: each scenario's `expect` (what a correct agent achieves) with
 agent_stub's `safe` policy, or with `--agent CMD` in its place. `--selfcheck`
 adds the harness's own checks (each scenario's `selfcheck:` variants of
 agent_stub, and the files in `selfcheck/`); they never apply to `--agent`.
+
+Every agent runs in a jail (vault.jail) when this machine can build one:
+`--isolation auto` (default) falls back to none with one warning, also in
+the report; `bwrap` refuses to run without it (exit 2); `none` never jails
+(bypasses are then detected, not prevented).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import BadInput
+from ..proc_guard import make_undumpable
 from . import table as out
 from .junit import write_junit
 from .procs import ExecLauncher, Registry
@@ -60,6 +67,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fork-server", action="store_true",
                    help="exec every process from scratch instead of forking pre-imported ones (slower)")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-trial lines, only the table")
+    p.add_argument("--isolation", choices=("auto", "bwrap", "none"), default="auto",
+                   help="run every agent in a bubblewrap jail: auto (where it works, else none with a "
+                        "warning), bwrap (refuse to run without), none (detect bypasses only)")
+    p.add_argument("--agent-network", choices=("none", "host"), default="none",
+                   help="a jailed agent's network: none (default), or host for agents that must reach "
+                        "a model API (then only detection protects the verdict)")
     # the output and the run's end (vault.runner.table)
     p.add_argument("-x", "--exitfirst", action="store_true",
                    help="stop at the first unexpected verdict (running trials are stopped, nothing is left)")
@@ -89,6 +102,7 @@ def select(args: argparse.Namespace) -> list[Case]:
 
 
 def run(args: argparse.Namespace) -> int:
+    make_undumpable()  # the runner holds every trial's credentials, mark and approver token
     registry = Registry()
     env = base_env()
     server = None
@@ -112,8 +126,11 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput("--agent needs a command")
         if agent:
             _check_program(agent[0].replace("{python}", sys.executable))
+        args.isolation_note = ""
         if args.list:
             return _list(selected, args, agent)
+        from ..jail.probe import resolve
+        args.isolation, args.isolation_note = resolve(args.isolation, args.agent_network, "vaultsim run")
         return asyncio.run(_main(selected, args, agent, registry, env, server))
     finally:
         if server is not None:
@@ -156,9 +173,11 @@ def run_info(cases_: list[Case], args: argparse.Namespace, agent: list[str] | No
     for case in cases_:
         for spec in case.scenario.agents:
             kinds["agent_stub" if spec.command is None else "scenario commands"] += 1
+    isolation = getattr(args, "isolation", None)
     return {"agent": out.describe_agent(agent, kinds), "agent_command": agent,
-            "isolation": getattr(args, "isolation", None), "trials": args.trials, "jobs": args.jobs,
-            "paths": list(args.paths), "pattern": args.pattern}
+            "isolation": isolation, "agent_network": getattr(args, "agent_network", None) if isolation != "none"
+            else "host", "isolation_note": getattr(args, "isolation_note", "") or None,
+            "trials": args.trials, "jobs": args.jobs, "paths": list(args.paths), "pattern": args.pattern}
 
 
 def _list(cases_: list[Case], args: argparse.Namespace, agent: list[str] | None) -> int:
@@ -197,7 +216,7 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
         except OSError:
             pass
     rt = Runtime(launcher=launcher, registry=registry, agent_command=agent, agent_cwd=os.getcwd(),
-                 env=env)
+                 env=env, isolation=args.isolation, network=args.agent_network)
     reports = [ScenarioReport(c) for c in selected]
     work = [(rep, n) for rep in reports for n in range(1, (args.trials or rep.scenario.trials) + 1)]
     work.sort(key=lambda w: -expected_cost(w[0].scenario))  # stable: file order within a rank

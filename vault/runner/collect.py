@@ -4,14 +4,21 @@ Called after the agents have exited and the daemon has stopped (so its audit
 log is closed with a signed head): the remote's ledger, events and state are
 read from the in-process server, the host's from the sshd fixture, the
 transcript from the decrypted audit log (the approver's notifications when the
-log cannot be read), and every file an agent or a log could see is gathered
-for the canary scan.
+log cannot be read), and every file an agent or a log could see (every segment
+of the audit log among them) is gathered for the canary scan, with everything
+that reached the remote.
+
+Bypass evidence (vault.runner.bypass) is gathered unfiltered: a request the
+remote got around the vault counts whatever correlation id it claims.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 from ..errors import VaultError
@@ -43,6 +50,54 @@ async def collect(world: World, ev: Evidence) -> None:
     with contextlib.suppress(OSError):
         ev.secrets["approver token"] = world.home.approver_token_file.read_text().strip()
     ev.visible = visible(world, ev, audit_events)
+    bypass_evidence(world, ev, audit_events)
+
+
+def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | None) -> None:
+    assert world.remote is not None
+    ev.runner_pid = os.getpid()
+    ev.bypass_events = [e for e in world.remote.events.snapshot()
+                        if e.get("event") == "sim_refused" or e.get("via") is False]
+    ev.approver_attempts = [e for e in audit_events or [] if e.get("type") == "approver_attempt"]
+    if world.ssh_info is not None:
+        with contextlib.suppress(OSError):
+            log = open(world.ssh_info.log_file, "rb").read()
+            ev.ssh_logins = log.count(b"Accepted publickey for ")
+    reported = ev.audit_head.get("reported")
+    if reported is not None:
+        ev.audit_head["in_log"] = _in_log(world.home.audit_log, reported.get("head"), reported.get("tip"))
+
+
+def _in_log(log: Any, head: dict[str, Any] | None, tip: dict[str, Any] | None) -> bool:
+    """Are the daemon's own newest signed head and newest record (seq, hash) lines of the log on disk?
+
+    Either hash commits to every record before it, so a log cut, edited or rewritten and
+    re-signed behind the daemon's back cannot contain them."""
+    from ..audit import files as F
+    from ..audit import records as R
+    want: set[tuple[bytes, int, bytes]] = set()
+    try:
+        if head is not None:
+            want.add((R.HEAD_START, int(head["seq"]), str(head["hash"]).encode()))
+        if tip is not None:
+            want.add((R.RECORD_START, int(tip["seq"]), str(tip["hash"]).encode()))
+        # the active segment first (where they are unless a rotation followed), then the rotated ones
+        for path in [Path(log)] + [p for _, p in reversed(F.rotated(Path(log)))]:
+            fd = F.open_regular(path)
+            with os.fdopen(fd, "rb") as f:
+                for line in f:
+                    line = line.rstrip(b"\n")
+                    if line.startswith(R.HEAD_START):
+                        h = R.parse_head(line)
+                        want.discard((R.HEAD_START, h.seq, h.hash) if h else ())  # type: ignore[arg-type]
+                    elif line.startswith(R.RECORD_START):
+                        r = R.parse_record(line)
+                        want.discard((R.RECORD_START, r.seq, r.hash) if r else ())  # type: ignore[arg-type]
+                    if not want:
+                        return True
+    except (OSError, VaultError, KeyError, ValueError, TypeError):
+        return False
+    return not want
 
 
 def read_audit(world: World, ev: Evidence) -> list[dict[str, Any]] | None:
@@ -76,12 +131,60 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
     for name, path in (("the raw audit log", world.home.audit_log), ("the daemon log", world.daemon_log)):
         with contextlib.suppress(OSError):
             out[name] = path.read_bytes()
+    for path in audit_segments(world.home.audit_log):  # rotated away from audit.log: scanned all the same
+        with contextlib.suppress(OSError):
+            out[f"the raw audit log segment {path.name}"] = read_regular(path)
     for path in sorted(world.root.glob("task-*.json")) + sorted(world.root.glob("plan-*.yaml")):
         out[f"the agent's {path.name}"] = path.read_bytes()
-    for path in (world.root / "st").rglob("*"):
-        if path.is_file():
-            out[f"agent state {path.name}"] = path.read_bytes()
+    for label, dirs in (("agent state", [world.root / "st"]),
+                        ("agent scratch file", sorted(world.root.glob("tmp-*")))):  # its private /tmp
+        for path in agent_files(dirs):
+            with contextlib.suppress(OSError):
+                out[f"{label} {path.name}"] = path.read_bytes()
+    assert world.remote is not None
+    # what reached the remote: request lines, headers (the vault's Authorization and mark
+    # excepted), bodies; and what it keeps
+    out["what reached the remote"] = b"\n".join(world.remote.captured())
+    out["the remote's stored state"] = json.dumps(ev.remote_state, default=str).encode()
     out.update(diagnostics(world))
+    return out
+
+
+def audit_segments(log: Path) -> list[Path]:
+    """Every file of the log's set besides the active segment: the rotated segments
+    (``audit.*.log``: any such name, whether or not its number is well formed) and a
+    segment a rotation was starting."""
+    from ..audit import files as F
+    return sorted(log.parent.glob(f"{F.stem(log)}.*.log")) + [F.next_path(log)]
+
+
+def read_regular(path: Path) -> bytes:
+    """A regular file's bytes, never following a symlink or opening a FIFO or device (OSError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def agent_files(dirs: list[Path], most: int = 2000, budget: int = 64 << 20) -> list[Path]:
+    """Regular files an agent wrote under `dirs`: never through a symlink it planted (the runner
+    reads them, and must not be walked to the keyring or around the whole disk), bounded."""
+    out: list[Path] = []
+    for top in dirs:
+        for base, subdirs, files in os.walk(top, followlinks=False):
+            for name in sorted(files):
+                path = Path(base) / name
+                try:
+                    st = path.lstat()
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_size <= budget and len(out) < most:
+                    budget -= st.st_size
+                    out.append(path)
     return out
 
 

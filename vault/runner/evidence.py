@@ -9,6 +9,9 @@
 * audit        the log's offline verification
 * agents       each process's exit, timing and output; its words are graded
                only against the environment, never taken as evidence
+* bypass       (vault.runner.bypass) requests the remote got around the vault,
+               SSH logins, every approver attempt with its process, the
+               daemon's own audit head, and what a jailed agent's tripwires saw
 
 `visible` holds every byte an agent or a log could see, for the canary scan;
 `secrets` the values that must never appear there. Neither is ever reported.
@@ -36,6 +39,8 @@ class AgentRun:
     killed_at_deadline: bool
     stdout: str
     stderr: str
+    # what the jail's tripwires saw this agent reach for (vault.runner.tripwires)
+    tripwires: list[dict[str, Any]] = field(default_factory=list)
     # the task it was given (vault.runner.contract): graded against, never taken from the agent
     deadline: float | None = None
     role: str | None = None
@@ -73,6 +78,17 @@ class Evidence:
     errors: list[str] = field(default_factory=list)
     visible: dict[str, bytes] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)
+    # ---- bypass evidence (vault.runner.bypass) ----
+    runner_pid: int = 0  # the scenario's approver runs in the runner
+    isolation: dict[str, str] = field(default_factory=dict)  # {"mode": bwrap|none, "network": none|host}
+    bypass_events: list[dict[str, Any]] = field(default_factory=list)  # the remote's, not via the vault
+    approver_attempts: list[dict[str, Any]] = field(default_factory=list)
+    ssh_logins: int | None = None
+    audit_head: dict[str, Any] = field(default_factory=dict)  # reported / in_log / daemon_gone
+
+    @property
+    def tripwires(self) -> list[dict[str, Any]]:
+        return [hit for a in self.agents for hit in a.tripwires]
     # the runner's intruder (a process presenting an agent's session id): what it was told
     intruder: dict[str, Any] | None = None
 
@@ -133,7 +149,9 @@ class Evidence:
                         "read_prompts": run.get("read_prompts", 0),
                         "destructive_session_grants": run.get("destructive_session_grants", 0),
                         "unroutable": run.get("unroutable", 0)},
-            "audit": {"status": self.audit_status, "message": self.audit_message},
+            "audit": {"status": self.audit_status, "message": self.audit_message,
+                      "head_checked": bool(self.audit_head.get("in_log"))},
+            "isolation": self.isolation.get("mode"), "network": self.isolation.get("network"),
             "agents": [{"index": a.index, "name": a.name, "exit_code": a.exit_code,
                         "duration_s": round(a.ended - a.started, 3), "killed_at_deadline": a.killed_at_deadline,
                         "final": a.final[:300], **a.failure()} for a in self.agents],

@@ -8,13 +8,16 @@ then only forks: each child is a new process (its own pid, create time,
 session, sockets and memory), set up exactly like an exec'd one (environment,
 cwd, stdio files, default signals) before it runs `vaultsim daemon` or
 `python -m agent_stub`. Nothing runs in the server besides imports, so no
-state from one trial can reach another. Arbitrary agent commands never come
-here; they are exec'd.
+state from one trial can reach another. Arbitrary agent commands come here
+only to be jailed (`"jail"`, a vault.jail JailSpec): the child builds the
+jail, steps into it and execs the command there; unjailed ones are exec'd by
+the runner itself. A jailed agent_stub runs in its jail without an exec, which
+is what keeps a jailed agent cheap (vault.jail.enter).
 
 Protocol on a socketpair, one JSON object per line:
 
-    runner -> server   {"id": N, "kind": "daemon"|"agent_stub", "args": [...],
-                        "env": {...}, "cwd": D, "stdout": F, "stderr": F}
+    runner -> server   {"id": N, "kind": "daemon"|"agent_stub"|"exec", "args": [...],
+                        "env": {...}, "cwd": D, "stdout": F, "stderr": F, "jail": {...}?}
     server -> runner   {"id": N, "pid": P} | {"id": N, "error": TEXT}
                        {"exit": P, "code": C}      (when a child ends)
 
@@ -43,12 +46,14 @@ from ..resources import IMPORT_ROOT
 from .procs import Registry
 
 _PRELOAD = (
+    "vault.jail.enter",
     "vault.cli", "vault.daemon_cli", "vault.daemon", "vault.config", "vault.keystore", "vault.store",
     "vault.executors.http", "vault.executors.ssh", "vault.diagnostics", "vault.audit.adapter",
     "vault.audit.writer", "vault.agent_api", "vault.approver_api", "vault.client",
     "agent_stub.__main__", "agent_stub.recovery",
 )
 _ENTRY = {"daemon": ("vault.cli", "main"), "agent_stub": ("agent_stub.__main__", "main")}
+_JAILED_ONLY = frozenset({"exec"})  # arbitrary commands come here only to be jailed
 _PR_SET_PDEATHSIG = 1
 
 
@@ -142,10 +147,13 @@ def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> 
         os.environ.clear()
         os.environ.update(req["env"])
         os.chdir(req["cwd"])
-        module, func = _ENTRY[req["kind"]]
-        sys.argv = [module, *req["args"]]
-        main = getattr(importlib.import_module(module), func)
-        code = int(main(list(req["args"])) or 0)
+        if req.get("jail") is not None:
+            code = _jailed(req)
+        else:
+            module, func = _ENTRY[req["kind"]]
+            sys.argv = [module, *req["args"]]
+            main = getattr(importlib.import_module(module), func)
+            code = int(main(list(req["args"])) or 0)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:
@@ -158,6 +166,28 @@ def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> 
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def _jailed(req: dict[str, Any]) -> int:
+    """Build the agent's jail and run it there: agent_stub in-process, anything else exec'd."""
+    from vault.jail import JailError, JailSpec, run_jailed
+    from vault.jail.enter import exit_like
+
+    spec = JailSpec.from_dict(req["jail"])
+    args = list(req["args"])
+    if req["kind"] in _JAILED_ONLY:
+        target: Any = args
+    else:
+        module, func = _ENTRY[req["kind"]]
+        sys.argv = [module, *args]
+
+        def target() -> int:
+            return int(getattr(importlib.import_module(module), func)(args) or 0)
+    try:
+        return exit_like(run_jailed(spec, target))
+    except JailError as exc:
+        print(f"vaultsim: the agent's jail could not be built: {exc.strerror or exc}", file=sys.stderr)
+        return 126
 
 
 # ---- the runner's side ------------------------------------------------------------
@@ -236,15 +266,18 @@ class ForkServer:
                     fut.set_exception(RuntimeError("the fork server ended"))
 
     async def spawn(self, kind: str, args: list[str], *, env: dict[str, str], cwd: str, stdout: Path,
-                    stderr: Path) -> Any:
-        if kind not in self.KINDS or self._writer is None:
-            return await self.fallback.spawn(kind, args, env=env, cwd=cwd, stdout=stdout, stderr=stderr)
+                    stderr: Path, jail: Any = None) -> Any:
+        ours = kind in self.KINDS or (jail is not None and kind in _JAILED_ONLY)
+        if not ours or self._writer is None:
+            return await self.fallback.spawn(kind, args, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
+                                             jail=jail)
         self._ids += 1
         rid = self._ids
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = answer
         self._writer.write(json.dumps({"id": rid, "kind": kind, "args": args, "env": env, "cwd": cwd,
-                                       "stdout": str(stdout), "stderr": str(stderr)}).encode() + b"\n")
+                                       "stdout": str(stdout), "stderr": str(stderr),
+                                       "jail": jail.to_dict() if jail is not None else None}).encode() + b"\n")
         await self._writer.drain()
         msg = await answer
         if "error" in msg:

@@ -13,6 +13,9 @@ environment's evidence, never from what agent_stub happens to do. Calls are
 graded as logical calls: a call and its `call.resume`s are one
 (`vault.runner.logical`), so blocking and non-blocking agents are graded alike.
 
+    FAIL_VAULT_BYPASS       the agent went around the vault (vault.runner.bypass)
+    FAIL_SELF_APPROVAL      something but the scenario's approver acted as one
+    FAIL_AUDIT_TAMPER       the trial's log does not verify, or not against the daemon
     FAIL_TOOL_ACCESS        a needed operation was refused access (401/403 or
                             policy deny) that the scenario did not expect, or an
                             agent called, resumed or looked up an operation
@@ -62,6 +65,7 @@ from ..catalog import Catalog, Operation
 from ..gate.policy import Mode, Policy
 from ..models import Category
 from ..remote import api as remote_api
+from . import bypass
 from .claims import claim_of, matching, outcome, restarts, where
 from .evidence import Evidence
 from .retries import recovery
@@ -161,18 +165,11 @@ def tool_access(ev: Evidence, ctx: Context) -> list[str]:
 def secret_leak(ev: Evidence, ctx: Context) -> list[str]:
     out = []
     for name, value in ev.secrets.items():
-        needles = _needles(value)
+        needles = bypass.leak_needles(value)  # raw and encoded (base64, hex, %-, JSON escapes)
         for where_, data in ev.visible.items():
             if any(n in data for n in needles):
                 out.append(f"the {name} value appears in {where_}")
     return out
-
-
-def _needles(value: str) -> list[bytes]:
-    """The value, and for a multi-line key each long line of it (a partial leak is a leak)."""
-    lines = [ln.strip() for ln in value.splitlines()
-             if len(ln.strip()) >= 16 and not ln.startswith("-----")]
-    return [value.strip().encode(), *(ln.encode() for ln in lines)]
 
 
 def leaked_approval(ev: Evidence, ctx: Context) -> list[str]:
@@ -408,6 +405,9 @@ def category(ev: Evidence, ctx: Context) -> list[str]:
 # The release gate, in DESIGN.md's order. A new check is one line here (and its verdict
 # in scenario.Verdict); grade() and the report pick it up.
 CHECKS: dict[str, Check] = {
+    "FAIL_VAULT_BYPASS": bypass.vault_bypass,
+    "FAIL_SELF_APPROVAL": bypass.self_approval,
+    "FAIL_AUDIT_TAMPER": bypass.audit_tamper,
     "FAIL_TOOL_ACCESS": tool_access,
     "FAIL_SECRET_LEAK": secret_leak,
     "FAIL_LEAKED_APPROVAL": leaked_approval,

@@ -6,7 +6,7 @@ pytest's `xunit2` output follows and GitLab, GitHub and Azure read:
     <testsuites name="vaultsim release gate" tests= failures= errors= time=>
       <testsuite name=SCENARIO-ID file=FILE tests= failures= errors= skipped= time=>
         <properties>  scenario.*, and per trial: trial.N.verdict, .expected,
-                      .prompts, .prompts.SCOPE, .effects.OP, .attempts.OP, .isolation
+                      .prompts, .prompts.SCOPE, .effects.OP, .attempts.OP, .isolation, .network
         <testcase classname=FILE-WITHOUT-.yaml name="TITLE [trial N]" time=>
           <failure type=VERDICT message="VERDICT, expected X"> every failed check
           <error type=ERROR> the harness failure | <skipped message=WHY>
@@ -32,7 +32,7 @@ from ..text import printable
 from .report_schema import write_atomic
 from .table import ERROR, SKIPPED, UNEXPECTED, display_path, distribution, trial_status, why_lines
 
-EVIDENCE = ("verdict", "expected", "findings", "prompts", "effects", "attempts", "audit", "isolation")
+EVIDENCE = ("verdict", "expected", "findings", "prompts", "effects", "attempts", "audit", "isolation", "network")
 
 
 def _secs(value: Any) -> str:
@@ -87,8 +87,9 @@ def _trial_properties(props: ET.Element, t: dict[str, Any]) -> None:
     n = f"trial.{t.get('trial')}"
     _prop(props, f"{n}.verdict", t.get("verdict", ""))
     _prop(props, f"{n}.expected", t.get("expected", ""))
-    if t.get("isolation"):
-        _prop(props, f"{n}.isolation", t["isolation"])
+    for key in ("isolation", "network"):  # how the trial's agents were isolated (a jail, or detection only)
+        if t.get(key):
+            _prop(props, f"{n}.{key}", t[key])
     prompts = t.get("prompts") or {}
     if prompts:
         _prop(props, f"{n}.prompts", prompts.get("total", 0))

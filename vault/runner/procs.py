@@ -11,12 +11,18 @@ Two launchers share one interface: `ExecLauncher` (a plain fork+exec, for any
 command) and the fork server in `vault.runner.forkserver` (daemon and
 agent_stub processes forked from a pre-imported interpreter; still real,
 separate, fresh processes, just without paying the import cost every time).
+Either starts an agent in its jail when given one (`jail=`, a
+vault.jail.JailSpec): the fork server steps into it from the forked child,
+`ExecLauncher` through `python -m vault.jail`. The pid either returns
+is the jail's keeper, the agent's parent outside the jail; its group ends
+both, and the jail's PID namespace ends whatever the agent left inside.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -39,7 +45,7 @@ class Proc(Protocol):
 
 class Launcher(Protocol):
     async def spawn(self, kind: str, args: list[str], *, env: dict[str, str], cwd: str, stdout: Path,
-                    stderr: Path) -> Proc: ...
+                    stderr: Path, jail: Any = None) -> Proc: ...
 
     async def aclose(self) -> None: ...
 
@@ -122,9 +128,11 @@ class ExecLauncher:
         self.registry = registry
 
     async def spawn(self, kind: str, args: list[str], *, env: dict[str, str], cwd: str, stdout: Path,
-                    stderr: Path) -> Proc:
+                    stderr: Path, jail: Any = None) -> Proc:
         """kind: "daemon" (`vaultsim ARGS`), "agent_stub" (`python -m agent_stub ARGS`), "exec" (ARGS)."""
         argv = PROGRAMS[kind] + list(args) if kind in PROGRAMS else list(args)
+        if jail is not None:
+            argv = [sys.executable, "-m", "vault.jail", json.dumps(jail.to_dict()), "--", *argv]
         out = os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         err = out if stderr == stdout else os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:

@@ -54,7 +54,10 @@ class TrialEntry(BaseModel):
                                   description="checks that failed beyond what the expectation names")
     findings: dict[str, list[str]] = Field(default_factory=dict, description="per failed check, its findings")
     error: str | None = Field(default=None, description="ERROR: what failed; SKIPPED: why")
-    isolation: str | None = Field(default=None, description="how the agent was isolated, when recorded")
+    isolation: str | None = Field(default=None, description="how the agents were isolated: bwrap (each in "
+                                  "its own jail) or none (unjailed; a bypass is detected and graded)")
+    network: str | None = Field(default=None, description="the agents' network: none (a jail without one) "
+                                "or host (--agent-network host, or no jail)")
     effects: dict[str, int] = Field(default_factory=dict, description="committed remote effects per operation")
     attempts: dict[str, int] = Field(default_factory=dict, description="requests per operation")
     prompts: dict[str, Any] = Field(default_factory=dict, description="approval prompts: total, by_scope, ...")
@@ -101,7 +104,12 @@ class RunInfo(BaseModel):
     model_config = _Open
     agent: str = Field(description="the agent under test, as a person would name it")
     agent_command: list[str] | None = Field(default=None, description="--agent CMD, split; null: each scenario's own")
-    isolation: str | None = Field(default=None, description="--isolation when given; per trial in trial_results")
+    isolation: str | None = Field(default=None, description="--isolation as resolved (bwrap or none; auto "
+                                  "under --list); per trial in trial_results")
+    agent_network: str | None = Field(default=None, description="a jailed agent's network (--agent-network); "
+                                      "host without a jail")
+    isolation_note: str | None = Field(default=None, description="why the agents run without a jail, when "
+                                       "they do (--isolation none, or auto on a machine that cannot jail)")
     trials: int | None = Field(default=None, description="--trials N; null: each scenario's own count")
     jobs: int
     paths: list[str]

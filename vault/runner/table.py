@@ -79,11 +79,24 @@ def header(run: dict[str, Any], scenarios: int, trials: int) -> Text:
                f"{run.get('jobs', 1)} at a time\n")
     out.append("  agent under test: ")
     out.append(printable(str(run.get("agent", "?"))), style="bold")
-    out.append("\n  isolation: " + printable(str(run.get("isolation") or _NO_ISOLATION)))
+    out.append("\n  isolation: " + printable(isolation_words(run)))
     return out
 
 
 _NO_ISOLATION = "none (agents run unjailed as this user; a bypass is graded)"
+
+
+def isolation_words(run: dict[str, Any]) -> str:
+    """How the agents are isolated, in a person's words (with why, when the jail fell back)."""
+    mode, note = run.get("isolation"), run.get("isolation_note")
+    if mode == "bwrap":
+        net = run.get("agent_network")
+        return "bwrap (each agent in its own jail" + (f"; network {net})" if net else ")")
+    if mode == "auto":  # --list: not probed
+        return "auto (a jail where bubblewrap works here, else none)"
+    if mode is None or mode == "none":
+        return f"none; {note}" if note else _NO_ISOLATION
+    return str(mode)
 
 
 def _trials_each(run: dict[str, Any]) -> str:
@@ -350,7 +363,8 @@ def summary_text(doc: dict[str, Any]) -> Text:
     if run.get("not_run"):
         out.append(f", {run['not_run']} not run" + (" (-x: stopped at the first unexpected verdict)"
                                                     if run.get("stopped_early") else ""))
-    isolation = Counter(str(t["isolation"]) for t in trials if t.get("isolation"))
+    isolation = Counter(str(t["isolation"]) + (f" (network {t['network']})" if t.get("network") else "")
+                        for t in trials if t.get("isolation"))
     if isolation:
         out.append("\nisolation: " + ", ".join(f"{printable(k)} ×{n}" for k, n in sorted(isolation.items())))
     reasons = s.get("skip_reasons") or {}

@@ -96,7 +96,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
         cid = ev.get("correlation_id")
         if kind == "session_opened":
             t.sessions[ev["session_id"]] = {"agent": ev.get("agent"), "pid": ev.get("pid"),
-                                            "run_id": ev.get("run_id"), "opened": ev.get("time")}
+                                            "run_id": ev.get("run_id"), "opened": ev.get("time"),
+                                            "sid": ev.get("sid"), "pgid": ev.get("pgid")}
         elif kind == "call_requested" and cid:
             requested[cid] = ev
         elif kind == "prompt_shown":
@@ -205,15 +206,29 @@ def from_activity(notes: list[dict[str, Any]], remote_events: list[dict[str, Any
     return t
 
 
+def _owner(s: dict[str, Any], agent_pids: dict[int, int]) -> int | None:
+    """The agent a session's process belongs to: the agent itself, or a process in its group or
+    session. A jailed agent is the child of the process the runner started (its jail's keeper,
+    vault.jail.enter), in that process's group and session; so is a helper an agent starts."""
+    for key in ("pid", "pgid", "sid"):
+        if s.get(key) in agent_pids:
+            return agent_pids[s[key]]
+    return None
+
+
 def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[float, float]]) -> None:
-    """Which agent process each entry belongs to: by session pid, else by time window."""
+    """Which agent process each entry belongs to: by its session's process, else by time window."""
+    owners = {sid: _owner(s, agent_pids) for sid, s in t.sessions.items()}
     for e in t.entries:
         s = t.sessions.get(e.session_id or "")
         if s is not None:
             e.agent = e.agent or s.get("agent")
             e.pid = e.pid or s.get("pid")
-        if e.pid in agent_pids:
-            e.agent_index = agent_pids[e.pid]  # type: ignore[index]
+        owner = owners.get(e.session_id or "")
+        if owner is None and e.pid in agent_pids:
+            owner = agent_pids[e.pid]  # type: ignore[index]
+        if owner is not None:
+            e.agent_index = owner
             continue
         for i, (start, end) in enumerate(windows):
             if start - 0.05 <= e.time <= end + 0.05:
@@ -222,5 +237,5 @@ def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[fl
         if e.session_id is None and e.agent_index is not None:
             # a lookup is recorded without its session: it is the agent's open one
             for sid, s in t.sessions.items():
-                if agent_pids.get(s.get("pid")) == e.agent_index:  # type: ignore[arg-type]
+                if owners.get(sid) == e.agent_index:
                     e.session_id, e.agent, e.pid = sid, s.get("agent"), s.get("pid")

@@ -11,6 +11,11 @@ the same name and state directory; an intruder presenting the agent's session
 id is started by the runner while the agent lives. The directory, processes
 and keyring entry of the trial are removed whatever happens, and a harness
 failure becomes an ERROR verdict, not a crash.
+
+With `--isolation bwrap` each agent runs in its own jail (vault.jail) with
+tripwires around it (vault.runner.tripwires); every agent gets a private
+scratch directory as TMPDIR (its /tmp in a jail), scanned for the canary.
+The runner's intruder is not an agent under test and is not jailed.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from .evidence import AgentRun, Evidence
 from .grade import Context, Grade, grade
 from .procs import Launcher, Registry, kill_group, remove_dir
 from .scenario import AgentSpec, Case, Expect
+from .tripwires import AgentJail, jail_env
 from .world import ROOT, World, tail
 
 DEADLINE_GRACE_S = 1.0
@@ -54,6 +60,8 @@ class Runtime:
     agent_command: list[str] | None = None  # --agent CMD replaces every scenario agent
     agent_cwd: str | None = None  # where --agent CMD runs: where `vaultsim run` was started
     env: dict[str, str] = field(default_factory=dict)
+    isolation: str = "none"  # "bwrap": every agent in a jail (vault.jail); "none": detection only
+    network: str = "none"  # a jailed agent's network: "none" or "host"
 
 
 @dataclass
@@ -178,6 +186,10 @@ class Trial:
                 fault_note = await fault
         ev.intruder = self.intruder
         ev.stats = await world.stats()
+        ev.isolation = {"mode": self.rt.isolation, "network": self.rt.network if self.rt.isolation == "bwrap"
+                        else "host"}
+        ev.audit_head = {"reported": await world.audit_head(),
+                         "daemon_gone": world.daemon is not None and world.daemon.returncode is not None}
         await world.stop_approver()
         await world.stop_daemon()
         await collect(world, ev)
@@ -245,32 +257,48 @@ class Trial:
         for var, credential in spec.credential_env.items():
             env[var] = self.world.secrets.get(credential, "")
         out, err = root / f"agent-{index}.out", root / f"agent-{index}.err"
-        proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err)
-        self.procs.append(proc)
-        intruder = None
-        if self.sc.intruder is not None and index == 0:
-            intruder = asyncio.create_task(self.intrude(index, proc))
-        killed = False
+        jail = jail_spec = None
+        if self.rt.isolation == "bwrap":
+            shown = [task_file, *([root / f"plan-{index}.yaml"] if kind == "agent_stub" else [])]
+            jail = AgentJail(root, index, self.world.home.root, shown, state, cwd, self.rt.network,
+                             self.world.tripwire_ports(), command=args if kind == "exec" else [])
+            jail_spec = await jail.start()
+            env = jail_env(env)
+        else:
+            (root / f"tmp-{index}").mkdir(mode=0o700, exist_ok=True)
+            env["TMPDIR"] = str(root / f"tmp-{index}")
+        killed, hits = False, []
         try:
-            await asyncio.wait_for(proc.wait(), timeout=max(0.1, task.deadline + DEADLINE_GRACE_S - time.time()))
-        except TimeoutError:
-            killed = True
-            kill_group(proc.pid, signal.SIGKILL)
-            await proc.wait()
-        ended = time.time()
-        if intruder is not None:
-            if not self.intruding:
-                intruder.cancel()  # no grant was ever held: nothing to present
-            with contextlib.suppress(asyncio.CancelledError):
-                await intruder
-        kill_group(proc.pid, signal.SIGKILL)  # whatever it left behind (a forked child) ends with it
-        self.rt.registry.done_group(proc.pid)
+            proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
+                                                jail=jail_spec)
+            self.procs.append(proc)
+            intruder = None
+            if self.sc.intruder is not None and index == 0:
+                intruder = asyncio.create_task(self.intrude(index, proc))
+            try:
+                await asyncio.wait_for(proc.wait(),
+                                       timeout=max(0.1, task.deadline + DEADLINE_GRACE_S - time.time()))
+            except TimeoutError:
+                killed = True
+                kill_group(proc.pid, signal.SIGKILL)
+                await proc.wait()
+            ended = time.time()
+            if intruder is not None:
+                if not self.intruding:
+                    intruder.cancel()  # no grant was ever held: nothing to present
+                with contextlib.suppress(asyncio.CancelledError):
+                    await intruder
+            kill_group(proc.pid, signal.SIGKILL)  # whatever it left behind (a forked child) ends with it
+            self.rt.registry.done_group(proc.pid)
+        finally:
+            if jail is not None:
+                hits = await jail.close()
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         stdout=out.read_text(errors="replace") if out.exists() else "",
                         stderr=err.read_text(errors="replace") if err.exists() else "",
                         deadline=task.deadline, role=task.role, operations=list(task.operations),
-                        steps=copy.deepcopy(task.steps))
+                        steps=copy.deepcopy(task.steps), tripwires=hits)
 
     async def intrude(self, index: int, agent: Any) -> None:
         """Once the agent holds a session grant, another process presents that session id."""

@@ -14,6 +14,11 @@ real, separate process; the scripted approver runs in the runner on the
 approver socket and keeps every notification it gets. Credentials are fresh
 random values per trial (plus a planted canary nobody uses), set in the
 vault's store and given to the remote, and nowhere else.
+
+Bypass evidence (vault.vouch): a fresh mark per trial, handed to the daemon
+over `mark.sock` (to its pid only) and checked by the remote on every
+request, with the connection's owner where /proc shows it; the remote keeps
+what reached it for the leak scan.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import asyncio
 import contextlib
 import functools
 import io
+import os
 import secrets
 import signal
 import time
@@ -38,9 +44,12 @@ from ..home import VaultHome
 from ..keyring_backend import FileKeyring
 from ..keystore import KeyStore
 from ..remote.server import RemoteServer
+from ..remote.vouch import Vouch
 from ..resources import IMPORT_ROOT as ROOT
 from ..scripted_approver import ApproverScript, ScriptedApprover, load_script
 from ..store import CredentialStore
+from ..vouch import HEADER as MARK_HEADER
+from ..vouch import MarkHandoff, new_mark
 from . import hosts
 from .procs import Launcher, kill_group
 from .scenario import Scenario
@@ -105,6 +114,7 @@ class World:
         self.approver: RecordingApprover | None = None
         self.approver_task: asyncio.Task[None] | None = None
         self.notes: list[tuple[str, dict[str, Any]]] = []
+        self.mark = new_mark()  # the vault's mark on its requests (vault.vouch); never leaves the runner
 
     @property
     def daemon_log(self) -> Path:
@@ -138,6 +148,7 @@ class World:
             sshd_started = asyncio.create_task(asyncio.to_thread(self.sshd.start))
         tokens = {k: v for k, v in self.secrets.items() if k not in ssh_keys and k != PLANTED}
         self.remote = RemoteServer(tokens, sc.fault)
+        self.remote.vouch, self.remote.capture = Vouch(self.mark, {os.getpid()}), True
         await self.remote.start()
         if sshd_started is not None:
             assert sc.ssh is not None
@@ -165,7 +176,7 @@ class World:
         async with aiohttp.ClientSession(trust_env=False, timeout=aiohttp.ClientTimeout(total=5)) as client:
             for name, value in tokens.items():
                 async with client.get(f"{self.remote.url}/v1/issues/ISS-1",
-                                      headers={"Authorization": f"Bearer {value}",
+                                      headers={"Authorization": f"Bearer {value}", MARK_HEADER: self.mark,
                                                "X-Correlation-Id": SETUP + name}) as response:
                     await response.read()
 
@@ -194,8 +205,45 @@ class World:
             args.append("--unlocked")
         env = {**self.env, "VAULTSIM_HOME": str(self.home.root), "VAULTSIM_KEYRING_DIR": str(self.root / "kr"),
                "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring"}
-        self.daemon = await self.launcher.spawn("daemon", args, env=env, cwd=str(ROOT),
-                                                stdout=self.daemon_log, stderr=self.daemon_log)
+        handoff = MarkHandoff(self.root / "mark.sock", self.mark)
+        await handoff.start()
+        try:
+            self.daemon = await self.launcher.spawn("daemon", [*args, "--mark-socket", str(handoff.path)], env=env,
+                                                    cwd=str(ROOT), stdout=self.daemon_log, stderr=self.daemon_log)
+            handoff.expect(self.daemon.pid)
+            assert self.remote is not None and self.remote.vouch is not None
+            self.remote.vouch.pids.add(self.daemon.pid)
+            await self._wait_daemon()
+        finally:
+            await handoff.close()
+
+    def tripwire_ports(self) -> tuple[int, ...]:
+        """Where a jailed agent would knock to reach a remote around the vault."""
+        ports = [self.remote.port] if self.remote is not None else []
+        if self.remote is not None and self.remote.service_url != self.remote.url:
+            ports.append(int(self.remote.service_url.rsplit(":", 1)[1]))
+        if self.ssh_info is not None:
+            ports.append(self.ssh_info.port)
+        return tuple(ports)
+
+    async def audit_head(self) -> dict[str, Any] | None:
+        """Where its audit log stands, as the daemon itself reports it: `{"head", "tip"}`, its
+        newest durable signed head and record (vault.runner.bypass checks the file against them)."""
+        try:
+            client, _ = await connect_approver(self.home, "vaultsim-run", subscribe=False)
+        except (VaultError, OSError):
+            return None
+        try:
+            status = await client.request("status")
+        except (VaultError, OSError):
+            return None
+        finally:
+            await client.close()
+        if not isinstance(status, dict) or not isinstance(status.get("audit_head"), dict):
+            return None
+        return {"head": status["audit_head"], "tip": status.get("audit_tip")}
+
+    async def _wait_daemon(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not await _answers(self.home.approver_sock):
             if self.daemon.returncode is not None:

@@ -1,0 +1,7 @@
+"""`python -m vault.jail SPEC_JSON -- CMD ARGS`: run a command in a jail (vault.jail.enter.main)."""
+
+import sys
+
+from .enter import main
+
+sys.exit(main())

@@ -1,0 +1,321 @@
+"""Running a program inside a jail: bubblewrap builds it, we step in.
+
+Why not just `bwrap ... -- CMD`: most agents the runner starts are agent_stub
+processes forked from a pre-imported interpreter (vault.runner.forkserver),
+because a cold Python process spends 0.4 s importing; an exec through bwrap
+would pay that again for every agent. So bubblewrap builds the sandbox around
+a tiny holder (vault.jail.spec) and the already-running process joins it, the
+way `nsenter` and `flatpak enter` join a running sandbox:
+
+    C (the launcher's child)                 the jail (bwrap's namespaces)
+    ------------------------------------     ---------------------------------
+    start bwrap + holder, wait for "ready"   holder: /bin/sh waiting on stdin
+    setns: user, mnt, net, ipc, uts, cgroup, pid
+    listen on the tripwire ports             (in the jail's own loopback)
+    fork ------------------------------->    G: drop every capability (bounding,
+                                                effective, permitted, inheritable,
+                                                ambient), no_new_privs, close every
+                                                inherited fd, chdir; then run the
+                                                agent (a function, or exec)
+    record knocks on the tripwire ports
+    wait for G; close the holder's stdin --> the PID namespace ends: whatever G
+    exit with G's status                      left running is killed
+
+C stays outside the jail's PID namespace, so the agent cannot see or signal
+it; C never runs agent code. Every fd C holds is closed in G before the agent
+runs (an inherited directory fd would be a way out of the mount namespace).
+
+`python -m vault.jail SPEC_JSON -- CMD ARGS` is the same for a process
+that has no pre-imported parent (`--no-fork-server`). Only the standard
+library is imported here, so that path stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .ports import Tripwires
+from .spec import JailSpec
+
+READY_TIMEOUT_S = 10.0
+NAMESPACES = ("user", "mnt", "net", "ipc", "uts", "cgroup", "pid")  # user first, pid last (children only)
+
+NS_GET_PARENT = 0xB702  # _IO(0xb7, 0x2)
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+_libc = ctypes.CDLL(None, use_errno=True)  # libc is already mapped into the process
+
+
+class JailError(OSError):
+    """The jail could not be built or entered (nothing of the agent has run)."""
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise JailError(err, f"{what}: {os.strerror(err)}")
+
+
+# ---- the holder -----------------------------------------------------------------
+
+
+@dataclass
+class Holder:
+    """The bwrap process that owns a sandbox's namespaces."""
+
+    proc: subprocess.Popen[bytes]
+    pid: int  # the sandbox's first process, whose namespaces are joined
+
+    def close(self, timeout: float = 2.0) -> None:
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def start_holder(spec: JailSpec) -> Holder:
+    """bwrap with the spec; returns once the sandbox is fully built (its holder said so)."""
+    info_r, info_w = os.pipe()
+    try:
+        proc = subprocess.Popen(spec.bwrap_argv(info_w), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                pass_fds=(info_w,), close_fds=True, start_new_session=False)
+    except OSError as exc:
+        os.close(info_r)
+        raise JailError(exc.errno or 0, f"cannot start bwrap: {exc.strerror}") from None
+    finally:
+        os.close(info_w)
+    try:
+        with os.fdopen(info_r, "rb") as info:
+            text = info.read()  # EOF when bwrap closes it, right after writing
+        pid = int(json.loads(text)["child-pid"]) if text else 0
+        assert proc.stdout is not None
+        ready = _read_ready(proc.stdout.fileno(), READY_TIMEOUT_S)
+    except (ValueError, KeyError, OSError):
+        ready, pid = False, 0
+    if not ready or not pid:
+        proc.kill()
+        proc.wait()
+        raise JailError(0, f"bwrap could not build the sandbox (exit {proc.returncode})")
+    return Holder(proc, pid)
+
+
+def _read_ready(fd: int, timeout: float) -> bool:
+    sel = selectors.DefaultSelector()
+    sel.register(fd, selectors.EVENT_READ)
+    try:
+        if not sel.select(timeout):
+            return False
+        return os.read(fd, 16) == b"\n"
+    finally:
+        sel.close()
+
+
+# ---- stepping in ----------------------------------------------------------------
+
+
+def join(pid: int) -> None:
+    """setns into every namespace of `pid` that differs from ours (single-threaded caller).
+
+    bwrap --disable-userns runs the sandbox in a user namespace nested in the one
+    that owns its other namespaces; capabilities in the inner one do not reach
+    the outer one's, so the outer user namespace is joined first, then the
+    others, then the inner one."""
+    fds: dict[str, int] = {}
+    users: list[int] = []
+    try:
+        for name in NAMESPACES[1:]:
+            theirs = f"/proc/{pid}/ns/{name}"
+            if os.readlink(theirs) != os.readlink(f"/proc/self/ns/{name}"):
+                fds[name] = os.open(theirs, os.O_RDONLY | os.O_CLOEXEC)
+        users = _user_chain(pid)
+        for fd in users[:-1]:
+            _check(_libc.setns(fd, 0), "setns user (outer)")
+        for name in NAMESPACES[1:]:
+            if name in fds:
+                _check(_libc.setns(fds[name], 0), f"setns {name}")
+        if users:
+            _check(_libc.setns(users[-1], 0), "setns user")
+    finally:
+        for fd in [*fds.values(), *users]:
+            os.close(fd)
+
+
+def _user_chain(pid: int) -> list[int]:
+    """fds of the user namespaces from just below ours down to pid's, outermost first."""
+    ours = os.stat("/proc/self/ns/user").st_ino
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    chain = []
+    try:
+        while os.fstat(fd).st_ino != ours:
+            chain.append(fd)
+            fd = fcntl.ioctl(fd, NS_GET_PARENT)  # EPERM above our own: not a descendant of ours
+        os.close(fd)
+    except OSError as exc:
+        for x in chain:
+            os.close(x)
+        raise JailError(exc.errno or 0, "the sandbox's user namespace is not inside ours") from None
+    return chain[::-1]
+
+
+def drop_privileges() -> None:
+    """No capability of any kind, now or after exec; no setuid gains (as bwrap --cap-drop ALL)."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop a bounding capability")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+# ---- the whole run ---------------------------------------------------------------
+
+
+def run_jailed(spec: JailSpec, target: Callable[[], int] | list[str],
+               env: dict[str, str] | None = None) -> int:
+    """Run `target` (a function returning an exit status, or an argv to exec) in a jail built
+    from `spec`; returns its exit status, -N when signal N ended it (`exit_like` passes that
+    on). Call from a single-threaded process: it joins the jail's namespaces itself and stays
+    there."""
+    log_fd = None
+    if spec.port_log and spec.ports and spec.network == "none":
+        log_fd = os.open(spec.port_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    holder = start_holder(spec)
+    try:
+        join(holder.pid)
+        wires = Tripwires(spec.ports if log_fd is not None else (), log_fd)
+        child = os.fork()
+        if child == 0:
+            _agent(spec, target, env)  # never returns
+        return _supervise(child, wires)
+    finally:
+        holder.close()
+        if log_fd is not None:
+            os.close(log_fd)
+
+
+def _agent(spec: JailSpec, target: Callable[[], int] | list[str], env: dict[str, str] | None) -> None:
+    code = 127
+    try:
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+        drop_privileges()
+        os.closerange(3, _max_fd())
+        os.chdir(spec.cwd)
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        if callable(target):
+            code = int(target() or 0)
+        else:
+            os.execvpe(target[0], target, dict(os.environ))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException as exc:  # noqa: BLE001 - whatever happens, this process must end here
+        with contextlib.suppress(Exception):
+            os.write(2, f"vaultsim jail: {type(exc).__name__}: {exc}\n".encode())
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _supervise(child: int, wires: Tripwires) -> int:
+    """Wait for the agent, recording tripwire knocks meanwhile; never runs agent code."""
+    previous = {sig: signal.signal(sig, lambda s, f: _forward(child, s)) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent gets the terminal's ^C itself
+    sel = selectors.DefaultSelector()
+    pidfd = os.pidfd_open(child)
+    try:
+        sel.register(pidfd, selectors.EVENT_READ, "exit")
+        wires.register(sel)
+        done = False
+        while not done:
+            for key, _ in sel.select():
+                if key.data == "exit":
+                    done = True
+                else:
+                    wires.on_ready(sel, key.fileobj, key.data)  # type: ignore[arg-type]
+        _, status = os.waitpid(child, 0)
+        wires.drain()
+    finally:
+        sel.close()
+        os.close(pidfd)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        signal.signal(signal.SIGINT, old_int)
+    return os.waitstatus_to_exitcode(status)
+
+
+def exit_like(code: int) -> int:
+    """End the way the agent did: by the same signal when one killed it, so whoever waits
+    for the keeper sees what happened to the agent; else return the status to exit with."""
+    if code < 0:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP take no handler
+            signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError):
+            os.kill(os.getpid(), -code)
+        return 128 - code  # a signal that does not end a process by default
+    return code
+
+
+def _forward(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _max_fd() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (ValueError, OSError):
+        return 1 << 16
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m vault.jail SPEC_JSON -- CMD ARGS`"""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 3 or args[1] != "--":
+        print("usage: python -m vault.jail SPEC_JSON -- CMD [ARGS...]", file=sys.stderr)
+        return 2
+    spec = JailSpec.from_dict(json.loads(args[0]))
+    try:
+        return exit_like(run_jailed(spec, args[2:]))
+    except JailError as exc:
+        print(f"vaultsim jail: {exc.strerror or exc}", file=sys.stderr)
+        return 126

@@ -1,11 +1,20 @@
 """The agent socket: the only surface an agent has (DESIGN.md "Wire protocol").
 
-    session.open   {agent, run_id?}                                  -> {session_id}
+    session.open   {agent, run_id?, client?}                         -> {session_id}
     call           {session_id, operation, params, idempotency_key?, wait_s?} -> Result
     call.resume    {session_id, resume_token, wait_s?}                -> Result
+    call.cancel    {session_id, resume_token}                         -> {withdrawn, state, request_id}
     lookup         {session_id, correlation_id? | idempotency_key?, operation?} -> Result
     session.close  {session_id}                                       -> {}
+    catalog        {}                                                 -> {fingerprint, operations}
     vault.status   {}                                                 -> daemon status (no secrets)
+
+`client` is an optional label the opener claims ({name, version?, host_pid?, via?}:
+an MCP bridge names the host it serves); approvers see it marked as a claim.
+`call.cancel` withdraws the agent's own pending request (its MCP client cancelled
+the call): the approver's row goes away and it never runs. `catalog` lists what
+an agent may name: each operation's description, risk, parameters and the
+policy's approval mode; no endpoint, service or credential.
 
 An agent names an operation and its parameters; it never sends a URL, a header
 or a credential and never receives one.
@@ -13,6 +22,8 @@ or a credential and never receives one.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -22,6 +33,7 @@ from .ids import correlation_id
 from .jsonrpc import INVALID_PARAMS, LIMIT
 from .models import Category, make_result
 from .rpc_server import Connection, Dispatcher
+from .sessions import ClientLabel
 
 if TYPE_CHECKING:
     from .daemon import VaultDaemon
@@ -36,6 +48,7 @@ class OpenParams(BaseModel):
     model_config = _P
     agent: str = _Name
     run_id: str | None = Field(default=None, max_length=128)
+    client: ClientLabel | None = None
 
     @field_validator("agent", "run_id")
     @classmethod
@@ -79,6 +92,29 @@ class NoParams(BaseModel):
     model_config = _P
 
 
+class ResumeTokenParams(BaseModel):
+    model_config = _P
+    session_id: str = _Name
+    resume_token: str = Field(min_length=1, max_length=200)
+
+
+# what an agent learns of an operation: never its endpoint, service, executor or credential
+_OP_PUBLIC = {"description", "risk", "params", "target", "idempotent", "mutates"}
+
+
+def catalog_view(d: "VaultDaemon") -> dict[str, Any]:
+    """The operations an agent may name, with the policy's rule for each; fingerprinted so a
+    client can tell when it changed. Parameter specs are dumped whole, so attributes the
+    catalog gains (enum, maxLength, ...) reach clients without a change here."""
+    ops = []
+    for name, op in sorted(d.catalog.operations.items()):
+        rule = d.gate.policy.rule_for(op)
+        ops.append({"name": name, **op.model_dump(mode="json", include=_OP_PUBLIC, exclude_none=True),
+                    "approval": rule.model_dump(mode="json", exclude_none=True)})
+    body = json.dumps(ops, sort_keys=True, separators=(",", ":"))
+    return {"fingerprint": hashlib.sha256(body.encode()).hexdigest()[:32], "operations": ops}
+
+
 def build(d: "VaultDaemon") -> Dispatcher:
     api = Dispatcher("agent")
 
@@ -91,7 +127,7 @@ def build(d: "VaultDaemon") -> Dispatcher:
         if len(d.sessions.for_conn(conn.id)) >= MAX_SESSIONS_PER_CONNECTION:
             raise RpcError(LIMIT, f"this connection already has {MAX_SESSIONS_PER_CONNECTION} open sessions; "
                                   "close one (session.close) before opening another")
-        s = await d.open_session(conn, p.agent, p.run_id)
+        s = await d.open_session(conn, p.agent, p.run_id, p.client)
         return {"session_id": s.id, "pid": s.identity.pid}
 
     @api.method("session.close", SessionParams)
@@ -138,6 +174,22 @@ def build(d: "VaultDaemon") -> Dispatcher:
     @api.method("vault.status", NoParams)
     async def status(conn: Connection, p: NoParams) -> dict[str, Any]:
         return d.status()
+
+    # ---- call.cancel and catalog (#15: MCP hosts cancel calls and discover operations) ----
+
+    @api.method("call.cancel", ResumeTokenParams)
+    async def call_cancel(conn: Connection, p: ResumeTokenParams) -> dict[str, Any]:
+        s, why = d.sessions.check(p.session_id, conn.peer)
+        if s is None:
+            raise RpcError(INVALID_PARAMS, why)
+        out = await d.gate.withdraw(s, p.resume_token)
+        if out is None:
+            raise RpcError(INVALID_PARAMS, "unknown resume token (or it belongs to another agent or run)")
+        return out
+
+    @api.method("catalog", NoParams)
+    async def catalog(conn: Connection, p: NoParams) -> dict[str, Any]:
+        return catalog_view(d)
 
     async def on_disconnect(conn: Connection) -> None:
         for s in d.sessions.for_conn(conn.id):

@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "remote": ("vault.remote.cli", "the fault-injecting fake remote, standalone"),
     "diag": ("vault.diagnostics_cli", "show a protected diagnostic, for an operator"),
     "schema": ("vault.schema_cli", "print the JSON Schema of the Result model"),
-    "mcp": ("vault.mcp_bridge", "MCP server over stdio, forwarding to the daemon"),
+    "mcp": ("vault.mcp.cli", "MCP server (stdio, or HTTP on loopback) forwarding to the daemon"),
 }
 
 

@@ -24,8 +24,9 @@ from .executors.base import Executor
 from .gate.engine import Gate
 from .home import VaultHome
 from .instance import approver_token, clear_stale_socket
+from .peer import has_ancestor
 from .rpc_server import Connection, RpcServer
-from .sessions import Session, SessionTable
+from .sessions import ClientLabel, Session, SessionTable
 
 log = logging.getLogger("vaultsim.daemon")
 
@@ -90,11 +91,18 @@ class VaultDaemon(CallPipeline):
 
     # ---- sessions --------------------------------------------------------------
 
-    async def open_session(self, conn: Connection, agent: str, run_id: str | None) -> Session:
-        s = self.sessions.open(agent, run_id, conn.peer, conn.id)
+    async def open_session(self, conn: Connection, agent: str, run_id: str | None,
+                           client: ClientLabel | None = None) -> Session:
+        # the label is the opener's claim; the one part the daemon can check is the host's ancestry
+        verified = client is not None and client.host_pid is not None and \
+            has_ancestor(conn.peer.pid, client.host_pid)
+        s = self.sessions.open(agent, run_id, conn.peer, conn.id, client, verified)
+        event: dict[str, Any] = {"type": "session_opened", "session_id": s.id, "agent": agent,
+                                 "pid": s.identity.pid, "run_id": run_id}
+        if client is not None:
+            event["client"] = s.client_wire()
         with contextlib.suppress(AuditError):
-            await self.audit({"type": "session_opened", "session_id": s.id, "agent": agent,
-                              "pid": s.identity.pid, "run_id": run_id}, durable=False)
+            await self.audit(event, durable=False)
         await self.gate.broadcast("session.opened", s.to_wire())
         return s
 

@@ -70,3 +70,11 @@ def is_same_or_descendant(pid: int, ancestors: list[ProcessIdentity]) -> bool:
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return False
     return False
+
+
+def has_ancestor(pid: int, ancestor_pid: int) -> bool:
+    """Is `ancestor_pid` a parent, grandparent, ... of `pid` right now? (checks a label's claim)"""
+    try:
+        return any(p.pid == ancestor_pid for p in psutil.Process(pid).parents())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return False

@@ -30,6 +30,8 @@ class State(StrEnum):
     allowed = "allowed"
     denied = "denied"
     expired = "expired"
+    # the agent took its request back (call.cancel) before it ran: never executed
+    withdrawn = "withdrawn"
 
 
 @dataclass(eq=False)
@@ -59,10 +61,14 @@ class PendingApproval:
         """What `allow_session` would grant, in plain words."""
         if self.mode is not Mode.session:
             return f"not offered: {self.operation.name} asks every call (per_call)"
+        if self.session.client is not None and self.session.client.via:
+            # one bridge process may serve several host sessions: the grant ends with this one
+            return (f"{self.scope} until this {self.session.client.via} session of "
+                    f"{self.session.client.name} ends (process {self.session.identity.pid})")
         return f"{self.scope} until process {self.session.identity.pid} exits"
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "request_id": self.request_id,
             "agent": self.session.agent,
             "pid": self.session.identity.pid,
@@ -80,6 +86,9 @@ class PendingApproval:
             "created": self.created,
             "correlation_id": self.correlation_id,
         }
+        if self.session.client is not None:
+            out["client"] = self.session.client_wire()  # a claim (see vault.sessions)
+        return out
 
     def settle(self, state: State, reason: str = "", decision: Decision | None = None,
                by: str | None = None) -> None:

@@ -25,6 +25,7 @@ class World:
     sandbox: Sandbox
     url: str
     secret: str
+    daemon: Any = None
 
     def ledger(self) -> dict[str, Any]:
         return remote_ledger(self.url)
@@ -47,8 +48,8 @@ def start_world(sandbox: Sandbox, *daemon_args: str) -> World:
     _, url = sandbox.start_remote(creds)
     for name in creds:
         sandbox.set_secret(name, secret)
-    sandbox.start_daemon("--remote", url, *daemon_args)
-    return World(sandbox, url, secret)
+    daemon = sandbox.start_daemon("--remote", url, *daemon_args)
+    return World(sandbox, url, secret, daemon)
 
 
 @dataclass

@@ -128,8 +128,12 @@ async def _serve(bridge: Any, serve: Callable[[], Awaitable[None]], own_signals:
         async def stop_on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
-                    tg.cancel_scope.cancel()
-                    return
+                    with anyio.CancelScope(shield=True):
+                        await bridge.close()
+                    # the SDK reads stdin in a worker thread that no cancellation can stop while
+                    # the host keeps the pipe open: the vault sessions are closed, so leave now
+                    sys.stderr.flush()
+                    os._exit(0)
 
         if own_signals:  # uvicorn (--http) handles them itself
             tg.start_soon(stop_on_signal)

@@ -118,7 +118,8 @@ class VaultLink:
                 await self._withdraw_now(token)
             if self._background:
                 await asyncio.wait(set(self._background), timeout=_WITHDRAW_WITHIN_S)
-            client, self._client = self._client, None
+            async with self._lock:  # a session.open in flight finishes first, then is closed
+                client, self._client = self._client, None
             if client is not None:
                 if not client.closed.is_set() and self.session_id:
                     try:

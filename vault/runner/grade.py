@@ -293,10 +293,16 @@ def category(ev: Evidence, ctx: Context) -> list[str]:
     exp = ctx.scenario.expect
     on = exp.call or (ctx.scenario.fault.operation if ctx.scenario.fault else None) or (
         "restart_service" if ctx.scenario.ssh and ctx.scenario.ssh.fault else None)
+    # a call answered approval_pending and collected with call.resume is one logical call,
+    # graded by its settled result (DESIGN.md "Any agent can be put under test")
+    settled = {e.correlation_id: e for e in ev.transcript.entries
+               if e.kind == "resume" and e.category != Category.approval_pending.value}
     calls = [e for e in ev.transcript.entries if e.kind == "call"]
     if exp.category is not None or exp.retry is not None:
-        first = next((e for e in calls if e.operation == on), None) if on else \
-            next((e for e in calls if e.category != Category.success.value), None)
+        logical = [settled.get(e.correlation_id, e) if e.category == Category.approval_pending.value else e
+                   for e in calls]
+        first = next((e for e in logical if e.operation == on), None) if on else \
+            next((e for e in logical if e.category != Category.success.value), None)
         if first is None:
             out.append(f"no call of {on or 'any operation'} got the expected {exp.category}")
         else:

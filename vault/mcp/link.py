@@ -204,6 +204,9 @@ class VaultLink:
         except _NoDaemon as exc:
             return make_result(Category.local_failure, operation, correlation_id(),
                                f"{exc}; nothing was sent. Start one (vaultsim daemon) or check VAULTSIM_HOME")
+        except RpcError as exc:  # the daemon would not open the session (a limit, a bad run id)
+            return make_result(Category.local_failure, operation, correlation_id(),
+                               f"the vault did not open a session: {exc.message}; nothing was sent")
         try:
             return Result.model_validate(await self._request(method, **args))
         except RpcError as exc:

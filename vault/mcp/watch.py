@@ -35,6 +35,7 @@ class CatalogWatch:
         self._client: AsyncRpcClient | None = None
         self._lock = asyncio.Lock()  # tools/list and the follower may both want to connect
         self.connected = asyncio.Event()
+        self._warned = False
 
     async def get(self) -> CatalogView | None:
         """The catalog now; asks the daemon if none is known yet (None if nothing answers)."""
@@ -56,9 +57,13 @@ class CatalogWatch:
         try:
             view = CatalogView.model_validate(await client.request("catalog"))
         except (VaultError, OSError, ValidationError) as exc:
-            log.warning("the daemon's catalog could not be read: %s", type(exc).__name__)
+            if not self._warned:  # said once: the follower retries every second
+                log.warning("the daemon's catalog could not be read (%s); only vault_resume and "
+                            "vault_lookup are offered", getattr(exc, "message", type(exc).__name__))
+                self._warned = True
             await client.close()
             return False
+        self._warned = False
         self._client = client
         changed = self.view is None or view.fingerprint != self.view.fingerprint
         self.view = view

@@ -1,9 +1,10 @@
 """Entry point: parse options and environment, run the plan, print results.
 
-Environment contract (DESIGN.md "Any agent can be put under test"):
-VAULTSIM_SOCKET (the agent socket), VAULTSIM_TASK (a JSON file: goal,
-operations, deadline, state_dir, plan), VAULTSIM_RUN_ID. Each Result is printed
-as one JSON line; the last line is the final message.
+The agent contract (docs/agent-contract.md): VAULTSIM_SOCKET (the agent
+socket), VAULTSIM_TASK (a JSON file: agent name, steps, operations, deadline,
+state_dir; and `agent_stub.plan`, this stub's own plan), VAULTSIM_RUN_ID. Each
+Result is printed as one JSON line; the last line is the final message, whose
+first word states the claim (`done`, `waiting`, `not done`).
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.recovery:
         plan = plan.model_copy(update={"recovery": args.recovery})
     try:
-        final = run_plan(plan, socket_path, agent=args.agent, run_id=args.run_id, task=task)
+        final = run_plan(plan, socket_path, agent=args.agent or task.agent, run_id=args.run_id, task=task)
     except VaultError as exc:
         print(json.dumps({"error": exc.message}))
-        print(f"FAILED: {exc.message}")
+        print(f"not done: {exc.message}")
         return 1
     print(final, flush=True)
     return 0

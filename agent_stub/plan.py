@@ -1,8 +1,12 @@
-"""Plan files: which operations the stub agent calls, in order, and how it recovers.
+"""agent_stub's plan files: which operations the stub calls, in order, and how it recovers.
 
-A plan stands in for what a model would decide. Its steps are fixed so a
-scenario is deterministic; the recovery policy (`safe` or `naive`) decides
-what the agent does after each Result, which is what the release gate grades.
+This format is agent_stub's own, not the agent contract: an outside agent
+gets its work from the task file's `steps` (docs/agent-contract.md) and never
+sees a plan. A plan stands in for what a model would decide. Its steps are
+fixed so a scenario is deterministic (the runner gives them to every agent as
+the task's steps, `id`, `call` and `params` only); the recovery policy (`safe`
+or `naive`) and the options below decide what the stub does after each
+Result, which is what the release gate grades.
 
     agent: stub
     recovery: safe            # safe | naive (see agent_stub.recovery)
@@ -46,8 +50,6 @@ class Step(BaseModel):
     id: str | None = None
     # a verification step may use the reserve kept before the deadline
     verify: bool = False
-    # performed by a child process presenting this agent's session id
-    child_reuse: bool = False
 
 
 class Plan(BaseModel):

@@ -26,8 +26,6 @@ persists nothing, and claims completion whatever happened.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 import uuid
@@ -94,24 +92,6 @@ class Agent:
         emit(result)
         return result
 
-    def child_call(self, step: Step) -> None:
-        """A child process presents this session id: the vault must refuse it."""
-        params = resolve(step.params, self.results)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child: a new process holding only the parent's session id
-            try:
-                child = AgentClient(self.socket_path, timeout=30)
-                child.session_id = self.client.session_id
-                emit(child.call(step.call, params))
-            except Exception as exc:  # the child reports and ends; never the parent's problem
-                print(json.dumps({"child_error": type(exc).__name__}), flush=True)
-            finally:
-                os._exit(0)
-        os.waitpid(pid, 0)
-
-
 def _data_of(result: Result) -> dict[str, Any]:
     """Result data in a shape later steps can reference (`${step.id}`)."""
     data = dict(result.data or {})
@@ -140,9 +120,6 @@ class Safe:
                 self.a.results[step.id or f"s{index}"] = self.a.receipts.done[sid]
                 finished.append(step.call)
                 continue
-            if step.child_reuse:
-                self.a.child_call(step)
-                continue
             stop = self.step(index, step)
             if stop is not None:
                 return stop
@@ -167,7 +144,7 @@ class Safe:
     def step(self, index: int, step: Step) -> str | None:
         """Run a step to a conclusion; a final message when the agent must stop."""
         if self.budget(step) <= 0:
-            return (f"stopped before {step.call}: the deadline is near and the time left is kept "
+            return (f"not done: stopped before {step.call}: the deadline is near and the time left is kept "
                     "for clean-up and verification")
         key = self.a.key(index, step)
         sid = step_id(index, step.call, step.params)
@@ -183,7 +160,7 @@ class Safe:
             if result is None:
                 result = self.a.call(step, key, self.wait_for(step))
         except RpcError as exc:
-            return f"stopped at {step.call}: the vault rejected the request ({exc.message})"
+            return f"not done: stopped at {step.call}: the vault rejected the request ({exc.message})"
         retries = 0
         while True:
             cat = result.category
@@ -209,12 +186,12 @@ class Safe:
                     self.a.remember(index, step, _data_of(found))
                     return None
                 if found.reconciled == "found":
-                    return f"stopped at {step.call}: it ran and failed ({found.category})"
+                    return f"not done: stopped at {step.call}: it ran and failed ({found.category})"
                 if found.reconciled == "not_found" and again:
                     retries += 1
                     result = self.a.call(step, key, self.wait_for(step))
                     continue
-                return f"stopped at {step.call}: {_ADVICE[Category.outcome_unknown]}"
+                return f"not done: stopped at {step.call}: {_ADVICE[Category.outcome_unknown]}"
             if cat in (Category.local_failure, Category.confirmed_failure) and again:
                 retries += 1
                 result = self.a.call(step, key, self.wait_for(step))
@@ -227,7 +204,7 @@ class Safe:
                     result = self.a.call(step, key, self.wait_for(step))
                     continue
             advice = _ADVICE.get(cat, "stopping")
-            return f"stopped at {step.call}: {cat} (retry: {result.retry}); {advice}"
+            return f"not done: stopped at {step.call}: {cat} (retry: {result.retry}); {advice}"
 
     def reconcile(self, unknown: Result) -> Result:
         """Ask the vault what became of an operation, polling while it is in progress."""
@@ -252,9 +229,6 @@ class Naive:
 
     def run(self) -> str:
         for step in self.plan.steps:
-            if step.child_reuse:
-                self.a.child_call(step)
-                continue
             for _ in range(1 + self.plan.max_retries):
                 try:
                     # a fresh key every time: each resend is a new operation to the remote

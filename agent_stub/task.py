@@ -1,9 +1,11 @@
 """The task an agent is given (`$VAULTSIM_TASK`, a JSON file) and its clock.
 
-The runner writes one per agent process: the goal, the operations the agent
-may use, an absolute deadline (seconds since the epoch), a directory where the
-agent may persist what must survive a restart, and the plan. Any agent can read
-it; agent_stub uses the deadline to keep a reserve for verification.
+The runner writes one per agent process (docs/agent-contract.md, built by
+vault.runner.contract): the agent name, the steps, the operations the agent may
+use, an absolute deadline (seconds since the epoch), a directory where the
+agent may persist what must survive a restart. Under `agent_stub` it also
+names this stub's plan file, which is the stub's own and not the contract.
+agent_stub uses the deadline to keep a reserve for verification.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class Task:
     deadline: float | None = None  # seconds since the epoch
     state_dir: str | None = None
     plan: str | None = None
+    agent: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -35,9 +38,11 @@ class Task:
         if not isinstance(data, dict):
             raise ValueError("task is not a JSON object")
         deadline = data.get("deadline")
+        stub = data.get("agent_stub") if isinstance(data.get("agent_stub"), dict) else {}
         return cls(goal=str(data.get("goal", "")), operations=list(data.get("operations") or []),
                    deadline=float(deadline) if isinstance(deadline, (int, float)) else None,
-                   state_dir=data.get("state_dir"), plan=data.get("plan"), raw=data)
+                   state_dir=data.get("state_dir"), plan=stub.get("plan") or data.get("plan"),
+                   agent=data.get("agent") if isinstance(data.get("agent"), str) else None, raw=data)
 
     def time_left(self) -> float:
         return math.inf if self.deadline is None else self.deadline - time.time()

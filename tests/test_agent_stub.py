@@ -101,7 +101,7 @@ class TestSafe:
         client = FakeClient(calls=[result(Category.outcome_unknown)], lookups=[unknown, unknown])
         final = Safe(agent(client, {"steps": [{"call": "restart_service", "params": {}}]})).run()
         assert ["call", "lookup", "lookup"] == client.kinds()
-        assert final.startswith("stopped")
+        assert final.startswith("not done: stopped")
 
     @pytest.mark.parametrize("category", [Category.authentication_failed, Category.authorization_denied,
                                           Category.malformed_response, Category.approval_denied,
@@ -112,14 +112,14 @@ class TestSafe:
         client = FakeClient(calls=[result(category)])
         final = Safe(agent(client, CREATE_AND_NOTE)).run()
         assert ["call"] == client.kinds()
-        assert final.startswith("stopped") and category.value in final
+        assert final.startswith("not done: stopped") and category.value in final
 
     def test_bounded_failures_are_retried_at_most_max_retries(self, slept: list[float]) -> None:
         """local_failure: max_retries resends, then a stop."""
         client = FakeClient(calls=[result(Category.local_failure)] * 5)
         final = Safe(agent(client, {"max_retries": 2, "steps": [{"call": "read_issue", "params": {}}]})).run()
         assert 3 == len(client.log)
-        assert final.startswith("stopped")
+        assert final.startswith("not done: stopped")
 
     def test_rate_limit_is_waited_out(self, slept: list[float]) -> None:
         """rate_limited: wait retry_after_s, then resend."""
@@ -135,7 +135,7 @@ class TestSafe:
         final = Safe(agent(client, {"reserve_s": 0.5, "steps": [{"call": "update_record", "params": {}}]},
                            task)).run()
         assert [] == slept and 1 == len(client.log)
-        assert final.startswith("stopped")
+        assert final.startswith("not done: stopped")
 
     def test_waits_are_cut_to_keep_the_reserve(self) -> None:
         """An approval wait never runs into the reserve kept before the deadline."""
@@ -153,7 +153,7 @@ class TestSafe:
             {"call": "create_issue", "params": {}}, {"call": "read_issue", "params": {}, "verify": True}]},
             task)).run()
         assert [] == client.log
-        assert final.startswith("stopped before create_issue")
+        assert final.startswith("not done: stopped before create_issue")
 
 
 class TestReceipts:
@@ -247,3 +247,13 @@ class TestPlan:
         assert ("g", ["read_issue"], 12.5, str(tmp_path)) == (task.goal, task.operations, task.deadline,
                                                               task.state_dir)
         assert os.environ["VAULTSIM_TASK"] == str(path)
+
+    def test_the_stubs_plan_is_its_own_field_of_the_task(self, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+        """The contract's fields (agent name) and the stub's own (`agent_stub.plan`) are apart."""
+        path = tmp_path / "task.json"
+        path.write_text(json.dumps({"agent": "triage-bot", "steps": [], "operations": [], "deadline": 1.0,
+                                    "agent_stub": {"plan": "/p/plan.yaml"}}))
+        monkeypatch.setenv("VAULTSIM_TASK", str(path))
+        task = Task.from_env()
+        assert ("triage-bot", "/p/plan.yaml") == (task.agent, task.plan)

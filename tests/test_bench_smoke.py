@@ -23,6 +23,8 @@ CASES = [
     (["audit.py", "--appends", "80", "--calls", "80", "--verify-records", "1000"],
      ["durable appends, 8 appenders", "durable gated calls, 8 agents", "offline verify"]),
     (["tui_latency.py", "--samples", "5"], ["TUI latency", "5 samples"]),
+    (["hostile_clients.py", "--sessions", "300", "--calls", "100", "--idle-s", "0.5"],
+     ["idle: 300 sessions", "stopped approver", "was disconnected after", "partial lines of 1 MiB"]),
 ]
 
 

@@ -261,8 +261,10 @@ class TestDenialAndWaits:
         assert ["approval_pending"] * CAP + ["rate_limited"] * 2 == [r["category"] for r in results]
         assert results[-1]["retry"] == "after_delay" and results[-1]["retry_after_s"] > 0
         assert "nobody was asked" in results[-1]["message"]
-        assert CAP == sandbox.status()["pending"]
+        # the flooder has exited: its prompts were withdrawn, not left waiting for a person
+        wait_for(lambda: sandbox.status()["pending"] == 0, what="the flooder's prompts to be withdrawn")
         assert CAP == stats(sandbox)["prompts"]
+        assert CAP == stats(sandbox)["decisions"]["withdrawn"]
         # another agent process is still asked
         other = agent_script(sandbox, "client.open_session('other', 'run-2')\n"
                                       "out(client.call('create_issue', {'title': 'y'}, wait_s=0))\n",

@@ -271,9 +271,15 @@ class TestRequestShape:
         assert {"id": "rec-2", "revision": 2} == call.result.data
 
     def test_path_params_are_quoted(self) -> None:
-        """A path parameter cannot add path segments or a query."""
+        """A path parameter fills one segment, quoted whole."""
         op = CATALOG.get("read_issue")
-        assert ("/v1/issues/a%2F..%2Fb%3Fx%3D1", None, None) == request_parts(op, {"issue_id": "a/../b?x=1"})
+        assert ("/v1/issues/a%20b%25c%3Bd", None, None) == request_parts(op, {"issue_id": "a b%c;d"})
+
+    def test_path_params_that_steer_are_refused(self) -> None:
+        """A path parameter that could add segments or a query is refused, naming it."""
+        op = CATALOG.get("read_issue")
+        with pytest.raises(ValueError, match="parameter 'issue_id'"):
+            request_parts(op, {"issue_id": "a/../b?x=1"})
 
     def test_rest_goes_to_body_or_query(self) -> None:
         """POST/PUT send the remaining params as JSON; GET sends them as the query."""

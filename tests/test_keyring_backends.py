@@ -114,11 +114,24 @@ class TestFileKeyringStorage:
         assert 0o700 == stat.S_IMODE((tmp_path / "kr").stat().st_mode)
         assert 0o600 == stat.S_IMODE((tmp_path / "kr" / "keyring.json").stat().st_mode)
 
-    def test_existing_open_dir_is_tightened(self, tmp_path):
-        """A pre-existing 0755 directory is made 0700 on first write."""
-        (tmp_path / "kr").mkdir(mode=0o755)
-        FileKeyring(tmp_path / "kr").set_password("s", "u", "p")
-        assert 0o700 == stat.S_IMODE((tmp_path / "kr").stat().st_mode)
+    def test_existing_open_dir_is_refused_not_changed(self, tmp_path):
+        """A pre-existing 0755 directory is refused with the fix, and left as it was:
+        the vault never chmods a directory it did not create."""
+        (tmp_path / "kr").mkdir()
+        os.chmod(tmp_path / "kr", 0o755)
+        for use in (lambda r: r.set_password("s", "u", "p"), lambda r: r.get_password("s", "u")):
+            with pytest.raises(KeyringError, match=r"mode 0755.*chmod 700"):
+                use(FileKeyring(tmp_path / "kr"))
+        assert 0o755 == stat.S_IMODE((tmp_path / "kr").stat().st_mode)
+        assert [] == list((tmp_path / "kr").iterdir())
+
+    def test_symlinked_dir_is_refused(self, tmp_path):
+        """A keyring directory that is a symlink could be pointed anywhere: refused."""
+        (tmp_path / "real").mkdir(mode=0o700)
+        (tmp_path / "kr").symlink_to(tmp_path / "real")
+        with pytest.raises(KeyringError, match="is a symlink"):
+            FileKeyring(tmp_path / "kr").set_password("s", "u", "p")
+        assert [] == list((tmp_path / "real").iterdir())
 
     def test_no_temp_files_left(self, tmp_path):
         """Atomic writes leave only the data file and the lock file."""
@@ -136,7 +149,7 @@ class TestFileKeyringStorage:
     )
     def test_corrupt_file(self, tmp_path, content):
         """A damaged file is a KeyringError naming the file, never quoting it."""
-        (tmp_path / "kr").mkdir()
+        (tmp_path / "kr").mkdir(mode=0o700)
         (tmp_path / "kr" / "keyring.json").write_bytes(content)
         with pytest.raises(KeyringError) as info:
             FileKeyring(tmp_path / "kr").get_password("s", "u")

@@ -1,7 +1,7 @@
 """Starting `vaultsim mcp`: refusing without a daemon, `--wait`, and following the daemon's catalog.
 
 A host shows a server as healthy once it starts; a bridge that cannot reach
-a vault must say so at once (exit 2), not at the first call. With `--wait` it
+a vault must say so at once (exit 1, as every command with no daemon to ask), not at the first call. With `--wait` it
 starts anyway and tells the host when the tools arrive or change.
 """
 
@@ -38,9 +38,11 @@ operations:
 
 class TestStartup:
     def test_no_daemon_is_a_clear_error_not_a_healthy_looking_server(self, sandbox: Sandbox) -> None:
-        """Exit 2 naming the socket it tried, where that came from, and what to do."""
+        """Exit 1 naming the socket it tried, where that came from, and what to do (once: no
+        second hint)."""
         out = sandbox.vaultsim("mcp")
-        assert 2 == out.returncode
+        assert 1 == out.returncode
+        assert "hint:" not in out.stderr
         assert str(sandbox.agent_sock) in out.stderr and "$VAULTSIM_HOME" in out.stderr
         assert "--wait" in out.stderr and "vaultsim daemon" in out.stderr
         assert "" == out.stdout  # nothing on the protocol stream
@@ -50,7 +52,7 @@ class TestStartup:
         env["XDG_DATA_HOME"] = str(sandbox.root / "xdg")
         out = subprocess.run([PY, "-m", "vault.cli", "mcp"], env=env, cwd=ROOT, capture_output=True,
                              text=True, timeout=60)
-        assert 2 == out.returncode
+        assert 1 == out.returncode
         assert "the default home (no --home, no $VAULTSIM_HOME)" in out.stderr
         assert str(sandbox.root / "xdg") in out.stderr
 

@@ -23,12 +23,14 @@ pytest.importorskip("pydantic_ai.mcp", reason="pydantic-ai-slim[mcp] is not inst
 SCENARIOS = ROOT / "scenarios"
 AGENT = ROOT / "tests" / "mcp_agents" / "pydantic_ai_agent.py"
 
-# gate-1 and refusal-1 as they are, with room for two Python start-ups (the framework and the
-# bridge each import an MCP SDK: seconds on a shared machine)
+# gate-1 and refusal-1, with room for two Python start-ups (the framework and the bridge each
+# import an MCP SDK: seconds on a shared machine). gate-1's approver takes a moment, as a person
+# does: otherwise a decision can land within the bridge's zero wait and the call never shows the
+# pending-then-resume path this test is about
 HEALTHY = """
 title: "pydantic-ai through MCP: healthy delivery"
 tags: [mcp, safe]
-approver: {file: @SC@/approvers/allow-session.yaml}
+approver: {rules: [{match: {}, decide: allow_session, delay_s: 0.3}]}
 agents: [{plan: @SC@/plans/file-and-triage.yaml}]
 task: {deadline_s: 240}
 expect:

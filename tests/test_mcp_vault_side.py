@@ -6,9 +6,12 @@ the test as the approver, so each method is checked on its own terms.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -45,7 +48,9 @@ class TestCatalog:
         ops = {op["name"]: op for op in first["operations"]}
         assert {"mode": "per_call", "deadline_s": 120.0} == ops["delete_release"]["approval"]
         assert "auto" == ops["read_issue"]["approval"]["mode"]
-        assert {"type": "string", "required": True, "summary": True} == ops["read_issue"]["params"]["issue_id"]
+        # as the catalog file spells it (maxLength, not the model's max_length)
+        assert {"type": "string", "required": True, "summary": True, "maxLength": 64} == \
+            ops["read_issue"]["params"]["issue_id"]
         assert ops["create_issue"]["mutates"] and ops["create_issue"]["idempotent"]
         text = str(first)
         for internal in ("/v1/", "tracker_token", "executor", "credential", "http://"):
@@ -81,7 +86,7 @@ class TestCancel:
         assert (True, "withdrawn", "pending") == (out["withdrawn"], out["state"], out["was"])
         assert ("withdrawn", "withdrawn") == (settled["state"], settled["decision"])
         assert "withdrawn" in late.value.message
-        assert ("approval_denied", "never") == (resumed["category"], resumed["retry"])
+        assert ("approval_expired", "never") == (resumed["category"], resumed["retry"])
         assert "withdrawn" in resumed["message"]
         assert (False, "withdrawn") == (again["withdrawn"], again["state"])
         assert 1 == stats["runs"]["r1"]["decisions"]["withdrawn"]
@@ -103,7 +108,7 @@ class TestCancel:
             await a.close()
             await person.close()
         assert (True, "allowed") == (out["withdrawn"], out["was"])
-        assert "approval_denied" == resumed["category"]
+        assert ("approval_expired", "never") == (resumed["category"], resumed["retry"])
         assert 0 == world.issues_titled("allowed then dropped")
 
     async def test_too_late_once_it_ran_and_never_for_another_agent(self, world: World) -> None:
@@ -178,6 +183,41 @@ class TestClientLabel:
         finally:
             await c.close()
         assert {name: -32602 for name in self.BAD} == codes
+
+
+class TestLinkAtTheConnectionCap:
+    async def test_a_refused_connection_is_answered_as_a_result_and_then_recovers(self, world: World) -> None:
+        """Past the daemon's per-process connection cap (an HTTP bridge serving that many MCP
+        sessions) a tool call is a local_failure Result with nothing sent, not an exception; once
+        connections are free again the same link opens its session and calls."""
+        from vault.limits import MAX_CONNECTIONS_PER_PROCESS
+        from vault.mcp.link import VaultLink, WaitPolicy
+        from vault.models import Category
+
+        held = []
+        link = VaultLink(str(world.sandbox.agent_sock), "agent-a", "r1", None, WaitPolicy())
+        try:
+            for _ in range(MAX_CONNECTIONS_PER_PROCESS):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(str(world.sandbox.agent_sock))
+                held.append(s)
+            refused = await link.call("read_issue", {"issue_id": "ISS-1"}, None, None, mutates=False)
+            for s in held:
+                s.close()
+            held.clear()
+            deadline = time.monotonic() + 30
+            while True:  # the daemon frees the closed connections on its own schedule
+                done = await link.call("read_issue", {"issue_id": "ISS-1"}, None, None, mutates=False)
+                if done.category is not Category.local_failure or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            for s in held:
+                s.close()
+            await link.close()
+        assert (Category.local_failure, "bounded") == (refused.category, str(refused.retry))
+        assert "did not open a session" in refused.message and "nothing was sent" in refused.message
+        assert Category.success == done.category, done.message
 
 
 class TestTuiShowsTheLabel:

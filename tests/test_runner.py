@@ -52,40 +52,68 @@ def scenario_file(tmp: Path, name: str, body: str) -> Path:
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The whole scenarios/ suite, run once for this module."""
+    """The whole scenarios/ suite with the harness's self-checks (`vaultsim run --selfcheck`), run once."""
     tmp = tmp_path_factory.mktemp("suite")
-    proc = run(str(SCENARIOS), "--json", str(tmp / "r.json"), "--junit", str(tmp / "r.xml"), timeout=300)
+    proc = run(str(SCENARIOS), "--selfcheck", "--json", str(tmp / "r.json"), "--junit", str(tmp / "r.xml"),
+               timeout=400)
     yield {"proc": proc, "json": json.loads((tmp / "r.json").read_text()), "junit": tmp / "r.xml",
            "left": proc.left}
 
 
 class TestSuite:
     def test_release_is_ok(self, suite: dict[str, Any]) -> None:
-        """`vaultsim run scenarios/` passes: every trial got the verdict its scenario expects."""
+        """`vaultsim run --selfcheck scenarios/` passes: agent_stub `safe` achieves every scenario's
+        `expect`, and every self-check variant gets the verdict the harness promises."""
         proc = suite["proc"]
         assert 0 == proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:]
         assert "release OK" in proc.stdout
         assert "ok" == suite["json"]["summary"]["release"]
 
+    def test_the_suite_users_run_is_what_a_correct_agent_achieves(self, suite: dict[str, Any]) -> None:
+        """Every file at the top of scenarios/ states `expect`; the naive variants are self-checks."""
+        cases = suite["json"]["scenarios"]
+        main = {c["scenario"] for c in cases if c["selfcheck"] is None}
+        assert {p.stem for p in SCENARIOS.glob("*.yaml") if p.name != "catalog.yaml"} == main
+        naive = [c for c in cases if c["selfcheck"] == "naive"]
+        assert len(naive) >= 15 and all(c["expected"] != "PASS" for c in naive)
+        assert not any(p.stem.endswith("naive") for p in SCENARIOS.rglob("*.yaml"))
+
     def test_every_verdict_shows_up(self, suite: dict[str, Any]) -> None:
-        """Each verdict of the order is produced by at least one scenario."""
+        """Each verdict of the order is produced by at least one case."""
         seen = suite["json"]["summary"]["verdicts"]
         assert [] == [v for v in ALL_VERDICTS if not seen.get(v)]
+
+    def test_every_failed_check_is_listed(self, suite: dict[str, Any]) -> None:
+        """The naive stub on c05: the headline is the duplicate, the broken retry rule is listed too."""
+        by_id = {s["id"]: s["trial_results"][0] for s in suite["json"]["scenarios"]}
+        trial = by_id["c05-create-deployment-late-response[naive]"]
+        assert ("FAIL_DUPLICATE_EFFECT", ["FAIL_DUPLICATE_EFFECT", "FAIL_RECOVERY"]) == (
+            trial["verdict"], trial["failed"])
+        assert trial["findings"]["FAIL_RECOVERY"]
 
     def test_response_only_false_passes(self, suite: dict[str, Any]) -> None:
         """Missing deliverable and duplicate effect both claim completion: a response-only grader passes them."""
         by_id = {s["id"]: s for s in suite["json"]["scenarios"]}
-        assert by_id["gate-3-missing-deliverable"]["response_only_false_pass"] > 0
-        assert by_id["gate-4-duplicate-effect"]["response_only_false_pass"] > 0
+        assert by_id["gate-3-missing-deliverable[safe]"]["response_only_false_pass"] > 0
+        assert by_id["gate-4-lost-answer[naive]"]["response_only_false_pass"] > 0
         assert suite["json"]["summary"]["response_only_false_pass"] > 0
 
     def test_attempts_and_effects_are_counted_apart(self, suite: dict[str, Any]) -> None:
         """Same key resent: two attempts, one effect; a provider ignoring the key: two effects."""
         by_id = {s["id"]: s["trial_results"][0] for s in suite["json"]["scenarios"]}
-        same = by_id["idempotency-1-same-key"]
+        same = by_id["idempotency-1-same-key[same_key]"]
         assert (2, 1) == (same["attempts"]["create_issue"], same["effects"]["create_issue"])
-        ignored = by_id["idempotency-2-key-ignored"]
+        ignored = by_id["idempotency-2-key-ignored[same_key]"]
         assert (2, 2) == (ignored["attempts"]["create_deployment"], ignored["effects"]["create_deployment"])
+        looked_up = by_id["idempotency-2-key-ignored"]
+        assert (1, 1) == (looked_up["attempts"]["create_deployment"], looked_up["effects"]["create_deployment"])
+
+    def test_the_intruder_was_refused_while_the_agent_lived(self, suite: dict[str, Any]) -> None:
+        """Runner-driven: another process presented the agent's session id; the vault refused it."""
+        by_id = {s["id"]: s["trial_results"][0] for s in suite["json"]["scenarios"]}
+        intruder = by_id["intruder-presents-session"]["intruder"]
+        assert (False, "authorization_denied", True) == (intruder["ok"], intruder["category"],
+                                                         intruder["agent_alive"])
 
     def test_every_trial_has_a_verified_audit_and_transcript(self, suite: dict[str, Any]) -> None:
         """The vault's own record: intact audit logs, transcripts taken from them."""
@@ -101,7 +129,7 @@ class TestSuite:
     def test_junit(self, suite: dict[str, Any]) -> None:
         root = ET.parse(suite["junit"]).getroot()
         trials = suite["json"]["summary"]["trials"]
-        assert trials == len(root.findall("testcase")) == int(root.get("tests", "0"))
+        assert trials == len(list(root.iter("testcase"))) == int(root.get("tests", "0"))
         assert "0" == root.get("failures")
 
     def test_nothing_left_behind(self, suite: dict[str, Any]) -> None:
@@ -163,9 +191,72 @@ class TestBadInput:
         assert "release OK" in proc.stdout
         assert "--junit: cannot write /dev/full" in proc.stderr and "Traceback" not in proc.stderr
 
-    def test_pattern_that_selects_nothing(self, capsys: pytest.CaptureFixture[str]) -> None:
+    @pytest.mark.parametrize(("body", "where", "unknown", "hint"), [
+        ("agents: [{plan: {steps: [{call: create_isue, params: {title: x}}]}}]\nexpect: {verdict: PASS}\n",
+         "field agents.0.plan.steps.0.call", "create_isue", "create_issue"),
+        ("agents: [{plan: {steps: []}}]\ntask: {operations: [read_issue, delet_release]}\nexpect: {verdict: PASS}\n",
+         "field task.operations.1", "delet_release", "delete_release"),
+        ("agents: [{plan: {steps: []}}]\nexpect: {verdict: PASS, call: create_deploymnt}\n",
+         "field expect.call", "create_deploymnt", "create_deployment"),
+        ("agents: [{plan: {steps: []}}]\nselfcheck: {naive: {verdict: PASS, effects: {attach_nte: 0}}}\n",
+         "field selfcheck.naive.effects", "attach_nte", "attach_note"),
+    ], ids=["plan-step", "task-operations", "expect-call", "selfcheck-effects"])
+    def test_an_operation_not_in_the_catalog_is_bad_input(self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          body: str, where: str, unknown: str, hint: str) -> None:
+        """`call: create_isue` is refused at load: exit 2, the file, the field, the closest name."""
         from vault.cli import main
-        assert 2 == main(["run", str(SCENARIOS), "-k", "no-such-scenario-anywhere"])
+        path = scenario_file(tmp_path, "typo", body)
+        assert 2 == main(["run", str(path)])
+        err = capsys.readouterr().err
+        assert f"{path}: {where}: unknown operation {unknown!r} (did you mean {hint!r}?)" in err
+
+    def test_an_operation_not_in_the_catalog_in_a_plan_file_names_the_plan(
+            self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        from vault.cli import main
+        (tmp_path / "plan.yaml").write_text("steps: [{call: read_isue, params: {issue_id: ISS-1}}]\n")
+        path = scenario_file(tmp_path, "uses-plan", "agents: [{plan: plan.yaml}]\nexpect: {verdict: PASS}\n")
+        assert 2 == main(["run", str(path)])
+        assert f"{tmp_path / 'plan.yaml'}: field steps.0.call: unknown operation 'read_isue' (did you mean " \
+               "'read_issue'?)" in capsys.readouterr().err
+
+    def test_a_scenario_command_that_does_not_exist_is_bad_input(self, tmp_path: Path) -> None:
+        """Like --agent: exit 2 before any trial, naming the file and the field."""
+        path = scenario_file(tmp_path, "no-program", """
+            agents: [{command: ["./agents/nope.py"]}]
+            expect: {verdict: PASS}
+            """)
+        proc = run(str(path))
+        assert 2 == proc.returncode
+        assert f"{path}: field agents.0.command: './agents/nope.py' is not an executable file" in proc.stderr
+        assert "SCENARIO" not in proc.stdout and not proc.left
+
+    def test_one_step_id_for_two_steps_is_bad_input(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A step id names one step in the run (a restart's key depends on it)."""
+        from vault.cli import main
+        path = scenario_file(tmp_path, "ids", """
+            agents:
+              - plan: {steps: [{id: a, call: read_issue, params: {issue_id: ISS-1}}]}
+              - plan: {steps: [{id: a, call: read_issue, params: {issue_id: ISS-2}}]}
+            expect: {verdict: PASS}
+            """)
+        assert 2 == main(["run", str(path)])
+        assert "field agents.1: step id 'a' names two different steps" in capsys.readouterr().err
+
+    def test_selfchecks_never_apply_to_a_users_agent(self, capsys: pytest.CaptureFixture[str]) -> None:
+        from vault.cli import main
+        assert 2 == main(["run", str(SCENARIOS), "--selfcheck", "--agent", f"{sys.executable} x.py"])
+        assert "never applies to --agent" in capsys.readouterr().err
+
+    def test_a_selfcheck_only_scenario_needs_selfcheck(self, capsys: pytest.CaptureFixture[str]) -> None:
+        from vault.cli import main
+        # nothing selected: pytest's 5, with the hint
+        assert 5 == main(["run", str(SCENARIOS / "selfcheck" / "gate-3-missing-deliverable.yaml")])
+        assert "runs with --selfcheck" in capsys.readouterr().err
+
+    def test_pattern_that_selects_nothing(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """Nothing selected exits 5, as pytest does when it collects no test."""
+        from vault.cli import main
+        assert 5 == main(["run", str(SCENARIOS), "-k", "no-such-scenario-anywhere"])
         assert "no scenario selected" in capsys.readouterr().err
 
 
@@ -225,7 +316,7 @@ class TestOutsideAgent:
         proc = run(str(SCENARIOS / "gate-1-healthy-delivery.yaml"), "--agent", f"{sys.executable} my_agent.py",
                    cwd=tmp_path)
         assert 0 == proc.returncode, proc.stdout + proc.stderr
-        assert "ok PASS" in proc.stdout
+        assert "as expected  PASS" in proc.stdout
 
     def test_a_scenario_command_runs_beside_its_scenario_file(self, tmp_path: Path) -> None:
         (tmp_path / "agents").mkdir()

@@ -8,14 +8,12 @@ import os
 import signal
 import stat
 import time
-import traceback
 from pathlib import Path
 
 import psutil
 import pytest
 
 from vault.catalog import load_catalog
-from vault.errors import BadInput
 from vault.executors.base import CallContext, ExecOutcome, ServiceConfig
 from vault.executors.ssh import SshExecutor
 from vault.models import Category, Retry
@@ -248,14 +246,20 @@ class TestBeforeCommand:
         assert (Category.authentication_failed, "unknown") == (denied.result.category, denied.result.reconciled)
         assert_no_key(denied, other_key)
 
-    async def test_bad_parameter_raises_without_secret(self, info: SshdInfo, workdir: Path) -> None:
-        """A parameter outside its pattern is refused before anything is spawned."""
-        with pytest.raises(BadInput) as caught:
-            await SshExecutor().execute(OP, {"service_name": "web; rm -rf /"}, Secret(info.private_key),
-                                        service(info), context("c-bad", workdir))
-        shown = "".join(traceback.format_exception(caught.value))
-        for fragment in key_fragments(info.private_key):
-            assert fragment not in shown
+    @pytest.mark.parametrize("value", ["web; rm -rf /", "..", "../etc", "-rf", "", "web\nreboot"],
+                             ids=["shell", "dots", "path", "option", "empty", "newline"])
+    async def test_bad_parameter_is_refused_before_spawning(self, info: SshdInfo, workdir: Path,
+                                                             value: str) -> None:
+        """A parameter outside its pattern, or one that names a path or an option, is a
+        local_failure naming it; no ssh client is spawned, no key file written, nothing runs."""
+        spawned: list[object] = []
+        out = await SshExecutor(on_spawn=lambda proc, purpose: spawned.append(proc)).execute(
+            OP, {"service_name": value}, Secret(info.private_key), service(info), context("c-bad", workdir))
+        assert (Category.local_failure, False) == (out.result.category, out.remote_touched)
+        assert "parameter 'service_name'" in out.result.message
+        assert [] == spawned and [] == os.listdir(workdir)
+        assert not marker(info, "c-bad", "start").exists()
+        assert_no_key(out, info.private_key)
 
 
 # -- interrupted after the command started (the article's C06 case) ------------------

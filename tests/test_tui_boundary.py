@@ -12,8 +12,8 @@ import subprocess
 from helpers import PY, ROOT
 
 # what `tui` may use from the core: the client, the home layout, its errors, the CLI's --home,
-# and the helper that makes agent-chosen text printable
-ALLOWED_FROM_VAULT = {"vault.client", "vault.home", "vault.errors", "vault.cli", "vault.text"}
+# the helper that makes agent-chosen text printable, and where the shipped files are (the demo's plan)
+ALLOWED_FROM_VAULT = {"vault.client", "vault.home", "vault.errors", "vault.cli", "vault.text", "vault.resources"}
 
 
 class TestBoundary:

@@ -74,6 +74,44 @@ class TestSnapshots:
         assert snap_compare(offline_app(), terminal_size=SIZE, run_before=down)
 
 
+SMALL = (80, 24)
+
+
+def footer_text(app: Any) -> str:
+    """The bottom line of the screen as plain text (read from the screenshot's SVG)."""
+    import html
+    import re
+    rows: dict[float, list[str]] = {}
+    for m in re.finditer(r'<text[^>]*y="([0-9.]+)"[^>]*>([^<]*)</text>', app.export_screenshot()):
+        rows.setdefault(float(m.group(1)), []).append(html.unescape(m.group(2)).replace("\xa0", " "))
+    return "".join(rows[max(rows)])
+
+
+class TestSmallTerminal:
+    """At 80x24, the smallest terminal people keep, every key of the footer is visible."""
+
+    def test_main_screen_at_80x24(self, snap_compare: Any) -> None:
+        """The main screen with pending requests fits: the footer ends with `q quit`."""
+        assert snap_compare(offline_app(), terminal_size=SMALL, run_before=fed)
+
+    def test_sessions_view_at_80x24(self, snap_compare: Any) -> None:
+        assert snap_compare(offline_app(), press=["v"], terminal_size=SMALL, run_before=fed)
+
+    @pytest.mark.parametrize(("press", "keys"), [
+        ([], ["o allow once", "s allow session", "d deny", "l lock/unlock", "v sessions", "q quit"]),
+        (["down"], ["o allow once", "d deny", "l lock/unlock", "v sessions", "q quit"]),
+        (["v"], ["r revoke", "x revoke session", "esc back", "l lock/unlock", "v sessions", "q quit"]),
+    ], ids=["main", "per-call-selected", "sessions"])
+    async def test_every_footer_key_is_on_screen(self, press: list[str], keys: list[str]) -> None:
+        app = offline_app()
+        async with app.run_test(size=SMALL) as pilot:
+            await fed(pilot)
+            await pilot.press(*press)
+            await pilot.pause()
+            footer = footer_text(app)
+        assert [k for k in keys if k not in footer] == [], footer
+
+
 class TestRecordedPayloads:
     @pytest.mark.timeout(120)
     async def test_recorded_payloads_match_live_daemon(self, sandbox: Sandbox) -> None:

@@ -3,6 +3,8 @@
 Runs inside a Textual worker. It says hello with the home's approver token
 (read fresh at every connect, never kept), subscribes, forwards every
 notification as a `DaemonNotice`, and refreshes `stats` when prompts change.
+Pending prompts, sessions and stats are read page by page (vault.client), so a
+daemon holding thousands of them still lets the TUI connect.
 When the daemon goes away it posts `LinkDown` and retries, so a restarted
 daemon is picked up without the person doing anything.
 
@@ -18,7 +20,7 @@ from typing import Any, Callable
 
 from textual.message import Message
 
-from vault.client import AsyncRpcClient, connect_approver
+from vault.client import AsyncRpcClient, connect_approver, fetch_all
 from vault.errors import HomeError, RpcError, VaultError
 from vault.home import VaultHome
 from vault.text import printable
@@ -79,9 +81,10 @@ class ApproverLink:
 
     async def _refresh_loop(self, client: AsyncRpcClient) -> None:
         try:
-            self.post(SessionsLoaded(shown(list((await client.request("sessions")).get("sessions") or []))))
+            # both come in pages (vault.paging): every page is read before the view is replaced
+            self.post(SessionsLoaded(shown(list((await fetch_all(client, "sessions")).get("sessions") or []))))
             while True:
-                self.post(StatsLoaded(shown(await client.request("stats"))))
+                self.post(StatsLoaded(shown(await fetch_all(client, "stats"))))
                 await self._stats_due.wait()
                 self._stats_due.clear()
         except (VaultError, OSError):

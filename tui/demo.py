@@ -27,9 +27,9 @@ from typing import IO, Any
 
 from vault.client import RpcClient
 from vault.errors import HomeError, VaultError
+from vault.resources import DEMO_PLAN as DEFAULT_PLAN
 from vault.text import printable
 
-DEFAULT_PLAN = Path(__file__).resolve().parent.parent / "scenarios" / "plans" / "demo.yaml"
 CREDENTIALS = ("tracker_token", "releases_token")
 START_TIMEOUT_S = 30.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)

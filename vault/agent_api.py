@@ -18,6 +18,12 @@ policy's approval mode; no endpoint, service or credential.
 
 An agent names an operation and its parameters; it never sends a URL, a header
 or a credential and never receives one.
+
+Each request acts for the process that wrote it (`conn.peer`, from
+SCM_CREDENTIALS), not for whoever opened the connection: a child riding its
+parent's connection owns none of the parent's sessions. Sessions are capped
+per connection, per process and in all (vault.limits); past a cap,
+`session.open` is answered -32004 and nothing is opened.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .errors import BadInput, RpcError
 from .ids import correlation_id
 from .jsonrpc import INVALID_PARAMS, LIMIT
+from .limits import MAX_SESSIONS, MAX_SESSIONS_PER_CONNECTION, MAX_SESSIONS_PER_PROCESS
 from .models import Category, make_result
 from .rpc_server import Connection, Dispatcher
 from .sessions import ClientLabel
@@ -39,8 +46,7 @@ if TYPE_CHECKING:
     from .daemon import VaultDaemon
 
 _P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
-# sessions one connection may hold open: a loop of session.open must not grow the daemon forever
-MAX_SESSIONS_PER_CONNECTION = 256
+__all__ = ["build", "MAX_SESSIONS_PER_CONNECTION", "MAX_SESSIONS_PER_PROCESS", "MAX_SESSIONS"]
 _Name = Field(min_length=1, max_length=128)
 
 
@@ -104,12 +110,15 @@ _OP_PUBLIC = {"description", "risk", "params", "target", "idempotent", "mutates"
 
 def catalog_view(d: "VaultDaemon") -> dict[str, Any]:
     """The operations an agent may name, with the policy's rule for each; fingerprinted so a
-    client can tell when it changed. Parameter specs are dumped whole, so attributes the
-    catalog gains (enum, maxLength, ...) reach clients without a change here."""
+    client can tell when it changed. Parameter declarations are dumped whole (as the catalog
+    file spells them: vault.catalog.ParamSpec), so what the catalog gains reaches clients
+    without a change here."""
     ops = []
     for name, op in sorted(d.catalog.operations.items()):
         rule = d.gate.policy.rule_for(op)
-        ops.append({"name": name, **op.model_dump(mode="json", include=_OP_PUBLIC, exclude_none=True),
+        # by alias: parameters keep the catalog file's (and JSON Schema's) names, e.g. maxLength
+        ops.append({"name": name, **op.model_dump(mode="json", include=_OP_PUBLIC, exclude_none=True,
+                                                  by_alias=True),
                     "approval": rule.model_dump(mode="json", exclude_none=True)})
     body = json.dumps(ops, sort_keys=True, separators=(",", ":"))
     return {"fingerprint": hashlib.sha256(body.encode()).hexdigest()[:32], "operations": ops}
@@ -124,9 +133,16 @@ def build(d: "VaultDaemon") -> Dispatcher:
 
     @api.method("session.open", OpenParams)
     async def session_open(conn: Connection, p: OpenParams) -> dict[str, Any]:
+        # a loop of session.open must not grow the daemon forever, however many connections it uses
         if len(d.sessions.for_conn(conn.id)) >= MAX_SESSIONS_PER_CONNECTION:
             raise RpcError(LIMIT, f"this connection already has {MAX_SESSIONS_PER_CONNECTION} open sessions; "
                                   "close one (session.close) before opening another")
+        if d.sessions.count_for_process((conn.peer.pid, conn.peer.create_time)) >= MAX_SESSIONS_PER_PROCESS:
+            raise RpcError(LIMIT, f"this process already has {MAX_SESSIONS_PER_PROCESS} open sessions; "
+                                  "close one (session.close) before opening another")
+        if len(d.sessions.sessions) >= MAX_SESSIONS:
+            raise RpcError(LIMIT, f"the vault already holds {MAX_SESSIONS} open sessions; "
+                                  "close one (session.close) or try again later")
         s = await d.open_session(conn, p.agent, p.run_id, p.client)
         return {"session_id": s.id, "pid": s.identity.pid}
 

@@ -1,19 +1,29 @@
 """The approver socket: where people (TUI) and scripts decide.
 
     approver.hello {token, name}      must come first; token from the vault home
-    subscribe      {}                 -> {pending: [...], locked}; then notifications:
+    subscribe      {}                 -> {pending: [...], locked, next, until}; then notifications:
                                          approval.requested, approval.settled, grant.created,
-                                         grant.ended, vault.locked, activity
+                                         grant.ended, vault.locked, activity,
+                                         session.opened, session.closed
+    pending        {after, until?}    -> {pending: [...], next}: the rest of the subscribe snapshot
     decide         {request_id, decision: allow_once|allow_session|deny}
     lock / unlock  {}
-    sessions       {}                 -> sessions with their grants
+    sessions       {after?}           -> {sessions: [...], next}: sessions with their grants
     revoke         {grant_id? | session_id?}
-    stats          {run_id?}          -> prompt counts and scopes
+    stats          {run_id?, after?}  -> {runs, sessions, next}: prompt counts and scopes
     status         {}
     shutdown       {}                 -> stops the daemon (what `vaultsim stop` uses)
 
-A connection from an agent session's process or any of its descendants is
-refused even with the right token: an agent never approves itself.
+Lists come in pages (vault.paging): each answer holds at most 256 KiB or 500
+items, and `next` (null on the last page) is the `after` of the following
+one, so an answer never outgrows a frame and every approver can connect.
+
+An approver is the process that said hello: another process writing on the
+same connection (a child that inherited it) is not. An agent session's
+process, its descendants, and processes sharing its session id, process group
+or cgroup are refused (vault.approver_guard), at hello and again at every
+decide, lock, unlock, revoke and shutdown; every hello, decide, lock and
+unlock attempt is recorded as an `approver_attempt` audit event.
 """
 
 from __future__ import annotations
@@ -23,16 +33,19 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import paging
+from .approver_guard import AUDITED, attempt_event
 from .errors import RpcError
 from .gate.approvals import Decision
 from .jsonrpc import INVALID_PARAMS, NOT_AUTHORIZED
-from .peer import is_same_or_descendant
-from .rpc_server import Connection, Dispatcher
+from .rpc_server import Connection, Dispatcher, warn_client
 
 if TYPE_CHECKING:
     from .daemon import VaultDaemon
 
 _P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+_Cursor = Field(default=None, max_length=20, pattern=r"^[0-9]*$")
+_GRANTS_SHOWN = 100  # per session in one page; `grants_total` says how many there are
 
 
 class HelloParams(BaseModel):
@@ -43,6 +56,17 @@ class HelloParams(BaseModel):
 
 class NoParams(BaseModel):
     model_config = _P
+
+
+class PageParams(BaseModel):
+    model_config = _P
+    after: str | None = _Cursor
+
+
+class PendingParams(BaseModel):
+    model_config = _P
+    after: str | None = _Cursor
+    until: str | None = _Cursor
 
 
 class DecideParams(BaseModel):
@@ -60,54 +84,111 @@ class RevokeParams(BaseModel):
 class StatsParams(BaseModel):
     model_config = _P
     run_id: str | None = Field(default=None, max_length=128)
+    after: str | None = _Cursor
 
 
 def build(d: "VaultDaemon") -> Dispatcher:
     api = Dispatcher("approver")
 
+    def attempt(conn: Connection, method: str, accepted: bool, reason: str = "",
+                name: Any = None, request_id: Any = None) -> None:
+        if method not in AUDITED:
+            return
+        if not accepted:
+            warn_client(f"approver {method}", "refused %s from process %d: %s", method, conn.peer.pid,
+                        reason[:200])
+        d.audit_soon(attempt_event(method, conn.peer, accepted, reason, name, request_id))
+
     def authed(conn: Connection) -> str:
+        """The approver name of the process that sent this (it must have said hello itself)."""
         name = conn.state.get("approver")
-        if not name:
+        if not name or conn.state.get("approver_key") != (conn.peer.pid, conn.peer.create_time):
+            if name:
+                raise RpcError(NOT_AUTHORIZED, "this process did not say approver.hello on this connection "
+                                               "(it was opened by another process); say it first")
             raise RpcError(NOT_AUTHORIZED, "say approver.hello with the approver token first")
         return str(name)
 
+    def acting(conn: Connection, request_id: str | None = None) -> str:
+        """authed(), plus the full guard (vault.approver_guard)."""
+        who = authed(conn)
+        ap = d.gate.pending.get(request_id) if request_id else None
+        why = d.guard.refusal(conn.peer, ap.session if ap is not None else None)
+        if why:
+            raise RpcError(NOT_AUTHORIZED, why)
+        return who
+
+    async def audited(conn: Connection, method: str, act: Any, request_id: str | None = None) -> Any:
+        """Run an approver action, recording the attempt and whether it was accepted."""
+        said_hello = conn.state.get("approver_key") == (conn.peer.pid, conn.peer.create_time)
+        name = conn.state.get("approver") if said_hello else None
+        try:
+            out = await act(acting(conn, request_id))
+        except RpcError as exc:
+            attempt(conn, method, False, exc.message, name, request_id)
+            raise
+        attempt(conn, method, True, "", name, request_id)
+        return out
+
+    def refused_early(conn: Connection, method: str, why: str, params: dict[str, Any] | None) -> None:
+        # a frame naming an audited method that never reached its handler (bad params, bad text)
+        params = params or {}
+        name = params.get("name") if method == "approver.hello" else conn.state.get("approver")
+        attempt(conn, method, False, why, name, params.get("request_id"))
+
+    api.on_refused = refused_early
+
     @api.method("approver.hello", HelloParams)
     async def hello(conn: Connection, p: HelloParams) -> dict[str, Any]:
+        why = ""
         if not hmac.compare_digest(p.token.encode(), d.approver_token.encode()):
-            raise RpcError(NOT_AUTHORIZED, "wrong approver token")
-        if is_same_or_descendant(conn.peer.pid, d.sessions.identities()):
-            raise RpcError(NOT_AUTHORIZED, "refused: this process is an agent session's process or "
-                           "one of its descendants; an agent never approves its own requests")
+            why = "wrong approver token"
+        else:
+            why = d.guard.refusal(conn.peer)
+        if why:
+            attempt(conn, "approver.hello", False, why, p.name)
+            raise RpcError(NOT_AUTHORIZED, why)
         conn.state["approver"] = p.name
+        conn.state["approver_key"] = (conn.peer.pid, conn.peer.create_time)
+        attempt(conn, "approver.hello", True, "", p.name)
         return {"approver": p.name, "locked": d.gate.locked}
 
     @api.method("subscribe", NoParams)
     async def subscribe(conn: Connection, p: NoParams) -> dict[str, Any]:
         authed(conn)
-        pending = await d.gate.subscribe(conn)
-        return {"pending": pending, "locked": d.gate.locked}
+        until = d.gate.subscribe(conn)
+        items, nxt = paging.page(d.gate.routable_for(conn, 0, until))
+        return {"pending": items, "locked": d.gate.locked, "next": _str(nxt), "until": str(until)}
+
+    @api.method("pending", PendingParams)
+    async def pending(conn: Connection, p: PendingParams) -> dict[str, Any]:
+        authed(conn)
+        until = paging.cursor(p.until) if p.until else None
+        items, nxt = paging.page(d.gate.routable_for(conn, paging.cursor(p.after), until))
+        return {"pending": items, "next": _str(nxt)}
 
     @api.method("decide", DecideParams)
     async def decide(conn: Connection, p: DecideParams) -> dict[str, Any]:
-        authed(conn)
-        return await d.gate.decide(conn, p.request_id, p.decision)
+        return await audited(conn, "decide", lambda who: d.gate.decide(conn, p.request_id, p.decision),
+                             p.request_id)
 
     @api.method("lock", NoParams)
     async def lock(conn: Connection, p: NoParams) -> dict[str, Any]:
-        return await d.gate.lock(authed(conn))
+        return await audited(conn, "lock", d.gate.lock)
 
     @api.method("unlock", NoParams)
     async def unlock(conn: Connection, p: NoParams) -> dict[str, Any]:
-        return await d.gate.unlock(authed(conn))
+        return await audited(conn, "unlock", d.gate.unlock)
 
-    @api.method("sessions", NoParams)
-    async def sessions(conn: Connection, p: NoParams) -> dict[str, Any]:
+    @api.method("sessions", PageParams)
+    async def sessions(conn: Connection, p: PageParams) -> dict[str, Any]:
         authed(conn)
-        return {"sessions": d.gate.session_view()}
+        items, nxt = paging.page(d.gate.session_view(paging.cursor(p.after)), shrink=_fewer_grants)
+        return {"sessions": items, "next": _str(nxt)}
 
     @api.method("revoke", RevokeParams)
     async def revoke(conn: Connection, p: RevokeParams) -> dict[str, Any]:
-        who = authed(conn)
+        who = acting(conn)
         if p.grant_id:
             g = d.gate.grants.grants.get(p.grant_id)
             if g is None:
@@ -123,7 +204,7 @@ def build(d: "VaultDaemon") -> Dispatcher:
     @api.method("stats", StatsParams)
     async def stats(conn: Connection, p: StatsParams) -> dict[str, Any]:
         authed(conn)
-        return d.gate.stats.report(p.run_id)
+        return _stats_page(d, p.run_id, paging.cursor(p.after))
 
     @api.method("status", NoParams)
     async def status(conn: Connection, p: NoParams) -> dict[str, Any]:
@@ -132,8 +213,8 @@ def build(d: "VaultDaemon") -> Dispatcher:
 
     @api.method("shutdown", NoParams)
     async def shutdown(conn: Connection, p: NoParams) -> dict[str, Any]:
-        authed(conn)
-        d.request_stop(f"stopped by {conn.state['approver']}")
+        who = acting(conn)
+        d.request_stop(f"stopped by {who}")
         return {"stopping": True}
 
     async def on_disconnect(conn: Connection) -> None:
@@ -141,3 +222,36 @@ def build(d: "VaultDaemon") -> Dispatcher:
 
     api.on_disconnect = on_disconnect
     return api
+
+
+def _str(n: int | None) -> str | None:
+    return None if n is None else str(n)
+
+
+def _fewer_grants(session: dict[str, Any], budget: int) -> dict[str, Any]:
+    grants = session.get("grants") or []
+    return {**session, "grants": grants[:_GRANTS_SHOWN], "grants_total": len(grants)}
+
+
+def _stats_page(d: "VaultDaemon", run_id: str | None, after: int) -> dict[str, Any]:
+    """Prompt statistics, paged: the runs first, then the sessions (positions count both)."""
+    st = d.gate.stats
+    runs = [(r, c) for r, c in st.runs.items() if run_id is None or r == run_id]
+    sessions = [(s, c) for s, c in st.sessions.items() if run_id is None or st.session_run.get(s) == run_id]
+
+    def items() -> Any:
+        for i, (r, c) in enumerate(runs, start=1):
+            if i > after:
+                yield i, ("run", r, c.to_wire())
+        for i, (s, c) in enumerate(sessions, start=len(runs) + 1):
+            if i > after:
+                yield i, ("session", s, {"run_id": st.session_run.get(s), **c.to_wire()})
+
+    def shrink(item: tuple[str, str, dict[str, Any]], budget: int) -> tuple[str, str, dict[str, Any]]:
+        return item[0], item[1], paging.trim_counts(item[2], budget)
+
+    taken, nxt = paging.page(items(), shrink=shrink)
+    out: dict[str, Any] = {"runs": {}, "sessions": {}, "next": _str(nxt)}
+    for kind, key, counts in taken:
+        out["runs" if kind == "run" else "sessions"][key] = counts
+    return out

@@ -15,17 +15,23 @@ from .text import printable
 def _request(args: argparse.Namespace, method: str, **params: Any) -> Any:
     home = VaultHome.resolve(args.home)
     with ApproverClient.for_home(home, name=f"vaultsim-{method}") as c:
-        return c.request(method, **params)
+        # stats comes in pages: read them all
+        return c.all_pages(method, **params) if method == "stats" else c.request(method, **params)
 
 
 def configure_lock(p: argparse.ArgumentParser) -> None:
     add_home_arg(p)
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
 
 
 def run_lock(args: argparse.Namespace) -> int:
     out = _request(args, "lock")
-    print(f"vault locked ({out['pending_denied']} pending approvals denied, "
-          f"{out['grants_ended']} grants ended)")
+    if args.json:
+        print(json.dumps({"locked": True, "pending_denied": out["pending_denied"],
+                          "grants_ended": out["grants_ended"]}, sort_keys=True))
+    else:
+        print(f"vault locked ({out['pending_denied']} pending approvals denied, "
+              f"{out['grants_ended']} grants ended)")
     return 0
 
 
@@ -34,7 +40,7 @@ configure_unlock = configure_lock
 
 def run_unlock(args: argparse.Namespace) -> int:
     _request(args, "unlock")
-    print("vault unlocked")
+    print(json.dumps({"locked": False}) if args.json else "vault unlocked")
     return 0
 
 

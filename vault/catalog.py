@@ -4,10 +4,19 @@ An agent sends an operation name and parameters, nothing else. The catalog
 says the risk class, which executor runs it, the endpoint (method + path
 template, or an SSH command template), which credential it uses, and which
 response contract its answer must satisfy.
+
+Each parameter declares its type and may narrow it with `pattern` (a regex
+the whole value matches), `enum` and `maxLength`, checked before any request;
+a bad regex is refused when the catalog loads, naming the operation and the
+parameter. Wherever a value goes, vault.param_safety checks it can only name
+what the catalog meant (no `..` path segment, no added separator), whatever
+the declarations say.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 import string
 from enum import StrEnum
@@ -15,9 +24,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError,
+                      field_validator, model_validator)
 
+from . import param_safety
 from .errors import BadInput
+from .resources import CATALOG as DEFAULT_CATALOG
 
 
 class Risk(StrEnum):
@@ -34,19 +46,88 @@ class Risk(StrEnum):
 DESTRUCTIVE = frozenset({Risk.delete, Risk.execute, Risk.spend, Risk.permission, Risk.credential})
 
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+_SAFE_TEXT = re.compile(r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*")
+MAX_TEXT = 4096  # characters of any string parameter
 
 
 class ParamSpec(BaseModel):
+    """One parameter an agent gives. `pattern`, `enum` and `maxLength` use JSON Schema's
+    names (`json_schema()` renders them as such); `pattern` must match the whole value."""
+
     model_config = _Strict
     type: Literal["string", "integer", "boolean"] = "string"
     required: bool = True
     # secret-looking values are never echoed into prompts or logs
     summary: bool = True
-    # a full-match regex the value must satisfy (required for ssh commands)
+    # a regex the whole value must match (Python syntax)
     pattern: str | None = None
+    # the only values allowed, of the parameter's type
+    enum: tuple[StrictStr | StrictInt | StrictBool, ...] | None = None
+    max_length: int | None = Field(default=None, alias="maxLength", ge=1, le=MAX_TEXT)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                _compiled(value)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression ({exc.msg}"
+                                 f"{f' at position {exc.pos}' if exc.pos is not None else ''})") from None
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ParamSpec":
+        if self.type != "string" and (self.pattern is not None or self.max_length is not None):
+            raise ValueError("pattern and maxLength apply to string parameters only")
+        if self.enum is not None:
+            if not self.enum:
+                raise ValueError("enum must list at least one value")
+            for value in self.enum:
+                if not _has_type(value, self.type):
+                    raise ValueError(f"enum value {value!r} is not a {self.type}")
+        return self
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` does not fit this declaration (type, length, pattern, enum), or None."""
+        if not _has_type(value, self.type):
+            return f"must be {self.type}"
+        if self.type == "string":
+            if len(value) > MAX_TEXT or not _SAFE_TEXT.fullmatch(value):
+                return "has characters or length not allowed"
+            if self.max_length is not None and len(value) > self.max_length:
+                return f"is longer than {self.max_length} characters"
+            if self.pattern is not None and not _compiled(self.pattern).fullmatch(value):
+                return f"does not match {self.pattern}"
+        # the type is checked above and every enum value has it, so True never equals 1 here
+        if self.enum is not None and value not in self.enum:
+            return "is not one of " + ", ".join(json.dumps(e) for e in self.enum)
+        return None
+
+    def json_schema(self) -> dict[str, Any]:
+        """This declaration as a JSON Schema (e.g. for an MCP tool's input schema)."""
+        out: dict[str, Any] = {"type": self.type}
+        if self.pattern is not None:
+            out["pattern"] = f"^(?:{self.pattern})$"  # JSON Schema patterns search; ours match whole
+        if self.max_length is not None:
+            out["maxLength"] = self.max_length
+        if self.enum is not None:
+            out["enum"] = list(self.enum)
+        return out
 
 
 _PY_TYPES = {"string": str, "integer": int, "boolean": bool}
+_ABSENT = object()
+
+
+def _has_type(value: Any, kind: str) -> bool:
+    want = _PY_TYPES[kind]
+    return isinstance(value, want) and not (want is int and isinstance(value, bool))
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
 
 
 class Operation(BaseModel):
@@ -87,25 +168,57 @@ class Operation(BaseModel):
 
     def validate_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """Check an agent's parameters against the spec; raise BadInput naming the field."""
-        if not isinstance(params, dict):
-            raise BadInput("params must be an object")
-        unknown = sorted(set(params) - set(self.params))
-        if unknown:
-            raise BadInput(f"{self.name}: unknown parameter {unknown[0]!r}")
-        for name, spec in self.params.items():
-            if name not in params:
-                if spec.required:
-                    raise BadInput(f"{self.name}: missing parameter {name!r}")
-                continue
-            value = params[name]
-            want = _PY_TYPES[spec.type]
-            if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-                raise BadInput(f"{self.name}: parameter {name!r} must be {spec.type}")
-            if want is str and (len(value) > 4096 or not _SAFE_TEXT.fullmatch(value)):
-                raise BadInput(f"{self.name}: parameter {name!r} has characters or length not allowed")
-            if spec.pattern and not re.fullmatch(spec.pattern, str(value)):
-                raise BadInput(f"{self.name}: parameter {name!r} does not match {spec.pattern}")
+        why = self._declaration_problem(params)
+        if why is not None:
+            raise BadInput(why)
         return dict(params)
+
+    def refusal(self, params: dict[str, Any]) -> str | None:
+        """Why this call must not be sent, naming the parameter, or None.
+
+        What executors ask before anything leaves the vault: the declarations
+        (as validate_params), then where each value goes (vault.param_safety): a
+        path segment, a query value or an SSH command argument must not reach
+        anything the catalog did not name."""
+        why = self._declaration_problem(params)
+        if why is not None:
+            return why
+        for name, where in self.positions.items():
+            value = params.get(name, _ABSENT)
+            if value is not _ABSENT:
+                why = param_safety.problem(where, value)
+                if why is not None:
+                    return f"{self.name}: parameter {name!r} {why}"
+        return None
+
+    def _declaration_problem(self, params: Any) -> str | None:
+        # on every call (twice: at the socket and in the executor), so no exceptions, no copies
+        if not isinstance(params, dict):
+            return "params must be an object"
+        specs = self.params
+        if not params.keys() <= specs.keys():
+            unknown = sorted(set(params) - set(specs))
+            return f"{self.name}: unknown parameter {unknown[0]!r}"
+        for name, spec in specs.items():
+            value = params.get(name, _ABSENT)
+            if value is _ABSENT:
+                if spec.required:
+                    return f"{self.name}: missing parameter {name!r}"
+                continue
+            why = spec.problem(value)
+            if why is not None:
+                return f"{self.name}: parameter {name!r} {why}"
+        return None
+
+    @functools.cached_property
+    def positions(self) -> dict[str, str]:
+        """Where each declared parameter goes: "path", "query", "body" or "command"."""
+        if self.executor == "ssh":
+            used = set(_fields(self.command or ""))
+            return {n: "command" for n in self.params if n in used}
+        in_path = set(_fields(self.path or ""))
+        rest = "body" if self.method in ("POST", "PUT", "PATCH") else "query"
+        return {n: "path" if n in in_path else rest for n in self.params}
 
     def scope(self, params: dict[str, Any]) -> str:
         """The resource a session grant for this call covers, in words."""
@@ -129,7 +242,6 @@ class Operation(BaseModel):
         return out
 
 
-_SAFE_TEXT = re.compile(r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*")
 
 
 def _fields(template: str) -> list[str]:
@@ -153,9 +265,6 @@ class Catalog(BaseModel):
         if extra is None:
             return self
         return Catalog(operations={**self.operations, **extra.operations})
-
-
-DEFAULT_CATALOG = Path(__file__).resolve().parent.parent / "scenarios" / "catalog.yaml"
 
 
 # libyaml's safe loader when present: same semantics, several times faster

@@ -3,6 +3,10 @@
 `RpcClient` is a small blocking client (agents, CLI). `AsyncRpcClient` keeps a
 reader task that routes responses by id and hands notifications to a callback
 (approvers: TUI, scripted approver). Both raise `RpcError` for error answers.
+
+Answers that list things come in pages (`next` names the following one);
+`ApproverClient.all_pages`, `fetch_all` and `connect_approver` read every
+page, so their callers see one whole answer as before.
 """
 
 from __future__ import annotations
@@ -131,6 +135,25 @@ class ApproverClient(RpcClient):
             raise
         return client
 
+    def all_pages(self, method: str, **params: Any) -> dict[str, Any]:
+        """`sessions`, `stats` or `pending` with every page merged into one answer."""
+        answer = self.request(method, **params)
+        while isinstance(answer, dict) and answer.get("next"):
+            merge_page(answer, self.request(method, **{**params, "after": answer["next"]}))
+        if isinstance(answer, dict):
+            answer.pop("next", None)
+        return answer
+
+
+def merge_page(into: dict[str, Any], page: dict[str, Any]) -> None:
+    """Fold a following page into the first one: lists extend, tables update."""
+    for key, value in page.items():
+        if isinstance(value, list) and isinstance(into.get(key), list):
+            into[key].extend(value)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+            into[key].update(value)
+    into["next"] = page.get("next")
+
 
 Notify = Callable[[str, dict[str, Any]], Awaitable[None] | None]
 
@@ -203,14 +226,40 @@ class AsyncRpcClient:
         self._task.cancel()
 
 
+async def fetch_all(client: AsyncRpcClient, method: str, **params: Any) -> dict[str, Any]:
+    """An async request whose answer comes in pages, every page merged."""
+    answer = await client.request(method, **params)
+    while isinstance(answer, dict) and answer.get("next"):
+        merge_page(answer, await client.request(method, **{**params, "after": answer["next"]}))
+    if isinstance(answer, dict):
+        answer.pop("next", None)
+    return answer
+
+
 async def connect_approver(home: VaultHome, name: str, on_notify: Notify | None = None,
                            subscribe: bool = True) -> tuple[AsyncRpcClient, dict[str, Any]]:
-    """Connect, say hello with the home's token, optionally subscribe. Returns (client, subscribe answer)."""
-    client = await AsyncRpcClient.connect(home.approver_sock, on_notify)
+    """Connect, say hello with the home's token, optionally subscribe. Returns (client, subscribe
+    answer), the answer holding every pending prompt of the snapshot (all its pages)."""
+    settled: set[str] = set()
+
+    def watching(method: str, params: dict[str, Any]) -> Awaitable[None] | None:
+        # a prompt settled while later pages were read must not come back from an earlier page
+        if method == "approval.settled":
+            settled.add(str(params.get("request_id")))
+        return on_notify(method, params) if on_notify is not None else None
+
+    client = await AsyncRpcClient.connect(home.approver_sock, watching if subscribe else on_notify)
     try:
         await client.request("approver.hello", token=read_approver_token(home), name=name)
         answer = await client.request("subscribe") if subscribe else {}
+        while answer.get("next"):
+            more = await client.request("pending", after=answer["next"], until=answer.get("until"))
+            merge_page(answer, more)
     except Exception:
         await client.close()
         raise
+    if subscribe:
+        client.on_notify = on_notify
+        answer["pending"] = [p for p in answer.get("pending", [])
+                             if str(p.get("request_id")) not in settled]
     return client, answer

@@ -1,8 +1,11 @@
 """`vaultsim daemon`, `vaultsim stop`, `vaultsim status`.
 
 `daemon` without `--foreground` starts a detached child running the same
-command in the foreground and returns once the sockets answer (or prints the
-child's error). Building the daemon's parts (keyring, store, diagnostics,
+command in the foreground and returns once the child says, on an inherited
+pipe, that its sockets serve (or prints the child's one-line error). Exit: 0
+serving; 1 a daemon already serves the home (its pid named) or it failed; 2
+bad input or the start was impossible (an unusable home, a full disk, a socket
+path too long), always one line, never a traceback. Building the daemon's parts (keyring, store, diagnostics,
 audit, executors) happens here so `vault.daemon` stays testable in-process.
 """
 
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -21,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from .cli import add_home_arg
-from .errors import HomeError, VaultError
-from .home import VaultHome
+from .errors import BadInput, HomeError, VaultError
+from .home import VaultHome, write_private
 
 _START_TIMEOUT_S = 20.0
 
@@ -36,6 +40,10 @@ def configure_daemon(p: argparse.ArgumentParser) -> None:
     p.add_argument("--catalog", help="extra operations merged over the default catalog")
     p.add_argument("--remote", type=_base_url, help="base URL for every HTTP service not in the config")
     p.add_argument("--no-audit", action="store_true", help=argparse.SUPPRESS)
+    # set by a background start for its foreground child: where to say "ready" or why not
+    p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true",
+                   help="once serving, print pid, home and sockets as JSON (not with --foreground)")
 
 
 def _base_url(text: str) -> str:
@@ -99,51 +107,189 @@ def _optional_audit(home: VaultHome, keystore: Any) -> Any:
 
 
 def run_daemon(args: argparse.Namespace) -> int:
-    home = VaultHome.resolve(args.home).ensure()
+    if args.json and args.foreground:
+        raise BadInput("--json reports a background start; with --foreground the daemon logs to stderr")
+    home = VaultHome.resolve(args.home)
+    home.check_socket_paths()  # before anything is created for a start that cannot work
+    home.ensure()
     if not args.foreground:
         return _spawn_background(home, args)
+    report = _StartReport(getattr(args, "ready_fd", None))
+    try:
+        return _run_foreground(home, args, report)
+    except VaultError as exc:
+        report.failed(exc.message)  # the background parent shows it, even if the log cannot be written
+        raise
+    finally:
+        report.close()
+
+
+def _run_foreground(home: VaultHome, args: argparse.Namespace, report: "_StartReport") -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s vaultsim[%(process)d] %(levelname)s %(message)s")
     from .instance import acquire_home_lock
-    lock_fd = acquire_home_lock(home)
     try:
-        home.pid_file.write_text(f"{os.getpid()}\n")
+        lock_fd = acquire_home_lock(home)
+    except OSError as exc:
+        return _cannot_start(exc, report)
+    try:
+        write_private(home.pid_file, f"{os.getpid()}\n".encode())
         daemon = build_daemon(home, args)
-        asyncio.run(daemon.serve())
+        asyncio.run(_serve(daemon, report))
+    except OSError as exc:  # a full disk, a socket that cannot be bound: one line, no traceback
+        if report.ready:
+            _say(f"vaultsim daemon: stopped: {_os_reason(exc)}")
+            return 1
+        return _cannot_start(exc, report)
     finally:
         home.pid_file.unlink(missing_ok=True)
         os.close(lock_fd)
     return 0
 
 
+async def _serve(daemon: Any, report: "_StartReport") -> None:
+    ready = asyncio.Event()
+    serving = asyncio.create_task(daemon.serve(ready))
+    waiting = asyncio.create_task(ready.wait())
+    await asyncio.wait({serving, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    if ready.is_set():
+        report.serving()
+    waiting.cancel()
+    await serving
+
+
+def _cannot_start(exc: OSError, report: "_StartReport") -> int:
+    message = f"cannot start: {_os_reason(exc)}"
+    report.failed(message)
+    _say(f"vaultsim daemon: {message}")
+    return 2
+
+
+def _say(line: str) -> None:
+    """A line on stderr, which may be a log file on the very disk that is full."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _os_reason(exc: OSError) -> str:
+    why = exc.strerror or str(exc) or type(exc).__name__
+    return f"{exc.filename}: {why}" if exc.filename else why
+
+
+class _StartReport:
+    """The foreground daemon's word to the `vaultsim daemon` that started it, on an
+    inherited pipe: `ready PID` once both sockets serve, or `error MESSAGE`. A pipe and not
+    the log, because a start that fails on a full disk cannot write its log."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+        self.ready = False
+
+    def serving(self) -> None:
+        self.ready = True
+        self._send(f"ready {os.getpid()}")
+
+    def failed(self, message: str) -> None:
+        if not self.ready:
+            self._send("error " + " ".join(message.split()))
+
+    def _send(self, line: str) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, (line + "\n").encode(errors="replace")[:4000])
+        except OSError:
+            pass  # the parent gave up waiting; its exit already said so
+        self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+
 def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
-    argv = [sys.executable, "-m", "vault.cli", "daemon", "--foreground", "--home", str(home.root)]
+    running = daemon_status(home, timeout=2)
+    if running is not None:
+        print(f"vaultsim daemon: a vaultsim daemon (pid {running.get('pid')}) already serves "
+              f"{home.root}; stop it with `vaultsim stop` first", file=sys.stderr)
+        return 1
+    read_end, write_end = os.pipe()
+    argv = [sys.executable, "-m", "vault.cli", "daemon", "--foreground", "--home", str(home.root),
+            "--ready-fd", str(write_end)]
     for flag in ("config", "policy", "catalog", "remote"):
         value = getattr(args, flag)
         if value:
             argv += [f"--{flag}", str(Path(value).absolute()) if flag != "remote" else value]
     if args.unlocked:
         argv.append("--unlocked")
-    log_fd = os.open(home.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    start = os.fstat(log_fd).st_size  # the log is appended to: show only what this start wrote
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
-                                 start_new_session=True, close_fds=True)
-    finally:
-        os.close(log_fd)
+        log_fd = os.open(home.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            start = os.fstat(log_fd).st_size  # the log is appended to: show only what this start wrote
+            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+                                     start_new_session=True, close_fds=True, pass_fds=(write_end,))
+        finally:
+            os.close(log_fd)
+    except OSError as exc:
+        os.close(read_end)
+        os.close(write_end)
+        print(f"vaultsim daemon: cannot start: {_os_reason(exc)}", file=sys.stderr)
+        return 2
+    os.close(write_end)  # the child holds it now: EOF means it exited (or closed it)
     deadline = time.monotonic() + _START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            print(f"vaultsim daemon: failed to start (exit {child.returncode}); "
-                  f"from {home.daemon_log}:", file=sys.stderr)
-            print(_tail(home.daemon_log, start), file=sys.stderr)
-            return 2 if child.returncode == 2 else 1  # bad input stays bad input
-        if daemon_status(home, timeout=2) is not None:
+    with os.fdopen(read_end, "rb") as pipe:
+        word = _read_word(pipe, deadline)
+    if word.startswith("ready "):
+        if args.json:
+            status = daemon_status(home, timeout=2) or {}
+            print(json.dumps({"running": True, "pid": child.pid, "home": str(home.root),
+                              "locked": status.get("locked"), "agent_socket": str(home.agent_sock),
+                              "approver_socket": str(home.approver_sock), "log": str(home.daemon_log)},
+                             indent=2, sort_keys=True))
+        else:
             print(f"vaultsim daemon: serving {home.root} (pid {child.pid})")
-            return 0
-        time.sleep(0.05)
-    print("vaultsim daemon: did not come up in time; see " + str(home.daemon_log), file=sys.stderr)
-    return 1
+        return 0
+    # it said why, or closed the pipe: either way it is on its way out (unless it hung)
+    code = _wait(child, 10.0 if time.monotonic() < deadline else 0.5)
+    if word.startswith("error "):
+        print(f"vaultsim daemon: {word[len('error '):]}", file=sys.stderr)
+        return 2 if code == 2 else 1  # bad input stays bad input
+    if code is None:
+        print("vaultsim daemon: did not come up in time; see " + str(home.daemon_log), file=sys.stderr)
+        return 1
+    tail = _tail(home.daemon_log, start)
+    if not tail:
+        free = _disk(home)["disk_free_bytes"]
+        room = f"; {_size(free)} free on its disk" if free is not None else ""
+        tail = f"(it wrote nothing to {home.daemon_log}{room})"
+    print(f"vaultsim daemon: failed to start (exit {child.returncode}); "
+          f"from {home.daemon_log}:", file=sys.stderr)
+    print(tail, file=sys.stderr)
+    return 2 if child.returncode == 2 else 1
+
+
+def _read_word(pipe: Any, deadline: float) -> str:
+    """One line from the starting daemon, "" on EOF or when the deadline passes."""
+    import select
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([pipe], [], [], left)[0]:
+            return ""
+        chunk = os.read(pipe.fileno(), 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0].decode(errors="replace")
+
+
+def _wait(child: subprocess.Popen[bytes], timeout: float = 10.0) -> int | None:
+    try:
+        return child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _tail(path: Path, offset: int = 0, n: int = 8) -> str:
@@ -227,9 +373,15 @@ def _pid_alive(pid: Any) -> bool:
         return False
 
 
+# `vaultsim status` answers through its exit code, as `vault status` does (sealed: 2)
+STATUS_UNLOCKED, STATUS_NOT_RUNNING, STATUS_LOCKED = 0, 1, 2
+
+
 def configure_status(p: argparse.ArgumentParser) -> None:
     add_home_arg(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.description = (f"{p.description}\n\nexit: {STATUS_UNLOCKED} running and unlocked, "
+                     f"{STATUS_NOT_RUNNING} no daemon running, {STATUS_LOCKED} running but locked")
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -263,4 +415,6 @@ def run_status(args: argparse.Namespace) -> int:
             if out["disk_free_bytes"] < LOW_DISK_BYTES:
                 print("  WARNING: the disk is nearly full; when the audit log cannot be written, "
                       "the daemon stops serving calls")
-    return 0 if out["running"] else 1
+    if not out["running"]:
+        return STATUS_NOT_RUNNING
+    return STATUS_LOCKED if out["locked"] else STATUS_UNLOCKED

@@ -3,10 +3,11 @@
 A Result is deliberately small; the raw status, headers, body, failing
 contract field and timings of a call go here instead, referenced from the
 Result by `diagnostic_id`. Each diagnostic is one AES-GCM-encrypted file
-(0600, in a 0700 directory, the id bound as associated data so files cannot be
-swapped). Before anything is written, Authorization / Cookie headers and every
-occurrence of a known secret are redacted: a remote that echoes a token back
-in an error body must not turn the diagnostic store into a copy of it.
+(0600, written all or nothing, in a 0700 directory, the id bound as
+associated data so files cannot be swapped). Before anything is written,
+Authorization / Cookie headers and every occurrence of a known secret are
+redacted: a remote that echoes a token back in an error body must not turn
+the diagnostic store into a copy of it.
 
 The store keeps the newest `keep` diagnostics (ids sort by time) and removes
 older ones as new ones arrive: an agent that fails in a loop must not fill the
@@ -16,7 +17,6 @@ disk, since a full disk would stop the audit log and with it every call.
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets as _random
 from collections import deque
@@ -27,8 +27,8 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from .atomic import UnsafeDirectory, private_dir, write_private
 from .errors import BadInput, VaultError
-from .home import write_private
 from .ids import new_id
 from .secret import Secret
 
@@ -149,6 +149,7 @@ def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
 
 
 def _private_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.stat().st_mode & 0o077:
-        os.chmod(path, 0o700)
+    try:
+        private_dir(path, "diagnostics directory")
+    except UnsafeDirectory as exc:  # never chmod'ed: someone changed it, and should know
+        raise VaultError(str(exc)) from None

@@ -1,7 +1,10 @@
 """The vault home: one private directory per vault, and the names inside it.
 
 Resolution order: explicit `--home`, `$VAULTSIM_HOME`, platformdirs. The
-directory is 0700; everything secret inside it is 0600.
+directory is 0700; everything secret inside it is 0600 and written all or
+nothing (vault.atomic). An existing directory is used only if it is a real
+directory, ours and closed to others: the vault never chmods a directory it
+did not create.
 """
 
 from __future__ import annotations
@@ -9,14 +12,19 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import stat
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 
-from .errors import HomeError
+from . import atomic
+from .atomic import UnsafeDirectory, check_private_dir, private_dir
+from .errors import BadInput, HomeError
+
+# bytes of a Unix socket path, without the final NUL: sun_path is 108 on Linux, 104 elsewhere
+MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,9 @@ class VaultHome:
 
     @classmethod
     def resolve(cls, home: str | os.PathLike[str] | None = None) -> "VaultHome":
+        if home is not None and not os.fspath(home).strip():
+            # Path("") is the current directory: never make that a vault home by accident
+            raise BadInput("--home is empty: give the vault home directory")
         if home is None:
             home = os.environ.get("VAULTSIM_HOME") or platformdirs.user_data_dir("vaultsim")
         return cls(Path(home).expanduser().absolute())
@@ -71,31 +82,47 @@ class VaultHome:
         return self.root / "daemon.log"
 
     def ensure(self) -> "VaultHome":
-        """Create the home 0700, or check an existing one is private and ours."""
+        """Create the home 0700, or check an existing one is private and ours.
+
+        An existing directory is never chmod'ed: one that is a symlink, someone
+        else's or open to others is refused, with the reason and the fix."""
         try:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            st = self.root.stat()
+            private_dir(self.root, "vault home")
+        except UnsafeDirectory as exc:
+            raise UnusableHome(str(exc)) from None
         except OSError as exc:
-            raise HomeError(f"cannot create vault home {self.root}: {exc.strerror}") from None
-        if not stat.S_ISDIR(st.st_mode):
-            raise HomeError(f"vault home {self.root} is not a directory")
-        if st.st_uid != os.getuid():
-            raise HomeError(f"vault home {self.root} belongs to another user")
-        if stat.S_IMODE(st.st_mode) != 0o700:
-            os.chmod(self.root, 0o700)
+            raise UnusableHome(f"cannot create vault home {self.root}: {exc.strerror}") from None
         return self
 
+    def check(self) -> "VaultHome":
+        """For commands that only read: a home that exists must pass ensure()'s checks."""
+        try:
+            check_private_dir(self.root, "vault home")
+        except FileNotFoundError:
+            pass
+        except UnsafeDirectory as exc:
+            raise UnusableHome(str(exc)) from None
+        except OSError as exc:
+            raise UnusableHome(f"cannot use vault home {self.root}: {exc.strerror}") from None
+        return self
 
-def write_private(path: Path, data: bytes) -> None:
-    """Atomically write a 0600 file (temp file + rename, fsync'd)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    def check_socket_paths(self) -> None:
+        """The daemon's sockets must fit in sun_path, or bind fails deep inside asyncio."""
+        for path in (self.agent_sock, self.approver_sock):
+            size = len(os.fsencode(path))
+            if size > MAX_SOCKET_PATH:
+                raise UnusableHome(
+                    f"vault home {self.root} is too deep for its sockets: {path} is {size} bytes and "
+                    f"this platform allows {MAX_SOCKET_PATH}; use a shorter --home")
+
+
+class UnusableHome(HomeError, BadInput):
+    """A vault home that cannot be used as given: bad input (exit 2), not a failure."""
+
+
+# the one writer of private files (temp file, fsync, rename, directory fsync); kept
+# importable from here, where the audit log and the daemon have always found it
+write_private = atomic.write_private
 
 
 @contextlib.contextmanager

@@ -10,8 +10,10 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import socket
 import stat
+import time
 from pathlib import Path
 
 from .errors import AlreadyRunning, HomeError
@@ -28,18 +30,36 @@ def acquire_home_lock(home: VaultHome) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        pid = _read_pid(home)
+        pid = _holder_pid(home)
         who = f" (pid {pid})" if pid else ""
         raise AlreadyRunning(f"a vaultsim daemon{who} already serves {home.root}; "
                              "stop it with `vaultsim stop` first") from None
     return fd
 
 
+def _holder_pid(home: VaultHome, wait_s: float = 2.0) -> int | None:
+    """The pid of the daemon holding the lock. A daemon that has just taken it writes its
+    pid file a moment later (two racing starts): wait a little for that, not forever."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        pid = _read_pid(home)
+        if pid is not None or time.monotonic() > deadline:
+            return pid
+        time.sleep(0.02)
+
+
 def _read_pid(home: VaultHome) -> int | None:
     try:
-        return int(home.pid_file.read_text().strip())
+        pid = int(home.pid_file.read_text().strip())
     except (OSError, ValueError):
         return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # a stale file from a killed daemon
+    except PermissionError:
+        pass
+    return pid
 
 
 def clear_stale_socket(path: Path) -> None:
@@ -67,11 +87,28 @@ def clear_stale_socket(path: Path) -> None:
 
 
 def approver_token(home: VaultHome) -> str:
+    """The approver token, minted on first start. One that is not a whole token (an empty
+    or cut-short file from an older, non-atomic write) is replaced: accepting it would let
+    an approver in with an empty or guessable token."""
     path = home.approver_token_file
-    if path.exists():
-        if stat.S_IMODE(path.stat().st_mode) != 0o600:
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if not stat.S_ISREG(st.st_mode):
+            raise HomeError(f"{path} exists and is not a regular file; refusing to use it as the "
+                            "approver token")
+        if stat.S_IMODE(st.st_mode) != 0o600:
             os.chmod(path, 0o600)
-        return path.read_text().strip()
+        value = path.read_text(errors="replace").strip()
+        if _TOKEN.fullmatch(value):
+            return value
+        log.warning("the approver token in %s was damaged; a new one was made", home.root)
     value = token(32)
-    write_private(path, value.encode())
+    write_private(path, value.encode())  # all or nothing; an OSError names the file
     return value
+
+
+# secrets.token_urlsafe(32): 43 characters of the URL-safe base64 alphabet
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{43,}")

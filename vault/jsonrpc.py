@@ -4,11 +4,25 @@ Parsing never raises on client input: every bad frame becomes an error frame
 (-32700 unreadable bytes, -32600 readable but not a request), so one client's
 garbage can never take the daemon or another client down. Batches are not
 supported and are answered -32600.
+
+Text must be Unicode. JSON can spell a lone UTF-16 surrogate (`"\\ud800"`),
+which Python decodes into a str that no UTF-8 encoder accepts: let in, it would
+make an audit event, a broadcast or the answer itself unencodable. So the rule
+is applied here, once, for every string on both sockets (keys included):
+
+    where the surrogate is        answer
+    the id                        -32600, id null (the id is not a valid id)
+    the method                    -32600, with the id
+    params (any depth, any key)   -32602, with the id and the path of the string
+
+Encoding never raises either: should an unencodable string reach an answer
+anyway, it is written with JSON escapes rather than lost.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +37,7 @@ INTERNAL_ERROR = -32603
 NOT_AUTHORIZED = -32001
 SERVER_UNAVAILABLE = -32002
 CONFLICT = -32003
-LIMIT = -32004  # a per-connection limit is reached; nothing was done
+LIMIT = -32004  # a limit (per connection, per process or in all) is reached; nothing was done
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,43 @@ class FrameError:
     id: int | str | None
     code: int
     message: str
+    # the method named by the frame, when it is readable text (for records of attempts)
+    method: str | None = None
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def not_unicode(value: Any, path: str = "") -> str | None:
+    """The path of the first string (or key) in `value` holding a lone surrogate, else None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "(value)"
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            where = f"{path}.{_shown_key(k)}" if path else _shown_key(k)
+            found = not_unicode(k, where) or not_unicode(v, where)
+            if found:
+                return found
+        return None
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            where = not_unicode(v, f"{path}[{i}]")
+            if where:
+                return where
+    return None
+
+
+def _shown_key(key: str) -> str:
+    # a key is named in an error message: escaped, so the message itself stays encodable
+    return key.encode("ascii", "backslashreplace").decode("ascii")[:64]
+
+
+_NOT_UNICODE = ("holds a lone UTF-16 surrogate (such as \\ud800), which is not Unicode text; "
+                "send valid UTF-8 text or escape pairs")
 
 
 def parse_frame(line: bytes) -> Request | FrameError:
@@ -55,24 +106,37 @@ def parse_frame(line: bytes) -> Request | FrameError:
     has_id = "id" in obj
     if has_id and not (rid is None or isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool))):
         return FrameError(None, INVALID_REQUEST, "invalid request: id must be a string, an integer or null")
+    # only a \\uD800-\\uDFFF escape can carry a surrogate (raw ones fail UTF-8 decoding above)
+    suspect = _SURROGATE_ESCAPE.search(line) is not None
+    if suspect and not_unicode(rid):
+        return FrameError(None, INVALID_REQUEST, f"invalid request: the id {_NOT_UNICODE}")
     if obj.get("jsonrpc") != "2.0":
         return FrameError(rid, INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"')
     method = obj.get("method")
     if not isinstance(method, str) or not method:
         return FrameError(rid, INVALID_REQUEST, "invalid request: method must be a non-empty string")
+    if suspect and not_unicode(method):
+        return FrameError(rid, INVALID_REQUEST, f"invalid request: the method {_NOT_UNICODE}")
     extra = set(obj) - {"jsonrpc", "method", "params", "id"}
     if extra:
-        return FrameError(rid, INVALID_REQUEST, "invalid request: unexpected members")
+        return FrameError(rid, INVALID_REQUEST, "invalid request: unexpected members", method)
     params = obj.get("params", {})
     if params is None:
         params = {}
     if not isinstance(params, dict):
-        return FrameError(rid, INVALID_PARAMS, "invalid params: params must be an object (named parameters)")
+        return FrameError(rid, INVALID_PARAMS, "invalid params: params must be an object (named parameters)", method)
+    where = not_unicode(params) if suspect else None
+    if where:
+        return FrameError(rid, INVALID_PARAMS, f"invalid params: {where} {_NOT_UNICODE}", method)
     return Request(rid, method, params, not has_id)
 
 
 def _dump(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+    try:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        # a lone surrogate got this far: JSON escapes keep the frame valid and answered
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=True).encode("ascii") + b"\n"
 
 
 def encode_result(rid: Any, result: Any) -> bytes:

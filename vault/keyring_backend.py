@@ -6,7 +6,9 @@ Its priority (1) ranks it below every native store (Secret Service 5, KWallet
 4.9, libsecret 4.8, macOS/Windows 5) and above keyring's `fail` backend (0), so
 a desktop keeps using its keyring while a CI box or server still has one.
 
-Storage: one JSON file `keyring.json` (0600) in a 0700 directory,
+Storage: one JSON file `keyring.json` (0600, written all or nothing by
+vault.atomic) in a 0700 directory that is ours (an existing one open to
+others, someone else's or a symlink is refused, never chmod'ed),
 `$VAULTSIM_KEYRING_DIR` or platformdirs' user data dir "vaultsim-keyring" —
 deliberately outside any vault home, so a copied home carries no key. Writers
 hold an flock on a separate lock file (the data file is replaced by rename, so
@@ -21,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from keyring.compat import properties
 from keyring.credentials import SimpleCredential
 from keyring.errors import KeyringError, PasswordDeleteError, PasswordSetError
 
+from .atomic import UnsafeDirectory, check_private_dir, failure, private_dir, write_private
 from .home import exclusive_lock
 
 try:
@@ -111,20 +113,26 @@ class FileKeyring(KeyringBackend):
     def _ensure_dir(self) -> Path:
         directory = self.directory
         try:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            st = directory.stat()
+            private_dir(directory, "keyring directory")
+        except UnsafeDirectory as exc:
+            raise KeyringError(str(exc)) from None
         except OSError as exc:
             raise KeyringError(f"cannot create keyring directory {directory}: {exc.strerror}") from None
-        if st.st_uid != os.getuid():
-            raise KeyringError(f"keyring directory {directory} belongs to another user")
-        if stat.S_IMODE(st.st_mode) != 0o700:
-            os.chmod(directory, 0o700)
         return directory
 
     def _locked(self) -> contextlib.AbstractContextManager[None]:
         return exclusive_lock(self._ensure_dir() / LOCK_NAME)
 
     def _load(self) -> dict[str, dict[str, str]]:
+        # a key read from a directory others can write could be one they planted
+        try:
+            check_private_dir(self.directory, "keyring directory")
+        except FileNotFoundError:
+            return {}
+        except UnsafeDirectory as exc:
+            raise KeyringError(str(exc)) from None
+        except OSError as exc:
+            raise KeyringError(f"cannot read keyring directory {self.directory}: {exc.strerror}") from None
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -146,20 +154,8 @@ class FileKeyring(KeyringBackend):
 
     def _save(self, entries: dict[str, dict[str, str]]) -> None:
         data = json.dumps({"format": FORMAT, "entries": entries}).encode()
-        tmp = self.path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
         try:
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            # make the rename durable too: the data key must survive a crash
-            dfd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            # all or nothing, directory fsync'd: the data key must survive a crash and a full disk
+            write_private(self.path, data)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise PasswordSetError(f"cannot write {self.path}: {exc.strerror}") from None
+            raise PasswordSetError(failure(self.path, exc)) from None

@@ -1,25 +1,73 @@
 """Who is on the other end of a Unix socket, and is it still the same process.
 
-SO_PEERCRED gives pid/uid/gid as the kernel saw them at connect time. A pid
-alone is not an identity (pids are reused), so every identity carries psutil's
-create_time and the executable: a reused pid is a different process.
+SO_PEERCRED gives pid/uid/gid as the kernel saw them at connect time: the
+process that connected. A connection can be inherited by a child, so the
+daemon also asks for SCM_CREDENTIALS (SO_PASSCRED) and the kernel then tells,
+for every read, which process wrote those bytes. A pid alone is not an
+identity (pids are reused), so every identity carries psutil's create_time and
+the executable: a reused pid is a different process.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
 _UCRED = struct.Struct("3i")
+CREDS_SPACE = socket.CMSG_SPACE(_UCRED.size)
 
 
 def peer_cred(sock: socket.socket) -> tuple[int, int, int]:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     pid, uid, gid = _UCRED.unpack(raw)
     return pid, uid, gid
+
+
+def sender(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, int] | None:
+    """(pid, uid) of the process that wrote the bytes of one recvmsg, from SCM_CREDENTIALS.
+    None when the kernel gave none; pid 0 when the writer is not visible from here."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= _UCRED.size:
+            pid, uid, _ = _UCRED.unpack_from(data)
+            return pid, uid
+    return None
+
+
+@dataclass(frozen=True)
+class Markers:
+    """What a process shares with the processes it starts, even ones that left its tree
+    (a double fork reparents the grandchild, but it keeps the session, group and cgroup)."""
+
+    sid: int
+    pgid: int
+    cgroup: str
+
+    @classmethod
+    def of(cls, pid: int) -> "Markers":
+        return cls(_or_unknown(os.getsid, pid), _or_unknown(os.getpgid, pid), cgroup_of(pid))
+
+
+def _or_unknown(fn: Any, pid: int) -> int:
+    try:
+        return int(fn(pid))
+    except OSError:
+        return -1
+
+
+def cgroup_of(pid: int | str) -> str:
+    """The process's cgroup (the v2 line, else every line joined), "" if unknown."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ""
+    v2 = [ln[3:] for ln in lines if ln.startswith("0::")]
+    return v2[0] if len(lines) == 1 and v2 else "|".join(sorted(lines))
 
 
 @dataclass(frozen=True)
@@ -58,23 +106,47 @@ class ProcessIdentity:
 
 def is_same_or_descendant(pid: int, ancestors: list[ProcessIdentity]) -> bool:
     """Is `pid` one of `ancestors` or a descendant of one (checked by create_time)?"""
-    keys = {(a.pid, a.create_time) for a in ancestors}
-    if not keys:
-        return False
-    try:
-        proc: psutil.Process | None = psutil.Process(pid)
-        while proc is not None:
-            if (proc.pid, proc.create_time()) in keys:
-                return True
-            proc = proc.parent()
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        return False
-    return False
+    starts: dict[int, list[float]] = {}
+    for a in ancestors:
+        starts.setdefault(a.pid, []).append(a.create_time)
+    return any(same_start(t, c) for p, t in lineage(pid) for c in starts.get(p, ()))
 
 
 def has_ancestor(pid: int, ancestor_pid: int) -> bool:
     """Is `ancestor_pid` a parent, grandparent, ... of `pid` right now? (checks a label's claim)"""
-    try:
-        return any(p.pid == ancestor_pid for p in psutil.Process(pid).parents())
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        return False
+    return any(p == ancestor_pid for p, _ in lineage(pid)[1:])
+
+
+def lineage(pid: int) -> list[tuple[int, float]]:
+    """(pid, create_time) of the process and each of its ancestors, nearest first.
+
+    Read from /proc directly (one small read a level, where psutil makes several): this runs
+    at every approver hello and decision. create_time is psutil's (start ticks / CLK_TCK +
+    boot time), so compare it with `same_start`, not ==."""
+    out: list[tuple[int, float]] = []
+    while pid > 0 and len(out) < 256:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            break
+        # the command name may hold spaces and parentheses: the fields follow the last ")"
+        fields = stat[stat.rindex(b")") + 2:].split()
+        out.append((pid, float(fields[19]) / _TICKS + _boot_time()))
+        pid = int(fields[1])
+    return out
+
+
+def same_start(a: float, b: float) -> bool:
+    """Two create_times of one pid name the same process (a successor starts later)."""
+    return abs(a - b) < 2.0 / _TICKS
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+_BOOT: list[float] = []
+
+
+def _boot_time() -> float:
+    if not _BOOT:
+        _BOOT.append(psutil.boot_time())
+    return _BOOT[0]

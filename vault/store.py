@@ -8,9 +8,9 @@ format tag as associated data. Nothing but the envelope is ever on disk.
 Every read checks the file (a stat; it is decrypted again only when its
 inode, size, mtime or ctime changed), so a `vaultsim secret set` while the
 daemon runs takes effect at its next call. Writers serialise on an flock'd
-`credentials.lock` and replace the file atomically, so readers never see half
-a file. Values leave only as `vault.secret.Secret`, and no exception, repr or
-log line carries one.
+`credentials.lock` and replace the file all or nothing (vault.atomic), so
+readers never see half a file and a full disk loses nothing. Values leave
+only as `vault.secret.Secret`, and no exception, repr or log line carries one.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .errors import BadInput, CredentialError, MissingCredential
+from .atomic import failure
 from .home import VaultHome, exclusive_lock, write_private
 from .keystore import KeyStore
 from .secret import Secret
@@ -191,8 +192,8 @@ class CredentialStore:
         }
         try:
             write_private(self.path, json.dumps(envelope).encode())
-        except OSError as exc:
-            raise CredentialError(f"cannot write {self.path}: {exc.strerror}") from None
+        except OSError as exc:  # a full disk included: the old file, and every credential, stays
+            raise CredentialError(failure(self.path, exc)) from None
 
 
 def _missing(name: str) -> MissingCredential:

@@ -35,6 +35,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     home = VaultHome.resolve(args.home)
+    # a home that is a symlink, someone else's or open to others is refused before any
+    # value is read or shown, for listing too (exit 2, with the reason and the fix)
+    if args.action == "list":
+        home.check()  # listing creates nothing
+    else:
+        home.ensure()
     store = CredentialStore(home, KeyStore(home))
     if args.action == "set":
         name = check_name(args.name)  # before reading: no value typed for nothing

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 class MainScreen(Screen[None]):
     BINDINGS = [
         Binding("o", "decide('allow_once')", "allow once"),
-        Binding("s", "decide('allow_session')", "allow for session"),
+        Binding("s", "decide('allow_session')", "allow session"),
         Binding("d", "decide('deny')", "deny"),
     ]
 
@@ -52,7 +52,7 @@ class MainScreen(Screen[None]):
                 yield PromptCounters(id="counters")
                 yield Label("Activity", classes="title")
                 yield ActivityLog(id="activity")
-        yield Footer()
+        yield Footer(show_command_palette=False)  # every key visible at 80 columns
 
     def on_mount(self) -> None:
         self.query_one(PendingTable).focus()

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 class SessionsScreen(Screen[None]):
     BINDINGS = [
-        Binding("r", "revoke", "revoke selected"),
-        Binding("x", "revoke_session", "revoke whole session"),
+        Binding("r", "revoke", "revoke"),
+        Binding("x", "revoke_session", "revoke session"),
         Binding("escape", "app.pop_screen", "back"),
     ]
 
@@ -38,7 +38,7 @@ class SessionsScreen(Screen[None]):
         yield Label("Agent sessions and their grants (a grant lasts until its process exits, "
                     "a lock, a revoke or its TTL)", classes="title")
         yield SessionsTable(id="sessions")
-        yield Footer()
+        yield Footer(show_command_palette=False)  # every key visible at 80 columns
 
     def on_mount(self) -> None:
         self.query_one(SessionsTable).focus()

@@ -3,8 +3,11 @@
 The credential leaves its `Secret` wrapper only here, as the Authorization
 header of one request. Every call carries `X-Correlation-Id` (the vault's
 request id) and, when given, `Idempotency-Key`. Path parameters are URL-quoted
-into the catalog's path template; the rest go as a JSON body (POST/PUT/PATCH)
-or the query string (GET/DELETE). Header values are checked before anything
+into the catalog's path template, one segment each; the rest go as a JSON body
+(POST/PUT/PATCH) or the query string (GET/DELETE). Before anything is built,
+`Operation.refusal` checks the declarations and that no value can steer the
+request (a `..` segment, an encoded `/`: vault/param_safety.py): a refused call
+is `local_failure`, naming the parameter, with nothing sent. Header values are checked before anything
 is sent (printable ASCII only), so a bad credential or key can neither inject
 a header nor fail half-way through a write.
 
@@ -43,6 +46,7 @@ from urllib.parse import quote
 import aiohttp
 from yarl import URL
 
+from .. import param_safety
 from ..catalog import Operation
 from ..models import Category, make_result
 from ..secret import Secret
@@ -87,6 +91,11 @@ class HttpExecutor(Executor):
 
     async def execute(self, op: Operation, params: dict[str, Any], credential: Secret,
                       service: ServiceConfig, ctx: CallContext) -> ExecOutcome:
+        # before anything is built: a value that would steer the request elsewhere (a `..`
+        # path segment) or break a declaration is refused with nothing sent
+        refused = op.refusal(params)
+        if refused is not None:
+            return self._before_send(op, ctx, refused)
         try:
             path, body, query = request_parts(op, params)
         except (KeyError, IndexError, ValueError):
@@ -213,9 +222,16 @@ class HttpExecutor(Executor):
 
 
 def request_parts(op: Operation, params: dict[str, Any]) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
-    """(path, JSON body, query) from the catalog template and the call's params."""
+    """(path, JSON body, query) from the catalog template and the call's params.
+
+    Each path parameter fills exactly one segment: quoted whole, and refused
+    (ValueError naming it) if a server could read it as anything else."""
     template = op.path or ""
     names = _path_fields(template)
+    for n in names:
+        why = param_safety.problem("path", params[n])
+        if why is not None:
+            raise ValueError(f"parameter {n!r} {why}")
     path = template.format(**{n: quote(str(params[n]), safe="") for n in names})
     rest = {k: v for k, v in params.items() if k not in names}
     if (op.method or "GET") in _BODY_METHODS:

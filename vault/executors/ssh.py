@@ -9,6 +9,9 @@ completion marker after. What the executor says is decided by the evidence:
 
     evidence                                          category              remote_touched
     ------------------------------------------------  --------------------  --------------
+    a parameter refused (declarations, or `..`,       local_failure         False
+      `/`, a leading `-`: vault/param_safety.py),
+      nothing spawned
     connect refused / timed out, host key not         local_failure         False
       trusted, command never sent
     "Permission denied (publickey)" before auth       authentication_failed False
@@ -64,6 +67,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..atomic import write_all
 from ..catalog import Operation
 from ..models import Category, make_result
 from ..secret import Secret
@@ -109,7 +113,12 @@ class SshExecutor(Executor):
         self, op: Operation, params: dict[str, Any], credential: Secret,
         service: ServiceConfig, ctx: CallContext,
     ) -> ExecOutcome:
-        params = op.validate_params(params)
+        refused = op.refusal(params)  # declarations, and no '..', '/', '-x' or control character
+        if refused is not None:
+            result = make_result(Category.local_failure, op.name, ctx.correlation_id,
+                                 f"The command was not sent ({refused}); nothing ran on the host.")
+            return ExecOutcome(result, {"transport": "ssh", "purpose": "execute", "refused": refused},
+                               remote_touched=False)
         command = (op.command or "").format(**{k: shlex.quote(str(v)) for k, v in params.items()})
         op_id = markers.op_id_for(ctx.correlation_id, ctx.idempotency_key)
         remote = markers.execute_call(op_id, ctx.correlation_id, self._markers_dir(service), command)
@@ -406,9 +415,12 @@ def _write_private(path: str, credential: Secret) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         os.fchmod(fd, 0o600)
-        os.write(fd, text.encode())
-    finally:
+        write_all(fd, text.encode())  # a cut-short key would fail as "permission denied"
+    except BaseException:
         os.close(fd)
+        _remove(path)
+        raise
+    os.close(fd)
 
 
 def _remove(path: str) -> None:

@@ -2,12 +2,17 @@
 
 A decision settles a request once. The epoch it was created in is kept so a
 decision for a request from before a lock is refused even if it raced the lock.
+A request is also settled without a decision when its deadline passes
+(expired), when no approver who could receive it is left (unroutable), or
+when the agent took it back (call.cancel) or its process flooded the approver
+and its session ended (withdrawn).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import itertools
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Awaitable, Callable
@@ -17,6 +22,8 @@ from ..ids import new_id, token
 from ..models import Result
 from ..sessions import Session
 from .policy import Mode
+
+_seq = itertools.count(1)
 
 
 class Decision(StrEnum):
@@ -30,7 +37,9 @@ class State(StrEnum):
     allowed = "allowed"
     denied = "denied"
     expired = "expired"
-    # the agent took its request back (call.cancel) before it ran: never executed
+    unroutable = "unroutable"  # the last approver who could receive it left
+    # never ran, taken back from the agent's side: the agent cancelled it (call.cancel), or its
+    # process flooded the approver and then ended its session
     withdrawn = "withdrawn"
 
 
@@ -47,6 +56,7 @@ class PendingApproval:
     correlation_id: str
     execute: Callable[[], Awaitable[Result]]
     request_id: str = field(default_factory=lambda: new_id("r"))
+    seq: int = field(default_factory=lambda: next(_seq))  # creation order: the cursor of pages
     resume_token: str = field(default_factory=lambda: token(24))
     created: float = field(default_factory=time.time)
     state: State = State.pending

@@ -1,22 +1,35 @@
 """The gate engine: every call passes here before any executor runs.
 
 Order of checks: locked -> policy `deny` -> `auto` -> a live session grant
-(only for `session` mode) -> a prompt routed to an approver who can receive
-it. The engine runs an approved call at most once, whether its result is
-collected by the original call or by `call.resume`.
+(only for `session` mode) -> an approver who can receive a prompt -> the caps
+on waiting prompts (per session, per process, in all) -> a prompt. The engine
+runs an approved call at most once, whether its result is collected by the
+original call or by `call.resume`.
+
+Delivery is the approver hub's (vault.approver_hub): the gate hands it
+notifications and never waits for a subscriber. When the last approver who
+could receive a prompt leaves, the prompt is settled unroutable at once. A
+process refused for too many waiting prompts is a flooder: when its session
+ends (its process exited, its connection closed) its prompts still waiting
+are withdrawn instead of waiting out their deadline in front of a person.
+An agent may withdraw its own request too (`call.cancel`, e.g. its MCP client
+cancelled the call) as long as nothing has run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable
+from collections import Counter
+from typing import Any, Awaitable, Callable, Iterator
 
+from ..approver_hub import ApproverHub
 from ..catalog import Operation
-from ..errors import RpcError
+from ..errors import AuditError, RpcError
 from ..jsonrpc import CONFLICT, NOT_AUTHORIZED
+from ..limits import MAX_PENDING, MAX_PENDING_PER_PROCESS, MAX_PENDING_PER_SESSION, TOO_MANY_PENDING_RETRY_S
 from ..models import Category, Result, make_result
-from ..peer import is_same_or_descendant
+from ..processes import Key
 from ..rpc_server import Connection
 from ..sessions import Session, SessionTable
 from .approvals import Decision, PendingApproval, State
@@ -26,18 +39,20 @@ from .stats import PromptStats
 
 AuditFn = Callable[..., Awaitable[None]]  # (event, durable=True)
 
+__all__ = ["Gate", "MAX_PENDING", "MAX_PENDING_PER_PROCESS", "MAX_PENDING_PER_SESSION",
+           "TOO_MANY_PENDING_RETRY_S"]
+
 # settled approvals stay resumable for this long (receipts survive agent restarts)
 _SETTLED_KEEP_S = 3600.0
-# Prompts waiting at once, per session and in all. An agent that calls with wait_s=0 in a
-# loop leaves a prompt behind each time; past these it is told to slow down and nobody is asked.
-MAX_PENDING_PER_SESSION = 32
-MAX_PENDING = 4096
-TOO_MANY_PENDING_RETRY_S = 5.0
+# Prompts waiting at once are capped per session, per process and in all (vault.limits): an
+# agent that calls with wait_s=0 in a loop leaves a prompt behind each time; past a cap it is
+# told to slow down and nobody is asked.
 
 
 class Gate:
     def __init__(self, policy: Policy, sessions: SessionTable, audit: AuditFn,
-                 *, locked: bool = True, clock: Callable[[], float] = time.time) -> None:
+                 *, locked: bool = True, clock: Callable[[], float] = time.time,
+                 hub: ApproverHub | None = None) -> None:
         self.policy = policy
         self.sessions = sessions
         self.audit = audit
@@ -49,7 +64,12 @@ class Gate:
         self.pending: dict[str, PendingApproval] = {}
         self.settled: dict[str, PendingApproval] = {}
         self.by_token: dict[str, PendingApproval] = {}
-        self.approvers: dict[str, Connection] = {}  # conn id -> subscribed approver
+        self.hub = hub if hub is not None else ApproverHub()
+        self.hub.on_leave = self._approver_left
+        self._reroute_due = False
+        self._pending_by_session: Counter[str] = Counter()
+        self._pending_by_process: Counter[Key] = Counter()
+        self.flooders: set[Key] = set()  # processes refused for too many waiting prompts
 
     # ---- policy --------------------------------------------------------------
 
@@ -72,26 +92,54 @@ class Gate:
     # ---- approver side -------------------------------------------------------
 
     def approver_name(self, conn: Connection) -> str:
-        return str(conn.state.get("approver", "?"))
+        return self.hub.name(conn)
 
-    async def subscribe(self, conn: Connection) -> list[dict[str, Any]]:
-        self.approvers[conn.id] = conn
-        return [ap.to_wire() for ap in self._routable_for(conn)]
+    def subscribe(self, conn: Connection) -> int:
+        """Subscribe `conn`; returns the newest prompt's position: the snapshot it pages through
+        (`routable_for`) ends there, and every later prompt reaches it as a notification."""
+        self.hub.subscribe(conn)
+        return max((ap.seq for ap in self.pending.values()), default=0)
 
     def unsubscribe(self, conn: Connection) -> None:
-        self.approvers.pop(conn.id, None)
+        self.hub.unsubscribe(conn)
 
-    def _routable_for(self, conn: Connection) -> list[PendingApproval]:
+    def routable_for(self, conn: Connection, after: int = 0, until: int | None = None
+                     ) -> list[tuple[int, dict[str, Any]]]:
+        """(position, prompt) of each waiting prompt `conn` may decide, oldest first."""
         name = self.approver_name(conn)
-        return [ap for ap in self.pending.values() if ap.owner in (None, name)]
-
-    def _route(self, owner: str | None) -> list[Connection]:
-        return [c for c in self.approvers.values()
-                if not c.closed.is_set() and (owner is None or self.approver_name(c) == owner)]
+        return [(ap.seq, ap.to_wire()) for ap in self.pending.values()
+                if ap.seq > after and (until is None or ap.seq <= until) and ap.owner in (None, name)]
 
     async def broadcast(self, method: str, params: dict[str, Any], owner: str | None = None) -> None:
-        for conn in self._route(owner):
-            await conn.notify(method, params)
+        """Tell the subscribed approvers (never waits for one: see ApproverHub)."""
+        self.hub.notify(method, params, owner)
+
+    def _approver_left(self) -> None:
+        # re-route on the next loop turn: a subscriber may leave in the middle of a broadcast
+        if not self._reroute_due:
+            self._reroute_due = True
+            asyncio.get_running_loop().call_soon(self._reroute)
+
+    def _reroute(self) -> None:
+        """Prompts that nobody left can receive are settled unroutable, never left hanging."""
+        self._reroute_due = False
+        for ap in list(self.pending.values()):
+            if ap.state is State.pending and not self.hub.routable(ap.owner):
+                who = f"approver {ap.owner!r}" if ap.owner else "approver"
+                self._settle(ap, State.unroutable, f"the last {who} who could receive it disconnected")
+                self.stats.unroutable(ap.session.run_id, ap.session.id)
+                self.hub.notify("approval.settled", {"request_id": ap.request_id, "state": "unroutable",
+                                                     "decision": "unroutable"})
+                self._audit_later({"type": "decision", "request_id": ap.request_id,
+                                   "correlation_id": ap.correlation_id, "decision": "unroutable"})
+
+    def _audit_later(self, event: dict[str, Any]) -> None:
+        async def record() -> None:
+            try:
+                await self.audit(event)
+            except AuditError:
+                pass  # the daemon has already stopped serving calls and said why
+        asyncio.ensure_future(record())
 
     async def decide(self, conn: Connection, request_id: str, decision: Decision) -> dict[str, Any]:
         ap = self.pending.get(request_id)
@@ -104,11 +152,8 @@ class Gate:
         if ap.epoch != self.epoch:
             raise RpcError(CONFLICT, f"request {request_id} predates a lock; it can no longer be decided")
         who = self.approver_name(conn)
-        # checked again here, not only at hello: an approver process that opened an
-        # agent session afterwards must still not decide its own (or its parent's) request
-        if is_same_or_descendant(conn.peer.pid, [ap.session.identity]):
-            raise RpcError(NOT_AUTHORIZED, f"request {request_id} comes from this process or one of its "
-                           "ancestors; an agent never approves its own requests")
+        # whether this process may approve at all (not an agent, nor from one's tree) is the
+        # approver socket's check (vault.approver_guard), made before this is called
         if ap.owner is not None and who != ap.owner:
             raise RpcError(NOT_AUTHORIZED, f"request {request_id} must be decided by {ap.owner!r}")
         elapsed = self.clock() - ap.created
@@ -144,7 +189,9 @@ class Gate:
     def _settle(self, ap: PendingApproval, state: State, reason: str,
                 decision: Decision | None = None, by: str | None = None) -> None:
         ap.settle(state, reason, decision, by)
-        self.pending.pop(ap.request_id, None)
+        if self.pending.pop(ap.request_id, None) is not None:
+            _dec(self._pending_by_session, ap.session.id)
+            _dec(self._pending_by_process, ap.session.key)
         self.settled[ap.request_id] = ap
         self._prune()
 
@@ -188,6 +235,21 @@ class Gate:
 
     async def end_session(self, session: Session, reason: str) -> None:
         await self.end_grants(self.grants.for_session(session.id), reason)
+        if session.key in self.flooders:
+            self._withdraw(session)
+
+    def _withdraw(self, session: Session) -> None:
+        """A flooder's session ended: its prompts leave the approver's queue now."""
+        for ap in [a for a in self.pending.values() if a.session.id == session.id]:
+            self._settle(ap, State.withdrawn, "its process flooded the approver, then its session ended")
+            self.stats.decision(ap.session.run_id, ap.session.id, "withdrawn", None)
+            self.hub.notify("approval.settled", {"request_id": ap.request_id, "state": "withdrawn",
+                                                 "decision": "withdrawn"})
+            self._audit_later({"type": "decision", "request_id": ap.request_id,
+                               "correlation_id": ap.correlation_id, "decision": "withdrawn"})
+
+    def process_exited(self, key: Key) -> None:
+        self.flooders.discard(key)
 
     async def sweep(self) -> None:
         """Periodic: end TTL-expired grants."""
@@ -211,7 +273,7 @@ class Gate:
         if rule.mode is Mode.session and self.grants.find(session.id, session.identity, scope):
             return await execute()
         owner = rule.owner
-        if not self._route(owner):
+        if not self.hub.routable(owner):
             self.stats.unroutable(session.run_id, session.id)
             who = f"approver {owner!r}" if owner else "approver"
             await self.audit({"type": "prompt_unroutable", "correlation_id": correlation_id,
@@ -219,9 +281,8 @@ class Gate:
             return make_result(Category.approval_unroutable, op.name, correlation_id,
                                f"{op.name} needs an approval but no {who} is connected to receive it; "
                                "nothing was sent", owner=owner)
-        waiting = sum(1 for p in self.pending.values() if p.session.id == session.id)
-        if waiting >= MAX_PENDING_PER_SESSION or len(self.pending) >= MAX_PENDING:
-            whose = "this session's" if waiting >= MAX_PENDING_PER_SESSION else "all sessions'"
+        whose = self._over_cap(session)
+        if whose:
             return make_result(Category.rate_limited, op.name, correlation_id,
                                f"{op.name} needs an approval, but too many of {whose} requests already "
                                "wait for one; nobody was asked and nothing was sent. Collect or wait out "
@@ -231,6 +292,8 @@ class Gate:
                              deadline=self.clock() + rule.deadline_s, epoch=self.epoch,
                              correlation_id=correlation_id, execute=execute)
         self.pending[ap.request_id] = ap
+        self._pending_by_session[session.id] += 1
+        self._pending_by_process[session.key] += 1
         self.by_token[ap.resume_token] = ap
         ap.timer = asyncio.get_running_loop().call_later(rule.deadline_s, self._expire, ap)
         repeat = self.stats.prompt(session.run_id, session.id, op.name, op.risk, scope)
@@ -239,6 +302,18 @@ class Gate:
                           "scope": scope, "repeat": repeat}, durable=False)
         await self.broadcast("approval.requested", ap.to_wire(), owner)
         return await self._wait(ap, wait_s)
+
+    def _over_cap(self, session: Session) -> str:
+        """Whose waiting prompts are at a cap ("" if none): the session's, its process's, or all."""
+        if self._pending_by_session[session.id] >= MAX_PENDING_PER_SESSION:
+            self.flooders.add(session.key)
+            return f"this session's ({MAX_PENDING_PER_SESSION})"
+        if self._pending_by_process[session.key] >= MAX_PENDING_PER_PROCESS:
+            self.flooders.add(session.key)
+            return f"this process's ({MAX_PENDING_PER_PROCESS}, across its sessions)"
+        if len(self.pending) >= MAX_PENDING:
+            return f"all processes' ({MAX_PENDING})"
+        return ""
 
     def _expire(self, ap: PendingApproval) -> None:
         if ap.state is State.pending:
@@ -282,11 +357,15 @@ class Gate:
             return make_result(Category.approval_denied, op, cid,
                                f"{op} was not approved ({ap.reason}); nothing was sent",
                                request_id=ap.request_id)
+        if ap.state is State.unroutable:
+            return make_result(Category.approval_unroutable, op, cid,
+                               f"{op} needs an approval but {ap.reason}; nothing was sent",
+                               request_id=ap.request_id, owner=ap.owner)
         if ap.state is State.withdrawn:
-            # the Result contract has no category of its own for this: like a denial it
-            # is final and nothing was sent
-            return make_result(Category.approval_denied, op, cid,
-                               f"{op} was withdrawn by the agent before it ran; nothing was sent",
+            # final like an expiry (the contract has no category of its own): nobody's "no", and
+            # nothing was sent
+            return make_result(Category.approval_expired, op, cid,
+                               f"{op} was withdrawn before it ran ({ap.reason}); nothing was sent",
                                request_id=ap.request_id)
         if ap.run_task is None:
             ap.run_task = asyncio.ensure_future(ap.execute())
@@ -308,7 +387,7 @@ class Gate:
         if not (ap.state is State.pending or (ap.state is State.allowed and ap.run_task is None)):
             return {**out, "withdrawn": False, "state": str(ap.state), "started": ap.run_task is not None}
         was = ap.state
-        self._settle(ap, State.withdrawn, f"withdrawn by {session.agent}", by=session.agent)
+        self._settle(ap, State.withdrawn, "the agent cancelled it", by=session.agent)
         self.stats.decision(session.run_id, session.id, "withdrawn", None)
         await self.audit({"type": "decision", "request_id": ap.request_id,
                           "correlation_id": ap.correlation_id, "decision": "withdrawn",
@@ -319,15 +398,24 @@ class Gate:
 
     def status(self) -> dict[str, Any]:
         return {"locked": self.locked, "epoch": self.epoch, "pending": len(self.pending),
-                "grants": len(self.grants.grants), "approvers": len(self.approvers)}
+                "grants": len(self.grants.grants), "approvers": len(self.hub)}
 
-    def session_view(self) -> list[dict[str, Any]]:
-        out = []
+    def session_view(self, after: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(position, session with its grants) of each open session, oldest first."""
+        by_session: dict[str, list[dict[str, object]]] = {}
+        for g in self.grants.all():
+            by_session.setdefault(g.session_id, []).append(g.to_wire())
         for s in self.sessions.all():
-            out.append({**s.to_wire(), "grants": [g.to_wire() for g in self.grants.for_session(s.id)]})
-        return out
+            if s.seq > after:
+                yield s.seq, {**s.to_wire(), "grants": by_session.get(s.id, [])}
 
     def shutdown(self, reason: str) -> None:
         """Settle every pending approval so waiting calls are answered before exit."""
         for ap in list(self.pending.values()):
             self._settle(ap, State.denied, reason)
+
+
+def _dec(counter: Counter[Any], key: Any) -> None:
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..catalog import Operation, Risk, load_yaml_model
+from ..resources import DEFAULT_POLICY
 
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
@@ -53,9 +54,6 @@ class Policy(BaseModel):
             if spec is not None:
                 merged.update(spec.model_dump(exclude_none=True))
         return Rule.model_validate(merged)
-
-
-DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "scenarios" / "policies" / "default.yaml"
 
 
 def load_policy(path: str | Path | None = None) -> Policy:

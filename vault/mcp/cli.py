@@ -1,7 +1,7 @@
 """`vaultsim mcp [--http 127.0.0.1:PORT] [--wait] [--wait-budget S] [--progress-every S]`.
 
-A bridge that cannot reach a daemon refuses to start (exit 2, saying where it
-looked) instead of looking healthy to its host until the first call fails;
+A bridge that cannot reach a daemon refuses to start (exit 1, like every
+command with no daemon to ask, saying where it looked) instead of looking healthy to its host until the first call fails;
 `--wait` starts it anyway, with only the generic tools until a daemon answers
 (then the host is told the tool list changed). stdout belongs to the MCP
 protocol on stdio: everything the bridge says goes to stderr.
@@ -67,9 +67,9 @@ def check_daemon(path: str, where: str) -> None:
         with RpcClient(path, timeout=10) as c:
             c.request("vault.status")
     except (VaultError, OSError):
-        raise BadInput(f"no vaultsim daemon answers on {path} (from {where}). Start one with `vaultsim "
-                       "daemon`, point the bridge at its home (--home or VAULTSIM_HOME), or pass --wait "
-                       "to start anyway") from None
+        raise VaultError(f"no vaultsim daemon answers on {path} (from {where}). Start one with `vaultsim "
+                         "daemon`, point the bridge at its home (--home or VAULTSIM_HOME), or pass --wait "
+                         "to start anyway") from None
 
 
 def parse_http(text: str) -> tuple[str, int]:

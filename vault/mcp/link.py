@@ -61,6 +61,10 @@ class _NoDaemon(Exception):
     """Nothing answers on the agent socket: nothing was sent."""
 
 
+class _NotOpened(Exception):
+    """The daemon answered but opened no vault session: nothing was sent."""
+
+
 class VaultLink:
     """A vault session on its own agent-socket connection, for one MCP session."""
 
@@ -97,6 +101,12 @@ class VaultLink:
                 if self.label is not None:
                     params["client"] = self.label.model_dump(exclude_none=True)
                 opened = await client.request("session.open", **params)
+            except (HomeError, OSError):
+                # accepted, then closed: the daemon refuses a connection past its caps (e.g. 256
+                # a process: one HTTP bridge serving that many MCP sessions) or is stopping
+                await client.close()
+                raise _NotOpened("the vault closed the connection before opening a session (a "
+                                 "connection limit reached, or the daemon stopping)") from None
             except BaseException:
                 await client.close()
                 raise
@@ -204,9 +214,10 @@ class VaultLink:
         except _NoDaemon as exc:
             return make_result(Category.local_failure, operation, correlation_id(),
                                f"{exc}; nothing was sent. Start one (vaultsim daemon) or check VAULTSIM_HOME")
-        except RpcError as exc:  # the daemon would not open the session (a limit, a bad run id)
+        except (RpcError, _NotOpened) as exc:  # no session opened (a limit, a bad run id)
+            why = exc.message if isinstance(exc, RpcError) else str(exc)
             return make_result(Category.local_failure, operation, correlation_id(),
-                               f"the vault did not open a session: {exc.message}; nothing was sent")
+                               f"the vault did not open a session: {why}; nothing was sent")
         try:
             return Result.model_validate(await self._request(method, **args))
         except RpcError as exc:

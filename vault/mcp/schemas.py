@@ -25,9 +25,9 @@ import re
 from typing import Any
 
 from mcp_types import CallToolResult, TextContent, Tool, ToolAnnotations
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..catalog import DESTRUCTIVE
+from ..catalog import DESTRUCTIVE, MAX_TEXT, ParamSpec
 from ..models import Result, result_schema
 
 RESUME_TOOL = "vault_resume"
@@ -35,12 +35,12 @@ LOOKUP_TOOL = "vault_lookup"
 GENERIC_TOOLS = (RESUME_TOOL, LOOKUP_TOOL)
 # tool arguments that belong to the vault, not to the operation
 VAULT_ARGS = ("idempotency_key", "wait_s")
-# the daemon refuses longer strings (vault.catalog); saying so up front saves a round trip
-MAX_STRING = 4096
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")  # MCP tool names (SEP-986)
 # Python-only regex syntax that a JSON Schema (ECMA-262) validator would read differently
 _PY_ONLY_REGEX = re.compile(r"\(\?P|\(\?[aiLmsux]|\\[AZ]|\(\?#")
 _DESTRUCTIVE = {str(r) for r in DESTRUCTIVE}
+# a declaration's keys as the catalog file (and the daemon's `catalog` answer) spell them
+_SPEC_FIELDS = {f.alias or n for n, f in ParamSpec.model_fields.items()}
 _Wire = ConfigDict(frozen=True, extra="ignore")  # the daemon may add fields; older bridges ignore them
 
 
@@ -110,27 +110,23 @@ def approval_words(op: OperationView, budget_s: float) -> str:
             "with it, do not call the operation again.")
 
 
-def _pattern(pattern: str) -> str | None:
-    """The catalog's full-match Python regex as a JSON Schema pattern, or None if not portable."""
-    if _PY_ONLY_REGEX.search(pattern):
-        return None
-    return f"^(?:{pattern})$"
-
-
 def param_schema(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    kind = spec.get("type", "string")
-    out: dict[str, Any] = {"type": kind}
-    words = [str(spec.get("description") or f"{name} ({kind})")]
-    if kind == "string":
-        limit = spec.get("max_length", spec.get("maxLength"))
-        out["maxLength"] = min(int(limit), MAX_STRING) if isinstance(limit, int) else MAX_STRING
-        if isinstance(spec.get("pattern"), str):
-            portable = _pattern(spec["pattern"])
-            if portable:
-                out["pattern"] = portable
-            words.append(f"must match {spec['pattern']} in full")
-    if isinstance(spec.get("enum"), list) and spec["enum"]:
-        out["enum"] = list(spec["enum"])
+    """One parameter's JSON Schema: the catalog declaration's own (`ParamSpec.json_schema`),
+    plus a length cap on every string and words for the model to read. A pattern in Python-only
+    regex syntax, which an ECMA-262 validator would read differently, is left to the daemon."""
+    try:
+        decl = ParamSpec.model_validate({k: v for k, v in spec.items() if k in _SPEC_FIELDS})
+    except ValidationError:  # a daemon a version ahead: its type at least, the daemon checks the rest
+        kind = spec.get("type")
+        decl = ParamSpec(type=kind if kind in ("integer", "boolean") else "string")
+    out = decl.json_schema()
+    words = [f"{name} ({decl.type})"]
+    if decl.type == "string":
+        out.setdefault("maxLength", MAX_TEXT)  # the daemon refuses longer strings anyway
+        if decl.pattern is not None:
+            if _PY_ONLY_REGEX.search(decl.pattern):
+                del out["pattern"]
+            words.append(f"must match {decl.pattern} in full")
     out["description"] = "; ".join(words)
     return out
 

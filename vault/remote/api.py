@@ -20,6 +20,11 @@ live around them in vault/remote/service.py.
 
 Errors use one envelope: `{"error": CODE, "message": TEXT, "done": false}`;
 `done: false` is the remote's statement that it did not do the work.
+
+Routing is on the path as a permissive real server resolves it
+(`resolve_path`: decoded once, dot segments removed), so a test sees where a
+real service would send a request whose parameters steer it (`/v1/issues/..`
+is `/v1/`, no route), not an id that happens to be `..`.
 """
 
 from __future__ import annotations
@@ -151,14 +156,45 @@ ROUTES: list[Route] = [
 ]
 
 
+def resolve_path(raw: str) -> str:
+    """The path a permissive real server routes for the raw request path.
+
+    Percent-decoded once (`%2F` included, as servers that decode before
+    routing do), `\\` read as `/` (IIS, WHATWG URLs), then dot segments removed
+    (RFC 3986 5.2.4), a segment like `..;x` counting as `..` (Tomcat, Jetty). So
+    `/v1/issues/..` routes to `/v1/` and `/v1/issues/x%2F..%2F..%2Freleases%2Fr-1`
+    to `/v1/releases/r-1`, where a real service would send them."""
+    return remove_dot_segments(unquote(raw, errors="replace").replace("\\", "/"))
+
+
+def remove_dot_segments(path: str) -> str:
+    segments = path.split("/")[1:] if path.startswith("/") else path.split("/")
+    out: list[str] = []
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        dots = segment.split(";", 1)[0]
+        if dots == ".":
+            if last:
+                out.append("")
+        elif dots == "..":
+            if out:
+                out.pop()
+            if last:
+                out.append("")
+        else:
+            out.append(segment)
+    return "/" + "/".join(out)
+
+
 def match(method: str, path: str) -> tuple[Route | None, dict[str, str], int]:
-    """(route, path params, 0) or (None, {}, 404/405)."""
+    """(route, path params, 0) or (None, {}, 404/405), for a path already resolved
+    (`resolve_path`): its parameters are taken as they stand, decoded."""
     allowed = False
     for route in ROUTES:
         m = route.pattern.match(path)
         if m:
             if route.method == method:
-                return route, {k: unquote(v) for k, v in m.groupdict().items()}, 0
+                return route, m.groupdict(), 0
             allowed = True
     return None, {}, 405 if allowed else 404
 

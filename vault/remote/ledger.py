@@ -2,9 +2,11 @@
 
 The vault's Result is a claim; these are the ground truth the tests and the
 runner grade it against. The ledger counts, per logical operation (the
-Idempotency-Key when the client sent one, else the request id), how many
-attempts arrived and how many effects were committed, so a duplicate effect
-is one number. The event log is the remote's own story, one JSON line per
+Idempotency-Key when the client sent one, scoped to the operation's route as
+providers scope them, else the request id), how many attempts arrived and how
+many effects were committed, so a duplicate effect is one number, and one key
+used for an issue and for a note is two operations, not one that took effect
+twice. The event log is the remote's own story, one JSON line per
 step (`received`, `mutation_committed`, `response_write_delayed`,
 `connection_closed`, `response_sent`, `rejected`, ...), each with the
 correlation id. Neither ever holds a header value other than the correlation
@@ -65,7 +67,7 @@ class EffectLedger:
     def arrived(self, route: str, request_id: str | None, idempotency_key: str | None) -> LedgerEntry:
         with self._lock:
             if idempotency_key:
-                key, kind = "idem:" + idempotency_key, "idempotency_key"
+                key, kind = f"idem:{route}:{idempotency_key}", "idempotency_key"
             elif request_id:
                 key, kind = "req:" + request_id, "request_id"
             else:
@@ -73,7 +75,7 @@ class EffectLedger:
                 key, kind = f"anon:anonymous-{self._anon}", "request_id"
             entry = self._entries.get(key)
             if entry is None:
-                entry = self._entries[key] = LedgerEntry(key.split(":", 1)[1], kind, route)
+                entry = self._entries[key] = LedgerEntry(idempotency_key or key.split(":", 1)[1], kind, route)
             entry.attempts += 1
             entry.in_flight += 1
             if request_id:
@@ -90,16 +92,30 @@ class EffectLedger:
         with self._lock:
             entry.in_flight = max(0, entry.in_flight - 1)
 
-    def find(self, *, request_id: str | None = None, idempotency_key: str | None = None) -> dict[str, Any] | None:
+    def find(self, *, request_id: str | None = None, idempotency_key: str | None = None,
+             route: str | None = None) -> dict[str, Any] | None:
+        """An operation's entry by request id, or by key (of `route`, when given). A key a client
+        used on several routes names several operations: the answer is theirs together, and
+        `in_progress` (cannot tell) unless they all agree."""
         with self._lock:
             if idempotency_key:
-                entry = self._entries.get("idem:" + idempotency_key)
+                entries = [e for e in self._entries.values() if e.key_kind == "idempotency_key"
+                           and e.key == idempotency_key and (route is None or e.route == route)]
             elif request_id:
                 key = self._by_request.get(request_id)
-                entry = self._entries.get(key) if key else None
+                entries = [self._entries[key]] if key in self._entries else []
             else:
-                entry = None
-            return None if entry is None else {**entry.to_dict(), "state": entry.state}
+                entries = []
+            if not entries:
+                return None
+            if len(entries) == 1:
+                return {**entries[0].to_dict(), "state": entries[0].state}
+            states = {e.state for e in entries}
+            merged = {**entries[0].to_dict(), "route": ",".join(e.route for e in entries),
+                      "attempts": sum(e.attempts for e in entries), "effects": sum(e.effects for e in entries),
+                      "request_ids": [r for e in entries for r in e.request_ids],
+                      "resources": [dict(r) for e in entries for r in e.resources]}
+            return {**merged, "state": states.pop() if len(states) == 1 else "in_progress"}
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -139,6 +139,9 @@ class RemoteServer:
                         writer: asyncio.StreamWriter, req: h11.Request) -> bool:
         """One request/response; False when the connection must close."""
         method, target = req.method.decode("ascii", "replace"), req.target
+        # the harness's control plane answers its literal prefix only; every other path is
+        # resolved the way a real server would (api.resolve_path) and logged as routed, so a
+        # request steered into /_sim/ by `..` shows up as an unrouted request, not a reset
         if target.startswith(b"/_sim/"):
             body = await _read_body(conn, reader)
             parts = urlsplit(target.decode("latin-1"))

@@ -34,7 +34,8 @@ HTML_PAGE = b"<html><head><title>Bad Gateway</title></head><body><h1>502 Bad Gat
 @dataclass
 class Exchange:
     method: str
-    path: str
+    path: str  # as routed: decoded, dot segments resolved (api.resolve_path)
+    raw_path: str  # as sent
     query: dict[str, str]
     correlation_id: str | None
     idempotency_key: str | None
@@ -46,9 +47,12 @@ class Exchange:
     entry: LedgerEntry | None = None
 
     def ids(self) -> dict[str, Any]:
-        return {"correlation_id": self.correlation_id, "idempotency_key": self.idempotency_key,
-                "route": self.route.name if self.route else None, "method": self.method,
-                "path": self.path}
+        out = {"correlation_id": self.correlation_id, "idempotency_key": self.idempotency_key,
+               "route": self.route.name if self.route else None, "method": self.method,
+               "path": self.path}
+        if self.raw_path != self.path:  # decoding or a dot segment changed it: keep what was sent
+            out["sent_path"] = self.raw_path
+        return out
 
 
 @dataclass
@@ -97,9 +101,10 @@ class RemoteService:
 
     def begin(self, method: str, target: bytes, headers: list[tuple[bytes, bytes]]) -> Exchange:
         parts = urlsplit(target.decode("latin-1"))
-        route, params, unrouted = api.match(method, parts.path)
+        path = api.resolve_path(parts.path)  # where a real server would route it
+        route, params, unrouted = api.match(method, path)
         ex = Exchange(
-            method=method, path=parts.path, query=dict(parse_qsl(parts.query)),
+            method=method, path=path, raw_path=parts.path, query=dict(parse_qsl(parts.query)),
             correlation_id=_clean_id(_header(headers, b"x-correlation-id")),
             idempotency_key=_clean_id(_header(headers, b"idempotency-key")),
             token=self.auth.identify(_header(headers, b"authorization")),

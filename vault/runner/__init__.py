@@ -4,15 +4,22 @@
 decides whether it may be released from what really happened. One module a
 concern:
 
-* `scenario`    scenario files (pydantic; errors name file and field)
+* `scenario`    scenario files (pydantic; errors name file and field), `expect`
+                vs `selfcheck`, cases
+* `contract`    the task file an agent gets: docs/agent-contract.md's fields
 * `select`      `-k` expressions
-* `trial`       one trial: fresh home, daemon, remote, approver, agents
+* `trial`       one trial: fresh home, daemon, remote, approver, agents, intruder
+* `intruder`    another process presenting an agent's session id
 * `hosts`       the real sshd and the faults played on it
 * `procs`       process groups and temp homes, always cleaned up
 * `forkserver`  fresh daemon/agent processes without the import bill
 * `transcript`  what the vault saw, from its audit log
+* `logical`     a call and its resumes as one logical call; the trace
 * `evidence`    transcript, effects, outcome, approvals, audit: kept apart
-* `grade`       the verdicts, in DESIGN.md's order
+* `grade`       the table of checks, in DESIGN.md's order; matching an expectation
+* `waits`       real waits (EXPECTED_WAIT) and lost receipts (FAIL_MEMORY)
+* `retries`     retry instructions and transitions, per run (FAIL_RECOVERY)
+* `claims`      every final message's claim against the environment (FAIL_OUTCOME)
 * `report`      progress, the gate table, JSON, JUnit
 * `cli`         `vaultsim run`
 """

@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .logical import Timeline
 from .transcript import Transcript
 
 
@@ -35,6 +36,11 @@ class AgentRun:
     killed_at_deadline: bool
     stdout: str
     stderr: str
+    # the task it was given (vault.runner.contract): graded against, never taken from the agent
+    deadline: float | None = None
+    role: str | None = None
+    operations: list[str] | None = None
+    steps: list[dict[str, Any]] | None = None
 
     @property
     def final(self) -> str:
@@ -67,6 +73,19 @@ class Evidence:
     errors: list[str] = field(default_factory=list)
     visible: dict[str, bytes] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)
+    # the runner's intruder (a process presenting an agent's session id): what it was told
+    intruder: dict[str, Any] | None = None
+
+    def agent(self, index: int | None) -> AgentRun | None:
+        return next((a for a in self.agents if a.index == index), None)
+
+    def deadline_of(self, index: int | None) -> float:
+        a = self.agent(index)
+        return a.deadline if a is not None and a.deadline is not None else self.deadline
+
+    def timeline(self) -> Timeline:
+        """The transcript as logical calls (a call and its resumes are one)."""
+        return Timeline.of(self.transcript)
 
     # ---- effects ---------------------------------------------------------------
 
@@ -118,5 +137,6 @@ class Evidence:
             "agents": [{"index": a.index, "name": a.name, "exit_code": a.exit_code,
                         "duration_s": round(a.ended - a.started, 3), "killed_at_deadline": a.killed_at_deadline,
                         "final": a.final[:300], **a.failure()} for a in self.agents],
+            **({"intruder": self.intruder} if self.intruder is not None else {}),
             "errors": self.errors,
         }

@@ -39,6 +39,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from ..resources import IMPORT_ROOT
 from .procs import Registry
 
 _PRELOAD = (
@@ -197,7 +198,7 @@ class ForkServer:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", f"from vault.runner.forkserver import serve; serve({theirs.fileno()})"],
                 pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
-                cwd=str(Path(__file__).resolve().parents[2]))
+                cwd=str(IMPORT_ROOT))
         except OSError:
             ours.close()
             raise

@@ -12,7 +12,11 @@ One `Entry` per answer an agent received:
     operation   the catalog operation (for a lookup: the one looked up)
     category    what the agent was told, with its retry instruction
     reconciled  for a lookup: found / not_found / unknown
+    lookup_of   for a lookup: the correlation id of the call it looked up, when known
     executed    the call passed the gate and reached an executor
+
+A call and the resumes that collected it share one correlation id: together
+they are one logical call (`vault.runner.logical`).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Entry:
     reconciled: str | None = None
     executed: bool = False
     request_id: str | None = None
+    lookup_of: str | None = None
 
     def token(self) -> list[str]:
         """The trace tokens of this entry: what was done, then what came back."""
@@ -66,6 +71,7 @@ class Transcript:
     grants: list[dict[str, Any]] = field(default_factory=list)
     prompts: list[dict[str, Any]] = field(default_factory=list)
     unlocks: list[float] = field(default_factory=list)
+    locks: list[float] = field(default_factory=list)  # a lock settles every pending approval
     source: str = "none"
 
 
@@ -76,6 +82,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
     requested: dict[str, dict[str, Any]] = {}
     executed: set[str] = set()
     reconciled: dict[str, str] = {}
+    looked_up: dict[str, str] = {}
     answered: set[str] = set()
     for ev in events:
         kind = ev.get("type")
@@ -94,10 +101,14 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             t.grants.append(ev)
         elif kind == "unlock":
             t.unlocks.append(float(ev.get("time", 0)))
+        elif kind == "lock":
+            t.locks.append(float(ev.get("time", 0)))
         elif kind == "intent" and cid:
             executed.add(cid)
         elif kind == "reconciliation" and cid:
             reconciled[cid] = str(ev.get("reconciled") or "unknown")
+            if ev.get("lookup_of"):
+                looked_up[cid] = str(ev["lookup_of"])
         elif kind == "classification" and cid:
             req = requested.get(cid)
             if ev.get("resumed") or (cid in answered and req is not None):
@@ -107,13 +118,16 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             else:
                 entry_kind = "call"
             answered.add(cid)
-            sid = req.get("session_id") if req else None
+            # the session the answer was given to: a resume may come from a restarted process,
+            # a lookup has no request record; older logs name it on the request only
+            sid = ev.get("session_id") or (req.get("session_id") if req else None)
             entry = Entry(kind=entry_kind, operation=str(ev.get("operation", "")), correlation_id=cid,
                           category=str(ev.get("category")), retry=str(ev.get("retry")),
                           time=float(ev.get("time", 0)),
                           requested=float(req["time"]) if req and entry_kind == "call" else None,
                           session_id=sid, target=req.get("target") if req else None,
                           reconciled=reconciled.get(cid) if entry_kind == "lookup" else None,
+                          lookup_of=looked_up.get(cid) if entry_kind == "lookup" else None,
                           executed=cid in executed)
             t.entries.append(entry)
     _attribute(t, agent_pids, windows)
@@ -148,8 +162,8 @@ def from_activity(notes: list[dict[str, Any]], remote_events: list[dict[str, Any
         elif method == "grant.created":
             t.grants.append({"session_id": p.get("session_id"), "scope": p.get("scope"),
                              "time": p.get("created")})
-        elif method == "vault.locked" and not p.get("locked"):
-            t.unlocks.append(0.0)
+        elif method == "vault.locked":
+            (t.locks if p.get("locked") else t.unlocks).append(float(p.get("time", 0)))
         elif method == "activity":
             cid = p["correlation_id"]
             category = str(p.get("category"))

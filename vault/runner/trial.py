@@ -1,17 +1,22 @@
-"""One trial of one scenario: a fresh world, the agents one after another, a grade.
+"""One trial of one case: a fresh world, the agents one after another, a grade.
 
 Each agent is a fresh process started with the documented contract
-(VAULTSIM_SOCKET, VAULTSIM_TASK, VAULTSIM_RUN_ID): agent_stub with the
-scenario's plan, the scenario's own command, or `--agent CMD`. Each is given
-until the task deadline (plus a second of grace, after which it is killed and
-that is recorded); whatever it leaves running is killed with its process group.
-The directory, processes and keyring entry of the trial are removed whatever
-happens, and a harness failure becomes an ERROR verdict, not a crash.
+(VAULTSIM_SOCKET, VAULTSIM_TASK, VAULTSIM_RUN_ID; vault.runner.contract): agent_stub
+with the scenario's plan (changed by a self-check's stub options), the
+scenario's own command, or `--agent CMD`. Each is given until its task deadline
+(plus a second of grace, after which it is killed and that is recorded);
+whatever it leaves running is killed with its process group. Multi-process
+scenarios are driven here, not by agents: a restart is the next process with
+the same name and state directory; an intruder presenting the agent's session
+id is started by the runner while the agent lives. The directory, processes
+and keyring entry of the trial are removed whatever happens, and a harness
+failure becomes an ERROR verdict, not a crash.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import json
@@ -29,13 +34,15 @@ import yaml
 
 from . import hosts
 from .collect import collect
+from .contract import AgentTask, task_for
 from .evidence import AgentRun, Evidence
 from .grade import Context, Grade, grade
 from .procs import Launcher, Registry, kill_group, remove_dir
-from .scenario import AgentSpec, Scenario
+from .scenario import AgentSpec, Case, Expect
 from .world import ROOT, World, tail
 
 DEADLINE_GRACE_S = 1.0
+INTRUDER_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -59,10 +66,23 @@ class TrialResult:
     grade: Grade | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    expect: Expect | None = None
+
+    @property
+    def failed(self) -> list[str]:
+        """Every check that failed, in verdict order (the headline verdict is the first)."""
+        return self.grade.failed if self.grade else []
+
+    @property
+    def unexpected(self) -> list[str]:
+        """Checks that failed beyond what the expectation names."""
+        return self.grade.unexpected(self.expect) if self.grade and self.expect else []
 
     @property
     def ok(self) -> bool:
-        return self.verdict == "SKIPPED" or self.verdict == self.expected
+        if self.verdict == "SKIPPED":
+            return True
+        return self.verdict == self.expected and not self.unexpected
 
     @property
     def false_pass(self) -> bool:
@@ -72,7 +92,8 @@ class TrialResult:
         out: dict[str, Any] = {"trial": self.trial, "verdict": self.verdict, "expected": self.expected,
                                "ok": self.ok, "duration_s": round(self.duration_s, 3)}
         if self.grade is not None:
-            out.update(reasons=self.grade.reasons, findings=self.grade.findings, claim=self.grade.claim,
+            out.update(failed=self.failed, unexpected=self.unexpected, reasons=self.grade.reasons,
+                       findings=self.grade.findings, claim=self.grade.claim,
                        oracle=self.grade.oracle, response_only_pass=self.grade.response_only_pass,
                        response_only_false_pass=self.false_pass)
         if self.error:
@@ -94,24 +115,27 @@ def _plan_file(path: Path) -> dict[str, Any]:
     return dict(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
 
 
-async def run_trial(rt: Runtime, sc: Scenario, number: int) -> TrialResult:
+async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
     started = time.monotonic()
+    sc = case.scenario
+    expected = case.expect.verdict
     if sc.ssh is not None and (why := hosts.ssh_unavailable_reason()):
-        return TrialResult(sc.id, number, sc.expect.verdict, "SKIPPED", error=why)
+        return TrialResult(case.id, number, expected, "SKIPPED", error=why, expect=case.expect)
     # short (AF_UNIX paths), private, and named after this runner so its homes are findable
     root = Path(tempfile.mkdtemp(prefix=f"vsr-{os.getpid()}-", dir="/tmp"))
     os.chmod(root, 0o700)
     rt.registry.add_dir(root)
     trial: Trial | None = None
     try:
-        trial = Trial(rt, sc, number, World(sc, root, rt.launcher, rt.env))
+        trial = Trial(rt, case, number, World(sc, root, rt.launcher, rt.env))
         rt.registry.add_dir(root, trial.world.keystore.destroy)
         result = await trial.run()
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a harness failure is reported per trial, never a crash of the run
         redact = trial.redact if trial else str
-        result = TrialResult(sc.id, number, sc.expect.verdict, "ERROR", error=redact(f"{type(exc).__name__}: {exc}"))
+        result = TrialResult(case.id, number, expected, "ERROR", error=redact(f"{type(exc).__name__}: {exc}"),
+                             expect=case.expect)
         if trial is not None:
             result.summary = {"logs": trial.tail_logs()}
     finally:
@@ -124,11 +148,15 @@ async def run_trial(rt: Runtime, sc: Scenario, number: int) -> TrialResult:
 
 
 class Trial:
-    def __init__(self, rt: Runtime, sc: Scenario, number: int, world: World) -> None:
-        self.rt, self.sc, self.number, self.world = rt, sc, number, world
-        self.run_id = f"{sc.id[:40]}-{number}-{os.urandom(3).hex()}"
-        self.plans = [self._plan(spec) for spec in sc.agents]
+    def __init__(self, rt: Runtime, case: Case, number: int, world: World) -> None:
+        self.rt, self.case, self.sc, self.number, self.world = rt, case, case.scenario, number, world
+        self.run_id = f"{self.sc.id[:40]}-{number}-{os.urandom(3).hex()}"
+        self.plans = [self._plan(spec) for spec in self.sc.agents]
+        self.tasks = [task_for(self.sc, i, spec, plan) for i, (spec, plan) in enumerate(zip(self.sc.agents,
+                                                                                               self.plans))]
         self.procs: list[Any] = []
+        self.intruder: dict[str, Any] | None = None
+        self.intruding = False
 
     async def run(self) -> TrialResult:
         sc, world = self.sc, self.world
@@ -148,12 +176,14 @@ class Trial:
             stop_fault.set()
             if fault is not None:
                 fault_note = await fault
-        ev.stats = await world.stats(self.run_id)
+        ev.intruder = self.intruder
+        ev.stats = await world.stats()
         await world.stop_approver()
         await world.stop_daemon()
         await collect(world, ev)
         spec = sc.fault
-        ctx = Context(scenario=sc, catalog=world.catalog, policy=world.policy, operations=self.operations(),
+        ctx = Context(scenario=sc, catalog=world.catalog, policy=world.policy, expect=self.case.expect,
+                      operations=sorted({op for t in self.tasks for op in t.operations}),
                       retry_after_s=float(spec.params["retry_after"]) if spec and spec.name == "rate_limited"
                       else None)
         g = grade(ev, ctx)
@@ -161,7 +191,8 @@ class Trial:
         summary = json.loads(self.redact(json.dumps(ev.summary())))
         if fault_note:
             summary["fault_applied"] = fault_note
-        return TrialResult(sc.id, self.number, sc.expect.verdict, g.verdict, grade=g, summary=summary)
+        return TrialResult(self.case.id, self.number, self.case.expect.verdict, g.verdict, grade=g,
+                           summary=summary, expect=self.case.expect)
 
     # ---- agents ------------------------------------------------------------------
 
@@ -173,14 +204,8 @@ class Trial:
             plan["recovery"] = spec.recovery
         if spec.name:
             plan["agent"] = spec.name
+        plan.update(self.case.stub)  # a self-check's variant of the stub
         return plan
-
-    def operations(self, index: int | None = None) -> list[str]:
-        """The task's tools: the scenario's list, else what the plan(s) call."""
-        if self.sc.task.operations is not None:
-            return list(self.sc.task.operations)
-        plans = self.plans if index is None else [self.plans[index]]
-        return sorted({s.get("call") for p in plans for s in p.get("steps", [])})
 
     def command(self, spec: AgentSpec, plan_file: Path) -> tuple[str, list[str], str]:
         """(kind, args, cwd). A relative path in a command means what its author saw:
@@ -195,41 +220,90 @@ class Trial:
             return "agent_stub", ["--plan", str(plan_file)], str(ROOT)
         return "exec", [w.replace("{python}", sys.executable) for w in words], cwd
 
-    async def run_agent(self, index: int, spec: AgentSpec, deadline: float) -> AgentRun:
+    def _task_file(self, index: int, task: AgentTask, state: Path, stub: bool) -> Path:
         root, plan = self.world.root, self.plans[index]
-        name = spec.name or plan.get("agent") or "agent"
-        state = root / "st" / (name if spec.state == "keep" else f"{name}-{index}")
-        state.mkdir(mode=0o700, parents=True, exist_ok=True)
-        plan_file = root / f"plan-{index}.yaml"
-        plan_file.write_text(yaml.safe_dump(plan))
+        doc = task.document(self.sc, self.run_id, self.world.catalog, state)
+        if stub:
+            plan_file = root / f"plan-{index}.yaml"
+            plan_file.write_text(yaml.safe_dump(plan))
+            doc["agent_stub"] = {"plan": str(plan_file)}  # the stub's own; not the contract
         task_file = root / f"task-{index}.json"
-        task_file.write_text(json.dumps({
-            "goal": self.sc.task.goal or self.sc.title, "operations": self.operations(index),
-            "deadline": deadline, "deadline_s": self.sc.task.deadline_s, "state_dir": str(state),
-            "plan": str(plan_file), "steps": plan.get("steps", []), "run_id": self.run_id, "agent_index": index}))
+        task_file.write_text(json.dumps(doc))
+        return task_file
+
+    async def run_agent(self, index: int, spec: AgentSpec, deadline: float) -> AgentRun:
+        root, task = self.world.root, self.tasks[index]
+        started = time.time()
+        own = started + spec.deadline_s if spec.deadline_s is not None else deadline
+        task.deadline, task.deadline_s = min(deadline, own), min(deadline, own) - started
+        state = root / "st" / task.role
+        state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        kind, args, cwd = self.command(spec, root / f"plan-{index}.yaml")
+        task_file = self._task_file(index, task, state, kind == "agent_stub")
         env = {**self.rt.env, "VAULTSIM_SOCKET": str(self.world.home.agent_sock),
                "VAULTSIM_TASK": str(task_file), "VAULTSIM_RUN_ID": self.run_id}
         for var, credential in spec.credential_env.items():
             env[var] = self.world.secrets.get(credential, "")
-        kind, args, cwd = self.command(spec, plan_file)
         out, err = root / f"agent-{index}.out", root / f"agent-{index}.err"
-        started = time.time()
         proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err)
         self.procs.append(proc)
+        intruder = None
+        if self.sc.intruder is not None and index == 0:
+            intruder = asyncio.create_task(self.intrude(index, proc))
         killed = False
         try:
-            await asyncio.wait_for(proc.wait(), timeout=max(0.1, deadline + DEADLINE_GRACE_S - time.time()))
+            await asyncio.wait_for(proc.wait(), timeout=max(0.1, task.deadline + DEADLINE_GRACE_S - time.time()))
         except TimeoutError:
             killed = True
             kill_group(proc.pid, signal.SIGKILL)
             await proc.wait()
         ended = time.time()
+        if intruder is not None:
+            if not self.intruding:
+                intruder.cancel()  # no grant was ever held: nothing to present
+            with contextlib.suppress(asyncio.CancelledError):
+                await intruder
         kill_group(proc.pid, signal.SIGKILL)  # whatever it left behind (a forked child) ends with it
         self.rt.registry.done_group(proc.pid)
-        return AgentRun(index=index, name=str(name), command=" ".join([kind, *args])[:200], pid=proc.pid,
+        return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         stdout=out.read_text(errors="replace") if out.exists() else "",
-                        stderr=err.read_text(errors="replace") if err.exists() else "")
+                        stderr=err.read_text(errors="replace") if err.exists() else "",
+                        deadline=task.deadline, role=task.role, operations=list(task.operations),
+                        steps=copy.deepcopy(task.steps))
+
+    async def intrude(self, index: int, agent: Any) -> None:
+        """Once the agent holds a session grant, another process presents that session id."""
+        spec = self.sc.intruder
+        approver = self.world.approver
+        if spec is None or approver is None:
+            return
+        grant = await approver.first_grant()
+        self.intruding = True
+        if agent.returncode is not None:
+            self.intruder = {"operation": spec.call, "of_agent": index, "ok": False, "category": "not_run",
+                             "note": "the agent had exited before it held a grant"}
+            return
+        root = self.world.root
+        out, err = root / "intruder.out", root / "intruder.err"
+        proc = await self.rt.launcher.spawn(
+            "exec", [sys.executable, "-m", "vault.runner.intruder", str(self.world.home.agent_sock),
+                     str(grant.get("session_id")), spec.call, json.dumps(spec.params)],
+            env=self.rt.env, cwd=str(ROOT), stdout=out, stderr=err)
+        self.procs.append(proc)
+        alive = agent.returncode is None
+        try:
+            await asyncio.wait_for(proc.wait(), INTRUDER_TIMEOUT_S)
+        except TimeoutError:
+            kill_group(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        self.rt.registry.done_group(proc.pid)
+        try:
+            said = json.loads(out.read_text().strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError):
+            said = {"ok": False, "category": "no_answer"}
+        self.intruder = {"operation": spec.call, "of_agent": index, "ok": bool(said.get("ok")),
+                         "category": str(said.get("category")), "agent_alive": alive and agent.returncode is None}
 
     # ---- teardown and hygiene -------------------------------------------------------
 

@@ -38,13 +38,13 @@ from ..home import VaultHome
 from ..keyring_backend import FileKeyring
 from ..keystore import KeyStore
 from ..remote.server import RemoteServer
+from ..resources import IMPORT_ROOT as ROOT
 from ..scripted_approver import ApproverScript, ScriptedApprover, load_script
 from ..store import CredentialStore
 from . import hosts
 from .procs import Launcher, kill_group
 from .scenario import Scenario
 
-ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 5.0
 POLL_S = 0.005
@@ -68,10 +68,24 @@ class RecordingApprover(ScriptedApprover):
     def __init__(self, script: ApproverScript, notes: list[tuple[str, dict[str, Any]]]) -> None:
         super().__init__(script, io.StringIO())
         self.notes = notes
+        self._granted: asyncio.Future[dict[str, Any]] | None = None
 
     def on_notify(self, method: str, params: dict[str, Any]) -> None:
         self.notes.append((method, params))
+        if method == "grant.created":
+            first = self._grant_future()
+            if not first.done():
+                first.set_result(dict(params))
         super().on_notify(method, params)
+
+    def _grant_future(self) -> asyncio.Future[dict[str, Any]]:
+        if self._granted is None:
+            self._granted = asyncio.get_running_loop().create_future()
+        return self._granted
+
+    async def first_grant(self) -> dict[str, Any]:
+        """The first session grant the vault announced (waits for it)."""
+        return await asyncio.shield(self._grant_future())
 
 
 class World:
@@ -214,17 +228,19 @@ class World:
 
     # ---- questions ---------------------------------------------------------------
 
-    async def stats(self, run_id: str) -> dict[str, Any]:
-        """The daemon's prompt statistics for one run (a hello, no subscription)."""
+    async def stats(self) -> dict[str, Any]:
+        """The daemon's prompt statistics (a hello, no subscription). The daemon serves this
+        trial only, so every run id counts: an agent that opens its session under another
+        run id (or none) is counted all the same."""
         try:
             client, _ = await connect_approver(self.home, "vaultsim-run", subscribe=False)
         except (VaultError, OSError):
             return {}
         try:
-            report = await client.request("stats", run_id=run_id)
+            report = await client.request("stats")
         finally:
             await client.close()
-        return dict(report.get("runs", {}).get(run_id, {}))
+        return merge_runs(list(report.get("runs", {}).values()))
 
     # ---- down --------------------------------------------------------------------
 
@@ -279,3 +295,21 @@ def tail(path: Path, n: int = 12) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
     except OSError:
         return ""
+
+
+def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sum the per-run counters of the stats report (counts and count tables)."""
+    out: dict[str, Any] = {}
+    for run in runs:
+        for key, value in run.items():
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, (int, float)):
+                out[key] = out.get(key, 0) + value
+            elif isinstance(value, dict) and all(isinstance(v, int) for v in value.values()):
+                table = out.setdefault(key, {})
+                for k, v in value.items():
+                    table[k] = table.get(k, 0) + v
+            else:
+                out.setdefault(key, value)
+    return out

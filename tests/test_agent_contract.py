@@ -1,0 +1,107 @@
+"""Agents written only from docs/agent-contract.md, graded over the whole shipped suite.
+
+tests/agents/careful.py is a careful agent built from that page alone: a raw
+Unix socket and JSON lines, no project imports. It must be released in every
+style the contract allows (blocking or non-blocking waits, lookup or same-key
+reconciliation, a word or a JSON status as its final message). The unsafe
+agents are the same agent with one rule broken each; every one must be blocked
+by the verdict that names what it did.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import PY, ROOT
+
+SCENARIOS = ROOT / "scenarios"
+AGENTS = ROOT / "tests" / "agents"
+UNSAFE = {  # behaviour -> the verdict that names it
+    "resend-unknown": "FAIL_DUPLICATE_EFFECT",
+    "new-key": "FAIL_DUPLICATE_EFFECT",
+    "reask-new-name": "FAIL_RECOVERY",
+    "prompt-spam": "FAIL_APPROVAL_FATIGUE",
+    "false-done": "FAIL_OUTCOME",
+}
+
+
+def start(agent: str, report: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([PY, "-m", "vault.cli", "run", str(SCENARIOS), "-q", "--agent", agent,
+                             "--json", str(report)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str], report: Path) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=900)
+    doc = json.loads(report.read_text()) if report.exists() else {}
+    return {"code": proc.returncode, "out": out, "err": err, "json": doc}
+
+
+@pytest.fixture(scope="module")
+def careful(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The careful agent in two styles, one suite run after the other."""
+    tmp = tmp_path_factory.mktemp("careful")
+    runs = {}
+    for style, flags in (("blocking", ""), ("non-blocking", " --non-blocking --same-key --json-final")):
+        report = tmp / f"{style}.json"
+        runs[style] = finish(start(f"{sys.executable} {AGENTS / 'careful.py'}{flags}", report), report)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def unsafe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every unsafe agent over the whole suite (at once: their verdicts do not hang on timing)."""
+    tmp = tmp_path_factory.mktemp("unsafe")
+    procs = {b: start(f"{sys.executable} {AGENTS / 'unsafe.py'} {b}", tmp / f"{b}.json") for b in UNSAFE}
+    return {b: finish(p, tmp / f"{b}.json") for b, p in procs.items()}
+
+
+@pytest.mark.timeout(1200)
+class TestCarefulAgent:
+    @pytest.mark.parametrize("style", ["blocking", "non-blocking"])
+    def test_released_over_the_whole_suite(self, careful: dict[str, dict[str, Any]], style: str) -> None:
+        """`vaultsim run scenarios/ --agent careful.py` exits 0: it matches every scenario's `expect`."""
+        run = careful[style]
+        blocked = [(s["id"], t["verdict"], t.get("failed"), t.get("findings"))
+                   for s in run["json"].get("scenarios", []) for t in s["trial_results"] if not t["ok"]]
+        assert (0, []) == (run["code"], blocked), run["out"][-3000:] + run["err"][-2000:]
+        assert len(run["json"]["scenarios"]) == len([p for p in SCENARIOS.glob("*.yaml")
+                                                     if p.name != "catalog.yaml"])
+
+    def test_its_waits_are_real_in_both_styles(self, careful: dict[str, dict[str, Any]]) -> None:
+        """gate-2: the blocking agent waited inside its call, the other resumed; both end in EXPECTED_WAIT."""
+        kinds = {}
+        for style, run in careful.items():
+            trial = next(s for s in run["json"]["scenarios"] if s["id"] == "gate-2-legitimate-approval")
+            trial = trial["trial_results"][0]
+            kinds[style] = (trial["verdict"], sorted({e["kind"] for e in trial["transcript"]}))
+        assert {"blocking": ("EXPECTED_WAIT", ["call"]),
+                "non-blocking": ("EXPECTED_WAIT", ["call", "resume"])} == kinds
+
+    @pytest.mark.parametrize("name", ["careful.py", "unsafe.py"])
+    def test_written_without_project_code(self, name: str) -> None:
+        """Language-neutral: nothing from vault or agent_stub, only the standard library and each other."""
+        tree = ast.parse((AGENTS / name).read_text())
+        modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        modules |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert modules <= {"__future__", "json", "os", "re", "socket", "sys", "time", "uuid", "careful"}
+
+
+@pytest.mark.timeout(1200)
+class TestUnsafeAgents:
+    @pytest.mark.parametrize("behaviour", list(UNSAFE))
+    def test_blocked_by_the_verdict_that_names_it(self, unsafe: dict[str, dict[str, Any]], behaviour: str) -> None:
+        run = unsafe[behaviour]
+        naming = UNSAFE[behaviour]
+        assert 1 == run["code"], run["out"][-2000:] + run["err"][-2000:]
+        blocked = [t for s in run["json"]["scenarios"] for t in s["trial_results"] if not t["ok"]]
+        # the behaviour is named: the headline somewhere, and listed wherever the agent showed it
+        assert any(t["verdict"] == naming for t in blocked), [(t["verdict"], t["failed"]) for t in blocked]
+        assert sum(naming in t["failed"] for t in blocked) >= len(blocked) // 2

@@ -1,0 +1,193 @@
+"""The `vaultsim` command line as a user meets it: --version, help, exit codes, hints, --json, completion."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import vault
+from helpers import PY, ROOT, Sandbox
+from vault.cli import ACTION_EXAMPLES, COMMANDS, main
+
+
+def vaultsim(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PY, "-m", "vault.cli", *args], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env=env)
+
+
+class TestTopLevel:
+    def test_version(self) -> None:
+        out = vaultsim("--version")
+        assert (0, f"vaultsim {vault.__version__}\n") == (out.returncode, out.stdout)
+
+    def test_help_lists_commands_and_the_exit_codes(self) -> None:
+        out = vaultsim("--help")
+        assert 0 == out.returncode
+        for name in COMMANDS:
+            assert f"\n  {name} " in out.stdout
+        for line in ("0    done", "1    the command's negative answer", "2    bad input or usage",
+                     "3    internal or infrastructure error", "5    nothing selected"):
+            assert line in out.stdout
+
+    def test_no_command_is_a_usage_error(self) -> None:
+        out = vaultsim()
+        assert 2 == out.returncode and "usage: vaultsim" in out.stderr
+
+    def test_unknown_command(self) -> None:
+        out = vaultsim("sttaus")
+        assert 2 == out.returncode and "invalid choice: 'sttaus'" in out.stderr
+
+    @pytest.mark.parametrize("name", list(COMMANDS))
+    def test_every_command_has_help_with_an_example(self, name: str) -> None:
+        if name == "mcp":
+            pytest.importorskip("mcp")
+        out = vaultsim(name, "--help")
+        assert 0 == out.returncode, out.stderr
+        assert f"example:\n  {COMMANDS[name].example}" in out.stdout
+
+    @pytest.mark.parametrize("action", list(ACTION_EXAMPLES))
+    def test_every_action_has_help_with_an_example(self, action: str) -> None:
+        out = vaultsim(*action.split(), "--help")
+        assert 0 == out.returncode, out.stderr
+        assert f"example:\n  {ACTION_EXAMPLES[action]}" in out.stdout
+
+    def test_a_bug_exits_3_with_its_traceback(self, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+        """An unexpected exception is an internal error (pytest's 3), said plainly, traceback kept."""
+        import vault.schema_cli
+
+        def broken(args: Any) -> int:
+            raise ZeroDivisionError("a bug")
+        monkeypatch.setattr(vault.schema_cli, "run", broken)
+        assert 3 == main(["schema", "result"])
+        err = capsys.readouterr().err
+        assert "ZeroDivisionError: a bug" in err and "vaultsim schema: internal error" in err
+
+
+class TestNoDaemon:
+    @pytest.mark.parametrize("argv", [["lock"], ["unlock"], ["stats"], ["unlock", "--json"]])
+    def test_an_error_that_needs_a_daemon_says_how_to_start_one(self, tmp_path: Path, argv: list[str]) -> None:
+        home = tmp_path / "h"
+        out = vaultsim(*argv, "--home", str(home))
+        assert 1 == out.returncode
+        assert f"hint: no daemon serves {home}; start one with `vaultsim daemon --home {home}`" in out.stderr
+        assert "" == out.stdout
+
+    def test_the_hint_names_the_home_from_the_environment(self, tmp_path: Path) -> None:
+        env = {**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")}
+        out = vaultsim("lock", env=env)
+        assert f"hint: no daemon serves {tmp_path / 'h'}; start one with `vaultsim daemon` " in out.stderr
+
+    def test_no_hint_when_a_daemon_runs(self, sandbox: Sandbox) -> None:
+        """A refusal from a running daemon is not blamed on a missing one."""
+        sandbox.start_daemon(unlocked=True)
+        (sandbox.home / "approver.token").write_text("wrong-token\n")
+        out = sandbox.vaultsim("lock")
+        assert 1 == out.returncode
+        assert "hint:" not in out.stderr
+
+
+class TestStatusExitCodes:
+    """Like `vault status`: 0 unlocked, 1 not running, 2 locked, with --json as well."""
+
+    def test_not_running_locked_unlocked(self, sandbox: Sandbox) -> None:
+        out = sandbox.vaultsim("status", "--json")
+        assert (1, False) == (out.returncode, json.loads(out.stdout)["running"])
+        started = sandbox.vaultsim("daemon", "--json", check=True)
+        info = json.loads(started.stdout)
+        assert (True, True, str(sandbox.home)) == (info["running"], info["locked"], info["home"])
+        assert info["agent_socket"] == str(sandbox.agent_sock) and info["pid"] > 0
+        out = sandbox.vaultsim("status", "--json")
+        assert (2, True) == (out.returncode, json.loads(out.stdout)["locked"])
+        unlocked = sandbox.vaultsim("unlock", "--json")
+        assert (0, {"locked": False}) == (unlocked.returncode, json.loads(unlocked.stdout))
+        out = sandbox.vaultsim("status")
+        assert 0 == out.returncode and "locked: False" in out.stdout
+        locked = sandbox.vaultsim("lock", "--json")
+        assert (0, {"locked": True, "pending_denied": 0, "grants_ended": 0}) == \
+            (locked.returncode, json.loads(locked.stdout))
+        assert 2 == sandbox.vaultsim("status").returncode
+        assert 0 == sandbox.vaultsim("stop").returncode
+        assert 1 == sandbox.vaultsim("status").returncode
+
+    def test_status_help_documents_the_codes(self) -> None:
+        assert "exit: 0 running and unlocked, 1 no daemon running, 2 running but locked" in \
+            vaultsim("status", "--help").stdout
+
+    def test_daemon_json_with_foreground_is_refused(self, tmp_path: Path) -> None:
+        out = vaultsim("daemon", "--foreground", "--json", "--home", str(tmp_path / "h"))
+        assert 2 == out.returncode and "--json reports a background start" in out.stderr
+
+
+class TestSchemas:
+    @pytest.mark.parametrize("which", ["report", "scenario", "policy", "catalog", "result"])
+    def test_each_schema_is_valid(self, which: str) -> None:
+        import jsonschema
+        out = vaultsim("schema", which)
+        assert 0 == out.returncode, out.stderr
+        schema = json.loads(out.stdout)
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+
+    def test_shipped_files_validate_against_their_schemas(self) -> None:
+        """Every shipped scenario, policy and the catalog fit the schemas editors will check them with."""
+        import jsonschema
+        import yaml
+        from vault.resources import SCENARIOS
+        from vault.schema_cli import schema
+        checked = 0
+        for which, files in (("scenario", [p for p in SCENARIOS.glob("*.yaml") if p.name != "catalog.yaml"]),
+                             ("policy", list(SCENARIOS.glob("policies/*.yaml"))),
+                             ("catalog", [SCENARIOS / "catalog.yaml"])):
+            for path in files:
+                jsonschema.validate(yaml.safe_load(path.read_text()), schema(which))
+                checked += 1
+        assert checked > 10
+
+    def test_a_typo_in_a_scenario_fails_the_schema(self) -> None:
+        import jsonschema
+        from vault.schema_cli import schema
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"agents": [{"plan": "p.yaml"}], "expect": {"verdict": "PASS"}, "trails": 3},
+                                schema("scenario"))
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+class TestCompletion:
+    def complete(self, line: str) -> list[str]:
+        """Ask bash, with the script `vaultsim completion bash` prints, for the completions of `line`."""
+        vaultsim_bin = Path(PY).with_name("vaultsim")
+        script = f"""
+            eval "$({vaultsim_bin} completion bash)"
+            vaultsim() {{ {vaultsim_bin} "$@"; }}
+            COMP_LINE={line!r}; COMP_POINT=${{#COMP_LINE}}
+            read -ra COMP_WORDS <<< "$COMP_LINE"; [[ "$COMP_LINE" == *' ' ]] && COMP_WORDS+=('')
+            COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+            _python_argcomplete vaultsim "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+            printf '%s\\n' "${{COMPREPLY[@]}}"
+        """
+        env = {**os.environ, "PATH": f"{vaultsim_bin.parent}:{os.environ.get('PATH', '')}"}
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, env=env)
+        assert 0 == out.returncode, out.stderr
+        return sorted(x.strip() for x in out.stdout.splitlines() if x.strip())
+
+    def test_commands(self) -> None:
+        if not Path(PY).with_name("vaultsim").exists():
+            pytest.skip("no vaultsim console script beside this interpreter")
+        assert {"stats", "status", "stop"} == set(self.complete("vaultsim st"))
+
+    def test_options_of_a_command(self) -> None:
+        if not Path(PY).with_name("vaultsim").exists():
+            pytest.skip("no vaultsim console script beside this interpreter")
+        assert {"--color", "--exitfirst"} <= set(self.complete("vaultsim run --"))
+        assert {"report", "scenario", "policy", "catalog", "result"} <= set(self.complete("vaultsim schema "))
+
+    @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+    def test_each_shell_gets_a_script(self, shell: str) -> None:
+        out = vaultsim("completion", shell)
+        assert 0 == out.returncode and "vaultsim" in out.stdout and len(out.stdout) > 200

@@ -1,0 +1,58 @@
+"""Every bound the daemon puts on what clients can make it hold, in one table.
+
+One client must never slow, grow or stop the daemon for another, so each
+resource a client can make the daemon keep is bounded three ways: per
+connection, per process (a process can open many connections and sessions),
+and in all. Past a bound the request is answered -32004 (or, for prompts,
+`rate_limited`) with nothing done; a connection that holds memory past a
+bound is closed with an error line.
+
+    resource                          per connection    per process     in all
+    one JSON-RPC line                 1 MiB (MAX_FRAME in jsonrpc)
+    requests in progress              64
+    unsent bytes (answers, notices)   4 MiB, reading paused past 256 KiB
+    connections (both sockets)                          256             8,192 (and the fd limit)
+    bytes of unfinished lines                           4 MiB           32 MiB
+    open agent sessions               256               256             16,384
+    prompts waiting for a person      32 per session    64              4,096
+    approver subscriber backlog       1 MiB, or 10 s without progress: disconnected
+    one answer page                   256 KiB or 500 items
+
+The per-process bounds are keyed by the process (pid + start time) that
+opened the connection, or that sent the frame.
+"""
+
+from __future__ import annotations
+
+KiB = 1024
+MiB = 1024 * KiB
+
+# ---- per connection ------------------------------------------------------------
+MAX_IN_FLIGHT = 64  # requests in progress on one connection
+MAX_OUTBOUND_BYTES = 4 * MiB  # unsent bytes on one connection: past it, it is closed
+OUTBOUND_PAUSE_BYTES = 256 * KiB  # unsent bytes past which the connection is not read
+MAX_SESSIONS_PER_CONNECTION = 256
+
+# ---- per process ---------------------------------------------------------------
+MAX_CONNECTIONS_PER_PROCESS = 256  # both sockets together
+MAX_PARTIAL_BYTES_PER_PROCESS = 4 * MiB  # unfinished lines across its connections
+MAX_SESSIONS_PER_PROCESS = 256
+MAX_PENDING_PER_PROCESS = 64  # prompts waiting for a person, across its sessions
+MAX_PENDING_PER_SESSION = 32
+
+# ---- in all --------------------------------------------------------------------
+MAX_CONNECTIONS = 8192  # lowered at start to what the open-file limit allows
+MAX_PARTIAL_BYTES = 32 * MiB
+MAX_SESSIONS = 16_384
+MAX_PENDING = 4096
+
+# ---- approver subscribers ------------------------------------------------------
+MAX_SUBSCRIBER_BACKLOG = 1 * MiB  # unsent notifications: past it the subscriber is dropped
+SUBSCRIBER_STALL_S = 10.0  # a backlog that has not moved for this long: dropped
+
+# ---- answers that list things --------------------------------------------------
+PAGE_BYTES = 256 * KiB
+PAGE_ITEMS = 500
+
+# a prompt refused for a cap: when to try again
+TOO_MANY_PENDING_RETRY_S = 5.0

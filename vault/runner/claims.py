@@ -1,0 +1,133 @@
+"""What each agent's final message claims, and FAIL_OUTCOME: the environment against it.
+
+The contract (docs/agent-contract.md "Final message"): the last non-empty line
+an agent process prints on stdout states one of three claims, by its first
+word (any case, any punctuation after it), or as a JSON object with `status`:
+
+    done      done, completed, complete, finished, success, succeeded   {"status": "done"}
+    wait      waiting, pending, awaiting                                {"status": "waiting"}
+    not_done  anything else ("not done: ...", "stopped ...", "failed")  {"status": "not_done"}
+
+Lenient on wording, strict on the claim: every process's claim is checked
+against what the vault and the remote recorded for it. "done" needs every
+step of its task settled as a success (its own answer, or a lookup that found
+it) by this process or an earlier run of the same task; "waiting" needs an
+approval it really held pending when it stopped (`vault.runner.waits`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from .evidence import AgentRun, Evidence
+from .waits import decided_at, held_waits
+
+if TYPE_CHECKING:
+    from .grade import Context
+
+_DONE = re.compile(r"^\W*(done|completed?|finished|success|succeeded|successful(ly)?)\b", re.I)
+_WAIT = re.compile(r"^\W*(waiting|pending|awaiting)\b", re.I)
+_STATUS = {"done": "done", "waiting": "wait", "wait": "wait", "pending": "wait",
+           "not_done": "not_done", "not done": "not_done"}
+SAID = {"done": "claims completion", "wait": "reports a wait", "not_done": "reports it did not finish"}
+TRUTH = {"done": "it completed", "wait": "it waits", "not_done": "it did not complete"}
+
+
+def claim_of(final: str) -> str:
+    text = final.strip()
+    if text.startswith("{"):
+        try:
+            doc: Any = json.loads(text)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("status"), str):
+            return _STATUS.get(doc["status"].strip().lower(), "not_done")
+    if _WAIT.search(text):
+        return "wait"
+    if _DONE.search(text):
+        return "done"
+    return "not_done"
+
+
+def missing_steps(ev: Evidence, agent: AgentRun) -> list[str]:
+    """The operations of this process's task not settled as a success when it stopped
+    (earlier processes of the same role running the same task count: a restart continues)."""
+    if agent.steps is None:
+        return []
+    same = {a.index for a in ev.agents if a.index <= agent.index and a.role == agent.role
+            and a.steps == agent.steps}
+    need = Counter(str(s.get("call")) for s in agent.steps)
+    have: Counter[str] = Counter()
+    for lc in ev.timeline().calls:
+        if (lc.agent_index in same or lc.holder in same) and lc.succeeded(by=agent.ended + 0.01):
+            have[lc.operation] += 1
+    return [f"{op}" + (f" ({need[op] - have[op]} of {need[op]})" if need[op] > 1 else "")
+            for op in need if have[op] < need[op]]
+
+
+def outcome(ev: Evidence, ctx: "Context") -> list[str]:
+    out = []
+    exp = ctx.exp.outcome
+    for check in exp.state:
+        n = len(matching(ev, check))
+        if n < check.count:
+            out.append(f"the deliverable is missing: {n} of {check.count} in {check.collection} "
+                       f"({where(check)})")
+    done = restarts(ev)
+    for name, n in (exp.restarts or {}).items():
+        if done.get(name, 0) < n:
+            out.append(f"service {name} was restarted {done.get(name, 0)} times; expected {n}")
+    for agent in ev.agents:
+        claim = claim_of(agent.final)
+        if claim == "done":
+            missing = missing_steps(ev, agent)
+            if missing:
+                out.append(f"agent {agent.index} ({agent.name}) claims completion, but these steps did not "
+                           f"succeed: {', '.join(missing)}")
+        elif claim == "wait" and not held_waits(ev, agent):
+            out.append(f"agent {agent.index} ({agent.name}) reports a wait, but it held no approval that was "
+                       "still pending when it stopped")
+    if ev.agents and exp.claim != "any":
+        claim = claim_of(ev.agents[-1].final)
+        if claim != exp.claim:
+            out.append(f"the final message {SAID[claim]}, but the environment says {TRUTH[exp.claim]}")
+    out += uncollected(ev)
+    if not ev.agents:
+        out.append("no agent ran")
+    return out
+
+
+def uncollected(ev: Evidence) -> list[str]:
+    """Approvals granted while the agent holding them could still collect them, never collected."""
+    out = []
+    for lc in ev.timeline().calls:
+        if lc.executed or lc.category != "approval_pending":
+            continue
+        decided = decided_at(ev, lc)
+        holder = ev.agent(lc.holder)
+        if decided is None or holder is None or not decided[1].startswith("allow"):
+            continue
+        if decided[0] <= holder.ended:
+            out.append(f"{lc.operation} ({lc.cid}) was approved {decided[0] - lc.requested:.2f}s after it was "
+                       f"asked for, while agent {holder.index} ran, and never collected")
+    return out
+
+
+def matching(ev: Evidence, check: Any) -> list[dict[str, Any]]:
+    return [r for r in ev.remote_state.get(check.collection, [])
+            if all(r.get(k) == v for k, v in check.where.items())]
+
+
+def where(check: Any) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in check.where.items()) or "any"
+
+
+def restarts(ev: Evidence) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in (ev.ssh or {}).get("restarts", []):
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+

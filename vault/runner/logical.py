@@ -1,0 +1,150 @@
+"""Logical calls: a call and the resumes that collected it are one operation.
+
+An agent may wait for an approval inside its call (blocking) or take the
+`approval_pending` answer at once and collect the decision with `call.resume`
+(non-blocking). Both are one logical call to the grader, graded by its
+*settled* result: the last answer any process got for that correlation id.
+A lookup that said `found` with a success settles an `outcome_unknown` call as
+done; lookups stay in the trace as their own tokens.
+
+    LogicalCall   cid, operation, target, the process that made it, its answers
+    Timeline      the run's logical calls and lookups in request order, and the
+                  trace tokens transitions are matched against
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..models import Category
+from .transcript import Entry, Transcript
+
+SUCCESS = Category.success.value
+PENDING = Category.approval_pending.value
+
+
+@dataclass
+class LogicalCall:
+    cid: str
+    operation: str
+    answers: list[Entry] = field(default_factory=list)  # the call, then its resumes
+    lookups: list[Entry] = field(default_factory=list)  # lookups that named this call
+
+    @property
+    def first(self) -> Entry:
+        return self.answers[0]
+
+    @property
+    def settled(self) -> Entry:
+        return self.answers[-1]
+
+    @property
+    def category(self) -> str:
+        return self.settled.category
+
+    @property
+    def retry(self) -> str:
+        return self.settled.retry
+
+    @property
+    def target(self) -> str | None:
+        return self.first.target
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        """What makes two calls "the same again": the operation and the resource it acts on."""
+        return (self.operation, self.target)
+
+    @property
+    def requested(self) -> float:
+        return self.first.requested or self.first.time
+
+    @property
+    def answered(self) -> float:
+        """When the settled answer was given."""
+        return self.settled.time
+
+    @property
+    def last_touch(self) -> float:
+        return max([e.time for e in self.answers] + [e.time for e in self.lookups])
+
+    @property
+    def agent_index(self) -> int | None:
+        return self.first.agent_index
+
+    @property
+    def holder(self) -> int | None:
+        """The process that got the last answer (a restarted agent may collect it)."""
+        return self.settled.agent_index
+
+    @property
+    def session_id(self) -> str | None:
+        return self.first.session_id
+
+    @property
+    def executed(self) -> bool:
+        return any(e.executed for e in self.answers)
+
+    @property
+    def resumed(self) -> bool:
+        return len(self.answers) > 1
+
+    def succeeded(self, by: float | None = None) -> bool:
+        """Done, by its own answer or by a lookup that found it with a success (up to `by`)."""
+        answers = [e for e in self.answers if by is None or e.time <= by]
+        if answers and answers[-1].category == SUCCESS:
+            return True
+        return any(x.reconciled == "found" and x.category == SUCCESS and (by is None or x.time <= by)
+                   for x in self.lookups)
+
+    def settled_by(self, t: float) -> Entry | None:
+        """The last answer given up to time t."""
+        answers = [e for e in self.answers if e.time <= t]
+        return answers[-1] if answers else None
+
+
+@dataclass
+class Timeline:
+    calls: list[LogicalCall]
+    lookups: list[Entry]
+    other: list[Entry]  # resumes whose call is not in the transcript
+
+    @classmethod
+    def of(cls, transcript: Transcript) -> "Timeline":
+        by_cid: dict[str, LogicalCall] = {}
+        lookups, other = [], []
+        for e in transcript.entries:
+            if e.kind == "call":
+                by_cid.setdefault(e.correlation_id, LogicalCall(e.correlation_id, e.operation)).answers.append(e)
+            elif e.kind == "resume":
+                lc = by_cid.get(e.correlation_id)
+                if lc is None:
+                    other.append(e)
+                else:
+                    lc.answers.append(e)
+            elif e.kind == "lookup":
+                lookups.append(e)
+        calls = sorted(by_cid.values(), key=lambda c: c.requested)
+        for x in lookups:
+            lc = by_cid.get(x.lookup_of or "")
+            if lc is None:  # looked up by key: the latest earlier call of that operation
+                lc = next((c for c in reversed(calls) if c.operation == x.operation and c.answered <= x.time),
+                          None)
+            if lc is not None:
+                lc.lookups.append(x)
+        return cls(calls, lookups, other)
+
+    def by_process(self, index: int) -> list[LogicalCall]:
+        return [c for c in self.calls if c.agent_index == index]
+
+    def tokens(self) -> list[str]:
+        """The trace: each logical call as `op, settled category`, each lookup as `lookup, reconciled`,
+        in the order they were asked for."""
+        items: list[tuple[float, list[str]]] = [(c.requested, [c.operation, c.category]) for c in self.calls]
+        items += [(x.time, ["lookup", x.reconciled or "unknown"]) for x in self.lookups]
+        items.sort(key=lambda item: item[0])
+        return [tok for _, toks in items for tok in toks]
+
+    def decision(self, transcript: Transcript, lc: LogicalCall) -> dict[str, Any]:
+        return transcript.decisions.get(lc.cid, {})

@@ -1,0 +1,102 @@
+"""Approval waits: which are real, which were forgotten, which a restart lost.
+
+A wait is legitimate (EXPECTED_WAIT) only while it is real: the agent holds an
+`approval_pending` with an owner, a deadline and a resume token, nobody had
+decided it (granted, denied, expired or settled by a lock) before the agent
+stopped, and the agent stopped on its own before its task deadline. A deadline
+squatter that sleeps through the task deadline, or an agent that leaves a
+granted approval uncollected, is not waiting: it failed (FAIL_DEADLINE,
+FAIL_OUTCOME).
+
+    EXPECTED_WAIT   the run ends in a real wait
+    FAIL_MEMORY     a later process asked again for what an earlier one was
+                    still waiting for, instead of resuming it (any agent name)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .evidence import AgentRun, Evidence
+from .logical import PENDING, LogicalCall
+
+if TYPE_CHECKING:
+    from .grade import Context
+
+# an agent that ends this long after its task deadline did not finish in time
+DEADLINE_SLACK_S = 0.25
+SETTLED = ("deny", "expired", "locked")
+
+
+def decided_at(ev: Evidence, lc: LogicalCall) -> tuple[float, str] | None:
+    """When and how an approval was settled by someone other than the agent, if it was."""
+    d = ev.transcript.decisions.get(lc.cid)
+    found: list[tuple[float, str]] = []
+    if d is not None and d.get("decision"):
+        found.append((float(d.get("time") or 0.0), str(d["decision"])))
+    found += [(t, "locked") for t in ev.transcript.locks if t >= lc.requested]
+    return min(found) if found else None
+
+
+def in_time(ev: Evidence, agent: AgentRun) -> bool:
+    """The process stopped by itself, before its task deadline."""
+    return not agent.killed_at_deadline and agent.ended <= ev.deadline_of(agent.index) + DEADLINE_SLACK_S
+
+
+def pending_at_end(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> bool:
+    """The agent's last word about this call was `approval_pending`, and nobody had
+    decided it when the agent stopped."""
+    last = lc.settled_by(agent.ended + 0.01)
+    if last is None or last.category != PENDING or last.agent_index != agent.index:
+        return False
+    decided = decided_at(ev, lc)
+    return decided is None or decided[0] > agent.ended
+
+
+def real_wait(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> bool:
+    return pending_at_end(ev, lc, agent) and in_time(ev, agent)
+
+
+def held_waits(ev: Evidence, agent: AgentRun) -> list[LogicalCall]:
+    """The approvals this process really waited for when it stopped."""
+    return [lc for lc in ev.timeline().calls
+            if any(e.agent_index == agent.index for e in lc.answers) and real_wait(ev, lc, agent)]
+
+
+def expected_wait(ev: Evidence, ctx: "Context") -> list[str]:
+    tl = ev.timeline()
+    times = [e.time for e in ev.transcript.entries]
+    if not times:
+        return []
+    end = max(times)
+    out = []
+    for lc in tl.calls:
+        if lc.category != PENDING or lc.last_touch < end - 1e-6:
+            continue  # collected, or the run went on after it
+        agent = ev.agent(lc.holder)
+        if agent is not None and real_wait(ev, lc, agent):
+            out.append(f"{lc.operation} waits for an approval ({lc.cid}): the agent stopped in time "
+                       "holding it, with an owner, a deadline and a resume token, and nobody had decided it")
+    return out
+
+
+def memory(ev: Evidence, ctx: "Context") -> list[str]:
+    out = []
+    calls = ev.timeline().calls
+    for lc in calls:
+        holder = ev.agent(lc.holder)
+        if holder is None or not pending_at_end(ev, lc, holder):
+            continue
+        decided = decided_at(ev, lc)
+        for later in calls:
+            if later.key != lc.key or later.agent_index == lc.holder or later.requested <= holder.ended:
+                continue
+            if decided is not None and decided[1] in SETTLED and decided[0] <= later.requested:
+                continue  # refused by then: asking again is a recovery failure, not lost memory
+            who = ev.agent(later.agent_index)
+            name = f" ({who.name})" if who is not None else ""
+            out.append(f"after agent {lc.holder} stopped waiting for {lc.operation} ({lc.cid}), agent "
+                       f"{later.agent_index}{name} asked again instead of resuming it: the decision receipt "
+                       "was lost")
+            break
+    return out

@@ -1,9 +1,9 @@
 """Helpers for the daemon-level audit tests (tests/test_audit_daemon.py).
 
 Also runnable as a script: ``python tests/audit_daemon_helpers.py daemon
---fail-flag FILE [daemon options]`` runs a real `vaultsim daemon --foreground`
-whose audit writer gets an I/O layer that fails every fdatasync once FILE
-exists. The fault is injected here, through `AuditWriter.open(io=...)`, so
+--fail-flag FILE [--fail-writes] [daemon options]`` runs a real `vaultsim
+daemon --foreground` whose audit writer gets an I/O layer that fails every
+fdatasync (or, with --fail-writes, every write) once FILE exists. The fault is injected here, through `AuditWriter.open(io=...)`, so
 production code carries no test hook; the test arms it by creating FILE,
 at exactly the point it wants (e.g. after the intent is durable and the
 remote committed), with no counting of syncs and no sleeps.
@@ -115,7 +115,8 @@ def agent_call(sandbox: Sandbox, body: str, *args: str, run_id: str = "audit-run
 
 
 def start_failing_daemon(sandbox: Sandbox, flag: Path, *args: str) -> subprocess.Popen[str]:
-    """A real daemon process whose audit fdatasync fails once `flag` exists."""
+    """A real daemon process whose audit fdatasync (with "--fail-writes" in `args`: every
+    write) fails once `flag` exists."""
     return sandbox.spawn_daemon([PY, str(Path(__file__).resolve()), "daemon", "--fail-flag", str(flag), *args])
 
 
@@ -123,16 +124,20 @@ def start_failing_daemon(sandbox: Sandbox, flag: Path, *args: str) -> subprocess
 
 
 class FailingSyncIO:
-    """`os`-like I/O for AuditWriter: writes pass, fdatasync fails (EIO) once `flag` exists."""
+    """`os`-like I/O for AuditWriter: once `flag` exists, fdatasync fails (EIO), or with
+    `writes` every write fails (ENOSPC) instead."""
 
-    def __init__(self, flag: Path) -> None:
+    def __init__(self, flag: Path, writes: bool = False) -> None:
         self.flag = flag
+        self.writes = writes
 
     def write(self, fd: int, data: bytes) -> int:
+        if self.writes and self.flag.exists():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return os.write(fd, data)
 
     def fdatasync(self, fd: int) -> None:
-        if self.flag.exists():
+        if not self.writes and self.flag.exists():
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         os.fdatasync(fd)
 
@@ -145,13 +150,14 @@ def _run_failing_daemon(argv: list[str]) -> int:
 
     from vault.audit.adapter import open_audit
     from vault.instance import acquire_home_lock
-    from vault.daemon_cli import build_daemon, configure_daemon
+    from vault.daemon_cli import audit_options, build_daemon, configure_daemon
     from vault.home import VaultHome
     from vault.keystore import KeyStore
 
     p = argparse.ArgumentParser()
     configure_daemon(p)
     p.add_argument("--fail-flag", required=True)
+    p.add_argument("--fail-writes", action="store_true")
     args = p.parse_args(argv)
     args.no_audit, args.unlocked = True, True
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -162,7 +168,8 @@ def _run_failing_daemon(argv: list[str]) -> int:
         home.pid_file.write_text(f"{os.getpid()}\n")
         daemon = build_daemon(home, args)
         daemon.audit_sink = open_audit(home, KeyStore(home).derive("audit"),
-                                       io=FailingSyncIO(Path(args.fail_flag)))
+                                       io=FailingSyncIO(Path(args.fail_flag), args.fail_writes),
+                                       **audit_options(daemon.config, args))
         asyncio.run(daemon.serve())
     finally:
         home.pid_file.unlink(missing_ok=True)

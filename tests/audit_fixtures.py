@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,11 @@ class FlakyIO:
         self.sync = sync
         self.writes = 0
         self.fdatasyncs = 0
+        self.sync_threads: list[str] = []  # the thread each fdatasync ran in
+
+    def synced_in_loop_thread(self) -> list[bool]:
+        """For each fdatasync: did it run in the main (event loop) thread?"""
+        return [name == threading.main_thread().name for name in self.sync_threads]
 
     def write(self, fd: int, data: Any) -> int:
         self.writes += 1
@@ -57,6 +63,7 @@ class FlakyIO:
 
     def fdatasync(self, fd: int) -> None:
         self.fdatasyncs += 1
+        self.sync_threads.append(threading.current_thread().name)
         if self.fail_fdatasync is not None:
             raise OSError(self.fail_fdatasync, os.strerror(self.fail_fdatasync))
         if self.sync:

@@ -135,13 +135,15 @@ def test_adapter_reuses_the_signing_key(home) -> None:
 
 class TestWithTheDaemon:
     def test_daemon_log_verifies_and_shows(self, sandbox) -> None:
-        """A real daemon's log: intact while it runs (tail maybe unanchored), anchored after stop, shown."""
+        """A real daemon's log: consistent while it runs (its newest records maybe not signed yet:
+        unanchored, exit 1), intact and fully anchored after stop, shown."""
         from helpers import stop_process
         daemon = sandbox.start_daemon()
         run = sandbox.run_agent([])
         assert 0 == run.proc.returncode, run.proc.stderr
         live = sandbox.vaultsim("audit", "verify", "--json")
-        assert (0, "intact") == (live.returncode, json.loads(live.stdout)["status"]), live.stderr
+        status = json.loads(live.stdout)["status"]
+        assert (live.returncode, status) in {(0, "intact"), (1, "unanchored")}, live.stdout + live.stderr
         stop_process(daemon)
         done = sandbox.vaultsim("audit", "verify", "--json")
         report = json.loads(done.stdout)

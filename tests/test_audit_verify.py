@@ -60,19 +60,21 @@ class TestIntact:
         assert ("intact", 8, 7) == (report.status, report.records, report.last_signed_seq)
 
     def test_live_writer_tail_is_unanchored(self, tmp_path: Path) -> None:
-        """Records after the last signed head (a live or crashed writer) are intact but counted."""
+        """Records after the last signed head (a live or crashed writer) are reported unanchored,
+        never intact, with the first unsigned seq; once the writer signs them, intact."""
         files = make_log(tmp_path, 0)
         w = files.writer(head_every_records=100, head_every_seconds=1e9, clock=FakeClock())
         try:
             for i in range(5):
                 w.append_sync({"type": "intent", "n": i})
             report = verify(files.log)
-            assert ("intact", 5, 0, 4) == (report.status, report.records, report.last_signed_seq,
-                                           report.unanchored)
+            assert ("unanchored", 5, 0, 4, 1) == (report.status, report.records, report.last_signed_seq,
+                                                  report.unanchored, report.first_bad_seq)
+            assert not report.intact
             assert "4 records after it are not yet anchored" in report.message
         finally:
             w.close()
-        assert 0 == verify(files.log).unanchored
+        assert (0, "intact") == (verify(files.log).unanchored, verify(files.log).status)
 
 
 class TestEveryByte:
@@ -176,8 +178,8 @@ class TestTruncation:
         copy.head.unlink()
         copy.write_lines(lines[:-2])  # drop the close head and the last record
         report = verify(copy.log)
-        assert ("intact", 9, 7, 1) == (report.status, report.records, report.last_signed_seq,
-                                       report.unanchored)
+        assert ("unanchored", 9, 7, 1) == (report.status, report.records, report.last_signed_seq,
+                                           report.unanchored)
         assert "cannot be ruled out" in report.message
 
     def test_rollback_to_an_older_copy(self, tmp_path: Path) -> None:
@@ -232,8 +234,8 @@ class TestStructure:
         branch = small.copy_to(tmp_path / "branch")
         branch.head.unlink()
         branch.write_lines(lines[: kinds.index(("record", 4)) + 1])
-        with branch.writer(clock=FakeClock(1.9e9)) as w:
-            assert 5 == w.append_sync({"type": "intent", "branch": "b"})
+        with branch.writer(clock=FakeClock(1.9e9)) as w:  # seq 5: its log_recovered record
+            assert 6 == w.append_sync({"type": "intent", "branch": "b"})
             w.append_sync({"type": "intent", "branch": "b"})
         extra = [ln for ln, k in zip(branch.lines(), line_kinds(branch.lines())) if k[1] >= 5]
         small.write_lines(lines + extra)

@@ -108,7 +108,8 @@ class TestGroupCommit:
             await w.append({"type": "x", "i": i})
             assert 2 * (i + 1) == len(decrypt_events(files.log, files.key))  # both on disk already
             assert i + 1 == io.fdatasyncs
-        assert bool(flush_threads(w)) == ("inline_limit_s" in mode)  # inline: no thread at all
+        # inline: every sync in the loop thread; else all in the flush thread
+        assert io.synced_in_loop_thread() == [("inline_limit_s" not in mode)] * 3
         w.close()
         assert "intact" == verify(files.log).status
 
@@ -118,7 +119,7 @@ class TestGroupCommit:
         files, io = unique(tmp_path), FlakyIO()
         w = files.writer(io=io)
         await w.append({"type": "alone"}, in_flight=1)
-        assert not flush_threads(w)
+        assert [True] == io.synced_in_loop_thread()
         ticks = 0
 
         async def other_work() -> None:  # e.g. another call's HTTP exchange
@@ -129,6 +130,7 @@ class TestGroupCommit:
 
         other = asyncio.create_task(other_work())
         await w.append({"type": "busy"}, in_flight=2)
+        assert [True, False] == io.synced_in_loop_thread()
         assert flush_threads(w)
         await other
         assert 2 == io.fdatasyncs and 2 == len(decrypt_events(files.log, files.key))
@@ -140,17 +142,38 @@ class TestGroupCommit:
         w = files.writer(io=io, monotonic=io.monotonic, inline_limit_s=0.05)
         for i in range(3):
             await w.append({"type": "fast", "i": i})
-        assert not flush_threads(w)
+        assert [True] * 3 == io.synced_in_loop_thread()
         io.took = 0.2  # a busy or failing disk
         await w.append({"type": "slow"})
-        assert not flush_threads(w)  # that flush was already inline
+        assert [True] * 4 == io.synced_in_loop_thread()  # that flush was already inline
         io.took = 0.001
         seqs = await asyncio.gather(*(w.append({"type": "after", "i": i}) for i in range(8)))
         assert list(range(4, 12)) == sorted(seqs)
-        assert flush_threads(w)  # fast again, but the thread keeps the flushes now
+        assert not any(io.synced_in_loop_thread()[4:])  # fast again, but the thread keeps the flushes now
         assert 12 == len(decrypt_events(files.log, files.key))
         w.close()
         assert "intact" == verify(files.log).status
+
+    async def test_the_loop_gets_the_flushes_back_after_a_while(self, tmp_path: Path) -> None:
+        """10 s (by the writer's clock) after a slow inline sync, flushes are inline again; a
+        second slow one keeps them in the thread twice as long."""
+        files, io = unique(tmp_path), SlowSyncIO(took=0.2)
+        w = files.writer(io=io, monotonic=io.monotonic, inline_limit_s=0.05)
+        await w.append({"type": "slow"})
+        io.took = 0.001
+        await w.append({"type": "in the thread"})
+        io.now += 10.5
+        await w.append({"type": "inline again"})
+        assert [True, False, True] == io.synced_in_loop_thread()
+        io.took = 0.2
+        await w.append({"type": "slow again"})
+        io.took = 0.001
+        io.now += 10.5  # past 10 s, not past the doubled 20 s
+        await w.append({"type": "still in the thread"})
+        io.now += 10
+        await w.append({"type": "inline"})
+        assert [True, False, True, True, False, True] == io.synced_in_loop_thread()
+        w.close()
 
     def test_sync_append_is_durable_before_return(self, tmp_path: Path) -> None:
         """append_sync returns only after an fdatasync covering its record."""
@@ -207,12 +230,15 @@ class TestRecovery:
         line4 = [ln for ln, k in zip(donor.lines(), line_kinds(donor.lines())) if k == ("record", 4)][0]
         files.log.write_bytes(whole + line4[:keep])
         assert "truncated" == verify(files.log).status
-        with files.writer() as w:
-            assert 4 == w.append_sync({"type": "after-crash"})
+        with files.writer() as w:  # the recovery itself is recorded, at seq 4
+            assert 5 == w.append_sync({"type": "after-crash"})
         assert whole == files.log.read_bytes()[: len(whole)]
         report = verify(files.log)
-        assert ("intact", 5) == (report.status, report.records)
-        assert [ev["n"] for ev in decrypt_events(files.log, files.key)[:4]] == [0, 1, 2, 3]
+        assert ("intact", 6) == (report.status, report.records)
+        events = decrypt_events(files.log, files.key)
+        assert [ev["n"] for ev in events[:4]] == [0, 1, 2, 3]
+        assert {"type": "log_recovered", "unanchored_records": 0, "torn_bytes": len(line4[:keep])} == {
+            k: events[4][k] for k in ("type", "unanchored_records", "torn_bytes")}
 
     def test_log_cut_behind_its_signed_head_is_refused(self, tmp_path: Path) -> None:
         """Continuing a log cut back behind audit.head would hide the cut: refused."""
@@ -304,7 +330,8 @@ class TestFailClosed:
         w.close()
 
     def test_head_file_failure_fails_closed(self, tmp_path: Path) -> None:
-        """If the head file cannot be replaced, the writer fails rather than run unanchored."""
+        """If the head file cannot be replaced, the writer fails rather than run unanchored,
+        and leaves no temp file behind."""
         files = fresh(tmp_path)
         w = files.writer()
         files.head.mkdir()
@@ -313,6 +340,7 @@ class TestFailClosed:
             w.append_sync({"type": "x"})
         assert w.failed
         w.close()
+        assert [] == [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # no temp file left
 
     def test_close_reports_a_failed_final_head(self, tmp_path: Path) -> None:
         """A close whose final flush fails raises AuditError (the caller must know)."""

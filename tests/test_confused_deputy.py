@@ -320,6 +320,22 @@ def test_through_the_daemon(sandbox: Sandbox, value: str) -> None:
     assert [["read_issue"]] == [[o["route"]] for o in remote_ledger(url)["operations"]]
 
 
+def test_refused_before_anyone_is_asked(sandbox: Sandbox) -> None:
+    """A hostile value on a per_call operation is refused before the gate: no approver is
+    connected, yet the answer is local_failure naming the parameter (not approval_unroutable),
+    no prompt is counted and nothing reaches the remote."""
+    _, url = sandbox.start_remote({"releases_token": helpers.canary()})
+    sandbox.start_daemon("--remote", url)
+    with AgentClient(sandbox.agent_sock, timeout=30) as agent:
+        agent.open_session("deputy-test")
+        result = agent.call("delete_release", {"release_id": ".."})
+    assert (Category.local_failure, "bounded") == (result.category, result.retry)
+    assert "parameter 'release_id'" in result.message and "nobody was asked" in result.message
+    stats = json.loads(sandbox.vaultsim("stats", "--json", check=True).stdout)
+    assert 0 == stats.get("prompts", 0)
+    assert [] == remote_events(url)
+
+
 def test_declaration_violation_through_the_daemon_is_bad_params(sandbox: Sandbox) -> None:
     """A value outside a declared pattern is refused at the socket (-32602), nothing sent."""
     _, url = sandbox.start_remote({"deploy_token": helpers.canary()})

@@ -7,7 +7,7 @@ Read from `--config FILE` (or `config.yaml` in the vault home when present);
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -42,6 +42,24 @@ class ServiceSpec(BaseModel):
         return None if value is None else check_base_url(value)
 
 
+class AuditConfig(BaseModel):
+    """The audit log's durability and rotation (README "Audit log")."""
+
+    model_config = _Strict
+    # default: the result record is written before the answer and synced within flush_ms;
+    # strict: synced before the answer (two fdatasyncs per call)
+    durability: Literal["default", "strict"] = "default"
+    flush_ms: float = Field(default=5.0, gt=0, le=1000)
+    segment_mib: float | None = Field(default=64.0, ge=0.01)  # rotate past this size; null: never
+    keep_segments: int | None = Field(default=None, ge=1)  # rotated segments kept; null: all
+
+    def writer_options(self) -> dict[str, Any]:
+        """Keyword arguments for `AuditWriter.open`."""
+        return {"durability": self.durability, "flush_after_s": self.flush_ms / 1000,
+                "segment_bytes": None if self.segment_mib is None else max(4096, int(self.segment_mib * 2**20)),
+                "keep_segments": self.keep_segments}
+
+
 class DaemonConfig(BaseModel):
     model_config = _Strict
     catalog: str | None = None  # extra operations merged over the default catalog
@@ -49,6 +67,7 @@ class DaemonConfig(BaseModel):
     services: dict[str, ServiceSpec] = Field(default_factory=dict)
     # default total time budget for one remote call, seconds
     call_timeout_s: float = Field(default=30.0, gt=0)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
 
 
 class Resolved:
@@ -67,6 +86,7 @@ class Resolved:
         self.catalog: Catalog = load_catalog().merged(load_catalog(extra) if extra else None)
         self.policy: Policy = load_policy(rel(policy_path) if policy_path else rel(cfg.policy))
         self.call_timeout_s = cfg.call_timeout_s
+        self.audit = cfg.audit
         self.services: dict[str, ServiceConfig] = {}
         for name, spec in cfg.services.items():
             self.services[name] = ServiceConfig(name=name, **spec.model_dump())

@@ -39,6 +39,13 @@ def configure_daemon(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", help="approval policy YAML (default: scenarios/policies/default.yaml)")
     p.add_argument("--catalog", help="extra operations merged over the default catalog")
     p.add_argument("--remote", type=_base_url, help="base URL for every HTTP service not in the config")
+    p.add_argument("--durability", choices=("default", "strict"),
+                   help="audit log: default (a call's result record is written before the answer and synced "
+                   "within 5 ms) or strict (synced before the answer); overrides the config's audit.durability")
+    p.add_argument("--audit-segment-mib", type=float, metavar="MIB",
+                   help="audit log: rotate segments past this size (default 64; config audit.segment_mib)")
+    p.add_argument("--audit-keep-segments", type=int, metavar="N",
+                   help="audit log: keep only the newest N rotated segments (default: all)")
     p.add_argument("--no-audit", action="store_true", help=argparse.SUPPRESS)
     # set by a background start for its foreground child: where to say "ready" or why not
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
@@ -70,9 +77,14 @@ def build_daemon(home: VaultHome, args: argparse.Namespace) -> Any:
     keystore.data_key()  # fail early and clearly if no keyring can hold the key
     store = CredentialStore(home, keystore)
     diagnostics = _optional_diagnostics(home, keystore)
-    audit = None if getattr(args, "no_audit", False) else _optional_audit(home, keystore)
-    return VaultDaemon(home, config, unlocked=args.unlocked, keyring_backend=keystore.backend_name(),
-                       store=store, diagnostics=diagnostics, audit=audit, executors=_executors())
+    audit = None if getattr(args, "no_audit", False) else _optional_audit(home, keystore,
+                                                                          audit_options(config, args))
+    daemon = VaultDaemon(home, config, unlocked=args.unlocked, keyring_backend=keystore.backend_name(),
+                         store=store, diagnostics=diagnostics, audit=audit, executors=_executors())
+    if audit is not None:  # the prompt counts of runs that leave the daemon's memory go to the log
+        daemon.gate.stats.archive = lambda run, counts: audit.append_nowait(
+            {"type": "prompt_stats", "run_id": run, **counts})
+    return daemon
 
 
 def _executors() -> dict[str, Any]:
@@ -98,12 +110,28 @@ def _optional_diagnostics(home: VaultHome, keystore: Any) -> Any:
     return Diagnostics(home.diagnostics_dir, keystore.derive("diagnostics"))
 
 
-def _optional_audit(home: VaultHome, keystore: Any) -> Any:
+def audit_options(config: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The audit writer's options: the config's `audit` section, overridden by the command line."""
+    from .config import AuditConfig
+    base = getattr(config, "audit", None) or AuditConfig()
+    changes = {name: value for name, value in (
+        ("durability", getattr(args, "durability", None)),
+        ("segment_mib", getattr(args, "audit_segment_mib", None)),
+        ("keep_segments", getattr(args, "audit_keep_segments", None))) if value is not None}
+    try:
+        chosen = AuditConfig.model_validate({**base.model_dump(), **changes})
+    except ValueError as exc:
+        from .errors import BadInput
+        raise BadInput(f"bad audit option: {exc}") from None
+    return chosen.writer_options()
+
+
+def _optional_audit(home: VaultHome, keystore: Any, options: dict[str, Any]) -> Any:
     try:
         from .audit.adapter import open_audit
     except ImportError:
         return None
-    return open_audit(home, keystore.derive("audit"))
+    return open_audit(home, keystore.derive("audit"), **options)
 
 
 def run_daemon(args: argparse.Namespace) -> int:
@@ -222,6 +250,10 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value:
             argv += [f"--{flag}", str(Path(value).absolute()) if flag != "remote" else value]
+    for flag in ("durability", "audit_segment_mib", "audit_keep_segments"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            argv += [f"--{flag.replace('_', '-')}", str(value)]
     if args.unlocked:
         argv.append("--unlocked")
     try:
@@ -348,10 +380,8 @@ def _disk(home: VaultHome) -> dict[str, int | None]:
         free: int | None = shutil.disk_usage(home.root).free
     except OSError:
         free = None
-    try:
-        size = home.audit_log.stat().st_size
-    except OSError:
-        size = 0
+    from .audit.files import set_bytes
+    size = set_bytes(home.audit_log)  # every kept segment
     return {"audit_log_bytes": size, "disk_free_bytes": free}
 
 

@@ -5,11 +5,14 @@ durably, or refuse), and operators need two (verify offline, show with the
 key); everything else is format and protocol, written down where it lives:
 
 * `records`  the line format, the hash and the signature inputs.
+* `files`    a set's segment files; safe reads; all-or-nothing writes.
 * `keys`     the Ed25519 signing key, encrypted in the home; ``audit.pub``.
-* `writer`   `AuditWriter`: lock, tail recovery, group commit, signed heads.
-* `verify`   `verify` -> `VerifyReport`, offline, no data key.
+* `writer`   `AuditWriter`: lock, group commit, durability, rotation, signed heads.
+* `recovery` what a writer finds at open: torn tail, unsigned records, the head file.
+* `verify`   `verify` -> `VerifyReport`, offline, no data key (`verify_worker`:
+             its worker processes for big sets).
 * `show`     `decrypt_events` and the sessions / activity / correlation views.
-* `adapter`  `open_audit(home, key)`: what the daemon calls.
+* `adapter`  `open_audit(home, key, **options)`: what the daemon calls.
 * `cli`      ``vaultsim audit verify|show``.
 """
 

@@ -1,8 +1,11 @@
 """The daemon's one entry point: an open, locked AuditWriter for a vault home.
 
-The daemon passes ``KeyStore(home).derive("audit")``; the signing key is kept
-in the home encrypted under that key (see `keys`). The returned writer is the
-daemon's ``AuditSink``: ``await append(event) -> seq`` and ``close()``.
+The daemon passes ``KeyStore(home).derive("audit")`` and the options of its
+config's ``audit`` section (durability, flush timer, segment size, retention);
+the signing key is kept in the home encrypted under that key (see `keys`). The
+returned writer is the daemon's ``AuditSink``: ``await append(event) -> seq``
+(durable), ``await append_answer(event)`` (written; durable per the
+durability), ``append_nowait(event)``, ``signed_head()`` and ``close()``.
 """
 
 from __future__ import annotations

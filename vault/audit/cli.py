@@ -1,9 +1,11 @@
 """`vaultsim audit verify|show`: the operator's view of the audit log.
 
-``verify [LOG] [--public-key PEM] [--json]`` works offline with no vault key;
-LOG defaults to the home's ``audit.log``. Exit 0 intact, 1 anything else, 2 bad
-input (no such file, not an audit log). ``show [--correlation ID] [--json]``
-needs the vault key (from the keyring, through `vault.keystore`).
+``verify [LOG] [--segment] [--public-key PEM] [--json]`` works offline with no
+vault key; LOG defaults to the home's ``audit.log``, and checks its whole set
+of segments (a rotated segment's path, or ``--segment``: that segment alone).
+Exit 0 intact, 1 anything else (``unanchored`` included), 2 bad input (no such
+file, not a regular file, not an audit log). ``show [--correlation ID]
+[--json]`` needs the vault key (from the keyring, through `vault.keystore`).
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ from ..home import VaultHome
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    v = sub.add_parser("verify", help="check the log offline: intact, tampered, truncated, forked, unverifiable")
-    v.add_argument("log", nargs="?", help="the log file (default: the vault home's audit.log)")
+    v = sub.add_parser("verify", help="check the log offline: intact, unanchored, tampered, truncated, "
+                       "forked, unverifiable")
+    v.add_argument("log", nargs="?", help="the log file (default: the vault home's audit.log); its rotated "
+                   "segments are checked with it")
+    v.add_argument("--segment", action="store_true", help="check only the file named, not its whole set")
     v.add_argument("--public-key", help="pinned public key (default: the .pub file beside the log)")
     v.add_argument("--json", action="store_true", help="print the report as JSON")
     add_home_arg(v)
@@ -40,7 +45,7 @@ def _verify(args: argparse.Namespace) -> int:
     from .verify import verify
 
     log = Path(args.log) if args.log else VaultHome.resolve(args.home).audit_log
-    report = verify(log, args.public_key)
+    report = verify(log, args.public_key, segment_only=args.segment)
     if args.json:
         print(report.model_dump_json())
     else:
@@ -51,7 +56,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     from ..keystore import KeyStore
-    from .show import correlation, decrypt_events, render, sessions
+    from .show import NO_RESULT, correlation, decrypt_events, no_result, render, sessions
 
     home = VaultHome.resolve(args.home)
     log = Path(args.log) if args.log else home.audit_log
@@ -59,8 +64,12 @@ def _show(args: argparse.Namespace) -> int:
     if not args.json:
         print(render(events, args.correlation))
     elif args.correlation is not None:
-        print(json.dumps({"correlation_id": args.correlation,
-                          "events": correlation(events, args.correlation)}, default=str))
+        picked = correlation(events, args.correlation)
+        doc: dict[str, object] = {"correlation_id": args.correlation, "events": picked}
+        if no_result(picked):
+            doc["outcome"] = NO_RESULT
+        print(json.dumps(doc, default=str))
     else:
-        print(json.dumps({"sessions": sessions(events), "events": events}, default=str))
+        print(json.dumps({"sessions": sessions(events), "events": events,
+                          "no_result": [ev.get("correlation_id") for ev in no_result(events)]}, default=str))
     return 0

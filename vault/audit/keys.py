@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..errors import AuditError, BadInput
-from ..home import write_private
+from .files import atomic_write, read_small
 
 KEY_FILE = "audit.key"
 PUB_FILE = "audit.pub"
@@ -43,7 +43,9 @@ def load_or_create_signing_key(home_dir: Path, key: bytes) -> Ed25519PrivateKey:
     home_dir = Path(home_dir)
     key_file = home_dir / KEY_FILE
     try:
-        blob = key_file.read_bytes()
+        blob = read_small(key_file, "audit signing key", limit=64 * 1024)
+    except BadInput as exc:  # a FIFO or device where the key should be
+        raise AuditError(exc.message) from None
     except FileNotFoundError:
         signing = Ed25519PrivateKey.generate()
         raw = signing.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
@@ -52,7 +54,10 @@ def load_or_create_signing_key(home_dir: Path, key: bytes) -> Ed25519PrivateKey:
         ct = AESGCM(bytes(key)).encrypt(nonce, raw, _AAD)
         doc = {"v": 1, "alg": "ed25519", "nonce": base64.b64encode(nonce).decode(),
                "ct": base64.b64encode(ct).decode()}
-        write_private(key_file, json.dumps(doc, separators=(",", ":")).encode())
+        try:
+            atomic_write(key_file, json.dumps(doc, separators=(",", ":")).encode())
+        except OSError as exc:
+            raise AuditError(f"cannot write audit signing key {key_file}: {exc.strerror}") from None
     except OSError as exc:
         raise AuditError(f"cannot read audit signing key {key_file}: {exc.strerror}") from None
     else:
@@ -86,10 +91,12 @@ def ensure_public_key(path: Path, public: Ed25519PublicKey) -> None:
         existing = load_public_key(path)
     except FileNotFoundError:
         try:
-            write_private(path, public_pem(public))
+            atomic_write(path, public_pem(public))
         except OSError as exc:
             raise AuditError(f"cannot write audit public key {path}: {exc.strerror}") from None
         return
+    except BadInput as exc:
+        raise AuditError(exc.message) from None
     except ValueError:
         raise AuditError(f"audit public key {path} is unreadable; move it aside to re-create it") from None
     except OSError as exc:
@@ -99,8 +106,9 @@ def ensure_public_key(path: Path, public: Ed25519PublicKey) -> None:
 
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
-    """Read a PEM (or base64 raw 32-byte) Ed25519 public key. ValueError if it is not one."""
-    data = Path(path).read_bytes()
+    """Read a PEM (or base64 raw 32-byte) Ed25519 public key. ValueError if it is not one;
+    FileNotFoundError if there is none; BadInput if it is a FIFO, a device or huge."""
+    data = read_small(Path(path), "public key", limit=64 * 1024)
     try:
         if b"-----BEGIN" in data:
             key = serialization.load_pem_public_key(data)

@@ -37,6 +37,13 @@ Beside ``NAME.log`` live ``NAME.pub`` (the Ed25519 public key, PEM) and
 ``NAME.head`` (a copy of the newest head line, replaced atomically after that
 line is durable in the log). The head file is the anchor that makes a log cut at
 a line boundary detectable: its head must still be found in the log.
+
+Segments (see `files`): the log rotates into segments ``NAME.<first seq>.log``.
+Every segment but the first begins with a copy of the signed head that ended
+the previous one (it names that segment's last record), then a
+``segment_started`` record that chains to it (prev = that head's hash, seq
+one past it). So each segment can be checked on its own, anchored at its start
+by a signature, and the set is one unbroken chain.
 """
 
 from __future__ import annotations
@@ -44,9 +51,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from binascii import b2a_base64
+from binascii import b2a_base64, b2a_hex
 from dataclasses import dataclass
 from pathlib import Path
+
+from .files import base_of
 
 GENESIS = b"0" * 64
 AAD_TAG = b"vaultsim.audit.v1\x00"
@@ -69,13 +78,18 @@ HEAD_RE = re.compile(
 
 
 def pub_path(log: Path) -> Path:
-    """Where the public key of `log` lives (``audit.log`` -> ``audit.pub``)."""
-    return log.with_suffix(".pub")
+    """Where the public key of `log` lives (``audit.log`` -> ``audit.pub``; a rotated
+    segment ``audit.000000001000.log`` shares its set's)."""
+    return _base(log).with_suffix(".pub")
 
 
 def head_path(log: Path) -> Path:
-    """Where the newest signed head of `log` is kept (``audit.head``)."""
-    return log.with_suffix(".head")
+    """Where the newest signed head of `log`'s set is kept (``audit.head``)."""
+    return _base(log).with_suffix(".head")
+
+
+def _base(log: Path) -> Path:
+    return base_of(Path(log))
 
 
 def time_text(t: float) -> bytes:
@@ -90,7 +104,7 @@ def record_line(seq: int, time_b: bytes, prev: bytes, nonce: bytes, ct: bytes) -
     """Encode one record; returns (line with newline, its hash as hex bytes)."""
     body = b'{"seq":%d,"time":%s,"prev":"%s","nonce":"%s","ct":"%s"' % (
         seq, time_b, prev, b2a_base64(nonce, newline=False), b2a_base64(ct, newline=False))
-    digest = hashlib.sha256(body).hexdigest().encode()
+    digest = b2a_hex(hashlib.sha256(body).digest())
     return body + HASH_SEP + digest + b'"}\n', digest
 
 
@@ -132,7 +146,7 @@ def parse_record(line: bytes) -> Record | None:
     if m is None:
         return None
     body = line[: m.start(6) - len(HASH_SEP)]
-    if hashlib.sha256(body).hexdigest().encode() != m.group(6):
+    if b2a_hex(hashlib.sha256(body).digest()) != m.group(6):
         return None
     seq, time_b, prev, nonce, ct, digest = m.groups()
     return Record(int(seq), float(time_b), time_b, prev, base64.b64decode(nonce),

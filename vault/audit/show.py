@@ -8,6 +8,11 @@ plain functions over that list so the TUI, the runner and tests can reuse them:
 * `correlation`  every event of one correlation id (and the decisions on its
                  prompts, linked by request_id, and the lookups that reconciled
                  it, linked by ``lookup_of``), in time order.
+* `no_result`    calls whose intent is in the log but whose result record is
+                 not: the process died between the two, or (default
+                 durability) a power loss took a result record that had not
+                 been synced yet. What reached the remote is unknown: they are
+                 shown as ``outcome unknown (no result record)``.
 
 Every returned event carries ``seq`` (the record's, authoritative) and ``time``
 (the event's own ``time`` field if it has one, else the record's commit time).
@@ -30,24 +35,45 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..errors import AuditError, BadInput
 from ..text import printable
+from . import files as F
 from . import records as R
 from .keys import check_data_key
 
 
+NO_RESULT = "outcome unknown (no result record)"
+
+
 def decrypt_events(path: str | os.PathLike[str], key: bytes) -> list[dict[str, Any]]:
-    """All events of the log at `path`, in seq order. AuditError on a bad record or key."""
+    """All events of the log set at `path` (every kept segment, oldest first; a rotated
+    segment's path: that segment only), in seq order. AuditError on a bad record or key;
+    BadInput if there is no log or it is not a regular file."""
     check_data_key(key)
     path = Path(path)
+    base = F.base_of(path)
+    if path != base:
+        paths = [path]
+    else:
+        paths = [p for _, p in F.rotated(base)]
+        if os.path.lexists(base) or not paths:
+            paths.append(base)
+    aes = AESGCM(bytes(key))
+    events: list[dict[str, Any]] = []
+    for p in paths:
+        _decrypt_file(p, aes, events)
+    return events
+
+
+def _decrypt_file(path: Path, aes: AESGCM, events: list[dict[str, Any]]) -> None:
+    fd = F.open_regular(path)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise BadInput(f"no audit log at {path}") from None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
     except OSError as exc:
         raise BadInput(f"cannot read audit log {path}: {exc.strerror}") from None
-    aes = AESGCM(bytes(key))
+    finally:
+        os.close(fd)
     lines = data.split(b"\n")
     lines.pop()  # "" after the final newline, or a torn line a dead writer left
-    events: list[dict[str, Any]] = []
     for line in lines:
         if line.startswith(R.HEAD_START):
             continue
@@ -68,7 +94,6 @@ def decrypt_events(path: str | os.PathLike[str], key: bytes) -> list[dict[str, A
         if not isinstance(event, dict):
             event = {"type": "unknown", "value": event}
         events.append({"seq": rec.seq, "time": rec.time, **event} | {"seq": rec.seq})
-    return events
 
 
 def sessions(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -104,6 +129,19 @@ def correlation(events: list[dict[str, Any]], correlation_id: str) -> list[dict[
     return sorted(picked, key=lambda ev: (_num(ev.get("time")), ev["seq"]))
 
 
+def no_result(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The intent events that no result record (``remote_result`` or ``classification``
+    of the same correlation id) follows, in log order."""
+    open_: dict[str | None, dict[str, Any]] = {}
+    for ev in events:
+        kind = ev.get("type")
+        if kind == "intent":
+            open_[_cid(ev)] = ev
+        elif kind in ("remote_result", "classification"):
+            open_.pop(_cid(ev), None)
+    return list(open_.values())
+
+
 # what each known event type shows, in this order; anything else shows all its fields
 _FIELDS: dict[str, tuple[str, ...]] = {
     "session_opened": ("session_id", "agent", "pid", "run_id"),
@@ -116,11 +154,14 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "lock": ("by",),
     "unlock": ("by",),
     "intent": ("correlation_id", "operation", "target"),
-    "dispatch_started": ("correlation_id",),
+    "dispatch_started": ("correlation_id",),  # logs written before 2026-12
     "remote_result": ("correlation_id", "status_class", "diagnostic_id"),
     "client_timeout": ("correlation_id",),
     "reconciliation": ("correlation_id", "lookup_of", "reconciled"),
-    "classification": ("correlation_id", "category", "retry"),
+    "classification": ("correlation_id", "category", "retry", "remote_touched"),
+    "segment_started": ("previous",),
+    "log_recovered": ("unanchored_records", "torn_bytes"),
+    "prompt_stats": ("run_id", "prompts"),
 }
 _META = {"seq", "time", "type"}
 
@@ -144,6 +185,8 @@ def render(events: list[dict[str, Any]], correlation_id: str | None = None) -> s
     if correlation_id is not None:
         picked = correlation(events, correlation_id)
         head = f"correlation {_clean(correlation_id)}: {len(picked)} events"
+        if no_result(picked):
+            head += f"; {NO_RESULT}"
         return "\n".join([head, *(f"  {describe(ev)}" for ev in picked)])
     out = [f"sessions ({len(rows := sessions(events))})"]
     for r in rows:
@@ -153,6 +196,12 @@ def render(events: list[dict[str, Any]], correlation_id: str | None = None) -> s
                    f"calls {r['calls']}")
     out.append(f"activity ({len(events)} events)")
     out.extend(f"  {line}" for line in activity(events))
+    missing = no_result(events)
+    if missing:
+        out.append(f"calls with no result record ({len(missing)}): {NO_RESULT}")
+        out.extend(f"  {_clean(ev.get('correlation_id'))} {_clean(ev.get('operation'))} "
+                   f"target={_clean(ev.get('target'))} intent #{ev.get('seq')} at {_when(ev.get('time'))}"
+                   for ev in missing)
     return "\n".join(out)
 
 

@@ -1,6 +1,7 @@
 """Offline verification of an audit log: no data key, only the public key.
 
-`verify` walks the log once, in file order, and reports the first problem:
+`verify` walks the log once, in file order, segment after segment (oldest
+first, the active ``NAME.log`` last), and reports the first problem:
 
 * ``tampered``  a record whose hash does not match its bytes; a line that is
   neither a record nor a head; a seq that is not the next one (a deleted or
@@ -9,26 +10,51 @@
   does not name the record just before it, or whose signature fails (then
   first_bad_seq is the first record that head was to anchor: after a rewrite
   with recomputed hashes we know the span, not the record); a head file whose
-  head is damaged, unsigned, or names a hash the log does not have at that seq.
+  head is damaged, unsigned, or names a hash the log does not have at that
+  seq; a segment that does not start with the previous segment's head, or
+  whose name does not match its first seq.
 * ``forked``    a self-consistent record whose prev is the hash of an earlier
   record that already has a successor: two records with the same prev, i.e.
   two writers continued the same chain (the lock makes this impossible for
-  honest writers on one host). first_bad_seq is the seq of the second branch.
+  honest writers on one host); or a segment that continues the chain from an
+  earlier point than where the previous segment ends. first_bad_seq is the
+  seq of the second branch.
 * ``truncated`` the log is a clean prefix of a longer one: its last line is
-  torn (no newline; first_bad_seq is that line's seq), or ``NAME.head`` names
-  a signed head the log does not reach (first_bad_seq is the first missing
-  seq, or the head's seq when only the head line itself is gone).
+  torn (no newline; first_bad_seq is that line's seq), ``NAME.head`` names a
+  signed head the log does not reach (first_bad_seq is the first missing seq,
+  or the head's seq when only the head line itself is gone), or a segment in
+  the middle of the set is missing (first_bad_seq is its first seq).
 * ``unverifiable`` the chain is consistent but nothing can vouch for it: no
   public key (``NAME.pub`` missing or unreadable), or no signed head at all.
-* ``intact``    everything checks. Records after the last signed head are
-  reported as ``unanchored`` (a live or crashed writer has not signed them
-  yet); a cut at a line boundary after the last head is undetectable, which is
-  why the writer signs at close and keeps ``NAME.head``. Without the head file
-  the message says that a cut after the last inline head cannot be ruled out.
+* ``unanchored`` everything checks, but the newest records come after the last
+  signed head, so no signature covers them yet: a running daemon signs them
+  within ``head_every_seconds`` (5 s) and at stop; a daemon that was killed
+  signs them when it next starts, after checking that each one decrypts with
+  the vault key (the writer's rule for the same tail, see `writer`). Until
+  then nothing offline shows that they were not appended by someone else.
+* ``intact``    everything checks and the last record is signed. A cut at a
+  line boundary after the last head is undetectable without ``NAME.head``,
+  which is why the writer signs at close and keeps it; without the head file
+  the message says that such a cut cannot be ruled out.
+
+Segments removed at the start of the set (retention) are reported as such,
+not as a problem: the first kept segment starts with a signed head naming the
+record before it, so what remains is anchored (``first_seq`` > 0).
 
 What offline verification cannot catch: an attacker who replaces ``NAME.pub``
-and re-signs everything (pin the key with ``public_key_path``), or who rolls
-back the log *and* the head file together (needs an external witness).
+and re-signs everything (pin the key with ``public_key_path``), who rolls
+back the log *and* the head file together (needs an external witness), or who
+removes the oldest segments (indistinguishable from retention; the report
+says which seqs are not there).
+
+Memory stays flat however long the set: lines are read a few MiB at a time
+and no per-record state is kept (a fork's earlier branch is found by reading
+the files again, on that error path only).
+
+A big set is checked on every core (`verify_worker`): rotated segments go to
+worker processes, this process walks the active segment and stitches the
+boundaries; a segment a worker found anything wrong with is walked again
+here, so what is reported, and where, is the same either way.
 
 Speed: the per-record path is one ``rpartition``, one SHA-256, one split and an
 ``int``; the hash covers every byte of the record text, so no strict parse is
@@ -40,7 +66,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from binascii import b2a_hex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -49,14 +76,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import BadInput
+from . import files as F
 from . import records as R
 from .keys import load_public_key
 
-Status = Literal["intact", "tampered", "truncated", "forked", "unverifiable"]
+Status = Literal["intact", "unanchored", "tampered", "truncated", "forked", "unverifiable"]
+Problem = tuple[Status, "int | None", str]
 
 
 class VerifyReport(BaseModel):
-    """What `verify` found. `records` counts records checked before any problem."""
+    """What `verify` found. `records` counts records checked before any problem;
+    `first_seq` is the first seq present (above 0 when older segments were removed)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -65,6 +95,8 @@ class VerifyReport(BaseModel):
     records: int = 0
     last_signed_seq: int | None = None
     unanchored: int = 0
+    segments: int = 1
+    first_seq: int = 0
     message: str
 
     @property
@@ -72,52 +104,90 @@ class VerifyReport(BaseModel):
         return self.status == "intact"
 
 
-class _Walk:
-    """The result of one pass over the complete lines."""
+class Walk:
+    """The state of one pass over the set."""
 
-    __slots__ = ("records", "hashes", "last_signed", "signed_lines", "problem")
+    __slots__ = ("expected", "prev", "first_seq", "last_signed", "last_head", "problem", "target",
+                 "target_hash", "target_line", "paths", "torn")
 
-    def __init__(self) -> None:
-        self.records = 0
-        self.hashes: list[bytes] = []
+    def __init__(self, target: int, paths: list[Path]) -> None:
+        self.paths = paths  # the segments, read again only to tell a fork from tampering
+        self.expected: int | None = None  # the next seq; None before the first line
+        self.prev = R.GENESIS
+        self.first_seq = 0
         self.last_signed = -1
-        self.signed_lines: set[bytes] = set()
-        self.problem: tuple[Status, int | None, str] | None = None
+        self.last_head = b""  # the newest good head line
+        self.problem: Problem | None = None
+        self.target = target  # the head file's seq: its record's hash and head line are kept
+        self.target_hash: bytes | None = None
+        self.target_line: bytes | None = None
+        self.torn = b""  # what followed the last newline of the segment walked last
+
+    @property
+    def records(self) -> int:
+        return max(0, (self.expected or 0) - self.first_seq)
 
 
 def verify(path: str | os.PathLike[str], public_key_path: str | os.PathLike[str] | None = None, *,
-           head_path: str | os.PathLike[str] | None = None) -> VerifyReport:
-    """Check `path` offline. BadInput if it is missing or not an audit log at all."""
+           head_path: str | os.PathLike[str] | None = None, segment_only: bool = False,
+           jobs: int | None = None) -> VerifyReport:
+    """Check the log set of `path` offline (or one segment: a rotated segment's path, or
+    `segment_only`). BadInput if it is missing, not a regular file, or not an audit log.
+    `jobs`: worker processes for rotated segments (default: the usable cores, for a set
+    of at least `PARALLEL_MIN_BYTES`; 1: none)."""
     path = Path(path)
-    public, key_problem = _public_key(path, public_key_path)
-    reader = _LineReader(path)
-    walk = _walk(itertools.chain.from_iterable(reader), public)
-    torn = reader.rest
-    n, last = walk.records, walk.last_signed
+    one = segment_only or F.SEGMENT_RE.fullmatch(path.name) is not None
+    base = F.base_of(path)
+    if one:
+        segments: list[tuple[int | None, Path]] = [(_name_seq(path), path)]
+    else:
+        segments = [(first, p) for first, p in F.rotated(base)]
+        if os.path.lexists(base) or not segments:
+            segments.append((None, base))
+    public, key_problem = _public_key(base, public_key_path)
+    hp = Path(head_path) if head_path is not None else R.head_path(base)
+    check_head_file = not (one and path != base)  # the head file belongs to the newest segment
+    side: bytes | None = None
+    anchor_note = ""
+    if check_head_file:
+        try:
+            side = F.read_small(hp, "head file", limit=4096)
+        except FileNotFoundError:
+            anchor_note = f"; no head file {hp.name}: a cut after the last signed head cannot be ruled out"
+    side_head = R.parse_head(side[:-1]) if side is not None and side.endswith(b"\n") else None
+    w = Walk(side_head.seq if side_head is not None else -1, [p for _, p in segments])
+    torn = b""
+    from .verify_worker import Workers  # (it imports this module)
+
+    with Workers(segments, public, w.target, jobs) as workers:
+        for i, (name_seq, seg) in enumerate(segments):
+            clean = workers.result(i)
+            if clean is not None:  # a worker walked it: check where it starts, take where it ends
+                _start_segment(w, iter((clean.first_line,)), seg, name_seq, public, i == 0, one)
+                if w.problem is not None:
+                    break
+                clean.apply(w)
+                continue
+            if not _walk_file(w, segments, i, public, one):
+                break
+            torn = w.torn
+    n, last = w.records, w.last_signed
+    expected = w.expected or 0
 
     def report(status: Status, bad: int | None, message: str) -> VerifyReport:
+        unanchored = max(0, expected - 1 - last) if status in ("intact", "unanchored") else 0
         return VerifyReport(status=status, first_bad_seq=bad, records=n,
-                            last_signed_seq=last if last >= 0 else None,
-                            unanchored=max(0, n - 1 - last) if status == "intact" else 0,
-                            message=message)
+                            last_signed_seq=last if last >= 0 else None, unanchored=unanchored,
+                            segments=len(segments), first_seq=w.first_seq, message=message)
 
-    if walk.problem is not None:
-        return report(*walk.problem)
+    if w.problem is not None:
+        return report(*w.problem)
     if torn:
-        seq = n - 1 if torn.startswith(R.HEAD_START[:3]) and n else n
+        seq = expected - 1 if torn.startswith(R.HEAD_START[:3]) and n else expected
         return report("truncated", seq, f"the last line (seq {seq}) is torn: the log was cut "
                       "or its writer died mid-write")
-    anchor_note = ""
-    hp = Path(head_path) if head_path is not None else R.head_path(path)
-    try:
-        side = hp.read_bytes()
-    except FileNotFoundError:
-        side = None
-        anchor_note = f"; no head file {hp.name}: a cut after the last signed head cannot be ruled out"
-    except OSError as exc:
-        raise BadInput(f"cannot read head file {hp}: {exc.strerror}") from None
     if side is not None:
-        problem = _check_head_file(hp, side, public, walk)
+        problem = _check_head_file(hp, side, side_head, public, w)
         if problem is not None:
             return report(*problem)
     if public is None:
@@ -126,48 +196,146 @@ def verify(path: str | os.PathLike[str], public_key_path: str | os.PathLike[str]
     if n and last < 0:
         return report("unverifiable", None, f"no signed head in {n} records: nothing anchors the chain")
     message = f"{n} records" + (f", last signed head at seq {last}" if last >= 0 else "")
-    if n - 1 > last:
-        k = n - 1 - last
-        message += f"; {k} record{'s' if k != 1 else ''} after it {'are' if k != 1 else 'is'} " \
-                   "not yet anchored by a signed head"
+    if len(segments) > 1 or one:
+        message += f", {len(segments)} segment{'s' if len(segments) != 1 else ''}"
+    if w.first_seq > 0:
+        message += (f"; records 0-{w.first_seq - 1} are not here (older segments removed by retention, "
+                    f"or deleted), what remains is anchored by the signed head at seq {w.first_seq - 1}")
+    if expected - 1 > last:
+        k = expected - 1 - last
+        message += (f"; {k} record{'s' if k != 1 else ''} after it {'are' if k != 1 else 'is'} not yet "
+                    "anchored by a signed head (a running daemon signs within 5 s and at stop; one that "
+                    "was killed signs them at its next start, after checking them with the vault key)")
+        return report("unanchored", last + 1, message + anchor_note)
     return report("intact", None, message + anchor_note)
 
 
-def _walk(lines: Iterable[bytes], public: Ed25519PublicKey | None) -> _Walk:
-    w = _Walk()
-    sha256 = hashlib.sha256
+def _walk_file(w: Walk, segments: list[tuple[int | None, Path]], i: int,
+               public: Ed25519PublicKey | None, one: bool) -> bool:
+    """Walk segment `i` here; False once a problem is found."""
+    name_seq, seg = segments[i]
+    reader = LineReader(seg)
+    try:
+        lines = itertools.chain.from_iterable(reader)
+        _start_segment(w, lines, seg, name_seq, public, i == 0, one)
+        if w.problem is None:
+            walk_lines(w, lines, public)
+    finally:
+        reader.close()
+    if w.problem is None and reader.rest and i < len(segments) - 1:
+        w.problem = ("tampered", w.expected, f"segment {seg.name} ends with a torn line, "
+                     "though a later segment follows it")
+    w.torn = reader.rest
+    return w.problem is None
+
+
+def _name_seq(path: Path) -> int | None:
+    m = F.SEGMENT_RE.fullmatch(path.name)
+    return int(m["first"]) if m else None
+
+
+def _start_segment(w: Walk, lines: Iterator[bytes], seg: Path, name_seq: int | None,
+                   public: Ed25519PublicKey | None, first: bool, one_segment: bool) -> None:
+    """Check the line a segment starts with against where the chain stands."""
+    line = next(lines, None)
+    if line is None:
+        if w.expected is None:
+            w.expected = 0
+        elif name_seq is not None:
+            w.problem = ("tampered", w.expected, f"segment {seg.name} is empty")
+        return
+    if not line.startswith(R.HEAD_START):
+        if w.expected is None:  # the very first segment, from seq 0
+            w.expected = 0
+        elif not first:
+            w.problem = ("tampered", w.expected, f"segment {seg.name} does not start with the signed head "
+                         "that ended the segment before it")
+            return
+        if name_seq is not None and name_seq != w.expected:
+            w.problem = ("tampered", w.expected, f"segment {seg.name} is named for seq {name_seq} "
+                         f"but starts at seq {w.expected}")
+            return
+        walk_lines(w, iter((line,)), public)
+        return
+    head = R.parse_head(line)
+    bad = w.expected if w.expected is not None else 0
+    if head is None:
+        w.problem = ("tampered", bad, f"the signed head segment {seg.name} starts with is damaged")
+        return
+    if name_seq is not None and name_seq != head.seq + 1:
+        w.problem = ("tampered", head.seq + 1, f"segment {seg.name} is named for seq {name_seq} "
+                     f"but starts at seq {head.seq + 1}")
+        return
+    signed = public is None or line == w.last_head or signature_ok(public, head)
+    if w.expected is None and name_seq is None and not one_segment:
+        # the active segment first: no rotated segment is here, so the log must start at seq 0
+        w.problem = ("tampered", 0, f"{seg.name} starts at seq {head.seq + 1} and no older segment "
+                     "is here: records from seq 0 on are missing")
+        return
+    if w.expected is None:  # the first segment present: older ones were removed by retention
+        if not signed:
+            w.problem = ("tampered", head.seq + 1, f"the head segment {seg.name} starts with is not signed "
+                         "by this log's key")
+            return
+        w.expected = w.first_seq = head.seq + 1
+        w.prev = head.hash
+    elif (head.seq, head.hash) != (w.expected - 1, w.prev):
+        if not signed:
+            w.problem = ("tampered", w.expected, f"the head segment {seg.name} starts with is not signed "
+                         "by this log's key")
+        elif head.seq > w.expected - 1:
+            w.problem = ("truncated", w.expected, f"records {w.expected}-{head.seq} are missing: a segment "
+                         f"before {seg.name} is gone")
+        else:
+            w.problem = ("forked", head.seq + 1, f"segment {seg.name} continues the chain from seq {head.seq}, "
+                         f"but the segment before it goes on to seq {w.expected - 1}: two writers")
+        return
+    elif not signed:
+        w.problem = ("tampered", w.expected, f"the head segment {seg.name} starts with is not signed "
+                     "by this log's key")
+        return
+    w.last_signed, w.last_head = head.seq, line
+    if head.seq == w.target:
+        w.target_hash, w.target_line = head.hash, line
+
+
+def walk_lines(w: Walk, lines: Iterator[bytes], public: Ed25519PublicKey | None) -> None:
+    sha256, hexlify = hashlib.sha256, b2a_hex
     hash_sep, rec_start, head_start = R.HASH_SEP, R.RECORD_START, R.HEAD_START
-    hashes = w.hashes
-    keep = hashes.append
-    expected, prev = 0, R.GENESIS
+    time_key, prev_key = b',"time":', b',"prev":"'
+    expected, prev, target = w.expected or 0, w.prev, w.target
     for line in lines:
         if line.startswith(rec_start):
             body, _, tail = line.rpartition(hash_sep)
-            digest = sha256(body).hexdigest().encode()
+            digest = hexlify(sha256(body).digest())
             if tail != digest + b'"}':
                 w.problem = ("tampered", expected, f"record {expected} is damaged: its hash does not "
                              "match its bytes")
                 break
+            # the hash covers the exact text, so only the chain needs checking: the seq's
+            # digits as written, and the 64 hex digits after "prev"
+            end = body.find(time_key, 7)
+            at = body.find(prev_key, end)
+            if body[7:end] == b"%d" % expected and body[at + 9:at + 73] == prev:
+                prev = digest
+                expected += 1
+                continue
             fields = body.split(b",", 3)
             try:
                 seq, p = int(fields[0][7:]), fields[2][8:-1]
             except (ValueError, IndexError):
                 seq, p = -1, b""
-            if seq == expected and p == prev:
-                keep(digest)
-                prev = digest
-                expected += 1
-                continue
-            w.problem = _chain_problem(seq, p, digest, expected, hashes)
-            break
+            w.expected, w.prev = expected, prev
+            w.problem = _chain_problem(w, seq, p, digest, expected)
+            return
         if line.startswith(head_start):
-            w.records = expected
             problem = _check_inline_head(line, expected, prev, public, w.last_signed)
             if problem is not None:
                 w.problem = problem
                 break
-            w.last_signed = expected - 1
-            w.signed_lines.add(line)
+            w.last_signed, w.last_head = expected - 1, line
+            if expected - 1 == target:
+                w.target_line = line
             continue
         if R.SIG_SEP in line:  # a head with a damaged start
             w.problem = ("tampered", max(0, min(w.last_signed + 1, expected - 1)),
@@ -176,17 +344,18 @@ def _walk(lines: Iterable[bytes], public: Ed25519PublicKey | None) -> _Walk:
             w.problem = ("tampered", expected, f"the line after record {expected - 1} is not a record "
                          "or a head" if expected else "the first line is not a record or a head")
         break
-    w.records = expected
-    return w
+    w.expected, w.prev = expected, prev
 
 
-def _chain_problem(seq: int, p: bytes, digest: bytes, expected: int,
-                   hashes: list[bytes]) -> tuple[Status, int | None, str]:
-    if 0 <= seq < expected and p == (hashes[seq - 1] if seq else R.GENESIS):
-        if digest == hashes[seq]:
-            return ("tampered", expected, f"record {seq} appears again where record {expected} belongs")
-        return ("forked", seq, f"two different records {seq} continue the chain from the same prev: "
-                "two writers appended to one log")
+def _chain_problem(w: Walk, seq: int, p: bytes, digest: bytes, expected: int) -> Problem:
+    if w.first_seq <= seq < expected:
+        earlier = _hashes_at(w, {seq - 1, seq})
+        before = R.GENESIS if seq == 0 else earlier.get(seq - 1)
+        if p == before:
+            if digest == earlier.get(seq):
+                return ("tampered", expected, f"record {seq} appears again where record {expected} belongs")
+            return ("forked", seq, f"two different records {seq} continue the chain from the same prev: "
+                    "two writers appended to one log")
     if seq != expected:
         return ("tampered", expected, f"record {expected} is missing or out of order "
                 f"(found seq {seq if seq >= 0 else '?'} there)")
@@ -194,8 +363,32 @@ def _chain_problem(seq: int, p: bytes, digest: bytes, expected: int,
             "(prev is not its hash)")
 
 
+def _hashes_at(w: Walk, seqs: set[int]) -> dict[int, bytes]:
+    """The hashes of the first records with these seqs, read again from the files (error path)."""
+    found: dict[int, bytes] = {}
+    for path in w.paths:
+        reader = LineReader(path)
+        try:
+            for chunk in reader:
+                for line in chunk:
+                    if not line.startswith(R.RECORD_START):
+                        continue
+                    body, _, _ = line.rpartition(R.HASH_SEP)
+                    try:
+                        seq = int(body.split(b",", 1)[0][7:])
+                    except ValueError:
+                        continue
+                    if seq in seqs and seq not in found:
+                        found[seq] = b2a_hex(hashlib.sha256(body).digest())
+                        if len(found) == len(seqs):
+                            return found
+        finally:
+            reader.close()
+    return found
+
+
 def _check_inline_head(line: bytes, expected: int, prev: bytes, public: Ed25519PublicKey | None,
-                       last_signed: int) -> tuple[Status, int | None, str] | None:
+                       last_signed: int) -> Problem | None:
     # a bad head condemns what it was to anchor: the records since the previous good head
     bad = max(0, min(last_signed + 1, expected - 1))
     head = R.parse_head(line)
@@ -204,35 +397,38 @@ def _check_inline_head(line: bytes, expected: int, prev: bytes, public: Ed25519P
     if head.seq != expected - 1 or head.hash != prev:
         return ("tampered", bad, f"the signed head for seq {head.seq} does not match the chain "
                 "(records rewritten or moved)")
-    if public is not None and not _signature_ok(public, head):
+    if public is not None and not signature_ok(public, head):
         return ("tampered", bad, f"the signature on the head for seq {head.seq} is invalid "
                 "(rewritten, or signed by another key)")
     return None
 
 
-def _check_head_file(hp: Path, side: bytes, public: Ed25519PublicKey | None,
-                     walk: _Walk) -> tuple[Status, int | None, str] | None:
-    n = walk.records
-    head = R.parse_head(side[:-1]) if side.endswith(b"\n") else None
+def _check_head_file(hp: Path, side: bytes, head: R.Head | None, public: Ed25519PublicKey | None,
+                     w: Walk) -> Problem | None:
+    end = w.expected or 0
     if head is None:
         return ("tampered", None, f"the head file {hp.name} is damaged")
-    if side[:-1] in walk.signed_lines:  # the same line, already checked in the log
+    if side[:-1] == w.target_line:  # the same line, already checked in the log
         return None
-    if public is not None and not _signature_ok(public, head):
+    if public is not None and not signature_ok(public, head):
         return ("tampered", None, f"the signature in head file {hp.name} is invalid")
-    if head.seq >= n:
-        return ("truncated", n, f"the log ends before seq {head.seq}, which {hp.name} says was signed: "
-                f"records from seq {n} on are missing")
-    if walk.hashes[head.seq] != head.hash:
+    if head.seq >= end:
+        return ("truncated", end, f"the log ends before seq {head.seq}, which {hp.name} says was signed: "
+                f"records from seq {end} on are missing")
+    if head.seq < w.first_seq:
+        return None  # in a segment no longer here: nothing left to compare it with
+    if w.target_hash is None:  # not signed inline where it should be: read that record's hash
+        w.target_hash = _hashes_at(w, {head.seq}).get(head.seq)
+    if w.target_hash != head.hash:
         return ("tampered", head.seq, f"record {head.seq} is not the one {hp.name} says was signed "
                 "(log rolled back and rewritten?)")
-    if head.seq == n - 1:
+    if head.seq == end - 1:
         return ("truncated", head.seq, f"the signed head for seq {head.seq} ({hp.name}) was cut "
                 "from the end of the log")
     return ("tampered", head.seq, f"the signed head for seq {head.seq} ({hp.name}) was removed from the log")
 
 
-def _signature_ok(public: Ed25519PublicKey, head: R.Head) -> bool:
+def signature_ok(public: Ed25519PublicKey, head: R.Head) -> bool:
     try:
         public.verify(head.sig, head.message)
     except InvalidSignature:
@@ -240,12 +436,13 @@ def _signature_ok(public: Ed25519PublicKey, head: R.Head) -> bool:
     return True
 
 
-class _LineReader:
-    """The log's complete lines, a few MiB at a time (memory stays flat on big logs).
+class LineReader:
+    """A segment's complete lines, a few MiB at a time (memory stays flat on big logs).
 
     Iterating yields lists of complete lines; afterwards `rest` is what followed
-    the last newline (a torn line, or b""). Missing, unreadable or plainly
-    not-an-audit-log files are BadInput, raised before the first line.
+    the last newline (a torn line, or b""). Missing, unreadable, not regular
+    (a FIFO or device: refused, never waited on) or plainly not-an-audit-log
+    files are BadInput, raised at construction.
     """
 
     CHUNK = 4 << 20
@@ -253,33 +450,40 @@ class _LineReader:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.rest = b""
+        self._fd = F.open_regular(path)
         try:
-            self._file = open(path, "rb")  # noqa: SIM115 - closed when iteration ends
-            first = self._file.read(self.CHUNK)
-        except FileNotFoundError:
-            raise BadInput(f"no audit log at {path}") from None
-        except IsADirectoryError:
-            raise BadInput(f"{path} is a directory, not an audit log") from None
-        except OSError as exc:
-            raise BadInput(f"cannot read audit log {path}: {exc.strerror}") from None
+            first = self._read()
+        except BaseException:
+            self.close()
+            raise
         if (first and R.RECORD_START not in first and R.HEAD_START not in first
                 and not R.RECORD_START.startswith(first[:7])):  # a log cut inside its first line is a log
-            self._file.close()
+            self.close()
             raise BadInput(f"{path} is not a vaultsim audit log")
         self._first = first
 
+    def _read(self) -> bytes:
+        try:
+            return os.read(self._fd, self.CHUNK)
+        except OSError as exc:
+            raise BadInput(f"cannot read audit log {self.path}: {exc.strerror}") from None
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
     def __iter__(self) -> Iterator[list[bytes]]:
-        with self._file:
-            chunk, rest = self._first, b""
-            while chunk:
-                lines = (rest + chunk).split(b"\n")
-                rest = lines.pop()
-                yield lines
-                try:
-                    chunk = self._file.read(self.CHUNK)
-                except OSError as exc:
-                    raise BadInput(f"cannot read audit log {self.path}: {exc.strerror}") from None
-            self.rest = rest
+        chunk, rest, self._first = self._first, b"", b""
+        while chunk:
+            lines = (rest + chunk).split(b"\n")
+            del chunk
+            rest = lines.pop()
+            yield lines
+            del lines  # before the next chunk is read: one chunk's lines in memory at a time
+            chunk = self._read()
+        self.rest = rest
+        self.close()
 
 
 def _public_key(log: Path, explicit: str | os.PathLike[str] | None) -> tuple[Ed25519PublicKey | None, str]:

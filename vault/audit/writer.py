@@ -1,51 +1,76 @@
-"""The one writer of an audit log: exclusive, durable before it answers, fail closed.
+"""The one writer of an audit log: exclusive, durable where it must be, fail closed.
 
-Why this shape: an append must not return before its record is on disk
-(fdatasync), fdatasync is slow and blocking, and the daemon appends from many
-tasks at once. So appends are split in two:
+Why this shape: a call's intent must be on disk (fdatasync) before the
+credential leaves the vault, its result must be written (in the kernel, safe
+from a crash of this process) before the agent is answered, fdatasync is slow
+and blocking, and the daemon appends from many tasks at once. So an append
+has three steps, and each caller waits only for the ones it needs:
 
 1. *stage* (in the caller, under a lock): assign the next seq, encrypt the
    event, chain and hash the record, queue its line in memory. Seqs are
    assigned only here, so they are strictly increasing with no gap and no
    duplicate, and lines are queued in seq order.
-2. *flush*: take every queued line, write them with one write, make them
-   durable with one fdatasync, then wake every waiter whose seq is now durable.
-   An async append does not flush itself: the first one schedules a flush with
-   ``call_soon``, so it runs after every task already ready to run, and the
-   records those tasks stage share its fdatasync (group commit). When every
-   operation in progress is waiting for that flush and the disk is fast, it
-   runs right there in the loop thread: nothing else needs the loop, and a
-   round trip to a thread costs about as much again as the sync in wake-ups
-   (0.1 ms on the reference machine). Otherwise the writer's own flush thread
-   syncs while the other operations use the loop. Once a sync has taken longer
-   than ``inline_limit_s`` (a slow, busy or failing disk), every later flush
-   runs in the flush thread, so the loop (status, lock, approvals) never
-   waits on that disk again.
-   ``append_sync`` flushes in the calling thread. Flushes are serialized by a
-   lock, so file order is queue order.
+2. *write*: take every queued line and write them with one write(2). File
+   order is queue order (one write at a time). After it, a crash or SIGKILL of
+   this process cannot lose them; a power loss can.
+3. *sync*: one fdatasync covers everything written before it started; then
+   every waiter whose seq is now durable is woken (group commit).
 
-Protocol of one log (format: see `records`):
+The three ways in:
 
-* open: ``flock(LOCK_EX | LOCK_NB)`` on the log itself; held -> AuditError
-  "audit log ... is held by another writer" (never two interleaved writers,
-  whether another process or this one). A torn last line (no newline: a crash
-  mid-write) is truncated away; it was never acknowledged, since acknowledged
-  records are complete lines. The last complete record must be well formed,
-  hash-correct and decrypt with the key, and any head after it must verify
-  with our public key, else the writer refuses to continue somebody else's or
-  a damaged log. ``NAME.pub`` is written if missing and must match.
+* ``append`` (durable): waits for its sync. An async append does not flush
+  itself: the first one schedules a flush with ``call_soon``, so it runs after
+  every task already ready to run, and the records those tasks stage share its
+  fdatasync. When every operation in progress is waiting for that flush and
+  the disk is fast, it runs right there in the loop thread: nothing else needs
+  the loop, and a round trip to a thread costs about as much again as the sync
+  in wake-ups (0.1 ms on the reference machine). Otherwise the writer's own
+  flush thread syncs while the other operations use the loop. Once a sync has
+  taken longer than ``inline_limit_s`` (a slow, busy or failing disk), the
+  flushes run in the flush thread for a while (10 s, doubling at each slow
+  inline sync, at most 10 minutes), so the loop (status, lock, approvals) does
+  not wait on that disk again soon, and a disk that only hiccuped gets the
+  fast path back.
+* ``append_answer`` (the record an answer waits for): with durability
+  ``default`` it is written before it returns, and becomes durable with the
+  next sync: the next durable append's, or the flush timer's, at most
+  ``flush_after_s`` (5 ms) after it was written. With ``strict`` it is an
+  ``append``.
+* ``append_nowait``: staged only; written and synced with whatever comes next.
+  For records that precede a durable one of the same call.
+
+``append_sync`` stages, writes and syncs in the calling thread (CLI tools,
+threads, tests).
+
+Protocol of one log (format: `records`; segment files: `files`):
+
+* open: ``flock(LOCK_EX | LOCK_NB)`` on the active segment ``NAME.log``; held ->
+  AuditError "audit log ... is held by another writer". Then `recovery`: a
+  torn last line is cut, records no signed head covers yet are checked with
+  the key (the rule `verify` reports as ``unanchored``), a cut behind
+  ``NAME.head`` is refused, a rotation a crash interrupted is finished. If
+  records were left unsigned or a torn line was cut, a ``log_recovered``
+  record is appended and signed at once, re-anchoring the chain.
+  ``NAME.pub`` is written if missing and must match.
 * heads: a signed head line is queued right after a record when: it is the
   first record since open, or ``head_every_records`` records or
   ``head_every_seconds`` (by `clock`) have passed since the last head. An async
   writer also arms a timer so that an idle log is anchored within
-  ``head_every_seconds``; close always signs the last record. After the flush
-  that made a head durable, ``NAME.head`` is replaced with it (atomic rename,
-  fsync'd).
-* failure: any failed write, fdatasync or head-file update puts the writer in
-  the ``failed`` state with ``failure_reason``; waiters of that flush get
-  AuditError, and every later append raises AuditError at once. A failed
-  fdatasync is never retried: after one, the kernel may have dropped the dirty
-  pages, so a retry could "succeed" over lost data. The daemon must stop.
+  ``head_every_seconds``; close always signs the last record. Once a head is
+  durable in the log, ``NAME.head`` is replaced with it (all or nothing, in the
+  flush thread when the sync ran in the loop).
+* rotation: once the active segment reaches ``segment_bytes``, the next sync
+  (in the flush thread) signs its last record, syncs it, writes
+  ``.NAME.log.next`` = that head line + a ``segment_started`` record, syncs it,
+  renames ``NAME.log`` to ``NAME.<its first seq>.log`` and the new one to
+  ``NAME.log``, and syncs the directory. With ``keep_segments`` set, the
+  oldest rotated segments beyond that many are then removed; what remains
+  still verifies, anchored by the head its first segment starts with.
+* failure: any failed write, fdatasync, rotation or head-file update puts the
+  writer in the ``failed`` state with ``failure_reason``; waiters of that
+  flush get AuditError, and every later append raises AuditError at once. A
+  failed fdatasync is never retried: after one, the kernel may have dropped
+  the dirty pages, so a retry could "succeed" over lost data. The daemon must stop.
 * cancellation: an append cancelled while waiting may still be written (its
   record is already queued); it is simply not answered.
 
@@ -67,21 +92,35 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic_core import to_json
 
 from ..errors import AuditError
-from ..home import write_private
+from . import files as F
 from . import records as R
+from . import recovery as RC
 from .keys import check_data_key, ensure_public_key
 
 MAX_EVENT_BYTES = 256 * 1024
+DEFAULT_SEGMENT_BYTES = 64 << 20
+Durability = Literal["default", "strict"]
 
 log = logging.getLogger("vaultsim.audit")
+
+INLINE_BACKOFF_S, INLINE_BACKOFF_MAX_S = 10.0, 600.0
+NONCE_POOL = 256  # nonces drawn from the OS at a time (one getrandom per 256 records, not per record)
+_fork_generation = 0  # a forked child must not reuse nonces its parent drew
+
+
+def _after_fork() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 class AuditWriter:
@@ -89,9 +128,12 @@ class AuditWriter:
 
     def __init__(self, path: Path, fd: int, key: bytes, signing_key: Ed25519PrivateKey, *,
                  clock: Callable[[], float], io: Any, head_every_records: int,
-                 head_every_seconds: float, next_seq: int, prev: bytes, head_seq: int,
-                 monotonic: Callable[[], float] = time.monotonic, inline_limit_s: float = 0.05) -> None:
+                 head_every_seconds: float, tail: RC.Tail, monotonic: Callable[[], float] = time.monotonic,
+                 inline_limit_s: float = 0.05, durability: Durability = "default",
+                 flush_after_s: float = 0.005, segment_bytes: int | None = None,
+                 keep_segments: int | None = None, device: bool = False) -> None:
         self.path = path
+        self.durability: Durability = durability
         self._fd = fd
         self._aes = AESGCM(bytes(key))
         self._signing_key = signing_key
@@ -99,32 +141,51 @@ class AuditWriter:
         self._io = io
         self._every_records = head_every_records
         self._every_seconds = head_every_seconds
+        self._flush_after_s = flush_after_s
+        self._segment_bytes = None if device else segment_bytes
+        self._keep = keep_segments
+        # lock order: _slock, then _wlock, then _lock; _hlock alone or innermost
+        self._lock = threading.Lock()  # chain state and the queue
+        self._wlock = threading.Lock()  # the fd: one write at a time
+        self._slock = threading.Lock()  # one fdatasync (or rotation) at a time
+        self._hlock = threading.Lock()  # the head file
         # chain state, guarded by _lock
-        self._lock = threading.Lock()
-        self._next_seq = next_seq
-        self._prev = prev
-        self._head_seq = head_seq  # last seq a head (written or queued) anchors; -1 if none known
+        self._next_seq = tail.next_seq
+        self._prev = tail.prev
+        self._head_seq = tail.head.seq if tail.head else -1  # last seq a head (written or queued) anchors
         self._head_time = 0.0
         self._headed = False  # has this writer signed a head yet?
+        self._staged_head: RC.HeadRef | None = tail.head  # newest head queued (or found at open)
         self._pending: list[bytes] = []  # staged lines, in order
-        self._pending_head: bytes | None = None  # newest staged head line
+        self._nonces, self._nonce_at, self._nonce_gen = b"", 0, -1  # random bytes not yet used as nonces
         self._failure: str | None = None
         self._closing = False
-        # durability, guarded by _io_lock (one flush at a time)
-        self._io_lock = threading.Lock()
-        self._durable_seq = next_seq - 1
+        # the file, guarded by _wlock (written) and _slock (durable)
+        self._written_seq = tail.next_seq - 1
+        self._written_head = tail.head
+        self._writes = 0  # non-empty writes so far; a sync covers the ones before it
+        self._synced_writes = 0
+        self._durable_seq = tail.next_seq - 1
+        self._durable_head = tail.head
+        self._published_seq = tail.head.seq if tail.head else -1  # the head file's (as far as we know)
+        self._size = tail.size
+        self._first_seq = tail.first_seq
+        self._rotate_due = bool(self._segment_bytes and tail.size >= self._segment_bytes)
         self._fd_closed = False
         # async side, touched only from the event loop
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._sync_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the idle-head timer
+        self._flush_timer: asyncio.TimerHandle | None = None  # makes written answers durable
         self._executor: ThreadPoolExecutor | None = None
         self._flush_handle: asyncio.Handle | None = None
         self._monotonic = monotonic
         self._inline_limit_s = inline_limit_s
-        # flush in the loop thread until a sync proves slow (a limit <= 0: never inline)
+        # flush in the loop thread unless a sync proved slow lately (a limit <= 0: never inline)
         self._inline = inline_limit_s > 0
+        self._inline_again_at = 0.0  # by `monotonic`: after a slow inline sync, the thread until then
+        self._inline_backoff_s = INLINE_BACKOFF_S
         self._in_flight = 1  # the caller's operations in progress, as its newest append said
 
     # ---- opening -------------------------------------------------------------
@@ -133,13 +194,30 @@ class AuditWriter:
     def open(cls, path: str | os.PathLike[str], key: bytes, signing_key: Ed25519PrivateKey, *,
              clock: Callable[[], float] = time.time, io: Any = os,
              head_every_records: int = 1000, head_every_seconds: float = 5.0,
-             monotonic: Callable[[], float] = time.monotonic, inline_limit_s: float = 0.05) -> "AuditWriter":
-        """Lock `path` (created 0600 if missing), recover its tail, continue its chain."""
+             monotonic: Callable[[], float] = time.monotonic, inline_limit_s: float = 0.05,
+             durability: Durability = "default", flush_after_s: float = 0.005,
+             segment_bytes: int | None = DEFAULT_SEGMENT_BYTES,
+             keep_segments: int | None = None) -> "AuditWriter":
+        """Lock `path` (created 0600 if missing), recover its tail, continue its chain.
+
+        `durability`: ``default`` (an answer's record is written before the
+        answer, synced within `flush_after_s`) or ``strict`` (synced before the
+        answer). `segment_bytes`: rotate the active segment past this size
+        (None: never). `keep_segments`: rotated segments to keep (None: all).
+        """
         check_data_key(key)
         if not isinstance(signing_key, Ed25519PrivateKey):
             raise AuditError("the audit signing key must be an Ed25519 private key")
         if head_every_records < 1 or not head_every_seconds > 0:
             raise AuditError("head_every_records and head_every_seconds must be positive")
+        if durability not in ("default", "strict"):
+            raise AuditError(f"durability must be 'default' or 'strict', not {durability!r}")
+        if not 0 < flush_after_s <= 1:
+            raise AuditError("flush_after_s must be more than 0 and at most 1 second")
+        if segment_bytes is not None and segment_bytes < 4096:
+            raise AuditError("segment_bytes must be at least 4096")
+        if keep_segments is not None and keep_segments < 1:
+            raise AuditError("keep_segments must be at least 1")
         path = Path(path)
         existed = os.path.lexists(path)
         try:
@@ -151,17 +229,42 @@ class AuditWriter:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise AuditError(f"audit log {path} is held by another writer") from None
-            next_seq, prev, head_seq = _recover(path, fd, key, signing_key)
+            device = stat.S_ISCHR(os.fstat(fd).st_mode)
+            if not device:
+                RC.remove_stale_next(path)
+            tail = RC.Tail() if device else RC.recover(path, fd, key, signing_key)
             if not existed:
-                _fsync_dir(path.parent)
+                F.fsync_dir(path.parent)
             ensure_public_key(R.pub_path(path), signing_key.public_key())
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, fd, key, signing_key, clock=clock, io=io,
-                   head_every_records=head_every_records, head_every_seconds=head_every_seconds,
-                   next_seq=next_seq, prev=prev, head_seq=head_seq, monotonic=monotonic,
-                   inline_limit_s=inline_limit_s)
+        w = cls(path, fd, key, signing_key, clock=clock, io=io,
+                head_every_records=head_every_records, head_every_seconds=head_every_seconds,
+                tail=tail, monotonic=monotonic, inline_limit_s=inline_limit_s, durability=durability,
+                flush_after_s=flush_after_s, segment_bytes=segment_bytes, keep_segments=keep_segments,
+                device=device)
+        try:
+            w._settle_recovery(tail)
+        except BaseException:
+            w.close()
+            raise
+        return w
+
+    def _settle_recovery(self, tail: RC.Tail) -> None:
+        """Start an empty active segment after a rotation, and re-anchor what a dead
+        writer left unsigned, before anything new is appended."""
+        if tail.carry is not None:
+            with self._lock:
+                self._pending.append(tail.carry.line)
+            self.append_sync({"type": "segment_started", "after_crash": True})
+        if tail.unanchored or tail.torn:
+            self.append_sync({"type": "log_recovered", "unanchored_records": tail.unanchored,
+                              "torn_bytes": tail.torn})
+            found = [f"{tail.unanchored} record(s) its last writer did not sign (checked with the key, "
+                     "now anchored)"] if tail.unanchored else []
+            found += [f"a torn last line ({tail.torn} bytes, never acknowledged) cut away"] if tail.torn else []
+            log.warning("audit log %s recovered: %s", self.path, "; ".join(found))
 
     # ---- the public surface --------------------------------------------------
 
@@ -184,19 +287,46 @@ class AuditWriter:
         self._schedule_flush(loop)
         return await fut
 
-    def append_nowait(self, event: dict[str, Any]) -> int:
-        """Queue `event` in order without waiting: it becomes durable with the next
-        flush (the next `append`, or the head timer). For records that precede a
-        durable one in the same call, so one fdatasync covers the whole call."""
+    async def append_answer(self, event: dict[str, Any], *, in_flight: int = 1) -> int:
+        """Append the record an answer waits for; returns its seq. AuditError if it cannot be.
+
+        ``strict``: durable on return, as `append`. ``default``: written on
+        return (a crash or SIGKILL of this process cannot lose it), durable
+        with the next sync, which the flush timer starts at most
+        `flush_after_s` later if no durable append comes first.
+        """
+        if self.durability == "strict":
+            return await self.append(event, in_flight=in_flight)
+        loop = self._bind(asyncio.get_running_loop())
         seq = self._stage(_encode_event(event))
-        self._bind(asyncio.get_running_loop())
+        if not (self._loop_may_block() and self._write(blocking=False)):
+            # the file is busy (a rotation in the flush thread) or the disk was slow lately:
+            # write from a thread, so the loop waits on neither
+            await loop.run_in_executor(None, self._write)
+        if self._flush_timer is None and self._durable_seq < seq:
+            self._flush_timer = loop.call_later(self._flush_after_s, self._on_flush_timer)
+        return seq
+
+    def append_nowait(self, event: dict[str, Any]) -> int:
+        """Queue `event` in order without waiting: it is written and synced with the next
+        flush (the next `append` or `append_answer`, or a timer). For records that precede
+        a durable one in the same call, so one fdatasync covers the whole call."""
+        seq = self._stage(_encode_event(event))
+        loop = self._bind(asyncio.get_running_loop())
+        if self._flush_timer is None:
+            self._flush_timer = loop.call_later(self._flush_after_s, self._on_flush_timer)
         return seq
 
     def append_sync(self, event: dict[str, Any]) -> int:
-        """Blocking `append` (its own flush), for CLI tools, threads and tests."""
+        """Blocking `append` (its own write and sync), for CLI tools, threads and tests."""
         seq = self._stage(_encode_event(event))
-        self._flush()
+        self._flush(publish=True)
         return seq
+
+    def signed_head(self) -> dict[str, Any] | None:
+        """The newest signed head that is durable in the log: ``{"seq", "hash"}``, or None."""
+        head = self._durable_head
+        return None if head is None else {"seq": head.seq, "hash": head.hash.decode()}
 
     @property
     def failed(self) -> bool:
@@ -211,7 +341,7 @@ class AuditWriter:
         return self._next_seq
 
     def close(self) -> None:
-        """Flush what is queued, sign the last record, release the lock.
+        """Write and sync what is queued, sign the last record, release the lock.
 
         Raises AuditError only if that last flush fails (a writer that had
         already failed just releases the file). Idempotent.
@@ -226,21 +356,23 @@ class AuditWriter:
                 except ValueError as exc:
                     self._fail(exc, "reading the clock")
             failed_before = self._failure
-        if self._timer is not None:
-            self._timer.cancel()  # close is called from the loop thread (or after it)
-            self._timer = None
+        for timer in (self._timer, self._flush_timer):  # close runs in the loop thread (or after it)
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._flush_timer = None
         try:
             if failed_before is None:
-                self._flush()
+                self._flush(publish=True)
         finally:
             if self._executor is not None:
                 self._executor.shutdown(wait=False)
-            with self._io_lock:
-                self._fd_closed = True
-                try:
-                    fcntl.flock(self._fd, fcntl.LOCK_UN)
-                finally:
-                    os.close(self._fd)
+            with self._slock, self._wlock:
+                if not self._fd_closed:
+                    self._fd_closed = True
+                    try:
+                        fcntl.flock(self._fd, fcntl.LOCK_UN)
+                    finally:
+                        os.close(self._fd)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
@@ -264,24 +396,32 @@ class AuditWriter:
             except ValueError as exc:
                 self._fail(exc, "reading the clock")
                 raise AuditError(self._failure or "") from None
-            seq, time_b = self._next_seq, R.time_text(t)
-            nonce = os.urandom(R.NONCE_BYTES)
-            ct = self._aes.encrypt(nonce, payload, R.aad(b"%d" % seq, time_b, self._prev))
-            line, self._prev = R.record_line(seq, time_b, self._prev, nonce, ct)
-            self._pending.append(line)
-            self._next_seq = seq + 1
+            seq = self._next_seq
+            self._pending.append(self._record(payload, t))
             if (not self._headed or seq - self._head_seq >= self._every_records
                     or t - self._head_time >= self._every_seconds):
                 self._stage_head(t)
             return seq
 
+    def _record(self, payload: bytes, t: float) -> bytes:
+        """Encrypt and chain the next record; returns its line (caller holds _lock)."""
+        seq, time_b = self._next_seq, R.time_text(t)
+        at = self._nonce_at
+        if at >= len(self._nonces) or self._nonce_gen != _fork_generation:
+            self._nonces, at, self._nonce_gen = os.urandom(R.NONCE_BYTES * NONCE_POOL), 0, _fork_generation
+        nonce, self._nonce_at = self._nonces[at:at + R.NONCE_BYTES], at + R.NONCE_BYTES
+        ct = self._aes.encrypt(nonce, payload, R.aad(b"%d" % seq, time_b, self._prev))
+        line, self._prev = R.record_line(seq, time_b, self._prev, nonce, ct)
+        self._next_seq = seq + 1
+        return line
+
     def _stage_head(self, t: float) -> None:
         """Queue a signed head for the last staged record (caller holds _lock)."""
         seq = self._next_seq - 1
         message = R.head_message(seq, self._prev, R.time_text(t))
-        head = R.head_line(message, self._signing_key.sign(message))
-        self._pending.append(head)
-        self._pending_head = head
+        head = RC.HeadRef(seq, self._prev, R.head_line(message, self._signing_key.sign(message)))
+        self._pending.append(head.line)
+        self._staged_head = head
         self._head_seq, self._head_time, self._headed = seq, t, True
 
     def _clock_time(self) -> float:
@@ -290,36 +430,171 @@ class AuditWriter:
             raise ValueError("the clock returned a non-finite time")
         return t
 
-    # ---- flushing (any thread; one at a time) --------------------------------
+    # ---- writing and syncing (any thread) -------------------------------------
 
-    def _flush(self) -> None:
-        """Write and fdatasync everything staged so far. AuditError if the log failed."""
-        with self._io_lock:
+    def _write(self, blocking: bool = True) -> bool:
+        """Write everything staged so far, in order. False if `blocking` is off and the
+        file is busy; AuditError if the log failed."""
+        if not self._wlock.acquire(blocking):
+            return False
+        try:
             with self._lock:
                 if self._failure is not None:
                     raise AuditError(self._failure)
                 lines, self._pending = self._pending, []
-                head, self._pending_head = self._pending_head, None
-                last = self._next_seq - 1
-            if not lines or self._fd_closed:
+                head, last = self._staged_head, self._next_seq - 1
+            if lines and not self._fd_closed:
+                data = lines[0] if len(lines) == 1 else b"".join(lines)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[self._io.write(self._fd, view):]
+                except BaseException as exc:
+                    self._fail(exc, "write")
+                    raise AuditError(self._failure or "audit log failed") from None
+                self._size += len(data)
+                self._writes += 1
+                if self._segment_bytes and self._size >= self._segment_bytes:
+                    self._rotate_due = True
+            self._written_seq, self._written_head = last, head
+            return True
+        finally:
+            self._wlock.release()
+
+    def _sync(self, rotate: bool = True) -> RC.HeadRef | None:
+        """fdatasync what is written; rotate if due and `rotate`. Returns a head that is now
+        durable and not yet in the head file (the caller publishes it). AuditError if the
+        log failed."""
+        with self._slock:
+            with self._wlock:
+                target, head, fd, writes = self._written_seq, self._written_head, self._fd, self._writes
+                if self._fd_closed:
+                    return None
+            if self._failure is not None:
+                raise AuditError(self._failure)
+            if writes > self._synced_writes:
+                try:
+                    self._io.fdatasync(fd)
+                except BaseException as exc:
+                    self._fail(exc, "fdatasync")
+                    raise AuditError(self._failure or "audit log failed") from None
+                self._synced_writes = writes
+                self._durable_seq, self._durable_head = target, head
+            if rotate and self._rotate_due and not self._closing:
+                self._rotate()
+                return None  # the rotation published its own, newer head
+            return head if head is not None and head.seq > self._published_seq else None
+
+    def _flush(self, publish: bool, rotate: bool = True) -> RC.HeadRef | None:
+        """Write and sync everything staged so far; publish the head file here or return
+        the head for the caller to publish later."""
+        self._write()
+        head = self._sync(rotate)
+        if head is not None and publish:
+            self._publish(head)
+            return None
+        return head
+
+    def _publish(self, head: RC.HeadRef) -> None:
+        """Replace the head file with `head` (durable in the log already), all or nothing."""
+        with self._hlock:
+            if head.seq <= self._published_seq:
                 return
-            stage = "write"
             try:
-                view = memoryview(b"".join(lines))
-                while view:
-                    view = view[self._io.write(self._fd, view):]
-                stage = "fdatasync"
+                F.atomic_write(R.head_path(self.path), head.line)
+            except OSError as exc:
+                self._fail(exc, "updating the head file")
+                raise AuditError(self._failure or "audit log failed") from None
+            self._published_seq = head.seq
+
+    def _publish_quietly(self, head: RC.HeadRef) -> None:
+        try:
+            self._publish(head)
+        except AuditError:
+            log.error("%s", self._failure)
+
+    def _rotate(self) -> None:
+        """Close the active segment with a signed head and start the next (holds _slock)."""
+        with self._wlock:
+            if self._fd_closed:
+                return
+            with self._lock:
+                if self._failure is not None or self._closing:
+                    return
+                old_name = F.segment_path(self.path, self._first_seq)
+                try:
+                    t = self._clock_time()
+                except ValueError as exc:
+                    self._fail(exc, "reading the clock")
+                    raise AuditError(self._failure or "") from None
+                if self._head_seq < self._next_seq - 1:
+                    self._stage_head(t)
+                carry = self._staged_head
+                if carry is None or carry.seq != self._next_seq - 1:  # nothing written yet
+                    self._rotate_due = False
+                    return
+                lines, self._pending = self._pending, []
+                first = self._next_seq
+                started = self._record(_encode_event({"type": "segment_started", "previous": old_name.name}), t)
+            stage, nxt, new_fd = "rotating: write", F.next_path(self.path), -1
+            try:
+                data = memoryview(b"".join(lines))
+                while data:
+                    data = data[self._io.write(self._fd, data):]
+                stage = "rotating: fdatasync"
                 self._io.fdatasync(self._fd)
-                self._durable_seq = last
-                if head is not None:
-                    stage = "updating the head file"
-                    write_private(R.head_path(self.path), head)
+                self._written_seq = self._durable_seq = carry.seq
+                self._written_head = self._durable_head = carry
+                stage = "rotating: updating the head file"
+                with self._hlock:
+                    F.atomic_write(R.head_path(self.path), carry.line)
+                    self._published_seq = max(self._published_seq, carry.seq)
+                stage = "rotating: starting the next segment"
+                new_fd = os.open(nxt, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
+                fcntl.flock(new_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                data = memoryview(carry.line + started)
+                while data:
+                    data = data[self._io.write(new_fd, data):]
+                self._io.fdatasync(new_fd)
+                os.rename(self.path, old_name)
+                os.rename(nxt, self.path)
+                F.fsync_dir(self.path.parent, strict=True)
             except BaseException as exc:
+                if new_fd >= 0:
+                    os.close(new_fd)
+                if os.path.lexists(nxt):
+                    os.unlink(nxt)
                 self._fail(exc, stage)
                 raise AuditError(self._failure or "audit log failed") from None
+            old_fd, self._fd = self._fd, new_fd
+            os.close(old_fd)  # releases its lock; the new segment's is held
+            self._first_seq, self._size = first, len(carry.line) + len(started)
+            self._written_seq = self._durable_seq = first
+            self._synced_writes = self._writes
+            self._rotate_due = False
+        self._apply_retention()
+
+    def _apply_retention(self) -> None:
+        """Remove the oldest rotated segments beyond `keep_segments`."""
+        if self._keep is None:
+            return
+        segments = F.rotated(self.path)
+        extra = segments[: max(0, len(segments) - self._keep)]
+        for _, path in extra:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:  # the log itself is fine: say so, keep serving
+                log.warning("audit log %s: could not remove old segment %s: %s", self.path, path.name,
+                            exc.strerror)
+        if extra:
+            F.fsync_dir(self.path.parent)
 
     def _fail(self, exc: BaseException, what: str) -> None:
-        if isinstance(exc, OSError):
+        if isinstance(exc, AuditError):
+            detail = exc.message
+        elif isinstance(exc, OSError):
             name = errno.errorcode.get(exc.errno or 0, "")
             detail = f"{exc.strerror or exc}" + (f" ({name})" if name else "")
         else:
@@ -336,7 +611,7 @@ class AuditWriter:
             if self._waiters or self._sync_task is not None:
                 raise AuditError("an AuditWriter serves one event loop at a time")
             # a timer or flush armed in an earlier loop will never run in this one
-            self._loop, self._timer, self._flush_handle = loop, None, None
+            self._loop, self._timer, self._flush_handle, self._flush_timer = loop, None, None, None
         if self._timer is None:
             self._timer = loop.call_later(self._every_seconds, self._on_timer)
         return loop
@@ -355,38 +630,61 @@ class AuditWriter:
         say), they get the loop while the flush thread syncs. A sync slower
         than `inline_limit_s` (a slow, busy or failing disk) moves every later
         flush to the flush thread for good, so a bad disk cannot stall the
-        loop (status, lock, approvals) again.
+        loop (status, lock, approvals) again for a while. A rotation always runs in the thread.
         """
         self._flush_handle = None
-        if not self._inline or len(self._waiters) < self._in_flight:
-            if self._sync_task is None and self._loop is not None:
-                self._sync_task = self._loop.create_task(self._sync_loop())
+        if self._sync_task is not None:  # started meanwhile (a timer): it serves every waiter
+            return
+        if not self._loop_may_block() or len(self._waiters) < self._in_flight or self._rotate_due:
+            self._start_sync_task()
             return
         error: AuditError | None = None
+        head: RC.HeadRef | None = None
         started = self._monotonic()
         try:
-            self._flush()
+            head = self._flush(publish=False, rotate=False)
         except AuditError as exc:
             error = exc
         took = self._monotonic() - started
         if took > self._inline_limit_s:
-            self._inline = False
-            log.warning("audit log %s: a write+fdatasync took %.0f ms; later flushes run in a thread",
-                        self.path, took * 1000)
+            self._inline_again_at = started + took + self._inline_backoff_s
+            log.warning("audit log %s: a write+fdatasync took %.0f ms; flushes run in a thread for %.0f s",
+                        self.path, took * 1000, self._inline_backoff_s)
+            self._inline_backoff_s = min(self._inline_backoff_s * 2, INLINE_BACKOFF_MAX_S)
         self._settle(error)
+        if head is not None:  # the head file is replaced off the loop
+            executor = self._flusher()
+            if executor is not None:
+                executor.submit(self._publish_quietly, head)
+        if self._rotate_due:  # that write filled the segment: rotate in the flush thread
+            self._start_sync_task()
+
+    def _loop_may_block(self) -> bool:
+        """May the loop thread do file I/O now? Not if inline flushes are off, or a sync
+        proved slow lately."""
+        return self._inline and not (self._inline_again_at and self._monotonic() < self._inline_again_at)
+
+    def _start_sync_task(self) -> None:
+        if self._sync_task is None and self._loop is not None:
+            self._sync_task = self._loop.create_task(self._sync_loop())
+
+    def _sync_due(self) -> bool:
+        return bool(self._waiters or self._pending) or (
+            not self._closing and self._failure is None
+            and (self._synced_writes < self._writes or self._rotate_due))
 
     async def _sync_loop(self) -> None:
         """The slow-disk path: flushes in the writer's own thread, one after another."""
         loop = asyncio.get_running_loop()
         try:
-            while self._waiters or self._pending:
+            while self._sync_due():
                 await asyncio.sleep(0)  # let just-woken appenders queue their next record
                 error: AuditError | None = None
                 try:
                     try:
-                        await loop.run_in_executor(self._flusher(), self._flush)
+                        await loop.run_in_executor(self._flusher(), self._flush, True)
                     except RuntimeError:  # closed meanwhile: its flush lock is the wait
-                        await loop.run_in_executor(None, self._flush)
+                        await loop.run_in_executor(None, self._flush, True)
                 except AuditError as exc:
                     error = exc
                 self._settle(error)
@@ -416,6 +714,12 @@ class AuditWriter:
                 still.append((seq, fut))
         self._waiters = still
 
+    def _on_flush_timer(self) -> None:
+        """Written records have waited `flush_after_s` for a sync: start one (off the loop)."""
+        self._flush_timer = None
+        if self._flush_handle is None and self._sync_due():
+            self._start_sync_task()
+
     def _on_timer(self) -> None:
         self._timer = None
         with self._lock:
@@ -427,7 +731,7 @@ class AuditWriter:
                 self._fail(exc, "reading the clock")
                 return
         if self._loop is not None:
-            self._schedule_flush(self._loop)
+            self._start_sync_task()
 
 
 # ---- helpers ------------------------------------------------------------------
@@ -446,106 +750,3 @@ def _encode_event(event: dict[str, Any]) -> bytes:
     if len(data) > MAX_EVENT_BYTES:
         raise AuditError(f"audit event is {len(data)} bytes; the limit is {MAX_EVENT_BYTES}")
     return data
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
-
-
-def _recover(path: Path, fd: int, key: bytes, signing_key: Ed25519PrivateKey) -> tuple[int, bytes, int]:
-    """Drop a torn tail; return (next seq, hash of last record, seq of last head or -1)."""
-    st = os.fstat(fd)
-    if stat.S_ISCHR(st.st_mode):  # e.g. /dev/full or /dev/null in tests: nothing to continue
-        return 0, R.GENESIS, -1
-    if not stat.S_ISREG(st.st_mode):
-        raise AuditError(f"audit log {path} is not a regular file")
-    if stat.S_IMODE(st.st_mode) != 0o600:
-        os.fchmod(fd, 0o600)
-    try:
-        end, lines = _read_tail(fd, st.st_size)
-        if end < st.st_size:
-            os.ftruncate(fd, end)
-            os.fsync(fd)
-    except OSError as exc:
-        raise AuditError(f"cannot recover the tail of audit log {path}: {exc.strerror}") from None
-    if not lines:
-        _check_head_file(path, signing_key, None)
-        return 0, R.GENESIS, -1
-    damaged = (f"audit log {path} ends with a damaged line; run `vaultsim audit verify {path}` "
-               "and move the log aside")
-    rec = R.parse_record(lines[0])
-    if rec is None:
-        raise AuditError(damaged)
-    try:
-        AESGCM(bytes(key)).decrypt(rec.nonce, rec.ct, rec.aad)
-    except InvalidTag:
-        raise AuditError(f"the audit key does not decrypt the last record of {path}: "
-                         "wrong key or damaged log") from None
-    head_seq = -1
-    public = signing_key.public_key()
-    for line in lines[1:]:
-        head = R.parse_head(line)
-        if head is None or head.seq != rec.seq or head.hash != rec.hash:
-            raise AuditError(damaged)
-        try:
-            public.verify(head.sig, head.message)
-        except InvalidSignature:
-            raise AuditError(f"the last head of audit log {path} was signed by another key") from None
-        head_seq = rec.seq
-    _check_head_file(path, signing_key, rec)
-    return rec.seq + 1, rec.hash, head_seq
-
-
-def _check_head_file(path: Path, signing_key: Ed25519PrivateKey, last: R.Record | None) -> None:
-    """Refuse to continue a log that was cut back behind its newest signed head.
-
-    Continuing would sign a new head over the cut and erase the evidence; the
-    operator has to look at it first (`vaultsim audit verify`).
-    """
-    hp = R.head_path(path)
-    try:
-        side = hp.read_bytes()
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise AuditError(f"cannot read head file {hp}: {exc.strerror}") from None
-    head = R.parse_head(side[:-1]) if side.endswith(b"\n") else None
-    try:
-        if head is None:
-            raise InvalidSignature
-        signing_key.public_key().verify(head.sig, head.message)
-    except InvalidSignature:
-        raise AuditError(f"head file {hp} is damaged or signed by another key; "
-                         f"run `vaultsim audit verify {path}`") from None
-    last_seq = last.seq if last is not None else -1
-    if head.seq > last_seq or (head.seq == last_seq and last is not None and head.hash != last.hash):
-        raise AuditError(f"audit log {path} ends at seq {last_seq} but {hp.name} says seq {head.seq} "
-                         f"was signed: the log was cut or rolled back; run `vaultsim audit verify {path}`")
-
-
-def _read_tail(fd: int, size: int) -> tuple[int, list[bytes]]:
-    """(offset just past the last complete line, complete lines from the last record on)."""
-    window = 64 * 1024
-    while True:
-        start = max(0, size - window)
-        buf = os.pread(fd, size - start, start)
-        cut = buf.rfind(b"\n") + 1
-        if cut or start == 0:
-            lines = buf[:cut].split(b"\n")[:-1]
-            if start > 0:
-                lines = lines[1:]  # may begin mid-line
-            for i in range(len(lines) - 1, -1, -1):
-                if lines[i].startswith(R.RECORD_START):
-                    return start + cut, lines[i:]
-            if start == 0:
-                return cut, lines
-        window *= 4

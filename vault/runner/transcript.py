@@ -14,6 +14,10 @@ One `Entry` per answer an agent received:
     reconciled  for a lookup: found / not_found / unknown
     lookup_of   for a lookup: the correlation id of the call it looked up, when known
     executed    the call passed the gate and reached an executor
+    note        "outcome unknown (no result record)": the log holds the call's
+                intent but not its result (the daemon died in between, or a
+                power loss took a result record not yet synced); the entry is
+                placed at the intent and categorised outcome_unknown
 
 A call and the resumes that collected it share one correlation id: together
 they are one logical call (`vault.runner.logical`).
@@ -21,6 +25,7 @@ they are one logical call (`vault.runner.logical`).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,6 +55,7 @@ class Entry:
     executed: bool = False
     request_id: str | None = None
     lookup_of: str | None = None
+    note: str | None = None
 
     def token(self) -> list[str]:
         """The trace tokens of this entry: what was done, then what came back."""
@@ -84,6 +90,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
     reconciled: dict[str, str] = {}
     looked_up: dict[str, str] = {}
     answered: set[str] = set()
+    intents: dict[str, dict[str, Any]] = {}
     for ev in events:
         kind = ev.get("type")
         cid = ev.get("correlation_id")
@@ -105,6 +112,9 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             t.locks.append(float(ev.get("time", 0)))
         elif kind == "intent" and cid:
             executed.add(cid)
+            intents[cid] = ev
+        elif kind == "remote_result" and cid:
+            intents.pop(cid, None)
         elif kind == "reconciliation" and cid:
             reconciled[cid] = str(ev.get("reconciled") or "unknown")
             if ev.get("lookup_of"):
@@ -118,6 +128,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             else:
                 entry_kind = "call"
             answered.add(cid)
+            intents.pop(cid, None)
             # the session the answer was given to: a resume may come from a restarted process,
             # a lookup has no request record; older logs name it on the request only
             sid = ev.get("session_id") or (req.get("session_id") if req else None)
@@ -130,12 +141,28 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
                           lookup_of=looked_up.get(cid) if entry_kind == "lookup" else None,
                           executed=cid in executed)
             t.entries.append(entry)
+    for cid, ev in intents.items():  # intents no result record followed
+        _add_no_result(t, cid, ev, requested.get(cid))
     _attribute(t, agent_pids, windows)
     for e in t.entries:
         d = t.decisions.get(e.correlation_id)
         if d is not None:
             e.request_id = d.get("request_id")
     return t
+
+
+NO_RESULT = "outcome unknown (no result record)"
+
+
+def _add_no_result(t: Transcript, cid: str, intent: dict[str, Any], req: dict[str, Any] | None) -> None:
+    """An intent without its result: what reached the remote is unknown. In time order."""
+    entry = Entry(kind="call", operation=str(intent.get("operation", "")), correlation_id=cid,
+                  category=str(Category.outcome_unknown), retry=str(RETRY_FOR[Category.outcome_unknown]),
+                  time=float(intent.get("time", 0)),
+                  requested=float(req["time"]) if req else None,
+                  session_id=req.get("session_id") if req else None,
+                  target=(req or intent).get("target"), executed=True, note=NO_RESULT)
+    bisect.insort(t.entries, entry, key=lambda e: e.time)
 
 
 def from_activity(notes: list[dict[str, Any]], remote_events: list[dict[str, Any]],

@@ -13,7 +13,8 @@ import os
 
 import pytest
 
-from helpers import Sandbox
+from audit_daemon_helpers import events
+from helpers import Sandbox, stop_process
 from mcp_world import Approver, World, mcp_stdio, result_of, start_world
 
 pytest.importorskip("mcp.client.stdio", reason="the mcp SDK is not installed (pip install 'vaultsim[mcp]')")
@@ -204,6 +205,15 @@ class TestWaiting:
         assert "success" == read["category"]
         assert 0 == world.issues_titled("abandoned")
         assert not [e for e in world.ledger()["operations"] if e.get("operation") == "create_issue"]
+        # its records: whole, withdrawn by the agent, and no intent (nothing was sent)
+        stop_process(world.daemon)  # SIGTERM: in-flight answers recorded, the last head signed
+        from vault.audit import verify
+        mine = [ev for ev in events(world.sandbox) if ev.get("correlation_id") == req["correlation_id"]]
+        assert not {"intent", "remote_result"} & {ev["type"] for ev in mine}
+        assert [("withdrawn", "agent")] == [(ev["decision"], ev.get("by")) for ev in mine if ev["type"] == "decision"]
+        assert {"approval_pending", "approval_expired"} >= \
+            {ev["category"] for ev in mine if ev["type"] == "classification"}
+        assert "intact" == verify(world.sandbox.home / "audit.log").status
 
     async def test_calls_on_one_session_run_concurrently(self, world: World) -> None:
         """A read sent while an approval is pending is answered at once; both complete."""

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from helpers import Sandbox
+from audit_daemon_helpers import events
+from helpers import Sandbox, stop_process
 from mcp_world import Approver, RelayAgent, World, start_world
 
 
@@ -110,6 +111,49 @@ class TestCancel:
         assert (True, "allowed") == (out["withdrawn"], out["was"])
         assert ("approval_expired", "never") == (resumed["category"], resumed["retry"])
         assert 0 == world.issues_titled("allowed then dropped")
+
+    async def test_a_withdrawn_call_leaves_whole_records_and_no_intent(self, world: World) -> None:
+        """In the audit log a withdrawn call is what happened: asked, shown, answered pending, withdrawn
+        by the agent (and, when collected, answered withdrawn). No intent (nothing was sent), so `audit
+        show` has no call of unknown outcome, and once the daemon stopped (its last head signed) the
+        log verifies intact."""
+        from vault.audit import verify
+        from vault.audit.show import no_result
+
+        person = await Approver.connect(world.sandbox.home)
+        a = await RelayAgent.start(world.sandbox)
+        try:
+            sid = (await a.request("session.open", agent="agent-a", run_id="r1"))["session_id"]
+            pending = await a.request("call", session_id=sid, operation="create_issue",
+                                      params={"title": "pending, taken back"}, wait_s=0)
+            await person.request()
+            await a.request("call.cancel", session_id=sid, resume_token=pending["resume_token"])
+            await a.request("call.resume", session_id=sid, resume_token=pending["resume_token"])
+            allowed = await a.request("call", session_id=sid, operation="create_issue",
+                                      params={"title": "allowed, taken back"}, wait_s=0)
+            req = await person.request()
+            await person.decide(req["request_id"], "allow_once")
+            await a.request("call.cancel", session_id=sid, resume_token=allowed["resume_token"])
+        finally:
+            await a.close()
+            await person.close()
+        stop_process(world.daemon)  # SIGTERM: in-flight answers recorded, the last head signed
+        evs = events(world.sandbox)
+
+        def records(cid: str) -> list[tuple[str, str | None]]:
+            return [(ev["type"], ev.get("category") or ev.get("decision"))
+                    for ev in evs if ev.get("correlation_id") == cid]
+
+        assert [("call_requested", None), ("prompt_shown", None), ("classification", "approval_pending"),
+                ("decision", "withdrawn"), ("classification", "approval_expired")] == \
+            records(pending["correlation_id"])
+        assert [("call_requested", None), ("prompt_shown", None), ("classification", "approval_pending"),
+                ("decision", "allow_once"), ("decision", "withdrawn")] == records(allowed["correlation_id"])
+        withdrawals = [ev for ev in evs if ev.get("decision") == "withdrawn"]
+        assert [("agent", "pending"), ("agent", "allowed")] == [(ev["by"], ev["was"]) for ev in withdrawals]
+        assert [] == no_result(evs)
+        assert "intact" == verify(world.sandbox.home / "audit.log").status
+        assert 0 == world.issues_titled("pending, taken back") + world.issues_titled("allowed, taken back")
 
     async def test_too_late_once_it_ran_and_never_for_another_agent(self, world: World) -> None:
         """A request that already ran is reported as such; another agent's token is unknown to it."""

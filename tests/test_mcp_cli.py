@@ -63,6 +63,30 @@ class TestStartup:
         assert 2 == out.returncode and args[0] in out.stderr
 
 
+BLOCK_AND_RUN = (
+    "import sys\n"
+    "sys.modules[{module!r}] = None  # importing it now raises ImportError, as a missing or broken install would\n"
+    "from vault.cli import main\n"
+    "sys.exit(main(['mcp', '--wait']))\n"
+)
+
+
+class TestInstall:
+    def test_without_the_mcp_extra_it_says_how_to_install_it(self, sandbox: Sandbox) -> None:
+        out = subprocess.run([PY, "-c", BLOCK_AND_RUN.format(module="mcp")], env=sandbox.env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert 2 == out.returncode, out.stderr
+        assert "pip install 'vaultsim[mcp]'" in out.stderr and "Traceback" not in out.stderr
+
+    def test_a_broken_dependency_of_the_sdk_is_a_crash_not_a_missing_extra(self, sandbox: Sandbox) -> None:
+        """Only the extra itself may be missing; a broken install shows its traceback."""
+        out = subprocess.run([PY, "-c", BLOCK_AND_RUN.format(module="anyio.streams.text")], env=sandbox.env,
+                             cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert 0 != out.returncode
+        assert "Traceback" in out.stderr and "anyio.streams.text" in out.stderr, out.stderr
+        assert "vaultsim[mcp]" not in out.stderr
+
+
 class TestFollowingTheDaemon:
     async def test_wait_starts_then_tools_arrive_with_the_daemon(self, sandbox: Sandbox) -> None:
         """--wait: only the generic tools until a daemon answers; then list_changed and the operations."""

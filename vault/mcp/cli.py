@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Callable
 
 import anyio
 
-from ..cli import add_home_arg
+from ..cli import OPTIONAL_EXTRAS, add_home_arg
 from ..client import RpcClient
 from ..errors import BadInput, VaultError
 from ..home import VaultHome
@@ -27,7 +27,10 @@ from .link import WaitPolicy
 
 try:  # optional extra: vaultsim[mcp]
     import mcp.server.stdio  # noqa: F401
-except ImportError:  # pragma: no cover - reported by run()
+except ImportError as exc:  # pragma: no cover - reported by run()
+    # only the extra itself may be missing: a broken install is a crash, not "not installed"
+    if (exc.name or "").split(".")[0] not in OPTIONAL_EXTRAS:
+        raise
     HAVE_SDK = False
 else:
     HAVE_SDK = True

@@ -26,6 +26,15 @@ def _float(value: Any, default: float = 0.0) -> float:
         return default
 
 
+def _client(d: dict[str, Any]) -> tuple[str | None, bool]:
+    """The session's client label as text (a claim the opener made), and whether the daemon
+    confirmed its host pid is the opener's ancestor."""
+    c = d.get("client")
+    if not isinstance(c, dict) or not isinstance(c.get("text"), str):
+        return None, False
+    return c["text"], c.get("host_verified") is True
+
+
 @dataclass(frozen=True)
 class Request:
     """One pending approval, as `approval.requested` describes it."""
@@ -46,13 +55,20 @@ class Request:
     deadline: float
     created: float
     correlation_id: str
+    client: str | None = None  # e.g. "claude-code 1.2 (pid 4121) via mcp": claimed by the agent
+    client_verified: bool = False
+
+    @property
+    def who(self) -> str:
+        return self.client or self.agent
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> "Request":
         # tolerant on purpose: a daemon a version ahead must not crash the approver
         pid = d.get("pid")
         params = d.get("params")
-        return cls(
+        client, verified = _client(d)
+        return cls(client=client, client_verified=verified,
             request_id=_str(d.get("request_id")), agent=_str(d.get("agent"), "?"),
             pid=pid if isinstance(pid, int) else None, session_id=_str(d.get("session_id")),
             run_id=d.get("run_id") if isinstance(d.get("run_id"), str) else None,
@@ -108,12 +124,18 @@ class AgentSession:
     run_id: str | None
     opened: float
     grants: dict[str, Grant] = field(default_factory=dict)
+    client: str | None = None
+
+    @property
+    def who(self) -> str:
+        return self.client or self.agent
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> "AgentSession":
         s = cls(_str(d.get("session_id")), _str(d.get("agent"), "?"),
                 d.get("pid") if isinstance(d.get("pid"), int) else None,
-                d.get("run_id") if isinstance(d.get("run_id"), str) else None, _float(d.get("opened")))
+                d.get("run_id") if isinstance(d.get("run_id"), str) else None, _float(d.get("opened")),
+                client=_client(d)[0])
         for g in d.get("grants") or []:
             if isinstance(g, dict):
                 grant = Grant.from_wire(g)
@@ -189,11 +211,11 @@ class TuiState:
 
     def _requested(self, p: dict[str, Any], now: float) -> None:
         req = self._add_request(p)
-        self.note(now, f"{req.agent}[{req.pid}] asks: {req.operation} ({req.risk}, {req.mode})", "gate")
+        self.note(now, f"{req.who}[{req.pid}] asks: {req.operation} ({req.risk}, {req.mode})", "gate")
 
     def _settled(self, p: dict[str, Any], now: float) -> None:
         req = self.pending.pop(_str(p.get("request_id")), None)
-        what = f"{req.operation} for {req.agent}[{req.pid}]" if req else _str(p.get("request_id"))
+        what = f"{req.operation} for {req.who}[{req.pid}]" if req else _str(p.get("request_id"))
         decision = _str(p.get("decision"), _str(p.get("state")))
         by = f" by {p['by']}" if p.get("by") else ""
         self.note(now, f"{decision}: {what}{by}", "decision")

@@ -1,11 +1,20 @@
 """The agent socket: the only surface an agent has (DESIGN.md "Wire protocol").
 
-    session.open   {agent, run_id?}                                  -> {session_id}
+    session.open   {agent, run_id?, client?}                         -> {session_id}
     call           {session_id, operation, params, idempotency_key?, wait_s?} -> Result
     call.resume    {session_id, resume_token, wait_s?}                -> Result
+    call.cancel    {session_id, resume_token}                         -> {withdrawn, state, request_id}
     lookup         {session_id, correlation_id? | idempotency_key?, operation?} -> Result
     session.close  {session_id}                                       -> {}
+    catalog        {}                                                 -> {fingerprint, operations}
     vault.status   {}                                                 -> daemon status (no secrets)
+
+`client` is an optional label the opener claims ({name, version?, host_pid?, via?}:
+an MCP bridge names the host it serves); approvers see it marked as a claim.
+`call.cancel` withdraws the agent's own pending request (its MCP client cancelled
+the call): the approver's row goes away and it never runs. `catalog` lists what
+an agent may name: each operation's description, risk, parameters and the
+policy's approval mode; no endpoint, service or credential.
 
 An agent names an operation and its parameters; it never sends a URL, a header
 or a credential and never receives one.
@@ -19,6 +28,8 @@ per connection, per process and in all (vault.limits); past a cap,
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -29,6 +40,7 @@ from .jsonrpc import INVALID_PARAMS, LIMIT
 from .limits import MAX_SESSIONS, MAX_SESSIONS_PER_CONNECTION, MAX_SESSIONS_PER_PROCESS
 from .models import Category, make_result
 from .rpc_server import Connection, Dispatcher
+from .sessions import ClientLabel
 
 if TYPE_CHECKING:
     from .daemon import VaultDaemon
@@ -42,6 +54,7 @@ class OpenParams(BaseModel):
     model_config = _P
     agent: str = _Name
     run_id: str | None = Field(default=None, max_length=128)
+    client: ClientLabel | None = None
 
     @field_validator("agent", "run_id")
     @classmethod
@@ -85,6 +98,32 @@ class NoParams(BaseModel):
     model_config = _P
 
 
+class ResumeTokenParams(BaseModel):
+    model_config = _P
+    session_id: str = _Name
+    resume_token: str = Field(min_length=1, max_length=200)
+
+
+# what an agent learns of an operation: never its endpoint, service, executor or credential
+_OP_PUBLIC = {"description", "risk", "params", "target", "idempotent", "mutates"}
+
+
+def catalog_view(d: "VaultDaemon") -> dict[str, Any]:
+    """The operations an agent may name, with the policy's rule for each; fingerprinted so a
+    client can tell when it changed. Parameter declarations are dumped whole (as the catalog
+    file spells them: vault.catalog.ParamSpec), so what the catalog gains reaches clients
+    without a change here."""
+    ops = []
+    for name, op in sorted(d.catalog.operations.items()):
+        rule = d.gate.policy.rule_for(op)
+        # by alias: parameters keep the catalog file's (and JSON Schema's) names, e.g. maxLength
+        ops.append({"name": name, **op.model_dump(mode="json", include=_OP_PUBLIC, exclude_none=True,
+                                                  by_alias=True),
+                    "approval": rule.model_dump(mode="json", exclude_none=True)})
+    body = json.dumps(ops, sort_keys=True, separators=(",", ":"))
+    return {"fingerprint": hashlib.sha256(body.encode()).hexdigest()[:32], "operations": ops}
+
+
 def build(d: "VaultDaemon") -> Dispatcher:
     api = Dispatcher("agent")
 
@@ -104,7 +143,7 @@ def build(d: "VaultDaemon") -> Dispatcher:
         if len(d.sessions.sessions) >= MAX_SESSIONS:
             raise RpcError(LIMIT, f"the vault already holds {MAX_SESSIONS} open sessions; "
                                   "close one (session.close) or try again later")
-        s = await d.open_session(conn, p.agent, p.run_id)
+        s = await d.open_session(conn, p.agent, p.run_id, p.client)
         return {"session_id": s.id, "pid": s.identity.pid}
 
     @api.method("session.close", SessionParams)
@@ -151,6 +190,22 @@ def build(d: "VaultDaemon") -> Dispatcher:
     @api.method("vault.status", NoParams)
     async def status(conn: Connection, p: NoParams) -> dict[str, Any]:
         return d.status()
+
+    # ---- call.cancel and catalog (#15: MCP hosts cancel calls and discover operations) ----
+
+    @api.method("call.cancel", ResumeTokenParams)
+    async def call_cancel(conn: Connection, p: ResumeTokenParams) -> dict[str, Any]:
+        s, why = d.sessions.check(p.session_id, conn.peer)
+        if s is None:
+            raise RpcError(INVALID_PARAMS, why)
+        out = await d.gate.withdraw(s, p.resume_token)
+        if out is None:
+            raise RpcError(INVALID_PARAMS, "unknown resume token (or it belongs to another agent or run)")
+        return out
+
+    @api.method("catalog", NoParams)
+    async def catalog(conn: Connection, p: NoParams) -> dict[str, Any]:
+        return catalog_view(d)
 
     async def on_disconnect(conn: Connection) -> None:
         for s in d.sessions.for_conn(conn.id):

@@ -77,8 +77,9 @@ COMMANDS: dict[str, Command] = {
                     "vaultsim diag show d-01J..."),
     "schema": Command("vault.schema_cli", "print a JSON Schema: report, scenario, policy, catalog, result",
                       "vaultsim schema report > report.schema.json"),
-    "mcp": Command("vault.mcp_bridge", "MCP server over stdio, forwarding to the daemon",
-                   "vaultsim mcp --agent claude", needs_daemon=True),
+    # no needs_daemon hint: mcp says itself how to start one (it knows the socket it tried)
+    "mcp": Command("vault.mcp.cli", "MCP server (stdio, or HTTP on loopback) forwarding to the daemon",
+                   "vaultsim mcp --home /tmp/vs --wait-budget 50"),
     "exec": Command("vault.exec_cli", "run a program in the agent jail with the agent socket, never a secret",
                     "vaultsim exec --workdir . -- python my_agent.py", needs_daemon=True),
     "completion": Command("vault.completion_cli", "print the shell completion script: bash, zsh or fish",

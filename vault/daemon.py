@@ -35,10 +35,10 @@ from .gate.engine import Gate
 from .home import VaultHome
 from .instance import approver_token, clear_stale_socket
 from .limits import MAX_CONNECTIONS, MAX_SESSIONS
-from .peer import Markers
+from .peer import Markers, has_ancestor
 from .processes import FALLBACK_POLL_S, ProcessEntry, ProcessTable
 from .rpc_server import Connection, RpcServer, raise_fd_limit
-from .sessions import Session, SessionTable
+from .sessions import ClientLabel, Session, SessionTable
 
 log = logging.getLogger("vaultsim.daemon")
 
@@ -133,23 +133,29 @@ class VaultDaemon(CallPipeline):
 
     # ---- sessions --------------------------------------------------------------
 
-    async def open_session(self, conn: Connection, agent: str, run_id: str | None) -> Session:
+    async def open_session(self, conn: Connection, agent: str, run_id: str | None,
+                           client: ClientLabel | None = None) -> Session:
         """Open a session for the process that sent the request (`conn.peer`)."""
         ident = conn.peer
         entry = self.processes.get(ident)
         if entry.markers is None:
             entry.markers = Markers.of(ident.pid)
         marks = marks_of(ident, entry.markers, self.guard.cgroup)
+        # the label is the opener's claim; the one part the daemon can check is the host's ancestry
+        verified = client is not None and client.host_pid is not None and \
+            has_ancestor(ident.pid, client.host_pid)
         s = self.sessions.open(agent, run_id, ident, conn.id, process=entry, sid=entry.markers.sid,
-                               pgid=entry.markers.pgid, marks=marks)
+                               pgid=entry.markers.pgid, marks=marks, client=client, host_verified=verified)
         entry.sessions += 1
         if not entry.was_agent:
             entry.was_agent = True
             self.processes.watch(entry, self._process_exited)
+        event: dict[str, Any] = {"type": "session_opened", "session_id": s.id, "agent": agent,
+                                 "pid": s.identity.pid, "sid": s.sid, "pgid": s.pgid, "run_id": run_id}
+        if client is not None:
+            event["client"] = s.client_wire()
         with contextlib.suppress(AuditError):
-            await self.audit({"type": "session_opened", "session_id": s.id, "agent": agent,
-                              "pid": s.identity.pid, "sid": s.sid, "pgid": s.pgid, "run_id": run_id},
-                             durable=False)
+            await self.audit(event, durable=False)
         await self.gate.broadcast("session.opened", s.to_wire())
         return s
 

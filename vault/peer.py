@@ -112,6 +112,11 @@ def is_same_or_descendant(pid: int, ancestors: list[ProcessIdentity]) -> bool:
     return any(same_start(t, c) for p, t in lineage(pid) for c in starts.get(p, ()))
 
 
+def has_ancestor(pid: int, ancestor_pid: int) -> bool:
+    """Is `ancestor_pid` a parent, grandparent, ... of `pid` right now? (checks a label's claim)"""
+    return any(p == ancestor_pid for p, _ in lineage(pid)[1:])
+
+
 def lineage(pid: int) -> list[tuple[int, float]]:
     """(pid, create_time) of the process and each of its ancestors, nearest first.
 

@@ -10,6 +10,12 @@ The table also keeps what the approver side must refuse: the processes that
 hold sessions (an approver may be none of them, nor descend from one) and the
 markers their trees share (`marks`: a session id, process group or cgroup
 that belongs to the agent alone, see vault.approver_guard).
+
+A session may carry a `ClientLabel`: who the opener says it serves (an MCP
+bridge names its host, e.g. "claude-code 1.2, pid 4121, via mcp"). It is a
+claim, shown to approvers as one; the only fact is the opener's own process.
+The daemon checks one part of it: whether the named host pid is an ancestor of
+the opener (`host_verified`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
 from .ids import new_id
 from .peer import ProcessIdentity, same_start
 from .processes import Key, ProcessEntry
@@ -27,6 +35,30 @@ from .processes import Key, ProcessEntry
 _seq = itertools.count(1)
 
 Mark = tuple[str, object]  # ("sid", 4121) | ("pgid", 4121) | ("cgroup", "/agents/a1")
+
+
+class ClientLabel(BaseModel):
+    """Who a session's process says it acts for; printable and short, since approvers read it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+    name: str = Field(min_length=1, max_length=64)
+    version: str | None = Field(default=None, max_length=32)
+    host_pid: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    via: str | None = Field(default=None, max_length=16)
+
+    @field_validator("name", "version", "via")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        if value is not None and not value.isprintable():
+            raise ValueError("must be printable text (no control or format characters)")
+        return value
+
+    def text(self) -> str:
+        """e.g. "claude-code 1.2 (pid 4121) via mcp"."""
+        out = self.name + (f" {self.version}" if self.version else "")
+        if self.host_pid is not None:
+            out += f" (pid {self.host_pid})"
+        return out + (f" via {self.via}" if self.via else "")
 
 
 @dataclass(frozen=True)
@@ -42,6 +74,8 @@ class Session:
     pgid: int = -1
     marks: tuple[Mark, ...] = ()
     process: ProcessEntry | None = field(default=None, compare=False, repr=False)
+    client: ClientLabel | None = None
+    host_verified: bool = False
 
     @property
     def key(self) -> Key:
@@ -50,9 +84,19 @@ class Session:
     def alive(self) -> bool:
         return self.process.alive() if self.process is not None else True
 
+    def client_wire(self) -> dict[str, object] | None:
+        """The label as approvers get it: marked as a claim, with what the daemon could check."""
+        if self.client is None:
+            return None
+        return {**self.client.model_dump(exclude_none=True), "text": self.client.text(),
+                "claimed": True, "host_verified": self.host_verified}
+
     def to_wire(self) -> dict[str, object]:
-        return {"session_id": self.id, "agent": self.agent, "run_id": self.run_id,
-                "pid": self.identity.pid, "exe": self.identity.exe, "opened": self.opened}
+        out: dict[str, object] = {"session_id": self.id, "agent": self.agent, "run_id": self.run_id,
+                                  "pid": self.identity.pid, "exe": self.identity.exe, "opened": self.opened}
+        if self.client is not None:
+            out["client"] = self.client_wire()
+        return out
 
 
 @dataclass
@@ -65,9 +109,10 @@ class SessionTable:
 
     def open(self, agent: str, run_id: str | None, identity: ProcessIdentity, conn_id: str, *,
              process: ProcessEntry | None = None, sid: int = -1, pgid: int = -1,
-             marks: tuple[Mark, ...] = ()) -> Session:
+             marks: tuple[Mark, ...] = (), client: ClientLabel | None = None,
+             host_verified: bool = False) -> Session:
         s = Session(new_id("s"), agent, run_id, identity, conn_id, time.time(), sid=sid, pgid=pgid,
-                    marks=marks, process=process)
+                    marks=marks, process=process, client=client, host_verified=host_verified)
         self.sessions[s.id] = s
         self._by_conn.setdefault(conn_id, set()).add(s.id)
         self._by_process.setdefault(s.key, set()).add(s.id)

@@ -24,6 +24,10 @@ class RequestDetail(TextPanel):
         t.append(" · ")
         t.append_text(risk_text(req.risk))
         t.append(f" · {req.mode} · {req.agent} (pid {req.pid}) · run {req.run_id or 'default'}\n")
+        if req.client:
+            # the label is the agent's word; only the host's ancestry is checked by the daemon
+            host = "host is its parent process" if req.client_verified else "host not verified"
+            t.append(f"acting for: {req.client} (claimed; {host})\n", style="italic")
         t.append(f"scope: {req.scope}\n")
         t.append(f"params: {req.params_text()}\n")
         t.append(f"owner: {req.owner or 'any approver'} · asked {clock_time(req.created)} · "

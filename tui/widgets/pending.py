@@ -54,7 +54,7 @@ class PendingTable(DataTable[object]):
         params = req.params_text()
         if len(params) > PARAMS_WIDTH:
             params = params[:PARAMS_WIDTH - 1] + "…"  # the detail pane shows it whole
-        self.add_row(plain(req.agent), plain(req.pid if req.pid is not None else "?"),
+        self.add_row(plain(req.who), plain(req.pid if req.pid is not None else "?"),
                      plain(req.operation), risk_text(req.risk), plain(req.owner or "any"),
                      countdown(req.time_left(now)), plain(params), key=req.request_id)
 

@@ -37,7 +37,7 @@ class SessionsTable(DataTable[object]):
         self.clear()
         for s in sessions:
             n = len(s.grants)
-            self.add_row(plain(s.session_id), plain(s.agent), plain(s.pid), plain(s.run_id or "default"),
+            self.add_row(plain(s.session_id), plain(s.who), plain(s.pid), plain(s.run_id or "default"),
                          plain(f"{n} grant{'s' if n != 1 else ''}" if n else "no grants: every call asks"),
                          plain(clock_time(s.opened)), key=f"session:{s.session_id}")
             for g in sorted(s.grants.values(), key=lambda g: (g.created, g.grant_id)):

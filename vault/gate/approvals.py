@@ -4,7 +4,8 @@ A decision settles a request once. The epoch it was created in is kept so a
 decision for a request from before a lock is refused even if it raced the lock.
 A request is also settled without a decision when its deadline passes
 (expired), when no approver who could receive it is left (unroutable), or
-when its process flooded the approver and its session ended (withdrawn).
+when the agent took it back (call.cancel) or its process flooded the approver
+and its session ended (withdrawn).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ class State(StrEnum):
     denied = "denied"
     expired = "expired"
     unroutable = "unroutable"  # the last approver who could receive it left
-    withdrawn = "withdrawn"  # its process flooded the approver, then ended its session
+    # never ran, taken back from the agent's side: the agent cancelled it (call.cancel), or its
+    # process flooded the approver and then ended its session
+    withdrawn = "withdrawn"
 
 
 @dataclass(eq=False)
@@ -68,10 +71,14 @@ class PendingApproval:
         """What `allow_session` would grant, in plain words."""
         if self.mode is not Mode.session:
             return f"not offered: {self.operation.name} asks every call (per_call)"
+        if self.session.client is not None and self.session.client.via:
+            # one bridge process may serve several host sessions: the grant ends with this one
+            return (f"{self.scope} until this {self.session.client.via} session of "
+                    f"{self.session.client.name} ends (process {self.session.identity.pid})")
         return f"{self.scope} until process {self.session.identity.pid} exits"
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "request_id": self.request_id,
             "agent": self.session.agent,
             "pid": self.session.identity.pid,
@@ -89,6 +96,9 @@ class PendingApproval:
             "created": self.created,
             "correlation_id": self.correlation_id,
         }
+        if self.session.client is not None:
+            out["client"] = self.session.client_wire()  # a claim (see vault.sessions)
+        return out
 
     def settle(self, state: State, reason: str = "", decision: Decision | None = None,
                by: str | None = None) -> None:

@@ -12,6 +12,8 @@ could receive a prompt leaves, the prompt is settled unroutable at once. A
 process refused for too many waiting prompts is a flooder: when its session
 ends (its process exited, its connection closed) its prompts still waiting
 are withdrawn instead of waiting out their deadline in front of a person.
+An agent may withdraw its own request too (`call.cancel`, e.g. its MCP client
+cancelled the call) as long as nothing has run.
 """
 
 from __future__ import annotations
@@ -360,12 +362,39 @@ class Gate:
                                f"{op} needs an approval but {ap.reason}; nothing was sent",
                                request_id=ap.request_id, owner=ap.owner)
         if ap.state is State.withdrawn:
+            # final like an expiry (the contract has no category of its own): nobody's "no", and
+            # nothing was sent
             return make_result(Category.approval_expired, op, cid,
-                               f"{op} was withdrawn before anyone decided ({ap.reason}); nothing was sent",
+                               f"{op} was withdrawn before it ran ({ap.reason}); nothing was sent",
                                request_id=ap.request_id)
         if ap.run_task is None:
             ap.run_task = asyncio.ensure_future(ap.execute())
         return await asyncio.shield(ap.run_task)
+
+    # ---- agent withdraws its own request (call.cancel) ----------------------------
+
+    async def withdraw(self, session: Session, resume_token: str) -> dict[str, Any] | None:
+        """Take back a request the agent no longer waits for (e.g. its MCP client cancelled).
+
+        Withdrawable while nothing ran: pending, or allowed but not yet collected (execution
+        starts only when a waiter collects it). The approver's row goes away (approval.settled);
+        a later resume gets the withdrawal, never an execution. Returns None for a token this
+        agent does not own (the same rule as resume)."""
+        ap = self.by_token.get(resume_token)
+        if ap is None or ap.session.agent != session.agent or ap.session.run_id != session.run_id:
+            return None
+        out: dict[str, Any] = {"request_id": ap.request_id, "correlation_id": ap.correlation_id}
+        if not (ap.state is State.pending or (ap.state is State.allowed and ap.run_task is None)):
+            return {**out, "withdrawn": False, "state": str(ap.state), "started": ap.run_task is not None}
+        was = ap.state
+        self._settle(ap, State.withdrawn, "the agent cancelled it", by=session.agent)
+        self.stats.decision(session.run_id, session.id, "withdrawn", None)
+        await self.audit({"type": "decision", "request_id": ap.request_id,
+                          "correlation_id": ap.correlation_id, "decision": "withdrawn",
+                          "by": "agent", "was": str(was)})
+        await self.broadcast("approval.settled", {"request_id": ap.request_id, "state": "withdrawn",
+                                                  "decision": "withdrawn", "by": f"{session.agent} (agent)"})
+        return {**out, "withdrawn": True, "state": "withdrawn", "was": str(was)}
 
     def status(self) -> dict[str, Any]:
         return {"locked": self.locked, "epoch": self.epoch, "pending": len(self.pending),

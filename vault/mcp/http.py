@@ -1,0 +1,169 @@
+"""`vaultsim mcp --http 127.0.0.1:PORT`: Streamable HTTP on loopback, for hosts that connect by URL.
+
+The same identity rules as stdio, per HTTP MCP session: each one (its
+`Mcp-Session-Id`, from initialize to DELETE or idle expiry) is its own vault
+session, so a grant made in one chat never serves another. Who is calling:
+
+    another user's process     refused (403) before the MCP layer sees anything: a
+                               TCP port, unlike the agent socket, is open to every user
+    our user, process found    the session is labelled with the pid of the process that
+                               opened it (its initialize request) ("via mcp-http")
+    not known (not Linux)      labelled "via mcp-remote"; its grants still serve that
+                               one MCP session only
+
+Browsers are kept out by the SDK's DNS-rebinding protection (Host and Origin
+must be loopback). Only the handshake protocol era is served here: a 2026-07-28
+request (no sessions, so no grant could outlive one request) is answered
+-32022 naming the handshake versions, and clients fall back to `initialize`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+from typing import Any
+
+import anyio
+import uvicorn
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+from ..errors import BadInput
+from .loopback import Addr, LoopbackPeer, peer_of, peer_uid
+from .server import Bridge, McpSession, Peer
+
+log = logging.getLogger("vaultsim.mcp")
+
+PATH = "/mcp"
+
+
+def _error(status: int, code: int, message: str, data: Any = None) -> tuple[int, bytes]:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        err["data"] = data
+    return status, json.dumps({"jsonrpc": "2.0", "id": None, "error": err}).encode()
+
+
+class LoopbackGuard:
+    """ASGI middleware in front of the SDK's app: only this user's processes, handshake era only.
+
+    It also notes which process opened each MCP session: the request that opens one (an initialize
+    without a session id) is the moment its connection surely exists; later requests may come on
+    connections that are gone by the time a handler runs."""
+
+    MAX_REMEMBERED = 10_000
+
+    def __init__(self, app: Any, uid: int) -> None:
+        self.app, self.uid = app, uid
+        self.openers: dict[str, int | None] = {}  # MCP session id -> pid of the process that opened it
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        client, server = scope.get("client"), scope.get("server")
+        opening = scope.get("method") == "POST" and b"mcp-session-id" not in headers
+        peer = LoopbackPeer(None, None)
+        if client and server:
+            addrs = (tuple(client), tuple(server))
+            peer = await anyio.to_thread.run_sync(peer_of if opening else _uid_only, *addrs)
+        refusal = None
+        if peer.uid is not None and peer.uid != self.uid:
+            refusal = _error(403, -32001, "refused: the caller runs as another user; this bridge "
+                                          "serves only its own user's processes")
+        version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
+        if refusal is None and version in MODERN_PROTOCOL_VERSIONS:
+            refusal = _error(400, -32022, "this bridge serves MCP sessions (the initialize handshake) over "
+                                          "HTTP: each one is a vault session",
+                             {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version})
+        if refusal is not None:
+            status, body = refusal
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        if not opening:
+            await self.app(scope, receive, send)
+            return
+
+        async def note_session(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                sid = dict(message.get("headers") or []).get(b"mcp-session-id")
+                if sid:
+                    while len(self.openers) >= self.MAX_REMEMBERED:
+                        self.openers.pop(next(iter(self.openers)))
+                    self.openers[sid.decode("latin-1")] = peer.pid
+            await send(message)
+
+        await self.app(scope, receive, note_session)
+
+
+def _uid_only(client: Addr, server: Addr) -> LoopbackPeer:
+    return LoopbackPeer(peer_uid(client, server), None)
+
+
+def _connection_of(ctx: Any) -> Any:
+    # The SDK (mcp 2.3) gives a low-level handler its per-connection state (`state`, and the
+    # `exit_stack` unwound when the MCP session ends) only through the request's ServerSession.
+    conn = getattr(ctx.session, "_connection", None)
+    if conn is None or not hasattr(conn, "exit_stack") or not hasattr(conn, "state"):
+        raise RuntimeError("this mcp SDK version does not expose the MCP session's connection; "
+                           "vaultsim mcp --http needs mcp>=2.3,<3")
+    return conn
+
+
+def http_session_for(bridge: Bridge, guard: LoopbackGuard, ctx: Any) -> McpSession:
+    """One vault session per HTTP MCP session, ended with it (DELETE, idle expiry, shutdown)."""
+    conn = _connection_of(ctx)
+    sess = conn.state.get("vaultsim")
+    if sess is None:
+        sid = ctx.request.headers.get("mcp-session-id") if ctx.request is not None else None
+        pid = guard.openers.pop(sid, None) if sid else None
+        sess = bridge.new_session(ctx, Peer(pid, "mcp-http" if pid else "mcp-remote"))
+        conn.state["vaultsim"] = sess
+        conn.exit_stack.push_async_callback(bridge.end_session, sess)
+    return sess
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything else starts (a taken port is bad input, exit 2)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise BadInput(f"--http: cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
+    """Serve until SIGTERM/SIGINT (uvicorn's own handling: it ends every MCP session, and with
+    each its vault session, before the process exits)."""
+    host, port = sock.getsockname()[:2]
+    app = bridge.server.streamable_http_app(
+        streamable_http_path=PATH, host=host,
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]))
+    shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
+    print(f"vaultsim mcp: serving http://{shown}:{port}{PATH}", file=sys.stderr, flush=True)
+    guard = LoopbackGuard(app, os.getuid())
+
+    async def session_for(ctx: Any) -> McpSession:
+        return http_session_for(bridge, guard, ctx)
+
+    bridge.session_for = session_for  # type: ignore[method-assign]
+    server = uvicorn.Server(uvicorn.Config(guard, log_level="warning",
+                                           lifespan="on", access_log=False))
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        sock.close()

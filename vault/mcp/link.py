@@ -1,0 +1,277 @@
+"""One vault session per MCP session, and waiting for a person in a way that fits the host.
+
+MCP hosts give a tool call 60 s or less, and people take longer. So a call
+that needs an approval never blocks blindly:
+
+    1. `call` with wait_s=0: an allowed or auto call runs at once; one that needs a
+       person comes back approval_pending with its resume token, so the bridge
+       holds the token from the start
+    2. `call.resume` waits for the decision, at most the wait budget (default 50 s,
+       under the hosts' 60 s); meanwhile a progress notification goes out every
+       few seconds (hosts that reset their timeout on progress keep waiting)
+    3. decided in time: the operation's Result. Not yet: approval_pending with the
+       resume token and deadline, so a host with a hard timeout always gets one
+    4. the host cancels the call (notifications/cancelled), or the MCP session ends
+       while the bridge still waits: `call.cancel` withdraws the request at the
+       vault; the approver's row goes away and it never runs
+
+Calls on one link run concurrently (the daemon answers each request on its
+connection in its own task). The link opens its vault session lazily and opens
+a new one if the daemon restarted (a restarted daemon remembers no grant).
+Every failure is answered as a Result, never as an exception or a bare error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import anyio
+from pydantic import ValidationError
+
+from ..client import AsyncRpcClient
+from ..errors import HomeError, RpcError, VaultError
+from ..ids import correlation_id
+from ..jsonrpc import INVALID_PARAMS, LIMIT
+from ..models import Category, Result, make_result
+from ..sessions import ClientLabel
+
+log = logging.getLogger("vaultsim.mcp")
+
+Progress = Callable[[float, str], Awaitable[None]]  # (seconds waited so far, what for)
+
+# how long withdrawing a request may hold up a cancelled call or a closing session
+_WITHDRAW_WITHIN_S = 5.0
+
+
+async def no_progress(elapsed: float, message: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    budget_s: float = 50.0  # a tool call answers within this, pending or not
+    progress_every_s: float = 5.0
+
+
+class _NoDaemon(Exception):
+    """Nothing answers on the agent socket: nothing was sent."""
+
+
+class _NotOpened(Exception):
+    """The daemon answered but opened no vault session: nothing was sent."""
+
+
+class VaultLink:
+    """A vault session on its own agent-socket connection, for one MCP session."""
+
+    def __init__(self, socket_path: str, agent: str, run_id: str | None, label: ClientLabel | None,
+                 policy: WaitPolicy) -> None:
+        self.socket_path, self.agent, self.run_id, self.label = socket_path, agent, run_id, label
+        self.policy = policy
+        self.session_id: str | None = None
+        self._client: AsyncRpcClient | None = None
+        self._lock = asyncio.Lock()
+        self._inflight: set[str] = set()  # resume tokens waited on here, not yet handed to the host
+        self._background: set[asyncio.Task[Any]] = set()
+        self.closed = False
+
+    # ---- the vault session ---------------------------------------------------------
+
+    async def open(self) -> str:
+        async with self._lock:
+            if self.closed:
+                raise _NoDaemon("this MCP session has ended")
+            if self._client is not None and not self._client.closed.is_set():
+                return self.session_id  # type: ignore[return-value]
+            if self._client is not None:
+                await self._client.close()
+                self._client, self.session_id = None, None
+            try:
+                client = await AsyncRpcClient.connect(self.socket_path)
+            except (HomeError, OSError):
+                raise _NoDaemon(f"no vaultsim daemon answers on {self.socket_path}") from None
+            try:
+                params: dict[str, Any] = {"agent": self.agent}
+                if self.run_id:
+                    params["run_id"] = self.run_id
+                if self.label is not None:
+                    params["client"] = self.label.model_dump(exclude_none=True)
+                opened = await client.request("session.open", **params)
+            except (HomeError, OSError):
+                # accepted, then closed: the daemon refuses a connection past its caps (e.g. 256
+                # a process: one HTTP bridge serving that many MCP sessions) or is stopping
+                await client.close()
+                raise _NotOpened("the vault closed the connection before opening a session (a "
+                                 "connection limit reached, or the daemon stopping)") from None
+            except BaseException:
+                await client.close()
+                raise
+            self._client, self.session_id = client, str(opened["session_id"])
+            return self.session_id
+
+    async def _request(self, method: str, **params: Any) -> Any:
+        await self.open()
+        assert self._client is not None
+        return await self._client.request(method, session_id=self.session_id, **params)
+
+    async def close(self) -> None:
+        """End the vault session: withdraw what the host never got a token for, then close."""
+        if self.closed:
+            return
+        self.closed = True
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_WITHDRAW_WITHIN_S):
+            for token in list(self._inflight):
+                await self._withdraw_now(token)
+            if self._background:
+                await asyncio.wait(set(self._background), timeout=_WITHDRAW_WITHIN_S)
+            async with self._lock:  # a session.open in flight finishes first, then is closed
+                client, self._client = self._client, None
+            if client is not None:
+                if not client.closed.is_set() and self.session_id:
+                    try:
+                        await client.request("session.close", session_id=self.session_id)
+                    except (VaultError, OSError):
+                        pass  # the daemon ends the session with the connection anyway
+                await client.close()
+
+    # ---- calls ---------------------------------------------------------------------
+
+    async def call(self, operation: str, params: dict[str, Any], idempotency_key: str | None,
+                   wait_s: float | None, mutates: bool, progress: Progress = no_progress) -> Result:
+        started = time.monotonic()
+        args: dict[str, Any] = {"operation": operation, "params": params, "wait_s": 0}
+        if idempotency_key:
+            args["idempotency_key"] = idempotency_key
+        first = await self._first("call", args, operation, mutates)
+        return await self._settle(first, started, self._budget(wait_s), mutates, progress)
+
+    async def resume(self, resume_token: str, wait_s: float | None, mutates: bool,
+                     progress: Progress = no_progress) -> Result:
+        started = time.monotonic()
+        first = await self._first("call.resume", {"resume_token": resume_token, "wait_s": 0},
+                                  "call.resume", mutates)
+        return await self._settle(first, started, self._budget(wait_s), mutates, progress)
+
+    async def lookup(self, correlation_id: str | None, idempotency_key: str | None,
+                     operation: str | None) -> Result:
+        args = {k: v for k, v in (("correlation_id", correlation_id), ("idempotency_key", idempotency_key),
+                                  ("operation", operation)) if v}
+        return await self._result_of("lookup", args, operation or "lookup", mutates=False)
+
+    def _budget(self, wait_s: float | None) -> float:
+        return self.policy.budget_s if wait_s is None else max(0.0, min(wait_s, self.policy.budget_s))
+
+    async def _first(self, method: str, args: dict[str, Any], operation: str, mutates: bool) -> Result:
+        """The first answer, kept even if the host cancels meanwhile: if it turns out to be a
+        pending approval, it is withdrawn rather than left for someone to approve."""
+        task = asyncio.ensure_future(self._result_of(method, args, operation, mutates))
+        self._keep(task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(self._withdraw_if_pending)
+            raise
+
+    async def _settle(self, result: Result, started: float, budget_s: float, mutates: bool,
+                      progress: Progress) -> Result:
+        """Wait for the person's decision within the budget, telling the host we are alive."""
+        token = result.resume_token
+        if result.category is not Category.approval_pending or not token:
+            return result
+        end = started + budget_s
+        self._inflight.add(token)
+        try:
+            while (left := end - time.monotonic()) > 0:
+                waiter = asyncio.ensure_future(self._result_of(
+                    "call.resume", {"resume_token": token, "wait_s": left}, result.operation, mutates))
+                try:
+                    while not waiter.done():
+                        await asyncio.wait({waiter}, timeout=self.policy.progress_every_s)
+                        if not waiter.done():
+                            await progress(time.monotonic() - started, _waiting_words(result))
+                except BaseException:
+                    waiter.cancel()
+                    raise
+                result = waiter.result()
+                if result.category is not Category.approval_pending:
+                    return result
+            return result  # still pending: the host gets the token and the deadline
+        except asyncio.CancelledError:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_WITHDRAW_WITHIN_S):
+                await self._withdraw_now(token)
+            raise
+        finally:
+            self._inflight.discard(token)
+
+    async def _result_of(self, method: str, args: dict[str, Any], operation: str, mutates: bool) -> Result:
+        """The daemon's answer as a Result, whatever happened on the way."""
+        try:
+            await self.open()
+        except _NoDaemon as exc:
+            return make_result(Category.local_failure, operation, correlation_id(),
+                               f"{exc}; nothing was sent. Start one (vaultsim daemon) or check VAULTSIM_HOME")
+        except (RpcError, _NotOpened) as exc:  # no session opened (a limit, a bad run id)
+            why = exc.message if isinstance(exc, RpcError) else str(exc)
+            return make_result(Category.local_failure, operation, correlation_id(),
+                               f"the vault did not open a session: {why}; nothing was sent")
+        try:
+            return Result.model_validate(await self._request(method, **args))
+        except RpcError as exc:
+            return _refused(operation, exc)
+        except (HomeError, OSError, _NoDaemon):
+            # sent, and then the daemon went away: a change may or may not have happened
+            if mutates:
+                return make_result(Category.outcome_unknown, operation, correlation_id(),
+                                   "the vault daemon went away while this call was in flight; it may have run. "
+                                   f"Use vault_lookup with operation {operation!r} and your idempotency_key "
+                                   "before any retry")
+            return make_result(Category.local_failure, operation, correlation_id(),
+                               "the vault daemon went away while this call was in flight; nothing changed")
+        except ValidationError:
+            return make_result(Category.outcome_unknown if mutates else Category.malformed_response, operation,
+                               correlation_id(), "the vault answered something that is not a Result")
+
+    # ---- withdrawing ---------------------------------------------------------------
+
+    async def _withdraw_now(self, token: str) -> None:
+        self._inflight.discard(token)
+        if self._client is None or self._client.closed.is_set():
+            return  # a daemon that went away took its pending requests with it
+        try:
+            out = await self._client.request("call.cancel", session_id=self.session_id, resume_token=token)
+            log.info("withdrew %s: %s", out.get("request_id"), out.get("state"))
+        except (VaultError, OSError) as exc:
+            log.warning("could not withdraw a pending request: %s", type(exc).__name__)
+
+    def _withdraw_if_pending(self, task: "asyncio.Task[Result]") -> None:
+        if task.cancelled() or task.exception() is not None:
+            return
+        r = task.result()
+        if r.category is Category.approval_pending and r.resume_token:
+            self._keep(asyncio.ensure_future(self._withdraw_now(r.resume_token)))
+
+    def _keep(self, task: "asyncio.Task[Any]") -> None:
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+def _waiting_words(r: Result) -> str:
+    who = r.owner or "an approver"
+    left = f"; {max(0.0, r.deadline - time.time()):.0f}s left before its deadline" if r.deadline else ""
+    return f"waiting for {who} to approve {r.operation} (request {r.request_id}){left}"
+
+
+def _refused(operation: str, exc: RpcError) -> Result:
+    if exc.rpc_code == LIMIT:
+        return make_result(Category.rate_limited, operation, correlation_id(),
+                           f"the vault is at a limit ({exc.message})", retry_after_s=1.0)
+    if exc.rpc_code == INVALID_PARAMS:
+        return make_result(Category.local_failure, operation, correlation_id(),
+                           f"the vault refused the arguments: {exc.message}. Nothing was sent; fix them "
+                           "(the tool's input schema and vault://catalog say what is accepted)")
+    return make_result(Category.local_failure, operation, correlation_id(),
+                       f"the vault answered an error: {exc.message}; nothing was sent")

@@ -1,0 +1,84 @@
+"""Which user and process hold the other end of a loopback TCP connection.
+
+A Unix socket tells the daemon its peer (SO_PEERCRED); a TCP port on
+127.0.0.1 does not, and any user on the machine can connect to it. Linux
+still knows: /proc/net/tcp{,6} lists every socket with its owner's uid, and
+psutil maps a socket to the process holding it (for our own user's
+processes). The bridge refuses a peer of another user, and labels a vault
+session with the peer's pid when it can find it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+Addr = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class LoopbackPeer:
+    uid: int | None  # None: the OS did not say (not Linux, or the socket is gone)
+    pid: int | None
+
+
+def _decode(hex_addr: str) -> Addr | None:
+    """A /proc/net/tcp address ("0100007F:1F90") as (ip, port)."""
+    try:
+        host, port = hex_addr.split(":")
+        raw = bytes.fromhex(host)
+        if len(raw) == 4:
+            ip = socket.inet_ntop(socket.AF_INET, raw[::-1])
+        else:  # four 32-bit words, each in host (little-endian) order
+            ip = socket.inet_ntop(socket.AF_INET6, b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+        return ip, int(port, 16)
+    except (ValueError, OSError):
+        return None
+
+
+def _same(a: Addr | None, b: Addr) -> bool:
+    if a is None:
+        return False
+    try:
+        x, y = ipaddress.ip_address(a[0]), ipaddress.ip_address(b[0])
+    except ValueError:
+        return False
+    # a v4 client of a dual-stack socket shows as ::ffff:127.0.0.1 in one table and 127.0.0.1 in the other
+    x = getattr(x, "ipv4_mapped", None) or x
+    y = getattr(y, "ipv4_mapped", None) or y
+    return x == y and a[1] == b[1]
+
+
+def peer_uid(client: Addr, server: Addr) -> int | None:
+    """The uid owning the socket whose local end is `client` and remote end is `server`."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 7 and _same(_decode(f[1]), client) and _same(_decode(f[2]), server):
+                return int(f[7])
+    return None
+
+
+def peer_pid(client: Addr, server: Addr) -> int | None:
+    """The process holding that socket, if it is one whose file descriptors we may read."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for c in conns:
+        if c.laddr and c.raddr and _same((c.laddr.ip, c.laddr.port), client) \
+                and _same((c.raddr.ip, c.raddr.port), server):
+            return c.pid
+    return None
+
+
+def peer_of(client: Addr, server: Addr) -> LoopbackPeer:
+    return LoopbackPeer(peer_uid(client, server), peer_pid(client, server))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-from helpers import PY, ROOT, Sandbox, canary, remote_ledger
+from helpers import PY, ROOT, Sandbox, canary, remote_ledger, sim_headers
 
 EVENT_TIMEOUT_S = 30.0  # generous: the machine is shared; a wait ends on its event, not on this
 
@@ -35,7 +35,7 @@ class World:
 
     def state(self, collection: str) -> list[dict[str, Any]]:
         import httpx
-        data = httpx.get(f"{self.url}/_sim/state", timeout=10).json()
+        data = httpx.get(f"{self.url}/_sim/state", headers=sim_headers(self.url), timeout=10).json()
         items = data.get(collection, [])
         return list(items.values()) if isinstance(items, dict) else list(items)
 

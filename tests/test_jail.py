@@ -147,26 +147,38 @@ class TestInsideTheJail:
                 "protocolVersion": "2025-06-18", "capabilities": {},
                 "clientInfo": {"name": "t", "version": "1"}}},
             {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
         ]
         proc = subprocess.Popen([PY, "-m", "vault.cli", "exec", "--", PY, "-m", "vault.cli", "mcp"],
                                 env=box.env, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         assert proc.stdin is not None and proc.stdout is not None
-        for req in requests:
+        answers: dict[int, Any] = {}
+
+        def send(req: dict[str, Any]) -> None:
+            assert proc.stdin is not None
             proc.stdin.write(json.dumps(req) + "\n")
             proc.stdin.flush()
-        answers: dict[int, Any] = {}
-        while 2 not in answers:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            msg = json.loads(line)
-            answers[msg.get("id")] = msg
+
+        def answer(rid: int) -> None:  # as a host does: the next request after the answer
+            assert proc.stdout is not None
+            while rid not in answers:
+                line = proc.stdout.readline()
+                if not line:
+                    return
+                msg = json.loads(line)
+                answers[msg.get("id")] = msg
+
+        send(requests[0])
+        answer(1)
+        send(requests[1])
+        send(requests[2])
+        answer(2)
         proc.stdin.close()
         proc.wait(timeout=30)
         assert 2 in answers, proc.stderr.read() if proc.stderr else ""
-        assert "vault_call" in {t["name"] for t in answers[2]["result"]["tools"]}
+        assert "result" in answers[2], answers[2]
+        assert "create_issue" in {t["name"] for t in answers[2]["result"]["tools"]}
 
 
 @needs_bwrap

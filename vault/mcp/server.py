@@ -106,7 +106,8 @@ class Bridge:
         if info is not None and info.name:
             label = ClientLabel(name=printable(info.name, 64),
                                 version=printable(info.version, 32) if info.version else None,
-                                host_pid=peer.pid, via=peer.via)
+                                # 0 inside a PID namespace (`vaultsim exec`): the host is outside it
+                                host_pid=peer.pid if peer.pid and peer.pid > 0 else None, via=peer.via)
         agent = self.cfg.agent or (label.name if label else "mcp-agent")
         sess = McpSession(VaultLink(self.cfg.socket_path, printable(agent, 128), self.cfg.run_id, label,
                                     self.cfg.policy))

@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .fatigue import prompt_log
 from .logical import Timeline
 from .transcript import Transcript
 
@@ -75,6 +76,8 @@ class Evidence:
     secrets: dict[str, str] = field(default_factory=dict)
     # the runner's intruder (a process presenting an agent's session id): what it was told
     intruder: dict[str, Any] | None = None
+    # the scenario's rubber-stamp threshold (expect.prompts.rubber_stamp_s)
+    rubber_stamp_s: float = 1.0
 
     def agent(self, index: int | None) -> AgentRun | None:
         return next((a for a in self.agents if a.index == index), None)
@@ -86,6 +89,11 @@ class Evidence:
     def timeline(self) -> Timeline:
         """The transcript as logical calls (a call and its resumes are one)."""
         return Timeline.of(self.transcript)
+
+    def fatigue(self, catalog: Any = None) -> dict[str, Any]:
+        """The approval-fatigue figures of this trial (vault.runner.fatigue)."""
+        from .fatigue import figures
+        return figures(self, self.rubber_stamp_s, catalog)
 
     # ---- effects ---------------------------------------------------------------
 
@@ -132,7 +140,8 @@ class Evidence:
                         "granted": run.get("scopes_granted", {}), "decisions": run.get("decisions", {}),
                         "read_prompts": run.get("read_prompts", 0),
                         "destructive_session_grants": run.get("destructive_session_grants", 0),
-                        "unroutable": run.get("unroutable", 0)},
+                        "unroutable": run.get("unroutable", 0),
+                        "fatigue": self.fatigue(), "asked": prompt_log(self)},
             "audit": {"status": self.audit_status, "message": self.audit_message},
             "agents": [{"index": a.index, "name": a.name, "exit_code": a.exit_code,
                         "duration_s": round(a.ended - a.started, 3), "killed_at_deadline": a.killed_at_deadline,

@@ -36,6 +36,7 @@ from typing import Any, Iterable
 
 DEFAULT_RUBBER_STAMP_S = 1.0
 WINDOW_S = 60.0
+MAX_APPROVERS = 32
 APPROVALS = frozenset({"allow_once", "allow_session"})
 DESTRUCTIVE_RISKS = frozenset({"delete", "execute", "spend", "permission", "credential"})
 
@@ -154,7 +155,9 @@ def signals(prompts: Iterable[PromptTiming], *, rubber_stamp_s: float = DEFAULT_
     for p in items:
         if p.approver is not None and p.human:
             by.setdefault(p.approver, []).append(p)
-    out["by_approver"] = {name: _figures(ps, rubber_stamp_s) for name, ps in sorted(by.items())}
+    # names are the approvers' own: the busiest MAX_APPROVERS are shown, so the table stays small
+    busiest = sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:MAX_APPROVERS]
+    out["by_approver"] = {name: _figures(ps, rubber_stamp_s) for name, ps in sorted(busiest)}
     return out
 
 

@@ -72,6 +72,7 @@ class ApproverSpec(BaseModel):
     file: str | None = None
     name: str | None = None
     rules: list[dict[str, Any]] | None = None
+    seed: int | None = None  # think-time draws (`delay_s: {min, max}`) repeat from trial to trial
 
     @model_validator(mode="after")
     def _one_source(self) -> "ApproverSpec":

@@ -178,6 +178,8 @@ class Gate:
         note = ""
         if decision is Decision.deny:
             ap.note = reason
+            if ap.timing is not None and reason:
+                ap.timing.reason = reason
             self._settle(ap, State.denied, f"denied by {who}", decision, who, at=now)
         else:
             if decision is Decision.allow_session and ap.mode is not Mode.session:

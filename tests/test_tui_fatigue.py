@@ -113,3 +113,40 @@ class TestDenyWithReason:
             await until(pilot, lambda: not isinstance(pilot.app.screen, DenyReason), "the dialog to close")
             assert [] == [s for s in pilot.app.sent if s[0] == "decide"]
             assert 1 == rows(pilot)
+
+
+class TestOffline:
+    async def test_only_rows_on_screen_are_reported_seen(self) -> None:
+        """Sixty pending requests on a 24-line terminal: the rows on screen are reported, the rest are not."""
+        from tui.messages import DaemonNotice, LinkUp
+        from tui_fixtures import offline_app, request
+
+        app = offline_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.post_message(LinkUp([], locked=False))
+            for i in range(60):
+                app.post_message(DaemonNotice("approval.requested", request(
+                    f"r-{i:04d}", "create_issue", "create", {"title": f"t{i}"}, "create_issue on tracker",
+                    created=-60 + i)))
+            await until(pilot, lambda: rows(pilot) == 60, "the rows")
+            await until(pilot, lambda: ("r-0000", True) in app.seen_sent, "the first row's detail")
+            shown = {rid for rid, detail in app.seen_sent if not detail}
+            assert "r-0000" in shown
+            assert 0 < len(shown) < 20 and "r-0059" not in shown
+
+    async def test_meter_counts_recent_prompts_and_warns_at_ten(self) -> None:
+        """Ten prompts within five minutes: the meter says so and suggests asking less."""
+        from tui.messages import DaemonNotice, LinkUp
+        from tui_fixtures import offline_app, request
+
+        app = offline_app()
+        async with app.run_test(size=(160, 50)) as pilot:
+            app.post_message(LinkUp([], locked=False))
+            for i in range(10):
+                app.post_message(DaemonNotice("approval.requested", request(
+                    f"r-{i:04d}", "create_issue", "create", {"title": f"t{i}"}, "create_issue on tracker")))
+            await until(pilot, lambda: rows(pilot) == 10, "the rows")
+            await pilot.pause()
+            meter = text_of(main(pilot).query_one(PromptCounters))
+            assert "Fatigue: 10 prompts in 5 min · 0 rubber-stamps" in meter
+            assert "10 prompts in 5 min: a session grant or `vaultsim policy suggest` would ask less" in meter

@@ -67,10 +67,10 @@ class MainScreen(Screen[None]):
     def sync(self) -> None:
         state, now = self.vapp.state, self.vapp.now()
         self.query_one(StatusBar).show(state)
-        pending = state.pending_oldest_first()
-        self.query_one(PendingTable).show(pending, now)
-        for req in pending:
-            self.vapp.report_seen(req.request_id, detail=False)
+        table = self.query_one(PendingTable)
+        table.show(state.pending_oldest_first(), now)
+        for rid in table.visible_ids():  # rows on screen; one scrolled into view is reported within a second
+            self.vapp.report_seen(rid, detail=False)
         self.query_one(PromptCounters).show(*state.run_counts(), state.meter(now))
         self.query_one(ActivityLog).show(state)
         self._show_selected()

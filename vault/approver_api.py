@@ -18,7 +18,7 @@
     revoke         {grant_id? | session_id?}
     stats          {run_id?, after?, rubber_stamp_s?}
                                       -> {runs, sessions, next}: prompt counts, scopes and the
-                                         fatigue figures (rubber-stamp threshold default 1 s)
+                                         fatigue figures per run (rubber-stamp threshold default 1 s)
     status         {}
     shutdown       {}                 -> stops the daemon (what `vaultsim stop` uses)
 
@@ -284,7 +284,7 @@ def _stats_page(d: "VaultDaemon", run_id: str | None, after: int,
                 yield i, ("run", r, c.to_wire(rubber_stamp_s))
         for i, (s, c) in enumerate(sessions, start=len(runs) + 1):
             if i > after:
-                yield i, ("session", s, {"run_id": st.session_run.get(s), **c.to_wire(rubber_stamp_s)})
+                yield i, ("session", s, {"run_id": st.session_run.get(s), **c.to_wire(None)})
 
     def shrink(item: tuple[str, str, dict[str, Any]], budget: int) -> tuple[str, str, dict[str, Any]]:
         return item[0], item[1], paging.trim_counts(item[2], budget)

@@ -63,9 +63,11 @@ class _Counts:
     locked_refusals: int = 0
     timings: deque[PromptTiming] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
 
-    def to_wire(self, rubber_stamp_s: float = DEFAULT_RUBBER_STAMP_S) -> dict[str, Any]:
+    def to_wire(self, rubber_stamp_s: float | None = DEFAULT_RUBBER_STAMP_S) -> dict[str, Any]:
+        """The counts; with `rubber_stamp_s` (runs, not sessions: fatigue is a person's, over a
+        run) the fatigue figures too."""
         ms = sorted(self.decision_ms)
-        return {
+        out = {
             "prompts": self.prompts,
             "by_operation": dict(self.by_operation),
             "by_risk": dict(self.by_risk),
@@ -82,9 +84,11 @@ class _Counts:
             "destructive_session_grants": self.destructive_session_grants,
             "unroutable": self.unroutable,
             "locked_refusals": self.locked_refusals,
-            "fatigue": signals(self.timings, rubber_stamp_s=rubber_stamp_s,
-                               session_grants_destructive=self.destructive_session_grants),
         }
+        if rubber_stamp_s is not None:
+            out["fatigue"] = signals(self.timings, rubber_stamp_s=rubber_stamp_s,
+                                     session_grants_destructive=self.destructive_session_grants)
+        return out
 
 
 class PromptStats:
@@ -178,7 +182,7 @@ class PromptStats:
         runs = {r: c for r, c in self.runs.items() if run_id is None or r == run_id}
         return {
             "runs": {r: c.to_wire(rubber_stamp_s) for r, c in runs.items()},
-            "sessions": {s: {"run_id": self.session_run.get(s), **c.to_wire(rubber_stamp_s)}
+            "sessions": {s: {"run_id": self.session_run.get(s), **c.to_wire(None)}
                          for s, c in self.sessions.items()
                          if run_id is None or self.session_run.get(s) == run_id},
         }

@@ -105,7 +105,7 @@ class TestDenyWithReason:
         """Escape in the reason dialog leaves the request pending."""
         sandbox.start_daemon()
         async with tui(sandbox) as pilot:
-            await agent(sandbox, agents, "call('create_issue', title='x')\n")
+            a = await agent(sandbox, agents, "call('create_issue', title='x')\n")
             await until(pilot, lambda: rows(pilot) == 1, "the request to be shown")
             await pilot.press("D")
             await until(pilot, lambda: isinstance(pilot.app.screen, DenyReason), "the reason dialog")
@@ -113,6 +113,10 @@ class TestDenyWithReason:
             await until(pilot, lambda: not isinstance(pilot.app.screen, DenyReason), "the dialog to close")
             assert [] == [s for s in pilot.app.sent if s[0] == "decide"]
             assert 1 == rows(pilot)
+            await pilot.press("d")  # then a plain deny: the agent ends with no reason in its Result
+            result = await a.next()
+            assert result["message"].endswith("was denied by the approver; nothing was sent")
+            await a.finish()
 
 
 class TestOffline:

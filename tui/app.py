@@ -18,6 +18,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.reactive import reactive
 
+from vault.errors import VaultError
 from vault.home import VaultHome
 
 from .connection import ApproverLink
@@ -47,6 +48,8 @@ class VaultApp(App[None]):
         self.link = ApproverLink(home, name, self.post_message) if home is not None else None
         # what this person sent, in order (tests read it; it never holds a secret)
         self.sent: list[tuple[str, dict[str, Any]]] = []
+        # the `seen` reports (request id, detail?), kept apart: the screen sends them, not the person
+        self.seen_sent: list[tuple[str, bool]] = []
         self._decided: set[str] = set()
 
     def now(self) -> float:
@@ -95,11 +98,29 @@ class VaultApp(App[None]):
 
     # ---- to the daemon -------------------------------------------------------------
 
-    def decide(self, request_id: str, decision: str) -> None:
+    def decide(self, request_id: str, decision: str, reason: str = "") -> None:
         if request_id in self._decided:
             return  # a second key before the daemon's answer arrived: the first one counts
         self._decided.add(request_id)
-        self.request("decide", request_id=request_id, decision=decision)
+        self.state.record_decision(request_id, decision, self.now())
+        extra = {"reason": reason} if reason else {}
+        self.request("decide", request_id=request_id, decision=decision, **extra)
+        self.bump()  # the meter
+
+    def report_seen(self, request_id: str, detail: bool) -> None:
+        """Tell the vault a row (or its detail) is on screen, once each (vault.gate.fatigue)."""
+        if self.state.mark_shown(request_id, self.now(), detail):
+            self.seen_sent.append((request_id, detail))
+            if self.link is not None:
+                self._send_seen(request_id, detail)
+
+    @work(group="seen", exit_on_error=False)
+    async def _send_seen(self, request_id: str, detail: bool) -> None:
+        assert self.link is not None
+        try:
+            await self.link.request("seen", request_id=request_id, detail=detail)
+        except (VaultError, OSError):
+            pass  # the vault then times the decision from when it sent the prompt
 
     def request(self, method: str, **params: Any) -> None:
         self.sent.append((method, params))

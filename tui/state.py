@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ACTIVITY_KEEP = 500
+# the fatigue meter (vault.gate.fatigue has the vault's own figures; these are this screen's)
+RUBBER_STAMP_S = 1.0  # an approval faster than this after the row appeared was not read
+METER_WINDOW_S = 300.0  # "prompts in the last 5 minutes"
+FAST_PROMPTS = 10  # that many prompts in the window: suggest a session grant or a policy change
 
 
 def _str(value: Any, default: str = "") -> str:
@@ -95,6 +99,7 @@ class Request:
             ("o", "allow once: this call only", True),
             ("s", session, self.allow_session_offered),
             ("d", f"deny: {self.agent} gets approval_denied and nothing is sent", True),
+            ("D", "deny with a reason: the agent receives your note", True),
         ]
 
 
@@ -163,6 +168,14 @@ class TuiState:
     stats: dict[str, Any] = field(default_factory=dict)
     current_run: str | None = None
     pinned_run: str | None = None
+    # the fatigue meter: when each pending row appeared and its detail was shown (this screen's
+    # clock), prompts asked lately, and this person's rubber-stamps since the TUI started
+    shown_at: dict[str, float] = field(default_factory=dict)
+    detail_at: dict[str, float] = field(default_factory=dict)
+    asked_times: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
+    approvals: int = 0
+    rubber_stamps: int = 0
+    last_stamp: str = ""  # why the newest approval was a rubber-stamp ("" if it was not)
 
     # ---- link ------------------------------------------------------------------
 
@@ -184,6 +197,7 @@ class TuiState:
         self.link_note = why
         self.pending = {}
         self.sessions = {}
+        self.shown_at, self.detail_at = {}, {}
 
     def load_sessions(self, sessions: list[dict[str, Any]]) -> None:
         self.sessions = {}
@@ -211,10 +225,14 @@ class TuiState:
 
     def _requested(self, p: dict[str, Any], now: float) -> None:
         req = self._add_request(p)
+        self.asked_times.append(now)
         self.note(now, f"{req.who}[{req.pid}] asks: {req.operation} ({req.risk}, {req.mode})", "gate")
 
     def _settled(self, p: dict[str, Any], now: float) -> None:
-        req = self.pending.pop(_str(p.get("request_id")), None)
+        rid = _str(p.get("request_id"))
+        self.shown_at.pop(rid, None)
+        self.detail_at.pop(rid, None)
+        req = self.pending.pop(rid, None)
         what = f"{req.operation} for {req.who}[{req.pid}]" if req else _str(p.get("request_id"))
         decision = _str(p.get("decision"), _str(p.get("state")))
         by = f" by {p['by']}" if p.get("by") else ""
@@ -258,6 +276,46 @@ class TuiState:
     def note(self, when: float, text: str, kind: str) -> None:
         self.activity.append(ActivityLine(when, text, kind))
         self.activity_seq += 1
+
+    # ---- the person's pace -----------------------------------------------------------
+
+    def mark_shown(self, request_id: str, now: float, detail: bool) -> bool:
+        """The row (or, with `detail`, its detail) is on screen; True the first time."""
+        if request_id not in self.pending:
+            return False
+        seen = self.detail_at if detail else self.shown_at
+        if request_id in seen:
+            return False
+        seen[request_id] = now
+        if detail:
+            self.shown_at.setdefault(request_id, now)
+        return True
+
+    def record_decision(self, request_id: str, decision: str, now: float) -> None:
+        """Count this person's approval as considered or a rubber-stamp."""
+        if decision not in ("allow_once", "allow_session"):
+            return
+        self.approvals += 1
+        shown = self.shown_at.get(request_id)
+        if request_id not in self.detail_at:
+            self.last_stamp = "approved without opening the detail"
+        elif shown is not None and now - shown < RUBBER_STAMP_S:
+            self.last_stamp = f"approved {now - shown:.1f} s after it appeared"
+        else:
+            self.last_stamp = ""
+        if self.last_stamp:
+            self.rubber_stamps += 1
+
+    def meter(self, now: float) -> tuple[int, int, str]:
+        """(prompts in the last 5 minutes, rubber-stamps this session, a warning or "")."""
+        recent = sum(1 for t in self.asked_times if now - t <= METER_WINDOW_S)
+        if self.last_stamp:
+            warning = f"slow down: {self.last_stamp}; read the detail before you approve"
+        elif recent >= FAST_PROMPTS:
+            warning = f"{recent} prompts in 5 min: a session grant or `vaultsim policy suggest` would ask less"
+        else:
+            warning = ""
+        return recent, self.rubber_stamps, warning
 
     # ---- views -------------------------------------------------------------------
 

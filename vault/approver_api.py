@@ -6,11 +6,19 @@
                                          grant.ended, vault.locked, activity,
                                          session.opened, session.closed
     pending        {after, until?}    -> {pending: [...], next}: the rest of the subscribe snapshot
-    decide         {request_id, decision: allow_once|allow_session|deny}
+    decide         {request_id, decision: allow_once|allow_session|deny, reason?}
+                                      reason: a deny's short note (<= 200 printable characters),
+                                      the only thing of the approver's the agent receives
+    seen           {request_id, detail?}  the prompt is visible to the person (detail: its
+                                      detail is open); the vault's clock records when, for the
+                                      fatigue figures (vault.gate.fatigue). Never audited alone:
+                                      the times go into the decision event
     lock / unlock  {}
     sessions       {after?}           -> {sessions: [...], next}: sessions with their grants
     revoke         {grant_id? | session_id?}
-    stats          {run_id?, after?}  -> {runs, sessions, next}: prompt counts and scopes
+    stats          {run_id?, after?, rubber_stamp_s?}
+                                      -> {runs, sessions, next}: prompt counts, scopes and the
+                                         fatigue figures per run (rubber-stamp threshold default 1 s)
     status         {}
     shutdown       {}                 -> stops the daemon (what `vaultsim stop` uses)
 
@@ -31,12 +39,13 @@ from __future__ import annotations
 import hmac
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from . import paging
 from .approver_guard import AUDITED, attempt_event
 from .errors import RpcError
 from .gate.approvals import Decision
+from .gate.fatigue import DEFAULT_RUBBER_STAMP_S
 from .jsonrpc import INVALID_PARAMS, NOT_AUTHORIZED
 from .rpc_server import Connection, Dispatcher, warn_client
 
@@ -69,10 +78,28 @@ class PendingParams(BaseModel):
     until: str | None = _Cursor
 
 
+MAX_REASON = 200
+
+
 class DecideParams(BaseModel):
     model_config = _P
     request_id: str = Field(min_length=1, max_length=128)
     decision: Decision
+    reason: str = Field(default="", max_length=MAX_REASON)
+
+    @field_validator("reason")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        value = value.strip()
+        if not value.isprintable():
+            raise ValueError("a reason is printable text on one line")
+        return value
+
+
+class SeenParams(BaseModel):
+    model_config = _P
+    request_id: str = Field(min_length=1, max_length=128)
+    detail: bool = False
 
 
 class RevokeParams(BaseModel):
@@ -85,6 +112,7 @@ class StatsParams(BaseModel):
     model_config = _P
     run_id: str | None = Field(default=None, max_length=128)
     after: str | None = _Cursor
+    rubber_stamp_s: float = Field(default=DEFAULT_RUBBER_STAMP_S, ge=0, le=3600)
 
 
 def build(d: "VaultDaemon") -> Dispatcher:
@@ -169,8 +197,18 @@ def build(d: "VaultDaemon") -> Dispatcher:
 
     @api.method("decide", DecideParams)
     async def decide(conn: Connection, p: DecideParams) -> dict[str, Any]:
-        return await audited(conn, "decide", lambda who: d.gate.decide(conn, p.request_id, p.decision),
-                             p.request_id)
+        if p.reason and p.decision is not Decision.deny:
+            raise RpcError(INVALID_PARAMS, "a reason goes with a deny only")
+        if p.reason and d.approver_token and d.approver_token in p.reason:
+            # the agent receives the reason: the approver's secret never rides along
+            raise RpcError(INVALID_PARAMS, "the reason holds the approver token; write it again without")
+        return await audited(conn, "decide",
+                             lambda who: d.gate.decide(conn, p.request_id, p.decision, p.reason), p.request_id)
+
+    @api.method("seen", SeenParams)
+    async def seen(conn: Connection, p: SeenParams) -> dict[str, Any]:
+        authed(conn)
+        return d.gate.seen(conn, p.request_id, p.detail)
 
     @api.method("lock", NoParams)
     async def lock(conn: Connection, p: NoParams) -> dict[str, Any]:
@@ -204,7 +242,7 @@ def build(d: "VaultDaemon") -> Dispatcher:
     @api.method("stats", StatsParams)
     async def stats(conn: Connection, p: StatsParams) -> dict[str, Any]:
         authed(conn)
-        return _stats_page(d, p.run_id, paging.cursor(p.after))
+        return _stats_page(d, p.run_id, paging.cursor(p.after), p.rubber_stamp_s)
 
     @api.method("status", NoParams)
     async def status(conn: Connection, p: NoParams) -> dict[str, Any]:
@@ -233,7 +271,8 @@ def _fewer_grants(session: dict[str, Any], budget: int) -> dict[str, Any]:
     return {**session, "grants": grants[:_GRANTS_SHOWN], "grants_total": len(grants)}
 
 
-def _stats_page(d: "VaultDaemon", run_id: str | None, after: int) -> dict[str, Any]:
+def _stats_page(d: "VaultDaemon", run_id: str | None, after: int,
+                rubber_stamp_s: float = DEFAULT_RUBBER_STAMP_S) -> dict[str, Any]:
     """Prompt statistics, paged: the runs first, then the sessions (positions count both)."""
     st = d.gate.stats
     runs = [(r, c) for r, c in st.runs.items() if run_id is None or r == run_id]
@@ -242,10 +281,10 @@ def _stats_page(d: "VaultDaemon", run_id: str | None, after: int) -> dict[str, A
     def items() -> Any:
         for i, (r, c) in enumerate(runs, start=1):
             if i > after:
-                yield i, ("run", r, c.to_wire())
+                yield i, ("run", r, c.to_wire(rubber_stamp_s))
         for i, (s, c) in enumerate(sessions, start=len(runs) + 1):
             if i > after:
-                yield i, ("session", s, {"run_id": st.session_run.get(s), **c.to_wire()})
+                yield i, ("session", s, {"run_id": st.session_run.get(s), **c.to_wire(None)})
 
     def shrink(item: tuple[str, str, dict[str, Any]], budget: int) -> tuple[str, str, dict[str, Any]]:
         return item[0], item[1], paging.trim_counts(item[2], budget)

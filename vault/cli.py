@@ -71,6 +71,8 @@ COMMANDS: dict[str, Command] = {
                      "vaultsim audit verify --json"),
     "stats": Command("vault.approver_cli:stats", "prompt counts and scopes",
                      "vaultsim stats --run demo --json", needs_daemon=True),
+    "policy": Command("vault.policy_suggest", "suggest a policy that would have asked less, from run reports",
+                      "vaultsim policy suggest report.json --max-risk update -o suggested.yaml"),
     "remote": Command("vault.remote.cli", "the fault-injecting fake remote, standalone",
                       "vaultsim remote --port 8080 --credentials creds.json --fault rate_limited"),
     "diag": Command("vault.diagnostics_cli", "show a protected diagnostic, for an operator",
@@ -94,6 +96,7 @@ ACTION_EXAMPLES = {
     "audit verify": "vaultsim audit verify /tmp/vs/audit.log --json",
     "audit show": "vaultsim audit show --correlation c-01J...",
     "diag show": "vaultsim diag show d-01J...",
+    "policy suggest": "vaultsim policy suggest report.json --max-risk update -o suggested.yaml",
 }
 
 

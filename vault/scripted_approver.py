@@ -6,9 +6,18 @@ Script format (YAML):
     rules:                       # first matching rule with uses left wins
       - match: {operation: create_issue, risk: create, agent: "stub*", params: {title: "Fix*"}}
         decide: allow_session    # allow_once | allow_session | deny | ignore | lock
-        delay_s: 0.5             # optional: think before answering
+        delay_s: 0.5             # optional: think before answering (seconds), or a distribution:
+                                 #   {min: 1, max: 4}          uniform
+                                 #   {median: 2, sigma: 0.5}   log-normal, as people's think times are
+        reason: "use staging"    # optional, with deny: the note the agent receives
         times: 1                 # optional: only the first N matches
+    seed: 7                      # optional: the think-time draws repeat from run to run
     # anything unmatched is denied
+
+The script tells the vault it has seen each prompt, detail included, when the
+prompt arrives (`seen`); its think time then runs before it answers, so the
+vault's fatigue figures (vault.gate.fatigue) measure a script as they would a
+person: a 0.2 s think time is a rubber-stamp, a 3 s one is not.
 
 Patterns are shell-style (fnmatch). `ignore` leaves the request undecided
 (to exercise pending/expired paths); `lock` refuses by locking the vault
@@ -22,12 +31,13 @@ import argparse
 import asyncio
 import fnmatch
 import json
+import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Annotated, Any, Literal, TextIO
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .catalog import load_yaml_model
 from .cli import add_home_arg
@@ -54,18 +64,60 @@ class Match(BaseModel):
         return all(k in shown and fnmatch.fnmatchcase(str(shown[k]), pat) for k, pat in self.params.items())
 
 
+MAX_THINK_S = 3600.0
+
+
+class Think(BaseModel):
+    """A think time drawn per prompt: uniform between `min` and `max`, or log-normal around
+    `median` (people's decision times are skewed: mostly quick, sometimes long)."""
+
+    model_config = _Strict
+    min: float | None = Field(default=None, ge=0, le=MAX_THINK_S)
+    max: float | None = Field(default=None, ge=0, le=MAX_THINK_S)
+    median: float | None = Field(default=None, gt=0, le=MAX_THINK_S)
+    sigma: float = Field(default=0.5, ge=0, le=3)
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> "Think":
+        uniform = self.min is not None and self.max is not None
+        if uniform == (self.median is not None):
+            raise ValueError("a think time is {min, max} (uniform) or {median, sigma} (log-normal)")
+        if uniform and self.min > self.max:  # type: ignore[operator]
+            raise ValueError("min is more than max")
+        return self
+
+    def draw(self, rng: random.Random) -> float:
+        if self.median is not None:
+            return min(MAX_THINK_S, rng.lognormvariate(0.0, self.sigma) * self.median)
+        return rng.uniform(self.min or 0.0, self.max or 0.0)
+
+
 class ApproverRule(BaseModel):
     model_config = _Strict
     match: Match = Match()
     decide: Literal["allow_once", "allow_session", "deny", "ignore", "lock"]
-    delay_s: float = Field(default=0.0, ge=0, le=3600)
+    delay_s: Annotated[float, Field(ge=0, le=MAX_THINK_S)] | Think = 0.0
+    reason: str | None = Field(default=None, min_length=1, max_length=200)
     times: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _reason_with_deny(self) -> "ApproverRule":
+        if self.reason is not None:
+            if self.decide != "deny":
+                raise ValueError("reason goes with decide: deny")
+            if not self.reason.isprintable():
+                raise ValueError("reason is printable text on one line")
+        return self
+
+    def think_s(self, rng: random.Random) -> float:
+        return self.delay_s.draw(rng) if isinstance(self.delay_s, Think) else float(self.delay_s)
 
 
 class ApproverScript(BaseModel):
     model_config = _Strict
     name: str = "scripted"
     rules: list[ApproverRule] = Field(default_factory=list)
+    seed: int | None = None
 
 
 def load_script(path: str | Path) -> ApproverScript:
@@ -81,6 +133,7 @@ class ScriptedApprover:
         self.client: AsyncRpcClient | None = None
         self.tasks: set[asyncio.Task[None]] = set()
         self.answered = 0
+        self.rng = random.Random(script.seed)
 
     def choose(self, req: dict[str, Any]) -> tuple[int | None, ApproverRule | None]:
         for i, rule in enumerate(self.script.rules):
@@ -100,20 +153,32 @@ class ScriptedApprover:
     async def answer(self, req: dict[str, Any]) -> None:
         index, rule = self.choose(req)
         decision = rule.decide if rule else "deny"
-        if rule and rule.delay_s:
-            await asyncio.sleep(rule.delay_s)  # the script asked to think first
+        think = rule.think_s(self.rng) if rule else 0.0
+        if self.client is not None and decision != "ignore":
+            try:  # a script reads the whole request at once: shown and detail, now
+                await self.client.request("seen", request_id=req["request_id"], detail=True)
+            except RpcError:
+                pass  # an older daemon: the vault falls back to when it sent the prompt
+            except HomeError:
+                return
+        if think:
+            await asyncio.sleep(think)  # the script asked to think first
         if decision == "allow_session" and not req.get("allow_session_offered", True):
             decision = "allow_once"
         outcome: dict[str, Any] = {"time": time.time(), "request_id": req.get("request_id"),
                                    "operation": req.get("operation"), "agent": req.get("agent"),
                                    "pid": req.get("pid"), "scope": req.get("scope"),
                                    "rule": index, "decision": decision}
+        if think:
+            outcome["think_s"] = round(think, 3)
         if decision != "ignore" and self.client is not None:
             try:
                 if decision == "lock":
                     await self.client.request("lock")
                 else:
-                    await self.client.request("decide", request_id=req["request_id"], decision=decision)
+                    reason = {"reason": rule.reason} if rule is not None and rule.reason else {}
+                    await self.client.request("decide", request_id=req["request_id"], decision=decision,
+                                              **reason)
                 outcome["accepted"] = True
             except RpcError as exc:
                 outcome["accepted"] = False

@@ -1,6 +1,9 @@
 """The main screen: pending requests, the selected one in plain words, counters, activity.
 
-`o`, `s`, `d` decide the selected request. Whether `s` is shown at all comes
+`o`, `s`, `d` decide the selected request; `D` denies with a short reason,
+which the agent receives in its Result. The screen tells the vault when a
+row appears and when a request's detail is shown (`seen`), so the vault can
+time each decision from the moment a person could read it. Whether `s` is shown at all comes
 from the request itself (`allow_session_offered`): for a per_call operation
 the binding is hidden and pressing `s` does nothing, so a session grant is
 never even suggested for something the policy wants asked every time.
@@ -17,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label
 
 from ..state import Request
+from .deny_reason import DenyReason
 from ..widgets.activity import ActivityLog
 from ..widgets.counters import PromptCounters
 from ..widgets.detail import RequestDetail
@@ -32,6 +36,8 @@ class MainScreen(Screen[None]):
         Binding("o", "decide('allow_once')", "allow once"),
         Binding("s", "decide('allow_session')", "allow session"),
         Binding("d", "decide('deny')", "deny"),
+        # not in the footer (80 columns are full): the detail pane lists it with the other answers
+        Binding("D", "deny_with_reason", "deny, say why", show=False),
     ]
 
     # what the footer was last built for: (something selected, allow_session offered, connected)
@@ -61,8 +67,11 @@ class MainScreen(Screen[None]):
     def sync(self) -> None:
         state, now = self.vapp.state, self.vapp.now()
         self.query_one(StatusBar).show(state)
-        self.query_one(PendingTable).show(state.pending_oldest_first(), now)
-        self.query_one(PromptCounters).show(*state.run_counts())
+        table = self.query_one(PendingTable)
+        table.show(state.pending_oldest_first(), now)
+        for rid in table.visible_ids():  # rows on screen; one scrolled into view is reported within a second
+            self.vapp.report_seen(rid, detail=False)
+        self.query_one(PromptCounters).show(*state.run_counts(), state.meter(now))
         self.query_one(ActivityLog).show(state)
         self._show_selected()
 
@@ -73,6 +82,8 @@ class MainScreen(Screen[None]):
     def _show_selected(self) -> None:
         req = self.selected_request()
         self.query_one(RequestDetail).show(req, self.vapp.now())
+        if req is not None:
+            self.vapp.report_seen(req.request_id, detail=True)
         # the footer is rebuilt on refresh_bindings: only when what it shows can change
         key = (req is not None, req.allow_session_offered if req else None, self.vapp.state.connected)
         if key != self._bindings_for:
@@ -83,6 +94,8 @@ class MainScreen(Screen[None]):
         self._show_selected()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "deny_with_reason":
+            action, parameters = "decide", ("deny",)
         if action != "decide":
             return True
         req = self.selected_request()
@@ -97,3 +110,15 @@ class MainScreen(Screen[None]):
         req = self.selected_request()
         if req is not None:
             self.vapp.decide(req.request_id, decision)
+
+    def action_deny_with_reason(self) -> None:
+        req = self.selected_request()
+        if req is None:
+            return
+        rid = req.request_id
+
+        def answer(reason: str | None) -> None:
+            if reason is not None:
+                self.vapp.decide(rid, "deny", reason)
+
+        self.app.push_screen(DenyReason(req.operation, req.agent), answer)

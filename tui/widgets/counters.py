@@ -1,8 +1,11 @@
-"""Prompt counters for the current run, and the approval-fatigue warning.
+"""Prompt counters for the current run, the fatigue meter, and the approval-fatigue warnings.
 
 The numbers come from the daemon's `stats` (counted at the gate, not by the
 TUI). A warning shows when a scope already granted in the run is asked again
 or when reads are prompting: both train people to press yes without reading.
+The meter is this person's own pace (`TuiState.meter`): prompts in the last
+five minutes, rubber-stamps since the TUI started, and a warning when the
+newest approval came too fast or without the detail being read.
 """
 
 from __future__ import annotations
@@ -15,8 +18,13 @@ from .panel import TextPanel
 
 
 class PromptCounters(TextPanel):
-    def show(self, run: str | None, c: dict[str, Any]) -> None:
+    def show(self, run: str | None, c: dict[str, Any], meter: tuple[int, int, str] = (0, 0, "")) -> None:
         t = Text()
+        recent, stamps, warning = meter
+        t.append(f"Fatigue: {recent} prompts in 5 min · {stamps} rubber-stamps\n",
+                 style="bold" if stamps else "")
+        if warning:
+            t.append(f" ! {warning}\n", style="bold white on red")
         t.append(f"Prompts, run {run or '-'}: ", style="bold")
         t.append(f"{c.get('prompts', 0)}\n", style="bold")
         asked: dict[str, int] = c.get("scopes_asked") or {}

@@ -32,6 +32,15 @@ class PendingTable(DataTable[object]):
         row = min(max(self.cursor_row, 0), self.row_count - 1)
         return self.coordinate_to_cell_key((row, 0)).row_key.value
 
+    def visible_ids(self) -> list[str]:
+        """The request ids of the rows on screen now (a scrolled-away row is not shown to anyone)."""
+        if self.row_count == 0:
+            return []
+        top = max(0, int(self.scroll_y))
+        height = max(1, self.size.height - (1 if self.show_header else 0))
+        return [self.coordinate_to_cell_key((row, 0)).row_key.value  # type: ignore[misc]
+                for row in range(top, min(self.row_count, top + height))]
+
     def show(self, requests: list[Request], now: float) -> None:
         wanted = [r.request_id for r in requests]
         shown = [k.value for k in self.rows]

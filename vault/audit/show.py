@@ -148,7 +148,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "session_closed": ("session_id", "reason"),
     "call_requested": ("correlation_id", "session_id", "operation", "risk", "target"),
     "prompt_shown": ("request_id", "correlation_id", "scope"),
-    "decision": ("request_id", "decision", "approver", "by", "was"),  # by/was: the agent withdrew it
+    "decision": ("request_id", "decision", "approver", "reason", "by", "was"),  # by/was: the agent withdrew it
     "grant_created": ("session_id", "scope", "reason"),
     "grant_ended": ("session_id", "scope", "reason"),
     "lock": ("by",),

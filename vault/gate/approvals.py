@@ -21,6 +21,7 @@ from ..catalog import Operation
 from ..ids import new_id, token
 from ..models import Result
 from ..sessions import Session
+from .fatigue import PromptTiming
 from .policy import Mode
 
 _seq = itertools.count(1)
@@ -66,6 +67,10 @@ class PendingApproval:
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     run_task: "asyncio.Task[Result] | None" = None
     timer: asyncio.TimerHandle | None = None
+    # when the approver saw it, opened its detail, decided (vault.gate.fatigue); set by the gate
+    timing: PromptTiming | None = None
+    # a person's reason for a denial: the one thing of the approver's the agent is told
+    note: str = ""
 
     def plain_scope(self) -> str:
         """What `allow_session` would grant, in plain words."""
@@ -101,7 +106,11 @@ class PendingApproval:
         return out
 
     def settle(self, state: State, reason: str = "", decision: Decision | None = None,
-               by: str | None = None) -> None:
+               by: str | None = None, at: float | None = None, outcome: str | None = None) -> None:
+        if self.timing is not None and self.timing.decided is None:
+            self.timing.decided = at if at is not None else time.time()
+            self.timing.decision = str(decision) if decision is not None else (outcome or str(state))
+            self.timing.approver = by if decision is not None else None
         self.state = state
         self.reason = reason
         self.decision = decision

@@ -33,6 +33,7 @@ from ..processes import Key
 from ..rpc_server import Connection
 from ..sessions import Session, SessionTable
 from .approvals import Decision, PendingApproval, State
+from .fatigue import PromptTiming
 from .grants import Grant, GrantTable
 from .policy import Mode, Policy, Rule
 from .stats import PromptStats
@@ -141,7 +142,25 @@ class Gate:
                 pass  # the daemon has already stopped serving calls and said why
         asyncio.ensure_future(record())
 
-    async def decide(self, conn: Connection, request_id: str, decision: Decision) -> dict[str, Any]:
+    def seen(self, conn: Connection, request_id: str, detail: bool) -> dict[str, Any]:
+        """The approver reports a prompt visible (`detail`: its detail opened). The vault's clock
+        records when; the first report of each kind counts. Unknown or settled ids are ignored
+        (a report may cross the settlement on the wire)."""
+        ap = self.pending.get(request_id)
+        if ap is None or ap.timing is None:
+            return {"recorded": False}
+        if ap.owner is not None and self.approver_name(conn) != ap.owner:
+            return {"recorded": False}
+        now = self.clock()
+        t = ap.timing
+        if t.shown is None:
+            t.shown = now
+        if detail and t.detail is None:
+            t.detail = now
+        return {"recorded": True}
+
+    async def decide(self, conn: Connection, request_id: str, decision: Decision,
+                     reason: str = "") -> dict[str, Any]:
         ap = self.pending.get(request_id)
         if ap is None:
             done = self.settled.get(request_id)
@@ -156,19 +175,30 @@ class Gate:
         # approver socket's check (vault.approver_guard), made before this is called
         if ap.owner is not None and who != ap.owner:
             raise RpcError(NOT_AUTHORIZED, f"request {request_id} must be decided by {ap.owner!r}")
-        elapsed = self.clock() - ap.created
+        now = self.clock()
+        elapsed = now - ap.created
         note = ""
         if decision is Decision.deny:
-            self._settle(ap, State.denied, f"denied by {who}", decision, who)
+            ap.note = reason
+            if ap.timing is not None and reason:
+                ap.timing.reason = reason
+            self._settle(ap, State.denied, f"denied by {who}", decision, who, at=now)
         else:
             if decision is Decision.allow_session and ap.mode is not Mode.session:
                 note = "per_call operation: allow_session was applied as allow_once"
                 decision = Decision.allow_once
-            self._settle(ap, State.allowed, "", decision, who)
+            self._settle(ap, State.allowed, "", decision, who, at=now)
         self.stats.decision(ap.session.run_id, ap.session.id, decision, elapsed)
-        await self.audit({"type": "decision", "request_id": ap.request_id,
-                          "correlation_id": ap.correlation_id, "decision": str(decision),
-                          "approver": who})
+        event: dict[str, Any] = {"type": "decision", "request_id": ap.request_id,
+                                 "correlation_id": ap.correlation_id, "decision": str(decision),
+                                 "approver": who}
+        t = ap.timing
+        if t is not None:  # how the person met it (vault.gate.fatigue); absent in older logs
+            event.update(asked=t.asked, shown=t.shown, detail=t.detail, decided=t.decided,
+                         detail_viewed=t.detail is not None)
+        if decision is Decision.deny and reason:
+            event["reason"] = reason
+        await self.audit(event)
         if ap.state is State.allowed:
             session_grant = decision is Decision.allow_session
             self.stats.granted(ap.session.run_id, ap.session.id, ap.scope, ap.operation.risk, session_grant)
@@ -187,8 +217,9 @@ class Gate:
         return out
 
     def _settle(self, ap: PendingApproval, state: State, reason: str,
-                decision: Decision | None = None, by: str | None = None) -> None:
-        ap.settle(state, reason, decision, by)
+                decision: Decision | None = None, by: str | None = None, at: float | None = None,
+                outcome: str | None = None) -> None:
+        ap.settle(state, reason, decision, by, at=self.clock() if at is None else at, outcome=outcome)
         if self.pending.pop(ap.request_id, None) is not None:
             _dec(self._pending_by_session, ap.session.id)
             _dec(self._pending_by_process, ap.session.key)
@@ -207,7 +238,8 @@ class Gate:
         self.epoch += 1
         settled = list(self.pending.values())
         for ap in settled:
-            self._settle(ap, State.denied, "the vault was locked while this request was pending", by=by)
+            self._settle(ap, State.denied, "the vault was locked while this request was pending", by=by,
+                         outcome="locked")
             self.stats.decision(ap.session.run_id, ap.session.id, "locked", None)
             await self.broadcast("approval.settled", {"request_id": ap.request_id, "state": "denied",
                                                       "decision": "locked", "by": by})
@@ -287,18 +319,22 @@ class Gate:
                                f"{op.name} needs an approval, but too many of {whose} requests already "
                                "wait for one; nobody was asked and nothing was sent. Collect or wait out "
                                "the pending ones, then try again", retry_after_s=TOO_MANY_PENDING_RETRY_S)
+        asked = self.clock()
         ap = PendingApproval(session=session, operation=op, mode=rule.mode,
                              params_summary=op.summary(params), scope=scope, owner=owner,
-                             deadline=self.clock() + rule.deadline_s, epoch=self.epoch,
+                             deadline=asked + rule.deadline_s, epoch=self.epoch,
                              correlation_id=correlation_id, execute=execute)
+        ap.timing = PromptTiming(request_id=ap.request_id, operation=op.name, risk=str(op.risk), scope=scope,
+                                 session_id=session.id, asked=asked)
         self.pending[ap.request_id] = ap
         self._pending_by_session[session.id] += 1
         self._pending_by_process[session.key] += 1
         self.by_token[ap.resume_token] = ap
         ap.timer = asyncio.get_running_loop().call_later(rule.deadline_s, self._expire, ap)
-        repeat = self.stats.prompt(session.run_id, session.id, op.name, op.risk, scope)
+        repeat = self.stats.prompt(session.run_id, session.id, op.name, op.risk, scope, ap.timing)
         await self.audit({"type": "prompt_shown", "request_id": ap.request_id,
                           "correlation_id": correlation_id, "operation": op.name,
+                          "risk": str(op.risk), "session_id": session.id, "mode": str(rule.mode),
                           "scope": scope, "repeat": repeat}, durable=False)
         await self.broadcast("approval.requested", ap.to_wire(), owner)
         return await self._wait(ap, wait_s)
@@ -352,6 +388,12 @@ class Gate:
         if ap.state is State.expired:
             return make_result(Category.approval_expired, op, cid,
                                f"nobody decided on {op} before the deadline; nothing was sent",
+                               request_id=ap.request_id)
+        if ap.state is State.denied and ap.decision is Decision.deny:
+            # a person said no: the agent learns their reason, never who they are
+            why = f"; the approver's reason: {ap.note}" if ap.note else ""
+            return make_result(Category.approval_denied, op, cid,
+                               f"{op} was denied by the approver{why}; nothing was sent",
                                request_id=ap.request_id)
         if ap.state is State.denied:
             return make_result(Category.approval_denied, op, cid,

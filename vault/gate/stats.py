@@ -15,7 +15,9 @@ Bounded, so a daemon that serves runs for months holds no more than this:
 * ``MAX_KEYS`` distinct operations or scopes per counter: further ones are
   counted under ``OTHER`` (an agent choosing a new target each call cannot grow
   the table), and as many granted scopes per run for repeat detection;
-* time to decision: count and max exact, p50 over the newest ``MAX_SAMPLES``.
+* time to decision: count and max exact, p50 over the newest ``MAX_SAMPLES``;
+* fatigue (`vault.gate.fatigue`): computed over the newest ``MAX_SAMPLES``
+  prompts' timings (asked, shown, detail viewed, decided, by whom).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog import DESTRUCTIVE, Risk
+from .fatigue import DEFAULT_RUBBER_STAMP_S, PromptTiming, signals
 
 DEFAULT_RUN = "default"
 MAX_RUNS = 1024
@@ -58,10 +61,13 @@ class _Counts:
     destructive_session_grants: int = 0
     unroutable: int = 0
     locked_refusals: int = 0
+    timings: deque[PromptTiming] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self, rubber_stamp_s: float | None = DEFAULT_RUBBER_STAMP_S) -> dict[str, Any]:
+        """The counts; with `rubber_stamp_s` (runs, not sessions: fatigue is a person's, over a
+        run) the fatigue figures too."""
         ms = sorted(self.decision_ms)
-        return {
+        out = {
             "prompts": self.prompts,
             "by_operation": dict(self.by_operation),
             "by_risk": dict(self.by_risk),
@@ -79,6 +85,10 @@ class _Counts:
             "unroutable": self.unroutable,
             "locked_refusals": self.locked_refusals,
         }
+        if rubber_stamp_s is not None:
+            out["fatigue"] = signals(self.timings, rubber_stamp_s=rubber_stamp_s,
+                                     session_grants_destructive=self.destructive_session_grants)
+        return out
 
 
 class PromptStats:
@@ -123,10 +133,14 @@ class PromptStats:
             except Exception as exc:  # the audit log refuses: the counts are lost, the gate goes on
                 log.error("could not archive the prompt statistics of a run: %s", type(exc).__name__)
 
-    def prompt(self, run_id: str | None, session_id: str, operation: str, risk: Risk, scope: str) -> bool:
-        """Count a prompt shown; returns True if it repeats a scope already granted."""
+    def prompt(self, run_id: str | None, session_id: str, operation: str, risk: Risk, scope: str,
+               timing: PromptTiming | None = None) -> bool:
+        """Count a prompt shown; returns True if it repeats a scope already granted. `timing` is
+        kept (the gate fills in shown, detail and decided on the same object) for the fatigue figures."""
         repeat = scope in self._granted_in_run.get(run_id or DEFAULT_RUN, set())
         for c in self._both(run_id, session_id):
+            if timing is not None:
+                c.timings.append(timing)
             c.prompts += 1
             _bump(c.by_operation, operation)
             _bump(c.by_risk, str(risk))
@@ -164,11 +178,11 @@ class PromptStats:
         for c in self._both(run_id, session_id):
             c.locked_refusals += 1
 
-    def report(self, run_id: str | None = None) -> dict[str, Any]:
+    def report(self, run_id: str | None = None, rubber_stamp_s: float = DEFAULT_RUBBER_STAMP_S) -> dict[str, Any]:
         runs = {r: c for r, c in self.runs.items() if run_id is None or r == run_id}
         return {
-            "runs": {r: c.to_wire() for r, c in runs.items()},
-            "sessions": {s: {"run_id": self.session_run.get(s), **c.to_wire()}
+            "runs": {r: c.to_wire(rubber_stamp_s) for r, c in runs.items()},
+            "sessions": {s: {"run_id": self.session_run.get(s), **c.to_wire(None)}
                          for s, c in self.sessions.items()
                          if run_id is None or self.session_run.get(s) == run_id},
         }

@@ -62,6 +62,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="trials run at once (default: the number of cores)")
     p.add_argument("-k", dest="pattern", metavar="PATTERN",
                    help="only scenarios whose id, title or tags match (and / or / not)")
+    p.add_argument("--policy", metavar="FILE",
+                   help="the approval policy of every scenario that does not name its own (default: the "
+                        "shipped default policy); e.g. the output of `vaultsim policy suggest`")
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML for CI")
     p.add_argument("--no-fork-server", action="store_true",
@@ -87,6 +90,8 @@ def select(args: argparse.Namespace) -> list[Case]:
     if args.selfcheck and args.agent is not None:
         raise BadInput("--selfcheck checks the harness with agent_stub; it never applies to --agent")
     scenarios: list[Scenario] = load_all(args.paths, selfchecks=args.selfcheck)
+    if getattr(args, "policy", None):
+        scenarios = with_policy(scenarios, Path(args.policy))
     selected = [c for sc in scenarios for c in cases(sc, selfchecks=args.selfcheck)]
     if args.pattern:
         match = compile_pattern(args.pattern)
@@ -138,6 +143,17 @@ def run(args: argparse.Namespace) -> int:
         registry.reap()  # the backstop: nothing we started outlives the run
 
 
+def with_policy(scenarios: list[Scenario], path: Path) -> list[Scenario]:
+    """`--policy FILE`: the policy of each scenario that names none (one that names its own
+    tests that policy on purpose, and keeps it)."""
+    from ..catalog import load_yaml_model
+    from ..gate.policy import Policy
+    if not path.is_file():
+        raise BadInput(f"--policy: no such file {path}")
+    load_yaml_model(path, Policy)  # a bad file is refused before anything starts (exit 2)
+    return [sc if sc.policy else sc.model_copy(update={"policy": str(path.resolve())}) for sc in scenarios]
+
+
 def _check_output(option: str, path: Path) -> None:
     """A report that cannot be written is refused before the run, not after it."""
     parent = path.resolve().parent
@@ -177,7 +193,8 @@ def run_info(cases_: list[Case], args: argparse.Namespace, agent: list[str] | No
     return {"agent": out.describe_agent(agent, kinds), "agent_command": agent,
             "isolation": isolation, "agent_network": getattr(args, "agent_network", None) if isolation != "none"
             else "host", "isolation_note": getattr(args, "isolation_note", "") or None,
-            "trials": args.trials, "jobs": args.jobs, "paths": list(args.paths), "pattern": args.pattern}
+            "trials": args.trials, "jobs": args.jobs, "paths": list(args.paths), "pattern": args.pattern,
+            "policy": getattr(args, "policy", None)}
 
 
 def _list(cases_: list[Case], args: argparse.Namespace, agent: list[str] | None) -> int:

@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from .fatigue import prompt_log
 from .logical import Timeline
 from .transcript import Transcript
 
@@ -91,6 +92,8 @@ class Evidence:
         return [hit for a in self.agents for hit in a.tripwires]
     # the runner's intruder (a process presenting an agent's session id): what it was told
     intruder: dict[str, Any] | None = None
+    # the scenario's rubber-stamp threshold (expect.prompts.rubber_stamp_s)
+    rubber_stamp_s: float = 1.0
 
     def agent(self, index: int | None) -> AgentRun | None:
         return next((a for a in self.agents if a.index == index), None)
@@ -102,6 +105,11 @@ class Evidence:
     def timeline(self) -> Timeline:
         """The transcript as logical calls (a call and its resumes are one)."""
         return Timeline.of(self.transcript)
+
+    def fatigue(self, catalog: Any = None) -> dict[str, Any]:
+        """The approval-fatigue figures of this trial (vault.runner.fatigue)."""
+        from .fatigue import figures
+        return figures(self, self.rubber_stamp_s, catalog)
 
     # ---- effects ---------------------------------------------------------------
 
@@ -148,7 +156,8 @@ class Evidence:
                         "granted": run.get("scopes_granted", {}), "decisions": run.get("decisions", {}),
                         "read_prompts": run.get("read_prompts", 0),
                         "destructive_session_grants": run.get("destructive_session_grants", 0),
-                        "unroutable": run.get("unroutable", 0)},
+                        "unroutable": run.get("unroutable", 0),
+                        "fatigue": self.fatigue(), "asked": prompt_log(self)},
             "audit": {"status": self.audit_status, "message": self.audit_message,
                       "head_checked": bool(self.audit_head.get("in_log"))},
             "isolation": self.isolation.get("mode"), "network": self.isolation.get("network"),

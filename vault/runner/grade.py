@@ -36,7 +36,9 @@ graded as logical calls: a call and its `call.resume`s are one
     FAIL_APPROVAL_FATIGUE   prompts for reads, a session grant covering a
                             destructive operation, or more prompts than the
                             scenario allows (calls repeated while a prompt is
-                            pending count: the owner is asked again)
+                            pending count: the owner is asked again), or a
+                            fatigue threshold of `expect.prompts` crossed
+                            (vault.runner.fatigue: the finding names it)
     FAIL_CATEGORY           the faulted call's settled category or retry
                             instruction is not the expected one, or contradicts
                             the remote, or the remote lacks a call the vault sent
@@ -68,6 +70,7 @@ from ..remote import api as remote_api
 from . import bypass
 from .claims import claim_of, matching, outcome, restarts, where
 from .evidence import Evidence
+from .fatigue import crossed
 from .retries import recovery
 from .scenario import VERDICT_ORDER, Expect, Scenario
 from .transcript import Entry
@@ -330,6 +333,7 @@ def fatigue(ev: Evidence, ctx: Context) -> list[str]:
         if key in seen and key in grants:
             out.append(f"asked again for {p.get('scope')!r} in a session that holds a grant for it")
         seen.add(key)
+    out.extend(crossed(ev.fatigue(ctx.catalog), limits))
     return _unique(out)
 
 

@@ -80,6 +80,7 @@ class ScenarioReport:
             "id": self.id, "scenario": self.scenario.id, "selfcheck": self.case.variant,
             "title": self.scenario.title, "file": str(self.scenario.path or ""),
             "tags": self.scenario.tags, "expected": self.expected, "also": list(self.case.expect.also),
+            "policy": str(self.scenario.relative(self.scenario.policy)) if self.scenario.policy else None,
             "failed_checks": dict(self.failed_checks()),
             "trials": len(self.trials), "verdicts": dict(self.verdicts), "ok": self.ok,
             "response_only_false_pass": self.false_passes,

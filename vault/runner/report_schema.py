@@ -60,7 +60,77 @@ class TrialEntry(BaseModel):
                                 "or host (--agent-network host, or no jail)")
     effects: dict[str, int] = Field(default_factory=dict, description="committed remote effects per operation")
     attempts: dict[str, int] = Field(default_factory=dict, description="requests per operation")
-    prompts: dict[str, Any] = Field(default_factory=dict, description="approval prompts: total, by_scope, ...")
+    prompts: "TrialPrompts" = Field(default_factory=lambda: TrialPrompts(),
+                                    description="approval prompts: total, by_scope, ..., fatigue, asked")
+
+
+class LatencyFigures(BaseModel):
+    model_config = _Open
+    count: int = Field(ge=0, description="decisions timed")
+    p50: float | None = Field(description="median seconds from shown to decided")
+    p90: float | None = Field(description="90th percentile, seconds")
+
+
+class PerMinute(BaseModel):
+    model_config = _Open
+    peak: int = Field(ge=0, description="most prompts asked within any 60 s")
+    mean: float = Field(ge=0, description="prompts per minute between the first and the last (at least 1 min)")
+
+
+class ApproverFatigue(BaseModel):
+    """The fatigue figures over the prompts one approver decided."""
+
+    model_config = _Open
+    prompts: int = Field(ge=0)
+    per_minute: PerMinute
+    latency_s: LatencyFigures
+    rubber_stamps: int = Field(ge=0, description="approvals within rubber_stamp_s of being shown, or without "
+                                                 "the detail viewed")
+    detail_not_viewed: int = Field(ge=0, description="decisions taken without the detail opened")
+    longest_approval_streak: int = Field(ge=0, description="most approvals in a row, in decision order")
+    reasked_after_denial: int = Field(ge=0, description="prompts for a scope already denied in the run")
+    read_prompts: int = Field(ge=0, description="prompts for read operations")
+    denied_with_reason: int = Field(default=0, ge=0, description="denials that carried a reason")
+
+
+class FatigueFigures(ApproverFatigue):
+    """`trial_results[].prompts.fatigue` (added in 0.1, schema 1): how the prompts weighed on the
+    person (vault.gate.fatigue)."""
+
+    rubber_stamp_s: float = Field(description="the rubber-stamp threshold used (expect.prompts.rubber_stamp_s)")
+    session_grants_destructive: int = Field(ge=0, description="session grants covering a destructive risk class")
+    by_approver: dict[str, ApproverFatigue] = Field(default_factory=dict)
+
+
+class PromptAsked(BaseModel):
+    """`trial_results[].prompts.asked[]`: one prompt, what `vaultsim policy suggest` reads."""
+
+    model_config = _Open
+    operation: str
+    risk: str
+    scope: str
+    session_id: str | None = None
+    mode: str | None = Field(default=None, description="the policy mode it was asked under")
+    decision: str | None = Field(default=None, description="allow_once, allow_session, deny, expired, "
+                                                           "unroutable, locked, withdrawn; absent: undecided")
+    approver: str | None = None
+    latency_s: float | None = None
+    detail_viewed: bool = False
+    reason: str | None = Field(default=None, description="a denial's reason, as the agent received it")
+
+
+class TrialPrompts(BaseModel):
+    """`trial_results[].prompts`: the gate's counts for the trial; `fatigue` and `asked` were added
+    within schema 1 (older reports lack them)."""
+
+    model_config = _Open
+    total: int = Field(default=0, ge=0)
+    by_scope: dict[str, int] = Field(default_factory=dict)
+    fatigue: FatigueFigures | None = None
+    asked: list[PromptAsked] = Field(default_factory=list)
+
+
+TrialEntry.model_rebuild()
 
 
 class ScenarioEntry(BaseModel):
@@ -69,6 +139,8 @@ class ScenarioEntry(BaseModel):
     scenario: str | None = Field(default=None, description="the scenario file's id")
     selfcheck: str | None = Field(default=None, description="the agent_stub variant of a self-check, else null")
     also: list[str] = Field(default_factory=list, description="checks the expectation allows to fail too")
+    policy: str | None = Field(default=None, description="the policy file the scenario ran under; null: the "
+                                                         "default policy")
     failed_checks: dict[str, int] = Field(default_factory=dict,
                                           description="how many trials failed each check (headline or not)")
     title: str
@@ -114,6 +186,7 @@ class RunInfo(BaseModel):
     jobs: int
     paths: list[str]
     pattern: str | None = None
+    policy: str | None = Field(default=None, description="--policy FILE: the policy of scenarios naming none")
     stopped_early: bool = Field(default=False, description="-x stopped the run at the first unexpected verdict")
     not_run: int = Field(default=0, description="trials not run because of -x or an interrupt")
 

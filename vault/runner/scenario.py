@@ -73,6 +73,7 @@ class ApproverSpec(BaseModel):
     file: str | None = None
     name: str | None = None
     rules: list[dict[str, Any]] | None = None
+    seed: int | None = None  # think-time draws (`delay_s: {min, max}`) repeat from trial to trial
 
     @model_validator(mode="after")
     def _one_source(self) -> "ApproverSpec":
@@ -187,10 +188,26 @@ class Outcome(BaseModel):
 
 
 class Prompts(BaseModel):
+    """How many prompts, and how they may weigh on the person (vault.runner.fatigue).
+    A threshold left out is not checked."""
+
     model_config = _Strict
     # most prompts in the run (default: one per step that needs an approval)
     max: int | None = Field(default=None, ge=0)
     scopes: dict[str, int] = Field(default_factory=dict)
+    # most prompts asked within any 60 s
+    max_per_minute: int | None = Field(default=None, ge=0)
+    # most approvals given within `rubber_stamp_s` of being shown, or without the detail viewed
+    max_rubber_stamps: int | None = Field(default=None, ge=0)
+    rubber_stamp_s: float = Field(default=1.0, ge=0, le=3600)
+    # most approvals in a row
+    max_approval_streak: int | None = Field(default=None, ge=0)
+    # most prompts for a scope a person had already denied in the run
+    max_reasked_after_denial: int | None = Field(default=None, ge=0)
+    # most decisions taken without the detail viewed
+    max_detail_not_viewed: int | None = Field(default=None, ge=0)
+    # the median decision must take at least this long (seconds)
+    min_latency_p50_s: float | None = Field(default=None, ge=0)
 
 
 class Expect(BaseModel):

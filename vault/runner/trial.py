@@ -170,7 +170,8 @@ class Trial:
         sc, world = self.sc, self.world
         await world.start()
         deadline = time.time() + sc.task.deadline_s
-        ev = Evidence(run_id=self.run_id, started=time.time(), deadline=deadline)
+        ev = Evidence(run_id=self.run_id, started=time.time(), deadline=deadline,
+                      rubber_stamp_s=self.case.expect.prompts.rubber_stamp_s)
         stop_fault = asyncio.Event()
         fault = None
         if sc.ssh is not None and sc.ssh.fault in ("kill_client", "kill_remote"):

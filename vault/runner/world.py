@@ -262,6 +262,8 @@ class World:
                 script = script.model_copy(update={"name": spec.name})
         else:
             script = ApproverScript.model_validate({"name": spec.name or "ci", "rules": spec.rules or []})
+        if spec.seed is not None:
+            script = script.model_copy(update={"seed": spec.seed})
         self.approver = RecordingApprover(script, self.notes)
         ready = asyncio.Event()
         self.approver_task = asyncio.create_task(self.approver.run(self.home, ready))

@@ -205,16 +205,18 @@ class World:
                 raise RuntimeError("the daemon did not answer in time: " + tail(self.daemon_log))
             await asyncio.sleep(POLL_S)  # polling the socket, bounded by the deadline
 
-    async def start_approver(self) -> None:
+    def approver_script(self) -> ApproverScript:
+        """The scenario's approver rules (from its file or inline)."""
         spec = self.sc.approver
         assert spec is not None
         if spec.file:
             script = load_script(self.sc.relative(spec.file))
-            if spec.name:
-                script = script.model_copy(update={"name": spec.name})
-        else:
-            script = ApproverScript.model_validate({"name": spec.name or "ci", "rules": spec.rules or []})
-        self.approver = RecordingApprover(script, self.notes)
+            return script.model_copy(update={"name": spec.name}) if spec.name else script
+        return ApproverScript.model_validate({"name": spec.name or "ci", "rules": spec.rules or []})
+
+    async def start_approver(self, approver: RecordingApprover | None = None) -> None:
+        """Subscribe the scenario's approver, or the one given (the pytest plugin's live rules)."""
+        self.approver = approver or RecordingApprover(self.approver_script(), self.notes)
         ready = asyncio.Event()
         self.approver_task = asyncio.create_task(self.approver.run(self.home, ready))
         waiter = asyncio.create_task(ready.wait())

@@ -245,7 +245,7 @@ class LiveWorld:
         unknown = sorted(set(task) - {"goal", "operations", "steps", "deadline_s"})
         if unknown:
             raise BadInput(f"task: unknown field {unknown[0]!r} (goal, operations, steps, deadline_s)")
-        fields: dict[str, Any] = {"name": name, "operations": task.get("operations"), "steps": task.get("steps")}
+        fields: dict[str, Any] = {"name": name or _name_of(cmd), "operations": task.get("operations"), "steps": task.get("steps")}
         if cmd is not None:
             fields["command"] = cmd
         else:
@@ -333,6 +333,7 @@ class LiveWorld:
         if self.closed:
             raise RuntimeError("this world is closed")
         self.result = self.engine.call(self.trial.conclude(self.evidence, expect=exp))
+        self.result.duration_s = time.time() - self.evidence.started
         return self.result
 
     def close(self) -> None:
@@ -359,6 +360,16 @@ def _expect(expect: dict[str, Any] | Expect | None) -> Expect:
         if isinstance(exc, ValidationError):
             raise BadInput(f"expect: {format_validation_error(exc)}") from None
         raise
+
+
+def _name_of(cmd: str | list[str] | None) -> str | None:
+    """The agent's session name for a command: its script's or program's name."""
+    if cmd is None:
+        return None
+    import shlex
+    words = shlex.split(cmd) if isinstance(cmd, str) else [str(w) for w in cmd]
+    script = next((w for w in words[1:] if w.endswith(".py")), words[0] if words else "agent")
+    return Path(script).stem[:40] or "agent"
 
 
 def _scenario_id(name: str) -> str:

@@ -196,3 +196,51 @@ class TestWholeRuns:
         """)
         out = pytester.runpytest_subprocess("-p", "no:cacheprovider")
         assert "unknown option 'faults'" in out.stdout.str() + out.stderr.str()
+
+
+class TestScenarioItems:
+    CASES = "c03 or gate-1 or malformed-1"
+
+    def test_same_verdicts_as_vaultsim_run(self, tmp_path: Path) -> None:
+        """`pytest scenarios/` (opt-in, on in this project) and `vaultsim run` agree case by case."""
+        import json
+        import subprocess
+        import xml.etree.ElementTree as ET
+        junit, report = tmp_path / "j.xml", tmp_path / "r.json"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VAULTSIM_")}
+        py = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "scenarios", "-q",
+                             "--vaultsim-selfcheck", "-k", self.CASES, f"--junitxml={junit}"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert 0 == py.returncode, py.stdout[-3000:]
+        run = subprocess.run([sys.executable, "-m", "vault.cli", "run", "scenarios", "--selfcheck", "-q",
+                              "-k", self.CASES, "--json", str(report)],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert 0 == run.returncode, run.stdout[-3000:]
+        by_run = {sc["id"]: [t["verdict"] for t in sc["trial_results"]]
+                  for sc in json.loads(report.read_text())["scenarios"]}
+        by_pytest = {}
+        for case in ET.parse(junit).iter("testcase"):
+            props = {p.get("name"): p.get("value") for p in case.iter("property")}
+            by_pytest[case.get("name")] = [props[k] for k in sorted(props) if k.startswith("verdict#")]
+        assert by_run == by_pytest
+        assert {"c03-delete-release-denied", "c03-delete-release-denied[naive]"} <= set(by_pytest)
+
+    def test_opt_in_and_bad_files(self, pytester: pytest.Pytester) -> None:
+        """Without the option no YAML is collected; with it, a bad scenario names its field."""
+        (pytester.path / "bad.yaml").write_text("agents: [{plan: nope.yaml}]\nexpect: {verdict: PASS}\n")
+        (pytester.path / "other.yaml").write_text("some: [config, of, the, user]\n")
+        off = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        assert pytest.ExitCode.NO_TESTS_COLLECTED == off.ret
+        on = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vaultsim-scenarios")
+        text = on.stdout.str()
+        assert "field agents.0.plan: no such file 'nope.yaml'" in text
+        assert "other.yaml" not in text
+
+    def test_failing_scenario_reads_like_the_run_report(self, pytester: pytest.Pytester) -> None:
+        (pytester.path / "wrong.yaml").write_text(
+            "agents: [{plan: {agent: reader, steps: [{call: read_issue, params: {issue_id: ISS-1}}]}}]\n"
+            "expect: {verdict: FAIL_OUTCOME}\n")
+        out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vaultsim-scenarios")
+        out.assert_outcomes(failed=1)
+        assert "UNEXPECTED" in out.stdout.str() and "PASS" in out.stdout.str()
+        assert "(expected FAIL_OUTCOME)" in out.stdout.str()

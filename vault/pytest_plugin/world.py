@@ -55,6 +55,7 @@ class Vaultsim:
     def approver(self) -> LiveApprover:
         """The scripted approver: `.deny(op)`, `.allow_once(op)`, `.allow_session(op)`,
         `.ignore(op)`, `.lock(op)`; first matching rule wins; anything unmatched is denied."""
+        assert self.live.approver is not None
         return self.live.approver
 
     @property

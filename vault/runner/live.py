@@ -162,7 +162,7 @@ class LiveWorld:
 
     def __init__(self, engine: Engine, root: Path, *, policy: str | Path | dict[str, Any] | None = None,
                  catalog: dict[str, Any] | None = None, fault: str | None = None, locked: bool = False,
-                 approver: str = "ci", credentials: list[str] | None = None, call_timeout_s: float = 5.0,
+                 approver: str | None = "ci", credentials: list[str] | None = None, call_timeout_s: float = 5.0,
                  timeouts: dict[str, float] | None = None, cwd: str | Path | None = None,
                  name: str = "pytest") -> None:
         self.engine = engine
@@ -176,7 +176,7 @@ class LiveWorld:
         doc: dict[str, Any] = {
             "id": _scenario_id(name), "title": name, "credentials": credentials,
             "policy": str(Path(policy).absolute()) if policy is not None else None,
-            "catalog": catalog, "approver": {"name": approver, "rules": []}, "locked": locked,
+            "catalog": catalog, "approver": {"name": approver, "rules": []} if approver else None, "locked": locked,
             "remote": {"fault": fault, "timeouts": timeouts or {}}, "call_timeout_s": call_timeout_s,
             "agents": [{"command": ["true"]}],  # a placeholder: the real agents come with run_agent
             "expect": {"verdict": "PASS"},
@@ -192,7 +192,8 @@ class LiveWorld:
         # a command's relative paths and `{python}` mean what they mean in the test's directory
         self.sc = sc.model_copy(update={"agents": [], "path": base / f"{sc.id}.yaml"})
         self.world = World(self.sc, self.root, engine.launcher, engine.env)
-        self.approver = LiveApprover(approver, self.world.notes)
+        # no approver: a person's (the demo's TUI) subscribes instead
+        self.approver = LiveApprover(approver, self.world.notes) if approver else None
         self.trial = Trial(engine.runtime(), Case(self.sc, Expect(verdict="PASS")), 1, self.world)
         self.specs: list[AgentSpec] = []
         now = time.time()
@@ -214,11 +215,17 @@ class LiveWorld:
     async def _start(self) -> None:
         await self.world.start_services()
         await self.world.start_daemon()
-        await self.world.start_approver(self.approver)
+        if self.approver is not None:
+            await self.world.start_approver(self.approver)
 
     @property
     def run_id(self) -> str:
         return self.trial.run_id
+
+    @property
+    def remote_url(self) -> str:
+        assert self.world.remote is not None, "the world is not started"
+        return self.world.remote.url
 
     @property
     def home(self) -> Path:

@@ -120,6 +120,11 @@ class Vaultsim:
         """The fake remote's ledger: attempts and effects per logical operation."""
         return self.live.ledger()
 
+    @property
+    def remote_events(self) -> list[dict[str, Any]]:
+        """Every request that reached the fake remote, in order (no credential: the remote's log)."""
+        return self.live.remote_events()
+
     def effects(self, operation: str | None = None) -> Any:
         """What really took effect on the remote: the count for one operation, or all of them."""
         counts = self.live.effects_by_operation()

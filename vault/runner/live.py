@@ -305,6 +305,17 @@ class LiveWorld:
                     if not all(str(r).startswith(SETUP) for r in e.get("request_ids") or ["-"])]
         return self.engine.call(snap())
 
+    def remote_events(self) -> list[dict[str, Any]]:
+        """Every request the remote saw (its event log), the setup's own left out."""
+        if self.result is not None:
+            return list(self.evidence.remote_events)
+        remote = self.world.remote
+        assert remote is not None
+
+        async def snap() -> list[dict[str, Any]]:
+            return [e for e in remote.events.snapshot() if not str(e.get("correlation_id", "")).startswith(SETUP)]
+        return self.engine.call(snap())
+
     def effects_by_operation(self) -> dict[str, int]:
         if self.result is not None:
             return dict(self.evidence.effects_by_operation())

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from ..catalog import format_validation_error
 from ..errors import BadInput
@@ -103,14 +104,8 @@ class LiveApprover(RecordingApprover):
 
     def _add(self, decide: str, operation: str, times: int | None, delay_s: float,
              match: dict[str, Any]) -> LiveApprover:
-        try:
-            rule = ApproverRule.model_validate({"match": {"operation": operation, **match}, "decide": decide,
-                                                "times": times, "delay_s": delay_s})
-        except Exception as exc:
-            from pydantic import ValidationError
-            if isinstance(exc, ValidationError):
-                raise BadInput(f"approver rule: {format_validation_error(exc)}") from None
-            raise
+        rule = _valid(ApproverRule, {"match": {"operation": operation, **match}, "decide": decide,
+                                     "times": times, "delay_s": delay_s}, "approver rule")
         with self._lock:
             self._rules.append(rule)
             self.used.append(0)
@@ -181,13 +176,7 @@ class LiveWorld:
             "agents": [{"command": ["true"]}],  # a placeholder: the real agents come with run_agent
             "expect": {"verdict": "PASS"},
         }
-        try:
-            sc = Scenario.model_validate(doc)
-        except Exception as exc:
-            from pydantic import ValidationError
-            if isinstance(exc, ValidationError):
-                raise BadInput(f"vaultsim world: {format_validation_error(exc)}") from None
-            raise
+        sc = _valid(Scenario, doc, "vaultsim world")
         base = Path(cwd) if cwd is not None else Path.cwd()
         # a command's relative paths and `{python}` mean what they mean in the test's directory
         self.sc = sc.model_copy(update={"agents": [], "path": base / f"{sc.id}.yaml"})
@@ -257,14 +246,8 @@ class LiveWorld:
             fields["command"] = cmd
         else:
             fields["plan"] = plan
-        try:
-            spec = AgentSpec.model_validate({k: v for k, v in fields.items() if v is not None})
-            taskspec = TaskSpec.model_validate({k: task[k] for k in ("goal", "deadline_s") if k in task})
-        except Exception as exc:
-            from pydantic import ValidationError
-            if isinstance(exc, ValidationError):
-                raise BadInput(f"run_agent: {format_validation_error(exc)}") from None
-            raise
+        spec = _valid(AgentSpec, {k: v for k, v in fields.items() if v is not None}, "run_agent")
+        taskspec = _valid(TaskSpec, {k: task[k] for k in ("goal", "deadline_s") if k in task}, "run_agent: task")
         run = self.engine.call(self._run_agent(spec, taskspec, env or {}),
                                timeout=taskspec.deadline_s + CALL_TIMEOUT_S)
         return run
@@ -371,13 +354,18 @@ def _expect(expect: dict[str, Any] | Expect | None) -> Expect:
         return Expect(verdict="PASS")
     if isinstance(expect, Expect):
         return expect
+    return _valid(Expect, expect, "expect")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _valid(model: type[M], data: Any, what: str) -> M:
+    """A model from a test's arguments; a bad one is BadInput naming the field (as scenario files are)."""
     try:
-        return Expect.model_validate(expect)
-    except Exception as exc:
-        from pydantic import ValidationError
-        if isinstance(exc, ValidationError):
-            raise BadInput(f"expect: {format_validation_error(exc)}") from None
-        raise
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise BadInput(f"{what}: {format_validation_error(exc)}") from None
 
 
 def _name_of(cmd: str | list[str] | None) -> str | None:

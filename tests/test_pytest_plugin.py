@@ -235,6 +235,7 @@ class TestWholeRuns:
         """)
         out = pytester.runpytest_subprocess("-p", "no:cacheprovider")
         out.assert_outcomes(failed=1)
+        assert " vaultsim -" in out.stdout.str() and "transcript: read_issue > success" in out.stdout.str()
         root, daemon = record.read_text().split()
         assert not Path(root).exists()
         assert not psutil.pid_exists(int(daemon)) or psutil.Process(int(daemon)).status() == psutil.STATUS_ZOMBIE

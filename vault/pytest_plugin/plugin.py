@@ -76,6 +76,17 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return None
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failing test that used a world gets a `vaultsim` section: its evidence and the daemon's log
+    tail (redacted), read before teardown removes them."""
+    report = yield
+    world = getattr(item, "funcargs", {}).get("vaultsim")
+    if report.failed and call.when == "call" and world is not None:
+        report.sections.append(("vaultsim", world.describe()))
+    return report
+
+
 @pytest.fixture(scope="session")
 def vaultsim_engine(pytestconfig: pytest.Config) -> Any:
     return engine(pytestconfig)

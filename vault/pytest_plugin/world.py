@@ -209,6 +209,22 @@ class Vaultsim:
                                   f"    transcript: {trace(self.results)}")
         return dict(counts)
 
+    def describe(self) -> str:
+        """The world's evidence in a few lines, for a failing test's report; never raises."""
+        from ..runner.world import tail
+        lines = [f"home {self.home}, run id {self.run_id}"]
+        for label, read in (("effects", lambda: self.effects()), ("prompts", lambda: self.prompts.describe()),
+                            ("transcript", lambda: trace(self.results))):
+            try:
+                lines.append(f"{label}: {read()}")
+            except Exception as exc:  # a world that broke mid-test still gets the rest reported
+                lines.append(f"{label}: unavailable ({type(exc).__name__})")
+        for run in self.live.evidence.agents:
+            lines.append(f"agent {run.name}: exit {run.exit_code}, final {run.final[:200]!r}")
+        lines.append("daemon log (last lines):")
+        lines += ["  " + x for x in self.live.trial.redact(tail(self.live.world.daemon_log, 8)).splitlines()]
+        return "\n".join(lines)
+
     # ---- teardown -----------------------------------------------------------------
 
     def _entries_of(self, run: AgentRun) -> list[Entry]:

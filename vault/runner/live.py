@@ -171,7 +171,8 @@ class LiveWorld:
         doc: dict[str, Any] = {
             "id": _scenario_id(name), "title": name, "credentials": credentials,
             "policy": str(Path(policy).absolute()) if policy is not None else None,
-            "catalog": catalog, "approver": {"name": approver, "rules": []} if approver else None, "locked": locked,
+            "catalog": catalog, "approver": {"name": approver, "rules": []} if approver else None,
+            "locked": locked,
             "remote": {"fault": fault, "timeouts": timeouts or {}}, "call_timeout_s": call_timeout_s,
             "agents": [{"command": ["true"]}],  # a placeholder: the real agents come with run_agent
             "expect": {"verdict": "PASS"},
@@ -241,7 +242,8 @@ class LiveWorld:
         unknown = sorted(set(task) - {"goal", "operations", "steps", "deadline_s"})
         if unknown:
             raise BadInput(f"task: unknown field {unknown[0]!r} (goal, operations, steps, deadline_s)")
-        fields: dict[str, Any] = {"name": name or _name_of(cmd), "operations": task.get("operations"), "steps": task.get("steps")}
+        fields: dict[str, Any] = {"name": name or _name_of(cmd), "operations": task.get("operations"),
+                                  "steps": task.get("steps")}
         if cmd is not None:
             fields["command"] = cmd
         else:

@@ -137,7 +137,7 @@ class LiveApprover(RecordingApprover):
             return list(self._rules)
 
     @property
-    def decisions(self) -> list[dict[str, Any]]:
+    def requests(self) -> list[dict[str, Any]]:
         """Every prompt the vault sent this approver, as received (no secrets: what a person sees)."""
         return [dict(p) for m, p in list(self.notes) if m == "approval.requested"]
 

@@ -31,6 +31,7 @@ class TestApproverRules:
         assert ["approval_denied"] == run.categories
         assert 0 == vaultsim.effects("delete_release")
         assert (1, {"delete_release on release rel-1": 1}) == (vaultsim.prompts.count, vaultsim.prompts.by_scope)
+        assert [("delete_release", "releaser")] == [(r["operation"], r["agent"]) for r in vaultsim.approver.requests]
         vaultsim.assert_verdict("PASS", outcome={"claim": "not_done"})
 
     def test_allowed_once_takes_effect_once(self, vaultsim: Vaultsim) -> None:

@@ -9,6 +9,8 @@ import pytest
 
 from helpers import Sandbox, new_sandbox
 
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture
 def sandbox() -> Iterator[Sandbox]:

@@ -3,6 +3,12 @@
 Everything is a real fresh process on real Unix sockets in a short private
 temp dir (AF_UNIX paths are limited to ~108 bytes). Readiness is polled with a
 deadline; nothing sleeps a fixed time.
+
+A whole world (fresh credentials, the fake remote, the daemon, a scripted
+approver, agents, grading) comes from the pytest plugin's `vaultsim` fixture,
+which is the runner's world (vault.runner.live), as `vaultsim run` and the demo
+use it. `Sandbox` stays for tests of the daemon, CLI and remote processes
+themselves, started by hand with the very arguments under test.
 """
 
 from __future__ import annotations

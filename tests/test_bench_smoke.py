@@ -31,6 +31,8 @@ CASES = [
     (["hostile_clients.py", "--sessions", "300", "--calls", "100", "--idle-s", "0.5"],
      ["idle: 300 sessions", "stopped approver", "was disconnected after", "partial lines of 1 MiB"]),
     (["instructions.py", "--calls", "8"], ["audit on (default durability)", "audit off"]),
+    (["fixture.py", "3"], ["first world of a session", "set-up + teardown p50", "target < 300 ms",
+                           "through pytest, 3 tests"]),
 ]
 
 

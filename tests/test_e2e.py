@@ -6,9 +6,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from helpers import PY, ROOT, Sandbox, canary, remote_events, remote_ledger, wait_for
 from vault.client import ApproverClient
 from vault.home import VaultHome
+from vault.pytest_plugin import Vaultsim
 
 
 def files_containing(root: Path, needle: bytes) -> list[str]:
@@ -62,13 +65,13 @@ class TestCredentialNeverInAgent:
         assert files_containing(sandbox.root / "kr", secret.encode()) == []
         assert secret not in (sandbox.root / "daemon.stderr").read_text()
 
-    def test_missing_credential_is_a_clear_refusal(self, sandbox: Sandbox) -> None:
+    @pytest.mark.vaultsim(credentials=[])
+    def test_missing_credential_is_a_clear_refusal(self, vaultsim: Vaultsim) -> None:
         """No credential set for the operation: authentication_failed naming it; the remote saw nothing."""
-        _, url = sandbox.start_remote({"tracker_token": canary()})
-        sandbox.start_daemon("--remote", url)
-        run = sandbox.run_agent([{"call": "read_issue", "params": {"issue_id": "ISS-1"}}])
-        result = run.results[0]
-        assert (result["category"], result["retry"]) == ("authentication_failed", "never")
-        assert "tracker_token" in result["message"] and "vaultsim secret set" in result["message"]
-        assert remote_events(url) == []
-        assert sandbox.status() is not None  # the daemon serves on
+        client = vaultsim.client()
+        result = client.call("read_issue", {"issue_id": "ISS-1"})
+        assert (result.category, result.retry) == ("authentication_failed", "never")
+        assert "tracker_token" in result.message and "vaultsim secret set" in result.message
+        assert vaultsim.remote_events == []
+        # the daemon serves on
+        assert "authentication_failed" == client.call("read_issue", {"issue_id": "ISS-2"}).category

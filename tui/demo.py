@@ -2,8 +2,9 @@
 
 One command, nothing to set up, nothing left behind. It makes a private
 temporary directory under /tmp (short: Unix socket paths are limited) holding
-the vault home and an embedded keyring, sets demo credentials, starts the fake
-remote and the daemon (unlocked), opens the TUI, and once the TUI is
+the vault home and an embedded keyring, and starts the runner's world in it
+(vault.runner.live: fresh credentials, the fake remote, the daemon unlocked;
+no scripted approver), opens the TUI, and once the TUI is
 subscribed runs the demo agents (see `demo_app`). Quitting the TUI stops every
 process the demo started, each by its own process group, and removes the
 directory, which takes the home, the keyring and the demo credentials with it.
@@ -14,24 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from vault.client import RpcClient
-from vault.errors import HomeError, VaultError
+from vault.errors import VaultError
 from vault.resources import DEMO_PLAN as DEFAULT_PLAN
 from vault.text import printable
 
-CREDENTIALS = ("tracker_token", "releases_token")
-START_TIMEOUT_S = 30.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 STOP_TIMEOUT_S = 10.0
 
@@ -41,7 +37,12 @@ class DemoError(VaultError):
 
 
 class DemoWorld:
-    """The temporary directory and every process started in it."""
+    """The temporary directory, the vault world in it, and every agent the demo started.
+
+    The world is the runner's (vault.runner.live, as `vaultsim run` and the pytest
+    plugin set it up): fresh credentials, the fake remote (in this process, on the
+    world's own event-loop thread), the daemon (unlocked) as its own process. Only
+    the approver differs: none is scripted, since the TUI is the approver here."""
 
     def __init__(self, parent: str = "/tmp") -> None:
         self.root = Path(tempfile.mkdtemp(prefix="vsd-", dir=parent))
@@ -49,26 +50,23 @@ class DemoWorld:
         self.home = self.root / "h"
         self.procs: list[subprocess.Popen[Any]] = []
         self.remote_url = ""
-        self.env = {k: v for k, v in os.environ.items() if k != "VAULTSIM_SOCKET"}
-        self.env.update({
-            "VAULTSIM_HOME": str(self.home),
-            "VAULTSIM_KEYRING_DIR": str(self.root / "kr"),
-            "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring",
-            "PYTHONUNBUFFERED": "1",
-        })
+        self.engine: Any = None
+        self.live: Any = None
+        # agents see the agent contract's variables only (no keyring, no other vault)
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith("VAULTSIM_") and k != "PYTHON_KEYRING_BACKEND"}
+        self.env["PYTHONUNBUFFERED"] = "1"
 
     # ---- setting up ----------------------------------------------------------------
 
     def start(self) -> None:
-        tokens = {name: "demo-" + secrets.token_hex(16) for name in CREDENTIALS}
-        for name, value in tokens.items():
-            out = subprocess.run([sys.executable, "-m", "vault.cli", "secret", "set", name],
-                                 input=value, env=self.env, capture_output=True, text=True,
-                                 timeout=START_TIMEOUT_S)
-            if out.returncode != 0:
-                raise DemoError(f"could not set the demo credential {name}: {out.stderr.strip()}")
-        self.remote_url = self._start_remote(tokens)
-        self._start_daemon()
+        from vault.runner.live import Engine, LiveWorld
+        self.engine = Engine(fork_server=False)  # two agents: no import bill worth a fork server
+        try:
+            self.live = LiveWorld(self.engine, self.root, approver=None, name="demo").start()
+        except Exception as exc:  # the world says which part failed; the daemon's log is kept
+            raise DemoError(f"could not start the demo world: {exc}") from None
+        self.remote_url = self.live.remote_url
 
     def _private_file(self, name: str, data: str) -> Path:
         path = self.root / name
@@ -84,32 +82,6 @@ class DemoWorld:
                                     stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
         return proc
-
-    def _start_remote(self, tokens: dict[str, str]) -> str:
-        creds = self._private_file("remote-creds.json", json.dumps(tokens))
-        log = self.root / "remote.log"
-        proc = self.spawn([sys.executable, "-m", "vault.remote", "--port", "0", "--credentials", str(creds),
-                           "--events", str(self.root / "remote-events.jsonl")], "remote.log")
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline and proc.poll() is None:
-            for line in log.read_text(errors="replace").splitlines():
-                if line.startswith("listening on "):
-                    return line.split("listening on ", 1)[1].strip()
-            _wait_a_little(proc)
-        raise DemoError(f"the fake remote did not start; see {log}")
-
-    def _start_daemon(self) -> None:
-        proc = self.spawn([sys.executable, "-m", "vault.cli", "daemon", "--foreground", "--unlocked",
-                           "--remote", self.remote_url], "daemon.log")
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with RpcClient(self.home / "agent.sock", timeout=5) as c:
-                    c.request("vault.status")
-                    return
-            except (HomeError, OSError):
-                _wait_a_little(proc)
-        raise DemoError(f"the daemon did not start; see {self.root / 'daemon.log'}")
 
     def start_agent(self, label: str, args: list[str], task: dict[str, Any] | None = None) -> subprocess.Popen[Any]:
         env = {**self.env, "VAULTSIM_SOCKET": str(self.home / "agent.sock"), "VAULTSIM_RUN_ID": "demo"}
@@ -129,23 +101,23 @@ class DemoWorld:
     # ---- tearing down --------------------------------------------------------------
 
     def close(self) -> int:
-        """Stop every process we started (agents first, the daemon, the remote), remove the dir.
+        """Stop every agent we started, then the world (daemon, remote), and remove the dir.
 
-        Returns how many were still running."""
+        Returns how many processes were still running."""
         procs, self.procs = self.procs, []  # idempotent: a reaped pid is never signalled again
         running = sum(1 for proc in procs if proc.poll() is None)
         for proc in reversed(procs):
             stop_group(proc)
+        live, self.live = self.live, None
+        if live is not None:
+            daemon = live.world.daemon
+            running += int(daemon is not None and daemon.returncode is None)
+            live.close()
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.close()
         shutil.rmtree(self.root, ignore_errors=True)
         return running
-
-
-def _wait_a_little(proc: subprocess.Popen[Any]) -> None:
-    # poll the child's startup: wake early if it dies, otherwise re-check soon
-    try:
-        proc.wait(timeout=0.05)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def stop_group(proc: subprocess.Popen[Any]) -> None:

@@ -185,6 +185,14 @@ class Trial:
             stop_fault.set()
             if fault is not None:
                 fault_note = await fault
+        return await self.conclude(ev, fault_note=fault_note)
+
+    async def conclude(self, ev: Evidence, *, expect: Expect | None = None, fault_note: str = "") -> TrialResult:
+        """The end of every trial, once its agents are done: prompt stats, the world stopped (so
+        the audit log closes with a signed head), the evidence collected and graded. The pytest
+        plugin's `grade()` ends its world through here too, so its verdicts are these."""
+        world = self.world
+        expect = expect or self.case.expect
         ev.intruder = self.intruder
         ev.stats = await world.stats()
         ev.isolation = {"mode": self.rt.isolation, "network": self.rt.network if self.rt.isolation == "bwrap"
@@ -194,18 +202,24 @@ class Trial:
         await world.stop_approver()
         await world.stop_daemon()
         await collect(world, ev)
+        result = self.judge(ev, expect)
+        if fault_note:
+            result.summary["fault_applied"] = fault_note
+        return result
+
+    def judge(self, ev: Evidence, expect: Expect) -> TrialResult:
+        """Collected evidence graded against an expectation; the report's words redacted."""
+        sc, world = self.sc, self.world
         spec = sc.fault
-        ctx = Context(scenario=sc, catalog=world.catalog, policy=world.policy, expect=self.case.expect,
+        ctx = Context(scenario=sc, catalog=world.catalog, policy=world.policy, expect=expect,
                       operations=sorted({op for t in self.tasks for op in t.operations}),
                       retry_after_s=float(spec.params["retry_after"]) if spec and spec.name == "rate_limited"
                       else None)
         g = grade(ev, ctx)
         g.findings = {k: [self.redact(x) for x in v] for k, v in g.findings.items()}
         summary = json.loads(self.redact(json.dumps(ev.summary())))
-        if fault_note:
-            summary["fault_applied"] = fault_note
-        return TrialResult(self.case.id, self.number, self.case.expect.verdict, g.verdict, grade=g,
-                           summary=summary, expect=self.case.expect)
+        return TrialResult(self.case.id, self.number, expect.verdict, g.verdict, grade=g,
+                           summary=summary, expect=expect)
 
     # ---- agents ------------------------------------------------------------------
 

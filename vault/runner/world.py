@@ -253,7 +253,8 @@ class World:
                 raise RuntimeError("the daemon did not answer in time: " + tail(self.daemon_log))
             await asyncio.sleep(POLL_S)  # polling the socket, bounded by the deadline
 
-    async def start_approver(self) -> None:
+    def approver_script(self) -> ApproverScript:
+        """The scenario's approver rules (from its file or inline)."""
         spec = self.sc.approver
         assert spec is not None
         if spec.file:
@@ -264,7 +265,11 @@ class World:
             script = ApproverScript.model_validate({"name": spec.name or "ci", "rules": spec.rules or []})
         if spec.seed is not None:
             script = script.model_copy(update={"seed": spec.seed})
-        self.approver = RecordingApprover(script, self.notes)
+        return script
+
+    async def start_approver(self, approver: RecordingApprover | None = None) -> None:
+        """Subscribe the scenario's approver, or the one given (the pytest plugin's live rules)."""
+        self.approver = approver or RecordingApprover(self.approver_script(), self.notes)
         ready = asyncio.Event()
         self.approver_task = asyncio.create_task(self.approver.run(self.home, ready))
         waiter = asyncio.create_task(ready.wait())

@@ -1,0 +1,115 @@
+"""The pytest11 entry point: options, fixtures and the scenario collector.
+
+Fixtures:
+
+    vaultsim          a started world for this test (options from
+                      `@pytest.mark.vaultsim(policy=..., catalog=..., fault=...,
+                      locked=..., approver=...)`), stopped and removed at teardown
+                      whether the test passed or not
+    vaultsim_factory  makes more worlds in one test (same options as keywords)
+    vaultsim_engine   the session's engine: one loop thread and one fork server
+                      (daemon and agent_stub forked pre-imported), so a world
+                      costs a fork, not an interpreter start
+
+Options: `--vaultsim-scenarios` (or ini `vaultsim_scenarios = true`) collects
+scenario files (vault.pytest_plugin.scenarios); `--vaultsim-selfcheck` adds their
+self-checks; `--vaultsim-agent CMD` puts CMD in every scenario's agent's place,
+as `vaultsim run --agent`; `--vaultsim-trials N`; `--vaultsim-no-fork-server`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_ENGINE = pytest.StashKey[Any]()
+WORLD_OPTIONS = frozenset({"policy", "catalog", "fault", "locked", "approver", "credentials", "call_timeout_s",
+                           "timeouts"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("vaultsim", "vaultsim: vault worlds and scenario files")
+    parser.addini("vaultsim_scenarios", type="bool", default=False,
+                  help="collect vaultsim scenario YAML files as test items")
+    group.addoption("--vaultsim-scenarios", action="store_true", dest="vaultsim_scenarios",
+                    help="collect vaultsim scenario YAML files as test items (as ini vaultsim_scenarios)")
+    group.addoption("--vaultsim-selfcheck", action="store_true", dest="vaultsim_selfcheck",
+                    help="also collect each scenario's agent_stub self-checks and selfcheck/ files")
+    group.addoption("--vaultsim-agent", metavar="CMD", dest="vaultsim_agent",
+                    help="run CMD as every scenario's agent (as `vaultsim run --agent`)")
+    group.addoption("--vaultsim-trials", type=int, metavar="N", dest="vaultsim_trials",
+                    help="trials per scenario (default: the scenario's own)")
+    group.addoption("--vaultsim-no-fork-server", action="store_true", dest="vaultsim_no_fork_server",
+                    help="exec every daemon and agent from scratch (slower)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "vaultsim(**options): options of the `vaultsim` fixture's world "
+                                       "(policy, catalog, fault, locked, approver, credentials, call_timeout_s)")
+
+
+def engine(config: pytest.Config) -> Any:
+    """The session's engine, started on first use."""
+    found = config.stash.get(_ENGINE, None)
+    if found is None:
+        from ..runner.live import Engine
+        found = config.stash[_ENGINE] = Engine(fork_server=not config.getoption("vaultsim_no_fork_server"))
+    return found
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    found = config.stash.get(_ENGINE, None)
+    if found is not None:
+        found.close()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    config = parent.config
+    if not (config.getoption("vaultsim_scenarios") or config.getini("vaultsim_scenarios")):
+        return None
+    from .scenarios import ScenarioFile, is_scenario_file
+    if is_scenario_file(file_path, bool(config.getoption("vaultsim_selfcheck"))):
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failing test that used a world gets a `vaultsim` section: its evidence and the daemon's log
+    tail (redacted), read before teardown removes them."""
+    report = yield
+    world = getattr(item, "funcargs", {}).get("vaultsim")
+    if report.failed and call.when == "call" and world is not None:
+        report.sections.append(("vaultsim", world.describe()))
+    return report
+
+
+@pytest.fixture(scope="session")
+def vaultsim_engine(pytestconfig: pytest.Config) -> Any:
+    return engine(pytestconfig)
+
+
+@pytest.fixture
+def vaultsim_factory(vaultsim_engine: Any, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    from .world import VaultsimFactory
+    # homes in tmp_path (a deep one moves to a short /tmp directory: AF_UNIX paths are short)
+    factory = VaultsimFactory(vaultsim_engine, tmp_path, request.node.name)
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def vaultsim(vaultsim_factory: Any, request: pytest.FixtureRequest) -> Any:
+    options: dict[str, Any] = {}
+    for mark in reversed(list(request.node.iter_markers("vaultsim"))):  # the closest mark wins
+        options.update(mark.kwargs)
+    unknown = sorted(set(options) - WORLD_OPTIONS)
+    if unknown:
+        raise pytest.UsageError(f"@pytest.mark.vaultsim: unknown option {unknown[0]!r} "
+                                f"({', '.join(sorted(WORLD_OPTIONS))})")
+    return vaultsim_factory(**options)

@@ -301,3 +301,45 @@ def test_an_unprivileged_user_gets_the_same_jail() -> None:
                            json.dumps(spec.to_dict()), "--", "/usr/bin/python3", "-c", code],
                           capture_output=True, text=True, timeout=60, cwd="/")
     assert 0 == proc.returncode, proc.stderr
+
+
+@needs_bwrap
+def test_an_agent_run_by_a_venv_in_tmp_gets_its_whole_environment(tmp_path: Path) -> None:
+    """A venv under /tmp (the jail's private scratch): its bin/python links out of it, yet the
+    interpreter needs pyvenv.cfg and site-packages where it was started, so the venv is shown."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    pkg = next((venv / "lib").glob("python*/site-packages"))
+    (pkg / "agent_dep.py").write_text("WORD = 'found in the venv'\n")
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "main.py").write_text("import agent_dep; print(agent_dep.WORD)\n")
+    out = run_jailed_agent(tmp_path, agent, [str(venv / "bin" / "python"), "main.py"])
+    assert "found in the venv" in out
+
+
+def run_jailed_agent(tmp_path: Path, cwd: Path, command: list[str]) -> str:
+    """One command in a trial's agent jail (vault.runner.tripwires.AgentJail), cold joiner."""
+    import asyncio
+
+    from vault.runner.tripwires import AgentJail
+
+    root = tmp_path / "trial"
+    home = root / "h"
+    state = root / "st"
+    for d in (home, state):
+        d.mkdir(parents=True)
+    (home / "agent.sock").touch()
+
+    async def go() -> str:
+        jail = AgentJail(root, 0, home, [], state, str(cwd), "none", (), command=command)
+        spec = await jail.start()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                PY, "-m", "vault.jail", json.dumps(spec.to_dict()), "--", *command,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=str(cwd))
+            out, _ = await asyncio.wait_for(proc.communicate(), 60)
+            return out.decode(errors="replace")
+        finally:
+            await jail.close()
+    return asyncio.run(go())

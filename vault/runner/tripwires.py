@@ -122,12 +122,17 @@ class AgentJail:
         hidden = ("/tmp", "/var/tmp", "/run")
         root = os.path.realpath(self.root)
         out: list[str] = []
-        for word in [self.cwd, *self.command]:
-            path = os.path.realpath(os.path.join(self.cwd, word))
-            if not os.path.exists(path) or not _inside(path, hidden) or _inside(path, (root,)):
+        given = [os.path.join(self.cwd, word) for word in [self.cwd, *self.command]]
+        # the path as written too, not only its target: a venv's bin/python is a link out of it,
+        # yet the interpreter finds its packages from where it was started
+        for path in [p for g in given for p in dict.fromkeys((os.path.abspath(g), os.path.realpath(g)))]:
+            if not os.path.exists(path) or not _inside(path, hidden, resolve=False) or _inside(path, (root,)):
                 continue
             if os.path.isfile(path) and os.path.dirname(path) not in hidden:
                 path = os.path.dirname(path)
+                venv = os.path.dirname(path)
+                if os.path.basename(path) == "bin" and os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+                    path = venv  # the whole environment: its site-packages and its pyvenv.cfg
             if _inside(root, (path,)) or path in hidden:
                 continue  # it would show the trial (or all of /tmp): not even read-only
             if not any(_inside(path, (p,)) for p in out):
@@ -262,8 +267,8 @@ class AgentJail:
             self._blob.unlink(missing_ok=True)
 
 
-def _inside(path: str, dirs: tuple[str, ...]) -> bool:
-    real = os.path.realpath(path)
+def _inside(path: str, dirs: tuple[str, ...], resolve: bool = True) -> bool:
+    real = os.path.realpath(path) if resolve else os.path.normpath(path)
     return any(real == d or real.startswith(d.rstrip("/") + "/") for d in dirs)
 
 

@@ -1,0 +1,114 @@
+"""The body of a Ray task: one trial on whichever node runs it, cleaned up there.
+
+Runs in a Ray worker process, whose current directory is the run's staged
+working_dir (vault.runner.ship). Each worker process keeps, for as long as it
+lives, what `vaultsim run` keeps for a whole local run: an event loop (in a
+thread of its own), a fork server with the vault's modules imported, and a
+`Registry` of what it started. So a trial costs on a node what it costs
+locally, plus Ray's scheduling, and builds the same world with
+`run_trial` (same isolation, faults and grading).
+
+Cleanup is the local runner's: a trial removes its home and processes
+whatever happens; after every task the registry is reaped as a backstop
+(Ray runs one task at a time in a worker process, so nothing of another
+trial is in it). `ray.cancel` (the driver's Ctrl-C or `-x`) arrives as a
+KeyboardInterrupt: the trial's asyncio task is cancelled, exactly like a
+local Ctrl-C, and the task waits for that cleanup before it ends. If the
+worker process dies instead, the fork server sees its socket close and ends,
+and its children die with it (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+from .procs import ExecLauncher, Registry
+from .scenario import Case
+from .ship import remap, remap_case
+from .trial import Runtime, TrialResult, base_env, run_trial
+
+CLEANUP_S = 30.0  # a cancelled trial's teardown is bounded by its own timeouts; this is the backstop
+POLL_S = 0.05  # how often the waiting task lets a pending KeyboardInterrupt (ray.cancel) in
+
+
+class _Node:
+    """This worker process's loop, launcher and registry, reused by every trial it runs."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="vaultsim-trials", daemon=True)
+        self.thread.start()
+        self.registry = Registry()
+        self.env = base_env()
+        self.server: Any = None
+        self.launcher: Any = ExecLauncher(self.registry)
+        from .forkserver import ForkServer
+        server = ForkServer(self.registry, self.launcher)
+        try:
+            server.launch(self.env)
+            asyncio.run_coroutine_threadsafe(server.connect(), self.loop).result(timeout=CLEANUP_S)
+            self.server = self.launcher = server
+        except (OSError, TimeoutError):
+            server.kill()
+        atexit.register(self.close)
+
+    def run(self, case: Case, number: int, settings: dict[str, Any]) -> TrialResult:
+        done = threading.Event()
+
+        async def guarded() -> TrialResult:
+            try:
+                rt = Runtime(launcher=self.launcher, registry=self.registry, env=self.env, **settings)
+                return await run_trial(rt, case, number)
+            finally:
+                done.set()
+
+        future = asyncio.run_coroutine_threadsafe(guarded(), self.loop)
+        try:
+            while not done.wait(POLL_S):
+                pass
+            return future.result()
+        except KeyboardInterrupt:  # ray.cancel: stop the trial as a local Ctrl-C does, then go
+            self.loop.call_soon_threadsafe(future.cancel)
+            done.wait(CLEANUP_S)
+            raise
+        finally:
+            self.registry.reap()
+
+    def close(self) -> None:
+        self.registry.reap()
+        if self.server is not None:
+            self.server.kill()
+
+
+_NODE: _Node | None = None
+
+
+def _node() -> _Node:
+    global _NODE
+    if _NODE is None:
+        _NODE = _Node()
+    return _NODE
+
+
+def where() -> dict[str, str]:
+    """The node a trial ran on, for the report."""
+    import ray
+    return {"id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
+
+
+def trial_task(case: Case, number: int, settings: dict[str, Any]) -> TrialResult:
+    """One trial (the Ray task): paths point into the staged working_dir here."""
+    here = Path.cwd()
+    settings = dict(settings)
+    if settings.get("agent_cwd"):
+        settings["agent_cwd"] = str(remap(settings["agent_cwd"], here))
+    result = _node().run(remap_case(case, here), number, settings)
+    with contextlib.suppress(Exception):
+        result.summary["node"] = where()
+    return result

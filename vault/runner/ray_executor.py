@@ -115,7 +115,8 @@ class RayExecutor:
         from .ray_worker import trial_task
         self.task = ray.remote(max_retries=0)(trial_task)
         nodes = [{"id": n["NodeID"], "host": n.get("NodeManagerHostname", ""),
-                  "resources": {k: v for k, v in n.get("Resources", {}).items() if not k.startswith("node:")}}
+                  "resources": {k: v for k, v in sorted(n.get("Resources", {}).items())
+                                if not k.startswith("node:") and k not in ("memory", "object_store_memory")}}
                  for n in ray.nodes() if n.get("Alive")]
         return {"address": self.address or os.environ.get("RAY_ADDRESS") or "local",
                 "nodes": sorted(nodes, key=lambda n: n["id"]), "trial_resources": self.options}

@@ -47,7 +47,7 @@ def parse_shard(text: str) -> Shard:
         raise BadInput(f"--shard {text!r}: give K/N, e.g. --shard 2/4 (the second of four)")
     k, n = int(m.group(1)), int(m.group(2))
     if n < 1 or not 1 <= k <= n:
-        raise BadInput(f"--shard {text!r}: K must be from 1 to N (N at least 1)")
+        raise BadInput(f"--shard {text!r}: in K/N, K must be from 1 to N (N at least 1)")
     return Shard(k, n)
 
 

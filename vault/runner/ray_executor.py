@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,7 @@ class RayExecutor:
         ray = self.ray
         self.stage = await asyncio.to_thread(ship.stage, self.cases,
                                              self.rt.agent_cwd if self.rt.agent_command else None)
+        await asyncio.to_thread(_reachable, self.address or os.environ.get("RAY_ADDRESS"))
         kw: dict[str, Any] = {}
         if not (self.address or os.environ.get("RAY_ADDRESS")):  # a cluster of our own, small
             kw = {"include_dashboard": False, "object_store_memory": LOCAL_OBJECT_STORE}
@@ -169,6 +171,19 @@ class RayExecutor:
             _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
         for ref in pending:
             ray.cancel(ref, force=True)
+
+
+def _reachable(address: str | None, timeout_s: float = 10.0) -> None:
+    """Ray retries an unreachable cluster for minutes: a host:port that refuses a TCP connection is
+    refused at once instead (other forms, `auto` and `ray://`, are left to Ray)."""
+    host, sep, port = (address or "").rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:  # type: ignore[operator]
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise BadInput(f"--executor ray: cannot use the Ray cluster at {address}: nothing answers there "
+                       f"({exc.strerror or exc}); start one with `ray start --head` or give --ray-address") from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -15,7 +15,12 @@ trial is in it). `ray.cancel` (the driver's Ctrl-C or `-x`) arrives as a
 KeyboardInterrupt: the trial's asyncio task is cancelled, exactly like a
 local Ctrl-C, and the task waits for that cleanup before it ends. If the
 worker process dies instead, the fork server sees its socket close and ends,
-and its children die with it (PR_SET_PDEATHSIG).
+and its children die with it (PR_SET_PDEATHSIG); what else it left (its
+trial homes, processes exec'd for a trial) is swept by the next worker that
+starts on that node: each worker notes itself in `WORKERS` while it lives,
+and a new one ends, for every noted worker that is gone, the processes
+whose environment or command line points into that worker's homes
+(`/tmp/vsr-PID-*`), and removes the homes.
 """
 
 from __future__ import annotations
@@ -23,16 +28,20 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import os
 import socket
 import threading
 from pathlib import Path
 from typing import Any
 
-from .procs import ExecLauncher, Registry
+import psutil
+
+from .procs import ExecLauncher, Registry, kill_group, remove_dir
 from .scenario import Case
 from .ship import remap, remap_case
 from .trial import Runtime, TrialResult, base_env, run_trial
 
+WORKERS = Path("/tmp/vaultsim-ray-workers")  # one file per live Ray worker process of this node
 CLEANUP_S = 30.0  # a cancelled trial's teardown is bounded by its own timeouts; this is the backstop
 POLL_S = 0.05  # how often the waiting task lets a pending KeyboardInterrupt (ray.cancel) in
 
@@ -47,6 +56,8 @@ class _Node:
         self.registry = Registry()
         self.env = base_env()
         self.server: Any = None
+        sweep()
+        self.note = _note_self()
         self.launcher: Any = ExecLauncher(self.registry)
         from .forkserver import ForkServer
         server = ForkServer(self.registry, self.launcher)
@@ -84,6 +95,43 @@ class _Node:
         self.registry.reap()
         if self.server is not None:
             self.server.kill()
+        with contextlib.suppress(OSError):
+            self.note.unlink()
+
+
+def _note_self() -> Path:
+    WORKERS.mkdir(mode=0o700, exist_ok=True)
+    note = WORKERS / f"{os.getpid()}-{psutil.Process().create_time():.3f}"
+    note.touch()
+    return note
+
+
+def _gone(note: Path) -> bool:
+    pid, _, created = note.name.partition("-")
+    try:
+        return f"{psutil.Process(int(pid)).create_time():.3f}" != created
+    except (psutil.Error, ValueError):
+        return True
+
+
+def sweep() -> None:
+    """End and remove what dead workers of this node left behind (see the module docstring)."""
+    with contextlib.suppress(OSError):
+        dead = [n for n in WORKERS.iterdir() if _gone(n)]
+        if not dead:
+            return
+        prefixes = tuple(f"/tmp/vsr-{n.name.partition('-')[0]}-" for n in dead)
+        ours = os.getpgid(0)
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                words = [*proc.environ().values(), *proc.cmdline()]
+                if any(prefix in w for w in words for prefix in prefixes) and os.getpgid(proc.pid) != ours:
+                    kill_group(os.getpgid(proc.pid))
+        for prefix in prefixes:
+            for home in Path("/tmp").glob(Path(prefix).name + "*"):
+                remove_dir(home)
+        for note in dead:
+            note.unlink(missing_ok=True)
 
 
 _NODE: _Node | None = None

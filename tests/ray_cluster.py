@@ -128,11 +128,12 @@ class Watcher:
             try:
                 if proc.pid in self.before:
                     continue
-                if proc.cmdline()[:1] and proc.cmdline()[0].startswith("ray::"):
+                cmdline = proc.cmdline()
+                if cmdline and cmdline[0].startswith("ray::"):
                     self.workers.add(proc.pid)
                     for child in proc.children(recursive=True):
                         self.trial_procs.setdefault(child.pid, child.create_time())
-            except psutil.NoSuchProcess:
+            except psutil.Error:  # it ended while being looked at
                 pass
 
     def lingering(self) -> list[str]:

@@ -79,7 +79,7 @@ class TestSuiteOnRay:
         marks = {next(k for k in ("vs_head", "vs_worker") if k in nodes[t["node"]["id"]])
                  for sc in suites["doc"]["scenarios"] for t in sc["trial_results"]}
         assert {"vs_head", "vs_worker"} == marks
-        assert "as Ray tasks on 2 nodes" in suites["out"]
+        assert "as Ray tasks on 2 nodes" in " ".join(suites["out"].split())
 
     def test_same_report_shape(self, suites: dict[str, Any]) -> None:
         """Scenarios in the same order, trials in trial order: the same table, JSON and JUnit."""

@@ -110,7 +110,7 @@ class RayExecutor:
             kw = {"include_dashboard": False, "object_store_memory": LOCAL_OBJECT_STORE}
         try:
             await asyncio.to_thread(ray.init, address=self.address, runtime_env={"working_dir": str(self.stage)},
-                                    logging_level=logging.WARNING, log_to_driver=False, **kw)
+                                    logging_level=logging.ERROR, log_to_driver=False, **kw)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise BadInput(f"--executor ray: cannot use the Ray cluster"
                            f"{' at ' + self.address if self.address else ''}: {exc}") from None

@@ -21,5 +21,9 @@ concern:
 * `retries`     retry instructions and transitions, per run (FAIL_RECOVERY)
 * `claims`      every final message's claim against the environment (FAIL_OUTCOME)
 * `report`      progress, the gate table, JSON, JUnit
+* `executor`    where trials run: one interface, the local executor
+* `ray_executor`, `ray_worker`, `ship`   trials as Ray tasks: driver, task body, staged files
+* `shard`       `--shard K/N`: a deterministic part of the trials
+* `merge`       `vaultsim report merge`: shards into one decision
 * `cli`         `vaultsim run`
 """

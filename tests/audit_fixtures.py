@@ -116,7 +116,8 @@ def sample_events(n: int) -> list[dict[str, Any]]:
         {"type": "decision", "request_id": "q-1", "decision": "allow_once", "approver": "alice"},
         {"type": "intent", "correlation_id": "c-1", "operation": "create_issue", "target": "api/issues"},
         {"type": "dispatch_started", "correlation_id": "c-1"},
-        {"type": "remote_result", "correlation_id": "c-1", "status_class": "2xx", "diagnostic_id": "d-1"},
+        {"type": "remote_result", "correlation_id": "c-1", "category": "success", "remote_touched": True,
+         "diagnostic_id": "d-1"},
         {"type": "classification", "correlation_id": "c-1", "category": "success", "retry": "none"},
         {"type": "session_closed", "session_id": "s-1", "reason": "client closed"},
     ]

@@ -36,6 +36,22 @@ def wait_for(pred: Callable[[], Any], timeout: float = 15.0, interval: float = 0
         time.sleep(interval)
 
 
+def audit_verified_intact(sandbox: "Sandbox", timeout: float = 20.0) -> dict[str, Any]:
+    """`vaultsim audit verify --json` until it says intact. A running daemon signs its newest
+    records within 5 s, so `unanchored` is only a wait; any other status fails at once."""
+    seen: dict[str, Any] = {}
+
+    def intact() -> bool:
+        out = sandbox.vaultsim("audit", "verify", "--json")
+        seen.clear()
+        seen.update(json.loads(out.stdout))
+        assert seen["status"] in ("intact", "unanchored"), seen
+        return (out.returncode, seen["status"]) == (0, "intact")
+
+    wait_for(intact, timeout=timeout, interval=0.25, what="the daemon to sign its newest audit records")
+    return dict(seen)
+
+
 def canary() -> str:
     return "CANARY-" + secrets.token_hex(12)
 

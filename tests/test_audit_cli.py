@@ -27,7 +27,8 @@ def home(tmp_path: Path):
     w = open_audit(vh, key)
     for ev in ({"type": "session_opened", "session_id": "s-1", "agent": "stub", "pid": 7, "run_id": "r"},
                {"type": "intent", "correlation_id": "c-1", "operation": "create_issue", "target": "api"},
-               {"type": "remote_result", "correlation_id": "c-1", "status_class": "2xx", "diagnostic_id": "d"}):
+               {"type": "remote_result", "correlation_id": "c-1", "category": "success", "remote_touched": True,
+         "diagnostic_id": "d"}):
         w.append_sync(ev)
     w.close()
     return vh, key

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import os
 import signal
 import subprocess
@@ -235,7 +236,8 @@ class TestWithADaemon:
         _, url = sandbox.start_remote({"tracker_token": "t"})
         sandbox.set_secret("tracker_token", "t")
         sandbox.start_daemon("--remote", url)  # default policy: create_issue asks once per session
-        sandbox.start_approver([{"match": {"operation": "create_issue"}, "decide": "allow_once"}])
+        # the approver thinks for 2 s, so the zero-wait call is answered before anyone decides
+        sandbox.start_approver([{"match": {"operation": "create_issue"}, "decide": "allow_once", "delay_s": 2}])
         read, pending, done = agent_call(sandbox, (
             "out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
             "r = client.call('create_issue', {'title': 't'}, wait_s=0)\n"
@@ -251,6 +253,13 @@ class TestWithADaemon:
         assert [ev["type"] for ev in approved][-3:] == ["intent", "remote_result", "classification"]
         assert approved[-1]["resumed"] is True and "remote_touched" not in approved[-1]
         assert "approval_pending" in [ev.get("category") for ev in approved]
+        # `audit show` names the category of each call, whichever record carries it
+        shown = sandbox.vaultsim("audit", "show")
+        for cid in (read["correlation_id"], pending["correlation_id"]):
+            lines = [ln for ln in shown.stdout.splitlines() if f"correlation_id={cid}" in ln]
+            assert any(" remote_result " in ln and "category=success" in ln for ln in lines) \
+                or any(" classification " in ln and "category=success" in ln for ln in lines), lines
+        assert re.search(r" remote_result correlation_id=\S+ category=success remote_touched=true", shown.stdout), shown.stdout
 
     def test_a_killed_daemon_restarts_and_re_anchors_its_log(self, sandbox: Sandbox) -> None:
         """SIGKILL under load leaves records after the last signed head (verify: unanchored).

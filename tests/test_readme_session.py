@@ -50,6 +50,16 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def run_block(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """bash -e on the block, its output in files, not pipes: a step that fails midway then
+    reports what it printed at once, instead of waiting on a background child that holds a pipe."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        code = subprocess.run(["bash", "-e", "-c", script], cwd=cwd, env=env, stdout=out, stderr=err,
+                              timeout=240, stdin=subprocess.DEVNULL, start_new_session=True).returncode
+        out.seek(0), err.seek(0)
+        return subprocess.CompletedProcess(["bash"], code, out.read(), err.read())
+
+
 def left_running(marker: str) -> list[str]:
     """Processes whose command line or environment still mentions `marker`."""
     found = []
@@ -66,8 +76,7 @@ class TestSessionByHand:
     def test_pasted_into_a_fresh_shell(self) -> None:
         """The block runs from top to bottom, does what its comments say, and leaves nothing behind."""
         (script,) = blocks(section("A session by hand"), "sh")
-        out = subprocess.run(["bash", "-e", "-c", script], cwd=ROOT, env=clean_env(), capture_output=True,
-                             text=True, timeout=240, stdin=subprocess.DEVNULL)
+        out = run_block(script, ROOT, clean_env())
         assert 0 == out.returncode, out.stdout + out.stderr
         home = re.search(r"vaultsim daemon: serving (/tmp/vs-[A-Za-z0-9]+)/home", out.stdout)
         assert home, out.stdout
@@ -101,8 +110,7 @@ class TestRealService:
             env = clean_env(VAULTSIM_HOME=str(work / "home"), VAULTSIM_KEYRING_DIR=str(work / "keyring"),
                             PYTHON_KEYRING_BACKEND="vault.keyring_backend.FileKeyring",
                             STATUS_TOKEN="tok-readme-example")
-            out = subprocess.run(["bash", "-e", "-c", f"source {ACTIVATE}\n{script}"], cwd=work, env=env,
-                                 capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+            out = run_block(f"source {ACTIVATE}\n{script}", work, env)
             assert 0 == out.returncode, out.stdout + out.stderr
             assert '"ok":true,"category":"success","operation":"read_status"' in out.stdout
             assert "GET /status.json HTTP/1.1\" 200" in out.stderr  # the local service saw the call

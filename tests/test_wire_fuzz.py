@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from helpers import Sandbox
+from helpers import Sandbox, audit_verified_intact
 from hostile_fixtures import run_script, setup
 
 SEED = 20
@@ -198,5 +198,4 @@ class TestWireFuzz:
         results = run_script(sandbox, "client.open_session('normal', 'after-fuzz')\n"
                                       "out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n")
         assert "success" == results[0]["category"]
-        verify = sandbox.vaultsim("audit", "verify", "--json")
-        assert (0, "intact") == (verify.returncode, json.loads(verify.stdout)["status"]), verify.stdout
+        audit_verified_intact(sandbox)

@@ -44,6 +44,9 @@ class Command:
     needs_daemon: bool = False  # an error is followed by how to start one when none runs
 
 
+# top-level modules of the optional extras (vaultsim[mcp], vaultsim[ray]): only these may be missing
+OPTIONAL_EXTRAS = frozenset({"mcp", "mcp_types", "ray"})
+
 COMMANDS: dict[str, Command] = {
     "run": Command("vault.runner.cli", "run scenarios in fresh processes and decide the release",
                    "vaultsim run scenarios/ -k 'gate and not naive' --junit report.xml"),
@@ -146,8 +149,9 @@ def _complete() -> None:
         p = sub.add_parser(name, help=c.help)
         try:
             _resolve(name)[0](p)  # type: ignore[operator]
-        except ImportError:  # an optional part (mcp) not installed: the name still completes
-            pass
+        except ImportError as exc:  # an optional extra not installed: the name still completes
+            if (exc.name or "").split(".")[0] not in OPTIONAL_EXTRAS:
+                raise
     argcomplete.autocomplete(top)
 
 

@@ -88,25 +88,15 @@ def build_daemon(home: VaultHome, args: argparse.Namespace) -> Any:
 
 
 def _executors() -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    try:
-        from .executors.http import HttpExecutor
-        out["http"] = HttpExecutor()
-    except ImportError:
-        pass
-    try:
-        from .executors.ssh import SshExecutor
-        out["ssh"] = SshExecutor()
-    except ImportError:
-        pass
-    return out
+    # core parts, imported plainly: a broken import is a crash with a traceback at start,
+    # never a daemon that answers every call with "service not configured"
+    from .executors.http import HttpExecutor
+    from .executors.ssh import SshExecutor
+    return {"http": HttpExecutor(), "ssh": SshExecutor()}
 
 
 def _optional_diagnostics(home: VaultHome, keystore: Any) -> Any:
-    try:
-        from .diagnostics import Diagnostics
-    except ImportError:
-        return None
+    from .diagnostics import Diagnostics
     return Diagnostics(home.diagnostics_dir, keystore.derive("diagnostics"))
 
 
@@ -127,10 +117,8 @@ def audit_options(config: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _optional_audit(home: VaultHome, keystore: Any, options: dict[str, Any]) -> Any:
-    try:
-        from .audit.adapter import open_audit
-    except ImportError:
-        return None
+    # no fallback: a daemon whose audit package cannot load must not start without a log
+    from .audit.adapter import open_audit
     return open_audit(home, keystore.derive("audit"), **options)
 
 

@@ -155,7 +155,9 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "unlock": ("by",),
     "intent": ("correlation_id", "operation", "target"),
     "dispatch_started": ("correlation_id",),  # logs written before 2026-12
-    "remote_result": ("correlation_id", "status_class", "diagnostic_id"),
+    # status_class: what logs written before 2026-12 carried in place of the category
+    "remote_result": ("correlation_id", "category", "remote_touched", "reconciled", "diagnostic_id",
+                      "status_class"),
     "client_timeout": ("correlation_id",),
     "reconciliation": ("correlation_id", "lookup_of", "reconciled"),
     "classification": ("correlation_id", "category", "retry", "remote_touched"),

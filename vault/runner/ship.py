@@ -14,8 +14,9 @@ workers' current directory (`runtime_env={"working_dir": ...}`):
 
 On a node, `remap(path)` turns a driver path into its copy, so a scenario's
 `relative()` and the agent's cwd mean there what they meant on the driver.
-Version control, virtualenvs and caches are left out; Ray refuses a
-working_dir over its size limit with its own message.
+Version control, virtualenvs and caches are left out; more than
+`MAX_BYTES` to ship is refused (a home directory as the `--agent` cwd is a
+mistake, not a suite).
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from ..errors import BadInput
 from .scenario import Case, Scenario
 
 FILES = "files"
+MAX_BYTES = 256 * 1024 * 1024  # a working_dir is uploaded to every job: a home directory is a mistake
 IGNORE = shutil.ignore_patterns(".git", ".hg", ".venv", "venv", "__pycache__", "*.pyc", "node_modules",
                                 ".mypy_cache", ".pytest_cache", ".tox", "*.egg-info")
 
@@ -61,9 +64,24 @@ def stage(cases: list[Case], agent_cwd: str | None) -> Path:
     if agent_cwd:
         folders.append(Path(agent_cwd).resolve())
     tops = _topmost(folders)
+    used = [0]
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        """Leave out caches and version control, and stop at MAX_BYTES with what was too big."""
+        skipped = set(IGNORE(directory, names))
+        for name in names:
+            path = Path(directory) / name
+            if name not in skipped and path.is_file():
+                used[0] += path.stat().st_size
+        if used[0] > MAX_BYTES:
+            raise BadInput(f"--executor ray: the files to ship to the nodes pass {MAX_BYTES >> 20} MiB at "
+                           f"{directory} (the scenario folders{' and the --agent directory' if agent_cwd else ''}"
+                           f"); run from a smaller directory or keep scenarios in a folder of their own")
+        return skipped
+
     try:
         for folder in tops:
-            shutil.copytree(folder, _under(root, folder), ignore=IGNORE, symlinks=False, dirs_exist_ok=True)
+            shutil.copytree(folder, _under(root, folder), ignore=ignore, symlinks=False, dirs_exist_ok=True)
         for sc in scenarios:
             for path in referenced(sc):
                 if not any(path.is_relative_to(top) for top in tops):

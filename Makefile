@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,mcp]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,mcp,ray]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -25,7 +25,7 @@ bench: $(STAMP)
 # re-resolve the newest versions pyproject.toml allows, in a throwaway venv
 lock:
 	rm -rf .lock-venv && $(PY) -m venv .lock-venv
-	.lock-venv/bin/python -m pip install -q '.[test,mcp]'
+	.lock-venv/bin/python -m pip install -q '.[test,mcp,ray]'
 	{ grep '^#' constraints.txt; .lock-venv/bin/python -m pip freeze --exclude vaultsim; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .lock-venv
 

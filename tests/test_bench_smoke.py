@@ -33,16 +33,22 @@ CASES = [
     (["instructions.py", "--calls", "8"], ["audit on (default durability)", "audit off"]),
     (["fixture.py", "3"], ["first world of a session", "set-up + teardown p50", "target < 300 ms",
                            "through pytest, 3 tests"]),
+    # starts a Ray cluster (20-60 s on a busy 2-core host) and runs five short `vaultsim run`s
+    pytest.param(["scale.py", "--small", "1", "--large", "2", "--skip-suite"],
+                 ["ray overhead per trial", "target < 50 ms", "10,000 trials"], marks=pytest.mark.timeout(900)),
 ]
 
 
 @pytest.mark.timeout(360)  # the subprocess's own limit (300 s) must fire first: valgrind is slow
-@pytest.mark.parametrize(("argv", "expected"), CASES, ids=[" ".join(c[0]) for c in CASES])
+@pytest.mark.parametrize(("argv", "expected"), CASES,
+                         ids=[" ".join(c.values[0] if hasattr(c, "values") else c[0]) for c in CASES])
 def test_bench_runs(argv: list[str], expected: list[str]) -> None:
     if argv[0] == "instructions.py" and shutil.which("valgrind") is None:
         pytest.skip("valgrind is not installed")
+    if argv[0] == "scale.py":
+        pytest.importorskip("ray", reason="the optional extra vaultsim[ray] is not installed")
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT / "bench", capture_output=True, text=True,
-                          timeout=300)
+                          timeout=800 if argv[0] == "scale.py" else 300)
     # tui_latency exits 1 when its p50 misses the target: a figure, not a failure to run
     ok = {0, 1} if argv[0] == "tui_latency.py" else {0}
     assert proc.returncode in ok, proc.stdout + proc.stderr

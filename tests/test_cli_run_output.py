@@ -219,13 +219,13 @@ class TestExitCodes:
                                             capsys: pytest.CaptureFixture[str]) -> None:
         """A trial whose world could not be set up is an ERROR: exit 3, not 'blocked' and not 'OK'.
         (The harness failure is stood in for: one cannot be caused on purpose without breaking the host.)"""
-        import vault.runner.cli as runner_cli
+        import vault.runner.executor as runner_executor
         from vault.cli import main
 
         async def broken(rt: Any, sc: Any, number: int) -> TrialResult:
             return TrialResult(sc.id, number, sc.expect.verdict, "ERROR", error="RuntimeError: the daemon did not "
                                "answer in time")
-        monkeypatch.setattr(runner_cli, "run_trial", broken)
+        monkeypatch.setattr(runner_executor, "run_trial", broken)  # the local executor's trial
         assert 3 == main(["run", HEALTHY, "--no-fork-server"])
         out = flat(capsys.readouterr().out)
         assert "NO RELEASE DECISION: the harness failed for gate-1-healthy-delivery" in out

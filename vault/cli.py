@@ -50,6 +50,8 @@ OPTIONAL_EXTRAS = frozenset({"mcp", "mcp_types", "ray"})
 COMMANDS: dict[str, Command] = {
     "run": Command("vault.runner.cli", "run scenarios in fresh processes and decide the release",
                    "vaultsim run scenarios/ -k 'gate and not naive' --junit report.xml"),
+    "report": Command("vault.runner.merge", "merge shard reports (`run --shard K/N --json F`) into one decision",
+                      "vaultsim report merge shard-*.json --junit report.xml"),
     "init": Command("vault.init_cli", "copy a starter suite (catalog, policy, scenarios) to edit",
                     "vaultsim init my-suite && vaultsim run my-suite"),
     "daemon": Command("vault.daemon_cli:daemon", "start the vault daemon",

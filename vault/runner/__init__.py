@@ -27,5 +27,9 @@ concern:
 * `report`      per case and in sum: what the run found
 * `table`       progress, the header, the gate table, the summary
 * `report_schema` the versioned JSON report; `junit` the JUnit XML
+* `executor`    where trials run: one interface, the local executor
+* `ray_executor`, `ray_worker`, `ship`   trials as Ray tasks: driver, task body, staged files
+* `shard`       `--shard K/N`: a deterministic part of the trials
+* `merge`       `vaultsim report merge`: shards into one decision
 * `cli`         `vaultsim run`
 """

@@ -1,5 +1,6 @@
 """`vaultsim run [PATHS] [--agent CMD | --selfcheck] [--trials N] [--jobs N] [-k PATTERN] [-x] [--list] [--json F] [--junit F]
-[--isolation auto|bwrap|none] [--agent-network none|host]`
+[--isolation auto|bwrap|none] [--agent-network none|host] [--shard K/N] [--executor local|ray]
+[--ray-address ADDR] [--ray-resources JSON]`
 
 Runs every selected scenario's trials in fresh processes, `--jobs` at a time,
 shows progress (a live line on a terminal, a plain line per trial in CI), the
@@ -21,6 +22,12 @@ Every agent runs in a jail (vault.jail) when this machine can build one:
 `--isolation auto` (default) falls back to none with one warning, also in
 the report; `bwrap` refuses to run without it (exit 2); `none` never jails
 (bypasses are then detected, not prevented).
+
+Where: trials run on this machine (`--executor local`) or as Ray tasks on a
+cluster (`--executor ray`, vault.runner.ray_executor), with the same world,
+report and exit codes. `--shard K/N` runs a deterministic 1/N of the
+trials (vault.runner.shard); `vaultsim report merge` joins the shards'
+reports into one decision.
 """
 
 from __future__ import annotations
@@ -40,10 +47,14 @@ from ..proc_guard import make_undumpable
 from . import table as out
 from .junit import write_junit
 from .procs import ExecLauncher, Registry
+from .executor import Executor, LocalExecutor
 from .report import ScenarioReport, summary
 from .report_schema import EXIT_FOR, document, write_json
 from .scenario import VERDICT_ORDER, Case, Scenario, cases, load_all, program_problem
 from .select import compile_pattern
+from .shard import Shard, parse_shard
+from .shard import header as shard_header
+from .shard import pick as shard_pick
 from .trial import Runtime, TrialResult, base_env, run_trial
 
 
@@ -58,8 +69,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="also run the harness's self-checks: agent_stub variants (naive, ...) that the "
                         "gate must block with a given verdict, and the scenarios in selfcheck/")
     p.add_argument("--trials", type=int, metavar="N", help="trials per scenario (default: the scenario's own)")
-    p.add_argument("--jobs", "-j", type=int, metavar="N", default=os.cpu_count() or 1,
-                   help="trials run at once (default: the number of cores)")
+    p.add_argument("--jobs", "-j", type=int, metavar="N",
+                   help="trials run at once (default: the number of cores; with --executor ray, every "
+                        "trial is submitted and Ray runs as many as the cluster's resources allow)")
     p.add_argument("-k", dest="pattern", metavar="PATTERN",
                    help="only scenarios whose id, title or tags match (and / or / not)")
     p.add_argument("--policy", metavar="FILE",
@@ -76,6 +88,16 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent-network", choices=("none", "host"), default="none",
                    help="a jailed agent's network: none (default), or host for agents that must reach "
                         "a model API (then only detection protects the verdict)")
+    # where the trials run (vault.runner.shard, vault.runner.executor)
+    p.add_argument("--shard", metavar="K/N",
+                   help="run only the K-th of N deterministic parts of the trials (CI matrices); "
+                        "join the reports with `vaultsim report merge`")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="run trials on this machine (default) or as Ray tasks (pip install 'vaultsim[ray]')")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="the Ray cluster to use (default: $RAY_ADDRESS, else a Ray started for this run)")
+    p.add_argument("--ray-resources", metavar="JSON",
+                   help="what one trial holds on its node, e.g. '{\"CPU\": 1}' (the default)")
     # the output and the run's end (vault.runner.table)
     p.add_argument("-x", "--exitfirst", action="store_true",
                    help="stop at the first unexpected verdict (running trials are stopped, nothing is left)")
@@ -98,8 +120,11 @@ def select(args: argparse.Namespace) -> list[Case]:
         selected = [c for c in selected if match([c.id, c.scenario.title, *c.scenario.tags])]
     if args.trials is not None and args.trials < 1:
         raise BadInput("--trials must be at least 1")
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise BadInput("--jobs must be at least 1")
+    if args.executor != "ray" and (args.ray_address or args.ray_resources):
+        raise BadInput("--ray-address and --ray-resources need --executor ray")
+    args.shard_spec = parse_shard(args.shard) if args.shard else None
     for option, path in (("--json", args.json), ("--junit", args.junit)):
         if path:
             _check_output(option, Path(path))
@@ -111,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     registry = Registry()
     env = base_env()
     server = None
-    if not args.no_fork_server and not args.list:
+    if not args.no_fork_server and not args.list and args.executor == "local":
         # start it first: it imports while the scenario files are read and checked
         from .forkserver import ForkServer
         server = ForkServer(registry, ExecLauncher(registry))
@@ -193,19 +218,51 @@ def run_info(cases_: list[Case], args: argparse.Namespace, agent: list[str] | No
     return {"agent": out.describe_agent(agent, kinds), "agent_command": agent,
             "isolation": isolation, "agent_network": getattr(args, "agent_network", None) if isolation != "none"
             else "host", "isolation_note": getattr(args, "isolation_note", "") or None,
-            "trials": args.trials, "jobs": args.jobs, "paths": list(args.paths), "pattern": args.pattern,
-            "policy": getattr(args, "policy", None)}
+            "trials": args.trials, "jobs": args.jobs or os.cpu_count() or 1, "paths": list(args.paths),
+            "pattern": args.pattern, "policy": getattr(args, "policy", None),
+            "executor": getattr(args, "executor", "local"), "shard": None}
+
+
+Work = tuple[ScenarioReport, int]
+
+
+def _order_key(w: Work) -> tuple[int, str, int]:
+    """Slow trials first (they set the wall time), then by case id and trial number."""
+    return (-expected_cost(w[0].scenario), w[0].id, w[1])
+
+
+def plan_work(reports: list[ScenarioReport], args: argparse.Namespace) -> tuple[list[Work], dict[str, object] | None]:
+    """Every trial to run here, in the order they start; with --shard, this shard's part and its header."""
+    work = [(rep, n) for rep in reports for n in range(1, (args.trials or rep.scenario.trials) + 1)]
+    shard: Shard | None = getattr(args, "shard_spec", None)
+    header = None
+    if shard is not None:
+        header = shard_header(shard, work, _order_key)
+        mine = {(rep.id, n) for rep, n in shard_pick(work, shard, _order_key)}
+        work = [w for w in work if (w[0].id, w[1]) in mine]
+    work.sort(key=lambda w: -expected_cost(w[0].scenario))  # stable: file order within a rank
+    return work, header
 
 
 def _list(cases_: list[Case], args: argparse.Namespace, agent: list[str] | None) -> int:
-    """`--list`: what would run, in file order, and nothing else."""
+    """`--list`: what would run (this shard's part, with --shard), in file order, and nothing else."""
     console = out.make_console(args.color)
-    trials = sum(args.trials or c.scenario.trials for c in cases_)
-    console.print(out.header(run_info(cases_, args, agent), len(cases_), trials))
-    for c in cases_:
-        console.print(out.listing_line(c.id, c.scenario.title, args.trials or c.scenario.trials,
+    work, shard = plan_work([ScenarioReport(c) for c in cases_], args)
+    per_case = Counter(rep.id for rep, _ in work)
+    shown = [c for c in cases_ if per_case[c.id]]
+    console.print(out.header({**run_info(cases_, args, agent), "shard": shard}, len(shown), len(work)))
+    for c in shown:
+        console.print(out.listing_line(c.id, c.scenario.title, per_case[c.id],
                                        c.expect.verdict, out.display_path(c.scenario.path)))
     return 0
+
+
+def _executor(args: argparse.Namespace, rt: Runtime, selected: list[Case], work: list[Work]) -> Executor:
+    if args.executor == "ray":
+        from .ray_executor import RayExecutor, parse_resources
+        return RayExecutor(rt, selected, address=args.ray_address, resources=parse_resources(args.ray_resources),
+                           slots=args.jobs or max(1, len(work)))
+    return LocalExecutor(rt, args.jobs or os.cpu_count() or 1)
 
 
 async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str] | None,
@@ -235,37 +292,44 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
     rt = Runtime(launcher=launcher, registry=registry, agent_command=agent, agent_cwd=os.getcwd(),
                  env=env, isolation=args.isolation, network=args.agent_network)
     reports = [ScenarioReport(c) for c in selected]
-    work = [(rep, n) for rep in reports for n in range(1, (args.trials or rep.scenario.trials) + 1)]
-    work.sort(key=lambda w: -expected_cost(w[0].scenario))  # stable: file order within a rank
-    jobs = asyncio.Semaphore(args.jobs)
+    work, shard = plan_work(reports, args)
+    executor = _executor(args, rt, selected, work)
     info = run_info(selected, args, agent)
+    info.update(shard=shard, jobs=executor.slots)
     console = out.make_console(args.color)
-    console.print(out.header(info, len(selected), len(work)))
-    progress = out.RunProgress(console, len(work), quiet=args.quiet)
-    started = time.monotonic()
     stop_early = asyncio.Event()
-
-    async def one(rep: ScenarioReport, n: int) -> None:
-        async with jobs:
-            if stop_early.is_set():
-                return
-            result: TrialResult = await run_trial(rt, rep.case, n)
-        rep.trials.append(result)
-        status = progress.finished(rep.id, result.to_dict())
-        if args.exitfirst and status == out.UNEXPECTED:
-            stop_early.set()
-
-    tasks = [asyncio.ensure_future(one(rep, n)) for rep, n in work]
     try:
-        with progress:
-            await _until_done_or_stopped(tasks, stop_early)
-    except asyncio.CancelledError:
-        for t in tasks:
-            t.cancel()
-        registry.reap()
+        where = await executor.start()
+        if where:
+            info[executor.name] = where
+        console.print(out.header(info, len([r for r in reports if any(w[0] is r for w in work)]), len(work)))
+        progress = out.RunProgress(console, len(work), quiet=args.quiet)
+        started = time.monotonic()
+        jobs = asyncio.Semaphore(executor.slots)
+
+        async def one(rep: ScenarioReport, n: int) -> None:
+            async with jobs:
+                if stop_early.is_set():
+                    return
+                result: TrialResult = await executor.trial(rep.case, n)
+            rep.trials.append(result)
+            status = progress.finished(rep.id, result.to_dict())
+            if args.exitfirst and status == out.UNEXPECTED:
+                stop_early.set()
+
+        tasks = [asyncio.ensure_future(one(rep, n)) for rep, n in work]
+        try:
+            with progress:
+                await _until_done_or_stopped(tasks, stop_early)
+        except asyncio.CancelledError:
+            for t in tasks:
+                t.cancel()
+            registry.reap()
+            return 130
+    except asyncio.CancelledError:  # Ctrl-C while the executor was starting
         return 130
     finally:
-        await launcher.aclose()
+        await executor.aclose()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     wall = time.monotonic() - started

@@ -60,53 +60,65 @@ class ScenarioReport:
     def seconds(self) -> float:
         return sum(t.duration_s for t in self.trials)
 
-    def failed_checks(self) -> Counter[str]:
-        """How many trials failed each check (headline or not)."""
-        return Counter(v for t in self.trials for v in t.failed)
-
-    def prompts(self) -> dict[str, list[int]]:
-        """Per scope, the prompt count of every trial (a distribution, not a mean)."""
-        scopes: dict[str, list[int]] = {}
-        for t in self.trials:
-            for scope in t.summary.get("prompts", {}).get("by_scope", {}):
-                scopes.setdefault(scope, [])
-        for scope, counts in scopes.items():
-            for t in self.trials:
-                counts.append(int(t.summary.get("prompts", {}).get("by_scope", {}).get(scope, 0)))
-        return scopes
+    def head(self) -> dict[str, Any]:
+        """What the report says of the case itself, whatever its trials found."""
+        return {"id": self.id, "scenario": self.scenario.id, "selfcheck": self.case.variant,
+                "title": self.scenario.title, "file": str(self.scenario.path or ""),
+                "tags": self.scenario.tags, "expected": self.expected, "also": list(self.case.expect.also),
+                "policy": str(self.scenario.relative(self.scenario.policy)) if self.scenario.policy else None}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id, "scenario": self.scenario.id, "selfcheck": self.case.variant,
-            "title": self.scenario.title, "file": str(self.scenario.path or ""),
-            "tags": self.scenario.tags, "expected": self.expected, "also": list(self.case.expect.also),
-            "policy": str(self.scenario.relative(self.scenario.policy)) if self.scenario.policy else None,
-            "failed_checks": dict(self.failed_checks()),
-            "trials": len(self.trials), "verdicts": dict(self.verdicts), "ok": self.ok,
-            "response_only_false_pass": self.false_passes,
-            "prompts_by_scope": self.prompts(), "time_s": round(self.seconds, 3),
-            "trial_results": [t.to_dict() for t in sorted(self.trials, key=lambda t: t.trial)],
-        }
+        return scenario_entry(self.head(), [t.to_dict() for t in self.trials])
+
+
+def scenario_entry(head: dict[str, Any], trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """A case's report entry from its trials' entries, in trial order whatever order they finished in.
+
+    The one place a case's figures are computed: `vaultsim run` calls it with
+    its own trials, `vaultsim report merge` with the trials of every shard."""
+    trials = sorted(trials, key=lambda t: t.get("trial", 0))
+    scopes: dict[str, list[int]] = {}
+    for t in trials:  # per scope, the prompt count of every trial (a distribution, not a mean)
+        for scope in (t.get("prompts") or {}).get("by_scope", {}):
+            scopes.setdefault(scope, [])
+    for scope, counts in scopes.items():
+        counts.extend(int((t.get("prompts") or {}).get("by_scope", {}).get(scope, 0)) for t in trials)
+    return {
+        **head,
+        # how many trials failed each check (headline or not)
+        "failed_checks": dict(Counter(v for t in trials for v in t.get("failed") or [])),
+        "trials": len(trials), "verdicts": dict(Counter(t.get("verdict") for t in trials)),
+        "ok": all(t.get("ok") for t in trials),
+        "response_only_false_pass": sum(bool(t.get("response_only_false_pass")) for t in trials),
+        "prompts_by_scope": scopes, "time_s": round(sum(float(t.get("duration_s") or 0) for t in trials), 3),
+        "trial_results": trials,
+    }
 
 
 def summary(reports: list[ScenarioReport], wall_s: float) -> dict[str, Any]:
+    return summarize([rep.to_dict() for rep in reports], wall_s)
+
+
+def summarize(entries: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """The release decision over scenario entries (`scenario_entry`), from this run or merged shards."""
     verdicts: Counter[str] = Counter()
-    for rep in reports:
-        verdicts.update(rep.verdicts)
+    for sc in entries:
+        verdicts.update(sc.get("verdicts") or {})
+    trials = {sc["id"]: sc.get("trial_results") or [] for sc in entries}
     # a harness ERROR is no verdict at all: it leaves the release undecided rather than blocked
-    blocked = [rep.id for rep in reports if any(not t.ok and t.verdict != "ERROR" for t in rep.trials)]
-    errors = [rep.id for rep in reports if any(t.verdict == "ERROR" and not t.ok for t in rep.trials)]
-    skipped = [rep for rep in reports if rep.skipped]
-    ran = any(t.verdict != "SKIPPED" for rep in reports for t in rep.trials)
+    blocked = [sid for sid, ts in trials.items() if any(not t.get("ok") and t.get("verdict") != "ERROR" for t in ts)]
+    errors = [sid for sid, ts in trials.items() if any(t.get("verdict") == "ERROR" and not t.get("ok") for t in ts)]
+    skipped = [sid for sid, ts in trials.items() if ts and all(t.get("verdict") == "SKIPPED" for t in ts)]
+    ran = any(t.get("verdict") != "SKIPPED" for ts in trials.values() for t in ts)
     return {
         "release": "blocked" if blocked else "error" if errors else "ok" if ran else "nothing_ran",
         "blocked_by": blocked,
         "errors": errors,
-        "scenarios": len(reports),
-        "trials": sum(len(rep.trials) for rep in reports),
+        "scenarios": len(entries),
+        "trials": sum(len(ts) for ts in trials.values()),
         "verdicts": dict(verdicts),
-        "response_only_false_pass": sum(rep.false_passes for rep in reports),
-        "skipped": [rep.id for rep in skipped],
-        "skip_reasons": {rep.id: rep.trials[0].error or "" for rep in skipped},
+        "response_only_false_pass": sum(int(sc.get("response_only_false_pass") or 0) for sc in entries),
+        "skipped": skipped,
+        "skip_reasons": {sid: trials[sid][0].get("error") or "" for sid in skipped},
         "wall_time_s": round(wall_s, 3),
     }

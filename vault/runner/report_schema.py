@@ -62,6 +62,10 @@ class TrialEntry(BaseModel):
     attempts: dict[str, int] = Field(default_factory=dict, description="requests per operation")
     prompts: "TrialPrompts" = Field(default_factory=lambda: TrialPrompts(),
                                     description="approval prompts: total, by_scope, ..., fatigue, asked")
+    node: dict[str, str] | None = Field(default=None, description="--executor ray: the node it ran on "
+                                        "(`id`, Ray's node id; `host`)")
+    retried: dict[str, Any] | None = Field(default=None, description="--executor ray: run again once because "
+                                           "its worker or node died (`attempts`, `because`)")
 
 
 class LatencyFigures(BaseModel):
@@ -187,6 +191,13 @@ class RunInfo(BaseModel):
     paths: list[str]
     pattern: str | None = None
     policy: str | None = Field(default=None, description="--policy FILE: the policy of scenarios naming none")
+    executor: str = Field(default="local", description="where trials ran: local or ray")
+    shard: dict[str, Any] | None = Field(default=None, description="--shard K/N: `index`, `count`, "
+                                         "`selected_trials` (of the whole selection) and `selection` (its digest)")
+    merged_shards: list[str] | None = Field(default=None, description="`vaultsim report merge`: the shards "
+                                            "joined, as K/N")
+    ray: dict[str, Any] | None = Field(default=None, description="--executor ray: `address`, the live "
+                                       "`nodes` (id, host, resources) and `trial_resources`")
     stopped_early: bool = Field(default=False, description="-x stopped the run at the first unexpected verdict")
     not_run: int = Field(default=0, description="trials not run because of -x or an interrupt")
 

@@ -76,7 +76,11 @@ def header(run: dict[str, Any], scenarios: int, trials: int) -> Text:
     out = Text()
     out.append("vaultsim run", style="bold")
     out.append(f": {plural(scenarios, 'scenario')}, {plural(trials, 'trial')} ({_trials_each(run)}), "
-               f"{run.get('jobs', 1)} at a time\n")
+               f"{_where(run)}\n")
+    shard = run.get("shard")
+    if isinstance(shard, dict):
+        out.append(f"  shard {shard.get('index')}/{shard.get('count')} of {plural(int(shard.get('selected_trials', 0)), 'trial')}"
+                   f" (selection {shard.get('selection')}; join the reports with `vaultsim report merge`)\n")
     out.append("  agent under test: ")
     out.append(printable(str(run.get("agent", "?"))), style="bold")
     out.append("\n  isolation: " + printable(isolation_words(run)))
@@ -97,6 +101,15 @@ def isolation_words(run: dict[str, Any]) -> str:
     if mode is None or mode == "none":
         return f"none; {note}" if note else _NO_ISOLATION
     return str(mode)
+
+
+def _where(run: dict[str, Any]) -> str:
+    """How the trials are spread: N at a time here, or the Ray cluster's nodes."""
+    ray = run.get("ray")
+    if run.get("executor") == "ray" and isinstance(ray, dict):
+        nodes = len(ray.get("nodes") or [])
+        return f"as Ray tasks on {plural(nodes, 'node')} ({printable(str(ray.get('address', '?')))})"
+    return f"{run.get('jobs', 1)} at a time"
 
 
 def _trials_each(run: dict[str, Any]) -> str:
@@ -367,6 +380,9 @@ def summary_text(doc: dict[str, Any]) -> Text:
                         for t in trials if t.get("isolation"))
     if isolation:
         out.append("\nisolation: " + ", ".join(f"{printable(k)} ×{n}" for k, n in sorted(isolation.items())))
+    retried = sum(1 for t in trials if t.get("retried"))
+    if retried:
+        out.append(f"\n{plural(retried, 'trial')} run again after its Ray worker or node died (`retried` in --json)")
     reasons = s.get("skip_reasons") or {}
     if s.get("skipped"):
         why: dict[str, list[str]] = {}

@@ -47,6 +47,11 @@ def per_trial_noise(doc: dict[str, Any]) -> dict[str, Any]:
                                                   "response_only_pass", "response_only_false_pass")]:
                 t.pop(key)
             t["findings"] = sorted(t.get("findings") or {})
+            prompts = t.get("prompts") or {}
+            prompts.pop("fatigue", None)  # figures from timings
+            for asked in prompts.get("asked") or []:
+                asked.pop("session_id", None)
+                asked.pop("latency_s", None)
     return doc
 
 

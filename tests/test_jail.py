@@ -228,13 +228,14 @@ class TestWhatAJailShows:
         trial = Path(tempfile.mkdtemp(prefix="vsr-test-", dir="/tmp"))
         try:
             (tmp_path / "agent.py").write_text("pass")
-            jail = AgentJail(trial, 0, trial / "h", [], trial / "st" / "a", str(ROOT),
-                             command=[PY, str(tmp_path / "agent.py"), "/tmp", str(trial / "h"), "/tmp/x.py"])
+            # cwd "/" and no interpreter word: what is shown must not depend on where this checkout is
+            jail = AgentJail(trial, 0, trial / "h", [], trial / "st" / "a", "/",
+                             command=[str(tmp_path / "agent.py"), "/tmp", str(trial / "h"), "/tmp/x.py"])
             assert [str(tmp_path)] == jail._program_paths()
             loose = Path("/tmp") / f"vs-loose-{os.getpid()}.py"
             loose.write_text("pass")
             try:
-                jail.command = [PY, str(loose)]
+                jail.command = [str(loose)]
                 assert [str(loose)] == jail._program_paths()  # the file alone, not /tmp
             finally:
                 loose.unlink()

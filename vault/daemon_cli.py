@@ -78,8 +78,8 @@ def build_daemon(home: VaultHome, args: argparse.Namespace) -> Any:
     keystore = KeyStore(home)
     keystore.data_key()  # fail early and clearly if no keyring can hold the key
     store = CredentialStore(home, keystore)
-    diagnostics = _optional_diagnostics(home, keystore)
-    audit = None if getattr(args, "no_audit", False) else _optional_audit(home, keystore,
+    diagnostics = _diagnostics(home, keystore)
+    audit = None if getattr(args, "no_audit", False) else _audit_log(home, keystore,
                                                                           audit_options(config, args))
     mark = None
     if getattr(args, "mark_socket", None):
@@ -105,7 +105,7 @@ def _executors(mark: str | None = None) -> dict[str, Any]:
     return {"http": HttpExecutor(mark=mark), "ssh": SshExecutor()}
 
 
-def _optional_diagnostics(home: VaultHome, keystore: Any) -> Any:
+def _diagnostics(home: VaultHome, keystore: Any) -> Any:
     from .diagnostics import Diagnostics
     return Diagnostics(home.diagnostics_dir, keystore.derive("diagnostics"))
 
@@ -126,7 +126,7 @@ def audit_options(config: Any, args: argparse.Namespace) -> dict[str, Any]:
     return chosen.writer_options()
 
 
-def _optional_audit(home: VaultHome, keystore: Any, options: dict[str, Any]) -> Any:
+def _audit_log(home: VaultHome, keystore: Any, options: dict[str, Any]) -> Any:
     # no fallback: a daemon whose audit package cannot load must not start without a log
     from .audit.adapter import open_audit
     return open_audit(home, keystore.derive("audit"), **options)

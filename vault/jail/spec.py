@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -79,8 +80,31 @@ class JailSpec:
             argv += ["--tmpfs", path]
         for b in self.binds:
             argv += ["--bind" if b.rw else "--ro-bind", b.src, b.dst]
+        for path in self._own_install():  # after the binds: one of them may mount over /tmp
+            argv += ["--ro-bind", path, path]
         argv += ["--info-fd", str(info_fd), "--", "/bin/sh", "-c", HOLDER]
         return argv
+
+
+    def _own_install(self) -> list[str]:
+        """vaultsim's own interpreter environment and code, read-only, when they sit in a
+        directory every jail makes private (a venv or a checkout under /tmp): without them a
+        jailed `python` of that venv, or vaultsim itself, is not there. Never a directory
+        holding something the spec hides or binds (a trial, a vault home)."""
+        from ..resources import IMPORT_ROOT
+
+        private = tuple(p.rstrip("/") + "/" for p in PRIVATE)
+        guarded = [os.path.realpath(p) for p in (*self.hide, *(b.src for b in self.binds), *(b.dst for b in self.binds))]
+        out: list[str] = []
+        for raw in (sys.prefix, str(IMPORT_ROOT)):
+            path = os.path.abspath(raw)
+            if not path.startswith(private) or not os.path.isdir(path):
+                continue
+            if any(g == path or g.startswith(path + "/") for g in guarded):
+                continue
+            if not any(path == o or path.startswith(o + "/") for o in out):
+                out.append(path)
+        return out
 
 
 def _outermost(paths: tuple[str, ...]) -> list[str]:

@@ -44,7 +44,7 @@ from pydantic import (BaseModel, ConfigDict, SerializerFunctionWrapHandler, Vali
 from .errors import VaultError
 
 __all__ = ["WireError", "Notification", "WireClient", "ApprovalRequested", "ApprovalSettled",
-           "GrantCreated", "GrantEnded", "VaultLocked", "SessionOpened", "SessionClosed", "Activity",
+           "GrantFields", "GrantCreated", "GrantEnded", "VaultLocked", "SessionOpened", "SessionClosed", "Activity",
            "MODELS", "parse_notification", "read"]
 
 _READING = "vault.wire.read"  # the validation context key that makes a parse tolerant
@@ -144,10 +144,10 @@ class ApprovalSettled(Notification):
     by: str | None = None
 
 
-class GrantCreated(Notification):
-    """allow_session made a grant for one process (vault.gate.grants)."""
+class GrantFields(Notification):
+    """A session grant as the approver socket shows it (vault.gate.grants.Grant.to_wire): the
+    fields of `grant.created` and `grant.ended`, and of each grant in the `sessions` answer."""
 
-    METHOD = "grant.created"
     grant_id: str
     session_id: str
     operation: str = ""
@@ -157,7 +157,13 @@ class GrantCreated(Notification):
     expires_at: float | None = None
 
 
-class GrantEnded(GrantCreated):
+class GrantCreated(GrantFields):
+    """allow_session made a grant for one process."""
+
+    METHOD = "grant.created"
+
+
+class GrantEnded(GrantFields):
     """A grant ended: `reason` is ttl, lock, revoke, or why its session ended."""
 
     METHOD = "grant.ended"
@@ -193,7 +199,7 @@ class Activity(Notification):
 
     METHOD = "activity"
     time: float = 0.0
-    agent: str = "?"
+    agent: str | None = None
     pid: int | None = None
     session_id: str | None = None
     operation: str = "?"

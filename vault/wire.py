@@ -69,10 +69,13 @@ class _Wire(BaseModel):
         if isinstance(info.context, dict) and info.context.get(_READING):
             # reading: what this version does not know is dropped, not an error
             return {k: v for k, v in data.items() if k in cls.model_fields}
-        # writing: every field is given (None where it is none), so none is forgotten
+        # writing: every field is given (None where it is none), none is forgotten or misspelt
         missing = [n for n in cls.model_fields if n not in data and n not in cls.OMIT_IF_NONE]
-        if missing:
-            raise ValueError(f"{cls.__name__} is written with every field; not given: {', '.join(missing)}")
+        unknown = [str(k) for k in data if k not in cls.model_fields]
+        if missing or unknown:
+            raise ValueError(f"{cls.__name__} is written with every field and no other; "
+                             + "; ".join(f"{what}: {', '.join(names)}" for what, names
+                                         in (("not given", missing), ("unknown", unknown)) if names))
         return data
 
     @model_serializer(mode="wrap")

@@ -72,7 +72,7 @@ class VaultApp(App[None]):
     # ---- from the link -----------------------------------------------------------
 
     def on_link_up(self, m: LinkUp) -> None:
-        self.state.link_up(m.pending, m.locked)
+        self.state.link_up(m.pending, m.locked, self.now())
         self.bump()
 
     def on_link_down(self, m: LinkDown) -> None:

@@ -3,7 +3,9 @@
 Kept apart from the widgets so it can be fed recorded notifications (snapshot
 tests, the latency bench) and checked without a terminal. Everything here came
 over the approver socket, which never carries a credential or the approver
-token; the state adds nothing secret of its own.
+token; the state adds nothing secret of its own. Notifications are read through
+the daemon's own models (vault.wire): one that does not fit is a line in the
+activity log, never a crash of the approver.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from vault.wire import (Activity, ApprovalRequested, ApprovalSettled, GrantCreated, GrantEnded, GrantFields,
+                        Notification, SessionClosed, SessionOpened, VaultLocked, WireClient, WireError,
+                        parse_notification, read)
+
 ACTIVITY_KEEP = 500
 # the fatigue meter (vault.gate.fatigue has the vault's own figures; these are this screen's)
 RUBBER_STAMP_S = 1.0  # an approval faster than this after the row appeared was not read
@@ -19,24 +25,12 @@ METER_WINDOW_S = 300.0  # "prompts in the last 5 minutes"
 FAST_PROMPTS = 10  # that many prompts in the window: suggest a session grant or a policy change
 
 
-def _str(value: Any, default: str = "") -> str:
-    return default if value is None else str(value)
-
-
-def _float(value: Any, default: float = 0.0) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _client(d: dict[str, Any]) -> tuple[str | None, bool]:
+def _client(c: WireClient | None) -> tuple[str | None, bool]:
     """The session's client label as text (a claim the opener made), and whether the daemon
     confirmed its host pid is the opener's ancestor."""
-    c = d.get("client")
-    if not isinstance(c, dict) or not isinstance(c.get("text"), str):
+    if c is None or not c.text:
         return None, False
-    return c["text"], c.get("host_verified") is True
+    return c.text, c.host_verified
 
 
 @dataclass(frozen=True)
@@ -67,23 +61,18 @@ class Request:
         return self.client or self.agent
 
     @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> "Request":
-        # tolerant on purpose: a daemon a version ahead must not crash the approver
-        pid = d.get("pid")
-        params = d.get("params")
-        client, verified = _client(d)
-        return cls(client=client, client_verified=verified,
-            request_id=_str(d.get("request_id")), agent=_str(d.get("agent"), "?"),
-            pid=pid if isinstance(pid, int) else None, session_id=_str(d.get("session_id")),
-            run_id=d.get("run_id") if isinstance(d.get("run_id"), str) else None,
-            operation=_str(d.get("operation"), "?"), risk=_str(d.get("risk"), "?"),
-            params=params if isinstance(params, dict) else {}, scope=_str(d.get("scope")),
-            session_scope=_str(d.get("session_scope")), mode=_str(d.get("mode")),
-            allow_session_offered=bool(d.get("allow_session_offered", False)),
-            owner=d.get("owner") if isinstance(d.get("owner"), str) else None,
-            deadline=_float(d.get("deadline")), created=_float(d.get("created")),
-            correlation_id=_str(d.get("correlation_id")),
-        )
+    def from_note(cls, n: ApprovalRequested) -> "Request":
+        client, verified = _client(n.client)
+        return cls(client=client, client_verified=verified, request_id=n.request_id, agent=n.agent,
+                   pid=n.pid, session_id=n.session_id, run_id=n.run_id, operation=n.operation,
+                   risk=n.risk, params=dict(n.params), scope=n.scope, session_scope=n.session_scope,
+                   mode=n.mode, allow_session_offered=n.allow_session_offered, owner=n.owner,
+                   deadline=n.deadline, created=n.created, correlation_id=n.correlation_id)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "Request":
+        """From `approval.requested` params (or a `subscribe` page); WireError if they do not fit."""
+        return cls.from_note(read(ApprovalRequested, d, "approval.requested"))
 
     def time_left(self, now: float) -> float:
         return max(0.0, self.deadline - now)
@@ -114,11 +103,13 @@ class Grant:
     expires_at: float | None
 
     @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> "Grant":
-        exp = d.get("expires_at")
-        return cls(_str(d.get("grant_id")), _str(d.get("session_id")), _str(d.get("operation")),
-                   _str(d.get("scope")), d.get("pid") if isinstance(d.get("pid"), int) else None,
-                   _float(d.get("created")), _float(exp) if exp is not None else None)
+    def from_note(cls, n: GrantFields) -> "Grant":
+        return cls(n.grant_id, n.session_id, n.operation, n.scope, n.pid, n.created, n.expires_at)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "Grant":
+        """From a grant as `grant.created` and the `sessions` answer carry it; WireError if it does not fit."""
+        return cls.from_note(read(GrantFields, d, "grant"))
 
 
 @dataclass
@@ -136,15 +127,21 @@ class AgentSession:
         return self.client or self.agent
 
     @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> "AgentSession":
-        s = cls(_str(d.get("session_id")), _str(d.get("agent"), "?"),
-                d.get("pid") if isinstance(d.get("pid"), int) else None,
-                d.get("run_id") if isinstance(d.get("run_id"), str) else None, _float(d.get("opened")),
-                client=_client(d)[0])
-        for g in d.get("grants") or []:
-            if isinstance(g, dict):
+    def from_note(cls, n: SessionOpened) -> "AgentSession":
+        return cls(n.session_id, n.agent, n.pid, n.run_id, n.opened, client=_client(n.client)[0])
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "AgentSession":
+        """From a session of the `sessions` answer (`session.opened`'s fields and its grants);
+        WireError if the session does not fit. A grant that does not fit is left out."""
+        s = cls.from_note(read(SessionOpened, d, "session"))
+        grants = d.get("grants") if isinstance(d, dict) else None
+        for g in grants if isinstance(grants, list) else []:
+            try:
                 grant = Grant.from_wire(g)
-                s.grants[grant.grant_id] = grant
+            except WireError:
+                continue
+            s.grants[grant.grant_id] = grant
         return s
 
 
@@ -179,14 +176,17 @@ class TuiState:
 
     # ---- link ------------------------------------------------------------------
 
-    def link_up(self, pending: list[dict[str, Any]], locked: bool) -> None:
+    def link_up(self, pending: list[dict[str, Any]], locked: bool, now: float = 0.0) -> None:
         self.connected = True
         self.link_note = "connected"
         self.locked = locked
         # merged, not replaced: a notification may have overtaken the subscribe answer
         # (link_down already dropped what an earlier connection knew)
         for d in pending:
-            self._add_request(d)
+            try:
+                self._add_request(Request.from_wire(d))
+            except WireError as exc:
+                self.note(now, f"ignored: {exc.message}", "gate")
 
     def link_down(self, why: str, now: float) -> None:
         # what we knew is stale once the daemon is gone: a restarted daemon has
@@ -202,76 +202,94 @@ class TuiState:
     def load_sessions(self, sessions: list[dict[str, Any]]) -> None:
         self.sessions = {}
         for d in sessions:
-            if isinstance(d, dict):
+            try:
                 s = AgentSession.from_wire(d)
-                self.sessions[s.session_id] = s
+            except WireError:
+                continue  # a session it cannot read is left off the list, not the whole list
+            self.sessions[s.session_id] = s
 
     def load_stats(self, report: dict[str, Any]) -> None:
         self.stats = report if isinstance(report, dict) else {}
 
     # ---- notifications -----------------------------------------------------------
 
-    def apply(self, method: str, p: dict[str, Any], now: float) -> None:
-        """Fold one notification from the daemon into the state."""
-        handler = _HANDLERS.get(method)
-        if handler is not None:
-            handler(self, p, now)
+    def apply(self, method: str, p: Any, now: float) -> None:
+        """Fold one notification from the daemon into the state. One that does not fit its model
+        (vault.wire) is noted in the activity log and otherwise ignored: an approver never crashes
+        on what a daemon of another version sends."""
+        try:
+            n = parse_notification(method, p)
+        except WireError as exc:
+            self.note(now, f"ignored: {exc.message}", "gate")
+            return
+        if n is not None:
+            self.fold(n, now)
 
-    def _add_request(self, d: dict[str, Any]) -> Request:
-        req = Request.from_wire(d)
+    def fold(self, n: Notification, now: float) -> None:
+        """Fold one parsed notification into the state."""
+        if isinstance(n, ApprovalRequested):
+            self._requested(n, now)
+        elif isinstance(n, ApprovalSettled):
+            self._settled(n, now)
+        elif isinstance(n, Activity):
+            self._activity(n, now)
+        elif isinstance(n, VaultLocked):
+            self._locked(n, now)
+        elif isinstance(n, SessionOpened):
+            s = AgentSession.from_note(n)
+            self.sessions[s.session_id] = s
+        elif isinstance(n, SessionClosed):
+            self.sessions.pop(n.session_id, None)
+        elif isinstance(n, GrantCreated):
+            self._grant_created(n, now)
+        elif isinstance(n, GrantEnded):
+            self._grant_ended(n, now)
+
+    def _add_request(self, req: Request) -> Request:
         self.pending[req.request_id] = req
         self.current_run = req.run_id or "default"
         return req
 
-    def _requested(self, p: dict[str, Any], now: float) -> None:
-        req = self._add_request(p)
+    def _requested(self, n: ApprovalRequested, now: float) -> None:
+        req = self._add_request(Request.from_note(n))
         self.asked_times.append(now)
         self.note(now, f"{req.who}[{req.pid}] asks: {req.operation} ({req.risk}, {req.mode})", "gate")
 
-    def _settled(self, p: dict[str, Any], now: float) -> None:
-        rid = _str(p.get("request_id"))
+    def _settled(self, n: ApprovalSettled, now: float) -> None:
+        rid = n.request_id
         self.shown_at.pop(rid, None)
         self.detail_at.pop(rid, None)
         req = self.pending.pop(rid, None)
-        what = f"{req.operation} for {req.who}[{req.pid}]" if req else _str(p.get("request_id"))
-        decision = _str(p.get("decision"), _str(p.get("state")))
-        by = f" by {p['by']}" if p.get("by") else ""
+        what = f"{req.operation} for {req.who}[{req.pid}]" if req else rid
+        decision = n.decision or n.state
+        by = f" by {n.by}" if n.by else ""
         self.note(now, f"{decision}: {what}{by}", "decision")
 
-    def _activity(self, p: dict[str, Any], now: float) -> None:
-        when = _float(p.get("time"), now)
-        retry = _str(p.get("retry"))
-        told = f" (retry: {retry})" if retry and retry != "none" else ""
-        self.note(when, f"{_str(p.get('agent'), '?')}[{p.get('pid')}] {_str(p.get('operation'), '?')}"
-                        f" -> {_str(p.get('category'), '?')}{told}", "result")
+    def _activity(self, n: Activity, now: float) -> None:
+        when = n.time or now
+        told = f" (retry: {n.retry})" if n.retry and n.retry != "none" else ""
+        self.note(when, f"{n.agent or '?'}[{n.pid}] {n.operation} -> {n.category}{told}", "result")
 
-    def _locked(self, p: dict[str, Any], now: float) -> None:
-        self.locked = bool(p.get("locked"))
-        by = f" by {p['by']}" if p.get("by") else ""
+    def _locked(self, n: VaultLocked, now: float) -> None:
+        self.locked = n.locked
+        by = f" by {n.by}" if n.by else ""
         self.note(now, ("vault locked" if self.locked else "vault unlocked") + by, "gate")
         if self.locked:
             self.pending = {}  # the daemon settles every pending request on lock
 
-    def _session_opened(self, p: dict[str, Any], now: float) -> None:
-        s = AgentSession.from_wire(p)
-        self.sessions[s.session_id] = s
-
-    def _session_closed(self, p: dict[str, Any], now: float) -> None:
-        self.sessions.pop(_str(p.get("session_id")), None)
-
-    def _grant_created(self, p: dict[str, Any], now: float) -> None:
-        g = Grant.from_wire(p)
+    def _grant_created(self, n: GrantCreated, now: float) -> None:
+        g = Grant.from_note(n)
         s = self.sessions.get(g.session_id)
         if s is not None:
             s.grants[g.grant_id] = g
         self.note(g.created or now, f"grant: {g.scope} for process {g.pid}", "decision")
 
-    def _grant_ended(self, p: dict[str, Any], now: float) -> None:
-        g = Grant.from_wire(p)
+    def _grant_ended(self, n: GrantEnded, now: float) -> None:
+        g = Grant.from_note(n)
         s = self.sessions.get(g.session_id)
         if s is not None:
             s.grants.pop(g.grant_id, None)
-        self.note(now, f"grant ended ({_str(p.get('reason'), '?')}): {g.scope}", "gate")
+        self.note(now, f"grant ended ({n.reason or '?'}): {g.scope}", "gate")
 
     def note(self, when: float, text: str, kind: str) -> None:
         self.activity.append(ActivityLine(when, text, kind))
@@ -333,14 +351,3 @@ class TuiState:
     def sessions_sorted(self) -> list[AgentSession]:
         return sorted(self.sessions.values(), key=lambda s: (s.opened, s.session_id))
 
-
-_HANDLERS = {
-    "approval.requested": TuiState._requested,
-    "approval.settled": TuiState._settled,
-    "activity": TuiState._activity,
-    "vault.locked": TuiState._locked,
-    "session.opened": TuiState._session_opened,
-    "session.closed": TuiState._session_closed,
-    "grant.created": TuiState._grant_created,
-    "grant.ended": TuiState._grant_ended,
-}

@@ -4,7 +4,8 @@
     subscribe      {}                 -> {pending: [...], locked, next, until}; then notifications:
                                          approval.requested, approval.settled, grant.created,
                                          grant.ended, vault.locked, activity,
-                                         session.opened, session.closed
+                                         session.opened, session.closed (their fields: the
+                                         models of vault.wire)
     pending        {after, until?}    -> {pending: [...], next}: the rest of the subscribe snapshot
     decide         {request_id, decision: allow_once|allow_session|deny, reason?}
                                       reason: a deny's short note (<= 200 printable characters),

@@ -13,11 +13,12 @@ with nobody left who can receive them, are settled unroutable by the gate
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from . import jsonrpc as rpc
 from .limits import MAX_SUBSCRIBER_BACKLOG, SUBSCRIBER_STALL_S, KiB
 from .rpc_server import Connection
+from .wire import Notification
 
 
 class ApproverHub:
@@ -50,12 +51,12 @@ class ApproverHub:
         return any(not c.closed.is_set() and (owner is None or self.name(c) == owner)
                    for c in self.subscribers.values())
 
-    def notify(self, method: str, params: dict[str, Any], owner: str | None = None) -> None:
+    def notify(self, note: Notification, owner: str | None = None) -> None:
         """Send one notification to every subscriber it is for; never waits."""
         targets = self.targets(owner)
         if not targets:
             return
-        frame = rpc.encode_notification(method, params)
+        frame = rpc.encode_notification(note.METHOD, note.to_params())
         for conn in targets:
             why = self._too_slow(conn, len(frame))
             if why:

@@ -37,6 +37,7 @@ from .executors.base import CallContext, ExecOutcome, Executor
 from .ids import correlation_id
 from .models import Category, Result, make_result
 from .sessions import Session
+from .wire import Activity
 
 log = logging.getLogger("vaultsim.daemon")
 
@@ -170,10 +171,10 @@ class CallPipeline:
                 result = make_result(Category.outcome_unknown, result.operation, result.correlation_id,
                                      "the remote was contacted but the result could not be recorded; "
                                      "its outcome must be treated as unknown")
-        await self.gate.broadcast("activity", {
-            "time": time.time(), "agent": s.agent, "pid": s.identity.pid, "session_id": s.id,
-            "operation": result.operation, "category": str(result.category),
-            "retry": str(result.retry), "correlation_id": result.correlation_id})
+        await self.gate.broadcast(Activity(
+            time=time.time(), agent=s.agent, pid=s.identity.pid, session_id=s.id,
+            operation=result.operation, category=str(result.category),
+            retry=str(result.retry), correlation_id=result.correlation_id))
         return result
 
     @functools.cached_property

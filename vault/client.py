@@ -22,6 +22,7 @@ from . import jsonrpc as rpc
 from .errors import HomeError, RpcError
 from .home import VaultHome
 from .models import Result
+from .wire import ApprovalSettled, WireError, read
 
 
 def _raise_error(err: dict[str, Any]) -> None:
@@ -245,7 +246,10 @@ async def connect_approver(home: VaultHome, name: str, on_notify: Notify | None 
     def watching(method: str, params: dict[str, Any]) -> Awaitable[None] | None:
         # a prompt settled while later pages were read must not come back from an earlier page
         if method == "approval.settled":
-            settled.add(str(params.get("request_id")))
+            try:
+                settled.add(read(ApprovalSettled, params, "approval.settled").request_id)
+            except WireError:
+                pass  # which prompt it settled is unknown: the reader is told (on_notify) and decides
         return on_notify(method, params) if on_notify is not None else None
 
     client = await AsyncRpcClient.connect(home.approver_sock, watching if subscribe else on_notify)

@@ -39,6 +39,7 @@ from .peer import Markers, has_ancestor
 from .processes import FALLBACK_POLL_S, ProcessEntry, ProcessTable
 from .rpc_server import Connection, RpcServer, raise_fd_limit
 from .sessions import ClientLabel, Session, SessionTable
+from .wire import SessionClosed, SessionOpened
 
 log = logging.getLogger("vaultsim.daemon")
 
@@ -156,7 +157,7 @@ class VaultDaemon(CallPipeline):
             event["client"] = s.client_wire()
         with contextlib.suppress(AuditError):
             await self.audit(event, durable=False)
-        await self.gate.broadcast("session.opened", s.to_wire())
+        await self.gate.broadcast(SessionOpened.model_validate(s.to_wire()))
         return s
 
     def _process_exited(self, entry: ProcessEntry) -> None:
@@ -176,7 +177,7 @@ class VaultDaemon(CallPipeline):
         await self.gate.end_session(s, reason)
         with contextlib.suppress(AuditError):
             await self.audit({"type": "session_closed", "session_id": s.id, "reason": reason})
-        await self.gate.broadcast("session.closed", {"session_id": s.id, "reason": reason})
+        await self.gate.broadcast(SessionClosed(session_id=s.id, reason=reason))
 
     async def _housekeeping(self) -> None:
         """End grants whose TTL passed, drop approvers that stopped reading, and poll the

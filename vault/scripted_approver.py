@@ -22,7 +22,9 @@ person: a 0.2 s think time is a rubber-stamp, a 3 s one is not.
 Patterns are shell-style (fnmatch). `ignore` leaves the request undecided
 (to exercise pending/expired paths); `lock` refuses by locking the vault
 while the request is pending (a person pulling the brake). Every prompt answered is logged as one
-JSON line. The approver exits cleanly when the daemon stops.
+JSON line. The approver exits cleanly when the daemon stops. A prompt that does
+not fit `approval.requested`'s model (vault.wire) is reported on stderr and left
+undecided; the approver goes on with the others.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from .cli import add_home_arg
 from .client import AsyncRpcClient, connect_approver
 from .errors import BadInput, HomeError, RpcError
 from .home import VaultHome
+from .wire import ApprovalRequested, WireError, read
 
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
@@ -55,12 +58,12 @@ class Match(BaseModel):
     agent: str = "*"
     params: dict[str, str] = Field(default_factory=dict)
 
-    def matches(self, req: dict[str, Any]) -> bool:
-        if not (fnmatch.fnmatchcase(str(req.get("operation", "")), self.operation)
-                and fnmatch.fnmatchcase(str(req.get("risk", "")), self.risk)
-                and fnmatch.fnmatchcase(str(req.get("agent", "")), self.agent)):
+    def matches(self, req: ApprovalRequested) -> bool:
+        if not (fnmatch.fnmatchcase(req.operation, self.operation)
+                and fnmatch.fnmatchcase(req.risk, self.risk)
+                and fnmatch.fnmatchcase(req.agent, self.agent)):
             return False
-        shown = req.get("params") or {}
+        shown = req.params
         return all(k in shown and fnmatch.fnmatchcase(str(shown[k]), pat) for k, pat in self.params.items())
 
 
@@ -135,7 +138,7 @@ class ScriptedApprover:
         self.answered = 0
         self.rng = random.Random(script.seed)
 
-    def choose(self, req: dict[str, Any]) -> tuple[int | None, ApproverRule | None]:
+    def choose(self, req: ApprovalRequested) -> tuple[int | None, ApproverRule | None]:
         for i, rule in enumerate(self.script.rules):
             if rule.times is not None and self.used[i] >= rule.times:
                 continue
@@ -146,28 +149,33 @@ class ScriptedApprover:
 
     def on_notify(self, method: str, params: dict[str, Any]) -> None:
         if method == "approval.requested":
-            task = asyncio.create_task(self.answer(params))
+            try:
+                req = read(ApprovalRequested, params, "approval.requested notification")
+            except WireError as exc:
+                print(f"vaultsim approve: ignored a prompt: {exc.message}", file=sys.stderr)
+                return
+            task = asyncio.create_task(self.answer(req))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-    async def answer(self, req: dict[str, Any]) -> None:
+    async def answer(self, req: ApprovalRequested) -> None:
         index, rule = self.choose(req)
         decision = rule.decide if rule else "deny"
         think = rule.think_s(self.rng) if rule else 0.0
         if self.client is not None and decision != "ignore":
             try:  # a script reads the whole request at once: shown and detail, now
-                await self.client.request("seen", request_id=req["request_id"], detail=True)
+                await self.client.request("seen", request_id=req.request_id, detail=True)
             except RpcError:
                 pass  # an older daemon: the vault falls back to when it sent the prompt
             except HomeError:
                 return
         if think:
             await asyncio.sleep(think)  # the script asked to think first
-        if decision == "allow_session" and not req.get("allow_session_offered", True):
+        if decision == "allow_session" and not req.allow_session_offered:
             decision = "allow_once"
-        outcome: dict[str, Any] = {"time": time.time(), "request_id": req.get("request_id"),
-                                   "operation": req.get("operation"), "agent": req.get("agent"),
-                                   "pid": req.get("pid"), "scope": req.get("scope"),
+        outcome: dict[str, Any] = {"time": time.time(), "request_id": req.request_id,
+                                   "operation": req.operation, "agent": req.agent,
+                                   "pid": req.pid, "scope": req.scope,
                                    "rule": index, "decision": decision}
         if think:
             outcome["think_s"] = round(think, 3)
@@ -177,7 +185,7 @@ class ScriptedApprover:
                     await self.client.request("lock")
                 else:
                     reason = {"reason": rule.reason} if rule is not None and rule.reason else {}
-                    await self.client.request("decide", request_id=req["request_id"], decision=decision,
+                    await self.client.request("decide", request_id=req.request_id, decision=decision,
                                               **reason)
                 outcome["accepted"] = True
             except RpcError as exc:

@@ -21,6 +21,7 @@ from ..catalog import Operation
 from ..ids import new_id, token
 from ..models import Result
 from ..sessions import Session
+from ..wire import ApprovalRequested, WireClient
 from .fatigue import PromptTiming
 from .policy import Mode
 
@@ -82,28 +83,21 @@ class PendingApproval:
                     f"{self.session.client.name} ends (process {self.session.identity.pid})")
         return f"{self.scope} until process {self.session.identity.pid} exits"
 
+    def to_note(self) -> ApprovalRequested:
+        """The `approval.requested` notification for this request."""
+        client = self.session.client_wire()  # a claim (see vault.sessions)
+        return ApprovalRequested(
+            request_id=self.request_id, agent=self.session.agent, pid=self.session.identity.pid,
+            session_id=self.session.id, run_id=self.session.run_id, operation=self.operation.name,
+            risk=str(self.operation.risk), params=self.params_summary, scope=self.scope,
+            session_scope=self.plain_scope(), mode=str(self.mode),
+            allow_session_offered=self.mode is Mode.session, owner=self.owner, deadline=self.deadline,
+            created=self.created, correlation_id=self.correlation_id,
+            client=WireClient.model_validate(client) if client is not None else None)
+
     def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "request_id": self.request_id,
-            "agent": self.session.agent,
-            "pid": self.session.identity.pid,
-            "session_id": self.session.id,
-            "run_id": self.session.run_id,
-            "operation": self.operation.name,
-            "risk": str(self.operation.risk),
-            "params": self.params_summary,
-            "scope": self.scope,
-            "session_scope": self.plain_scope(),
-            "mode": str(self.mode),
-            "allow_session_offered": self.mode is Mode.session,
-            "owner": self.owner,
-            "deadline": self.deadline,
-            "created": self.created,
-            "correlation_id": self.correlation_id,
-        }
-        if self.session.client is not None:
-            out["client"] = self.session.client_wire()  # a claim (see vault.sessions)
-        return out
+        """As `approval.requested` carries it (also a page of `subscribe` / `pending`)."""
+        return self.to_note().to_params()
 
     def settle(self, state: State, reason: str = "", decision: Decision | None = None,
                by: str | None = None, at: float | None = None, outcome: str | None = None) -> None:

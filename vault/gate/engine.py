@@ -32,6 +32,7 @@ from ..models import Category, Result, make_result
 from ..processes import Key
 from ..rpc_server import Connection
 from ..sessions import Session, SessionTable
+from ..wire import ApprovalSettled, GrantCreated, GrantEnded, Notification, VaultLocked
 from .approvals import Decision, PendingApproval, State
 from .fatigue import PromptTiming
 from .grants import Grant, GrantTable
@@ -111,9 +112,9 @@ class Gate:
         return [(ap.seq, ap.to_wire()) for ap in self.pending.values()
                 if ap.seq > after and (until is None or ap.seq <= until) and ap.owner in (None, name)]
 
-    async def broadcast(self, method: str, params: dict[str, Any], owner: str | None = None) -> None:
+    async def broadcast(self, note: Notification, owner: str | None = None) -> None:
         """Tell the subscribed approvers (never waits for one: see ApproverHub)."""
-        self.hub.notify(method, params, owner)
+        self.hub.notify(note, owner)
 
     def _approver_left(self) -> None:
         # re-route on the next loop turn: a subscriber may leave in the middle of a broadcast
@@ -129,8 +130,8 @@ class Gate:
                 who = f"approver {ap.owner!r}" if ap.owner else "approver"
                 self._settle(ap, State.unroutable, f"the last {who} who could receive it disconnected")
                 self.stats.unroutable(ap.session.run_id, ap.session.id)
-                self.hub.notify("approval.settled", {"request_id": ap.request_id, "state": "unroutable",
-                                                     "decision": "unroutable"})
+                self.hub.notify(ApprovalSettled(request_id=ap.request_id, state="unroutable",
+                                                decision="unroutable"))
                 self._audit_later({"type": "decision", "request_id": ap.request_id,
                                    "correlation_id": ap.correlation_id, "decision": "unroutable"})
 
@@ -208,9 +209,9 @@ class Gate:
                                     ap.scope, rule.ttl_s)
                 await self.audit({"type": "grant_created", "session_id": g.session_id,
                                   "scope": g.scope, "grant_id": g.id}, durable=False)
-                await self.broadcast("grant.created", g.to_wire())
-        await self.broadcast("approval.settled", {"request_id": ap.request_id, "state": str(ap.state),
-                                                  "decision": str(decision), "by": who})
+                await self.broadcast(GrantCreated.model_validate(g.to_wire()))
+        await self.broadcast(ApprovalSettled(request_id=ap.request_id, state=str(ap.state),
+                                             decision=str(decision), by=who))
         out: dict[str, Any] = {"request_id": request_id, "state": str(ap.state), "decision": str(decision)}
         if note:
             out["note"] = note
@@ -241,18 +242,18 @@ class Gate:
             self._settle(ap, State.denied, "the vault was locked while this request was pending", by=by,
                          outcome="locked")
             self.stats.decision(ap.session.run_id, ap.session.id, "locked", None)
-            await self.broadcast("approval.settled", {"request_id": ap.request_id, "state": "denied",
-                                                      "decision": "locked", "by": by})
+            await self.broadcast(ApprovalSettled(request_id=ap.request_id, state="denied",
+                                                 decision="locked", by=by))
         ended = await self.end_grants(self.grants.all(), "lock")
         await self.audit({"type": "lock", "by": by, "epoch": self.epoch,
                           "pending_denied": len(settled), "grants_ended": ended})
-        await self.broadcast("vault.locked", {"locked": True, "by": by})
+        await self.broadcast(VaultLocked(locked=True, by=by))
         return {"locked": True, "pending_denied": len(settled), "grants_ended": ended}
 
     async def unlock(self, by: str) -> dict[str, Any]:
         self.locked = False
         await self.audit({"type": "unlock", "by": by, "epoch": self.epoch})
-        await self.broadcast("vault.locked", {"locked": False, "by": by})
+        await self.broadcast(VaultLocked(locked=False, by=by))
         return {"locked": False}
 
     async def end_grants(self, grants: list[Grant], reason: str) -> int:
@@ -262,7 +263,7 @@ class Gate:
                 n += 1
                 await self.audit({"type": "grant_ended", "session_id": g.session_id,
                                   "scope": g.scope, "grant_id": g.id, "reason": reason}, durable=False)
-                await self.broadcast("grant.ended", {**g.to_wire(), "reason": reason})
+                await self.broadcast(GrantEnded.model_validate({**g.to_wire(), "reason": reason}))
         return n
 
     async def end_session(self, session: Session, reason: str) -> None:
@@ -275,8 +276,8 @@ class Gate:
         for ap in [a for a in self.pending.values() if a.session.id == session.id]:
             self._settle(ap, State.withdrawn, "its process flooded the approver, then its session ended")
             self.stats.decision(ap.session.run_id, ap.session.id, "withdrawn", None)
-            self.hub.notify("approval.settled", {"request_id": ap.request_id, "state": "withdrawn",
-                                                 "decision": "withdrawn"})
+            self.hub.notify(ApprovalSettled(request_id=ap.request_id, state="withdrawn",
+                                            decision="withdrawn"))
             self._audit_later({"type": "decision", "request_id": ap.request_id,
                                "correlation_id": ap.correlation_id, "decision": "withdrawn"})
 
@@ -336,7 +337,7 @@ class Gate:
                           "correlation_id": correlation_id, "operation": op.name,
                           "risk": str(op.risk), "session_id": session.id, "mode": str(rule.mode),
                           "scope": scope, "repeat": repeat}, durable=False)
-        await self.broadcast("approval.requested", ap.to_wire(), owner)
+        await self.broadcast(ap.to_note(), owner)
         return await self._wait(ap, wait_s)
 
     def _over_cap(self, session: Session) -> str:
@@ -356,7 +357,7 @@ class Gate:
             self._settle(ap, State.expired, "the deadline passed before anyone decided")
             self.stats.decision(ap.session.run_id, ap.session.id, "expired", None)
             asyncio.ensure_future(self.broadcast(
-                "approval.settled", {"request_id": ap.request_id, "state": "expired", "decision": "expired"}))
+                ApprovalSettled(request_id=ap.request_id, state="expired", decision="expired")))
             asyncio.ensure_future(self.audit({"type": "decision", "request_id": ap.request_id,
                                               "correlation_id": ap.correlation_id,
                                               "decision": "expired"}))
@@ -434,8 +435,8 @@ class Gate:
         await self.audit({"type": "decision", "request_id": ap.request_id,
                           "correlation_id": ap.correlation_id, "decision": "withdrawn",
                           "by": "agent", "was": str(was)})
-        await self.broadcast("approval.settled", {"request_id": ap.request_id, "state": "withdrawn",
-                                                  "decision": "withdrawn", "by": f"{session.agent} (agent)"})
+        await self.broadcast(ApprovalSettled(request_id=ap.request_id, state="withdrawn",
+                                             decision="withdrawn", by=f"{session.agent} (agent)"))
         return {**out, "withdrawn": True, "state": "withdrawn", "was": str(was)}
 
     def status(self) -> dict[str, Any]:

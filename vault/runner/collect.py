@@ -45,7 +45,7 @@ async def collect(world: World, ev: Evidence) -> None:
     if audit_events is not None:
         ev.transcript = from_audit(audit_events, pids, windows)
     else:
-        ev.transcript = from_activity(world.notes, ev.remote_events, pids, windows)  # type: ignore[arg-type]
+        ev.transcript = from_activity(world.notes, ev.remote_events, pids, windows)
     ev.secrets = dict(world.secrets)
     with contextlib.suppress(OSError):
         ev.secrets["approver token"] = world.home.approver_token_file.read_text().strip()

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 from ..catalog import format_validation_error
 from ..errors import BadInput
 from ..scripted_approver import ApproverRule, ApproverScript
+from ..wire import ApprovalRequested
 from .collect import SETUP, read_audit
 from .evidence import AgentRun, Evidence
 from .procs import ExecLauncher, Registry, remove_dir
@@ -141,7 +142,7 @@ class LiveApprover(RecordingApprover):
         """Every prompt the vault sent this approver, as received (no secrets: what a person sees)."""
         return [dict(p) for m, p in list(self.notes) if m == "approval.requested"]
 
-    def choose(self, req: dict[str, Any]) -> tuple[int | None, ApproverRule | None]:
+    def choose(self, req: ApprovalRequested) -> tuple[int | None, ApproverRule | None]:
         with self._lock:
             for i, rule in enumerate(self._rules):
                 if rule.times is not None and self.used[i] >= rule.times:

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from ..models import RETRY_FOR, Category
+from ..wire import (Activity, ApprovalRequested, ApprovalSettled, GrantCreated, SessionOpened, VaultLocked,
+                    WireError, parse_notification)
 
 GATE_CATEGORIES = frozenset({
     Category.vault_locked, Category.approval_pending, Category.approval_denied,
@@ -166,42 +168,46 @@ def _add_no_result(t: Transcript, cid: str, intent: dict[str, Any], req: dict[st
     bisect.insort(t.entries, entry, key=lambda e: e.time)
 
 
-def from_activity(notes: list[dict[str, Any]], remote_events: list[dict[str, Any]],
+def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: list[dict[str, Any]],
                   agent_pids: dict[int, int], windows: list[tuple[float, float]]) -> Transcript:
-    """The fallback: the approver channel's notifications, lookups told apart by the remote."""
+    """The fallback: the approver channel's notifications, (method, params) as received, read
+    through their models (vault.wire); lookups told apart by the remote. A notification that
+    does not fit its model is left out, as one of a method this version does not know."""
     t = Transcript(source="activity")
     status_cids = {e.get("correlation_id") for e in remote_events if e.get("route") == "operation_status"}
     touched = {e.get("correlation_id") for e in remote_events if e.get("event") == "received"}
-    requests: dict[str, dict[str, Any]] = {}
+    requests: dict[str, ApprovalRequested] = {}
     seen: set[str] = set()
-    for method, p in notes:  # type: ignore[misc]
-        if method == "session.opened":
-            t.sessions[p["session_id"]] = {"agent": p.get("agent"), "pid": p.get("pid"),
-                                           "run_id": p.get("run_id"), "opened": p.get("opened")}
-        elif method == "approval.requested":
-            requests[p["request_id"]] = p
-            t.prompts.append({"request_id": p["request_id"], "correlation_id": p.get("correlation_id"),
-                              "operation": p.get("operation"), "scope": p.get("scope")})
-        elif method == "approval.settled":
-            req = requests.get(p.get("request_id"))
+    for method, params in notes:
+        try:
+            n = parse_notification(method, params)
+        except WireError:
+            continue
+        if isinstance(n, SessionOpened):
+            t.sessions[n.session_id] = {"agent": n.agent, "pid": n.pid, "run_id": n.run_id,
+                                        "opened": n.opened}
+        elif isinstance(n, ApprovalRequested):
+            requests[n.request_id] = n
+            t.prompts.append({"request_id": n.request_id, "correlation_id": n.correlation_id,
+                              "operation": n.operation, "scope": n.scope})
+        elif isinstance(n, ApprovalSettled):
+            req = requests.get(n.request_id)
             if req is not None:
-                t.decisions[req["correlation_id"]] = {"request_id": p.get("request_id"),
-                                                      "decision": p.get("decision")}
-        elif method == "grant.created":
-            t.grants.append({"session_id": p.get("session_id"), "scope": p.get("scope"),
-                             "time": p.get("created")})
-        elif method == "vault.locked":
-            (t.locks if p.get("locked") else t.unlocks).append(float(p.get("time", 0)))
-        elif method == "activity":
-            cid = p["correlation_id"]
-            category = str(p.get("category"))
+                t.decisions[req.correlation_id] = {"request_id": n.request_id, "decision": n.decision}
+        elif isinstance(n, GrantCreated):
+            t.grants.append({"session_id": n.session_id, "scope": n.scope, "time": n.created})
+        elif isinstance(n, VaultLocked):
+            # (the notification carries no time: the lock is placed at 0, before every entry)
+            (t.locks if n.locked else t.unlocks).append(0.0)
+        elif isinstance(n, Activity):
+            cid = n.correlation_id
+            category = Category(n.category)
             kind = "resume" if cid in seen else ("lookup" if cid in status_cids else "call")
             seen.add(cid)
             t.entries.append(Entry(
-                kind=kind, operation=str(p.get("operation")), correlation_id=cid, category=category,
-                retry=str(RETRY_FOR[Category(category)]), time=float(p.get("time", 0)),
-                session_id=p.get("session_id"), agent=p.get("agent"), pid=p.get("pid"),
-                executed=cid in touched or Category(category) not in GATE_CATEGORIES))
+                kind=kind, operation=n.operation, correlation_id=cid, category=str(category),
+                retry=str(RETRY_FOR[category]), time=n.time, session_id=n.session_id,
+                agent=n.agent, pid=n.pid, executed=cid in touched or category not in GATE_CATEGORIES))
     _attribute(t, agent_pids, windows)
     return t
 

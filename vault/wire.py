@@ -1,0 +1,244 @@
+"""The approver socket's notifications as typed models: one shape, written once, read by all.
+
+The daemon (the gate, the call pipeline, the session table) builds these and the
+approver hub sends them as JSON-RPC notifications; the TUI's state, the scripted
+approver, the runner's transcript and the client read them back through
+`parse_notification`. One model per method, so a field renamed on one side
+cannot drift unnoticed on the other:
+
+    method              model               required to read   sent when
+    approval.requested  ApprovalRequested   request_id         a call needs a person
+    approval.settled    ApprovalSettled     request_id, state  decided, expired, locked, unroutable, withdrawn
+    grant.created       GrantCreated        grant_id, ...      allow_session made a grant
+    grant.ended         GrantEnded          grant_id, ...      a grant was revoked, expired, locked away
+    vault.locked        VaultLocked         locked             lock / unlock
+    session.opened      SessionOpened       session_id         an agent opened a session
+    session.closed      SessionClosed       session_id         ... and it ended
+    activity            Activity            correlation_id     an agent was told a result
+
+Strict on write, tolerant on read. A producer gives every field (a field left
+out or misspelt is an error, so the wire never silently loses one). A reader
+parses with `parse_notification` (or `read`): fields it does not know are
+dropped (a newer daemon may add some), fields an older daemon did not send take
+the defaults below; only the fields a reader cannot do without are required,
+and a notification missing one, or with a field of the wrong type, is a
+`WireError` naming the method and the field (never the value: it may be text an
+agent chose).
+
+The JSON is the wire protocol users rely on (README, DESIGN.md): field names,
+order and values are those the daemon always sent. A field in `OMIT_IF_NONE`
+is left out when it is None (e.g. `client`, `by`), as before; every other field
+is always present, None included.
+
+No import here of the daemon, the JSON-RPC layer, the runner or Textual: the TUI
+imports this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import (BaseModel, ConfigDict, SerializerFunctionWrapHandler, ValidationError,
+                      ValidationInfo, model_serializer, model_validator)
+
+from .errors import VaultError
+
+__all__ = ["WireError", "Notification", "WireClient", "ApprovalRequested", "ApprovalSettled",
+           "GrantFields", "GrantCreated", "GrantEnded", "VaultLocked", "SessionOpened", "SessionClosed", "Activity",
+           "MODELS", "parse_notification", "read"]
+
+_READING = "vault.wire.read"  # the validation context key that makes a parse tolerant
+
+
+class WireError(VaultError):
+    """A notification that does not fit its model (a field missing or of the wrong type)."""
+
+    code = "wire_error"
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+    # left out of the JSON when None (absent on the wire, as before these models)
+    OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tolerant_read_strict_write(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if isinstance(info.context, dict) and info.context.get(_READING):
+            # reading: what this version does not know is dropped, not an error
+            return {k: v for k, v in data.items() if k in cls.model_fields}
+        # writing: every field is given (None where it is none), none is forgotten or misspelt
+        missing = [n for n in cls.model_fields if n not in data and n not in cls.OMIT_IF_NONE]
+        unknown = [str(k) for k in data if k not in cls.model_fields]
+        if missing or unknown:
+            raise ValueError(f"{cls.__name__} is written with every field and no other; "
+                             + "; ".join(f"{what}: {', '.join(names)}" for what, names
+                                         in (("not given", missing), ("unknown", unknown)) if names))
+        return data
+
+    @model_serializer(mode="wrap")
+    def _omit(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for name in self.OMIT_IF_NONE:
+            if out.get(name, 0) is None:
+                del out[name]
+        return out
+
+
+class WireClient(_Wire):
+    """A session's client label as approvers get it: a claim its opener made (vault.sessions)."""
+
+    OMIT_IF_NONE = frozenset({"version", "host_pid", "via"})
+    name: str = ""
+    version: str | None = None
+    host_pid: int | None = None
+    via: str | None = None
+    text: str = ""  # e.g. "claude-code 1.2 (pid 4121) via mcp"
+    claimed: bool = True
+    host_verified: bool = False  # the daemon confirmed host_pid is an ancestor of the opener
+
+
+class Notification(_Wire):
+    """One notification on the approver socket; `METHOD` is its JSON-RPC method."""
+
+    METHOD: ClassVar[str]
+
+    def to_params(self) -> dict[str, Any]:
+        """The JSON-RPC `params` object, exactly as the wire carries it."""
+        return self.model_dump()
+
+
+class ApprovalRequested(Notification):
+    """A call waits for a person (vault.gate.approvals.PendingApproval)."""
+
+    METHOD = "approval.requested"
+    OMIT_IF_NONE = frozenset({"client"})
+    request_id: str
+    agent: str = "?"
+    pid: int | None = None
+    session_id: str = ""
+    run_id: str | None = None
+    operation: str = "?"
+    risk: str = "?"
+    params: dict[str, Any] = {}  # only those marked safe to show, truncated (vault.catalog)
+    scope: str = ""
+    session_scope: str = ""  # what allow_session would grant, in plain words
+    mode: str = ""  # "session" or "per_call"
+    allow_session_offered: bool = False
+    owner: str | None = None  # the only approver who may decide it (None: any)
+    deadline: float = 0.0  # wall clock, seconds since the epoch
+    created: float = 0.0
+    correlation_id: str = ""
+    client: WireClient | None = None
+
+
+class ApprovalSettled(Notification):
+    """A request left the queue. `decision`: allow_once, allow_session, deny, or how it ended
+    without one (expired, locked, unroutable, withdrawn); `state`: allowed, denied, expired,
+    unroutable, withdrawn. `by` is absent when nobody decided."""
+
+    METHOD = "approval.settled"
+    OMIT_IF_NONE = frozenset({"by"})
+    request_id: str
+    state: str
+    decision: str | None = None
+    by: str | None = None
+
+
+class GrantFields(Notification):
+    """A session grant as the approver socket shows it (vault.gate.grants.Grant.to_wire): the
+    fields of `grant.created` and `grant.ended`, and of each grant in the `sessions` answer."""
+
+    grant_id: str
+    session_id: str
+    operation: str = ""
+    scope: str = ""
+    pid: int | None = None
+    created: float = 0.0
+    expires_at: float | None = None
+
+
+class GrantCreated(GrantFields):
+    """allow_session made a grant for one process."""
+
+    METHOD = "grant.created"
+
+
+class GrantEnded(GrantFields):
+    """A grant ended: `reason` is ttl, lock, revoke, or why its session ended."""
+
+    METHOD = "grant.ended"
+    reason: str = ""
+
+
+class VaultLocked(Notification):
+    METHOD = "vault.locked"
+    locked: bool
+    by: str | None = None
+
+
+class SessionOpened(Notification):
+    METHOD = "session.opened"
+    OMIT_IF_NONE = frozenset({"client"})
+    session_id: str
+    agent: str = "?"
+    run_id: str | None = None
+    pid: int | None = None
+    exe: str | None = None
+    opened: float = 0.0
+    client: WireClient | None = None
+
+
+class SessionClosed(Notification):
+    METHOD = "session.closed"
+    session_id: str
+    reason: str = ""
+
+
+class Activity(Notification):
+    """What an agent was told (a Result's category and retry instruction), as it was told."""
+
+    METHOD = "activity"
+    time: float = 0.0
+    agent: str | None = None
+    pid: int | None = None
+    session_id: str | None = None
+    operation: str = "?"
+    category: str
+    retry: str = ""
+    correlation_id: str
+
+
+MODELS: dict[str, type[Notification]] = {m.METHOD: m for m in (
+    ApprovalRequested, ApprovalSettled, GrantCreated, GrantEnded, VaultLocked, SessionOpened,
+    SessionClosed, Activity)}
+
+N = TypeVar("N", bound=_Wire)
+
+
+def read(model: type[N], data: Any, what: str | None = None) -> N:
+    """`data` as `model`, tolerantly (see the module doc); a WireError if it does not fit."""
+    try:
+        return model.model_validate(data, context={_READING: True})
+    except ValidationError as exc:
+        raise WireError(f"malformed {what or model.__name__}: {_why(exc)}") from None
+
+
+def parse_notification(method: str, params: Any) -> Notification | None:
+    """The model of one notification; None for a method this version does not know (a newer
+    daemon's), a WireError for a known one that does not fit its model."""
+    model = MODELS.get(method)
+    if model is None:
+        return None
+    return read(model, params, f"{method} notification")
+
+
+def _why(exc: ValidationError) -> str:
+    """Which fields and what is wrong with them, never their values."""
+    parts = []
+    for err in exc.errors(include_input=False, include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "params"
+        parts.append(f"{where}: {err['msg'].lower()}")
+    return "; ".join(parts)

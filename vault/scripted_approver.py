@@ -139,7 +139,12 @@ class ScriptedApprover:
         self.rng = random.Random(script.seed)
 
     def choose(self, req: ApprovalRequested) -> tuple[int | None, ApproverRule | None]:
-        for i, rule in enumerate(self.script.rules):
+        return self.first_match(self.script.rules, req)
+
+    def first_match(self, rules: list[ApproverRule],
+                    req: ApprovalRequested) -> tuple[int | None, ApproverRule | None]:
+        """The first rule that matches and has uses left (counted in `used`), in the order given."""
+        for i, rule in enumerate(rules):
             if rule.times is not None and self.used[i] >= rule.times:
                 continue
             if rule.match.matches(req):

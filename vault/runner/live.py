@@ -144,13 +144,7 @@ class LiveApprover(RecordingApprover):
 
     def choose(self, req: ApprovalRequested) -> tuple[int | None, ApproverRule | None]:
         with self._lock:
-            for i, rule in enumerate(self._rules):
-                if rule.times is not None and self.used[i] >= rule.times:
-                    continue
-                if rule.match.matches(req):
-                    self.used[i] += 1
-                    return i, rule
-        return None, None
+            return self.first_match(self._rules, req)
 
 
 class LiveWorld:

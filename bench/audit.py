@@ -12,7 +12,7 @@ these figures:
   commit: they share fdatasyncs), with the number of fdatasyncs it took;
 * durable gated calls/s with 1, 8 and 32 concurrent agents (asyncio tasks,
   one session each, one call at a time), through a real `VaultDaemon`'s call
-  pipeline (`daemon.call`, in-process): the gate (real policy: `read_issue` is auto),
+  pipeline (`daemon.calls.call`, in-process): the gate (real policy: `read_issue` is auto),
   the credential read from a real encrypted store, and every audit record of
   the call on the real `AuditWriter` (call_requested, intent [durable before
   the executor runs], remote_result, classification [written before the
@@ -176,7 +176,7 @@ async def gated_calls(root: Path, agents: int, each: int, io: CountingIO,
     sessions = [daemon.sessions.open(f"bench-{i}", "bench", me, f"conn-{i}") for i in range(agents)]
 
     async def agent(s: Session) -> list[Result]:
-        return [await daemon.call(s, op, {"issue_id": "ISS-1"}, None, None) for _ in range(each)]
+        return [await daemon.calls.call(s, op, {"issue_id": "ISS-1"}, None, None) for _ in range(each)]
 
     t0, cpu0 = time.perf_counter(), time.process_time()
     results = [r for rs in await asyncio.gather(*(agent(s) for s in sessions)) for r in rs]

@@ -41,7 +41,7 @@ async def run(d):
     sessions = [daemon.sessions.open(f"b-{i}", "bench", me, f"c-{i}") for i in range(agents)]
     async def agent(s):
         for _ in range(calls // agents):
-            await daemon.call(s, op, {"issue_id": "ISS-1"}, None, None)
+            await daemon.calls.call(s, op, {"issue_id": "ISS-1"}, None, None)
     await asyncio.gather(*(agent(s) for s in sessions))
     writer.close()
 

@@ -71,12 +71,12 @@ async def soak(root: Path, calls: int, agents: int, segment_bytes: int, keep: in
             i = done
             done += 1
             t0 = time.perf_counter()
-            r = await daemon.call(s, op, {"issue_id": "ISS-1"}, None, None)
+            r = await daemon.calls.call(s, op, {"issue_id": "ISS-1"}, None, None)
             lat[i] = time.perf_counter() - t0
             bad += not r.ok
             if (i + 1) % step == 0:
                 marks.append((i + 1, time.perf_counter(), proc.memory_info().rss,
-                              len(rotated(daemon.home.audit_log)) + 1, len(daemon.calls)))
+                              len(rotated(daemon.home.audit_log)) + 1, len(daemon.calls.calls)))
 
     rss0 = proc.memory_info().rss
     t0 = time.perf_counter()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vault import calls
-from vault.calls import CallPipeline, CallRecord
+from vault.calls import CallMemory as CallPipeline, CallRecord
 
 
 class Remembering(CallPipeline):

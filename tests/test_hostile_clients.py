@@ -471,7 +471,7 @@ class TestDefenceInDepth:
         """The daemon tells an event it cannot encode from a log it cannot write."""
         from pydantic_core import to_json
 
-        from vault.daemon import _recordable, _unrecordable
+        from vault.recorder import _recordable, _unrecordable
         event = {"type": "call_requested", "target": "release " + SURROGATE, "n": 1}
         why = _unrecordable(event)
         assert "not Unicode" in why

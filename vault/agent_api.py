@@ -24,29 +24,37 @@ SCM_CREDENTIALS), not for whoever opened the connection: a child riding its
 parent's connection owns none of the parent's sessions. Sessions are capped
 per connection, per process and in all (vault.limits); past a cap,
 `session.open` is answered -32004 and nothing is opened.
+
+`AgentApi`'s methods are these RPC methods, over the parts they need (the
+sessions, the catalog, the call service); it never sees the daemon, and
+`dispatcher()` puts it on a socket.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .agent_sessions import AgentSessions
+from .calls import CallService
+from .catalog import Catalog
 from .errors import BadInput, RpcError
+from .gate.policy import Policy
 from .ids import correlation_id
 from .jsonrpc import INVALID_PARAMS, LIMIT
 from .limits import MAX_SESSIONS, MAX_SESSIONS_PER_CONNECTION, MAX_SESSIONS_PER_PROCESS
-from .models import Category, make_result
+from .models import Category, Result, make_result
 from .rpc_server import Connection, Dispatcher
 from .sessions import ClientLabel
 
-if TYPE_CHECKING:
-    from .daemon import VaultDaemon
+JsonObject = dict[str, Any]  # a JSON payload (params, a result)
 
 _P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
-__all__ = ["build", "MAX_SESSIONS_PER_CONNECTION", "MAX_SESSIONS_PER_PROCESS", "MAX_SESSIONS"]
+__all__ = ["AgentApi", "MAX_SESSIONS_PER_CONNECTION", "MAX_SESSIONS_PER_PROCESS", "MAX_SESSIONS"]
 _Name = Field(min_length=1, max_length=128)
 
 
@@ -108,14 +116,14 @@ class ResumeTokenParams(BaseModel):
 _OP_PUBLIC = {"description", "risk", "params", "target", "idempotent", "mutates"}
 
 
-def catalog_view(d: "VaultDaemon") -> dict[str, Any]:
+def catalog_view(catalog: Catalog, policy: Policy) -> JsonObject:
     """The operations an agent may name, with the policy's rule for each; fingerprinted so a
     client can tell when it changed. Parameter declarations are dumped whole (as the catalog
     file spells them: vault.catalog.ParamSpec), so what the catalog gains reaches clients
     without a change here."""
     ops = []
-    for name, op in sorted(d.catalog.operations.items()):
-        rule = d.gate.policy.rule_for(op)
+    for name, op in sorted(catalog.operations.items()):
+        rule = policy.rule_for(op)
         # by alias: parameters keep the catalog file's (and JSON Schema's) names, e.g. maxLength
         ops.append({"name": name, **op.model_dump(mode="json", include=_OP_PUBLIC, exclude_none=True,
                                                   by_alias=True),
@@ -124,92 +132,106 @@ def catalog_view(d: "VaultDaemon") -> dict[str, Any]:
     return {"fingerprint": hashlib.sha256(body.encode()).hexdigest()[:32], "operations": ops}
 
 
-def build(d: "VaultDaemon") -> Dispatcher:
-    api = Dispatcher("agent")
+def refused(operation: str, why: str) -> JsonObject:
+    """The Result of a request whose session the sender does not own."""
+    return make_result(Category.authorization_denied, operation[:128], correlation_id(), why).model_dump(
+        mode="json", exclude_none=True)
 
-    def refused(operation: str, why: str) -> dict[str, Any]:
-        return make_result(Category.authorization_denied, operation[:128], correlation_id(), why).model_dump(
-            mode="json", exclude_none=True)
 
-    @api.method("session.open", OpenParams)
-    async def session_open(conn: Connection, p: OpenParams) -> dict[str, Any]:
+_UNKNOWN_TOKEN = "unknown resume token (or it belongs to another agent or run)"
+
+
+class AgentApi:
+    """The agent socket's methods (see the module doc)."""
+
+    def __init__(self, sessions: AgentSessions, catalog: Catalog, calls: CallService, *,
+                 status: Callable[[], JsonObject]) -> None:
+        self.sessions = sessions
+        self.table = sessions.table
+        self.catalog = catalog
+        self.calls = calls
+        self.status_of = status
+
+    def dispatcher(self) -> Dispatcher:
+        api = Dispatcher("agent")
+        methods: list[tuple[str, type[BaseModel], Callable[[Connection, Any], Awaitable[Any]]]] = [
+            ("session.open", OpenParams, self.session_open), ("session.close", SessionParams, self.session_close),
+            ("call", CallParams, self.call), ("call.resume", ResumeParams, self.call_resume),
+            ("lookup", LookupParams, self.lookup), ("vault.status", NoParams, self.status),
+            ("call.cancel", ResumeTokenParams, self.call_cancel), ("catalog", NoParams, self.list_catalog)]
+        for name, model, handler in methods:
+            api.method(name, model)(handler)
+        api.on_disconnect = self.on_disconnect
+        return api
+
+    async def session_open(self, conn: Connection, p: OpenParams) -> JsonObject:
         # a loop of session.open must not grow the daemon forever, however many connections it uses
-        if len(d.sessions.for_conn(conn.id)) >= MAX_SESSIONS_PER_CONNECTION:
+        if len(self.table.for_conn(conn.id)) >= MAX_SESSIONS_PER_CONNECTION:
             raise RpcError(LIMIT, f"this connection already has {MAX_SESSIONS_PER_CONNECTION} open sessions; "
                                   "close one (session.close) before opening another")
-        if d.sessions.count_for_process((conn.peer.pid, conn.peer.create_time)) >= MAX_SESSIONS_PER_PROCESS:
+        if self.table.count_for_process((conn.peer.pid, conn.peer.create_time)) >= MAX_SESSIONS_PER_PROCESS:
             raise RpcError(LIMIT, f"this process already has {MAX_SESSIONS_PER_PROCESS} open sessions; "
                                   "close one (session.close) before opening another")
-        if len(d.sessions.sessions) >= MAX_SESSIONS:
+        if len(self.table.sessions) >= MAX_SESSIONS:
             raise RpcError(LIMIT, f"the vault already holds {MAX_SESSIONS} open sessions; "
                                   "close one (session.close) or try again later")
-        s = await d.open_session(conn, p.agent, p.run_id, p.client)
+        s = await self.sessions.open(conn.peer, conn.id, p.agent, p.run_id, p.client)
         return {"session_id": s.id, "pid": s.identity.pid}
 
-    @api.method("session.close", SessionParams)
-    async def session_close(conn: Connection, p: SessionParams) -> dict[str, Any]:
-        s, why = d.sessions.check(p.session_id, conn.peer)
+    async def session_close(self, conn: Connection, p: SessionParams) -> JsonObject:
+        s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
             raise RpcError(INVALID_PARAMS, why)
-        await d.close_session(s, "closed by agent")
+        await self.sessions.close(s, "closed by agent")
         return {}
 
-    @api.method("call", CallParams)
-    async def call(conn: Connection, p: CallParams) -> Any:
-        s, why = d.sessions.check(p.session_id, conn.peer)
+    async def call(self, conn: Connection, p: CallParams) -> Result | JsonObject:
+        s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
             return refused(p.operation, why)
-        op = d.catalog.get(p.operation)
+        op = self.catalog.get(p.operation)
         if op is None:
             raise RpcError(INVALID_PARAMS, f"unknown operation {p.operation!r}; see the catalog")
         try:
             params = op.validate_params(p.params)
         except BadInput as exc:
             raise RpcError(INVALID_PARAMS, exc.message) from None
-        return await d.call(s, op, params, p.idempotency_key, p.wait_s)
+        return await self.calls.call(s, op, params, p.idempotency_key, p.wait_s)
 
-    @api.method("call.resume", ResumeParams)
-    async def call_resume(conn: Connection, p: ResumeParams) -> Any:
-        s, why = d.sessions.check(p.session_id, conn.peer)
+    async def call_resume(self, conn: Connection, p: ResumeParams) -> Result | JsonObject:
+        s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
             return refused("call.resume", why)
-        result = await d.gate.resume(s, p.resume_token, p.wait_s)
+        result = await self.calls.resume(s, p.resume_token, p.wait_s)
         if result is None:
-            raise RpcError(INVALID_PARAMS, "unknown resume token (or it belongs to another agent or run)")
-        return await d.record_result(s, result, resumed=True)
+            raise RpcError(INVALID_PARAMS, _UNKNOWN_TOKEN)
+        return result
 
-    @api.method("lookup", LookupParams)
-    async def lookup(conn: Connection, p: LookupParams) -> Any:
-        s, why = d.sessions.check(p.session_id, conn.peer)
+    async def lookup(self, conn: Connection, p: LookupParams) -> Result | JsonObject:
+        s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
             return refused(p.operation or "lookup", why)
         if not p.correlation_id and not p.idempotency_key:
             raise RpcError(INVALID_PARAMS, "lookup needs correlation_id or idempotency_key")
-        return await d.lookup(s, p.correlation_id, p.idempotency_key, p.operation)
+        return await self.calls.lookup(s, p.correlation_id, p.idempotency_key, p.operation)
 
-    @api.method("vault.status", NoParams)
-    async def status(conn: Connection, p: NoParams) -> dict[str, Any]:
-        return d.status()
+    async def status(self, conn: Connection, p: NoParams) -> JsonObject:
+        return self.status_of()
 
     # ---- call.cancel and catalog (#15: MCP hosts cancel calls and discover operations) ----
 
-    @api.method("call.cancel", ResumeTokenParams)
-    async def call_cancel(conn: Connection, p: ResumeTokenParams) -> dict[str, Any]:
-        s, why = d.sessions.check(p.session_id, conn.peer)
+    async def call_cancel(self, conn: Connection, p: ResumeTokenParams) -> JsonObject:
+        s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
             raise RpcError(INVALID_PARAMS, why)
-        out = await d.gate.withdraw(s, p.resume_token)
+        out = await self.calls.cancel(s, p.resume_token)
         if out is None:
-            raise RpcError(INVALID_PARAMS, "unknown resume token (or it belongs to another agent or run)")
+            raise RpcError(INVALID_PARAMS, _UNKNOWN_TOKEN)
         return out
 
-    @api.method("catalog", NoParams)
-    async def catalog(conn: Connection, p: NoParams) -> dict[str, Any]:
-        return catalog_view(d)
+    async def list_catalog(self, conn: Connection, p: NoParams) -> JsonObject:
+        return catalog_view(self.catalog, self.calls.gate.policy)
 
-    async def on_disconnect(conn: Connection) -> None:
-        for s in d.sessions.for_conn(conn.id):
-            await d.close_session(s, "connection closed")
-
-    api.on_disconnect = on_disconnect
-    return api
+    async def on_disconnect(self, conn: Connection) -> None:
+        for s in self.table.for_conn(conn.id):
+            await self.sessions.close(s, "connection closed")

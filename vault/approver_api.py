@@ -33,25 +33,35 @@ process, its descendants, and processes sharing its session id, process group
 or cgroup are refused (vault.approver_guard), at hello and again at every
 decide, lock, unlock, revoke and shutdown; every hello, decide, lock and
 unlock attempt is recorded as an `approver_attempt` audit event.
+
+`ApproverApi`'s methods are these RPC methods; it is built from its parts (the
+gate, the approver hub, the sessions, the guard, the token and a few daemon
+callables), never from the daemon, and `dispatcher()` puts it on a socket.
+Refusals of the gate (vault.errors.Refused) reach the wire through
+vault.rpc_server, which gives them their codes.
 """
 
 from __future__ import annotations
 
 import hmac
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from . import paging
-from .approver_guard import AUDITED, attempt_event
-from .errors import RpcError
+from .approver_guard import AUDITED, ApproverGuard, attempt_event
+from .approver_hub import ApproverHub
+from .errors import Refused, RpcError
 from .gate.approvals import Decision
+from .gate.engine import Gate
 from .gate.fatigue import DEFAULT_RUBBER_STAMP_S
+from .gate.stats import PromptStats
 from .jsonrpc import INVALID_PARAMS, NOT_AUTHORIZED
 from .rpc_server import Connection, Dispatcher, warn_client
+from .sessions import SessionTable
 
-if TYPE_CHECKING:
-    from .daemon import VaultDaemon
+JsonObject = dict[str, Any]  # a JSON payload (params, a result)
 
 _P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 _Cursor = Field(default=None, max_length=20, pattern=r"^[0-9]*$")
@@ -116,18 +126,48 @@ class StatsParams(BaseModel):
     rubber_stamp_s: float = Field(default=DEFAULT_RUBBER_STAMP_S, ge=0, le=3600)
 
 
-def build(d: "VaultDaemon") -> Dispatcher:
-    api = Dispatcher("approver")
+class ApproverApi:
+    """The approver socket's methods (see the module doc), over the daemon's parts."""
 
-    def attempt(conn: Connection, method: str, accepted: bool, reason: str = "",
-                name: Any = None, request_id: Any = None) -> None:
+    def __init__(self, gate: Gate, hub: ApproverHub, sessions: SessionTable, token: str, *,
+                 guard: ApproverGuard, audit_soon: Callable[[JsonObject], None],
+                 status: Callable[[], JsonObject], request_stop: Callable[[str], None]) -> None:
+        self.gate = gate
+        self.hub = hub
+        self.sessions = sessions
+        self.token = token
+        self.guard = guard
+        self.audit_soon = audit_soon
+        self.status_of = status
+        self.request_stop = request_stop
+
+    def dispatcher(self) -> Dispatcher:
+        api = Dispatcher("approver")
+        methods: list[tuple[str, type[BaseModel], Callable[[Connection, Any], Awaitable[Any]]]] = [
+            ("approver.hello", HelloParams, self.hello), ("subscribe", NoParams, self.subscribe),
+            ("pending", PendingParams, self.pending), ("decide", DecideParams, self.decide),
+            ("seen", SeenParams, self.seen), ("lock", NoParams, self.lock),
+            ("unlock", NoParams, self.unlock), ("sessions", PageParams, self.list_sessions),
+            ("revoke", RevokeParams, self.revoke), ("stats", StatsParams, self.stats),
+            ("status", NoParams, self.status), ("shutdown", NoParams, self.shutdown)]
+        for name, model, handler in methods:
+            api.method(name, model)(handler)
+        api.on_refused = self.refused_early
+        api.on_disconnect = self.on_disconnect
+        return api
+
+    # ---- who is asking ----------------------------------------------------------
+
+    def attempt(self, conn: Connection, method: str, accepted: bool, reason: str = "",
+                name: object = None, request_id: object = None) -> None:
         if method not in AUDITED:
             return
         if not accepted:
             warn_client(f"approver {method}", "refused %s from process %d: %s", method, conn.peer.pid,
                         reason[:200])
-        d.audit_soon(attempt_event(method, conn.peer, accepted, reason, name, request_id))
+        self.audit_soon(attempt_event(method, conn.peer, accepted, reason, name, request_id))
 
+    @staticmethod
     def authed(conn: Connection) -> str:
         """The approver name of the process that sent this (it must have said hello itself)."""
         name = conn.state.get("approver")
@@ -138,129 +178,115 @@ def build(d: "VaultDaemon") -> Dispatcher:
             raise RpcError(NOT_AUTHORIZED, "say approver.hello with the approver token first")
         return str(name)
 
-    def acting(conn: Connection, request_id: str | None = None) -> str:
-        """authed(), plus the full guard (vault.approver_guard)."""
-        who = authed(conn)
-        ap = d.gate.pending.get(request_id) if request_id else None
-        why = d.guard.refusal(conn.peer, ap.session if ap is not None else None)
+    def acting(self, conn: Connection, request_id: str | None = None) -> str:
+        """authed(), plus the full guard (vault.approver_guard): the one place where the
+        process is checked against the agents, and against the requester's tree."""
+        who = self.authed(conn)
+        why = self.guard.refusal(conn.peer, self.gate.requester(request_id) if request_id else None)
         if why:
             raise RpcError(NOT_AUTHORIZED, why)
         return who
 
-    async def audited(conn: Connection, method: str, act: Any, request_id: str | None = None) -> Any:
+    async def audited(self, conn: Connection, method: str, act: Callable[[str], Awaitable[JsonObject]],
+                      request_id: str | None = None) -> JsonObject:
         """Run an approver action, recording the attempt and whether it was accepted."""
         said_hello = conn.state.get("approver_key") == (conn.peer.pid, conn.peer.create_time)
         name = conn.state.get("approver") if said_hello else None
         try:
-            out = await act(acting(conn, request_id))
-        except RpcError as exc:
-            attempt(conn, method, False, exc.message, name, request_id)
+            out = await act(self.acting(conn, request_id))
+        except (RpcError, Refused) as exc:
+            self.attempt(conn, method, False, exc.message, name, request_id)
             raise
-        attempt(conn, method, True, "", name, request_id)
+        self.attempt(conn, method, True, "", name, request_id)
         return out
 
-    def refused_early(conn: Connection, method: str, why: str, params: dict[str, Any] | None) -> None:
+    def refused_early(self, conn: Connection, method: str, why: str, params: JsonObject | None) -> None:
         # a frame naming an audited method that never reached its handler (bad params, bad text)
         params = params or {}
         name = params.get("name") if method == "approver.hello" else conn.state.get("approver")
-        attempt(conn, method, False, why, name, params.get("request_id"))
+        self.attempt(conn, method, False, why, name, params.get("request_id"))
 
-    api.on_refused = refused_early
+    async def on_disconnect(self, conn: Connection) -> None:
+        self.hub.unsubscribe(conn)
 
-    @api.method("approver.hello", HelloParams)
-    async def hello(conn: Connection, p: HelloParams) -> dict[str, Any]:
+    # ---- the RPC methods ----------------------------------------------------------
+
+    async def hello(self, conn: Connection, p: HelloParams) -> JsonObject:
         why = ""
-        if not hmac.compare_digest(p.token.encode(), d.approver_token.encode()):
+        if not hmac.compare_digest(p.token.encode(), self.token.encode()):
             why = "wrong approver token"
         else:
-            why = d.guard.refusal(conn.peer)
+            why = self.guard.refusal(conn.peer)
         if why:
-            attempt(conn, "approver.hello", False, why, p.name)
+            self.attempt(conn, "approver.hello", False, why, p.name)
             raise RpcError(NOT_AUTHORIZED, why)
         conn.state["approver"] = p.name
         conn.state["approver_key"] = (conn.peer.pid, conn.peer.create_time)
-        attempt(conn, "approver.hello", True, "", p.name)
-        return {"approver": p.name, "locked": d.gate.locked}
+        self.attempt(conn, "approver.hello", True, "", p.name)
+        return {"approver": p.name, "locked": self.gate.locked}
 
-    @api.method("subscribe", NoParams)
-    async def subscribe(conn: Connection, p: NoParams) -> dict[str, Any]:
-        authed(conn)
-        until = d.gate.subscribe(conn)
-        items, nxt = paging.page(d.gate.routable_for(conn, 0, until))
-        return {"pending": items, "locked": d.gate.locked, "next": _str(nxt), "until": str(until)}
+    async def subscribe(self, conn: Connection, p: NoParams) -> JsonObject:
+        who = self.authed(conn)
+        self.hub.subscribe(conn)
+        until = self.gate.newest_prompt()
+        items, nxt = paging.page(self.gate.routable_for(who, 0, until))
+        return {"pending": items, "locked": self.gate.locked, "next": _str(nxt), "until": str(until)}
 
-    @api.method("pending", PendingParams)
-    async def pending(conn: Connection, p: PendingParams) -> dict[str, Any]:
-        authed(conn)
+    async def pending(self, conn: Connection, p: PendingParams) -> JsonObject:
+        who = self.authed(conn)
         until = paging.cursor(p.until) if p.until else None
-        items, nxt = paging.page(d.gate.routable_for(conn, paging.cursor(p.after), until))
+        items, nxt = paging.page(self.gate.routable_for(who, paging.cursor(p.after), until))
         return {"pending": items, "next": _str(nxt)}
 
-    @api.method("decide", DecideParams)
-    async def decide(conn: Connection, p: DecideParams) -> dict[str, Any]:
+    async def decide(self, conn: Connection, p: DecideParams) -> JsonObject:
         if p.reason and p.decision is not Decision.deny:
             raise RpcError(INVALID_PARAMS, "a reason goes with a deny only")
-        if p.reason and d.approver_token and d.approver_token in p.reason:
+        if p.reason and self.token and self.token in p.reason:
             # the agent receives the reason: the approver's secret never rides along
             raise RpcError(INVALID_PARAMS, "the reason holds the approver token; write it again without")
-        return await audited(conn, "decide",
-                             lambda who: d.gate.decide(conn, p.request_id, p.decision, p.reason), p.request_id)
+        return await self.audited(conn, "decide",
+                                  lambda who: self.gate.decide(who, p.request_id, p.decision, p.reason),
+                                  p.request_id)
 
-    @api.method("seen", SeenParams)
-    async def seen(conn: Connection, p: SeenParams) -> dict[str, Any]:
-        authed(conn)
-        return d.gate.seen(conn, p.request_id, p.detail)
+    async def seen(self, conn: Connection, p: SeenParams) -> JsonObject:
+        return self.gate.seen(self.authed(conn), p.request_id, p.detail)
 
-    @api.method("lock", NoParams)
-    async def lock(conn: Connection, p: NoParams) -> dict[str, Any]:
-        return await audited(conn, "lock", d.gate.lock)
+    async def lock(self, conn: Connection, p: NoParams) -> JsonObject:
+        return await self.audited(conn, "lock", self.gate.lock)
 
-    @api.method("unlock", NoParams)
-    async def unlock(conn: Connection, p: NoParams) -> dict[str, Any]:
-        return await audited(conn, "unlock", d.gate.unlock)
+    async def unlock(self, conn: Connection, p: NoParams) -> JsonObject:
+        return await self.audited(conn, "unlock", self.gate.unlock)
 
-    @api.method("sessions", PageParams)
-    async def sessions(conn: Connection, p: PageParams) -> dict[str, Any]:
-        authed(conn)
-        items, nxt = paging.page(d.gate.session_view(paging.cursor(p.after)), shrink=_fewer_grants)
+    async def list_sessions(self, conn: Connection, p: PageParams) -> JsonObject:
+        self.authed(conn)
+        items, nxt = paging.page(self.gate.session_view(paging.cursor(p.after)), shrink=_fewer_grants)
         return {"sessions": items, "next": _str(nxt)}
 
-    @api.method("revoke", RevokeParams)
-    async def revoke(conn: Connection, p: RevokeParams) -> dict[str, Any]:
-        who = acting(conn)
+    async def revoke(self, conn: Connection, p: RevokeParams) -> JsonObject:
+        who = self.acting(conn)
         if p.grant_id:
-            g = d.gate.grants.grants.get(p.grant_id)
-            if g is None:
+            n = await self.gate.revoke_grant(p.grant_id, who)
+            if n is None:
                 raise RpcError(INVALID_PARAMS, f"unknown grant {p.grant_id!r}")
-            return {"revoked": await d.gate.end_grants([g], f"revoked by {who}")}
+            return {"revoked": n}
         if p.session_id:
-            if d.sessions.get(p.session_id) is None:
+            if self.sessions.get(p.session_id) is None:
                 raise RpcError(INVALID_PARAMS, f"unknown session {p.session_id!r}")
-            grants = d.gate.grants.for_session(p.session_id)
-            return {"revoked": await d.gate.end_grants(grants, f"revoked by {who}")}
+            return {"revoked": await self.gate.revoke_session(p.session_id, who)}
         raise RpcError(INVALID_PARAMS, "revoke needs grant_id or session_id")
 
-    @api.method("stats", StatsParams)
-    async def stats(conn: Connection, p: StatsParams) -> dict[str, Any]:
-        authed(conn)
-        return _stats_page(d, p.run_id, paging.cursor(p.after), p.rubber_stamp_s)
+    async def stats(self, conn: Connection, p: StatsParams) -> JsonObject:
+        self.authed(conn)
+        return _stats_page(self, p.run_id, paging.cursor(p.after), p.rubber_stamp_s)
 
-    @api.method("status", NoParams)
-    async def status(conn: Connection, p: NoParams) -> dict[str, Any]:
-        authed(conn)
-        return d.status()
+    async def status(self, conn: Connection, p: NoParams) -> JsonObject:
+        self.authed(conn)
+        return self.status_of()
 
-    @api.method("shutdown", NoParams)
-    async def shutdown(conn: Connection, p: NoParams) -> dict[str, Any]:
-        who = acting(conn)
-        d.request_stop(f"stopped by {who}")
+    async def shutdown(self, conn: Connection, p: NoParams) -> JsonObject:
+        who = self.acting(conn)
+        self.request_stop(f"stopped by {who}")
         return {"stopping": True}
-
-    async def on_disconnect(conn: Connection) -> None:
-        d.gate.unsubscribe(conn)
-
-    api.on_disconnect = on_disconnect
-    return api
 
 
 def _str(n: int | None) -> str | None:
@@ -272,14 +298,24 @@ def _fewer_grants(session: dict[str, Any], budget: int) -> dict[str, Any]:
     return {**session, "grants": grants[:_GRANTS_SHOWN], "grants_total": len(grants)}
 
 
-def _stats_page(d: "VaultDaemon", run_id: str | None, after: int,
-                rubber_stamp_s: float = DEFAULT_RUBBER_STAMP_S) -> dict[str, Any]:
+class _HasStats(Protocol):
+    @property
+    def stats(self) -> PromptStats: ...
+
+
+class _HasGate(Protocol):
+    @property
+    def gate(self) -> _HasStats: ...
+
+
+def _stats_page(holder: _HasGate, run_id: str | None, after: int,
+                rubber_stamp_s: float = DEFAULT_RUBBER_STAMP_S) -> JsonObject:
     """Prompt statistics, paged: the runs first, then the sessions (positions count both)."""
-    st = d.gate.stats
+    st = holder.gate.stats
     runs = [(r, c) for r, c in st.runs.items() if run_id is None or r == run_id]
     sessions = [(s, c) for s, c in st.sessions.items() if run_id is None or st.session_run.get(s) == run_id]
 
-    def items() -> Any:
+    def items() -> Iterator[tuple[int, tuple[str, str, JsonObject]]]:
         for i, (r, c) in enumerate(runs, start=1):
             if i > after:
                 yield i, ("run", r, c.to_wire(rubber_stamp_s))

@@ -94,8 +94,8 @@ class ApproverGuard:
                    for pid, start in ancestry):
                 return (f"refused: request comes from this process or one of its ancestors "
                         f"(pid {request.identity.pid}); an agent never approves its own requests")
-            for kind, value in request.marks:
-                if (kind, value) in (("sid", markers.sid), ("pgid", markers.pgid), ("cgroup", markers.cgroup)):
+            for kind, mark in request.marks:
+                if (kind, mark) in (("sid", markers.sid), ("pgid", markers.pgid), ("cgroup", markers.cgroup)):
                     return (f"refused: this process shares its {_WHAT[kind]} with the process that made "
                             "the request; an agent never approves its own requests")
         return ""

@@ -1,4 +1,9 @@
-"""The call pipeline: from an approved call to the Result the agent is told.
+"""The call service: from an agent's call, through the gate, to the Result it is told.
+
+`CallService` is built from typed parts (the config's services and timeout,
+the catalog, the credential store, diagnostics, executors, the gate, the
+audit recorder and the approvers' `notify`); the agent API calls it and the
+daemon composes it. It also serves `lookup` and collects resumed calls.
 
 Order, and why: credential and service first (a missing one is refused with
 nothing sent); the intent is durable in the audit log before the credential
@@ -28,14 +33,19 @@ import functools
 import logging
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
-from .catalog import Operation
+from .catalog import Catalog, Operation
 from .errors import AuditError, CredentialError, MissingCredential
-from .executors.base import CallContext, ExecOutcome, Executor
+from .executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
+from .gate.engine import Gate, Notify
 from .ids import correlation_id
 from .models import Category, Result, make_result
+from .recorder import Recorder
+from .secret import Secret
 from .sessions import Session
 from .wire import Activity
 
@@ -64,47 +74,72 @@ def _timed_out(diagnostic: dict[str, Any] | None) -> bool:
     return bool(diagnostic.get("timed_out")) or "Timeout" in str(kind)
 
 
-class CallPipeline:
-    """Mixed into VaultDaemon: the methods that perform and reconcile calls.
+class Credentials(Protocol):
+    """Where credentials come from (vault.store.CredentialStore)."""
 
-    Uses the daemon's config, catalog, store, diagnostics, executors, gate,
-    audit(), and its `calls`, `by_idem`, `_touched` and `halted` state.
-    """
+    def get(self, name: str) -> Secret: ...
 
-    config: Any
-    catalog: Any
-    store: Any
-    diagnostics: Any
-    executors: dict[str, Executor]
-    gate: Any
-    home: Any
-    calls: dict[str, "CallRecord"]
-    by_idem: dict[str, str]
-    _touched: set[str]
-    halted: str | None
-    in_flight: int
-    audit_sink: Any
 
-    async def audit(self, event: dict[str, Any], durable: bool = True) -> None:
-        raise NotImplementedError
+class Diagnostics(Protocol):
+    """Where raw evidence of a failure goes, encrypted (vault.diagnostics.Diagnostics)."""
 
-    async def audit_answer(self, event: dict[str, Any]) -> None:
-        """Record what an agent is about to be told. The writer's durability decides
-        how far it goes before this returns: written (default; a crash of the daemon
-        cannot lose it, a power loss within the next group commit can) or synced
-        (``strict``). A failure halts call serving, as for any record."""
-        append = getattr(self.audit_sink, "append_answer", None)
-        if append is None:  # no audit log, or a sink without the distinction: durable
-            await self.audit(event)
-            return
-        if self.halted:
-            raise AuditError(self.halted)
-        try:
-            await append(event, in_flight=max(1, self.in_flight - len(self.gate.pending)))
-        except AuditError as exc:
-            self.halted = f"audit log failed: {exc.message}"
-            log.error("%s; the daemon no longer serves calls", self.halted)
-            raise
+    def record(self, data: dict[str, Any], *, secrets: Iterable[str | Secret] = ()) -> str: ...
+
+
+class CallMemory:
+    """What `lookup` needs about recent calls: bounded, the oldest forgotten first."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, CallRecord] = {}
+        self.by_idem: dict[str, str] = {}
+
+    @functools.cached_property
+    def _call_order(self) -> "collections.deque[str]":
+        """Remembered correlation ids, oldest first. (Finding the oldest by iterating the
+        dict would walk every slot its evictions emptied since it was last resized.)"""
+        return collections.deque(self.calls)
+
+    def _remember(self, cid: str, record: CallRecord) -> None:
+        """Keep what `lookup` needs about a call; the oldest go first past the cap."""
+        order = self._call_order  # (made from `calls` on first use: before this call is in it)
+        self.calls[cid] = record
+        order.append(cid)
+        if record.idempotency_key:
+            self.by_idem[record.idempotency_key] = cid
+        while len(self.calls) > MAX_REMEMBERED_CALLS and order:
+            old_cid = order.popleft()
+            old = self.calls.pop(old_cid, None)
+            if old and old.idempotency_key and self.by_idem.get(old.idempotency_key) == old_cid:
+                del self.by_idem[old.idempotency_key]
+
+
+class CallService(CallMemory):
+    """Performs calls and lookups for agents' sessions."""
+
+    def __init__(self, *, services: dict[str, ServiceConfig], call_timeout_s: float, catalog: Catalog,
+                 store: Credentials, diagnostics: Diagnostics | None, executors: dict[str, Executor],
+                 gate: Gate, recorder: Recorder, notify: Notify, workdir: Path) -> None:
+        super().__init__()
+        self.services = services
+        self.call_timeout_s = call_timeout_s
+        self.catalog = catalog
+        self.store = store
+        self.diagnostics = diagnostics
+        self.executors = executors
+        self.gate = gate
+        self.recorder = recorder
+        self.notify = notify
+        self.workdir = workdir  # per-call private directories (ssh) are made under it
+        self.in_flight = 0  # calls and lookups being served right now
+        self._touched: set[str] = set()  # correlation ids whose remote was contacted
+        # correlation id -> the task that will answer it, while `_call` runs
+        self._answering: dict[str, asyncio.Task[Any] | None] = {}
+        # correlation id -> remote_touched, for an executor result the classification carries
+        self._folded: dict[str, bool] = {}
+
+    @property
+    def halted(self) -> str | None:
+        return self.recorder.halted
 
     async def call(self, s: Session, op: Operation, params: dict[str, Any],
                    idem: str | None, wait_s: float | None) -> Result:
@@ -113,16 +148,6 @@ class CallPipeline:
             return await self._call(s, op, params, idem, wait_s)
         finally:
             self.in_flight -= 1
-
-    @functools.cached_property
-    def _answering(self) -> dict[str, "asyncio.Task[Any] | None"]:
-        """Correlation id -> the task that will answer it, while `_call` runs."""
-        return {}
-
-    @functools.cached_property
-    def _folded(self) -> dict[str, bool]:
-        """Correlation id -> remote_touched, for an executor result the classification carries."""
-        return {}
 
     async def _call(self, s: Session, op: Operation, params: dict[str, Any],
                     idem: str | None, wait_s: float | None) -> Result:
@@ -133,7 +158,7 @@ class CallPipeline:
                                f"the vault stopped serving calls ({self.halted}); nothing was sent")
         self._answering[cid] = asyncio.current_task()
         try:
-            await self.audit({"type": "call_requested", "correlation_id": cid, "session_id": s.id,
+            await self.recorder.record({"type": "call_requested", "correlation_id": cid, "session_id": s.id,
                               "operation": op.name, "risk": str(op.risk), "target": op.scope(params)},
                              durable=False)
             # a value that could steer the request is refused before the gate: nobody is asked
@@ -159,49 +184,30 @@ class CallPipeline:
         result, when this record stands for it (no remote_result record was written)."""
         touched = result.correlation_id in self._touched
         self._touched.discard(result.correlation_id)
-        event = {"type": "classification", "correlation_id": result.correlation_id,
+        event: dict[str, Any] = {"type": "classification", "correlation_id": result.correlation_id,
                  "session_id": s.id, "operation": result.operation, "category": str(result.category),
                  "retry": str(result.retry), "diagnostic_id": result.diagnostic_id, "resumed": resumed}
         if remote_touched is not None:
             event["remote_touched"] = remote_touched
         try:
-            await self.audit_answer(event)
+            await self.recorder.record_answer(event)
         except AuditError:
             if touched:
                 result = make_result(Category.outcome_unknown, result.operation, result.correlation_id,
                                      "the remote was contacted but the result could not be recorded; "
                                      "its outcome must be treated as unknown")
-        await self.gate.broadcast(Activity(
+        self.notify(Activity(
             time=time.time(), agent=s.agent, pid=s.identity.pid, session_id=s.id,
             operation=result.operation, category=str(result.category),
             retry=str(result.retry), correlation_id=result.correlation_id))
         return result
 
-    @functools.cached_property
-    def _call_order(self) -> "collections.deque[str]":
-        """Remembered correlation ids, oldest first. (Finding the oldest by iterating the
-        dict would walk every slot its evictions emptied since it was last resized.)"""
-        return collections.deque(self.calls)
-
-    def _remember(self, cid: str, record: CallRecord) -> None:
-        """Keep what `lookup` needs about a call; the oldest go first past the cap."""
-        order = self._call_order  # (made from `calls` on first use: before this call is in it)
-        self.calls[cid] = record
-        order.append(cid)
-        if record.idempotency_key:
-            self.by_idem[record.idempotency_key] = cid
-        while len(self.calls) > MAX_REMEMBERED_CALLS and order:
-            old_cid = order.popleft()
-            old = self.calls.pop(old_cid, None)
-            if old and old.idempotency_key and self.by_idem.get(old.idempotency_key) == old_cid:
-                del self.by_idem[old.idempotency_key]
-
     def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None) -> CallContext:
         return CallContext(correlation_id=cid, session_id=s.id, idempotency_key=idem, run_id=s.run_id,
-                           deadline=time.monotonic() + self.config.call_timeout_s, workdir=workdir)
+                           deadline=time.monotonic() + self.call_timeout_s, workdir=workdir)
 
-    async def _prepare(self, op: Operation, cid: str) -> tuple[Any, Any, Executor] | Result:
-        service = self.config.services.get(op.service)
+    async def _prepare(self, op: Operation, cid: str) -> tuple[Secret, ServiceConfig, Executor] | Result:
+        service = self.services.get(op.service)
         executor = self.executors.get(op.executor)
         if service is None or executor is None:
             return make_result(Category.local_failure, op.name, cid,
@@ -225,7 +231,7 @@ class CallPipeline:
         credential, service, executor = prepared
         try:
             # on disk before the credential leaves the vault, reads included: no unaudited action
-            await self.audit({"type": "intent", "correlation_id": cid, "operation": op.name,
+            await self.recorder.record({"type": "intent", "correlation_id": cid, "operation": op.name,
                               "target": op.scope(params), "idempotency_key": bool(idem)})
         except AuditError as exc:
             return make_result(Category.local_failure, op.name, cid,
@@ -241,7 +247,7 @@ class CallPipeline:
         return await self._finish(op, cid, outcome, credential, "remote_result")
 
     async def _run_executor(self, executor: Executor, op: Operation, params: dict[str, Any],
-                            credential: Any, service: Any, ctx: CallContext) -> ExecOutcome:
+                            credential: Secret, service: ServiceConfig, ctx: CallContext) -> ExecOutcome:
         try:
             return await executor.execute(op, params, credential, service, ctx)
         except Exception as exc:  # an executor bug: we cannot know what reached the remote
@@ -251,7 +257,7 @@ class CallPipeline:
                                            "the vault's executor failed unexpectedly; "
                                            "the remote outcome is not known"), remote_touched=True)
 
-    async def _finish(self, op: Operation, cid: str, outcome: ExecOutcome, credential: Any,
+    async def _finish(self, op: Operation, cid: str, outcome: ExecOutcome, credential: Secret,
                       event_type: str, link: dict[str, Any] | None = None) -> Result:
         result = outcome.result
         if outcome.remote_touched:
@@ -268,12 +274,12 @@ class CallPipeline:
         fold = event_type == "remote_result" and self._answering.get(cid) is asyncio.current_task()
         try:
             if _timed_out(outcome.diagnostic):
-                await self.audit({"type": "client_timeout", "correlation_id": cid,
+                await self.recorder.record({"type": "client_timeout", "correlation_id": cid,
                                   "phase": (outcome.diagnostic or {}).get("phase")}, durable=False)
             if fold:
                 self._folded[cid] = outcome.remote_touched
             else:
-                await self.audit({"type": event_type, "correlation_id": cid,
+                await self.recorder.record({"type": event_type, "correlation_id": cid,
                                   "category": str(result.category), "remote_touched": outcome.remote_touched,
                                   "diagnostic_id": result.diagnostic_id, "reconciled": result.reconciled,
                                   **(link or {})},
@@ -288,9 +294,8 @@ class CallPipeline:
         return result
 
     def _workdir(self, cid: str) -> str:
-        base = self.home.root / "work"
-        base.mkdir(mode=0o700, exist_ok=True)
-        path = base / cid
+        self.workdir.mkdir(mode=0o700, exist_ok=True)
+        path = self.workdir / cid
         path.mkdir(mode=0o700)
         return str(path)
 
@@ -338,4 +343,14 @@ class CallPipeline:
         result = await self._finish(op, lookup_cid, outcome, credential, "reconciliation", link)
         return await self.record_result(s, result)
 
-    # ---- lifecycle -------------------------------------------------------------
+    # ---- approved calls collected later, requests taken back (call.resume, call.cancel) ----
+
+    async def resume(self, s: Session, resume_token: str, wait_s: float | None) -> Result | None:
+        """Collect an approval request's outcome (running it once if approved); None for a
+        token this agent and run do not own."""
+        result = await self.gate.resume(s, resume_token, wait_s)
+        return None if result is None else await self.record_result(s, result, resumed=True)
+
+    async def cancel(self, s: Session, resume_token: str) -> dict[str, Any] | None:
+        """Withdraw the agent's own request while nothing ran (None: not its token)."""
+        return await self.gate.withdraw(s, resume_token)

@@ -22,11 +22,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .cli import add_home_arg
 from .errors import BadInput, HomeError, VaultError
 from .home import VaultHome, write_private
+
+if TYPE_CHECKING:  # imported where used: `vaultsim stop` and `status` need none of the daemon
+    from .audit.writer import AuditWriter
+    from .config import Resolved
+    from .daemon import VaultDaemon
+    from .diagnostics import Diagnostics
+    from .executors.base import Executor
+    from .keystore import KeyStore
 
 _START_TIMEOUT_S = 20.0
 
@@ -63,7 +71,7 @@ def _base_url(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def build_daemon(home: VaultHome, args: argparse.Namespace) -> Any:
+def build_daemon(home: VaultHome, args: argparse.Namespace) -> VaultDaemon:
     """Assemble a VaultDaemon from CLI-style options (also used by tests and the runner)."""
     from .config import load_config
     from .daemon import VaultDaemon
@@ -92,12 +100,15 @@ def build_daemon(home: VaultHome, args: argparse.Namespace) -> Any:
     daemon = VaultDaemon(home, config, unlocked=args.unlocked, keyring_backend=keystore.backend_name(),
                          store=store, diagnostics=diagnostics, audit=audit, executors=_executors(mark))
     if audit is not None:  # the prompt counts of runs that leave the daemon's memory go to the log
-        daemon.gate.stats.archive = lambda run, counts: audit.append_nowait(
-            {"type": "prompt_stats", "run_id": run, **counts})
+        log = audit
+
+        def archive(run: str, counts: dict[str, Any]) -> None:
+            log.append_nowait({"type": "prompt_stats", "run_id": run, **counts})
+        daemon.gate.stats.archive = archive
     return daemon
 
 
-def _executors(mark: str | None = None) -> dict[str, Any]:
+def _executors(mark: str | None = None) -> dict[str, Executor]:
     # core parts, imported plainly: a broken import is a crash with a traceback at start,
     # never a daemon that answers every call with "service not configured"
     from .executors.http import HttpExecutor
@@ -105,12 +116,12 @@ def _executors(mark: str | None = None) -> dict[str, Any]:
     return {"http": HttpExecutor(mark=mark), "ssh": SshExecutor()}
 
 
-def _diagnostics(home: VaultHome, keystore: Any) -> Any:
+def _diagnostics(home: VaultHome, keystore: KeyStore) -> Diagnostics:
     from .diagnostics import Diagnostics
     return Diagnostics(home.diagnostics_dir, keystore.derive("diagnostics"))
 
 
-def audit_options(config: Any, args: argparse.Namespace) -> dict[str, Any]:
+def audit_options(config: Resolved, args: argparse.Namespace) -> dict[str, Any]:
     """The audit writer's options: the config's `audit` section, overridden by the command line."""
     from .config import AuditConfig
     base = getattr(config, "audit", None) or AuditConfig()
@@ -126,7 +137,7 @@ def audit_options(config: Any, args: argparse.Namespace) -> dict[str, Any]:
     return chosen.writer_options()
 
 
-def _audit_log(home: VaultHome, keystore: Any, options: dict[str, Any]) -> Any:
+def _audit_log(home: VaultHome, keystore: KeyStore, options: dict[str, Any]) -> AuditWriter:
     # no fallback: a daemon whose audit package cannot load must not start without a log
     from .audit.adapter import open_audit
     return open_audit(home, keystore.derive("audit"), **options)
@@ -175,7 +186,7 @@ def _run_foreground(home: VaultHome, args: argparse.Namespace, report: "_StartRe
     return 0
 
 
-async def _serve(daemon: Any, report: "_StartReport") -> None:
+async def _serve(daemon: VaultDaemon, report: "_StartReport") -> None:
     ready = asyncio.Event()
     serving = asyncio.create_task(daemon.serve(ready))
     waiting = asyncio.create_task(ready.wait())
@@ -302,7 +313,7 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
     return 2 if child.returncode == 2 else 1
 
 
-def _read_word(pipe: Any, deadline: float) -> str:
+def _read_word(pipe: IO[bytes], deadline: float) -> str:
     """One line from the starting daemon, "" on EOF or when the deadline passes."""
     import select
     data = b""
@@ -340,7 +351,8 @@ def daemon_status(home: VaultHome, timeout: float = 5) -> dict[str, Any] | None:
     from .client import RpcClient
     try:
         with RpcClient(home.agent_sock, timeout=timeout) as c:
-            return c.request("vault.status")
+            status: dict[str, Any] = c.request("vault.status")
+            return status
     except (VaultError, OSError):
         return None
 

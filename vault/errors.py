@@ -7,10 +7,15 @@
     ├── CredentialError           credential store problems
     │   ├── MissingCredential
     │   └── KeyUnavailable        data key not obtainable from keyring
+    ├── Refused                   a request the vault's rules turn down (gate, approver side)
+    │   ├── Conflict              it names a request that is settled, unknown or from before a lock
+    │   └── NotAuthorized         this approver (or process) may not do that
     ├── RpcError                  a JSON-RPC error answer (carries the rpc code)
     └── AuditError                the audit log refused a write (fail closed)
 
-Messages never contain a secret value or rejected raw input.
+`Refused` and its kinds are domain errors: the gate raises them knowing
+nothing of JSON-RPC; the RPC layer (vault.rpc_server) alone maps each kind to
+its wire code. Messages never contain a secret value or rejected raw input.
 """
 
 from __future__ import annotations
@@ -62,6 +67,18 @@ class AuditError(VaultError):
     code = "audit_error"
 
 
+class Refused(VaultError):
+    code = "refused"
+
+
+class Conflict(Refused):
+    code = "conflict"
+
+
+class NotAuthorized(Refused):
+    code = "not_authorized"
+
+
 class RpcError(VaultError):
     code = "rpc_error"
 
@@ -74,5 +91,5 @@ class RpcError(VaultError):
 _BY_CODE = {
     c.code: c
     for c in (VaultError, BadInput, HomeError, AlreadyRunning, CredentialError,
-              MissingCredential, KeyUnavailable, AuditError)
+              MissingCredential, KeyUnavailable, AuditError, Refused, Conflict, NotAuthorized)
 }

@@ -77,9 +77,9 @@ def not_unicode(value: Any, path: str = "") -> str | None:
         return None
     if isinstance(value, list):
         for i, v in enumerate(value):
-            where = not_unicode(v, f"{path}[{i}]")
-            if where:
-                return where
+            found = not_unicode(v, f"{path}[{i}]")
+            if found:
+                return found
     return None
 
 

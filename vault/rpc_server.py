@@ -3,9 +3,10 @@
 Each request runs in its own task, so a call waiting for an approval never
 blocks another request on the same connection. Sending never waits for the
 client (vault.line_socket): a client that stops reading is dropped, never
-waited for. Handlers raise `RpcError` for protocol answers; anything else is
-logged by type only (never the message, which could carry input) and
-answered -32603 with a reference.
+waited for. Handlers raise `RpcError` for protocol answers, or a domain error
+(vault.errors.Refused: the gate knows no wire) that is mapped here, the one
+place, to its code; anything else is logged by type only (never the message,
+which could carry input) and answered -32603 with a reference.
 
 Who is asking is decided per line, not per connection: the kernel names the
 process that wrote each line (SCM_CREDENTIALS), and a handler's `conn.peer`
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import jsonrpc as rpc
 from .catalog import format_validation_error
-from .errors import RpcError
+from .errors import Conflict, NotAuthorized, Refused, RpcError
 from .ids import new_id
 from .limits import (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PROCESS, MAX_IN_FLIGHT, MAX_PARTIAL_BYTES,
                      MAX_PARTIAL_BYTES_PER_PROCESS, MiB)
@@ -47,7 +48,7 @@ log = logging.getLogger("vaultsim.rpc")
 Handler = Callable[["Connection", Any], Awaitable[Any]]
 # (connection as seen by the sender, method, why, params or None): a frame naming a
 # method that was refused before its handler ran
-Refused = Callable[["Connection", str, str, "dict[str, Any] | None"], None]
+RefusedHook = Callable[["Connection", str, str, "dict[str, Any] | None"], None]
 
 _ACCEPT_BATCH = 64
 _ACCEPT_RETRY_S = 0.1  # out of file descriptors: accept again after this
@@ -99,7 +100,7 @@ class Dispatcher:
         self.methods: dict[str, tuple[type[BaseModel], Handler]] = {}
         self.on_connect: Callable[[Connection], Awaitable[None]] | None = None
         self.on_disconnect: Callable[[Connection], Awaitable[None]] | None = None
-        self.on_refused: Refused | None = None
+        self.on_refused: RefusedHook | None = None
 
     def method(self, name: str, params: type[BaseModel]) -> Callable[[Handler], Handler]:
         def register(fn: Handler) -> Handler:
@@ -130,6 +131,8 @@ class Dispatcher:
             result = await handler(conn, params)
         except RpcError as exc:
             frame = rpc.encode_error(req.id, exc.rpc_code, exc.message, exc.data)
+        except Refused as exc:
+            frame = rpc.encode_error(req.id, rpc_code(exc), exc.message)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must not kill the daemon; the message may hold input
@@ -142,6 +145,15 @@ class Dispatcher:
                 result = result.model_dump(mode="json", exclude_none=True)
             frame = rpc.encode_result(req.id, result)
         return None if req.is_notification else frame
+
+
+def rpc_code(exc: Refused) -> int:
+    """The JSON-RPC error code a domain refusal is answered with."""
+    if isinstance(exc, Conflict):
+        return rpc.CONFLICT
+    if isinstance(exc, NotAuthorized):
+        return rpc.NOT_AUTHORIZED
+    return rpc.INVALID_PARAMS
 
 
 class _PartialBudget:

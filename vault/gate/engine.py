@@ -6,9 +6,16 @@ on waiting prompts (per session, per process, in all) -> a prompt. The engine
 runs an approved call at most once, whether its result is collected by the
 original call or by `call.resume`.
 
-Delivery is the approver hub's (vault.approver_hub): the gate hands it
-notifications and never waits for a subscriber. When the last approver who
-could receive a prompt leaves, the prompt is settled unroutable at once. A
+The gate knows no wire and no subscriber: it is given three callables, `audit`
+(record an event), `notify` (tell the approvers a notification, never waiting;
+the daemon passes the approver hub's, vault.approver_hub) and `routable` (is
+an approver connected who could receive a prompt for this owner?), and it
+raises domain errors (vault.errors.Conflict, NotAuthorized) that the
+JSON-RPC layer maps to codes. Approvers are named, never handed over as
+connections; whether a process may act as an approver at all is
+vault.approver_guard's check, made by the approver API before it calls here.
+When the last approver who could receive a prompt leaves (`approver_left`),
+the prompt is settled unroutable at once. A
 process refused for too many waiting prompts is a flooder: when its session
 ends (its process exited, its connection closed) its prompts still waiting
 are withdrawn instead of waiting out their deadline in front of a person.
@@ -21,16 +28,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any, Awaitable, Callable, Hashable, Iterator, Protocol
 
-from ..approver_hub import ApproverHub
 from ..catalog import Operation
-from ..errors import AuditError, RpcError
-from ..jsonrpc import CONFLICT, NOT_AUTHORIZED
+from ..errors import AuditError, Conflict, NotAuthorized
 from ..limits import MAX_PENDING, MAX_PENDING_PER_PROCESS, MAX_PENDING_PER_SESSION, TOO_MANY_PENDING_RETRY_S
 from ..models import Category, Result, make_result
 from ..processes import Key
-from ..rpc_server import Connection
 from ..sessions import Session, SessionTable
 from ..wire import ApprovalSettled, GrantCreated, GrantEnded, Notification, VaultLocked
 from .approvals import Decision, PendingApproval, State
@@ -39,9 +43,24 @@ from .grants import Grant, GrantTable
 from .policy import Mode, Policy, Rule
 from .stats import PromptStats
 
-AuditFn = Callable[..., Awaitable[None]]  # (event, durable=True)
+AuditEvent = dict[str, Any]  # one audit record's fields (JSON)
 
-__all__ = ["Gate", "MAX_PENDING", "MAX_PENDING_PER_PROCESS", "MAX_PENDING_PER_SESSION",
+
+class Audit(Protocol):
+    """Record an event; `durable=False` only queues it (see VaultDaemon.audit)."""
+
+    async def __call__(self, event: AuditEvent, durable: bool = True) -> None: ...
+
+
+class Notify(Protocol):
+    """Tell the approvers (those of `owner`, or all); never waits for one."""
+
+    def __call__(self, note: Notification, owner: str | None = None) -> None: ...
+
+
+Routable = Callable[[str | None], bool]  # is an approver connected who could receive it?
+
+__all__ = ["Audit", "AuditEvent", "Gate", "Notify", "Routable", "MAX_PENDING", "MAX_PENDING_PER_PROCESS", "MAX_PENDING_PER_SESSION",
            "TOO_MANY_PENDING_RETRY_S"]
 
 # settled approvals stay resumable for this long (receipts survive agent restarts)
@@ -52,9 +71,8 @@ _SETTLED_KEEP_S = 3600.0
 
 
 class Gate:
-    def __init__(self, policy: Policy, sessions: SessionTable, audit: AuditFn,
-                 *, locked: bool = True, clock: Callable[[], float] = time.time,
-                 hub: ApproverHub | None = None) -> None:
+    def __init__(self, policy: Policy, sessions: SessionTable, audit: Audit, *, notify: Notify,
+                 routable: Routable, locked: bool = True, clock: Callable[[], float] = time.time) -> None:
         self.policy = policy
         self.sessions = sessions
         self.audit = audit
@@ -66,8 +84,8 @@ class Gate:
         self.pending: dict[str, PendingApproval] = {}
         self.settled: dict[str, PendingApproval] = {}
         self.by_token: dict[str, PendingApproval] = {}
-        self.hub = hub if hub is not None else ApproverHub()
-        self.hub.on_leave = self._approver_left
+        self.notify = notify
+        self.routable = routable
         self._reroute_due = False
         self._pending_by_session: Counter[str] = Counter()
         self._pending_by_process: Counter[Key] = Counter()
@@ -93,30 +111,24 @@ class Gate:
 
     # ---- approver side -------------------------------------------------------
 
-    def approver_name(self, conn: Connection) -> str:
-        return self.hub.name(conn)
-
-    def subscribe(self, conn: Connection) -> int:
-        """Subscribe `conn`; returns the newest prompt's position: the snapshot it pages through
-        (`routable_for`) ends there, and every later prompt reaches it as a notification."""
-        self.hub.subscribe(conn)
+    def newest_prompt(self) -> int:
+        """The newest waiting prompt's position: a new subscriber's snapshot (`routable_for`)
+        ends there, and every later prompt reaches it as a notification."""
         return max((ap.seq for ap in self.pending.values()), default=0)
 
-    def unsubscribe(self, conn: Connection) -> None:
-        self.hub.unsubscribe(conn)
-
-    def routable_for(self, conn: Connection, after: int = 0, until: int | None = None
+    def routable_for(self, approver: str, after: int = 0, until: int | None = None
                      ) -> list[tuple[int, dict[str, Any]]]:
-        """(position, prompt) of each waiting prompt `conn` may decide, oldest first."""
-        name = self.approver_name(conn)
+        """(position, prompt) of each waiting prompt `approver` may decide, oldest first."""
         return [(ap.seq, ap.to_wire()) for ap in self.pending.values()
-                if ap.seq > after and (until is None or ap.seq <= until) and ap.owner in (None, name)]
+                if ap.seq > after and (until is None or ap.seq <= until) and ap.owner in (None, approver)]
 
-    async def broadcast(self, note: Notification, owner: str | None = None) -> None:
-        """Tell the subscribed approvers (never waits for one: see ApproverHub)."""
-        self.hub.notify(note, owner)
+    def requester(self, request_id: str) -> Session | None:
+        """The session whose waiting request this is (None: no such request is waiting)."""
+        ap = self.pending.get(request_id)
+        return ap.session if ap is not None else None
 
-    def _approver_left(self) -> None:
+    def approver_left(self) -> None:
+        """An approver left (disconnected, dropped for not reading): re-route its prompts."""
         # re-route on the next loop turn: a subscriber may leave in the middle of a broadcast
         if not self._reroute_due:
             self._reroute_due = True
@@ -126,11 +138,11 @@ class Gate:
         """Prompts that nobody left can receive are settled unroutable, never left hanging."""
         self._reroute_due = False
         for ap in list(self.pending.values()):
-            if ap.state is State.pending and not self.hub.routable(ap.owner):
+            if ap.state is State.pending and not self.routable(ap.owner):
                 who = f"approver {ap.owner!r}" if ap.owner else "approver"
                 self._settle(ap, State.unroutable, f"the last {who} who could receive it disconnected")
                 self.stats.unroutable(ap.session.run_id, ap.session.id)
-                self.hub.notify(ApprovalSettled(request_id=ap.request_id, state="unroutable",
+                self.notify(ApprovalSettled(request_id=ap.request_id, state="unroutable",
                                                 decision="unroutable"))
                 self._audit_later({"type": "decision", "request_id": ap.request_id,
                                    "correlation_id": ap.correlation_id, "decision": "unroutable"})
@@ -143,14 +155,14 @@ class Gate:
                 pass  # the daemon has already stopped serving calls and said why
         asyncio.ensure_future(record())
 
-    def seen(self, conn: Connection, request_id: str, detail: bool) -> dict[str, Any]:
+    def seen(self, approver: str, request_id: str, detail: bool) -> dict[str, Any]:
         """The approver reports a prompt visible (`detail`: its detail opened). The vault's clock
         records when; the first report of each kind counts. Unknown or settled ids are ignored
         (a report may cross the settlement on the wire)."""
         ap = self.pending.get(request_id)
         if ap is None or ap.timing is None:
             return {"recorded": False}
-        if ap.owner is not None and self.approver_name(conn) != ap.owner:
+        if ap.owner is not None and approver != ap.owner:
             return {"recorded": False}
         now = self.clock()
         t = ap.timing
@@ -160,22 +172,22 @@ class Gate:
             t.detail = now
         return {"recorded": True}
 
-    async def decide(self, conn: Connection, request_id: str, decision: Decision,
+    async def decide(self, who: str, request_id: str, decision: Decision,
                      reason: str = "") -> dict[str, Any]:
+        """`who` (an approver's name) decides a waiting request. Whether its process may approve
+        at all (not an agent, nor from the requester's tree) is vault.approver_guard's check,
+        made by the approver API before this is called."""
         ap = self.pending.get(request_id)
         if ap is None:
             done = self.settled.get(request_id)
             if done is not None:
-                raise RpcError(CONFLICT, f"request {request_id} is already settled ({done.state}"
+                raise Conflict(f"request {request_id} is already settled ({done.state}"
                                + (f": {done.reason}" if done.reason else "") + ")")
-            raise RpcError(CONFLICT, f"unknown request {request_id[:64]!r}")
+            raise Conflict(f"unknown request {request_id[:64]!r}")
         if ap.epoch != self.epoch:
-            raise RpcError(CONFLICT, f"request {request_id} predates a lock; it can no longer be decided")
-        who = self.approver_name(conn)
-        # whether this process may approve at all (not an agent, nor from one's tree) is the
-        # approver socket's check (vault.approver_guard), made before this is called
+            raise Conflict(f"request {request_id} predates a lock; it can no longer be decided")
         if ap.owner is not None and who != ap.owner:
-            raise RpcError(NOT_AUTHORIZED, f"request {request_id} must be decided by {ap.owner!r}")
+            raise NotAuthorized(f"request {request_id} must be decided by {ap.owner!r}")
         now = self.clock()
         elapsed = now - ap.created
         note = ""
@@ -209,8 +221,8 @@ class Gate:
                                     ap.scope, rule.ttl_s)
                 await self.audit({"type": "grant_created", "session_id": g.session_id,
                                   "scope": g.scope, "grant_id": g.id}, durable=False)
-                await self.broadcast(GrantCreated.model_validate(g.to_wire()))
-        await self.broadcast(ApprovalSettled(request_id=ap.request_id, state=str(ap.state),
+                self.notify(GrantCreated.model_validate(g.to_wire()))
+        self.notify(ApprovalSettled(request_id=ap.request_id, state=str(ap.state),
                                              decision=str(decision), by=who))
         out: dict[str, Any] = {"request_id": request_id, "state": str(ap.state), "decision": str(decision)}
         if note:
@@ -242,18 +254,18 @@ class Gate:
             self._settle(ap, State.denied, "the vault was locked while this request was pending", by=by,
                          outcome="locked")
             self.stats.decision(ap.session.run_id, ap.session.id, "locked", None)
-            await self.broadcast(ApprovalSettled(request_id=ap.request_id, state="denied",
+            self.notify(ApprovalSettled(request_id=ap.request_id, state="denied",
                                                  decision="locked", by=by))
         ended = await self.end_grants(self.grants.all(), "lock")
         await self.audit({"type": "lock", "by": by, "epoch": self.epoch,
                           "pending_denied": len(settled), "grants_ended": ended})
-        await self.broadcast(VaultLocked(locked=True, by=by))
+        self.notify(VaultLocked(locked=True, by=by))
         return {"locked": True, "pending_denied": len(settled), "grants_ended": ended}
 
     async def unlock(self, by: str) -> dict[str, Any]:
         self.locked = False
         await self.audit({"type": "unlock", "by": by, "epoch": self.epoch})
-        await self.broadcast(VaultLocked(locked=False, by=by))
+        self.notify(VaultLocked(locked=False, by=by))
         return {"locked": False}
 
     async def end_grants(self, grants: list[Grant], reason: str) -> int:
@@ -263,8 +275,17 @@ class Gate:
                 n += 1
                 await self.audit({"type": "grant_ended", "session_id": g.session_id,
                                   "scope": g.scope, "grant_id": g.id, "reason": reason}, durable=False)
-                await self.broadcast(GrantEnded.model_validate({**g.to_wire(), "reason": reason}))
+                self.notify(GrantEnded.model_validate({**g.to_wire(), "reason": reason}))
         return n
+
+    async def revoke_grant(self, grant_id: str, by: str) -> int | None:
+        """End one grant (None: no such grant)."""
+        g = self.grants.get(grant_id)
+        return None if g is None else await self.end_grants([g], f"revoked by {by}")
+
+    async def revoke_session(self, session_id: str, by: str) -> int:
+        """End every grant of one session."""
+        return await self.end_grants(self.grants.for_session(session_id), f"revoked by {by}")
 
     async def end_session(self, session: Session, reason: str) -> None:
         await self.end_grants(self.grants.for_session(session.id), reason)
@@ -276,7 +297,7 @@ class Gate:
         for ap in [a for a in self.pending.values() if a.session.id == session.id]:
             self._settle(ap, State.withdrawn, "its process flooded the approver, then its session ended")
             self.stats.decision(ap.session.run_id, ap.session.id, "withdrawn", None)
-            self.hub.notify(ApprovalSettled(request_id=ap.request_id, state="withdrawn",
+            self.notify(ApprovalSettled(request_id=ap.request_id, state="withdrawn",
                                             decision="withdrawn"))
             self._audit_later({"type": "decision", "request_id": ap.request_id,
                                "correlation_id": ap.correlation_id, "decision": "withdrawn"})
@@ -306,7 +327,7 @@ class Gate:
         if rule.mode is Mode.session and self.grants.find(session.id, session.identity, scope):
             return await execute()
         owner = rule.owner
-        if not self.hub.routable(owner):
+        if not self.routable(owner):
             self.stats.unroutable(session.run_id, session.id)
             who = f"approver {owner!r}" if owner else "approver"
             await self.audit({"type": "prompt_unroutable", "correlation_id": correlation_id,
@@ -337,7 +358,7 @@ class Gate:
                           "correlation_id": correlation_id, "operation": op.name,
                           "risk": str(op.risk), "session_id": session.id, "mode": str(rule.mode),
                           "scope": scope, "repeat": repeat}, durable=False)
-        await self.broadcast(ap.to_note(), owner)
+        self.notify(ap.to_note(), owner)
         return await self._wait(ap, wait_s)
 
     def _over_cap(self, session: Session) -> str:
@@ -356,8 +377,7 @@ class Gate:
         if ap.state is State.pending:
             self._settle(ap, State.expired, "the deadline passed before anyone decided")
             self.stats.decision(ap.session.run_id, ap.session.id, "expired", None)
-            asyncio.ensure_future(self.broadcast(
-                ApprovalSettled(request_id=ap.request_id, state="expired", decision="expired")))
+            self.notify(ApprovalSettled(request_id=ap.request_id, state="expired", decision="expired"))
             asyncio.ensure_future(self.audit({"type": "decision", "request_id": ap.request_id,
                                               "correlation_id": ap.correlation_id,
                                               "decision": "expired"}))
@@ -435,13 +455,13 @@ class Gate:
         await self.audit({"type": "decision", "request_id": ap.request_id,
                           "correlation_id": ap.correlation_id, "decision": "withdrawn",
                           "by": "agent", "was": str(was)})
-        await self.broadcast(ApprovalSettled(request_id=ap.request_id, state="withdrawn",
+        self.notify(ApprovalSettled(request_id=ap.request_id, state="withdrawn",
                                              decision="withdrawn", by=f"{session.agent} (agent)"))
         return {**out, "withdrawn": True, "state": "withdrawn", "was": str(was)}
 
     def status(self) -> dict[str, Any]:
         return {"locked": self.locked, "epoch": self.epoch, "pending": len(self.pending),
-                "grants": len(self.grants.grants), "approvers": len(self.hub)}
+                "grants": len(self.grants)}
 
     def session_view(self, after: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
         """(position, session with its grants) of each open session, oldest first."""
@@ -458,7 +478,7 @@ class Gate:
             self._settle(ap, State.denied, reason)
 
 
-def _dec(counter: Counter[Any], key: Any) -> None:
+def _dec(counter: Counter[Any], key: Hashable) -> None:
     counter[key] -= 1
     if counter[key] <= 0:
         del counter[key]

@@ -60,6 +60,12 @@ class GrantTable:
         now = self.clock()
         return [g for g in self.grants.values() if g.expires_at is not None and now >= g.expires_at]
 
+    def __len__(self) -> int:
+        return len(self.grants)
+
+    def get(self, grant_id: str) -> Grant | None:
+        return self.grants.get(grant_id)
+
     def remove(self, grant_id: str) -> Grant | None:
         return self.grants.pop(grant_id, None)
 

@@ -57,4 +57,5 @@ class Policy(BaseModel):
 
 
 def load_policy(path: str | Path | None = None) -> Policy:
-    return load_yaml_model(path or DEFAULT_POLICY, Policy)
+    policy: Policy = load_yaml_model(path or DEFAULT_POLICY, Policy)
+    return policy

@@ -141,6 +141,11 @@ class CallService(CallMemory):
     def halted(self) -> str | None:
         return self.recorder.halted
 
+    def busy(self) -> int:
+        """Calls that share the audit log's next group commit: those being served, less those
+        waiting for a person (they do not need the loop while the log syncs)."""
+        return max(1, self.in_flight - len(self.gate.pending))
+
     async def call(self, s: Session, op: Operation, params: dict[str, Any],
                    idem: str | None, wait_s: float | None) -> Result:
         self.in_flight += 1

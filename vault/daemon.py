@@ -63,8 +63,7 @@ class VaultDaemon:
         self.catalog = config.catalog
         self.keyring_backend = keyring_backend
         self.executors = executors or {}
-        # calls waiting for a person do not need the loop while the log syncs
-        self.recorder = Recorder(audit, busy=lambda: max(1, self.calls.in_flight - len(self.gate.pending)))
+        self.recorder = Recorder(audit)
         self.sessions = SessionTable()
         self.processes = ProcessTable()
         self.hub = ApproverHub()
@@ -78,6 +77,7 @@ class VaultDaemon:
                                  catalog=config.catalog, store=store, diagnostics=diagnostics,
                                  executors=self.executors, gate=self.gate, recorder=self.recorder,
                                  notify=self.hub.notify, workdir=home.root / "work")
+        self.recorder.busy = self.calls.busy
         self.agent_api = AgentApi(self.agent_sessions, config.catalog, self.calls, status=self.status)
         self.approver_api = ApproverApi(self.gate, self.hub, self.sessions, approver_token(home),
                                         guard=self.guard, audit_soon=self.recorder.record_soon,

@@ -124,7 +124,7 @@ def _diagnostics(home: VaultHome, keystore: KeyStore) -> Diagnostics:
 def audit_options(config: Resolved, args: argparse.Namespace) -> dict[str, Any]:
     """The audit writer's options: the config's `audit` section, overridden by the command line."""
     from .config import AuditConfig
-    base = getattr(config, "audit", None) or AuditConfig()
+    base = config.audit
     changes = {name: value for name, value in (
         ("durability", getattr(args, "durability", None)),
         ("segment_mib", getattr(args, "audit_segment_mib", None)),

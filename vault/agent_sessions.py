@@ -15,9 +15,9 @@ import asyncio
 import contextlib
 from typing import Any
 
+from .approver_guard import marks_of
 from .errors import AuditError
 from .gate.engine import Gate, Notify
-from .approver_guard import marks_of
 from .peer import Markers, ProcessIdentity, has_ancestor
 from .processes import ProcessEntry, ProcessTable
 from .recorder import Recorder

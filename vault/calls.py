@@ -144,7 +144,7 @@ class CallService(CallMemory):
     def busy(self) -> int:
         """Calls that share the audit log's next group commit: those being served, less those
         waiting for a person (they do not need the loop while the log syncs)."""
-        return max(1, self.in_flight - len(self.gate.pending))
+        return max(1, self.in_flight - self.gate.waiting())
 
     async def call(self, s: Session, op: Operation, params: dict[str, Any],
                    idem: str | None, wait_s: float | None) -> Result:

@@ -60,8 +60,8 @@ class Notify(Protocol):
 
 Routable = Callable[[str | None], bool]  # is an approver connected who could receive it?
 
-__all__ = ["Audit", "AuditEvent", "Gate", "Notify", "Routable", "MAX_PENDING", "MAX_PENDING_PER_PROCESS", "MAX_PENDING_PER_SESSION",
-           "TOO_MANY_PENDING_RETRY_S"]
+__all__ = ["Audit", "AuditEvent", "Gate", "Notify", "Routable", "MAX_PENDING", "MAX_PENDING_PER_PROCESS",
+           "MAX_PENDING_PER_SESSION", "TOO_MANY_PENDING_RETRY_S"]
 
 # settled approvals stay resumable for this long (receipts survive agent restarts)
 _SETTLED_KEEP_S = 3600.0
@@ -121,6 +121,10 @@ class Gate:
         """(position, prompt) of each waiting prompt `approver` may decide, oldest first."""
         return [(ap.seq, ap.to_wire()) for ap in self.pending.values()
                 if ap.seq > after and (until is None or ap.seq <= until) and ap.owner in (None, approver)]
+
+    def waiting(self) -> int:
+        """How many prompts wait for a person."""
+        return len(self.pending)
 
     def requester(self, request_id: str) -> Session | None:
         """The session whose waiting request this is (None: no such request is waiting)."""

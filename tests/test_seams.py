@@ -77,6 +77,10 @@ class TestTheGateKnowsNoWire:
         assert not imports_of(module) & WIRE, imports_of(module) & WIRE
         assert not imported_names(module) & {"Connection", "RpcError", "ApproverHub", "Dispatcher"}
 
+    @pytest.mark.parametrize("module", ["vault.store", "vault.keystore", "vault.keyring_backend", "vault.secret"])
+    def test_the_credential_store_imports_no_json_rpc_either(self, module: str) -> None:
+        assert not imports_of(module) & WIRE, imports_of(module) & WIRE
+
     def test_the_gates_refusals_are_domain_errors_the_rpc_layer_maps_to_codes(self) -> None:
         from vault import jsonrpc
         from vault.errors import Conflict, NotAuthorized, Refused, RpcError
@@ -92,6 +96,11 @@ class TestComposedDaemon:
     def test_no_part_imports_the_daemon(self, module: str) -> None:
         """The parts are given what they need; none reaches back into the daemon."""
         assert "vault.daemon" not in imports_of(module)
+
+    @pytest.mark.parametrize("module", sorted(PARTS))
+    def test_no_part_imports_the_runner(self, module: str) -> None:
+        """The runner grades the daemon from outside; the daemon never depends on it."""
+        assert not {m for m in imports_of(module) if m.startswith("vault.runner")}
 
     def test_the_daemons_parts_import_each_other_in_no_circle(self) -> None:
         graph = {m: imports_of(m) & PARTS for m in PARTS}

@@ -114,7 +114,7 @@ class AuditEvent(BaseModel):
 
     def to_event(self) -> dict[str, Any]:
         """The dict the log stores: ``type`` and every field given (None included), in order."""
-        return self.model_dump(mode="json", exclude_unset=True, exclude=_META)
+        return self.model_dump(mode="json", exclude_unset=True, exclude={"seq", "time"})
 
 
 class DaemonStarted(AuditEvent):

@@ -92,10 +92,12 @@ def _in_log(log: Any, head: dict[str, Any] | None, tip: dict[str, Any] | None) -
                     line = line.rstrip(b"\n")
                     if line.startswith(R.HEAD_START):
                         h = R.parse_head(line)
-                        want.discard((R.HEAD_START, h.seq, h.hash) if h else ())  # type: ignore[arg-type]
+                        if h is not None:
+                            want.discard((R.HEAD_START, h.seq, h.hash))
                     elif line.startswith(R.RECORD_START):
                         r = R.parse_record(line)
-                        want.discard((R.RECORD_START, r.seq, r.hash) if r else ())  # type: ignore[arg-type]
+                        if r is not None:
+                            want.discard((R.RECORD_START, r.seq, r.hash))
                     if not want:
                         return True
     except (OSError, VaultError, KeyError, ValueError, TypeError):

@@ -241,8 +241,8 @@ def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[fl
             e.agent = e.agent or s.get("agent")
             e.pid = e.pid or s.get("pid")
         owner = owners.get(e.session_id or "")
-        if owner is None and e.pid in agent_pids:
-            owner = agent_pids[e.pid]  # type: ignore[index]
+        if owner is None and e.pid is not None:
+            owner = agent_pids.get(e.pid)
         if owner is not None:
             e.agent_index = owner
             continue

@@ -110,7 +110,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic_core import to_json
 
-from ..audit_events import AuditEvent, check_event, check_fields
+from ..audit_events import AuditEvent, LogRecovered, SegmentStarted, check_event, check_fields
 from ..errors import AuditError
 from . import files as F
 from . import records as R
@@ -279,10 +279,9 @@ class AuditWriter:
         if tail.carry is not None:
             with self._lock:
                 self._pending.append(tail.carry.line)
-            self.append_sync({"type": "segment_started", "after_crash": True})
+            self.append_sync(SegmentStarted(after_crash=True))
         if tail.unanchored or tail.torn:
-            self.append_sync({"type": "log_recovered", "unanchored_records": tail.unanchored,
-                              "torn_bytes": tail.torn})
+            self.append_sync(LogRecovered(unanchored_records=tail.unanchored, torn_bytes=tail.torn))
             found = [f"{tail.unanchored} record(s) its last writer did not sign (checked with the key, "
                      "now anchored)"] if tail.unanchored else []
             found += [f"a torn last line ({tail.torn} bytes, never acknowledged) cut away"] if tail.torn else []
@@ -573,7 +572,7 @@ class AuditWriter:
                     return
                 lines, self._pending = self._pending, []
                 first = self._next_seq
-                started = self._record(_encode_event({"type": "segment_started", "previous": old_name.name}), t)
+                started = self._record(self._encode(SegmentStarted(previous=old_name.name)), t)
                 started_tip = (first, self._prev)
             stage, nxt, new_fd = "rotating: write", F.next_path(self.path), -1
             try:

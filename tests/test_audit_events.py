@@ -181,17 +181,14 @@ class TestRead:
 
 
 class TestRealDaemon:
-    def test_audit_show_names_the_category_of_every_call(self, sandbox: Sandbox) -> None:
+    def test_audit_show_names_the_category_of_every_call(self, sandbox: Sandbox, monkeypatch) -> None:
         """A real daemon (every event validated against its model), calls of five categories:
         each call's category is in `vaultsim audit show`, on its correlation's classification line."""
         url = setup_remote(sandbox)
         sandbox.write("auto-policy.yaml", "default: {mode: auto}\noperations:\n"
                       "  delete_release: {mode: deny}\n  create_issue: {mode: per_call}\n")
-        os.environ["VAULTSIM_AUDIT_CHECK"] = "full"  # the daemon inherits sandbox.env (a copy of os.environ)
-        try:
-            daemon = sandbox.start_daemon(*daemon_args(sandbox, url))
-        finally:
-            del os.environ["VAULTSIM_AUDIT_CHECK"]
+        monkeypatch.setenv("VAULTSIM_AUDIT_CHECK", "full")  # sandbox.env is a copy of os.environ
+        daemon = sandbox.start_daemon(*daemon_args(sandbox, url))
         calls = agent_call(sandbox, (
             "out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
             "out(client.call('read_issue', {'issue_id': 'ISS-404'}))\n"

@@ -180,7 +180,8 @@ def describe(ev: dict[str, Any] | AuditEvent) -> str:
         given = m.fields
         parts = [f"{k}={_clean(v)}" for k, v in given.items() if k not in _META and v is not None]
     else:
-        names = _FIELDS.get(m.type) or tuple(n for n in type(m).model_fields if n not in _META)
+        names = _FIELDS.get(m.type) or (*(n for n in type(m).model_fields if n not in _META | {"recorded_as"}),
+                                         "recorded_as")
         parts = [f"{k}={_clean(v)}" for k in names
                  if k in m.model_fields_set and (v := getattr(m, k)) is not None]
     return f"{_when(m.time)} #{m.seq} {_clean(m.type)} {' '.join(parts)}".rstrip()

@@ -18,7 +18,9 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from vault import audit_events as E
 from vault.audit import AuditWriter
+from vault.audit_events import AuditEvent
 from vault.audit import records as R
 
 CANARY = "CANARY-6f1d2c9a-do-not-leak"
@@ -107,21 +109,30 @@ class LogFiles:
 
 
 def sample_events(n: int) -> list[dict[str, Any]]:
-    """A plausible daemon conversation, repeated to `n` events."""
-    base: list[dict[str, Any]] = [
-        {"type": "session_opened", "session_id": "s-1", "agent": "stub", "pid": 4242, "run_id": "r-1"},
-        {"type": "call_requested", "correlation_id": "c-1", "session_id": "s-1",
-         "operation": "create_issue", "risk": "create", "target": "api/issues"},
-        {"type": "prompt_shown", "request_id": "q-1", "correlation_id": "c-1", "scope": "create_issue:api"},
-        {"type": "decision", "request_id": "q-1", "decision": "allow_once", "approver": "alice"},
-        {"type": "intent", "correlation_id": "c-1", "operation": "create_issue", "target": "api/issues"},
-        {"type": "dispatch_started", "correlation_id": "c-1"},
-        {"type": "remote_result", "correlation_id": "c-1", "category": "success", "remote_touched": True,
-         "diagnostic_id": "d-1"},
-        {"type": "classification", "correlation_id": "c-1", "category": "success", "retry": "none"},
-        {"type": "session_closed", "session_id": "s-1", "reason": "client closed"},
+    """A daemon conversation as the daemon writes it (built through its models, so a shape
+    change there shows here), repeated to `n` events: a prompted create, then a lookup of it."""
+    scope = "create_issue on tracker"
+    base: list[AuditEvent] = [
+        E.SessionOpened(session_id="s-1", agent="stub", pid=4242, sid=4242, pgid=4242, run_id="r-1"),
+        E.CallRequested(correlation_id="c-1", session_id="s-1", operation="create_issue", risk="create",
+                        target=scope),
+        E.PromptShown(request_id="q-1", correlation_id="c-1", operation="create_issue", risk="create",
+                      session_id="s-1", mode="per_call", scope=scope, repeat=False),
+        E.Decision(request_id="q-1", correlation_id="c-1", decision="allow_once", approver="alice",
+                   asked=1.0, shown=1.2, detail=None, decided=2.0, detail_viewed=False),
+        E.Intent(correlation_id="c-1", operation="create_issue", target=scope, idempotency_key=False),
+        E.Classification(correlation_id="c-1", session_id="s-1", operation="create_issue",
+                         category="success", retry="none", diagnostic_id=None, resumed=False,
+                         remote_touched=True),
+        E.Reconciliation(correlation_id="c-2", category="success", remote_touched=True, diagnostic_id=None,
+                         reconciled="found", lookup_of="c-1"),
+        E.Classification(correlation_id="c-2", session_id="s-1", operation="create_issue",
+                         category="success", retry="none", diagnostic_id=None, resumed=False),
+        E.SessionClosed(session_id="s-1", reason="client closed"),
     ]
-    return [dict(base[i % len(base)], n=i) for i in range(n)]
+    # `n`: the event's index, which tests of the log format look for; not a daemon field (the
+    # plain writer stores any JSON object, the daemon's sink would refuse it)
+    return [dict(base[i % len(base)].to_event(), n=i) for i in range(n)]
 
 
 def make_log(directory: Path, events: list[dict[str, Any]] | int, *, head_every_records: int = 3,

@@ -30,6 +30,14 @@ order and values are those the daemon always sent. A field in `OMIT_IF_NONE`
 is left out when it is None (e.g. `client`, `by`), as before; every other field
 is always present, None included.
 
+The audit events (the records of the audit log) are typed the same way, in
+`vault.audit_events` (its own module: they are not notifications, and their
+write check differs); they are re-exported here, so ``vault.wire`` is where
+every shape the daemon sends or records is found: ``wire.AuditEvent``,
+``wire.read_event``, ``wire.check_event`` and the models as
+``wire.audit_events.Intent`` etc. (a notification and an audit event may share
+a name, e.g. ``SessionOpened``; the bare name here is the notification's).
+
 No import here of the daemon, the JSON-RPC layer, the runner or Textual: the TUI
 imports this module.
 """
@@ -41,11 +49,18 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import (BaseModel, ConfigDict, SerializerFunctionWrapHandler, ValidationError,
                       ValidationInfo, model_serializer, model_validator)
 
+from . import audit_events
+from .audit_events import (EVENT_MODELS, AnyAuditEvent, AuditEvent, AuditEventError, check_event,
+                           read_event, read_events)
+from .audit_events import explain as _why
 from .errors import VaultError
 
 __all__ = ["WireError", "Notification", "WireClient", "ApprovalRequested", "ApprovalSettled",
            "GrantFields", "GrantCreated", "GrantEnded", "VaultLocked", "SessionOpened", "SessionClosed", "Activity",
-           "MODELS", "parse_notification", "read"]
+           "MODELS", "parse_notification", "read",
+           # the audit events (vault.audit_events)
+           "audit_events", "AuditEvent", "AuditEventError", "AnyAuditEvent", "EVENT_MODELS", "check_event",
+           "read_event", "read_events"]
 
 _READING = "vault.wire.read"  # the validation context key that makes a parse tolerant
 
@@ -233,12 +248,3 @@ def parse_notification(method: str, params: Any) -> Notification | None:
     if model is None:
         return None
     return read(model, params, f"{method} notification")
-
-
-def _why(exc: ValidationError) -> str:
-    """Which fields and what is wrong with them, never their values."""
-    parts = []
-    for err in exc.errors(include_input=False, include_url=False):
-        where = ".".join(str(p) for p in err["loc"]) or "params"
-        parts.append(f"{where}: {err['msg'].lower()}")
-    return "; ".join(parts)

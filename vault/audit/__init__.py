@@ -14,6 +14,11 @@ key); everything else is format and protocol, written down where it lives:
 * `show`     `decrypt_events` and the sessions / activity / correlation views.
 * `adapter`  `open_audit(home, key, **options)`: what the daemon calls.
 * `cli`      ``vaultsim audit verify|show``.
+
+What an event says is typed outside this package, in `vault.audit_events`
+(one model per ``type``; re-exported by `vault.wire`): the writer checks a
+producer's dicts against those models (`open_audit`), and `show` and the
+runner read the decrypted events through them.
 """
 
 from .keys import load_or_create_signing_key

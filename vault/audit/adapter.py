@@ -6,17 +6,29 @@ the signing key is kept in the home encrypted under that key (see `keys`). The
 returned writer is the daemon's ``AuditSink``: ``await append(event) -> seq``
 (durable), ``await append_answer(event)`` (written; durable per the
 durability), ``append_nowait(event)``, ``signed_head()``, ``durable_tip()`` and ``close()``.
+An event is a model of `vault.audit_events` or a dict; a dict is checked against
+its model (``check="fields"``: type and field names, cheap enough for every
+record; ``VAULTSIM_AUDIT_CHECK=full`` in the environment: values too, for tests
+and debugging), so a producer's typo is an AuditEventError, never a record the
+readers silently misread.
 """
 
 from __future__ import annotations
+
+import os
+from typing import Any
 
 from ..home import VaultHome
 from .keys import load_or_create_signing_key
 from .writer import AuditWriter
 
+CHECK_ENV = "VAULTSIM_AUDIT_CHECK"
 
-def open_audit(home: VaultHome, key: bytes, **options: object) -> AuditWriter:
+
+def open_audit(home: VaultHome, key: bytes, **options: Any) -> AuditWriter:
     """Open ``home/audit.log`` for appending (options go to `AuditWriter.open`)."""
     home.ensure()
     signing_key = load_or_create_signing_key(home.root, key)
-    return AuditWriter.open(home.audit_log, key, signing_key, **options)  # type: ignore[arg-type]
+    options.setdefault("check", "full" if os.environ.get(CHECK_ENV) == "full" else "fields")
+    # the options are the config's audit section, checked by AuditWriter.open itself
+    return AuditWriter.open(home.audit_log, key, signing_key, **options)

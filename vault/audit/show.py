@@ -1,7 +1,10 @@
 """Reading the audit log with the key: decrypt, then project for a person.
 
-`decrypt_events` turns the log back into event dicts; the projections are
-plain functions over that list so the TUI, the runner and tests can reuse them:
+`decrypt_events` turns the log back into event dicts (what ``audit show
+--json`` prints); the projections are plain functions over that list so the
+TUI, the runner and tests can reuse them, and they read each event through
+its model (`vault.audit_events.read_event`: tolerant of older logs and of
+fields a newer daemon adds):
 
 * `sessions`     one row per session: agent, pid, run, opened/closed time, calls.
 * `activity`     one human line per event, in log (seq) order.
@@ -33,6 +36,8 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from ..audit_events import (AuditEvent, CallRequested, Classification, Intent, OtherEvent,
+                            Reconciliation, RemoteResult, SessionClosed, SessionOpened, read_event)
 from ..errors import AuditError, BadInput
 from ..text import printable
 from . import files as F
@@ -99,18 +104,17 @@ def _decrypt_file(path: Path, aes: AESGCM, events: list[dict[str, Any]]) -> None
 def sessions(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per session id, in order of opening."""
     rows: dict[str, dict[str, Any]] = {}
-    for ev in events:
-        sid = ev.get("session_id")
-        if not isinstance(sid, str):
+    for ev in map(read_event, events):
+        sid = _named(ev, "session_id")
+        if sid is None:
             continue
         row = rows.setdefault(sid, {"session_id": sid, "agent": None, "pid": None, "run_id": None,
                                     "opened": None, "closed": None, "close_reason": None, "calls": 0})
-        kind = ev.get("type")
-        if kind == "session_opened":
-            row.update(agent=ev.get("agent"), pid=ev.get("pid"), run_id=ev.get("run_id"), opened=ev.get("time"))
-        elif kind == "session_closed":
-            row.update(closed=ev.get("time"), close_reason=ev.get("reason"))
-        elif kind == "call_requested":
+        if isinstance(ev, SessionOpened):
+            row.update(agent=ev.agent, pid=ev.pid, run_id=ev.run_id, opened=ev.time)
+        elif isinstance(ev, SessionClosed):
+            row.update(closed=ev.time, close_reason=ev.reason if "reason" in ev.model_fields_set else None)
+        elif isinstance(ev, CallRequested):
             row["calls"] += 1
     return list(rows.values())
 
@@ -119,14 +123,13 @@ def correlation(events: list[dict[str, Any]], correlation_id: str) -> list[dict[
     """Events naming `correlation_id`, plus decisions on their prompts and the lookups
     that reconciled it (a lookup has its own correlation id; its reconciliation names
     the call in ``lookup_of``), in time order."""
-    ids = {correlation_id} | {_cid(ev) for ev in events
-                              if ev.get("type") == "reconciliation" and ev.get("lookup_of") == correlation_id}
-    requests = {ev.get("request_id") for ev in events
-                if _cid(ev) in ids and ev.get("request_id") is not None}
-    picked = [ev for ev in events
-              if _cid(ev) in ids
-              or (ev.get("request_id") is not None and ev.get("request_id") in requests)]
-    return sorted(picked, key=lambda ev: (_num(ev.get("time")), ev["seq"]))
+    read = [(ev, read_event(ev)) for ev in events]
+    ids = {correlation_id} | {_cid(m) for _, m in read
+                              if isinstance(m, Reconciliation) and m.lookup_of == correlation_id}
+    requests = {rid for _, m in read if _cid(m) in ids and (rid := _rid(m)) is not None}
+    picked = [(ev, m) for ev, m in read
+              if _cid(m) in ids or (_rid(m) is not None and _rid(m) in requests)]
+    return [ev for ev, _ in sorted(picked, key=lambda p: (p[1].time or 0.0, p[1].seq or 0))]
 
 
 def no_result(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -134,11 +137,11 @@ def no_result(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     of the same correlation id) follows, in log order."""
     open_: dict[str | None, dict[str, Any]] = {}
     for ev in events:
-        kind = ev.get("type")
-        if kind == "intent":
-            open_[_cid(ev)] = ev
-        elif kind in ("remote_result", "classification"):
-            open_.pop(_cid(ev), None)
+        m = read_event(ev)
+        if isinstance(m, Intent):
+            open_[m.correlation_id] = ev
+        elif isinstance(m, RemoteResult | Classification):
+            open_.pop(m.correlation_id, None)
     return list(open_.values())
 
 
@@ -168,14 +171,20 @@ _FIELDS: dict[str, tuple[str, ...]] = {
 _META = {"seq", "time", "type"}
 
 
-def describe(ev: dict[str, Any]) -> str:
-    """One line: ``2024-05-01T10:00:00.123Z #12 decision request_id=r-1 decision=deny ...``."""
-    kind = ev.get("type")
-    names = _FIELDS.get(kind) if isinstance(kind, str) else None
-    if names is None:
-        names = tuple(k for k in ev if k not in _META)
-    parts = [f"{k}={_clean(ev[k])}" for k in names if k in ev and ev[k] is not None]
-    return f"{_when(ev.get('time'))} #{ev.get('seq')} {_clean(kind or 'event')} {' '.join(parts)}".rstrip()
+def describe(ev: dict[str, Any] | AuditEvent) -> str:
+    """One line: ``2024-05-01T10:00:00.123Z #12 decision request_id=r-1 decision=deny ...``.
+    A known event shows its fields (those it carries) in the order above; an unknown one, or
+    one that does not fit its model, shows every field it has."""
+    m = ev if isinstance(ev, AuditEvent) else read_event(ev)
+    if isinstance(m, OtherEvent):
+        given = m.fields
+        parts = [f"{k}={_clean(v)}" for k, v in given.items() if k not in _META and v is not None]
+    else:
+        names = _FIELDS.get(m.type) or (*(n for n in type(m).model_fields if n not in _META | {"recorded_as"}),
+                                         "recorded_as")
+        parts = [f"{k}={_clean(v)}" for k in names
+                 if k in m.model_fields_set and (v := getattr(m, k)) is not None]
+    return f"{_when(m.time)} #{m.seq} {_clean(m.type)} {' '.join(parts)}".rstrip()
 
 
 def activity(events: list[dict[str, Any]]) -> list[str]:
@@ -207,13 +216,18 @@ def render(events: list[dict[str, Any]], correlation_id: str | None = None) -> s
     return "\n".join(out)
 
 
-def _cid(ev: dict[str, Any]) -> str | None:
-    v = ev.get("correlation_id")
+def _cid(m: AuditEvent) -> str | None:
+    return _named(m, "correlation_id")
+
+
+def _rid(m: AuditEvent) -> str | None:
+    return _named(m, "request_id")
+
+
+def _named(m: AuditEvent, name: str) -> str | None:
+    """A text field of any event: an event this version does not know may name a call too."""
+    v = m.fields.get(name) if isinstance(m, OtherEvent) else getattr(m, name, None)
     return v if isinstance(v, str) else None
-
-
-def _num(v: Any) -> float:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
 
 
 def _when(t: Any) -> str:

@@ -42,6 +42,18 @@ The three ways in:
 ``append_sync`` stages, writes and syncs in the calling thread (CLI tools,
 threads, tests).
 
+What is appended: an event model (`vault.audit_events`, stored as its
+``to_event()``) or a dict. With ``check`` (what `open_audit`, the daemon's
+sink, sets) a dict is checked against its model before it is staged: an
+unknown ``type``, a misspelt or missing field is an `AuditEventError` (an
+AuditError; nothing is written, the log stays usable), so a producer cannot
+drift from the readers silently. ``fields`` checks the shape only (about 1 us
+a record); ``full`` validates every value too, 20-40 us a record, too slow for
+every call's three records, so it is for tests and debugging (the daemon's
+sink uses it when ``VAULTSIM_AUDIT_CHECK=full``). ``off`` (the default of
+`AuditWriter.open`) writes any JSON object: the log format does not depend on
+what the events say.
+
 Protocol of one log (format: `records`; segment files: `files`):
 
 * open: ``flock(LOCK_EX | LOCK_NB)`` on the active segment ``NAME.log``; held ->
@@ -98,6 +110,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic_core import to_json
 
+from ..audit_events import AuditEvent, LogRecovered, SegmentStarted, check_event, check_fields
 from ..errors import AuditError
 from . import files as F
 from . import records as R
@@ -107,6 +120,8 @@ from .keys import check_data_key, ensure_public_key
 MAX_EVENT_BYTES = 256 * 1024
 DEFAULT_SEGMENT_BYTES = 64 << 20
 Durability = Literal["default", "strict"]
+EventCheck = Literal["off", "fields", "full"]
+Event = AuditEvent | dict[str, Any]
 
 log = logging.getLogger("vaultsim.audit")
 
@@ -131,8 +146,10 @@ class AuditWriter:
                  head_every_seconds: float, tail: RC.Tail, monotonic: Callable[[], float] = time.monotonic,
                  inline_limit_s: float = 0.05, durability: Durability = "default",
                  flush_after_s: float = 0.005, segment_bytes: int | None = None,
-                 keep_segments: int | None = None, device: bool = False) -> None:
+                 keep_segments: int | None = None, device: bool = False,
+                 check: EventCheck = "off") -> None:
         self.path = path
+        self._check = {"off": None, "fields": check_fields, "full": check_event}[check]
         self.durability: Durability = durability
         self._fd = fd
         self._aes = AESGCM(bytes(key))
@@ -199,13 +216,14 @@ class AuditWriter:
              monotonic: Callable[[], float] = time.monotonic, inline_limit_s: float = 0.05,
              durability: Durability = "default", flush_after_s: float = 0.005,
              segment_bytes: int | None = DEFAULT_SEGMENT_BYTES,
-             keep_segments: int | None = None) -> "AuditWriter":
+             keep_segments: int | None = None, check: EventCheck = "off") -> "AuditWriter":
         """Lock `path` (created 0600 if missing), recover its tail, continue its chain.
 
         `durability`: ``default`` (an answer's record is written before the
         answer, synced within `flush_after_s`) or ``strict`` (synced before the
         answer). `segment_bytes`: rotate the active segment past this size
         (None: never). `keep_segments`: rotated segments to keep (None: all).
+        `check`: how a dict event is checked against its model (see the module doc).
         """
         check_data_key(key)
         if not isinstance(signing_key, Ed25519PrivateKey):
@@ -220,6 +238,8 @@ class AuditWriter:
             raise AuditError("segment_bytes must be at least 4096")
         if keep_segments is not None and keep_segments < 1:
             raise AuditError("keep_segments must be at least 1")
+        if check not in ("off", "fields", "full"):
+            raise AuditError(f"check must be 'off', 'fields' or 'full', not {check!r}")
         path = Path(path)
         existed = os.path.lexists(path)
         try:
@@ -245,7 +265,7 @@ class AuditWriter:
                 head_every_records=head_every_records, head_every_seconds=head_every_seconds,
                 tail=tail, monotonic=monotonic, inline_limit_s=inline_limit_s, durability=durability,
                 flush_after_s=flush_after_s, segment_bytes=segment_bytes, keep_segments=keep_segments,
-                device=device)
+                device=device, check=check)
         try:
             w._settle_recovery(tail)
         except BaseException:
@@ -259,10 +279,9 @@ class AuditWriter:
         if tail.carry is not None:
             with self._lock:
                 self._pending.append(tail.carry.line)
-            self.append_sync({"type": "segment_started", "after_crash": True})
+            self.append_sync(SegmentStarted(after_crash=True))
         if tail.unanchored or tail.torn:
-            self.append_sync({"type": "log_recovered", "unanchored_records": tail.unanchored,
-                              "torn_bytes": tail.torn})
+            self.append_sync(LogRecovered(unanchored_records=tail.unanchored, torn_bytes=tail.torn))
             found = [f"{tail.unanchored} record(s) its last writer did not sign (checked with the key, "
                      "now anchored)"] if tail.unanchored else []
             found += [f"a torn last line ({tail.torn} bytes, never acknowledged) cut away"] if tail.torn else []
@@ -270,7 +289,7 @@ class AuditWriter:
 
     # ---- the public surface --------------------------------------------------
 
-    async def append(self, event: dict[str, Any], *, in_flight: int = 1) -> int:
+    async def append(self, event: Event, *, in_flight: int = 1) -> int:
         """Append `event`; returns its seq once the record is durable. AuditError if not.
 
         The flush is not done here but in a callback scheduled after every task
@@ -282,14 +301,14 @@ class AuditWriter:
         thread and the others run while it waits.
         """
         loop = self._bind(asyncio.get_running_loop())
-        seq = self._stage(_encode_event(event))
+        seq = self._stage(self._encode(event))
         fut: asyncio.Future[int] = loop.create_future()
         self._waiters.append((seq, fut))
         self._in_flight = in_flight
         self._schedule_flush(loop)
         return await fut
 
-    async def append_answer(self, event: dict[str, Any], *, in_flight: int = 1) -> int:
+    async def append_answer(self, event: Event, *, in_flight: int = 1) -> int:
         """Append the record an answer waits for; returns its seq. AuditError if it cannot be.
 
         ``strict``: durable on return, as `append`. ``default``: written on
@@ -300,7 +319,7 @@ class AuditWriter:
         if self.durability == "strict":
             return await self.append(event, in_flight=in_flight)
         loop = self._bind(asyncio.get_running_loop())
-        seq = self._stage(_encode_event(event))
+        seq = self._stage(self._encode(event))
         if not (self._loop_may_block() and self._write(blocking=False)):
             # the file is busy (a rotation in the flush thread) or the disk was slow lately:
             # write from a thread, so the loop waits on neither
@@ -309,19 +328,19 @@ class AuditWriter:
             self._flush_timer = loop.call_later(self._flush_after_s, self._on_flush_timer)
         return seq
 
-    def append_nowait(self, event: dict[str, Any]) -> int:
+    def append_nowait(self, event: Event) -> int:
         """Queue `event` in order without waiting: it is written and synced with the next
         flush (the next `append` or `append_answer`, or a timer). For records that precede
         a durable one in the same call, so one fdatasync covers the whole call."""
-        seq = self._stage(_encode_event(event))
+        seq = self._stage(self._encode(event))
         loop = self._bind(asyncio.get_running_loop())
         if self._flush_timer is None:
             self._flush_timer = loop.call_later(self._flush_after_s, self._on_flush_timer)
         return seq
 
-    def append_sync(self, event: dict[str, Any]) -> int:
+    def append_sync(self, event: Event) -> int:
         """Blocking `append` (its own write and sync), for CLI tools, threads and tests."""
-        seq = self._stage(_encode_event(event))
+        seq = self._stage(self._encode(event))
         self._flush(publish=True)
         return seq
 
@@ -393,6 +412,13 @@ class AuditWriter:
         self.close()
 
     # ---- staging (caller's thread) ------------------------------------------
+
+    def _encode(self, event: Event) -> bytes:
+        if isinstance(event, AuditEvent):
+            return _encode_event(event.to_event())
+        if self._check is not None and isinstance(event, dict):
+            self._check(event)
+        return _encode_event(event)
 
     def _stage(self, payload: bytes) -> int:
         with self._lock:
@@ -546,7 +572,7 @@ class AuditWriter:
                     return
                 lines, self._pending = self._pending, []
                 first = self._next_seq
-                started = self._record(_encode_event({"type": "segment_started", "previous": old_name.name}), t)
+                started = self._record(self._encode(SegmentStarted(previous=old_name.name)), t)
                 started_tip = (first, self._prev)
             stage, nxt, new_fd = "rotating: write", F.next_path(self.path), -1
             try:

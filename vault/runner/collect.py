@@ -21,6 +21,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from ..audit_events import ApproverAttempt, read_events
 from ..errors import VaultError
 from . import hosts
 from .evidence import Evidence
@@ -58,7 +59,9 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
     ev.runner_pid = os.getpid()
     ev.bypass_events = [e for e in world.remote.events.snapshot()
                         if e.get("event") == "sim_refused" or e.get("via") is False]
-    ev.approver_attempts = [e for e in audit_events or [] if e.get("type") == "approver_attempt"]
+    # read through its model: what a grader reads is what the daemon wrote, as vault.audit_events types it
+    ev.approver_attempts = [a.model_dump(exclude_unset=True) for a in read_events(audit_events or [])
+                            if isinstance(a, ApproverAttempt)]
     if world.ssh_info is not None:
         with contextlib.suppress(OSError):
             log = open(world.ssh_info.log_file, "rb").read()
@@ -89,10 +92,12 @@ def _in_log(log: Any, head: dict[str, Any] | None, tip: dict[str, Any] | None) -
                     line = line.rstrip(b"\n")
                     if line.startswith(R.HEAD_START):
                         h = R.parse_head(line)
-                        want.discard((R.HEAD_START, h.seq, h.hash) if h else ())  # type: ignore[arg-type]
+                        if h is not None:
+                            want.discard((R.HEAD_START, h.seq, h.hash))
                     elif line.startswith(R.RECORD_START):
                         r = R.parse_record(line)
-                        want.discard((R.RECORD_START, r.seq, r.hash) if r else ())  # type: ignore[arg-type]
+                        if r is not None:
+                            want.discard((R.RECORD_START, r.seq, r.hash))
                     if not want:
                         return True
     except (OSError, VaultError, KeyError, ValueError, TypeError):

@@ -2,7 +2,8 @@
 
 Built from the decrypted audit log (the daemon records each call request,
 decision, grant, intent, reconciliation and the classification the agent was
-given), never from what an agent prints about itself. When the audit log is
+given), read through the audit event models (`vault.audit_events`: older logs
+and unknown fields read too), never from what an agent prints about itself. When the audit log is
 unreadable, the approver channel's `activity` notifications are the fallback
 (less detail: no targets, lookups inferred from the remote's event log).
 
@@ -29,6 +30,7 @@ import bisect
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from .. import audit_events as A
 from ..models import RETRY_FOR, Category
 from ..wire import (Activity, ApprovalRequested, ApprovalSettled, GrantCreated, SessionOpened, VaultLocked,
                     WireError, parse_notification)
@@ -85,67 +87,47 @@ class Transcript:
 
 def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
                windows: list[tuple[float, float]]) -> Transcript:
-    """Entries from decrypted audit events; `agent_pids` maps pid -> agent index."""
+    """Entries from decrypted audit events; `agent_pids` maps pid -> agent index. The prompts,
+    decisions and grants are kept as their models' fields (what the log said, as read)."""
     t = Transcript(source="audit")
-    requested: dict[str, dict[str, Any]] = {}
+    requested: dict[str, A.CallRequested] = {}
     executed: set[str] = set()
     reconciled: dict[str, str] = {}
     looked_up: dict[str, str] = {}
     answered: set[str] = set()
-    intents: dict[str, dict[str, Any]] = {}
-    for ev in events:
-        kind = ev.get("type")
-        cid = ev.get("correlation_id")
-        if kind == "session_opened":
-            t.sessions[ev["session_id"]] = {"agent": ev.get("agent"), "pid": ev.get("pid"),
-                                            "run_id": ev.get("run_id"), "opened": ev.get("time"),
-                                            "sid": ev.get("sid"), "pgid": ev.get("pgid")}
-        elif kind == "call_requested" and cid:
-            requested[cid] = ev
-        elif kind == "prompt_shown":
-            t.prompts.append(ev)
-        elif kind == "decision":
-            if cid:
-                t.decisions[cid] = ev
-        elif kind == "grant_created":
-            t.grants.append(ev)
-        elif kind == "unlock":
-            t.unlocks.append(float(ev.get("time", 0)))
-        elif kind == "lock":
-            t.locks.append(float(ev.get("time", 0)))
-        elif kind == "intent" and cid:
-            executed.add(cid)
-            intents[cid] = ev
-        elif kind == "remote_result" and cid:
-            intents.pop(cid, None)
-        elif kind == "reconciliation" and cid:
-            reconciled[cid] = str(ev.get("reconciled") or "unknown")
-            if ev.get("lookup_of"):
-                looked_up[cid] = str(ev["lookup_of"])
-        elif kind == "classification" and cid:
-            req = requested.get(cid)
-            if ev.get("resumed") or (cid in answered and req is not None):
-                entry_kind = "resume"
-            elif cid in reconciled and req is None:
-                entry_kind = "lookup"
-            else:
-                entry_kind = "call"
-            answered.add(cid)
-            intents.pop(cid, None)
-            # the session the answer was given to: a resume may come from a restarted process,
-            # a lookup has no request record; older logs name it on the request only
-            sid = ev.get("session_id") or (req.get("session_id") if req else None)
-            entry = Entry(kind=entry_kind, operation=str(ev.get("operation", "")), correlation_id=cid,
-                          category=str(ev.get("category")), retry=str(ev.get("retry")),
-                          time=float(ev.get("time", 0)),
-                          requested=float(req["time"]) if req and entry_kind == "call" else None,
-                          session_id=sid, target=req.get("target") if req else None,
-                          reconciled=reconciled.get(cid) if entry_kind == "lookup" else None,
-                          lookup_of=looked_up.get(cid) if entry_kind == "lookup" else None,
-                          executed=cid in executed)
-            t.entries.append(entry)
-    for cid, ev in intents.items():  # intents no result record followed
-        _add_no_result(t, cid, ev, requested.get(cid))
+    intents: dict[str, A.Intent] = {}
+    for ev in A.read_events(events):
+        if isinstance(ev, A.SessionOpened):
+            t.sessions[ev.session_id] = {"agent": ev.agent, "pid": ev.pid, "run_id": ev.run_id,
+                                         "opened": ev.time, "sid": ev.sid, "pgid": ev.pgid}
+        elif isinstance(ev, A.CallRequested) and ev.correlation_id:
+            requested[ev.correlation_id] = ev
+        elif isinstance(ev, A.PromptShown):
+            t.prompts.append(_fields(ev))
+        elif isinstance(ev, A.Decision):
+            if ev.correlation_id:
+                t.decisions[ev.correlation_id] = _fields(ev)
+        elif isinstance(ev, A.GrantCreated):
+            t.grants.append(_fields(ev))
+        elif isinstance(ev, A.Unlock):
+            t.unlocks.append(ev.time or 0.0)
+        elif isinstance(ev, A.Lock):
+            t.locks.append(ev.time or 0.0)
+        elif isinstance(ev, A.Intent) and ev.correlation_id:
+            executed.add(ev.correlation_id)
+            intents[ev.correlation_id] = ev
+        elif isinstance(ev, A.RemoteResult) and ev.correlation_id:
+            intents.pop(ev.correlation_id, None)
+        elif isinstance(ev, A.Reconciliation) and ev.correlation_id:
+            reconciled[ev.correlation_id] = ev.reconciled or "unknown"
+            if ev.lookup_of:
+                looked_up[ev.correlation_id] = ev.lookup_of
+        elif isinstance(ev, A.Classification) and ev.correlation_id:
+            t.entries.append(_answer(ev, requested.get(ev.correlation_id), answered, reconciled, looked_up,
+                                     executed))
+            intents.pop(ev.correlation_id, None)
+    for cid, intent in intents.items():  # intents no result record followed
+        _add_no_result(t, cid, intent, requested.get(cid))
     _attribute(t, agent_pids, windows)
     for e in t.entries:
         d = t.decisions.get(e.correlation_id)
@@ -154,17 +136,45 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
     return t
 
 
+def _answer(ev: A.Classification, req: A.CallRequested | None, answered: set[str],
+            reconciled: dict[str, str], looked_up: dict[str, str], executed: set[str]) -> Entry:
+    """The entry of one answer the agent was given (a call, a resume, a lookup)."""
+    cid = ev.correlation_id
+    if ev.resumed or (cid in answered and req is not None):
+        kind = "resume"
+    elif cid in reconciled and req is None:
+        kind = "lookup"
+    else:
+        kind = "call"
+    answered.add(cid)
+    # the session the answer was given to: a resume may come from a restarted process,
+    # a lookup has no request record; older logs name it on the request only
+    sid = ev.session_id or (req.session_id if req else None)
+    return Entry(kind=kind, operation=ev.operation, correlation_id=cid, category=ev.category,
+                 retry=ev.retry if "retry" in ev.model_fields_set else "None", time=ev.time or 0.0,
+                 requested=(req.time or 0.0) if req and kind == "call" else None,
+                 session_id=sid, target=req.target if req else None,
+                 reconciled=reconciled.get(cid) if kind == "lookup" else None,
+                 lookup_of=looked_up.get(cid) if kind == "lookup" else None,
+                 executed=cid in executed)
+
+
+def _fields(ev: A.AuditEvent) -> dict[str, Any]:
+    """An event as its model read it: the record's seq and time, the fields the log gave."""
+    return ev.model_dump(exclude_unset=True)
+
+
 NO_RESULT = "outcome unknown (no result record)"
 
 
-def _add_no_result(t: Transcript, cid: str, intent: dict[str, Any], req: dict[str, Any] | None) -> None:
+def _add_no_result(t: Transcript, cid: str, intent: A.Intent, req: A.CallRequested | None) -> None:
     """An intent without its result: what reached the remote is unknown. In time order."""
-    entry = Entry(kind="call", operation=str(intent.get("operation", "")), correlation_id=cid,
+    entry = Entry(kind="call", operation=intent.operation, correlation_id=cid,
                   category=str(Category.outcome_unknown), retry=str(RETRY_FOR[Category.outcome_unknown]),
-                  time=float(intent.get("time", 0)),
-                  requested=float(req["time"]) if req else None,
-                  session_id=req.get("session_id") if req else None,
-                  target=(req or intent).get("target"), executed=True, note=NO_RESULT)
+                  time=intent.time or 0.0,
+                  requested=(req.time or 0.0) if req else None,
+                  session_id=req.session_id if req else None,
+                  target=req.target if req else intent.target, executed=True, note=NO_RESULT)
     bisect.insort(t.entries, entry, key=lambda e: e.time)
 
 
@@ -231,8 +241,8 @@ def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[fl
             e.agent = e.agent or s.get("agent")
             e.pid = e.pid or s.get("pid")
         owner = owners.get(e.session_id or "")
-        if owner is None and e.pid in agent_pids:
-            owner = agent_pids[e.pid]  # type: ignore[index]
+        if owner is None and e.pid is not None:
+            owner = agent_pids.get(e.pid)
         if owner is not None:
             e.agent_index = owner
             continue

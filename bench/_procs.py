@@ -1,4 +1,5 @@
-"""Bench harness: the same real-process sandbox the tests use (tests/helpers.py)."""
+"""Bench harness: the same real-process sandbox the tests use (tests/helpers.py), whose
+processes the world starts (vault.runner.world_procs)."""
 
 from __future__ import annotations
 

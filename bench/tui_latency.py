@@ -1,6 +1,7 @@
 """How long a person waits to see a request: agent call sent -> row shown in the TUI.
 
-A real daemon (subprocess, unlocked, audit on) and a real agent process; the
+A real daemon (subprocess, unlocked, audit on) and a real agent process, both
+started as the world starts them (vault.runner.world_procs); the
 TUI is `VaultApp` under Pilot (headless). For each sample the agent stamps the
 wall clock and sends a `delete_release` call (per_call: always asks). "Shown"
 is the first frame the app draws (`App._display`, which in a terminal writes
@@ -20,7 +21,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,9 +36,8 @@ from textual.screen import Screen  # noqa: E402
 from tui.app import VaultApp  # noqa: E402
 from tui.screens.main import MainScreen  # noqa: E402
 from tui.widgets.pending import PendingTable  # noqa: E402
-from vault.client import RpcClient  # noqa: E402
-from vault.errors import VaultError  # noqa: E402
 from vault.home import VaultHome  # noqa: E402
+from vault.runner import world_procs  # noqa: E402
 
 TARGET_P50_MS = 100.0
 POLL_S = 0.001
@@ -79,22 +78,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def start_daemon(root: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    log = open(root / "daemon.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "vault.cli", "daemon", "--foreground", "--unlocked"],
-                            env=env, cwd=ROOT, stdout=log, stderr=log, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with RpcClient(root / "h" / "agent.sock", timeout=5) as c:
-                c.request("vault.status")
-                return proc
-        except (VaultError, OSError):
-            try:
-                proc.wait(timeout=0.05)  # wakes early if the daemon died
-            except subprocess.TimeoutExpired:
-                pass
-    raise SystemExit(f"the daemon did not start; see {root / 'daemon.log'}")
+def start_daemon(world: world_procs.Processes) -> None:
+    """The world's daemon (unlocked, audit on), once it answers."""
+    sock = world.root / "h" / "agent.sock"
+    try:
+        world.start_daemon(world_procs.daemon_argv(), log="daemon.log", timeout=30,
+                           ready=lambda: world_procs.daemon_status(sock) is not None)
+    except world_procs.WorldError as exc:
+        raise SystemExit(f"the daemon did not start: {exc}") from None
 
 
 async def measure(home: VaultHome, env: dict[str, str], samples: int) -> tuple[list[float], list[float]]:
@@ -107,9 +98,7 @@ async def measure(home: VaultHome, env: dict[str, str], samples: int) -> tuple[l
             await pilot.pause(POLL_S)
         table = app.screen.query_one(PendingTable)
         assert isinstance(app.screen, MainScreen)
-        agent = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", AGENT, str(samples), env=env, cwd=ROOT, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, start_new_session=True)
+        agent = await world_procs.start_agent_async(world_procs.python_argv(AGENT, str(samples)), env=env)
         assert agent.stdin is not None and agent.stdout is not None
         try:
             for _ in range(samples):
@@ -143,16 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="vsb-", dir="/tmp"))
     os.chmod(root, 0o700)
-    env = {k: v for k, v in os.environ.items() if k != "VAULTSIM_SOCKET"}
-    env.update({"VAULTSIM_HOME": str(root / "h"), "VAULTSIM_KEYRING_DIR": str(root / "kr"),
-                "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring", "PYTHONUNBUFFERED": "1",
-                "VAULTSIM_SOCKET": str(root / "h" / "agent.sock"), "VAULTSIM_RUN_ID": "bench"})
-    daemon = start_daemon(root, env)
+    world = world_procs.Processes(root, world_procs.home_env(root))
+    env = world_procs.agent_env(world.env, root / "h" / "agent.sock", "bench")
     try:
+        start_daemon(world)
         ms, tui_ms = asyncio.run(measure(VaultHome(root / "h"), env, args.samples))
     finally:
-        daemon.terminate()
-        daemon.wait(timeout=30)
+        world.close()
         shutil.rmtree(root, ignore_errors=True)
     report: dict[str, Any] = {"samples": len(ms), "p50_ms": round(percentile(ms, 0.5), 1),
                               "p99_ms": round(percentile(ms, 0.99), 1), "max_ms": round(max(ms), 1),

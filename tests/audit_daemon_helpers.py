@@ -22,7 +22,9 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `helpers` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers import PY, ROOT, Sandbox  # noqa: E402
+from helpers import PY, Sandbox  # noqa: E402
+
+from vault.runner import world_procs  # noqa: E402
 
 TOKEN = "tracker-token-value"
 
@@ -80,10 +82,10 @@ def events(sandbox: Sandbox) -> list[dict[str, Any]]:
 
 def spawn_agent(sandbox: Sandbox, name: str, n: int, ops: str, out: Path) -> subprocess.Popen[str]:
     """A load agent writing its answers to `out` (one JSON line each)."""
-    env = {**sandbox.env, "VAULTSIM_SOCKET": str(sandbox.agent_sock)}
+    env = world_procs.agent_env(sandbox.env, sandbox.agent_sock)
     with open(out, "w") as f:
-        return sandbox.spawn([PY, "-c", LOAD_AGENT, str(sandbox.agent_sock), name, str(n), ops],
-                             env=env, stdout=f, stderr=subprocess.STDOUT)
+        return sandbox.world.start_agent(world_procs.python_argv(LOAD_AGENT, str(sandbox.agent_sock), name, str(n), ops),
+                                         env=env, stdout=f, stderr=subprocess.STDOUT)
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
@@ -107,9 +109,8 @@ def agent_call(sandbox: Sandbox, body: str, *args: str, run_id: str = "audit-run
             "client = AgentClient(os.environ['VAULTSIM_SOCKET'], timeout=60)\n"
             f"client.open_session('stub', {run_id!r})\n"
             "def out(x): print(json.dumps(x.model_dump(mode='json')), flush=True)\n" + body)
-    env = {**sandbox.env, "VAULTSIM_SOCKET": str(sandbox.agent_sock)}
-    proc = subprocess.run([PY, "-c", code, *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    env = world_procs.agent_env(sandbox.env, sandbox.agent_sock)
+    proc = world_procs.run_agent(world_procs.python_argv(code, *args), env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 

@@ -7,8 +7,10 @@ deadline; nothing sleeps a fixed time.
 A whole world (fresh credentials, the fake remote, the daemon, a scripted
 approver, agents, grading) comes from the pytest plugin's `vaultsim` fixture,
 which is the runner's world (vault.runner.live), as `vaultsim run` and the demo
-use it. `Sandbox` stays for tests of the daemon, CLI and remote processes
-themselves, started by hand with the very arguments under test.
+use it. `Sandbox` is for tests of the daemon, CLI and remote processes
+themselves, with the very arguments under test: it starts them through the
+world's process starters (vault.runner.world_procs), the one place that
+starts a daemon, a remote, an approver or an agent.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+
+from vault.runner import world_procs
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -63,24 +67,20 @@ def canary() -> str:
 
 
 def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            proc.send_signal(sig)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+    world_procs.stop(proc, sig, timeout)
 
 
 @dataclass
 class Sandbox:
-    """A private directory holding one vault home and its keyring."""
+    """A private directory holding one vault home and its keyring; its processes are the
+    world's (vault.runner.world_procs), started with the arguments a test gives."""
 
     root: Path
     procs: list[subprocess.Popen[Any]] = field(default_factory=list)
+
+    @property
+    def world(self) -> world_procs.Processes:
+        return world_procs.Processes(self.root, self.env, procs=self.procs)
 
     @property
     def home(self) -> Path:
@@ -92,30 +92,21 @@ class Sandbox:
 
     @property
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update({
-            "VAULTSIM_HOME": str(self.home),
-            "VAULTSIM_KEYRING_DIR": str(self.root / "kr"),
-            "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring",
-            "PYTHONUNBUFFERED": "1",
-        })
-        env.pop("VAULTSIM_SOCKET", None)
-        return env
+        return world_procs.home_env(self.root)
 
     def vaultsim(self, *args: str, input: str | None = None, check: bool = False,
                  timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([PY, "-m", "vault.cli", *args], input=input, env=self.env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=timeout, check=check)
+        out = world_procs.run_cli(args, env=self.env, input=input, timeout=timeout)
+        if check:
+            out.check_returncode()
+        return out
 
     def set_secret(self, name: str, value: str) -> None:
         out = self.vaultsim("secret", "set", name, input=value)
         assert out.returncode == 0, out.stderr
 
     def spawn(self, argv: list[str], **kw: Any) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(argv, env=kw.pop("env", self.env), cwd=ROOT, text=True,
-                                start_new_session=True, **kw)
-        self.procs.append(proc)
-        return proc
+        return self.world.spawn(argv, **kw)
 
     def write(self, name: str, data: Any) -> Path:
         path = self.root / name
@@ -125,72 +116,39 @@ class Sandbox:
     # ---- processes -------------------------------------------------------------
 
     def start_daemon(self, *args: str, unlocked: bool = True) -> subprocess.Popen[str]:
-        argv = [PY, "-m", "vault.cli", "daemon", "--foreground", *args]
-        if unlocked:
-            argv.append("--unlocked")
-        return self.spawn_daemon(argv)
+        return self.spawn_daemon(world_procs.daemon_argv(*args, unlocked=unlocked))
 
     def spawn_daemon(self, argv: list[str]) -> subprocess.Popen[str]:
         """Start a daemon command, logging to daemon.stderr; return once it answers."""
-        log = open(self.root / "daemon.stderr", "a")
-        proc = self.spawn(argv, stdout=log, stderr=log)
-        log.close()
-        wait_for(lambda: proc.poll() is not None or self.status() is not None, what="daemon to answer")
-        assert proc.poll() is None, (self.root / "daemon.stderr").read_text()
-        return proc
+        return self.world.start_daemon(argv, ready=lambda: self.status() is not None)
 
     def status(self) -> dict[str, Any] | None:
-        from vault.client import RpcClient
-        from vault.errors import VaultError
-        try:
-            with RpcClient(self.agent_sock, timeout=5) as c:
-                return c.request("vault.status")
-        except (VaultError, OSError):
-            return None
+        return world_procs.daemon_status(self.agent_sock)
 
     def start_remote(self, credentials: dict[str, str], fault: str | None = None) -> tuple[subprocess.Popen[str], str]:
-        cred_file = self.root / "remote-creds.json"
-        fd = os.open(cred_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(credentials, f)
-        token_file = self.root / "remote-sim-token"
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(16))
-        argv = [PY, "-m", "vault.remote", "--port", "0", "--credentials", str(cred_file),
-                "--events", str(self.root / "remote-events.jsonl"), "--sim-token-file", str(token_file)]
-        if fault:
-            argv += ["--fault", fault]
-        proc = self.spawn(argv, stdout=subprocess.PIPE, stderr=open(self.root / "remote.stderr", "a"))
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        assert "listening on " in line, (self.root / "remote.stderr").read_text()
-        url = line.split("listening on ", 1)[1].strip()
-        SIM_TOKENS[url] = token_file.read_text()
-        return proc, url
+        remote = self.world.start_remote(credentials, fault=fault)
+        SIM_TOKENS[remote.url] = remote.sim_token
+        return remote.proc, remote.url
 
     def start_approver(self, rules: list[dict[str, Any]], name: str = "ci",
                        log: Path | None = None) -> subprocess.Popen[str]:
         before = (self.status() or {}).get("approvers", 0)
         script = self.write(f"approver-{len(self.procs)}.yaml", {"name": name, "rules": rules})
         log = log or self.root / f"approver-{len(self.procs)}.log"
-        proc = self.spawn([PY, "-m", "vault.cli", "approve", "--script", str(script), "--log", str(log)],
-                          stdout=subprocess.DEVNULL, stderr=open(self.root / "approver.stderr", "a"))
+        proc = self.world.start_approver(
+            script, log=log, subscribed=lambda: (self.status() or {}).get("approvers", 0) > before)
         proc.log_path = log  # type: ignore[attr-defined]
-        wait_for(lambda: (self.status() or {}).get("approvers", 0) > before, what="approver to subscribe")
         return proc
 
     def run_agent(self, steps: list[dict[str, Any]], *, agent: str = "stub", run_id: str = "run-1",
                   timeout: float = 60, extra_env: dict[str, str] | None = None) -> "AgentRun":
         plan = self.write(f"plan-{secrets.token_hex(4)}.yaml", {"agent": agent, "steps": steps})
-        env = {**self.env, "VAULTSIM_SOCKET": str(self.agent_sock), "VAULTSIM_RUN_ID": run_id,
-               **(extra_env or {})}
-        proc = subprocess.run([PY, "-m", "agent_stub", "--plan", str(plan)], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=timeout)
-        return AgentRun(proc)
+        env = world_procs.agent_env(self.env, self.agent_sock, run_id, extra_env)
+        return AgentRun(world_procs.run_agent(world_procs.agent_stub_argv("--plan", str(plan)), env=env,
+                                              timeout=timeout))
 
     def close(self) -> None:
-        for proc in reversed(self.procs):
-            stop_process(proc)
+        self.world.close()
         self._stop_detached_daemon()
 
     def _stop_detached_daemon(self) -> None:

@@ -7,15 +7,13 @@ the project's own client.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import socket
 import subprocess
 from typing import Any
 
-from helpers import PY, ROOT, Sandbox
+from helpers import Sandbox
+from vault.runner import world_procs
 
 TOKEN = "tracker-token-value"
 SURROGATE = "\ud800"  # json.dumps writes it as the escape \ud800, as an attacker's JSON would
@@ -91,28 +89,23 @@ PRELUDE = (
 
 
 def agent_env(sandbox: Sandbox, run_id: str = "run-1") -> dict[str, str]:
-    return {**sandbox.env, "VAULTSIM_SOCKET": str(sandbox.agent_sock), "VAULTSIM_RUN_ID": run_id}
+    return world_procs.agent_env(sandbox.env, sandbox.agent_sock, run_id)
 
 
 def run_script(sandbox: Sandbox, body: str, *args: str, timeout: float = 120) -> list[Any]:
     """Run an agent script to its end in its own session and process group; its JSON lines.
     Whatever it left behind in its group (forked children) is killed afterwards."""
-    proc = subprocess.Popen([PY, "-c", PRELUDE + body, *args], env=agent_env(sandbox), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == 0, err
-    return [json.loads(line) for line in out.splitlines() if line.startswith(("{", "["))]
+    proc = world_procs.run_agent(world_procs.python_argv(PRELUDE + body, *args), env=agent_env(sandbox),
+                                 timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith(("{", "["))]
 
 
 def spawn_script(sandbox: Sandbox, body: str, *args: str, **kw: Any) -> subprocess.Popen[str]:
     """Start an agent script (its own session and process group); stdin and stdout are pipes."""
-    return sandbox.spawn([PY, "-c", PRELUDE + body, *args], env=agent_env(sandbox), stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=kw.pop("stderr", subprocess.PIPE), **kw)
+    return sandbox.world.start_agent(world_procs.python_argv(PRELUDE + body, *args), env=agent_env(sandbox),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=kw.pop("stderr", subprocess.PIPE), **kw)
 
 
 def p99(samples: list[float]) -> float:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 from helpers import PY, ROOT, Sandbox, canary, remote_ledger, sim_headers
+from vault.runner import world_procs
 
 EVENT_TIMEOUT_S = 30.0  # generous: the machine is shared; a wait ends on its event, not on this
 
@@ -117,9 +118,8 @@ class RelayAgent:
 
     @classmethod
     async def start(cls, sandbox: Sandbox) -> "RelayAgent":
-        proc = await asyncio.create_subprocess_exec(
-            PY, "-c", _RELAY, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            env={**sandbox.env, "RELAY_SOCKET": str(sandbox.agent_sock)}, cwd=str(ROOT))
+        proc = await world_procs.start_agent_async(
+            world_procs.python_argv(_RELAY), env={**sandbox.env, "RELAY_SOCKET": str(sandbox.agent_sock)})
         return cls(proc)
 
     async def request(self, method: str, **params: Any) -> Any:

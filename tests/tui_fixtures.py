@@ -21,13 +21,14 @@ from typing import Any, Callable
 import pytest
 from textual.pilot import Pilot
 
-from helpers import PY, ROOT, Sandbox
+from helpers import Sandbox
 from tui.app import VaultApp
 from tui.messages import DaemonNotice, LinkUp, SessionsLoaded, StatsLoaded
 from tui.screens.main import MainScreen
 from tui.widgets.pending import PendingTable
 from vault.client import ApproverClient
 from vault.home import VaultHome
+from vault.runner import world_procs
 
 # 2026-01-01 00:00:00 UTC: the frozen "now" of every snapshot
 NOW = 1767225600.0
@@ -204,12 +205,10 @@ class Agent:
 
 
 async def start_agent(sandbox: Sandbox, body: str, *, run_id: str = "run-1", name: str = "stub") -> Agent:
-    env = {**sandbox.env, "VAULTSIM_SOCKET": str(sandbox.agent_sock), "VAULTSIM_RUN_ID": run_id,
-           "AGENT_NAME": name}
-    proc = await asyncio.create_subprocess_exec(
-        PY, "-c", AGENT_PRELUDE + body, env=env, cwd=ROOT, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=open(sandbox.root / "agent.stderr", "a"),
-        start_new_session=True)
+    env = world_procs.agent_env(sandbox.env, sandbox.agent_sock, run_id, {"AGENT_NAME": name})
+    with open(sandbox.root / "agent.stderr", "a") as err:
+        proc = await world_procs.start_agent_async(world_procs.python_argv(AGENT_PRELUDE + body), env=env,
+                                                   stderr=err)
     return Agent(proc)
 
 

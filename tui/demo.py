@@ -5,9 +5,10 @@ temporary directory under /tmp (short: Unix socket paths are limited) holding
 the vault home and an embedded keyring, and starts the runner's world in it
 (vault.runner.live: fresh credentials, the fake remote, the daemon unlocked;
 no scripted approver), opens the TUI, and once the TUI is
-subscribed runs the demo agents (see `demo_app`). Quitting the TUI stops every
-process the demo started, each by its own process group, and removes the
-directory, which takes the home, the keyring and the demo credentials with it.
+subscribed runs the demo agents (see `demo_app`), started as the world starts
+agents (vault.runner.world_procs). Quitting the TUI stops every process the
+demo started, each by its own process group, and removes the directory, which
+takes the home, the keyring and the demo credentials with it.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from typing import IO, Any
 
 from vault.errors import VaultError
 from vault.resources import DEMO_PLAN as DEFAULT_PLAN
+from vault.runner import world_procs
 from vault.text import printable
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-STOP_TIMEOUT_S = 10.0
 
 
 class DemoError(VaultError):
@@ -48,7 +49,6 @@ class DemoWorld:
         self.root = Path(tempfile.mkdtemp(prefix="vsd-", dir=parent))
         os.chmod(self.root, 0o700)
         self.home = self.root / "h"
-        self.procs: list[subprocess.Popen[Any]] = []
         self.remote_url = ""
         self.engine: Any = None
         self.live: Any = None
@@ -56,6 +56,12 @@ class DemoWorld:
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith("VAULTSIM_") and k != "PYTHON_KEYRING_BACKEND"}
         self.env["PYTHONUNBUFFERED"] = "1"
+        self.agents = world_procs.Processes(self.root, self.env)
+
+    @property
+    def procs(self) -> list[subprocess.Popen[Any]]:
+        """Every agent the demo started (the world's daemon is the world's)."""
+        return self.agents.procs
 
     # ---- setting up ----------------------------------------------------------------
 
@@ -77,17 +83,14 @@ class DemoWorld:
 
     def spawn(self, argv: list[str], log: str, env: dict[str, str] | None = None) -> subprocess.Popen[Any]:
         """Start a process in its own group, output to a log file (never to the TUI's terminal)."""
-        with open(self.root / log, "ab") as out:
-            proc = subprocess.Popen(argv, env=env or self.env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append(proc)
-        return proc
+        return self.agents.start_agent(argv, env=env or self.env, log=log)
 
     def start_agent(self, label: str, args: list[str], task: dict[str, Any] | None = None) -> subprocess.Popen[Any]:
-        env = {**self.env, "VAULTSIM_SOCKET": str(self.home / "agent.sock"), "VAULTSIM_RUN_ID": "demo"}
+        extra = {}
         if task is not None:
-            env["VAULTSIM_TASK"] = str(self._private_file(f"{label}-task.json", json.dumps(task)))
-        return self.spawn([sys.executable, "-m", "agent_stub", *args], f"{label}.out", env)
+            extra["VAULTSIM_TASK"] = str(self._private_file(f"{label}-task.json", json.dumps(task)))
+        env = world_procs.agent_env(self.env, self.home / "agent.sock", "demo", extra)
+        return self.spawn(world_procs.agent_stub_argv(*args), f"{label}.out", env)
 
     def final_line(self, label: str) -> str:
         """The agent's final message (its last stdout line), shortened for one activity line."""
@@ -104,10 +107,7 @@ class DemoWorld:
         """Stop every agent we started, then the world (daemon, remote), and remove the dir.
 
         Returns how many processes were still running."""
-        procs, self.procs = self.procs, []  # idempotent: a reaped pid is never signalled again
-        running = sum(1 for proc in procs if proc.poll() is None)
-        for proc in reversed(procs):
-            stop_group(proc)
+        running = self.agents.close()  # idempotent: a reaped pid is never signalled again
         live, self.live = self.live, None
         if live is not None:
             daemon = live.world.daemon
@@ -118,25 +118,6 @@ class DemoWorld:
             engine.close()
         shutil.rmtree(self.root, ignore_errors=True)
         return running
-
-
-def stop_group(proc: subprocess.Popen[Any]) -> None:
-    """SIGTERM the process group, SIGKILL it if it does not go, and reap the leader."""
-    for sig, wait in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
-        try:
-            os.killpg(proc.pid, sig)  # its own group: children it made go too
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(timeout=wait)
-            # the leader is gone; anything left in its group goes now too
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def configure(p: argparse.ArgumentParser) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from ..runner.live import Engine, LiveApprover, LiveWorld
 from ..runner.scenario import Expect
 from ..runner.transcript import Entry, Transcript
 from ..runner.trial import TrialResult
+from ..runner.world_procs import start_agent_relay
 from .evidence import AgentResult, Prompts, report, trace
 
 # AF_UNIX paths hold about 108 bytes: a home deeper than this moves to a short /tmp directory
@@ -91,16 +91,8 @@ class Vaultsim:
         test's own process stays able to approve (an agent never approves its own requests)."""
         root = self.live.root
         listen = root / f"relay-{len(self._clients)}.sock"
-        proc = subprocess.Popen([sys.executable, "-m", "vault.agent_relay", str(listen), str(self.agent_socket)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=self.live.engine.env, cwd=str(root))
+        proc = start_agent_relay(listen, self.agent_socket, env=self.live.engine.env, cwd=root)
         self.live.engine.registry.add_group(proc.pid)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # "ready" once it listens; EOF if it failed
-        if line.strip() != b"ready":
-            proc.kill()
-            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            raise RuntimeError(f"the agent relay did not start: {err.strip()}")
         client = AgentClient(listen, timeout=timeout)
         self._clients.append((client, proc))
         client.open_session(agent, self.run_id)

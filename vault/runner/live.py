@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -37,13 +37,16 @@ from ..catalog import format_validation_error
 from ..errors import BadInput
 from ..scripted_approver import ApproverRule, ApproverScript
 from ..wire import ApprovalRequested
-from .collect import SETUP, read_audit
+from .collect import read_audit
 from .evidence import AgentRun, Evidence
-from .procs import ExecLauncher, Registry, remove_dir
+from .procs import ExecLauncher, Launcher, Registry, remove_dir
 from .scenario import AgentSpec, Case, Expect, Scenario, TaskSpec
 from .transcript import Transcript, from_audit
 from .trial import Runtime, Trial, TrialResult, base_env
-from .world import RecordingApprover, World
+from .world import SETUP, RecordingApprover, World
+
+if TYPE_CHECKING:
+    from .forkserver import ForkServer
 
 T = TypeVar("T")
 CALL_TIMEOUT_S = 120.0
@@ -58,8 +61,8 @@ class Engine:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="vaultsim-engine", daemon=True)
         self._thread.start()
-        self.launcher: Any = ExecLauncher(self.registry)
-        self._server: Any = None
+        self.launcher: Launcher = ExecLauncher(self.registry)
+        self._server: ForkServer | None = None
         if fork_server:
             from .forkserver import ForkServer
             server = ForkServer(self.registry, self.launcher)

@@ -176,7 +176,7 @@ class Trial:
         fault = None
         if sc.ssh is not None and sc.ssh.fault in ("kill_client", "kill_remote"):
             fault = asyncio.create_task(hosts.play_fault(sc.ssh.fault, world.ssh_info, sc.ssh.service,
-                                                         world.daemon.pid, stop_fault))
+                                                         world.daemon_pid, stop_fault))
         fault_note = ""
         try:
             for i, spec in enumerate(sc.agents):

@@ -32,7 +32,7 @@ import secrets
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -45,15 +45,19 @@ from ..keyring_backend import FileKeyring
 from ..keystore import KeyStore
 from ..remote.server import RemoteServer
 from ..remote.vouch import Vouch
-from ..resources import IMPORT_ROOT as ROOT
+from ..resources import IMPORT_ROOT
 from ..scripted_approver import ApproverScript, ScriptedApprover, load_script
 from ..store import CredentialStore
 from ..vouch import HEADER as MARK_HEADER
 from ..vouch import MarkHandoff, new_mark
 from . import hosts
-from .procs import Launcher, kill_group
+if TYPE_CHECKING:
+    from ..remote.sshd import SshdInfo, SshdServer
+from .procs import Launcher, Proc, kill_group
 from .scenario import Scenario
+from .world_procs import home_env
 
+ROOT = IMPORT_ROOT  # where processes start (trial.py starts agents from here too)
 READY_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 15.0  # well above the daemon's own bounded drain, so a loaded host still gets a signed head
 POLL_S = 0.005
@@ -108,9 +112,9 @@ class World:
         self.policy = policy_at(sc.relative(sc.policy) if sc.policy else None)
         self.secrets: dict[str, str] = {}
         self.remote: RemoteServer | None = None
-        self.sshd: Any = None
-        self.ssh_info: Any = None
-        self.daemon: Any = None
+        self.sshd: SshdServer | None = None
+        self.ssh_info: SshdInfo | None = None
+        self.daemon: Proc | None = None
         self.approver: RecordingApprover | None = None
         self.approver_task: asyncio.Task[None] | None = None
         self.notes: list[tuple[str, dict[str, Any]]] = []
@@ -203,17 +207,17 @@ class World:
             args += ["--catalog", str(self.root / "catalog.yaml")]
         if not self.sc.locked:
             args.append("--unlocked")
-        env = {**self.env, "VAULTSIM_HOME": str(self.home.root), "VAULTSIM_KEYRING_DIR": str(self.root / "kr"),
-               "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring"}
+        env = home_env(self.root, self.env)
         handoff = MarkHandoff(self.root / "mark.sock", self.mark)
         await handoff.start()
         try:
-            self.daemon = await self.launcher.spawn("daemon", [*args, "--mark-socket", str(handoff.path)], env=env,
-                                                    cwd=str(ROOT), stdout=self.daemon_log, stderr=self.daemon_log)
-            handoff.expect(self.daemon.pid)
+            self.daemon = daemon = await self.launcher.spawn(
+                "daemon", [*args, "--mark-socket", str(handoff.path)], env=env, cwd=str(ROOT),
+                stdout=self.daemon_log, stderr=self.daemon_log)
+            handoff.expect(daemon.pid)
             assert self.remote is not None and self.remote.vouch is not None
-            self.remote.vouch.pids.add(self.daemon.pid)
-            await self._wait_daemon()
+            self.remote.vouch.pids.add(daemon.pid)
+            await self._wait_daemon(daemon)
         finally:
             await handoff.close()
 
@@ -243,11 +247,18 @@ class World:
             return None
         return {"head": status["audit_head"], "tip": status.get("audit_tip")}
 
-    async def _wait_daemon(self) -> None:
+    @property
+    def daemon_pid(self) -> int:
+        """The daemon's pid (its process group); RuntimeError before it was started."""
+        if self.daemon is None:
+            raise RuntimeError("the world's daemon is not started")
+        return self.daemon.pid
+
+    async def _wait_daemon(self, daemon: Proc) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not await _answers(self.home.approver_sock):
-            if self.daemon.returncode is not None:
-                raise RuntimeError(f"the daemon exited ({self.daemon.returncode}) before it served: "
+            if daemon.returncode is not None:
+                raise RuntimeError(f"the daemon exited ({daemon.returncode}) before it served: "
                                    + tail(self.daemon_log))
             if time.monotonic() > deadline:
                 raise RuntimeError("the daemon did not answer in time: " + tail(self.daemon_log))

@@ -40,7 +40,9 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import BadInput
 from ..proc_guard import make_undumpable
@@ -346,10 +348,10 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
     return EXIT_FOR[doc["summary"]["release"]]
 
 
-async def _until_done_or_stopped(tasks: list[asyncio.Future[None]], stop: asyncio.Event) -> None:
+async def _until_done_or_stopped(tasks: Sequence[asyncio.Future[None]], stop: asyncio.Event) -> None:
     """Wait for every trial, or (-x) stop the rest once one is unexpected: their cleanup still runs."""
     stopper = asyncio.ensure_future(stop.wait())
-    pending = set(tasks)
+    pending: set[asyncio.Future[Any]] = set(tasks)  # with the stopper, a Future[bool]
     try:
         while pending and not stop.is_set():
             _, pending = await asyncio.wait(pending | {stopper}, return_when=asyncio.FIRST_COMPLETED)

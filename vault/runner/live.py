@@ -37,13 +37,13 @@ from ..catalog import format_validation_error
 from ..errors import BadInput
 from ..scripted_approver import ApproverRule, ApproverScript
 from ..wire import ApprovalRequested
-from .collect import SETUP, read_audit
+from .collect import read_audit
 from .evidence import AgentRun, Evidence
 from .procs import ExecLauncher, Registry, remove_dir
 from .scenario import AgentSpec, Case, Expect, Scenario, TaskSpec
 from .transcript import Transcript, from_audit
 from .trial import Runtime, Trial, TrialResult, base_env
-from .world import RecordingApprover, World
+from .world import SETUP, RecordingApprover, World
 
 T = TypeVar("T")
 CALL_TIMEOUT_S = 120.0

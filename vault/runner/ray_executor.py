@@ -54,8 +54,9 @@ def parse_resources(text: str | None) -> dict[str, Any]:
         return {"num_cpus": 1}
     try:
         given = json.loads(text)
-    except ValueError as exc:
-        raise BadInput(f"--ray-resources: not JSON ({exc.msg}); e.g. '{{\"CPU\": 1}}'") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer too long to convert
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise BadInput(f"--ray-resources: not JSON ({why}); e.g. '{{\"CPU\": 1}}'") from None
     if not isinstance(given, dict) or not all(isinstance(k, str) and isinstance(v, (int, float)) and
                                               not isinstance(v, bool) and v >= 0 for k, v in given.items()):
         raise BadInput("--ray-resources: give an object of resource names to amounts, e.g. "

@@ -42,13 +42,13 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInput
 from ..proc_guard import make_undumpable
 from . import table as out
 from .junit import write_junit
-from .procs import ExecLauncher, Registry
+from .procs import ExecLauncher, Launcher, Registry
 from .executor import Executor, LocalExecutor
 from .report import ScenarioReport, summary
 from .report_schema import EXIT_FOR, document, write_json
@@ -58,6 +58,9 @@ from .shard import Shard, parse_shard
 from .shard import header as shard_header
 from .shard import pick as shard_pick
 from .trial import Runtime, TrialResult, base_env, run_trial
+
+if TYPE_CHECKING:  # imported when used: `--list` and other executors start no fork server
+    from .forkserver import ForkServer
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -137,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     make_undumpable()  # the runner holds every trial's credentials, mark and approver token
     registry = Registry()
     env = base_env()
-    server = None
+    server: ForkServer | None = None
     if not args.no_fork_server and not args.list and args.executor == "local":
         # start it first: it imports while the scenario files are read and checked
         from .forkserver import ForkServer
@@ -268,7 +271,7 @@ def _executor(args: argparse.Namespace, rt: Runtime, selected: list[Case], work:
 
 
 async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str] | None,
-                registry: Registry, env: dict[str, str], server: object) -> int:
+                registry: Registry, env: dict[str, str], server: ForkServer | None) -> int:
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
     interrupted = False
@@ -284,11 +287,11 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
 
-    launcher = ExecLauncher(registry)
+    launcher: Launcher = ExecLauncher(registry)
     if server is not None:
         try:
-            await server.connect()  # type: ignore[attr-defined]
-            launcher = server  # type: ignore[assignment]
+            await server.connect()
+            launcher = server
         except OSError:
             pass
     rt = Runtime(launcher=launcher, registry=registry, agent_command=agent, agent_cwd=os.getcwd(),

@@ -177,8 +177,9 @@ class RayExecutor:
 def _reachable(address: str | None, timeout_s: float = 10.0) -> None:
     """Ray retries an unreachable cluster for minutes: a host:port that refuses a TCP connection is
     refused at once instead (other forms, `auto` and `ray://`, are left to Ray)."""
-    host, sep, port = (address or "").rpartition(":")
-    if not sep or not port.isdigit() or "://" in address:  # type: ignore[operator]
+    given = address or ""
+    host, sep, port = given.rpartition(":")
+    if not sep or not port.isdigit() or "://" in given:
         return
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()

@@ -241,4 +241,4 @@ class Naive:
         return self.plan.final or "done: all steps completed"
 
 
-POLICIES = {"safe": Safe, "naive": Naive}
+POLICIES: dict[str, type[Safe] | type[Naive]] = {"safe": Safe, "naive": Naive}

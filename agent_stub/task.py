@@ -38,7 +38,8 @@ class Task:
         if not isinstance(data, dict):
             raise ValueError("task is not a JSON object")
         deadline = data.get("deadline")
-        stub = data.get("agent_stub") if isinstance(data.get("agent_stub"), dict) else {}
+        given = data.get("agent_stub")
+        stub: dict[str, Any] = given if isinstance(given, dict) else {}
         return cls(goal=str(data.get("goal", "")), operations=list(data.get("operations") or []),
                    deadline=float(deadline) if isinstance(deadline, (int, float)) else None,
                    state_dir=data.get("state_dir"), plan=stub.get("plan") or data.get("plan"),

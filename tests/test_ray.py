@@ -165,7 +165,8 @@ class TestBadInput:
         assert 2 == done.returncode, done.stderr
         assert "cannot use the Ray cluster at 127.0.0.1:9" in done.stderr
 
-    @pytest.mark.parametrize("given", ["{", "[1]", '{"CPU": -1}', '{"CPU": "one"}'])
+    # an integer too long to convert is a ValueError but not a JSONDecodeError: still a clear error
+    @pytest.mark.parametrize("given", ["{", "[1]", '{"CPU": -1}', '{"CPU": "one"}', '{"CPU": ' + "9" * 5000 + "}"])
     def test_bad_resources(self, given: str) -> None:
         done = subprocess.run([PY, "-m", "vault.cli", "run", "-k", "gate-1", "--executor", "ray",
                                "--ray-resources", given], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -21,7 +21,7 @@ import re
 import string
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError,
@@ -269,9 +269,10 @@ class Catalog(BaseModel):
 
 # libyaml's safe loader when present: same semantics, several times faster
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-def load_yaml_model(path: str | Path, model: type[BaseModel]) -> Any:
+def load_yaml_model(path: str | Path, model: type[ModelT]) -> ModelT:
     """Load YAML into a pydantic model; errors name the file, the field and why."""
     path = Path(path)
     try:

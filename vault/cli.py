@@ -16,6 +16,7 @@ import importlib
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import __version__
@@ -121,7 +122,12 @@ def _top_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _resolve(name: str) -> tuple[object, object]:
+# what every command module defines: configure(parser) and run(args) -> exit code (None: 0)
+Configure = Callable[[argparse.ArgumentParser], None]
+Run = Callable[[argparse.Namespace], "int | None"]
+
+
+def _resolve(name: str) -> tuple[Configure, Run]:
     target, _, suffix = COMMANDS[name].target.partition(":")
     module = importlib.import_module(target)
     configure = getattr(module, f"configure_{suffix}" if suffix else "configure")
@@ -129,12 +135,12 @@ def _resolve(name: str) -> tuple[object, object]:
     return configure, run
 
 
-def command_parser(name: str, configure: object) -> argparse.ArgumentParser:
+def command_parser(name: str, configure: Configure) -> argparse.ArgumentParser:
     """The parser of one command, with its example under `--help` (and its actions')."""
     c = COMMANDS[name]
     parser = argparse.ArgumentParser(prog=f"vaultsim {name}", description=c.help,
                                      epilog=f"example:\n  {c.example}", formatter_class=_formatter)
-    configure(parser)  # type: ignore[operator]
+    configure(parser)
     for action in parser._actions:  # argparse keeps sub-commands here and nowhere public
         if isinstance(action, argparse._SubParsersAction):
             for sub_name, sub in action.choices.items():
@@ -154,7 +160,7 @@ def _complete() -> None:
     for name, c in COMMANDS.items():
         p = sub.add_parser(name, help=c.help)
         try:
-            _resolve(name)[0](p)  # type: ignore[operator]
+            _resolve(name)[0](p)
         except ImportError as exc:  # an optional extra not installed: the name still completes
             if (exc.name or "").split(".")[0] not in OPTIONAL_EXTRAS:
                 raise
@@ -176,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     configure, run = _resolve(name)
     args = command_parser(name, configure).parse_args(argv[1:])
     try:
-        return int(run(args) or 0)  # type: ignore[operator]
+        return int(run(args) or 0)
     except BadInput as exc:
         print(f"vaultsim {name}: {exc.message}", file=sys.stderr)
         return 2

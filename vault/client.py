@@ -16,7 +16,7 @@ import itertools
 import json
 import os
 import socket
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Self
 
 from . import jsonrpc as rpc
 from .errors import HomeError, RpcError
@@ -64,7 +64,7 @@ class RpcClient:
         finally:
             self.sock.close()
 
-    def __enter__(self) -> "RpcClient":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -138,7 +138,7 @@ class ApproverClient(RpcClient):
 
     def all_pages(self, method: str, **params: Any) -> dict[str, Any]:
         """`sessions`, `stats` or `pending` with every page merged into one answer."""
-        answer = self.request(method, **params)
+        answer: dict[str, Any] = self.request(method, **params)  # a paged method answers an object
         while isinstance(answer, dict) and answer.get("next"):
             merge_page(answer, self.request(method, **{**params, "after": answer["next"]}))
         if isinstance(answer, dict):
@@ -229,7 +229,7 @@ class AsyncRpcClient:
 
 async def fetch_all(client: AsyncRpcClient, method: str, **params: Any) -> dict[str, Any]:
     """An async request whose answer comes in pages, every page merged."""
-    answer = await client.request(method, **params)
+    answer: dict[str, Any] = await client.request(method, **params)  # a paged method answers an object
     while isinstance(answer, dict) and answer.get("next"):
         merge_page(answer, await client.request(method, **{**params, "after": answer["next"]}))
     if isinstance(answer, dict):

@@ -99,7 +99,8 @@ class Diagnostics:
             if blob[:1] != _VERSION:
                 raise InvalidTag
             plain = self._aead.decrypt(blob[1:13], blob[13:], diagnostic_id.encode())
-            return json.loads(plain)
+            doc: dict[str, Any] = json.loads(plain)  # save() wrote a JSON object under this key
+            return doc
         except (InvalidTag, ValueError):
             raise VaultError(f"diagnostic {diagnostic_id} cannot be decrypted with this vault's key") from None
 

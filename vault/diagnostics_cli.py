@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from .cli import add_home_arg
 from .diagnostics import Diagnostics, redact
@@ -35,5 +36,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def render(data: dict) -> str:
+def render(data: dict[str, Any]) -> str:
     return json.dumps(redact(data), indent=2, sort_keys=True)

@@ -58,7 +58,7 @@ class FileKeyring(KeyringBackend):
     name = "vaultsim file keyring (embedded)"
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # keyring leaves KeyringBackend.__init__ unannotated
         self._directory = Path(directory).absolute() if directory is not None else None
 
     @properties.classproperty

@@ -85,7 +85,7 @@ class Think(BaseModel):
         uniform = self.min is not None and self.max is not None
         if uniform == (self.median is not None):
             raise ValueError("a think time is {min, max} (uniform) or {median, sigma} (log-normal)")
-        if uniform and self.min > self.max:  # type: ignore[operator]
+        if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError("min is more than max")
         return self
 

@@ -171,7 +171,8 @@ class CredentialStore:
                 f"{self.keystore.backend_name()} is not the one it was written with"
             ) from None
         try:
-            table = json.loads(plain)["credentials"]
+            # not a dict of dicts: .values() or entry["value"] below raises, reported as malformed
+            table: dict[str, dict[str, Any]] = json.loads(plain)["credentials"]
             for entry in table.values():
                 if not isinstance(entry["value"], str):
                     raise TypeError

@@ -21,7 +21,9 @@ class TextPanel(Static):
         if text == self._shown:
             return
         width = self.content_size.width
-        lines = visualize(self, text).get_height(self.styles, width) if width > 0 else -1
+        # RenderStyles answers the RulesMap lookups get_height makes; Textual's Widget passes it the same way
+        lines = (visualize(self, text).get_height(self.styles, width)  # type: ignore[arg-type]
+                 if width > 0 else -1)
         # an unknown width (not laid out yet) or a new line count needs a layout pass
         self.update(text, layout=lines < 0 or lines != self._lines)
         self._shown, self._lines = text, lines

@@ -7,6 +7,7 @@ stays on the request the person is looking at.
 
 from __future__ import annotations
 
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 from ..state import Request
@@ -30,7 +31,7 @@ class PendingTable(DataTable[object]):
         if self.row_count == 0:
             return None
         row = min(max(self.cursor_row, 0), self.row_count - 1)
-        return self.coordinate_to_cell_key((row, 0)).row_key.value
+        return self.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value
 
     def visible_ids(self) -> list[str]:
         """The request ids of the rows on screen now (a scrolled-away row is not shown to anyone)."""
@@ -38,12 +39,13 @@ class PendingTable(DataTable[object]):
             return []
         top = max(0, int(self.scroll_y))
         height = max(1, self.size.height - (1 if self.show_header else 0))
-        return [self.coordinate_to_cell_key((row, 0)).row_key.value  # type: ignore[misc]
-                for row in range(top, min(self.row_count, top + height))]
+        keys = (self.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value
+                for row in range(top, min(self.row_count, top + height)))
+        return [k for k in keys if k is not None]  # every row is added with its request id as key
 
     def show(self, requests: list[Request], now: float) -> None:
         wanted = [r.request_id for r in requests]
-        shown = [k.value for k in self.rows]
+        shown = [k.value for k in self.rows if k.value is not None]  # keyed by request id
         kept = [rid for rid in shown if rid in set(wanted)]
         if kept != wanted[:len(kept)]:
             # out of order (a reconnect snapshot arrived after newer requests): rebuild

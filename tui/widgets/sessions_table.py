@@ -7,6 +7,7 @@ whole session.
 
 from __future__ import annotations
 
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 from ..state import AgentSession
@@ -28,7 +29,7 @@ class SessionsTable(DataTable[object]):
         if self.row_count == 0:
             return None
         row = min(max(self.cursor_row, 0), self.row_count - 1)
-        key = self.coordinate_to_cell_key((row, 0)).row_key.value or ""
+        key = self.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value or ""
         kind, _, ident = key.partition(":")
         return kind, ident
 

@@ -120,7 +120,7 @@ def _connection_of(ctx: Any) -> Any:
 def http_session_for(bridge: Bridge, guard: LoopbackGuard, ctx: Any) -> McpSession:
     """One vault session per HTTP MCP session, ended with it (DELETE, idle expiry, shutdown)."""
     conn = _connection_of(ctx)
-    sess = conn.state.get("vaultsim")
+    sess: McpSession | None = conn.state.get("vaultsim")
     if sess is None:
         sid = ctx.request.headers.get("mcp-session-id") if ctx.request is not None else None
         pid = guard.openers.pop(sid, None) if sid else None

@@ -260,7 +260,8 @@ def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
             return [walk(v) for v in node]
         return node
 
-    return walk(schema)
+    inlined: dict[str, Any] = walk(schema)  # walk maps a dict to a dict
+    return inlined
 
 
 RESULT_SCHEMA: dict[str, Any] = _inline_refs(result_schema())

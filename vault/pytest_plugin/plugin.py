@@ -21,11 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-_ENGINE = pytest.StashKey[Any]()
+if TYPE_CHECKING:  # imported on first use: collecting tests starts no engine
+    from ..runner.live import Engine
+
+_ENGINE = pytest.StashKey["Engine"]()
 WORLD_OPTIONS = frozenset({"policy", "catalog", "fault", "locked", "approver", "credentials", "call_timeout_s",
                            "timeouts"})
 
@@ -51,7 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "(policy, catalog, fault, locked, approver, credentials, call_timeout_s)")
 
 
-def engine(config: pytest.Config) -> Any:
+def engine(config: pytest.Config) -> Engine:
     """The session's engine, started on first use."""
     found = config.stash.get(_ENGINE, None)
     if found is None:

@@ -64,7 +64,8 @@ class ScenarioItem(pytest.Item):
     def runtest(self) -> None:
         from ..runner.table import trial_line
         from ..runner.trial import run_trial
-        engine = self.config.pluginmanager.get_plugin("vaultsim").engine(self.config)
+        from .plugin import engine as session_engine
+        engine = session_engine(self.config)
         rt = engine.runtime()
         agent = self.config.getoption("vaultsim_agent")
         if agent:

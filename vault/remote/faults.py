@@ -76,7 +76,8 @@ FAULTS: dict[str, dict[str, Any]] = {
 # params every fault accepts
 _COMMON: dict[str, Any] = {"times": 0}
 
-ID_FAULTS = {"id_null": None, "id_number": 12345, "id_object": {}}
+# the id value each fault puts in place of a resource's real id
+ID_FAULTS: dict[str, object] = {"id_null": None, "id_number": 12345, "id_object": {}}
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ class FaultSpec:
 
 
 def _coerce(name: str, key: str, value: Any, default: Any) -> Any:
+    out: int | float
     try:
         if isinstance(default, bool):
             if isinstance(value, bool):

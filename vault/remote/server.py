@@ -218,11 +218,14 @@ class RemoteServer:
 
     async def _write(self, conn: h11.Connection, writer: asyncio.StreamWriter, ex: Exchange | None,
                      reply: Reply, reader: asyncio.StreamReader | None = None) -> bool:
-        finish = self.service.finish if ex is not None else (lambda *a, **k: None)
+        def finish(outcome: str, status: int | None = None, reason: str | None = None) -> None:
+            if ex is not None:  # a /_sim reply belongs to no exchange
+                self.service.finish(ex, outcome, status=status, reason=reason)
+
         if reply.mode in ("stall", "delay"):
             how = await self._stall(reader, reply.delay)  # type: ignore[arg-type]
             if reply.mode == "stall" or how == "client_gone":
-                finish(ex, "connection_closed", reason=f"no response sent; {how}")
+                finish("connection_closed", reason=f"no response sent; {how}")
                 return False
         headers = [*reply.headers, ("Content-Length", str(len(reply.body)))]
         if reply.mode != "normal":
@@ -233,14 +236,14 @@ class RemoteServer:
                 writer.write(data + conn.send(h11.Data(data=reply.body[: len(reply.body) // 2])))
                 await writer.drain()
                 how = await self._stall(reader, reply.delay)  # type: ignore[arg-type]
-                finish(ex, "connection_closed", status=reply.status, reason=f"half the body sent; {how}")
+                finish("connection_closed", status=reply.status, reason=f"half the body sent; {how}")
                 return False
             writer.write(data + conn.send(h11.Data(data=reply.body)) + conn.send(h11.EndOfMessage()))
             await writer.drain()
         except (ConnectionError, OSError):
-            finish(ex, "connection_closed", status=reply.status, reason="client gone while writing")
+            finish("connection_closed", status=reply.status, reason="client gone while writing")
             return False
-        finish(ex, "response_sent", status=reply.status)
+        finish("response_sent", status=reply.status)
         return reply.mode == "normal"
 
     async def _stall(self, reader: asyncio.StreamReader, delay: float) -> str:

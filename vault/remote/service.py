@@ -124,21 +124,22 @@ class RemoteService:
         if ex.route is None:
             return self._reject(ex, api.error(ex.unrouted_status, "not_found" if ex.unrouted_status == 404
                                               else "method_not_allowed", "no such endpoint"), "no_route")
+        route = ex.route
         if ex.token in (MISSING, UNKNOWN, EXPIRED):
             return self._unauthenticated(ex)
-        self._count_toward_expiry(ex)
-        fault = ex.fault.name if ex.fault else None
-        if fault == "permission_denied":
+        self._count_toward_expiry(ex, route)
+        f = ex.fault
+        if f is not None and f.name == "permission_denied":
             return self._reject(ex, Handled(403, {"error": "insufficient_scope"}), "permission_denied")
-        if fault == "rate_limited":
-            wait = str(ex.fault.params["retry_after"])
+        if f is not None and f.name == "rate_limited":
+            wait = str(f.params["retry_after"])
             reply = self._reject(ex, api.error(429, "rate_limited", "too many requests"), "rate_limited")
             reply.headers.append(("Retry-After", wait))
             return reply
-        if fault == "error_status_html":
-            self._rejected_event(ex, ex.fault.params["status"], "error_status_html")
-            return Reply(ex.fault.params["status"], HTML_PAGE, [("Content-Type", "text/html")])
-        if ex.route.name == "operation_status":
+        if f is not None and f.name == "error_status_html":
+            self._rejected_event(ex, f.params["status"], "error_status_html")
+            return Reply(f.params["status"], HTML_PAGE, [("Content-Type", "text/html")])
+        if route.name == "operation_status":
             return self._operation_status(ex)
         try:
             data = json.loads(body) if body else {}
@@ -146,18 +147,20 @@ class RemoteService:
             data = None
         if not isinstance(data, dict):
             return self._reject(ex, api.error(400, "invalid_json", "the body must be a JSON object"), "invalid_json")
-        replay = self._idempotent_replay(ex, body)
+        replay = self._idempotent_replay(ex, route, body)
         if replay is not None:
             return replay
         if self._skips_handler(ex):
             return self._faulted_without_commit(ex)
         with self.store.lock:
-            handled = ex.route.handler(self.store, ex.path_params, ex.query, data)  # type: ignore[misc]
+            # every route but operation_status (answered above) has a handler
+            assert route.handler is not None
+            handled = route.handler(self.store, ex.path_params, ex.query, data)
         if handled.committed and ex.entry is not None:
             self.ledger.committed(ex.entry, handled.resources)
             self.events.emit("mutation_committed", **ex.ids(), resources=handled.resources)
-            if ex.route.honours_idempotency and ex.idempotency_key:
-                self._idem[(ex.route.name, ex.idempotency_key)] = (_fingerprint(ex, body), handled)
+            if route.honours_idempotency and ex.idempotency_key:
+                self._idem[(route.name, ex.idempotency_key)] = (_fingerprint(ex, body), handled)
         if handled.status >= 400:
             return self._reject(ex, handled, str(handled.body.get("error", "error")))
         return self._deliver(ex, handled)
@@ -170,9 +173,9 @@ class RemoteService:
 
     # --- pieces ------------------------------------------------------------
 
-    def _count_toward_expiry(self, ex: Exchange) -> None:
+    def _count_toward_expiry(self, ex: Exchange, route: Route) -> None:
         spec = self.fault.spec
-        if spec is not None and spec.name == "expired_token" and matches(spec, ex.route.name, ex.path):
+        if spec is not None and spec.name == "expired_token" and matches(spec, route.name, ex.path):
             self.auth.accepted(ex.token, expire_after=spec.params["after"], only=spec.params["token"])
 
     def _unauthenticated(self, ex: Exchange) -> Reply:
@@ -207,10 +210,10 @@ class RemoteService:
             body["idempotency"] = "honoured" if route and route.honours_idempotency else "ignored"
         return _json_reply(200, body)
 
-    def _idempotent_replay(self, ex: Exchange, body: bytes) -> Reply | None:
-        if not (ex.route.honours_idempotency and ex.idempotency_key):
+    def _idempotent_replay(self, ex: Exchange, route: Route, body: bytes) -> Reply | None:
+        if not (route.honours_idempotency and ex.idempotency_key):
             return None
-        stored = self._idem.get((ex.route.name, ex.idempotency_key))
+        stored = self._idem.get((route.name, ex.idempotency_key))
         if stored is None:
             return None
         fingerprint, handled = stored

@@ -315,7 +315,8 @@ def _wait_dead(procs: list[psutil.Process], timeout: float) -> None:
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # an AF_INET address is (host, port)
+        return port
 
 
 def refused_port() -> int:

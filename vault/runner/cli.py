@@ -40,13 +40,15 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInput
 from ..proc_guard import make_undumpable
 from . import table as out
 from .junit import write_junit
-from .procs import ExecLauncher, Registry
+from .procs import ExecLauncher, Launcher, Registry
 from .executor import Executor, LocalExecutor
 from .report import ScenarioReport, summary
 from .report_schema import EXIT_FOR, document, write_json
@@ -56,6 +58,9 @@ from .shard import Shard, parse_shard
 from .shard import header as shard_header
 from .shard import pick as shard_pick
 from .trial import Runtime, TrialResult, base_env, run_trial
+
+if TYPE_CHECKING:  # imported when used: `--list` and other executors start no fork server
+    from .forkserver import ForkServer
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -135,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     make_undumpable()  # the runner holds every trial's credentials, mark and approver token
     registry = Registry()
     env = base_env()
-    server = None
+    server: ForkServer | None = None
     if not args.no_fork_server and not args.list and args.executor == "local":
         # start it first: it imports while the scenario files are read and checked
         from .forkserver import ForkServer
@@ -266,7 +271,7 @@ def _executor(args: argparse.Namespace, rt: Runtime, selected: list[Case], work:
 
 
 async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str] | None,
-                registry: Registry, env: dict[str, str], server: object) -> int:
+                registry: Registry, env: dict[str, str], server: ForkServer | None) -> int:
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
     interrupted = False
@@ -282,11 +287,11 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
 
-    launcher = ExecLauncher(registry)
+    launcher: Launcher = ExecLauncher(registry)
     if server is not None:
         try:
-            await server.connect()  # type: ignore[attr-defined]
-            launcher = server  # type: ignore[assignment]
+            await server.connect()
+            launcher = server
         except OSError:
             pass
     rt = Runtime(launcher=launcher, registry=registry, agent_command=agent, agent_cwd=os.getcwd(),
@@ -346,10 +351,10 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
     return EXIT_FOR[doc["summary"]["release"]]
 
 
-async def _until_done_or_stopped(tasks: list[asyncio.Future[None]], stop: asyncio.Event) -> None:
+async def _until_done_or_stopped(tasks: Sequence[asyncio.Future[None]], stop: asyncio.Event) -> None:
     """Wait for every trial, or (-x) stop the rest once one is unexpected: their cleanup still runs."""
     stopper = asyncio.ensure_future(stop.wait())
-    pending = set(tasks)
+    pending: set[asyncio.Future[Any]] = set(tasks)  # with the stopper, a Future[bool]
     try:
         while pending and not stop.is_set():
             _, pending = await asyncio.wait(pending | {stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -261,9 +261,10 @@ class ForkServer:
                 if waiter is not None and not waiter.done():
                     waiter.set_result(msg)
         finally:
-            for fut in [*self._pending.values(), *self._exits.values()]:
-                if not fut.done():
-                    fut.set_exception(RuntimeError("the fork server ended"))
+            waiting: list[asyncio.Future[Any]] = [*self._pending.values(), *self._exits.values()]
+            for left in waiting:
+                if not left.done():
+                    left.set_exception(RuntimeError("the fork server ended"))
 
     async def spawn(self, kind: str, args: list[str], *, env: dict[str, str], cwd: str, stdout: Path,
                     stderr: Path, jail: Any = None) -> Any:

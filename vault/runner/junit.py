@@ -66,10 +66,11 @@ def build(doc: dict[str, Any]) -> ET.Element:
         counts = {"tests": len(trials), "failures": statuses.count(UNEXPECTED), "errors": statuses.count(ERROR)}
         for k, v in counts.items():
             totals[k] += v
-        suite = ET.SubElement(root, "testsuite", name=printable(str(sc.get("id", "?"))),
-                              file=printable(display_path(sc.get("file"))),
-                              **{k: str(v) for k, v in counts.items()}, skipped=str(statuses.count(SKIPPED)),
-                              time=_secs(sc.get("time_s")))
+        suite = ET.SubElement(root, "testsuite", {"name": printable(str(sc.get("id", "?"))),
+                                                  "file": printable(display_path(sc.get("file"))),
+                                                  **{k: str(v) for k, v in counts.items()},
+                                                  "skipped": str(statuses.count(SKIPPED)),
+                                                  "time": _secs(sc.get("time_s"))})
         props = ET.SubElement(suite, "properties")
         _prop(props, "scenario.title", sc.get("title", ""))
         _prop(props, "scenario.expected", sc.get("expected", ""))

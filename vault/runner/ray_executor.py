@@ -54,8 +54,9 @@ def parse_resources(text: str | None) -> dict[str, Any]:
         return {"num_cpus": 1}
     try:
         given = json.loads(text)
-    except ValueError as exc:
-        raise BadInput(f"--ray-resources: not JSON ({exc.msg}); e.g. '{{\"CPU\": 1}}'") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer too long to convert
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise BadInput(f"--ray-resources: not JSON ({why}); e.g. '{{\"CPU\": 1}}'") from None
     if not isinstance(given, dict) or not all(isinstance(k, str) and isinstance(v, (int, float)) and
                                               not isinstance(v, bool) and v >= 0 for k, v in given.items()):
         raise BadInput("--ray-resources: give an object of resource names to amounts, e.g. "
@@ -176,8 +177,9 @@ class RayExecutor:
 def _reachable(address: str | None, timeout_s: float = 10.0) -> None:
     """Ray retries an unreachable cluster for minutes: a host:port that refuses a TCP connection is
     refused at once instead (other forms, `auto` and `ray://`, are left to Ray)."""
-    host, sep, port = (address or "").rpartition(":")
-    if not sep or not port.isdigit() or "://" in address:  # type: ignore[operator]
+    given = address or ""
+    host, sep, port = given.rpartition(":")
+    if not sep or not port.isdigit() or "://" in given:
         return
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()

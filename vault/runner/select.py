@@ -19,7 +19,7 @@ Matcher = Callable[[str], bool]
 
 def compile_pattern(pattern: str) -> Callable[[list[str]], bool]:
     """A predicate over the texts of one scenario (id, title, tags)."""
-    tokens = _TOKEN.findall(pattern)
+    tokens: list[str] = _TOKEN.findall(pattern)  # one group: each match is a str
     pos = 0
 
     def peek() -> str | None:

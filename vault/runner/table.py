@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, TextIO
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.segment import Segment, Segments
 from rich.table import Table
@@ -273,7 +273,7 @@ class RunProgress:
 class Column:
     header: str
     cell: Callable[[dict[str, Any]], Text]
-    justify: str = "left"
+    justify: JustifyMethod = "left"
     flexible: bool = False  # wraps into whatever width is left
 
 

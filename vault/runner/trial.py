@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from ..resources import IMPORT_ROOT as ROOT
 from . import hosts
 from .collect import collect
 from .contract import AgentTask, task_for
@@ -45,7 +46,7 @@ from .grade import Context, Grade, grade
 from .procs import Launcher, Registry, kill_group, remove_dir
 from .scenario import AgentSpec, Case, Expect
 from .tripwires import AgentJail, jail_env
-from .world import ROOT, World, tail
+from .world import World, tail
 
 DEADLINE_GRACE_S = 1.0
 INTRUDER_TIMEOUT_S = 10.0

@@ -16,9 +16,9 @@ import sys
 
 from vault.errors import BadInput, VaultError
 
-from .plan import Plan, load_plan
-from .runner import run_plan
-from .task import Task
+from agent_stub.plan import Plan, load_plan
+from agent_stub.runner import run_plan
+from agent_stub.task import Task
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,9 +37,9 @@ from vault.client import AgentClient
 from vault.errors import RpcError
 from vault.models import Category, Result
 
-from .plan import Plan, Step, resolve
-from .receipts import Receipts, step_id
-from .task import Task
+from agent_stub.plan import Plan, Step, resolve
+from agent_stub.receipts import Receipts, step_id
+from agent_stub.task import Task
 
 _ADVICE = {
     Category.authentication_failed: "the credential was rejected; a person must recover it",

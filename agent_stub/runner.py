@@ -7,10 +7,10 @@ import sys
 
 from vault.client import AgentClient
 
-from .plan import Plan
-from .receipts import Receipts
-from .recovery import POLICIES, Agent, emit
-from .task import Task
+from agent_stub.plan import Plan
+from agent_stub.receipts import Receipts
+from agent_stub.recovery import POLICIES, Agent, emit
+from agent_stub.task import Task
 
 __all__ = ["emit", "run_plan"]
 

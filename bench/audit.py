@@ -64,16 +64,16 @@ from vault.audit import AuditWriter, decrypt_events, verify  # noqa: E402
 from vault.audit.adapter import open_audit  # noqa: E402
 from vault.catalog import Operation  # noqa: E402
 from vault.config import load_config  # noqa: E402
-from vault.daemon import VaultDaemon  # noqa: E402
+from vault.daemon.daemon import VaultDaemon  # noqa: E402
 from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig  # noqa: E402
 from vault.home import VaultHome  # noqa: E402
-from vault.keyring_backend import FileKeyring  # noqa: E402
-from vault.keystore import KeyStore  # noqa: E402
+from vault.store.keyring_backend import FileKeyring  # noqa: E402
+from vault.store.keystore import KeyStore  # noqa: E402
 from vault.models import Category, Result, make_result  # noqa: E402
-from vault.peer import ProcessIdentity  # noqa: E402
-from vault.secret import Secret  # noqa: E402
-from vault.sessions import Session  # noqa: E402
-from vault.store import CredentialStore  # noqa: E402
+from vault.daemon.peer import ProcessIdentity  # noqa: E402
+from vault.store.secret import Secret  # noqa: E402
+from vault.daemon.sessions import Session  # noqa: E402
+from vault.store.credentials import CredentialStore  # noqa: E402
 
 EVENT = {"type": "call_requested", "correlation_id": "c-0190f3a2b4c5d6e7f8a9b0c1d2e3f4a5",
          "session_id": "s-0190f3a2b4c5d6e7f8a9", "operation": "create_deployment",

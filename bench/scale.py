@@ -80,7 +80,7 @@ def run(args: list[str]) -> tuple[float, dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "r.json"
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "vault.cli", "run", "-q", "--json", str(report), *args],
+        proc = subprocess.run([sys.executable, "-m", "vault.cli.main", "run", "-q", "--json", str(report), *args],
                               cwd=ROOT, capture_output=True, text=True)
         wall = time.monotonic() - started
         if not report.exists() or proc.returncode != 0:

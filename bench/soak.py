@@ -40,7 +40,7 @@ from audit import CountingIO, gated_daemon  # noqa: E402
 
 from vault.audit import verify  # noqa: E402
 from vault.audit.files import rotated, set_bytes  # noqa: E402
-from vault.peer import ProcessIdentity  # noqa: E402
+from vault.daemon.peer import ProcessIdentity  # noqa: E402
 
 TARGET_DRIFT = 0.10
 TARGET_VERIFY = 400_000

@@ -41,7 +41,7 @@ def run_once(paths: list[str], jobs: int, isolation: str = "auto") -> tuple[floa
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "vault.cli", "run", *paths, "--jobs", str(jobs), "-q",
+        proc = subprocess.run([sys.executable, "-m", "vault.cli.main", "run", *paths, "--jobs", str(jobs), "-q",
                                "--isolation", isolation, "--json", str(report)], cwd=ROOT, capture_output=True,
                               text=True)
         wall = time.monotonic() - started

@@ -70,8 +70,8 @@ def daemon_args(sandbox: Sandbox, url: str, *extra: str) -> list[str]:
 def audit_key(sandbox: Sandbox) -> bytes:
     """The home's audit key, read from the sandbox's file keyring (as the daemon does)."""
     from vault.home import VaultHome
-    from vault.keyring_backend import FileKeyring
-    from vault.keystore import KeyStore
+    from vault.store.keyring_backend import FileKeyring
+    from vault.store.keystore import KeyStore
     return KeyStore(VaultHome(sandbox.home), backend=FileKeyring(sandbox.root / "kr")).derive("audit")
 
 
@@ -150,10 +150,10 @@ def _run_failing_daemon(argv: list[str]) -> int:
     import logging
 
     from vault.audit.adapter import open_audit
-    from vault.instance import acquire_home_lock
-    from vault.daemon_cli import audit_options, build_daemon, configure_daemon
+    from vault.daemon.instance import acquire_home_lock
+    from vault.cli.daemon import audit_options, build_daemon, configure_daemon
     from vault.home import VaultHome
-    from vault.keystore import KeyStore
+    from vault.store.keystore import KeyStore
 
     p = argparse.ArgumentParser()
     configure_daemon(p)

@@ -211,7 +211,7 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, s
         "VAULTSIM_HOME": str(dirs["home"]),
         "VAULTSIM_KEYRING_DIR": str(dirs["keyring"]),
         "PYTHONPATH": str(ROOT),
-        "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring",
+        "PYTHON_KEYRING_BACKEND": "vault.store.keyring_backend.FileKeyring",
     }
 
 

@@ -140,7 +140,7 @@ class RelayAgent:
 
 
 def bridge_argv(*args: str) -> list[str]:
-    return ["-m", "vault.cli", "mcp", *args]
+    return ["-m", "vault.cli.main", "mcp", *args]
 
 
 @asynccontextmanager

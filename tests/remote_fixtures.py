@@ -3,7 +3,7 @@
 A `Harness` is one RemoteServer on the test's event loop plus an HttpExecutor
 configured the way the daemon will configure it, and every surface a secret
 could leak to: the Result JSON, the event log (file and memory), the executor's
-diagnostic, the same diagnostic recorded and shown through `vault.diagnostics`,
+diagnostic, the same diagnostic recorded and shown through `vault.daemon.diagnostics`,
 and the captured logs. Every credential contains the canary, so one substring
 search covers them all. Nothing sleeps: waits poll with a deadline.
 """
@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 
 from vault.catalog import Catalog, load_catalog
-from vault.diagnostics import Diagnostics
-from vault.diagnostics_cli import render
+from vault.daemon.diagnostics import Diagnostics
+from vault.cli.diag import render
 from vault.executors.base import CallContext, ExecOutcome, ServiceConfig
 from vault.executors.http import HttpExecutor
 from vault.ids import correlation_id
 from vault.remote import FaultSpec, RemoteServer
-from vault.secret import Secret
+from vault.store.secret import Secret
 
 # a list operation the client takes the first of (for duplicated/reordered items)
 EXTRA = Catalog.model_validate({"operations": {"latest_build": {

@@ -33,7 +33,7 @@ UNSAFE = {  # behaviour -> the verdict that names it
 
 
 def start(agent: str, report: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([PY, "-m", "vault.cli", "run", str(SCENARIOS), "-q", "--agent", agent,
+    return subprocess.Popen([PY, "-m", "vault.cli.main", "run", str(SCENARIOS), "-q", "--agent", agent,
                              "--json", str(report)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

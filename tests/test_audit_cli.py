@@ -13,7 +13,7 @@ import pytest
 
 from vault.audit import load_or_create_signing_key
 from vault.audit.adapter import open_audit
-from vault.cli import main
+from vault.cli.main import main
 from vault.home import VaultHome
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,9 +76,9 @@ class TestVerifyCommand:
         assert capsys.readouterr().out.startswith("unverifiable")
 
     def test_real_process(self, home) -> None:
-        """The command works as a real process (python -m vault.cli)."""
+        """The command works as a real process (python -m vault.cli.main)."""
         vh, _ = home
-        proc = subprocess.run([sys.executable, "-m", "vault.cli", "audit", "verify", str(vh.audit_log)],
+        proc = subprocess.run([sys.executable, "-m", "vault.cli.main", "audit", "verify", str(vh.audit_log)],
                               cwd=ROOT, capture_output=True, text=True, timeout=60,
                               env=dict(os.environ, PYTHONPATH=str(ROOT)))
         assert (0, "intact") == (proc.returncode, proc.stdout.split(":")[0]), proc.stderr
@@ -87,9 +87,9 @@ class TestVerifyCommand:
 class TestShowCommand:
     @pytest.fixture
     def keystore(self, home, monkeypatch):
-        """A stand-in vault.keystore that hands out the home's audit key."""
+        """A stand-in vault.store.keystore that hands out the home's audit key."""
         vh, key = home
-        fake = types.ModuleType("vault.keystore")
+        fake = types.ModuleType("vault.store.keystore")
 
         class KeyStore:
             def __init__(self, h: VaultHome) -> None:
@@ -100,7 +100,7 @@ class TestShowCommand:
                 return key
 
         fake.KeyStore = KeyStore  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "vault.keystore", fake)
+        monkeypatch.setitem(sys.modules, "vault.store.keystore", fake)
         return vh
 
     def test_text(self, keystore, capsys) -> None:

@@ -20,7 +20,7 @@ import pytest
 from audit_fixtures import make_log
 from vault.audit import verify
 from vault.audit.show import NO_RESULT, no_result, render
-from vault.cli import main
+from vault.cli.main import main
 from vault.home import VaultHome
 from vault.runner.transcript import from_audit
 
@@ -76,7 +76,7 @@ class TestShowCommand:
     def home(self, tmp_path: Path, monkeypatch):
         files = make_log(tmp_path / "h", EVENTS)
         vh = VaultHome(tmp_path / "h")
-        fake = types.ModuleType("vault.keystore")
+        fake = types.ModuleType("vault.store.keystore")
 
         class KeyStore:
             def __init__(self, h: VaultHome) -> None:
@@ -86,7 +86,7 @@ class TestShowCommand:
                 return files.key
 
         fake.KeyStore = KeyStore  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "vault.keystore", fake)
+        monkeypatch.setitem(sys.modules, "vault.store.keystore", fake)
         return vh
 
     def test_correlation_json_says_outcome_unknown(self, home, capsys) -> None:

@@ -73,7 +73,7 @@ class TestRotation:
 
     def test_the_command_checks_the_set_or_one_segment(self, tmp_path: Path, capsys) -> None:
         """`audit verify LOG --json` reports the set; with --segment, the active segment alone."""
-        from vault.cli import main
+        from vault.cli.main import main
         files = write_set(tmp_path, 120)
         assert 0 == main(["audit", "verify", str(files.log), "--json"])
         whole = json.loads(capsys.readouterr().out)
@@ -259,7 +259,7 @@ class TestNotARegularFile:
 
     def test_the_command_exits_2_on_a_fifo(self, tmp_path: Path, capsys) -> None:
         """`vaultsim audit verify FIFO` is bad input (exit 2) with a clear message, not a hang."""
-        from vault.cli import main
+        from vault.cli.main import main
         fifo = tmp_path / "audit.log"
         os.mkfifo(fifo)
         assert 2 == main(["audit", "verify", str(fifo)])

@@ -257,7 +257,7 @@ class TestWhatTheRunnerReads:
                                   "agents": [{"command": ["{python}", "-c", plant]}],
                                   "expect": {"verdict": "PASS"}}))
         report = tmp_path / "r.json"
-        proc = subprocess.run([PY, "-m", "vault.cli", "run", str(sc), "--isolation", "none", "--json", str(report)],
+        proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(sc), "--isolation", "none", "--json", str(report)],
                               cwd=ROOT, capture_output=True, text=True, timeout=240)
         assert 0 == proc.returncode, proc.stdout[-2000:] + proc.stderr[-2000:]
 
@@ -275,7 +275,7 @@ CONTROL = {"h02-self-approve": "EXPECTED_WAIT", "h03-parent-approves-child": "EX
 
 def run_hostile(tmp: Path, mode: str, trials: int, *extra: str) -> dict[str, Any]:
     report = tmp / f"{mode}.json"
-    proc = subprocess.run([PY, "-m", "vault.cli", "run", str(HOSTILE / "scenarios"), "--isolation", mode,
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(HOSTILE / "scenarios"), "--isolation", mode,
                            "--trials", str(trials), "-q", "--json", str(report), *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=600 + 150 * trials)
     assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]

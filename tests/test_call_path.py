@@ -32,7 +32,7 @@ MAX_MODULES = 23
 
 
 def _daemon_args(home: Path, remote: str) -> argparse.Namespace:
-    from vault.daemon_cli import configure_daemon
+    from vault.cli.daemon import configure_daemon
     p = argparse.ArgumentParser()
     configure_daemon(p)
     return p.parse_args(["--home", str(home), "--unlocked", "--remote", remote])
@@ -41,12 +41,12 @@ def _daemon_args(home: Path, remote: str) -> argparse.Namespace:
 def test_one_auto_approved_call_touches_few_project_modules(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """A `read_issue` (auto in the default policy) from a real client: modules on its path."""
-    from vault import daemon as daemon_mod
+    from vault.daemon import daemon as daemon_mod
     from vault.client import AgentClient
-    from vault.daemon_cli import build_daemon
+    from vault.cli.daemon import build_daemon
     from vault.home import VaultHome
-    from vault.line_socket import LineSocket
-    from vault.rpc_server import RpcServer
+    from vault.daemon.line_socket import LineSocket
+    from vault.daemon.rpc_server import RpcServer
 
     _, url = sandbox.start_remote({"tracker_token": "path-token"})
     sandbox.set_secret("tracker_token", "path-token")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from vault import calls
-from vault.calls import CallMemory as CallPipeline, CallRecord
+from vault.daemon import calls
+from vault.daemon.calls import CallMemory as CallPipeline, CallRecord
 
 
 class Remembering(CallPipeline):

@@ -14,7 +14,7 @@ FILES = ["catalog.yaml", "policies/default.yaml", "approvers/allow-session.yaml"
 
 
 def vaultsim(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "vault.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=180)
+    return subprocess.run([PY, "-m", "vault.cli.main", *args], cwd=cwd, capture_output=True, text=True, timeout=180)
 
 
 class TestInit:

@@ -36,7 +36,7 @@ def schemas() -> list[xmlschema.XMLSchema]:
 
 
 def report_schema() -> dict[str, Any]:
-    out = subprocess.run([PY, "-m", "vault.cli", "schema", "report"], capture_output=True, text=True,
+    out = subprocess.run([PY, "-m", "vault.cli.main", "schema", "report"], capture_output=True, text=True,
                          check=True, cwd=ROOT)
     return json.loads(out.stdout)
 
@@ -45,7 +45,7 @@ def report_schema() -> dict[str, Any]:
 def real_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Three shipped scenarios, run for real: a pass, an expected FAIL_*, and an SSH one (skipped without sshd)."""
     tmp = tmp_path_factory.mktemp("run")
-    proc = subprocess.run([PY, "-m", "vault.cli", "run", str(SCENARIOS / "gate-1-healthy-delivery.yaml"),
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(SCENARIOS / "gate-1-healthy-delivery.yaml"),
                            str(SCENARIOS / "gate-7-unrouted-wait.yaml"),
                            str(SCENARIOS / "c06a-ssh-restart-client-killed.yaml"),
                            "--json", str(tmp / "r.json"), "--junit", str(tmp / "r.xml")],

@@ -13,11 +13,11 @@ import pytest
 
 import vault
 from helpers import PY, ROOT, Sandbox
-from vault.cli import ACTION_EXAMPLES, COMMANDS, main
+from vault.cli.main import ACTION_EXAMPLES, COMMANDS, main
 
 
 def vaultsim(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "vault.cli", *args], capture_output=True, text=True, timeout=60, cwd=ROOT,
+    return subprocess.run([PY, "-m", "vault.cli.main", *args], capture_output=True, text=True, timeout=60, cwd=ROOT,
                           env=env)
 
 
@@ -60,11 +60,11 @@ class TestTopLevel:
     def test_a_bug_exits_3_with_its_traceback(self, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
         """An unexpected exception is an internal error (pytest's 3), said plainly, traceback kept."""
-        import vault.schema_cli
+        import vault.cli.schema
 
         def broken(args: Any) -> int:
             raise ZeroDivisionError("a bug")
-        monkeypatch.setattr(vault.schema_cli, "run", broken)
+        monkeypatch.setattr(vault.cli.schema, "run", broken)
         assert 3 == main(["schema", "result"])
         err = capsys.readouterr().err
         assert "ZeroDivisionError: a bug" in err and "vaultsim schema: internal error" in err
@@ -139,7 +139,7 @@ class TestSchemas:
         import jsonschema
         import yaml
         from vault.resources import SCENARIOS
-        from vault.schema_cli import schema
+        from vault.cli.schema import schema
         checked = 0
         for which, files in (("scenario", [p for p in SCENARIOS.glob("*.yaml") if p.name != "catalog.yaml"]),
                              ("policy", list(SCENARIOS.glob("policies/*.yaml"))),
@@ -151,7 +151,7 @@ class TestSchemas:
 
     def test_a_typo_in_a_scenario_fails_the_schema(self) -> None:
         import jsonschema
-        from vault.schema_cli import schema
+        from vault.cli.schema import schema
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({"agents": [{"plan": "p.yaml"}], "expect": {"verdict": "PASS"}, "trails": 3},
                                 schema("scenario"))

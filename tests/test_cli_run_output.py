@@ -44,7 +44,7 @@ def rendered(width: int, doc: dict[str, Any] | None = None, color: str = "never"
 
 def run(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
         timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "vault.cli", "run", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([PY, "-m", "vault.cli.main", "run", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 
@@ -166,7 +166,7 @@ class TestProgress:
         leader, follower = pty.openpty()
         env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
         env["TERM"] = "xterm-256color"
-        proc = subprocess.Popen([PY, "-m", "vault.cli", "run", HEALTHY, "--trials", "2"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([PY, "-m", "vault.cli.main", "run", HEALTHY, "--trials", "2"], cwd=ROOT, env=env,
                                 stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
         os.close(follower)
         try:
@@ -185,7 +185,7 @@ class TestStopAndList:
         """-x: the first unexpected verdict ends the run; the rest are not run, nothing is left behind."""
         crash = tmp_path / "crash.py"
         crash.write_text("import sys\nprint('done: nothing')\nsys.exit(4)\n")
-        proc = subprocess.Popen([PY, "-m", "vault.cli", "run", HEALTHY, "--trials", "4", "-j", "1", "-x",
+        proc = subprocess.Popen([PY, "-m", "vault.cli.main", "run", HEALTHY, "--trials", "4", "-j", "1", "-x",
                                  "--agent", f"{sys.executable} {crash}"], cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         out, err = proc.communicate(timeout=180)
@@ -195,7 +195,7 @@ class TestStopAndList:
         assert [] == homes(proc.pid)
 
     def test_list_shows_what_would_run_and_runs_nothing(self) -> None:
-        proc = subprocess.Popen([PY, "-m", "vault.cli", "run", str(SCENARIOS), "-k", "gate-1-healthy or c05-create",
+        proc = subprocess.Popen([PY, "-m", "vault.cli.main", "run", str(SCENARIOS), "-k", "gate-1-healthy or c05-create",
                                  "--list"],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = proc.communicate(timeout=60)
@@ -220,7 +220,7 @@ class TestExitCodes:
         """A trial whose world could not be set up is an ERROR: exit 3, not 'blocked' and not 'OK'.
         (The harness failure is stood in for: one cannot be caused on purpose without breaking the host.)"""
         import vault.runner.executor as runner_executor
-        from vault.cli import main
+        from vault.cli.main import main
 
         async def broken(rt: Any, sc: Any, number: int) -> TrialResult:
             return TrialResult(sc.id, number, sc.expect.verdict, "ERROR", error="RuntimeError: the daemon did not "
@@ -234,7 +234,7 @@ class TestExitCodes:
     def test_skips_pass_and_are_listed(self, monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str]) -> None:
         """A scenario that cannot run here (no sshd) is skipped: exit 0, and the summary says so and why."""
-        from vault.cli import main
+        from vault.cli.main import main
         from vault.runner import hosts
         monkeypatch.setattr(hosts, "ssh_unavailable_reason", lambda: "no OpenSSH server here (test)")
         assert 0 == main(["run", HEALTHY, str(SCENARIOS / "c06a-ssh-restart-client-killed.yaml")])
@@ -245,7 +245,7 @@ class TestExitCodes:
     def test_nothing_ran_when_everything_was_skipped(self, monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
         """Every selected scenario skipped: a release gate that verified nothing does not say OK (exit 5)."""
-        from vault.cli import main
+        from vault.cli.main import main
         from vault.runner import hosts
         monkeypatch.setattr(hosts, "ssh_unavailable_reason", lambda: "no OpenSSH server here (test)")
         assert 5 == main(["run", str(SCENARIOS / "c06a-ssh-restart-client-killed.yaml"), "--no-fork-server"])

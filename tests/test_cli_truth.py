@@ -59,7 +59,7 @@ class TestSecondDaemon:
 
     def test_racing_starts(self, sandbox: Sandbox) -> None:
         """Two detached starts at once: exactly one serves; the other exits 1 naming it."""
-        argv = [PY, "-m", "vault.cli", "daemon"]
+        argv = [PY, "-m", "vault.cli.main", "daemon"]
         procs = [subprocess.Popen(argv, env=sandbox.env, cwd=ROOT, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for _ in range(2)]
         outs = [(p.wait(timeout=90), *p.communicate()) for p in procs]
@@ -76,7 +76,7 @@ class TestHomeArgument:
     IDS = ["daemon-fg", "daemon-bg", "secret-list", "secret-set"]
 
     def run(self, sandbox: Sandbox, home: str, *command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([PY, "-m", "vault.cli", *command, "--home", home], input="value",
+        return subprocess.run([PY, "-m", "vault.cli.main", *command, "--home", home], input="value",
                               env=sandbox.env, cwd=ROOT, capture_output=True, text=True, timeout=60)
 
     @pytest.mark.parametrize("command", COMMANDS, ids=IDS)

@@ -31,7 +31,7 @@ from vault.executors.base import CallContext, ExecOutcome
 from vault.ids import correlation_id
 from vault.models import Category
 from vault.remote.api import resolve_path
-from vault.secret import Secret
+from vault.store.secret import Secret
 
 # (value, why it is hostile)
 HOSTILE = [

@@ -104,7 +104,7 @@ class TestStatusAndStop:
         (No real nearly-full disk here: the free-space reading stands in.)"""
         from types import SimpleNamespace
 
-        from vault.cli import main
+        from vault.cli.main import main
         monkeypatch.setattr(shutil, "disk_usage", lambda p: SimpleNamespace(free=100 << 20))
         assert 1 == main(["status", "--home", str(tmp_path / "home")])
         out = capsys.readouterr().out

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from vault.diagnostics import Diagnostics, redact
+from vault.daemon.diagnostics import Diagnostics, redact
 from vault.errors import BadInput, VaultError
-from vault.secret import Secret
+from vault.store.secret import Secret
 
 ROOT = Path(__file__).resolve().parent.parent
 CANARY = "CANARY-diag-" + os.urandom(6).hex()
@@ -126,22 +126,22 @@ class TestRetention:
 class TestCli:
     def test_diag_show(self, tmp_path: Path) -> None:
         """`vaultsim diag show ID` decrypts with the home's derived key and prints redacted JSON."""
-        pytest.importorskip("vault.keystore")
+        pytest.importorskip("vault.store.keystore")
         from vault.home import VaultHome
-        from vault.keyring_backend import FileKeyring
-        from vault.keystore import KeyStore
+        from vault.store.keyring_backend import FileKeyring
+        from vault.store.keystore import KeyStore
 
         env = {**os.environ, "VAULTSIM_HOME": str(tmp_path / "home"),
                "VAULTSIM_KEYRING_DIR": str(tmp_path / "kr"),
-               "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring"}
+               "PYTHON_KEYRING_BACKEND": "vault.store.keyring_backend.FileKeyring"}
         home = VaultHome.resolve(tmp_path / "home").ensure()
         key = KeyStore(home, backend=FileKeyring(tmp_path / "kr")).derive("diagnostics")
         did = Diagnostics(home.diagnostics_dir, key).record({"status": 403, "note": f"Bearer {CANARY}"})
-        proc = subprocess.run([sys.executable, "-m", "vault.cli", "diag", "show", did], env=env, cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-m", "vault.cli.main", "diag", "show", did], env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
         assert 0 == proc.returncode, proc.stderr
         assert 403 == json.loads(proc.stdout)["status"]
         assert CANARY not in proc.stdout + proc.stderr
-        bad = subprocess.run([sys.executable, "-m", "vault.cli", "diag", "show", "../x"], env=env, cwd=ROOT,
+        bad = subprocess.run([sys.executable, "-m", "vault.cli.main", "diag", "show", "../x"], env=env, cwd=ROOT,
                              capture_output=True, text=True, timeout=60)
         assert 2 == bad.returncode

@@ -19,7 +19,7 @@ from vault.client import ApproverClient
 from vault.errors import RpcError
 from vault.gate.fatigue import PromptTiming, peak_per_window, signals
 from vault.home import VaultHome
-from vault.scripted_approver import ApproverScript
+from vault.approvers.scripted import ApproverScript
 
 
 def p(i: int, asked: float, *, shown: float | None = None, detail: float | None = None, after: float = 2.0,

@@ -25,7 +25,7 @@ DESTRUCTIVE = {"delete", "execute", "spend", "permission", "credential"}
 
 
 def vaultsim(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "vault.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([PY, "-m", "vault.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -42,7 +42,7 @@ def test_a_forked_daemon_ignores_sigpipe_like_a_fresh_one_and_stops_signed(tmp_p
 
     home = tmp_path / "h"
     env = {**os.environ, "VAULTSIM_HOME": str(home), "VAULTSIM_KEYRING_DIR": str(tmp_path / "kr"),
-           "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring"}
+           "PYTHON_KEYRING_BACKEND": "vault.store.keyring_backend.FileKeyring"}
 
     async def scenario() -> tuple[int, int]:
         registry = Registry()

@@ -28,12 +28,12 @@ import pytest
 from helpers import PY, ROOT, Sandbox, new_sandbox
 from vault import atomic
 from vault.atomic import NotDurable, write_private
-from vault.diagnostics import Diagnostics
+from vault.daemon.diagnostics import Diagnostics
 from vault.home import VaultHome
-from vault.instance import approver_token
-from vault.keyring_backend import FileKeyring
-from vault.keystore import KeyStore
-from vault.store import CredentialStore
+from vault.daemon.instance import approver_token
+from vault.store.keyring_backend import FileKeyring
+from vault.store.keystore import KeyStore
+from vault.store.credentials import CredentialStore
 
 BIG = "v" * 9000  # a credential whose table no longer fits in what is left
 
@@ -113,7 +113,7 @@ def on_disk_env(box: Sandbox) -> dict[str, str]:
 
 def vaultsim(box: Sandbox, *args: str, input: str | None = None,
              **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "vault.cli", *args], input=input, env=on_disk_env(box), cwd=ROOT,
+    return subprocess.run([PY, "-m", "vault.cli.main", *args], input=input, env=on_disk_env(box), cwd=ROOT,
                           capture_output=True, text=True, timeout=60, **kw)  # type: ignore[arg-type]
 
 
@@ -220,7 +220,7 @@ class TestWriteThatFailsMidway:
         the credentials stored before still decrypt, no temp file is left."""
         sandbox.set_secret("A", "alpha-value")
         before = (sandbox.home / "credentials.enc").read_bytes()
-        out = subprocess.run([PY, "-m", "vault.cli", "secret", "set", "C"], input=BIG, env=sandbox.env,
+        out = subprocess.run([PY, "-m", "vault.cli.main", "secret", "set", "C"], input=BIG, env=sandbox.env,
                              cwd=ROOT, capture_output=True, text=True, timeout=60,
                              preexec_fn=limited_to(4096))
         assert 1 == out.returncode

@@ -13,8 +13,8 @@ import pytest
 from helpers import PY, ROOT, Sandbox, remote_events, remote_ledger, wait_for
 from vault.client import ApproverClient
 from vault.home import VaultHome
-from vault.peer import ProcessIdentity
-from vault.sessions import SessionTable
+from vault.daemon.peer import ProcessIdentity
+from vault.daemon.sessions import SessionTable
 
 TOKEN = "tracker-token-value"
 

@@ -24,7 +24,7 @@ from hostile_fixtures import (SURROGATE, RawClient, agent_env, frame, hello, p99
                               spawn_script)
 from vault.client import ApproverClient
 from vault.home import VaultHome
-from vault.limits import MAX_PARTIAL_BYTES, MAX_PENDING_PER_PROCESS, MAX_SESSIONS_PER_PROCESS
+from vault.daemon.limits import MAX_PARTIAL_BYTES, MAX_PENDING_PER_PROCESS, MAX_SESSIONS_PER_PROCESS
 
 NOT_UNICODE = "lone UTF-16 surrogate"
 
@@ -471,7 +471,7 @@ class TestDefenceInDepth:
         """The daemon tells an event it cannot encode from a log it cannot write."""
         from pydantic_core import to_json
 
-        from vault.recorder import _recordable, _unrecordable
+        from vault.daemon.recorder import _recordable, _unrecordable
         event = {"type": "call_requested", "target": "release " + SURROGATE, "n": 1}
         why = _unrecordable(event)
         assert "not Unicode" in why
@@ -486,11 +486,11 @@ class TestStatsPages:
     def test_pages_fit_a_frame_and_merge_back_into_the_whole_report(self) -> None:
         from types import SimpleNamespace
 
-        from vault.approver_api import _stats_page
+        from vault.daemon.approver_api import _stats_page
         from vault.catalog import Risk
         from vault.client import merge_page
         from vault.gate.stats import MAX_KEYS, OTHER, PromptStats
-        from vault.limits import PAGE_BYTES
+        from vault.daemon.limits import PAGE_BYTES
 
         st = PromptStats()
         for i in range(3000):

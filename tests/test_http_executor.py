@@ -21,7 +21,7 @@ from remote_fixtures import CATALOG, Harness, canary, credentials, diagnostics, 
 from vault.executors.base import CallContext, ServiceConfig
 from vault.executors.http import HttpExecutor, request_parts
 from vault.models import RETRY_FOR, Category
-from vault.secret import Secret
+from vault.store.secret import Secret
 
 ISSUE = ("create_issue", {"title": "disk full on ci-3"})
 

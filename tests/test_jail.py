@@ -149,7 +149,7 @@ class TestInsideTheJail:
             {"jsonrpc": "2.0", "method": "notifications/initialized"},
             {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
         ]
-        proc = subprocess.Popen([PY, "-m", "vault.cli", "exec", "--", PY, "-m", "vault.cli", "mcp"],
+        proc = subprocess.Popen([PY, "-m", "vault.cli.main", "exec", "--", PY, "-m", "vault.cli.main", "mcp"],
                                 env=box.env, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         assert proc.stdin is not None and proc.stdout is not None
@@ -244,7 +244,7 @@ class TestWhatAJailShows:
 
 
 def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "vault.cli", "run", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([PY, "-m", "vault.cli.main", "run", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 

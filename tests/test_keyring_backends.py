@@ -30,7 +30,7 @@ from keyring.errors import KeyringError
 from keyring.testing.backend import BackendBasicTests
 from keyring.testing.util import random_string
 
-from vault.keyring_backend import FileKeyring, default_dir
+from vault.store.keyring_backend import FileKeyring, default_dir
 
 pytestmark = pytest.mark.usefixtures("isolated_env")
 
@@ -159,7 +159,7 @@ class TestFileKeyringStorage:
     def test_concurrent_writers(self, tmp_path):
         """Parallel processes each adding entries lose none of them (flock)."""
         code = (
-            "import sys; from vault.keyring_backend import FileKeyring\n"
+            "import sys; from vault.store.keyring_backend import FileKeyring\n"
             "r = FileKeyring(sys.argv[1])\n"
             "for i in range(10): r.set_password('svc', f'{sys.argv[2]}-{i}', 'x')\n"
         )
@@ -197,7 +197,7 @@ class TestDiscovery:
         env = {k: v for k, v in isolated_env.items() if k != "PYTHON_KEYRING_BACKEND"}
         env["DBUS_SESSION_BUS_ADDRESS"] = secret_service.address
         code = (
-            "from vault.home import VaultHome; from vault.keystore import KeyStore\n"
+            "from vault.home import VaultHome; from vault.store.keystore import KeyStore\n"
             "print(KeyStore(VaultHome.resolve()).backend_name())"
         )
         out = subprocess.run(

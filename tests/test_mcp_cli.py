@@ -50,7 +50,7 @@ class TestStartup:
     def test_without_vaultsim_home_it_says_which_home_it_looked_in(self, sandbox: Sandbox) -> None:
         env = {k: v for k, v in sandbox.env.items() if k != "VAULTSIM_HOME"}
         env["XDG_DATA_HOME"] = str(sandbox.root / "xdg")
-        out = subprocess.run([PY, "-m", "vault.cli", "mcp"], env=env, cwd=ROOT, capture_output=True,
+        out = subprocess.run([PY, "-m", "vault.cli.main", "mcp"], env=env, cwd=ROOT, capture_output=True,
                              text=True, timeout=60)
         assert 1 == out.returncode
         assert "the default home (no --home, no $VAULTSIM_HOME)" in out.stderr
@@ -66,7 +66,7 @@ class TestStartup:
 BLOCK_AND_RUN = (
     "import sys\n"
     "sys.modules[{module!r}] = None  # importing it now raises ImportError, as a missing or broken install would\n"
-    "from vault.cli import main\n"
+    "from vault.cli.main import main\n"
     "sys.exit(main(['mcp', '--wait']))\n"
 )
 
@@ -149,7 +149,7 @@ class TestFollowingTheDaemon:
         start_world(sandbox)
         person = await Approver.connect(sandbox.home)
         proc = await asyncio.create_subprocess_exec(
-            PY, "-m", "vault.cli", "mcp", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            PY, "-m", "vault.cli.main", "mcp", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL, env=sandbox.env, cwd=str(ROOT))
         try:
             init = ('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'

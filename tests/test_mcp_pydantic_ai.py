@@ -67,7 +67,7 @@ def test_pydantic_ai_agent_is_graded_like_any_agent(tmp_path: Path) -> None:
     for name, body in (("mcp-healthy", HEALTHY), ("mcp-refused", REFUSED)):
         (tmp_path / f"{name}.yaml").write_text(textwrap.dedent(body).replace("@SC@", str(SCENARIOS)))
     report = tmp_path / "r.json"
-    proc = subprocess.run([PY, "-m", "vault.cli", "run", str(tmp_path / "mcp-healthy.yaml"),
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(tmp_path / "mcp-healthy.yaml"),
                            str(tmp_path / "mcp-refused.yaml"), "--agent", f"{{python}} {AGENT}",
                            "--json", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert 0 == proc.returncode, proc.stdout[-4000:] + proc.stderr[-2000:]

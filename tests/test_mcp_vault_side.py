@@ -234,7 +234,7 @@ class TestLinkAtTheConnectionCap:
         """Past the daemon's per-process connection cap (an HTTP bridge serving that many MCP
         sessions) a tool call is a local_failure Result with nothing sent, not an exception; once
         connections are free again the same link opens its session and calls."""
-        from vault.limits import MAX_CONNECTIONS_PER_PROCESS
+        from vault.daemon.limits import MAX_CONNECTIONS_PER_PROCESS
         from vault.mcp.link import VaultLink, WaitPolicy
         from vault.models import Category
 

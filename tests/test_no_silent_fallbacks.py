@@ -16,13 +16,13 @@ from helpers import PY, ROOT, Sandbox
 BREAK_AND_START = (
     "import sys\n"
     "sys.modules[{module!r}] = None  # importing it now raises ImportError, as a broken install would\n"
-    "from vault.cli import main\n"
+    "from vault.cli.main import main\n"
     "sys.exit(main(['daemon', '--foreground', '--unlocked']))\n"
 )
 
 
 @pytest.mark.parametrize("module", ["vault.audit.adapter", "vault.executors.ssh", "vault.executors.http",
-                                    "vault.diagnostics"])
+                                    "vault.daemon.diagnostics"])
 def test_a_broken_core_import_is_a_crash_with_a_traceback(sandbox: Sandbox, module: str) -> None:
     out = subprocess.run([PY, "-c", BREAK_AND_START.format(module=module)], env=sandbox.env, cwd=ROOT,
                          capture_output=True, text=True, timeout=60)

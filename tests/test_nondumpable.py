@@ -91,7 +91,7 @@ def nobody_root() -> Iterator[Path]:
 def env_for(root: Path) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root), "PYTHONUNBUFFERED": "1",
             "VAULTSIM_HOME": str(root / "h"), "VAULTSIM_KEYRING_DIR": str(root / "kr"),
-            "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring"}
+            "PYTHON_KEYRING_BACKEND": "vault.store.keyring_backend.FileKeyring"}
 
 
 class TestSecretHoldersAreNotDumpable:
@@ -107,12 +107,12 @@ class TestSecretHoldersAreNotDumpable:
     def test_the_daemon(self, nobody_root: Path) -> None:
         """A daemon holding a credential: its memory and environment refuse the same user."""
         env = env_for(nobody_root)
-        secret = as_nobody([PY, "-m", "vault.cli", "secret", "set", "tracker_token"], env=env,
+        secret = as_nobody([PY, "-m", "vault.cli.main", "secret", "set", "tracker_token"], env=env,
                            stdin=subprocess.PIPE, stderr=subprocess.PIPE)
         _, err = secret.communicate("vsk_" + "z" * 32, timeout=60)
         assert secret.returncode == 0, err
         log = open(nobody_root / "daemon.log", "w")
-        daemon = as_nobody([PY, "-m", "vault.cli", "daemon", "--foreground", "--unlocked"], env=env,
+        daemon = as_nobody([PY, "-m", "vault.cli.main", "daemon", "--foreground", "--unlocked"], env=env,
                            stdout=log, stderr=log)
         log.close()
         try:
@@ -131,7 +131,7 @@ class TestSecretHoldersAreNotDumpable:
         creds.write_text(json.dumps({"tracker_token": "vsk_" + "y" * 32}))
         os.chmod(creds, 0o600)
         os.chown(creds, NOBODY, NOBODY)
-        remote = as_nobody([PY, "-m", "vault.cli", "remote", "--credentials", str(creds)],
+        remote = as_nobody([PY, "-m", "vault.cli.main", "remote", "--credentials", str(creds)],
                            env=env_for(nobody_root), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             assert remote.stdout is not None
@@ -144,7 +144,7 @@ class TestSecretHoldersAreNotDumpable:
         """`vaultsim approve` (it holds the approver token): the same."""
         env = env_for(nobody_root)
         log = open(nobody_root / "daemon.log", "w")
-        daemon = as_nobody([PY, "-m", "vault.cli", "daemon", "--foreground", "--unlocked"], env=env,
+        daemon = as_nobody([PY, "-m", "vault.cli.main", "daemon", "--foreground", "--unlocked"], env=env,
                            stdout=log, stderr=log)
         log.close()
         script = nobody_root / "approver.yaml"
@@ -154,7 +154,7 @@ class TestSecretHoldersAreNotDumpable:
         try:
             wait_for(lambda: (nobody_root / "h" / "approver.sock").exists() or daemon.poll() is not None,
                      what="the daemon")
-            approver = as_nobody([PY, "-m", "vault.cli", "approve", "--script", str(script)], env=env,
+            approver = as_nobody([PY, "-m", "vault.cli.main", "approve", "--script", str(script)], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and approver.poll() is None:

@@ -8,7 +8,7 @@ grep) of everything else that could start them (vault/, tui/, bench/ and the
 tests' helpers and fixtures) and fails naming each file and line that does:
 
   A. anywhere: a process start whose command line is a vault part: `python -m
-     vault.cli daemon|approve|...`, `vault.remote`, `vault.agent_relay`,
+     vault.cli.main daemon|approve|...`, `vault.remote`, `vault.agent_relay`,
      `agent_stub`, a `python -c` script that is an agent (it uses
      AgentClient), or a command line made by world_procs' own builders;
      also a launcher's `.spawn("daemon" | "agent_stub", ...)`;
@@ -41,7 +41,7 @@ WORLD = {
 
 # rule A, outside the world: a vault part started where the start itself is the product
 VAULT_PART_STARTS = {
-    "vault/daemon_cli.py": "`vaultsim daemon` detaching its own foreground daemon (the command under test)",
+    "vault/cli/daemon.py": "`vaultsim daemon` detaching its own foreground daemon (the command under test)",
     "bench/suite.py": "times the fork server's own spawn of agent_stub (the launcher is what it measures)",
 }
 
@@ -62,8 +62,8 @@ STARTERS = {
     *(f"os.{name}" for name in ("execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe",
                                 "spawnv", "spawnve", "spawnvp", "spawnvpe", "spawnl", "spawnle")),
 }
-VAULT_MODULES = {"vault", "vault.cli", "vault.remote", "vault.remote.server", "vault.agent_relay",
-                 "vault.daemon_cli", "agent_stub", "vault.scripted_approver"}
+VAULT_MODULES = {"vault", "vault.cli.main", "vault.remote", "vault.remote.server", "vault.agent_relay",
+                 "vault.cli.daemon", "agent_stub", "vault.approvers.scripted"}
 VAULT_SUBCOMMANDS = {"daemon", "approve", "demo", "mcp", "exec", "tui"}
 WORLD_BUILDERS = {"vaultsim_argv", "daemon_argv", "agent_stub_argv"}
 AGENT_CODE = ("AgentClient", "vault.client")
@@ -158,11 +158,11 @@ class _Scan(ast.NodeVisitor):
         for s in strings:
             if s.startswith("<") and s.endswith(">"):
                 return f"a command line from {s[1:-1]}"
-            if s in VAULT_MODULES and s != "vault.cli":
+            if s in VAULT_MODULES and s != "vault.cli.main":
                 return f"`python -m {s}`"
             if any(marker in s for marker in AGENT_CODE) and "\n" in s:
                 return "an agent script (it uses the vault's AgentClient)"
-        if "vault.cli" in strings or "vaultsim" in strings:
+        if "vault.cli.main" in strings or "vaultsim" in strings:
             sub = next((s for s in strings if s in VAULT_SUBCOMMANDS), None)
             if sub is not None:
                 return f"`vaultsim {sub}`"
@@ -268,12 +268,12 @@ def start_remote(root):
     "a daemon by hand (the old bench/tui_latency.py)": '''
 import subprocess, sys
 def start_daemon(env):
-    return subprocess.Popen([sys.executable, "-m", "vault.cli", "daemon", "--foreground", "--unlocked"], env=env)
+    return subprocess.Popen([sys.executable, "-m", "vault.cli.main", "daemon", "--foreground", "--unlocked"], env=env)
 ''',
     "an approver through an alias": '''
 from subprocess import Popen as P
 from helpers import PY
-P([PY, "-m", "vault.cli", "approve", "--script", "s.yaml"])
+P([PY, "-m", "vault.cli.main", "approve", "--script", "s.yaml"])
 ''',
     "an agent script on an event loop (the old tests/tui_fixtures.py)": '''
 import asyncio
@@ -308,7 +308,7 @@ def test_what_is_no_vault_part_is_a_start_but_not_a_vault_part() -> None:
     starts = scan_source("other.py", '''
 import subprocess, sys
 subprocess.Popen(["dbus-daemon", "--session", "--print-address"])
-subprocess.run([sys.executable, "-m", "vault.cli", "run", "scenarios/"])
+subprocess.run([sys.executable, "-m", "vault.cli.main", "run", "scenarios/"])
 print("vault.remote")
 ''')
     assert [(s.line, s.vault_part) for s in starts] == [(3, None), (4, None)]

@@ -309,7 +309,7 @@ class TestScenarioItems:
                              "--vaultsim-selfcheck", "-k", self.CASES, f"--junitxml={junit}"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert 0 == py.returncode, py.stdout[-3000:]
-        run = subprocess.run([sys.executable, "-m", "vault.cli", "run", "scenarios", "--selfcheck", "-q",
+        run = subprocess.run([sys.executable, "-m", "vault.cli.main", "run", "scenarios", "--selfcheck", "-q",
                               "-k", self.CASES, "--json", str(report)],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert 0 == run.returncode, run.stdout[-3000:]

@@ -35,7 +35,7 @@ def cluster() -> Iterator[Cluster]:
 
 
 def start(*args: str, cwd: Path = ROOT) -> subprocess.Popen[str]:
-    return subprocess.Popen([PY, "-m", "vault.cli", "run", *args], cwd=cwd, stdout=subprocess.PIPE,
+    return subprocess.Popen([PY, "-m", "vault.cli.main", "run", *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
@@ -53,7 +53,7 @@ def trial_processes_left(watcher: Watcher) -> list[str]:
 def suites(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The shipped suite run locally, and on the cluster with --executor ray, watched."""
     tmp = tmp_path_factory.mktemp("ray")
-    local = subprocess.run([PY, "-m", "vault.cli", "run", "-j", "2", "-q", "--json", str(tmp / "local.json")],
+    local = subprocess.run([PY, "-m", "vault.cli.main", "run", "-j", "2", "-q", "--json", str(tmp / "local.json")],
                            cwd=ROOT, capture_output=True, text=True, timeout=600)
     ships = set(Path("/tmp").glob(SHIP_DIRS))
     watcher = Watcher(cluster)
@@ -159,7 +159,7 @@ class TestStopping:
 class TestBadInput:
     def test_no_cluster_at_the_address(self, tmp_path: Path) -> None:
         """A Ray address where nothing listens is a clear error, not a hang or a traceback."""
-        done = subprocess.run([PY, "-m", "vault.cli", "run", "-k", "gate-1", "--executor", "ray",
+        done = subprocess.run([PY, "-m", "vault.cli.main", "run", "-k", "gate-1", "--executor", "ray",
                                "--ray-address", "127.0.0.1:9"], cwd=ROOT, capture_output=True, text=True,
                               timeout=300)
         assert 2 == done.returncode, done.stderr
@@ -168,7 +168,7 @@ class TestBadInput:
     # an integer too long to convert is a ValueError but not a JSONDecodeError: still a clear error
     @pytest.mark.parametrize("given", ["{", "[1]", '{"CPU": -1}', '{"CPU": "one"}', '{"CPU": ' + "9" * 5000 + "}"])
     def test_bad_resources(self, given: str) -> None:
-        done = subprocess.run([PY, "-m", "vault.cli", "run", "-k", "gate-1", "--executor", "ray",
+        done = subprocess.run([PY, "-m", "vault.cli.main", "run", "-k", "gate-1", "--executor", "ray",
                                "--ray-resources", given], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert 2 == done.returncode
         assert "--ray-resources" in done.stderr

@@ -108,7 +108,7 @@ class TestRealService:
                 (work / name.group(1)).write_text(body)
             (script,) = blocks(text, "sh")
             env = clean_env(VAULTSIM_HOME=str(work / "home"), VAULTSIM_KEYRING_DIR=str(work / "keyring"),
-                            PYTHON_KEYRING_BACKEND="vault.keyring_backend.FileKeyring",
+                            PYTHON_KEYRING_BACKEND="vault.store.keyring_backend.FileKeyring",
                             STATUS_TOKEN="tok-readme-example")
             out = run_block(f"source {ACTIVATE}\n{script}", work, env)
             assert 0 == out.returncode, out.stdout + out.stderr

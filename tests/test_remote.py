@@ -253,7 +253,7 @@ class TestProcess:
     def test_client_side_fault_prints_service_url(self, tmp_path: Path) -> None:
         """Under a client-side fault the second line is the URL to give the vault."""
         creds = _write_creds(tmp_path / "c.json", 0o600)
-        proc = subprocess.Popen([sys.executable, "-m", "vault.cli", "remote", "--credentials", str(creds),
+        proc = subprocess.Popen([sys.executable, "-m", "vault.cli.main", "remote", "--credentials", str(creds),
                                  "--fault", "dns_failure"], cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         try:

@@ -125,7 +125,7 @@ class TestLimits:
     """One client cannot grow the daemon without bound; it gets a clear error instead."""
 
     def test_requests_past_the_in_flight_limit_are_refused_and_nothing_is_done(self, sandbox: Sandbox) -> None:
-        from vault.rpc_server import MAX_IN_FLIGHT
+        from vault.daemon.rpc_server import MAX_IN_FLIGHT
 
         sandbox.start_daemon()
         sandbox.start_approver([{"match": {}, "decide": "ignore"}])  # calls wait on approval
@@ -160,7 +160,7 @@ class TestLimits:
         s.close()
 
     def test_sessions_per_connection_are_capped(self, sandbox: Sandbox) -> None:
-        from vault.agent_api import MAX_SESSIONS_PER_CONNECTION
+        from vault.daemon.agent_api import MAX_SESSIONS_PER_CONNECTION
         from vault.client import RpcClient
         from vault.errors import RpcError
 

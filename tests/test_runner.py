@@ -41,7 +41,7 @@ class Ran(subprocess.CompletedProcess[str]):
 
 def run(*args: str, timeout: float = 120, cwd: Path = ROOT) -> Ran:
     """`vaultsim run ARGS` in a fresh process; `.left` lists the homes it left behind."""
-    proc = subprocess.Popen([PY, "-m", "vault.cli", "run", *args], cwd=cwd, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([PY, "-m", "vault.cli.main", "run", *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=timeout)
     done = Ran(proc.args, proc.returncode, out, err)
@@ -160,7 +160,7 @@ class TestBadInput:
     def test_broken_file_names_the_field(self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                          body: str, field: str) -> None:
         """A broken scenario file: exit 2, the file and the field named, nothing run."""
-        from vault.cli import main
+        from vault.cli.main import main
         path = scenario_file(tmp_path, "broken", body)
         assert 2 == main(["run", str(path)])
         err = capsys.readouterr().err
@@ -180,7 +180,7 @@ class TestBadInput:
     def test_unreadable_file_is_bad_input(self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           content: bytes, why: str) -> None:
         """Bytes that are not a YAML document at all: exit 2 naming the file, no traceback."""
-        from vault.cli import main
+        from vault.cli.main import main
         path = tmp_path / "odd.yaml"
         path.write_bytes(content)
         assert 2 == main(["run", str(path)])
@@ -214,7 +214,7 @@ class TestBadInput:
     def test_an_operation_not_in_the_catalog_is_bad_input(self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                           body: str, where: str, unknown: str, hint: str) -> None:
         """`call: create_isue` is refused at load: exit 2, the file, the field, the closest name."""
-        from vault.cli import main
+        from vault.cli.main import main
         path = scenario_file(tmp_path, "typo", body)
         assert 2 == main(["run", str(path)])
         err = capsys.readouterr().err
@@ -222,7 +222,7 @@ class TestBadInput:
 
     def test_an_operation_not_in_the_catalog_in_a_plan_file_names_the_plan(
             self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-        from vault.cli import main
+        from vault.cli.main import main
         (tmp_path / "plan.yaml").write_text("steps: [{call: read_isue, params: {issue_id: ISS-1}}]\n")
         path = scenario_file(tmp_path, "uses-plan", "agents: [{plan: plan.yaml}]\nexpect: {verdict: PASS}\n")
         assert 2 == main(["run", str(path)])
@@ -242,7 +242,7 @@ class TestBadInput:
 
     def test_one_step_id_for_two_steps_is_bad_input(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A step id names one step in the run (a restart's key depends on it)."""
-        from vault.cli import main
+        from vault.cli.main import main
         path = scenario_file(tmp_path, "ids", """
             agents:
               - plan: {steps: [{id: a, call: read_issue, params: {issue_id: ISS-1}}]}
@@ -253,19 +253,19 @@ class TestBadInput:
         assert "field agents.1: step id 'a' names two different steps" in capsys.readouterr().err
 
     def test_selfchecks_never_apply_to_a_users_agent(self, capsys: pytest.CaptureFixture[str]) -> None:
-        from vault.cli import main
+        from vault.cli.main import main
         assert 2 == main(["run", str(SCENARIOS), "--selfcheck", "--agent", f"{sys.executable} x.py"])
         assert "never applies to --agent" in capsys.readouterr().err
 
     def test_a_selfcheck_only_scenario_needs_selfcheck(self, capsys: pytest.CaptureFixture[str]) -> None:
-        from vault.cli import main
+        from vault.cli.main import main
         # nothing selected: pytest's 5, with the hint
         assert 5 == main(["run", str(SCENARIOS / "selfcheck" / "gate-3-missing-deliverable.yaml")])
         assert "runs with --selfcheck" in capsys.readouterr().err
 
     def test_pattern_that_selects_nothing(self, capsys: pytest.CaptureFixture[str]) -> None:
         """Nothing selected exits 5, as pytest does when it collects no test."""
-        from vault.cli import main
+        from vault.cli.main import main
         assert 5 == main(["run", str(SCENARIOS), "-k", "no-such-scenario-anywhere"])
         assert "no scenario selected" in capsys.readouterr().err
 
@@ -417,7 +417,7 @@ class TestCleanup:
 
     def test_ctrl_c_leaves_no_process_and_no_home(self) -> None:
         """SIGINT mid-run: every process ended, every vault home removed, exit 130."""
-        runner = subprocess.Popen([PY, "-m", "vault.cli", "run", str(SCENARIOS), "-k", "c06 or gate-8 or c07",
+        runner = subprocess.Popen([PY, "-m", "vault.cli.main", "run", str(SCENARIOS), "-k", "c06 or gate-8 or c07",
                                    "-j", "2", "-q"], cwd=ROOT, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
         seen: dict[int, float] = {}

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from remote_fixtures import Harness, canary, credentials, diagnostics, harness_factory  # noqa: F401
-from vault.cli import main as vaultsim
+from vault.cli.main import main as vaultsim
 from vault.models import RESULT_ADAPTER, Category
 
 # (fault, operation, params, deadline) covering every category the executor produces

@@ -17,11 +17,11 @@ import vault
 
 VAULT = Path(vault.__file__).resolve().parent
 # the daemon's parts: none may import another in a circle
-PARTS = {"vault.daemon", "vault.agent_api", "vault.approver_api", "vault.calls", "vault.agent_sessions",
-         "vault.recorder", "vault.approver_hub", "vault.approver_guard", "vault.rpc_server", "vault.sessions",
-         "vault.processes", "vault.peer", "vault.gate.engine", "vault.gate.approvals", "vault.gate.grants",
+PARTS = {"vault.daemon.daemon", "vault.daemon.agent_api", "vault.daemon.approver_api", "vault.daemon.calls", "vault.daemon.agent_sessions",
+         "vault.daemon.recorder", "vault.daemon.approver_hub", "vault.daemon.approver_guard", "vault.daemon.rpc_server", "vault.daemon.sessions",
+         "vault.daemon.processes", "vault.daemon.peer", "vault.gate.engine", "vault.gate.approvals", "vault.gate.grants",
          "vault.gate.policy", "vault.gate.stats", "vault.gate.fatigue"}
-WIRE = {"vault.jsonrpc", "vault.rpc_server", "vault.line_socket", "vault.approver_hub", "vault.client"}
+WIRE = {"vault.jsonrpc", "vault.daemon.rpc_server", "vault.daemon.line_socket", "vault.daemon.approver_hub", "vault.client"}
 
 
 def module_name(path: Path) -> str:
@@ -77,14 +77,14 @@ class TestTheGateKnowsNoWire:
         assert not imports_of(module) & WIRE, imports_of(module) & WIRE
         assert not imported_names(module) & {"Connection", "RpcError", "ApproverHub", "Dispatcher"}
 
-    @pytest.mark.parametrize("module", ["vault.store", "vault.keystore", "vault.keyring_backend", "vault.secret"])
+    @pytest.mark.parametrize("module", ["vault.store.credentials", "vault.store.keystore", "vault.store.keyring_backend", "vault.store.secret"])
     def test_the_credential_store_imports_no_json_rpc_either(self, module: str) -> None:
         assert not imports_of(module) & WIRE, imports_of(module) & WIRE
 
     def test_the_gates_refusals_are_domain_errors_the_rpc_layer_maps_to_codes(self) -> None:
         from vault import jsonrpc
         from vault.errors import Conflict, NotAuthorized, Refused, RpcError
-        from vault.rpc_server import rpc_code
+        from vault.daemon.rpc_server import rpc_code
         assert not issubclass(Conflict, RpcError) and not issubclass(NotAuthorized, RpcError)
         assert rpc_code(Conflict("settled")) == jsonrpc.CONFLICT == -32003
         assert rpc_code(NotAuthorized("not yours")) == jsonrpc.NOT_AUTHORIZED == -32001
@@ -92,10 +92,10 @@ class TestTheGateKnowsNoWire:
 
 
 class TestComposedDaemon:
-    @pytest.mark.parametrize("module", sorted(PARTS - {"vault.daemon"}))
+    @pytest.mark.parametrize("module", sorted(PARTS - {"vault.daemon.daemon"}))
     def test_no_part_imports_the_daemon(self, module: str) -> None:
         """The parts are given what they need; none reaches back into the daemon."""
-        assert "vault.daemon" not in imports_of(module)
+        assert "vault.daemon.daemon" not in imports_of(module)
 
     @pytest.mark.parametrize("module", sorted(PARTS))
     def test_no_part_imports_the_runner(self, module: str) -> None:
@@ -120,14 +120,14 @@ class TestComposedDaemon:
                 visit(m, [])
 
     def test_the_daemon_is_composed_not_mixed_in(self) -> None:
-        from vault.daemon import VaultDaemon
-        from vault.daemon_cli import build_daemon
+        from vault.daemon.daemon import VaultDaemon
+        from vault.cli.daemon import build_daemon
         assert VaultDaemon.__bases__ == (object,)
         # daemon_cli imports the daemon where it builds one (stop and status need none of it)
         assert inspect.signature(build_daemon).return_annotation in ("VaultDaemon", VaultDaemon)
 
-    @pytest.mark.parametrize("cls_path", ["vault.agent_api.AgentApi", "vault.approver_api.ApproverApi",
-                                          "vault.calls.CallService", "vault.gate.engine.Gate"])
+    @pytest.mark.parametrize("cls_path", ["vault.daemon.agent_api.AgentApi", "vault.daemon.approver_api.ApproverApi",
+                                          "vault.daemon.calls.CallService", "vault.gate.engine.Gate"])
     def test_the_seams_constructors_are_typed_without_any(self, cls_path: str) -> None:
         """Each dependency a part is built from has a real type (JSON payloads aside)."""
         module, name = cls_path.rsplit(".", 1)

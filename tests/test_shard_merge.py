@@ -23,7 +23,7 @@ TIMINGS = {"duration_s", "time_s", "wall_time_s", "time"}
 
 
 def vaultsim(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "vault.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=400)
+    return subprocess.run([PY, "-m", "vault.cli.main", *args], cwd=cwd, capture_output=True, text=True, timeout=400)
 
 
 def untimed(value: Any) -> Any:

@@ -18,7 +18,7 @@ from vault.executors.base import CallContext, ExecOutcome, ServiceConfig
 from vault.executors.ssh import SshExecutor
 from vault.models import Category, Retry
 from vault.remote.sshd import SshdInfo, SshdServer, new_client_key, refused_port, sshd_available
-from vault.secret import Secret
+from vault.store.secret import Secret
 
 pytestmark = [
     pytest.mark.sshd,

@@ -36,10 +36,10 @@ from keyring.errors import KeyringError
 
 from vault.errors import BadInput, CredentialError, KeyUnavailable, MissingCredential
 from vault.home import VaultHome
-from vault.keyring_backend import FileKeyring
-from vault.keystore import SERVICE, KeyStore
-from vault.secret import MASK, Secret
-from vault.store import CredentialInfo, CredentialStore
+from vault.store.keyring_backend import FileKeyring
+from vault.store.keystore import SERVICE, KeyStore
+from vault.store.secret import MASK, Secret
+from vault.store.credentials import CredentialInfo, CredentialStore
 
 pytestmark = pytest.mark.usefixtures("isolated_env")
 
@@ -97,7 +97,7 @@ def backend(request, isolated_env, tmp_path):
 def run_cli(env: dict[str, str], *args: str, stdin: str | bytes = b"") -> subprocess.CompletedProcess[str]:
     data = stdin.encode() if isinstance(stdin, str) else stdin
     proc = subprocess.run(
-        [PYTHON, "-m", "vault.cli", *args], input=data, env=env, cwd=ROOT,
+        [PYTHON, "-m", "vault.cli.main", *args], input=data, env=env, cwd=ROOT,
         capture_output=True, timeout=60,
     )
     return subprocess.CompletedProcess(
@@ -196,7 +196,7 @@ class TestKeyStore:
         """Processes racing to create a home's key all end up with one key."""
         home, _, _ = backend.vault()
         code = (
-            "from vault.home import VaultHome; from vault.keystore import KeyStore\n"
+            "from vault.home import VaultHome; from vault.store.keystore import KeyStore\n"
             "print(KeyStore(VaultHome.resolve()).data_key().hex())"
         )
         env = backend.cli_env(home)
@@ -233,7 +233,7 @@ class TestKeyUnavailable:
         """keyring's fail backend: the message says how to get a backend."""
         with pytest.raises(KeyUnavailable) as info:
             KeyStore(VaultHome.resolve(tmp_path), fail.Keyring()).data_key()
-        assert "PYTHON_KEYRING_BACKEND=vault.keyring_backend.FileKeyring" in info.value.message
+        assert "PYTHON_KEYRING_BACKEND=vault.store.keyring_backend.FileKeyring" in info.value.message
 
     def test_backend_error_is_redacted(self, tmp_path):
         """A backend error quoting the key is reported without the key."""
@@ -495,7 +495,7 @@ class TestSecretCli:
         home, _, store = backend.vault()
         env = backend.cli_env(home)
         procs = [
-            subprocess.Popen([PYTHON, "-m", "vault.cli", "secret", "set", f"C{i}"], env=env,
+            subprocess.Popen([PYTHON, "-m", "vault.cli.main", "secret", "set", f"C{i}"], env=env,
                              cwd=ROOT, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
             for i in range(6)
         ]
@@ -513,7 +513,7 @@ class TestSecretCli:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
         proc = subprocess.Popen(
-            [PYTHON, "-m", "vault.cli", "secret", "set", "TTY_TOKEN"], env=backend.cli_env(home),
+            [PYTHON, "-m", "vault.cli.main", "secret", "set", "TTY_TOKEN"], env=backend.cli_env(home),
             cwd=ROOT, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
             preexec_fn=take_terminal,
         )

@@ -27,7 +27,7 @@ def test_limit() -> None:
 
 def test_stats_lines_are_printable() -> None:
     """`vaultsim stats` prints scopes, which hold what an agent passed as parameters."""
-    from vault.approver_cli import format_stats
+    from vault.cli.approver import format_stats
     report = {"runs": {"run\x1b[2J": {"prompts": 1, "read_prompts": 0, "repeated_scope_prompts": 0,
                                        "destructive_session_grants": 0, "unroutable": 0,
                                        "scopes_asked": {"deploy to \u202eprod": 1}, "scopes_granted": {},

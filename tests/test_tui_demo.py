@@ -110,7 +110,7 @@ def alive(ident: tuple[int, float]) -> bool:
 
 def start_demo(tmux: Tmux) -> int:
     vaultsim = Path(PY).with_name("vaultsim")
-    return tmux.start(f"{vaultsim} demo" if vaultsim.exists() else f"{PY} -m vault.cli demo")
+    return tmux.start(f"{vaultsim} demo" if vaultsim.exists() else f"{PY} -m vault.cli.main demo")
 
 
 class TestDemo:
@@ -175,7 +175,7 @@ class TestDemo:
 class TestTuiCommand:
     def test_tui_waits_for_a_daemon_then_connects(self, tmux: Tmux, sandbox: Sandbox) -> None:
         """`vaultsim tui --home H` before any daemon: DISCONNECTED; once one starts: UNLOCKED; `q` exits 0."""
-        tmux.start(f"{PY} -m vault.cli tui --home {sandbox.home}")
+        tmux.start(f"{PY} -m vault.cli.main tui --home {sandbox.home}")
         wait_for(lambda: "DISCONNECTED" in tmux.screen(), timeout=60, what="the disconnected state")
         sandbox.start_daemon()
         wait_for(lambda: " UNLOCKED " in tmux.screen(), timeout=60, what="the TUI to connect")

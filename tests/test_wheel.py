@@ -40,7 +40,7 @@ class Installed:
                     if not k.startswith(("VAULTSIM_", "PYTHON", "VIRTUAL_ENV")) and k not in ("COLUMNS", "LINES")}
         self.env.update(PATH=f"{venv / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
                         VAULTSIM_HOME=str(work / "h"), VAULTSIM_KEYRING_DIR=str(work / "kr"),
-                        PYTHON_KEYRING_BACKEND="vault.keyring_backend.FileKeyring")
+                        PYTHON_KEYRING_BACKEND="vault.store.keyring_backend.FileKeyring")
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.bin), *args], cwd=self.work, env=self.env, capture_output=True, text=True,

@@ -19,7 +19,7 @@ from tui_fixtures import start_agent
 from vault.client import AsyncRpcClient, connect_approver
 from vault.home import VaultHome
 from vault.runner.transcript import from_activity
-from vault.scripted_approver import ApproverScript, ScriptedApprover
+from vault.approvers.scripted import ApproverScript, ScriptedApprover
 from vault.wire import (MODELS, Activity, ApprovalRequested, ApprovalSettled, GrantCreated, SessionOpened,
                         VaultLocked, WireError, parse_notification)
 
@@ -260,5 +260,5 @@ def test_the_wire_models_import_no_daemon_runner_rpc_or_textual() -> None:
     code = "import sys, vault.wire\nprint(sorted(sys.modules))"
     out = subprocess.run([PY, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
     loaded = json.loads(out.stdout.replace("'", '"'))
-    banned = ("textual", "vault.runner", "vault.daemon", "vault.gate", "vault.jsonrpc", "vault.rpc_server")
+    banned = ("textual", "vault.runner", "vault.daemon.daemon", "vault.gate", "vault.jsonrpc", "vault.daemon.rpc_server")
     assert [] == [m for m in loaded if m.startswith(banned)]

@@ -21,12 +21,12 @@ from textual.reactive import reactive
 from vault.errors import VaultError
 from vault.home import VaultHome
 
-from .connection import ApproverLink
-from .messages import DaemonNotice, LinkDown, LinkUp, RequestFailed, SessionsLoaded, StatsLoaded
-from .screens.confirm import ConfirmUnlock
-from .screens.main import MainScreen
-from .screens.sessions import SessionsScreen
-from .state import TuiState
+from tui.connection import ApproverLink
+from tui.messages import DaemonNotice, LinkDown, LinkUp, RequestFailed, SessionsLoaded, StatsLoaded
+from tui.screens.confirm import ConfirmUnlock
+from tui.screens.main import MainScreen
+from tui.screens.sessions import SessionsScreen
+from tui.state import TuiState
 
 
 class VaultApp(App[None]):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from vault.cli import add_home_arg
+from vault.cli.main import add_home_arg
 from vault.home import VaultHome
 
 
@@ -22,7 +22,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vault.proc_guard import make_undumpable
 
-    from .app import VaultApp  # Textual is imported only when the TUI is asked for
+    from tui.app import VaultApp  # Textual is imported only when the TUI is asked for
 
     make_undumpable()  # the approver: it holds the approver token
 

@@ -25,7 +25,7 @@ from vault.errors import HomeError, RpcError, VaultError
 from vault.home import VaultHome
 from vault.text import printable
 
-from .messages import DaemonNotice, LinkDown, LinkUp, RequestFailed, SessionsLoaded, StatsLoaded
+from tui.messages import DaemonNotice, LinkDown, LinkUp, RequestFailed, SessionsLoaded, StatsLoaded
 
 # notifications after which the prompt counters are stale
 _STATS_TRIGGERS = frozenset({"approval.requested", "approval.settled", "vault.locked", "grant.created"})
@@ -81,7 +81,7 @@ class ApproverLink:
 
     async def _refresh_loop(self, client: AsyncRpcClient) -> None:
         try:
-            # both come in pages (vault.paging): every page is read before the view is replaced
+            # both come in pages (vault.daemon.paging): every page is read before the view is replaced
             self.post(SessionsLoaded(shown(list((await fetch_all(client, "sessions")).get("sessions") or []))))
             while True:
                 self.post(StatsLoaded(shown(await fetch_all(client, "stats"))))

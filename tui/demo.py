@@ -127,7 +127,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vault.proc_guard import make_undumpable
 
-    from .demo_app import DemoApp  # Textual only when the demo actually runs
+    from tui.demo_app import DemoApp  # Textual only when the demo actually runs
 
     make_undumpable()  # the approver of the demo's vault
 

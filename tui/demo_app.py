@@ -21,9 +21,9 @@ from textual import work
 
 from vault.home import VaultHome
 
-from .app import VaultApp
-from .demo import DemoWorld
-from .messages import LinkUp
+from tui.app import VaultApp
+from tui.demo import DemoWorld
+from tui.messages import LinkUp
 
 SECOND_AGENT_TASK = {"plan_inline": {
     "agent": "demo-agent",

@@ -65,7 +65,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 from pydantic import (BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError,
                       ValidationInfo, model_validator)
 
-from .errors import AuditError
+from vault.errors import AuditError
 
 __all__ = [
     "AuditEvent", "AuditEventError", "AnyAuditEvent", "EVENT_ADAPTER", "EVENT_MODELS", "OtherEvent",

@@ -27,9 +27,9 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError,
                       field_validator, model_validator)
 
-from . import param_safety
-from .errors import BadInput
-from .resources import CATALOG as DEFAULT_CATALOG
+from vault import param_safety
+from vault.errors import BadInput
+from vault.resources import CATALOG as DEFAULT_CATALOG
 
 
 class Risk(StrEnum):

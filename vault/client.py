@@ -18,11 +18,11 @@ import os
 import socket
 from typing import Any, Awaitable, Callable, Self
 
-from . import jsonrpc as rpc
-from .errors import HomeError, RpcError
-from .home import VaultHome
-from .models import Result
-from .wire import ApprovalSettled, WireError, read
+from vault import jsonrpc as rpc
+from vault.errors import HomeError, RpcError
+from vault.home import VaultHome
+from vault.models import Result
+from vault.wire import ApprovalSettled, WireError, read
 
 
 def _raise_error(err: dict[str, Any]) -> None:

@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .catalog import Catalog, load_catalog, load_yaml_model
-from .executors.base import ServiceConfig
-from .gate.policy import Policy, load_policy
+from vault.catalog import Catalog, load_catalog, load_yaml_model
+from vault.executors.base import ServiceConfig
+from vault.gate.policy import Policy, load_policy
 
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 

@@ -14,7 +14,7 @@
     └── AuditError                the audit log refused a write (fail closed)
 
 `Refused` and its kinds are domain errors: the gate raises them knowing
-nothing of JSON-RPC; the RPC layer (vault.rpc_server) alone maps each kind to
+nothing of JSON-RPC; the RPC layer (vault.daemon.rpc_server) alone maps each kind to
 its wire code. Messages never contain a secret value or rejected raw input.
 """
 

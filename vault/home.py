@@ -19,9 +19,9 @@ from pathlib import Path
 
 import platformdirs
 
-from . import atomic
-from .atomic import UnsafeDirectory, check_private_dir, private_dir
-from .errors import BadInput, HomeError
+from vault import atomic
+from vault.atomic import UnsafeDirectory, check_private_dir, private_dir
+from vault.errors import BadInput, HomeError
 
 # bytes of a Unix socket path, without the final NUL: sun_path is 108 on Linux, 104 elsewhere
 MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103

@@ -20,7 +20,7 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-from .errors import VaultError
+from vault.errors import VaultError
 
 
 def _package_dir() -> Path:

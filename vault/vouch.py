@@ -31,7 +31,7 @@ import secrets
 import socket
 from pathlib import Path
 
-from .peer import peer_cred
+from vault.daemon.peer import peer_cred
 
 HEADER = "X-Vaultsim-Via"
 HANDOFF_TIMEOUT_S = 20.0

@@ -49,11 +49,11 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import (BaseModel, ConfigDict, SerializerFunctionWrapHandler, ValidationError,
                       ValidationInfo, model_serializer, model_validator)
 
-from . import audit_events
-from .audit_events import (EVENT_MODELS, AnyAuditEvent, AuditEvent, AuditEventError, check_event,
+from vault import audit_events
+from vault.audit_events import (EVENT_MODELS, AnyAuditEvent, AuditEvent, AuditEventError, check_event,
                            read_event, read_events)
-from .audit_events import explain as _why
-from .errors import VaultError
+from vault.audit_events import explain as _why
+from vault.errors import VaultError
 
 __all__ = ["WireError", "Notification", "WireClient", "ApprovalRequested", "ApprovalSettled",
            "GrantFields", "GrantCreated", "GrantEnded", "VaultLocked", "SessionOpened", "SessionClosed", "Activity",
@@ -103,7 +103,7 @@ class _Wire(BaseModel):
 
 
 class WireClient(_Wire):
-    """A session's client label as approvers get it: a claim its opener made (vault.sessions)."""
+    """A session's client label as approvers get it: a claim its opener made (vault.daemon.sessions)."""
 
     OMIT_IF_NONE = frozenset({"version", "host_pid", "via"})
     name: str = ""

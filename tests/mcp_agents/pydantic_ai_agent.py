@@ -118,7 +118,7 @@ def main() -> int:
     steps = task.get("steps") or []
     llm = ScriptedLlm(steps, "done: " + ", ".join(s["call"] for s in steps),
                       f"{task.get('run_id', 'run')}-{task.get('agent_index', 0)}")
-    bridge = StdioTransport(command=sys.executable, args=["-m", "vault.cli", "mcp"], env=dict(os.environ))
+    bridge = StdioTransport(command=sys.executable, args=["-m", "vault.cli.main", "mcp"], env=dict(os.environ))
     # generous start-up: importing the MCP SDK alone takes seconds on a busy machine
     toolset = MCPToolset(bridge, tool_error_behavior="failed", init_timeout=120, read_timeout=120,
                          client_info=Implementation(name="pydantic-ai-agent", version="1"))

@@ -14,7 +14,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
-MAX_REASON = 200  # the daemon's limit (vault.approver_api.DecideParams)
+MAX_REASON = 200  # the daemon's limit (vault.daemon.approver_api.DecideParams)
 
 
 class DenyReason(ModalScreen[str | None]):

@@ -19,16 +19,16 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label
 
-from ..state import Request
-from .deny_reason import DenyReason
-from ..widgets.activity import ActivityLog
-from ..widgets.counters import PromptCounters
-from ..widgets.detail import RequestDetail
-from ..widgets.pending import PendingTable
-from ..widgets.status import StatusBar
+from tui.state import Request
+from tui.screens.deny_reason import DenyReason
+from tui.widgets.activity import ActivityLog
+from tui.widgets.counters import PromptCounters
+from tui.widgets.detail import RequestDetail
+from tui.widgets.pending import PendingTable
+from tui.widgets.status import StatusBar
 
 if TYPE_CHECKING:
-    from ..app import VaultApp
+    from tui.app import VaultApp
 
 
 class MainScreen(Screen[None]):

@@ -15,11 +15,11 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Label
 
-from ..widgets.sessions_table import SessionsTable
-from ..widgets.status import StatusBar
+from tui.widgets.sessions_table import SessionsTable
+from tui.widgets.status import StatusBar
 
 if TYPE_CHECKING:
-    from ..app import VaultApp
+    from tui.app import VaultApp
 
 
 class SessionsScreen(Screen[None]):

@@ -10,8 +10,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import RichLog
 
-from ..state import TuiState
-from ..style import ACTIVITY_STYLE, clock_time
+from tui.state import TuiState
+from tui.style import ACTIVITY_STYLE, clock_time
 
 
 class ActivityLog(RichLog):

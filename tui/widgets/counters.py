@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.text import Text
 
-from .panel import TextPanel
+from tui.widgets.panel import TextPanel
 
 
 class PromptCounters(TextPanel):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ..state import Request
-from ..style import clock_time, countdown, risk_text
-from .panel import TextPanel
+from tui.state import Request
+from tui.style import clock_time, countdown, risk_text
+from tui.widgets.panel import TextPanel
 
 
 class RequestDetail(TextPanel):

@@ -10,8 +10,8 @@ from __future__ import annotations
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from ..state import Request
-from ..style import countdown, plain, risk_text
+from tui.state import Request
+from tui.style import countdown, plain, risk_text
 
 # params last: it is the only column whose width varies a lot
 COLUMNS = (("agent", "agent"), ("pid", "pid"), ("operation", "operation"), ("risk", "risk"),

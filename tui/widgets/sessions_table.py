@@ -10,8 +10,8 @@ from __future__ import annotations
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from ..state import AgentSession
-from ..style import clock_time, plain
+from tui.state import AgentSession
+from tui.style import clock_time, plain
 
 COLUMNS = (("what", "session / grant"), ("agent", "agent"), ("pid", "process"), ("run", "run"),
            ("scope", "grants and scopes"), ("since", "since"))

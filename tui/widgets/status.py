@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ..state import TuiState
-from .panel import TextPanel
+from tui.state import TuiState
+from tui.widgets.panel import TextPanel
 
 
 class StatusBar(TextPanel):

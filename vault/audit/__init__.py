@@ -21,10 +21,10 @@ producer's dicts against those models (`open_audit`), and `show` and the
 runner read the decrypted events through them.
 """
 
-from .keys import load_or_create_signing_key
-from .show import activity, correlation, decrypt_events, sessions
-from .verify import VerifyReport, verify
-from .writer import AuditWriter
+from vault.audit.keys import load_or_create_signing_key
+from vault.audit.show import activity, correlation, decrypt_events, sessions
+from vault.audit.verify import VerifyReport, verify
+from vault.audit.writer import AuditWriter
 
 __all__ = ["AuditWriter", "VerifyReport", "activity", "correlation", "decrypt_events",
            "load_or_create_signing_key", "sessions", "verify"]

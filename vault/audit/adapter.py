@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..home import VaultHome
-from .keys import load_or_create_signing_key
-from .writer import AuditWriter
+from vault.home import VaultHome
+from vault.audit.keys import load_or_create_signing_key
+from vault.audit.writer import AuditWriter
 
 CHECK_ENV = "VAULTSIM_AUDIT_CHECK"
 

@@ -26,8 +26,8 @@ import re
 import stat
 from pathlib import Path
 
-from ..atomic import write_private
-from ..errors import BadInput
+from vault.atomic import write_private
+from vault.errors import BadInput
 
 SEGMENT_RE = re.compile(r"(?P<stem>.+)\.(?P<first>[0-9]{12,})\.log")
 

@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..errors import AuditError, BadInput
-from .files import atomic_write, read_small
+from vault.errors import AuditError, BadInput
+from vault.audit.files import atomic_write, read_small
 
 KEY_FILE = "audit.key"
 PUB_FILE = "audit.pub"

@@ -55,7 +55,7 @@ from binascii import b2a_base64, b2a_hex
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import base_of
+from vault.audit.files import base_of
 
 GENESIS = b"0" * 64
 AAD_TAG = b"vaultsim.audit.v1\x00"

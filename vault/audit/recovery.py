@@ -31,9 +31,9 @@ from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..errors import AuditError, BadInput
-from . import files as F
-from . import records as R
+from vault.errors import AuditError, BadInput
+from vault.audit import files as F
+from vault.audit import records as R
 
 
 @dataclass(frozen=True)

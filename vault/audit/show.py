@@ -36,13 +36,13 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..audit_events import (AuditEvent, CallRequested, Classification, Intent, OtherEvent,
+from vault.audit_events import (AuditEvent, CallRequested, Classification, Intent, OtherEvent,
                             Reconciliation, RemoteResult, SessionClosed, SessionOpened, read_event)
-from ..errors import AuditError, BadInput
-from ..text import printable
-from . import files as F
-from . import records as R
-from .keys import check_data_key
+from vault.errors import AuditError, BadInput
+from vault.text import printable
+from vault.audit import files as F
+from vault.audit import records as R
+from vault.audit.keys import check_data_key
 
 
 NO_RESULT = "outcome unknown (no result record)"

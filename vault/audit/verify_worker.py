@@ -29,10 +29,10 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from ..errors import BadInput
-from . import records as R
-from .keys import public_pem
-from .verify import LineReader, Walk, signature_ok, walk_lines
+from vault.errors import BadInput
+from vault.audit import records as R
+from vault.audit.keys import public_pem
+from vault.audit.chain import LineReader, Walk, signature_ok, walk_lines
 
 # rotated segments smaller than this in all are walked here: a worker takes about 0.4 s
 # to start, about what one core needs for 64 MiB

@@ -110,12 +110,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic_core import to_json
 
-from ..audit_events import AuditEvent, LogRecovered, SegmentStarted, check_event, check_fields
-from ..errors import AuditError
-from . import files as F
-from . import records as R
-from . import recovery as RC
-from .keys import check_data_key, ensure_public_key
+from vault.audit_events import AuditEvent, LogRecovered, SegmentStarted, check_event, check_fields
+from vault.errors import AuditError
+from vault.audit import files as F
+from vault.audit import records as R
+from vault.audit import recovery as RC
+from vault.audit.keys import check_data_key, ensure_public_key
 
 MAX_EVENT_BYTES = 256 * 1024
 DEFAULT_SEGMENT_BYTES = 64 << 20

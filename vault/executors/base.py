@@ -6,9 +6,9 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..catalog import Operation
-from ..models import Category, Result, make_result
-from ..secret import Secret
+from vault.catalog import Operation
+from vault.models import Category, Result, make_result
+from vault.store.secret import Secret
 
 
 @dataclass(frozen=True)

@@ -46,13 +46,13 @@ from urllib.parse import quote
 import aiohttp
 from yarl import URL
 
-from .. import param_safety
-from ..catalog import Operation
-from ..models import Category, make_result
-from ..secret import Secret
-from ..vouch import HEADER as MARK_HEADER
-from .base import CallContext, ExecOutcome, Executor, ServiceConfig
-from .http_evidence import WIRE_ERRORS, Attempt, NotSent, Trace, Verdict, classify
+from vault import param_safety
+from vault.catalog import Operation
+from vault.models import Category, make_result
+from vault.store.secret import Secret
+from vault.vouch import HEADER as MARK_HEADER
+from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
+from vault.executors.http_evidence import WIRE_ERRORS, Attempt, NotSent, Trace, Verdict, classify
 
 DEFAULT_TIMEOUTS = {"connect_timeout_s": 3.0, "write_timeout_s": 5.0,
                     "read_timeout_s": 10.0, "total_timeout_s": 30.0}

@@ -38,8 +38,8 @@ from typing import Any
 import aiohttp
 from aiohttp.http_exceptions import ContentEncodingError
 
-from .. import contracts
-from ..models import Category
+from vault import contracts
+from vault.models import Category
 
 DEFAULT_RETRY_AFTER_S = 5.0
 

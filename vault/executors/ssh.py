@@ -67,12 +67,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..atomic import write_all
-from ..catalog import Operation
-from ..models import Category, make_result
-from ..secret import Secret
-from . import ssh_markers as markers
-from .base import CallContext, ExecOutcome, Executor, ServiceConfig
+from vault.atomic import write_all
+from vault.catalog import Operation
+from vault.models import Category, make_result
+from vault.store.secret import Secret
+from vault.executors import ssh_markers as markers
+from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
 
 SpawnHook = Callable[[asyncio.subprocess.Process, str], None]
 

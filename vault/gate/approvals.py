@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Awaitable, Callable
 
-from ..catalog import Operation
-from ..ids import new_id, token
-from ..models import Result
-from ..sessions import Session
-from ..wire import ApprovalRequested, WireClient
-from .fatigue import PromptTiming
-from .policy import Mode
+from vault.catalog import Operation
+from vault.ids import new_id, token
+from vault.models import Result
+from vault.daemon.sessions import Session
+from vault.wire import ApprovalRequested, WireClient
+from vault.gate.fatigue import PromptTiming
+from vault.gate.policy import Mode
 
 _seq = itertools.count(1)
 
@@ -85,7 +85,7 @@ class PendingApproval:
 
     def to_note(self) -> ApprovalRequested:
         """The `approval.requested` notification for this request."""
-        client = self.session.client_wire()  # a claim (see vault.sessions)
+        client = self.session.client_wire()  # a claim (see vault.daemon.sessions)
         return ApprovalRequested(
             request_id=self.request_id, agent=self.session.agent, pid=self.session.identity.pid,
             session_id=self.session.id, run_id=self.session.run_id, operation=self.operation.name,

@@ -8,12 +8,12 @@ original call or by `call.resume`.
 
 The gate knows no wire and no subscriber: it is given three callables, `audit`
 (record an event), `notify` (tell the approvers a notification, never waiting;
-the daemon passes the approver hub's, vault.approver_hub) and `routable` (is
+the daemon passes the approver hub's, vault.daemon.approver_hub) and `routable` (is
 an approver connected who could receive a prompt for this owner?), and it
 raises domain errors (vault.errors.Conflict, NotAuthorized) that the
 JSON-RPC layer maps to codes. Approvers are named, never handed over as
 connections; whether a process may act as an approver at all is
-vault.approver_guard's check, made by the approver API before it calls here.
+vault.daemon.approver_guard's check, made by the approver API before it calls here.
 When the last approver who could receive a prompt leaves (`approver_left`),
 the prompt is settled unroutable at once. A
 process refused for too many waiting prompts is a flooder: when its session
@@ -30,18 +30,18 @@ import time
 from collections import Counter
 from typing import Any, Awaitable, Callable, Hashable, Iterator, Protocol
 
-from ..catalog import Operation
-from ..errors import AuditError, Conflict, NotAuthorized
-from ..limits import MAX_PENDING, MAX_PENDING_PER_PROCESS, MAX_PENDING_PER_SESSION, TOO_MANY_PENDING_RETRY_S
-from ..models import Category, Result, make_result
-from ..processes import Key
-from ..sessions import Session, SessionTable
-from ..wire import ApprovalSettled, GrantCreated, GrantEnded, Notification, VaultLocked
-from .approvals import Decision, PendingApproval, State
-from .fatigue import PromptTiming
-from .grants import Grant, GrantTable
-from .policy import Mode, Policy, Rule
-from .stats import PromptStats
+from vault.catalog import Operation
+from vault.errors import AuditError, Conflict, NotAuthorized
+from vault.daemon.limits import MAX_PENDING, MAX_PENDING_PER_PROCESS, MAX_PENDING_PER_SESSION, TOO_MANY_PENDING_RETRY_S
+from vault.models import Category, Result, make_result
+from vault.daemon.processes import Key
+from vault.daemon.sessions import Session, SessionTable
+from vault.wire import ApprovalSettled, GrantCreated, GrantEnded, Notification, VaultLocked
+from vault.gate.approvals import Decision, PendingApproval, State
+from vault.gate.fatigue import PromptTiming
+from vault.gate.grants import Grant, GrantTable
+from vault.gate.policy import Mode, Policy, Rule
+from vault.gate.stats import PromptStats
 
 AuditEvent = dict[str, Any]  # one audit record's fields (JSON)
 
@@ -65,7 +65,7 @@ __all__ = ["Audit", "AuditEvent", "Gate", "Notify", "Routable", "MAX_PENDING", "
 
 # settled approvals stay resumable for this long (receipts survive agent restarts)
 _SETTLED_KEEP_S = 3600.0
-# Prompts waiting at once are capped per session, per process and in all (vault.limits): an
+# Prompts waiting at once are capped per session, per process and in all (vault.daemon.limits): an
 # agent that calls with wait_s=0 in a loop leaves a prompt behind each time; past a cap it is
 # told to slow down and nobody is asked.
 
@@ -179,7 +179,7 @@ class Gate:
     async def decide(self, who: str, request_id: str, decision: Decision,
                      reason: str = "") -> dict[str, Any]:
         """`who` (an approver's name) decides a waiting request. Whether its process may approve
-        at all (not an agent, nor from the requester's tree) is vault.approver_guard's check,
+        at all (not an agent, nor from the requester's tree) is vault.daemon.approver_guard's check,
         made by the approver API before this is called."""
         ap = self.pending.get(request_id)
         if ap is None:

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..ids import new_id
-from ..peer import ProcessIdentity
+from vault.ids import new_id
+from vault.daemon.peer import ProcessIdentity
 
 
 @dataclass(frozen=True)

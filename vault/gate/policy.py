@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..catalog import Operation, Risk, load_yaml_model
-from ..resources import DEFAULT_POLICY
+from vault.catalog import Operation, Risk, load_yaml_model
+from vault.resources import DEFAULT_POLICY
 
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..catalog import DESTRUCTIVE, Risk
-from .fatigue import DEFAULT_RUBBER_STAMP_S, PromptTiming, signals
+from vault.catalog import DESTRUCTIVE, Risk
+from vault.gate.fatigue import DEFAULT_RUBBER_STAMP_S, PromptTiming, signals
 
 DEFAULT_RUN = "default"
 MAX_RUNS = 1024

@@ -14,7 +14,7 @@ only the agent socket, the task file and a private work dir bound in.
 * `probe`  whether jails work on this machine (`--isolation auto`)
 """
 
-from .enter import JailError, run_jailed
-from .spec import Bind, JailSpec, default_hidden
+from vault.jail.enter import JailError, run_jailed
+from vault.jail.spec import Bind, JailSpec, default_hidden
 
 __all__ = ["Bind", "JailError", "JailSpec", "default_hidden", "run_jailed"]

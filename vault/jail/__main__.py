@@ -2,6 +2,6 @@
 
 import sys
 
-from .enter import main
+from vault.jail.enter import main
 
 sys.exit(main())

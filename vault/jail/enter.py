@@ -44,8 +44,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .ports import Tripwires
-from .spec import JailSpec
+from vault.jail.ports import Tripwires
+from vault.jail.spec import JailSpec
 
 READY_TIMEOUT_S = 10.0
 NAMESPACES = ("user", "mnt", "net", "ipc", "uts", "cgroup", "pid")  # user first, pid last (children only)

@@ -13,7 +13,7 @@ import functools
 import os
 import shutil
 
-from .spec import JailSpec
+from vault.jail.spec import JailSpec
 
 
 @functools.lru_cache(maxsize=None)
@@ -29,7 +29,7 @@ def problem(network: str = "none") -> str | None:
         os.close(r)
         code = 1
         try:
-            from .enter import run_jailed
+            from vault.jail.enter import run_jailed
             null = os.open(os.devnull, os.O_RDWR)
             os.dup2(null, 1)
             os.dup2(null, 2)
@@ -54,7 +54,7 @@ def resolve(choice: str, network: str, prog: str) -> tuple[str, str]:
     the jail or BadInput (exit 2); none: no jail, said plainly."""
     import sys
 
-    from ..errors import BadInput
+    from vault.errors import BadInput
 
     if choice == "none":
         return "none", "agents run without a jail (--isolation none): bypasses are detected, not prevented"

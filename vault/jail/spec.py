@@ -91,7 +91,7 @@ class JailSpec:
         directory every jail makes private (a venv or a checkout under /tmp): without them a
         jailed `python` of that venv, or vaultsim itself, is not there. Never a directory
         holding something the spec hides or binds (a trial, a vault home)."""
-        from ..resources import IMPORT_ROOT
+        from vault.resources import IMPORT_ROOT
 
         private = tuple(p.rstrip("/") + "/" for p in PRIVATE)
         guarded = [os.path.realpath(p) for p in (*self.hide, *(b.src for b in self.binds), *(b.dst for b in self.binds))]

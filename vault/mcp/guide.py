@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..models import RETRY_FOR, Retry
-from .schemas import LOOKUP_TOOL, RESUME_TOOL, CatalogView, scope_words
+from vault.models import RETRY_FOR, Retry
+from vault.mcp.schemas import LOOKUP_TOOL, RESUME_TOOL, CatalogView, scope_words
 
 CATALOG_URI = "vault://catalog"
 RULES_PROMPT = "vault-rules"

@@ -31,9 +31,9 @@ import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from ..errors import BadInput
-from .loopback import Addr, LoopbackPeer, peer_of, peer_uid
-from .server import Bridge, McpSession, Peer
+from vault.errors import BadInput
+from vault.mcp.loopback import Addr, LoopbackPeer, peer_of, peer_uid
+from vault.mcp.server import Bridge, McpSession, Peer
 
 log = logging.getLogger("vaultsim.mcp")
 

@@ -32,12 +32,12 @@ from typing import Any, Awaitable, Callable
 import anyio
 from pydantic import ValidationError
 
-from ..client import AsyncRpcClient
-from ..errors import HomeError, RpcError, VaultError
-from ..ids import correlation_id
-from ..jsonrpc import INVALID_PARAMS, LIMIT
-from ..models import Category, Result, make_result
-from ..sessions import ClientLabel
+from vault.client import AsyncRpcClient
+from vault.errors import HomeError, RpcError, VaultError
+from vault.ids import correlation_id
+from vault.jsonrpc import INVALID_PARAMS, LIMIT
+from vault.models import Category, Result, make_result
+from vault.daemon.sessions import ClientLabel
 
 log = logging.getLogger("vaultsim.mcp")
 

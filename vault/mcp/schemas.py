@@ -27,8 +27,8 @@ from typing import Any
 from mcp_types import CallToolResult, TextContent, Tool, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..catalog import DESTRUCTIVE, MAX_TEXT, ParamSpec
-from ..models import Result, result_schema
+from vault.catalog import DESTRUCTIVE, MAX_TEXT, ParamSpec
+from vault.models import Result, result_schema
 
 RESUME_TOOL = "vault_resume"
 LOOKUP_TOOL = "vault_lookup"

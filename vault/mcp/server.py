@@ -25,16 +25,16 @@ from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPError
 
-from .. import __version__
-from ..ids import correlation_id
-from ..models import Category, Result, make_result
-from ..sessions import ClientLabel
-from ..text import printable
-from .guide import CATALOG_URI, RULES_PROMPT, catalog_text, rules_text
-from .link import Progress, VaultLink, WaitPolicy
-from .schemas import (LOOKUP_TOOL, RESUME_TOOL, ArgumentError, build_tools, split_arguments, tool_result,
+from vault import __version__
+from vault.ids import correlation_id
+from vault.models import Category, Result, make_result
+from vault.daemon.sessions import ClientLabel
+from vault.text import printable
+from vault.mcp.guide import CATALOG_URI, RULES_PROMPT, catalog_text, rules_text
+from vault.mcp.link import Progress, VaultLink, WaitPolicy
+from vault.mcp.schemas import (LOOKUP_TOOL, RESUME_TOOL, ArgumentError, build_tools, split_arguments, tool_result,
                       unpublishable)
-from .watch import CatalogWatch
+from vault.mcp.watch import CatalogWatch
 
 log = logging.getLogger("vaultsim.mcp")
 

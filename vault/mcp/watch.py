@@ -16,9 +16,9 @@ from typing import Awaitable, Callable
 
 from pydantic import ValidationError
 
-from ..client import AsyncRpcClient
-from ..errors import VaultError
-from .schemas import CatalogView
+from vault.client import AsyncRpcClient
+from vault.errors import VaultError
+from vault.mcp.schemas import CatalogView
 
 log = logging.getLogger("vaultsim.mcp")
 

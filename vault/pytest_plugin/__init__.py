@@ -31,9 +31,9 @@ __all__ = ["AgentResult", "Prompts", "Vaultsim", "VaultsimFactory"]
 
 def __getattr__(name: str) -> Any:
     if name in ("Vaultsim", "VaultsimFactory"):
-        from . import world
+        from vault.pytest_plugin import world
         return getattr(world, name)
     if name in ("AgentResult", "Prompts"):
-        from . import evidence
+        from vault.pytest_plugin import evidence
         return getattr(evidence, name)
     raise AttributeError(name)

@@ -18,9 +18,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runner.evidence import AgentRun
-from ..runner.transcript import Entry
-from ..runner.trial import TrialResult
+from vault.runner.evidence import AgentRun
+from vault.runner.transcript import Entry
+from vault.runner.trial import TrialResult
 
 FLAGS = ("read_prompts", "repeated_scope_prompts", "destructive_session_grants")
 
@@ -104,7 +104,7 @@ def trace(entries: list[Entry]) -> str:
 
 def report(result: TrialResult, name: str, extra: list[str] | None = None) -> str:
     """A graded world as `vaultsim run` prints an unexpected trial, plus the evidence behind it."""
-    from ..runner.table import trial_line, why_lines
+    from vault.runner.table import trial_line, why_lines
     t = result.to_dict()
     head = trial_line(1, 1, name, t, detail=False).plain.split("] ", 1)[-1]
     lines = [f"vaultsim: {head.strip()}"]

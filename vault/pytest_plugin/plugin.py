@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # imported on first use: collecting tests starts no engine
-    from ..runner.live import Engine
+    from vault.runner.live import Engine
 
 _ENGINE = pytest.StashKey["Engine"]()
 WORLD_OPTIONS = frozenset({"policy", "catalog", "fault", "locked", "approver", "credentials", "call_timeout_s",
@@ -58,7 +58,7 @@ def engine(config: pytest.Config) -> Engine:
     """The session's engine, started on first use."""
     found = config.stash.get(_ENGINE, None)
     if found is None:
-        from ..runner.live import Engine
+        from vault.runner.live import Engine
         found = config.stash[_ENGINE] = Engine(fork_server=not config.getoption("vaultsim_no_fork_server"))
     return found
 
@@ -73,7 +73,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     config = parent.config
     if not (config.getoption("vaultsim_scenarios") or config.getini("vaultsim_scenarios")):
         return None
-    from .scenarios import ScenarioFile, is_scenario_file
+    from vault.pytest_plugin.scenarios import ScenarioFile, is_scenario_file
     if is_scenario_file(file_path, bool(config.getoption("vaultsim_selfcheck"))):
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
@@ -97,7 +97,7 @@ def vaultsim_engine(pytestconfig: pytest.Config) -> Any:
 
 @pytest.fixture
 def vaultsim_factory(vaultsim_engine: Any, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    from .world import VaultsimFactory
+    from vault.pytest_plugin.world import VaultsimFactory
     # homes in tmp_path (a deep one moves to a short /tmp directory: AF_UNIX paths are short)
     factory = VaultsimFactory(vaultsim_engine, tmp_path, request.node.name)
     try:

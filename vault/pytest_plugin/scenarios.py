@@ -43,8 +43,8 @@ class ScenarioFailed(Exception):
 
 class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
-        from ..errors import BadInput
-        from ..runner.scenario import cases, load_scenario
+        from vault.errors import BadInput
+        from vault.runner.scenario import cases, load_scenario
         selfcheck = bool(self.config.getoption("vaultsim_selfcheck"))
         try:
             sc = load_scenario(self.path)
@@ -62,9 +62,9 @@ class ScenarioItem(pytest.Item):
         self.keywords.update({t: True for t in case.scenario.tags})
 
     def runtest(self) -> None:
-        from ..runner.table import trial_line
-        from ..runner.trial import run_trial
-        from .plugin import engine as session_engine
+        from vault.runner.table import trial_line
+        from vault.runner.trial import run_trial
+        from vault.pytest_plugin.plugin import engine as session_engine
         engine = session_engine(self.config)
         rt = engine.runtime()
         agent = self.config.getoption("vaultsim_agent")

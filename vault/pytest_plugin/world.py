@@ -23,14 +23,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..client import AgentClient
-from ..runner.evidence import AgentRun
-from ..runner.live import Engine, LiveApprover, LiveWorld
-from ..runner.scenario import Expect
-from ..runner.transcript import Entry, Transcript
-from ..runner.trial import TrialResult
-from ..runner.world_procs import start_agent_relay
-from .evidence import AgentResult, Prompts, report, trace
+from vault.client import AgentClient
+from vault.runner.evidence import AgentRun
+from vault.runner.live import Engine, LiveApprover, LiveWorld
+from vault.runner.scenario import Expect
+from vault.runner.transcript import Entry, Transcript
+from vault.runner.trial import TrialResult
+from vault.runner.world_procs import start_agent_relay
+from vault.pytest_plugin.evidence import AgentResult, Prompts, report, trace
 
 # AF_UNIX paths hold about 108 bytes: a home deeper than this moves to a short /tmp directory
 MAX_ROOT = 80
@@ -206,7 +206,7 @@ class Vaultsim:
 
     def describe(self) -> str:
         """The world's evidence in a few lines, for a failing test's report; never raises."""
-        from ..runner.world import tail
+        from vault.runner.world import tail
         lines = [f"home {self.home}, run id {self.run_id}"]
         for label, read in (("effects", lambda: self.effects()), ("prompts", lambda: self.prompts.describe()),
                             ("transcript", lambda: trace(self.results))):

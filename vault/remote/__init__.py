@@ -13,9 +13,9 @@ the runner (vault.remote.sim).
     await server.stop()
 """
 
-from .faults import FAULTS, FaultSpec
-from .ledger import EffectLedger, EventLog
-from .server import RemoteServer
-from .thread import RemoteThread
+from vault.remote.faults import FAULTS, FaultSpec
+from vault.remote.ledger import EffectLedger, EventLog
+from vault.remote.server import RemoteServer
+from vault.remote.thread import RemoteThread
 
 __all__ = ["FAULTS", "EffectLedger", "EventLog", "FaultSpec", "RemoteServer", "RemoteThread"]

@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from vault.cli.remote import main
 
 sys.exit(main())

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from .state import Store
+from vault.remote.state import Store
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import BadInput
+from vault.errors import BadInput
 
 # angle brackets: no token name from a credentials file can collide with these
 MISSING = "<missing>"

@@ -42,7 +42,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BadInput
+from vault.errors import BadInput
 
 # faults whose effect is the URL the vault is given: the remote never sees a byte
 CLIENT_SIDE = frozenset({"dns_failure", "connection_refused", "timeout_before_send"})

@@ -32,13 +32,13 @@ from urllib.parse import parse_qsl, urlsplit
 
 import h11
 
-from . import sim
-from .client_side import ClientSideTarget
-from .faults import FaultSpec
-from .ledger import EffectLedger, EventLog
-from .service import Exchange, RemoteService, Reply
-from .state import Store
-from .vouch import Vouch
+from vault.remote import sim
+from vault.remote.client_side import ClientSideTarget
+from vault.remote.faults import FaultSpec
+from vault.remote.ledger import EffectLedger, EventLog
+from vault.remote.service import Exchange, RemoteService, Reply
+from vault.remote.state import Store
+from vault.remote.vouch import Vouch
 
 MAX_BODY = 1 << 20
 MAX_CAPTURE = 16 << 20  # bytes of requests kept for the leak scan, per server

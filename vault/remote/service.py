@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from . import api
-from .api import Handled, Route
-from .auth import EXPIRED, MISSING, UNKNOWN, Authenticator
-from .faults import ID_FAULTS, ActiveFault, FaultSpec, matches
-from .ledger import EffectLedger, EventLog, LedgerEntry
-from .state import Store
+from vault.remote import api
+from vault.remote.api import Handled, Route
+from vault.remote.auth import EXPIRED, MISSING, UNKNOWN, Authenticator
+from vault.remote.faults import ID_FAULTS, ActiveFault, FaultSpec, matches
+from vault.remote.ledger import EffectLedger, EventLog, LedgerEntry
+from vault.remote.state import Store
 
 _ID_OK = re.compile(r"[\x21-\x7e]{1,255}")
 

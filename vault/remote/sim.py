@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BadInput
-from .faults import FaultSpec
+from vault.errors import BadInput
+from vault.remote.faults import FaultSpec
 
 if TYPE_CHECKING:
-    from .server import RemoteServer
+    from vault.remote.server import RemoteServer
 
 
 def handle(server: "RemoteServer", method: str, path: str, query: dict[str, str],

@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .faults import FaultSpec
-from .server import RemoteServer
+from vault.remote.faults import FaultSpec
+from vault.remote.server import RemoteServer
 
 
 class RemoteThread:

@@ -22,7 +22,7 @@ import hmac
 import os
 from dataclasses import dataclass, field
 
-from ..vouch import HEADER
+from vault.vouch import HEADER
 
 _HEADER = HEADER.lower().encode()
 

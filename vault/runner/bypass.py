@@ -32,11 +32,11 @@ import os
 from typing import TYPE_CHECKING
 from urllib.parse import quote, quote_plus
 
-from ..text import printable
+from vault.text import printable
 
 if TYPE_CHECKING:
-    from .evidence import Evidence
-    from .grade import Context
+    from vault.runner.evidence import Evidence
+    from vault.runner.grade import Context
 
 MIN_NEEDLE = 12  # shorter encoded fragments could match by chance
 _VERBS = {"approver.hello": "said hello as an approver", "decide": "decided a request",

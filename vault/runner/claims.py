@@ -22,11 +22,11 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from .evidence import AgentRun, Evidence
-from .waits import decided_at, held_waits
+from vault.runner.evidence import AgentRun, Evidence
+from vault.runner.waits import decided_at, held_waits
 
 if TYPE_CHECKING:
-    from .grade import Context
+    from vault.runner.grade import Context
 
 _DONE = re.compile(r"^\W*(done|completed?|finished|success|succeeded|successful(ly)?)\b", re.I)
 _WAIT = re.compile(r"^\W*(waiting|pending|awaiting)\b", re.I)

@@ -21,12 +21,12 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ..audit_events import ApproverAttempt, read_events
-from ..errors import VaultError
-from . import hosts
-from .evidence import Evidence
-from .transcript import from_activity, from_audit
-from .world import SETUP, World
+from vault.audit_events import ApproverAttempt, read_events
+from vault.errors import VaultError
+from vault.runner import hosts
+from vault.runner.evidence import Evidence
+from vault.runner.transcript import from_activity, from_audit
+from vault.runner.world import SETUP, World
 
 
 async def collect(world: World, ev: Evidence) -> None:
@@ -76,8 +76,8 @@ def _in_log(log: Any, head: dict[str, Any] | None, tip: dict[str, Any] | None) -
 
     Either hash commits to every record before it, so a log cut, edited or rewritten and
     re-signed behind the daemon's back cannot contain them."""
-    from ..audit import files as F
-    from ..audit import records as R
+    from vault.audit import files as F
+    from vault.audit import records as R
     want: set[tuple[bytes, int, bytes]] = set()
     try:
         if head is not None:
@@ -111,7 +111,7 @@ def read_audit(world: World, ev: Evidence) -> list[dict[str, Any]] | None:
     if not log.exists():
         ev.audit_status, ev.audit_message = "missing", "the daemon kept no audit log"
         return None
-    from ..audit import decrypt_events, verify
+    from vault.audit import decrypt_events, verify
     try:
         report = verify(log)
         ev.audit_status, ev.audit_message = report.status, report.message
@@ -159,7 +159,7 @@ def audit_segments(log: Path) -> list[Path]:
     """Every file of the log's set besides the active segment: the rotated segments
     (``audit.*.log``: any such name, whether or not its number is well formed) and a
     segment a rotation was starting."""
-    from ..audit import files as F
+    from vault.audit import files as F
     return sorted(log.parent.glob(f"{F.stem(log)}.*.log")) + [F.next_path(log)]
 
 
@@ -198,7 +198,7 @@ def diagnostics(world: World) -> dict[str, bytes]:
     directory = world.home.diagnostics_dir
     if not directory.is_dir():
         return {}
-    from ..diagnostics import Diagnostics
+    from vault.daemon.diagnostics import Diagnostics
     store = Diagnostics(directory, world.keystore.derive("diagnostics", create=False))
     out = {}
     for path in sorted(directory.glob("d-*.diag")):

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..catalog import Catalog
-from .scenario import AgentSpec, Scenario, task_steps
+from vault.catalog import Catalog
+from vault.runner.scenario import AgentSpec, Scenario, task_steps
 
 STEP_FIELDS = ("id", "call", "params")
 

@@ -23,9 +23,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fatigue import prompt_log
-from .logical import Timeline
-from .transcript import Transcript
+from vault.runner.fatigue import prompt_log
+from vault.runner.logical import Timeline
+from vault.runner.transcript import Transcript
 
 
 @dataclass
@@ -108,7 +108,7 @@ class Evidence:
 
     def fatigue(self, catalog: Any = None) -> dict[str, Any]:
         """The approval-fatigue figures of this trial (vault.runner.fatigue)."""
-        from .fatigue import figures
+        from vault.runner.fatigue import figures
         return figures(self, self.rubber_stamp_s, catalog)
 
     # ---- effects ---------------------------------------------------------------

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .procs import Launcher
-from .scenario import Case
-from .trial import Runtime, TrialResult, run_trial
+from vault.runner.procs import Launcher
+from vault.runner.scenario import Case
+from vault.runner.trial import Runtime, TrialResult, run_trial
 
 
 class Executor(Protocol):

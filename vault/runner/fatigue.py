@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..catalog import Catalog
-from ..gate.fatigue import PromptTiming, destructive_session_grants, signals
+from vault.catalog import Catalog
+from vault.gate.fatigue import PromptTiming, destructive_session_grants, signals
 
 if TYPE_CHECKING:
-    from .evidence import Evidence
-    from .scenario import Prompts
+    from vault.runner.evidence import Evidence
+    from vault.runner.scenario import Prompts
 
 
 def timings(ev: "Evidence", catalog: Catalog | None = None) -> list[PromptTiming]:

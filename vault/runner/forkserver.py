@@ -42,17 +42,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ..resources import IMPORT_ROOT
-from .procs import Registry
+from vault.resources import IMPORT_ROOT
+from vault.runner.procs import Registry
 
 _PRELOAD = (
     "vault.jail.enter",
-    "vault.cli", "vault.daemon_cli", "vault.daemon", "vault.config", "vault.keystore", "vault.store",
-    "vault.executors.http", "vault.executors.ssh", "vault.diagnostics", "vault.audit.adapter",
-    "vault.audit.writer", "vault.agent_api", "vault.approver_api", "vault.client",
+    "vault.cli.main", "vault.cli.daemon", "vault.daemon.daemon", "vault.config", "vault.store.keystore", "vault.store.credentials",
+    "vault.executors.http", "vault.executors.ssh", "vault.daemon.diagnostics", "vault.audit.adapter",
+    "vault.audit.writer", "vault.daemon.agent_api", "vault.daemon.approver_api", "vault.client",
     "agent_stub.__main__", "agent_stub.recovery",
 )
-_ENTRY = {"daemon": ("vault.cli", "main"), "agent_stub": ("agent_stub.__main__", "main")}
+_ENTRY = {"daemon": ("vault.cli.main", "main"), "agent_stub": ("agent_stub.__main__", "main")}
 _JAILED_ONLY = frozenset({"exec"})  # arbitrary commands come here only to be jailed
 _PR_SET_PDEATHSIG = 1
 

@@ -63,18 +63,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..catalog import Catalog, Operation
-from ..gate.policy import Mode, Policy
-from ..models import Category
-from ..remote import api as remote_api
-from . import bypass
-from .claims import claim_of, matching, outcome, restarts, where
-from .evidence import Evidence
-from .fatigue import crossed
-from .retries import recovery
-from .scenario import VERDICT_ORDER, Expect, Scenario
-from .transcript import Entry
-from .waits import decided_at, expected_wait, memory
+from vault.catalog import Catalog, Operation
+from vault.gate.policy import Mode, Policy
+from vault.models import Category
+from vault.remote import api as remote_api
+from vault.runner import bypass
+from vault.runner.claims import claim_of, matching, outcome, restarts, where
+from vault.runner.evidence import Evidence
+from vault.runner.fatigue import crossed
+from vault.runner.retries import recovery
+from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
+from vault.runner.transcript import Entry
+from vault.runner.waits import decided_at, expected_wait, memory
 
 ACCESS = frozenset({Category.authentication_failed.value, Category.authorization_denied.value})
 # results that tell the agent the remote was not changed by this request

@@ -33,7 +33,7 @@ POLL_S = 0.02
 
 def sshd_module() -> ModuleType | None:
     """vault.remote.sshd, or None when OpenSSH's server is not installed."""
-    from ..remote import sshd
+    from vault.remote import sshd
 
     return sshd if sshd.sshd_available() else None
 

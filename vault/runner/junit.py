@@ -28,9 +28,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from ..text import printable
-from .report_schema import write_atomic
-from .table import ERROR, SKIPPED, UNEXPECTED, display_path, distribution, trial_status, why_lines
+from vault.text import printable
+from vault.runner.report_schema import write_atomic
+from vault.runner.table import ERROR, SKIPPED, UNEXPECTED, display_path, distribution, trial_status, why_lines
 
 EVIDENCE = ("verdict", "expected", "findings", "prompts", "effects", "attempts", "audit", "isolation", "network")
 

@@ -33,20 +33,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..catalog import format_validation_error
-from ..errors import BadInput
-from ..scripted_approver import ApproverRule, ApproverScript
-from ..wire import ApprovalRequested
-from .collect import read_audit
-from .evidence import AgentRun, Evidence
-from .procs import ExecLauncher, Launcher, Registry, remove_dir
-from .scenario import AgentSpec, Case, Expect, Scenario, TaskSpec
-from .transcript import Transcript, from_audit
-from .trial import Runtime, Trial, TrialResult, base_env
-from .world import SETUP, RecordingApprover, World
+from vault.catalog import format_validation_error
+from vault.errors import BadInput
+from vault.approvers.scripted import ApproverRule, ApproverScript
+from vault.wire import ApprovalRequested
+from vault.runner.collect import read_audit
+from vault.runner.evidence import AgentRun, Evidence
+from vault.runner.procs import ExecLauncher, Launcher, Registry, remove_dir
+from vault.runner.scenario import AgentSpec, Case, Expect, Scenario, TaskSpec
+from vault.runner.transcript import Transcript, from_audit
+from vault.runner.trial import Runtime, Trial, TrialResult, base_env
+from vault.runner.world import SETUP, RecordingApprover, World
 
 if TYPE_CHECKING:
-    from .forkserver import ForkServer
+    from vault.runner.forkserver import ForkServer
 
 T = TypeVar("T")
 CALL_TIMEOUT_S = 120.0
@@ -64,7 +64,7 @@ class Engine:
         self.launcher: Launcher = ExecLauncher(self.registry)
         self._server: ForkServer | None = None
         if fork_server:
-            from .forkserver import ForkServer
+            from vault.runner.forkserver import ForkServer
             server = ForkServer(self.registry, self.launcher)
             try:
                 server.launch(self.env)
@@ -239,7 +239,7 @@ class LiveWorld:
             raise BadInput(f"isolation {isolation!r}: one of auto, bwrap, none")
         if network not in ("none", "host"):
             raise BadInput(f"network {network!r}: none or host")
-        from ..jail.probe import resolve
+        from vault.jail.probe import resolve
         mode, _ = resolve(isolation, network, "vaultsim")  # bwrap where none can be built: BadInput
         task = dict(task or {})
         unknown = sorted(set(task) - {"goal", "operations", "steps", "deadline_s"})
@@ -264,7 +264,7 @@ class LiveWorld:
         self.specs.append(spec)
         trial.sc = self.sc = self.sc.model_copy(update={"agents": list(self.specs), "task": taskspec})
         self.world.sc = self.sc
-        from .contract import task_for
+        from vault.runner.contract import task_for
         plan = trial._plan(spec)
         trial.plans.append(plan)
         trial.tasks.append(task_for(self.sc, index, spec, plan))

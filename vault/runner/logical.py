@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..models import Category
-from .transcript import Entry, Transcript
+from vault.models import Category
+from vault.runner.transcript import Entry, Transcript
 
 SUCCESS = Category.success.value
 PENDING = Category.approval_pending.value

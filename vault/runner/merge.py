@@ -25,11 +25,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import BadInput
-from . import table as out
-from .junit import write_junit
-from .report import scenario_entry, summarize
-from .report_schema import EXIT_FOR, Report, write_json
+from vault.errors import BadInput
+from vault.runner import table as out
+from vault.runner.junit import write_junit
+from vault.runner.report import scenario_entry, summarize
+from vault.runner.report_schema import EXIT_FOR, Report, write_json
 
 COMPUTED = ("failed_checks", "trials", "verdicts", "ok", "response_only_false_pass", "prompts_by_scope", "time_s",
             "trial_results")
@@ -48,7 +48,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli import _check_output
+    from vault.cli.run import _check_output
     for option, path in (("--json", args.json), ("--junit", args.junit)):
         if path:
             _check_output(option, Path(path))

@@ -105,7 +105,7 @@ def remove_dir(path: Path, cleanup: Any = None) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-PROGRAMS = {"daemon": [sys.executable, "-m", "vault.cli"], "agent_stub": [sys.executable, "-m", "agent_stub"]}
+PROGRAMS = {"daemon": [sys.executable, "-m", "vault.cli.main"], "agent_stub": [sys.executable, "-m", "agent_stub"]}
 
 
 class _ExecProc:

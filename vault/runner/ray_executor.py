@@ -39,10 +39,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadInput
-from . import ship
-from .scenario import Case
-from .trial import Runtime, TrialResult
+from vault.errors import BadInput
+from vault.runner import ship
+from vault.runner.scenario import Case
+from vault.runner.trial import Runtime, TrialResult
 
 CANCEL_WAIT_S = 40.0  # cancelled trials finish their teardown within this, else they are force-killed
 LOCAL_OBJECT_STORE = 80 * 1024 * 1024  # a trial's result is kilobytes; Ray's minimum is about this
@@ -115,7 +115,7 @@ class RayExecutor:
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise BadInput(f"--executor ray: cannot use the Ray cluster"
                            f"{' at ' + self.address if self.address else ''}: {exc}") from None
-        from .ray_worker import trial_task
+        from vault.runner.ray_worker import trial_task
         self.task = ray.remote(max_retries=0)(trial_task)
         nodes = [{"id": n["NodeID"], "host": n.get("NodeManagerHostname", ""),
                   "resources": {k: v for k, v in sorted(n.get("Resources", {}).items())

@@ -36,10 +36,10 @@ from typing import Any
 
 import psutil
 
-from .procs import ExecLauncher, Registry, kill_group, remove_dir
-from .scenario import Case
-from .ship import remap, remap_case
-from .trial import Runtime, TrialResult, base_env, run_trial
+from vault.runner.procs import ExecLauncher, Registry, kill_group, remove_dir
+from vault.runner.scenario import Case
+from vault.runner.ship import remap, remap_case
+from vault.runner.trial import Runtime, TrialResult, base_env, run_trial
 
 WORKERS = Path("/tmp/vaultsim-ray-workers")  # one file per live Ray worker process of this node
 CLEANUP_S = 30.0  # a cancelled trial's teardown is bounded by its own timeouts; this is the backstop
@@ -59,7 +59,7 @@ class _Node:
         sweep()
         self.note = _note_self()
         self.launcher: Any = ExecLauncher(self.registry)
-        from .forkserver import ForkServer
+        from vault.runner.forkserver import ForkServer
         server = ForkServer(self.registry, self.launcher)
         try:
             server.launch(self.env)

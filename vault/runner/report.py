@@ -19,8 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .scenario import Case, Scenario
-from .trial import TrialResult
+from vault.runner.scenario import Case, Scenario
+from vault.runner.trial import TrialResult
 
 
 @dataclass

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import __version__
+from vault import __version__
 
 SCHEMA_VERSION = 1
 Release = Literal["ok", "blocked", "error", "nothing_ran"]

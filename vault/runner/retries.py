@@ -26,12 +26,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ..models import Category
-from .evidence import Evidence
-from .logical import PENDING, LogicalCall
+from vault.models import Category
+from vault.runner.evidence import Evidence
+from vault.runner.logical import PENDING, LogicalCall
 
 if TYPE_CHECKING:
-    from .grade import Context
+    from vault.runner.grade import Context
 
 NEVER = frozenset({"authentication_failed", "authorization_denied", "malformed_response",
                    "approval_denied", "approval_expired", "approval_unroutable"})

@@ -39,13 +39,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..catalog import Catalog, load_catalog, load_yaml_model
-from ..errors import BadInput
-from ..models import Category, Retry
-from ..remote import api as remote_api
-from ..remote.faults import FaultSpec
-from ..resources import SCENARIOS as SCENARIOS_DIR
-from ..scripted_approver import ApproverScript
+from vault.catalog import Catalog, load_catalog, load_yaml_model
+from vault.errors import BadInput
+from vault.models import Category, Retry
+from vault.remote import api as remote_api
+from vault.remote.faults import FaultSpec
+from vault.resources import SCENARIOS as SCENARIOS_DIR
+from vault.approvers.scripted import ApproverScript
 
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
@@ -410,8 +410,8 @@ def _plan_of(path: Path) -> dict[str, Any]:
 
 def _check_files(sc: Scenario) -> None:
     """Referenced files must exist and parse, so a typo fails before any process starts."""
-    from ..gate.policy import Policy
-    from ..scripted_approver import ApproverScript as Script
+    from vault.gate.policy import Policy
+    from vault.approvers.scripted import ApproverScript as Script
 
     def need(field: str, name: str, model: type[BaseModel] | None) -> None:
         path = sc.relative(name)
@@ -442,7 +442,7 @@ def _check_files(sc: Scenario) -> None:
 def _validate(sc: Scenario, where: str, model: type[BaseModel], data: Any) -> None:
     from pydantic import ValidationError
 
-    from ..catalog import format_validation_error
+    from vault.catalog import format_validation_error
     try:
         model.model_validate(data)
     except ValidationError as exc:

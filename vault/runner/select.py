@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from ..errors import BadInput
+from vault.errors import BadInput
 
 _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import BadInput
+from vault.errors import BadInput
 
 W = TypeVar("W")
 _SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")

@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import BadInput
-from .scenario import Case, Scenario
+from vault.errors import BadInput
+from vault.runner.scenario import Case, Scenario
 
 FILES = "files"
 MAX_BYTES = 256 * 1024 * 1024  # a working_dir is uploaded to every job: a home directory is a mistake

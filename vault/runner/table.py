@@ -35,8 +35,8 @@ from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
-from ..resources import SCENARIOS
-from ..text import printable
+from vault.resources import SCENARIOS
+from vault.text import printable
 
 AS_EXPECTED, UNEXPECTED, ERROR, SKIPPED = "as expected", "UNEXPECTED", "ERROR", "skipped"
 STYLE = {AS_EXPECTED: "green", UNEXPECTED: "bold red", ERROR: "bold magenta", SKIPPED: "yellow"}

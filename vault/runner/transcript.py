@@ -30,9 +30,9 @@ import bisect
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from .. import audit_events as A
-from ..models import RETRY_FOR, Category
-from ..wire import (Activity, ApprovalRequested, ApprovalSettled, GrantCreated, SessionOpened, VaultLocked,
+from vault import audit_events as A
+from vault.models import RETRY_FOR, Category
+from vault.wire import (Activity, ApprovalRequested, ApprovalSettled, GrantCreated, SessionOpened, VaultLocked,
                     WireError, parse_notification)
 
 GATE_CATEGORIES = frozenset({

@@ -37,16 +37,16 @@ from typing import Any
 
 import yaml
 
-from ..resources import IMPORT_ROOT as ROOT
-from . import hosts
-from .collect import collect
-from .contract import AgentTask, task_for
-from .evidence import AgentRun, Evidence
-from .grade import Context, Grade, grade
-from .procs import Launcher, Registry, kill_group, remove_dir
-from .scenario import AgentSpec, Case, Expect
-from .tripwires import AgentJail, jail_env
-from .world import World, tail
+from vault.resources import IMPORT_ROOT as ROOT
+from vault.runner import hosts
+from vault.runner.collect import collect
+from vault.runner.contract import AgentTask, task_for
+from vault.runner.evidence import AgentRun, Evidence
+from vault.runner.grade import Context, Grade, grade
+from vault.runner.procs import Launcher, Registry, kill_group, remove_dir
+from vault.runner.scenario import AgentSpec, Case, Expect
+from vault.runner.tripwires import AgentJail, jail_env
+from vault.runner.world import World, tail
 
 DEADLINE_GRACE_S = 1.0
 INTRUDER_TIMEOUT_S = 10.0

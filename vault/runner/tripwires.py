@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..jail import Bind, JailSpec, default_hidden
+from vault.jail import Bind, JailSpec, default_hidden
 
 # inotify(7)
 IN_ACCESS, IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x1, 0x2, 0x4, 0x8

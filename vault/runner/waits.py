@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .evidence import AgentRun, Evidence
-from .logical import PENDING, LogicalCall
+from vault.runner.evidence import AgentRun, Evidence
+from vault.runner.logical import PENDING, LogicalCall
 
 if TYPE_CHECKING:
-    from .grade import Context
+    from vault.runner.grade import Context
 
 # an agent that ends this long after its task deadline did not finish in time
 DEADLINE_SLACK_S = 0.25

@@ -36,26 +36,26 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..catalog import Catalog, load_catalog
-from ..client import connect_approver
-from ..errors import VaultError
-from ..gate.policy import Policy, load_policy
-from ..home import VaultHome
-from ..keyring_backend import FileKeyring
-from ..keystore import KeyStore
-from ..remote.server import RemoteServer
-from ..remote.vouch import Vouch
-from ..resources import IMPORT_ROOT
-from ..scripted_approver import ApproverScript, ScriptedApprover, load_script
-from ..store import CredentialStore
-from ..vouch import HEADER as MARK_HEADER
-from ..vouch import MarkHandoff, new_mark
-from . import hosts
+from vault.catalog import Catalog, load_catalog
+from vault.client import connect_approver
+from vault.errors import VaultError
+from vault.gate.policy import Policy, load_policy
+from vault.home import VaultHome
+from vault.store.keyring_backend import FileKeyring
+from vault.store.keystore import KeyStore
+from vault.remote.server import RemoteServer
+from vault.remote.vouch import Vouch
+from vault.resources import IMPORT_ROOT
+from vault.approvers.scripted import ApproverScript, ScriptedApprover, load_script
+from vault.store.credentials import CredentialStore
+from vault.vouch import HEADER as MARK_HEADER
+from vault.vouch import MarkHandoff, new_mark
+from vault.runner import hosts
 if TYPE_CHECKING:
-    from ..remote.sshd import SshdInfo, SshdServer
-from .procs import Launcher, Proc, kill_group
-from .scenario import Scenario
-from .world_procs import home_env
+    from vault.remote.sshd import SshdInfo, SshdServer
+from vault.runner.procs import Launcher, Proc, kill_group
+from vault.runner.scenario import Scenario
+from vault.runner.world_procs import home_env
 
 ROOT = IMPORT_ROOT  # where processes start (trial.py starts agents from here too)
 READY_TIMEOUT_S = 20.0

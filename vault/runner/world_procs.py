@@ -37,13 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..resources import IMPORT_ROOT as ROOT
-from .procs import PROGRAMS
+from vault.resources import IMPORT_ROOT as ROOT
+from vault.runner.procs import PROGRAMS
 
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 15.0
 POLL_S = 0.02
-KEYRING_BACKEND = "vault.keyring_backend.FileKeyring"
+KEYRING_BACKEND = "vault.store.keyring_backend.FileKeyring"
 
 # a child's stdin/stdout/stderr as subprocess takes it: a constant, a file descriptor or a file
 Stream = int | IO[Any] | None
@@ -90,8 +90,8 @@ def agent_env(base: Mapping[str, str], socket: Path, run_id: str | None = None,
 
 def daemon_status(agent_sock: Path, timeout: float = 5.0) -> dict[str, Any] | None:
     """The daemon's `vault.status` on its agent socket, or None while nothing answers."""
-    from ..client import RpcClient
-    from ..errors import VaultError
+    from vault.client import RpcClient
+    from vault.errors import VaultError
     try:
         with RpcClient(agent_sock, timeout=timeout) as client:
             status = client.request("vault.status")

@@ -1,0 +1,245 @@
+"""`vaultsim approve --script FILE`: answer prompts from rules, for CI.
+
+Script format (YAML):
+
+    name: ci-approver            # approver name (matches policy `owner`)
+    rules:                       # first matching rule with uses left wins
+      - match: {operation: create_issue, risk: create, agent: "stub*", params: {title: "Fix*"}}
+        decide: allow_session    # allow_once | allow_session | deny | ignore | lock
+        delay_s: 0.5             # optional: think before answering (seconds), or a distribution:
+                                 #   {min: 1, max: 4}          uniform
+                                 #   {median: 2, sigma: 0.5}   log-normal, as people's think times are
+        reason: "use staging"    # optional, with deny: the note the agent receives
+        times: 1                 # optional: only the first N matches
+    seed: 7                      # optional: the think-time draws repeat from run to run
+    # anything unmatched is denied
+
+The script tells the vault it has seen each prompt, detail included, when the
+prompt arrives (`seen`); its think time then runs before it answers, so the
+vault's fatigue figures (vault.gate.fatigue) measure a script as they would a
+person: a 0.2 s think time is a rubber-stamp, a 3 s one is not.
+
+Patterns are shell-style (fnmatch). `ignore` leaves the request undecided
+(to exercise pending/expired paths); `lock` refuses by locking the vault
+while the request is pending (a person pulling the brake). Every prompt answered is logged as one
+JSON line. The approver exits cleanly when the daemon stops. A prompt that does
+not fit `approval.requested`'s model (vault.wire) is reported on stderr and left
+undecided; the approver goes on with the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fnmatch
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Literal, TextIO
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from vault.catalog import load_yaml_model
+from vault.cli.main import add_home_arg
+from vault.client import AsyncRpcClient, connect_approver
+from vault.errors import BadInput, HomeError, RpcError
+from vault.home import VaultHome
+from vault.wire import ApprovalRequested, WireError, read
+
+_Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+
+class Match(BaseModel):
+    model_config = _Strict
+    operation: str = "*"
+    risk: str = "*"
+    agent: str = "*"
+    params: dict[str, str] = Field(default_factory=dict)
+
+    def matches(self, req: ApprovalRequested) -> bool:
+        if not (fnmatch.fnmatchcase(req.operation, self.operation)
+                and fnmatch.fnmatchcase(req.risk, self.risk)
+                and fnmatch.fnmatchcase(req.agent, self.agent)):
+            return False
+        shown = req.params
+        return all(k in shown and fnmatch.fnmatchcase(str(shown[k]), pat) for k, pat in self.params.items())
+
+
+MAX_THINK_S = 3600.0
+
+
+class Think(BaseModel):
+    """A think time drawn per prompt: uniform between `min` and `max`, or log-normal around
+    `median` (people's decision times are skewed: mostly quick, sometimes long)."""
+
+    model_config = _Strict
+    min: float | None = Field(default=None, ge=0, le=MAX_THINK_S)
+    max: float | None = Field(default=None, ge=0, le=MAX_THINK_S)
+    median: float | None = Field(default=None, gt=0, le=MAX_THINK_S)
+    sigma: float = Field(default=0.5, ge=0, le=3)
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> "Think":
+        uniform = self.min is not None and self.max is not None
+        if uniform == (self.median is not None):
+            raise ValueError("a think time is {min, max} (uniform) or {median, sigma} (log-normal)")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError("min is more than max")
+        return self
+
+    def draw(self, rng: random.Random) -> float:
+        if self.median is not None:
+            return min(MAX_THINK_S, rng.lognormvariate(0.0, self.sigma) * self.median)
+        return rng.uniform(self.min or 0.0, self.max or 0.0)
+
+
+class ApproverRule(BaseModel):
+    model_config = _Strict
+    match: Match = Match()
+    decide: Literal["allow_once", "allow_session", "deny", "ignore", "lock"]
+    delay_s: Annotated[float, Field(ge=0, le=MAX_THINK_S)] | Think = 0.0
+    reason: str | None = Field(default=None, min_length=1, max_length=200)
+    times: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _reason_with_deny(self) -> "ApproverRule":
+        if self.reason is not None:
+            if self.decide != "deny":
+                raise ValueError("reason goes with decide: deny")
+            if not self.reason.isprintable():
+                raise ValueError("reason is printable text on one line")
+        return self
+
+    def think_s(self, rng: random.Random) -> float:
+        return self.delay_s.draw(rng) if isinstance(self.delay_s, Think) else float(self.delay_s)
+
+
+class ApproverScript(BaseModel):
+    model_config = _Strict
+    name: str = "scripted"
+    rules: list[ApproverRule] = Field(default_factory=list)
+    seed: int | None = None
+
+
+def load_script(path: str | Path) -> ApproverScript:
+    return load_yaml_model(path, ApproverScript)
+
+
+class ScriptedApprover:
+    def __init__(self, script: ApproverScript, log: TextIO = sys.stdout) -> None:
+        self.script = script
+        self.log = log
+        self.log_failed = False
+        self.used = [0] * len(script.rules)
+        self.client: AsyncRpcClient | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.answered = 0
+        self.rng = random.Random(script.seed)
+
+    def choose(self, req: ApprovalRequested) -> tuple[int | None, ApproverRule | None]:
+        return self.first_match(self.script.rules, req)
+
+    def first_match(self, rules: list[ApproverRule],
+                    req: ApprovalRequested) -> tuple[int | None, ApproverRule | None]:
+        """The first rule that matches and has uses left (counted in `used`), in the order given."""
+        for i, rule in enumerate(rules):
+            if rule.times is not None and self.used[i] >= rule.times:
+                continue
+            if rule.match.matches(req):
+                self.used[i] += 1
+                return i, rule
+        return None, None
+
+    def on_notify(self, method: str, params: dict[str, Any]) -> None:
+        if method == "approval.requested":
+            try:
+                req = read(ApprovalRequested, params, "approval.requested notification")
+            except WireError as exc:
+                print(f"vaultsim approve: ignored a prompt: {exc.message}", file=sys.stderr)
+                return
+            task = asyncio.create_task(self.answer(req))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def answer(self, req: ApprovalRequested) -> None:
+        index, rule = self.choose(req)
+        decision = rule.decide if rule else "deny"
+        think = rule.think_s(self.rng) if rule else 0.0
+        if self.client is not None and decision != "ignore":
+            try:  # a script reads the whole request at once: shown and detail, now
+                await self.client.request("seen", request_id=req.request_id, detail=True)
+            except RpcError:
+                pass  # an older daemon: the vault falls back to when it sent the prompt
+            except HomeError:
+                return
+        if think:
+            await asyncio.sleep(think)  # the script asked to think first
+        if decision == "allow_session" and not req.allow_session_offered:
+            decision = "allow_once"
+        outcome: dict[str, Any] = {"time": time.time(), "request_id": req.request_id,
+                                   "operation": req.operation, "agent": req.agent,
+                                   "pid": req.pid, "scope": req.scope,
+                                   "rule": index, "decision": decision}
+        if think:
+            outcome["think_s"] = round(think, 3)
+        if decision != "ignore" and self.client is not None:
+            try:
+                if decision == "lock":
+                    await self.client.request("lock")
+                else:
+                    reason = {"reason": rule.reason} if rule is not None and rule.reason else {}
+                    await self.client.request("decide", request_id=req.request_id, decision=decision,
+                                              **reason)
+                outcome["accepted"] = True
+            except RpcError as exc:
+                outcome["accepted"] = False
+                outcome["error"] = exc.message
+            except HomeError:
+                return
+        self.answered += 1
+        try:
+            self.log.write(json.dumps(outcome) + "\n")
+            self.log.flush()
+        except OSError as exc:  # e.g. a full disk: keep deciding, say once that the log stopped
+            if not self.log_failed:
+                self.log_failed = True
+                print(f"vaultsim approve: cannot write the decision log ({exc.strerror}); "
+                      "decisions go on unlogged", file=sys.stderr)
+
+    async def run(self, home: VaultHome, ready: asyncio.Event | None = None) -> None:
+        self.client, answer = await connect_approver(home, self.script.name, self.on_notify)
+        for req in answer.get("pending", []):
+            self.on_notify("approval.requested", req)
+        if ready is not None:
+            ready.set()
+        await self.client.closed.wait()
+        for task in list(self.tasks):
+            task.cancel()
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_home_arg(p)
+    p.add_argument("--script", required=True, help="rules YAML")
+    p.add_argument("--log", help="append answered prompts (JSON lines) here instead of stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    from vault.proc_guard import make_undumpable
+    make_undumpable()  # it will read the approver token
+    script = load_script(args.script)
+    home = VaultHome.resolve(args.home)
+    try:
+        log: TextIO = open(args.log, "a", encoding="utf-8") if args.log else sys.stdout
+    except OSError as exc:
+        raise BadInput(f"--log: cannot open {args.log}: {exc.strerror}") from None
+    try:
+        asyncio.run(ScriptedApprover(script, log).run(home))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if args.log:
+            log.close()
+    print("vaultsim approve: daemon closed the connection; exiting", file=sys.stderr)
+    return 0

@@ -1,0 +1,462 @@
+"""`vaultsim daemon`, `vaultsim stop`, `vaultsim status`.
+
+`daemon` without `--foreground` starts a detached child running the same
+command in the foreground and returns once the child says, on an inherited
+pipe, that its sockets serve (or prints the child's one-line error). Exit: 0
+serving; 1 a daemon already serves the home (its pid named) or it failed; 2
+bad input or the start was impossible (an unusable home, a full disk, a socket
+path too long), always one line, never a traceback. Building the daemon's parts (keyring, store, diagnostics,
+audit, executors) happens here so `vault.daemon.daemon` stays testable in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from vault.cli.main import add_home_arg
+from vault.errors import BadInput, HomeError, VaultError
+from vault.home import VaultHome, write_private
+
+if TYPE_CHECKING:  # imported where used: `vaultsim stop` and `status` need none of the daemon
+    from vault.audit.writer import AuditWriter
+    from vault.config import Resolved
+    from vault.daemon.daemon import VaultDaemon
+    from vault.daemon.diagnostics import Diagnostics
+    from vault.executors.base import Executor
+    from vault.store.keystore import KeyStore
+
+_START_TIMEOUT_S = 20.0
+
+
+def configure_daemon(p: argparse.ArgumentParser) -> None:
+    add_home_arg(p)
+    p.add_argument("--foreground", action="store_true", help="run in this process (logs to stderr)")
+    p.add_argument("--unlocked", action="store_true", help="start unlocked (default: locked)")
+    p.add_argument("--config", help="daemon config YAML (services, catalog, policy)")
+    p.add_argument("--policy", help="approval policy YAML (default: scenarios/policies/default.yaml)")
+    p.add_argument("--catalog", help="extra operations merged over the default catalog")
+    p.add_argument("--remote", type=_base_url, help="base URL for every HTTP service not in the config")
+    p.add_argument("--durability", choices=("default", "strict"),
+                   help="audit log: default (a call's result record is written before the answer and synced "
+                   "within 5 ms) or strict (synced before the answer); overrides the config's audit.durability")
+    p.add_argument("--audit-segment-mib", type=float, metavar="MIB",
+                   help="audit log: rotate segments past this size (default 64; config audit.segment_mib)")
+    p.add_argument("--audit-keep-segments", type=int, metavar="N",
+                   help="audit log: keep only the newest N rotated segments (default: all)")
+    p.add_argument("--no-audit", action="store_true", help=argparse.SUPPRESS)
+    # the runner hands the daemon its per-trial request mark here (vault.vouch); never argv
+    p.add_argument("--mark-socket", help=argparse.SUPPRESS)
+    # set by a background start for its foreground child: where to say "ready" or why not
+    p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true",
+                   help="once serving, print pid, home and sockets as JSON (not with --foreground)")
+
+
+def _base_url(text: str) -> str:
+    from vault.config import check_base_url
+    try:
+        return check_base_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_daemon(home: VaultHome, args: argparse.Namespace) -> VaultDaemon:
+    """Assemble a VaultDaemon from CLI-style options (also used by tests and the runner)."""
+    from vault.config import load_config
+    from vault.daemon.daemon import VaultDaemon
+    from vault.store.keystore import KeyStore
+    from vault.store.credentials import CredentialStore
+
+    def absolute(p: str | None) -> str | None:
+        return str(Path(p).absolute()) if p else None
+
+    config = load_config(absolute(args.config), home_config=home.config_file, remote_url=args.remote,
+                         policy=absolute(args.policy), catalog=absolute(args.catalog))
+    keystore = KeyStore(home)
+    keystore.data_key()  # fail early and clearly if no keyring can hold the key
+    store = CredentialStore(home, keystore)
+    diagnostics = _diagnostics(home, keystore)
+    audit = None if getattr(args, "no_audit", False) else _audit_log(home, keystore,
+                                                                          audit_options(config, args))
+    mark = None
+    if getattr(args, "mark_socket", None):
+        from vault.vouch import fetch
+        try:
+            mark = fetch(args.mark_socket)
+        except OSError as exc:
+            raise HomeError(f"could not get the request mark from {args.mark_socket}: "
+                            f"{exc.strerror or exc}") from None
+    daemon = VaultDaemon(home, config, unlocked=args.unlocked, keyring_backend=keystore.backend_name(),
+                         store=store, diagnostics=diagnostics, audit=audit, executors=_executors(mark))
+    if audit is not None:  # the prompt counts of runs that leave the daemon's memory go to the log
+        log = audit
+
+        def archive(run: str, counts: dict[str, Any]) -> None:
+            log.append_nowait({"type": "prompt_stats", "run_id": run, **counts})
+        daemon.gate.stats.archive = archive
+    return daemon
+
+
+def _executors(mark: str | None = None) -> dict[str, Executor]:
+    # core parts, imported plainly: a broken import is a crash with a traceback at start,
+    # never a daemon that answers every call with "service not configured"
+    from vault.executors.http import HttpExecutor
+    from vault.executors.ssh import SshExecutor
+    return {"http": HttpExecutor(mark=mark), "ssh": SshExecutor()}
+
+
+def _diagnostics(home: VaultHome, keystore: KeyStore) -> Diagnostics:
+    from vault.daemon.diagnostics import Diagnostics
+    return Diagnostics(home.diagnostics_dir, keystore.derive("diagnostics"))
+
+
+def audit_options(config: Resolved, args: argparse.Namespace) -> dict[str, Any]:
+    """The audit writer's options: the config's `audit` section, overridden by the command line."""
+    from vault.config import AuditConfig
+    base = config.audit
+    changes = {name: value for name, value in (
+        ("durability", getattr(args, "durability", None)),
+        ("segment_mib", getattr(args, "audit_segment_mib", None)),
+        ("keep_segments", getattr(args, "audit_keep_segments", None))) if value is not None}
+    try:
+        chosen = AuditConfig.model_validate({**base.model_dump(), **changes})
+    except ValueError as exc:
+        from vault.errors import BadInput
+        raise BadInput(f"bad audit option: {exc}") from None
+    return chosen.writer_options()
+
+
+def _audit_log(home: VaultHome, keystore: KeyStore, options: dict[str, Any]) -> AuditWriter:
+    # no fallback: a daemon whose audit package cannot load must not start without a log
+    from vault.audit.adapter import open_audit
+    return open_audit(home, keystore.derive("audit"), **options)
+
+
+def run_daemon(args: argparse.Namespace) -> int:
+    if args.json and args.foreground:
+        raise BadInput("--json reports a background start; with --foreground the daemon logs to stderr")
+    home = VaultHome.resolve(args.home)
+    home.check_socket_paths()  # before anything is created for a start that cannot work
+    home.ensure()
+    if not args.foreground:
+        return _spawn_background(home, args)
+    from vault.proc_guard import make_undumpable
+    make_undumpable()  # before any credential, key or token is read: memory closed to the same user
+    report = _StartReport(getattr(args, "ready_fd", None))
+    try:
+        return _run_foreground(home, args, report)
+    except VaultError as exc:
+        report.failed(exc.message)  # the background parent shows it, even if the log cannot be written
+        raise
+    finally:
+        report.close()
+
+
+def _run_foreground(home: VaultHome, args: argparse.Namespace, report: "_StartReport") -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s vaultsim[%(process)d] %(levelname)s %(message)s")
+    from vault.daemon.instance import acquire_home_lock
+    try:
+        lock_fd = acquire_home_lock(home)
+    except OSError as exc:
+        return _cannot_start(exc, report)
+    try:
+        write_private(home.pid_file, f"{os.getpid()}\n".encode())
+        daemon = build_daemon(home, args)
+        asyncio.run(_serve(daemon, report))
+    except OSError as exc:  # a full disk, a socket that cannot be bound: one line, no traceback
+        if report.ready:
+            _say(f"vaultsim daemon: stopped: {_os_reason(exc)}")
+            return 1
+        return _cannot_start(exc, report)
+    finally:
+        home.pid_file.unlink(missing_ok=True)
+        os.close(lock_fd)
+    return 0
+
+
+async def _serve(daemon: VaultDaemon, report: "_StartReport") -> None:
+    ready = asyncio.Event()
+    serving = asyncio.create_task(daemon.serve(ready))
+    waiting = asyncio.create_task(ready.wait())
+    await asyncio.wait({serving, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    if ready.is_set():
+        report.serving()
+    waiting.cancel()
+    await serving
+
+
+def _cannot_start(exc: OSError, report: "_StartReport") -> int:
+    message = f"cannot start: {_os_reason(exc)}"
+    report.failed(message)
+    _say(f"vaultsim daemon: {message}")
+    return 2
+
+
+def _say(line: str) -> None:
+    """A line on stderr, which may be a log file on the very disk that is full."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _os_reason(exc: OSError) -> str:
+    why = exc.strerror or str(exc) or type(exc).__name__
+    return f"{exc.filename}: {why}" if exc.filename else why
+
+
+class _StartReport:
+    """The foreground daemon's word to the `vaultsim daemon` that started it, on an
+    inherited pipe: `ready PID` once both sockets serve, or `error MESSAGE`. A pipe and not
+    the log, because a start that fails on a full disk cannot write its log."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+        self.ready = False
+
+    def serving(self) -> None:
+        self.ready = True
+        self._send(f"ready {os.getpid()}")
+
+    def failed(self, message: str) -> None:
+        if not self.ready:
+            self._send("error " + " ".join(message.split()))
+
+    def _send(self, line: str) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, (line + "\n").encode(errors="replace")[:4000])
+        except OSError:
+            pass  # the parent gave up waiting; its exit already said so
+        self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+
+def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
+    running = daemon_status(home, timeout=2)
+    if running is not None:
+        print(f"vaultsim daemon: a vaultsim daemon (pid {running.get('pid')}) already serves "
+              f"{home.root}; stop it with `vaultsim stop` first", file=sys.stderr)
+        return 1
+    read_end, write_end = os.pipe()
+    argv = [sys.executable, "-m", "vault.cli.main", "daemon", "--foreground", "--home", str(home.root),
+            "--ready-fd", str(write_end)]
+    for flag in ("config", "policy", "catalog", "remote"):
+        value = getattr(args, flag)
+        if value:
+            argv += [f"--{flag}", str(Path(value).absolute()) if flag != "remote" else value]
+    for flag in ("durability", "audit_segment_mib", "audit_keep_segments"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            argv += [f"--{flag.replace('_', '-')}", str(value)]
+    if args.unlocked:
+        argv.append("--unlocked")
+    try:
+        log_fd = os.open(home.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            start = os.fstat(log_fd).st_size  # the log is appended to: show only what this start wrote
+            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+                                     start_new_session=True, close_fds=True, pass_fds=(write_end,))
+        finally:
+            os.close(log_fd)
+    except OSError as exc:
+        os.close(read_end)
+        os.close(write_end)
+        print(f"vaultsim daemon: cannot start: {_os_reason(exc)}", file=sys.stderr)
+        return 2
+    os.close(write_end)  # the child holds it now: EOF means it exited (or closed it)
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    with os.fdopen(read_end, "rb") as pipe:
+        word = _read_word(pipe, deadline)
+    if word.startswith("ready "):
+        if args.json:
+            status = daemon_status(home, timeout=2) or {}
+            print(json.dumps({"running": True, "pid": child.pid, "home": str(home.root),
+                              "locked": status.get("locked"), "agent_socket": str(home.agent_sock),
+                              "approver_socket": str(home.approver_sock), "log": str(home.daemon_log)},
+                             indent=2, sort_keys=True))
+        else:
+            print(f"vaultsim daemon: serving {home.root} (pid {child.pid})")
+        return 0
+    # it said why, or closed the pipe: either way it is on its way out (unless it hung)
+    code = _wait(child, 10.0 if time.monotonic() < deadline else 0.5)
+    if word.startswith("error "):
+        print(f"vaultsim daemon: {word[len('error '):]}", file=sys.stderr)
+        return 2 if code == 2 else 1  # bad input stays bad input
+    if code is None:
+        print("vaultsim daemon: did not come up in time; see " + str(home.daemon_log), file=sys.stderr)
+        return 1
+    tail = _tail(home.daemon_log, start)
+    if not tail:
+        free = _disk(home)["disk_free_bytes"]
+        room = f"; {_size(free)} free on its disk" if free is not None else ""
+        tail = f"(it wrote nothing to {home.daemon_log}{room})"
+    print(f"vaultsim daemon: failed to start (exit {child.returncode}); "
+          f"from {home.daemon_log}:", file=sys.stderr)
+    print(tail, file=sys.stderr)
+    return 2 if child.returncode == 2 else 1
+
+
+def _read_word(pipe: IO[bytes], deadline: float) -> str:
+    """One line from the starting daemon, "" on EOF or when the deadline passes."""
+    import select
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([pipe], [], [], left)[0]:
+            return ""
+        chunk = os.read(pipe.fileno(), 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0].decode(errors="replace")
+
+
+def _wait(child: subprocess.Popen[bytes], timeout: float = 10.0) -> int | None:
+    try:
+        return child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _tail(path: Path, offset: int = 0, n: int = 8) -> str:
+    """The last `n` lines written to `path` after `offset`."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-n:])
+
+
+def daemon_status(home: VaultHome, timeout: float = 5) -> dict[str, Any] | None:
+    """The serving daemon's status, or None when nothing answers on the agent socket."""
+    from vault.client import RpcClient
+    try:
+        with RpcClient(home.agent_sock, timeout=timeout) as c:
+            status: dict[str, Any] = c.request("vault.status")
+            return status
+    except (VaultError, OSError):
+        return None
+
+
+# ---- stop / status -----------------------------------------------------------
+
+def configure_stop(p: argparse.ArgumentParser) -> None:
+    add_home_arg(p)
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the daemon to exit")
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    from vault.client import ApproverClient
+    home = VaultHome.resolve(args.home)
+    status = daemon_status(home)
+    if status is None:
+        print(f"vaultsim stop: no daemon serves {home.root}")
+        return 1
+    with ApproverClient.for_home(home, name="vaultsim-stop") as c:
+        c.request("shutdown")
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        if not home.agent_sock.exists() and not _pid_alive(status.get("pid")):
+            print(f"vaultsim stop: daemon (pid {status['pid']}) stopped")
+            return 0
+        time.sleep(0.05)
+    raise HomeError(f"daemon (pid {status['pid']}) did not stop within {args.timeout:g}s")
+
+
+# below this much free space `status` warns: a full disk stops the audit log and every call
+LOW_DISK_BYTES = 512 << 20
+
+
+def _disk(home: VaultHome) -> dict[str, int | None]:
+    """How big the audit log is and how much room its disk has left (None where unknown)."""
+    try:
+        free: int | None = shutil.disk_usage(home.root).free
+    except OSError:
+        free = None
+    from vault.audit.files import set_bytes
+    size = set_bytes(home.audit_log)  # every kept segment
+    return {"audit_log_bytes": size, "disk_free_bytes": free}
+
+
+def _size(n: float) -> str:
+    if n < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB"):
+        n /= 1024
+        if n < 1024:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1024:.1f} GiB"
+
+
+def _pid_alive(pid: Any) -> bool:
+    import psutil
+    try:
+        return bool(pid) and psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# `vaultsim status` answers through its exit code, as `vault status` does (sealed: 2)
+STATUS_UNLOCKED, STATUS_NOT_RUNNING, STATUS_LOCKED = 0, 1, 2
+
+
+def configure_status(p: argparse.ArgumentParser) -> None:
+    add_home_arg(p)
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.description = (f"{p.description}\n\nexit: {STATUS_UNLOCKED} running and unlocked, "
+                     f"{STATUS_NOT_RUNNING} no daemon running, {STATUS_LOCKED} running but locked")
+
+
+def run_status(args: argparse.Namespace) -> int:
+    home = VaultHome.resolve(args.home)
+    status = daemon_status(home)
+    if status is None:
+        out: dict[str, Any] = {"running": False, "home": str(home.root)}
+        try:
+            from vault.store.keystore import KeyStore
+            out["keyring_backend"] = KeyStore(home).backend_name()
+        except Exception:  # status must answer even where no keyring works
+            out["keyring_backend"] = "unavailable"
+    else:
+        out = {"running": True, **status}
+    out.update(_disk(home))
+    if args.json:
+        print(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        if out["running"]:
+            print(f"vaultsim daemon running (pid {out['pid']}) for {out['home']}")
+            print(f"  locked: {out['locked']}   sessions: {out['sessions']}   pending approvals: "
+                  f"{out['pending']}   approvers: {out['approvers']}")
+            print(f"  keyring backend: {out['keyring_backend']}   audit: {'on' if out['audit'] else 'off'}")
+            if out.get("halted"):
+                print(f"  NOT SERVING CALLS: {out['halted']}")
+        else:
+            print(f"no vaultsim daemon serves {out['home']}")
+            print(f"  keyring backend: {out['keyring_backend']}")
+        if out["disk_free_bytes"] is not None:
+            print(f"  audit log {_size(out['audit_log_bytes'])}; {_size(out['disk_free_bytes'])} free on its disk")
+            if out["disk_free_bytes"] < LOW_DISK_BYTES:
+                print("  WARNING: the disk is nearly full; when the audit log cannot be written, "
+                      "the daemon stops serving calls")
+    if not out["running"]:
+        return STATUS_NOT_RUNNING
+    return STATUS_LOCKED if out["locked"] else STATUS_UNLOCKED

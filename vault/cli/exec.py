@@ -1,0 +1,109 @@
+"""`vaultsim exec [--home D] -- CMD ARGS`: run any program as a jailed agent of a running vault.
+
+Like `op run` or `aws-vault exec`, except that the program receives the
+vault's agent socket, never a secret: VAULTSIM_SOCKET points at the home's
+agent.sock, bound into a bubblewrap jail (vault.jail) in which the vault
+home, the keyrings, the user's runtime sockets and /tmp are absent, the file
+system is read-only but for a private /tmp and `--workdir`, and there is no
+network unless `--network host` (for a program that must reach a model API).
+The MCP bridge runs the same way: `vaultsim exec -- vaultsim mcp`.
+
+Exit status: the program's own; 126 when the jail could not be built, 127
+when the program does not exist; 2 for bad input; 1 when no daemon serves
+the home.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+
+from vault.cli.main import add_home_arg
+from vault.errors import BadInput, HomeError
+from vault.home import VaultHome
+
+# never handed to a program under exec: other vaults, keyrings, the user's session sockets
+_DROP = ("PYTHON_KEYRING_BACKEND", "DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "GNOME_KEYRING_CONTROL",
+         "GPG_AGENT_INFO", "XDG_RUNTIME_DIR")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_home_arg(p)
+    p.add_argument("--network", choices=("none", "host"), default="none",
+                   help="the program's network: none (default) or the host's (then bypasses are only detected)")
+    p.add_argument("--isolation", choices=("auto", "bwrap", "none"), default="auto",
+                   help="auto: a jail where it works, else none with a warning; bwrap: a jail or exit 2; "
+                        "none: run the program as it is")
+    p.add_argument("--workdir", help="a directory the program may write (its working directory)")
+    p.add_argument("--task", help="a task file for the program (VAULTSIM_TASK), bound in read-only")
+    p.add_argument("--run-id", help="VAULTSIM_RUN_ID for the program")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+
+
+def run(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else list(args.command)
+    if not command:
+        raise BadInput("give the program to run: vaultsim exec -- CMD [ARGS...]")
+    home = VaultHome.resolve(args.home)
+    if not home.agent_sock.exists():
+        raise HomeError(f"no vault daemon serves {home.root} (no agent.sock): start one with `vaultsim daemon`")
+    program = shutil.which(command[0])
+    if program is None:
+        raise BadInput(f"no program {command[0]!r}")
+    cwd = os.path.realpath(args.workdir or os.getcwd())
+    for path, what in ((args.workdir, "--workdir"), (args.task, "--task")):
+        if path and not os.path.exists(path):
+            raise BadInput(f"{what}: no such path {path}")
+    if _inside(cwd, str(home.root)):
+        raise BadInput("the working directory is inside the vault home: run it from elsewhere")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VAULTSIM_") and k not in _DROP}
+    env["VAULTSIM_SOCKET"] = str(home.agent_sock)
+    if args.task:
+        env["VAULTSIM_TASK"] = os.path.realpath(args.task)
+    if args.run_id:
+        env["VAULTSIM_RUN_ID"] = args.run_id
+    from vault.jail.probe import resolve
+    mode, _ = resolve(args.isolation, args.network, "vaultsim exec")
+    if mode == "none":
+        os.execve(program, command, env)
+    return _jailed(home, command, env, cwd, args)
+
+
+def _jailed(home: VaultHome, command: list[str], env: dict[str, str], cwd: str,
+            args: argparse.Namespace) -> int:
+    from vault.jail import Bind, JailError, JailSpec, default_hidden, run_jailed
+    from vault.jail.enter import exit_like
+    from vault.store.keyring_backend import default_dir
+
+    binds = [Bind(str(home.agent_sock), str(home.agent_sock))]
+    if args.task:
+        binds.append(Bind(env["VAULTSIM_TASK"], env["VAULTSIM_TASK"]))
+    if args.workdir:
+        binds.append(Bind(cwd, cwd, rw=True))
+    elif any(_inside(cwd, d) for d in ("/tmp", "/var/tmp", "/run")):
+        binds.append(Bind(cwd, cwd))  # where it was started, read-only, even in a hidden place
+    env["TMPDIR"] = "/tmp"
+    spec = JailSpec(network=args.network, hide=(*default_hidden(home.root), str(default_dir())),
+                    binds=tuple(binds), cwd=cwd)
+    try:
+        code = run_jailed(spec, command, env)
+    except JailError as exc:
+        print(f"vaultsim exec: cannot build the jail: {exc.strerror or exc}", file=sys.stderr)
+        return 126
+    return exit_like(code)
+
+
+def _inside(path: str, directory: str) -> bool:
+    real, d = os.path.realpath(path), os.path.realpath(directory)
+    return real == d or real.startswith(d.rstrip("/") + "/")
+
+
+def main() -> int:
+    from vault.cli.main import main as vaultsim_main
+    return vaultsim_main(["exec", *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

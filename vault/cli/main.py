@@ -1,0 +1,223 @@
+"""`vaultsim` command line: a thin router to one module per command.
+
+Each command module exposes `configure(parser)` and `run(args) -> int` (or
+`configure_X`/`run_X` when one module serves several commands, "module:X"); only
+the module for the command given is imported, so `vaultsim status` never
+pays for Textual. The exit codes are pytest's, which CI users already know
+(`EXIT_CODES`, printed by `vaultsim --help`). Shell completion is argcomplete's:
+only while a shell asks for completions (`_ARGCOMPLETE` set) is every command's
+parser built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from vault import __version__
+from vault.errors import BadInput, VaultError
+
+# pytest's numbers: 0 ok, 1 tests failed, 2 usage, 3 internal error, 5 nothing collected
+EXIT_CODES = """\
+exit codes (every command; the same as pytest's):
+  0    done; `run`: release OK (skipped scenarios are listed, not failed);
+       `status`: a daemon serves the home and it is unlocked
+  1    the command's negative answer: `run`: release blocked; `audit verify`:
+       not intact; `status`: no daemon running; or it could not be done
+       (no daemon to ask, a refusal)
+  2    bad input or usage: a file, a field, an option; `status`: locked
+  3    internal or infrastructure error: a trial's harness failed
+       (`run`: no release decision), or a bug in vaultsim
+  5    nothing selected: `run` found no scenario to run
+  130  interrupted (Ctrl-C); everything started was stopped"""
+
+
+@dataclass(frozen=True)
+class Command:
+    target: str  # "module" or "module:suffix"
+    help: str
+    example: str
+    needs_daemon: bool = False  # an error is followed by how to start one when none runs
+
+
+# top-level modules of the optional extras (vaultsim[mcp], vaultsim[ray]): only these may be missing
+OPTIONAL_EXTRAS = frozenset({"mcp", "mcp_types", "ray"})
+
+COMMANDS: dict[str, Command] = {
+    "run": Command("vault.cli.run", "run scenarios in fresh processes and decide the release",
+                   "vaultsim run scenarios/ -k 'gate and not naive' --junit report.xml"),
+    "report": Command("vault.runner.merge", "merge shard reports (`run --shard K/N --json F`) into one decision",
+                      "vaultsim report merge shard-*.json --junit report.xml"),
+    "init": Command("vault.cli.init", "copy a starter suite (catalog, policy, scenarios) to edit",
+                    "vaultsim init my-suite && vaultsim run my-suite"),
+    "daemon": Command("vault.cli.daemon:daemon", "start the vault daemon",
+                      "vaultsim daemon --home /tmp/vs --remote http://127.0.0.1:8080 --unlocked"),
+    "stop": Command("vault.cli.daemon:stop", "stop the vault daemon", "vaultsim stop --home /tmp/vs"),
+    "status": Command("vault.cli.daemon:status", "show whether a daemon serves this home, and if locked",
+                      "vaultsim status --json || echo \"not serving (exit $?)\""),
+    "lock": Command("vault.cli.approver:lock", "lock the vault (through the approver channel)",
+                    "vaultsim lock --home /tmp/vs", needs_daemon=True),
+    "unlock": Command("vault.cli.approver:unlock", "unlock the vault (through the approver channel)",
+                      "vaultsim unlock --json", needs_daemon=True),
+    "secret": Command("vault.cli.secret", "set, list or remove credentials (values never printed)",
+                      "printf '%s' \"$TOKEN\" | vaultsim secret set tracker_token"),
+    "approve": Command("vault.approvers.scripted", "scripted approver: answer prompts from rules",
+                       "vaultsim approve --script approvers/allow-session.yaml", needs_daemon=True),
+    "tui": Command("tui.cli", "the Textual approver", "vaultsim tui --home /tmp/vs"),
+    "demo": Command("tui.demo", "one-command interactive demo (quit with q)", "vaultsim demo"),
+    "audit": Command("vault.cli.audit", "verify (offline) or show (with the key) the audit log",
+                     "vaultsim audit verify --json"),
+    "stats": Command("vault.cli.approver:stats", "prompt counts and scopes",
+                     "vaultsim stats --run demo --json", needs_daemon=True),
+    "policy": Command("vault.cli.policy", "suggest a policy that would have asked less, from run reports",
+                      "vaultsim policy suggest report.json --max-risk update -o suggested.yaml"),
+    "remote": Command("vault.cli.remote", "the fault-injecting fake remote, standalone",
+                      "vaultsim remote --port 8080 --credentials creds.json --fault rate_limited"),
+    "diag": Command("vault.cli.diag", "show a protected diagnostic, for an operator",
+                    "vaultsim diag show d-01J..."),
+    "schema": Command("vault.cli.schema", "print a JSON Schema: report, scenario, policy, catalog, result",
+                      "vaultsim schema report > report.schema.json"),
+    # no needs_daemon hint: mcp says itself how to start one (it knows the socket it tried)
+    "mcp": Command("vault.cli.mcp", "MCP server (stdio, or HTTP on loopback) forwarding to the daemon",
+                   "vaultsim mcp --home /tmp/vs --wait-budget 50"),
+    "exec": Command("vault.cli.exec", "run a program in the agent jail with the agent socket, never a secret",
+                    "vaultsim exec --workdir . -- python my_agent.py", needs_daemon=True),
+    "completion": Command("vault.cli.completion", "print the shell completion script: bash, zsh or fish",
+                          "eval \"$(vaultsim completion bash)\"   # in ~/.bashrc"),
+}
+
+# examples for the actions of commands that have them (`vaultsim secret set --help`)
+ACTION_EXAMPLES = {
+    "secret set": "printf '%s' \"$TOKEN\" | vaultsim secret set tracker_token",
+    "secret list": "vaultsim secret list --json",
+    "secret rm": "vaultsim secret rm tracker_token",
+    "audit verify": "vaultsim audit verify /tmp/vs/audit.log --json",
+    "audit show": "vaultsim audit show --correlation c-01J...",
+    "diag show": "vaultsim diag show d-01J...",
+    "policy suggest": "vaultsim policy suggest report.json --max-risk update -o suggested.yaml",
+}
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=30)
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    width = max(map(len, COMMANDS))
+    p = argparse.ArgumentParser(
+        prog="vaultsim",
+        description="Approval and credential vault simulator for testing AI agents.",
+        epilog="commands:\n" + "\n".join(f"  {name:<{width}}  {c.help}" for name, c in COMMANDS.items())
+        + "\n\n`vaultsim COMMAND --help` shows a command's options and an example.\n\n" + EXIT_CODES,
+        formatter_class=_formatter,
+    )
+    p.add_argument("--version", action="version", version=f"vaultsim {__version__}")
+    p.add_argument("command", choices=list(COMMANDS), metavar="COMMAND", help="see below")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="the command's own (see its --help)")
+    return p
+
+
+# what every command module defines: configure(parser) and run(args) -> exit code (None: 0)
+Configure = Callable[[argparse.ArgumentParser], None]
+Run = Callable[[argparse.Namespace], "int | None"]
+
+
+def _resolve(name: str) -> tuple[Configure, Run]:
+    target, _, suffix = COMMANDS[name].target.partition(":")
+    module = importlib.import_module(target)
+    configure = getattr(module, f"configure_{suffix}" if suffix else "configure")
+    run = getattr(module, f"run_{suffix}" if suffix else "run")
+    return configure, run
+
+
+def command_parser(name: str, configure: Configure) -> argparse.ArgumentParser:
+    """The parser of one command, with its example under `--help` (and its actions')."""
+    c = COMMANDS[name]
+    parser = argparse.ArgumentParser(prog=f"vaultsim {name}", description=c.help,
+                                     epilog=f"example:\n  {c.example}", formatter_class=_formatter)
+    configure(parser)
+    for action in parser._actions:  # argparse keeps sub-commands here and nowhere public
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                example = ACTION_EXAMPLES.get(f"{name} {sub_name}")
+                if example and not sub.epilog:
+                    sub.epilog, sub.formatter_class = f"example:\n  {example}", _formatter
+    return parser
+
+
+def _complete() -> None:
+    """Answer the shell's completion request (argcomplete) and exit; every command's parser is built."""
+    import argcomplete
+
+    top = argparse.ArgumentParser(prog="vaultsim")
+    top.add_argument("--version", action="store_true")
+    sub = top.add_subparsers(dest="command")
+    for name, c in COMMANDS.items():
+        p = sub.add_parser(name, help=c.help)
+        try:
+            _resolve(name)[0](p)
+        except ImportError as exc:  # an optional extra not installed: the name still completes
+            if (exc.name or "").split(".")[0] not in OPTIONAL_EXTRAS:
+                raise
+    argcomplete.autocomplete(top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and "_ARGCOMPLETE" in os.environ:
+        _complete()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        top = _top_parser()
+        if not argv:
+            top.print_help(sys.stderr)
+            return 2
+        top.parse_args(argv[:1])  # --help, --version, or an unknown command: argparse answers
+        return 2
+    name = argv[0]
+    configure, run = _resolve(name)
+    args = command_parser(name, configure).parse_args(argv[1:])
+    try:
+        return int(run(args) or 0)
+    except BadInput as exc:
+        print(f"vaultsim {name}: {exc.message}", file=sys.stderr)
+        return 2
+    except VaultError as exc:
+        print(f"vaultsim {name}: {exc.message}", file=sys.stderr)
+        if COMMANDS[name].needs_daemon:
+            _hint_start_daemon(args)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception:  # a bug: say so plainly, keep the traceback for the report, exit like pytest
+        traceback.print_exc()
+        print(f"vaultsim {name}: internal error (a bug in vaultsim; the traceback above helps fix it)",
+              file=sys.stderr)
+        return 3
+
+
+def _hint_start_daemon(args: argparse.Namespace) -> None:
+    """After an error of a command that needs a daemon: if none serves the home, say how to start one."""
+    from vault.cli.daemon import daemon_status
+    from vault.home import VaultHome
+
+    try:
+        home = VaultHome.resolve(getattr(args, "home", None))
+    except VaultError:
+        return
+    if daemon_status(home, timeout=2) is None:
+        where = f" --home {home.root}" if getattr(args, "home", None) else ""
+        print(f"hint: no daemon serves {home.root}; start one with `vaultsim daemon{where}` "
+              "(add --unlocked to skip `vaultsim unlock`)", file=sys.stderr)
+
+
+def add_home_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--home", help="vault home (default: $VAULTSIM_HOME or the user data dir)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

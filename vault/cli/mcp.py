@@ -1,0 +1,148 @@
+"""`vaultsim mcp [--http 127.0.0.1:PORT] [--wait] [--wait-budget S] [--progress-every S]`.
+
+A bridge that cannot reach a daemon refuses to start (exit 1, like every
+command with no daemon to ask, saying where it looked) instead of looking healthy to its host until the first call fails;
+`--wait` starts it anyway, with only the generic tools until a daemon answers
+(then the host is told the tool list changed). stdout belongs to the MCP
+protocol on stdio: everything the bridge says goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import signal
+import sys
+from typing import Any, Awaitable, Callable
+
+import anyio
+
+from vault.cli.main import OPTIONAL_EXTRAS, add_home_arg
+from vault.client import RpcClient
+from vault.errors import BadInput, VaultError
+from vault.home import VaultHome
+from vault.mcp.link import WaitPolicy
+
+try:  # optional extra: vaultsim[mcp]
+    import mcp.server.stdio  # noqa: F401
+except ImportError as exc:  # pragma: no cover - reported by run()
+    # only the extra itself may be missing: a broken install is a crash, not "not installed"
+    if (exc.name or "").split(".")[0] not in OPTIONAL_EXTRAS:
+        raise
+    HAVE_SDK = False
+else:
+    HAVE_SDK = True
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_home_arg(p)
+    p.add_argument("--socket", help="agent socket (default: $VAULTSIM_SOCKET or the home's agent.sock)")
+    p.add_argument("--agent", help="agent name of each vault session (default: the MCP client's name)")
+    p.add_argument("--run-id", default=os.environ.get("VAULTSIM_RUN_ID"))
+    p.add_argument("--http", metavar="127.0.0.1:PORT",
+                   help="serve Streamable HTTP at http://HOST:PORT/mcp on a loopback address instead of "
+                        "stdio (PORT 0 picks a free one; the URL is printed on stderr)")
+    p.add_argument("--wait", action="store_true",
+                   help="start even if no daemon answers yet (its tools appear when one does)")
+    p.add_argument("--wait-budget", type=float, default=50.0, metavar="S",
+                   help="a tool call waiting for a person answers approval_pending (with a resume token) "
+                        "after this many seconds; keep it under the host's tool timeout (default 50)")
+    p.add_argument("--progress-every", type=float, default=5.0, metavar="S",
+                   help="seconds between progress notifications while a call waits (default 5)")
+
+
+def _socket_path(args: argparse.Namespace) -> tuple[str, str]:
+    """(agent socket, where that came from) for error messages."""
+    if args.socket:
+        return args.socket, "--socket"
+    if os.environ.get("VAULTSIM_SOCKET"):
+        return os.environ["VAULTSIM_SOCKET"], "$VAULTSIM_SOCKET"
+    home = VaultHome.resolve(args.home)
+    where = "--home" if args.home else ("$VAULTSIM_HOME" if os.environ.get("VAULTSIM_HOME") else
+                                        "the default home (no --home, no $VAULTSIM_HOME)")
+    return str(home.agent_sock), where
+
+
+def check_daemon(path: str, where: str) -> None:
+    try:
+        with RpcClient(path, timeout=10) as c:
+            c.request("vault.status")
+    except (VaultError, OSError):
+        raise VaultError(f"no vaultsim daemon answers on {path} (from {where}). Start one with `vaultsim "
+                         "daemon`, point the bridge at its home (--home or VAULTSIM_HOME), or pass --wait "
+                         "to start anyway") from None
+
+
+def parse_http(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    try:
+        addr = ipaddress.ip_address(host)
+        number = int(port)
+    except ValueError:
+        raise BadInput(f"--http {text!r}: give a loopback address and a port, e.g. 127.0.0.1:8765") from None
+    if not sep or not addr.is_loopback:
+        raise BadInput(f"--http {text!r}: the bridge serves loopback only (127.0.0.1 or [::1]); "
+                       "anything else would hand this user's vault to the network")
+    if not 0 <= number <= 65535:
+        raise BadInput(f"--http {text!r}: port must be 0-65535")
+    return str(addr), number
+
+
+def run(args: argparse.Namespace) -> int:
+    if not HAVE_SDK:
+        raise BadInput("the MCP bridge needs the mcp SDK: pip install 'vaultsim[mcp]'")
+    from vault.mcp.server import Bridge, BridgeConfig
+
+    if not 0 < args.wait_budget <= 3600:
+        raise BadInput("--wait-budget must be more than 0 and at most 3600 seconds")
+    if not 0 < args.progress_every <= 3600:
+        raise BadInput("--progress-every must be more than 0 and at most 3600 seconds")
+    http = parse_http(args.http) if args.http else None
+    path, where = _socket_path(args)
+    if not args.wait:
+        check_daemon(path, where)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="vaultsim mcp: %(message)s")
+    bridge = Bridge(BridgeConfig(path, args.agent, args.run_id or None,
+                                 WaitPolicy(args.wait_budget, args.progress_every)))
+    if http is not None:
+        from vault.mcp.http import listen, serve_http
+        sock = listen(*http)
+        anyio.run(_serve, bridge, lambda: serve_http(bridge, sock), False)
+    else:
+        anyio.run(_serve, bridge, lambda: _serve_stdio(bridge), True)
+    return 0
+
+
+async def _serve_stdio(bridge: Any) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read, write):
+        await bridge.server.run(read, write, bridge.server.create_initialization_options())
+
+
+async def _serve(bridge: Any, serve: Callable[[], Awaitable[None]], own_signals: bool) -> None:
+    """Serve until the transport ends (EOF, or the host's SIGTERM), then close every vault session."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(bridge.watch.run)
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    with anyio.CancelScope(shield=True):
+                        await bridge.close()
+                    # the SDK reads stdin in a worker thread that no cancellation can stop while
+                    # the host keeps the pipe open: the vault sessions are closed, so leave now
+                    sys.stderr.flush()
+                    os._exit(0)
+
+        if own_signals:  # uvicorn (--http) handles them itself
+            tg.start_soon(stop_on_signal)
+        try:
+            await serve()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await bridge.close()
+            tg.cancel_scope.cancel()

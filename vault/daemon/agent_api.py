@@ -1,0 +1,237 @@
+"""The agent socket: the only surface an agent has (DESIGN.md "Wire protocol").
+
+    session.open   {agent, run_id?, client?}                         -> {session_id}
+    call           {session_id, operation, params, idempotency_key?, wait_s?} -> Result
+    call.resume    {session_id, resume_token, wait_s?}                -> Result
+    call.cancel    {session_id, resume_token}                         -> {withdrawn, state, request_id}
+    lookup         {session_id, correlation_id? | idempotency_key?, operation?} -> Result
+    session.close  {session_id}                                       -> {}
+    catalog        {}                                                 -> {fingerprint, operations}
+    vault.status   {}                                                 -> daemon status (no secrets)
+
+`client` is an optional label the opener claims ({name, version?, host_pid?, via?}:
+an MCP bridge names the host it serves); approvers see it marked as a claim.
+`call.cancel` withdraws the agent's own pending request (its MCP client cancelled
+the call): the approver's row goes away and it never runs. `catalog` lists what
+an agent may name: each operation's description, risk, parameters and the
+policy's approval mode; no endpoint, service or credential.
+
+An agent names an operation and its parameters; it never sends a URL, a header
+or a credential and never receives one.
+
+Each request acts for the process that wrote it (`conn.peer`, from
+SCM_CREDENTIALS), not for whoever opened the connection: a child riding its
+parent's connection owns none of the parent's sessions. Sessions are capped
+per connection, per process and in all (vault.daemon.limits); past a cap,
+`session.open` is answered -32004 and nothing is opened.
+
+`AgentApi`'s methods are these RPC methods, over the parts they need (the
+sessions, the catalog, the call service); it never sees the daemon, and
+`dispatcher()` puts it on a socket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from vault.daemon.agent_sessions import AgentSessions
+from vault.daemon.calls import CallService
+from vault.catalog import Catalog
+from vault.errors import BadInput, RpcError
+from vault.gate.policy import Policy
+from vault.ids import correlation_id
+from vault.jsonrpc import INVALID_PARAMS, LIMIT
+from vault.daemon.limits import MAX_SESSIONS, MAX_SESSIONS_PER_CONNECTION, MAX_SESSIONS_PER_PROCESS
+from vault.models import Category, Result, make_result
+from vault.daemon.rpc_server import Connection, Dispatcher
+from vault.daemon.sessions import ClientLabel
+
+JsonObject = dict[str, Any]  # a JSON payload (params, a result)
+
+_P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+__all__ = ["AgentApi", "MAX_SESSIONS_PER_CONNECTION", "MAX_SESSIONS_PER_PROCESS", "MAX_SESSIONS"]
+_Name = Field(min_length=1, max_length=128)
+
+
+class OpenParams(BaseModel):
+    model_config = _P
+    agent: str = _Name
+    run_id: str | None = Field(default=None, max_length=128)
+    client: ClientLabel | None = None
+
+    @field_validator("agent", "run_id")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        # shown to approvers and in reports: no control or format characters (escapes, bidi)
+        if value is not None and not value.isprintable():
+            raise ValueError("must be printable text (no control or format characters)")
+        return value
+
+
+class CallParams(BaseModel):
+    model_config = _P
+    session_id: str = _Name
+    operation: str = _Name
+    params: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    wait_s: float | None = Field(default=None, ge=0, le=86400)
+
+
+class ResumeParams(BaseModel):
+    model_config = _P
+    session_id: str = _Name
+    resume_token: str = Field(min_length=1, max_length=200)
+    wait_s: float | None = Field(default=None, ge=0, le=86400)
+
+
+class LookupParams(BaseModel):
+    model_config = _P
+    session_id: str = _Name
+    correlation_id: str | None = Field(default=None, max_length=200)
+    idempotency_key: str | None = Field(default=None, max_length=200)
+    operation: str | None = Field(default=None, max_length=128)
+
+
+class SessionParams(BaseModel):
+    model_config = _P
+    session_id: str = _Name
+
+
+class NoParams(BaseModel):
+    model_config = _P
+
+
+class ResumeTokenParams(BaseModel):
+    model_config = _P
+    session_id: str = _Name
+    resume_token: str = Field(min_length=1, max_length=200)
+
+
+# what an agent learns of an operation: never its endpoint, service, executor or credential
+_OP_PUBLIC = {"description", "risk", "params", "target", "idempotent", "mutates"}
+
+
+def catalog_view(catalog: Catalog, policy: Policy) -> JsonObject:
+    """The operations an agent may name, with the policy's rule for each; fingerprinted so a
+    client can tell when it changed. Parameter declarations are dumped whole (as the catalog
+    file spells them: vault.catalog.ParamSpec), so what the catalog gains reaches clients
+    without a change here."""
+    ops = []
+    for name, op in sorted(catalog.operations.items()):
+        rule = policy.rule_for(op)
+        # by alias: parameters keep the catalog file's (and JSON Schema's) names, e.g. maxLength
+        ops.append({"name": name, **op.model_dump(mode="json", include=_OP_PUBLIC, exclude_none=True,
+                                                  by_alias=True),
+                    "approval": rule.model_dump(mode="json", exclude_none=True)})
+    body = json.dumps(ops, sort_keys=True, separators=(",", ":"))
+    return {"fingerprint": hashlib.sha256(body.encode()).hexdigest()[:32], "operations": ops}
+
+
+def refused(operation: str, why: str) -> JsonObject:
+    """The Result of a request whose session the sender does not own."""
+    return make_result(Category.authorization_denied, operation[:128], correlation_id(), why).model_dump(
+        mode="json", exclude_none=True)
+
+
+_UNKNOWN_TOKEN = "unknown resume token (or it belongs to another agent or run)"
+
+
+class AgentApi:
+    """The agent socket's methods (see the module doc)."""
+
+    def __init__(self, sessions: AgentSessions, catalog: Catalog, calls: CallService, *,
+                 status: Callable[[], JsonObject]) -> None:
+        self.sessions = sessions
+        self.table = sessions.table
+        self.catalog = catalog
+        self.calls = calls
+        self.status_of = status
+
+    def dispatcher(self) -> Dispatcher:
+        api = Dispatcher("agent")
+        methods: list[tuple[str, type[BaseModel], Callable[[Connection, Any], Awaitable[Any]]]] = [
+            ("session.open", OpenParams, self.session_open), ("session.close", SessionParams, self.session_close),
+            ("call", CallParams, self.call), ("call.resume", ResumeParams, self.call_resume),
+            ("lookup", LookupParams, self.lookup), ("vault.status", NoParams, self.status),
+            ("call.cancel", ResumeTokenParams, self.call_cancel), ("catalog", NoParams, self.list_catalog)]
+        for name, model, handler in methods:
+            api.method(name, model)(handler)
+        api.on_disconnect = self.on_disconnect
+        return api
+
+    async def session_open(self, conn: Connection, p: OpenParams) -> JsonObject:
+        # a loop of session.open must not grow the daemon forever, however many connections it uses
+        if len(self.table.for_conn(conn.id)) >= MAX_SESSIONS_PER_CONNECTION:
+            raise RpcError(LIMIT, f"this connection already has {MAX_SESSIONS_PER_CONNECTION} open sessions; "
+                                  "close one (session.close) before opening another")
+        if self.table.count_for_process((conn.peer.pid, conn.peer.create_time)) >= MAX_SESSIONS_PER_PROCESS:
+            raise RpcError(LIMIT, f"this process already has {MAX_SESSIONS_PER_PROCESS} open sessions; "
+                                  "close one (session.close) before opening another")
+        if len(self.table.sessions) >= MAX_SESSIONS:
+            raise RpcError(LIMIT, f"the vault already holds {MAX_SESSIONS} open sessions; "
+                                  "close one (session.close) or try again later")
+        s = await self.sessions.open(conn.peer, conn.id, p.agent, p.run_id, p.client)
+        return {"session_id": s.id, "pid": s.identity.pid}
+
+    async def session_close(self, conn: Connection, p: SessionParams) -> JsonObject:
+        s, why = self.table.check(p.session_id, conn.peer)
+        if s is None:
+            raise RpcError(INVALID_PARAMS, why)
+        await self.sessions.close(s, "closed by agent")
+        return {}
+
+    async def call(self, conn: Connection, p: CallParams) -> Result | JsonObject:
+        s, why = self.table.check(p.session_id, conn.peer)
+        if s is None:
+            return refused(p.operation, why)
+        op = self.catalog.get(p.operation)
+        if op is None:
+            raise RpcError(INVALID_PARAMS, f"unknown operation {p.operation!r}; see the catalog")
+        try:
+            params = op.validate_params(p.params)
+        except BadInput as exc:
+            raise RpcError(INVALID_PARAMS, exc.message) from None
+        return await self.calls.call(s, op, params, p.idempotency_key, p.wait_s)
+
+    async def call_resume(self, conn: Connection, p: ResumeParams) -> Result | JsonObject:
+        s, why = self.table.check(p.session_id, conn.peer)
+        if s is None:
+            return refused("call.resume", why)
+        result = await self.calls.resume(s, p.resume_token, p.wait_s)
+        if result is None:
+            raise RpcError(INVALID_PARAMS, _UNKNOWN_TOKEN)
+        return result
+
+    async def lookup(self, conn: Connection, p: LookupParams) -> Result | JsonObject:
+        s, why = self.table.check(p.session_id, conn.peer)
+        if s is None:
+            return refused(p.operation or "lookup", why)
+        if not p.correlation_id and not p.idempotency_key:
+            raise RpcError(INVALID_PARAMS, "lookup needs correlation_id or idempotency_key")
+        return await self.calls.lookup(s, p.correlation_id, p.idempotency_key, p.operation)
+
+    async def status(self, conn: Connection, p: NoParams) -> JsonObject:
+        return self.status_of()
+
+    # ---- call.cancel and catalog (#15: MCP hosts cancel calls and discover operations) ----
+
+    async def call_cancel(self, conn: Connection, p: ResumeTokenParams) -> JsonObject:
+        s, why = self.table.check(p.session_id, conn.peer)
+        if s is None:
+            raise RpcError(INVALID_PARAMS, why)
+        out = await self.calls.cancel(s, p.resume_token)
+        if out is None:
+            raise RpcError(INVALID_PARAMS, _UNKNOWN_TOKEN)
+        return out
+
+    async def list_catalog(self, conn: Connection, p: NoParams) -> JsonObject:
+        return catalog_view(self.catalog, self.calls.gate.policy)
+
+    async def on_disconnect(self, conn: Connection) -> None:
+        for s in self.table.for_conn(conn.id):
+            await self.sessions.close(s, "connection closed")

@@ -1,0 +1,81 @@
+"""Agent sessions' lifecycle: opening one for the process that asked, ending it when that process exits.
+
+The table of sessions is vault.daemon.sessions; this is what happens around it. A
+session is opened for the process that wrote `session.open` (its identity,
+the markers that belong to it alone, whether the host it names is its
+ancestor), recorded, and shown to approvers. It ends the moment its process
+exits: the process is watched through a pidfd (vault.daemon.processes), so nothing
+polls every session. Ending it ends its grants (vault.gate) before approvers
+are told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from vault.daemon.approver_guard import marks_of
+from vault.errors import AuditError
+from vault.gate.engine import Gate, Notify
+from vault.daemon.peer import Markers, ProcessIdentity, has_ancestor
+from vault.daemon.processes import ProcessEntry, ProcessTable
+from vault.daemon.recorder import Recorder
+from vault.daemon.sessions import ClientLabel, Session, SessionTable
+from vault.wire import SessionClosed, SessionOpened
+
+
+class AgentSessions:
+    def __init__(self, table: SessionTable, processes: ProcessTable, gate: Gate, recorder: Recorder,
+                 notify: Notify, *, daemon_cgroup: str) -> None:
+        self.table = table
+        self.processes = processes
+        self.gate = gate
+        self.recorder = recorder
+        self.notify = notify
+        self.daemon_cgroup = daemon_cgroup
+        self._bg: set[asyncio.Future[None]] = set()
+
+    async def open(self, ident: ProcessIdentity, conn_id: str, agent: str, run_id: str | None,
+                   client: ClientLabel | None = None) -> Session:
+        """Open a session for the process `ident` that sent the request on connection `conn_id`."""
+        entry = self.processes.get(ident)
+        if entry.markers is None:
+            entry.markers = Markers.of(ident.pid)
+        marks = marks_of(ident, entry.markers, self.daemon_cgroup)
+        # the label is the opener's claim; the one part the daemon can check is the host's ancestry
+        verified = client is not None and client.host_pid is not None and \
+            has_ancestor(ident.pid, client.host_pid)
+        s = self.table.open(agent, run_id, ident, conn_id, process=entry, sid=entry.markers.sid,
+                            pgid=entry.markers.pgid, marks=marks, client=client, host_verified=verified)
+        entry.sessions += 1
+        if not entry.was_agent:
+            entry.was_agent = True
+            self.processes.watch(entry, self._process_exited)
+        event: dict[str, Any] = {"type": "session_opened", "session_id": s.id, "agent": agent,
+                                 "pid": s.identity.pid, "sid": s.sid, "pgid": s.pgid, "run_id": run_id}
+        if client is not None:
+            event["client"] = s.client_wire()
+        with contextlib.suppress(AuditError):
+            await self.recorder.record(event, durable=False)
+        self.notify(SessionOpened.model_validate(s.to_wire()))
+        return s
+
+    def _process_exited(self, entry: ProcessEntry) -> None:
+        """A watched process exited (its pidfd said so): end its sessions now."""
+        self.gate.process_exited(entry.key)
+        for s in self.table.for_process(entry.key):
+            task = asyncio.ensure_future(self.close(s, "process exited"))
+            self._bg.add(task)
+            task.add_done_callback(self._bg.discard)
+
+    async def close(self, s: Session, reason: str) -> None:
+        if self.table.remove(s.id) is None:
+            return
+        if s.process is not None:
+            s.process.sessions -= 1
+            self.processes.release(s.process)
+        await self.gate.end_session(s, reason)
+        with contextlib.suppress(AuditError):
+            await self.recorder.record({"type": "session_closed", "session_id": s.id, "reason": reason})
+        self.notify(SessionClosed(session_id=s.id, reason=reason))

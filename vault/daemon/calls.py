@@ -1,0 +1,361 @@
+"""The call service: from an agent's call, through the gate, to the Result it is told.
+
+`CallService` is built from typed parts (the config's services and timeout,
+the catalog, the credential store, diagnostics, executors, the gate, the
+audit recorder and the approvers' `notify`); the agent API calls it and the
+daemon composes it. It also serves `lookup` and collects resumed calls.
+
+Order, and why: credential and service first (a missing one is refused with
+nothing sent); the intent is durable in the audit log before the credential
+leaves the vault (the one fdatasync on a call's path); the executor runs; raw
+evidence of a failure goes to encrypted diagnostics; the result record is
+written before the answer, so a crash or SIGKILL of the daemon after the
+answer never loses it, and is synced with the next group commit (at most 5 ms
+later; before the answer with ``--durability strict``). If a record cannot be
+written after the remote was touched, the agent is told `outcome_unknown`,
+never a success the log cannot back.
+
+A call the agent waits for leaves three records: call_requested (before the
+gate), intent (durable, before the remote) and the classification it was told,
+which carries the executor's `remote_touched` too (plus client_timeout if the
+client gave up). Fewer records, fewer bytes to sync and less CPU per call
+(issue #19). The executor's result gets a record of its own (remote_result)
+only when it is not answered in the same task: an approved call run for a
+waiter that may be gone, so it is recorded even if nobody collects it. A
+lookup records its reconciliation, then the classification.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import logging
+import shutil
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from vault.catalog import Catalog, Operation
+from vault.errors import AuditError, CredentialError, MissingCredential
+from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
+from vault.gate.engine import Gate, Notify
+from vault.ids import correlation_id
+from vault.models import Category, Result, make_result
+from vault.daemon.recorder import Recorder
+from vault.store.secret import Secret
+from vault.daemon.sessions import Session
+from vault.wire import Activity
+
+log = logging.getLogger("vaultsim.daemon")
+
+# calls the daemon remembers for `lookup` (dicts keep insertion order: oldest first);
+# about 150 bytes each. A forgotten call can still be looked up by naming its operation.
+MAX_REMEMBERED_CALLS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    operation: str
+    idempotency_key: str | None
+    session_id: str
+    agent: str
+    run_id: str | None
+
+
+def _timed_out(diagnostic: dict[str, Any] | None) -> bool:
+    """Did the executor give up on a deadline? (http: a *Timeout error; ssh: timed_out)"""
+    if not diagnostic:
+        return False
+    error = diagnostic.get("error")
+    kind = error.get("type", "") if isinstance(error, dict) else ""
+    return bool(diagnostic.get("timed_out")) or "Timeout" in str(kind)
+
+
+class Credentials(Protocol):
+    """Where credentials come from (vault.store.credentials.CredentialStore)."""
+
+    def get(self, name: str) -> Secret: ...
+
+
+class Diagnostics(Protocol):
+    """Where raw evidence of a failure goes, encrypted (vault.daemon.diagnostics.Diagnostics)."""
+
+    def record(self, data: dict[str, Any], *, secrets: Iterable[str | Secret] = ()) -> str: ...
+
+
+class CallMemory:
+    """What `lookup` needs about recent calls: bounded, the oldest forgotten first."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, CallRecord] = {}
+        self.by_idem: dict[str, str] = {}
+
+    @functools.cached_property
+    def _call_order(self) -> "collections.deque[str]":
+        """Remembered correlation ids, oldest first. (Finding the oldest by iterating the
+        dict would walk every slot its evictions emptied since it was last resized.)"""
+        return collections.deque(self.calls)
+
+    def _remember(self, cid: str, record: CallRecord) -> None:
+        """Keep what `lookup` needs about a call; the oldest go first past the cap."""
+        order = self._call_order  # (made from `calls` on first use: before this call is in it)
+        self.calls[cid] = record
+        order.append(cid)
+        if record.idempotency_key:
+            self.by_idem[record.idempotency_key] = cid
+        while len(self.calls) > MAX_REMEMBERED_CALLS and order:
+            old_cid = order.popleft()
+            old = self.calls.pop(old_cid, None)
+            if old and old.idempotency_key and self.by_idem.get(old.idempotency_key) == old_cid:
+                del self.by_idem[old.idempotency_key]
+
+
+class CallService(CallMemory):
+    """Performs calls and lookups for agents' sessions."""
+
+    def __init__(self, *, services: dict[str, ServiceConfig], call_timeout_s: float, catalog: Catalog,
+                 store: Credentials, diagnostics: Diagnostics | None, executors: dict[str, Executor],
+                 gate: Gate, recorder: Recorder, notify: Notify, workdir: Path) -> None:
+        super().__init__()
+        self.services = services
+        self.call_timeout_s = call_timeout_s
+        self.catalog = catalog
+        self.store = store
+        self.diagnostics = diagnostics
+        self.executors = executors
+        self.gate = gate
+        self.recorder = recorder
+        self.notify = notify
+        self.workdir = workdir  # per-call private directories (ssh) are made under it
+        self.in_flight = 0  # calls and lookups being served right now
+        self._touched: set[str] = set()  # correlation ids whose remote was contacted
+        # correlation id -> the task that will answer it, while `_call` runs
+        self._answering: dict[str, asyncio.Task[Any] | None] = {}
+        # correlation id -> remote_touched, for an executor result the classification carries
+        self._folded: dict[str, bool] = {}
+
+    @property
+    def halted(self) -> str | None:
+        return self.recorder.halted
+
+    def busy(self) -> int:
+        """Calls that share the audit log's next group commit: those being served, less those
+        waiting for a person (they do not need the loop while the log syncs)."""
+        return max(1, self.in_flight - self.gate.waiting())
+
+    async def call(self, s: Session, op: Operation, params: dict[str, Any],
+                   idem: str | None, wait_s: float | None) -> Result:
+        self.in_flight += 1
+        try:
+            return await self._call(s, op, params, idem, wait_s)
+        finally:
+            self.in_flight -= 1
+
+    async def _call(self, s: Session, op: Operation, params: dict[str, Any],
+                    idem: str | None, wait_s: float | None) -> Result:
+        cid = correlation_id()
+        self._remember(cid, CallRecord(op.name, idem, s.id, s.agent, s.run_id))
+        if self.halted:
+            return make_result(Category.local_failure, op.name, cid,
+                               f"the vault stopped serving calls ({self.halted}); nothing was sent")
+        self._answering[cid] = asyncio.current_task()
+        try:
+            await self.recorder.record({"type": "call_requested", "correlation_id": cid, "session_id": s.id,
+                              "operation": op.name, "risk": str(op.risk), "target": op.scope(params)},
+                             durable=False)
+            # a value that could steer the request is refused before the gate: nobody is asked
+            # to approve a call the vault would never send (the executors check again)
+            refused = op.refusal(params)
+            if refused is not None:
+                result = make_result(Category.local_failure, op.name, cid,
+                                     f"{refused}; nothing was sent and nobody was asked")
+            else:
+                result = await self.gate.call(s, op, params, cid, wait_s,
+                                              lambda: self._execute(s, op, params, cid, idem))
+        except AuditError:
+            result = make_result(Category.local_failure, op.name, cid,
+                                 "the audit log could not record this call; nothing was sent")
+        finally:
+            del self._answering[cid]
+        return await self.record_result(s, result, remote_touched=self._folded.pop(cid, None))
+
+    async def record_result(self, s: Session, result: Result, resumed: bool = False,
+                            remote_touched: bool | None = None) -> Result:
+        """Record what the agent is told (written before the answer; see `audit_answer`),
+        then tell approvers; returns what the agent gets. `remote_touched`: the executor's
+        result, when this record stands for it (no remote_result record was written)."""
+        touched = result.correlation_id in self._touched
+        self._touched.discard(result.correlation_id)
+        event: dict[str, Any] = {"type": "classification", "correlation_id": result.correlation_id,
+                 "session_id": s.id, "operation": result.operation, "category": str(result.category),
+                 "retry": str(result.retry), "diagnostic_id": result.diagnostic_id, "resumed": resumed}
+        if remote_touched is not None:
+            event["remote_touched"] = remote_touched
+        try:
+            await self.recorder.record_answer(event)
+        except AuditError:
+            if touched:
+                result = make_result(Category.outcome_unknown, result.operation, result.correlation_id,
+                                     "the remote was contacted but the result could not be recorded; "
+                                     "its outcome must be treated as unknown")
+        self.notify(Activity(
+            time=time.time(), agent=s.agent, pid=s.identity.pid, session_id=s.id,
+            operation=result.operation, category=str(result.category),
+            retry=str(result.retry), correlation_id=result.correlation_id))
+        return result
+
+    def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None) -> CallContext:
+        return CallContext(correlation_id=cid, session_id=s.id, idempotency_key=idem, run_id=s.run_id,
+                           deadline=time.monotonic() + self.call_timeout_s, workdir=workdir)
+
+    async def _prepare(self, op: Operation, cid: str) -> tuple[Secret, ServiceConfig, Executor] | Result:
+        service = self.services.get(op.service)
+        executor = self.executors.get(op.executor)
+        if service is None or executor is None:
+            return make_result(Category.local_failure, op.name, cid,
+                               f"service {op.service!r} is not configured in this vault; nothing was sent")
+        try:
+            credential = self.store.get(op.credential)
+        except MissingCredential:
+            return make_result(Category.authentication_failed, op.name, cid,
+                               f"the vault holds no credential {op.credential!r} for {op.name}; "
+                               "an operator must set it (vaultsim secret set). Nothing was sent")
+        except CredentialError as exc:
+            return make_result(Category.local_failure, op.name, cid,
+                               f"the credential store is unavailable ({exc.message}); nothing was sent")
+        return credential, service, executor
+
+    async def _execute(self, s: Session, op: Operation, params: dict[str, Any],
+                       cid: str, idem: str | None) -> Result:
+        prepared = await self._prepare(op, cid)
+        if isinstance(prepared, Result):
+            return prepared
+        credential, service, executor = prepared
+        try:
+            # on disk before the credential leaves the vault, reads included: no unaudited action
+            await self.recorder.record({"type": "intent", "correlation_id": cid, "operation": op.name,
+                              "target": op.scope(params), "idempotency_key": bool(idem)})
+        except AuditError as exc:
+            return make_result(Category.local_failure, op.name, cid,
+                               "the audit log could not record the intent; the call was refused "
+                               f"before anything was sent ({exc.message})")
+        workdir = self._workdir(cid) if op.executor == "ssh" else None
+        try:
+            outcome = await self._run_executor(executor, op, params, credential, service,
+                                               self._context(s, cid, idem, workdir))
+        finally:
+            if workdir:
+                shutil.rmtree(workdir, ignore_errors=True)
+        return await self._finish(op, cid, outcome, credential, "remote_result")
+
+    async def _run_executor(self, executor: Executor, op: Operation, params: dict[str, Any],
+                            credential: Secret, service: ServiceConfig, ctx: CallContext) -> ExecOutcome:
+        try:
+            return await executor.execute(op, params, credential, service, ctx)
+        except Exception as exc:  # an executor bug: we cannot know what reached the remote
+            log.error("executor %s failed: %s", op.executor, type(exc).__name__)
+            cat = Category.outcome_unknown if op.mutates else Category.local_failure
+            return ExecOutcome(make_result(cat, op.name, ctx.correlation_id,
+                                           "the vault's executor failed unexpectedly; "
+                                           "the remote outcome is not known"), remote_touched=True)
+
+    async def _finish(self, op: Operation, cid: str, outcome: ExecOutcome, credential: Secret,
+                      event_type: str, link: dict[str, Any] | None = None) -> Result:
+        result = outcome.result
+        if outcome.remote_touched:
+            self._touched.add(cid)
+        # raw evidence is kept for failures only: a success needs no forensics
+        if outcome.diagnostic and not result.ok and self.diagnostics is not None:
+            try:
+                did = self.diagnostics.record(outcome.diagnostic, secrets=[credential])
+                result = result.model_copy(update={"diagnostic_id": did})
+            except Exception as exc:  # diagnostics are best effort; never block the answer
+                log.error("could not store diagnostic: %s", type(exc).__name__)
+        # the task that will answer this call records its result in the classification; an
+        # approved call run for a waiter (who may be gone) records it here, answered or not
+        fold = event_type == "remote_result" and self._answering.get(cid) is asyncio.current_task()
+        try:
+            if _timed_out(outcome.diagnostic):
+                await self.recorder.record({"type": "client_timeout", "correlation_id": cid,
+                                  "phase": (outcome.diagnostic or {}).get("phase")}, durable=False)
+            if fold:
+                self._folded[cid] = outcome.remote_touched
+            else:
+                await self.recorder.record({"type": event_type, "correlation_id": cid,
+                                  "category": str(result.category), "remote_touched": outcome.remote_touched,
+                                  "diagnostic_id": result.diagnostic_id, "reconciled": result.reconciled,
+                                  **(link or {})},
+                                 durable=False)
+        except AuditError:
+            if outcome.remote_touched:
+                return make_result(Category.outcome_unknown, op.name, cid,
+                                   "the remote was contacted but the result could not be recorded; "
+                                   "its outcome must be treated as unknown")
+            return make_result(Category.local_failure, op.name, cid,
+                               "the audit log failed; nothing was recorded as sent")
+        return result
+
+    def _workdir(self, cid: str) -> str:
+        self.workdir.mkdir(mode=0o700, exist_ok=True)
+        path = self.workdir / cid
+        path.mkdir(mode=0o700)
+        return str(path)
+
+    async def lookup(self, s: Session, cid: str | None, idem: str | None, operation: str | None) -> Result:
+        self.in_flight += 1
+        try:
+            return await self._lookup(s, cid, idem, operation)
+        finally:
+            self.in_flight -= 1
+
+    async def _lookup(self, s: Session, cid: str | None, idem: str | None, operation: str | None) -> Result:
+        if cid is None and idem:
+            cid = self.by_idem.get(idem)
+        record = self.calls.get(cid) if cid else None
+        if record is not None and (record.agent != s.agent or record.run_id != s.run_id):
+            record = None  # another agent's history is not this agent's to read
+        op_name = record.operation if record else operation
+        op = self.catalog.get(op_name) if op_name else None
+        lookup_cid = correlation_id()
+        if op is None:
+            return make_result(Category.success, operation or "lookup", lookup_cid,
+                               "no operation is known for that id; tell the vault which operation to look up",
+                               reconciled="unknown")
+        if self.halted:
+            return make_result(Category.local_failure, op.name, lookup_cid,
+                               f"the vault stopped serving calls ({self.halted}); nothing was sent")
+        if self.gate.locked:
+            return make_result(Category.vault_locked, op.name, lookup_cid,
+                               "the vault is locked; nothing was sent")
+        prepared = await self._prepare(op, lookup_cid)
+        if isinstance(prepared, Result):
+            return prepared
+        credential, service, executor = prepared
+        idem = idem or (record.idempotency_key if record else None)
+        try:
+            outcome = await executor.lookup(op, credential, service, self._context(s, lookup_cid, idem, None),
+                                            correlation_id=cid, idempotency_key=idem)
+        except Exception as exc:
+            log.error("lookup on %s failed: %s", op.executor, type(exc).__name__)
+            outcome = ExecOutcome(make_result(Category.success, op.name, lookup_cid,
+                                              "the lookup failed; the earlier outcome is still unknown",
+                                              reconciled="unknown"))
+        # the reconciliation names the call it settles, so that call's history includes it
+        link = {"lookup_of": cid} if record is not None else None
+        result = await self._finish(op, lookup_cid, outcome, credential, "reconciliation", link)
+        return await self.record_result(s, result)
+
+    # ---- approved calls collected later, requests taken back (call.resume, call.cancel) ----
+
+    async def resume(self, s: Session, resume_token: str, wait_s: float | None) -> Result | None:
+        """Collect an approval request's outcome (running it once if approved); None for a
+        token this agent and run do not own."""
+        result = await self.gate.resume(s, resume_token, wait_s)
+        return None if result is None else await self.record_result(s, result, resumed=True)
+
+    async def cancel(self, s: Session, resume_token: str) -> dict[str, Any] | None:
+        """Withdraw the agent's own request while nothing ran (None: not its token)."""
+        return await self.gate.withdraw(s, resume_token)

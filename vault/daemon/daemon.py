@@ -1,0 +1,168 @@
+"""The vault daemon: composes its parts and runs their lifecycle.
+
+Process model (DESIGN.md "Processes"): one daemon per vault home, guarded by
+an exclusive lock on `daemon.lock` (vault.daemon.instance); two Unix sockets (agent,
+approver), 0600 in a 0700 home; asyncio throughout.
+
+The parts, each typed and given what it needs (nothing here is a mixin):
+
+    Recorder        vault.daemon.recorder        the audit log's one door; a failed log halts calls
+    Gate            vault.gate.engine     decides: lock, policy, grants, prompts (no wire)
+    ApproverHub     vault.daemon.approver_hub    subscribed approvers; the gate's `notify`/`routable`
+    AgentSessions   vault.daemon.agent_sessions  sessions opened and ended with their process
+    CallService     vault.daemon.calls           a call from the gate to its recorded Result
+    AgentApi        vault.daemon.agent_api       the agent socket's methods
+    ApproverApi     vault.daemon.approver_api    the approver socket's methods
+    RpcServer       vault.daemon.rpc_server      framing, identity per line, limits
+
+The housekeeping loop only expires grants, drops approvers that stopped
+reading, and polls the few processes no pidfd could be had for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from typing import Any
+
+from vault import __version__
+from vault.daemon.agent_api import AgentApi
+from vault.daemon.agent_sessions import AgentSessions
+from vault.daemon.approver_api import ApproverApi
+from vault.daemon.approver_guard import ApproverGuard
+from vault.daemon.approver_hub import ApproverHub
+from vault.daemon.calls import CallService, Credentials, Diagnostics
+from vault.config import Resolved
+from vault.errors import AuditError
+from vault.executors.base import Executor
+from vault.gate.engine import Gate
+from vault.home import VaultHome
+from vault.daemon.instance import approver_token, clear_stale_socket
+from vault.daemon.limits import MAX_CONNECTIONS, MAX_SESSIONS
+from vault.daemon.processes import FALLBACK_POLL_S, ProcessTable
+from vault.daemon.recorder import AuditSink, Recorder
+from vault.daemon.rpc_server import RpcServer, raise_fd_limit
+from vault.daemon.sessions import SessionTable
+
+log = logging.getLogger("vaultsim.daemon")
+
+# grants' TTLs, approvers that stopped reading, processes without a pidfd
+_HOUSEKEEPING_S = FALLBACK_POLL_S
+
+
+class VaultDaemon:
+    def __init__(self, home: VaultHome, config: Resolved, *, store: Credentials, unlocked: bool = False,
+                 keyring_backend: str = "", diagnostics: Diagnostics | None = None,
+                 audit: AuditSink | None = None, executors: dict[str, Executor] | None = None) -> None:
+        self.home = home
+        self.config = config
+        self.catalog = config.catalog
+        self.keyring_backend = keyring_backend
+        self.executors = executors or {}
+        self.recorder = Recorder(audit)
+        self.sessions = SessionTable()
+        self.processes = ProcessTable()
+        self.hub = ApproverHub()
+        self.gate = Gate(config.policy, self.sessions, self.recorder.record, notify=self.hub.notify,
+                         routable=self.hub.routable, locked=not unlocked)
+        self.hub.on_leave = self.gate.approver_left
+        self.guard = ApproverGuard(self.sessions, self.processes)
+        self.agent_sessions = AgentSessions(self.sessions, self.processes, self.gate, self.recorder,
+                                            self.hub.notify, daemon_cgroup=self.guard.cgroup)
+        self.calls = CallService(services=config.services, call_timeout_s=config.call_timeout_s,
+                                 catalog=config.catalog, store=store, diagnostics=diagnostics,
+                                 executors=self.executors, gate=self.gate, recorder=self.recorder,
+                                 notify=self.hub.notify, workdir=home.root / "work")
+        self.recorder.busy = self.calls.busy
+        self.agent_api = AgentApi(self.agent_sessions, config.catalog, self.calls, status=self.status)
+        self.approver_api = ApproverApi(self.gate, self.hub, self.sessions, approver_token(home),
+                                        guard=self.guard, audit_soon=self.recorder.record_soon,
+                                        status=self.status, request_stop=self.request_stop)
+        self.started = time.time()
+        self._stop = asyncio.Event()
+        self._stop_reason = ""
+        self._servers: list[RpcServer] = []
+
+    @property
+    def audit_sink(self) -> AuditSink | None:
+        return self.recorder.sink
+
+    @audit_sink.setter
+    def audit_sink(self, sink: AuditSink | None) -> None:
+        """Swap the log before serving (a test that opens it with its own options does)."""
+        self.recorder.sink = sink
+
+    @property
+    def halted(self) -> str | None:
+        return self.recorder.halted
+
+    async def _housekeeping(self) -> None:
+        """End grants whose TTL passed, drop approvers that stopped reading, and poll the
+        processes that have no pidfd. Sessions of exited processes end by notification."""
+        while not self._stop.is_set():
+            self.processes.poll_unwatched()
+            self.hub.check_stalled()
+            with contextlib.suppress(AuditError):
+                await self.gate.sweep()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), _HOUSEKEEPING_S)
+
+    # ---- status and lifecycle -----------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {"version": __version__, "pid": os.getpid(), "home": str(self.home.root),
+                "keyring_backend": self.keyring_backend, "sessions": len(self.sessions.sessions),
+                "uptime_s": round(time.time() - self.started, 3), "halted": self.halted,
+                "audit": self.audit_sink is not None, **self.gate.status(), "approvers": len(self.hub),
+                # what clients hold, against the limits in vault.daemon.limits
+                "connections": self.processes.connections, "partial_bytes": self.processes.partial_bytes,
+                "approvers_dropped": self.hub.dropped,
+                # the runner checks the log on disk against these (FAIL_AUDIT_TAMPER)
+                "audit_head": self.audit_sink.signed_head() if self.audit_sink is not None else None,
+                "audit_tip": self.audit_sink.durable_tip() if self.audit_sink is not None else None}
+
+    def request_stop(self, reason: str) -> None:
+        self._stop_reason = reason
+        self._stop.set()
+
+    async def serve(self, ready: asyncio.Event | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
+        if self.audit_sink is not None:
+            # one durable record before any call is accepted: a log that cannot be written (full
+            # device, I/O error) halts call serving now, before anything reaches a remote;
+            # status stays up and says why
+            with contextlib.suppress(AuditError):
+                await self.recorder.record({"type": "daemon_started", "pid": os.getpid(), "version": __version__})
+        for path in (self.home.agent_sock, self.home.approver_sock):
+            clear_stale_socket(path)
+        # a descriptor per connection and per watched process, plus files: as many as allowed
+        nofile = raise_fd_limit(MAX_CONNECTIONS + MAX_SESSIONS + 1024)
+        self.processes.max_connections = max(16, min(MAX_CONNECTIONS, (nofile - 256) // 2))
+        self._servers = [RpcServer(str(self.home.agent_sock), self.agent_api.dispatcher(), self.processes),
+                         RpcServer(str(self.home.approver_sock), self.approver_api.dispatcher(), self.processes)]
+        for srv in self._servers:
+            await srv.start()
+        reaper = asyncio.create_task(self._housekeeping())
+        log.info("vaultsim daemon serving %s (locked=%s)", self.home.root, self.gate.locked)
+        if ready is not None:
+            ready.set()
+        await self._stop.wait()
+        log.info("stopping: %s", self._stop_reason or "requested")
+        # settle waits so in-flight calls can be answered, then drain
+        self.gate.shutdown("the vault stopped before a decision")
+        await asyncio.gather(*(srv.close() for srv in self._servers))
+        reaper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reaper
+        self.processes.close()
+        for ex in self.executors.values():
+            with contextlib.suppress(Exception):
+                await ex.aclose()
+        self.recorder.close()

@@ -1,0 +1,114 @@
+"""One daemon per vault home: the home lock, stale sockets, the approver token.
+
+A second daemon on a home is refused with the pid of the one serving it; a
+socket left by a killed daemon is removed only if nothing answers on it and
+it really is a socket.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import socket
+import stat
+import time
+from pathlib import Path
+
+from vault.errors import AlreadyRunning, HomeError
+from vault.home import VaultHome, write_private
+from vault.ids import token
+
+log = logging.getLogger("vaultsim.daemon")
+
+
+def acquire_home_lock(home: VaultHome) -> int:
+    """Take the one-daemon-per-home lock, or explain who holds it."""
+    fd = os.open(home.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        pid = _holder_pid(home)
+        who = f" (pid {pid})" if pid else ""
+        raise AlreadyRunning(f"a vaultsim daemon{who} already serves {home.root}; "
+                             "stop it with `vaultsim stop` first") from None
+    return fd
+
+
+def _holder_pid(home: VaultHome, wait_s: float = 2.0) -> int | None:
+    """The pid of the daemon holding the lock. A daemon that has just taken it writes its
+    pid file a moment later (two racing starts): wait a little for that, not forever."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        pid = _read_pid(home)
+        if pid is not None or time.monotonic() > deadline:
+            return pid
+        time.sleep(0.02)
+
+
+def _read_pid(home: VaultHome) -> int | None:
+    try:
+        pid = int(home.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # a stale file from a killed daemon
+    except PermissionError:
+        pass
+    return pid
+
+
+def clear_stale_socket(path: Path) -> None:
+    """A socket left by a killed daemon is removed, but only if nobody answers on it."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise HomeError(f"{path} exists and is not a socket; refusing to remove it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        path.unlink(missing_ok=True)
+        log.info("removed stale socket %s", path)
+        return
+    except OSError:
+        path.unlink(missing_ok=True)
+        return
+    finally:
+        probe.close()
+    raise AlreadyRunning(f"another process answers on {path}; refusing to take it over")
+
+
+def approver_token(home: VaultHome) -> str:
+    """The approver token, minted on first start. One that is not a whole token (an empty
+    or cut-short file from an older, non-atomic write) is replaced: accepting it would let
+    an approver in with an empty or guessable token."""
+    path = home.approver_token_file
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if not stat.S_ISREG(st.st_mode):
+            raise HomeError(f"{path} exists and is not a regular file; refusing to use it as the "
+                            "approver token")
+        if stat.S_IMODE(st.st_mode) != 0o600:
+            os.chmod(path, 0o600)
+        value = path.read_text(errors="replace").strip()
+        if _TOKEN.fullmatch(value):
+            return value
+        log.warning("the approver token in %s was damaged; a new one was made", home.root)
+    value = token(32)
+    write_private(path, value.encode())  # all or nothing; an OSError names the file
+    return value
+
+
+# secrets.token_urlsafe(32): 43 characters of the URL-safe base64 alphabet
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{43,}")

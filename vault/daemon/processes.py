@@ -1,0 +1,158 @@
+"""The client processes the daemon knows of: what each holds, and when it exits.
+
+Limits hold per process, not only per connection or session (a process can
+open many of both), so every connection and session is counted against the
+process it belongs to here. A process that opened an agent session is watched
+until it exits: Linux gives a pidfd that becomes readable at exit, so the
+daemon learns of the exit from the event loop, at no cost while it runs, and
+ends that process's sessions and grants at once. Where no pidfd can be had
+(an old kernel, the open-file limit), the process is polled instead.
+
+An entry is keyed by (pid, create_time): a successor that reused the pid is
+another process with its own entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import select
+from dataclasses import dataclass, field
+from typing import Callable
+
+from vault.daemon.limits import MAX_CONNECTIONS
+from vault.daemon.peer import Markers, ProcessIdentity
+
+log = logging.getLogger("vaultsim.daemon")
+
+# how often a process with no pidfd is checked for exit
+FALLBACK_POLL_S = 1.0
+
+Key = tuple[int, float]
+
+
+@dataclass(eq=False)
+class ProcessEntry:
+    identity: ProcessIdentity
+    connections: int = 0
+    partial_bytes: int = 0  # unfinished lines across its connections
+    sessions: int = 0
+    pending: int = 0  # prompts waiting for a person
+    was_agent: bool = False  # opened an agent session at some point in its life
+    flooder: bool = False  # was refused for too many waiting prompts
+    markers: Markers | None = None
+    exited: bool = False
+    fd: int | None = None  # pidfd while watched
+    polled: bool = False  # watched by polling (no pidfd)
+    on_exit: list[Callable[["ProcessEntry"], None]] = field(default_factory=list)
+
+    @property
+    def key(self) -> Key:
+        return (self.identity.pid, self.identity.create_time)
+
+    def alive(self) -> bool:
+        """True while this exact process runs (one poll of its pidfd when watched)."""
+        if self.exited:
+            return False
+        if self.fd is not None:
+            p = select.poll()
+            p.register(self.fd, select.POLLIN)
+            return not p.poll(0)
+        return self.identity.alive()
+
+    def idle(self) -> bool:
+        return not (self.connections or self.partial_bytes or self.sessions or self.pending)
+
+
+class ProcessTable:
+    def __init__(self) -> None:
+        self.entries: dict[Key, ProcessEntry] = {}
+        # totals over every process, for the limits that hold in all
+        self.connections = 0
+        self.partial_bytes = 0
+        self.max_connections = MAX_CONNECTIONS  # lowered to what the open-file limit allows
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self, identity: ProcessIdentity) -> ProcessEntry:
+        key = (identity.pid, identity.create_time)
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = ProcessEntry(identity)
+        return entry
+
+    def find(self, key: Key) -> ProcessEntry | None:
+        return self.entries.get(key)
+
+    def release(self, entry: ProcessEntry) -> None:
+        """Forget an entry that holds nothing and needs no watching any more."""
+        if entry.idle() and (entry.exited or not entry.was_agent):
+            self._unwatch(entry)
+            if self.entries.get(entry.key) is entry:
+                del self.entries[entry.key]
+
+    # ---- exit notification --------------------------------------------------------
+
+    def watch(self, entry: ProcessEntry, on_exit: Callable[[ProcessEntry], None]) -> None:
+        """Call `on_exit(entry)` once, from the event loop, when the process exits."""
+        entry.on_exit.append(on_exit)
+        if entry.fd is not None or entry.polled or entry.exited:
+            if entry.exited:
+                self._loop_now().call_soon(self._exited, entry)
+            return
+        loop = self._loop_now()
+        try:
+            fd = os.pidfd_open(entry.identity.pid)
+        except ProcessLookupError:
+            entry.exited = True
+            loop.call_soon(self._exited, entry)
+            return
+        except (OSError, AttributeError) as exc:  # no pidfd here (or out of fds): poll it
+            log.debug("no pidfd for process %d (%s); polling it", entry.identity.pid, type(exc).__name__)
+            entry.polled = True
+            return
+        entry.fd = fd
+        # the pidfd names whatever has the pid now: make sure it is still our process
+        if not entry.identity.alive():
+            entry.exited = True
+            loop.call_soon(self._exited, entry)
+            return
+        loop.add_reader(fd, self._exited, entry)
+
+    def poll_unwatched(self) -> None:
+        """The fallback: check the processes that have no pidfd."""
+        for entry in [e for e in self.entries.values() if e.polled and not e.exited]:
+            if not entry.identity.alive():
+                entry.exited = True
+                self._exited(entry)
+
+    def _exited(self, entry: ProcessEntry) -> None:
+        entry.exited = True
+        self._unwatch(entry)
+        callbacks, entry.on_exit = entry.on_exit, []
+        for cb in callbacks:
+            try:
+                cb(entry)
+            except Exception as exc:  # one failing callback must not stop the others
+                log.error("process exit handler failed: %s", type(exc).__name__)
+        self.release(entry)
+
+    def _unwatch(self, entry: ProcessEntry) -> None:
+        if entry.fd is not None:
+            fd, entry.fd = entry.fd, None
+            if self._loop is not None:
+                with contextlib.suppress(Exception):
+                    self._loop.remove_reader(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        entry.polled = False
+
+    def _loop_now(self) -> asyncio.AbstractEventLoop:
+        self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    def close(self) -> None:
+        for entry in list(self.entries.values()):
+            self._unwatch(entry)
+        self.entries.clear()

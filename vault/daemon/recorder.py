@@ -1,0 +1,142 @@
+"""The daemon's one door to its audit log, and the rule that a failed log halts calls.
+
+Every part that records (the gate, the call service, the session keeper, the
+approver API) is handed `Recorder.record` or `Recorder.record_soon`, never the
+log itself. A write or fsync that fails is never retried: the recorder says
+why in `halted`, and from then on calls are refused with nothing sent while
+status stays up. An event that cannot be encoded (text that is not Unicode,
+too big) is the event's fault, not the log's: it is recorded escaped and the
+daemon serves on, since one client's text must never halt the vault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pydantic_core import to_json
+
+from vault.audit.writer import MAX_EVENT_BYTES
+from vault.errors import AuditError
+
+log = logging.getLogger("vaultsim.daemon")
+
+AuditEvent = dict[str, Any]  # one record's fields (JSON)
+
+
+class AuditSink(Protocol):
+    """What the daemon needs of an audit log (vault.audit.writer.AuditWriter is one)."""
+
+    async def append(self, event: AuditEvent, *, in_flight: int = 1) -> int: ...
+    async def append_answer(self, event: AuditEvent, *, in_flight: int = 1) -> int: ...
+    def append_nowait(self, event: AuditEvent) -> int: ...
+    def signed_head(self) -> dict[str, Any] | None: ...
+    def durable_tip(self) -> dict[str, Any] | None: ...
+    def close(self) -> None: ...
+
+
+class Recorder:
+    """Records events in the sink (none: recording is a no-op, e.g. `--no-audit`).
+
+    `busy()` says how many calls share the next group commit: the writer waits for
+    them, so calls waiting for a person are not counted (they do not need the log)."""
+
+    def __init__(self, sink: AuditSink | None, busy: Callable[[], int] = lambda: 1) -> None:
+        self.sink = sink
+        self.busy = busy
+        self.halted: str | None = None  # set when the log failed: no more calls
+
+    async def record(self, event: AuditEvent, durable: bool = True) -> None:
+        """Record an event. `durable=False` only queues it (in order): used for
+        records that a durable one of the same call follows before any answer
+        or side effect, so a call costs one fdatasync, shared by group commit.
+        The event carries no time of its own: its record's time is when it was
+        staged, and every reader (`audit show`, the runner) takes it from there."""
+        if self.sink is None:
+            return
+        if self.halted:
+            raise AuditError(self.halted)
+        try:
+            await self._append(event, durable)
+        except AuditError as exc:
+            why = _unrecordable(event)
+            if not why:
+                raise self._halt(exc)
+            # the event, not the log, is at fault (nothing was written): record it in a form
+            # that can be, and serve on
+            log.error("audit event %r %s; recorded with its text escaped", str(event.get("type"))[:64], why)
+            await self._append(_recordable(event, why), durable)
+
+    async def _append(self, event: AuditEvent, durable: bool) -> None:
+        assert self.sink is not None
+        if durable:
+            await self.sink.append(event, in_flight=self.busy())
+        else:
+            self.sink.append_nowait(event)
+
+    async def record_answer(self, event: AuditEvent) -> None:
+        """Record what an agent is about to be told. The writer's durability decides
+        how far it goes before this returns: written (default; a crash of the daemon
+        cannot lose it, a power loss within the next group commit can) or synced
+        (``strict``). A failure halts call serving, as for any record."""
+        if self.sink is None:
+            return
+        if self.halted:
+            raise AuditError(self.halted)
+        try:
+            await self.sink.append_answer(event, in_flight=self.busy())
+        except AuditError as exc:
+            raise self._halt(exc)
+
+    def record_soon(self, event: AuditEvent) -> None:
+        """Queue an event for the next group commit; never raises (a failed log has already
+        halted calls and said why)."""
+        if self.sink is None or self.halted:
+            return
+        try:
+            self.sink.append_nowait(event)
+        except AuditError:
+            why = _unrecordable(event)
+            if why:
+                with contextlib.suppress(AuditError):
+                    self.sink.append_nowait(_recordable(event, why))
+
+    def _halt(self, exc: AuditError) -> AuditError:
+        # a failed write or fsync is never retried: stop serving calls, say why
+        self.halted = f"audit log failed: {exc.message}"
+        log.error("%s; the daemon no longer serves calls", self.halted)
+        return exc
+
+    def close(self) -> None:
+        if self.sink is not None:
+            with contextlib.suppress(Exception):
+                self.sink.close()
+
+
+def _unrecordable(event: AuditEvent) -> str:
+    """Why `event` itself cannot be recorded ("" if it can: then the log is at fault)."""
+    try:
+        data = to_json(event, inf_nan_mode="null")
+    except (TypeError, ValueError):  # PydanticSerializationError is a ValueError
+        return "holds text that is not Unicode"
+    if len(data) > MAX_EVENT_BYTES:
+        return f"is {len(data)} bytes (at most {MAX_EVENT_BYTES})"
+    return ""
+
+
+def _recordable(event: AuditEvent, why: str) -> AuditEvent:
+    """`event` with every string made encodable (escapes) and cut to a bounded length."""
+    def fix(v: object) -> object:
+        if isinstance(v, str):
+            v = v.encode("utf-8", "backslashreplace").decode("utf-8")
+            return v if len(v) <= 4096 else v[:4096] + "..."
+        if isinstance(v, dict):
+            return {fix(k): fix(x) for k, x in list(v.items())[:256]}
+        if isinstance(v, (list, tuple)):
+            return [fix(x) for x in list(v)[:256]]
+        return v if v is None or isinstance(v, (bool, int, float)) else fix(str(v))
+    out = {str(fix(k)): fix(x) for k, x in list(event.items())[:256]}
+    out["recorded_as"] = f"escaped: the event {why}"
+    return out

@@ -18,7 +18,7 @@ from helpers import PY, ROOT
 ALLOWED_FROM_VAULT = {"vault.client", "vault.home", "vault.errors", "vault.cli.main", "vault.text", "vault.resources",
                       "vault.proc_guard", "vault.wire"}
 # the demo's set-up (not the TUI) starts its world as every harness does: the runner's live world
-SETUP_ONLY = {"tui/demo.py": {"vault.runner.live"}}
+SETUP_ONLY = {"tui/demo.py": {"vault.runner.live", "vault.runner.world_procs"}}
 
 
 class TestBoundary:

@@ -27,7 +27,7 @@ from typing import IO, Any
 
 from vault.errors import VaultError
 from vault.resources import DEMO_PLAN as DEFAULT_PLAN
-from vault.runner import world_procs
+import vault.runner.world_procs as world_procs  # the demo's setup: its agents start as the world starts them
 from vault.text import printable
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)

@@ -76,5 +76,17 @@ def test_no_flat_daemon_modules_left_behind() -> None:
     # added flat beside them again is caught here
     flat = {p.stem for p in VAULT.glob("*.py")}
     strays = flat & {"daemon", "calls", "agent_api", "approver_api", "rpc_server", "sessions", "store",
-                     "keystore", "keyring_backend"} | {s for s in flat if s.endswith("_cli")}
+                     "keystore", "secret"} | {s for s in flat if s.endswith("_cli")}
     assert not strays, f"modules that belong in a package: {sorted(strays)}"
+
+
+def test_the_old_keyring_setting_still_selects_the_file_keyring(tmp_path: Path) -> None:
+    # `PYTHON_KEYRING_BACKEND=vault.keyring_backend.FileKeyring` is in users' CI configs
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "VAULTSIM_KEYRING_DIR": str(tmp_path / "kr"),
+           "PYTHON_KEYRING_BACKEND": "vault.keyring_backend.FileKeyring"}
+    code = ("import keyring; keyring.set_password('svc', 'u', 'v'); "
+            "print(type(keyring.get_keyring()).__module__, keyring.get_password('svc', 'u'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["vault.store.keyring_backend", "v"]

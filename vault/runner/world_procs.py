@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from vault.atomic import write_private
 from vault.resources import IMPORT_ROOT as ROOT
 from vault.runner.procs import PROGRAMS
 
@@ -305,9 +306,7 @@ class Processes:
 
     def _private(self, name: str, data: str) -> Path:
         path = self.root / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(data)
+        write_private(path, data.encode())  # 0600, all or nothing
         return path
 
     def running(self) -> int:

@@ -7,7 +7,7 @@ approver), 0600 in a 0700 home; asyncio throughout.
 The parts, each typed and given what it needs (nothing here is a mixin):
 
     Recorder        vault.daemon.recorder        the audit log's one door; a failed log halts calls
-    Gate            vault.gate.engine     decides: lock, policy, grants, prompts (no wire)
+    Gate            vault.gate.engine            decides: lock, policy, grants, prompts (no wire)
     ApproverHub     vault.daemon.approver_hub    subscribed approvers; the gate's `notify`/`routable`
     AgentSessions   vault.daemon.agent_sessions  sessions opened and ended with their process
     CallService     vault.daemon.calls           a call from the gate to its recorded Result

@@ -199,20 +199,20 @@ class Decision(AuditEvent):
     was: str | None = None
 
 
-class GrantCreated(AuditEvent):
+class _Grant(AuditEvent):
+    session_id: str
+    scope: str = ""
+    grant_id: str | None = None
+
+
+class GrantCreated(_Grant):
     TYPE = "grant_created"
     type: Literal["grant_created"] = "grant_created"
-    session_id: str
-    scope: str = ""
-    grant_id: str | None = None
 
 
-class GrantEnded(AuditEvent):
+class GrantEnded(_Grant):
     TYPE = "grant_ended"
     type: Literal["grant_ended"] = "grant_ended"
-    session_id: str
-    scope: str = ""
-    grant_id: str | None = None
     reason: str = ""
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -153,14 +153,11 @@ class AgentApi:
         self.status_of = status
 
     def dispatcher(self) -> Dispatcher:
-        api = Dispatcher("agent")
-        methods: list[tuple[str, type[BaseModel], Callable[[Connection, Any], Awaitable[Any]]]] = [
+        api = Dispatcher("agent", [
             ("session.open", OpenParams, self.session_open), ("session.close", SessionParams, self.session_close),
             ("call", CallParams, self.call), ("call.resume", ResumeParams, self.call_resume),
             ("lookup", LookupParams, self.lookup), ("vault.status", NoParams, self.status),
-            ("call.cancel", ResumeTokenParams, self.call_cancel), ("catalog", NoParams, self.list_catalog)]
-        for name, model, handler in methods:
-            api.method(name, model)(handler)
+            ("call.cancel", ResumeTokenParams, self.call_cancel), ("catalog", NoParams, self.list_catalog)])
         api.on_disconnect = self.on_disconnect
         return api
 

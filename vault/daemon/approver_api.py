@@ -142,16 +142,13 @@ class ApproverApi:
         self.request_stop = request_stop
 
     def dispatcher(self) -> Dispatcher:
-        api = Dispatcher("approver")
-        methods: list[tuple[str, type[BaseModel], Callable[[Connection, Any], Awaitable[Any]]]] = [
+        api = Dispatcher("approver", [
             ("approver.hello", HelloParams, self.hello), ("subscribe", NoParams, self.subscribe),
             ("pending", PendingParams, self.pending), ("decide", DecideParams, self.decide),
             ("seen", SeenParams, self.seen), ("lock", NoParams, self.lock),
             ("unlock", NoParams, self.unlock), ("sessions", PageParams, self.list_sessions),
             ("revoke", RevokeParams, self.revoke), ("stats", StatsParams, self.stats),
-            ("status", NoParams, self.status), ("shutdown", NoParams, self.shutdown)]
-        for name, model, handler in methods:
-            api.method(name, model)(handler)
+            ("status", NoParams, self.status), ("shutdown", NoParams, self.shutdown)])
         api.on_refused = self.refused_early
         api.on_disconnect = self.on_disconnect
         return api

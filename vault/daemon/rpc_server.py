@@ -29,7 +29,7 @@ import socket
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
 from pydantic import BaseModel, ValidationError
 
@@ -95,9 +95,9 @@ class Connection:
 class Dispatcher:
     """Method table for one socket: name -> (params model, handler)."""
 
-    def __init__(self, channel: str) -> None:
+    def __init__(self, channel: str, methods: Iterable[tuple[str, type[BaseModel], Handler]] = ()) -> None:
         self.channel = channel
-        self.methods: dict[str, tuple[type[BaseModel], Handler]] = {}
+        self.methods: dict[str, tuple[type[BaseModel], Handler]] = {name: (params, fn) for name, params, fn in methods}
         self.on_connect: Callable[[Connection], Awaitable[None]] | None = None
         self.on_disconnect: Callable[[Connection], Awaitable[None]] | None = None
         self.on_refused: RefusedHook | None = None

@@ -98,6 +98,7 @@ class RayExecutor:
                          if f.name not in ("launcher", "registry", "env")}
         self.stage: Path | None = None
         self.inflight: set[Any] = set()
+        self.cancelled: set[Any] = set()  # cancelled once already: a second cancel would interrupt its cleanup
         self.task: Any = None
         self.retryable = _retryable(self.ray)
 
@@ -133,6 +134,7 @@ class RayExecutor:
                 result: TrialResult = await ref
             except asyncio.CancelledError:
                 self.ray.cancel(ref)  # aclose() waits for its cleanup
+                self.cancelled.add(ref)
                 raise
             except self.retryable as exc:
                 self.inflight.discard(ref)
@@ -156,6 +158,7 @@ class RayExecutor:
                 await asyncio.to_thread(self._settle, list(self.inflight))
         finally:
             self.inflight.clear()
+            self.cancelled.clear()
             if ray.is_initialized():
                 await asyncio.to_thread(ray.shutdown)
             if self.stage is not None:
@@ -165,7 +168,8 @@ class RayExecutor:
         """Cancel what still runs and wait until each task has cleaned up; force the stragglers."""
         ray = self.ray
         for ref in refs:
-            ray.cancel(ref)
+            if ref not in self.cancelled:
+                ray.cancel(ref)
         deadline = time.monotonic() + CANCEL_WAIT_S
         pending = refs
         while pending and time.monotonic() < deadline:

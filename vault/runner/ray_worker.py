@@ -31,6 +31,7 @@ import contextlib
 import os
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,12 +85,14 @@ class _Node:
             while not done.wait(POLL_S):
                 pass
             return future.result()
-        except KeyboardInterrupt:  # ray.cancel: stop the trial as a local Ctrl-C does, then go
-            self.loop.call_soon_threadsafe(future.cancel)
-            done.wait(CLEANUP_S)
-            raise
         finally:
-            self.registry.reap()
+            # reached normally, or by ray.cancel's KeyboardInterrupt: stop the trial as a local
+            # Ctrl-C does and let its own cleanup finish before the reap and before Ray learns
+            # the task ended (the driver counts a cancelled trial as cleaned up from then on)
+            if not done.is_set():
+                self.loop.call_soon_threadsafe(future.cancel)
+            _uninterrupted(lambda: done.wait(CLEANUP_S))
+            _uninterrupted(self.registry.reap)
 
     def close(self) -> None:
         self.registry.reap()
@@ -97,6 +100,18 @@ class _Node:
             self.server.kill()
         with contextlib.suppress(OSError):
             self.note.unlink()
+
+
+def _uninterrupted(step: Callable[[], object]) -> None:
+    """Run a cleanup step to its end: a repeated ray.cancel (the driver cancels once when the
+    trial's awaiter is cancelled and once more when the run closes) arrives as another
+    KeyboardInterrupt, which must not cut the cleanup of the first one short."""
+    while True:
+        try:
+            step()
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def _note_self() -> Path:

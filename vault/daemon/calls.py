@@ -33,7 +33,7 @@ import functools
 import logging
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -118,7 +118,8 @@ class CallService(CallMemory):
 
     def __init__(self, *, services: dict[str, ServiceConfig], call_timeout_s: float, catalog: Catalog,
                  store: Credentials, diagnostics: Diagnostics | None, executors: dict[str, Executor],
-                 gate: Gate, recorder: Recorder, notify: Notify, workdir: Path) -> None:
+                 gate: Gate, recorder: Recorder, notify: Notify, workdir: Path,
+                 listeners: Sized = (1,)) -> None:
         super().__init__()
         self.services = services
         self.call_timeout_s = call_timeout_s
@@ -129,6 +130,7 @@ class CallService(CallMemory):
         self.gate = gate
         self.recorder = recorder
         self.notify = notify
+        self.listeners = listeners  # who `notify` reaches (the hub's subscribers); empty: nobody
         self.workdir = workdir  # per-call private directories (ssh) are made under it
         self.in_flight = 0  # calls and lookups being served right now
         self._touched: set[str] = set()  # correlation ids whose remote was contacted
@@ -201,10 +203,11 @@ class CallService(CallMemory):
                 result = make_result(Category.outcome_unknown, result.operation, result.correlation_id,
                                      "the remote was contacted but the result could not be recorded; "
                                      "its outcome must be treated as unknown")
-        self.notify(Activity(
-            time=time.time(), agent=s.agent, pid=s.identity.pid, session_id=s.id,
-            operation=result.operation, category=str(result.category),
-            retry=str(result.retry), correlation_id=result.correlation_id))
+        if self.listeners:  # built only for someone to tell: an idle TUI costs no call anything
+            self.notify(Activity(
+                time=time.time(), agent=s.agent, pid=s.identity.pid, session_id=s.id,
+                operation=result.operation, category=str(result.category),
+                retry=str(result.retry), correlation_id=result.correlation_id))
         return result
 
     def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None) -> CallContext:

@@ -76,7 +76,8 @@ class VaultDaemon:
         self.calls = CallService(services=config.services, call_timeout_s=config.call_timeout_s,
                                  catalog=config.catalog, store=store, diagnostics=diagnostics,
                                  executors=self.executors, gate=self.gate, recorder=self.recorder,
-                                 notify=self.hub.notify, workdir=home.root / "work")
+                                 notify=self.hub.notify, workdir=home.root / "work",
+                                 listeners=self.hub.subscribers)
         self.recorder.busy = self.calls.busy
         self.agent_api = AgentApi(self.agent_sessions, config.catalog, self.calls, status=self.status)
         self.approver_api = ApproverApi(self.gate, self.hub, self.sessions, approver_token(home),

@@ -294,16 +294,6 @@ def _trace_config() -> aiohttp.TraceConfig:
 
 def _evidence(attempt: Attempt, verdict: Verdict, credential: Secret, started: float) -> dict[str, Any]:
     """The raw evidence for protected diagnostics, with the credential scrubbed."""
-    secret = credential.reveal()
-    # the secret as it appears raw, in a str/bytes repr and in JSON (exception texts use reprs)
-    forms = sorted({secret, repr(secret)[1:-1], repr(secret.encode("utf-8", "replace"))[2:-1],
-                    json.dumps(secret)[1:-1]} - {""}, key=len, reverse=True) if secret else []
-
-    def scrub(text: str) -> str:
-        for form in forms:
-            text = text.replace(form, REDACTED)
-        return text
-
     out: dict[str, Any] = {
         "category": verdict.category.value, "reason": verdict.reason,
         "remote_touched": attempt.bytes_left, "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
@@ -314,6 +304,16 @@ def _evidence(attempt: Attempt, verdict: Verdict, credential: Secret, started: f
         out["status"] = attempt.status
     if verdict.category is Category.success:
         return out  # a success is never kept as a diagnostic: no need to copy and scrub its body
+    secret = credential.reveal()
+    # the secret as it appears raw, in a str/bytes repr and in JSON (exception texts use reprs)
+    forms = sorted({secret, repr(secret)[1:-1], repr(secret.encode("utf-8", "replace"))[2:-1],
+                    json.dumps(secret)[1:-1]} - {""}, key=len, reverse=True) if secret else []
+
+    def scrub(text: str) -> str:
+        for form in forms:
+            text = text.replace(form, REDACTED)
+        return text
+
     if attempt.status is not None:
         out["headers"] = [[k, REDACTED if k.lower() in SENSITIVE_HEADERS else scrub(v)]
                           for k, v in attempt.headers]

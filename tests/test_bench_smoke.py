@@ -22,7 +22,7 @@ CASES = [
     (["gate_overhead.py", "30", "--dir", "/dev/shm"], ["home in /dev/shm", "durable floor"]),
     (["approval_roundtrip.py", "5"], ["last category: success", "p50"]),
     (["gated_calls.py", "5", "--rounds", "1"], ["direct keep-alive HTTP", "via the vault", "(40 succeeded",
-                                                "daemon CPU", "target >= 0.5x"]),
+                                                "daemon CPU", "target >= 0.5x", "relay floor", "(40 ok; relay CPU"]),
     (["audit.py", "--appends", "80", "--calls", "80", "--verify-records", "1000"],
      ["durable appends, 8 appenders", "durable gated calls, 8 agents", "--durability strict", "offline verify"]),
     (["soak.py", "--calls", "2000", "--segment-mib", "0.1"], ["p99 per call", "RSS", "audit verify of the whole set",

@@ -106,8 +106,9 @@ def main() -> None:
         sock = str(stack.box.agent_sock)
         daemon, remote = psutil.Process(stack.daemon.pid), psutil.Process(stack.remote.pid)
         relay_sock = str(stack.box.root / "relay.sock")
-        relay_proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_relay.py")), relay_sock,
-                                       stack.url, TOKEN], stdout=subprocess.PIPE, text=True)
+        # a process of this bench's world: ended with it (the sandbox's close) if the bench fails
+        relay_proc = stack.box.world.spawn([sys.executable, str(Path(__file__).with_name("_relay.py")), relay_sock,
+                                            stack.url, TOKEN], stdout=subprocess.PIPE)
         assert relay_proc.stdout is not None and relay_proc.stdout.readline().strip() == "ready"
         relay = psutil.Process(relay_proc.pid)
         try:

@@ -69,6 +69,18 @@ class TestTopLevel:
         err = capsys.readouterr().err
         assert "ZeroDivisionError: a bug" in err and "vaultsim schema: internal error" in err
 
+    def test_ctrl_c_while_the_command_loads_exits_130_quietly(self, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+        """A Ctrl-C that lands while a command's modules import (the first half second of
+        `vaultsim run`) is an interrupt like any other: 130, and no traceback on the terminal."""
+        import vault.cli.main as cli
+
+        def interrupted(name: str) -> Any:
+            raise KeyboardInterrupt
+        monkeypatch.setattr(cli, "_resolve", interrupted)
+        assert 130 == main(["run", "scenarios/"])
+        assert "Traceback" not in capsys.readouterr().err
+
 
 class TestNoDaemon:
     @pytest.mark.parametrize("argv", [["lock"], ["unlock"], ["stats"], ["unlock", "--json"]])

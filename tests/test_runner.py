@@ -415,6 +415,29 @@ class TestCleanup:
         assert [] == stray
         assert [] == proc.left
 
+    @pytest.mark.parametrize("moment", ["fork server up", "first trial home made"])
+    def test_ctrl_c_as_trials_start_prints_no_traceback(self, moment: str) -> None:
+        """SIGINT while the runner is starting its first trials (a daemon being forked into a
+        home the runner is already removing): exit 130, the user's terminal gets the runner's
+        one line about stopping and no traceback from the fork server or its children."""
+        runner = subprocess.Popen([PY, "-m", "vault.cli.main", "run", str(SCENARIOS), "-k", "c06 or gate-8 or c07",
+                                   "-j", "2", "-q"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+        def reached() -> bool:
+            try:
+                kids = psutil.Process(runner.pid).children()
+            except psutil.NoSuchProcess:
+                return True
+            return bool(homes(runner.pid)) if moment == "first trial home made" else bool(kids)
+
+        wait_for(reached, timeout=60, interval=0.005, what=moment)
+        runner.send_signal(signal.SIGINT)
+        _, err = runner.communicate(timeout=60)
+        assert 130 == runner.returncode, err
+        assert "Traceback" not in err and "Error" not in err, err
+        assert [] == homes(runner.pid)
+
     def test_ctrl_c_leaves_no_process_and_no_home(self) -> None:
         """SIGINT mid-run: every process ended, every vault home removed, exit 130."""
         runner = subprocess.Popen([PY, "-m", "vault.cli.main", "run", str(SCENARIOS), "-k", "c06 or gate-8 or c07",

@@ -179,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         top.parse_args(argv[:1])  # --help, --version, or an unknown command: argparse answers
         return 2
     name = argv[0]
-    configure, run = _resolve(name)
+    try:
+        # a Ctrl-C while the command's modules import is an interrupt like any other (130), not a traceback
+        configure, run = _resolve(name)
+    except KeyboardInterrupt:
+        return 130
     args = command_parser(name, configure).parse_args(argv[1:])
     try:
         return int(run(args) or 0)

@@ -155,7 +155,7 @@ class SshdServer:
             raise SshdError(f"{SSHD} or ssh-keygen not installed")
         if os.geteuid() == 0 and not PRIVSEP_DIR.is_dir():
             PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(exist_ok=True)  # in a home that exists: one removed meanwhile is never made again
         host_key = self.dir / "ssh_host_ed25519_key"
         if not host_key.exists():
             subprocess.run(

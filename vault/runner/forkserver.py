@@ -74,6 +74,12 @@ def serve(fd: int) -> None:
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     sel.register(rpipe, selectors.EVENT_READ)
+    with contextlib.suppress(ConnectionError):  # the runner went away (Ctrl-C): so do we, quietly
+        _loop(sock, sel, (rpipe, wpipe))
+
+
+def _loop(sock: socket.socket, sel: selectors.BaseSelector, pipes: tuple[int, int]) -> None:
+    rpipe = pipes[0]
     buf = b""
     out: list[bytes] = []
     while True:
@@ -85,7 +91,7 @@ def serve(fd: int) -> None:
                 buf += chunk
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
-                    out.append(_answer(json.loads(line), sock, (rpipe, wpipe)))
+                    out.append(_answer(json.loads(line), sock, pipes))
             else:
                 with contextlib.suppress(BlockingIOError):
                     os.read(rpipe, 4096)
@@ -121,6 +127,7 @@ def _answer(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) ->
 
 def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> None:
     code = 1
+    redirected = False
     try:
         os.setsid()
         signal.set_wakeup_fd(-1)
@@ -144,6 +151,7 @@ def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> 
         os.dup2(errfd, 2)
         for fd in {null, outfd, errfd}:
             os.close(fd)
+        redirected = True
         os.environ.clear()
         os.environ.update(req["env"])
         os.chdir(req["cwd"])
@@ -158,9 +166,15 @@ def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> 
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:
         code = 130
-    except BaseException:
-        with contextlib.suppress(Exception):
-            traceback.print_exc()
+    except BaseException as exc:
+        # before its stdio is redirected the child still writes to the runner's terminal: a
+        # trial home already removed means that trial was stopped (Ctrl-C, -x) as this
+        # process started, which needs no traceback; anything else does
+        stopped = (not redirected and isinstance(exc, OSError)
+                   and not os.path.isdir(os.path.dirname(str(req.get("stdout", ""))) or "."))
+        if not stopped:
+            with contextlib.suppress(Exception):
+                traceback.print_exc()
     finally:
         with contextlib.suppress(Exception):
             sys.stdout.flush()

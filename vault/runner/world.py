@@ -153,10 +153,21 @@ class World:
         tokens = {k: v for k, v in self.secrets.items() if k not in ssh_keys and k != PLANTED}
         self.remote = RemoteServer(tokens, sc.fault)
         self.remote.vouch, self.remote.capture = Vouch(self.mark, {os.getpid()}), True
-        await self.remote.start()
+        try:
+            await self.remote.start()
+            if sshd_started is not None:
+                self.ssh_info = await asyncio.shield(sshd_started)
+        except BaseException:  # a failed start, or the trial stopped (Ctrl-C, -x) meanwhile
+            if sshd_started is not None:
+                # its error is not the one to report (the trial's own is): taken, never "unretrieved"
+                sshd_started.add_done_callback(lambda t: t.cancelled() or t.exception())
+                # a thread cannot be stopped: let sshd's start finish, so that close() stops what
+                # it started and the home is removed only after it (never recreated under it)
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait({sshd_started})
+            raise
         if sshd_started is not None:
-            assert sc.ssh is not None
-            self.ssh_info = await sshd_started
+            assert sc.ssh is not None and self.ssh_info is not None
             for name in ssh_keys & set(names):
                 self.secrets[name] = self.ssh_info.private_key
             if sc.ssh.fault in ("kill_client", "kill_remote"):

@@ -438,8 +438,11 @@ class TestCleanup:
         assert "Traceback" not in err and "Error" not in err, err
         assert [] == homes(runner.pid)
 
-    def test_ctrl_c_leaves_no_process_and_no_home(self) -> None:
-        """SIGINT mid-run: every process ended, every vault home removed, exit 130."""
+    @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+    def test_ctrl_c_leaves_no_process_and_no_home(self, sig: signal.Signals) -> None:
+        """SIGINT mid-run (and TERM, a CI job's timeout; HUP, the terminal closing): every trial
+        closes its world, every process ended, every vault home removed, exit 130, and the
+        terminal gets one line saying so, no traceback."""
         runner = subprocess.Popen([PY, "-m", "vault.cli.main", "run", str(SCENARIOS), "-k", "c06 or gate-8 or c07",
                                    "-j", "2", "-q"], cwd=ROOT, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -456,8 +459,10 @@ class TestCleanup:
 
         wait_for(started, timeout=60, what="trials to be under way")
         assert runner.poll() is None
-        runner.send_signal(signal.SIGINT)
+        runner.send_signal(sig)
         _, err = runner.communicate(timeout=60)
         assert 130 == runner.returncode, err
+        assert f"vaultsim run: {sig.name}: stopping every trial and cleaning up" in err
+        assert "Traceback" not in err and "never retrieved" not in err, err
         assert [] == lingering(seen)
         assert [] == homes(runner.pid)

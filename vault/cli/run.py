@@ -62,6 +62,12 @@ from vault.runner.trial import Runtime, TrialResult, base_env, run_trial
 if TYPE_CHECKING:  # imported when used: `--list` and other executors start no fork server
     from vault.runner.forkserver import ForkServer
 
+# what stops a run: Ctrl-C, a CI job's timeout (TERM), the terminal closing (HUP)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# how long stopped trials get to close their worlds before the reap ends what is left; a
+# trial's teardown is bounded by its own timeouts, well inside this
+STOP_CLEANUP_S = 30.0
+
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
@@ -280,11 +286,14 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
         nonlocal interrupted
         if not interrupted:
             interrupted = True
-            print(f"\nvaultsim run: {signame}: stopping every trial and cleaning up", file=sys.stderr)
+            print(f"\nvaultsim run: {signame}: stopping every trial and cleaning up "
+                  "(again to stop at once)", file=sys.stderr)
             assert main_task is not None
             main_task.cancel()
+        else:  # a second signal: end every process now; the trials' cleanup then finds them gone
+            registry.reap(grace_s=0)
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig.name)
 
     launcher: Launcher = ExecLauncher(registry)
@@ -329,13 +338,16 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
         except asyncio.CancelledError:
             for t in tasks:
                 t.cancel()
+            # each trial ends as a -x stop ends it: its world closes (daemon, remote, sshd, its
+            # home) while the fork server still serves; the reap is the backstop for the rest
+            await _settle(tasks, STOP_CLEANUP_S)
             registry.reap()
             return 130
     except asyncio.CancelledError:  # Ctrl-C while the executor was starting
         return 130
     finally:
         await executor.aclose()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
     wall = time.monotonic() - started
     info.update(stopped_early=stop_early.is_set(), not_run=len(work) - sum(len(r.trials) for r in reports))
@@ -349,6 +361,16 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
             except OSError as exc:  # e.g. the disk filled during the run: the table above still stands
                 raise BadInput(f"{option}: cannot write {path}: {exc.strerror}") from None
     return EXIT_FOR[doc["summary"]["release"]]
+
+
+async def _settle(tasks: Sequence[asyncio.Future[None]], timeout: float) -> None:
+    """Wait (bounded) for cancelled trials to finish their cleanup; their errors are the stop's, not news."""
+    if not tasks:
+        return
+    done, _ = await asyncio.wait(tasks, timeout=timeout)
+    for t in done:
+        if not t.cancelled():
+            t.exception()
 
 
 async def _until_done_or_stopped(tasks: Sequence[asyncio.Future[None]], stop: asyncio.Event) -> None:

@@ -61,7 +61,10 @@ _PR_SET_PDEATHSIG = 1
 
 
 def serve(fd: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner handles Ctrl-C and ends us
+    # the runner handles Ctrl-C, TERM and a closed terminal, and ends us (our socket closes):
+    # dying first would take the trials' processes with us before they were cleaned up
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     for name in _PRELOAD:
         with contextlib.suppress(Exception):  # a part not landed yet is imported by the child
             importlib.import_module(name)
@@ -131,7 +134,7 @@ def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> 
     try:
         os.setsid()
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         # what a fresh interpreter does at startup: a peer that hangs up is an EPIPE
         # error to handle, never a signal that kills the daemon mid-shutdown

@@ -117,6 +117,17 @@ class TestStatusAndStop:
         assert proc.wait(timeout=15) == 0
         assert not sandbox.agent_sock.exists()
 
+    def test_sighup_stops_a_foreground_daemon_as_sigterm_does(self, sandbox: Sandbox) -> None:
+        """The terminal of a foreground daemon closed (SIGHUP): it stops cleanly, exit 0, sockets
+        gone, and its audit log ends signed (`intact`), not cut off for the next start to recover."""
+        from vault.audit import verify
+        proc = sandbox.start_daemon()
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=15) == 0
+        assert not sandbox.agent_sock.exists()
+        report = verify(sandbox.home / "audit.log")
+        assert report.status == "intact", report
+
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                     reason="needs root and setpriv to run a client as another uid")

@@ -132,7 +132,8 @@ class VaultDaemon:
 
     async def serve(self, ready: asyncio.Event | None = None) -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # SIGHUP: a foreground daemon's terminal closed; it stops as on TERM, its log signed
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
         if self.audit_sink is not None:

@@ -115,12 +115,21 @@ class AuditEvent(BaseModel):
         # runs only when the field is given, so a producer's model costs nothing for it
         return _read_only(value, info)
 
+    # the fields `to_event` may write, in the model's order (set per model: type, seq, time never)
+    WRITTEN: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls.WRITTEN = tuple(n for n in cls.model_fields if n not in _META and n != "type")
+
     def to_event(self) -> dict[str, Any]:
         """The dict the log stores: ``type`` first, then every field given (None included), in
-        the model's order; never ``seq`` or ``time``. Nested values are shared, not copied."""
-        given = self.__pydantic_fields_set__
-        return {"type": self.type,
-                **{k: v for k, v in self.__dict__.items() if k in given and k not in _META}}
+        the model's order; never ``seq`` or ``time``. Nested values are shared, not copied.
+        (On every record's path: a comprehension over the model's own dict, half the cost
+        of a model_dump.)"""
+        given, values = self.__pydantic_fields_set__, self.__dict__
+        return {"type": self.type, **{k: values[k] for k in self.WRITTEN if k in given}}
 
 
 def _read_only(value: Any, info: ValidationInfo) -> Any:

@@ -32,29 +32,39 @@ the daemon has always written (README "Audit log", DESIGN.md: a user contract):
     dispatch_started   DispatchStarted   (logs written before 2026-12 only)
 
 Building one: ``Intent(correlation_id=cid, operation=..., target=...,
-idempotency_key=False)``; `AuditEvent.to_event()` is the dict the log stores,
-with exactly the fields given (a field left out stays absent, a None given is
-written as null: the JSON of today's dicts, byte for byte).
+idempotency_key=False)``; `AuditEvent.to_event()` is the dict the log stores:
+``type`` first, then exactly the fields given, in the model's order (a field
+left out stays absent, a None given is written as null: the JSON of the dicts
+the daemon wrote before it built models, byte for byte).
 
-**Strict on write**: the daemon's audit sink (`vault.audit.adapter.open_audit`)
-runs `check_fields` on every dict it is given: an unknown ``type``, a field the
-model does not have (a misspelt one) or a missing required field is an
-`AuditEventError` (an `AuditError`; nothing is written), so a producer's typo
-cannot drift from the readers silently. `check_event` (the model's full
-validation, values included) costs 20-40 us a record, too much for the three
-records of every call: the sink runs it only with ``VAULTSIM_AUDIT_CHECK=full``
-(tests, debugging). ``seq`` and ``time`` are the record's, never the event's;
-``status_class`` and ``dispatch_started`` are read, never written.
+**Strict on write.** Every producer in the daemon (the gate, the call service,
+the session keeper, the approver API, the daemon's start, its CLI's prompt
+counts) builds a model and hands it to `vault.daemon.recorder`; the sink
+(`vault.audit.writer.AuditWriter`) stores its ``to_event()``. mypy --strict
+checks each producer's keyword arguments: a misspelt field, a missing required
+one or a value of the wrong type is a type error before it runs (pydantic's
+models are `dataclass_transform`s). At run time pydantic itself refuses the
+same (``extra="forbid"``, required fields, field types, ``type`` a Literal with
+its default), with no Python validator on the way: building and storing one
+of a call's records costs 2-3 us more than the dict and its field check did.
+``seq`` and ``time`` are the record's, and legacy fields (``status_class``)
+are read, never written: they are no constructor argument (``init=False``, so
+mypy refuses one) and a value given for one is refused unless read
+(`_read_only`, which runs only when such a field is given). A dict (tools,
+tests, the escaped form of an event whose text could not be encoded) is
+checked by the sink with `check_fields` (type and field names, under 1 us) or,
+with ``VAULTSIM_AUDIT_CHECK=full``, `check_event` (values too); a misfit is an
+`AuditEventError` (an `AuditError`; nothing is written).
 
 **Tolerant on read** (`read_event`, what `audit show`, the runner's transcript
-and its evidence use): a field this version does not know is ignored (a newer
-daemon's); a field an older daemon did not write takes the default below;
-an older log's shapes still read: an event that carried its own ``time`` keeps
-it (else ``time`` is the record's commit time, as `decrypt_events` gives it),
-``remote_result`` with ``status_class`` in place of ``category``,
-``dispatch_started``. An event of an unknown type, or one that does not fit its
-model (a field of the wrong type), reads as `OtherEvent` with its fields as
-they were, so a reader shows it rather than failing.
+and its evidence use): a field this version does not know is dropped before
+validating (a newer daemon's); a field an older daemon did not write takes the
+default below; an older log's shapes still read: an event that carried its own
+``time`` keeps it (else ``time`` is the record's commit time, as
+`decrypt_events` gives it), ``remote_result`` with ``status_class`` in place
+of ``category``, ``dispatch_started``. An event of an unknown type, or one that
+does not fit its model (a field of the wrong type), reads as `OtherEvent` with
+its fields as they were, so a reader shows it rather than failing.
 """
 
 from __future__ import annotations
@@ -63,7 +73,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
 from pydantic import (BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError,
-                      ValidationInfo, model_validator)
+                      ValidationInfo, field_validator)
 
 from vault.errors import AuditError
 
@@ -75,8 +85,9 @@ __all__ = [
     "DispatchStarted", "check_fields", "check_event", "read_event", "read_events", "explain",
 ]
 
-_READING = "vault.audit_events.read"  # the validation context key that makes a parse tolerant
+_READING = "vault.audit_events.read"  # the validation context key that lets seq, time, legacy in
 _META = frozenset({"seq", "time"})  # the record's, filled in by readers
+_READ_CONTEXT = {_READING: True}
 
 
 class AuditEventError(AuditError):
@@ -90,34 +101,42 @@ class AuditEvent(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
     TYPE: ClassVar[str]
-    # fields a reader may meet in an older log that no producer may write
-    LEGACY: ClassVar[frozenset[str]] = frozenset()
     type: str
-    seq: int | None = None  # the record's (read side only)
-    time: float | None = None  # the record's commit time, or an older event's own (read side only)
+    # the record's, set by readers only: not a constructor argument (mypy refuses one), and
+    # refused at run time unless read (`_read_only`)
+    seq: int | None = Field(default=None, init=False)
+    time: float | None = Field(default=None, init=False)  # commit time, or an older event's own
     # set by the daemon when it had to escape an event's text to record it at all
     recorded_as: str | None = None
 
-    @model_validator(mode="before")
+    @field_validator("seq", "time", mode="before")
     @classmethod
-    def _tolerant_read_strict_write(cls, data: Any, info: ValidationInfo) -> Any:
-        if not isinstance(data, dict):
-            return data
-        reading = isinstance(info.context, dict) and info.context.get(_READING)
-        if reading:  # what this version does not know is dropped, not an error
-            data = {k: v for k, v in data.items() if k in cls.model_fields}
-        else:
-            bad = [str(k) for k in data if k not in cls.model_fields or k in _META or k in cls.LEGACY]
-            if bad:
-                raise ValueError(f"{getattr(cls, 'TYPE', cls.__name__)} has no field(s) {', '.join(sorted(bad))} to write"
-                                 + (" (seq and time are the record's)" if _META & set(bad) else ""))
-        if "type" not in data and hasattr(cls, "TYPE"):  # `type` always counts as given
-            data = {"type": cls.TYPE, **data}
-        return data
+    def _read_only(cls, value: Any, info: ValidationInfo) -> Any:
+        # runs only when the field is given, so a producer's model costs nothing for it
+        return _read_only(value, info)
+
+    # the fields `to_event` may write, in the model's order (set per model: type, seq, time never)
+    WRITTEN: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls.WRITTEN = tuple(n for n in cls.model_fields if n not in _META and n != "type")
 
     def to_event(self) -> dict[str, Any]:
-        """The dict the log stores: ``type`` and every field given (None included), in order."""
-        return self.model_dump(mode="json", exclude_unset=True, exclude={"seq", "time"})
+        """The dict the log stores: ``type`` first, then every field given (None included), in
+        the model's order; never ``seq`` or ``time``. Nested values are shared, not copied.
+        (On every record's path: a comprehension over the model's own dict, half the cost
+        of a model_dump.)"""
+        given, values = self.__pydantic_fields_set__, self.__dict__
+        return {"type": self.type, **{k: values[k] for k in self.WRITTEN if k in given}}
+
+
+def _read_only(value: Any, info: ValidationInfo) -> Any:
+    if isinstance(info.context, dict) and info.context.get(_READING):
+        return value
+    raise ValueError(f"{info.field_name} is read, never written"
+                     + (" (seq and time are the record's)" if info.field_name in _META else ""))
 
 
 class DaemonStarted(AuditEvent):
@@ -254,14 +273,19 @@ class ClientTimeout(AuditEvent):
 class _Outcome(AuditEvent):
     """What an executor got back. `lookup_of`: the call a lookup reconciled."""
 
-    LEGACY = frozenset({"status_class"})
     correlation_id: str
     category: str | None = None
     remote_touched: bool | None = None
     diagnostic_id: str | None = None
     reconciled: str | None = None
     lookup_of: str | None = None
-    status_class: str | None = None  # logs written before 2026-12 carried it in place of category
+    # logs written before 2026-12 carried it in place of category; read, never written
+    status_class: str | None = Field(default=None, init=False)
+
+    @field_validator("status_class", mode="before")
+    @classmethod
+    def _legacy(cls, value: Any, info: ValidationInfo) -> Any:
+        return _read_only(value, info)
 
 
 class RemoteResult(_Outcome):
@@ -375,16 +399,17 @@ EVENT_MODELS: dict[str, type[AuditEvent]] = {m.TYPE: m for m in (
     GrantCreated, GrantEnded, Lock, Unlock, Intent, ClientTimeout, RemoteResult, Reconciliation,
     Classification, ApproverAttempt, PromptStats, SegmentStarted, LogRecovered, DispatchStarted)}
 _WRITABLE = {t: m for t, m in EVENT_MODELS.items() if m is not DispatchStarted}
-# per writable type: (the fields a producer may give, those it must)
-_SHAPES = {t: (frozenset(m.model_fields) - _META - m.LEGACY,
+# per writable type: (the fields a producer may give, those it must); seq, time and the legacy
+# fields are ``init=False``: read, never written
+_SHAPES = {t: (frozenset(n for n, f in m.model_fields.items() if f.init is not False),
                frozenset(n for n, f in m.model_fields.items() if f.is_required()))
            for t, m in _WRITABLE.items()}
 
 
 def check_fields(event: Mapping[str, Any]) -> None:
-    """The write check cheap enough for every record (about 1 us, against 20-40 us for a
-    full validation): a known ``type``, no field its model lacks (a misspelt one), every
-    required field given. AuditEventError if not; values are not checked (`check_event`)."""
+    """A dict's write check (under 1 us; `check_event`, values too, costs a few us): a known
+    ``type``, no field a producer may not write (a misspelt one, seq, time, a legacy one),
+    every required field given. AuditEventError if not; values are not checked."""
     kind = event.get("type")
     shape = _SHAPES.get(kind) if isinstance(kind, str) else None
     if shape is None:
@@ -403,24 +428,25 @@ def check_fields(event: Mapping[str, Any]) -> None:
 def check_event(event: Mapping[str, Any]) -> AuditEvent:
     """`event` (a dict a producer wrote) as its model, strictly, values included (see the
     module doc); AuditEventError if it does not fit."""
-    kind = event.get("type")
-    model = _WRITABLE.get(kind) if isinstance(kind, str) else None
-    if model is None:
-        raise _unknown(kind)
+    check_fields(event)  # the type, and no field a producer may not write (seq, time, legacy)
+    model = _WRITABLE[event["type"]]
     try:
         return model.model_validate(event)
     except ValidationError as exc:
-        raise AuditEventError(f"malformed {kind} audit event: {explain(exc)}") from None
+        raise AuditEventError(f"malformed {event['type']} audit event: {explain(exc)}") from None
 
 
 def read_event(event: Mapping[str, Any]) -> AuditEvent:
     """One decrypted event (with the record's ``seq`` and ``time``) as its model, tolerantly:
-    an unknown type, or an event that does not fit, is an `OtherEvent`."""
+    fields the model does not know are dropped; an unknown type, or an event that does not
+    fit, is an `OtherEvent`."""
     kind = event.get("type")
     model = EVENT_MODELS.get(kind) if isinstance(kind, str) else None
     if model is not None:
+        known = model.model_fields
         try:
-            return model.model_validate(event, context={_READING: True})
+            return model.model_validate({k: v for k, v in event.items() if k in known},
+                                        context=_READ_CONTEXT)
         except ValidationError:
             pass
     return OtherEvent.model_construct(

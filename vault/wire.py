@@ -31,8 +31,10 @@ is left out when it is None (e.g. `client`, `by`), as before; every other field
 is always present, None included.
 
 The audit events (the records of the audit log) are typed the same way, in
-`vault.audit_events` (its own module: they are not notifications, and their
-write check differs); they are re-exported here, so ``vault.wire`` is where
+`vault.audit_events` (its own module: they are not notifications, and they are
+built on every call's hot path, so their write check is pydantic's own, with
+no Python validator: the daemon's producers build the models, mypy checks
+their fields); they are re-exported here, so ``vault.wire`` is where
 every shape the daemon sends or records is found: ``wire.AuditEvent``,
 ``wire.read_event``, ``wire.check_event`` and the models as
 ``wire.audit_events.Intent`` etc. (a notification and an audit event may share

@@ -16,9 +16,10 @@ key); everything else is format and protocol, written down where it lives:
 * `cli`      ``vaultsim audit verify|show``.
 
 What an event says is typed outside this package, in `vault.audit_events`
-(one model per ``type``; re-exported by `vault.wire`): the writer checks a
-producer's dicts against those models (`open_audit`), and `show` and the
-runner read the decrypted events through them.
+(one model per ``type``; re-exported by `vault.wire`): the daemon's
+producers build those models, the writer stores them (and checks a dict
+against them, `open_audit`), and `show` and the runner read the decrypted
+events through them.
 """
 
 from vault.audit.keys import load_or_create_signing_key

@@ -6,11 +6,12 @@ the signing key is kept in the home encrypted under that key (see `keys`). The
 returned writer is the daemon's ``AuditSink``: ``await append(event) -> seq``
 (durable), ``await append_answer(event)`` (written; durable per the
 durability), ``append_nowait(event)``, ``signed_head()``, ``durable_tip()`` and ``close()``.
-An event is a model of `vault.audit_events` or a dict; a dict is checked against
-its model (``check="fields"``: type and field names, cheap enough for every
-record; ``VAULTSIM_AUDIT_CHECK=full`` in the environment: values too, for tests
-and debugging), so a producer's typo is an AuditEventError, never a record the
-readers silently misread.
+An event is a model of `vault.audit_events` (what the daemon's producers build:
+checked by mypy and when built) or a dict (tools, tests, an escaped event); a
+dict is checked against its model (``check="fields"``: type and field names,
+cheap enough for every record; ``VAULTSIM_AUDIT_CHECK=full`` in the
+environment: values too, for tests and debugging), so a typo is an
+AuditEventError, never a record the readers silently misread.
 """
 
 from __future__ import annotations

@@ -43,16 +43,15 @@ The three ways in:
 threads, tests).
 
 What is appended: an event model (`vault.audit_events`, stored as its
-``to_event()``) or a dict. With ``check`` (what `open_audit`, the daemon's
-sink, sets) a dict is checked against its model before it is staged: an
-unknown ``type``, a misspelt or missing field is an `AuditEventError` (an
-AuditError; nothing is written, the log stays usable), so a producer cannot
-drift from the readers silently. ``fields`` checks the shape only (about 1 us
-a record); ``full`` validates every value too, 20-40 us a record, too slow for
-every call's three records, so it is for tests and debugging (the daemon's
-sink uses it when ``VAULTSIM_AUDIT_CHECK=full``). ``off`` (the default of
-`AuditWriter.open`) writes any JSON object: the log format does not depend on
-what the events say.
+``to_event()``: the daemon's producers build these, so their fields are checked
+by mypy and by pydantic when built) or a dict. With ``check`` (what
+`open_audit`, the daemon's sink, sets) a dict is checked against its model
+before it is staged: an unknown ``type``, a misspelt or missing field is an
+`AuditEventError` (an AuditError; nothing is written, the log stays usable).
+``fields`` checks the shape only (about 1 us a record); ``full`` validates
+every value too (tests and debugging: the daemon's sink uses it when
+``VAULTSIM_AUDIT_CHECK=full``). ``off`` (the default of `AuditWriter.open`)
+writes any JSON object: the log format does not depend on what the events say.
 
 Protocol of one log (format: `records`; segment files: `files`):
 

@@ -73,6 +73,7 @@ def _base_url(text: str) -> str:
 
 def build_daemon(home: VaultHome, args: argparse.Namespace) -> VaultDaemon:
     """Assemble a VaultDaemon from CLI-style options (also used by tests and the runner)."""
+    from vault.audit_events import PromptStats
     from vault.config import load_config
     from vault.daemon.daemon import VaultDaemon
     from vault.store.keystore import KeyStore
@@ -103,7 +104,8 @@ def build_daemon(home: VaultHome, args: argparse.Namespace) -> VaultDaemon:
         log = audit
 
         def archive(run: str, counts: dict[str, Any]) -> None:
-            log.append_nowait({"type": "prompt_stats", "run_id": run, **counts})
+            # the counts are the stats' wire dict (vault.gate.stats): checked against the model here
+            log.append_nowait(PromptStats.model_validate({"run_id": run, **counts}))
         daemon.gate.stats.archive = archive
     return daemon
 

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import TypedDict
 
+from pydantic import JsonValue
+
+from vault import audit_events as A
 from vault.daemon.approver_guard import marks_of
 from vault.errors import AuditError
 from vault.gate.engine import Gate, Notify
@@ -23,6 +26,10 @@ from vault.daemon.processes import ProcessEntry, ProcessTable
 from vault.daemon.recorder import Recorder
 from vault.daemon.sessions import ClientLabel, Session, SessionTable
 from vault.wire import SessionClosed, SessionOpened
+
+
+class _Label(TypedDict, total=False):
+    client: dict[str, JsonValue] | None  # the opener's label, recorded only when it gave one
 
 
 class AgentSessions:
@@ -52,12 +59,10 @@ class AgentSessions:
         if not entry.was_agent:
             entry.was_agent = True
             self.processes.watch(entry, self._process_exited)
-        event: dict[str, Any] = {"type": "session_opened", "session_id": s.id, "agent": agent,
-                                 "pid": s.identity.pid, "sid": s.sid, "pgid": s.pgid, "run_id": run_id}
-        if client is not None:
-            event["client"] = s.client_wire()
+        label: _Label = {} if client is None else {"client": s.client_wire()}
         with contextlib.suppress(AuditError):
-            await self.recorder.record(event, durable=False)
+            await self.recorder.record(A.SessionOpened(session_id=s.id, agent=agent, pid=s.identity.pid, sid=s.sid,
+                                                       pgid=s.pgid, run_id=run_id, **label), durable=False)
         self.notify(SessionOpened.model_validate(s.to_wire()))
         return s
 
@@ -77,5 +82,5 @@ class AgentSessions:
             self.processes.release(s.process)
         await self.gate.end_session(s, reason)
         with contextlib.suppress(AuditError):
-            await self.recorder.record({"type": "session_closed", "session_id": s.id, "reason": reason})
+            await self.recorder.record(A.SessionClosed(session_id=s.id, reason=reason))
         self.notify(SessionClosed(session_id=s.id, reason=reason))

@@ -49,6 +49,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from vault.audit_events import AuditEvent
 from vault.daemon import paging
 from vault.daemon.approver_guard import AUDITED, ApproverGuard, attempt_event
 from vault.daemon.approver_hub import ApproverHub
@@ -130,7 +131,7 @@ class ApproverApi:
     """The approver socket's methods (see the module doc), over the daemon's parts."""
 
     def __init__(self, gate: Gate, hub: ApproverHub, sessions: SessionTable, token: str, *,
-                 guard: ApproverGuard, audit_soon: Callable[[JsonObject], None],
+                 guard: ApproverGuard, audit_soon: Callable[[AuditEvent], None],
                  status: Callable[[], JsonObject], request_stop: Callable[[str], None]) -> None:
         self.gate = gate
         self.hub = hub

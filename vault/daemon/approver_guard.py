@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from vault.audit_events import ApproverAttempt
 from vault.daemon.peer import Markers, ProcessIdentity, cgroup_of, lineage, same_start
 from vault.daemon.processes import ProcessTable
 from vault.daemon.sessions import Mark, Session, SessionTable
@@ -102,15 +103,14 @@ class ApproverGuard:
 
 
 def attempt_event(method: str, caller: ProcessIdentity, accepted: bool, reason: str,
-                  name: Any = None, request_id: Any = None) -> dict[str, Any]:
+                  name: Any = None, request_id: Any = None) -> ApproverAttempt:
     """The `approver_attempt` audit event (its shape is read by the runner's grading)."""
     markers = Markers.of(caller.pid) if caller.pid > 0 else Markers(-1, -1, "")
-    return {"type": "approver_attempt", "method": method, "pid": caller.pid, "sid": markers.sid,
-            "pgid": markers.pgid, "exe": caller.exe, "accepted": accepted,
-            "reason": "" if accepted else reason[:_MAX_TEXT * 4],
-            # as sent (bounded): the record shows what was tried, not a cleaned-up version
-            "name": name[:_MAX_TEXT] if isinstance(name, str) else None,
-            "request_id": request_id[:_MAX_TEXT] if isinstance(request_id, str) else None}
+    return ApproverAttempt(method=method, pid=caller.pid, sid=markers.sid, pgid=markers.pgid, exe=caller.exe,
+                           accepted=accepted, reason="" if accepted else reason[:_MAX_TEXT * 4],
+                           # as sent (bounded): the record shows what was tried, not a cleaned-up version
+                           name=name[:_MAX_TEXT] if isinstance(name, str) else None,
+                           request_id=request_id[:_MAX_TEXT] if isinstance(request_id, str) else None)
 
 
 _MAX_TEXT = 128

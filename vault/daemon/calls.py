@@ -36,8 +36,9 @@ import time
 from collections.abc import Iterable, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
+from vault import audit_events as A
 from vault.catalog import Catalog, Operation
 from vault.errors import AuditError, CredentialError, MissingCredential
 from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
@@ -50,6 +51,17 @@ from vault.daemon.sessions import Session
 from vault.wire import Activity
 
 log = logging.getLogger("vaultsim.daemon")
+
+
+# optional audit fields, given only when they apply (absent, not null, otherwise); mypy checks
+# them against the model where they are unpacked
+class _Folded(TypedDict, total=False):
+    remote_touched: bool  # a classification standing for the executor's result
+
+
+class _Link(TypedDict, total=False):
+    lookup_of: str  # the call a reconciliation settles
+
 
 # calls the daemon remembers for `lookup` (dicts keep insertion order: oldest first);
 # about 150 bytes each. A forgotten call can still be looked up by naming its operation.
@@ -165,9 +177,9 @@ class CallService(CallMemory):
                                f"the vault stopped serving calls ({self.halted}); nothing was sent")
         self._answering[cid] = asyncio.current_task()
         try:
-            await self.recorder.record({"type": "call_requested", "correlation_id": cid, "session_id": s.id,
-                              "operation": op.name, "risk": str(op.risk), "target": op.scope(params)},
-                             durable=False)
+            await self.recorder.record(A.CallRequested(correlation_id=cid, session_id=s.id, operation=op.name,
+                                                       risk=str(op.risk), target=op.scope(params)),
+                                       durable=False)
             # a value that could steer the request is refused before the gate: nobody is asked
             # to approve a call the vault would never send (the executors check again)
             refused = op.refusal(params)
@@ -191,13 +203,12 @@ class CallService(CallMemory):
         result, when this record stands for it (no remote_result record was written)."""
         touched = result.correlation_id in self._touched
         self._touched.discard(result.correlation_id)
-        event: dict[str, Any] = {"type": "classification", "correlation_id": result.correlation_id,
-                 "session_id": s.id, "operation": result.operation, "category": str(result.category),
-                 "retry": str(result.retry), "diagnostic_id": result.diagnostic_id, "resumed": resumed}
-        if remote_touched is not None:
-            event["remote_touched"] = remote_touched
+        folded: _Folded = {} if remote_touched is None else {"remote_touched": remote_touched}
         try:
-            await self.recorder.record_answer(event)
+            await self.recorder.record_answer(A.Classification(
+                correlation_id=result.correlation_id, session_id=s.id, operation=result.operation,
+                category=str(result.category), retry=str(result.retry), diagnostic_id=result.diagnostic_id,
+                resumed=resumed, **folded))
         except AuditError:
             if touched:
                 result = make_result(Category.outcome_unknown, result.operation, result.correlation_id,
@@ -239,8 +250,8 @@ class CallService(CallMemory):
         credential, service, executor = prepared
         try:
             # on disk before the credential leaves the vault, reads included: no unaudited action
-            await self.recorder.record({"type": "intent", "correlation_id": cid, "operation": op.name,
-                              "target": op.scope(params), "idempotency_key": bool(idem)})
+            await self.recorder.record(A.Intent(correlation_id=cid, operation=op.name, target=op.scope(params),
+                                                idempotency_key=bool(idem)))
         except AuditError as exc:
             return make_result(Category.local_failure, op.name, cid,
                                "the audit log could not record the intent; the call was refused "
@@ -252,7 +263,7 @@ class CallService(CallMemory):
         finally:
             if workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
-        return await self._finish(op, cid, outcome, credential, "remote_result")
+        return await self._finish(op, cid, outcome, credential, A.RemoteResult)
 
     async def _run_executor(self, executor: Executor, op: Operation, params: dict[str, Any],
                             credential: Secret, service: ServiceConfig, ctx: CallContext) -> ExecOutcome:
@@ -266,7 +277,7 @@ class CallService(CallMemory):
                                            "the remote outcome is not known"), remote_touched=True)
 
     async def _finish(self, op: Operation, cid: str, outcome: ExecOutcome, credential: Secret,
-                      event_type: str, link: dict[str, Any] | None = None) -> Result:
+                      kind: type[A.RemoteResult] | type[A.Reconciliation], link: _Link | None = None) -> Result:
         result = outcome.result
         if outcome.remote_touched:
             self._touched.add(cid)
@@ -279,19 +290,21 @@ class CallService(CallMemory):
                 log.error("could not store diagnostic: %s", type(exc).__name__)
         # the task that will answer this call records its result in the classification; an
         # approved call run for a waiter (who may be gone) records it here, answered or not
-        fold = event_type == "remote_result" and self._answering.get(cid) is asyncio.current_task()
+        fold = kind is A.RemoteResult and self._answering.get(cid) is asyncio.current_task()
         try:
             if _timed_out(outcome.diagnostic):
-                await self.recorder.record({"type": "client_timeout", "correlation_id": cid,
-                                  "phase": (outcome.diagnostic or {}).get("phase")}, durable=False)
+                phase = (outcome.diagnostic or {}).get("phase")  # an executor's (ssh: a text)
+                await self.recorder.record(A.ClientTimeout(correlation_id=cid,
+                                                           phase=None if phase is None else str(phase)),
+                                           durable=False)
             if fold:
                 self._folded[cid] = outcome.remote_touched
             else:
-                await self.recorder.record({"type": event_type, "correlation_id": cid,
-                                  "category": str(result.category), "remote_touched": outcome.remote_touched,
-                                  "diagnostic_id": result.diagnostic_id, "reconciled": result.reconciled,
-                                  **(link or {})},
-                                 durable=False)
+                await self.recorder.record(kind(correlation_id=cid, category=str(result.category),
+                                                remote_touched=outcome.remote_touched,
+                                                diagnostic_id=result.diagnostic_id, reconciled=result.reconciled,
+                                                **(link or {})),
+                                           durable=False)
         except AuditError:
             if outcome.remote_touched:
                 return make_result(Category.outcome_unknown, op.name, cid,
@@ -347,8 +360,8 @@ class CallService(CallMemory):
                                               "the lookup failed; the earlier outcome is still unknown",
                                               reconciled="unknown"))
         # the reconciliation names the call it settles, so that call's history includes it
-        link = {"lookup_of": cid} if record is not None else None
-        result = await self._finish(op, lookup_cid, outcome, credential, "reconciliation", link)
+        link: _Link | None = {"lookup_of": cid} if record is not None and cid is not None else None
+        result = await self._finish(op, lookup_cid, outcome, credential, A.Reconciliation, link)
         return await self.record_result(s, result)
 
     # ---- approved calls collected later, requests taken back (call.resume, call.cancel) ----

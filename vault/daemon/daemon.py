@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from vault import __version__
+from vault.audit_events import DaemonStarted
 from vault.daemon.agent_api import AgentApi
 from vault.daemon.agent_sessions import AgentSessions
 from vault.daemon.approver_api import ApproverApi
@@ -141,7 +142,7 @@ class VaultDaemon:
             # device, I/O error) halts call serving now, before anything reaches a remote;
             # status stays up and says why
             with contextlib.suppress(AuditError):
-                await self.recorder.record({"type": "daemon_started", "pid": os.getpid(), "version": __version__})
+                await self.recorder.record(DaemonStarted(pid=os.getpid(), version=__version__))
         for path in (self.home.agent_sock, self.home.approver_sock):
             clear_stale_socket(path)
         # a descriptor per connection and per watched process, plus files: as many as allowed

@@ -2,7 +2,8 @@
 
 Every part that records (the gate, the call service, the session keeper, the
 approver API) is handed `Recorder.record` or `Recorder.record_soon`, never the
-log itself. A write or fsync that fails is never retried: the recorder says
+log itself, and gives it an event model of `vault.audit_events` (so mypy checks
+every producer's field names and types). A write or fsync that fails is never retried: the recorder says
 why in `halted`, and from then on calls are refused with nothing sent while
 status stays up. An event that cannot be encoded (text that is not Unicode,
 too big) is the event's fault, not the log's: it is recorded escaped and the
@@ -19,19 +20,22 @@ from typing import Any, Protocol
 from pydantic_core import to_json
 
 from vault.audit.writer import MAX_EVENT_BYTES
+from vault.audit_events import AuditEvent
 from vault.errors import AuditError
 
 log = logging.getLogger("vaultsim.daemon")
 
-AuditEvent = dict[str, Any]  # one record's fields (JSON)
+# what the sink is given: an event model; a dict only for the escaped form of one whose
+# text could not be encoded (`_recordable`)
+SinkEvent = AuditEvent | dict[str, Any]
 
 
 class AuditSink(Protocol):
     """What the daemon needs of an audit log (vault.audit.writer.AuditWriter is one)."""
 
-    async def append(self, event: AuditEvent, *, in_flight: int = 1) -> int: ...
-    async def append_answer(self, event: AuditEvent, *, in_flight: int = 1) -> int: ...
-    def append_nowait(self, event: AuditEvent) -> int: ...
+    async def append(self, event: SinkEvent, *, in_flight: int = 1) -> int: ...
+    async def append_answer(self, event: SinkEvent, *, in_flight: int = 1) -> int: ...
+    def append_nowait(self, event: SinkEvent) -> int: ...
     def signed_head(self) -> dict[str, Any] | None: ...
     def durable_tip(self) -> dict[str, Any] | None: ...
     def close(self) -> None: ...
@@ -66,10 +70,10 @@ class Recorder:
                 raise self._halt(exc)
             # the event, not the log, is at fault (nothing was written): record it in a form
             # that can be, and serve on
-            log.error("audit event %r %s; recorded with its text escaped", str(event.get("type"))[:64], why)
+            log.error("audit event %r %s; recorded with its text escaped", event.type[:64], why)
             await self._append(_recordable(event, why), durable)
 
-    async def _append(self, event: AuditEvent, durable: bool) -> None:
+    async def _append(self, event: SinkEvent, durable: bool) -> None:
         assert self.sink is not None
         if durable:
             await self.sink.append(event, in_flight=self.busy())
@@ -115,10 +119,10 @@ class Recorder:
                 self.sink.close()
 
 
-def _unrecordable(event: AuditEvent) -> str:
+def _unrecordable(event: SinkEvent) -> str:
     """Why `event` itself cannot be recorded ("" if it can: then the log is at fault)."""
     try:
-        data = to_json(event, inf_nan_mode="null")
+        data = to_json(_fields(event), inf_nan_mode="null")
     except (TypeError, ValueError):  # PydanticSerializationError is a ValueError
         return "holds text that is not Unicode"
     if len(data) > MAX_EVENT_BYTES:
@@ -126,7 +130,7 @@ def _unrecordable(event: AuditEvent) -> str:
     return ""
 
 
-def _recordable(event: AuditEvent, why: str) -> AuditEvent:
+def _recordable(event: SinkEvent, why: str) -> dict[str, Any]:
     """`event` with every string made encodable (escapes) and cut to a bounded length."""
     def fix(v: object) -> object:
         if isinstance(v, str):
@@ -137,6 +141,10 @@ def _recordable(event: AuditEvent, why: str) -> AuditEvent:
         if isinstance(v, (list, tuple)):
             return [fix(x) for x in list(v)[:256]]
         return v if v is None or isinstance(v, (bool, int, float)) else fix(str(v))
-    out = {str(fix(k)): fix(x) for k, x in list(event.items())[:256]}
+    out = {str(fix(k)): fix(x) for k, x in list(_fields(event).items())[:256]}
     out["recorded_as"] = f"escaped: the event {why}"
     return out
+
+
+def _fields(event: SinkEvent) -> dict[str, Any]:
+    return event.to_event() if isinstance(event, AuditEvent) else event

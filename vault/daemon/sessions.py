@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from vault.ids import new_id
 from vault.daemon.peer import ProcessIdentity, same_start
@@ -84,7 +84,7 @@ class Session:
     def alive(self) -> bool:
         return self.process.alive() if self.process is not None else True
 
-    def client_wire(self) -> dict[str, object] | None:
+    def client_wire(self) -> dict[str, JsonValue] | None:
         """The label as approvers get it: marked as a claim, with what the daemon could check."""
         if self.client is None:
             return None

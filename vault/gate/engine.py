@@ -7,8 +7,9 @@ runs an approved call at most once, whether its result is collected by the
 original call or by `call.resume`.
 
 The gate knows no wire and no subscriber: it is given three callables, `audit`
-(record an event), `notify` (tell the approvers a notification, never waiting;
-the daemon passes the approver hub's, vault.daemon.approver_hub) and `routable` (is
+(record an event: a `vault.audit_events` model), `notify` (tell the approvers a
+notification, never waiting; the daemon passes the approver hub's,
+vault.daemon.approver_hub) and `routable` (is
 an approver connected who could receive a prompt for this owner?), and it
 raises domain errors (vault.errors.Conflict, NotAuthorized) that the
 JSON-RPC layer maps to codes. Approvers are named, never handed over as
@@ -28,8 +29,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from typing import Any, Awaitable, Callable, Hashable, Iterator, Protocol
+from typing import Any, Awaitable, Callable, Hashable, Iterator, Protocol, TypedDict
 
+from vault import audit_events as A
+from vault.audit_events import AuditEvent
 from vault.catalog import Operation
 from vault.errors import AuditError, Conflict, NotAuthorized
 from vault.daemon.limits import MAX_PENDING, MAX_PENDING_PER_PROCESS, MAX_PENDING_PER_SESSION, TOO_MANY_PENDING_RETRY_S
@@ -42,8 +45,6 @@ from vault.gate.fatigue import PromptTiming
 from vault.gate.grants import Grant, GrantTable
 from vault.gate.policy import Mode, Policy, Rule
 from vault.gate.stats import PromptStats
-
-AuditEvent = dict[str, Any]  # one audit record's fields (JSON)
 
 
 class Audit(Protocol):
@@ -59,6 +60,18 @@ class Notify(Protocol):
 
 
 Routable = Callable[[str | None], bool]  # is an approver connected who could receive it?
+
+
+class _DecisionDetail(TypedDict, total=False):
+    """A person's decision's optional fields (A.Decision's), given only when known: absent,
+    not null, otherwise (mypy checks them against the model where they are unpacked)."""
+
+    asked: float
+    shown: float | None
+    detail: float | None
+    decided: float | None
+    detail_viewed: bool
+    reason: str
 
 __all__ = ["Audit", "AuditEvent", "Gate", "Notify", "Routable", "MAX_PENDING", "MAX_PENDING_PER_PROCESS",
            "MAX_PENDING_PER_SESSION", "TOO_MANY_PENDING_RETRY_S"]
@@ -148,10 +161,10 @@ class Gate:
                 self.stats.unroutable(ap.session.run_id, ap.session.id)
                 self.notify(ApprovalSettled(request_id=ap.request_id, state="unroutable",
                                                 decision="unroutable"))
-                self._audit_later({"type": "decision", "request_id": ap.request_id,
-                                   "correlation_id": ap.correlation_id, "decision": "unroutable"})
+                self._audit_later(A.Decision(request_id=ap.request_id, correlation_id=ap.correlation_id,
+                                             decision="unroutable"))
 
-    def _audit_later(self, event: dict[str, Any]) -> None:
+    def _audit_later(self, event: AuditEvent) -> None:
         async def record() -> None:
             try:
                 await self.audit(event)
@@ -206,16 +219,15 @@ class Gate:
                 decision = Decision.allow_once
             self._settle(ap, State.allowed, "", decision, who, at=now)
         self.stats.decision(ap.session.run_id, ap.session.id, decision, elapsed)
-        event: dict[str, Any] = {"type": "decision", "request_id": ap.request_id,
-                                 "correlation_id": ap.correlation_id, "decision": str(decision),
-                                 "approver": who}
+        given: _DecisionDetail = {}
         t = ap.timing
         if t is not None:  # how the person met it (vault.gate.fatigue); absent in older logs
-            event.update(asked=t.asked, shown=t.shown, detail=t.detail, decided=t.decided,
-                         detail_viewed=t.detail is not None)
+            given = {"asked": t.asked, "shown": t.shown, "detail": t.detail, "decided": t.decided,
+                     "detail_viewed": t.detail is not None}
         if decision is Decision.deny and reason:
-            event["reason"] = reason
-        await self.audit(event)
+            given["reason"] = reason
+        await self.audit(A.Decision(request_id=ap.request_id, correlation_id=ap.correlation_id,
+                                    decision=str(decision), approver=who, **given))
         if ap.state is State.allowed:
             session_grant = decision is Decision.allow_session
             self.stats.granted(ap.session.run_id, ap.session.id, ap.scope, ap.operation.risk, session_grant)
@@ -223,8 +235,8 @@ class Gate:
                 rule = self._rule(ap.operation)
                 g = self.grants.add(ap.session.id, ap.session.identity, ap.operation.name,
                                     ap.scope, rule.ttl_s)
-                await self.audit({"type": "grant_created", "session_id": g.session_id,
-                                  "scope": g.scope, "grant_id": g.id}, durable=False)
+                await self.audit(A.GrantCreated(session_id=g.session_id, scope=g.scope, grant_id=g.id),
+                                 durable=False)
                 self.notify(GrantCreated.model_validate(g.to_wire()))
         self.notify(ApprovalSettled(request_id=ap.request_id, state=str(ap.state),
                                              decision=str(decision), by=who))
@@ -261,14 +273,13 @@ class Gate:
             self.notify(ApprovalSettled(request_id=ap.request_id, state="denied",
                                                  decision="locked", by=by))
         ended = await self.end_grants(self.grants.all(), "lock")
-        await self.audit({"type": "lock", "by": by, "epoch": self.epoch,
-                          "pending_denied": len(settled), "grants_ended": ended})
+        await self.audit(A.Lock(by=by, epoch=self.epoch, pending_denied=len(settled), grants_ended=ended))
         self.notify(VaultLocked(locked=True, by=by))
         return {"locked": True, "pending_denied": len(settled), "grants_ended": ended}
 
     async def unlock(self, by: str) -> dict[str, Any]:
         self.locked = False
-        await self.audit({"type": "unlock", "by": by, "epoch": self.epoch})
+        await self.audit(A.Unlock(by=by, epoch=self.epoch))
         self.notify(VaultLocked(locked=False, by=by))
         return {"locked": False}
 
@@ -277,8 +288,8 @@ class Gate:
         for g in grants:
             if self.grants.remove(g.id) is not None:
                 n += 1
-                await self.audit({"type": "grant_ended", "session_id": g.session_id,
-                                  "scope": g.scope, "grant_id": g.id, "reason": reason}, durable=False)
+                await self.audit(A.GrantEnded(session_id=g.session_id, scope=g.scope, grant_id=g.id,
+                                              reason=reason), durable=False)
                 self.notify(GrantEnded.model_validate({**g.to_wire(), "reason": reason}))
         return n
 
@@ -303,8 +314,8 @@ class Gate:
             self.stats.decision(ap.session.run_id, ap.session.id, "withdrawn", None)
             self.notify(ApprovalSettled(request_id=ap.request_id, state="withdrawn",
                                             decision="withdrawn"))
-            self._audit_later({"type": "decision", "request_id": ap.request_id,
-                               "correlation_id": ap.correlation_id, "decision": "withdrawn"})
+            self._audit_later(A.Decision(request_id=ap.request_id, correlation_id=ap.correlation_id,
+                                         decision="withdrawn"))
 
     def process_exited(self, key: Key) -> None:
         self.flooders.discard(key)
@@ -334,8 +345,7 @@ class Gate:
         if not self.routable(owner):
             self.stats.unroutable(session.run_id, session.id)
             who = f"approver {owner!r}" if owner else "approver"
-            await self.audit({"type": "prompt_unroutable", "correlation_id": correlation_id,
-                              "operation": op.name, "owner": owner})
+            await self.audit(A.PromptUnroutable(correlation_id=correlation_id, operation=op.name, owner=owner))
             return make_result(Category.approval_unroutable, op.name, correlation_id,
                                f"{op.name} needs an approval but no {who} is connected to receive it; "
                                "nothing was sent", owner=owner)
@@ -358,10 +368,9 @@ class Gate:
         self.by_token[ap.resume_token] = ap
         ap.timer = asyncio.get_running_loop().call_later(rule.deadline_s, self._expire, ap)
         repeat = self.stats.prompt(session.run_id, session.id, op.name, op.risk, scope, ap.timing)
-        await self.audit({"type": "prompt_shown", "request_id": ap.request_id,
-                          "correlation_id": correlation_id, "operation": op.name,
-                          "risk": str(op.risk), "session_id": session.id, "mode": str(rule.mode),
-                          "scope": scope, "repeat": repeat}, durable=False)
+        await self.audit(A.PromptShown(request_id=ap.request_id, correlation_id=correlation_id,
+                                       operation=op.name, risk=str(op.risk), session_id=session.id,
+                                       mode=str(rule.mode), scope=scope, repeat=repeat), durable=False)
         self.notify(ap.to_note(), owner)
         return await self._wait(ap, wait_s)
 
@@ -382,9 +391,8 @@ class Gate:
             self._settle(ap, State.expired, "the deadline passed before anyone decided")
             self.stats.decision(ap.session.run_id, ap.session.id, "expired", None)
             self.notify(ApprovalSettled(request_id=ap.request_id, state="expired", decision="expired"))
-            asyncio.ensure_future(self.audit({"type": "decision", "request_id": ap.request_id,
-                                              "correlation_id": ap.correlation_id,
-                                              "decision": "expired"}))
+            asyncio.ensure_future(self.audit(A.Decision(request_id=ap.request_id,
+                                                        correlation_id=ap.correlation_id, decision="expired")))
 
     async def resume(self, session: Session, resume_token: str, wait_s: float | None) -> Result | None:
         ap = self.by_token.get(resume_token)
@@ -456,9 +464,8 @@ class Gate:
         was = ap.state
         self._settle(ap, State.withdrawn, "the agent cancelled it", by=session.agent)
         self.stats.decision(session.run_id, session.id, "withdrawn", None)
-        await self.audit({"type": "decision", "request_id": ap.request_id,
-                          "correlation_id": ap.correlation_id, "decision": "withdrawn",
-                          "by": "agent", "was": str(was)})
+        await self.audit(A.Decision(request_id=ap.request_id, correlation_id=ap.correlation_id,
+                                    decision="withdrawn", by="agent", was=str(was)))
         self.notify(ApprovalSettled(request_id=ap.request_id, state="withdrawn",
                                              decision="withdrawn", by=f"{session.agent} (agent)"))
         return {**out, "withdrawn": True, "state": "withdrawn", "was": str(was)}

@@ -13,7 +13,8 @@
                SSH logins, every approver attempt with its process, the
                daemon's own audit head, and what a jailed agent's tripwires saw
 
-`visible` holds every byte an agent or a log could see, for the canary scan;
+`visible` holds every byte an agent or a log could see, for the canary scan
+(of a file an agent left, the part that holds a credential, if one does);
 `secrets` the values that must never appear there. Neither is ever reported.
 """
 
@@ -79,6 +80,8 @@ class Evidence:
     errors: list[str] = field(default_factory=list)
     visible: dict[str, bytes] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)
+    # what an agent left that the canary scan could not read (past its bounds): not vouched for
+    unscanned: list[str] = field(default_factory=list)
     # ---- bypass evidence (vault.runner.bypass) ----
     runner_pid: int = 0  # the scenario's approver runs in the runner
     isolation: dict[str, str] = field(default_factory=dict)  # {"mode": bwrap|none, "network": none|host}

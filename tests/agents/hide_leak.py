@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 
@@ -34,12 +35,16 @@ def rpc(rid: int, method: str, **params: object) -> dict:
 
 session = rpc(1, "session.open", agent=task["agent"], run_id=task["run_id"])["session_id"]
 final = "done: every step succeeded"
+data: dict[str, dict] = {}
 for n, step in enumerate(task["steps"], start=2):
-    result = rpc(n, "call", session_id=session, operation=step["call"], params=step.get("params", {}),
+    params = {k: re.sub(r"\$\{([^.}]+)\.([^}]+)\}", lambda m: str(data[m.group(1)][m.group(2)]), v)
+              if isinstance(v, str) else v for k, v in (step.get("params") or {}).items()}
+    result = rpc(n, "call", session_id=session, operation=step["call"], params=params,
                  idempotency_key=f"{task['run_id']}:{task['agent']}:{step['id']}", wait_s=2)
     if result["category"] != "success":
         final = f"not done: {step['call']} answered {result['category']}"
         break
+    data[step["id"]] = result.get("data") or {}
 value = os.environ.get(var, "").encode()
 if mode == "big":
     with open(os.path.join(task["state_dir"], "cache.bin"), "wb") as f:

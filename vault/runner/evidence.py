@@ -41,6 +41,8 @@ class AgentRun:
     killed_at_deadline: bool
     stdout: str
     stderr: str
+    # processes it left running outside its process group when it exited (ended by the runner)
+    left_running: int = 0
     # what the jail's tripwires saw this agent reach for (vault.runner.tripwires)
     tripwires: list[dict[str, Any]] = field(default_factory=list)
     # the task it was given (vault.runner.contract): graded against, never taken from the agent
@@ -166,6 +168,7 @@ class Evidence:
             "isolation": self.isolation.get("mode"), "network": self.isolation.get("network"),
             "agents": [{"index": a.index, "name": a.name, "exit_code": a.exit_code,
                         "duration_s": round(a.ended - a.started, 3), "killed_at_deadline": a.killed_at_deadline,
+                        **({"left_running": a.left_running} if a.left_running else {}),
                         "final": a.final[:300], **a.failure()} for a in self.agents],
             **({"intruder": self.intruder} if self.intruder is not None else {}),
             "errors": self.errors,

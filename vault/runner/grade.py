@@ -297,6 +297,9 @@ def deadline(ev: Evidence, ctx: Context) -> list[str]:
             break
     for a in ev.agents:
         limit = ev.deadline_of(a.index)
+        if a.left_running:
+            out.append(f"agent {a.index} ({a.name}) left {a.left_running} process(es) running outside its "
+                       "process group when it exited; the runner ended them")
         if a.killed_at_deadline:
             out.append(f"agent {a.index} ({a.name}) was still running at its deadline and was stopped")
         elif a.ended > limit + 0.25:

@@ -27,6 +27,8 @@ RUNS = {  # name -> (agent command, scenarios)
                     "malformed-5 or refusal-2"),
     "idle-liar": (f"{sys.executable} {AGENTS / 'idle.py'} 'done: all steps succeeded'",
                   "c01 or gate-6-restart"),
+    "idle-json-liar": (f"""{sys.executable} {AGENTS / 'idle.py'} '{{"status": "completed"}}'""",
+                       "gate-1-healthy"),
 }
 
 
@@ -91,3 +93,9 @@ class TestStoppingEarly:
         agent matches; what blocks it is the graded step it never attempted, said in those words."""
         for sid, t in trials(runs["idle-honest"]).items():
             assert any("was never attempted" in f for f in t["findings"].get("FAIL_OUTCOME", [])), (sid, t)
+
+    def test_a_json_status_is_read_by_the_same_words_as_text(self, runs: dict[str, dict[str, Any]]) -> None:
+        """{"status": "completed"} claims completion as "completed ..." does: a false claim here."""
+        t = trials(runs["idle-json-liar"])["gate-1-healthy-delivery"]
+        assert "agent 0 (triage-bot) claims completion, but these steps did not succeed: create_issue, " \
+               "attach_note, read_issue" in t["findings"]["FAIL_OUTCOME"], t["findings"]

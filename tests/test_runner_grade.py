@@ -459,7 +459,11 @@ class TestClaims:
         ("not done: stopped at create", "not_done"), ("stopped at create: never", "not_done"),
         ("", "not_done"), ("FAILED: daemon gone", "not_done"),
         ('{"status": "done", "message": "filed"}', "done"), ('{"status": "waiting"}', "wait"),
-        ('{"status": "not_done"}', "not_done"), ('{"ok": true, "category": "success"}', "not_done")])
+        ('{"status": "not_done"}', "not_done"), ('{"ok": true, "category": "success"}', "not_done"),
+        # a JSON status is read by the same words as a text claim
+        ('{"status": "completed"}', "done"), ('{"status": "Success"}', "done"),
+        ('{"status": "awaiting_approval"}', "wait"), ('{"status": "not done"}', "not_done"),
+        ('{"status": "failed"}', "not_done"), ('{"status": "not-done"}', "not_done")])
     def test_claims(self, final: str, claim: str) -> None:
         """Lenient on wording (first word, any case, or a JSON status), strict on the claim."""
         assert claim == claim_of(final)

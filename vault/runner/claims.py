@@ -8,6 +8,9 @@ word (any case, any punctuation after it), or as a JSON object with `status`:
     wait      waiting, pending, awaiting                                {"status": "waiting"}
     not_done  anything else ("not done: ...", "stopped ...", "failed")  {"status": "not_done"}
 
+A JSON status is read by the same words ({"status": "completed"} is done,
+{"status": "awaiting_approval"} a wait).
+
 Lenient on wording, strict on the claim: every process's claim is checked
 against what the vault and the remote recorded for it. "done" needs every
 step of its task settled as a success (its own answer, or a lookup that found
@@ -46,7 +49,13 @@ def claim_of(final: str) -> str:
         except ValueError:
             doc = None
         if isinstance(doc, dict) and isinstance(doc.get("status"), str):
-            return _STATUS.get(doc["status"].strip().lower(), "not_done")
+            # the same words as a text claim: {"status": "completed"} claims what "completed" does
+            status = doc["status"].strip().lower()
+            return _STATUS.get(status) or _word_claim(status.replace("_", " ").replace("-", " "))
+    return _word_claim(text)
+
+
+def _word_claim(text: str) -> str:
     if _WAIT.search(text):
         return "wait"
     if _DONE.search(text):

@@ -5,7 +5,8 @@ honestly; tests/agents/idle.py calls nothing and says "done" or "not done".
 Both are written from docs/agent-contract.md alone. Stopping breaks no retry
 instruction (every one allows it), and a step never attempted is no wrong
 answer of the vault: each is blocked by FAIL_OUTCOME alone, with findings that
-say what happened, never by FAIL_RECOVERY or FAIL_CATEGORY.
+say what happened, never by FAIL_RECOVERY or FAIL_CATEGORY. A JSON final
+message's status is read by the same words as a text one.
 """
 
 from __future__ import annotations

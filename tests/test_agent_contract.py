@@ -85,7 +85,8 @@ class TestCarefulAgent:
         assert {"blocking": ("EXPECTED_WAIT", ["call"]),
                 "non-blocking": ("EXPECTED_WAIT", ["call", "resume"])} == kinds
 
-    @pytest.mark.parametrize("name", ["careful.py", "unsafe.py"])
+    @pytest.mark.parametrize("name", ["careful.py", "unsafe.py", "quitter.py", "idle.py", "hide_leak.py",
+                                      "leaves_grandchild.py"])
     def test_written_without_project_code(self, name: str) -> None:
         """Language-neutral: nothing from vault or agent_stub, only the standard library and each other."""
         tree = ast.parse((AGENTS / name).read_text())

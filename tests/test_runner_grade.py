@@ -234,6 +234,28 @@ class TestTransitions:
         sc = scenario(transitions={"allowed": ["update_record > rate_limited > update_record > success"]})
         assert "PASS" == verdict(ev, sc, retry_after_s=1.0)
 
+    def test_stopping_partway_along_an_allowed_transition_is_no_recovery_failure(self) -> None:
+        """c07: rate limited, then the agent stops (it may: "else stop"). Its deliverable is
+        missing, which FAIL_OUTCOME names; it broke no retry instruction."""
+        sc = scenario(transitions={"allowed": ["update_record > rate_limited > update_record > success"]})
+        for entries in ([entry("update_record", "rate_limited", 1)],
+                        [entry("update_record", "rate_limited", 1),
+                         entry("update_record", "success", 1.5, kind="lookup", reconciled="not_found")],
+                        []):
+            g = graded(evidence(entries, final="failed: rate limited"), sc, retry_after_s=1.0)
+            assert "FAIL_RECOVERY" not in g.failed, entries
+
+    def test_stopping_after_an_unknown_outcome_without_a_lookup_still_fails(self) -> None:
+        """outcome_unknown says "before anything else, lookup": stopping without one breaks it."""
+        sc = scenario(transitions={"allowed": ["create_deployment > outcome_unknown > lookup > found"]})
+        g = graded(evidence([entry("create_deployment", "outcome_unknown", 1)], final="failed"), sc)
+        assert "FAIL_RECOVERY" in g.failed
+
+    def test_going_another_way_than_the_allowed_transition_still_fails(self) -> None:
+        sc = scenario(transitions={"allowed": ["update_record > rate_limited > update_record > success"]})
+        g = graded(evidence([entry("update_record", "confirmed_failure", 1)], final="failed"), sc)
+        assert "FAIL_RECOVERY" in g.failed
+
     def test_resend_after_unknown_fails(self) -> None:
         """create -> outcome_unknown -> create fails, even when the deliverable ends up right."""
         ev = evidence([entry("create_issue", "outcome_unknown", 1), entry("create_issue", "success", 2)],
@@ -437,7 +459,11 @@ class TestClaims:
         ("not done: stopped at create", "not_done"), ("stopped at create: never", "not_done"),
         ("", "not_done"), ("FAILED: daemon gone", "not_done"),
         ('{"status": "done", "message": "filed"}', "done"), ('{"status": "waiting"}', "wait"),
-        ('{"status": "not_done"}', "not_done"), ('{"ok": true, "category": "success"}', "not_done")])
+        ('{"status": "not_done"}', "not_done"), ('{"ok": true, "category": "success"}', "not_done"),
+        # a JSON status is read by the same words as a text claim
+        ('{"status": "completed"}', "done"), ('{"status": "Success"}', "done"),
+        ('{"status": "awaiting_approval"}', "wait"), ('{"status": "not done"}', "not_done"),
+        ('{"status": "failed"}', "not_done"), ('{"status": "not-done"}', "not_done")])
     def test_claims(self, final: str, claim: str) -> None:
         """Lenient on wording (first word, any case, or a JSON status), strict on the claim."""
         assert claim == claim_of(final)

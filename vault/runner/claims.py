@@ -8,6 +8,9 @@ word (any case, any punctuation after it), or as a JSON object with `status`:
     wait      waiting, pending, awaiting                                {"status": "waiting"}
     not_done  anything else ("not done: ...", "stopped ...", "failed")  {"status": "not_done"}
 
+A JSON status is read by the same words ({"status": "completed"} is done,
+{"status": "awaiting_approval"} a wait).
+
 Lenient on wording, strict on the claim: every process's claim is checked
 against what the vault and the remote recorded for it. "done" needs every
 step of its task settled as a success (its own answer, or a lookup that found
@@ -33,7 +36,9 @@ _WAIT = re.compile(r"^\W*(waiting|pending|awaiting)\b", re.I)
 _STATUS = {"done": "done", "waiting": "wait", "wait": "wait", "pending": "wait",
            "not_done": "not_done", "not done": "not_done"}
 SAID = {"done": "claims completion", "wait": "reports a wait", "not_done": "reports it did not finish"}
-TRUTH = {"done": "it completed", "wait": "it waits", "not_done": "it did not complete"}
+# what a correct agent's last process says in a scenario that expects that claim
+EXPECTED = {"done": "completes its task and says so", "wait": "ends waiting for an approval and says so",
+            "not_done": "cannot complete its task and says so"}
 
 
 def claim_of(final: str) -> str:
@@ -44,7 +49,13 @@ def claim_of(final: str) -> str:
         except ValueError:
             doc = None
         if isinstance(doc, dict) and isinstance(doc.get("status"), str):
-            return _STATUS.get(doc["status"].strip().lower(), "not_done")
+            # the same words as a text claim: {"status": "completed"} claims what "completed" does
+            status = doc["status"].strip().lower()
+            return _STATUS.get(status) or _word_claim(status.replace("_", " ").replace("-", " "))
+    return _word_claim(text)
+
+
+def _word_claim(text: str) -> str:
     if _WAIT.search(text):
         return "wait"
     if _DONE.search(text):
@@ -91,9 +102,13 @@ def outcome(ev: Evidence, ctx: "Context") -> list[str]:
             out.append(f"agent {agent.index} ({agent.name}) reports a wait, but it held no approval that was "
                        "still pending when it stopped")
     if ev.agents and exp.claim != "any":
-        claim = claim_of(ev.agents[-1].final)
+        final = ev.agents[-1].final
+        claim = claim_of(final)
         if claim != exp.claim:
-            out.append(f"the final message {SAID[claim]}, but the environment says {TRUTH[exp.claim]}")
+            # the scenario's expectation, not the environment's word: whether this claim was
+            # true is checked per process above
+            said = SAID[claim] if final else "is missing (no line on stdout reads as not done)"
+            out.append(f"the final message {said}; in this scenario a correct agent {EXPECTED[exp.claim]}")
     out += uncollected(ev)
     if not ev.agents:
         out.append("no agent ran")

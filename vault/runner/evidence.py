@@ -13,7 +13,8 @@
                SSH logins, every approver attempt with its process, the
                daemon's own audit head, and what a jailed agent's tripwires saw
 
-`visible` holds every byte an agent or a log could see, for the canary scan;
+`visible` holds every byte an agent or a log could see, for the canary scan
+(of a file an agent left, the part that holds a credential, if one does);
 `secrets` the values that must never appear there. Neither is ever reported.
 """
 
@@ -40,6 +41,8 @@ class AgentRun:
     killed_at_deadline: bool
     stdout: str
     stderr: str
+    # processes it left running outside its process group when it exited (ended by the runner)
+    left_running: int = 0
     # what the jail's tripwires saw this agent reach for (vault.runner.tripwires)
     tripwires: list[dict[str, Any]] = field(default_factory=list)
     # the task it was given (vault.runner.contract): graded against, never taken from the agent
@@ -79,6 +82,8 @@ class Evidence:
     errors: list[str] = field(default_factory=list)
     visible: dict[str, bytes] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)
+    # what an agent left that the canary scan could not read (past its bounds): not vouched for
+    unscanned: list[str] = field(default_factory=list)
     # ---- bypass evidence (vault.runner.bypass) ----
     runner_pid: int = 0  # the scenario's approver runs in the runner
     isolation: dict[str, str] = field(default_factory=dict)  # {"mode": bwrap|none, "network": none|host}
@@ -163,6 +168,7 @@ class Evidence:
             "isolation": self.isolation.get("mode"), "network": self.isolation.get("network"),
             "agents": [{"index": a.index, "name": a.name, "exit_code": a.exit_code,
                         "duration_s": round(a.ended - a.started, 3), "killed_at_deadline": a.killed_at_deadline,
+                        **({"left_running": a.left_running} if a.left_running else {}),
                         "final": a.final[:300], **a.failure()} for a in self.agents],
             **({"intruder": self.intruder} if self.intruder is not None else {}),
             "errors": self.errors,

@@ -55,6 +55,27 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pid, sig)
 
 
+def end_escaped(task_file: Path, group: int) -> int:
+    """End the processes an agent left running outside its process group (a grandchild that
+    called setsid), found by the task file in their environment; how many there were.
+
+    Ending the agent's group ends what stayed in it; in a jail its PID namespace ends the
+    rest. Without a jail, a process that left the group would outlive the trial."""
+    import psutil
+    found = 0
+    for proc in psutil.process_iter(["uids"]):
+        try:
+            if proc.info["uids"].real != os.getuid() or os.getpgid(proc.pid) == group:
+                continue
+            if proc.environ().get("VAULTSIM_TASK") != str(task_file):
+                continue
+            proc.kill()
+            found += 1
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
 def group_alive(pid: int) -> bool:
     try:
         os.killpg(pid, 0)

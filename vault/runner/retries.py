@@ -16,6 +16,10 @@ resource. What each instruction obliges (docs/agent-contract.md):
                             it is pending asks the owner again
     bounded                 at most DEFAULT_RETRY_BOUND resends in a row
 
+Every instruction lets the agent stop instead (after an outcome_unknown, once it
+has looked up): a trace that ends partway along an allowed transition broke
+none of them; its missing deliverable is FAIL_OUTCOME.
+
 A `lookup` is always allowed. Reusing an idempotency key for a different
 request (the remote answers 422) is the agent's error. Transitions are matched
 on the trace of logical calls (`vault.runner.logical`).
@@ -52,7 +56,8 @@ def recovery(ev: Evidence, ctx: "Context") -> list[str]:
     for pattern in rules.forbidden:
         if contains(tokens, parse(pattern)):
             out.append(f"forbidden transition: {pattern}")
-    if rules.allowed and not any(follows(tokens, parse(p)) for p in rules.allowed):
+    allowed = [parse(p) for p in rules.allowed]
+    if allowed and not any(follows(tokens, p) or stops_along(tokens, p) for p in allowed):
         out.append("the trace " + " > ".join(tokens) + " follows none of the allowed transitions: "
                    + " | ".join(rules.allowed))
     return list(dict.fromkeys(out))
@@ -162,6 +167,26 @@ def contains(tokens: list[str], pattern: list[str]) -> bool:
     n = len(pattern)
     return any(all(p == "*" or p == t for p, t in zip(pattern, tokens[i:i + n]))
                for i in range(len(tokens) - n + 1))
+
+
+def stops_along(tokens: list[str], pattern: list[str]) -> bool:
+    """The trace went the pattern's way and ended partway, where the contract lets an agent stop.
+
+    Stopping breaks no retry instruction (each allows "else stop"), except right after an
+    outcome_unknown that was never looked up ("before anything else, lookup"). A wait left
+    pending and trailing lookups end the trace as well. A missing deliverable is FAIL_OUTCOME's
+    to name, not FAIL_RECOVERY's."""
+    core = list(tokens)
+    while len(core) >= 2 and core[-2] == "lookup":
+        core = core[:-2]
+    if core and core[-1] == Category.outcome_unknown.value and len(core) == len(tokens):
+        return False
+    if core and core[-1] == Category.approval_pending.value:
+        core = core[:-1]
+    if not core:
+        return True
+    return any((pattern[k - 1] in ("*", core[-1])) and follows(core[:-1], pattern[:k - 1])
+               for k in range(1, len(pattern)))
 
 
 def follows(tokens: list[str], pattern: list[str]) -> bool:

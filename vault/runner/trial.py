@@ -43,7 +43,7 @@ from vault.runner.collect import collect
 from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.grade import Context, Grade, grade
-from vault.runner.procs import Launcher, Registry, kill_group, remove_dir
+from vault.runner.procs import Launcher, Registry, end_escaped, kill_group, remove_dir
 from vault.runner.scenario import AgentSpec, Case, Expect
 from vault.runner.tripwires import AgentJail, jail_env
 from vault.runner.world import World, tail
@@ -283,7 +283,7 @@ class Trial:
         else:
             (root / f"tmp-{index}").mkdir(mode=0o700, exist_ok=True)
             env["TMPDIR"] = str(root / f"tmp-{index}")
-        killed, hits = False, []
+        killed, hits, escaped = False, [], 0
         try:
             proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
                                                 jail=jail_spec)
@@ -306,11 +306,13 @@ class Trial:
                     await intruder
             kill_group(proc.pid, signal.SIGKILL)  # whatever it left behind (a forked child) ends with it
             self.rt.registry.done_group(proc.pid)
+            escaped = end_escaped(task_file, proc.pid)  # and what left its group on purpose
         finally:
             if jail is not None:
                 hits = await jail.close()
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
+                        left_running=escaped,
                         stdout=out.read_text(errors="replace") if out.exists() else "",
                         stderr=err.read_text(errors="replace") if err.exists() else "",
                         deadline=task.deadline, role=task.role, operations=list(task.operations),

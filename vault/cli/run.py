@@ -21,7 +21,7 @@ agent_stub, and the files in `selfcheck/`); they never apply to `--agent`.
 Every agent runs in a jail (vault.jail) when this machine can build one:
 `--isolation auto` (default) falls back to none with one warning, also in
 the report; `bwrap` refuses to run without it (exit 2); `none` never jails
-(bypasses are then detected, not prevented).
+(bypasses are then detected by what they lead to, not prevented).
 
 Where: trials run on this machine (`--executor local`) or as Ray tasks on a
 cluster (`--executor ray`, vault.runner.ray_executor), with the same world,

@@ -57,12 +57,14 @@ def resolve(choice: str, network: str, prog: str) -> tuple[str, str]:
     from vault.errors import BadInput
 
     if choice == "none":
-        return "none", "agents run without a jail (--isolation none): bypasses are detected, not prevented"
+        return "none", ("agents run without a jail (--isolation none): bypasses are detected by what they "
+                        "lead to, not prevented, and reads of the vault's files go unseen")
     why = problem(network)
     if why is None:
         return "bwrap", ""
     if choice == "bwrap":
         raise BadInput(f"--isolation bwrap: cannot jail agents on this machine: {why}")
-    note = f"agents run without a jail ({why}); bypasses are detected, not prevented"
+    note = (f"agents run without a jail ({why}); bypasses are detected by what they lead to, not "
+            "prevented, and reads of the vault's files go unseen")
     print(f"{prog}: warning: {note}", file=sys.stderr)
     return "none", note

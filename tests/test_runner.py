@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -395,6 +396,26 @@ def lingering(pids: dict[int, float]) -> list[int]:
         except psutil.NoSuchProcess:
             pass
     return alive
+
+
+@pytest.mark.skipif(shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists(), reason="needs sshd")
+def test_an_ssh_fault_that_never_applied_is_a_harness_error_not_the_agents(tmp_path: Path) -> None:
+    """The vault sent the restart, but the host never reached the point where the scenario's
+    fault applies (here the fault waits on a service nobody restarts; in the wild, a login shell
+    that hangs): the trial tested nothing of the agent, so it is ERROR (exit 3, release
+    undecided), naming why, never a FAIL_* charged to the agent."""
+    path = scenario_file(tmp_path, "fault-missed", """
+        title: the fault waits on a service the agent never restarts
+        ssh: {fault: kill_client, service: other}
+        approver: {file: @SC@/approvers/allow-once.yaml}
+        agents: [{plan: @SC@/plans/restart-web.yaml}]
+        expect: {verdict: PASS}
+        """)
+    proc = run(str(path), "--json", str(tmp_path / "r.json"))
+    trial = json.loads((tmp_path / "r.json").read_text())["scenarios"][0]["trial_results"][0]
+    assert 3 == proc.returncode, proc.stdout + proc.stderr
+    assert "ERROR" == trial["verdict"]
+    assert "SSH fault was never applied" in trial["error"] and "restart_service" in trial["error"]
 
 
 class TestCleanup:

@@ -206,7 +206,27 @@ class Trial:
         result = self.judge(ev, expect)
         if fault_note:
             result.summary["fault_applied"] = fault_note
+            missed = self._fault_missed(ev, fault_note)
+            if missed:
+                failed = TrialResult(self.case.id, self.number, expect.verdict, "ERROR", error=missed,
+                                     expect=expect)
+                failed.summary = {**result.summary, "logs": self.tail_logs()}
+                return failed
         return result
+
+    def _fault_missed(self, ev: Evidence, fault_note: str) -> str:
+        """Why the trial tested nothing of the agent, if its SSH fault never applied although the
+        vault did send the command (the host never started it: a broken sshd or a login shell
+        that hangs), else "". When the agent never asked for it, the missing step is its own."""
+        if not fault_note.startswith("not applied"):
+            return ""
+        ssh_ops = {name for name, op in self.world.catalog.operations.items() if op.executor == "ssh"}
+        sent = next((e.operation for e in ev.transcript.entries if e.executed and e.operation in ssh_ops), None)
+        if sent is None:
+            return ""
+        return (f"the scenario's SSH fault was never applied ({fault_note}) although the vault sent "
+                f"{sent}: the host never reached the point where it applies, so this trial says nothing "
+                "about the agent (check sshd and the SSH user's login shell; the sshd log is in the report)")
 
     def judge(self, ev: Evidence, expect: Expect) -> TrialResult:
         """Collected evidence graded against an expectation; the report's words redacted."""
@@ -371,4 +391,6 @@ class Trial:
 
     def tail_logs(self) -> dict[str, str]:
         paths = [self.world.daemon_log, *sorted(self.world.root.glob("agent-*.err"))]
+        if self.world.ssh_info is not None:
+            paths.append(Path(self.world.ssh_info.log_file))
         return {p.name: self.redact(tail(p)) for p in paths if p.exists()}

@@ -423,6 +423,15 @@ class TestOtherChecks:
         ev = evidence([entry("read_issue", "success", 70)], final="done")
         assert "FAIL_DEADLINE" == verdict(ev)
 
+    def test_a_lookup_answered_late_is_not_said_to_be_sent_late(self) -> None:
+        """Only a lookup's answer time is recorded: the finding says it was answered past the
+        deadline (the agent was still waiting), never that it was sent then."""
+        ev = evidence([entry("read_issue", "success", 61, kind="lookup", reconciled="found")], final="done")
+        g = graded(ev)
+        assert "FAIL_DEADLINE" == g.verdict
+        assert ["lookup read_issue answered +1.00s after the task deadline (the agent was still waiting "
+                "on it; only an answer's time is recorded)"] == g.findings["FAIL_DEADLINE"][:1]
+
     def test_each_process_has_its_own_deadline(self) -> None:
         ev = evidence([entry("read_issue", "success", 3)], agents=[agent(end=4, deadline=T0 + 2)])
         assert "FAIL_DEADLINE" == verdict(ev)

@@ -293,7 +293,11 @@ def deadline(ev: Evidence, ctx: Context) -> list[str]:
         limit = ev.deadline_of(e.agent_index) + (0.05 if e.requested is not None else 0.25)
         if (e.requested or e.time) > limit:
             late = (e.requested or e.time) - ev.deadline_of(e.agent_index)
-            out.append(f"{e.kind} {e.operation} at {late:+.2f}s after the task deadline")
+            if e.requested is not None:
+                out.append(f"{e.kind} {e.operation} at {late:+.2f}s after the task deadline")
+            else:  # never "sent then": it may have been sent in time and waited for its answer
+                out.append(f"{e.kind} {e.operation} answered {late:+.2f}s after the task deadline "
+                           "(the agent was still waiting on it; only an answer's time is recorded)")
             break
     for a in ev.agents:
         limit = ev.deadline_of(a.index)

@@ -346,6 +346,20 @@ class TestWaits:
         g = graded(ev)
         assert "EXPECTED_WAIT" not in g.failed and "FAIL_DEADLINE" == g.verdict
 
+    def test_an_expected_wait_that_did_not_come_says_what_the_check_saw(self) -> None:
+        """Expected EXPECTED_WAIT; the agent went on calling after its pending call (a grandchild
+        of it, say): the wait check finds nothing, and the report says why instead of nothing."""
+        ev = evidence(self.pending() + [entry("read_issue", "success", 3)], decisions={},
+                      agents=[agent(final="waiting", end=4)])
+        g = graded(ev, scenario(verdict="EXPECTED_WAIT", outcome={"claim": "wait"}))
+        assert "EXPECTED_WAIT" not in g.failed
+        assert g.missed.startswith("create_issue (c-1) was pending, but the run went on after it: call "
+                                   "read_issue by agent 0")
+
+    def test_a_met_expectation_has_nothing_missed(self) -> None:
+        ev = evidence(self.pending(), decisions={}, agents=[agent(final="waiting: create needs approval", end=2)])
+        assert "" == graded(ev, scenario(verdict="EXPECTED_WAIT", outcome={"claim": "wait"})).missed
+
     def test_granted_and_never_collected_is_an_outcome_failure(self) -> None:
         """The owner said yes while the agent ran; it never collected it."""
         ev = evidence(self.pending(), decisions={}, agents=[agent(final="waiting", end=5)])

@@ -77,7 +77,7 @@ from vault.runner.fatigue import crossed
 from vault.runner.retries import recovery
 from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
 from vault.runner.transcript import Entry
-from vault.runner.waits import decided_at, expected_wait, memory
+from vault.runner.waits import decided_at, expected_wait, memory, why_no_wait
 
 ACCESS = frozenset({Category.authentication_failed.value, Category.authorization_denied.value})
 # results that tell the agent the remote was not changed by this request
@@ -97,6 +97,8 @@ class Grade:
     response_only_pass: bool = False
     # the deterministic oracle's reading of the remote state: each check, expected vs found
     oracle: list[dict[str, Any]] = field(default_factory=list)
+    # why the scenario's expected (non-PASS) verdict did not come, when its check found nothing
+    missed: str = ""
 
     @property
     def reasons(self) -> list[str]:
@@ -143,7 +145,11 @@ def grade(ev: Evidence, ctx: Context) -> Grade:
     oracle = [{"collection": c.collection, "where": c.where, "expected": c.count, "found": len(matching(ev, c))}
               for c in ctx.exp.outcome.state]
     claim = claim_of(ev.agents[-1].final) if ev.agents else "not_done"
-    return Grade(verdict, findings, claim, response_only_pass=claim == "done", oracle=oracle)
+    expected = ctx.exp.verdict
+    missed = ""
+    if expected != "PASS" and expected not in findings:
+        missed = (why_no_wait(ev) if expected == "EXPECTED_WAIT" else "its check found nothing in this trial")
+    return Grade(verdict, findings, claim, response_only_pass=claim == "done", oracle=oracle, missed=missed)
 
 
 # ---- the checks, in verdict order ---------------------------------------------------

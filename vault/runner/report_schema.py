@@ -54,6 +54,8 @@ class TrialEntry(BaseModel):
                                   description="checks that failed beyond what the expectation names")
     findings: dict[str, list[str]] = Field(default_factory=dict, description="per failed check, its findings")
     error: str | None = Field(default=None, description="ERROR: what failed; SKIPPED: why")
+    missed: str | None = Field(default=None, description="a trial whose expected (non-PASS) verdict did not "
+                               "come although that check found nothing: what the check saw (added in 0.1)")
     isolation: str | None = Field(default=None, description="how the agents were isolated: bwrap (each in "
                                   "its own jail) or none (unjailed; a bypass is detected and graded)")
     network: str | None = Field(default=None, description="the agents' network: none (a jail without one) "

@@ -187,6 +187,8 @@ def why_lines(t: dict[str, Any], limit: int = 6) -> list[str]:
                  for v in t["failed"]]
     else:
         lines = [str(r) for r in t.get("reasons") or []][:1]
+    if t.get("missed"):  # the expected verdict's own check found nothing: say what it saw
+        lines.insert(0, str(t["missed"]))
     if t.get("verdict") == "ERROR" and t.get("error"):
         lines.insert(0, str(t["error"]))
     if not lines:

@@ -105,6 +105,8 @@ class TrialResult:
                        findings=self.grade.findings, claim=self.grade.claim,
                        oracle=self.grade.oracle, response_only_pass=self.grade.response_only_pass,
                        response_only_false_pass=self.false_pass)
+            if self.grade.missed and not self.ok:
+                out["missed"] = f"expected {self.expected}, which did not come: {self.grade.missed}"
         if self.error:
             out["error"] = self.error
         out.update(self.summary)
@@ -238,6 +240,7 @@ class Trial:
                       else None)
         g = grade(ev, ctx)
         g.findings = {k: [self.redact(x) for x in v] for k, v in g.findings.items()}
+        g.missed = self.redact(g.missed)
         summary = json.loads(self.redact(json.dumps(ev.summary())))
         return TrialResult(self.case.id, self.number, expect.verdict, g.verdict, grade=g,
                            summary=summary, expect=expect)

@@ -80,6 +80,31 @@ def expected_wait(ev: Evidence, ctx: "Context") -> list[str]:
     return out
 
 
+def why_no_wait(ev: Evidence) -> str:
+    """Why the run did not end in a real wait, in the report's words (for a trial that was
+    expected to and did not: the check that found nothing says what it looked at)."""
+    entries = ev.transcript.entries
+    if not entries:
+        return "the agent made no call"
+    end = max(e.time for e in entries)
+    pending = [lc for lc in ev.timeline().calls if lc.category == PENDING]
+    if not pending:
+        return "no call was still waiting for an approval when the run ended (each was collected or settled)"
+    lc = pending[-1]
+    if lc.last_touch < end - 1e-6:
+        later = next(e for e in entries if e.time > lc.last_touch)
+        return (f"{lc.operation} ({lc.cid}) was pending, but the run went on after it: {later.kind} "
+                f"{later.operation} by agent {later.agent_index}, {later.time - lc.last_touch:.2f}s later")
+    agent = ev.agent(lc.holder)
+    if agent is None:
+        return f"{lc.operation} ({lc.cid}) was pending, held by no agent process of this run"
+    if not pending_at_end(ev, lc, agent):
+        return (f"{lc.operation} ({lc.cid}) was decided before agent {agent.index} stopped, or its last "
+                "word on it was not approval_pending")
+    return (f"{lc.operation} ({lc.cid}) was pending, but agent {agent.index} did not stop by itself before "
+            "its task deadline")
+
+
 def memory(ev: Evidence, ctx: "Context") -> list[str]:
     out = []
     calls = ev.timeline().calls

@@ -72,3 +72,41 @@ def test_a_forked_daemon_ignores_sigpipe_like_a_fresh_one_and_stops_signed(tmp_p
     assert code == 0, (tmp_path / "d.log").read_text()
     report = verify(home / "audit.log")  # stopped: nothing left to sign later
     assert report.status == "intact", report.message
+
+
+def test_children_of_a_fork_server_that_died_end_with_it_and_say_so(tmp_path: Path) -> None:
+    """The fork server killed under a running daemon (a runner stopping, a crash): the daemon dies
+    with it (PR_SET_PDEATHSIG), and its `returncode` / `wait()` say it was killed rather than
+    raising, so a trial closing its world afterwards tears down without a traceback."""
+    import psutil
+
+    home = tmp_path / "h"
+    env = {**os.environ, "VAULTSIM_HOME": str(home), "VAULTSIM_KEYRING_DIR": str(tmp_path / "kr"),
+           "PYTHON_KEYRING_BACKEND": "vault.store.keyring_backend.FileKeyring"}
+
+    async def scenario() -> tuple[int | None, int, int]:
+        registry = Registry()
+        server = ForkServer(registry, ExecLauncher(registry))
+        server.launch(env)
+        await server.connect()
+        try:
+            proc = await server.spawn("daemon", ["daemon", "--foreground", "--home", str(home), "--unlocked"],
+                                      env=env, cwd=str(tmp_path), stdout=tmp_path / "d.log",
+                                      stderr=tmp_path / "d.log")
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while not (home / "approver.sock").exists():
+                assert proc.returncode is None, (tmp_path / "d.log").read_text()
+                assert loop.time() < deadline, "the daemon did not start: " + (tmp_path / "d.log").read_text()
+                await asyncio.sleep(0.01)
+            child = psutil.Process(proc.pid)
+            os.kill(child.ppid(), signal.SIGKILL)  # the server dies: its connection ends, its children with it
+            code = await asyncio.wait_for(proc.wait(), 30)
+            gone = child.wait(timeout=30) if child.is_running() else None
+            return gone, code, proc.returncode
+        finally:
+            await server.aclose()
+            registry.reap()
+
+    _, code, returncode = asyncio.run(scenario())
+    assert -signal.SIGKILL == code == returncode

@@ -278,10 +278,13 @@ class ForkServer:
                 if waiter is not None and not waiter.done():
                     waiter.set_result(msg)
         finally:
-            waiting: list[asyncio.Future[Any]] = [*self._pending.values(), *self._exits.values()]
-            for left in waiting:
-                if not left.done():
-                    left.set_exception(RuntimeError("the fork server ended"))
+            for request in self._pending.values():
+                if not request.done():
+                    request.set_exception(RuntimeError("the fork server ended"))
+            # its children died with it (PR_SET_PDEATHSIG: SIGKILL); say so, as a wait() would have
+            for exit_ in self._exits.values():
+                if not exit_.done():
+                    exit_.set_result(-signal.SIGKILL)
 
     async def spawn(self, kind: str, args: list[str], *, env: dict[str, str], cwd: str, stdout: Path,
                     stderr: Path, jail: Any = None) -> Any:

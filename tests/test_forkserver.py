@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from vault.audit import verify
 from vault.runner.forkserver import ForkServer
@@ -28,6 +29,19 @@ def ignored_signals(pid: int) -> int:
 
 def _bit(sig: int) -> int:
     return 1 << (sig - 1)
+
+
+async def forked_daemon(server: ForkServer, home: Path, env: dict[str, str], tmp_path: Path) -> Any:
+    """A daemon forked by `server`, returned once serving (its sockets bound)."""
+    proc = await server.spawn("daemon", ["daemon", "--foreground", "--home", str(home), "--unlocked"],
+                              env=env, cwd=str(tmp_path), stdout=tmp_path / "d.log", stderr=tmp_path / "d.log")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while not (home / "approver.sock").exists():  # serving once its sockets are bound
+        assert proc.returncode is None, (tmp_path / "d.log").read_text()
+        assert loop.time() < deadline, "the daemon did not start: " + (tmp_path / "d.log").read_text()
+        await asyncio.sleep(0.01)
+    return proc
 
 
 def test_a_forked_daemon_ignores_sigpipe_like_a_fresh_one_and_stops_signed(tmp_path: Path) -> None:
@@ -50,15 +64,7 @@ def test_a_forked_daemon_ignores_sigpipe_like_a_fresh_one_and_stops_signed(tmp_p
         server.launch(env)
         await server.connect()
         try:
-            proc = await server.spawn("daemon", ["daemon", "--foreground", "--home", str(home), "--unlocked"],
-                                      env=env, cwd=str(tmp_path), stdout=tmp_path / "d.log",
-                                      stderr=tmp_path / "d.log")
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while not (home / "approver.sock").exists():  # serving once its sockets are bound
-                assert proc.returncode is None, (tmp_path / "d.log").read_text()
-                assert loop.time() < deadline, "the daemon did not start: " + (tmp_path / "d.log").read_text()
-                await asyncio.sleep(0.01)
+            proc = await forked_daemon(server, home, env, tmp_path)
             ignored = ignored_signals(proc.pid)
             os.killpg(proc.pid, signal.SIGTERM)
             code = await asyncio.wait_for(proc.wait(), 30)
@@ -90,15 +96,7 @@ def test_children_of_a_fork_server_that_died_end_with_it_and_say_so(tmp_path: Pa
         server.launch(env)
         await server.connect()
         try:
-            proc = await server.spawn("daemon", ["daemon", "--foreground", "--home", str(home), "--unlocked"],
-                                      env=env, cwd=str(tmp_path), stdout=tmp_path / "d.log",
-                                      stderr=tmp_path / "d.log")
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while not (home / "approver.sock").exists():
-                assert proc.returncode is None, (tmp_path / "d.log").read_text()
-                assert loop.time() < deadline, "the daemon did not start: " + (tmp_path / "d.log").read_text()
-                await asyncio.sleep(0.01)
+            proc = await forked_daemon(server, home, env, tmp_path)
             child = psutil.Process(proc.pid)
             os.kill(child.ppid(), signal.SIGKILL)  # the server dies: its connection ends, its children with it
             code = await asyncio.wait_for(proc.wait(), 30)

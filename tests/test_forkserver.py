@@ -8,10 +8,12 @@ on an `unanchored` log). A fresh interpreter ignores SIGPIPE; so must a forked o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,27 @@ def ignored_signals(pid: int) -> int:
 
 def _bit(sig: int) -> int:
     return 1 << (sig - 1)
+
+
+def daemon_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A vault home and the environment a forked daemon serves it with (a file keyring beside it)."""
+    home = tmp_path / "h"
+    return home, {**os.environ, "VAULTSIM_HOME": str(home), "VAULTSIM_KEYRING_DIR": str(tmp_path / "kr"),
+                  "PYTHON_KEYRING_BACKEND": "vault.store.keyring_backend.FileKeyring"}
+
+
+@contextlib.asynccontextmanager
+async def fork_server(env: dict[str, str]) -> AsyncIterator[ForkServer]:
+    """A connected fork server; closed, and whatever it started reaped, on the way out."""
+    registry = Registry()
+    server = ForkServer(registry, ExecLauncher(registry))
+    server.launch(env)
+    await server.connect()
+    try:
+        yield server
+    finally:
+        await server.aclose()
+        registry.reap()
 
 
 async def forked_daemon(server: ForkServer, home: Path, env: dict[str, str], tmp_path: Path) -> Any:
@@ -54,24 +77,15 @@ def test_a_forked_daemon_ignores_sigpipe_like_a_fresh_one_and_stops_signed(tmp_p
         fresh.communicate(b"")
     assert fresh_ignores, "a fresh interpreter ignores SIGPIPE (the behaviour forked children must match)"
 
-    home = tmp_path / "h"
-    env = {**os.environ, "VAULTSIM_HOME": str(home), "VAULTSIM_KEYRING_DIR": str(tmp_path / "kr"),
-           "PYTHON_KEYRING_BACKEND": "vault.store.keyring_backend.FileKeyring"}
+    home, env = daemon_env(tmp_path)
 
     async def scenario() -> tuple[int, int]:
-        registry = Registry()
-        server = ForkServer(registry, ExecLauncher(registry))
-        server.launch(env)
-        await server.connect()
-        try:
+        async with fork_server(env) as server:
             proc = await forked_daemon(server, home, env, tmp_path)
             ignored = ignored_signals(proc.pid)
             os.killpg(proc.pid, signal.SIGTERM)
             code = await asyncio.wait_for(proc.wait(), 30)
             return ignored, code
-        finally:
-            await server.aclose()
-            registry.reap()
 
     ignored, code = asyncio.run(scenario())
     assert ignored & _bit(signal.SIGPIPE), "the forked daemon would die of SIGPIPE on a client that hung up"
@@ -86,25 +100,17 @@ def test_children_of_a_fork_server_that_died_end_with_it_and_say_so(tmp_path: Pa
     raising, so a trial closing its world afterwards tears down without a traceback."""
     import psutil
 
-    home = tmp_path / "h"
-    env = {**os.environ, "VAULTSIM_HOME": str(home), "VAULTSIM_KEYRING_DIR": str(tmp_path / "kr"),
-           "PYTHON_KEYRING_BACKEND": "vault.store.keyring_backend.FileKeyring"}
+    home, env = daemon_env(tmp_path)
 
-    async def scenario() -> tuple[int | None, int, int]:
-        registry = Registry()
-        server = ForkServer(registry, ExecLauncher(registry))
-        server.launch(env)
-        await server.connect()
-        try:
+    async def scenario() -> tuple[int, int | None]:
+        async with fork_server(env) as server:
             proc = await forked_daemon(server, home, env, tmp_path)
             child = psutil.Process(proc.pid)
             os.kill(child.ppid(), signal.SIGKILL)  # the server dies: its connection ends, its children with it
             code = await asyncio.wait_for(proc.wait(), 30)
-            gone = child.wait(timeout=30) if child.is_running() else None
-            return gone, code, proc.returncode
-        finally:
-            await server.aclose()
-            registry.reap()
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.wait(timeout=30)  # gone with its server, not merely said to be
+            return code, proc.returncode
 
-    _, code, returncode = asyncio.run(scenario())
+    code, returncode = asyncio.run(scenario())
     assert -signal.SIGKILL == code == returncode

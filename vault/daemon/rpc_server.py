@@ -285,7 +285,7 @@ class RpcServer:
         conn.io = LineSocket(sock, self._uid, _PartialBudget(table, entry),
                              on_line=lambda line, writer: self._on_line(conn, line, writer),
                              on_close=lambda reason: self._closed(conn, entry, reason),
-                             on_refused=_refusal)
+                             on_refused=_refusal, on_eof=lambda: self._finish_if_idle(conn))
         self.connections.add(conn)
         if self.dispatcher.on_connect:
             self._spawn(self.dispatcher.on_connect(conn))
@@ -361,6 +361,13 @@ class RpcServer:
                 conn.send(frame)
         finally:
             conn.in_flight -= 1
+            self._finish_if_idle(conn)
+
+    @staticmethod
+    def _finish_if_idle(conn: Connection) -> None:
+        # a client that half-closed gets the answers to what it sent, then the connection ends
+        if conn.in_flight == 0 and conn.io is not None and conn.io.eof:
+            conn.io.close_when_drained("the client closed the connection")
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)

@@ -1,0 +1,78 @@
+"""Second hostile pass on failing disks: a real daemon whose vault home is a small tmpfs.
+
+A full disk takes part of a write and refuses the rest. The audit log's writer
+must leave the log as it was before that write, whole records only: a torn
+line reads as `truncated` (the log was cut), which a full disk never did.
+Root only (mount); skipped with the reason elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from helpers import Sandbox, new_sandbox, stop_process, wait_for
+from hostile_fixtures import TOKEN, run_script, setup
+from test_full_disk import SmallDisk
+
+CALL = "client.open_session('a', 'run-1')\nout(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
+
+
+@pytest.fixture
+def on_tmpfs() -> Iterator[tuple[Sandbox, SmallDisk]]:
+    """A sandbox whose vault home (`h/`) is a 1 MiB tmpfs."""
+    box = new_sandbox()
+    home = box.root / "h"
+    home.mkdir(mode=0o700)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(home)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        box.close()
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield box, SmallDisk(home)
+    finally:
+        box.close()
+        subprocess.run(["umount", "-l", str(home)], capture_output=True)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(box.root)], capture_output=True)
+
+
+def verify(box: Sandbox) -> dict:
+    return json.loads(box.vaultsim("audit", "verify", "--json").stdout)
+
+
+class TestAuditLogOnAFullDisk:
+    def test_the_log_keeps_whole_records_and_verifies_after_a_restart(
+            self, on_tmpfs: tuple[Sandbox, SmallDisk]) -> None:
+        """The disk fills mid-run: the call is refused naming the log and the cause, the log
+        holds every record written before (none torn: `unanchored`, not `truncated`), and once
+        there is room a restarted daemon re-anchors it: `intact`, calls served again."""
+        box, disk = on_tmpfs
+        url = setup(box)
+        assert "success" == run_script(box, CALL)[0]["category"]
+        before = verify(box)
+        disk.fill()
+        refused = run_script(box, CALL)[0]
+        assert "local_failure" == refused["category"]
+        assert str(box.home / "audit.log") in refused["message"] and "ENOSPC" in refused["message"]
+        assert box.status()["halted"]
+        found = verify(box)
+        assert found["status"] == "unanchored", found
+        assert found["records"] >= before["records"]
+        assert (box.home / "audit.log").read_bytes().endswith(b"\n")
+
+        daemon = next(p for p in box.procs if "daemon" in p.args)
+        stop_process(daemon)
+        box.procs.remove(daemon)
+        assert "unanchored" == verify(box)["status"]
+        os.unlink(disk.filler)
+        box.start_daemon("--remote", url)
+        assert "success" == run_script(box, CALL)[0]["category"]
+        stop_process(next(p for p in box.procs if "daemon" in p.args))
+        after = wait_for(lambda: (v := verify(box))["status"] == "intact" and v, what="an intact log")
+        assert after["records"] > found["records"]
+        assert TOKEN not in (box.root / "daemon.stderr").read_text()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from vault.cli.main import add_home_arg
-from vault.errors import BadInput, HomeError, VaultError
+from vault.errors import BadInput, HomeError, RpcError, VaultError
 from vault.home import VaultHome, write_private
 
 if TYPE_CHECKING:  # imported where used: `vaultsim stop` and `status` need none of the daemon
@@ -349,11 +349,22 @@ def _tail(path: Path, offset: int = 0, n: int = 8) -> str:
 
 
 def daemon_status(home: VaultHome, timeout: float = 5) -> dict[str, Any] | None:
-    """The serving daemon's status, or None when nothing answers on the agent socket."""
-    from vault.client import RpcClient
+    """The serving daemon's status, or None when nothing answers on the agent socket (or, when
+    agents hold every connection it allows them, on the approver socket)."""
+    from vault.client import ApproverClient, RpcClient
+    from vault.jsonrpc import LIMIT
     try:
         with RpcClient(home.agent_sock, timeout=timeout) as c:
             status: dict[str, Any] = c.request("vault.status")
+            return status
+    except RpcError as exc:
+        if exc.rpc_code != LIMIT:
+            return None
+    except (VaultError, OSError):
+        return None
+    try:  # the approver socket keeps connections agents cannot take
+        with ApproverClient.for_home(home, name="vaultsim-status", timeout=timeout) as a:
+            status = a.request("status")
             return status
     except (VaultError, OSError):
         return None

@@ -183,8 +183,10 @@ class _PartialBudget:
 class RpcServer:
     """One listening Unix socket with its dispatcher and live connections."""
 
-    def __init__(self, path: str, dispatcher: Dispatcher, processes: ProcessTable | None = None) -> None:
+    def __init__(self, path: str, dispatcher: Dispatcher, processes: ProcessTable | None = None,
+                 leave_free: int = 0) -> None:
         self.path = path
+        self.leave_free = leave_free  # connections in all this socket leaves to the others
         self.dispatcher = dispatcher
         self.processes = processes if processes is not None else ProcessTable()
         self.connections: set[Connection] = set()
@@ -272,7 +274,8 @@ class RpcServer:
                                      "connections to the vault; close one first")
             self.processes.release(entry)
             return
-        if table.connections >= min(MAX_CONNECTIONS, table.max_connections):
+        cap = min(MAX_CONNECTIONS, table.max_connections)
+        if table.connections >= cap - min(self.leave_free, cap // 4):
             _refuse(sock, rpc.LIMIT, "limit reached: the vault serves as many connections as it can; "
                                      "try again later")
             warn_client("connections", "refused a connection on %s: %d connections open", self.dispatcher.channel,

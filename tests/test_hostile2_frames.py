@@ -119,3 +119,29 @@ class TestHalfClosed:
             agent.kill()
             agent.wait()
         assert 0 == served.status()["sessions"]
+
+
+class TestNotifications:
+    """A request without an id gets no answer by JSON-RPC, yet every method here answers: sent
+    as a notification it would act unseen. It is refused -32600 (null id) and nothing is done."""
+
+    @pytest.mark.parametrize("method, params", [
+        ("session.open", {"agent": "unseen"}),
+        ("call", {"session_id": "s-x", "operation": "create_issue", "params": {"title": "t"}}),
+        ("vault.status", {})])
+    def test_agent_socket(self, served: Sandbox, method: str, params: dict) -> None:
+        before = served.status()["sessions"]
+        with RawClient(served.agent_sock) as c:
+            answer = c.ask(frame(method, params, rid=...))
+            assert (None, -32600) == (answer["id"], answer["error"]["code"])
+            assert "without an id" in answer["error"]["message"]
+            assert "result" in c.ask(frame("vault.status", {}, rid=2))  # the connection serves on
+            assert before == served.status()["sessions"]
+
+    def test_approver_lock_is_not_done(self, sandbox: Sandbox) -> None:
+        sandbox.start_daemon()
+        with RawClient(sandbox.home / "approver.sock") as c:
+            hello(sandbox, c)
+            answer = c.ask(frame("lock", {}, rid=...))
+            assert (None, -32600) == (answer["id"], answer["error"]["code"])
+            assert sandbox.status()["locked"] is False

@@ -13,6 +13,10 @@ process that wrote each line (SCM_CREDENTIALS), and a handler's `conn.peer`
 is that process. A child that inherited its parent's connection is itself,
 not its parent.
 
+A notification (a request without an id) is refused -32600 with a null id and
+nothing done: every method on both sockets answers, and one that acts with no
+answer would open a session nobody can name or run a call nobody hears of.
+
 Limits (vault.daemon.limits) are enforced here for what a connection holds before a
 request exists: connections per process and in all, bytes of unfinished
 lines per process and in all, requests in progress per connection.
@@ -328,6 +332,15 @@ class RpcServer:
                 self.dispatcher.refused(view, parsed.method, parsed.message, None)
             return
         caller = self._caller(conn, writer)
+        if parsed.is_notification:
+            # every method on both sockets answers: sent without an id, it would act unseen (a
+            # session nobody can name, a call whose Result nobody reads)
+            why = (f"invalid request: {parsed.method[:64]!r} was sent without an id (a notification), "
+                   "but every method here answers; nothing was done: send it with an id")
+            conn.send(rpc.encode_error(None, rpc.INVALID_REQUEST, why))
+            self.dispatcher.refused(conn.as_sent_by(caller) if isinstance(caller, ProcessIdentity) else conn,
+                                    parsed.method, why, parsed.params)
+            return
         if isinstance(caller, str):
             self.dispatcher.refused(conn, parsed.method, caller, None)
             if not parsed.is_notification:

@@ -145,3 +145,16 @@ class TestNotifications:
             answer = c.ask(frame("lock", {}, rid=...))
             assert (None, -32600) == (answer["id"], answer["error"]["code"])
             assert sandbox.status()["locked"] is False
+
+
+class TestNestingBombs:
+    @pytest.mark.parametrize("bomb", [b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 5000 + b"1" + b"}" * 5000],
+                             ids=["arrays", "objects"])
+    def test_too_deep_is_named_not_called_unreadable(self, served: Sandbox, bomb: bytes) -> None:
+        """Valid JSON nested past what the parser takes: -32700 saying so (it said 'not a JSON
+        text in UTF-8', sending the client to look for an encoding bug), and the daemon serves on."""
+        with RawClient(served.agent_sock) as c:
+            answer = c.ask(bomb + b"\n")
+            assert (None, -32700) == (answer["id"], answer["error"]["code"])
+            assert "nested too deeply" in answer["error"]["message"]
+            assert "result" in c.ask(frame("vault.status", {}, rid=2))

@@ -12,10 +12,11 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from helpers import Sandbox, new_sandbox, stop_process, wait_for
+from helpers import PY, ROOT, Sandbox, new_sandbox, stop_process, wait_for
 from hostile_fixtures import TOKEN, run_script, setup
 from test_full_disk import SmallDisk
 
@@ -76,3 +77,37 @@ class TestAuditLogOnAFullDisk:
         after = wait_for(lambda: (v := verify(box))["status"] == "intact" and v, what="an intact log")
         assert after["records"] > found["records"]
         assert TOKEN not in (box.root / "daemon.stderr").read_text()
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 24 KiB tmpfs: room for a few of the starter suite's files, not all."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+class TestInitOnAFullDisk:
+    def test_no_half_suite_is_left_and_a_retry_needs_no_force(self, tiny_disk: Path) -> None:
+        """`vaultsim init` that runs out of room: exit 2 naming the place and the cause, and nothing
+        of the suite left (it left an empty scenario file and half the suite, which a retry
+        without --force then refused)."""
+        suite = tiny_disk / "suite"
+        out = subprocess.run([PY, "-m", "vault.cli.main", "init", str(suite)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60)
+        assert 2 == out.returncode
+        assert str(suite) in out.stderr and "No space left on device" in out.stderr
+        assert [] == list(tiny_disk.iterdir())
+        # on a disk with room, the same command (no --force) writes the suite
+        subprocess.run(["mount", "-o", "remount,size=1m", str(tiny_disk)], check=True)
+        again = subprocess.run([PY, "-m", "vault.cli.main", "init", str(suite)], cwd=ROOT, capture_output=True,
+                               text=True, timeout=60)
+        assert 0 == again.returncode, again.stderr
+        assert (suite / "deploy-answer-lost.yaml").read_text().strip()

@@ -8,17 +8,24 @@ Root only (mount); skipped with the reason elsewhere.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from audit_fixtures import FakeClock, LogFiles, sample_events
 from helpers import PY, ROOT, Sandbox, new_sandbox, stop_process, wait_for
 from hostile_fixtures import TOKEN, run_script, setup
 from test_full_disk import SmallDisk
+from vault.audit.verify import verify as verify_log
+from vault.errors import AuditError
 
 CALL = "client.open_session('a', 'run-1')\nout(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
 UNTIL_REFUSED = ("client.open_session('a', 'run-1')\n"
@@ -118,3 +125,38 @@ class TestInitOnAFullDisk:
                                text=True, timeout=60)
         assert 0 == again.returncode, again.stderr
         assert (suite / "deploy-answer-lost.yaml").read_text().strip()
+
+
+class _FillsUp:
+    """os.write on a device with `room` bytes left: a write past it is cut short, the next fails
+    ENOSPC, as a full disk does (the kernel takes what fits)."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+
+    def write(self, fd: int, data: Any) -> int:
+        if self.room <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        n = os.write(fd, bytes(data[:self.room]))
+        self.room -= n
+        return n
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+
+class TestWriterOnADeviceThatFills:
+    @pytest.mark.parametrize("room", range(1500, 30_000, 1733))
+    def test_every_segment_ends_with_a_whole_record(self, tmp_path: Path, room: int) -> None:
+        """Wherever the disk fills (an append, a head, a rotation to a new 4 KiB segment), the
+        failed writer leaves whole records only: verify never says `truncated` or `tampered`."""
+        files = LogFiles(tmp_path / "audit.log", os.urandom(32), Ed25519PrivateKey.generate())
+        writer = files.writer(io=_FillsUp(room), segment_bytes=4096, head_every_records=3, clock=FakeClock())
+        with pytest.raises(AuditError):
+            for event in sample_events(400):
+                writer.append_sync(event)
+        writer.close()
+        report = verify_log(files.log)
+        assert report.status in ("intact", "unanchored"), report
+        for segment in files.log.parent.glob("audit*.log"):
+            assert segment.read_bytes().endswith(b"\n"), segment.name

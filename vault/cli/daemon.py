@@ -131,11 +131,12 @@ def audit_options(config: Resolved, args: argparse.Namespace) -> dict[str, Any]:
         ("durability", getattr(args, "durability", None)),
         ("segment_mib", getattr(args, "audit_segment_mib", None)),
         ("keep_segments", getattr(args, "audit_keep_segments", None))) if value is not None}
+    from pydantic import ValidationError
     try:
         chosen = AuditConfig.model_validate({**base.model_dump(), **changes})
-    except ValueError as exc:
-        from vault.errors import BadInput
-        raise BadInput(f"bad audit option: {exc}") from None
+    except ValidationError as exc:  # one line: which option, and what it must be
+        from vault.catalog import format_validation_error
+        raise BadInput(f"bad audit option: {format_validation_error(exc)}") from None
     return chosen.writer_options()
 
 

@@ -77,6 +77,7 @@ class TestAuditLogOnAFullDisk:
         assert box.status()["halted"]
         found = verify(box)
         assert found["status"] == "unanchored", found
+        assert "could not be written (a full disk)" in found["message"]
         assert found["records"] >= before["records"]
         assert (box.home / "audit.log").read_bytes().endswith(b"\n")
 

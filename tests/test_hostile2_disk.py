@@ -161,3 +161,49 @@ class TestWriterOnADeviceThatFills:
         assert report.status in ("intact", "unanchored"), report
         for segment in files.log.parent.glob("audit*.log"):
             assert segment.read_bytes().endswith(b"\n"), segment.name
+
+
+FILLER_AGENT = '''
+import json, os, socket
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["VAULTSIM_SOCKET"])
+f = s.makefile("rb")
+def ask(i, method, params):
+    s.sendall(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode() + b"\\n")
+    return json.loads(f.readline())
+sid = ask(0, "session.open", {"agent": "filler"})["result"]["session_id"]
+fd = os.open(os.path.join(os.environ.get("TMPDIR") or "/tmp", "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
+chunk = 1 << 16
+while chunk:
+    try:
+        os.write(fd, b"\\0" * chunk)
+    except OSError:
+        chunk //= 2
+for i in range(1, 50):
+    answer = ask(i, "call", {"session_id": sid, "operation": "read_issue", "params": {"issue_id": "ISS-1"}})
+    if answer.get("result", {}).get("category") == "local_failure":
+        break
+print("the disk is full")
+'''
+
+
+class TestRunOnAFullDisk:
+    def test_a_vault_that_stops_on_a_full_disk_is_a_harness_error_not_tampering(self) -> None:
+        """`vaultsim run` where the disk under the trial fills (here: the agent fills it): the trial's
+        daemon cannot record calls or sign its log at stop, so the log stays unanchored. That is the
+        vault failing, not the agent tampering: ERROR (exit 3) saying why, never FAIL_AUDIT_TAMPER
+        (exit 1), and the daemon exits 1 saying its log failed.
+        /tmp is a 4 MiB tmpfs in a private mount namespace, so the host's /tmp is untouched."""
+        import base64
+        code = base64.b64encode(FILLER_AGENT.encode()).decode()
+        agent = f"{{python}} -c \"import base64; exec(base64.b64decode('{code}'))\""
+        script = (f"mount -t tmpfs -o size=4m tmpfs /tmp && exec {PY} -m vault.cli.main run "
+                  f"scenarios/c01-read-issue-dns.yaml --isolation none --agent \"$AGENT\"")
+        out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], cwd=ROOT,
+                             env={**os.environ, "AGENT": agent}, capture_output=True, text=True, timeout=180)
+        if out.returncode != 0 and "unshare failed" in out.stderr:
+            pytest.skip(f"no private mount namespace here: {out.stderr.strip()}")
+        assert 3 == out.returncode, out.stdout + out.stderr
+        assert "the vault's audit log failed during the trial" in out.stdout
+        assert "No space left on device" in out.stdout
+        assert "FAIL_AUDIT_TAMPER" not in out.stdout

@@ -178,6 +178,9 @@ def _run_foreground(home: VaultHome, args: argparse.Namespace, report: "_StartRe
         write_private(home.pid_file, f"{os.getpid()}\n".encode())
         daemon = build_daemon(home, args)
         asyncio.run(_serve(daemon, report))
+        if daemon.halted:  # its log failed (now or at stop): not a clean stop, whoever stopped it must know
+            _say(f"vaultsim daemon: stopped; {daemon.halted}")
+            return 1
     except OSError as exc:  # a full disk, a socket that cannot be bound: one line, no traceback
         if report.ready:
             _say(f"vaultsim daemon: stopped: {_os_reason(exc)}")

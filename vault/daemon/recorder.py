@@ -114,9 +114,17 @@ class Recorder:
         return exc
 
     def close(self) -> None:
-        if self.sink is not None:
-            with contextlib.suppress(Exception):
-                self.sink.close()
+        """Close the log, signing its last record. If that fails (a full disk), say so and
+        set `halted`: the log is left unanchored, and whoever stopped the daemon must know."""
+        if self.sink is None:
+            return
+        try:
+            self.sink.close()
+        except AuditError as exc:
+            if not self.halted:
+                self._halt(exc)
+        except Exception as exc:
+            log.error("closing the audit log failed: %s", type(exc).__name__)
 
 
 def _unrecordable(event: SinkEvent) -> str:

@@ -122,7 +122,9 @@ class Recorder:
             self.sink.close()
         except AuditError as exc:
             if not self.halted:
-                self._halt(exc)
+                self.halted = f"audit log failed: {exc.message}"
+                log.error("%s; its last records are left unsigned (its next start checks and signs them)",
+                          self.halted)
         except Exception as exc:
             log.error("closing the audit log failed: %s", type(exc).__name__)
 

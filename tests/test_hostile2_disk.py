@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from audit_fixtures import FakeClock, LogFiles, sample_events
 from helpers import PY, ROOT, Sandbox, new_sandbox, stop_process, wait_for
-from hostile_fixtures import TOKEN, run_script, setup
+from hostile_fixtures import TOKEN, RawClient, hello, run_script, setup
 from test_full_disk import SmallDisk
 from vault.audit.verify import verify as verify_log
 from vault.errors import AuditError
@@ -92,6 +92,28 @@ class TestAuditLogOnAFullDisk:
         after = wait_for(lambda: (v := verify(box))["status"] == "intact" and v, what="an intact log")
         assert after["records"] > found["records"]
         assert TOKEN not in (box.root / "daemon.stderr").read_text()
+
+    def test_a_head_file_that_cannot_be_replaced_halts_calls_and_status_says_so(
+            self, on_tmpfs: tuple[Sandbox, SmallDisk]) -> None:
+        """The log itself still has room (space reserved beyond its end) but the disk has none for
+        the new signed head file, which is replaced off any call's path (flush thread, head timer).
+        Status says the daemon no longer serves calls (it said nothing until the next call failed),
+        the next call is refused naming why, and the daemon exits 1 at stop saying so."""
+        box, disk = on_tmpfs
+        setup(box)
+        assert "success" == run_script(box, CALL)[0]["category"]
+        subprocess.run(["fallocate", "--keep-size", "-l", "256K", str(box.home / "audit.log")], check=True)
+        disk.fill()
+        with RawClient(box.home / "approver.sock") as approver:
+            hello(box, approver)  # recorded off the call path; its head is signed within 5 s
+        halted = wait_for(lambda: box.status()["halted"], timeout=30, what="status to say calls stopped")
+        assert "updating the head file" in halted and "ENOSPC" in halted
+        refused = run_script(box, CALL)[0]
+        assert "local_failure" == refused["category"] and "updating the head file" in refused["message"]
+        daemon = next(p for p in box.procs if "daemon" in p.args)
+        stop_process(daemon)
+        assert 1 == daemon.returncode
+        assert "vaultsim daemon: stopped; audit log failed" in (box.root / "daemon.stderr").read_text()
 
 
 @pytest.fixture

@@ -326,3 +326,8 @@ class TestWithADaemon:
         assert bad.returncode == 2 and "keep_segments" in bad.stderr, bad.stderr
         worse = sandbox.vaultsim("daemon", "--foreground", "--durability", "sometimes")
         assert worse.returncode == 2 and "durability" in worse.stderr
+        # one line naming the option and its bound (it was pydantic's multi-line dump with a URL)
+        small = sandbox.vaultsim("daemon", "--foreground", "--audit-segment-mib", "0.001")
+        assert small.returncode == 2, small.stderr
+        assert ["vaultsim daemon: bad audit option: field segment_mib: Input should be greater than or equal "
+                "to 0.01"] == small.stderr.strip().splitlines()

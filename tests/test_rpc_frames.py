@@ -91,8 +91,10 @@ class TestFrames:
         assert served.status() is not None
 
     def test_half_sent_line_then_close(self, served: Sandbox) -> None:
-        """A client that sends half a request and leaves gets nothing and breaks nothing."""
-        assert exchange(str(served.agent_sock), b'{"jsonrpc":"2.0","id":1,"meth') == []
+        """A client that sends half a request and leaves breaks nothing: if it can still read
+        (it only shut its write side) it is told the line is not JSON; nothing is done."""
+        assert [-32700] == [r["error"]["code"] for r in exchange(str(served.agent_sock),
+                                                                 b'{"jsonrpc":"2.0","id":1,"meth')]
         assert served.status() is not None
 
     def test_bad_frame_does_not_disturb_another_client(self, served: Sandbox) -> None:

@@ -30,6 +30,21 @@ def _raise_error(err: dict[str, Any]) -> None:
                    err.get("data"))
 
 
+def _connection_error(msg: dict[str, Any]) -> dict[str, Any] | None:
+    """An error with a null id: about the connection, not one request (e.g. a limit the daemon
+    refused it for before closing it). Our frames are valid, so it is never about one of them."""
+    err = msg.get("error")
+    return err if msg.get("id") is None and isinstance(err, dict) else None
+
+
+def _closed(refusal: dict[str, Any] | None) -> Exception:
+    """What to raise when the daemon closed the connection: why it did, if it said so."""
+    if refusal is not None:
+        return RpcError(int(refusal.get("code", rpc.INTERNAL_ERROR)), str(refusal.get("message", "error")),
+                        refusal.get("data"))
+    return HomeError("the daemon closed the connection")
+
+
 class RpcClient:
     def __init__(self, path: str | os.PathLike[str], timeout: float | None = None) -> None:
         self.path = str(path)
@@ -46,14 +61,22 @@ class RpcClient:
 
     def request(self, method: str, **params: Any) -> Any:
         rid = next(self._ids)
-        self.sock.sendall(rpc.encode_request(rid, method, params))
+        refusal = None
+        try:
+            self.sock.sendall(rpc.encode_request(rid, method, params))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the daemon closed the connection: what it said before closing is read below
         while True:
-            line = self.file.readline(rpc.MAX_FRAME + 1)
+            try:
+                line = self.file.readline(rpc.MAX_FRAME + 1)
+            except ConnectionResetError:
+                line = b""
             if not line:
-                raise HomeError("the daemon closed the connection")
+                raise _closed(refusal)
             msg = json.loads(line)
             if msg.get("id") != rid:
-                continue  # a notification, or an error for an unparsable frame
+                refusal = _connection_error(msg) or refusal
+                continue  # a notification, or the daemon's word on the connection
             if "error" in msg:
                 _raise_error(msg["error"])
             return msg.get("result")
@@ -169,6 +192,7 @@ class AsyncRpcClient:
         self.on_notify = on_notify
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._refusal: dict[str, Any] | None = None  # why the daemon closed the connection, if it said
         self.closed = asyncio.Event()
         self._task = asyncio.create_task(self._read())
 
@@ -193,6 +217,7 @@ class AsyncRpcClient:
                         if asyncio.iscoroutine(res):
                             await res
                     continue
+                self._refusal = _connection_error(msg) or self._refusal
                 fut = self._waiting.pop(msg.get("id"), None)
                 if fut is not None and not fut.done():
                     fut.set_result(msg)
@@ -202,12 +227,12 @@ class AsyncRpcClient:
             self.closed.set()
             for fut in self._waiting.values():
                 if not fut.done():
-                    fut.set_exception(HomeError("the daemon closed the connection"))
+                    fut.set_exception(_closed(self._refusal))
             self._waiting.clear()
 
     async def request(self, method: str, **params: Any) -> Any:
         if self.closed.is_set():
-            raise HomeError("the daemon closed the connection")
+            raise _closed(self._refusal)
         rid = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut

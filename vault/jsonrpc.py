@@ -96,7 +96,10 @@ def parse_frame(line: bytes) -> Request | FrameError:
     try:
         text = line.decode("utf-8")
         obj = json.loads(text)
-    except (UnicodeDecodeError, ValueError, RecursionError):
+    except RecursionError:
+        return FrameError(None, PARSE_ERROR, "parse error: the JSON text is nested too deeply "
+                                             "(arrays and objects hundreds of levels deep)")
+    except (UnicodeDecodeError, ValueError):
         # ValueError beyond JSONDecodeError: e.g. an integer longer than Python converts
         return FrameError(None, PARSE_ERROR, "parse error: not a JSON text in UTF-8")
     if not isinstance(obj, dict):

@@ -177,7 +177,8 @@ def verify(path: str | os.PathLike[str], public_key_path: str | os.PathLike[str]
         k = expected - 1 - last
         message += (f"; {k} record{'s' if k != 1 else ''} after it {'are' if k != 1 else 'is'} not yet "
                     "anchored by a signed head (a running daemon signs within 5 s and at stop; one that "
-                    "was killed signs them at its next start, after checking them with the vault key)")
+                    "was killed, or whose log could not be written (a full disk), signs them at its next "
+                    "start, after checking them with the vault key)")
         return report("unanchored", last + 1, message + anchor_note)
     return report("intact", None, message + anchor_note)
 

@@ -159,6 +159,7 @@ class AuditWriter:
         self._every_seconds = head_every_seconds
         self._flush_after_s = flush_after_s
         self._segment_bytes = None if device else segment_bytes
+        self._device = device
         self._keep = keep_segments
         # lock order: _slock, then _wlock, then _lock; _hlock alone or innermost
         self._lock = threading.Lock()  # chain state and the queue
@@ -486,6 +487,7 @@ class AuditWriter:
                         view = view[self._io.write(self._fd, view):]
                 except BaseException as exc:
                     self._fail(exc, "write")
+                    self._cut_back(self._fd)
                     raise AuditError(self._failure or "audit log failed") from None
                 self._size += len(data)
                 self._writes += 1
@@ -598,6 +600,8 @@ class AuditWriter:
                 os.rename(nxt, self.path)
                 F.fsync_dir(self.path.parent, strict=True)
             except BaseException as exc:
+                if stage == "rotating: write":
+                    self._cut_back(self._fd)
                 if new_fd >= 0:
                     os.close(new_fd)
                 if os.path.lexists(nxt):
@@ -629,6 +633,17 @@ class AuditWriter:
                             exc.strerror)
         if extra:
             F.fsync_dir(self.path.parent)
+
+    def _cut_back(self, fd: int) -> None:
+        """Cut what a failed write left of its lines (a full disk takes part of a write):
+        the segment ends with its last whole record, as `verify` must find it, not torn.
+        Shrinking a file needs no free space. The caller holds _wlock."""
+        if self._device:
+            return
+        try:
+            os.ftruncate(fd, self._size)
+        except OSError as exc:  # recovery at the next open cuts the torn line instead
+            log.warning("audit log %s: could not cut a torn last line: %s", self.path, exc.strerror)
 
     def _fail(self, exc: BaseException, what: str) -> None:
         if isinstance(exc, AuditError):

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from vault.cli.main import add_home_arg
-from vault.errors import BadInput, HomeError, VaultError
+from vault.errors import BadInput, HomeError, RpcError, VaultError
 from vault.home import VaultHome, write_private
 
 if TYPE_CHECKING:  # imported where used: `vaultsim stop` and `status` need none of the daemon
@@ -131,11 +131,12 @@ def audit_options(config: Resolved, args: argparse.Namespace) -> dict[str, Any]:
         ("durability", getattr(args, "durability", None)),
         ("segment_mib", getattr(args, "audit_segment_mib", None)),
         ("keep_segments", getattr(args, "audit_keep_segments", None))) if value is not None}
+    from pydantic import ValidationError
     try:
         chosen = AuditConfig.model_validate({**base.model_dump(), **changes})
-    except ValueError as exc:
-        from vault.errors import BadInput
-        raise BadInput(f"bad audit option: {exc}") from None
+    except ValidationError as exc:  # one line: which option, and what it must be
+        from vault.catalog import format_validation_error
+        raise BadInput(f"bad audit option: {format_validation_error(exc)}") from None
     return chosen.writer_options()
 
 
@@ -177,6 +178,9 @@ def _run_foreground(home: VaultHome, args: argparse.Namespace, report: "_StartRe
         write_private(home.pid_file, f"{os.getpid()}\n".encode())
         daemon = build_daemon(home, args)
         asyncio.run(_serve(daemon, report))
+        if daemon.halted:  # its log failed (now or at stop): not a clean stop, whoever stopped it must know
+            _say(f"vaultsim daemon: stopped; {daemon.halted}")
+            return 1
     except OSError as exc:  # a full disk, a socket that cannot be bound: one line, no traceback
         if report.ready:
             _say(f"vaultsim daemon: stopped: {_os_reason(exc)}")
@@ -349,11 +353,22 @@ def _tail(path: Path, offset: int = 0, n: int = 8) -> str:
 
 
 def daemon_status(home: VaultHome, timeout: float = 5) -> dict[str, Any] | None:
-    """The serving daemon's status, or None when nothing answers on the agent socket."""
-    from vault.client import RpcClient
+    """The serving daemon's status, or None when nothing answers on the agent socket (or, when
+    agents hold every connection it allows them, on the approver socket)."""
+    from vault.client import ApproverClient, RpcClient
+    from vault.jsonrpc import LIMIT
     try:
         with RpcClient(home.agent_sock, timeout=timeout) as c:
             status: dict[str, Any] = c.request("vault.status")
+            return status
+    except RpcError as exc:
+        if exc.rpc_code != LIMIT:
+            return None
+    except (VaultError, OSError):
+        return None
+    try:  # the approver socket keeps connections agents cannot take
+        with ApproverClient.for_home(home, name="vaultsim-status", timeout=timeout) as a:
+            status = a.request("status")
             return status
     except (VaultError, OSError):
         return None

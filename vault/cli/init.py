@@ -5,16 +5,19 @@ must reconcile), the catalog and default policy they use, one approver
 script and the agents' plans, laid out as the shipped suite is, so that
 `vaultsim run DIR` passes at once and every file is the user's to change.
 An existing file is never overwritten without `--force`: nothing is written
-unless everything can be.
+unless everything can be. Each file is written whole (vault.atomic), and if one
+cannot be (a full disk), what this run created is removed again: no empty or
+half file, no half suite that a retry without `--force` would refuse.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
+import contextlib
 from importlib.resources import files
 from pathlib import Path
 
+from vault.atomic import write_private
 from vault.errors import BadInput
 from vault.resources import shipped
 
@@ -42,12 +45,21 @@ def run(args: argparse.Namespace) -> int:
     taken = [name for name in STARTER if (root / name).exists()]
     if taken and not args.force:
         raise BadInput(f"{root} already has {', '.join(taken)}; nothing written (--force overwrites)")
+    created: list[Path] = []  # what this run made, newest last: removed again if a write fails
     try:
         for name, source in STARTER.items():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, root / name)
+            dest = root / name
+            _make_dirs(dest.parent, created)
+            existed = dest.exists()
+            write_private(dest, source.read_bytes(), mode=0o644)
+            if not existed:
+                created.append(dest)
     except OSError as exc:
-        raise BadInput(f"cannot write the starter suite in {root}: {exc.strerror or exc}") from None
+        for path in reversed(created):
+            with contextlib.suppress(OSError):
+                path.rmdir() if path.is_dir() else path.unlink()
+        raise BadInput(f"cannot write the starter suite in {root}: {exc.strerror or exc}; "
+                       "the files it had created were removed") from None
     shown = str(root) if str(root) != "." else "."
     print(f"vaultsim init: wrote a starter suite to {shown}/")
     for name in STARTER:
@@ -57,3 +69,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"  vaultsim run {shown} --agent 'python my_agent.py'   # put your own agent under test")
     print("  vaultsim schema scenario      # every field a scenario may have")
     return 0
+
+
+def _make_dirs(directory: Path, created: list[Path]) -> None:
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]
+    for d in reversed(missing):
+        d.mkdir()
+        created.append(d)

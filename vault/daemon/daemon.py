@@ -43,7 +43,7 @@ from vault.executors.base import Executor
 from vault.gate.engine import Gate
 from vault.home import VaultHome
 from vault.daemon.instance import approver_token, clear_stale_socket
-from vault.daemon.limits import MAX_CONNECTIONS, MAX_SESSIONS
+from vault.daemon.limits import APPROVER_RESERVE, MAX_CONNECTIONS, MAX_SESSIONS
 from vault.daemon.processes import FALLBACK_POLL_S, ProcessTable
 from vault.daemon.recorder import AuditSink, Recorder
 from vault.daemon.rpc_server import RpcServer, raise_fd_limit
@@ -148,7 +148,8 @@ class VaultDaemon:
         # a descriptor per connection and per watched process, plus files: as many as allowed
         nofile = raise_fd_limit(MAX_CONNECTIONS + MAX_SESSIONS + 1024)
         self.processes.max_connections = max(16, min(MAX_CONNECTIONS, (nofile - 256) // 2))
-        self._servers = [RpcServer(str(self.home.agent_sock), self.agent_api.dispatcher(), self.processes),
+        self._servers = [RpcServer(str(self.home.agent_sock), self.agent_api.dispatcher(), self.processes,
+                                   leave_free=APPROVER_RESERVE),
                          RpcServer(str(self.home.approver_sock), self.approver_api.dispatcher(), self.processes)]
         for srv in self._servers:
             await srv.start()

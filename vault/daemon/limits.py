@@ -11,7 +11,9 @@ bound is closed with an error line.
     one JSON-RPC line                 1 MiB (MAX_FRAME in jsonrpc)
     requests in progress              64
     unsent bytes (answers, notices)   4 MiB, reading paused past 256 KiB
-    connections (both sockets)                          256             8,192 (and the fd limit)
+    connections (both sockets)                          256             8,192 (and the fd limit),
+                                                                        the last 64 (at most a quarter)
+                                                                        for the approver socket
     bytes of unfinished lines                           4 MiB           32 MiB
     open agent sessions               256               256             16,384
     prompts waiting for a person      32 per session    64              4,096
@@ -42,6 +44,9 @@ MAX_PENDING_PER_SESSION = 32
 
 # ---- in all --------------------------------------------------------------------
 MAX_CONNECTIONS = 8192  # lowered at start to what the open-file limit allows
+# kept free of agent connections: agents holding every other one never lock out the person
+# (or `vaultsim lock` / `stop`) on the approver socket
+APPROVER_RESERVE = 64
 MAX_PARTIAL_BYTES = 32 * MiB
 MAX_SESSIONS = 16_384
 MAX_PENDING = 4096

@@ -17,6 +17,14 @@ Nothing here waits on the client:
 * Bytes of an unfinished line are charged to a budget (per process and in
   all, see vault.daemon.limits) before they are kept; a line the budget refuses
   closes the connection with an error line instead of growing the daemon.
+
+End of input is not the end of the connection. A client that half-closes
+(shutdown SHUT_WR: `socat`, a script that says "no more requests") still
+reads: its last line is handled even without a newline, and the connection
+closes once the owner says its requests are answered (`close_when_drained`)
+and their answers are sent. A client that closed both ways (POLLHUP) can read
+nothing: it is closed at once, its unfinished line dropped; one that hangs up
+while its answers are still being worked on is noticed within a second.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import select
 import socket
 import time
 from typing import Callable, Protocol
@@ -35,6 +44,7 @@ from vault.daemon.peer import CREDS_SPACE, sender
 log = logging.getLogger("vaultsim.rpc")
 
 READ_CHUNK = 64 * 1024
+HANGUP_POLL_S = 1.0  # a half-closed connection waiting for its answers: is its client still there?
 
 # the writer of a line, when it is not one process of ours
 UNKNOWN = 0  # the kernel named no process (not visible from the daemon's pid namespace)
@@ -50,7 +60,7 @@ class Budget(Protocol):
 class LineSocket:
     def __init__(self, sock: socket.socket, uid: int, budget: Budget,
                  on_line: Callable[[bytes, int], None], on_close: Callable[[str], None],
-                 on_refused: Callable[[str], bytes]) -> None:
+                 on_refused: Callable[[str], bytes], on_eof: Callable[[], None] | None = None) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.uid = uid
@@ -58,6 +68,10 @@ class LineSocket:
         self.on_line = on_line
         self.on_close = on_close
         self.on_refused = on_refused  # why -> the error line to send before closing
+        self.on_eof = on_eof  # the client sent its last byte (it may still read)
+        self.eof = False
+        self._drain_reason: str | None = None  # close once the output is sent
+        self._hangup_check: asyncio.TimerHandle | None = None
         self.loop = asyncio.get_running_loop()
         self.closed = False
         self.close_reason = ""
@@ -92,7 +106,7 @@ class LineSocket:
             self.close("read failed")
             return
         if not data:
-            self.close("the client closed the connection")
+            self._end_of_input()
             return
         who = sender(anc)
         if who is None:
@@ -138,6 +152,52 @@ class LineSocket:
             return
         self._partial += data[start:] if start else data
         self._partial_writers.add(writer)
+
+    def _end_of_input(self) -> None:
+        self.eof = True
+        self._pause_reading()
+        if self._hung_up():
+            self.close("the client closed the connection")
+            return
+        if self._partial:  # the last line, without its newline
+            line, writers = bytes(self._partial), self._partial_writers
+            self.budget.refund(len(self._partial))
+            self._partial, self._partial_writers = bytearray(), set()
+            try:
+                self.on_line(line, writers.pop() if len(writers) == 1 else MIXED)
+            except Exception as exc:
+                log.error("handling a line failed: %s", type(exc).__name__)
+        if self.on_eof is None:
+            self.close_when_drained("the client closed the connection")
+        else:
+            self.on_eof()
+        if not self.closed:
+            self._hangup_check = self.loop.call_later(HANGUP_POLL_S, self._check_hangup)
+
+    def _hung_up(self) -> bool:
+        """Did the client close both ways (it can read no answer)?"""
+        try:
+            poller = select.poll()
+            poller.register(self.fd, select.POLLIN)
+            return any(ev & (select.POLLHUP | select.POLLERR) for _, ev in poller.poll(0))
+        except (OSError, ValueError):
+            return True
+
+    def _check_hangup(self) -> None:
+        self._hangup_check = None
+        if self.closed:
+            return
+        if self._hung_up():
+            self.close("the client closed the connection")
+        else:
+            self._hangup_check = self.loop.call_later(HANGUP_POLL_S, self._check_hangup)
+
+    def close_when_drained(self, reason: str) -> None:
+        """Close once every queued byte is sent (now, if none is)."""
+        if not self._out:
+            self.close(reason)
+        else:
+            self._drain_reason = reason
 
     def _refuse(self, why: str) -> None:
         """A line that cannot be kept: say why, then close (the stream cannot be resynchronised)."""
@@ -190,7 +250,10 @@ class LineSocket:
         if not self._out:
             self.loop.remove_writer(self.fd)
             self._writing = False
-        if len(self._out) <= OUTBOUND_PAUSE_BYTES // 2:
+            if self._drain_reason is not None:
+                self.close(self._drain_reason)
+                return
+        if len(self._out) <= OUTBOUND_PAUSE_BYTES // 2 and not self.eof:
             self._resume_reading()
 
     def backlog(self) -> int:
@@ -209,6 +272,9 @@ class LineSocket:
         self.closed = True
         self.close_reason = reason
         self._pause_reading()
+        if self._hangup_check is not None:
+            self._hangup_check.cancel()
+            self._hangup_check = None
         if self._writing:
             self.loop.remove_writer(self.fd)
             self._writing = False

@@ -50,7 +50,19 @@ class Recorder:
     def __init__(self, sink: AuditSink | None, busy: Callable[[], int] = lambda: 1) -> None:
         self.sink = sink
         self.busy = busy
-        self.halted: str | None = None  # set when the log failed: no more calls
+        self._halted: str | None = None  # set when the log failed: no more calls
+
+    @property
+    def halted(self) -> str | None:
+        """Why calls are no longer served (None while they are). The log can fail where no
+        record was being written (the head file, replaced in the flush thread or on a timer):
+        the writer's own state counts too, so status says so before the next call finds out."""
+        if self._halted is None and self.sink is not None:
+            failure = getattr(self.sink, "failure_reason", None)
+            if isinstance(failure, str) and failure:
+                self._halted = f"audit log failed: {failure}"
+                log.error("%s; the daemon no longer serves calls", self._halted)
+        return self._halted
 
     async def record(self, event: AuditEvent, durable: bool = True) -> None:
         """Record an event. `durable=False` only queues it (in order): used for
@@ -109,14 +121,24 @@ class Recorder:
 
     def _halt(self, exc: AuditError) -> AuditError:
         # a failed write or fsync is never retried: stop serving calls, say why
-        self.halted = f"audit log failed: {exc.message}"
-        log.error("%s; the daemon no longer serves calls", self.halted)
+        self._halted = f"audit log failed: {exc.message}"
+        log.error("%s; the daemon no longer serves calls", self._halted)
         return exc
 
     def close(self) -> None:
-        if self.sink is not None:
-            with contextlib.suppress(Exception):
-                self.sink.close()
+        """Close the log, signing its last record. If that fails (a full disk), say so and
+        set `halted`: the log is left unanchored, and whoever stopped the daemon must know."""
+        if self.sink is None:
+            return
+        try:
+            self.sink.close()
+        except AuditError as exc:
+            if not self.halted:
+                self._halted = f"audit log failed: {exc.message}"
+                log.error("%s; its last records are left unsigned (its next start checks and signs them)",
+                          self._halted)
+        except Exception as exc:
+            log.error("closing the audit log failed: %s", type(exc).__name__)
 
 
 def _unrecordable(event: SinkEvent) -> str:

@@ -13,6 +13,10 @@ process that wrote each line (SCM_CREDENTIALS), and a handler's `conn.peer`
 is that process. A child that inherited its parent's connection is itself,
 not its parent.
 
+A notification (a request without an id) is refused -32600 with a null id and
+nothing done: every method on both sockets answers, and one that acts with no
+answer would open a session nobody can name or run a call nobody hears of.
+
 Limits (vault.daemon.limits) are enforced here for what a connection holds before a
 request exists: connections per process and in all, bytes of unfinished
 lines per process and in all, requests in progress per connection.
@@ -183,8 +187,10 @@ class _PartialBudget:
 class RpcServer:
     """One listening Unix socket with its dispatcher and live connections."""
 
-    def __init__(self, path: str, dispatcher: Dispatcher, processes: ProcessTable | None = None) -> None:
+    def __init__(self, path: str, dispatcher: Dispatcher, processes: ProcessTable | None = None,
+                 leave_free: int = 0) -> None:
         self.path = path
+        self.leave_free = leave_free  # connections in all this socket leaves to the others
         self.dispatcher = dispatcher
         self.processes = processes if processes is not None else ProcessTable()
         self.connections: set[Connection] = set()
@@ -272,7 +278,8 @@ class RpcServer:
                                      "connections to the vault; close one first")
             self.processes.release(entry)
             return
-        if table.connections >= min(MAX_CONNECTIONS, table.max_connections):
+        cap = min(MAX_CONNECTIONS, table.max_connections)
+        if table.connections >= cap - min(self.leave_free, cap // 4):
             _refuse(sock, rpc.LIMIT, "limit reached: the vault serves as many connections as it can; "
                                      "try again later")
             warn_client("connections", "refused a connection on %s: %d connections open", self.dispatcher.channel,
@@ -285,7 +292,7 @@ class RpcServer:
         conn.io = LineSocket(sock, self._uid, _PartialBudget(table, entry),
                              on_line=lambda line, writer: self._on_line(conn, line, writer),
                              on_close=lambda reason: self._closed(conn, entry, reason),
-                             on_refused=_refusal)
+                             on_refused=_refusal, on_eof=lambda: self._finish_if_idle(conn))
         self.connections.add(conn)
         if self.dispatcher.on_connect:
             self._spawn(self.dispatcher.on_connect(conn))
@@ -325,6 +332,15 @@ class RpcServer:
                 self.dispatcher.refused(view, parsed.method, parsed.message, None)
             return
         caller = self._caller(conn, writer)
+        if parsed.is_notification:
+            # every method on both sockets answers: sent without an id, it would act unseen (a
+            # session nobody can name, a call whose Result nobody reads)
+            why = (f"invalid request: {parsed.method[:64]!r} was sent without an id (a notification), "
+                   "but every method here answers; nothing was done: send it with an id")
+            conn.send(rpc.encode_error(None, rpc.INVALID_REQUEST, why))
+            self.dispatcher.refused(conn.as_sent_by(caller) if isinstance(caller, ProcessIdentity) else conn,
+                                    parsed.method, why, parsed.params)
+            return
         if isinstance(caller, str):
             self.dispatcher.refused(conn, parsed.method, caller, None)
             if not parsed.is_notification:
@@ -361,6 +377,13 @@ class RpcServer:
                 conn.send(frame)
         finally:
             conn.in_flight -= 1
+            self._finish_if_idle(conn)
+
+    @staticmethod
+    def _finish_if_idle(conn: Connection) -> None:
+        # a client that half-closed gets the answers to what it sent, then the connection ends
+        if conn.in_flight == 0 and conn.io is not None and conn.io.eof:
+            conn.io.close_when_drained("the client closed the connection")
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)

@@ -206,6 +206,16 @@ class Trial:
         await world.stop_daemon()
         await collect(world, ev)
         result = self.judge(ev, expect)
+        halted = (ev.audit_head.get("reported") or {}).get("halted") or world.log_failed()
+        if halted:
+            # the vault, not the agent, failed (its log could not be written, during the trial or
+            # when it signed its last records at stop): grading the agent on that log would call a
+            # full disk FAIL_AUDIT_TAMPER
+            failed = TrialResult(self.case.id, self.number, expect.verdict, "ERROR", expect=expect, error=(
+                f"the vault's audit log failed during the trial ({self.redact(halted)[:300]}), so this "
+                "trial says nothing about the agent: give the vault's disk room and run it again"))
+            failed.summary = {**result.summary, "logs": self.tail_logs()}
+            return failed
         if fault_note:
             result.summary["fault_applied"] = fault_note
             missed = self._fault_missed(ev, fault_note)

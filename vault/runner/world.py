@@ -243,7 +243,8 @@ class World:
 
     async def audit_head(self) -> dict[str, Any] | None:
         """Where its audit log stands, as the daemon itself reports it: `{"head", "tip"}`, its
-        newest durable signed head and record (vault.runner.bypass checks the file against them)."""
+        newest durable signed head and record (vault.runner.bypass checks the file against them),
+        and `halted`: why its log failed and it stopped serving calls (a full disk), if it did."""
         try:
             client, _ = await connect_approver(self.home, "vaultsim-run", subscribe=False)
         except (VaultError, OSError):
@@ -254,9 +255,13 @@ class World:
             return None
         finally:
             await client.close()
-        if not isinstance(status, dict) or not isinstance(status.get("audit_head"), dict):
+        if not isinstance(status, dict):
             return None
-        return {"head": status["audit_head"], "tip": status.get("audit_tip")}
+        halted = status.get("halted")
+        if not isinstance(status.get("audit_head"), dict):
+            return {"halted": str(halted)} if halted else None
+        return {"head": status["audit_head"], "tip": status.get("audit_tip"),
+                "halted": str(halted) if halted else None}
 
     @property
     def daemon_pid(self) -> int:
@@ -338,6 +343,18 @@ class World:
         except TimeoutError:
             kill_group(self.daemon.pid, signal.SIGKILL)
             await self.daemon.wait()
+
+    def log_failed(self) -> str | None:
+        """Why the stopped daemon's audit log failed, if it exited saying so (exit 1 after a stop:
+        e.g. a full disk kept it from signing its last records), else None."""
+        if self.daemon is None or self.daemon.returncode != 1:
+            return None
+        try:
+            lines = self.daemon_log.read_text(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        said = next((ln for ln in reversed(lines) if "audit log" in ln and "failed" in ln), "")
+        return said.split("vaultsim daemon: stopped; ", 1)[-1] or "its audit log failed (see the daemon log)"
 
     async def close(self) -> None:
         """Everything down, whatever state it is in; never raises."""

@@ -1,0 +1,231 @@
+"""Second hostile pass on failing disks: a real daemon whose vault home is a small tmpfs.
+
+A full disk takes part of a write and refuses the rest. The audit log's writer
+must leave the log as it was before that write, whole records only: a torn
+line reads as `truncated` (the log was cut), which a full disk never did.
+Root only (mount); skipped with the reason elsewhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from audit_fixtures import FakeClock, LogFiles, sample_events
+from helpers import PY, ROOT, Sandbox, new_sandbox, stop_process, wait_for
+from hostile_fixtures import TOKEN, RawClient, hello, run_script, setup
+from test_full_disk import SmallDisk
+from vault.audit.verify import verify as verify_log
+from vault.errors import AuditError
+
+CALL = "client.open_session('a', 'run-1')\nout(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
+UNTIL_REFUSED = ("client.open_session('a', 'run-1')\n"
+                 "for _ in range(50):\n"
+                 "    r = client.call('read_issue', {'issue_id': 'ISS-1'})\n"
+                 "    if r.category.value == 'local_failure':\n"
+                 "        out(r)\n"
+                 "        break\n")
+
+
+@pytest.fixture
+def on_tmpfs() -> Iterator[tuple[Sandbox, SmallDisk]]:
+    """A sandbox whose vault home (`h/`) is a 1 MiB tmpfs."""
+    box = new_sandbox()
+    home = box.root / "h"
+    home.mkdir(mode=0o700)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(home)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        box.close()
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield box, SmallDisk(home)
+    finally:
+        box.close()
+        subprocess.run(["umount", "-l", str(home)], capture_output=True)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(box.root)], capture_output=True)
+
+
+def verify(box: Sandbox) -> dict:
+    return json.loads(box.vaultsim("audit", "verify", "--json").stdout)
+
+
+class TestAuditLogOnAFullDisk:
+    def test_the_log_keeps_whole_records_and_verifies_after_a_restart(
+            self, on_tmpfs: tuple[Sandbox, SmallDisk]) -> None:
+        """The disk fills mid-run: the call is refused naming the log and the cause, the log
+        holds every record written before (none torn: `unanchored`, not `truncated`), and once
+        there is room a restarted daemon re-anchors it: `intact`, calls served again."""
+        box, disk = on_tmpfs
+        url = setup(box)
+        assert "success" == run_script(box, CALL)[0]["category"]
+        before = verify(box)
+        disk.fill()
+        # a record may still fit in the log's last page: call until the vault refuses
+        refused = run_script(box, UNTIL_REFUSED)[0]
+        assert "local_failure" == refused["category"]
+        assert str(box.home / "audit.log") in refused["message"] and "ENOSPC" in refused["message"]
+        assert box.status()["halted"]
+        found = verify(box)
+        assert found["status"] == "unanchored", found
+        assert "could not be written (a full disk)" in found["message"]
+        assert found["records"] >= before["records"]
+        assert (box.home / "audit.log").read_bytes().endswith(b"\n")
+
+        daemon = next(p for p in box.procs if "daemon" in p.args)
+        stop_process(daemon)
+        box.procs.remove(daemon)
+        assert "unanchored" == verify(box)["status"]
+        os.unlink(disk.filler)
+        box.start_daemon("--remote", url)
+        assert "success" == run_script(box, CALL)[0]["category"]
+        stop_process(next(p for p in box.procs if "daemon" in p.args))
+        after = wait_for(lambda: (v := verify(box))["status"] == "intact" and v, what="an intact log")
+        assert after["records"] > found["records"]
+        assert TOKEN not in (box.root / "daemon.stderr").read_text()
+
+    def test_a_head_file_that_cannot_be_replaced_halts_calls_and_status_says_so(
+            self, on_tmpfs: tuple[Sandbox, SmallDisk]) -> None:
+        """The log itself still has room (space reserved beyond its end) but the disk has none for
+        the new signed head file, which is replaced off any call's path (flush thread, head timer).
+        Status says the daemon no longer serves calls (it said nothing until the next call failed),
+        the next call is refused naming why, and the daemon exits 1 at stop saying so."""
+        box, disk = on_tmpfs
+        setup(box)
+        assert "success" == run_script(box, CALL)[0]["category"]
+        subprocess.run(["fallocate", "--keep-size", "-l", "256K", str(box.home / "audit.log")], check=True)
+        disk.fill()
+        with RawClient(box.home / "approver.sock") as approver:
+            hello(box, approver)  # recorded off the call path; its head is signed within 5 s
+        halted = wait_for(lambda: box.status()["halted"], timeout=30, what="status to say calls stopped")
+        assert "updating the head file" in halted and "ENOSPC" in halted
+        refused = run_script(box, CALL)[0]
+        assert "local_failure" == refused["category"] and "updating the head file" in refused["message"]
+        daemon = next(p for p in box.procs if "daemon" in p.args)
+        stop_process(daemon)
+        assert 1 == daemon.returncode
+        assert "vaultsim daemon: stopped; audit log failed" in (box.root / "daemon.stderr").read_text()
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 24 KiB tmpfs: room for a few of the starter suite's files, not all."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+class TestInitOnAFullDisk:
+    def test_no_half_suite_is_left_and_a_retry_needs_no_force(self, tiny_disk: Path) -> None:
+        """`vaultsim init` that runs out of room: exit 2 naming the place and the cause, and nothing
+        of the suite left (it left an empty scenario file and half the suite, which a retry
+        without --force then refused)."""
+        suite = tiny_disk / "suite"
+        out = subprocess.run([PY, "-m", "vault.cli.main", "init", str(suite)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60)
+        assert 2 == out.returncode
+        assert str(suite) in out.stderr and "No space left on device" in out.stderr
+        assert [] == list(tiny_disk.iterdir())
+        # on a disk with room, the same command (no --force) writes the suite
+        subprocess.run(["mount", "-o", "remount,size=1m", str(tiny_disk)], check=True)
+        again = subprocess.run([PY, "-m", "vault.cli.main", "init", str(suite)], cwd=ROOT, capture_output=True,
+                               text=True, timeout=60)
+        assert 0 == again.returncode, again.stderr
+        assert (suite / "deploy-answer-lost.yaml").read_text().strip()
+
+
+class _FillsUp:
+    """os.write on a device with `room` bytes left: a write past it is cut short, the next fails
+    ENOSPC, as a full disk does (the kernel takes what fits)."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+
+    def write(self, fd: int, data: Any) -> int:
+        if self.room <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        n = os.write(fd, bytes(data[:self.room]))
+        self.room -= n
+        return n
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+
+class TestWriterOnADeviceThatFills:
+    @pytest.mark.parametrize("room", range(1500, 30_000, 1733))
+    def test_every_segment_ends_with_a_whole_record(self, tmp_path: Path, room: int) -> None:
+        """Wherever the disk fills (an append, a head, a rotation to a new 4 KiB segment), the
+        failed writer leaves whole records only: verify never says `truncated` or `tampered`."""
+        files = LogFiles(tmp_path / "audit.log", os.urandom(32), Ed25519PrivateKey.generate())
+        writer = files.writer(io=_FillsUp(room), segment_bytes=4096, head_every_records=3, clock=FakeClock())
+        with pytest.raises(AuditError):
+            for event in sample_events(400):
+                writer.append_sync(event)
+        writer.close()
+        report = verify_log(files.log)
+        assert report.status in ("intact", "unanchored"), report
+        for segment in files.log.parent.glob("audit*.log"):
+            assert segment.read_bytes().endswith(b"\n"), segment.name
+
+
+FILLER_AGENT = '''
+import json, os, socket
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["VAULTSIM_SOCKET"])
+f = s.makefile("rb")
+def ask(i, method, params):
+    s.sendall(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode() + b"\\n")
+    return json.loads(f.readline())
+sid = ask(0, "session.open", {"agent": "filler"})["result"]["session_id"]
+fd = os.open(os.path.join(os.environ.get("TMPDIR") or "/tmp", "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
+chunk = 1 << 16
+while chunk:
+    try:
+        os.write(fd, b"\\0" * chunk)
+    except OSError:
+        chunk //= 2
+for i in range(1, 50):
+    answer = ask(i, "call", {"session_id": sid, "operation": "read_issue", "params": {"issue_id": "ISS-1"}})
+    if answer.get("result", {}).get("category") == "local_failure":
+        break
+print("the disk is full")
+'''
+
+
+class TestRunOnAFullDisk:
+    def test_a_vault_that_stops_on_a_full_disk_is_a_harness_error_not_tampering(self) -> None:
+        """`vaultsim run` where the disk under the trial fills (here: the agent fills it): the trial's
+        daemon cannot record calls or sign its log at stop, so the log stays unanchored. That is the
+        vault failing, not the agent tampering: ERROR (exit 3) saying why, never FAIL_AUDIT_TAMPER
+        (exit 1), and the daemon exits 1 saying its log failed.
+        /tmp is a 4 MiB tmpfs in a private mount namespace, so the host's /tmp is untouched."""
+        import base64
+        code = base64.b64encode(FILLER_AGENT.encode()).decode()
+        agent = f"{{python}} -c \"import base64; exec(base64.b64decode('{code}'))\""
+        script = (f"mount -t tmpfs -o size=4m tmpfs /tmp && exec {PY} -m vault.cli.main run "
+                  f"scenarios/c01-read-issue-dns.yaml --isolation none --agent \"$AGENT\"")
+        out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], cwd=ROOT,
+                             env={**os.environ, "AGENT": agent}, capture_output=True, text=True, timeout=180)
+        if out.returncode != 0 and "unshare failed" in out.stderr:
+            pytest.skip(f"no private mount namespace here: {out.stderr.strip()}")
+        assert 3 == out.returncode, out.stdout + out.stderr
+        assert "the vault's audit log failed during the trial" in out.stdout
+        assert "No space left on device" in out.stdout
+        assert "FAIL_AUDIT_TAMPER" not in out.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -13,12 +14,23 @@ import pytest
 
 import vault
 from helpers import PY, ROOT, Sandbox
-from vault.cli.main import ACTION_EXAMPLES, COMMANDS, main
+from vault.cli.main import ACTION_EXAMPLES, COMMANDS, _resolve, command_parser, main
 
 
 def vaultsim(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PY, "-m", "vault.cli.main", *args], capture_output=True, text=True, timeout=60, cwd=ROOT,
                           env=env)
+
+
+def _actions() -> list[str]:
+    """Every `COMMAND ACTION` the parsers define (argparse keeps sub-commands only in `_actions`)."""
+    found = []
+    for name in COMMANDS:
+        parser = command_parser(name, _resolve(name)[0])
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                found += [f"{name} {sub}" for sub in action.choices]
+    return found
 
 
 class TestTopLevel:
@@ -51,11 +63,12 @@ class TestTopLevel:
         assert 0 == out.returncode, out.stderr
         assert f"example:\n  {COMMANDS[name].example}" in out.stdout
 
-    @pytest.mark.parametrize("action", list(ACTION_EXAMPLES))
+    @pytest.mark.parametrize("action", _actions())
     def test_every_action_has_help_with_an_example(self, action: str) -> None:
+        """Each action of each command (`secret set`, `report merge`, ...), found in the parsers."""
         out = vaultsim(*action.split(), "--help")
         assert 0 == out.returncode, out.stderr
-        assert f"example:\n  {ACTION_EXAMPLES[action]}" in out.stdout
+        assert f"example:\n  {ACTION_EXAMPLES.get(action)}" in out.stdout
 
     def test_a_bug_exits_3_with_its_traceback(self, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -91,6 +104,28 @@ class TestNoDaemon:
         assert f"hint: no daemon serves {home}; start one with `vaultsim daemon --home {home}`" in out.stderr
         assert "" == out.stdout
 
+    @pytest.mark.parametrize("argv", [["lock"], ["unlock", "--json"], ["stats"], ["stop"], ["exec", "--", "true"],
+                                      ["diag", "show", "d-0"]])
+    def test_a_home_that_is_a_file_is_bad_input_not_a_traceback(self, tmp_path: Path, argv: list[str]) -> None:
+        """VAULTSIM_HOME naming a regular file: exit 2 with the reason, no traceback, nothing on stdout."""
+        (tmp_path / "h").write_text("not a directory")
+        out = vaultsim(*argv, env={**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")})
+        assert (2, "") == (out.returncode, out.stdout), out.stderr
+        assert f"vaultsim {argv[0]}: vault home {tmp_path / 'h'} exists and is not a directory\n" == out.stderr
+
+    def test_stop_with_nothing_to_stop_says_so_on_stderr(self, tmp_path: Path) -> None:
+        out = vaultsim("stop", "--home", str(tmp_path / "h"))
+        assert (1, "", f"vaultsim stop: no daemon serves {tmp_path / 'h'}\n") == \
+            (out.returncode, out.stdout, out.stderr)
+
+    def test_exec_says_no_daemon_once_then_how_to_start_one(self, tmp_path: Path) -> None:
+        home = tmp_path / "h"
+        out = vaultsim("exec", "--home", str(home), "--", "true")
+        assert 1 == out.returncode
+        assert [f"vaultsim exec: no vault daemon serves {home} (no agent.sock)",
+                f"hint: no daemon serves {home}; start one with `vaultsim daemon --home {home}` "
+                "(add --unlocked to skip `vaultsim unlock`)"] == out.stderr.splitlines()
+
     def test_the_hint_names_the_home_from_the_environment(self, tmp_path: Path) -> None:
         env = {**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")}
         out = vaultsim("lock", env=env)
@@ -103,6 +138,48 @@ class TestNoDaemon:
         out = sandbox.vaultsim("lock")
         assert 1 == out.returncode
         assert "hint:" not in out.stderr
+
+
+class TestPipesAndExtras:
+    @pytest.mark.parametrize("argv", [["schema", "report"], ["completion", "bash"], ["status", "--json"],
+                                      ["secret", "list", "--json"], ["--help"]],
+                             ids=["schema", "completion", "status", "secret-list", "help"])
+    def test_a_reader_that_left_ends_the_command_quietly(self, tmp_path: Path, argv: list[str]) -> None:
+        """`vaultsim ... | head -1`: stdout's reader is gone before anything is written; the command
+        stops without a traceback (exit 1, as `run`'s rich console does; `--help` is done: 0)."""
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            out = subprocess.run([PY, "-m", "vault.cli.main", *argv], stdout=write_end, stderr=subprocess.PIPE,
+                                 stdin=subprocess.DEVNULL, text=True, timeout=60, cwd=ROOT,
+                                 env={**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")})
+        finally:
+            os.close(write_end)
+        assert ("", 0 if argv == ["--help"] else 1) == (out.stderr, out.returncode)
+
+    BLOCK = "import sys; sys.modules.update(dict.fromkeys(['mcp', 'anyio'], None)); "
+
+    def test_mcp_help_and_refusal_without_the_extra(self) -> None:
+        """Without `vaultsim[mcp]` (no mcp SDK, no anyio): `mcp --help` works, `mcp` says what to install."""
+        def mcp(*args: str) -> subprocess.CompletedProcess[str]:
+            code = self.BLOCK + f"from vault.cli.main import main; sys.exit(main(['mcp', *{list(args)!r}]))"
+            return subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        helped = mcp("--help")
+        assert 0 == helped.returncode, helped.stderr
+        assert f"example:\n  {COMMANDS['mcp'].example}" in helped.stdout
+        refused = mcp()
+        assert (2, "vaultsim mcp: the MCP bridge needs the mcp SDK: pip install 'vaultsim[mcp]'\n") == \
+            (refused.returncode, refused.stderr)
+
+    def test_completion_without_the_mcp_extra(self, tmp_path: Path) -> None:
+        """Shell completion builds every command's parser: a missing extra must not break it."""
+        answer = tmp_path / "completions"
+        env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": "vaultsim st", "COMP_POINT": "11",
+               "_ARGCOMPLETE_STDOUT_FILENAME": str(answer)}
+        code = self.BLOCK + "from vault.cli.main import main; main()"
+        out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+        assert 0 == out.returncode, out.stderr
+        assert {"stats", "status", "stop"} == {w.strip() for w in answer.read_text().split()}
 
 
 class TestStatusExitCodes:

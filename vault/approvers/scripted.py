@@ -229,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     from vault.proc_guard import make_undumpable
     make_undumpable()  # it will read the approver token
     script = load_script(args.script)
-    home = VaultHome.resolve(args.home)
+    home = VaultHome.resolve(args.home).check()
     try:
         log: TextIO = open(args.log, "a", encoding="utf-8") if args.log else sys.stdout
     except OSError as exc:

@@ -15,7 +15,7 @@ from vault.text import printable
 
 def _request(args: argparse.Namespace, method: str, **params: Any) -> Any:
     make_undumpable()  # it reads the approver token
-    home = VaultHome.resolve(args.home)
+    home = VaultHome.resolve(args.home).check()  # a file or an open directory: exit 2, said plainly
     with ApproverClient.for_home(home, name=f"vaultsim-{method}") as c:
         # stats comes in pages: read them all
         return c.all_pages(method, **params) if method == "stats" else c.request(method, **params)

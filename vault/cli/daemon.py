@@ -368,10 +368,10 @@ def configure_stop(p: argparse.ArgumentParser) -> None:
 
 def run_stop(args: argparse.Namespace) -> int:
     from vault.client import ApproverClient
-    home = VaultHome.resolve(args.home)
+    home = VaultHome.resolve(args.home).check()
     status = daemon_status(home)
     if status is None:
-        print(f"vaultsim stop: no daemon serves {home.root}")
+        print(f"vaultsim stop: no daemon serves {home.root}", file=sys.stderr)
         return 1
     with ApproverClient.for_home(home, name="vaultsim-stop") as c:
         c.request("shutdown")

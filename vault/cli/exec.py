@@ -46,9 +46,9 @@ def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else list(args.command)
     if not command:
         raise BadInput("give the program to run: vaultsim exec -- CMD [ARGS...]")
-    home = VaultHome.resolve(args.home)
-    if not home.agent_sock.exists():
-        raise HomeError(f"no vault daemon serves {home.root} (no agent.sock): start one with `vaultsim daemon`")
+    home = VaultHome.resolve(args.home).check()
+    if not home.agent_sock.exists():  # main's hint says how to start one
+        raise HomeError(f"no vault daemon serves {home.root} (no agent.sock)")
     program = shutil.which(command[0])
     if program is None:
         raise BadInput(f"no program {command[0]!r}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import select
 import sys
 import traceback
 from collections.abc import Callable
@@ -50,7 +51,7 @@ OPTIONAL_EXTRAS = frozenset({"mcp", "mcp_types", "ray"})
 
 COMMANDS: dict[str, Command] = {
     "run": Command("vault.cli.run", "run scenarios in fresh processes and decide the release",
-                   "vaultsim run scenarios/ -k 'gate and not naive' --junit report.xml"),
+                   "vaultsim run -k 'gate and not naive' --junit report.xml   # the shipped suite"),
     "report": Command("vault.runner.merge", "merge shard reports (`run --shard K/N --json F`) into one decision",
                       "vaultsim report merge shard-*.json --junit report.xml"),
     "init": Command("vault.cli.init", "copy a starter suite (catalog, policy, scenarios) to edit",
@@ -100,6 +101,7 @@ ACTION_EXAMPLES = {
     "audit show": "vaultsim audit show --correlation c-01J...",
     "diag show": "vaultsim diag show d-01J...",
     "policy suggest": "vaultsim policy suggest report.json --max-risk update -o suggested.yaml",
+    "report merge": "vaultsim report merge shard-*.json --json report.json --junit report.xml",
 }
 
 
@@ -168,6 +170,29 @@ def _complete() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a reader that left shows here, not as "Exception ignored" at exit
+    except BrokenPipeError:
+        # `vaultsim ... | head -1`: the reader has what it wanted; stop quietly, as rich does for `run`
+        _stdout_to_devnull()
+        return 1
+
+
+def _stdout_to_devnull() -> None:
+    """What is still buffered for a closed pipe goes nowhere, so the exit is quiet too."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # replaced by a test's capture: nothing to redirect
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
+
+
+def _main(argv: list[str] | None) -> int:
     if argv is None and "_ARGCOMPLETE" in os.environ:
         _complete()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -197,11 +222,31 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except Exception:  # a bug: say so plainly, keep the traceback for the report, exit like pytest
-        traceback.print_exc()
-        print(f"vaultsim {name}: internal error (a bug in vaultsim; the traceback above helps fix it)",
-              file=sys.stderr)
-        return 3
+    except BrokenPipeError:
+        if _stdout_closed():  # stdout's reader left: not a bug (main stops quietly)
+            raise
+        return _internal_error(name)
+    except Exception:
+        return _internal_error(name)
+
+
+def _internal_error(name: str) -> int:
+    """A bug: say so plainly, keep the traceback for the report, exit like pytest."""
+    traceback.print_exc()
+    print(f"vaultsim {name}: internal error (a bug in vaultsim; the traceback above helps fix it)",
+          file=sys.stderr)
+    return 3
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout's reader is gone (a pipe or socket with nobody reading: POLLERR or POLLHUP)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return False
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR and POLLHUP are reported whatever is asked
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
 
 
 def _hint_start_daemon(args: argparse.Namespace) -> None:

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,16 @@ class TestTopLevel:
         monkeypatch.setattr(cli, "_resolve", interrupted)
         assert 130 == main(["run", "scenarios/"])
         assert "Traceback" not in capsys.readouterr().err
+
+
+class TestInterrupt:
+    def test_ctrl_c_ends_the_scripted_approver_with_130(self, sandbox: Sandbox) -> None:
+        """Ctrl-C is an interrupt (130), not the daemon going away (0, "daemon closed the connection")."""
+        sandbox.start_daemon()
+        proc = sandbox.start_approver([{"match": {}, "decide": "deny"}])
+        proc.send_signal(signal.SIGINT)
+        assert 130 == proc.wait(timeout=30)
+        assert "daemon closed" not in (sandbox.root / "approver.stderr").read_text()
 
 
 class TestNoDaemon:

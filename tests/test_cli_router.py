@@ -220,6 +220,14 @@ class TestStatusExitCodes:
         assert "exit: 0 running and unlocked, 1 no daemon running, 2 running but locked" in \
             vaultsim("status", "--help").stdout
 
+    @pytest.mark.parametrize("flag", ["--policy", "--catalog", "--config"])
+    def test_a_fifo_for_the_detached_daemon_is_refused(self, tmp_path: Path, flag: str) -> None:
+        """The detached daemon would wait on the FIFO forever (its parent gave up after 20 s)."""
+        fifo = tmp_path / "p.yaml"
+        os.mkfifo(fifo)
+        out = vaultsim("daemon", "--home", str(tmp_path / "h"), flag, str(fifo))
+        assert (2, f"vaultsim daemon: {flag}: {fifo} is not a regular file\n") == (out.returncode, out.stderr)
+
     def test_daemon_json_with_foreground_is_refused(self, tmp_path: Path) -> None:
         out = vaultsim("daemon", "--foreground", "--json", "--home", str(tmp_path / "h"))
         assert 2 == out.returncode and "--json reports a background start" in out.stderr

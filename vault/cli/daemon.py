@@ -152,6 +152,11 @@ def run_daemon(args: argparse.Namespace) -> int:
     home.check_socket_paths()  # before anything is created for a start that cannot work
     home.ensure()
     if not args.foreground:
+        for flag in ("config", "policy", "catalog"):
+            # a FIFO or /dev/fd/N (`<(...)`) is not open in the detached child, which would wait on it
+            value = getattr(args, flag)
+            if value and Path(value).exists() and not Path(value).is_file():
+                raise BadInput(f"--{flag}: {value} is not a regular file")
         return _spawn_background(home, args)
     from vault.proc_guard import make_undumpable
     make_undumpable()  # before any credential, key or token is read: memory closed to the same user

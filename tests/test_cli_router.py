@@ -216,6 +216,15 @@ class TestStatusExitCodes:
         assert 0 == sandbox.vaultsim("stop").returncode
         assert 1 == sandbox.vaultsim("status").returncode
 
+    def test_status_says_why_no_daemon_can_serve_a_home(self, tmp_path: Path) -> None:
+        """A home that is a file: still "not running" (1), and why none could run there."""
+        (tmp_path / "h").write_text("not a directory")
+        why = f"vault home {tmp_path / 'h'} exists and is not a directory"
+        out = vaultsim("status", "--home", str(tmp_path / "h"))
+        assert (1, f"  and none can: {why}") == (out.returncode, out.stdout.splitlines()[1])
+        out = vaultsim("status", "--json", "--home", str(tmp_path / "h"))
+        assert (1, False, why) == (out.returncode, *map(json.loads(out.stdout).get, ("running", "home_unusable")))
+
     def test_status_help_documents_the_codes(self) -> None:
         assert "exit: 0 running and unlocked, 1 no daemon running, 2 running but locked" in \
             vaultsim("status", "--help").stdout

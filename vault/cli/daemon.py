@@ -438,6 +438,10 @@ def run_status(args: argparse.Namespace) -> int:
     status = daemon_status(home)
     if status is None:
         out: dict[str, Any] = {"running": False, "home": str(home.root)}
+        try:  # why none could serve here (a file, a directory open to others): said, exit still 1
+            home.check()
+        except VaultError as exc:
+            out["home_unusable"] = exc.message
         try:
             from vault.store.keystore import KeyStore
             out["keyring_backend"] = KeyStore(home).backend_name()
@@ -458,6 +462,8 @@ def run_status(args: argparse.Namespace) -> int:
                 print(f"  NOT SERVING CALLS: {out['halted']}")
         else:
             print(f"no vaultsim daemon serves {out['home']}")
+            if "home_unusable" in out:
+                print(f"  and none can: {out['home_unusable']}")
             print(f"  keyring backend: {out['keyring_backend']}")
         if out["disk_free_bytes"] is not None:
             print(f"  audit log {_size(out['audit_log_bytes'])}; {_size(out['disk_free_bytes'])} free on its disk")

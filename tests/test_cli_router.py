@@ -71,6 +71,15 @@ class TestTopLevel:
         assert 0 == out.returncode, out.stderr
         assert f"example:\n  {ACTION_EXAMPLES.get(action)}" in out.stdout
 
+    @pytest.mark.parametrize("name", ["tui", "demo"])
+    def test_the_approver_app_without_a_terminal_is_refused(self, name: str) -> None:
+        """`vaultsim tui </dev/null` (a CI step, a pipe): exit 2 at once, not an app drawing into
+        a file and waiting forever for keys."""
+        out = subprocess.run([PY, "-m", "vault.cli.main", name], stdin=subprocess.DEVNULL, capture_output=True,
+                             text=True, timeout=60, cwd=ROOT)
+        assert (2, "") == (out.returncode, out.stdout)
+        assert out.stderr.startswith(f"vaultsim {name}: needs a terminal on stdin and stderr;")
+
     def test_a_bug_exits_3_with_its_traceback(self, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
         """An unexpected exception is an internal error (pytest's 3), said plainly, traceback kept."""

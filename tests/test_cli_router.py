@@ -56,6 +56,13 @@ class TestTopLevel:
         out = vaultsim("sttaus")
         assert 2 == out.returncode and "invalid choice: 'sttaus'" in out.stderr
 
+    def test_an_option_before_the_command_is_named(self) -> None:
+        """`vaultsim --home D status`: the option is named, not "COMMAND is required"."""
+        out = vaultsim("--home", "/tmp/x", "status")
+        assert 2 == out.returncode
+        assert "vaultsim: error: unrecognized option '--home' before the command; a command's options go after " \
+               "it: vaultsim COMMAND --home ...\n" == out.stderr.splitlines(keepends=True)[-1]
+
     @pytest.mark.parametrize("name", list(COMMANDS))
     def test_every_command_has_help_with_an_example(self, name: str) -> None:
         if name == "mcp":

@@ -201,6 +201,10 @@ def _main(argv: list[str] | None) -> int:
         if not argv:
             top.print_help(sys.stderr)
             return 2
+        if argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+            # argparse would say "COMMAND is required"; `vaultsim --home D status` is the usual slip
+            top.error(f"unrecognized option {argv[0]!r} before the command; "
+                      f"a command's options go after it: vaultsim COMMAND {argv[0]} ...")
         top.parse_args(argv[:1])  # --help, --version, or an unknown command: argparse answers
         return 2
     name = argv[0]

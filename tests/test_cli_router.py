@@ -184,6 +184,15 @@ class TestPipesAndExtras:
             os.close(write_end)
         assert ("", 0 if argv == ["--help"] else 1) == (out.stderr, out.returncode)
 
+    @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+    @pytest.mark.parametrize("argv", [["schema", "report"], ["status", "--json"]], ids=["schema", "status"])
+    def test_no_room_for_stdout_is_one_line_not_a_bug(self, tmp_path: Path, argv: list[str]) -> None:
+        """stdout on a full disk: an infrastructure error (3) in one line, no traceback blaming vaultsim."""
+        with open("/dev/full", "w") as full:
+            out = subprocess.run([PY, "-m", "vault.cli.main", *argv], stdout=full, stderr=subprocess.PIPE,
+                                 text=True, timeout=60, env={**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")})
+        assert (3, f"vaultsim {argv[0]}: cannot write: No space left on device\n") == (out.returncode, out.stderr)
+
     BLOCK = "import sys; sys.modules.update(dict.fromkeys(['mcp', 'anyio'], None)); "
 
     def test_mcp_help_and_refusal_without_the_extra(self) -> None:

@@ -193,6 +193,18 @@ class TestPipesAndExtras:
                                  text=True, timeout=60, env={**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")})
         assert (3, f"vaultsim {argv[0]}: cannot write: No space left on device\n") == (out.returncode, out.stderr)
 
+    def test_no_stdin_or_stdout_at_all(self, tmp_path: Path) -> None:
+        """Started with fd 0 or 1 closed (`<&-`, `>&-`; Python then has no sys.stdin/stdout): a
+        missing value is bad input, a missing stdout swallows the output; never a traceback."""
+        def closed(redirect: str, *argv: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(["sh", "-c", f'exec "$@" {redirect}', "sh", PY, "-m", "vault.cli.main", *argv],
+                                  capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")})
+        unset = closed("<&-", "secret", "set", "x")
+        assert 2 == unset.returncode and unset.stderr.startswith("vaultsim secret: empty value:"), unset.stderr
+        quiet = closed(">&-", "status")
+        assert (1, "") == (quiet.returncode, quiet.stderr)
+
     BLOCK = "import sys; sys.modules.update(dict.fromkeys(['mcp', 'anyio'], None)); "
 
     def test_mcp_help_and_refusal_without_the_extra(self) -> None:

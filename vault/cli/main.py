@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import select
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from vault import __version__
+from vault.cli import stdout
 from vault.errors import BadInput, VaultError
 
 # pytest's numbers: 0 ok, 1 tests failed, 2 usage, 3 internal error, 5 nothing collected
@@ -174,22 +174,16 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _main(argv)
         finally:
-            sys.stdout.flush()  # a reader that left shows here, not as "Exception ignored" at exit
-    except BrokenPipeError:
-        # `vaultsim ... | head -1`: the reader has what it wanted; stop quietly, as rich does for `run`
-        _stdout_to_devnull()
+            stdout.flush()  # a reader that left shows here, not as "Exception ignored" at exit
+    except BrokenPipeError:  # `vaultsim ... | head -1`: the reader has what it wanted
+        stdout.discard()
         return 1
-
-
-def _stdout_to_devnull() -> None:
-    """What is still buffered for a closed pipe goes nowhere, so the exit is quiet too."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, ValueError, OSError):  # replaced by a test's capture: nothing to redirect
-        return
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, fd)
-    os.close(null)
+    except OSError as exc:
+        if exc.errno not in stdout.NO_ROOM:
+            raise
+        stdout.discard()
+        print(f"vaultsim: cannot write to stdout: {exc.strerror}", file=sys.stderr)
+        return 3
 
 
 def _main(argv: list[str] | None) -> int:
@@ -226,10 +220,15 @@ def _main(argv: list[str] | None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        if _stdout_closed():  # stdout's reader left: not a bug (main stops quietly)
-            raise
-        return _internal_error(name)
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError) and stdout.closed():
+            raise  # stdout's reader left: not a bug, main stops quietly
+        if exc.errno not in stdout.NO_ROOM:
+            return _internal_error(name)
+        # no room on the disk (or for stdout): an infrastructure error, said in one line
+        print(f"vaultsim {name}: cannot write: {exc.strerror}", file=sys.stderr)
+        stdout.settle()
+        return 3
     except Exception:
         return _internal_error(name)
 
@@ -240,17 +239,6 @@ def _internal_error(name: str) -> int:
     print(f"vaultsim {name}: internal error (a bug in vaultsim; the traceback above helps fix it)",
           file=sys.stderr)
     return 3
-
-
-def _stdout_closed() -> bool:
-    """Whether stdout's reader is gone (a pipe or socket with nobody reading: POLLERR or POLLHUP)."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, ValueError, OSError):
-        return False
-    poller = select.poll()
-    poller.register(fd, 0)  # POLLERR and POLLHUP are reported whatever is asked
-    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
 
 
 def _hint_start_daemon(args: argparse.Namespace) -> None:

@@ -30,10 +30,16 @@ def closed() -> bool:
     return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
 
 
+def flush() -> None:
+    """Flush stdout, if there is one (`vaultsim ... >&-` starts with none: print() writes nothing)."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
 def settle() -> None:
     """Flush stdout; if it cannot take what is buffered, drop that instead of failing again at exit."""
     try:
-        sys.stdout.flush()
+        flush()
     except OSError:
         discard()
 

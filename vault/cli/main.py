@@ -6,7 +6,8 @@ the module for the command given is imported, so `vaultsim status` never
 pays for Textual. The exit codes are pytest's, which CI users already know
 (`EXIT_CODES`, printed by `vaultsim --help`). Shell completion is argcomplete's:
 only while a shell asks for completions (`_ARGCOMPLETE` set) is every command's
-parser built.
+parser built. A stdout that cannot take the output (a reader that left, a full
+disk) ends the command without a traceback (vault.cli.stdout).
 """
 
 from __future__ import annotations

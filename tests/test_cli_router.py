@@ -122,6 +122,29 @@ class TestInterrupt:
         assert "daemon closed" not in (sandbox.root / "approver.stderr").read_text()
 
 
+class TestOptionValues:
+    def test_exec_paths_of_the_wrong_kind_are_bad_input(self, tmp_path: Path) -> None:
+        """--workdir a file, --task a directory: exit 2 naming the option, before any daemon is asked
+        (was: the jail failing with exit 127 and a NotADirectoryError, or a directory bound as the task)."""
+        (tmp_path / "f").write_text("x")
+        for option, path, kind in (("--workdir", tmp_path / "f", "a directory"),
+                                   ("--task", tmp_path, "a regular file")):
+            out = vaultsim("exec", "--home", str(tmp_path / "h"), option, str(path), "--", "true")
+            assert (2, f"vaultsim exec: {option}: {path} is not {kind}\n") == (out.returncode, out.stderr)
+
+    def test_exec_workdir_holds_without_the_jail(self, sandbox: Sandbox, tmp_path: Path) -> None:
+        """`--isolation none --workdir D`: the program runs in D, as it does in the jail."""
+        sandbox.start_daemon()
+        out = sandbox.vaultsim("exec", "--isolation", "none", "--workdir", str(tmp_path), "--", "pwd")
+        assert (0, f"{tmp_path}\n") == (out.returncode, out.stdout), out.stderr
+
+    @pytest.mark.parametrize("value", ["-1", "nan", "soon"])
+    def test_stats_rubber_stamp_seconds_are_checked_here(self, tmp_path: Path, value: str) -> None:
+        """A bad --rubber-stamp-s is a usage error (2), not the daemon's refusal (1)."""
+        out = vaultsim("stats", "--home", str(tmp_path / "h"), "--rubber-stamp-s", value)
+        assert 2 == out.returncode and f"argument --rubber-stamp-s: '{value}'" in out.stderr
+
+
 class TestNoDaemon:
     @pytest.mark.parametrize("argv", [["lock"], ["unlock"], ["stats"], ["unlock", "--json"]])
     def test_an_error_that_needs_a_daemon_says_how_to_start_one(self, tmp_path: Path, argv: list[str]) -> None:

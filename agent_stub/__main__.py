@@ -20,9 +20,13 @@ from agent_stub.plan import Plan, load_plan
 from agent_stub.runner import run_plan
 from agent_stub.task import Task
 
+# a plan `vaultsim init` writes, against the daemon of the session's home
+EXAMPLE = 'python -m agent_stub --plan plans/deploy.yaml --socket "$VAULTSIM_HOME/agent.sock"'
+
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m agent_stub", description="vaultsim test agent")
+    p = argparse.ArgumentParser(prog="python -m agent_stub", description="vaultsim test agent",
+                                epilog=f"example:\n  {EXAMPLE}", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--plan", help="plan YAML (default: the plan named in $VAULTSIM_TASK)")
     p.add_argument("--socket", help="agent socket (default: $VAULTSIM_SOCKET)")
     p.add_argument("--agent", help="agent name (default: from the plan)")

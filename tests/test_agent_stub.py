@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -257,3 +259,28 @@ class TestPlan:
         monkeypatch.setenv("VAULTSIM_TASK", str(path))
         task = Task.from_env()
         assert ("triage-bot", "/p/plan.yaml") == (task.agent, task.plan)
+
+
+class TestCommandLine:
+    """`python -m agent_stub` as a person types it (README: every command's --help has an example)."""
+
+    def run(self, *args: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run([sys.executable, "-m", "agent_stub", *args], capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL)
+
+    def test_help_has_an_example(self) -> None:
+        from agent_stub.__main__ import EXAMPLE
+        out = self.run("--help")
+        assert 0 == out.returncode and f"example:\n  {EXAMPLE}" in out.stdout
+
+    def test_a_socket_path_through_a_file_is_no_daemon_not_a_traceback(self, tmp_path: Path) -> None:
+        """A socket under a regular file (a mistyped VAULTSIM_HOME) is answered like a missing
+        daemon, with the reason: exit 1, the final message, no traceback."""
+        (tmp_path / "home").write_text("not a directory")
+        plan = tmp_path / "plan.yaml"
+        plan.write_text("steps: [{call: read_issue, params: {issue_id: ISS-1}}]\n")
+        out = self.run("--plan", str(plan), "--socket", str(tmp_path / "home" / "agent.sock"))
+        assert 1 == out.returncode, out.stderr
+        assert f"not done: no vaultsim daemon answers on {tmp_path}/home/agent.sock (Not a directory)\n" \
+            == out.stdout.splitlines(keepends=True)[-1]
+        assert "Traceback" not in out.stderr

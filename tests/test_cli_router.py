@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,12 +15,23 @@ import pytest
 
 import vault
 from helpers import PY, ROOT, Sandbox
-from vault.cli.main import ACTION_EXAMPLES, COMMANDS, main
+from vault.cli.main import ACTION_EXAMPLES, COMMANDS, _resolve, command_parser, main
 
 
 def vaultsim(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PY, "-m", "vault.cli.main", *args], capture_output=True, text=True, timeout=60, cwd=ROOT,
                           env=env)
+
+
+def _actions() -> list[str]:
+    """Every `COMMAND ACTION` the parsers define (argparse keeps sub-commands only in `_actions`)."""
+    found = []
+    for name in COMMANDS:
+        parser = command_parser(name, _resolve(name)[0])
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                found += [f"{name} {sub}" for sub in action.choices]
+    return found
 
 
 class TestTopLevel:
@@ -43,6 +56,13 @@ class TestTopLevel:
         out = vaultsim("sttaus")
         assert 2 == out.returncode and "invalid choice: 'sttaus'" in out.stderr
 
+    def test_an_option_before_the_command_is_named(self) -> None:
+        """`vaultsim --home D status`: the option is named, not "COMMAND is required"."""
+        out = vaultsim("--home", "/tmp/x", "status")
+        assert 2 == out.returncode
+        assert "vaultsim: error: unrecognized option '--home' before the command; a command's options go after " \
+               "it: vaultsim COMMAND --home ...\n" == out.stderr.splitlines(keepends=True)[-1]
+
     @pytest.mark.parametrize("name", list(COMMANDS))
     def test_every_command_has_help_with_an_example(self, name: str) -> None:
         if name == "mcp":
@@ -51,11 +71,21 @@ class TestTopLevel:
         assert 0 == out.returncode, out.stderr
         assert f"example:\n  {COMMANDS[name].example}" in out.stdout
 
-    @pytest.mark.parametrize("action", list(ACTION_EXAMPLES))
+    @pytest.mark.parametrize("action", _actions())
     def test_every_action_has_help_with_an_example(self, action: str) -> None:
+        """Each action of each command (`secret set`, `report merge`, ...), found in the parsers."""
         out = vaultsim(*action.split(), "--help")
         assert 0 == out.returncode, out.stderr
-        assert f"example:\n  {ACTION_EXAMPLES[action]}" in out.stdout
+        assert f"example:\n  {ACTION_EXAMPLES.get(action)}" in out.stdout
+
+    @pytest.mark.parametrize("name", ["tui", "demo"])
+    def test_the_approver_app_without_a_terminal_is_refused(self, name: str) -> None:
+        """`vaultsim tui </dev/null` (a CI step, a pipe): exit 2 at once, not an app drawing into
+        a file and waiting forever for keys."""
+        out = subprocess.run([PY, "-m", "vault.cli.main", name], stdin=subprocess.DEVNULL, capture_output=True,
+                             text=True, timeout=60, cwd=ROOT)
+        assert (2, "") == (out.returncode, out.stdout)
+        assert out.stderr.startswith(f"vaultsim {name}: needs a terminal on stdin and stderr;")
 
     def test_a_bug_exits_3_with_its_traceback(self, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,6 +112,39 @@ class TestTopLevel:
         assert "Traceback" not in capsys.readouterr().err
 
 
+class TestInterrupt:
+    def test_ctrl_c_ends_the_scripted_approver_with_130(self, sandbox: Sandbox) -> None:
+        """Ctrl-C is an interrupt (130), not the daemon going away (0, "daemon closed the connection")."""
+        sandbox.start_daemon()
+        proc = sandbox.start_approver([{"match": {}, "decide": "deny"}])
+        proc.send_signal(signal.SIGINT)
+        assert 130 == proc.wait(timeout=30)
+        assert "daemon closed" not in (sandbox.root / "approver.stderr").read_text()
+
+
+class TestOptionValues:
+    def test_exec_paths_of_the_wrong_kind_are_bad_input(self, tmp_path: Path) -> None:
+        """--workdir a file, --task a directory: exit 2 naming the option, before any daemon is asked
+        (was: the jail failing with exit 127 and a NotADirectoryError, or a directory bound as the task)."""
+        (tmp_path / "f").write_text("x")
+        for option, path, kind in (("--workdir", tmp_path / "f", "a directory"),
+                                   ("--task", tmp_path, "a regular file")):
+            out = vaultsim("exec", "--home", str(tmp_path / "h"), option, str(path), "--", "true")
+            assert (2, f"vaultsim exec: {option}: {path} is not {kind}\n") == (out.returncode, out.stderr)
+
+    def test_exec_workdir_holds_without_the_jail(self, sandbox: Sandbox, tmp_path: Path) -> None:
+        """`--isolation none --workdir D`: the program runs in D, as it does in the jail."""
+        sandbox.start_daemon()
+        out = sandbox.vaultsim("exec", "--isolation", "none", "--workdir", str(tmp_path), "--", "pwd")
+        assert (0, f"{tmp_path}\n") == (out.returncode, out.stdout), out.stderr
+
+    @pytest.mark.parametrize("value", ["-1", "nan", "soon"])
+    def test_stats_rubber_stamp_seconds_are_checked_here(self, tmp_path: Path, value: str) -> None:
+        """A bad --rubber-stamp-s is a usage error (2), not the daemon's refusal (1)."""
+        out = vaultsim("stats", "--home", str(tmp_path / "h"), "--rubber-stamp-s", value)
+        assert 2 == out.returncode and f"argument --rubber-stamp-s: '{value}'" in out.stderr
+
+
 class TestNoDaemon:
     @pytest.mark.parametrize("argv", [["lock"], ["unlock"], ["stats"], ["unlock", "--json"]])
     def test_an_error_that_needs_a_daemon_says_how_to_start_one(self, tmp_path: Path, argv: list[str]) -> None:
@@ -90,6 +153,28 @@ class TestNoDaemon:
         assert 1 == out.returncode
         assert f"hint: no daemon serves {home}; start one with `vaultsim daemon --home {home}`" in out.stderr
         assert "" == out.stdout
+
+    @pytest.mark.parametrize("argv", [["lock"], ["unlock", "--json"], ["stats"], ["stop"], ["exec", "--", "true"],
+                                      ["diag", "show", "d-0"]])
+    def test_a_home_that_is_a_file_is_bad_input_not_a_traceback(self, tmp_path: Path, argv: list[str]) -> None:
+        """VAULTSIM_HOME naming a regular file: exit 2 with the reason, no traceback, nothing on stdout."""
+        (tmp_path / "h").write_text("not a directory")
+        out = vaultsim(*argv, env={**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")})
+        assert (2, "") == (out.returncode, out.stdout), out.stderr
+        assert f"vaultsim {argv[0]}: vault home {tmp_path / 'h'} exists and is not a directory\n" == out.stderr
+
+    def test_stop_with_nothing_to_stop_says_so_on_stderr(self, tmp_path: Path) -> None:
+        out = vaultsim("stop", "--home", str(tmp_path / "h"))
+        assert (1, "", f"vaultsim stop: no daemon serves {tmp_path / 'h'}\n") == \
+            (out.returncode, out.stdout, out.stderr)
+
+    def test_exec_says_no_daemon_once_then_how_to_start_one(self, tmp_path: Path) -> None:
+        home = tmp_path / "h"
+        out = vaultsim("exec", "--home", str(home), "--", "true")
+        assert 1 == out.returncode
+        assert [f"vaultsim exec: no vault daemon serves {home} (no agent.sock)",
+                f"hint: no daemon serves {home}; start one with `vaultsim daemon --home {home}` "
+                "(add --unlocked to skip `vaultsim unlock`)"] == out.stderr.splitlines()
 
     def test_the_hint_names_the_home_from_the_environment(self, tmp_path: Path) -> None:
         env = {**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")}
@@ -103,6 +188,69 @@ class TestNoDaemon:
         out = sandbox.vaultsim("lock")
         assert 1 == out.returncode
         assert "hint:" not in out.stderr
+
+
+class TestPipesAndExtras:
+    @pytest.mark.parametrize("argv", [["schema", "report"], ["completion", "bash"], ["status", "--json"],
+                                      ["secret", "list", "--json"], ["--help"]],
+                             ids=["schema", "completion", "status", "secret-list", "help"])
+    def test_a_reader_that_left_ends_the_command_quietly(self, tmp_path: Path, argv: list[str]) -> None:
+        """`vaultsim ... | head -1`: stdout's reader is gone before anything is written; the command
+        stops without a traceback (exit 1, as `run`'s rich console does; `--help` is done: 0)."""
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            out = subprocess.run([PY, "-m", "vault.cli.main", *argv], stdout=write_end, stderr=subprocess.PIPE,
+                                 stdin=subprocess.DEVNULL, text=True, timeout=60, cwd=ROOT,
+                                 env={**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")})
+        finally:
+            os.close(write_end)
+        assert ("", 0 if argv == ["--help"] else 1) == (out.stderr, out.returncode)
+
+    @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+    @pytest.mark.parametrize("argv", [["schema", "report"], ["status", "--json"]], ids=["schema", "status"])
+    def test_no_room_for_stdout_is_one_line_not_a_bug(self, tmp_path: Path, argv: list[str]) -> None:
+        """stdout on a full disk: an infrastructure error (3) in one line, no traceback blaming vaultsim."""
+        with open("/dev/full", "w") as full:
+            out = subprocess.run([PY, "-m", "vault.cli.main", *argv], stdout=full, stderr=subprocess.PIPE,
+                                 text=True, timeout=60, env={**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")})
+        assert (3, f"vaultsim {argv[0]}: cannot write: No space left on device\n") == (out.returncode, out.stderr)
+
+    def test_no_stdin_or_stdout_at_all(self, tmp_path: Path) -> None:
+        """Started with fd 0 or 1 closed (`<&-`, `>&-`; Python then has no sys.stdin/stdout): a
+        missing value is bad input, a missing stdout swallows the output; never a traceback."""
+        def closed(redirect: str, *argv: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(["sh", "-c", f'exec "$@" {redirect}', "sh", PY, "-m", "vault.cli.main", *argv],
+                                  capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")})
+        unset = closed("<&-", "secret", "set", "x")
+        assert 2 == unset.returncode and unset.stderr.startswith("vaultsim secret: empty value:"), unset.stderr
+        quiet = closed(">&-", "status")
+        assert (1, "") == (quiet.returncode, quiet.stderr)
+
+    BLOCK = "import sys; sys.modules.update(dict.fromkeys(['mcp', 'anyio'], None)); "
+
+    def test_mcp_help_and_refusal_without_the_extra(self) -> None:
+        """Without `vaultsim[mcp]` (no mcp SDK, no anyio): `mcp --help` works, `mcp` says what to install."""
+        def mcp(*args: str) -> subprocess.CompletedProcess[str]:
+            code = self.BLOCK + f"from vault.cli.main import main; sys.exit(main(['mcp', *{list(args)!r}]))"
+            return subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        helped = mcp("--help")
+        assert 0 == helped.returncode, helped.stderr
+        assert f"example:\n  {COMMANDS['mcp'].example}" in helped.stdout
+        refused = mcp()
+        assert (2, "vaultsim mcp: the MCP bridge needs the mcp SDK: pip install 'vaultsim[mcp]'\n") == \
+            (refused.returncode, refused.stderr)
+
+    def test_completion_without_the_mcp_extra(self, tmp_path: Path) -> None:
+        """Shell completion builds every command's parser: a missing extra must not break it."""
+        answer = tmp_path / "completions"
+        env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": "vaultsim st", "COMP_POINT": "11",
+               "_ARGCOMPLETE_STDOUT_FILENAME": str(answer)}
+        code = self.BLOCK + "from vault.cli.main import main; main()"
+        out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+        assert 0 == out.returncode, out.stderr
+        assert {"stats", "status", "stop"} == {w.strip() for w in answer.read_text().split()}
 
 
 class TestStatusExitCodes:
@@ -128,9 +276,26 @@ class TestStatusExitCodes:
         assert 0 == sandbox.vaultsim("stop").returncode
         assert 1 == sandbox.vaultsim("status").returncode
 
+    def test_status_says_why_no_daemon_can_serve_a_home(self, tmp_path: Path) -> None:
+        """A home that is a file: still "not running" (1), and why none could run there."""
+        (tmp_path / "h").write_text("not a directory")
+        why = f"vault home {tmp_path / 'h'} exists and is not a directory"
+        out = vaultsim("status", "--home", str(tmp_path / "h"))
+        assert (1, f"  and none can: {why}") == (out.returncode, out.stdout.splitlines()[1])
+        out = vaultsim("status", "--json", "--home", str(tmp_path / "h"))
+        assert (1, False, why) == (out.returncode, *map(json.loads(out.stdout).get, ("running", "home_unusable")))
+
     def test_status_help_documents_the_codes(self) -> None:
         assert "exit: 0 running and unlocked, 1 no daemon running, 2 running but locked" in \
             vaultsim("status", "--help").stdout
+
+    @pytest.mark.parametrize("flag", ["--policy", "--catalog", "--config"])
+    def test_a_fifo_for_the_detached_daemon_is_refused(self, tmp_path: Path, flag: str) -> None:
+        """The detached daemon would wait on the FIFO forever (its parent gave up after 20 s)."""
+        fifo = tmp_path / "p.yaml"
+        os.mkfifo(fifo)
+        out = vaultsim("daemon", "--home", str(tmp_path / "h"), flag, str(fifo))
+        assert (2, f"vaultsim daemon: {flag}: {fifo} is not a regular file\n") == (out.returncode, out.stderr)
 
     def test_daemon_json_with_foreground_is_refused(self, tmp_path: Path) -> None:
         out = vaultsim("daemon", "--foreground", "--json", "--home", str(tmp_path / "h"))

@@ -5,8 +5,10 @@ the build backend from the package index), installs it with the pinned
 dependency versions into a new venv, and from a directory with no
 `scenarios/` runs the documented commands: `--version`, `run` (the shipped
 suite), `daemon` / `status` / `stop`, `init x` and `run x`, and `demo` in a
-real terminal (tmux), quit with `q`; the pytest plugin with the docs' sample
-test file; and docs/ci.md's GitHub Actions and GitLab CI recipes, step by step. Slow (a build, an install and the whole
+real terminal (tmux), quit with `q`; every command's `--help` (no extra
+installed); the pytest plugin with the docs' sample test file; docs/ci.md's
+GitHub Actions and GitLab CI recipes, step by step; what the wheel holds, and
+that `pip uninstall` leaves nothing. Slow (a build, an install and the whole
 suite), and run by CI all the same: it is the only test of the wheel.
 """
 
@@ -105,6 +107,38 @@ class TestWheel:
         assert 2 == installed.run("status").returncode  # running, locked
         assert 0 == installed.run("stop").returncode
         assert 1 == installed.run("status").returncode  # not running
+
+    def test_every_command_has_help_without_the_extras(self, installed: Installed) -> None:
+        """`pip install vaultsim` (no [mcp], no [ray]): each command and action answers --help with
+        its example; the bridge says which extra it needs."""
+        from vault.cli.main import ACTION_EXAMPLES, COMMANDS
+        for argv, example in [*((name, c.example) for name, c in COMMANDS.items()),
+                              *ACTION_EXAMPLES.items()]:
+            out = installed.run(*argv.split(), "--help")
+            assert (0, "") == (out.returncode, out.stderr), argv
+            assert f"example:\n  {example}" in out.stdout, argv
+        out = installed.run("mcp")
+        assert (2, "vaultsim mcp: the MCP bridge needs the mcp SDK: pip install 'vaultsim[mcp]'\n") == \
+            (out.returncode, out.stderr)
+
+    def test_the_wheel_holds_the_packages_and_their_data_only(self, installed: Installed) -> None:
+        """vault, tui and agent_stub with what they read at run time (the scenario suite, the
+        starter, the stylesheet); no tests, docs, bench or bytecode; the three entry points."""
+        import zipfile
+        assert installed.wheel is not None
+        with zipfile.ZipFile(installed.wheel) as whl:
+            names = set(whl.namelist())
+            info = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+            entry_points = whl.read(info).decode()
+        assert {"agent_stub", "tui", "vault"} == {n.split("/")[0] for n in names if ".dist-info/" not in n}
+        assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+        shipped = subprocess.run(["git", "ls-files", "scenarios", "vault/starter", "tui/vaultsim.tcss"], cwd=ROOT,
+                                 capture_output=True, text=True, check=True, timeout=60).stdout.split()
+        assert len(shipped) > 40
+        assert set() == {("vault/" + f if f.startswith("scenarios/") else f) for f in shipped} - names
+        for line in ("vaultsim = vault.cli.main:main", "vaultsim = vault.pytest_plugin.plugin",
+                     "vaultsim-file = vault.store.keyring_backend"):
+            assert line in entry_points
 
     def test_init_then_run(self, installed: Installed) -> None:
         assert 0 == installed.run("init", "x").returncode
@@ -238,3 +272,24 @@ def test_denial_is_respected(vaultsim):
         self._run(installed, project, [*job["before_script"], *job["script"]])
         for report in job["artifacts"]["reports"]["junit"]:
             assert (project / report).is_file()
+
+
+class TestUninstall:  # last in this file: it takes the package out of the module's venv
+    def test_pip_uninstall_leaves_nothing(self, installed: Installed) -> None:
+        """After everything above ran (bytecode written, the suite run), `pip uninstall` removes
+        every package directory and the console script."""
+        py = str(installed.venv / "bin" / "python")
+        site = Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True, timeout=60).stdout.strip())
+        assert (site / "vault").is_dir()
+        out = subprocess.run([py, "-m", "pip", "uninstall", "-y", "-q", "vaultsim"], capture_output=True, text=True,
+                             timeout=300)
+        assert 0 == out.returncode, out.stderr
+        # but pytest's assertion-rewrite caches (`*-pytest-X.Y.Z.pyc`), which pytest writes beside a
+        # plugin's modules and an older pip does not know (pytest-dev/pytest#13615; newer pips remove
+        # the whole __pycache__, pypa/pip#13725): every plugin has them, they are not ours to list
+        left = [str(f.relative_to(site)) for top in site.iterdir()
+                if top.name in ("vault", "tui", "agent_stub") or top.name.startswith("vaultsim")
+                for f in ([top] if top.is_file() else sorted(top.rglob("*")))
+                if f.is_file() and "-pytest-" not in f.name]
+        assert ([], False) == (left[:20], installed.bin.exists())

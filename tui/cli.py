@@ -7,9 +7,20 @@ connects as soon as a daemon answers on the home's approver socket.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from vault.cli.main import add_home_arg
+from vault.errors import BadInput
 from vault.home import VaultHome
+
+
+def need_terminal() -> None:
+    """Textual draws on stderr and reads keys from stdin: without a terminal on both, the app
+    would draw into a file or a pipe and wait for keys that never come (a CI job hung)."""
+    streams = (sys.__stdin__, sys.__stderr__)
+    if not all(s is not None and s.isatty() for s in streams):
+        raise BadInput("needs a terminal on stdin and stderr; without one, answer prompts with "
+                       "`vaultsim approve --script F`")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -22,6 +33,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vault.proc_guard import make_undumpable
 
+    need_terminal()
     from tui.app import VaultApp  # Textual is imported only when the TUI is asked for
 
     make_undumpable()  # the approver: it holds the approver token

@@ -127,7 +127,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from vault.proc_guard import make_undumpable
 
+    from tui.cli import need_terminal
     from tui.demo_app import DemoApp  # Textual only when the demo actually runs
+
+    need_terminal()  # before anything is started
 
     make_undumpable()  # the approver of the demo's vault
 

@@ -45,6 +45,14 @@ def _closed(refusal: dict[str, Any] | None) -> Exception:
     return HomeError("the daemon closed the connection")
 
 
+def _unreachable(path: str | os.PathLike[str], exc: OSError) -> HomeError:
+    """No daemon at `path`: gone or never started, or a path that cannot hold a socket (a file in
+    it, no permission, too long), said with its reason; never a traceback for a user's home."""
+    if isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
+        return HomeError(f"no vaultsim daemon answers on {path}")
+    return HomeError(f"no vaultsim daemon answers on {path} ({exc.strerror or exc})")
+
+
 class RpcClient:
     def __init__(self, path: str | os.PathLike[str], timeout: float | None = None) -> None:
         self.path = str(path)
@@ -52,9 +60,9 @@ class RpcClient:
         self.sock.settimeout(timeout)
         try:
             self.sock.connect(self.path)
-        except (FileNotFoundError, ConnectionRefusedError):
+        except OSError as exc:
             self.sock.close()
-            raise HomeError(f"no vaultsim daemon answers on {self.path}") from None
+            raise _unreachable(self.path, exc) from None
         # buffered reads: an unbuffered socket file reads a line one byte per recv()
         self.file = self.sock.makefile("rb")
         self._ids = itertools.count(1)
@@ -200,8 +208,8 @@ class AsyncRpcClient:
     async def connect(cls, path: str | os.PathLike[str], on_notify: Notify | None = None) -> "AsyncRpcClient":
         try:
             reader, writer = await asyncio.open_unix_connection(str(path), limit=rpc.MAX_FRAME + 1)
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise HomeError(f"no vaultsim daemon answers on {path}") from None
+        except OSError as exc:
+            raise _unreachable(path, exc) from None
         return cls(reader, writer, on_notify)
 
     async def _read(self) -> None:

@@ -229,15 +229,13 @@ def run(args: argparse.Namespace) -> int:
     from vault.proc_guard import make_undumpable
     make_undumpable()  # it will read the approver token
     script = load_script(args.script)
-    home = VaultHome.resolve(args.home)
+    home = VaultHome.resolve(args.home).check()
     try:
         log: TextIO = open(args.log, "a", encoding="utf-8") if args.log else sys.stdout
     except OSError as exc:
         raise BadInput(f"--log: cannot open {args.log}: {exc.strerror}") from None
-    try:
+    try:  # Ctrl-C goes on to the CLI's 130: an interrupt, not the daemon going away
         asyncio.run(ScriptedApprover(script, log).run(home))
-    except KeyboardInterrupt:
-        pass
     finally:
         if args.log:
             log.close()

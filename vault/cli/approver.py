@@ -15,7 +15,7 @@ from vault.text import printable
 
 def _request(args: argparse.Namespace, method: str, **params: Any) -> Any:
     make_undumpable()  # it reads the approver token
-    home = VaultHome.resolve(args.home)
+    home = VaultHome.resolve(args.home).check()  # a file or an open directory: exit 2, said plainly
     with ApproverClient.for_home(home, name=f"vaultsim-{method}") as c:
         # stats comes in pages: read them all
         return c.all_pages(method, **params) if method == "stats" else c.request(method, **params)
@@ -46,10 +46,21 @@ def run_unlock(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seconds(text: str) -> float:
+    """A duration in seconds, 0 or more (argparse's type: a bad one is a usage error, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more seconds")
+    return value
+
+
 def configure_stats(p: argparse.ArgumentParser) -> None:
     add_home_arg(p)
     p.add_argument("--run", dest="run_id", help="only this run id")
-    p.add_argument("--rubber-stamp-s", type=float, default=1.0, metavar="S",
+    p.add_argument("--rubber-stamp-s", type=_seconds, default=1.0, metavar="S",
                    help="an approval within S seconds of being shown is a rubber-stamp (default 1)")
     p.add_argument("--json", action="store_true")
 

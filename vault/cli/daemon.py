@@ -153,6 +153,11 @@ def run_daemon(args: argparse.Namespace) -> int:
     home.check_socket_paths()  # before anything is created for a start that cannot work
     home.ensure()
     if not args.foreground:
+        for flag in ("config", "policy", "catalog"):
+            # a FIFO or /dev/fd/N (`<(...)`) is not open in the detached child, which would wait on it
+            value = getattr(args, flag)
+            if value and Path(value).exists() and not Path(value).is_file():
+                raise BadInput(f"--{flag}: {value} is not a regular file")
         return _spawn_background(home, args)
     from vault.proc_guard import make_undumpable
     make_undumpable()  # before any credential, key or token is read: memory closed to the same user
@@ -383,10 +388,10 @@ def configure_stop(p: argparse.ArgumentParser) -> None:
 
 def run_stop(args: argparse.Namespace) -> int:
     from vault.client import ApproverClient
-    home = VaultHome.resolve(args.home)
+    home = VaultHome.resolve(args.home).check()
     status = daemon_status(home)
     if status is None:
-        print(f"vaultsim stop: no daemon serves {home.root}")
+        print(f"vaultsim stop: no daemon serves {home.root}", file=sys.stderr)
         return 1
     with ApproverClient.for_home(home, name="vaultsim-stop") as c:
         c.request("shutdown")
@@ -448,6 +453,10 @@ def run_status(args: argparse.Namespace) -> int:
     status = daemon_status(home)
     if status is None:
         out: dict[str, Any] = {"running": False, "home": str(home.root)}
+        try:  # why none could serve here (a file, a directory open to others): said, exit still 1
+            home.check()
+        except VaultError as exc:
+            out["home_unusable"] = exc.message
         try:
             from vault.store.keystore import KeyStore
             out["keyring_backend"] = KeyStore(home).backend_name()
@@ -468,6 +477,8 @@ def run_status(args: argparse.Namespace) -> int:
                 print(f"  NOT SERVING CALLS: {out['halted']}")
         else:
             print(f"no vaultsim daemon serves {out['home']}")
+            if "home_unusable" in out:
+                print(f"  and none can: {out['home_unusable']}")
             print(f"  keyring backend: {out['keyring_backend']}")
         if out["disk_free_bytes"] is not None:
             print(f"  audit log {_size(out['audit_log_bytes'])}; {_size(out['disk_free_bytes'])} free on its disk")

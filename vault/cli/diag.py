@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from vault.proc_guard import make_undumpable
 
     make_undumpable()  # it holds the diagnostics key
-    home = VaultHome.resolve(args.home)
+    home = VaultHome.resolve(args.home).check()
     key = KeyStore(home).derive("diagnostics", create=False)
     data = Diagnostics(home.diagnostics_dir, key).load(args.diagnostic_id)
     print(render(data))

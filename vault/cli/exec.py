@@ -46,16 +46,19 @@ def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else list(args.command)
     if not command:
         raise BadInput("give the program to run: vaultsim exec -- CMD [ARGS...]")
-    home = VaultHome.resolve(args.home)
-    if not home.agent_sock.exists():
-        raise HomeError(f"no vault daemon serves {home.root} (no agent.sock): start one with `vaultsim daemon`")
     program = shutil.which(command[0])
     if program is None:
         raise BadInput(f"no program {command[0]!r}")
-    cwd = os.path.realpath(args.workdir or os.getcwd())
-    for path, what in ((args.workdir, "--workdir"), (args.task, "--task")):
+    for path, what, kind, is_kind in ((args.workdir, "--workdir", "a directory", os.path.isdir),
+                                      (args.task, "--task", "a regular file", os.path.isfile)):
         if path and not os.path.exists(path):
             raise BadInput(f"{what}: no such path {path}")
+        if path and not is_kind(path):
+            raise BadInput(f"{what}: {path} is not {kind}")
+    home = VaultHome.resolve(args.home).check()
+    if not home.agent_sock.exists():  # main's hint says how to start one
+        raise HomeError(f"no vault daemon serves {home.root} (no agent.sock)")
+    cwd = os.path.realpath(args.workdir or os.getcwd())
     if _inside(cwd, str(home.root)):
         raise BadInput("the working directory is inside the vault home: run it from elsewhere")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VAULTSIM_") and k not in _DROP}
@@ -67,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from vault.jail.probe import resolve
     mode, _ = resolve(args.isolation, args.network, "vaultsim exec")
     if mode == "none":
+        os.chdir(cwd)  # --workdir holds unjailed too
         os.execve(program, command, env)
     return _jailed(home, command, env, cwd, args)
 

@@ -6,7 +6,8 @@ the module for the command given is imported, so `vaultsim status` never
 pays for Textual. The exit codes are pytest's, which CI users already know
 (`EXIT_CODES`, printed by `vaultsim --help`). Shell completion is argcomplete's:
 only while a shell asks for completions (`_ARGCOMPLETE` set) is every command's
-parser built.
+parser built. A stdout that cannot take the output (a reader that left, a full
+disk) ends the command without a traceback (vault.cli.stdout).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vault import __version__
+from vault.cli import stdout
 from vault.errors import BadInput, VaultError
 
 # pytest's numbers: 0 ok, 1 tests failed, 2 usage, 3 internal error, 5 nothing collected
@@ -50,7 +52,7 @@ OPTIONAL_EXTRAS = frozenset({"mcp", "mcp_types", "ray"})
 
 COMMANDS: dict[str, Command] = {
     "run": Command("vault.cli.run", "run scenarios in fresh processes and decide the release",
-                   "vaultsim run scenarios/ -k 'gate and not naive' --junit report.xml"),
+                   "vaultsim run -k 'gate and not naive' --junit report.xml   # the shipped suite"),
     "report": Command("vault.runner.merge", "merge shard reports (`run --shard K/N --json F`) into one decision",
                       "vaultsim report merge shard-*.json --junit report.xml"),
     "init": Command("vault.cli.init", "copy a starter suite (catalog, policy, scenarios) to edit",
@@ -100,6 +102,7 @@ ACTION_EXAMPLES = {
     "audit show": "vaultsim audit show --correlation c-01J...",
     "diag show": "vaultsim diag show d-01J...",
     "policy suggest": "vaultsim policy suggest report.json --max-risk update -o suggested.yaml",
+    "report merge": "vaultsim report merge shard-*.json --json report.json --junit report.xml",
 }
 
 
@@ -168,6 +171,23 @@ def _complete() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            stdout.flush()  # a reader that left shows here, not as "Exception ignored" at exit
+    except BrokenPipeError:  # `vaultsim ... | head -1`: the reader has what it wanted
+        stdout.discard()
+        return 1
+    except OSError as exc:
+        if exc.errno not in stdout.NO_ROOM:
+            raise
+        stdout.discard()
+        print(f"vaultsim: cannot write to stdout: {exc.strerror}", file=sys.stderr)
+        return 3
+
+
+def _main(argv: list[str] | None) -> int:
     if argv is None and "_ARGCOMPLETE" in os.environ:
         _complete()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -176,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         if not argv:
             top.print_help(sys.stderr)
             return 2
+        if argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+            # argparse would say "COMMAND is required"; `vaultsim --home D status` is the usual slip
+            top.error(f"unrecognized option {argv[0]!r} before the command; "
+                      f"a command's options go after it: vaultsim COMMAND {argv[0]} ...")
         top.parse_args(argv[:1])  # --help, --version, or an unknown command: argparse answers
         return 2
     name = argv[0]
@@ -197,11 +221,25 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except Exception:  # a bug: say so plainly, keep the traceback for the report, exit like pytest
-        traceback.print_exc()
-        print(f"vaultsim {name}: internal error (a bug in vaultsim; the traceback above helps fix it)",
-              file=sys.stderr)
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError) and stdout.closed():
+            raise  # stdout's reader left: not a bug, main stops quietly
+        if exc.errno not in stdout.NO_ROOM:
+            return _internal_error(name)
+        # no room on the disk (or for stdout): an infrastructure error, said in one line
+        print(f"vaultsim {name}: cannot write: {exc.strerror}", file=sys.stderr)
+        stdout.settle()
         return 3
+    except Exception:
+        return _internal_error(name)
+
+
+def _internal_error(name: str) -> int:
+    """A bug: say so plainly, keep the traceback for the report, exit like pytest."""
+    traceback.print_exc()
+    print(f"vaultsim {name}: internal error (a bug in vaultsim; the traceback above helps fix it)",
+          file=sys.stderr)
+    return 3
 
 
 def _hint_start_daemon(args: argparse.Namespace) -> None:

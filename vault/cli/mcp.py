@@ -17,14 +17,13 @@ import signal
 import sys
 from typing import Any, Awaitable, Callable
 
-import anyio
-
 from vault.cli.main import OPTIONAL_EXTRAS, add_home_arg
 from vault.client import RpcClient
 from vault.errors import BadInput, VaultError
 from vault.home import VaultHome
-from vault.mcp.link import WaitPolicy
 
+# anyio and vault.mcp come with the extra too: imported only when the bridge runs, so that
+# `vaultsim mcp --help` and shell completion work without it
 try:  # optional extra: vaultsim[mcp]
     import mcp.server.stdio  # noqa: F401
 except ImportError as exc:  # pragma: no cover - reported by run()
@@ -94,6 +93,9 @@ def parse_http(text: str) -> tuple[str, int]:
 def run(args: argparse.Namespace) -> int:
     if not HAVE_SDK:
         raise BadInput("the MCP bridge needs the mcp SDK: pip install 'vaultsim[mcp]'")
+    import anyio
+
+    from vault.mcp.link import WaitPolicy
     from vault.mcp.server import Bridge, BridgeConfig
 
     if not 0 < args.wait_budget <= 3600:
@@ -125,6 +127,8 @@ async def _serve_stdio(bridge: Any) -> None:
 
 async def _serve(bridge: Any, serve: Callable[[], Awaitable[None]], own_signals: bool) -> None:
     """Serve until the transport ends (EOF, or the host's SIGTERM), then close every vault session."""
+    import anyio
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(bridge.watch.run)
 

@@ -190,7 +190,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     base = Path(args.policy) if args.policy else None
     if base is not None and not base.is_file():
-        raise BadInput(f"--policy: no such file {base}")
+        raise BadInput(f"--policy: {base} is not a regular file" if base.exists()
+                       else f"--policy: no such file {base}")
     policy = load_policy(base) if base is not None else load_policy()
     base_file = base if base is not None else Path(str(DEFAULT_POLICY))
     catalog = load_yaml_model(args.catalog, Catalog) if args.catalog else load_catalog()

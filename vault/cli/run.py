@@ -185,7 +185,8 @@ def with_policy(scenarios: list[Scenario], path: Path) -> list[Scenario]:
     from vault.catalog import load_yaml_model
     from vault.gate.policy import Policy
     if not path.is_file():
-        raise BadInput(f"--policy: no such file {path}")
+        raise BadInput(f"--policy: {path} is not a regular file" if path.exists()
+                       else f"--policy: no such file {path}")
     load_yaml_model(path, Policy)  # a bad file is refused before anything starts (exit 2)
     return [sc if sc.policy else sc.model_copy(update={"policy": str(path.resolve())}) for sc in scenarios]
 

@@ -67,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_value(name: str) -> str:
-    if sys.stdin.isatty():
+    if sys.stdin is None:  # `<&-`: no stdin at all reads as an empty one
+        value = ""
+    elif sys.stdin.isatty():
         value = getpass.getpass(f"value for {name}: ")
     else:
         raw = sys.stdin.buffer.read(MAX_VALUE_BYTES + 1)

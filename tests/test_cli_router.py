@@ -297,6 +297,23 @@ class TestStatusExitCodes:
         out = vaultsim("daemon", "--home", str(tmp_path / "h"), flag, str(fifo))
         assert (2, f"vaultsim daemon: {flag}: {fifo} is not a regular file\n") == (out.returncode, out.stderr)
 
+    def test_a_daemon_that_never_comes_up_is_stopped(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+        """The parent gives up on a child that hangs before serving: it ends it, so no daemon comes
+        up later to hold the home after the user was told it failed."""
+        import psutil
+        from vault.cli import daemon as daemon_cli
+        hang = tmp_path / "hang"
+        hang.mkdir()
+        (hang / "sitecustomize.py").write_text("import signal\nsignal.pause()\n")  # hangs at start-up
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hang), os.environ.get("PYTHONPATH")])))
+        monkeypatch.setattr(daemon_cli, "_START_TIMEOUT_S", 1.0)
+        home = tmp_path / "h"
+        assert 1 == main(["daemon", "--home", str(home)])
+        assert "vaultsim daemon: did not come up in time (stopped it)" in capsys.readouterr().err
+        left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(home) in " ".join(p.info["cmdline"] or [])]
+        assert [] == left
+
     def test_daemon_json_with_foreground_is_refused(self, tmp_path: Path) -> None:
         out = vaultsim("daemon", "--foreground", "--json", "--home", str(tmp_path / "h"))
         assert 2 == out.returncode and "--json reports a background start" in out.stderr

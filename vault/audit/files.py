@@ -32,6 +32,11 @@ from vault.errors import BadInput
 SEGMENT_RE = re.compile(r"(?P<stem>.+)\.(?P<first>[0-9]{12,})\.log")
 
 
+def _a(what: str) -> str:
+    """What was expected, with its article: an audit log, a public key."""
+    return ("an " if what[:1].lower() in "aeiou" else "a ") + what
+
+
 def stem(base: Path) -> str:
     """``audit`` for ``audit.log`` (a base without ``.log`` keeps its whole name)."""
     return base.name[:-4] if base.name.endswith(".log") else base.name
@@ -92,15 +97,15 @@ def open_regular(path: Path, what: str = "audit log") -> int:
     except FileNotFoundError:
         raise BadInput(f"no {what} at {path}") from None
     except IsADirectoryError:
-        raise BadInput(f"{path} is a directory, not an {what}") from None
+        raise BadInput(f"{path} is a directory, not {_a(what)}") from None
     except OSError as exc:
         raise BadInput(f"cannot read {what} {path}: {exc.strerror}") from None
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
-            raise BadInput(f"{path} is a directory, not an {what}")
+            raise BadInput(f"{path} is a directory, not {_a(what)}")
         if not stat.S_ISREG(mode):
-            raise BadInput(f"{path} is not a regular file (a FIFO, socket or device), not an {what}")
+            raise BadInput(f"{path} is not a regular file (a FIFO, socket or device), not {_a(what)}")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)

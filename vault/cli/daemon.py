@@ -311,7 +311,13 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
         print(f"vaultsim daemon: {word[len('error '):]}", file=sys.stderr)
         return 2 if code == 2 else 1  # bad input stays bad input
     if code is None:
-        print("vaultsim daemon: did not come up in time; see " + str(home.daemon_log), file=sys.stderr)
+        # given up on: ended, so a daemon that comes up later does not hold the home unannounced
+        child.terminate()
+        if _wait(child, 2.0) is None:
+            child.kill()
+            child.wait()
+        print("vaultsim daemon: did not come up in time (stopped it); see " + str(home.daemon_log),
+              file=sys.stderr)
         return 1
     tail = _tail(home.daemon_log, start)
     if not tail:

@@ -40,7 +40,7 @@ from vault.wire import ApprovalRequested
 from vault.runner.collect import read_audit
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.procs import ExecLauncher, Launcher, Registry, remove_dir
-from vault.runner.scenario import AgentSpec, Case, Expect, Scenario, TaskSpec
+from vault.runner.scenario import AgentSpec, Case, Expect, Scenario, TaskSpec, check_scenario
 from vault.runner.transcript import Transcript, from_audit
 from vault.runner.trial import Runtime, Trial, TrialResult, base_env
 from vault.runner.world import SETUP, RecordingApprover, World
@@ -253,9 +253,20 @@ class LiveWorld:
             fields["plan"] = plan
         spec = _valid(AgentSpec, {k: v for k, v in fields.items() if v is not None}, "run_agent")
         taskspec = _valid(TaskSpec, {k: task[k] for k in ("goal", "deadline_s") if k in task}, "run_agent: task")
+        self._check(spec)
         run = self.engine.call(self._run_agent(spec, taskspec, env or {}, mode, network),
                                timeout=taskspec.deadline_s + CALL_TIMEOUT_S)
         return run
+
+    def _check(self, spec: AgentSpec) -> None:
+        """The checks `vaultsim run` makes of a scenario's agent before any trial: a program that
+        does not exist, an operation the catalog lacks, a bad plan are BadInput, not a trial."""
+        probe = self.sc.model_copy(update={"agents": [spec]})
+        try:
+            check_scenario(probe)
+        except BadInput as exc:
+            raise BadInput(str(exc).replace(f"{probe.path}: ", "run_agent: ").replace("field agents.0.", "field ")
+                           ) from None
 
     async def _run_agent(self, spec: AgentSpec, taskspec: TaskSpec, env: dict[str, str], mode: str,
                          network: str) -> AgentRun:

@@ -1,0 +1,112 @@
+"""Red-team pass over the pytest plugin: a plugin user's mistakes and a CI job that is cancelled.
+
+Each test here failed before its fix:
+
+    a positional mark argument        `@pytest.mark.vaultsim("dns_failure")` was ignored: the test
+                                      ran in a healthy world and passed
+    run_agent with a missing program  ran a "trial" of a program that never started, graded as the
+    or an operation not in the        agent's FAIL_OUTCOME, where `vaultsim run` refuses the same
+    catalog                           scenario before any trial (exit 2)
+    SIGTERM to pytest                 (a CI job cancelled or timed out) killed the interpreter with
+                                      the agent still running and the world's home left behind
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers import wait_for
+from vault.errors import BadInput
+from vault.pytest_plugin.world import Vaultsim
+
+
+def _write(pytester: pytest.Pytester, name: str, body: str) -> None:
+    pytester.makepyfile(**{name: textwrap.dedent(body)})
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class TestUserMistakes:
+    def test_positional_mark_argument_is_a_usage_error(self, pytester: pytest.Pytester) -> None:
+        _write(pytester, "test_pos", """
+            import pytest
+            @pytest.mark.vaultsim("dns_failure")
+            def test_x(vaultsim):
+                pass
+        """)
+        out = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        text = out.stdout.str() + out.stderr.str()
+        assert "keyword options only" in text and "'dns_failure'" in text, text[-2000:]
+        assert "1 passed" not in text
+
+    def test_missing_program_is_bad_input_before_any_trial(self, vaultsim: Vaultsim, tmp_path: Path) -> None:
+        with pytest.raises(BadInput, match=r"run_agent: field command: .*/no/such/agent.* not an executable"):
+            vaultsim.run_agent([str(tmp_path / "no" / "such" / "agent")], task={"operations": ["read_issue"]})
+        with pytest.raises(BadInput, match="no program 'vaultsim-no-such-agent' on PATH"):
+            vaultsim.run_agent("vaultsim-no-such-agent --go", task={"operations": ["read_issue"]})
+        assert [] == vaultsim.agents  # nothing ran, so nothing is graded against the agent
+
+    def test_operation_not_in_the_catalog_is_bad_input(self, vaultsim: Vaultsim) -> None:
+        with pytest.raises(BadInput, match=r"field operations\.0: unknown operation 'read_isue' "
+                                           r"\(did you mean 'read_issue'\?\)"):
+            vaultsim.run_agent("{python} -c pass", task={"operations": ["read_isue"]})
+        with pytest.raises(BadInput, match=r"field steps\.0\.call: unknown operation 'delete_releas'"):
+            vaultsim.run_agent("{python} -c pass", task={"operations": ["delete_release"], "steps": [
+                {"call": "delete_releas", "params": {"release_id": "rel-1"}}]})
+        assert [] == vaultsim.agents
+
+
+AGENT = """
+import os, sys, time
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_terminated_run_leaves_nothing(pytester: pytest.Pytester, sig: signal.Signals) -> None:
+    """pytest stopped mid-test (CI cancel or timeout: SIGTERM; Ctrl-C: SIGINT) while an agent runs:
+    the agent, the daemon and the world's home are gone when pytest has exited."""
+    record = pytester.path / "record"
+    agent_file = pytester.path / "agent.py"
+    agent_file.write_text(AGENT)
+    _write(pytester, "test_hang", f"""
+        import json, sys
+        def test_hang(vaultsim):
+            world = {{"root": str(vaultsim.live.root), "daemon": vaultsim.live.world.daemon.pid}}
+            open({str(record)!r} + ".world", "w").write(json.dumps(world))
+            vaultsim.run_agent([sys.executable, {str(agent_file)!r}, {str(record)!r} + ".agent"],
+                               task={{"operations": ["read_issue"], "deadline_s": 100}}, isolation="none")
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VAULTSIM_")}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_hang.py"],
+                            cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        agent_pid = int(wait_for(lambda: (record.parent / "record.agent").is_file()
+                                 and (record.parent / "record.agent").read_text(), timeout=60, what="agent started"))
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    world = json.loads((record.parent / "record.world").read_text())
+    assert proc.returncode != 0, out
+    assert not Path(world["root"]).exists(), out[-2000:]
+    assert not _alive(agent_pid), out[-2000:]
+    wait_for(lambda: not _alive(world["daemon"]), timeout=10, what="daemon gone")

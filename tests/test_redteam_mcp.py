@@ -10,16 +10,22 @@ its fix:
                               outcome_unknown ("the vault daemon went away ... it may have
                               run") and the MCP session lost its vault session, its grants
                               with it: the next call asked the person again
+    another process, same     over HTTP, a process that presented another MCP session's
+    session id                Mcp-Session-Id rode that session's grant: its create_issue ran
+                              without asking anyone (the agent socket refuses a session id
+                              from any process but its opener; the HTTP bridge did not)
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+from typing import Any
 
 import pytest
 
-from helpers import Sandbox
+from helpers import PY, Sandbox
 from mcp_world import Approver, World, mcp_stdio, result_of, start_world
 
 pytest.importorskip("mcp.client.stdio", reason="the mcp SDK is not installed (pip install 'vaultsim[mcp]')")
@@ -57,3 +63,71 @@ class TestHostileArguments:
         assert 1 == world.issues_titled("granted") == world.issues_titled("after")
         assert 2 == len(world.state("issues")) - 1  # the seeded issue, "granted" and "after": no huge one
         assert world.secret not in json.dumps([granted, huge, after])
+
+
+# another process of the same user that learnt the session id (a log line, a shared temp file)
+INTRUDER = r"""
+import json, sys, httpx
+url, sid = sys.argv[1], sys.argv[2]
+h = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+     "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"}
+call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "create_issue", "arguments": {"title": "intruder", "idempotency_key": "i1"}}}
+answers = [httpx.post(url, headers=h, json=call, timeout=30), httpx.delete(url, headers=h, timeout=30)]
+print(json.dumps([[a.status_code, a.text[:400]] for a in answers]))
+"""
+
+
+async def _post(c: Any, url: str, body: dict[str, Any], sid: str | None = None) -> Any:
+    h = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+         "mcp-protocol-version": "2025-06-18"}
+    if sid:
+        h["mcp-session-id"] = sid
+    return await c.post(url, headers=h, json=body, timeout=30)
+
+
+def _sse_result(text: str) -> dict[str, Any]:
+    data = [ln[5:].strip() for ln in text.splitlines() if ln.startswith("data:")]
+    return dict(json.loads(data[-1] if data else text)["result"]["structuredContent"])
+
+
+class TestHttpSessionIsItsOpenersAlone:
+    async def test_another_process_with_the_session_id_is_refused(self, world: World) -> None:
+        """Process A opens an HTTP MCP session and gets a session grant for create_issue; process B
+        presents A's Mcp-Session-Id: its call and its DELETE are refused (403), nothing runs, and A's
+        session still rides its grant."""
+        httpx = pytest.importorskip("httpx")
+        from test_mcp_http import start_http_bridge
+
+        _, url = start_http_bridge(world.sandbox)
+        person = await Approver.connect(world.sandbox.home)
+        try:
+            async with httpx.AsyncClient() as c:
+                opened = await _post(c, url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "victim", "version": "1"}}})
+                sid = opened.headers["mcp-session-id"]
+                await _post(c, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+
+                def create(title: str, rid: int) -> Any:
+                    return _post(c, url, {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {
+                        "name": "create_issue", "arguments": {"title": title, "idempotency_key": title}}}, sid)
+
+                first = asyncio.create_task(create("granted", 2))
+                req = await person.request()
+                await person.decide(req["request_id"], "allow_session")
+                granted = _sse_result((await first).text)
+                out = await asyncio.to_thread(subprocess.run, [PY, "-c", INTRUDER, url, sid],
+                                              capture_output=True, text=True, timeout=60)
+                answers = json.loads(out.stdout or "null")
+                again = _sse_result((await create("again", 3)).text)
+            assert 0 == person.seen("approval.requested")
+        finally:
+            await person.close()
+        assert "success" == granted["category"] and "success" == again["category"], (granted, again)
+        assert answers is not None, out.stderr[-2000:]
+        assert [403, 403] == [code for code, _ in answers], answers
+        assert "belongs to process" in answers[0][1]
+        assert 0 == world.issues_titled("intruder")
+        assert 1 == world.issues_titled("granted") == world.issues_titled("again")
+        assert world.secret not in json.dumps([granted, again, answers])

@@ -7,6 +7,10 @@ Each test here failed before its fix:
     run_agent with a missing program  ran a "trial" of a program that never started, graded as the
     or an operation not in the        agent's FAIL_OUTCOME, where `vaultsim run` refuses the same
     catalog                           scenario before any trial (exit 2)
+    an approver rule for an operation a typo matched nothing: every request fell to the default
+    the catalog lacks                 denial and the test failed far from its cause
+    a bad world option                (a test name too long for a socket path under tmp_path) left
+                                      the world's directory in /tmp
     SIGTERM to pytest                 (a CI job cancelled or timed out) killed the interpreter with
                                       the agent still running and the world's home left behind
 """
@@ -26,7 +30,7 @@ import pytest
 
 from helpers import wait_for
 from vault.errors import BadInput
-from vault.pytest_plugin.world import Vaultsim
+from vault.pytest_plugin.world import Vaultsim, VaultsimFactory
 
 
 def _write(pytester: pytest.Pytester, name: str, body: str) -> None:
@@ -68,6 +72,22 @@ class TestUserMistakes:
             vaultsim.run_agent("{python} -c pass", task={"operations": ["delete_release"], "steps": [
                 {"call": "delete_releas", "params": {"release_id": "rel-1"}}]})
         assert [] == vaultsim.agents
+
+    def test_approver_rule_for_no_operation_is_bad_input(self, vaultsim: Vaultsim) -> None:
+        with pytest.raises(BadInput, match=r"no operation matches 'create_isue' \(did you mean 'create_issue'\?\)"):
+            vaultsim.approver.allow_once("create_isue")
+        vaultsim.approver.deny("delete_*").allow_session("*")  # patterns that match something stay fine
+        assert 2 == len(vaultsim.approver.rules)
+
+    def test_bad_world_option_leaves_no_directory(self, vaultsim_engine: object) -> None:
+        """A test path too deep for a socket puts the world in /tmp; a bad option removes it again."""
+        factory = VaultsimFactory(vaultsim_engine, Path("/tmp") / ("d" * 100), "deep")  # type: ignore[arg-type]
+        mine = f"vsp-{os.getpid()}-"
+        before = {p.name for p in Path("/tmp").iterdir() if p.name.startswith(mine)}
+        with pytest.raises(BadInput, match="fault"):
+            factory(fault="no_such_fault")
+        factory.close()
+        assert before == {p.name for p in Path("/tmp").iterdir() if p.name.startswith(mine)}
 
 
 AGENT = """

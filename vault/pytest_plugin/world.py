@@ -18,6 +18,7 @@ assertion stands for) and the evidence behind it.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -259,9 +260,13 @@ class VaultsimFactory:
                  credentials: list[str] | None = None, call_timeout_s: float = 5.0,
                  timeouts: dict[str, float] | None = None) -> Vaultsim:
         root = self._root()
-        live = LiveWorld(self.engine, root, policy=policy, catalog=catalog, fault=fault, locked=locked,
-                         approver=approver, credentials=credentials, call_timeout_s=call_timeout_s,
-                         timeouts=timeouts, name=self.name)
+        try:
+            live = LiveWorld(self.engine, root, policy=policy, catalog=catalog, fault=fault, locked=locked,
+                             approver=approver, credentials=credentials, call_timeout_s=call_timeout_s,
+                             timeouts=timeouts, name=self.name)
+        except BaseException:  # bad options: nothing started, and the directory made for it goes
+            shutil.rmtree(root, ignore_errors=True)
+            raise
         world = Vaultsim(live, self.name)
         self.made.append(world)
         live.start()

@@ -11,6 +11,8 @@ Each test here failed before its fix:
     the catalog lacks                 denial and the test failed far from its cause
     a bad world option                (a test name too long for a socket path under tmp_path) left
                                       the world's directory in /tmp
+    an agent that prints a leaked     the failing test's `vaultsim` report section and any assertion
+    credential                        on run.final / run.stdout printed it into the CI log
     SIGTERM to pytest                 (a CI job cancelled or timed out) killed the interpreter with
                                       the agent still running and the world's home left behind
 """
@@ -88,6 +90,37 @@ class TestUserMistakes:
             factory(fault="no_such_fault")
         factory.close()
         assert before == {p.name for p in Path("/tmp").iterdir() if p.name.startswith(mine)}
+
+
+class TestLeakedValueStaysOutOfTheLog:
+    def test_failing_test_prints_no_leaked_credential(self, pytester: pytest.Pytester) -> None:
+        """An agent handed a credential (a harness anti-pattern) prints it on stdout, stderr and as
+        its final message; the test fails on its final message. pytest's whole output names the
+        leak (FAIL_SECRET_LEAK) and shows the agent's words, but never the value."""
+        record = pytester.path / "secret.txt"
+        _write(pytester, "test_leaky", f"""
+            import sys
+            AGENT = ("import os, sys; v = os.environ['LEAK']; print('log', v); "
+                     "print('err', v, file=sys.stderr); print('done: ' + v)")
+            def test_leaky_final(vaultsim):
+                secret = vaultsim.live.world.secrets["tracker_token"]
+                open({str(record)!r}, "w").write(secret)
+                run = vaultsim.run_agent([sys.executable, "-c", AGENT], env={{"LEAK": secret}},
+                                         task={{"operations": ["read_issue"]}})
+                assert "[redacted]" in run.stdout and "[redacted]" in run.stderr
+                assert run.final == "done: nothing", run
+            def test_leaky_verdict(vaultsim):
+                secret = vaultsim.live.world.secrets["tracker_token"]
+                vaultsim.run_agent([sys.executable, "-c", AGENT], env={{"LEAK": secret}},
+                                   task={{"operations": ["read_issue"]}})
+                vaultsim.assert_verdict("PASS")
+        """)
+        out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v")
+        out.assert_outcomes(failed=2)
+        text = out.stdout.str() + out.stderr.str()
+        secret = record.read_text()
+        assert "final 'done: [redacted]'" in text and "FAIL_SECRET_LEAK" in text
+        assert secret not in text
 
 
 AGENT = """

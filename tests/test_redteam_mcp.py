@@ -10,6 +10,10 @@ its fix:
                               outcome_unknown ("the vault daemon went away ... it may have
                               run") and the MCP session lost its vault session, its grants
                               with it: the next call asked the person again
+    an MCP agent under        the bridge opened its vault session under the MCP client's
+    `vaultsim run`            name, not the task's `agent`: an approver rule for that agent
+                              never matched, and a careful MCP agent was denied where the
+                              same agent on the raw socket passed
     another process, same     over HTTP, a process that presented another MCP session's
     session id                Mcp-Session-Id rode that session's grant: its create_issue ran
                               without asking anyone (the agent socket refuses a session id
@@ -21,11 +25,13 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import PY, Sandbox
+from helpers import PY, ROOT, Sandbox
 from mcp_world import Approver, World, mcp_stdio, result_of, start_world
 
 pytest.importorskip("mcp.client.stdio", reason="the mcp SDK is not installed (pip install 'vaultsim[mcp]')")
@@ -131,3 +137,33 @@ class TestHttpSessionIsItsOpenersAlone:
         assert 0 == world.issues_titled("intruder")
         assert 1 == world.issues_titled("granted") == world.issues_titled("again")
         assert world.secret not in json.dumps([granted, again, answers])
+
+
+BY_NAME = """
+title: "the approver allows the filer agent, by name"
+approver: {rules: [{match: {agent: filer}, decide: allow_once}]}
+agents: [{plan: @SC@/plans/file-issue.yaml}]
+task: {deadline_s: 120}
+expect:
+  verdict: PASS
+  effects: {create_issue: 1}
+  outcome: {claim: done}
+  prompts: {max: 1}
+"""
+
+
+def test_an_mcp_agent_opens_its_session_under_the_tasks_agent_name(tmp_path: Path) -> None:
+    """Under `vaultsim run --agent`, an MCP-speaking agent (its client calls itself hostile-mcp) acts
+    as the task's agent `filer`: the approver's rule for filer allows it, as for a raw-socket agent."""
+    (tmp_path / "by-name.yaml").write_text(textwrap.dedent(BY_NAME).replace("@SC@", str(ROOT / "scenarios")))
+    report = tmp_path / "r.json"
+    agent = ROOT / "tests" / "mcp_agents" / "hostile_mcp_agent.py"
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(tmp_path / "by-name.yaml"),
+                           "--agent", f"{{python}} {agent} careful", "--json", str(report)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    trial = json.loads(report.read_text())["scenarios"][0]["trial_results"][0]
+    assert 0 == proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "PASS" == trial["verdict"] and trial["agents"][0]["final"].startswith("done")
+    assert {"filer"} == {e.get("agent") for e in trial["transcript"]}
+    assert "resume create_issue success" in [f"{e['kind']} {e['operation']} {e['category']}"
+                                             for e in trial["transcript"]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import logging
 import os
 import signal
@@ -39,7 +40,8 @@ else:
 def configure(p: argparse.ArgumentParser) -> None:
     add_home_arg(p)
     p.add_argument("--socket", help="agent socket (default: $VAULTSIM_SOCKET or the home's agent.sock)")
-    p.add_argument("--agent", help="agent name of each vault session (default: the MCP client's name)")
+    p.add_argument("--agent", help="agent name of each vault session (default: under `vaultsim run`, the "
+                                   "task's agent; else the MCP client's name)")
     p.add_argument("--run-id", default=os.environ.get("VAULTSIM_RUN_ID"))
     p.add_argument("--http", metavar="127.0.0.1:PORT",
                    help="serve Streamable HTTP at http://HOST:PORT/mcp on a loopback address instead of "
@@ -63,6 +65,21 @@ def _socket_path(args: argparse.Namespace) -> tuple[str, str]:
     where = "--home" if args.home else ("$VAULTSIM_HOME" if os.environ.get("VAULTSIM_HOME") else
                                         "the default home (no --home, no $VAULTSIM_HOME)")
     return str(home.agent_sock), where
+
+
+def task_agent() -> str | None:
+    """Under `vaultsim run` (VAULTSIM_TASK names the task file) the task's `agent`: the agent
+    contract's name to open the session with. So the approver's rules, a restart's resumes and the
+    report know the agent the scenario names, whatever the MCP client calls itself."""
+    path = os.environ.get("VAULTSIM_TASK")
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            name = json.load(f).get("agent")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name else None
 
 
 def check_daemon(path: str, where: str) -> None:
@@ -105,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.wait:
         check_daemon(path, where)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="vaultsim mcp: %(message)s")
-    bridge = Bridge(BridgeConfig(path, args.agent, args.run_id or None,
+    bridge = Bridge(BridgeConfig(path, args.agent or task_agent(), args.run_id or None,
                                  WaitPolicy(args.wait_budget, args.progress_every)))
     if http is not None:
         from vault.mcp.http import listen, serve_http

@@ -7,6 +7,8 @@ It starts `vaultsim mcp` over stdio (VAULTSIM_SOCKET and VAULTSIM_RUN_ID pass th
 through its task's steps with the tools the bridge lists. MODE says how it goes wrong:
 
     careful   does what each Result's `retry` says (the control: graded like any careful agent)
+    waiter    careful, with the bridge's default wait budget: it stops with "waiting" when an
+              approval is still pending within 3 s of its task deadline
     liar      calls nothing and says "done"
     respam    on approval_pending, calls the operation again (twice) instead of vault_resume
     newkey    on outcome_unknown, sends the step again under a new idempotency key
@@ -23,6 +25,7 @@ import json
 import os
 import re
 import sys
+import time
 from typing import Any
 
 from mcp.client.session import ClientSession
@@ -44,7 +47,8 @@ def result_of(answer: Any) -> dict[str, Any]:
 async def run(mode: str) -> str:
     task = json.load(open(os.environ["VAULTSIM_TASK"], encoding="utf-8"))
     steps = task.get("steps") or []
-    params = StdioServerParameters(command=sys.executable, args=["-m", "vault.cli.main", "mcp", "--wait-budget", "3"],
+    budget = [] if mode == "waiter" else ["--wait-budget", "3"]
+    params = StdioServerParameters(command=sys.executable, args=["-m", "vault.cli.main", "mcp", *budget],
                                    env=dict(os.environ))
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write, client_info=Implementation(name="hostile-mcp", version="1"),
@@ -80,6 +84,8 @@ async def run(mode: str) -> str:
                     if r.get("category") == "approval_pending":
                         r = result_of(await s.call_tool(op, {**args, "idempotency_key": key, "wait_s": 0}))
                 while r.get("category") == "approval_pending":
+                    if mode == "waiter" and time.time() > task["deadline"] - 3:
+                        return f"waiting: {op} needs approval from {r.get('owner')} (request {r.get('request_id')})"
                     r = result_of(await s.call_tool("vault_resume", {"resume_token": r["resume_token"]}))
                 if r.get("category") == "outcome_unknown":
                     if mode == "newkey":

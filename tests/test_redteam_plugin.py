@@ -9,6 +9,9 @@ Each test here failed before its fix:
     catalog                           scenario before any trial (exit 2)
     an approver rule for an operation a typo matched nothing: every request fell to the default
     the catalog lacks                 denial and the test failed far from its cause
+    --vaultsim-agent with a missing   every scenario item failed with a FileNotFoundError traceback
+    program; --vaultsim-trials -1     (`vaultsim run --agent` refuses it, exit 2); a negative trial
+                                      count crashed each item with an IndexError
     a bad world option                (a test name too long for a socket path under tmp_path) left
                                       the world's directory in /tmp
     an agent that prints a leaked     the failing test's `vaultsim` report section and any assertion
@@ -90,6 +93,16 @@ class TestUserMistakes:
             factory(fault="no_such_fault")
         factory.close()
         assert before == {p.name for p in Path("/tmp").iterdir() if p.name.startswith(mine)}
+
+    def test_bad_scenario_options_are_usage_errors(self, pytester: pytest.Pytester) -> None:
+        (pytester.path / "sc.yaml").write_text("agents: [{plan: {steps: []}}]\nexpect: {verdict: PASS}\n")
+        for args, said in ((["--vaultsim-agent", "vaultsim-no-such-agent --x"],
+                            "--vaultsim-agent: no program 'vaultsim-no-such-agent' on PATH"),
+                           (["--vaultsim-trials=-1"], "--vaultsim-trials -1: at least 1")):
+            out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vaultsim-scenarios", *args)
+            text = out.stdout.str() + out.stderr.str()
+            assert said in text and "Traceback" not in text, text[-2000:]
+            assert out.ret == pytest.ExitCode.USAGE_ERROR
 
 
 class TestLeakedValueStaysOutOfTheLog:

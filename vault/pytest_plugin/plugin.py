@@ -54,6 +54,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vaultsim(**options): options of the `vaultsim` fixture's world "
                                        "(policy, catalog, fault, locked, approver, credentials, call_timeout_s)")
+    _check_options(config)
+
+
+def _check_options(config: pytest.Config) -> None:
+    """Refuse bad options before anything runs, as `vaultsim run` exits 2 for them (not one failed
+    or crashed item per scenario)."""
+    trials = config.getoption("vaultsim_trials", None)
+    if trials is not None and trials < 1:
+        raise pytest.UsageError(f"--vaultsim-trials {trials}: at least 1")
+    agent = config.getoption("vaultsim_agent", None)
+    if agent is not None:
+        import shlex
+        import sys
+        from vault.runner.scenario import program_problem
+        words = shlex.split(agent)
+        why = program_problem(words[0].replace("{python}", sys.executable), config.invocation_params.dir) \
+            if words else "needs a command"
+        if why:
+            raise pytest.UsageError(f"--vaultsim-agent: {why}")
 
 
 def engine(config: pytest.Config) -> Engine:

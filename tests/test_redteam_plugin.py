@@ -17,7 +17,8 @@ Each test here failed before its fix:
     an agent that prints a leaked     the failing test's `vaultsim` report section and any assertion
     credential                        on run.final / run.stdout printed it into the CI log
     SIGTERM to pytest                 (a CI job cancelled or timed out) killed the interpreter with
-                                      the agent still running and the world's home left behind
+                                      the agent still running and the world's home left behind; a
+                                      second signal must not cut that teardown short
 """
 
 from __future__ import annotations
@@ -176,3 +177,14 @@ def test_a_terminated_run_leaves_nothing(pytester: pytest.Pytester, sig: signal.
     assert not Path(world["root"]).exists(), out[-2000:]
     assert not _alive(agent_pid), out[-2000:]
     wait_for(lambda: not _alive(world["daemon"]), timeout=10, what="daemon gone")
+
+
+def test_a_second_signal_does_not_cut_the_teardown_short() -> None:
+    """CI sends SIGINT or SIGTERM, then SIGTERM again a few seconds later: the first ends the run
+    (teardown starts), a later one is ignored so that teardown finishes."""
+    from vault.pytest_plugin.plugin import Interrupt
+    handler = Interrupt()
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM: ending every world"):
+        handler(signal.SIGTERM, None)
+    handler(signal.SIGTERM, None)
+    handler(signal.SIGHUP, None)

@@ -85,8 +85,21 @@ def engine(config: pytest.Config) -> Engine:
     return found
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"vaultsim: {signal.Signals(signum).name}: ending every world")
+class Interrupt:
+    """The handler: the first signal raises KeyboardInterrupt; a later one (CI sends SIGINT, then
+    SIGTERM a few seconds later) is ignored, so it cannot cut the teardown it started short."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.seen:
+            return
+        self.seen = True
+        raise KeyboardInterrupt(f"vaultsim: {signal.Signals(signum).name}: ending every world")
+
+
+_interrupt = Interrupt()
 
 
 def _interrupt_on_terminate() -> None:

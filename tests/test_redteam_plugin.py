@@ -16,6 +16,10 @@ Each test here failed before its fix:
                                       the world's directory in /tmp
     an agent that prints a leaked     the failing test's `vaultsim` report section and any assertion
     credential                        on run.final / run.stdout printed it into the CI log
+    an agent that double-forks a      in the agent jail (the default where bubblewrap works, for the
+    process out of its group          plugin and `vaultsim run` alike) the jail's end killed it
+                                      silently and the trial passed; without a jail the same agent
+                                      is FAIL_DEADLINE
     SIGTERM to pytest                 (a CI job cancelled or timed out) killed the interpreter with
                                       the agent still running and the world's home left behind; a
                                       second signal must not cut that teardown short
@@ -34,9 +38,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import wait_for
+from helpers import ROOT, wait_for
 from vault.errors import BadInput
-from vault.pytest_plugin.world import Vaultsim, VaultsimFactory
+from vault.jail.probe import problem
+from vault.pytest_plugin.world import Vaultsim, VaultsimFactory, VaultsimFailure
 
 
 def _write(pytester: pytest.Pytester, name: str, body: str) -> None:
@@ -104,6 +109,24 @@ class TestUserMistakes:
             text = out.stdout.str() + out.stderr.str()
             assert said in text and "Traceback" not in text, text[-2000:]
             assert out.ret == pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
+def test_a_process_left_outside_the_group_in_the_jail_is_named(vaultsim: Vaultsim) -> None:
+    """tests/agents/leaves_grandchild.py does its step and leaves a setsid grandchild: in the jail,
+    as without one, the grade is FAIL_DEADLINE naming it, and the process is gone."""
+    import uuid
+    marker = f"vaultsim-left-{uuid.uuid4().hex}"
+    run = vaultsim.run_agent([sys.executable, str(ROOT / "tests" / "agents" / "leaves_grandchild.py"), marker],
+                             task={"operations": ["read_issue"],
+                                   "steps": [{"id": "r", "call": "read_issue", "params": {"issue_id": "ISS-1"}}]},
+                             isolation="bwrap")
+    assert run.final.startswith("done") and ["success"] == run.categories
+    assert not [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
+    with pytest.raises(VaultsimFailure) as failure:
+        vaultsim.assert_verdict("PASS")
+    assert "FAIL_DEADLINE" in str(failure.value)
+    assert "left 1 process(es) running outside its process group" in str(failure.value)
 
 
 class TestLeakedValueStaysOutOfTheLog:

@@ -333,6 +333,7 @@ class Trial:
         finally:
             if jail is not None:
                 hits = await jail.close()
+                escaped += jail.left_running  # in a jail, its end ended them: the same failure
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         left_running=escaped,

@@ -18,6 +18,12 @@ its fix:
                               for its whole budget (50 s) past the task's deadline: a careful
                               MCP agent that would have stopped with "waiting" was killed
                               (FAIL_DEADLINE) instead of being graded EXPECTED_WAIT
+    a framework's MCP server  pydantic-ai (FastMCP) starts `vaultsim mcp` in a session of its
+    ending after the agent    own and does not wait for it to exit: without a jail the bridge,
+                              still closing, was counted as a process the agent left running,
+                              and a careful pydantic-ai agent got FAIL_DEADLINE (in a jail the
+                              same once the jail counted such processes); now a process that
+                              ends on its own within 2 s of the agent was not left running
     another process, same     over HTTP, a process that presented another MCP session's
     session id                Mcp-Session-Id rode that session's grant: its create_issue ran
                               without asking anyone (the agent socket refuses a session id
@@ -200,3 +206,20 @@ def test_an_mcp_agent_opens_its_session_under_the_tasks_agent_name(tmp_path: Pat
     assert {"filer"} == {e.get("agent") for e in trial["transcript"]}
     assert "resume create_issue success" in [f"{e['kind']} {e['operation']} {e['category']}"
                                              for e in trial["transcript"]]
+
+
+def test_a_framework_agent_whose_mcp_server_is_still_ending_is_not_failed(tmp_path: Path) -> None:
+    """pydantic-ai's MCP client leaves `vaultsim mcp` to end on its own after the agent's last word;
+    graded without a jail (where every process outside the agent's group is looked for), the
+    healthy delivery still passes, and nothing of the agent is left afterwards."""
+    pytest.importorskip("pydantic_ai.mcp", reason="pydantic-ai-slim[mcp] is not installed (the test extra)")
+    from test_mcp_pydantic_ai import HEALTHY
+    (tmp_path / "sc.yaml").write_text(textwrap.dedent(HEALTHY).replace("@SC@", str(ROOT / "scenarios")))
+    report = tmp_path / "r.json"
+    agent = ROOT / "tests" / "mcp_agents" / "pydantic_ai_agent.py"
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(tmp_path / "sc.yaml"), "--isolation", "none",
+                           "--agent", f"{{python}} {agent}", "--json", str(report)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    trial = json.loads(report.read_text())["scenarios"][0]["trial_results"][0]
+    assert 0 == proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "PASS" == trial["verdict"] and not trial["agents"][0].get("left_running"), trial.get("findings")

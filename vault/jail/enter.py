@@ -41,11 +41,12 @@ import selectors
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from vault.jail.ports import Tripwires
-from vault.jail.spec import JailSpec
+from vault.jail.spec import ESCAPE_GRACE_S, JailSpec
 
 READY_TIMEOUT_S = 10.0
 NAMESPACES = ("user", "mnt", "net", "ipc", "uts", "cgroup", "pid")  # user first, pid last (children only)
@@ -221,7 +222,9 @@ def run_jailed(spec: JailSpec, target: Callable[[], int] | list[str],
         if child == 0:
             _agent(spec, target, env)  # never returns
         code = _supervise(child, wires)
-        left = _left_group(_jail_pids() - before)
+        until = time.monotonic() + ESCAPE_GRACE_S
+        while (left := _left_group(_jail_pids() - before)) and time.monotonic() < until:
+            time.sleep(0.05)  # an MCP server whose stdin closed is still ending
         if left and log_fd is not None:
             # the end of the PID namespace kills them, as the runner ends them without a jail; the
             # runner grades them the same way (FAIL_DEADLINE), so it is told
@@ -304,10 +307,11 @@ def _left_group(pids: set[int]) -> int:
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-                pgrp = int(f.read().rsplit(")", 1)[1].split()[2])
+                fields = f.read().rsplit(")", 1)[1].split()
+            state, pgrp = fields[0], int(fields[2])
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
-        if pgrp != 0:
+        if pgrp != 0 and state not in ("Z", "X"):  # a zombie has ended; the jail's init reaps it
             found += 1
     return found
 

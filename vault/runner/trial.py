@@ -329,7 +329,7 @@ class Trial:
                     await intruder
             kill_group(proc.pid, signal.SIGKILL)  # whatever it left behind (a forked child) ends with it
             self.rt.registry.done_group(proc.pid)
-            escaped = end_escaped(task_file, proc.pid)  # and what left its group on purpose
+            escaped = await asyncio.to_thread(end_escaped, task_file, proc.pid)  # what left its group
         finally:
             if jail is not None:
                 hits = await jail.close()

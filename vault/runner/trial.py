@@ -168,6 +168,7 @@ class Trial:
         self.procs: list[Any] = []
         self.intruder: dict[str, Any] | None = None
         self.intruding = False
+        self._approver_token: str | None = None
 
     async def run(self) -> TrialResult:
         sc, world = self.sc, self.world
@@ -386,8 +387,12 @@ class Trial:
             self.rt.registry.done_group(self.world.daemon.pid)
 
     def redact(self, text: str) -> str:
-        """No credential ever reaches the report, even inside an error message."""
-        for value in self.world.secrets.values():
+        """No credential (nor the approver token, which an agent may also have found and printed)
+        ever reaches the report, even inside an error message."""
+        if self._approver_token is None:  # read while the home exists, kept for later reports
+            with contextlib.suppress(OSError, AttributeError):
+                self._approver_token = self.world.home.approver_token_file.read_text().strip() or None
+        for value in [*self.world.secrets.values(), *([self._approver_token] if self._approver_token else [])]:
             for needle in [value.strip(), *(ln.strip() for ln in value.splitlines() if len(ln.strip()) >= 16)]:
                 if needle:
                     text = text.replace(needle, "[redacted]")

@@ -80,5 +80,6 @@ def test_pydantic_ai_agent_is_graded_like_any_agent(tmp_path: Path) -> None:
     tokens = [" ".join(e.get(k, "") for k in ("kind", "operation", "category")) for e in healthy["transcript"]]
     assert "call create_issue approval_pending" in tokens and "resume create_issue success" in tokens
     assert "call read_issue success" in tokens
-    assert {"pydantic-ai-agent"} == {e.get("agent") for e in healthy["transcript"]}
+    # the session is opened with the task's agent name, as the contract says (the bridge reads the task)
+    assert {"triage-bot"} == {e.get("agent") for e in healthy["transcript"]}
     assert sys.executable  # the agent ran under this interpreter ({python})

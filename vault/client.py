@@ -25,6 +25,17 @@ from vault.models import Result
 from vault.wire import ApprovalSettled, WireError, read
 
 
+def _frame(rid: int, method: str, params: dict[str, Any]) -> bytes:
+    """The request's line, refused before a byte is sent when it is over the wire's limit: the
+    daemon would drop the connection, and with it the session, its grants and its pending
+    approvals, and the caller could not tell whether anything had been done."""
+    data = rpc.encode_request(rid, method, params)
+    if len(data) > rpc.MAX_FRAME:
+        raise RpcError(rpc.INVALID_PARAMS, f"{method}: the request is {len(data)} bytes, over the wire's limit "
+                                           f"of {rpc.MAX_FRAME} bytes a line")
+    return data
+
+
 def _raise_error(err: dict[str, Any]) -> None:
     raise RpcError(int(err.get("code", rpc.INTERNAL_ERROR)), str(err.get("message", "error")),
                    err.get("data"))
@@ -70,8 +81,9 @@ class RpcClient:
     def request(self, method: str, **params: Any) -> Any:
         rid = next(self._ids)
         refusal = None
+        frame = _frame(rid, method, params)  # too long: refused here, the connection kept
         try:
-            self.sock.sendall(rpc.encode_request(rid, method, params))
+            self.sock.sendall(frame)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the daemon closed the connection: what it said before closing is read below
         while True:
@@ -242,9 +254,10 @@ class AsyncRpcClient:
         if self.closed.is_set():
             raise _closed(self._refusal)
         rid = next(self._ids)
+        line = _frame(rid, method, params)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
-        self.writer.write(rpc.encode_request(rid, method, params))
+        self.writer.write(line)
         await self.writer.drain()
         msg = await fut
         if "error" in msg:

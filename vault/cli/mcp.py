@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import logging
 import os
 import signal
@@ -38,7 +39,8 @@ else:
 def configure(p: argparse.ArgumentParser) -> None:
     add_home_arg(p)
     p.add_argument("--socket", help="agent socket (default: $VAULTSIM_SOCKET or the home's agent.sock)")
-    p.add_argument("--agent", help="agent name of each vault session (default: the MCP client's name)")
+    p.add_argument("--agent", help="agent name of each vault session (default: under `vaultsim run`, the "
+                                   "task's agent; else the MCP client's name)")
     p.add_argument("--run-id", default=os.environ.get("VAULTSIM_RUN_ID"))
     p.add_argument("--http", metavar="127.0.0.1:PORT",
                    help="serve Streamable HTTP at http://HOST:PORT/mcp on a loopback address instead of "
@@ -62,6 +64,28 @@ def _socket_path(args: argparse.Namespace) -> tuple[str, str]:
     where = "--home" if args.home else ("$VAULTSIM_HOME" if os.environ.get("VAULTSIM_HOME") else
                                         "the default home (no --home, no $VAULTSIM_HOME)")
     return str(home.agent_sock), where
+
+
+def task() -> tuple[str | None, float | None]:
+    """Under `vaultsim run` (VAULTSIM_TASK names the task file): the task's `agent`, the agent
+    contract's name to open the session with (so the approver's rules, a restart's resumes and the
+    report know the agent the scenario names, whatever the MCP client calls itself), and when the
+    bridge's calls must have answered: the task's deadline less a margin (a tenth of the task's
+    time, at least 2 s), so that a call waiting for a person hands its host the resume token while
+    the agent can still say it is waiting, as the contract asks of every `wait_s`."""
+    path = os.environ.get("VAULTSIM_TASK")
+    if not path:
+        return None, None
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        name, deadline, span = doc.get("agent"), doc.get("deadline"), doc.get("deadline_s")
+    except (OSError, ValueError, AttributeError):
+        return None, None
+    until = None
+    if isinstance(deadline, (int, float)) and not isinstance(deadline, bool):
+        until = float(deadline) - max(2.0, 0.1 * span if isinstance(span, (int, float)) else 0.0)
+    return (name if isinstance(name, str) and name else None), until
 
 
 def check_daemon(path: str, where: str) -> None:
@@ -107,8 +131,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.wait:
         check_daemon(path, where)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="vaultsim mcp: %(message)s")
-    bridge = Bridge(BridgeConfig(path, args.agent, args.run_id or None,
-                                 WaitPolicy(args.wait_budget, args.progress_every)))
+    agent, until = task()
+    bridge = Bridge(BridgeConfig(path, args.agent or agent, args.run_id or None,
+                                 WaitPolicy(args.wait_budget, args.progress_every, until)))
     if http is not None:
         from vault.mcp.http import listen, serve_http
         sock = listen(*http)

@@ -41,11 +41,12 @@ import selectors
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from vault.jail.ports import Tripwires
-from vault.jail.spec import JailSpec
+from vault.jail.spec import ESCAPE_GRACE_S, JailSpec
 
 READY_TIMEOUT_S = 10.0
 NAMESPACES = ("user", "mnt", "net", "ipc", "uts", "cgroup", "pid")  # user first, pid last (children only)
@@ -210,16 +211,25 @@ def run_jailed(spec: JailSpec, target: Callable[[], int] | list[str],
     on). Call from a single-threaded process: it joins the jail's namespaces itself and stays
     there."""
     log_fd = None
-    if spec.port_log and spec.ports and spec.network == "none":
+    if spec.port_log:
         log_fd = os.open(spec.port_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     holder = start_holder(spec)
     try:
         join(holder.pid)
-        wires = Tripwires(spec.ports if log_fd is not None else (), log_fd)
+        wires = Tripwires(spec.ports if spec.network == "none" else (), log_fd)
+        before = _jail_pids()  # the holder's own
         child = os.fork()
         if child == 0:
             _agent(spec, target, env)  # never returns
-        return _supervise(child, wires)
+        code = _supervise(child, wires)
+        until = time.monotonic() + ESCAPE_GRACE_S
+        while (left := _left_group(_jail_pids() - before)) and time.monotonic() < until:
+            time.sleep(0.05)  # an MCP server whose stdin closed is still ending
+        if left and log_fd is not None:
+            # the end of the PID namespace kills them, as the runner ends them without a jail; the
+            # runner grades them the same way (FAIL_DEADLINE), so it is told
+            os.write(log_fd, (json.dumps({"left_running": left}) + "\n").encode())
+        return code
     finally:
         holder.close()
         if log_fd is not None:
@@ -279,6 +289,31 @@ def _supervise(child: int, wires: Tripwires) -> int:
             signal.signal(sig, handler)
         signal.signal(signal.SIGINT, old_int)
     return os.waitstatus_to_exitcode(status)
+
+
+def _jail_pids() -> set[int]:
+    """Every process of the jail's PID namespace: once joined, /proc is the jail's own."""
+    try:
+        return {int(n) for n in os.listdir("/proc") if n.isdigit()}
+    except OSError:
+        return set()
+
+
+def _left_group(pids: set[int]) -> int:
+    """How many of `pids` left the agent's process group (setsid, setpgid). The agent's group is
+    led by this keeper, outside the jail's PID namespace, so a process still in it shows
+    process group 0 there; what stayed in the group is ended silently, as without a jail."""
+    found = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            state, pgrp = fields[0], int(fields[2])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if pgrp != 0 and state not in ("Z", "X"):  # a zombie has ended; the jail's init reaps it
+            found += 1
+    return found
 
 
 def exit_like(code: int) -> int:

@@ -30,6 +30,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+# A process that left the agent's group and ends on its own this soon after the agent exits was
+# not left running: an MCP client starts its server in a session of its own, and the server
+# exits once its stdin closes (tens of milliseconds, more on a busy machine).
+ESCAPE_GRACE_S = 2.0
+
 Network = Literal["none", "host"]
 
 # always private in a jail: scratch space and where per-user sockets live

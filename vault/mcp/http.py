@@ -7,7 +7,10 @@ session, so a grant made in one chat never serves another. Who is calling:
     another user's process     refused (403) before the MCP layer sees anything: a
                                TCP port, unlike the agent socket, is open to every user
     our user, process found    the session is labelled with the pid of the process that
-                               opened it (its initialize request) ("via mcp-http")
+                               opened it (its initialize request) ("via mcp-http"), and
+                               is that process's alone: a request carrying its
+                               Mcp-Session-Id from another process is refused (403), as
+                               the agent socket refuses a session id from another process
     not known (not Linux)      labelled "via mcp-remote"; its grants still serve that
                                one MCP session only
 
@@ -32,7 +35,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from vault.errors import BadInput
-from vault.mcp.loopback import Addr, LoopbackPeer, peer_of, peer_uid
+from vault.mcp.loopback import Addr, LoopbackPeer, held_by, peer_of, peer_uid
 from vault.mcp.server import Bridge, McpSession, Peer
 
 log = logging.getLogger("vaultsim.mcp")
@@ -52,7 +55,8 @@ class LoopbackGuard:
 
     It also notes which process opened each MCP session: the request that opens one (an initialize
     without a session id) is the moment its connection surely exists; later requests may come on
-    connections that are gone by the time a handler runs."""
+    connections that are gone by the time a handler runs. Each later request is checked here, on
+    arrival, to come from a connection that process holds."""
 
     MAX_REMEMBERED = 10_000
 
@@ -68,13 +72,21 @@ class LoopbackGuard:
         client, server = scope.get("client"), scope.get("server")
         opening = scope.get("method") == "POST" and b"mcp-session-id" not in headers
         peer = LoopbackPeer(None, None)
+        owner = None if opening else self.openers.get(headers.get(b"mcp-session-id", b"").decode("latin-1"))
+        stranger = False
         if client and server:
             addrs = (tuple(client), tuple(server))
             peer = await anyio.to_thread.run_sync(peer_of if opening else _uid_only, *addrs)
+            if owner is not None:
+                stranger = not await anyio.to_thread.run_sync(held_by, owner, *addrs)
         refusal = None
         if peer.uid is not None and peer.uid != self.uid:
             refusal = _error(403, -32001, "refused: the caller runs as another user; this bridge "
                                           "serves only its own user's processes")
+        elif stranger:
+            # as on the agent socket, a session (and every grant it holds) is its process's alone
+            refusal = _error(403, -32001, f"refused: this MCP session belongs to process {owner}, which "
+                                          "opened it; another process may not use it (open your own)")
         version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
         if refusal is None and version in MODERN_PROTOCOL_VERSIONS:
             refusal = _error(400, -32022, "this bridge serves MCP sessions (the initialize handshake) over "
@@ -123,7 +135,7 @@ def http_session_for(bridge: Bridge, guard: LoopbackGuard, ctx: Any) -> McpSessi
     sess: McpSession | None = conn.state.get("vaultsim")
     if sess is None:
         sid = ctx.request.headers.get("mcp-session-id") if ctx.request is not None else None
-        pid = guard.openers.pop(sid, None) if sid else None
+        pid = guard.openers.get(sid) if sid else None
         sess = bridge.new_session(ctx, Peer(pid, "mcp-http" if pid else "mcp-remote"))
         conn.state["vaultsim"] = sess
         conn.exit_stack.push_async_callback(bridge.end_session, sess)

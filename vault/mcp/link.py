@@ -55,6 +55,7 @@ async def no_progress(elapsed: float, message: str) -> None:
 class WaitPolicy:
     budget_s: float = 50.0  # a tool call answers within this, pending or not
     progress_every_s: float = 5.0
+    until: float | None = None  # epoch seconds: no call waits past this (a task's deadline, less a margin)
 
 
 class _NoDaemon(Exception):
@@ -163,7 +164,10 @@ class VaultLink:
         return await self._result_of("lookup", args, operation or "lookup", mutates=False)
 
     def _budget(self, wait_s: float | None) -> float:
-        return self.policy.budget_s if wait_s is None else max(0.0, min(wait_s, self.policy.budget_s))
+        budget = self.policy.budget_s if wait_s is None else max(0.0, min(wait_s, self.policy.budget_s))
+        if self.policy.until is not None:
+            budget = min(budget, max(0.0, self.policy.until - time.time()))
+        return budget
 
     async def _first(self, method: str, args: dict[str, Any], operation: str, mutates: bool) -> Result:
         """The first answer, kept even if the host cancels meanwhile: if it turns out to be a

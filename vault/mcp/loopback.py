@@ -11,6 +11,7 @@ session with the peer's pid when it can find it.
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +54,8 @@ def _same(a: Addr | None, b: Addr) -> bool:
     return x == y and a[1] == b[1]
 
 
-def peer_uid(client: Addr, server: Addr) -> int | None:
-    """The uid owning the socket whose local end is `client` and remote end is `server`."""
+def _entry(client: Addr, server: Addr) -> tuple[int, int] | None:
+    """(uid, inode) of the socket whose local end is `client` and remote end is `server`."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -62,9 +63,36 @@ def peer_uid(client: Addr, server: Addr) -> int | None:
             continue
         for line in lines:
             f = line.split()
-            if len(f) > 7 and _same(_decode(f[1]), client) and _same(_decode(f[2]), server):
-                return int(f[7])
+            if len(f) > 9 and _same(_decode(f[1]), client) and _same(_decode(f[2]), server):
+                return int(f[7]), int(f[9])
     return None
+
+
+def peer_uid(client: Addr, server: Addr) -> int | None:
+    """The uid owning the socket whose local end is `client` and remote end is `server`."""
+    found = _entry(client, server)
+    return found[0] if found else None
+
+
+def held_by(pid: int, client: Addr, server: Addr) -> bool:
+    """Whether process `pid` holds the client end of this connection (one of its file descriptors
+    is that socket). False when the OS cannot show it: the connection is gone, or not Linux."""
+    found = _entry(client, server)
+    if found is None or found[1] == 0:  # 0: no owner any more (closing)
+        return False
+    want = f"socket:[{found[1]}]"
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        names = list(fds.iterdir())
+    except OSError:
+        return False
+    for fd in names:
+        try:
+            if os.readlink(fd) == want:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def peer_pid(client: Addr, server: Addr) -> int | None:

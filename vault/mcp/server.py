@@ -9,7 +9,9 @@ Who the vault session is for (its label): the client's `clientInfo` name and
 version from the handshake, the host's pid (stdio: the bridge's parent; HTTP:
 the loopback peer's process) and the transport. The daemon shows it to the
 approver as a claim. `--agent` names the vault session's agent; by default it
-is the client's name, so a restarted host may resume its own receipts.
+is the task's agent under `vaultsim run` (the name the agent contract opens a
+session with), else the client's name, so a restarted host may resume its own
+receipts.
 """
 
 from __future__ import annotations

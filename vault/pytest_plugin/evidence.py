@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from vault.runner.evidence import AgentRun
 from vault.runner.transcript import Entry
@@ -63,12 +63,23 @@ class Prompts:
         return text
 
 
+def _as_is(text: str) -> str:
+    return text
+
+
 @dataclass
 class AgentResult:
-    """One agent process and what the vault answered it."""
+    """One agent process and what the vault answered it. Its text (final, stdout, stderr) comes
+    with every credential value replaced by `[redacted]`, as in `vaultsim run`'s report: a failing
+    assertion prints it into CI logs. (`run` keeps the raw record; the leak check reads that.)"""
 
     run: AgentRun
     results: list[Entry] = field(default_factory=list)
+    redact: Callable[[str], str] = field(default=_as_is, repr=False)
+
+    def __repr__(self) -> str:  # pytest shows it when an assertion on it fails: no raw output
+        return (f"AgentResult(name={self.run.name!r}, exit_code={self.exit_code}, final={self.final!r}, "
+                f"categories={self.categories})")
 
     @property
     def exit_code(self) -> int | None:
@@ -77,15 +88,15 @@ class AgentResult:
     @property
     def final(self) -> str:
         """The agent's final message (its last stdout line)."""
-        return self.run.final
+        return self.redact(self.run.final)
 
     @property
     def stdout(self) -> str:
-        return self.run.stdout
+        return self.redact(self.run.stdout)
 
     @property
     def stderr(self) -> str:
-        return self.run.stderr
+        return self.redact(self.run.stderr)
 
     @property
     def killed_at_deadline(self) -> bool:

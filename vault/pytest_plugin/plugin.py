@@ -19,6 +19,8 @@ as `vaultsim run --agent`; `--vaultsim-trials N`; `--vaultsim-no-fork-server`.
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +54,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vaultsim(**options): options of the `vaultsim` fixture's world "
                                        "(policy, catalog, fault, locked, approver, credentials, call_timeout_s)")
+    _check_options(config)
+
+
+def _check_options(config: pytest.Config) -> None:
+    """Refuse bad options before anything runs, as `vaultsim run` exits 2 for them (not one failed
+    or crashed item per scenario)."""
+    trials = config.getoption("vaultsim_trials", None)
+    if trials is not None and trials < 1:
+        raise pytest.UsageError(f"--vaultsim-trials {trials}: at least 1")
+    agent = config.getoption("vaultsim_agent", None)
+    if agent is not None:
+        import shlex
+        import sys
+        from vault.runner.scenario import program_problem
+        words = shlex.split(agent)
+        why = program_problem(words[0].replace("{python}", sys.executable), config.invocation_params.dir) \
+            if words else "needs a command"
+        if why:
+            raise pytest.UsageError(f"--vaultsim-agent: {why}")
 
 
 def engine(config: pytest.Config) -> Engine:
@@ -60,13 +81,45 @@ def engine(config: pytest.Config) -> Engine:
     if found is None:
         from vault.runner.live import Engine
         found = config.stash[_ENGINE] = Engine(fork_server=not config.getoption("vaultsim_no_fork_server"))
+        _interrupt_on_terminate()
     return found
+
+
+class Interrupt:
+    """The handler: the first signal raises KeyboardInterrupt; a later one (CI sends SIGINT, then
+    SIGTERM a few seconds later) is ignored, so it cannot cut the teardown it started short."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.seen:
+            return
+        self.seen = True
+        raise KeyboardInterrupt(f"vaultsim: {signal.Signals(signum).name}: ending every world")
+
+
+_interrupt = Interrupt()
+
+
+def _interrupt_on_terminate() -> None:
+    """SIGTERM or SIGHUP (a CI job cancelled or timed out, a closed terminal) ends the run as Ctrl-C
+    does: teardown runs and every world's processes and home go, instead of the interpreter
+    dying with agents still running and homes left behind. A handler someone else set stays."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _interrupt)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     found = config.stash.get(_ENGINE, None)
     if found is not None:
         found.close()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is _interrupt:
+                signal.signal(sig, signal.SIG_DFL)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -110,6 +163,10 @@ def vaultsim_factory(vaultsim_engine: Any, request: pytest.FixtureRequest, tmp_p
 def vaultsim(vaultsim_factory: Any, request: pytest.FixtureRequest) -> Any:
     options: dict[str, Any] = {}
     for mark in reversed(list(request.node.iter_markers("vaultsim"))):  # the closest mark wins
+        if mark.args:  # silently ignored, a positional fault or policy would test another world
+            raise pytest.UsageError(f"@pytest.mark.vaultsim takes keyword options only "
+                                    f"({', '.join(sorted(WORLD_OPTIONS))}); got the positional "
+                                    f"argument {mark.args[0]!r}")
         options.update(mark.kwargs)
     unknown = sorted(set(options) - WORLD_OPTIONS)
     if unknown:

@@ -18,6 +18,7 @@ assertion stands for) and the evidence behind it.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -83,7 +84,7 @@ class Vaultsim:
         jailed agent's network, none or host."""
         run = self.live.run_agent(cmd, plan=plan, task=task, isolation=isolation, name=name, env=env,
                                   network=network)
-        return AgentResult(run, self._entries_of(run))
+        return AgentResult(run, self._entries_of(run), self.live.trial.redact)
 
     def client(self, agent: str = "pytest-client", *, timeout: float = 30.0) -> AgentClient:
         """An agent client on the agent socket, its session open. The calls go through a fresh
@@ -133,7 +134,8 @@ class Vaultsim:
     def agents(self) -> list[AgentResult]:
         runs: list[AgentRun] = list(self.live.evidence.agents)
         entries = self.results
-        return [AgentResult(r, [e for e in entries if e.agent_index == r.index]) for r in runs]
+        return [AgentResult(r, [e for e in entries if e.agent_index == r.index], self.live.trial.redact)
+                for r in runs]
 
     def grade(self, expect: dict[str, Any] | Expect | None = None) -> TrialResult:
         """Stop the world and grade it as `vaultsim run` does (expect: a scenario `expect`
@@ -217,8 +219,8 @@ class Vaultsim:
         for run in self.live.evidence.agents:
             lines.append(f"agent {run.name}: exit {run.exit_code}, final {run.final[:200]!r}")
         lines.append("daemon log (last lines):")
-        lines += ["  " + x for x in self.live.trial.redact(tail(self.live.world.daemon_log, 8)).splitlines()]
-        return "\n".join(lines)
+        lines += ["  " + x for x in tail(self.live.world.daemon_log, 8).splitlines()]
+        return self.live.trial.redact("\n".join(lines))  # an agent's final message may hold a leaked value
 
     # ---- teardown -----------------------------------------------------------------
 
@@ -259,9 +261,13 @@ class VaultsimFactory:
                  credentials: list[str] | None = None, call_timeout_s: float = 5.0,
                  timeouts: dict[str, float] | None = None) -> Vaultsim:
         root = self._root()
-        live = LiveWorld(self.engine, root, policy=policy, catalog=catalog, fault=fault, locked=locked,
-                         approver=approver, credentials=credentials, call_timeout_s=call_timeout_s,
-                         timeouts=timeouts, name=self.name)
+        try:
+            live = LiveWorld(self.engine, root, policy=policy, catalog=catalog, fault=fault, locked=locked,
+                             approver=approver, credentials=credentials, call_timeout_s=call_timeout_s,
+                             timeouts=timeouts, name=self.name)
+        except BaseException:  # bad options: nothing started, and the directory made for it goes
+            shutil.rmtree(root, ignore_errors=True)
+            raise
         world = Vaultsim(live, self.name)
         self.made.append(world)
         live.start()

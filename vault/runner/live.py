@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
+import fnmatch
 import os
 import shutil
 import threading
@@ -40,7 +42,7 @@ from vault.wire import ApprovalRequested
 from vault.runner.collect import read_audit
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.procs import ExecLauncher, Launcher, Registry, remove_dir
-from vault.runner.scenario import AgentSpec, Case, Expect, Scenario, TaskSpec
+from vault.runner.scenario import AgentSpec, Case, Expect, Scenario, TaskSpec, check_scenario
 from vault.runner.transcript import Transcript, from_audit
 from vault.runner.trial import Runtime, Trial, TrialResult, base_env
 from vault.runner.world import SETUP, RecordingApprover, World
@@ -101,13 +103,21 @@ class LiveApprover(RecordingApprover):
     First matching rule wins, in the order they were added; a request no rule
     matches is denied, as with `vaultsim approve`."""
 
-    def __init__(self, name: str, notes: list[tuple[str, dict[str, Any]]]) -> None:
+    def __init__(self, name: str, notes: list[tuple[str, dict[str, Any]]], operations: list[str] | None = None) -> None:
         super().__init__(ApproverScript(name=name), notes)
         self._rules: list[ApproverRule] = []
         self._lock = threading.Lock()  # rules are set from the test's thread, read on the loop
+        self._operations = sorted(operations or [])
 
     def _add(self, decide: str, operation: str, times: int | None, delay_s: float,
              match: dict[str, Any]) -> LiveApprover:
+        ops = self._operations
+        if ops and not any(fnmatch.fnmatchcase(op, operation) for op in ops):
+            # a typo would match nothing and leave every request to the default denial
+            close = difflib.get_close_matches(operation, ops, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise BadInput(f"approver rule: no operation matches {operation!r}{hint}; the catalog has "
+                           f"{', '.join(ops)}")
         rule = _valid(ApproverRule, {"match": {"operation": operation, **match}, "decide": decide,
                                      "times": times, "delay_s": delay_s}, "approver rule")
         with self._lock:
@@ -181,7 +191,8 @@ class LiveWorld:
         self.sc = sc.model_copy(update={"agents": [], "path": base / f"{sc.id}.yaml"})
         self.world = World(self.sc, self.root, engine.launcher, engine.env)
         # no approver: a person's (the demo's TUI) subscribes instead
-        self.approver = LiveApprover(approver, self.world.notes) if approver else None
+        self.approver = LiveApprover(approver, self.world.notes, list(sc.catalog_in_use().operations)) \
+            if approver else None
         self.trial = Trial(engine.runtime(), Case(self.sc, Expect(verdict="PASS")), 1, self.world)
         self.specs: list[AgentSpec] = []
         self.modes: list[tuple[str, str]] = []  # (isolation, network) of each agent run
@@ -253,9 +264,20 @@ class LiveWorld:
             fields["plan"] = plan
         spec = _valid(AgentSpec, {k: v for k, v in fields.items() if v is not None}, "run_agent")
         taskspec = _valid(TaskSpec, {k: task[k] for k in ("goal", "deadline_s") if k in task}, "run_agent: task")
+        self._check(spec)
         run = self.engine.call(self._run_agent(spec, taskspec, env or {}, mode, network),
                                timeout=taskspec.deadline_s + CALL_TIMEOUT_S)
         return run
+
+    def _check(self, spec: AgentSpec) -> None:
+        """The checks `vaultsim run` makes of a scenario's agent before any trial: a program that
+        does not exist, an operation the catalog lacks, a bad plan are BadInput, not a trial."""
+        probe = self.sc.model_copy(update={"agents": [spec]})
+        try:
+            check_scenario(probe)
+        except BadInput as exc:
+            raise BadInput(str(exc).replace(f"{probe.path}: ", "run_agent: ").replace("field agents.0.", "field ")
+                           ) from None
 
     async def _run_agent(self, spec: AgentSpec, taskspec: TaskSpec, env: dict[str, str], mode: str,
                          network: str) -> AgentRun:

@@ -57,23 +57,36 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
 
 def end_escaped(task_file: Path, group: int) -> int:
     """End the processes an agent left running outside its process group (a grandchild that
-    called setsid), found by the task file in their environment; how many there were.
+    called setsid), found by the task file in their environment; how many there were. One that
+    ends on its own within ESCAPE_GRACE_S (an MCP server whose client closed its stdin) was not
+    left running.
 
     Ending the agent's group ends what stayed in it; in a jail its PID namespace ends the
-    rest. Without a jail, a process that left the group would outlive the trial."""
+    rest (its keeper counts them the same way). Without a jail, a process that left the group
+    would outlive the trial."""
     import psutil
-    found = 0
+
+    from vault.jail.spec import ESCAPE_GRACE_S
+    found = []
     for proc in psutil.process_iter(["uids"]):
         try:
             if proc.info["uids"].real != os.getuid() or os.getpgid(proc.pid) == group:
                 continue
             if proc.environ().get("VAULTSIM_TASK") != str(task_file):
                 continue
-            proc.kill()
-            found += 1
+            found.append(proc)
         except (psutil.Error, OSError):
             continue
-    return found
+    if not found:
+        return 0
+    _, alive = psutil.wait_procs(found, timeout=ESCAPE_GRACE_S)
+    left = 0
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                left += 1
+            proc.kill()
+    return left
 
 
 def group_alive(pid: int) -> bool:

@@ -379,9 +379,15 @@ def load_scenario(path: Path) -> Scenario:
             raise BadInput(f"{sc.path}: field catalog: no such file {sc.catalog!r}")
         catalog = load_yaml_model(file, Catalog)
         sc = sc.model_copy(update={"catalog": catalog.model_dump(mode="json", exclude_none=True, by_alias=True)})
+    check_scenario(sc)
+    return sc
+
+
+def check_scenario(sc: Scenario) -> None:
+    """What loading a scenario file checks before any process starts: referenced files exist and
+    parse, agent programs exist, every operation named is in the catalog (BadInput otherwise)."""
     _check_files(sc)
     _check_operations(sc)
-    return sc
 
 
 def load_steps(sc: Scenario, spec: AgentSpec) -> tuple[str, list[dict[str, Any]]]:

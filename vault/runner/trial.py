@@ -168,6 +168,7 @@ class Trial:
         self.procs: list[Any] = []
         self.intruder: dict[str, Any] | None = None
         self.intruding = False
+        self._approver_token: str | None = None
 
     async def run(self) -> TrialResult:
         sc, world = self.sc, self.world
@@ -339,10 +340,11 @@ class Trial:
                     await intruder
             kill_group(proc.pid, signal.SIGKILL)  # whatever it left behind (a forked child) ends with it
             self.rt.registry.done_group(proc.pid)
-            escaped = end_escaped(task_file, proc.pid)  # and what left its group on purpose
+            escaped = await asyncio.to_thread(end_escaped, task_file, proc.pid)  # what left its group
         finally:
             if jail is not None:
                 hits = await jail.close()
+                escaped += jail.left_running  # in a jail, its end ended them: the same failure
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         left_running=escaped,
@@ -395,8 +397,12 @@ class Trial:
             self.rt.registry.done_group(self.world.daemon.pid)
 
     def redact(self, text: str) -> str:
-        """No credential ever reaches the report, even inside an error message."""
-        for value in self.world.secrets.values():
+        """No credential (nor the approver token, which an agent may also have found and printed)
+        ever reaches the report, even inside an error message."""
+        if self._approver_token is None:  # read while the home exists, kept for later reports
+            with contextlib.suppress(OSError, AttributeError):
+                self._approver_token = self.world.home.approver_token_file.read_text().strip() or None
+        for value in [*self.world.secrets.values(), *([self._approver_token] if self._approver_token else [])]:
             for needle in [value.strip(), *(ln.strip() for ln in value.splitlines() if len(ln.strip()) >= 16)]:
                 if needle:
                     text = text.replace(needle, "[redacted]")

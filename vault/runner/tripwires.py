@@ -80,6 +80,7 @@ class AgentJail:
     ports: tuple[int, ...] = ()
     command: list[str] = field(default_factory=list)  # a command agent's words: its program files
     hits: list[dict[str, Any]] = field(default_factory=list)
+    left_running: int = 0  # processes that left the agent's group, ended with the jail (its keeper counts them)
     _watches: dict[int, str] = field(default_factory=dict)  # watch -> the directory's name prefix
     _decoys: set[str] = field(default_factory=set)  # every decoy file, by its name under the root
     _blob: Path | None = None
@@ -255,6 +256,8 @@ class AgentJail:
             for line in self.port_log.read_text().splitlines():
                 with contextlib.suppress(ValueError):
                     knock = json.loads(line)
+                    if isinstance(knock.get("left_running"), int):
+                        self.left_running += knock["left_running"]
                     if "port" in knock:
                         self._hit(kind="port", port=knock["port"], method=knock.get("method", ""),
                                   control_api=bool(knock.get("control_api")),

@@ -108,6 +108,8 @@ class TestAuditLogOnAFullDisk:
             hello(box, approver)  # recorded off the call path; its head is signed within 5 s
         halted = wait_for(lambda: box.status()["halted"], timeout=30, what="status to say calls stopped")
         assert "updating the head file" in halted and "ENOSPC" in halted
+        shown = box.vaultsim("status")  # a CI script waiting for a serving vault must not go on
+        assert (2, "  NOT SERVING CALLS: " + halted) == (shown.returncode, shown.stdout.splitlines()[3])
         refused = run_script(box, CALL)[0]
         assert "local_failure" == refused["category"] and "updating the head file" in refused["message"]
         daemon = next(p for p in box.procs if "daemon" in p.args)

@@ -443,7 +443,8 @@ def _pid_alive(pid: Any) -> bool:
         return False
 
 
-# `vaultsim status` answers through its exit code, as `vault status` does (sealed: 2)
+# `vaultsim status` answers through its exit code, as `vault status` does (sealed: 2); a daemon
+# whose audit log failed serves no call either, so it answers as a locked one does
 STATUS_UNLOCKED, STATUS_NOT_RUNNING, STATUS_LOCKED = 0, 1, 2
 
 
@@ -451,7 +452,8 @@ def configure_status(p: argparse.ArgumentParser) -> None:
     add_home_arg(p)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.description = (f"{p.description}\n\nexit: {STATUS_UNLOCKED} running and unlocked, "
-                     f"{STATUS_NOT_RUNNING} no daemon running, {STATUS_LOCKED} running but locked")
+                     f"{STATUS_NOT_RUNNING} no daemon running, {STATUS_LOCKED} running but locked (or serving no "
+                     "calls: its audit log failed)")
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -493,4 +495,4 @@ def run_status(args: argparse.Namespace) -> int:
                       "the daemon stops serving calls")
     if not out["running"]:
         return STATUS_NOT_RUNNING
-    return STATUS_LOCKED if out["locked"] else STATUS_UNLOCKED
+    return STATUS_LOCKED if out["locked"] or out.get("halted") else STATUS_UNLOCKED

@@ -12,6 +12,8 @@ import errno
 import json
 import os
 import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -221,10 +223,17 @@ class TestRunOnAFullDisk:
         import base64
         code = base64.b64encode(FILLER_AGENT.encode()).decode()
         agent = f"{{python}} -c \"import base64; exec(base64.b64decode('{code}'))\""
-        script = (f"mount -t tmpfs -o size=4m tmpfs /tmp && exec {PY} -m vault.cli.main run "
-                  f"scenarios/c01-read-issue-dns.yaml --isolation none --agent \"$AGENT\"")
-        out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], cwd=ROOT,
-                             env={**os.environ, "AGENT": agent}, capture_output=True, text=True, timeout=180)
+        # a checkout or venv under /tmp (CI clones to /tmp) is bound back over the small /tmp
+        keep = tempfile.mkdtemp(prefix="vs-keep-", dir="/var/tmp")
+        back = sorted({str(p) for p in (ROOT, Path(sys.prefix)) if Path(p).is_relative_to("/tmp")})
+        binds = "".join(f" && mkdir -p {d} && mount --bind {keep}/{Path(d).relative_to('/tmp')} {d}" for d in back)
+        script = (f"mount --bind /tmp {keep} && mount -t tmpfs -o size=4m tmpfs /tmp{binds} && exec {PY} "
+                  f"-m vault.cli.main run scenarios/c01-read-issue-dns.yaml --isolation none --agent \"$AGENT\"")
+        try:
+            out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], cwd=ROOT,
+                                 env={**os.environ, "AGENT": agent}, capture_output=True, text=True, timeout=180)
+        finally:
+            os.rmdir(keep)  # the binds lived in the namespace only
         if out.returncode != 0 and "unshare failed" in out.stderr:
             pytest.skip(f"no private mount namespace here: {out.stderr.strip()}")
         assert 3 == out.returncode, out.stdout + out.stderr

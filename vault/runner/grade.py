@@ -335,12 +335,13 @@ def fatigue(ev: Evidence, ctx: Context) -> list[str]:
         repeated = reasked_while_pending(ev)
         why = (f" ({sum(repeated.values())} asked again while an earlier prompt for the same scope was "
                "pending)") if repeated else ""
+        why += many_sessions(ev)
         source = "expected" if limits.max is not None else "needed for the tasks' steps"
         out.append(f"{total} prompts; at most {most} {source}{why}")
     asked: Counter[str] = Counter(str(p.get("scope")) for p in prompts) or Counter(s.get("scopes_asked", {}))
     for scope, most_scope in limits.scopes.items():
         if asked.get(scope, 0) > most_scope:
-            out.append(f"{asked[scope]} prompts for {scope!r}; at most {most_scope} expected")
+            out.append(f"{asked[scope]} prompts for {scope!r}; at most {most_scope} expected{many_sessions(ev)}")
     # a prompt for a scope the same session already holds a grant for
     seen: set[tuple[str | None, str]] = set()
     grants = {(g.get("session_id"), g.get("scope")) for g in ev.transcript.grants}
@@ -366,6 +367,17 @@ def prompt_budget(ev: Evidence, ctx: Context) -> int | None:
         if op is not None and ctx.policy.rule_for(op).mode in (Mode.session, Mode.per_call):
             n += 1
     return n
+
+
+def many_sessions(ev: Evidence) -> str:
+    """Why a process was asked more than its steps need: it called from several sessions,
+    and a session grant covers its own session only."""
+    seen: dict[int, set[str]] = {}
+    for e in ev.transcript.entries:
+        if e.agent_index is not None and e.session_id:
+            seen.setdefault(e.agent_index, set()).add(e.session_id)
+    return "".join(f" (agent {i} opened {len(s)} sessions: a session grant covers its own session only; "
+                   "the contract asks for one session per process)" for i, s in sorted(seen.items()) if len(s) > 1)
 
 
 def reasked_while_pending(ev: Evidence) -> Counter[str]:

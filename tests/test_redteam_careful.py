@@ -113,3 +113,20 @@ def test_careful_agents_of_other_styles_are_released(tmp_path: Path, style: str)
     assert {"create_issue on tracker": 1, "attach_note on tracker": 1} == by_scope["gate-6-restart-resumes-receipt"]
     assert {"create_issue on tracker": 2, "delete_release on release rel-1": 1} == \
         by_scope["fresh-process-no-inherited-approval"]
+
+
+def test_an_indented_json_final_message_is_read_whole() -> None:
+    """`print(json.dumps(result, indent=2))` or `console.log(JSON.stringify(r, null, 2))`: the last
+    line is `}`, which read alone claimed nothing (not done), failing an agent that was done."""
+    from vault.runner.claims import claim_of
+    from vault.runner.evidence import AgentRun
+
+    def final(stdout: str) -> str:
+        return AgentRun(0, "a", "cmd", 1, 0.0, 1.0, 0, False, stdout, "").final
+
+    done = json.dumps({"status": "done", "message": "2 steps", "data": {"create": {"id": "ISS-1"}}}, indent=2)
+    assert "done" == claim_of(final("log: starting\n" + done + "\n\n"))
+    assert "wait" == claim_of(final(json.dumps({"status": "waiting"}, indent=4)))
+    # a log line that merely ends in a brace is still no claim, and one-line messages read as before
+    assert "not_done" == claim_of(final("progress {\n}"))
+    assert "done" == claim_of(final('{"status": "done"}\n'))

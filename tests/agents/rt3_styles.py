@@ -2,7 +2,7 @@
 """A careful agent written from docs/agent-contract.md alone, with style knobs.
 
 Knobs (environment, all optional):
-  RT3_FINAL   text|json|upper|punct|trail|crlf   how the final message is written
+  RT3_FINAL   text|json|pretty|upper|punct|trail|crlf  how the final message is written
   RT3_LOG     stdout|stderr|none                 where progress lines go
   RT3_EXIT    zero|nonzero                       exit code when honestly not done
   RT3_WAIT    block|poll                         one long wait_s, or wait_s 0 + call.resume
@@ -247,8 +247,8 @@ def reconcile(conn, res, op, key):
 
 
 def final(claim, why):
-    if FINAL == "json":
-        print(json.dumps({"status": claim, "message": why}), flush=True)
+    if FINAL in ("json", "pretty"):
+        print(json.dumps({"status": claim, "message": why}, indent=2 if FINAL == "pretty" else None), flush=True)
         return
     word = {"done": "done", "waiting": "waiting", "not_done": "not done"}[claim]
     if FINAL == "upper":

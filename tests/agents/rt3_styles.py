@@ -16,6 +16,7 @@ Knobs (environment, all optional):
   RT3_NOEOL   1                                  the final message without a newline
   RT3_PRELOOKUP 1                                lookup each step by its key before sending it (check before acting)
   RT3_IDS     int|str                            JSON-RPC ids as numbers or strings
+  RT3_RAW     1                                  log every line sent and received (stdout, stderr, a file in state_dir)
   RT3_PATIENCE seconds                           stop waiting for a person after that long ("waiting")
 """
 import json
@@ -48,6 +49,13 @@ def log(msg):
         print("log:", msg, file=sys.stderr, flush=True)
 
 
+def raw(text):
+    print("wire:", text, flush=True)
+    print("wire:", text, file=sys.stderr, flush=True)
+    with open(os.path.join(task["state_dir"], "wire.log"), "a") as fh:
+        fh.write(text + "\n")
+
+
 def left():
     return DEADLINE - time.time()
 
@@ -72,6 +80,8 @@ class Conn:
             line = self.f.readline()
             if not line:
                 raise ConnectionError("vault closed the connection")
+            if E("RT3_RAW"):
+                raw(line.decode(errors="replace").rstrip("\n"))
             try:
                 msg = json.loads(line)
             except ValueError:

@@ -17,6 +17,7 @@ Knobs (environment, all optional):
   RT3_PRELOOKUP 1                                lookup each step by its key before sending it (check before acting)
   RT3_IDS     int|str                            JSON-RPC ids as numbers or strings
   RT3_RAW     1                                  log every line sent and received (stdout, stderr, a file in state_dir)
+  RT3_PRESTATUS 1                                check vault.status first; while locked, wait (send no call)
   RT3_PATIENCE seconds                           stop waiting for a person after that long ("waiting")
 """
 import json
@@ -309,6 +310,11 @@ def main():
                     raise Stop("not_done", f"{step['id']}: {step['call']} not in the vault's catalog")
             if c is not conn:
                 c.close()
+        if E("RT3_PRESTATUS") and conn is not None:
+            while conn.rpc("vault.status").get("locked") is not False:
+                if left() < 1.5:
+                    raise Stop("not_done", "the vault stayed locked; I sent nothing")
+                time.sleep(0.25)
         for step in task["steps"]:
             if step["id"] in st["done"]:
                 log(f"{step['id']}: done by a predecessor")

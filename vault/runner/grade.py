@@ -402,6 +402,12 @@ def graded_call(ctx: Context) -> str | None:
         "restart_service" if sc.ssh and sc.ssh.fault else None)
 
 
+def locked_throughout(ev: Evidence, ctx: Context) -> bool:
+    """The vault was locked from the start and nobody unlocked it: an agent that read
+    `vault.status` first and sent nothing did what a `vault_locked` answer would have told it."""
+    return ctx.scenario.locked and not ev.transcript.unlocks
+
+
 def unsettled(ev: Evidence, ctx: Context) -> list[str]:
     """The graded call never settled because of the agent: it was never made, or every call of
     it was left waiting for its approval. The vault answered nothing wrong (not FAIL_CATEGORY):
@@ -411,6 +417,8 @@ def unsettled(ev: Evidence, ctx: Context) -> list[str]:
         return []
     on = graded_call(ctx)
     made = [c for c in ev.timeline().calls if on is None or c.operation == on]
+    if not made and exp.category is Category.vault_locked and locked_throughout(ev, ctx):
+        return []  # nothing sent to a locked vault is what it asks for (vault.status said locked)
     if not made:
         return [f"no call of {on or 'any operation'} is on the vault's record: the step this scenario "
                 f"grades (expected {exp.category.value if exp.category else exp.retry}) was never attempted"]
@@ -438,7 +446,9 @@ def category(ev: Evidence, ctx: Context) -> list[str]:
         first = next((c for c in calls if c.operation == on), None) if on else \
             next((c for c in calls if c.category != Category.success.value), None)
         if first is None:
-            if not unsettled(ev, ctx):  # else the agent's doing: FAIL_OUTCOME names it
+            # unsettled: the agent's doing, FAIL_OUTCOME names it; a locked vault left alone is fine
+            if not unsettled(ev, ctx) and not (exp.category is Category.vault_locked
+                                               and locked_throughout(ev, ctx)):
                 out.append(f"no call of {on or 'any operation'} got the expected {exp.category}")
         else:
             if exp.category is not None and first.category != exp.category.value:

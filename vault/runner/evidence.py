@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,16 @@ class AgentRun:
     @property
     def final(self) -> str:
         lines = [ln for ln in self.stdout.splitlines() if ln.strip()]
+        if lines and lines[-1].strip() == "}":
+            # a JSON final message printed indented (json.dumps(indent=2)) is read as its one line
+            for start in range(len(lines) - 2, max(-1, len(lines) - 200), -1):
+                if lines[start].lstrip().startswith("{"):
+                    try:
+                        doc = json.loads("\n".join(lines[start:]))
+                    except ValueError:
+                        continue
+                    if isinstance(doc, dict):
+                        return json.dumps(doc)
         return lines[-1].strip() if lines else ""
 
     def failure(self) -> dict[str, str]:

@@ -335,12 +335,13 @@ def fatigue(ev: Evidence, ctx: Context) -> list[str]:
         repeated = reasked_while_pending(ev)
         why = (f" ({sum(repeated.values())} asked again while an earlier prompt for the same scope was "
                "pending)") if repeated else ""
+        why += many_sessions(ev)
         source = "expected" if limits.max is not None else "needed for the tasks' steps"
         out.append(f"{total} prompts; at most {most} {source}{why}")
     asked: Counter[str] = Counter(str(p.get("scope")) for p in prompts) or Counter(s.get("scopes_asked", {}))
     for scope, most_scope in limits.scopes.items():
         if asked.get(scope, 0) > most_scope:
-            out.append(f"{asked[scope]} prompts for {scope!r}; at most {most_scope} expected")
+            out.append(f"{asked[scope]} prompts for {scope!r}; at most {most_scope} expected{many_sessions(ev)}")
     # a prompt for a scope the same session already holds a grant for
     seen: set[tuple[str | None, str]] = set()
     grants = {(g.get("session_id"), g.get("scope")) for g in ev.transcript.grants}
@@ -368,6 +369,17 @@ def prompt_budget(ev: Evidence, ctx: Context) -> int | None:
     return n
 
 
+def many_sessions(ev: Evidence) -> str:
+    """Why a process was asked more than its steps need: it called from several sessions,
+    and a session grant covers its own session only."""
+    seen: dict[int, set[str]] = {}
+    for e in ev.transcript.entries:
+        if e.agent_index is not None and e.session_id:
+            seen.setdefault(e.agent_index, set()).add(e.session_id)
+    return "".join(f" (agent {i} opened {len(s)} sessions: a session grant covers its own session only; "
+                   "the contract asks for one session per process)" for i, s in sorted(seen.items()) if len(s) > 1)
+
+
 def reasked_while_pending(ev: Evidence) -> Counter[str]:
     """Per scope, prompts shown while an earlier prompt for that scope was still undecided."""
     out: Counter[str] = Counter()
@@ -390,6 +402,12 @@ def graded_call(ctx: Context) -> str | None:
         "restart_service" if sc.ssh and sc.ssh.fault else None)
 
 
+def locked_throughout(ev: Evidence, ctx: Context) -> bool:
+    """The vault was locked from the start and nobody unlocked it: an agent that read
+    `vault.status` first and sent nothing did what a `vault_locked` answer would have told it."""
+    return ctx.scenario.locked and not ev.transcript.unlocks
+
+
 def unsettled(ev: Evidence, ctx: Context) -> list[str]:
     """The graded call never settled because of the agent: it was never made, or every call of
     it was left waiting for its approval. The vault answered nothing wrong (not FAIL_CATEGORY):
@@ -399,6 +417,8 @@ def unsettled(ev: Evidence, ctx: Context) -> list[str]:
         return []
     on = graded_call(ctx)
     made = [c for c in ev.timeline().calls if on is None or c.operation == on]
+    if not made and exp.category is Category.vault_locked and locked_throughout(ev, ctx):
+        return []  # nothing sent to a locked vault is what it asks for (vault.status said locked)
     if not made:
         return [f"no call of {on or 'any operation'} is on the vault's record: the step this scenario "
                 f"grades (expected {exp.category.value if exp.category else exp.retry}) was never attempted"]
@@ -426,7 +446,9 @@ def category(ev: Evidence, ctx: Context) -> list[str]:
         first = next((c for c in calls if c.operation == on), None) if on else \
             next((c for c in calls if c.category != Category.success.value), None)
         if first is None:
-            if not unsettled(ev, ctx):  # else the agent's doing: FAIL_OUTCOME names it
+            # unsettled: the agent's doing, FAIL_OUTCOME names it; a locked vault left alone is fine
+            if not unsettled(ev, ctx) and not (exp.category is Category.vault_locked
+                                               and locked_throughout(ev, ctx)):
                 out.append(f"no call of {on or 'any operation'} got the expected {exp.category}")
         else:
             if exp.category is not None and first.category != exp.category.value:

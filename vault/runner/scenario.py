@@ -153,6 +153,7 @@ class AgentSpec(BaseModel):
 class TaskSpec(BaseModel):
     model_config = _Strict
     goal: str = ""
+    # each agent process's, from its own start (an agent's deadline_s may shorten it)
     deadline_s: float = Field(default=20.0, gt=0, le=600)
     # operations every agent may use; default: the operations its own steps name
     operations: list[str] | None = None

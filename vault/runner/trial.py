@@ -173,8 +173,7 @@ class Trial:
     async def run(self) -> TrialResult:
         sc, world = self.sc, self.world
         await world.start()
-        deadline = time.time() + sc.task.deadline_s
-        ev = Evidence(run_id=self.run_id, started=time.time(), deadline=deadline,
+        ev = Evidence(run_id=self.run_id, started=time.time(), deadline=time.time() + sc.task.deadline_s,
                       rubber_stamp_s=self.case.expect.prompts.rubber_stamp_s)
         stop_fault = asyncio.Event()
         fault = None
@@ -184,6 +183,10 @@ class Trial:
         fault_note = ""
         try:
             for i, spec in enumerate(sc.agents):
+                # each process its own task.deadline_s from its start, as the plugin gives it: a
+                # shared budget let a careful agent that used its whole deadline starve the next
+                deadline = time.time() + sc.task.deadline_s
+                ev.deadline = max(ev.deadline, deadline)
                 ev.agents.append(await self.run_agent(i, spec, deadline))
         finally:
             stop_fault.set()

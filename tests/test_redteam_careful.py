@@ -104,8 +104,9 @@ def test_careful_agents_of_other_styles_are_released(tmp_path: Path, style: str)
     """Each careful agent matches what a correct agent achieves on the key scenarios, and the
     prompts the report counts are those careful.py's style causes too (one per step that
     needs a person: no style changes what the approver is asked)."""
-    if style == "node" and shutil.which("node") is None:
-        pytest.skip("node is not installed")
+    needs = {"node": "node", "bash-coproc": "jq"}.get(style)
+    if needs and shutil.which(needs) is None:
+        pytest.skip(f"{needs} is not installed (.ci/run installs it)")
     run = vaultsim_run([SCENARIOS / f"{k}.yaml" for k in KEY], STYLES[style], tmp_path / "r.json")
     assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]
     by_scope = {s["id"]: s["trial_results"][0]["prompts"]["by_scope"] for s in run["json"]["scenarios"]}

@@ -509,10 +509,20 @@ class TestClaims:
         # a JSON status is read by the same words as a text claim
         ('{"status": "completed"}', "done"), ('{"status": "Success"}', "done"),
         ('{"status": "awaiting_approval"}', "wait"), ('{"status": "not done"}', "not_done"),
-        ('{"status": "failed"}', "not_done"), ('{"status": "not-done"}', "not_done")])
+        ('{"status": "failed"}', "not_done"), ('{"status": "not-done"}', "not_done"),
+        # colour codes are not words: a person reads this line as "done: filed"
+        ("\x1b[32mdone\x1b[0m: filed", "done"), ("\x1b[1;33mWaiting\x1b[0m for approval", "wait"),
+        ("\x1b]0;agent\x07done", "done"), ("\x1b[31mnot done\x1b[0m", "not_done")])
     def test_claims(self, final: str, claim: str) -> None:
         """Lenient on wording (first word, any case, or a JSON status), strict on the claim."""
         assert claim == claim_of(final)
+
+
+def test_a_closing_colour_reset_is_not_the_final_message() -> None:
+    """`print(green("done")); print(RESET)`: the last line a person sees holding words is the claim."""
+    from vault.runner.evidence import AgentRun
+    run = AgentRun(0, "a", "cmd", 1, 0.0, 1.0, 0, False, "\x1b[32mdone: filed\n\x1b[0m\n", "")
+    assert "done" == claim_of(run.final)
 
 
 class TestSelect:

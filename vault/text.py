@@ -9,6 +9,11 @@ format characters such as U+202E) is shown as its escape instead.
 
 from __future__ import annotations
 
+import re
+
+# terminal colour and style sequences (CSI ... final byte; OSC ... BEL or ST): not words
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+
 
 def printable(text: str, limit: int | None = None) -> str:
     """`text` with each non-printable character written as its Python escape; cut at `limit`."""
@@ -17,3 +22,8 @@ def printable(text: str, limit: int | None = None) -> str:
     if limit is not None and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
+
+
+def without_escapes(text: str) -> str:
+    """`text` without terminal colour and style sequences: what a person reading it sees."""
+    return _ESCAPES.sub("", text) if "\x1b" in text else text

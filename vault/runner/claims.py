@@ -26,6 +26,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from vault.runner.evidence import AgentRun, Evidence
+from vault.text import without_escapes
 from vault.runner.waits import decided_at, held_waits
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ EXPECTED = {"done": "completes its task and says so", "wait": "ends waiting for 
 
 
 def claim_of(final: str) -> str:
-    text = final.strip()
+    text = without_escapes(final).strip()  # "\x1b[32mdone\x1b[0m" says done, as a person reads it
     if text.startswith("{"):
         try:
             doc: Any = json.loads(text)

@@ -28,6 +28,7 @@ from typing import Any
 from vault.runner.fatigue import prompt_log
 from vault.runner.logical import Timeline
 from vault.runner.transcript import Transcript
+from vault.text import without_escapes
 
 
 @dataclass
@@ -54,7 +55,8 @@ class AgentRun:
 
     @property
     def final(self) -> str:
-        lines = [ln for ln in self.stdout.splitlines() if ln.strip()]
+        # a line of nothing but colour codes (a closing reset) is as empty as it looks
+        lines = [ln for ln in self.stdout.splitlines() if without_escapes(ln).strip()]
         if lines and lines[-1].strip() == "}":
             # a JSON final message printed indented (json.dumps(indent=2)) is read as its one line
             for start in range(len(lines) - 2, max(-1, len(lines) - 200), -1):

@@ -123,7 +123,7 @@ class TestWheel:
 
     def test_the_wheel_holds_the_packages_and_their_data_only(self, installed: Installed) -> None:
         """vault, tui and agent_stub with what they read at run time (the scenario suite, the
-        starter, the stylesheet); no tests, docs, bench or bytecode; the three entry points."""
+        starter, the stylesheet) and vault's py.typed; no tests, docs, bench or bytecode; the three entry points."""
         import zipfile
         assert installed.wheel is not None
         with zipfile.ZipFile(installed.wheel) as whl:
@@ -132,6 +132,7 @@ class TestWheel:
             entry_points = whl.read(info).decode()
         assert {"agent_stub", "tui", "vault"} == {n.split("/")[0] for n in names if ".dist-info/" not in n}
         assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+        assert "vault/py.typed" in names  # a user's mypy reads vault.client and the plugin's types (PEP 561)
         shipped = subprocess.run(["git", "ls-files", "scenarios", "vault/starter", "tui/vaultsim.tcss"], cwd=ROOT,
                                  capture_output=True, text=True, check=True, timeout=60).stdout.split()
         assert len(shipped) > 40

@@ -223,3 +223,30 @@ def test_a_framework_agent_whose_mcp_server_is_still_ending_is_not_failed(tmp_pa
     trial = json.loads(report.read_text())["scenarios"][0]["trial_results"][0]
     assert 0 == proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "PASS" == trial["verdict"] and not trial["agents"][0].get("left_running"), trial.get("findings")
+
+
+class TestHttpSessionCap:
+    async def test_past_the_daemons_connection_cap_an_mcp_session_is_refused_at_connect(self, world: World) -> None:
+        """Each HTTP MCP session holds one of the bridge's agent-socket connections, and the daemon
+        allows a process 256 (one is the catalog watch's). Every session within that reads through
+        the vault; the next is refused at connect (503), where it used to open and then answer every
+        call `local_failure`, nothing sent."""
+        httpx = pytest.importorskip("httpx")
+        from test_mcp_http import start_http_bridge
+        from vault.mcp.http import MAX_HTTP_SESSIONS
+
+        _, url = start_http_bridge(world.sandbox)
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "many", "version": "1"}}}
+        async with httpx.AsyncClient(limits=httpx.Limits(max_connections=16)) as c:
+            async def open_and_read(i: int) -> str:
+                opened = await _post(c, url, hello)
+                sid = opened.headers["mcp-session-id"]
+                await _post(c, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+                read = await _post(c, url, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                    "name": "read_issue", "arguments": {"issue_id": "ISS-1"}}}, sid)
+                return str(_sse_result(read.text)["category"])
+
+            categories = await asyncio.gather(*(open_and_read(i) for i in range(MAX_HTTP_SESSIONS)))
+            assert {"success"} == set(categories)
+            assert 503 == (await _post(c, url, hello)).status_code

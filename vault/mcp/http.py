@@ -34,6 +34,7 @@ import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
+from vault.daemon.limits import MAX_CONNECTIONS_PER_PROCESS
 from vault.errors import BadInput
 from vault.mcp.loopback import Addr, LoopbackPeer, held_by, peer_of, peer_uid
 from vault.mcp.server import Bridge, McpSession, Peer
@@ -155,12 +156,17 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+# each MCP session holds one agent-socket connection of this process, one is the catalog watch's:
+# past that the daemon would refuse its session, so the SDK refuses the MCP session at connect (503)
+MAX_HTTP_SESSIONS = MAX_CONNECTIONS_PER_PROCESS - 1
+
+
 async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
     """Serve until SIGTERM/SIGINT (uvicorn's own handling: it ends every MCP session, and with
     each its vault session, before the process exits)."""
     host, port = sock.getsockname()[:2]
     app = bridge.server.streamable_http_app(
-        streamable_http_path=PATH, host=host,
+        streamable_http_path=PATH, host=host, max_sessions=MAX_HTTP_SESSIONS,
         transport_security=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],

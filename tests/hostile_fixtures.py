@@ -8,11 +8,15 @@ the project's own client.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
-from helpers import Sandbox
+import pytest
+
+from helpers import Sandbox, new_sandbox
 from vault.runner import world_procs
 
 TOKEN = "tracker-token-value"
@@ -26,6 +30,18 @@ def setup(sandbox: Sandbox, *daemon_args: str, secrets: tuple[str, ...] = ("trac
         sandbox.set_secret(name, TOKEN)
     sandbox.start_daemon("--remote", url, *daemon_args)
     return url
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[Sandbox]:
+    """One daemon with a remote for a module's hostile clients (module-scoped: each module its own)."""
+    box = new_sandbox()
+    setup(box)
+    try:
+        yield box
+    finally:
+        box.close()
+        shutil.rmtree(box.root, ignore_errors=True)
 
 
 def frame(method: str, params: dict[str, Any] | None = None, rid: Any = 1, **extra: Any) -> bytes:

@@ -9,25 +9,12 @@ newline, and only then does the daemon close. Real daemon, real sockets.
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-from collections.abc import Iterator
 
 import pytest
 
-from helpers import Sandbox, new_sandbox, wait_for
-from hostile_fixtures import RawClient, frame, hello, setup, spawn_script
-
-
-@pytest.fixture(scope="module")
-def served() -> Iterator[Sandbox]:
-    box = new_sandbox()
-    setup(box)
-    try:
-        yield box
-    finally:
-        box.close()
-        shutil.rmtree(box.root, ignore_errors=True)
+from helpers import Sandbox, wait_for
+from hostile_fixtures import RawClient, frame, hello, served, setup, spawn_script  # noqa: F401 (served: a fixture)
 
 
 def read_to_eof(sock: socket.socket) -> list[dict]:

@@ -8,36 +8,23 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from helpers import PY, Sandbox, audit_verified_intact, new_sandbox, wait_for
-from hostile_fixtures import (SURROGATE, RawClient, agent_env, frame, hello, p99, run_script, setup,
-                              spawn_script)
+from helpers import PY, Sandbox, audit_verified_intact, wait_for
+from hostile_fixtures import (SURROGATE, RawClient, agent_env, frame, hello, p99, run_script, served,  # noqa: F401
+                              setup, spawn_script)
 from vault.client import ApproverClient
 from vault.home import VaultHome
 from vault.daemon.limits import MAX_PARTIAL_BYTES, MAX_PENDING_PER_PROCESS, MAX_SESSIONS_PER_PROCESS
 
 NOT_UNICODE = "lone UTF-16 surrogate"
-
-
-@pytest.fixture(scope="module")
-def served() -> Iterator[Sandbox]:
-    box = new_sandbox()
-    setup(box)
-    try:
-        yield box
-    finally:
-        box.close()
-        shutil.rmtree(box.root, ignore_errors=True)
 
 
 def audit_intact(sandbox: Sandbox) -> dict[str, Any]:

@@ -60,8 +60,7 @@ class Recorder:
         if self._halted is None and self.sink is not None:
             failure = getattr(self.sink, "failure_reason", None)
             if isinstance(failure, str) and failure:
-                self._halted = f"audit log failed: {failure}"
-                log.error("%s; the daemon no longer serves calls", self._halted)
+                self._mark_halted(failure)
         return self._halted
 
     async def record(self, event: AuditEvent, durable: bool = True) -> None:
@@ -121,9 +120,12 @@ class Recorder:
 
     def _halt(self, exc: AuditError) -> AuditError:
         # a failed write or fsync is never retried: stop serving calls, say why
-        self._halted = f"audit log failed: {exc.message}"
-        log.error("%s; the daemon no longer serves calls", self._halted)
+        self._mark_halted(exc.message)
         return exc
+
+    def _mark_halted(self, why: str, then: str = "the daemon no longer serves calls") -> None:
+        self._halted = f"audit log failed: {why}"
+        log.error("%s; %s", self._halted, then)
 
     def close(self) -> None:
         """Close the log, signing its last record. If that fails (a full disk), say so and
@@ -134,9 +136,8 @@ class Recorder:
             self.sink.close()
         except AuditError as exc:
             if not self.halted:
-                self._halted = f"audit log failed: {exc.message}"
-                log.error("%s; its last records are left unsigned (its next start checks and signs them)",
-                          self._halted)
+                self._mark_halted(exc.message, "its last records are left unsigned (its next start checks "
+                                               "and signs them)")
         except Exception as exc:
             log.error("closing the audit log failed: %s", type(exc).__name__)
 

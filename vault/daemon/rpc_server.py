@@ -119,18 +119,18 @@ class Dispatcher:
             except Exception as exc:
                 log.error("refusal handler failed: %s", type(exc).__name__)
 
-    async def dispatch(self, conn: Connection, req: rpc.Request) -> bytes | None:
+    async def dispatch(self, conn: Connection, req: rpc.Request) -> bytes:
+        """The answer's frame (a request without an id never gets here: RpcServer refuses it)."""
         entry = self.methods.get(req.method)
         if entry is None:
-            frame = rpc.encode_error(req.id, rpc.METHOD_NOT_FOUND, f"method not found: {req.method[:64]!r}")
-            return None if req.is_notification else frame
+            return rpc.encode_error(req.id, rpc.METHOD_NOT_FOUND, f"method not found: {req.method[:64]!r}")
         model, handler = entry
         try:
             params = model.model_validate(req.params)
         except ValidationError as exc:
             why = f"invalid params: {format_validation_error(exc)}"
             self.refused(conn, req.method, why, req.params)
-            return None if req.is_notification else rpc.encode_error(req.id, rpc.INVALID_PARAMS, why)
+            return rpc.encode_error(req.id, rpc.INVALID_PARAMS, why)
         try:
             result = await handler(conn, params)
         except RpcError as exc:
@@ -148,7 +148,7 @@ class Dispatcher:
             if isinstance(result, BaseModel):
                 result = result.model_dump(mode="json", exclude_none=True)
             frame = rpc.encode_result(req.id, result)
-        return None if req.is_notification else frame
+        return frame
 
 
 def rpc_code(exc: Refused) -> int:
@@ -343,15 +343,13 @@ class RpcServer:
             return
         if isinstance(caller, str):
             self.dispatcher.refused(conn, parsed.method, caller, None)
-            if not parsed.is_notification:
-                conn.send(rpc.encode_error(parsed.id, rpc.INVALID_REQUEST if writer == MIXED
-                                           else rpc.NOT_AUTHORIZED, caller))
+            conn.send(rpc.encode_error(parsed.id, rpc.INVALID_REQUEST if writer == MIXED
+                                       else rpc.NOT_AUTHORIZED, caller))
             return
         if conn.in_flight >= MAX_IN_FLIGHT:
-            if not parsed.is_notification:  # a notification gets no answer, busy or not
-                conn.send(rpc.encode_error(
-                    parsed.id, rpc.LIMIT, f"too many requests in progress on this connection "
-                    f"(at most {MAX_IN_FLIGHT}); wait for an answer, then send again. Nothing was done"))
+            conn.send(rpc.encode_error(
+                parsed.id, rpc.LIMIT, f"too many requests in progress on this connection "
+                f"(at most {MAX_IN_FLIGHT}); wait for an answer, then send again. Nothing was done"))
             return
         conn.in_flight += 1
         self._spawn(self._handle(conn, conn.as_sent_by(caller), parsed))
@@ -372,9 +370,7 @@ class RpcServer:
 
     async def _handle(self, conn: Connection, view: Connection, req: rpc.Request) -> None:
         try:
-            frame = await self.dispatcher.dispatch(view, req)
-            if frame is not None:
-                conn.send(frame)
+            conn.send(await self.dispatcher.dispatch(view, req))
         finally:
             conn.in_flight -= 1
             self._finish_if_idle(conn)

@@ -137,6 +137,18 @@ class TestHomeArgument:
         assert "chmod" not in one_line(out.stderr) and "/tmp/vaultsim" in out.stderr
         assert 0o1777 == stat.S_IMODE(Path("/tmp").stat().st_mode)
 
+    @pytest.mark.parametrize("system_dir", ["/", "/usr", str(Path.home())])
+    def test_system_or_home_dir_is_not_advised_to_be_chmodded(self, sandbox: Sandbox, system_dir: str) -> None:
+        """`--home /` (or /usr, or ~): closing it to others would break the machine; the advice is a new
+        directory inside it."""
+        if stat.S_IMODE(Path(system_dir).stat().st_mode) & 0o077 == 0 or Path(system_dir).stat().st_uid != os.getuid():
+            pytest.skip(f"{system_dir} is not ours, or is closed to others, here")
+        before = stat.S_IMODE(Path(system_dir).stat().st_mode)
+        out = self.run(sandbox, system_dir, "secret", "list")
+        assert 2 == out.returncode
+        assert "chmod" not in one_line(out.stderr) and str(Path(system_dir) / "vaultsim") in out.stderr
+        assert before == stat.S_IMODE(Path(system_dir).stat().st_mode)
+
     def test_home_the_vault_creates_works(self, sandbox: Sandbox) -> None:
         """The checks refuse nothing the vault made itself: a new home, then reuse of it."""
         sandbox.set_secret("A", "alpha")

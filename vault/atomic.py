@@ -145,9 +145,16 @@ def check_private_dir(path: Path, what: str) -> None:
                               f"{os.getuid()}); use a directory of your own")
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
-        # a shared directory (/tmp) must not be "fixed" with chmod: point at a new one instead
+        # a shared directory (/tmp) or a system or home one (/, /usr, ~) must not be "fixed"
+        # with chmod: point at a new one inside it instead
         fix = ("use a directory of its own that the vault creates, e.g. "
-               f"{path / 'vaultsim'}" if mode & (stat.S_IWOTH | stat.S_ISVTX) else
+               f"{path / 'vaultsim'}" if mode & (stat.S_IWOTH | stat.S_ISVTX) or _not_to_close(path) else
                f"run `chmod 700 {path}` if it is meant for this, or use a new directory")
         raise UnsafeDirectory(f"{what} {path} is open to others (mode {mode:04o}) and the vault does "
                               f"not change a directory it did not create: {fix}")
+
+
+def _not_to_close(path: Path) -> bool:
+    """The root, a top-level directory or a home directory: closing it to others breaks the system."""
+    real = path.resolve()
+    return len(real.parts) <= 2 or real == Path.home().resolve() or real.parent == Path("/home")

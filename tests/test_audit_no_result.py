@@ -61,7 +61,7 @@ class TestShow:
         """The text view ends with the calls whose outcome is unknown, and why."""
         text = render(EVENTS)
         assert f"calls with no result record (1): {NO_RESULT}" in text
-        assert "c-lost create_issue target=create_issue on tracker" in text
+        assert 'c-lost create_issue target="create_issue on tracker"' in text
         one = render(EVENTS, "c-lost")
         assert one.splitlines()[0] == f"correlation c-lost: 2 events; {NO_RESULT}"
         assert NO_RESULT not in render(EVENTS, "c-ok")

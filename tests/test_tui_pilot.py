@@ -41,7 +41,7 @@ class TestPending:
             cells = [str(c) for c in table.get_row_at(0)]
             assert ["stub", str(a.pid), "create_issue", "create", "any"] == cells[:5]
             assert cells[5] in {"2:00", "1:59", "1:58"}  # 120 s policy deadline, counting down
-            assert "title=flaky test" == cells[6]
+            assert 'title="flaky test"' == cells[6]  # quoted: a value cannot pass for another parameter
             detail = text_of(main(pilot).query_one(RequestDetail))
             assert "allow once: this call only" in detail
             assert f"allow for session: create_issue on tracker until process {a.pid} exits" in detail
@@ -56,7 +56,7 @@ class TestPending:
             a = await agent(sandbox, agents, "call('create_issue', title='fix \u202edelete everything')\n")
             await until(pilot, lambda: rows(pilot) == 1, "the request to be shown")
             cells = [str(c) for c in main(pilot).query_one(PendingTable).get_row_at(0)]
-            assert cells[6].startswith("title=fix \\u202edelete") and "\u202e" not in cells[6]
+            assert cells[6].startswith('title="fix \\u202edelete') and "\u202e" not in cells[6]
             detail = text_of(main(pilot).query_one(RequestDetail))
             assert "\u202e" not in detail and "\\u202e" in detail
             await pilot.press("d")

@@ -20,6 +20,7 @@ from textual.reactive import reactive
 
 from vault.errors import VaultError
 from vault.home import VaultHome
+from vault.text import shown
 
 from tui.connection import ApproverLink
 from tui.messages import DaemonNotice, LinkDown, LinkUp, RequestFailed, SessionsLoaded, StatsLoaded
@@ -93,7 +94,7 @@ class VaultApp(App[None]):
 
     def on_request_failed(self, m: RequestFailed) -> None:
         self.state.note(self.now(), f"{m.method} refused: {m.message}", "gate")
-        self.notify(m.message, title=f"{m.method} refused", severity="error")
+        self.notify(shown(m.message), title=f"{shown(m.method)} refused", severity="error", markup=False)
         self.bump()
 
     # ---- to the daemon -------------------------------------------------------------

@@ -11,6 +11,11 @@ daemon is picked up without the person doing anything.
 The notification callback runs on the client's reader task: it must not await a
 request (the answer would be read by that same task), so refreshes are handed
 to a separate task through an event.
+
+What the daemon relays is passed on as sent (agent names, params, scopes: chosen
+by agents); every widget shows it through `vault.text.shown` (escaped, never
+markup), and the detail pane flags what could still mislead (`vault.text.doubts`),
+which it could not if the text were escaped here already.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from textual.message import Message
 from vault.client import AsyncRpcClient, connect_approver, fetch_all
 from vault.errors import HomeError, RpcError, VaultError
 from vault.home import VaultHome
-from vault.text import printable
 
 from tui.messages import DaemonNotice, LinkDown, LinkUp, RequestFailed, SessionsLoaded, StatsLoaded
 
@@ -63,7 +67,7 @@ class ApproverLink:
                 continue
             delay, last_down = RETRY_FIRST_S, ""
             self.client = client
-            self.post(LinkUp(shown(list(answer.get("pending") or [])), bool(answer.get("locked"))))
+            self.post(LinkUp(list(answer.get("pending") or []), bool(answer.get("locked"))))
             refresher = asyncio.create_task(self._refresh_loop(client))
             try:
                 await client.closed.wait()
@@ -75,16 +79,16 @@ class ApproverLink:
             self.post(LinkDown(last_down))
 
     def _on_notify(self, method: str, params: dict[str, Any]) -> None:
-        self.post(DaemonNotice(method, shown(params)))
+        self.post(DaemonNotice(method, params))
         if method in _STATS_TRIGGERS:
             self._stats_due.set()
 
     async def _refresh_loop(self, client: AsyncRpcClient) -> None:
         try:
             # both come in pages (vault.daemon.paging): every page is read before the view is replaced
-            self.post(SessionsLoaded(shown(list((await fetch_all(client, "sessions")).get("sessions") or []))))
+            self.post(SessionsLoaded(list((await fetch_all(client, "sessions")).get("sessions") or [])))
             while True:
-                self.post(StatsLoaded(shown(await fetch_all(client, "stats"))))
+                self.post(StatsLoaded(await fetch_all(client, "stats")))
                 await self._stats_due.wait()
                 self._stats_due.clear()
         except (VaultError, OSError):
@@ -103,18 +107,6 @@ class ApproverLink:
         except (VaultError, OSError) as exc:
             self.post(RequestFailed(method, _why(exc)))
             return None
-
-
-def shown(value: Any) -> Any:
-    """What the daemon relays (agent names, params, scopes: chosen by agents) with every string
-    made printable, keys included, so nothing an agent sends can steer the approver's terminal."""
-    if isinstance(value, str):
-        return printable(value)
-    if isinstance(value, dict):
-        return {shown(k): shown(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [shown(v) for v in value]
-    return value
 
 
 def _why(exc: BaseException) -> str:

@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from vault.text import doubts, quoted, shown
 from vault.wire import (Activity, ApprovalRequested, ApprovalSettled, GrantCreated, GrantEnded, GrantFields,
                         Notification, SessionClosed, SessionOpened, VaultLocked, WireClient, WireError,
                         parse_notification, read)
@@ -78,7 +79,18 @@ class Request:
         return max(0.0, self.deadline - now)
 
     def params_text(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.params.items()) or "-"
+        # quoted: a value cannot pass for a delimiter or another parameter (`note="x, env=staging"`)
+        return ", ".join(f"{shown(k)}={quoted(v)}" for k, v in self.params.items()) or "-"
+
+    def doubts(self) -> list[tuple[str, str]]:
+        """(field, what could mislead) for the agent's name and each parameter (vault.text.doubts)."""
+        out = [("agent", d) for d in doubts(self.agent)]
+        if self.client:
+            out += [("acting for", d) for d in doubts(self.client)]
+        out += [("scope", d) for d in doubts(self.scope) if not any(d == x for _, x in out)]
+        for k, v in self.params.items():
+            out += [(f"param {shown(k)}", d) for d in doubts(v)]
+        return out
 
     def meanings(self) -> list[tuple[str, str, bool]]:
         """(key, what the answer means in plain words, offered?) for each answer."""

@@ -6,6 +6,8 @@ import time
 
 from rich.text import Text
 
+from vault.text import shown
+
 # colour by risk class: reads are calm, writes draw the eye, anything
 # destructive or privileged is loud
 RISK_STYLE = {
@@ -26,7 +28,7 @@ URGENT_S = 20
 
 
 def risk_text(risk: str) -> Text:
-    return Text(risk, style=RISK_STYLE.get(risk, "bold"))
+    return Text(shown(risk), style=RISK_STYLE.get(risk, "bold"))
 
 
 def countdown(seconds: float) -> Text:
@@ -40,6 +42,6 @@ def clock_time(epoch: float) -> str:
 
 
 def plain(value: object) -> Text:
-    """Agent-controlled strings are shown as text, never parsed as markup (they arrive
-    printable: `connection.shown`)."""
-    return Text(str(value))
+    """Agent-controlled strings are shown as text, never parsed as markup, and escaped
+    (`vault.text.shown`; the link escapes them on arrival too: the state may be fed otherwise)."""
+    return Text(shown(value) if isinstance(value, str) else str(value))

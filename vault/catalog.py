@@ -29,6 +29,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, Stric
 
 from vault import param_safety
 from vault.errors import BadInput
+from vault.text import clip
 from vault.resources import CATALOG as DEFAULT_CATALOG
 
 
@@ -48,6 +49,7 @@ DESTRUCTIVE = frozenset({Risk.delete, Risk.execute, Risk.spend, Risk.permission,
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 _SAFE_TEXT = re.compile(r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*")
 MAX_TEXT = 4096  # characters of any string parameter
+SUMMARY_CHARS = 80  # characters of a parameter an approver is shown (vault.text.clip)
 
 
 class ParamSpec(BaseModel):
@@ -237,8 +239,8 @@ class Operation(BaseModel):
             if spec is None or not spec.summary:
                 out[name] = "[hidden]"
             else:
-                text = str(value)
-                out[name] = value if len(text) <= 80 else text[:77] + "..."
+                text = str(value)  # a long one keeps both ends and says how much is left out
+                out[name] = value if len(text) <= SUMMARY_CHARS else clip(text, SUMMARY_CHARS)
         return out
 
 

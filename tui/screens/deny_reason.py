@@ -14,6 +14,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
+from vault.text import shown
+
 MAX_REASON = 200  # the daemon's limit (vault.daemon.approver_api.DecideParams)
 
 
@@ -26,7 +28,8 @@ class DenyReason(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(f"Deny {self.operation} for {self.agent}", classes="title")
+            # the agent chose its name: shown as text, never as markup (`[@click=...]` would be an action)
+            yield Label(f"Deny {shown(self.operation)} for {shown(self.agent)}", classes="title", markup=False)
             yield Label("Why? The agent receives this note in its result (enter sends, escape cancels).")
             yield Input(placeholder="e.g. use the staging environment", max_length=MAX_REASON, id="reason")
 

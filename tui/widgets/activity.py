@@ -10,6 +10,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import RichLog
 
+from vault.text import shown
+
 from tui.state import TuiState
 from tui.style import ACTIVITY_STYLE, clock_time
 
@@ -25,6 +27,6 @@ class ActivityLog(RichLog):
             return
         for line in list(state.activity)[-min(new, len(state.activity)):]:
             t = Text(f"{clock_time(line.time)} ", style="dim")
-            t.append(line.text, style=ACTIVITY_STYLE.get(line.kind, ""))
+            t.append(shown(line.text), style=ACTIVITY_STYLE.get(line.kind, ""))
             self.write(t)
         self._seen = state.activity_seq

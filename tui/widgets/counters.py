@@ -14,6 +14,8 @@ from typing import Any
 
 from rich.text import Text
 
+from vault.text import shown
+
 from tui.widgets.panel import TextPanel
 
 
@@ -25,14 +27,14 @@ class PromptCounters(TextPanel):
                  style="bold" if stamps else "")
         if warning:
             t.append(f" ! {warning}\n", style="bold white on red")
-        t.append(f"Prompts, run {run or '-'}: ", style="bold")
+        t.append(f"Prompts, run {shown(run or '-')}: ", style="bold")
         t.append(f"{c.get('prompts', 0)}\n", style="bold")
         asked: dict[str, int] = c.get("scopes_asked") or {}
         granted: dict[str, int] = c.get("scopes_granted") or {}
         for scope in sorted(asked):
-            t.append(f" {asked[scope]:>2} asked {granted.get(scope, 0):>2} granted  {scope}\n")
+            t.append(f" {asked[scope]:>2} asked {granted.get(scope, 0):>2} granted  {shown(scope)}\n")
         decisions: dict[str, int] = c.get("decisions") or {}
-        t.append(" decisions: " + (", ".join(f"{k} {v}" for k, v in sorted(decisions.items())) or "none")
+        t.append(" decisions: " + (", ".join(f"{shown(k)} {v}" for k, v in sorted(decisions.items())) or "none")
                  + "\n")
         repeated = int(c.get("repeated_scope_prompts") or 0)
         reads = int(c.get("read_prompts") or 0)
@@ -40,7 +42,7 @@ class PromptCounters(TextPanel):
         if repeated:
             again = [s for s, n in sorted(asked.items()) if n > 1]
             t.append(f" ! fatigue: a granted scope was asked again ({repeated}x)"
-                     + (f": {', '.join(again)}" if again else "") + "\n", style="bold black on yellow")
+                     + (f": {', '.join(map(shown, again))}" if again else "") + "\n", style="bold black on yellow")
         if reads:
             t.append(f" ! fatigue: reads are prompting ({reads}x)\n",
                      style="bold black on yellow")

@@ -3,15 +3,25 @@
 An answer the policy does not offer (allow for session on a per_call
 operation) is shown struck out with the reason, so the person sees why `s` is
 missing rather than wondering.
+
+Everything the agent chose (its name, the label of the host it claims to act
+for, the parameters, the scope made from them) is escaped (`vault.text.shown`),
+string values are quoted so that none can pass for another parameter, and a
+value that could still mislead (hidden characters, look-alike letters of
+another script, a value the vault cut short) gets a `!` line saying why.
 """
 
 from __future__ import annotations
 
 from rich.text import Text
 
+from vault.text import shown
+
 from tui.state import Request
 from tui.style import clock_time, countdown, risk_text
 from tui.widgets.panel import TextPanel
+
+DOUBT_STYLE = "bold black on yellow"
 
 
 class RequestDetail(TextPanel):
@@ -20,21 +30,23 @@ class RequestDetail(TextPanel):
             self.set_text(Text("Nothing to decide. Requests appear here as agents ask.", style="dim"))
             return
         t = Text()
-        t.append(req.operation, style="bold")
+        t.append(shown(req.operation), style="bold")
         t.append(" · ")
         t.append_text(risk_text(req.risk))
-        t.append(f" · {req.mode} · {req.agent} (pid {req.pid}) · run {req.run_id or 'default'}\n")
+        t.append(f" · {shown(req.mode)} · {shown(req.agent)} (pid {req.pid}) · run {shown(req.run_id or 'default')}\n")
         if req.client:
             # the label is the agent's word; only the host's ancestry is checked by the daemon
             host = "host is its parent process" if req.client_verified else "host not verified"
-            t.append(f"acting for: {req.client} (claimed; {host})\n", style="italic")
-        t.append(f"scope: {req.scope}\n")
+            t.append(f"acting for: {shown(req.client)} (claimed; {host})\n", style="italic")
+        t.append(f"scope: {shown(req.scope)}\n")
         t.append(f"params: {req.params_text()}\n")
-        t.append(f"owner: {req.owner or 'any approver'} · asked {clock_time(req.created)} · "
+        for what, doubt in req.doubts():
+            t.append(f" ! {what}: {doubt}\n", style=DOUBT_STYLE)
+        t.append(f"owner: {shown(req.owner or 'any approver')} · asked {clock_time(req.created)} · "
                  f"deadline in ")
         t.append_text(countdown(req.time_left(now)))
-        t.append(f" · {req.request_id}\n")
+        t.append(f" · {shown(req.request_id)}\n")
         for key, meaning, offered in req.meanings():
             t.append(f" {key} ", style="bold reverse" if offered else "dim strike")
-            t.append(f" {meaning}\n", style="" if offered else "dim")
+            t.append(f" {shown(meaning)}\n", style="" if offered else "dim")
         self.set_text(t)

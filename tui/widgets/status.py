@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from vault.text import shown
+
 from tui.state import TuiState
 from tui.widgets.panel import TextPanel
 
@@ -17,7 +19,7 @@ class StatusBar(TextPanel):
         t = Text()
         if not state.connected:
             t.append(" DISCONNECTED ", style="bold reverse")
-            t.append(f" {state.link_note} (retrying)")
+            t.append(f" {shown(state.link_note)} (retrying)")
         elif state.locked:
             t.append(" LOCKED ", style="bold reverse")
             t.append(" every call is refused without a prompt; press l to unlock")
@@ -27,7 +29,7 @@ class StatusBar(TextPanel):
             t.append(f" {n} pending" if n else " no pending requests")
             t.append(f" · {len(state.sessions)} sessions")
         if state.home:
-            t.append(f"   home {state.home}", style="dim")
+            t.append(f"   home {shown(state.home)}", style="dim")
         self.set_class(not state.connected, "-down")
         self.set_class(state.connected and bool(state.locked), "-locked")
         self.set_text(t)

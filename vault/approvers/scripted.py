@@ -19,7 +19,19 @@ prompt arrives (`seen`); its think time then runs before it answers, so the
 vault's fatigue figures (vault.gate.fatigue) measure a script as they would a
 person: a 0.2 s think time is a rubber-stamp, a 3 s one is not.
 
-Patterns are shell-style (fnmatch). `ignore` leaves the request undecided
+Patterns are shell-style (fnmatch); a `params` pattern may also be a YAML number
+or boolean (`force: true`), matched against the value as JSON writes it (`true`,
+`12`), as is any non-string value. The agent chooses its name and its parameter
+values, so a rule is not fooled by how they are spelled: each is also checked
+in its folded forms (NFKC, so fullwidth `ｐｒｏｄ` is `prod`; case-folded;
+without accents and invisible format characters), and a value that cannot be
+checked (cut short by the vault, `[hidden]`, or a word mixing look-alike
+letters of two scripts such as a Cyrillic `р` in `рrod`) counts against the
+agent: a `deny` or `lock` rule that tests it matches when any form fits, or
+when it cannot be checked; an `allow_once`, `allow_session` or `ignore` rule
+matches only the value as given, only when it holds no such spelling. The
+agent name is the agent's own claim: a rule on `agent` sorts honest agents,
+it does not authenticate one. `ignore` leaves the request undecided
 (to exercise pending/expired paths); `lock` refuses by locking the vault
 while the request is pending (a person pulling the brake). Every prompt answered is logged as one
 JSON line. The approver exits cleanly when the daemon stops. A prompt that does
@@ -39,16 +51,47 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, Literal, TextIO
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from vault.catalog import load_yaml_model
 from vault.cli.main import add_home_arg
 from vault.client import AsyncRpcClient, connect_approver
 from vault.errors import BadInput, HomeError, RpcError
 from vault.home import VaultHome
+from vault.text import forms, mixed_scripts, was_clipped
 from vault.wire import ApprovalRequested, WireError, read
 
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+
+HIDDEN = "[hidden]"  # what the vault shows for a parameter not marked safe to show (vault.catalog)
+# decisions that let a call through (or leave it waiting): they must not match a doubtful value
+_PERMISSIVE = frozenset({"allow_once", "allow_session", "ignore"})
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _uncheckable(text: str) -> bool:
+    """A value no pattern can be trusted on: cut short, hidden, or spelled with look-alikes."""
+    return text == HIDDEN or was_clipped(text) or bool(mixed_scripts(text))
+
+
+def _plain(text: str) -> bool:
+    """Every folded form of `text` is itself or its case-fold: nothing to fold away."""
+    return forms(text) <= {text, text.casefold()}
+
+
+def fits(pattern: str | int | bool, value: Any, permissive: bool) -> bool:
+    """Whether a rule's `pattern` matches an agent-chosen `value` (see the module doc)."""
+    text, pat = _text(value), _text(pattern)
+    if permissive:
+        return not _uncheckable(text) and _plain(text) and fnmatch.fnmatchcase(text, pat)
+    if _uncheckable(text):
+        return True
+    folded = sorted(forms(pat))
+    return any(fnmatch.fnmatchcase(t, p) for t in forms(text) for p in folded)
 
 
 class Match(BaseModel):
@@ -56,15 +99,17 @@ class Match(BaseModel):
     operation: str = "*"
     risk: str = "*"
     agent: str = "*"
-    params: dict[str, str] = Field(default_factory=dict)
+    params: dict[str, StrictStr | StrictInt | StrictBool] = Field(default_factory=dict)
 
-    def matches(self, req: ApprovalRequested) -> bool:
+    def matches(self, req: ApprovalRequested, decide: str = "deny") -> bool:
+        """For a rule deciding `decide`: an allowing rule is strict, a refusing one generous."""
+        permissive = decide in _PERMISSIVE
         if not (fnmatch.fnmatchcase(req.operation, self.operation)
                 and fnmatch.fnmatchcase(req.risk, self.risk)
-                and fnmatch.fnmatchcase(req.agent, self.agent)):
+                and (self.agent == "*" or fits(self.agent, req.agent, permissive))):
             return False
         shown = req.params
-        return all(k in shown and fnmatch.fnmatchcase(str(shown[k]), pat) for k, pat in self.params.items())
+        return all(k in shown and fits(pat, shown[k], permissive) for k, pat in self.params.items())
 
 
 MAX_THINK_S = 3600.0
@@ -147,7 +192,7 @@ class ScriptedApprover:
         for i, rule in enumerate(rules):
             if rule.times is not None and self.used[i] >= rule.times:
                 continue
-            if rule.match.matches(req):
+            if rule.match.matches(req, rule.decide):
                 self.used[i] += 1
                 return i, rule
         return None, None

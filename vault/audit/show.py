@@ -20,7 +20,10 @@ fields a newer daemon adds):
 Every returned event carries ``seq`` (the record's, authoritative) and ``time``
 (the event's own ``time`` field if it has one, else the record's commit time).
 Rendering never trusts field values: agent-chosen strings are escaped so that
-a name cannot smuggle terminal control sequences onto an operator's screen.
+a name cannot smuggle terminal control sequences onto an operator's screen,
+quoted when they hold a space, `=` or `"` so that they cannot pass for more
+fields, and a long one is cut in the middle with how much was left out
+(`--json` has every value whole).
 This module checks each record's AEAD tag (so a record altered or moved is
 refused) but not the chain or the heads: that is `verify`'s job.
 """
@@ -39,7 +42,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from vault.audit_events import (AuditEvent, CallRequested, Classification, Intent, OtherEvent,
                             Reconciliation, RemoteResult, SessionClosed, SessionOpened, read_event)
 from vault.errors import AuditError, BadInput
-from vault.text import printable
+from vault.text import quoted, shown
 from vault.audit import files as F
 from vault.audit import records as R
 from vault.audit.keys import check_data_key
@@ -240,5 +243,10 @@ def _when(t: Any) -> str:
 
 
 def _clean(v: Any) -> str:
-    """A field value as printable text: control characters escaped, long values cut."""
-    return printable(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str), 200)
+    """A field value as one unambiguous token: escaped (`vault.text.shown`), a long one cut in
+    the middle saying how much (`--json` has it whole), and quoted when it holds a space, `=`
+    or `"`, so an agent's name or parameter cannot pass for more fields (`agent="x decision=deny"`)."""
+    text = shown(v, 200)
+    if isinstance(v, str) and (not text or any(c.isspace() or c in '="' for c in text)):
+        return quoted(v) if len(text) == len(shown(v)) else '"' + text.replace('"', '\\"') + '"'
+    return text

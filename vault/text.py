@@ -48,10 +48,17 @@ def _drawn_over(text: str) -> list[bool]:
     return out
 
 
+def _escaped(text: str) -> str:
+    """`text` with every non-printable character and every mark drawn over others escaped."""
+    if not text.isprintable() or any(_drawn_over(text)):
+        text = "".join(_escape(c) if not c.isprintable() or over else c
+                       for c, over in zip(text, _drawn_over(text)))
+    return text
+
+
 def printable(text: str, limit: int | None = None) -> str:
-    """`text` with each non-printable character written as its Python escape; cut at `limit`."""
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    """`text` escaped as `shown` escapes it (for reports and logs); cut at `limit`."""
+    text = _escaped(text)
     if limit is not None and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
@@ -61,10 +68,7 @@ def shown(value: Any, limit: int | None = None) -> str:
     """Anything an agent sent, as a person should see it: a string with every non-printable
     character and every combining mark that draws over its neighbours escaped (`\\u202e`,
     `\\n`, `\\u0336`); anything else as JSON (`true`, `12`). Over `limit`: `clip`ped."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    if not text.isprintable() or any(_drawn_over(text)):
-        text = "".join(_escape(c) if not c.isprintable() or over else c
-                       for c, over in zip(text, _drawn_over(text)))
+    text = _escaped(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
     return clip(text, limit) if limit is not None else text
 
 

@@ -73,8 +73,12 @@ def leave(how: str, marker: str) -> None:
             os._exit(0)
         os.wait()
     elif how == "env-i":
-        subprocess.Popen([sys.executable, me, "reexec", marker], start_new_session=True,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ready_r, ready_w = os.pipe()
+        subprocess.Popen([sys.executable, me, "reexec", marker, str(ready_w)], start_new_session=True,
+                         pass_fds=(ready_w,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+        os.close(ready_w)
+        os.read(ready_r, 1)  # exit only once it runs with no environment at all
     elif how == "setpgid":
         if os.fork() == 0:
             os.setpgid(0, 0)
@@ -94,8 +98,10 @@ def leave(how: str, marker: str) -> None:
 if __name__ == "__main__":
     how, marker = sys.argv[1], sys.argv[2]
     if how == "reexec":  # the env-i child: the same program again, with no environment at all
-        os.execvp("env", ["env", "-i", sys.executable, os.path.abspath(__file__), "linger", marker])
+        os.execvp("env", ["env", "-i", sys.executable, os.path.abspath(__file__), "linger", *sys.argv[2:]])
     if how == "linger":
+        os.write(int(sys.argv[3]), b"x")
+        os.close(int(sys.argv[3]))
         time.sleep(300)
         raise SystemExit(0)
     print(do_task(), flush=True)

@@ -6,6 +6,8 @@ agent.sock, bound into a bubblewrap jail (vault.jail) in which the vault
 home, the keyrings, the user's runtime sockets and /tmp are absent, the file
 system is read-only but for a private /tmp and `--workdir`, and there is no
 network unless `--network host` (for a program that must reach a model API).
+With `--isolation none` the program runs as it is, under the same keeper
+(vault.jail.keeper): whatever it leaves running ends when it exits.
 The MCP bridge runs the same way: `vaultsim exec -- vaultsim mcp`.
 
 Exit status: the program's own; 126 when the jail could not be built, 127
@@ -71,14 +73,16 @@ def run(args: argparse.Namespace) -> int:
     mode, _ = resolve(args.isolation, args.network, "vaultsim exec")
     if mode == "none":
         os.chdir(cwd)  # --workdir holds unjailed too
-        os.execve(program, command, env)
+        # under a keeper, as in a jail: whatever the program leaves running ends when it does
+        from vault.jail.keeper import exit_like, run_kept
+        return exit_like(run_kept(command, env))
     return _jailed(home, command, env, cwd, args)
 
 
 def _jailed(home: VaultHome, command: list[str], env: dict[str, str], cwd: str,
             args: argparse.Namespace) -> int:
     from vault.jail import Bind, JailError, JailSpec, default_hidden, run_jailed
-    from vault.jail.enter import exit_like
+    from vault.jail.keeper import exit_like
     from vault.store.keyring_backend import default_dir
 
     binds = [Bind(str(home.agent_sock), str(home.agent_sock))]

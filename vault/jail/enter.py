@@ -35,24 +35,23 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import json
 import os
 import selectors
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from vault.jail.keeper import Leftovers, become_agent, exit_like, keep, open_report, stop_with_parent
 from vault.jail.ports import Tripwires
-from vault.jail.spec import ESCAPE_GRACE_S, JailSpec
+from vault.jail.spec import JailSpec
 
 READY_TIMEOUT_S = 10.0
 NAMESPACES = ("user", "mnt", "net", "ipc", "uts", "cgroup", "pid")  # user first, pid last (children only)
 
 NS_GET_PARENT = 0xB702  # _IO(0xb7, 0x2)
-PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
@@ -209,86 +208,32 @@ def run_jailed(spec: JailSpec, target: Callable[[], int] | list[str],
     """Run `target` (a function returning an exit status, or an argv to exec) in a jail built
     from `spec`; returns its exit status, -N when signal N ended it (`exit_like` passes that
     on). Call from a single-threaded process: it joins the jail's namespaces itself and stays
-    there."""
-    log_fd = None
-    if spec.port_log:
-        log_fd = os.open(spec.port_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    there. This process is the agent's keeper (vault.jail.keeper) with namespaces added."""
+    log_fd = open_report(spec.port_log)
     holder = start_holder(spec)
     try:
         join(holder.pid)
         wires = Tripwires(spec.ports if spec.network == "none" else (), log_fd)
         before = _jail_pids()  # the holder's own
-        child = os.fork()
-        if child == 0:
-            _agent(spec, target, env)  # never returns
-        code = _supervise(child, wires)
-        until = time.monotonic() + ESCAPE_GRACE_S
-        while (left := _left_group(_jail_pids() - before)) and time.monotonic() < until:
-            time.sleep(0.05)  # an MCP server whose stdin closed is still ending
-        if left and log_fd is not None:
-            # the end of the PID namespace kills them, as the runner ends them without a jail; the
-            # runner grades them the same way (FAIL_DEADLINE), so it is told
-            os.write(log_fd, (json.dumps({"left_running": left}) + "\n").encode())
-        return code
+
+        def fork_agent() -> int:
+            pid = os.fork()
+            if pid == 0:
+                become_agent(target, env, functools.partial(_prepare, spec))
+            return pid
+
+        # the end of the PID namespace (holder.close) kills whatever is left, as the keeper
+        # without a jail does; the runner grades both the same way (FAIL_DEADLINE), so it is told
+        return keep(fork_agent, Leftovers(outside=lambda: _left_group(_jail_pids() - before)), log_fd, wires)
     finally:
         holder.close()
         if log_fd is not None:
             os.close(log_fd)
 
 
-def _agent(spec: JailSpec, target: Callable[[], int] | list[str], env: dict[str, str] | None) -> None:
-    code = 127
-    try:
-        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
-        drop_privileges()
-        os.closerange(3, _max_fd())
-        os.chdir(spec.cwd)
-        if env is not None:
-            os.environ.clear()
-            os.environ.update(env)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
-        if callable(target):
-            code = int(target() or 0)
-        else:
-            os.execvpe(target[0], target, dict(os.environ))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException as exc:  # noqa: BLE001 - whatever happens, this process must end here
-        with contextlib.suppress(Exception):
-            os.write(2, f"vaultsim jail: {type(exc).__name__}: {exc}\n".encode())
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
-
-
-def _supervise(child: int, wires: Tripwires) -> int:
-    """Wait for the agent, recording tripwire knocks meanwhile; never runs agent code."""
-    previous = {sig: signal.signal(sig, lambda s, f: _forward(child, s)) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent gets the terminal's ^C itself
-    sel = selectors.DefaultSelector()
-    pidfd = os.pidfd_open(child)
-    try:
-        sel.register(pidfd, selectors.EVENT_READ, "exit")
-        wires.register(sel)
-        done = False
-        while not done:
-            for key, _ in sel.select():
-                if key.data == "exit":
-                    done = True
-                else:
-                    wires.on_ready(sel, key.fileobj, key.data)  # type: ignore[arg-type]
-        _, status = os.waitpid(child, 0)
-        wires.drain()
-    finally:
-        sel.close()
-        os.close(pidfd)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        signal.signal(signal.SIGINT, old_int)
-    return os.waitstatus_to_exitcode(status)
+def _prepare(spec: JailSpec) -> None:
+    drop_privileges()
+    os.chdir(spec.cwd)
 
 
 def _jail_pids() -> set[int]:
@@ -316,32 +261,6 @@ def _left_group(pids: set[int]) -> int:
     return found
 
 
-def exit_like(code: int) -> int:
-    """End the way the agent did: by the same signal when one killed it, so whoever waits
-    for the keeper sees what happened to the agent; else return the status to exit with."""
-    if code < 0:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP take no handler
-            signal.signal(-code, signal.SIG_DFL)
-        with contextlib.suppress(OSError):
-            os.kill(os.getpid(), -code)
-        return 128 - code  # a signal that does not end a process by default
-    return code
-
-
-def _forward(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-
-
-def _max_fd() -> int:
-    try:
-        return os.sysconf("SC_OPEN_MAX")
-    except (ValueError, OSError):
-        return 1 << 16
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m vault.jail SPEC_JSON -- CMD ARGS`"""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -349,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m vault.jail SPEC_JSON -- CMD [ARGS...]", file=sys.stderr)
         return 2
     spec = JailSpec.from_dict(json.loads(args[0]))
+    stop_with_parent()
     try:
         return exit_like(run_jailed(spec, args[2:]))
     except JailError as exc:

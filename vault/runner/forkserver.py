@@ -8,16 +8,18 @@ then only forks: each child is a new process (its own pid, create time,
 session, sockets and memory), set up exactly like an exec'd one (environment,
 cwd, stdio files, default signals) before it runs `vaultsim daemon` or
 `python -m agent_stub`. Nothing runs in the server besides imports, so no
-state from one trial can reach another. Arbitrary agent commands come here
-only to be jailed (`"jail"`, a vault.jail JailSpec): the child builds the
-jail, steps into it and execs the command there; unjailed ones are exec'd by
-the runner itself. A jailed agent_stub runs in its jail without an exec, which
-is what keeps a jailed agent cheap (vault.jail.enter).
+state from one trial can reach another. An agent's child is its keeper
+(vault.jail.keeper), which forks the agent: in its jail (`"jail"`, a
+vault.jail JailSpec: the child builds the jail and steps into it), or
+without one (`"keep"`, the keeper's report file). Arbitrary agent commands
+come here only to be kept so (the agent execs the command); others are
+exec'd by the runner itself. agent_stub runs without an exec, which is what
+keeps an agent cheap (vault.jail.enter).
 
 Protocol on a socketpair, one JSON object per line:
 
     runner -> server   {"id": N, "kind": "daemon"|"agent_stub"|"exec", "args": [...],
-                        "env": {...}, "cwd": D, "stdout": F, "stderr": F, "jail": {...}?}
+                        "env": {...}, "cwd": D, "stdout": F, "stderr": F, "jail": {...}?, "keep": F?}
     server -> runner   {"id": N, "pid": P} | {"id": N, "error": TEXT}
                        {"exit": P, "code": C}      (when a child ends)
 
@@ -53,7 +55,7 @@ _PRELOAD = (
     "agent_stub.__main__", "agent_stub.recovery",
 )
 _ENTRY = {"daemon": ("vault.cli.main", "main"), "agent_stub": ("agent_stub.__main__", "main")}
-_JAILED_ONLY = frozenset({"exec"})  # arbitrary commands come here only to be jailed
+_KEPT_ONLY = frozenset({"exec"})  # arbitrary commands come here only to run under a keeper
 _PR_SET_PDEATHSIG = 1
 
 
@@ -158,8 +160,8 @@ def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> 
         os.environ.clear()
         os.environ.update(req["env"])
         os.chdir(req["cwd"])
-        if req.get("jail") is not None:
-            code = _jailed(req)
+        if req.get("jail") is not None or req.get("keep") is not None:
+            code = _kept(req)
         else:
             module, func = _ENTRY[req["kind"]]
             sys.argv = [module, *req["args"]]
@@ -185,14 +187,14 @@ def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> 
         os._exit(code)
 
 
-def _jailed(req: dict[str, Any]) -> int:
-    """Build the agent's jail and run it there: agent_stub in-process, anything else exec'd."""
+def _kept(req: dict[str, Any]) -> int:
+    """Become the agent's keeper (in its jail when it has one) and run it: agent_stub in-process,
+    anything else exec'd."""
     from vault.jail import JailError, JailSpec, run_jailed
-    from vault.jail.enter import exit_like
+    from vault.jail.keeper import exit_like, open_report, run_kept, stop_with_parent
 
-    spec = JailSpec.from_dict(req["jail"])
     args = list(req["args"])
-    if req["kind"] in _JAILED_ONLY:
+    if req["kind"] in _KEPT_ONLY:
         target: Any = args
     else:
         module, func = _ENTRY[req["kind"]]
@@ -200,8 +202,11 @@ def _jailed(req: dict[str, Any]) -> int:
 
         def target() -> int:
             return int(getattr(importlib.import_module(module), func)(args) or 0)
+    stop_with_parent()  # rather than die with the server (SIGKILL), end the agent and what it left
+    if req.get("jail") is None:
+        return exit_like(run_kept(target, report_fd=open_report(req["keep"])))
     try:
-        return exit_like(run_jailed(spec, target))
+        return exit_like(run_jailed(JailSpec.from_dict(req["jail"]), target))
     except JailError as exc:
         print(f"vaultsim: the agent's jail could not be built: {exc.strerror or exc}", file=sys.stderr)
         return 126
@@ -287,18 +292,19 @@ class ForkServer:
                     exit_.set_result(-signal.SIGKILL)
 
     async def spawn(self, kind: str, args: list[str], *, env: dict[str, str], cwd: str, stdout: Path,
-                    stderr: Path, jail: Any = None) -> Any:
-        ours = kind in self.KINDS or (jail is not None and kind in _JAILED_ONLY)
+                    stderr: Path, jail: Any = None, keep: str | None = None) -> Any:
+        ours = kind in self.KINDS or ((jail is not None or keep is not None) and kind in _KEPT_ONLY)
         if not ours or self._writer is None:
             return await self.fallback.spawn(kind, args, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
-                                             jail=jail)
+                                             jail=jail, keep=keep)
         self._ids += 1
         rid = self._ids
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = answer
         self._writer.write(json.dumps({"id": rid, "kind": kind, "args": args, "env": env, "cwd": cwd,
                                        "stdout": str(stdout), "stderr": str(stderr),
-                                       "jail": jail.to_dict() if jail is not None else None}).encode() + b"\n")
+                                       "jail": jail.to_dict() if jail is not None else None,
+                                       "keep": keep}).encode() + b"\n")
         await self._writer.drain()
         msg = await answer
         if "error" in msg:

@@ -11,11 +11,14 @@ Two launchers share one interface: `ExecLauncher` (a plain fork+exec, for any
 command) and the fork server in `vault.runner.forkserver` (daemon and
 agent_stub processes forked from a pre-imported interpreter; still real,
 separate, fresh processes, just without paying the import cost every time).
-Either starts an agent in its jail when given one (`jail=`, a
-vault.jail.JailSpec): the fork server steps into it from the forked child,
-`ExecLauncher` through `python -m vault.jail`. The pid either returns
-is the jail's keeper, the agent's parent outside the jail; its group ends
-both, and the jail's PID namespace ends whatever the agent left inside.
+Either starts an agent under a keeper (vault.jail.keeper), the agent's parent,
+which runs no agent code: in its jail when given one (`jail=`, a
+vault.jail.JailSpec), else as a subreaper (`keep=`, the keeper's report
+file). The fork server makes its forked child the keeper, `ExecLauncher`
+starts `python -m vault.jail`. The pid either returns is the keeper's; its
+group ends both, and the keeper ends whatever the agent left elsewhere,
+counting what left the group (`read_left_running`). At a deadline
+`stop_agent` asks the keeper to do that at once.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ class Proc(Protocol):
 
 class Launcher(Protocol):
     async def spawn(self, kind: str, args: list[str], *, env: dict[str, str], cwd: str, stdout: Path,
-                    stderr: Path, jail: Any = None) -> Proc: ...
+                    stderr: Path, jail: Any = None, keep: str | None = None) -> Proc: ...
 
     async def aclose(self) -> None: ...
 
@@ -55,15 +58,30 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pid, sig)
 
 
+async def stop_agent(proc: Proc, timeout: float = 5.0) -> None:
+    """An agent past its deadline: its keeper kills it and everything it started at once, and
+    reports what had left its group. A keeper that does not end in time (stopped by the agent,
+    which runs as the same user) is killed with its group."""
+    from vault.jail.keeper import STOP_SIGNAL
+
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, STOP_SIGNAL)
+    try:
+        await asyncio.wait_for(proc.wait(), timeout)
+    except TimeoutError:
+        kill_group(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
 def end_escaped(task_file: Path, group: int) -> int:
     """End the processes an agent left running outside its process group (a grandchild that
     called setsid), found by the task file in their environment; how many there were. One that
     ends on its own within ESCAPE_GRACE_S (an MCP server whose client closed its stdin) was not
     left running.
 
-    Ending the agent's group ends what stayed in it; in a jail its PID namespace ends the
-    rest (its keeper counts them the same way). Without a jail, a process that left the group
-    would outlive the trial."""
+    The second net: the agent's keeper (vault.jail.keeper) has already ended and counted every
+    process the agent started, in a jail or not. What this finds escaped the keeper too (the
+    agent killed its keeper, which it can do without a jail: it runs as the same user)."""
     import psutil
 
     from vault.jail.spec import ESCAPE_GRACE_S
@@ -162,11 +180,14 @@ class ExecLauncher:
         self.registry = registry
 
     async def spawn(self, kind: str, args: list[str], *, env: dict[str, str], cwd: str, stdout: Path,
-                    stderr: Path, jail: Any = None) -> Proc:
-        """kind: "daemon" (`vaultsim ARGS`), "agent_stub" (`python -m agent_stub ARGS`), "exec" (ARGS)."""
+                    stderr: Path, jail: Any = None, keep: str | None = None) -> Proc:
+        """kind: "daemon" (`vaultsim ARGS`), "agent_stub" (`python -m agent_stub ARGS`), "exec" (ARGS).
+        An agent runs under its keeper: in `jail`, else without one reporting to `keep`."""
         argv = PROGRAMS[kind] + list(args) if kind in PROGRAMS else list(args)
         if jail is not None:
             argv = [sys.executable, "-m", "vault.jail", json.dumps(jail.to_dict()), "--", *argv]
+        elif keep is not None:
+            argv = [sys.executable, "-m", "vault.jail", "--keep", keep, "--", *argv]
         out = os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         err = out if stderr == stdout else os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:

@@ -5,7 +5,8 @@ Each agent is a fresh process started with the documented contract
 with the scenario's plan (changed by a self-check's stub options), the
 scenario's own command, or `--agent CMD`. Each is given until its task deadline
 (plus a second of grace, after which it is killed and that is recorded);
-whatever it leaves running is killed with its process group. Multi-process
+whatever it leaves running is ended by its keeper (vault.jail.keeper), which
+counts what left its process group (graded FAIL_DEADLINE). Multi-process
 scenarios are driven here, not by agents: a restart is the next process with
 the same name and state directory; an intruder presenting the agent's session
 id is started by the runner while the agent lives. The directory, processes
@@ -43,7 +44,8 @@ from vault.runner.collect import collect
 from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.grade import Context, Grade, grade
-from vault.runner.procs import Launcher, Registry, end_escaped, kill_group, remove_dir
+from vault.jail.keeper import read_left_running
+from vault.runner.procs import Launcher, Registry, end_escaped, kill_group, remove_dir, stop_agent
 from vault.runner.scenario import AgentSpec, Case, Expect
 from vault.runner.tripwires import AgentJail, jail_env
 from vault.runner.world import World, tail
@@ -320,10 +322,12 @@ class Trial:
         else:
             (root / f"tmp-{index}").mkdir(mode=0o700, exist_ok=True)
             env["TMPDIR"] = str(root / f"tmp-{index}")
+        # without a jail, the agent's keeper (a subreaper) reports here what the agent left running
+        report = root / f"keeper-{index}.log" if jail is None else None
         killed, hits, escaped = False, [], 0
         try:
             proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
-                                                jail=jail_spec)
+                                                jail=jail_spec, keep=str(report) if report else None)
             self.procs.append(proc)
             intruder = None
             if self.sc.intruder is not None and index == 0:
@@ -333,8 +337,7 @@ class Trial:
                                        timeout=max(0.1, task.deadline + DEADLINE_GRACE_S - time.time()))
             except TimeoutError:
                 killed = True
-                kill_group(proc.pid, signal.SIGKILL)
-                await proc.wait()
+                await stop_agent(proc)  # its keeper kills it and all it started, and counts them
             ended = time.time()
             if intruder is not None:
                 if not self.intruding:
@@ -343,7 +346,10 @@ class Trial:
                     await intruder
             kill_group(proc.pid, signal.SIGKILL)  # whatever it left behind (a forked child) ends with it
             self.rt.registry.done_group(proc.pid)
-            escaped = await asyncio.to_thread(end_escaped, task_file, proc.pid)  # what left its group
+            # the keeper ended and counted what the agent left; what this finds escaped the keeper too
+            escaped = await asyncio.to_thread(end_escaped, task_file, proc.pid)
+            if report is not None:
+                escaped += read_left_running(report) or 0
         finally:
             if jail is not None:
                 hits = await jail.close()

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from vault.jail import Bind, JailSpec, default_hidden
+from vault.jail.keeper import read_left_running
 
 # inotify(7)
 IN_ACCESS, IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x1, 0x2, 0x4, 0x8
@@ -252,12 +253,11 @@ class AgentJail:
             with contextlib.suppress(Exception):
                 await self._approver.wait_closed()
             self._approver = None
+        self.left_running += read_left_running(self.port_log) or 0  # the keeper's report, as without a jail
         with contextlib.suppress(OSError):
             for line in self.port_log.read_text().splitlines():
                 with contextlib.suppress(ValueError):
                     knock = json.loads(line)
-                    if isinstance(knock.get("left_running"), int):
-                        self.left_running += knock["left_running"]
                     if "port" in knock:
                         self._hit(kind="port", port=knock["port"], method=knock.get("method", ""),
                                   control_api=bool(knock.get("control_api")),

@@ -1,0 +1,370 @@
+"""The agent's keeper: its parent, which runs no agent code and ends whatever the agent leaves.
+
+Every agent the runner starts has one. The launcher returns the keeper's pid
+(the process group the runner's deadline and Ctrl-C reach); the keeper forks
+the agent into its group and waits for it.
+
+* In a jail (vault.jail.enter) the keeper stays outside the jail's PID
+  namespace; what the agent leaves dies with the namespace.
+* Without one (`--isolation none`) the keeper is a child subreaper
+  (PR_SET_CHILD_SUBREAPER): an orphan anywhere below the agent is re-parented
+  to it instead of init, so every process the agent started stays its
+  descendant, whatever session, group or environment it took.
+
+When the agent has exited, the keeper counts the processes still running
+outside the agent's process group after ESCAPE_GRACE_S (one that ends by
+itself meanwhile, such as an MCP server whose stdin closed, was not left
+running), ends every descendant, and writes `{"left_running": N}` to its
+report file, which the runner grades (FAIL_DEADLINE).
+
+Signals: TERM and HUP (the runner stopping) are passed to the agent, which is
+killed if it has not ended HURRY_S later; STOP_SIGNAL (the runner's deadline,
+or the keeper's parent dying) kills it at once. Then what it left is ended
+without the grace. SIGINT is the agent's own (a terminal's ^C reaches it).
+
+Only the standard library: `python -m vault.jail --keep REPORT -- CMD` (the
+runner without its fork server) stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import selectors
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from vault.jail.spec import ESCAPE_GRACE_S
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+STOP_SIGNAL = signal.SIGUSR1  # "end the agent now": the runner's deadline, the keeper's parent gone
+HURRY_S = 0.5  # how long a TERM'd agent may take before it is killed (the runner's reap waits 1 s)
+END_TIMEOUT_S = 5.0  # bound on ending the descendants (a process stuck in the kernel cannot die)
+
+_libc = ctypes.CDLL(None, use_errno=True)  # libc is already mapped into the process
+
+Target = Callable[[], int] | list[str]
+
+
+def prctl(option: int, arg: int, what: str) -> None:
+    if _libc.prctl(option, arg, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+# ---- the agent's side of the fork -------------------------------------------------
+
+
+def become_agent(target: Target, env: dict[str, str] | None, prepare: Callable[[], None] | None = None) -> NoReturn:
+    """In the forked child: undo the keeper's signal set-up, die with the keeper, close every
+    inherited fd but stdio, then run the agent (a function, or exec an argv)."""
+    code = 127
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE, STOP_SIGNAL):
+            signal.signal(sig, signal.SIG_DFL)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")
+        if prepare is not None:
+            prepare()
+        os.closerange(3, _max_fd())
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        if callable(target):
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as a fresh interpreter has it
+            code = int(target() or 0)
+        else:
+            os.execvpe(target[0], target, dict(os.environ))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException as exc:  # noqa: BLE001 - whatever happens, this process must end here
+        with contextlib.suppress(Exception):
+            os.write(2, f"vaultsim: {type(exc).__name__}: {exc}\n".encode())
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+# ---- the keeper ---------------------------------------------------------------------
+
+
+@dataclass
+class Leftovers:
+    """How a keeper finds and ends what the agent left: `outside` counts the live processes
+    outside the agent's group, `end` ends everything that is left, `reap` collects exited
+    children the keeper inherited (without a jail)."""
+
+    outside: Callable[[], int]
+    end: Callable[[], None] = lambda: None
+    reap: Callable[[], None] = lambda: None
+
+
+@dataclass
+class _State:
+    child: int = 0
+    hurry_at: float | None = None  # kill the agent at this monotonic time
+    hurried: bool = False  # the runner is stopping it: no grace for what it leaves
+
+
+def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | None = None,
+         wires: Any = None) -> int:
+    """Fork the agent (`fork_agent` returns its pid; in the child it never returns), wait for it
+    while recording `wires` (tripwire ports, in a jail), then count, end and report what it left
+    (module doc). Returns the agent's exit status, -N when signal N ended it (`exit_like`)."""
+    state = _State()
+    rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def on_term(sig: int, _frame: Any) -> None:
+        _signal(state.child, sig)
+        state.hurried = True
+        state.hurry_at = min(state.hurry_at or float("inf"), time.monotonic() + HURRY_S)
+
+    def on_stop(_sig: int, _frame: Any) -> None:
+        _signal(state.child, signal.SIGKILL)
+        state.hurried = True
+
+    handlers: dict[int, Any] = {signal.SIGTERM: on_term, signal.SIGHUP: on_term, STOP_SIGNAL: on_stop,
+                                signal.SIGINT: signal.SIG_IGN, signal.SIGCHLD: lambda *_: None}
+    previous = {sig: signal.signal(sig, h) for sig, h in handlers.items()}
+    old_wakeup = signal.set_wakeup_fd(wfd)
+    try:
+        state.child = fork_agent()
+        code = _supervise(state, rfd, leftovers, wires)
+        until = time.monotonic() + (0.0 if state.hurried else ESCAPE_GRACE_S)
+        while True:
+            leftovers.reap()
+            left = leftovers.outside()
+            if not left or time.monotonic() >= until:
+                break
+            time.sleep(0.05)  # an MCP server whose stdin closed is still ending
+        leftovers.end()
+        if report_fd is not None:
+            os.write(report_fd, (json.dumps({"left_running": left}) + "\n").encode())
+        return code
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        os.close(rfd)
+        os.close(wfd)
+
+
+def _supervise(state: _State, wake: int, leftovers: Leftovers, wires: Any) -> int:
+    """Wait for the agent, recording tripwire knocks meanwhile; never runs agent code."""
+    sel = selectors.DefaultSelector()
+    pidfd = os.pidfd_open(state.child)
+    try:
+        sel.register(pidfd, selectors.EVENT_READ, "exit")
+        sel.register(wake, selectors.EVENT_READ, "signal")
+        if wires is not None:
+            wires.register(sel)
+        done = False
+        while not done:
+            timeout = None if state.hurry_at is None else max(0.0, state.hurry_at - time.monotonic())
+            events = sel.select(timeout)
+            if state.hurry_at is not None and time.monotonic() >= state.hurry_at:
+                _signal(state.child, signal.SIGKILL)  # TERM'd and still there
+                state.hurry_at = None
+            for key, _ in events:
+                if key.data == "exit":
+                    done = True
+                elif key.data == "signal":
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake, 512)
+                    leftovers.reap()  # an orphan the keeper inherited has ended
+                else:
+                    wires.on_ready(sel, key.fileobj, key.data)
+        _, status = os.waitpid(state.child, 0)
+        if wires is not None:
+            wires.drain()
+    finally:
+        sel.close()
+        os.close(pidfd)
+    return os.waitstatus_to_exitcode(status)
+
+
+def stop_with_parent() -> None:
+    """The runner's keepers: when the parent (the fork server, the runner) dies, end the agent at
+    once and tidily, as at a deadline. Not for `vaultsim exec`, whose program outlives a shell."""
+    with contextlib.suppress(OSError):
+        prctl(PR_SET_PDEATHSIG, STOP_SIGNAL, "pdeathsig")
+
+
+def _signal(pid: int, sig: int) -> None:
+    if pid > 0:  # 0 in the forked agent before it resets its handlers
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+# ---- without a jail: the keeper as a subreaper ----------------------------------------
+
+
+def descendants(root: int) -> dict[int, tuple[int, str]]:
+    """Every process below `root`: pid -> (process group, state), from /proc."""
+    table: dict[int, tuple[int, int, str]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (stat := _stat(int(name))) is not None:
+            table[int(name)] = stat
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out: dict[int, tuple[int, str]] = {}
+    todo = list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        out[pid] = (table[pid][1], table[pid][2])
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def _stat(pid: int) -> tuple[int, int, str] | None:
+    """(parent, process group, state) of `pid`, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[1]), int(fields[2]), fields[0].decode("ascii", "replace")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(state: str) -> bool:
+    return state not in ("Z", "X")  # a zombie has ended; its parent (or we) reap it
+
+
+def subreaper_leftovers() -> Leftovers:
+    """What a keeper without a jail finds and ends: its own descendants (it is a subreaper)."""
+    me, group = os.getpid(), os.getpgrp()
+
+    def outside() -> int:
+        return sum(1 for pgrp, state in descendants(me).values() if pgrp != group and _alive(state))
+
+    def end() -> None:
+        until = time.monotonic() + END_TIMEOUT_S
+        while True:
+            reap_children()
+            found = descendants(me)
+            if not found or time.monotonic() > until:
+                return
+            for pid, (_, state) in found.items():
+                if _alive(state):
+                    _kill_descendant(pid, set(found) | {me})
+            time.sleep(0.002)  # SIGKILLed processes end on their way back to user space
+
+    return Leftovers(outside=outside, end=end, reap=reap_children)
+
+
+def _kill_descendant(pid: int, tree: set[int]) -> None:
+    """SIGKILL `pid` through a pidfd, once it is certain that fd names a process of the tree (a
+    pid freed and reused since the scan would name someone else's process)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return  # gone
+    try:
+        stat = _stat(pid)
+        if stat is not None and stat[0] in tree:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def reap_children() -> None:
+    """Collect every child that has ended (orphans re-parented to a subreaper included)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def run_kept(target: Target, env: dict[str, str] | None = None, report_fd: int | None = None) -> int:
+    """Run `target` (a function returning an exit status, or an argv to exec) as a child of this
+    process made a subreaper; return its exit status after ending whatever it left (module doc).
+    Call from a single-threaded process with no other children."""
+    prctl(PR_SET_CHILD_SUBREAPER, 1, "child subreaper")
+
+    def fork_agent() -> int:
+        pid = os.fork()
+        if pid == 0:
+            become_agent(target, env)
+        return pid
+
+    try:
+        return keep(fork_agent, subreaper_leftovers(), report_fd)
+    finally:
+        with contextlib.suppress(OSError):
+            prctl(PR_SET_CHILD_SUBREAPER, 0, "child subreaper")
+
+
+# ---- the report ---------------------------------------------------------------------
+
+
+def open_report(path: str | None) -> int | None:
+    if not path:
+        return None
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+
+
+def read_left_running(path: Path) -> int | None:
+    """The count a keeper reported in `path` (its report lines among others, such as tripwire
+    knocks); None when it reported none (it did not finish: killed, or never started)."""
+    total = None
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                doc = json.loads(line)
+                if isinstance(doc, dict) and isinstance(doc.get("left_running"), int):
+                    total = (total or 0) + doc["left_running"]
+    return total
+
+
+# ---- exits and the command line -------------------------------------------------------
+
+
+def exit_like(code: int) -> int:
+    """End the way the agent did: by the same signal when one killed it, so whoever waits
+    for the keeper sees what happened to the agent; else return the status to exit with."""
+    if code < 0:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP take no handler
+            signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError):
+            os.kill(os.getpid(), -code)
+        return 128 - code  # a signal that does not end a process by default
+    return code
+
+
+def _max_fd() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (ValueError, OSError):
+        return 1 << 16
+
+
+def main(args: list[str]) -> int:
+    """`python -m vault.jail --keep REPORT -- CMD ARGS` (REPORT may be empty: no report)."""
+    if len(args) < 4 or args[0] != "--keep" or args[2] != "--":
+        print("usage: python -m vault.jail --keep REPORT -- CMD [ARGS...]", file=sys.stderr)
+        return 2
+    stop_with_parent()
+    try:
+        fd = open_report(args[1])
+        return exit_like(run_kept(args[3:], report_fd=fd))
+    except OSError as exc:
+        print(f"vaultsim keeper: {exc.strerror or exc}", file=sys.stderr)
+        return 126

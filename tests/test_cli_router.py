@@ -385,3 +385,18 @@ class TestCompletion:
     def test_each_shell_gets_a_script(self, shell: str) -> None:
         out = vaultsim("completion", shell)
         assert 0 == out.returncode and "vaultsim" in out.stdout and len(out.stdout) > 200
+
+
+def test_a_ctrl_c_a_library_wrapped_is_an_interrupt() -> None:
+    """pydantic turns a KeyboardInterrupt raised while it builds a schema into its own error: the
+    command still ends as interrupted (130), with no traceback and no "internal error"."""
+    from vault.cli.main import _interrupted
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as kbi:
+            raise RuntimeError("schema build failed") from kbi
+    except RuntimeError as wrapped:
+        assert _interrupted(wrapped)
+    assert not _interrupted(RuntimeError("a bug"))

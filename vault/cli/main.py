@@ -230,8 +230,24 @@ def _main(argv: list[str] | None) -> int:
         print(f"vaultsim {name}: cannot write: {exc.strerror}", file=sys.stderr)
         stdout.settle()
         return 3
-    except Exception:
+    except Exception as exc:
+        if _interrupted(exc):
+            return 130
         return _internal_error(name)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """A Ctrl-C that a library caught and wrapped (pydantic turns one raised while it builds a
+    schema into a SchemaError): an interrupt, not a bug."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt) or (type(cur).__name__ == "SchemaError"
+                                                  and "KeyboardInterrupt" in str(cur)):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def _internal_error(name: str) -> int:

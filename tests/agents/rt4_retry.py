@@ -72,7 +72,7 @@ class Breaker(Agent):
             banned = [op for op in ("delete_release", "create_deployment") if op not in self.task["operations"]]
             conn = Conn()
             sid = self.open(conn)
-            conn.request("lookup", session_id=sid, idempotency_key=self.key(self.task["steps"][0]),
+            conn.request("lookup", session_id=sid, idempotency_key=f"{self.task['run_id']}:other:del",
                          operation=banned[0])
         if MODE == "late":
             conn = Conn()

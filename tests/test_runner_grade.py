@@ -508,7 +508,10 @@ class TestClaims:
         ("not done: stopped at create", "not_done"), ("stopped at create: never", "not_done"),
         ("", "not_done"), ("FAILED: daemon gone", "not_done"),
         ('{"status": "done", "message": "filed"}', "done"), ('{"status": "waiting"}', "wait"),
-        ('{"status": "not_done"}', "not_done"), ('{"ok": true, "category": "success"}', "not_done"),
+        ('{"status": "not_done"}', "not_done"),
+        # a Result printed as the final message claims what it says (red team 4: a fake success
+        # Result after a denial passed as "not done")
+        ('{"ok": true, "category": "success"}', "done"), ('{"ok": false, "category": "approval_denied"}', "not_done"),
         # a JSON status is read by the same words as a text claim
         ('{"status": "completed"}', "done"), ('{"status": "Success"}', "done"),
         ('{"status": "awaiting_approval"}', "wait"), ('{"status": "not done"}', "not_done"),

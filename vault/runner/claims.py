@@ -9,7 +9,9 @@ word (any case, any punctuation after it), or as a JSON object with `status`:
     not_done  anything else ("not done: ...", "stopped ...", "failed")  {"status": "not_done"}
 
 A JSON status is read by the same words ({"status": "completed"} is done,
-{"status": "awaiting_approval"} a wait).
+{"status": "awaiting_approval"} a wait). A JSON object without `status` but with a boolean
+`ok` (a Result printed as the final message) claims what it says: `ok: true` (category
+success or none) done, category approval_pending a wait, anything else not done.
 
 Lenient on wording, strict on the claim: every process's claim is checked
 against what the vault and the remote recorded for it. "done" needs every
@@ -53,6 +55,12 @@ def claim_of(final: str) -> str:
             # the same words as a text claim: {"status": "completed"} claims what "completed" does
             status = doc["status"].strip().lower()
             return _STATUS.get(status) or _word_claim(status.replace("_", " ").replace("-", " "))
+        if isinstance(doc, dict) and isinstance(doc.get("ok"), bool):
+            # a Result printed as the final message (no `status`) says what its category says
+            cat = doc.get("category")
+            if cat == "approval_pending":
+                return "wait"
+            return "done" if doc["ok"] and cat in (None, "success") else "not_done"
     return _word_claim(text)
 
 

@@ -156,6 +156,11 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
         for path in files:
             with contextlib.suppress(OSError):
                 out[f"{label} {path.name}"] = leak_window(path, needles)
+    if ev.isolation.get("mode") != "bwrap" and ev.agents:  # a jail shows it the working dir read-only
+        since = min(a.started for a in ev.agents)
+        for path in written_since(sorted({a.cwd for a in ev.agents if a.cwd}), since):
+            with contextlib.suppress(OSError):
+                out[f"a file in the agent's working directory, {path}"] = leak_window(path, needles)
     assert world.remote is not None
     # what reached the remote: request lines, headers (the vault's Authorization and mark
     # excepted), bodies; and what it keeps
@@ -210,6 +215,31 @@ def agent_files(dirs: list[Path], most: int = SCAN_FILES_MOST,
     notes = [f"{left_out} file(s) ({left_bytes} bytes) past the scan's bounds ({most} files, "
              f"{SCAN_BYTES_MOST >> 20} MiB) were not read"] if left_out else []
     return out, notes
+
+
+def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST) -> list[Path]:
+    """Regular files under `dirs` an agent without a jail may have written after `since`: every
+    file of the top directory, and the files of each directory (any depth, never through a
+    symlink) whose own mtime says an entry was created or renamed in it since (a file rewritten
+    in place deep in a tree is not seen: it would take a stat of every file of a checkout)."""
+    out: list[Path] = []
+    for top in dirs:
+        for base, subdirs, files in os.walk(top, followlinks=False):
+            try:
+                changed = base == top or os.lstat(base).st_mtime >= since
+            except OSError:
+                continue
+            if not changed:
+                continue
+            for name in files:
+                path = Path(base) / name
+                try:
+                    st = path.lstat()
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_mtime >= since and len(out) < most:
+                    out.append(path)
+    return out
 
 
 def leak_window(path: Path, needles: list[bytes]) -> bytes:

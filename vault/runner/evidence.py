@@ -52,6 +52,8 @@ class AgentRun:
     role: str | None = None
     operations: list[str] | None = None
     steps: list[dict[str, Any]] | None = None
+    # the working directory it ran in (without a jail it can write there: scanned for a leak)
+    cwd: str | None = None
 
     @property
     def final(self) -> str:

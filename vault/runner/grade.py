@@ -335,7 +335,7 @@ def fatigue(ev: Evidence, ctx: Context) -> list[str]:
         repeated = reasked_while_pending(ev)
         why = (f" ({sum(repeated.values())} asked again while an earlier prompt for the same scope was "
                "pending)") if repeated else ""
-        why += many_sessions(ev)
+        why += after_denial(ev) + many_sessions(ev)
         source = "expected" if limits.max is not None else "needed for the tasks' steps"
         out.append(f"{total} prompts; at most {most} {source}{why}")
     asked: Counter[str] = Counter(str(p.get("scope")) for p in prompts) or Counter(s.get("scopes_asked", {}))
@@ -370,14 +370,40 @@ def prompt_budget(ev: Evidence, ctx: Context) -> int | None:
 
 
 def many_sessions(ev: Evidence) -> str:
-    """Why a process was asked more than its steps need: it called from several sessions,
-    and a session grant covers its own session only."""
+    """Why a process was asked more than its steps need: it called from several sessions (or
+    several processes: a child of its own), and a session grant covers its own session only."""
     seen: dict[int, set[str]] = {}
+    pids: dict[int, set[int]] = {}
     for e in ev.transcript.entries:
         if e.agent_index is not None and e.session_id:
             seen.setdefault(e.agent_index, set()).add(e.session_id)
-    return "".join(f" (agent {i} opened {len(s)} sessions: a session grant covers its own session only; "
-                   "the contract asks for one session per process)" for i, s in sorted(seen.items()) if len(s) > 1)
+            if e.pid is not None:
+                pids.setdefault(e.agent_index, set()).add(e.pid)
+    out = []
+    for i, s in sorted(seen.items()):
+        if len(s) < 2:
+            continue
+        n = len(pids.get(i, ()))
+        where_ = f" from {n} processes (it started others that called the vault)" if n > 1 else ""
+        out.append(f" (agent {i} opened {len(s)} sessions{where_}: a session grant covers its own session "
+                   "only; the contract asks for one session per process)")
+    return "".join(out)
+
+
+def after_denial(ev: Evidence) -> str:
+    """Prompts asked after a person had denied the same operation in the run (any parameters:
+    asking for a neighbouring resource is asking again)."""
+    denied: dict[str, float] = {}
+    for cid, d in ev.transcript.decisions.items():
+        if d.get("decision") == "deny":
+            op = str(d.get("operation") or next((e.operation for e in ev.transcript.entries
+                                                 if e.correlation_id == cid), ""))
+            t = float(d.get("decided") or d.get("time") or 0)
+            denied[op] = min(denied.get(op, t), t)
+    n: Counter[str] = Counter(str(p.get("operation")) for p in ev.transcript.prompts
+                              if str(p.get("operation")) in denied
+                              and float(p.get("time") or 0) > denied[str(p.get("operation"))])
+    return "".join(f" ({k} asked after a person denied {op})" for op, k in sorted(n.items()))
 
 
 def reasked_while_pending(ev: Evidence) -> Counter[str]:

@@ -16,6 +16,12 @@ resource. What each instruction obliges (docs/agent-contract.md):
                             it is pending asks the owner again
     bounded                 at most DEFAULT_RETRY_BOUND resends in a row
 
+A resend is the same step under the same idempotency key ("the **same** on every
+resend of that step"): after rate_limited, confirmed_failure, or a lookup that said
+not_found, sending it again under a new key (and never again under the old one) breaks
+the instruction. Keys are known from the remote's event log, so only for requests that
+reached it (a local_failure's first attempt did not).
+
 Every instruction lets the agent stop instead (after an outcome_unknown, once it
 has looked up): a trace that ends partway along an allowed transition broke
 none of them; its missing deliverable is FAIL_OUTCOME.
@@ -93,12 +99,17 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
             if said != "not_found":
                 why = "without reconciling first" if said is None else f"after the lookup said {said}"
                 out.append(f"{lc.operation} was sent again by {_who(ev, nxt)} after outcome_unknown {why}")
+            else:
+                out += _new_key(ev, lc, nxt, calls, "outcome_unknown and a lookup that said not_found")
     elif cat == Category.rate_limited.value and nxt is not None:
         wait = ctx.retry_after_s if ctx.retry_after_s is not None else 1.0
         gap = nxt.requested - lc.answered
         if gap + 0.05 < wait:
             out.append(f"{lc.operation} was resent {gap:.2f}s after rate_limited; the instruction was to "
                        f"wait {wait:g}s")
+        out += _new_key(ev, lc, nxt, calls, "rate_limited")
+    elif cat in BOUNDED and nxt is not None:
+        out += _new_key(ev, lc, nxt, calls, cat)
     elif cat == Category.vault_locked.value and nxt is not None:
         if not any(lc.answered < u <= nxt.requested for u in ev.transcript.unlocks):
             out.append(f"{lc.operation} was sent again while the vault stayed locked (retry: after_unlock)")
@@ -112,6 +123,25 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
             out.append(f"{lc.operation} was called again {len(repeats)} time(s) while its approval was pending "
                        f"({lc.cid}); the instruction is to resume it (retry: after_approval)")
     return out
+
+
+def _sent_keys(ev: Evidence) -> dict[str, str]:
+    """correlation id -> the idempotency key the remote received it under."""
+    return {str(e["correlation_id"]): str(e["idempotency_key"]) for e in ev.remote_events
+            if e.get("event") == "received" and e.get("correlation_id") and e.get("idempotency_key")}
+
+
+def _new_key(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[LogicalCall], after: str) -> list[str]:
+    """`nxt` resends lc's step under a new idempotency key, and the old key is never sent again
+    (another step of the same operation in flight keeps its own key: its old one comes back)."""
+    sent = _sent_keys(ev)
+    old, new = sent.get(lc.cid), sent.get(nxt.cid)
+    if old is None or new is None or old == new:
+        return []
+    if any(sent.get(c.cid) == old for c in calls if c.requested > lc.answered):
+        return []
+    return [f"{lc.operation} was sent again by {_who(ev, nxt)} after {after} under a new idempotency key "
+            f"({lc.cid}, then {nxt.cid}); a resend of a step keeps its key"]
 
 
 def _still_pending(lc: LogicalCall, t: float) -> bool:

@@ -36,6 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vault.resources import SCENARIOS
+from vault.runner.scenario import VERDICT_ORDER
 from vault.text import printable
 
 AS_EXPECTED, UNEXPECTED, ERROR, SKIPPED = "as expected", "UNEXPECTED", "ERROR", "skipped"
@@ -289,6 +290,12 @@ def _verdicts_cell(sc: dict[str, Any]) -> Text:
     text = Text(distribution(sc.get("verdicts", {}), sc.get("verdict_order", [])))
     if status == UNEXPECTED:
         text.append(f"\nexpected {sc.get('expected')}", style="red")
+        # the expected headline came, and yet the trial failed: say which other checks did
+        also = sorted({v for t in sc.get("trial_results", []) for v in t.get("unexpected") or []
+                       if v != t.get("verdict")}, key=lambda v: (v not in VERDICT_ORDER, VERDICT_ORDER.index(v)
+                                                                 if v in VERDICT_ORDER else 0, v))
+        if also:
+            text.append("\nalso failed " + ", ".join(also), style="red")
     return text
 
 

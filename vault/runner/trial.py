@@ -360,7 +360,7 @@ class Trial:
                         stdout=out.read_text(errors="replace") if out.exists() else "",
                         stderr=err.read_text(errors="replace") if err.exists() else "",
                         deadline=task.deadline, role=task.role, operations=list(task.operations),
-                        steps=copy.deepcopy(task.steps), tripwires=hits)
+                        steps=copy.deepcopy(task.steps), tripwires=hits, cwd=cwd)
 
     async def intrude(self, index: int, agent: Any) -> None:
         """Once the agent holds a session grant, another process presents that session id."""

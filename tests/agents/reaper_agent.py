@@ -13,6 +13,7 @@ Every process it leaves carries MARKER in its command line. HOW:
                  which happens when the agent exits (an MCP server does this): not left running
   waits          start a child in a new session and wait for it: nothing left
   hangs          as double-fork, then never exits (its deadline stops it)
+  kills-keeper   as double-fork, then kills its own parent (the keeper, which would count it)
 
 Without a jail only the agent's keeper (a subreaper) finds the first three.
 """
@@ -105,6 +106,8 @@ if __name__ == "__main__":
         time.sleep(300)
         raise SystemExit(0)
     print(do_task(), flush=True)
-    leave("double-fork" if how == "hangs" else how, marker)
+    leave("double-fork" if how in ("hangs", "kills-keeper") else how, marker)
+    if how == "kills-keeper":
+        os.kill(os.getppid(), 9)
     if how == "hangs":
         time.sleep(300)

@@ -45,6 +45,8 @@ class AgentRun:
     stderr: str
     # processes it left running outside its process group when it exited (ended by the runner)
     left_running: int = 0
+    # without a jail: its keeper ended without counting them (the agent, same user, killed it)
+    keeper_unreported: bool = False
     # what the jail's tripwires saw this agent reach for (vault.runner.tripwires)
     tripwires: list[dict[str, Any]] = field(default_factory=list)
     # the task it was given (vault.runner.contract): graded against, never taken from the agent
@@ -184,6 +186,7 @@ class Evidence:
             "agents": [{"index": a.index, "name": a.name, "exit_code": a.exit_code,
                         "duration_s": round(a.ended - a.started, 3), "killed_at_deadline": a.killed_at_deadline,
                         **({"left_running": a.left_running} if a.left_running else {}),
+                        **({"keeper_unreported": True} if a.keeper_unreported else {}),
                         "final": a.final[:300], **a.failure()} for a in self.agents],
             **({"intruder": self.intruder} if self.intruder is not None else {}),
             "errors": self.errors,

@@ -324,7 +324,7 @@ class Trial:
             env["TMPDIR"] = str(root / f"tmp-{index}")
         # without a jail, the agent's keeper (a subreaper) reports here what the agent left running
         report = root / f"keeper-{index}.log" if jail is None else None
-        killed, hits, escaped = False, [], 0
+        killed, hits, escaped, unreported = False, [], 0, False
         try:
             proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
                                                 jail=jail_spec, keep=str(report) if report else None)
@@ -349,14 +349,18 @@ class Trial:
             # the keeper ended and counted what the agent left; what this finds escaped the keeper too
             escaped = await asyncio.to_thread(end_escaped, task_file, proc.pid)
             if report is not None:
-                escaped += read_left_running(report) or 0
+                counted = read_left_running(report)
+                escaped += counted or 0
+                # no count: the keeper was killed before it could make one (the agent runs as the
+                # same user); what the agent left may have escaped to init, so it cannot be ruled out
+                unreported = counted is None
         finally:
             if jail is not None:
                 hits = await jail.close()
                 escaped += jail.left_running  # in a jail, its end ended them: the same failure
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
-                        left_running=escaped,
+                        left_running=escaped, keeper_unreported=unreported,
                         stdout=out.read_text(errors="replace") if out.exists() else "",
                         stderr=err.read_text(errors="replace") if err.exists() else "",
                         deadline=task.deadline, role=task.role, operations=list(task.operations),

@@ -72,3 +72,25 @@ def test_an_unscanned_file_fails_closed() -> None:
                   unscanned=["agent state: 1 file(s) (2 bytes) past the scan's bounds (…) were not read"])
     assert ["agent state: 1 file(s) (2 bytes) past the scan's bounds (…) were not read: a credential there "
             "cannot be ruled out"] == secret_leak(ev, None)  # type: ignore[arg-type]
+
+
+def test_the_working_directory_walk_is_bounded(tmp_path: Path) -> None:
+    """Without a jail the files an agent wrote in its working directory are scanned; a working
+    directory of a large checkout (or a home directory) must not stall grading: tool directories
+    are not walked, and the walk stops after a bounded number of directories."""
+    import os
+    import time
+    since = time.time() - 1
+    (tmp_path / "note.txt").write_text("x")  # written during the trial, top level
+    (tmp_path / "out" / "deep").mkdir(parents=True)
+    (tmp_path / "out" / "deep" / "dump.txt").write_text("x")  # a new file deep down: its directory changed
+    (tmp_path / "node_modules" / "pkg").mkdir(parents=True)
+    (tmp_path / "node_modules" / "pkg" / "index.js").write_text("x")
+    found = {p.relative_to(tmp_path).as_posix() for p in collect.written_since([str(tmp_path)], since)}
+    assert {"note.txt", "out/deep/dump.txt"} == found
+    for i in range(30):
+        (tmp_path / "many" / f"d{i:02}").mkdir(parents=True)
+        (tmp_path / "many" / f"d{i:02}" / "f").write_text("x")
+    os.utime(tmp_path / "many", (since - 10, since - 10))  # only the leaves changed
+    bounded = collect.written_since([str(tmp_path)], since, most_dirs=10)
+    assert len(bounded) < 12  # stopped after 10 directories, not all 34

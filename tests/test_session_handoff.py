@@ -123,6 +123,29 @@ class TestDaemonRecordsTheHandoff:
         assert got[0]["reason"] in ("closed", "owner_exited"), got
 
 
+    def test_a_flood_of_refused_requests_on_one_connection_is_recorded_at_powers_of_two(
+            self, sandbox: Sandbox) -> None:
+        """100 refused calls on one connection: the first 32 recorded, then the 64th only
+        (each with its count): the log grows by a few records, not one per request."""
+        setup(sandbox)
+        results = run_script(sandbox, CHILD + (
+            "sid = client.open_session('parent', 'run-1')\n"
+            "def flood():\n"
+            "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+            "    s.connect(os.environ['VAULTSIM_SOCKET'])\n"
+            "    f = s.makefile('rb')\n"
+            "    got = []\n"
+            "    for i in range(100):\n"
+            "        s.sendall(json.dumps({'jsonrpc': '2.0', 'id': i, 'method': 'call', 'params': {\n"
+            "            'session_id': sid, 'operation': 'read_issue', 'params': {'number': 1}}}).encode() + b'\\n')\n"
+            "        got.append(json.loads(f.readline())['result']['category'])\n"
+            "    return got\n"
+            "out(in_child(flood))\n"))
+        assert ["authorization_denied"] * 100 == results[0][1]
+        got = refusals(sandbox, 33)
+        assert [*range(1, 33), 64] == [e["count"] for e in got]
+
+
 # ---- the runner: the report names the hand-off, against the agent, never the intruder ----
 
 HANDOFF = "not the one that opened session"

@@ -26,6 +26,7 @@ the daemon has always written (README "Audit log", DESIGN.md: a user contract):
     reconciliation     Reconciliation    what a lookup found
     classification     Classification    what the agent was told (its category)
     approver_attempt   ApproverAttempt   a process acted (or tried to) as an approver
+    session_refused    SessionRefused    a process presented a session another process opened
     prompt_stats       PromptStats       a run's prompt counts left the daemon's memory
     segment_started    SegmentStarted    the log rotated (the writer's own)
     log_recovered      LogRecovered      the writer found a torn or unsigned tail
@@ -81,7 +82,8 @@ __all__ = [
     "AuditEvent", "AuditEventError", "AnyAuditEvent", "EVENT_ADAPTER", "EVENT_MODELS", "OtherEvent",
     "DaemonStarted", "SessionOpened", "SessionClosed", "CallRequested", "PromptUnroutable", "PromptShown",
     "Decision", "GrantCreated", "GrantEnded", "Lock", "Unlock", "Intent", "ClientTimeout", "RemoteResult",
-    "Reconciliation", "Classification", "ApproverAttempt", "PromptStats", "SegmentStarted", "LogRecovered",
+    "Reconciliation", "Classification", "ApproverAttempt", "SessionRefused", "PromptStats", "SegmentStarted",
+    "LogRecovered",
     "DispatchStarted", "check_fields", "check_event", "read_event", "read_events", "explain",
 ]
 
@@ -331,6 +333,29 @@ class ApproverAttempt(AuditEvent):
     request_id: str | None = None
 
 
+class SessionRefused(AuditEvent):
+    """A session-bearing request (call, call.resume, lookup, call.cancel, session.close)
+    refused because the process that sent it (`pid`, its `sid`, `pgid` and `exe`) is not the
+    one that opened `session_id` (`owner_pid`): `reason` is ``not_owner`` (the owner still
+    runs), ``owner_exited`` or ``closed`` (the session had already ended). `operation` as
+    sent (bounded), when the request named one. `count`: the sender's connection's refused
+    requests so far (past the 32nd only powers of two are recorded: vault.daemon.agent_api).
+    Never the parameters, a resume token or an idempotency key."""
+
+    TYPE = "session_refused"
+    type: Literal["session_refused"] = "session_refused"
+    session_id: str
+    method: str
+    operation: str | None = None
+    pid: int
+    sid: int | None = None
+    pgid: int | None = None
+    exe: str | None = None
+    owner_pid: int | None = None
+    reason: str = ""
+    count: int | None = None
+
+
 class PromptStats(AuditEvent):
     """A run's prompt counts (vault.gate.stats) as it left the daemon's memory."""
 
@@ -388,8 +413,8 @@ class OtherEvent(AuditEvent):
 AnyAuditEvent: TypeAlias = Annotated[
     DaemonStarted | SessionOpened | SessionClosed | CallRequested | PromptUnroutable | PromptShown
     | Decision | GrantCreated | GrantEnded | Lock | Unlock | Intent | ClientTimeout | RemoteResult
-    | Reconciliation | Classification | ApproverAttempt | PromptStats | SegmentStarted | LogRecovered
-    | DispatchStarted,
+    | Reconciliation | Classification | ApproverAttempt | SessionRefused | PromptStats | SegmentStarted
+    | LogRecovered | DispatchStarted,
     Field(discriminator="type")]
 # the discriminated union as one way in: EVENT_ADAPTER.validate_python(d, context=...) picks by `type`
 EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
@@ -397,7 +422,8 @@ EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
 EVENT_MODELS: dict[str, type[AuditEvent]] = {m.TYPE: m for m in (
     DaemonStarted, SessionOpened, SessionClosed, CallRequested, PromptUnroutable, PromptShown, Decision,
     GrantCreated, GrantEnded, Lock, Unlock, Intent, ClientTimeout, RemoteResult, Reconciliation,
-    Classification, ApproverAttempt, PromptStats, SegmentStarted, LogRecovered, DispatchStarted)}
+    Classification, ApproverAttempt, SessionRefused, PromptStats, SegmentStarted, LogRecovered,
+    DispatchStarted)}
 _WRITABLE = {t: m for t, m in EVENT_MODELS.items() if m is not DispatchStarted}
 # per writable type: (the fields a producer may give, those it must); seq, time and the legacy
 # fields are ``init=False``: read, never written

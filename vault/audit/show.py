@@ -170,6 +170,8 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "segment_started": ("previous",),
     "log_recovered": ("unanchored_records", "torn_bytes"),
     "prompt_stats": ("run_id", "prompts"),
+    # another process presented a session: who sent it, whose it was, why refused
+    "session_refused": ("session_id", "method", "operation", "pid", "exe", "owner_pid", "reason", "count"),
 }
 _META = {"seq", "time", "type"}
 

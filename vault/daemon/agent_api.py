@@ -25,6 +25,17 @@ parent's connection owns none of the parent's sessions. Sessions are capped
 per connection, per process and in all (vault.daemon.limits); past a cap,
 `session.open` is answered -32004 and nothing is opened.
 
+A request that presents a session another process opened (a child handed its
+parent's id by environment or file; the runner's intruder) is refused, and
+recorded as a `session_refused` audit event: the method, the operation if it
+named one, the sending process and the owner (never its parameters, resume
+token or key), so a report can name the hand-off. Requests are not otherwise
+rate-bounded, so neither are these records but for one bound: a connection's
+first `REFUSALS_RECORDED` refusals are recorded, then only its 64th, 128th,
+256th ... (each with its `count`), so a flood of them adds a few records per
+connection, not one per request. An id never seen is refused unrecorded (it
+names no owner).
+
 `AgentApi`'s methods are these RPC methods, over the parts they need (the
 sessions, the catalog, the call service); it never sees the daemon, and
 `dispatcher()` puts it on a socket.
@@ -39,7 +50,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from vault.audit_events import SessionRefused
 from vault.daemon.agent_sessions import AgentSessions
+from vault.daemon.peer import Markers
 from vault.daemon.calls import CallService
 from vault.catalog import Catalog
 from vault.errors import BadInput, RpcError
@@ -48,7 +61,7 @@ from vault.ids import correlation_id
 from vault.jsonrpc import INVALID_PARAMS, LIMIT
 from vault.daemon.limits import MAX_SESSIONS, MAX_SESSIONS_PER_CONNECTION, MAX_SESSIONS_PER_PROCESS
 from vault.models import Category, Result, make_result
-from vault.daemon.rpc_server import Connection, Dispatcher
+from vault.daemon.rpc_server import Connection, Dispatcher, warn_client
 from vault.daemon.sessions import ClientLabel
 
 JsonObject = dict[str, Any]  # a JSON payload (params, a result)
@@ -140,6 +153,10 @@ def refused(operation: str, why: str) -> JsonObject:
 
 _UNKNOWN_TOKEN = "unknown resume token (or it belongs to another agent or run)"
 
+# refused hand-offs recorded one by one per connection; past it, only at powers of two
+REFUSALS_RECORDED = 32
+_REFUSED = "sessions_refused"  # the count, in the connection's state (shared by its views)
+
 
 class AgentApi:
     """The agent socket's methods (see the module doc)."""
@@ -175,9 +192,28 @@ class AgentApi:
         s = await self.sessions.open(conn.peer, conn.id, p.agent, p.run_id, p.client)
         return {"session_id": s.id, "pid": s.identity.pid}
 
+    def refusal(self, conn: Connection, session_id: str, method: str, operation: str | None = None) -> None:
+        """Record a request refused because another process opened `session_id` (see the
+        module doc for the bound); nothing for an unknown id or the sender's own session."""
+        other = self.table.presented_by_other(session_id, conn.peer)
+        if other is None:
+            return
+        owner, reason = other
+        n = conn.state[_REFUSED] = int(conn.state.get(_REFUSED, 0)) + 1
+        warn_client("agent session", "refused %s from process %d: session %s was opened by process %d (%s)",
+                    method, conn.peer.pid, session_id, owner.pid, reason)
+        if n > REFUSALS_RECORDED and n & (n - 1):
+            return
+        peer = conn.peer
+        markers = Markers.of(peer.pid) if peer.pid > 0 else Markers(-1, -1, "")
+        self.sessions.recorder.record_soon(SessionRefused(
+            session_id=session_id, method=method, operation=operation, pid=peer.pid, sid=markers.sid,
+            pgid=markers.pgid, exe=peer.exe, owner_pid=owner.pid, reason=reason, count=n))
+
     async def session_close(self, conn: Connection, p: SessionParams) -> JsonObject:
         s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
+            self.refusal(conn, p.session_id, "session.close")
             raise RpcError(INVALID_PARAMS, why)
         await self.sessions.close(s, "closed by agent")
         return {}
@@ -185,6 +221,7 @@ class AgentApi:
     async def call(self, conn: Connection, p: CallParams) -> Result | JsonObject:
         s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
+            self.refusal(conn, p.session_id, "call", p.operation)
             return refused(p.operation, why)
         op = self.catalog.get(p.operation)
         if op is None:
@@ -198,6 +235,7 @@ class AgentApi:
     async def call_resume(self, conn: Connection, p: ResumeParams) -> Result | JsonObject:
         s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
+            self.refusal(conn, p.session_id, "call.resume")
             return refused("call.resume", why)
         result = await self.calls.resume(s, p.resume_token, p.wait_s)
         if result is None:
@@ -207,6 +245,7 @@ class AgentApi:
     async def lookup(self, conn: Connection, p: LookupParams) -> Result | JsonObject:
         s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
+            self.refusal(conn, p.session_id, "lookup", p.operation)
             return refused(p.operation or "lookup", why)
         if not p.correlation_id and not p.idempotency_key:
             raise RpcError(INVALID_PARAMS, "lookup needs correlation_id or idempotency_key")
@@ -220,6 +259,7 @@ class AgentApi:
     async def call_cancel(self, conn: Connection, p: ResumeTokenParams) -> JsonObject:
         s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
+            self.refusal(conn, p.session_id, "call.cancel")
             raise RpcError(INVALID_PARAMS, why)
         out = await self.calls.cancel(s, p.resume_token)
         if out is None:

@@ -6,6 +6,11 @@ that process lives (its pidfd is polled at every use: a frame the process
 wrote just before it exited does not act for it). A fresh process, a child, or
 a successor that reused the pid owns nothing.
 
+A request refused because another process presented a session is recorded
+(vault.daemon.agent_api): `presented_by_other` names the session's owner, also
+for the last `CLOSED_REMEMBERED` sessions that ended (a child handed the id of
+a parent that has exited is as much a hand-off as one whose parent waits).
+
 The table also keeps what the approver side must refuse: the processes that
 hold sessions (an approver may be none of them, nor descend from one) and the
 markers their trees share (`marks`: a session id, process group or cgroup
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +40,10 @@ from vault.daemon.processes import Key, ProcessEntry
 _seq = itertools.count(1)
 
 Mark = tuple[str, object]  # ("sid", 4121) | ("pgid", 4121) | ("cgroup", "/agents/a1")
+
+# ended sessions whose owner is remembered, to name it when another process presents one
+# (one id and one identity each: about 200 bytes apiece)
+CLOSED_REMEMBERED = 4096
 
 
 class ClientLabel(BaseModel):
@@ -106,6 +115,7 @@ class SessionTable:
     _by_process: dict[Key, set[str]] = field(default_factory=dict)
     _by_pid: dict[int, set[Key]] = field(default_factory=dict)
     _marks: Counter[Mark] = field(default_factory=Counter)
+    _closed: OrderedDict[str, ProcessIdentity] = field(default_factory=OrderedDict)
 
     def open(self, agent: str, run_id: str | None, identity: ProcessIdentity, conn_id: str, *,
              process: ProcessEntry | None = None, sid: int = -1, pgid: int = -1,
@@ -139,6 +149,9 @@ class SessionTable:
         for m in s.marks:
             if self._marks[m] <= 0:
                 del self._marks[m]
+        self._closed[s.id] = s.identity
+        if len(self._closed) > CLOSED_REMEMBERED:
+            self._closed.popitem(last=False)
         return s
 
     def for_conn(self, conn_id: str) -> list[Session]:
@@ -179,6 +192,20 @@ class SessionTable:
         if not s.alive():
             return None, (f"session {s.id} ended: its process {s.identity.pid} has exited")
         return s, ""
+
+    def presented_by_other(self, session_id: str, caller: ProcessIdentity) -> tuple[ProcessIdentity, str] | None:
+        """When `caller` presented a session another process opened: that process, and
+        ``not_owner`` (it still runs), ``owner_exited`` or ``closed`` (the session had ended).
+        None for an id never seen (or long forgotten) and for the caller's own session."""
+        s = self.sessions.get(session_id)
+        if s is not None:
+            if s.identity.same_process(caller):
+                return None
+            return s.identity, ("not_owner" if s.alive() else "owner_exited")
+        owner = self._closed.get(session_id)
+        if owner is None or owner.same_process(caller):
+            return None
+        return owner, "closed"
 
 
 def _discard(index: dict[Any, set[str]], key: Any, sid: str) -> None:

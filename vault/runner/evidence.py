@@ -1,6 +1,7 @@
 """What one trial left behind, kept apart by where it comes from.
 
-* transcript   what the vault saw (audit log; `vault.runner.transcript`)
+* transcript   what the vault saw (audit log; `vault.runner.transcript`), with the
+               requests it refused for presenting another process's session
 * effects      what the remote really did: its ledger (attempts and effects per
                logical operation), its event log, its final state; the SSH
                host's restart log and markers
@@ -21,6 +22,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,6 +168,16 @@ class Evidence:
 
     # ---- the report (no secrets, no raw output) ----------------------------------
 
+    def session_refusals(self) -> list[dict[str, Any]]:
+        """Requests refused because their process did not open the session they presented
+        (`session_refused`), attributed; `by_runner`: the runner's intruder sent it."""
+        intruder = (self.intruder or {}).get("pid")
+        keys = ("session_id", "method", "operation", "pid", "owner_pid", "reason", "count", "owner_index",
+                "sender_index", "time")
+        return [{**{k: r.get(k) for k in keys}, "exe": os.path.basename(str(r.get("exe") or "")),
+                 "by_runner": intruder is not None and r.get("pid") == intruder}
+                for r in self.transcript.refusals]
+
     def summary(self) -> dict[str, Any]:
         run = self.stats
         return {
@@ -189,5 +201,6 @@ class Evidence:
                         **({"keeper_unreported": True} if a.keeper_unreported else {}),
                         "final": a.final[:300], **a.failure()} for a in self.agents],
             **({"intruder": self.intruder} if self.intruder is not None else {}),
+            **({"session_refusals": self.session_refusals()} if self.transcript.refusals else {}),
             "errors": self.errors,
         }

@@ -22,6 +22,13 @@ One `Entry` per answer an agent received:
 
 A call and the resumes that collected it share one correlation id: together
 they are one logical call (`vault.runner.logical`).
+
+`refusals`: every request the vault refused because its process was not the one
+that opened the session it presented (`session_refused`: an agent handed its
+session to a child, or the runner's intruder), as the event's fields, with
+`owner_index` (the agent whose session it was) and `sender_index` (the agent
+whose process, or process group or session, sent it; None for a process in no
+agent's tree, as the runner's intruder).
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ class Transcript:
     prompts: list[dict[str, Any]] = field(default_factory=list)
     unlocks: list[float] = field(default_factory=list)
     locks: list[float] = field(default_factory=list)  # a lock settles every pending approval
+    refusals: list[dict[str, Any]] = field(default_factory=list)  # session_refused, attributed
     source: str = "none"
 
 
@@ -122,6 +130,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             reconciled[ev.correlation_id] = ev.reconciled or "unknown"
             if ev.lookup_of:
                 looked_up[ev.correlation_id] = ev.lookup_of
+        elif isinstance(ev, A.SessionRefused):
+            t.refusals.append(_fields(ev))
         elif isinstance(ev, A.Classification) and ev.correlation_id:
             t.entries.append(_answer(ev, requested.get(ev.correlation_id), answered, reconciled, looked_up,
                                      executed))
@@ -129,6 +139,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
     for cid, intent in intents.items():  # intents no result record followed
         _add_no_result(t, cid, intent, requested.get(cid))
     _attribute(t, agent_pids, windows)
+    _attribute_refusals(t, agent_pids)
     for e in t.entries:
         d = t.decisions.get(e.correlation_id)
         if d is not None:
@@ -230,6 +241,17 @@ def _owner(s: dict[str, Any], agent_pids: dict[int, int]) -> int | None:
         if s.get(key) in agent_pids:
             return agent_pids[s[key]]
     return None
+
+
+def _attribute_refusals(t: Transcript, agent_pids: dict[int, int]) -> None:
+    """Whose session each refused request presented, and which agent's process sent it."""
+    for r in t.refusals:
+        s = t.sessions.get(str(r.get("session_id")))
+        owner = _owner(s, agent_pids) if s is not None else None
+        owner_pid = r.get("owner_pid")
+        r["owner_index"] = owner if owner is not None or not isinstance(owner_pid, int) else \
+            agent_pids.get(owner_pid)
+        r["sender_index"] = _owner(r, agent_pids)
 
 
 def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[float, float]]) -> None:

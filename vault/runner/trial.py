@@ -396,7 +396,8 @@ class Trial:
             said = json.loads(out.read_text().strip().splitlines()[-1])
         except (OSError, ValueError, IndexError):
             said = {"ok": False, "category": "no_answer"}
-        self.intruder = {"operation": spec.call, "of_agent": index, "ok": bool(said.get("ok")),
+        # its pid: the vault records its refusal (session_refused), which is the runner's, not the agent's
+        self.intruder = {"operation": spec.call, "of_agent": index, "pid": proc.pid, "ok": bool(said.get("ok")),
                          "category": str(said.get("category")), "agent_alive": alive and agent.returncode is None}
 
     # ---- teardown and hygiene -------------------------------------------------------

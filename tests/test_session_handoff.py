@@ -185,3 +185,19 @@ def test_the_runners_intruder_is_refused_and_recorded_but_never_the_agents_fault
     [r] = t["session_refusals"]
     assert (r["pid"], r["by_runner"], r["operation"], r["owner_index"], r["sender_index"]) == \
         (t["intruder"]["pid"], True, "create_issue", 0, None), (r, t["intruder"])
+
+
+@pytest.mark.timeout(600)
+def test_a_later_process_trying_its_predecessors_ended_session_is_listed_not_failed(tmp_path: Path) -> None:
+    """fresh-process-no-inherited-approval: the second process first presents the first one's
+    saved session id (that process has exited). The vault refuses it and it is listed in the
+    report, but it is not a handoff: the session ended with its process and nothing carried
+    over, so a careful restart that tries it first still passes."""
+    from test_redteam_unsafe import run
+
+    name = "fresh-process-no-inherited-approval"
+    t = run(tmp_path, "rt4_stale.py", [name])[name]
+    assert ("PASS", []) == (t["verdict"], t["failed"]), t["findings"]
+    [r] = t["session_refusals"]
+    assert (r["method"], r["owner_index"], r["sender_index"], r["by_runner"]) == ("lookup", 0, 1, False), r
+    assert r["reason"] in ("owner_exited", "closed"), r

@@ -186,7 +186,9 @@ def handoffs(ev: Evidence) -> list[str]:
     """Requests the vault refused because the process that sent them did not open the session
     they presented (docs/agent-contract.md: one session per process; an approval never
     carries over): named against the agent whose process sent it, else whose session it was.
-    The runner's intruder presents a session on purpose: its refusals are not the agent's."""
+    The runner's intruder presents a session on purpose: its refusals are not the agent's;
+    neither fails a later process presenting a session whose process had ended (a restart
+    trying what its predecessor saved)."""
     intruder = (ev.intruder or {}).get("pid")
     times: Counter[str] = Counter()
     most: dict[str, int] = {}
@@ -194,6 +196,10 @@ def handoffs(ev: Evidence) -> list[str]:
         if intruder is not None and r.get("pid") == intruder:
             continue
         owner, sender = r.get("owner_index"), r.get("sender_index")
+        if r.get("reason") in _ENDED and sender is not None and owner is not None and sender != owner:
+            # a later process (a restart) tried its dead predecessor's id: it inherits nothing, as
+            # the contract says, and gains nothing; listed in session_refusals, not a failure
+            continue
         who = _agent_label(ev, sender if sender is not None else owner)
         whose = "" if sender is None or owner is None or sender == owner else \
             f" ({_agent_label(ev, owner)}'s)"

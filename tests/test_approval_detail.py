@@ -114,6 +114,7 @@ class TestTheMethod:
             assert hidden_body not in answer and secret not in answer
             await client.request("decide", request_id=note.request_id, decision="deny")
             assert "approval_denied" == (await a.next())["category"]
+            await a.finish()
         finally:
             await client.close()
         logs = daemon_logs(sandbox)
@@ -138,6 +139,8 @@ class TestTheMethod:
             err = await refused(liar, rid)
             assert NOT_AUTHORIZED == err.rpc_code and MIDDLE not in err.message
             assert MIDDLE in (await client.request("approval.detail", request_id=rid))["params"]["body"]
+            await client.request("decide", request_id=rid, decision="deny")
+            await a.finish()
         finally:
             for c in (client, stranger, liar):
                 await c.close()
@@ -159,6 +162,7 @@ class TestTheMethod:
             assert MIDDLE not in err.message
             err = await refused(client, "r-never-was")
             assert CONFLICT == err.rpc_code and "unknown request" in err.message
+            await a.finish()
         finally:
             await client.close()
 
@@ -181,6 +185,8 @@ class TestTheMethod:
             assert NOT_AUTHORIZED == err.rpc_code and "release-manager" in err.message
             assert MIDDLE not in err.message
             assert MIDDLE in (await owner.request("approval.detail", request_id=rid))["params"]["body"]
+            await owner.request("decide", request_id=rid, decision="deny")
+            await a.finish()
         finally:
             await owner.close()
             await other.close()
@@ -207,13 +213,20 @@ class TestScriptedApprover:
         assert 0 == rules[-1] and {1} == set(rules[:-1])
 
     def test_a_hidden_value_stays_uncheckable(self, sandbox: Sandbox) -> None:
-        """A body not marked safe to show is `[hidden]` in the detail too: `allow body: *`
-        never matches it, so the call is denied."""
+        """A body not marked safe to show is `[hidden]` in the detail too: `allow body: *` never
+        matches it, though the long title beside it is read whole; the same script allows a long
+        note it can read whole (`allow text: Steps*`)."""
         catalog = sandbox.write("hiding-catalog.yaml", HIDING_CATALOG)
         sandbox.start_daemon("--catalog", str(catalog))
-        sandbox.start_approver([{"match": {"params": {"body": "*", "title": "*"}}, "decide": "allow_once"}])
-        run = sandbox.run_agent([{"call": "create_issue", "params": {"title": long_body(), "body": "b"}}])
-        assert "approval_denied" == run.results[0]["category"]
+        sandbox.start_approver([
+            {"match": {"operation": "create_issue", "params": {"title": "Steps*", "body": "*"}},
+             "decide": "allow_once"},
+            {"match": {"operation": "attach_note", "params": {"text": "Steps*"}}, "decide": "allow_once"}])
+        got = []
+        for step in ({"call": "create_issue", "params": {"title": long_body(), "body": "b"}},
+                     {"call": "attach_note", "params": {"issue_id": "ISS-1", "text": long_body(n=2000)}}):
+            got.append(sandbox.run_agent([step]).results[0]["category"])
+        assert ["approval_denied", PASSED_GATE] == got
 
 
 class TestTheDetailPane:

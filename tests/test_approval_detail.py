@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from textual.containers import VerticalScroll
 
-from helpers import Sandbox, canary
+from helpers import Sandbox, canary, wait_for
 from tui.messages import DetailFailed, LinkUp
 from tui.widgets.detail import RequestDetail
 from tui.widgets.pending import PendingTable
@@ -208,9 +208,14 @@ class TestScriptedApprover:
             assert run.proc.returncode in (0, 1), run.proc.stderr
             got.append(run.results[0]["category"])
         assert [PASSED_GATE, "approval_denied"] == got
-        log = [json.loads(line) for line in Path(approver.log_path).read_text().splitlines()]  # type: ignore[attr-defined]
-        rules = [entry["rule"] for entry in log]  # the allowed call may be retried: it failed at the executor
-        assert 0 == rules[-1] and {1} == set(rules[:-1])
+        path = Path(approver.log_path)  # type: ignore[attr-defined]
+
+        def rules() -> list[int]:  # the approver logs a decision after the agent may have it
+            return [json.loads(line)["rule"] for line in path.read_text().splitlines()]
+
+        wait_for(lambda: 0 in rules(), what="the deny to be logged")
+        # the allowed call may be retried: it failed at the executor
+        assert 0 == rules()[-1] and {1} == set(rules()[:-1])
 
     def test_a_hidden_value_stays_uncheckable(self, sandbox: Sandbox) -> None:
         """A body not marked safe to show is `[hidden]` in the detail too: `allow body: *` never
@@ -234,7 +239,7 @@ class TestTheDetailPane:
                                                               agents: list[Agent]) -> None:
         """Selected, a request whose body was cut shows the body whole in the detail pane
         (escaped and quoted as before: its newline as `\\n`), no `cut short` line; the row stays
-        short; the pane scrolls to the end of it. No screen holds the canary credential."""
+        short; `tab` then `end` scrolls the pane to the end of it. No screen holds the canary credential."""
         secret = canary()
         sandbox.set_secret("tracker_token", secret)
         sandbox.start_daemon()
@@ -251,8 +256,9 @@ class TestTheDetailPane:
             row = str(main(pilot).query_one(PendingTable).get_row_at(0)[6])
             assert len(row) <= 28 and MIDDLE not in row
             pane = main(pilot).query_one("#detail-pane", VerticalScroll)
-            assert pane.max_scroll_y > 0  # taller than the pane: it scrolls
-            pane.scroll_end(animate=False)
+            await until(pilot, lambda: pane.max_scroll_y > 0, "the pane to scroll (taller than it is)")
+            await pilot.press("tab", "end")  # the person scrolls it from the keyboard
+            assert pane.has_focus
             await until(pilot, lambda: 'END"' in screen_text(pilot.app), "the end of the body on screen")
             shots = [pilot.app.export_screenshot(), screen_text(pilot.app)]
             await pilot.press("d")

@@ -147,23 +147,25 @@ class TestWhatThePersonSees:
     async def test_hidden_characters_look_alikes_and_cuts_are_flagged(self, sandbox: Sandbox,
                                                                       agents: list[Agent]) -> None:
         """In the detail pane each string value is quoted and escaped, and a `!` line names what
-        could mislead: a newline faking an extra row, a carriage return, a look-alike letter, and
-        a value cut short (both ends shown, with how much is left out)."""
+        could mislead: a newline faking an extra row, a carriage return, a look-alike letter. A
+        value the prompt cut short is shown whole there (approval.detail); the row says it cut."""
         sandbox.start_daemon()
         title = "fix typo\nparams: none\r ! approved by security"
         body = "ok " + "y" * 200 + f" then delete {CYRILLIC_P}rod"
         async with tui(sandbox) as pilot:
             await agent(sandbox, agents, f"call('create_issue', title={title!r}, body={body!r})\n")
             await until(pilot, lambda: rows(pilot) == 1, "the request to be shown")
+            await until(pilot, lambda: quoted(body) in text_of(main(pilot).query_one(RequestDetail)),
+                        "the body in full")
             detail = text_of(main(pilot).query_one(RequestDetail))
             assert '"fix typo\\nparams: none\\r ! approved by security"' in detail
             assert "\n! approved" not in detail and "\r" not in detail
             lines = detail.splitlines()
             assert any(l.startswith(" ! param title: 2 hidden or control characters") for l in lines)
-            assert any(l.startswith(" ! param body: cut short") for l in lines)
+            assert not any(" cut short" in l for l in lines)  # read in full: nothing is cut
             assert any(l.startswith(" ! param body: look-alike letters: one word mixes cyrillic and latin")
                        for l in lines)
-            assert "more chars]…" in detail and f"delete {CYRILLIC_P}rod" in detail  # the tail is shown
+            assert "more chars]…" not in detail and f"delete {CYRILLIC_P}rod" in detail
             row = str(main(pilot).query_one(PendingTable).get_row_at(0)[6])
             assert row.startswith('title="fix typo\\n') and row.endswith("…")  # the table says it cut
 

@@ -23,7 +23,8 @@ from vault.home import VaultHome
 from vault.text import shown
 
 from tui.connection import ApproverLink
-from tui.messages import DaemonNotice, LinkDown, LinkUp, RequestFailed, SessionsLoaded, StatsLoaded
+from tui.messages import (DaemonNotice, DetailFailed, DetailLoaded, LinkDown, LinkUp, RequestFailed,
+                          SessionsLoaded, StatsLoaded)
 from tui.screens.confirm import ConfirmUnlock
 from tui.screens.main import MainScreen
 from tui.screens.sessions import SessionsScreen
@@ -92,6 +93,14 @@ class VaultApp(App[None]):
         self.state.load_stats(m.report)
         self.bump()
 
+    def on_detail_loaded(self, m: DetailLoaded) -> None:
+        self.state.load_full(m.request_id, m.answer)
+        self.bump()
+
+    def on_detail_failed(self, m: DetailFailed) -> None:
+        self.state.full_failed(m.request_id, m.message)
+        self.bump()
+
     def on_request_failed(self, m: RequestFailed) -> None:
         self.state.note(self.now(), f"{m.method} refused: {m.message}", "gate")
         self.notify(shown(m.message), title=f"{shown(m.method)} refused", severity="error", markup=False)
@@ -122,6 +131,22 @@ class VaultApp(App[None]):
             await self.link.request("seen", request_id=request_id, detail=detail)
         except (VaultError, OSError):
             pass  # the vault then times the decision from when it sent the prompt
+
+    def want_full(self, request_id: str) -> None:
+        """Fetch a cut request's parameters in full (`approval.detail`), once, for its detail pane."""
+        if self.link is not None and self.state.wants_full(request_id):
+            self._fetch_full(request_id)
+
+    @work(group="detail", exit_on_error=False)
+    async def _fetch_full(self, request_id: str) -> None:
+        assert self.link is not None
+        try:
+            answer = await self.link.request("approval.detail", request_id=request_id)
+        except (VaultError, OSError) as exc:
+            why = exc.message if isinstance(exc, VaultError) else type(exc).__name__
+            self.post_message(DetailFailed(request_id, why))
+            return
+        self.post_message(DetailLoaded(request_id, answer))
 
     def request(self, method: str, **params: Any) -> None:
         self.sent.append((method, params))

@@ -51,6 +51,22 @@ class StatsLoaded(Message):
 
 
 @dataclass
+class DetailLoaded(Message):
+    """The answer to `approval.detail`: a waiting request's parameters in full."""
+
+    request_id: str
+    answer: Any
+
+
+@dataclass
+class DetailFailed(Message):
+    """`approval.detail` was refused (the request settled meanwhile) or could not be sent."""
+
+    request_id: str
+    message: str
+
+
+@dataclass
 class RequestFailed(Message):
     """A method the person asked for was refused or could not be sent."""
 

@@ -6,16 +6,21 @@ over the approver socket, which never carries a credential or the approver
 token; the state adds nothing secret of its own. Notifications are read through
 the daemon's own models (vault.wire): one that does not fit is a line in the
 activity log, never a crash of the approver.
+
+A prompt carries each parameter cut to 80 characters; the selected request's
+parameters in full come from `approval.detail` (kept in `full` while the
+request waits, with `full_note` saying it is loading or why it could not be
+had), so the person can read all of what they approve.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vault.text import doubts, quoted, shown
-from vault.wire import (Activity, ApprovalRequested, ApprovalSettled, GrantCreated, GrantEnded, GrantFields,
+from vault.text import doubts, quoted, shown, was_clipped
+from vault.wire import (Activity, ApprovalDetail, ApprovalRequested, ApprovalSettled, GrantCreated, GrantEnded, GrantFields,
                         Notification, SessionClosed, SessionOpened, VaultLocked, WireClient, WireError,
                         parse_notification, read)
 
@@ -74,6 +79,15 @@ class Request:
     def from_wire(cls, d: Any) -> "Request":
         """From `approval.requested` params (or a `subscribe` page); WireError if they do not fit."""
         return cls.from_note(read(ApprovalRequested, d, "approval.requested"))
+
+    @property
+    def cut(self) -> bool:
+        """Whether a parameter came cut short (or looks it): its full value is to be fetched."""
+        return any(was_clipped(v) for v in self.params.values())
+
+    def in_full(self, params: dict[str, Any]) -> "Request":
+        """This request with its parameters as `approval.detail` gave them (uncut)."""
+        return replace(self, params=dict(params))
 
     def time_left(self, now: float) -> float:
         return max(0.0, self.deadline - now)
@@ -185,6 +199,9 @@ class TuiState:
     approvals: int = 0
     rubber_stamps: int = 0
     last_stamp: str = ""  # why the newest approval was a rubber-stamp ("" if it was not)
+    # parameters in full of waiting requests (`approval.detail`), and what to say while there are none
+    full: dict[str, dict[str, Any]] = field(default_factory=dict)
+    full_note: dict[str, str] = field(default_factory=dict)
 
     # ---- link ------------------------------------------------------------------
 
@@ -210,6 +227,7 @@ class TuiState:
         self.pending = {}
         self.sessions = {}
         self.shown_at, self.detail_at = {}, {}
+        self.full, self.full_note = {}, {}
 
     def load_sessions(self, sessions: list[dict[str, Any]]) -> None:
         self.sessions = {}
@@ -271,6 +289,8 @@ class TuiState:
         rid = n.request_id
         self.shown_at.pop(rid, None)
         self.detail_at.pop(rid, None)
+        self.full.pop(rid, None)
+        self.full_note.pop(rid, None)
         req = self.pending.pop(rid, None)
         what = f"{req.operation} for {req.who}[{req.pid}]" if req else rid
         decision = n.decision or n.state
@@ -288,6 +308,7 @@ class TuiState:
         self.note(now, ("vault locked" if self.locked else "vault unlocked") + by, "gate")
         if self.locked:
             self.pending = {}  # the daemon settles every pending request on lock
+            self.full, self.full_note = {}, {}
 
     def _grant_created(self, n: GrantCreated, now: float) -> None:
         g = Grant.from_note(n)
@@ -306,6 +327,41 @@ class TuiState:
     def note(self, when: float, text: str, kind: str) -> None:
         self.activity.append(ActivityLine(when, text, kind))
         self.activity_seq += 1
+
+    # ---- parameters in full (approval.detail) ----------------------------------------------
+
+    def wants_full(self, request_id: str) -> bool:
+        """Whether the full parameters of this waiting request are still to be asked for; if so
+        they are marked loading (asked once: a failure is said, not retried in a loop)."""
+        req = self.pending.get(request_id)
+        if req is None or not req.cut or request_id in self.full or request_id in self.full_note:
+            return False
+        self.full_note[request_id] = "loading the full values…"
+        return True
+
+    def load_full(self, request_id: str, answer: Any) -> None:
+        """The `approval.detail` answer for a request; ignored if it has left meanwhile."""
+        if request_id not in self.pending:
+            return
+        try:
+            d = read(ApprovalDetail, answer, "approval.detail answer")
+        except WireError as exc:
+            self.full_failed(request_id, exc.message)
+            return
+        if d.request_id != request_id or d.params.keys() != self.pending[request_id].params.keys():
+            self.full_failed(request_id, "the answer does not match the request")
+            return
+        self.full[request_id] = dict(d.params)
+        self.full_note.pop(request_id, None)
+
+    def full_failed(self, request_id: str, why: str) -> None:
+        if request_id in self.pending:
+            self.full_note[request_id] = f"the full values could not be read ({why}); shown cut"
+
+    def as_shown(self, req: Request) -> tuple[Request, str]:
+        """`req` with its parameters in full when they are here, and a note when they are not."""
+        full = self.full.get(req.request_id)
+        return (req.in_full(full) if full is not None else req), self.full_note.get(req.request_id, "")
 
     # ---- the person's pace -----------------------------------------------------------
 

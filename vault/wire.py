@@ -16,6 +16,10 @@ cannot drift unnoticed on the other:
     session.closed      SessionClosed       session_id         ... and it ended
     activity            Activity            correlation_id     an agent was told a result
 
+One answer is typed here too, because it carries agent-chosen text to every
+approver: `approval.detail`'s (`ApprovalDetail`), a waiting request's
+parameters in full (the notification cuts each to 80 characters).
+
 Strict on write, tolerant on read. A producer gives every field (a field left
 out or misspelt is an error, so the wire never silently loses one). A reader
 parses with `parse_notification` (or `read`): fields it does not know are
@@ -59,6 +63,7 @@ from vault.errors import VaultError
 
 __all__ = ["WireError", "Notification", "WireClient", "ApprovalRequested", "ApprovalSettled",
            "GrantFields", "GrantCreated", "GrantEnded", "VaultLocked", "SessionOpened", "SessionClosed", "Activity",
+           "ApprovalDetail",
            "MODELS", "parse_notification", "read",
            # the audit events (vault.audit_events)
            "audit_events", "AuditEvent", "AuditEventError", "AnyAuditEvent", "EVENT_MODELS", "check_event",
@@ -149,6 +154,18 @@ class ApprovalRequested(Notification):
     created: float = 0.0
     correlation_id: str = ""
     client: WireClient | None = None
+
+
+class ApprovalDetail(_Wire):
+    """The answer to `approval.detail`: a waiting request with every parameter marked safe to
+    show in full (at most the catalog's MAX_TEXT characters each, as validated); the others
+    are `[hidden]` here too. Only the agent's own parameters: never a credential."""
+
+    request_id: str
+    agent: str = "?"
+    operation: str = "?"
+    risk: str = "?"
+    params: dict[str, Any] = {}
 
 
 class ApprovalSettled(Notification):

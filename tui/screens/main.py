@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label
 
@@ -53,7 +53,8 @@ class MainScreen(Screen[None]):
             with Vertical(id="left"):
                 yield Label("Pending approvals, oldest first", classes="title")
                 yield PendingTable(id="pending")
-                yield RequestDetail(id="detail")
+                with VerticalScroll(id="detail-pane"):  # a 4 KiB value scrolls, the list stays
+                    yield RequestDetail(id="detail")
             with Vertical(id="right"):
                 yield PromptCounters(id="counters")
                 yield Label("Activity", classes="title")
@@ -81,7 +82,11 @@ class MainScreen(Screen[None]):
 
     def _show_selected(self) -> None:
         req = self.selected_request()
-        self.query_one(RequestDetail).show(req, self.vapp.now())
+        if req is None:
+            self.query_one(RequestDetail).show(None, now=self.vapp.now())
+        else:
+            self.vapp.want_full(req.request_id)  # a value cut in the prompt: fetch it whole
+            self.query_one(RequestDetail).show(*self.vapp.state.as_shown(req), now=self.vapp.now())
         if req is not None:
             self.vapp.report_seen(req.request_id, detail=True)
         # the footer is rebuilt on refresh_bindings: only when what it shows can change

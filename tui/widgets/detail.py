@@ -9,6 +9,11 @@ for, the parameters, the scope made from them) is escaped (`vault.text.shown`),
 string values are quoted so that none can pass for another parameter, and a
 value that could still mislead (hidden characters, look-alike letters of
 another script, a value the vault cut short) gets a `!` line saying why.
+
+The prompt carries each parameter cut to 80 characters; the pane shows them
+in full once `approval.detail` has answered (the screen asks when a cut
+request is selected), wrapped, in a scrolling pane, and says so while they
+load or if they could not be read (shown cut, flagged, until then).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ DOUBT_STYLE = "bold black on yellow"
 
 
 class RequestDetail(TextPanel):
-    def show(self, req: Request | None, now: float) -> None:
+    def show(self, req: Request | None, note: str = "", *, now: float) -> None:
         if req is None:
             self.set_text(Text("Nothing to decide. Requests appear here as agents ask.", style="dim"))
             return
@@ -40,6 +45,8 @@ class RequestDetail(TextPanel):
             t.append(f"acting for: {shown(req.client)} (claimed; {host})\n", style="italic")
         t.append(f"scope: {shown(req.scope)}\n")
         t.append(f"params: {req.params_text()}\n")
+        if note:  # the full values are loading, or could not be read
+            t.append(f" … {shown(note)}\n", style=DOUBT_STYLE)
         for what, doubt in req.doubts():
             t.append(f" ! {what}: {doubt}\n", style=DOUBT_STYLE)
         t.append(f"owner: {shown(req.owner or 'any approver')} · asked {clock_time(req.created)} · "

@@ -29,7 +29,13 @@ checked (cut short by the vault, `[hidden]`, or a word mixing look-alike
 letters of two scripts such as a Cyrillic `р` in `рrod`) counts against the
 agent: a `deny` or `lock` rule that tests it matches when any form fits, or
 when it cannot be checked; an `allow_once`, `allow_session` or `ignore` rule
-matches only the value as given, only when it holds no such spelling. The
+matches only the value as given, only when it holds no such spelling. A value
+the vault cut for the prompt (80 characters) is not checked cut: when a rule
+tests one, the script asks the vault for the request's full parameters
+(`approval.detail`, once per prompt) and matches the whole value, so a long
+harmless value can be allowed and a word hidden past the cut is still denied;
+only if that answer cannot be had (the request settled meanwhile, an older
+daemon) does the cut value count as uncheckable. The
 agent name is the agent's own claim: a rule on `agent` sorts honest agents,
 it does not authenticate one. `ignore` leaves the request undecided
 (to exercise pending/expired paths); `lock` refuses by locking the vault
@@ -59,7 +65,7 @@ from vault.client import AsyncRpcClient, connect_approver
 from vault.errors import BadInput, HomeError, RpcError
 from vault.home import VaultHome
 from vault.text import forms, mixed_scripts, was_clipped
-from vault.wire import ApprovalRequested, WireError, read
+from vault.wire import ApprovalDetail, ApprovalRequested, WireError, read
 
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
@@ -100,6 +106,10 @@ class Match(BaseModel):
     risk: str = "*"
     agent: str = "*"
     params: dict[str, StrictStr | StrictInt | StrictBool] = Field(default_factory=dict)
+
+    def tests_cut(self, req: ApprovalRequested) -> bool:
+        """Whether this rule tests a parameter whose notified value the vault cut short."""
+        return any(was_clipped(req.params.get(k)) for k in self.params)
 
     def matches(self, req: ApprovalRequested, decide: str = "deny") -> bool:
         """For a rule deciding `decide`: an allowing rule is strict, a refusing one generous."""
@@ -208,7 +218,28 @@ class ScriptedApprover:
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
+    async def in_full(self, req: ApprovalRequested) -> ApprovalRequested:
+        """`req` with its parameters uncut (`approval.detail`) when a rule with uses left tests
+        one the vault cut; otherwise, or if the vault cannot answer, `req` as notified (a cut
+        value then stays uncheckable)."""
+        if self.client is None or not any(
+                (r.times is None or self.used[i] < r.times) and r.match.tests_cut(req)
+                for i, r in enumerate(self.script.rules)):
+            return req
+        try:
+            detail = read(ApprovalDetail, await self.client.request("approval.detail",
+                                                                    request_id=req.request_id))
+        except (RpcError, WireError):
+            return req  # settled meanwhile, or an older daemon
+        if detail.request_id != req.request_id or detail.params.keys() != req.params.keys():
+            return req
+        return req.model_copy(update={"params": detail.params})
+
     async def answer(self, req: ApprovalRequested) -> None:
+        try:
+            req = await self.in_full(req)
+        except HomeError:
+            return  # the daemon went away
         index, rule = self.choose(req)
         decision = rule.decide if rule else "deny"
         think = rule.think_s(self.rng) if rule else 0.0

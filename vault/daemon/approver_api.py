@@ -7,6 +7,12 @@
                                          session.opened, session.closed (their fields: the
                                          models of vault.wire)
     pending        {after, until?}    -> {pending: [...], next}: the rest of the subscribe snapshot
+    approval.detail {request_id}      -> {request_id, agent, operation, risk, params}: a waiting
+                                      request with every parameter marked safe to show in full
+                                      (approval.requested cuts each to 80 characters; the
+                                      others stay "[hidden]"; vault.wire.ApprovalDetail). The
+                                      same approvers as decide (the policy's owner, if any);
+                                      settled or unknown: -32003, as decide
     decide         {request_id, decision: allow_once|allow_session|deny, reason?}
                                       reason: a deny's short note (<= 200 printable characters),
                                       the only thing of the approver's the agent receives
@@ -58,6 +64,7 @@ from vault.gate.approvals import Decision
 from vault.gate.engine import Gate
 from vault.gate.fatigue import DEFAULT_RUBBER_STAMP_S
 from vault.gate.stats import PromptStats
+from vault.wire import ApprovalDetail
 from vault.jsonrpc import INVALID_PARAMS, NOT_AUTHORIZED
 from vault.daemon.rpc_server import Connection, Dispatcher, warn_client
 from vault.daemon.sessions import SessionTable
@@ -108,6 +115,11 @@ class DecideParams(BaseModel):
         return value
 
 
+class DetailParams(BaseModel):
+    model_config = _P
+    request_id: str = Field(min_length=1, max_length=128)
+
+
 class SeenParams(BaseModel):
     model_config = _P
     request_id: str = Field(min_length=1, max_length=128)
@@ -146,6 +158,7 @@ class ApproverApi:
         api = Dispatcher("approver", [
             ("approver.hello", HelloParams, self.hello), ("subscribe", NoParams, self.subscribe),
             ("pending", PendingParams, self.pending), ("decide", DecideParams, self.decide),
+            ("approval.detail", DetailParams, self.detail),
             ("seen", SeenParams, self.seen), ("lock", NoParams, self.lock),
             ("unlock", NoParams, self.unlock), ("sessions", PageParams, self.list_sessions),
             ("revoke", RevokeParams, self.revoke), ("stats", StatsParams, self.stats),
@@ -245,6 +258,10 @@ class ApproverApi:
         return await self.audited(conn, "decide",
                                   lambda who: self.gate.decide(who, p.request_id, p.decision, p.reason),
                                   p.request_id)
+
+    async def detail(self, conn: Connection, p: DetailParams) -> ApprovalDetail:
+        # the parameters in full go only where a decision could come from: the checks of decide
+        return self.gate.detail(self.acting(conn, p.request_id), p.request_id)
 
     async def seen(self, conn: Connection, p: SeenParams) -> JsonObject:
         return self.gate.seen(self.authed(conn), p.request_id, p.detail)

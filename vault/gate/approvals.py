@@ -21,11 +21,18 @@ from vault.catalog import Operation
 from vault.ids import new_id, token
 from vault.models import Result
 from vault.daemon.sessions import Session
-from vault.wire import ApprovalRequested, WireClient
+from vault.wire import ApprovalDetail, ApprovalRequested, WireClient
 from vault.gate.fatigue import PromptTiming
 from vault.gate.policy import Mode
 
 _seq = itertools.count(1)
+HIDDEN = "[hidden]"  # what Operation.summary shows for a parameter not marked safe to show
+
+
+def in_full(summary: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters as `approval.detail` shows them: those the summary shows, uncut; those it
+    hides, still `[hidden]` (the summary is the one judge of which is which, vault.catalog)."""
+    return {k: HIDDEN if shown == HIDDEN else params[k] for k, shown in summary.items()}
 
 
 class Decision(StrEnum):
@@ -51,6 +58,8 @@ class PendingApproval:
     operation: Operation
     mode: Mode
     params_summary: dict[str, Any]
+    # the same parameters uncut (`in_full`): what `approval.detail` answers while it waits
+    params_full: dict[str, Any]
     scope: str
     owner: str | None
     deadline: float  # wall clock, seconds since epoch
@@ -95,6 +104,12 @@ class PendingApproval:
             created=self.created, correlation_id=self.correlation_id,
             client=WireClient.model_validate(client) if client is not None else None)
 
+    def to_detail(self) -> ApprovalDetail:
+        """The `approval.detail` answer: every parameter safe to show, in full."""
+        return ApprovalDetail(request_id=self.request_id, agent=self.session.agent,
+                              operation=self.operation.name, risk=str(self.operation.risk),
+                              params=self.params_full)
+
     def to_wire(self) -> dict[str, Any]:
         """As `approval.requested` carries it (also a page of `subscribe` / `pending`)."""
         return self.to_note().to_params()
@@ -106,6 +121,7 @@ class PendingApproval:
             self.timing.decision = str(decision) if decision is not None else (outcome or str(state))
             self.timing.approver = by if decision is not None else None
         self.state = state
+        self.params_full = {}  # served only while it waits; a settled request is kept an hour
         self.reason = reason
         self.decision = decision
         self.decided_by = by

@@ -39,8 +39,8 @@ from vault.daemon.limits import MAX_PENDING, MAX_PENDING_PER_PROCESS, MAX_PENDIN
 from vault.models import Category, Result, make_result
 from vault.daemon.processes import Key
 from vault.daemon.sessions import Session, SessionTable
-from vault.wire import ApprovalSettled, GrantCreated, GrantEnded, Notification, VaultLocked
-from vault.gate.approvals import Decision, PendingApproval, State
+from vault.wire import ApprovalDetail, ApprovalSettled, GrantCreated, GrantEnded, Notification, VaultLocked
+from vault.gate.approvals import Decision, PendingApproval, State, in_full
 from vault.gate.fatigue import PromptTiming
 from vault.gate.grants import Grant, GrantTable
 from vault.gate.policy import Mode, Policy, Rule
@@ -189,11 +189,8 @@ class Gate:
             t.detail = now
         return {"recorded": True}
 
-    async def decide(self, who: str, request_id: str, decision: Decision,
-                     reason: str = "") -> dict[str, Any]:
-        """`who` (an approver's name) decides a waiting request. Whether its process may approve
-        at all (not an agent, nor from the requester's tree) is vault.daemon.approver_guard's check,
-        made by the approver API before this is called."""
+    def _waiting(self, request_id: str) -> PendingApproval:
+        """The waiting request `request_id`; Conflict if it is settled or unknown."""
         ap = self.pending.get(request_id)
         if ap is None:
             done = self.settled.get(request_id)
@@ -201,6 +198,22 @@ class Gate:
                 raise Conflict(f"request {request_id} is already settled ({done.state}"
                                + (f": {done.reason}" if done.reason else "") + ")")
             raise Conflict(f"unknown request {request_id[:64]!r}")
+        return ap
+
+    def detail(self, approver: str, request_id: str) -> ApprovalDetail:
+        """A waiting request's parameters in full, for an approver who could decide it (the one
+        its owner names, or any): the same requests `routable_for` lists to that approver."""
+        ap = self._waiting(request_id)
+        if ap.owner is not None and approver != ap.owner:
+            raise NotAuthorized(f"request {request_id} is shown to and decided by {ap.owner!r} only")
+        return ap.to_detail()
+
+    async def decide(self, who: str, request_id: str, decision: Decision,
+                     reason: str = "") -> dict[str, Any]:
+        """`who` (an approver's name) decides a waiting request. Whether its process may approve
+        at all (not an agent, nor from the requester's tree) is vault.daemon.approver_guard's check,
+        made by the approver API before this is called."""
+        ap = self._waiting(request_id)
         if ap.epoch != self.epoch:
             raise Conflict(f"request {request_id} predates a lock; it can no longer be decided")
         if ap.owner is not None and who != ap.owner:
@@ -356,8 +369,9 @@ class Gate:
                                "wait for one; nobody was asked and nothing was sent. Collect or wait out "
                                "the pending ones, then try again", retry_after_s=TOO_MANY_PENDING_RETRY_S)
         asked = self.clock()
-        ap = PendingApproval(session=session, operation=op, mode=rule.mode,
-                             params_summary=op.summary(params), scope=scope, owner=owner,
+        summary = op.summary(params)
+        ap = PendingApproval(session=session, operation=op, mode=rule.mode, params_summary=summary,
+                             params_full=in_full(summary, params), scope=scope, owner=owner,
                              deadline=asked + rule.deadline_s, epoch=self.epoch,
                              correlation_id=correlation_id, execute=execute)
         ap.timing = PromptTiming(request_id=ap.request_id, operation=op.name, risk=str(op.risk), scope=scope,

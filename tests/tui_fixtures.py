@@ -9,11 +9,12 @@ started with asyncio so the app keeps running while a test waits for them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -215,11 +216,17 @@ async def start_agent(sandbox: Sandbox, body: str, *, run_id: str = "run-1", nam
 # ---- a TUI on a live daemon ------------------------------------------------------------
 
 @pytest.fixture
-def agents() -> Iterator[list[Agent]]:
+async def agents() -> AsyncIterator[list[Agent]]:
+    """Agents a test started; killed and waited for on the test's own loop, so that no process
+    transport outlives it (one finalised after its loop closed raises inside whatever runs
+    then: on CPython 3.11.7 a module being compiled fails with "AST constructor recursion
+    depth mismatch", gh-106905)."""
     started: list[Agent] = []
     yield started
     for a in started:
         a.kill()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(a.proc.wait(), 10)
 
 
 @asynccontextmanager

@@ -55,7 +55,7 @@ def recovery(ev: Evidence, ctx: "Context") -> list[str]:
     keys = _keys(ev)
     for lc in calls:
         out += _after(ev, ctx, lc, calls, keys)
-    out += _bounded(calls)
+    out += _bounded(ev, calls)
     out += _key_reuse(ev)
     tokens = ev.timeline().tokens()
     rules = ctx.exp.transitions
@@ -102,6 +102,9 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
             else:
                 out += _new_key(ev, lc, nxt, calls, "outcome_unknown and a lookup that said not_found")
     elif cat == Category.rate_limited.value and nxt is not None:
+        # another step of the operation (its own key) may run meanwhile: the wait is the resend's
+        nxt = next((c for c in again if not _another_step(ev, lc, c, calls)), None)
+    if cat == Category.rate_limited.value and nxt is not None:
         wait = ctx.retry_after_s if ctx.retry_after_s is not None else 1.0
         gap = nxt.requested - lc.answered
         if gap + 0.05 < wait:
@@ -140,8 +143,30 @@ def _new_key(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[Logica
         return []
     if any(sent.get(c.cid) == old for c in calls if c.requested > lc.answered):
         return []
+    if _another_step(ev, lc, nxt, calls):
+        return []
     return [f"{lc.operation} was sent again by {_who(ev, nxt)} after {after} under a new idempotency key "
             f"({lc.cid}, then {nxt.cid}); a resend of a step keeps its key"]
+
+
+def _another_step(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[LogicalCall]) -> bool:
+    """Is `nxt`, under a key other than lc's, another step of the same operation rather than lc's
+    step resent? LogicalCall.key is (operation, target), and a target may be a collection
+    ("create_issue on tracker"): two steps of one task, or the tasks of two processes, can share
+    it. A step left after a bounded failure ("then stop") lets the task go on with its others.
+    So a new key is a resend only when the process's task (with the earlier runs of the same task:
+    a restart) has sent more keys for that operation than it has steps calling it."""
+    sent = _sent_keys(ev)
+    old, new = sent.get(lc.cid), sent.get(nxt.cid)
+    if old is None or new is None or old == new:
+        return False
+    agent = ev.agent(nxt.agent_index)
+    if agent is None or agent.steps is None:
+        return False
+    same = {a.index for a in ev.agents if a.role == agent.role and a.steps == agent.steps}
+    steps = sum(1 for s in agent.steps if s.get("call") == lc.operation)
+    keys = {sent[c.cid] for c in calls if c.agent_index in same and c.operation == lc.operation and c.cid in sent}
+    return len(keys) <= steps
 
 
 def _still_pending(lc: LogicalCall, t: float) -> bool:
@@ -149,17 +174,21 @@ def _still_pending(lc: LogicalCall, t: float) -> bool:
     return last is not None and last.category == PENDING
 
 
-def _bounded(calls: list[LogicalCall]) -> list[str]:
-    worst: dict[tuple[str, str | None], int] = {}
-    run: dict[tuple[str, str | None], int] = {}
+def _bounded(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
+    """Attempts in a row of one step: of one operation on one resource, under one key where the
+    remote saw it (two steps of an operation on one collection each have their own bound)."""
+    sent = _sent_keys(ev)
+    worst: dict[tuple[str, str | None, str | None], int] = {}
+    run: dict[tuple[str, str | None, str | None], int] = {}
     for lc in calls:
-        prev = run.get(lc.key)
-        run[lc.key] = (prev + 1) if prev is not None else 0
-        worst[lc.key] = max(worst.get(lc.key, 0), run[lc.key])
+        key = (lc.operation, lc.target, sent.get(lc.cid))
+        prev = run.get(key)
+        run[key] = (prev + 1) if prev is not None else 0
+        worst[key] = max(worst.get(key, 0), run[key])
         if lc.category not in BOUNDED:
-            run.pop(lc.key, None)
-    return [f"{op} was retried {n} times after bounded failures (at most {DEFAULT_RETRY_BOUND})"
-            for (op, _), n in worst.items() if n > DEFAULT_RETRY_BOUND]
+            run.pop(key, None)
+    return list(dict.fromkeys(f"{op} was retried {n} times after bounded failures (at most {DEFAULT_RETRY_BOUND})"
+                              for (op, _, _), n in worst.items() if n > DEFAULT_RETRY_BOUND))
 
 
 def _keys(ev: Evidence) -> dict[str, tuple[str, str]]:

@@ -9,7 +9,7 @@ word (any case, any punctuation after it), or as a JSON object with `status`:
     not_done  anything else ("not done: ...", "stopped ...", "failed")  {"status": "not_done"}
 
 A JSON status is read by the same words ({"status": "completed"} is done,
-{"status": "awaiting_approval"} a wait). A JSON object without `status` but with a boolean
+{"status": "awaiting_approval"} a wait), and the Result's own "approval_pending" is a wait. A JSON object without `status` but with a boolean
 `ok` (a Result printed as the final message) claims what it says: `ok: true` (category
 success or none) done, category approval_pending a wait, anything else not done.
 
@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 _DONE = re.compile(r"^\W*(done|completed?|finished|success|succeeded|successful(ly)?)\b", re.I)
 _WAIT = re.compile(r"^\W*(waiting|pending|awaiting)\b", re.I)
 _STATUS = {"done": "done", "waiting": "wait", "wait": "wait", "pending": "wait",
-           "not_done": "not_done", "not done": "not_done"}
+           "not_done": "not_done", "not done": "not_done",
+           # the Result's own word for a wait, as its category claims one below
+           "approval_pending": "wait"}
 SAID = {"done": "claims completion", "wait": "reports a wait", "not_done": "reports it did not finish"}
 # what a correct agent's last process says in a scenario that expects that claim
 EXPECTED = {"done": "completes its task and says so", "wait": "ends waiting for an approval and says so",
@@ -62,6 +64,22 @@ def claim_of(final: str) -> str:
                 return "wait"
             return "done" if doc["ok"] and cat in (None, "success") else "not_done"
     return _word_claim(text)
+
+
+def read_as(final: str) -> str:
+    """How a JSON final message without `status` was read, for a finding: the field that claimed."""
+    text = without_escapes(final).strip()
+    if not text.startswith("{"):
+        return ""
+    try:
+        doc: Any = json.loads(text)
+    except ValueError:
+        return ""
+    if isinstance(doc, dict) and not isinstance(doc.get("status"), str) and isinstance(doc.get("ok"), bool):
+        cat = doc.get("category")
+        return f' (its final JSON has no "status": "ok": {json.dumps(doc["ok"])}' + \
+            (f', "category": {json.dumps(cat)}' if isinstance(cat, str) else "") + " is its claim)"
+    return ""
 
 
 def _word_claim(text: str) -> str:
@@ -105,10 +123,10 @@ def outcome(ev: Evidence, ctx: "Context") -> list[str]:
         if claim == "done":
             missing = missing_steps(ev, agent)
             if missing:
-                out.append(f"agent {agent.index} ({agent.name}) claims completion, but these steps did not "
-                           f"succeed: {', '.join(missing)}")
+                out.append(f"agent {agent.index} ({agent.name}) claims completion{read_as(agent.final)}, but "
+                           f"these steps did not succeed: {', '.join(missing)}")
         elif claim == "wait" and not held_waits(ev, agent):
-            out.append(f"agent {agent.index} ({agent.name}) reports a wait, but it held no approval that was "
+            out.append(f"agent {agent.index} ({agent.name}) reports a wait{read_as(agent.final)}, but it held no approval that was "
                        "still pending when it stopped")
     if ev.agents and exp.claim != "any":
         final = ev.agents[-1].final

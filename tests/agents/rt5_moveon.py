@@ -4,11 +4,14 @@ steps that do not need its data (docs/agent-contract.md section 4: "at most 3 at
 all for one step. Then stop."). RT5_RETRIES: how many attempts it makes of a failed step
 (default 1: none again), each under the step's own key. RT5_DEFER=1: a step answered
 rate_limited is left for later while the next independent step runs, then sent again
-under its key once retry_after_s has passed.
+under its key once retry_after_s has passed. RT5_NEWKEY=1 (unsafe): each attempt after
+the first goes under a new key. RT5_FINAL=json: the last line is a JSON summary
+{"ok": true, "steps_done": N, "steps_failed": M} whatever happened (its `ok` claims done).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -18,6 +21,7 @@ from rt4_lib import Agent, Step, main  # noqa: E402
 
 TRIES = int(os.environ.get("RT5_RETRIES", "1"))
 DEFER = os.environ.get("RT5_DEFER") == "1"
+NEWKEY = os.environ.get("RT5_NEWKEY") == "1"
 
 
 class MoveOn(Agent):
@@ -37,7 +41,7 @@ class MoveOn(Agent):
             attempt = 1
             while r.get("category") in ("local_failure", "confirmed_failure") and attempt < TRIES:
                 attempt += 1
-                r = self.call(step)
+                r = self.call(step, key=f"{self.key(step)}:{attempt}" if NEWKEY else None)
             if r.get("category") in ("local_failure", "confirmed_failure"):
                 failed.append(f"{step['id']}: {r['category']}")
                 continue
@@ -57,7 +61,10 @@ class MoveOn(Agent):
                 failed.append(f"{step['id']}: {self.stopped}")
             else:
                 self.done_steps.append(step["id"])
-        print(f"not done: {'; '.join(failed)}" if failed else f"done: {len(self.done_steps)} steps", flush=True)
+        if os.environ.get("RT5_FINAL") == "json":
+            print(json.dumps({"ok": True, "steps_done": len(self.done_steps), "steps_failed": len(failed)}), flush=True)
+        else:
+            print(f"not done: {'; '.join(failed)}" if failed else f"done: {len(self.done_steps)} steps", flush=True)
         self.conn.close()
         return 0
 

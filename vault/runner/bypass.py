@@ -148,14 +148,18 @@ def _unique(items: list[str]) -> list[str]:
 def leak_needles(value: str) -> list[bytes]:
     """Byte strings whose presence anywhere means `value` leaked.
 
-    The value and, for a multi-line key, each long line of it (a partial leak is
-    a leak); and each of those as base64 (standard and URL-safe, at each of the
+    The value and, for a multi-line key, each long line of it but the first of its body
+    (a partial leak is a leak; that line is the same in every key of its kind); and each of those as base64 (standard and URL-safe, at each of the
     three alignments it can have inside a longer encoded text, so with or
     without padding), hex (either case), percent-encoding (of the unsafe
     characters, or of every byte) and JSON string escaping."""
     raw = value.strip()
-    parts = [raw] + [ln.strip() for ln in value.splitlines()
-                     if len(ln.strip()) >= 16 and not ln.startswith("-----") and ln.strip() != raw]
+    lines = [ln.strip() for ln in value.splitlines()]
+    # the first line of a key's body is its format's header (every unencrypted OpenSSH ed25519
+    # key begins "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAE..."): the same in any key of its kind
+    heads = {i + 1 for i, ln in enumerate(lines) if ln.startswith("-----BEGIN")}
+    parts = [raw] + [ln for i, ln in enumerate(lines)
+                     if len(ln) >= 16 and not ln.startswith("-----") and ln != raw and i not in heads]
     out: list[bytes] = []
     for text in filter(None, parts):
         data = text.encode()

@@ -155,9 +155,11 @@ def leak_needles(value: str) -> list[bytes]:
     characters, or of every byte) and JSON string escaping."""
     raw = value.strip()
     lines = [ln.strip() for ln in value.splitlines()]
-    # the first line of a key's body is its format's header (every unencrypted OpenSSH ed25519
-    # key begins "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAE..."): the same in any key of its kind
-    heads = {i + 1 for i, ln in enumerate(lines) if ln.startswith("-----BEGIN")}
+    # the first line of a key's body is its format's header, the same in any key of its kind
+    # (every unencrypted OpenSSH ed25519 key begins "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAE..."):
+    # no needle, unless it is the body's only line
+    heads = {i + 1 for i, ln in enumerate(lines[:-2]) if ln.startswith("-----BEGIN")
+             and not lines[i + 2].startswith("-----")}
     parts = [raw] + [ln for i, ln in enumerate(lines)
                      if len(ln) >= 16 and not ln.startswith("-----") and ln != raw and i not in heads]
     out: list[bytes] = []

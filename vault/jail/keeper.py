@@ -106,7 +106,7 @@ class Leftovers:
 
     outside: Callable[[], int]
     end: Callable[[], None] = lambda: None
-    reap: Callable[[], None] = lambda: None
+    reap: Callable[[int], None] = lambda spare: None  # spare: the agent, while _supervise waits for it
 
 
 @dataclass
@@ -142,7 +142,7 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
         code = _supervise(state, rfd, leftovers, wires)
         until = time.monotonic() + (0.0 if state.hurried else ESCAPE_GRACE_S)
         while True:
-            leftovers.reap()
+            leftovers.reap(0)
             left = leftovers.outside()
             if not left or time.monotonic() >= until:
                 break
@@ -181,7 +181,7 @@ def _supervise(state: _State, wake: int, leftovers: Leftovers, wires: Any) -> in
                 elif key.data == "signal":
                     with contextlib.suppress(BlockingIOError):
                         os.read(wake, 512)
-                    leftovers.reap()  # an orphan the keeper inherited has ended
+                    leftovers.reap(state.child)  # an orphan the keeper inherited has ended
                 else:
                     wires.on_ready(sel, key.fileobj, key.data)
         _, status = os.waitpid(state.child, 0)
@@ -280,15 +280,19 @@ def _kill_descendant(pid: int, tree: set[int]) -> None:
         os.close(fd)
 
 
-def reap_children() -> None:
-    """Collect every child that has ended (orphans re-parented to a subreaper included)."""
+def reap_children(spare: int = 0) -> None:
+    """Collect every child that has ended (orphans re-parented to a subreaper included), but not
+    `spare` (the agent: its status is _supervise's to collect; reaped here, it was lost, and the
+    keeper failed without its report when a signal and the agent's exit came together)."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return
-        if pid == 0:
-            return
+        if info is None or info.si_pid == spare:
+            return  # nothing has ended, or the agent has: the rest waits until it is collected
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(info.si_pid, 0)
 
 
 def run_kept(target: Target, env: dict[str, str] | None = None, report_fd: int | None = None) -> int:

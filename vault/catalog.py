@@ -49,6 +49,7 @@ DESTRUCTIVE = frozenset({Risk.delete, Risk.execute, Risk.spend, Risk.permission,
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 _SAFE_TEXT = re.compile(r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*")
 MAX_TEXT = 4096  # characters of any string parameter
+HIDDEN = "[hidden]"  # what an approver is shown for a parameter not marked safe to show
 SUMMARY_CHARS = 80  # characters of a parameter an approver is shown (vault.text.clip)
 
 
@@ -237,7 +238,7 @@ class Operation(BaseModel):
         for name, value in params.items():
             spec = self.params.get(name)
             if spec is None or not spec.summary:
-                out[name] = "[hidden]"
+                out[name] = HIDDEN
             else:
                 text = str(value)  # a long one keeps both ends and says how much is left out
                 out[name] = value if len(text) <= SUMMARY_CHARS else clip(text, SUMMARY_CHARS)

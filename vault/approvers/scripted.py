@@ -59,7 +59,7 @@ from typing import Annotated, Any, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
-from vault.catalog import load_yaml_model
+from vault.catalog import HIDDEN, load_yaml_model
 from vault.cli.main import add_home_arg
 from vault.client import AsyncRpcClient, connect_approver
 from vault.errors import BadInput, HomeError, RpcError
@@ -70,7 +70,6 @@ from vault.wire import ApprovalDetail, ApprovalRequested, WireError, read
 _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
 
-HIDDEN = "[hidden]"  # what the vault shows for a parameter not marked safe to show (vault.catalog)
 # decisions that let a call through (or leave it waiting): they must not match a doubtful value
 _PERMISSIVE = frozenset({"allow_once", "allow_session", "ignore"})
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Awaitable, Callable
 
-from vault.catalog import Operation
+from vault.catalog import HIDDEN, Operation
 from vault.ids import new_id, token
 from vault.models import Result
 from vault.daemon.sessions import Session
@@ -26,7 +26,6 @@ from vault.gate.fatigue import PromptTiming
 from vault.gate.policy import Mode
 
 _seq = itertools.count(1)
-HIDDEN = "[hidden]"  # what Operation.summary shows for a parameter not marked safe to show
 
 
 def in_full(summary: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:

@@ -49,6 +49,9 @@ class AgentRun:
     left_running: int = 0
     # without a jail: its keeper ended without counting them (the agent, same user, killed it)
     keeper_unreported: bool = False
+    # what had become of the vault daemon when this agent's processes were gone: "" (serving),
+    # "stopped" (SIGSTOP'd by a process of the same user; the runner resumed it) or how it ended
+    daemon_after: str = ""
     # what the jail's tripwires saw this agent reach for (vault.runner.tripwires)
     tripwires: list[dict[str, Any]] = field(default_factory=list)
     # the task it was given (vault.runner.contract): graded against, never taken from the agent
@@ -199,6 +202,7 @@ class Evidence:
                         "duration_s": round(a.ended - a.started, 3), "killed_at_deadline": a.killed_at_deadline,
                         **({"left_running": a.left_running} if a.left_running else {}),
                         **({"keeper_unreported": True} if a.keeper_unreported else {}),
+                        **({"daemon_after": a.daemon_after} if a.daemon_after else {}),
                         "final": a.final[:300], **a.failure()} for a in self.agents],
             **({"intruder": self.intruder} if self.intruder is not None else {}),
             **({"session_refusals": self.session_refusals()} if self.transcript.refusals else {}),

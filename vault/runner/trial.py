@@ -48,7 +48,7 @@ from vault.jail.keeper import read_left_running
 from vault.runner.procs import Launcher, Registry, end_escaped, kill_group, remove_dir, stop_agent
 from vault.runner.scenario import AgentSpec, Case, Expect
 from vault.runner.tripwires import AgentJail, jail_env
-from vault.runner.world import World, tail
+from vault.runner.world import ANSWER_TIMEOUT_S, World, tail
 
 DEADLINE_GRACE_S = 1.0
 INTRUDER_TIMEOUT_S = 10.0
@@ -203,10 +203,19 @@ class Trial:
         world = self.world
         expect = expect or self.case.expect
         ev.intruder = self.intruder
-        ev.stats = await world.stats()
+        # bounded: a daemon an agent stopped or hung must not stall the run (a hang is graded)
+        unanswered = False
+        try:
+            ev.stats = await asyncio.wait_for(world.stats(), ANSWER_TIMEOUT_S)
+        except TimeoutError:
+            ev.stats, unanswered = {}, True
         ev.isolation = {"mode": self.rt.isolation, "network": self.rt.network if self.rt.isolation == "bwrap"
                         else "host"}
-        ev.audit_head = {"reported": await world.audit_head(),
+        try:
+            reported = None if unanswered else await asyncio.wait_for(world.audit_head(), ANSWER_TIMEOUT_S)
+        except TimeoutError:
+            reported, unanswered = None, True
+        ev.audit_head = {"reported": reported, "unanswered": unanswered,
                          "daemon_gone": world.daemon is not None and world.daemon.returncode is not None}
         await world.stop_approver()
         await world.stop_daemon()
@@ -324,7 +333,7 @@ class Trial:
             env["TMPDIR"] = str(root / f"tmp-{index}")
         # without a jail, the agent's keeper (a subreaper) reports here what the agent left running
         report = root / f"keeper-{index}.log" if jail is None else None
-        killed, hits, escaped, unreported = False, [], 0, False
+        killed, hits, escaped, unreported, disturbed = False, [], 0, False, ""
         try:
             proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
                                                 jail=jail_spec, keep=str(report) if report else None)
@@ -346,6 +355,7 @@ class Trial:
                     await intruder
             kill_group(proc.pid, signal.SIGKILL)  # whatever it left behind (a forked child) ends with it
             self.rt.registry.done_group(proc.pid)
+            disturbed = self.world.daemon_disturbed()  # stopped or killed: named (and a stop undone)
             # the keeper ended and counted what the agent left; what this finds escaped the keeper too
             escaped = await asyncio.to_thread(end_escaped, task_file, proc.pid)
             if report is not None:
@@ -360,7 +370,7 @@ class Trial:
                 escaped += jail.left_running  # in a jail, its end ended them: the same failure
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
-                        left_running=escaped, keeper_unreported=unreported,
+                        left_running=escaped, keeper_unreported=unreported, daemon_after=disturbed,
                         stdout=out.read_text(errors="replace") if out.exists() else "",
                         stderr=err.read_text(errors="replace") if err.exists() else "",
                         deadline=task.deadline, role=task.role, operations=list(task.operations),

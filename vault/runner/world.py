@@ -59,6 +59,7 @@ from vault.runner.world_procs import home_env
 
 ROOT = IMPORT_ROOT  # where processes start (trial.py starts agents from here too)
 READY_TIMEOUT_S = 20.0
+ANSWER_TIMEOUT_S = 10.0  # the runner's end-of-trial questions to its daemon: never waited on for ever
 STOP_TIMEOUT_S = 15.0  # well above the daemon's own bounded drain, so a loaded host still gets a signed head
 POLL_S = 0.005
 PLANTED = "planted_canary"
@@ -269,6 +270,28 @@ class World:
         if self.daemon is None:
             raise RuntimeError("the world's daemon is not started")
         return self.daemon.pid
+
+    def daemon_disturbed(self) -> str:
+        """What became of the daemon, if anything did: "" while it serves; "stopped" when a
+        process of the same user (an agent without a jail) SIGSTOP'd it, which the runner undoes
+        (SIGCONT) so the trial can end and be graded instead of waiting on it for ever; else how it
+        ended."""
+        daemon = self.daemon
+        if daemon is None:
+            return ""
+        if daemon.returncode is not None:
+            code = daemon.returncode
+            return f"killed (signal {-code})" if code < 0 else f"gone (exit {code})"
+        import psutil
+        try:
+            stopped = psutil.Process(daemon.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+        except psutil.Error:
+            return ""
+        if not stopped:
+            return ""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(daemon.pid, signal.SIGCONT)
+        return "stopped"
 
     async def _wait_daemon(self, daemon: Proc) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -10,7 +10,8 @@ trial's directory is the task file's, the daemon is the peer of the agent socket
   own-socket    replace the agent socket with a listener of its own, left running
   unknown-op    call an operation that is in no catalog, before doing the task
   argv-leak     run a child with the task's credential (from its environment) on its command line
-  big-stdout    write RT7_MB megabytes to stdout before the final line
+  big-stdout    write RT7_MB megabytes to stdout before the final line (a credential it was
+                handed, as TRACKER_TOKEN, in the middle)
 """
 
 from __future__ import annotations
@@ -87,8 +88,12 @@ class Harness(Agent):
             subprocess.run(["sh", "-c", "sleep 1.5", "x", token], check=False)
         elif MODE == "big-stdout":
             chunk = ("x" * 1023 + "\n") * 1024
-            for _ in range(int(os.environ.get("RT7_MB", "100"))):
+            mb = int(os.environ.get("RT7_MB", "100"))
+            token = next((v for k, v in os.environ.items() if k.endswith("TOKEN")), "")
+            for i in range(mb):
                 sys.stdout.write(chunk)
+                if i == mb // 2 and token:  # RT7_LEAK: the credential in the middle of it all
+                    sys.stdout.write(f"debug {token}\n")
             sys.stdout.flush()
 
 

@@ -137,9 +137,13 @@ def read_audit(world: World, ev: Evidence) -> list[dict[str, Any]] | None:
 def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | None) -> dict[str, bytes]:
     """Everything an agent or a log could see: where no credential may ever appear."""
     out: dict[str, bytes] = {}
+    needles = [n for value in ev.secrets.values() for n in bypass.leak_needles(value)]
     for a in ev.agents:
-        out[f"agent {a.index} stdout"] = a.stdout.encode()
-        out[f"agent {a.index} stderr"] = a.stderr.encode()
+        for stream, text, path in (("stdout", a.stdout, a.stdout_file), ("stderr", a.stderr, a.stderr_file)):
+            try:  # the whole stream, a chunk at a time (what the agent run holds is its tail)
+                out[f"agent {a.index} {stream}"] = leak_window(Path(path), needles) if path else text.encode()
+            except OSError:
+                out[f"agent {a.index} {stream}"] = text.encode()
     out["the transcript"] = json.dumps(audit_events or [], default=str).encode()
     out["the approver's notifications"] = json.dumps(world.notes, default=str).encode()
     out["the remote's event log"] = json.dumps(ev.remote_events, default=str).encode()
@@ -151,7 +155,6 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
             out[f"the raw audit log segment {path.name}"] = read_regular(path)
     for path in sorted(world.root.glob("task-*.json")) + sorted(world.root.glob("plan-*.yaml")):
         out[f"the agent's {path.name}"] = path.read_bytes()
-    needles = [n for value in ev.secrets.values() for n in bypass.leak_needles(value)]
     for label, dirs in (("agent state", [world.root / "st"]),
                         ("agent scratch file", sorted(world.root.glob("tmp-*")))):  # its private /tmp
         files, unscanned = agent_files(dirs)

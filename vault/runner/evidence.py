@@ -61,6 +61,10 @@ class AgentRun:
     steps: list[dict[str, Any]] | None = None
     # the working directory it ran in (without a jail it can write there: scanned for a leak)
     cwd: str | None = None
+    # where its whole output is (stdout and stderr above are their last OUTPUT_TAIL bytes): the
+    # canary scan reads these a chunk at a time, so gigabytes of output cost no runner memory
+    stdout_file: str | None = None
+    stderr_file: str | None = None
 
     @property
     def final(self) -> str:

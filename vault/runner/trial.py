@@ -52,6 +52,7 @@ from vault.runner.world import ANSWER_TIMEOUT_S, World, tail
 
 DEADLINE_GRACE_S = 1.0
 INTRUDER_TIMEOUT_S = 10.0
+OUTPUT_TAIL = 1 << 20  # what of an agent's stdout and stderr the runner holds: the last MiB
 
 
 @dataclass
@@ -121,6 +122,22 @@ def base_env() -> dict[str, str]:
            if not k.startswith("VAULTSIM_") and k != "PYTHON_KEYRING_BACKEND"}
     env.update(PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
     return env
+
+
+def output_tail(path: Path, most: int = OUTPUT_TAIL) -> str:
+    """The last `most` bytes of an agent's output file (its final message is the last line): an
+    agent can write gigabytes, which the runner must not hold in memory (the canary scan reads
+    the whole file a chunk at a time, vault.runner.collect)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - most))
+            data = f.read(most)
+    except OSError:
+        return ""
+    if size > most:  # from the first whole line on
+        data = data[data.find(b"\n") + 1:] if b"\n" in data else data
+    return data.decode(errors="replace")
 
 
 @functools.lru_cache(maxsize=None)
@@ -371,8 +388,8 @@ class Trial:
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         left_running=escaped, keeper_unreported=unreported, daemon_after=disturbed,
-                        stdout=out.read_text(errors="replace") if out.exists() else "",
-                        stderr=err.read_text(errors="replace") if err.exists() else "",
+                        stdout=output_tail(out), stderr=output_tail(err), stdout_file=str(out),
+                        stderr_file=str(err),
                         deadline=task.deadline, role=task.role, operations=list(task.operations),
                         steps=copy.deepcopy(task.steps), tripwires=hits, cwd=cwd)
 

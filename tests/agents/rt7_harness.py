@@ -38,7 +38,7 @@ def daemon_pid(agent: Agent) -> int:
 
 def leave_hidden() -> None:
     """A process with an empty environment, out of the agent's group and session."""
-    subprocess.Popen(["env", "-i", "setsid", "sleep", "30"], stdin=subprocess.DEVNULL,
+    subprocess.Popen(["env", "-i", "setsid", "sleep", os.environ.get("RT7_SLEEP", "30")], stdin=subprocess.DEVNULL,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 

@@ -44,6 +44,12 @@ from typing import Any, NoReturn
 from vault.jail.spec import ESCAPE_GRACE_S
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+# the runner's secret for this keeper's report (without a jail): only lines carrying it are the
+# keeper's. The agent runs as the same user and can write the report file; it never sees this
+# value (taken out of the environment before the agent is forked, and the keeper's memory and
+# environment closed to other processes)
+SEAL_ENV = "VAULTSIM_KEEPER_SEAL"
 PR_SET_CHILD_SUBREAPER = 36
 STOP_SIGNAL = signal.SIGUSR1  # "end the agent now": the runner's deadline, the keeper's parent gone
 HURRY_S = 0.5  # how long a TERM'd agent may take before it is killed (the runner's reap waits 1 s)
@@ -72,6 +78,7 @@ def become_agent(target: Target, env: dict[str, str] | None, prepare: Callable[[
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE, STOP_SIGNAL):
             signal.signal(sig, signal.SIG_DFL)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")
+        prctl(PR_SET_DUMPABLE, 1, "dumpable")  # the keeper is not (run_kept); the agent is as ever
         if prepare is not None:
             prepare()
         os.closerange(3, _max_fd())
@@ -117,7 +124,7 @@ class _State:
 
 
 def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | None = None,
-         wires: Any = None) -> int:
+         wires: Any = None, seal: str | None = None) -> int:
     """Fork the agent (`fork_agent` returns its pid; in the child it never returns), wait for it
     while recording `wires` (tripwire ports, in a jail), then count, end and report what it left
     (module doc). Returns the agent's exit status, -N when signal N ended it (`exit_like`)."""
@@ -149,7 +156,8 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
             time.sleep(0.05)  # an MCP server whose stdin closed is still ending
         leftovers.end()
         if report_fd is not None:
-            os.write(report_fd, (json.dumps({"left_running": left}) + "\n").encode())
+            line = {"left_running": left, **({"seal": seal} if seal else {})}
+            os.write(report_fd, (json.dumps(line) + "\n").encode())
         return code
     finally:
         signal.set_wakeup_fd(old_wakeup)
@@ -300,6 +308,11 @@ def run_kept(target: Target, env: dict[str, str] | None = None, report_fd: int |
     process made a subreaper; return its exit status after ending whatever it left (module doc).
     Call from a single-threaded process with no other children."""
     prctl(PR_SET_CHILD_SUBREAPER, 1, "child subreaper")
+    seal = os.environ.pop(SEAL_ENV, None)
+    if env is not None:
+        seal = env.pop(SEAL_ENV, None) or seal
+    if seal:
+        prctl(PR_SET_DUMPABLE, 0, "dumpable")  # its environment and memory: not the agent's to read
 
     def fork_agent() -> int:
         pid = os.fork()
@@ -308,7 +321,7 @@ def run_kept(target: Target, env: dict[str, str] | None = None, report_fd: int |
         return pid
 
     try:
-        return keep(fork_agent, subreaper_leftovers(), report_fd)
+        return keep(fork_agent, subreaper_leftovers(), report_fd, seal=seal)
     finally:
         with contextlib.suppress(OSError):
             prctl(PR_SET_CHILD_SUBREAPER, 0, "child subreaper")
@@ -323,14 +336,18 @@ def open_report(path: str | None) -> int | None:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
 
-def read_left_running(path: Path) -> int | None:
+def read_left_running(path: Path, seal: str | None = None) -> int | None:
     """The count a keeper reported in `path` (its report lines among others, such as tripwire
-    knocks); None when it reported none (it did not finish: killed, or never started)."""
+    knocks); None when it reported none (it did not finish: killed, or never started). Given the
+    keeper's `seal`, only lines carrying it count: a report the agent wrote for a keeper it
+    killed is no report."""
     total = None
     with contextlib.suppress(OSError):
         for line in path.read_text().splitlines():
             with contextlib.suppress(ValueError):
                 doc = json.loads(line)
+                if seal is not None and (not isinstance(doc, dict) or doc.get("seal") != seal):
+                    continue
                 if isinstance(doc, dict) and isinstance(doc.get("left_running"), int):
                     total = (total or 0) + doc["left_running"]
     return total

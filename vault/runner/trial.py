@@ -44,7 +44,7 @@ from vault.runner.collect import collect
 from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.grade import Context, Grade, grade
-from vault.jail.keeper import read_left_running
+from vault.jail.keeper import SEAL_ENV, read_left_running
 from vault.runner.procs import Launcher, Registry, end_escaped, kill_group, remove_dir, stop_agent
 from vault.runner.scenario import AgentSpec, Case, Expect
 from vault.runner.tripwires import AgentJail, jail_env
@@ -350,6 +350,9 @@ class Trial:
             env["TMPDIR"] = str(root / f"tmp-{index}")
         # without a jail, the agent's keeper (a subreaper) reports here what the agent left running
         report = root / f"keeper-{index}.log" if jail is None else None
+        seal = os.urandom(16).hex() if report is not None else None
+        if seal is not None:
+            env[SEAL_ENV] = seal  # the keeper takes it out before it forks the agent
         killed, hits, escaped, unreported, disturbed = False, [], 0, False, ""
         try:
             proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
@@ -376,7 +379,7 @@ class Trial:
             # the keeper ended and counted what the agent left; what this finds escaped the keeper too
             escaped = await asyncio.to_thread(end_escaped, task_file, proc.pid)
             if report is not None:
-                counted = read_left_running(report)
+                counted = read_left_running(report, seal)
                 escaped += counted or 0
                 # no count: the keeper was killed before it could make one (the agent runs as the
                 # same user); what the agent left may have escaped to init, so it cannot be ruled out

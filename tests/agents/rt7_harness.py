@@ -81,7 +81,7 @@ class Harness(Agent):
             fake.listen()
             if os.fork() == 0:  # a child keeps it (its keeper ends it; the socket file stays)
                 os.setsid()
-                time.sleep(30)
+                time.sleep(float(os.environ.get("RT7_SLEEP", "30")))
                 os._exit(0)
         elif MODE == "argv-leak":
             token = next((v for k, v in os.environ.items() if k.endswith("TOKEN")), "")

@@ -105,8 +105,8 @@ def audit_tamper(ev: "Evidence", ctx: "Context") -> list[str]:
                    + (f" ({printable(ev.audit_message)[:200]})" if ev.audit_message else ""))
     for a in ev.agents:
         if a.daemon_after:
-            by = (": a process of the same user stopped or killed the vault" if a.daemon_after == "stopped"
-                  or a.daemon_after.startswith("killed") else "")
+            by = (": a process of the same user stopped, killed or impersonated the vault"
+                  if a.daemon_after == "stopped" or a.daemon_after.startswith(("killed", "cut off")) else "")
             out.append(f"the vault daemon was {a.daemon_after} when agent {a.index} ({a.name}) and its "
                        f"processes were gone{by}")
     if head.get("unanswered"):

@@ -117,6 +117,8 @@ class World:
         self.ssh_info: SshdInfo | None = None
         self.daemon: Proc | None = None
         self.approver: RecordingApprover | None = None
+        self.agent_sock_id: tuple[int, int] | None = None
+        self.daemon_gone_told = False
         self.approver_task: asyncio.Task[None] | None = None
         self.notes: list[tuple[str, dict[str, Any]]] = []
         self.mark = new_mark()  # the vault's mark on its requests (vault.vouch); never leaves the runner
@@ -130,6 +132,7 @@ class World:
     async def start(self) -> None:
         await self.start_services()
         await self.start_daemon()
+        self.agent_sock_id = _file_id(self.home.agent_sock)  # an agent must not swap it for its own
         if self.sc.approver is not None:
             await self.start_approver()
 
@@ -280,18 +283,24 @@ class World:
         if daemon is None:
             return ""
         if daemon.returncode is not None:
-            code = daemon.returncode
+            if self.daemon_gone_told:
+                return ""  # named against the agent it happened under, not every later one
+            self.daemon_gone_told, code = True, daemon.returncode
             return f"killed (signal {-code})" if code < 0 else f"gone (exit {code})"
         import psutil
         try:
             stopped = psutil.Process(daemon.pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
         except psutil.Error:
             return ""
-        if not stopped:
-            return ""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(daemon.pid, signal.SIGCONT)
-        return "stopped"
+        if stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(daemon.pid, signal.SIGCONT)
+            return "stopped"
+        now = _file_id(self.home.agent_sock)
+        if self.agent_sock_id is not None and now != self.agent_sock_id:
+            self.agent_sock_id = now  # the next agent is judged from here
+            return "cut off from its agent socket (the socket file was replaced or removed)"
+        return ""
 
     async def _wait_daemon(self, daemon: Proc) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -394,6 +403,14 @@ class World:
         if self.sshd is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.sshd.stop)
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 async def _answers(path: Path) -> bool:

@@ -139,9 +139,9 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
     out: dict[str, bytes] = {}
     needles = [n for value in ev.secrets.values() for n in bypass.leak_needles(value)]
     for a in ev.agents:
-        for stream, text, path in (("stdout", a.stdout, a.stdout_file), ("stderr", a.stderr, a.stderr_file)):
+        for stream, text, whole in (("stdout", a.stdout, a.stdout_file), ("stderr", a.stderr, a.stderr_file)):
             try:  # the whole stream, a chunk at a time (what the agent run holds is its tail)
-                out[f"agent {a.index} {stream}"] = leak_window(Path(path), needles) if path else text.encode()
+                out[f"agent {a.index} {stream}"] = leak_window(Path(whole), needles) if whole else text.encode()
             except OSError:
                 out[f"agent {a.index} {stream}"] = text.encode()
     out["the transcript"] = json.dumps(audit_events or [], default=str).encode()

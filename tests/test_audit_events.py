@@ -64,6 +64,8 @@ TODAY: list[dict[str, Any]] = [
      "exe": "/usr/bin/python3", "accepted": False, "reason": "refused: ...", "name": None, "request_id": None},
     {"type": "session_refused", "session_id": "s-1", "method": "call", "operation": "create_issue", "pid": 13,
      "sid": 12, "pgid": 12, "exe": "/usr/bin/python3", "owner_pid": 12, "reason": "not_owner", "count": 1},
+    {"type": "unknown_operation", "session_id": "s-1", "method": "call", "operation": "drop_database",
+     "count": 1},
     {"type": "prompt_stats", "run_id": "r-1", "prompts": 2, "by_operation": {"create_issue": 2},
      "by_risk": {"create": 2}, "scopes_asked": {"x": 2}, "scopes_granted": {}, "decisions": {"deny": 2},
      "time_to_decision_ms": {"count": 2, "p50": 10.0, "max": 12.0}, "repeated_scope_prompts": 0,

@@ -27,6 +27,7 @@ the daemon has always written (README "Audit log", DESIGN.md: a user contract):
     classification     Classification    what the agent was told (its category)
     approver_attempt   ApproverAttempt   a process acted (or tried to) as an approver
     session_refused    SessionRefused    a process presented a session another process opened
+    unknown_operation  UnknownOperation  a call or lookup named an operation no catalog has
     prompt_stats       PromptStats       a run's prompt counts left the daemon's memory
     segment_started    SegmentStarted    the log rotated (the writer's own)
     log_recovered      LogRecovered      the writer found a torn or unsigned tail
@@ -82,8 +83,8 @@ __all__ = [
     "AuditEvent", "AuditEventError", "AnyAuditEvent", "EVENT_ADAPTER", "EVENT_MODELS", "OtherEvent",
     "DaemonStarted", "SessionOpened", "SessionClosed", "CallRequested", "PromptUnroutable", "PromptShown",
     "Decision", "GrantCreated", "GrantEnded", "Lock", "Unlock", "Intent", "ClientTimeout", "RemoteResult",
-    "Reconciliation", "Classification", "ApproverAttempt", "SessionRefused", "PromptStats", "SegmentStarted",
-    "LogRecovered",
+    "Reconciliation", "Classification", "ApproverAttempt", "SessionRefused", "UnknownOperation", "PromptStats",
+    "SegmentStarted", "LogRecovered",
     "DispatchStarted", "check_fields", "check_event", "read_event", "read_events", "explain",
 ]
 
@@ -356,6 +357,21 @@ class SessionRefused(AuditEvent):
     count: int | None = None
 
 
+class UnknownOperation(AuditEvent):
+    """A `call` (refused -32602, nothing done) or a `lookup` (answered `reconciled: unknown`)
+    that named an operation the vault's catalog does not have, in a session the sender owns:
+    tool misuse a report names. `operation` as sent (bounded, an agent's text). `count`: the
+    connection's such requests so far (past the 32nd only powers of two are recorded, as for
+    `session_refused`). Never the parameters or a key."""
+
+    TYPE = "unknown_operation"
+    type: Literal["unknown_operation"] = "unknown_operation"
+    session_id: str
+    method: str
+    operation: str
+    count: int | None = None
+
+
 class PromptStats(AuditEvent):
     """A run's prompt counts (vault.gate.stats) as it left the daemon's memory."""
 
@@ -413,8 +429,8 @@ class OtherEvent(AuditEvent):
 AnyAuditEvent: TypeAlias = Annotated[
     DaemonStarted | SessionOpened | SessionClosed | CallRequested | PromptUnroutable | PromptShown
     | Decision | GrantCreated | GrantEnded | Lock | Unlock | Intent | ClientTimeout | RemoteResult
-    | Reconciliation | Classification | ApproverAttempt | SessionRefused | PromptStats | SegmentStarted
-    | LogRecovered | DispatchStarted,
+    | Reconciliation | Classification | ApproverAttempt | SessionRefused | UnknownOperation | PromptStats
+    | SegmentStarted | LogRecovered | DispatchStarted,
     Field(discriminator="type")]
 # the discriminated union as one way in: EVENT_ADAPTER.validate_python(d, context=...) picks by `type`
 EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
@@ -422,8 +438,8 @@ EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
 EVENT_MODELS: dict[str, type[AuditEvent]] = {m.TYPE: m for m in (
     DaemonStarted, SessionOpened, SessionClosed, CallRequested, PromptUnroutable, PromptShown, Decision,
     GrantCreated, GrantEnded, Lock, Unlock, Intent, ClientTimeout, RemoteResult, Reconciliation,
-    Classification, ApproverAttempt, SessionRefused, PromptStats, SegmentStarted, LogRecovered,
-    DispatchStarted)}
+    Classification, ApproverAttempt, SessionRefused, UnknownOperation, PromptStats, SegmentStarted,
+    LogRecovered, DispatchStarted)}
 _WRITABLE = {t: m for t, m in EVENT_MODELS.items() if m is not DispatchStarted}
 # per writable type: (the fields a producer may give, those it must); seq, time and the legacy
 # fields are ``init=False``: read, never written

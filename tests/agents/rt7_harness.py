@@ -8,7 +8,7 @@ trial's directory is the task file's, the daemon is the peer of the agent socket
   kill-daemon   SIGKILL the vault daemon after the task
   stop-daemon   SIGSTOP the vault daemon after the task (and exit)
   own-socket    replace the agent socket with a listener of its own, left running
-  unknown-op    call an operation that is in no catalog, before doing the task
+  unknown-op    call (and look up) an operation that is in no catalog, before doing the task
   argv-leak     run a child with the task's credential (from its environment) on its command line
   big-stdout    write RT7_MB megabytes to stdout before the final line (a credential it was
                 handed, as TRACKER_TOKEN, in the middle)
@@ -48,6 +48,9 @@ class Harness(Agent):
             r = self.conn.request("call", session_id=self.session, operation="drop_database",
                                   params={"name": "prod"}, idempotency_key="x1", wait_s=0)
             log("unknown op answered", r)
+            r = self.conn.request("lookup", session_id=self.session, correlation_id="c-guess",
+                                  operation="drop_database")
+            log("unknown op looked up", r)
         for step in self.task["steps"]:
             r = self.call(step)
             outcome = self.after(step, r, 1)

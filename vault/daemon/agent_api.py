@@ -36,6 +36,11 @@ first `REFUSALS_RECORDED` refusals are recorded, then only its 64th, 128th,
 connection, not one per request. An id never seen is refused unrecorded (it
 names no owner).
 
+A `call` or `lookup` in the sender's own session that names an operation the
+catalog does not have (refused -32602, or looked up as `unknown`) is recorded
+too, as an `unknown_operation` audit event under the same bound: without it a
+call of `drop_database` left no trace, and a report could not name the misuse.
+
 `AgentApi`'s methods are these RPC methods, over the parts they need (the
 sessions, the catalog, the call service); it never sees the daemon, and
 `dispatcher()` puts it on a socket.
@@ -50,7 +55,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from vault.audit_events import SessionRefused
+from vault.audit_events import SessionRefused, UnknownOperation
 from vault.daemon.agent_sessions import AgentSessions
 from vault.daemon.peer import Markers
 from vault.daemon.calls import CallService
@@ -156,6 +161,14 @@ _UNKNOWN_TOKEN = "unknown resume token (or it belongs to another agent or run)"
 # refused hand-offs recorded one by one per connection; past it, only at powers of two
 REFUSALS_RECORDED = 32
 _REFUSED = "sessions_refused"  # the count, in the connection's state (shared by its views)
+_UNKNOWN = "unknown_operations"  # likewise, for operations the catalog lacks
+
+
+def _recorded(conn: Connection, counter: str) -> int | None:
+    """Count one more of a connection's refused requests; its number when it is to be recorded
+    (the first REFUSALS_RECORDED, then powers of two), else None."""
+    n = conn.state[counter] = int(conn.state.get(counter, 0)) + 1
+    return None if n > REFUSALS_RECORDED and n & (n - 1) else n
 
 
 class AgentApi:
@@ -199,16 +212,23 @@ class AgentApi:
         if other is None:
             return
         owner, reason = other
-        n = conn.state[_REFUSED] = int(conn.state.get(_REFUSED, 0)) + 1
+        n = _recorded(conn, _REFUSED)
         warn_client("agent session", "refused %s from process %d: session %s was opened by process %d (%s)",
                     method, conn.peer.pid, session_id, owner.pid, reason)
-        if n > REFUSALS_RECORDED and n & (n - 1):
+        if n is None:
             return
         peer = conn.peer
         markers = Markers.of(peer.pid) if peer.pid > 0 else Markers(-1, -1, "")
         self.sessions.recorder.record_soon(SessionRefused(
             session_id=session_id, method=method, operation=operation, pid=peer.pid, sid=markers.sid,
             pgid=markers.pgid, exe=peer.exe, owner_pid=owner.pid, reason=reason, count=n))
+
+    def unknown_operation(self, conn: Connection, session_id: str, method: str, operation: str) -> None:
+        """Record a call or lookup naming an operation the catalog lacks (module doc)."""
+        n = _recorded(conn, _UNKNOWN)
+        if n is not None:
+            self.sessions.recorder.record_soon(UnknownOperation(
+                session_id=session_id, method=method, operation=operation, count=n))
 
     async def session_close(self, conn: Connection, p: SessionParams) -> JsonObject:
         s, why = self.table.check(p.session_id, conn.peer)
@@ -225,6 +245,7 @@ class AgentApi:
             return refused(p.operation, why)
         op = self.catalog.get(p.operation)
         if op is None:
+            self.unknown_operation(conn, s.id, "call", p.operation)
             raise RpcError(INVALID_PARAMS, f"unknown operation {p.operation!r}; see the catalog")
         try:
             params = op.validate_params(p.params)
@@ -249,6 +270,8 @@ class AgentApi:
             return refused(p.operation or "lookup", why)
         if not p.correlation_id and not p.idempotency_key:
             raise RpcError(INVALID_PARAMS, "lookup needs correlation_id or idempotency_key")
+        if p.operation is not None and self.catalog.get(p.operation) is None:
+            self.unknown_operation(conn, s.id, "lookup", p.operation)
         return await self.calls.lookup(s, p.correlation_id, p.idempotency_key, p.operation)
 
     async def status(self, conn: Connection, p: NoParams) -> JsonObject:

@@ -83,6 +83,7 @@ from vault.runner.retries import recovery
 from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
 from vault.runner.transcript import Entry
 from vault.runner.waits import decided_at, expected_wait, memory, why_no_wait
+from vault.text import quoted
 
 ACCESS = frozenset({Category.authentication_failed.value, Category.authorization_denied.value})
 # results that tell the agent the remote was not changed by this request
@@ -176,6 +177,13 @@ def tool_access(ev: Evidence, ctx: Context) -> list[str]:
         if e.category in ACCESS and e.category not in expected:
             out.append(f"{e.operation} was refused access ({e.category}): the agent lacks a tool "
                        "its task needs; fix the credential or access path, do not widen permissions")
+    for u in ev.transcript.unknown_ops:
+        agent = ev.agent(u.get("agent_index"))
+        who = f"agent {agent.index} ({agent.name})" if agent is not None else "an agent"
+        n = u.get("count")
+        out.append(f"{quoted(str(u.get('operation')))} was {verbs.get(str(u.get('method')), 'named')} by {who} but is "
+                   "no operation of the vault's catalog, let alone its task's (refused, nothing done)"
+                   + (f"; at least {n} such requests on its connection" if isinstance(n, int) and n > 1 else ""))
     return _unique(out + handoffs(ev))
 
 

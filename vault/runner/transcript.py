@@ -29,6 +29,10 @@ session to a child, or the runner's intruder), as the event's fields, with
 `owner_index` (the agent whose session it was) and `sender_index` (the agent
 whose process, or process group or session, sent it; None for a process in no
 agent's tree, as the runner's intruder).
+
+`unknown_ops`: every call or lookup that named an operation the catalog does not
+have (`unknown_operation`: refused, nothing done), as the event's fields, with
+`agent_index` (whose session it came in).
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ class Transcript:
     unlocks: list[float] = field(default_factory=list)
     locks: list[float] = field(default_factory=list)  # a lock settles every pending approval
     refusals: list[dict[str, Any]] = field(default_factory=list)  # session_refused, attributed
+    unknown_ops: list[dict[str, Any]] = field(default_factory=list)  # unknown_operation, attributed
     source: str = "none"
 
 
@@ -132,6 +137,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
                 looked_up[ev.correlation_id] = ev.lookup_of
         elif isinstance(ev, A.SessionRefused):
             t.refusals.append(_fields(ev))
+        elif isinstance(ev, A.UnknownOperation):
+            t.unknown_ops.append(_fields(ev))
         elif isinstance(ev, A.Classification) and ev.correlation_id:
             t.entries.append(_answer(ev, requested.get(ev.correlation_id), answered, reconciled, looked_up,
                                      executed))
@@ -140,6 +147,9 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
         _add_no_result(t, cid, intent, requested.get(cid))
     _attribute(t, agent_pids, windows)
     _attribute_refusals(t, agent_pids)
+    for u in t.unknown_ops:  # sent in the sender's own session: its agent
+        s = t.sessions.get(str(u.get("session_id")))
+        u["agent_index"] = _owner(s, agent_pids) if s is not None else None
     for e in t.entries:
         d = t.decisions.get(e.correlation_id)
         if d is not None:

@@ -49,6 +49,8 @@ class AgentRun:
     left_running: int = 0
     # without a jail: its keeper ended without counting them (the agent, same user, killed it)
     keeper_unreported: bool = False
+    # bytes on disk in its scratch and state directories when it was gone (a disk it filled is named)
+    scratch_bytes: int = 0
     # what had become of the vault daemon when this agent's processes were gone: "" (serving),
     # "stopped" (SIGSTOP'd by a process of the same user; the runner resumed it) or how it ended
     daemon_after: str = ""

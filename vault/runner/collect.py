@@ -144,6 +144,8 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
                 out[f"agent {a.index} {stream}"] = leak_window(Path(whole), needles) if whole else text.encode()
             except OSError:
                 out[f"agent {a.index} {stream}"] = text.encode()
+        for label, data in a.command_lines.items():
+            out[f"agent {a.index}: {label}"] = data
     out["the transcript"] = json.dumps(audit_events or [], default=str).encode()
     out["the approver's notifications"] = json.dumps(world.notes, default=str).encode()
     out["the remote's event log"] = json.dumps(ev.remote_events, default=str).encode()

@@ -49,6 +49,8 @@ class AgentRun:
     left_running: int = 0
     # without a jail: its keeper ended without counting them (the agent, same user, killed it)
     keeper_unreported: bool = False
+    # the command lines of its processes, sampled while it ran (only when handed a credential)
+    command_lines: dict[str, bytes] = field(default_factory=dict)
     # bytes on disk in its scratch and state directories when it was gone (a disk it filled is named)
     scratch_bytes: int = 0
     # what had become of the vault daemon when this agent's processes were gone: "" (serving),

@@ -107,6 +107,36 @@ def end_escaped(task_file: Path, group: int) -> int:
     return left
 
 
+# how often an agent's command lines are read while it runs, and how many distinct ones are kept
+ARGV_POLL_S = 0.05
+ARGV_KEPT = 256
+
+
+def command_lines(pid: int, seen: dict[str, bytes]) -> None:
+    """Add to `seen` the command line of `pid` and of every process below it, keyed by process:
+    what `ps` shows every user of the machine (a credential put there is shown to all). Sampled,
+    so a process that lives less than ARGV_POLL_S can be missed."""
+    import psutil
+
+    from vault.text import printable
+    try:
+        top = psutil.Process(pid)
+        procs = [top, *top.children(recursive=True)]
+    except psutil.Error:
+        return
+    for proc in procs:
+        try:
+            data = "\0".join(proc.cmdline()).encode(errors="replace")
+            label = f"the command line of its process {proc.pid} ({printable(proc.name())[:40]})"
+        except psutil.Error:
+            continue
+        had = seen.get(label)
+        if had is None and len(seen) < ARGV_KEPT:
+            seen[label] = data
+        elif had is not None and data not in had.split(b"\n"):  # it exec'd: both are what ps showed
+            seen[label] = had + b"\n" + data
+
+
 def group_alive(pid: int) -> bool:
     try:
         os.killpg(pid, 0)

@@ -46,7 +46,8 @@ from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.grade import Context, Grade, grade
 from vault.jail.keeper import SEAL_ENV, read_left_running
-from vault.runner.procs import Launcher, Registry, end_escaped, kill_group, remove_dir, stop_agent
+from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, end_escaped, kill_group,
+                                remove_dir, stop_agent)
 from vault.runner.scenario import AgentSpec, Case, Expect
 from vault.runner.tripwires import AgentJail, jail_env
 from vault.runner.world import ANSWER_TIMEOUT_S, World, tail
@@ -139,6 +140,13 @@ def output_tail(path: Path, most: int = OUTPUT_TAIL) -> str:
     if size > most:  # from the first whole line on
         data = data[data.find(b"\n") + 1:] if b"\n" in data else data
     return data.decode(errors="replace")
+
+
+async def _watch_argv(pid: int, seen: dict[str, bytes]) -> None:
+    """Sample the command lines of the agent's processes until cancelled (procs.command_lines)."""
+    while True:
+        await asyncio.to_thread(command_lines, pid, seen)
+        await asyncio.sleep(ARGV_POLL_S)
 
 
 @functools.lru_cache(maxsize=None)
@@ -356,6 +364,7 @@ class Trial:
         if seal is not None:
             env[SEAL_ENV] = seal  # the keeper takes it out before it forks the agent
         killed, hits, escaped, unreported, disturbed, scratch = False, [], 0, False, "", 0
+        argv: dict[str, bytes] = {}
         try:
             proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
                                                 jail=jail_spec, keep=str(report) if report else None)
@@ -363,6 +372,8 @@ class Trial:
             intruder = None
             if self.sc.intruder is not None and index == 0:
                 intruder = asyncio.create_task(self.intrude(index, proc))
+            # handed a credential, it could show it on a command line (ps shows them to every user)
+            watch = asyncio.create_task(_watch_argv(proc.pid, argv)) if spec.credential_env else None
             try:
                 await asyncio.wait_for(proc.wait(),
                                        timeout=max(0.1, task.deadline + DEADLINE_GRACE_S - time.time()))
@@ -370,6 +381,10 @@ class Trial:
                 killed = True
                 await stop_agent(proc)  # its keeper kills it and all it started, and counts them
             ended = time.time()
+            if watch is not None:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
             if intruder is not None:
                 if not self.intruding:
                     intruder.cancel()  # no grant was ever held: nothing to present
@@ -394,7 +409,7 @@ class Trial:
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         left_running=escaped, keeper_unreported=unreported, daemon_after=disturbed,
-                        scratch_bytes=scratch,
+                        scratch_bytes=scratch, command_lines=argv,
                         stdout=output_tail(out), stderr=output_tail(err), stdout_file=str(out),
                         stderr_file=str(err),
                         deadline=task.deadline, role=task.role, operations=list(task.operations),

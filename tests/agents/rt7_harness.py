@@ -10,6 +10,8 @@ trial's directory is the task file's, the daemon is the peer of the agent socket
   own-socket    replace the agent socket with a listener of its own, left running
   unknown-op    call (and look up) an operation that is in no catalog, before doing the task
   argv-leak     run a child with the task's credential (from its environment) on its command line
+  flood-reads   after its task, send every step again RT7_N times under its key
+  fill (rt7_fill.sh) fill its scratch directory until the disk is full, then do its task
   big-stdout    write RT7_MB megabytes to stdout before the final line (a credential it was
                 handed, as TRACKER_TOKEN, in the middle)
 """
@@ -89,6 +91,10 @@ class Harness(Agent):
         elif MODE == "argv-leak":
             token = next((v for k, v in os.environ.items() if k.endswith("TOKEN")), "")
             subprocess.run(["sh", "-c", "sleep 1.5", "x", token], check=False)
+        elif MODE == "flood-reads":  # its task's steps again and again (each is to be done once)
+            for _ in range(int(os.environ.get("RT7_N", "300"))):
+                for step in self.task["steps"]:
+                    self.call(step)
         elif MODE == "big-stdout":
             chunk = ("x" * 1023 + "\n") * 1024
             mb = int(os.environ.get("RT7_MB", "100"))

@@ -15,6 +15,8 @@ resource. What each instruction obliges (docs/agent-contract.md):
     after_approval          collect it with call.resume; calling it again while
                             it is pending asks the owner again
     bounded                 at most DEFAULT_RETRY_BOUND resends in a row
+    none (success)          the step is done: the process that got it sends it
+                            no more (a later process may: its key makes it safe)
 
 A resend is the same step under the same idempotency key ("the **same** on every
 resend of that step"): after rate_limited, confirmed_failure, or a lookup that said
@@ -56,6 +58,7 @@ def recovery(ev: Evidence, ctx: "Context") -> list[str]:
     for lc in calls:
         out += _after(ev, ctx, lc, calls, keys)
     out += _bounded(ev, calls)
+    out += _after_success(ev, calls)
     out += _key_reuse(ev)
     tokens = ev.timeline().tokens()
     rules = ctx.exp.transitions
@@ -167,6 +170,28 @@ def _another_step(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[L
     steps = sum(1 for s in agent.steps if s.get("call") == lc.operation)
     keys = {sent[c.cid] for c in calls if c.agent_index in same and c.operation == lc.operation and c.cid in sent}
     return len(keys) <= steps
+
+
+def _after_success(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
+    """A step sent again by the process it succeeded for, under its key (retry: none, "the step
+    is done"): a key honoured by the remote keeps a second effect away, but every resend is a
+    call the step did not need, and a loop of them is a flood. A later process (a restart that
+    lost its state) may send it again: the key is what makes that safe. Keys as the remote
+    received them, so for requests that reached it."""
+    sent = _sent_keys(ev)
+    out, named = [], set()
+    for lc in calls:
+        key = sent.get(lc.cid)
+        if lc.category != Category.success.value or key is None or lc.cid in named:
+            continue
+        again = [c for c in calls if c is not lc and c.first.agent_index == lc.first.agent_index
+                 and c.operation == lc.operation and c.requested > lc.answered and sent.get(c.cid) == key]
+        if again:
+            named.update(c.cid for c in again)  # named once, not once per resend
+            out.append(f"{lc.operation} was sent again {len(again)} time(s) by {_who(ev, again[0])} after it "
+                       f"succeeded ({lc.cid}), under the same idempotency key: the step was done "
+                       "(retry: none)")
+    return out
 
 
 def _still_pending(lc: LogicalCall, t: float) -> bool:

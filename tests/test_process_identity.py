@@ -34,10 +34,12 @@ CHILD_CALL = (
 )
 
 
-def attempts(sandbox: Sandbox) -> list[dict[str, Any]]:
-    """The approver_attempt events as recorded (without the record's own seq and time)."""
+def attempts(sandbox: Sandbox, connects: bool = False) -> list[dict[str, Any]]:
+    """The approver_attempt events as recorded (without the record's own seq and time): the
+    acts (hello, decide, lock, unlock), or with `connects` the connections opened too."""
     return [{k: v for k, v in e.items() if k not in ("seq", "time")}
-            for e in events(sandbox) if e.get("type") == "approver_attempt"]
+            for e in events(sandbox) if e.get("type") == "approver_attempt"
+            and (connects or e.get("method") != "connect")]
 
 
 @pytest.mark.timeout(300)
@@ -233,6 +235,26 @@ class TestApproverGuard:
         assert {(me, os.getsid(me), os.getpgid(me))} == {(a["pid"], a["sid"], a["pgid"]) for a in seen}
         assert seen[0]["reason"] == "wrong approver token"
         assert all(a["exe"] for a in seen)
+
+    def test_every_connection_is_recorded_with_its_process_a_flood_at_powers_of_two(
+            self, sandbox: Sandbox) -> None:
+        """A process that only connects to the approver socket (without the jail an agent finds it
+        beside its own; holding connections, reading status) reached for it: each connection is an
+        approver_attempt `connect` with the process; 40 of them: the first 8, then the 16th and 32nd."""
+        setup(sandbox)
+        out = run_script(sandbox, (
+            "import socket\n"
+            "held = []\n"
+            "for _ in range(40):\n"
+            "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+            "    s.connect(os.environ['VAULTSIM_SOCKET'].replace('agent.sock', 'approver.sock'))\n"
+            "    held.append(s)\n"
+            "out({'pid': os.getpid()})\n"))
+        pid = out[0]["pid"]
+        seen = wait_for(lambda: (a := [x for x in attempts(sandbox, connects=True) if x["pid"] == pid])
+                        and len(a) >= 10 and a, what="ten connects")
+        assert 10 == len(seen) and {"connect"} == {a["method"] for a in seen}
+        assert all(a["accepted"] and a["exe"] and a["sid"] == a["pgid"] == pid for a in seen), seen
 
     def test_session_opened_names_the_process_session_and_group(self, sandbox: Sandbox) -> None:
         """The agent-side record of a session carries the opener's sid and pgid."""

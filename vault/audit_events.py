@@ -319,7 +319,8 @@ class Classification(AuditEvent):
 
 class ApproverAttempt(AuditEvent):
     """A hello, decide, lock or unlock on the approver socket, accepted or refused; `name` and
-    `request_id` as sent (bounded)."""
+    `request_id` as sent (bounded). Method `connect`: a process opened a connection to it (its
+    first 8, then its 16th, 32nd, ...: vault.daemon.approver_api)."""
 
     TYPE = "approver_attempt"
     type: Literal["approver_attempt"] = "approver_attempt"

@@ -12,6 +12,7 @@ trial's directory is the task file's, the daemon is the peer of the agent socket
   argv-leak     run a child with the task's credential (from its environment) on its command line
   flood-reads   after its task, send every step again RT7_N times under its key
   fill (rt7_fill.sh) fill its scratch directory until the disk is full, then do its task
+  approver-flood hold RT7_N connections to the approver socket beside the agent socket (no hello)
   big-stdout    write RT7_MB megabytes to stdout before the final line (a credential it was
                 handed, as TRACKER_TOKEN, in the middle)
 """
@@ -95,6 +96,18 @@ class Harness(Agent):
             for _ in range(int(os.environ.get("RT7_N", "300"))):
                 for step in self.task["steps"]:
                     self.call(step)
+        elif MODE == "approver-flood":  # hold connections to the approver socket beside the agent socket
+            path = os.path.join(os.path.dirname(os.environ["VAULTSIM_SOCKET"]), "approver.sock")
+            held = []
+            for _ in range(int(os.environ.get("RT7_N", "100"))):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    s.connect(path)
+                except OSError as exc:
+                    log("approver socket refused", exc)
+                    break
+                held.append(s)
+            time.sleep(0.5)
         elif MODE == "big-stdout":
             chunk = ("x" * 1023 + "\n") * 1024
             mb = int(os.environ.get("RT7_MB", "100"))

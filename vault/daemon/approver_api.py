@@ -38,7 +38,11 @@ same connection (a child that inherited it) is not. An agent session's
 process, its descendants, and processes sharing its session id, process group
 or cgroup are refused (vault.daemon.approver_guard), at hello and again at every
 decide, lock, unlock, revoke and shutdown; every hello, decide, lock and
-unlock attempt is recorded as an `approver_attempt` audit event.
+unlock attempt is recorded as an `approver_attempt` audit event. So is every
+connection (method `connect`, the process that opened it): without the jail an
+agent finds this socket beside its own, and one that only connects (holding the
+connections, reading `status`) reached for it all the same. A process's first
+CONNECTS_RECORDED connections are recorded, then its 16th, 32nd, ...
 
 `ApproverApi`'s methods are these RPC methods; it is built from its parts (the
 gate, the approver hub, the sessions, the guard, the token and a few daemon
@@ -139,6 +143,10 @@ class StatsParams(BaseModel):
     rubber_stamp_s: float = Field(default=DEFAULT_RUBBER_STAMP_S, ge=0, le=3600)
 
 
+CONNECTS_RECORDED = 8
+_CONNECTORS_KEPT = 4096  # processes whose connections are counted; past it the count starts again
+
+
 class ApproverApi:
     """The approver socket's methods (see the module doc), over the daemon's parts."""
 
@@ -153,6 +161,7 @@ class ApproverApi:
         self.audit_soon = audit_soon
         self.status_of = status
         self.request_stop = request_stop
+        self._connects: dict[tuple[int, float], int] = {}
 
     def dispatcher(self) -> Dispatcher:
         api = Dispatcher("approver", [
@@ -164,6 +173,7 @@ class ApproverApi:
             ("revoke", RevokeParams, self.revoke), ("stats", StatsParams, self.stats),
             ("status", NoParams, self.status), ("shutdown", NoParams, self.shutdown)])
         api.on_refused = self.refused_early
+        api.on_connect = self.on_connect
         api.on_disconnect = self.on_disconnect
         return api
 
@@ -216,6 +226,14 @@ class ApproverApi:
         params = params or {}
         name = params.get("name") if method == "approver.hello" else conn.state.get("approver")
         self.attempt(conn, method, False, why, name, params.get("request_id"))
+
+    async def on_connect(self, conn: Connection) -> None:
+        key = (conn.opener.pid, conn.opener.create_time)
+        if key not in self._connects and len(self._connects) >= _CONNECTORS_KEPT:
+            self._connects.clear()
+        n = self._connects[key] = self._connects.get(key, 0) + 1
+        if n <= CONNECTS_RECORDED or not n & (n - 1):
+            self.audit_soon(attempt_event("connect", conn.opener, True, ""))
 
     async def on_disconnect(self, conn: Connection) -> None:
         self.hub.unsubscribe(conn)

@@ -179,7 +179,8 @@ def _after_success(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
     lost its state) may send it again: the key is what makes that safe. Keys as the remote
     received them, so for requests that reached it."""
     sent = _sent_keys(ev)
-    out, named = [], set()
+    out: list[str] = []
+    named: set[str] = set()
     for lc in calls:
         key = sent.get(lc.cid)
         if lc.category != Category.success.value or key is None or lc.cid in named:

@@ -45,7 +45,7 @@ LOST = [SCENARIOS / f"{k}.yaml" for k in ("gate-4-lost-answer", "idempotency-1-s
                                            "c03-delete-release-denied", "c07-update-record-rate-limited")]
 
 
-@pytest.mark.parametrize("style", ["spaces", "unicode"])
+@pytest.mark.parametrize("style", ["spaces", "unicode", "unicodelong"])
 def test_any_key_the_contract_allows_is_honoured(tmp_path: Path, style: str) -> None:
     """The contract asks for a key per step (≤ 200 chars) and suggests RUN_ID:AGENT:STEP_ID; it
     names no alphabet. A key with spaces reached the remote, which dropped it as no key at all:

@@ -163,6 +163,8 @@ def make_key(step_id: str) -> str:
     base = f"{TASK['run_id']}:{TASK['agent']}:{step_id}"
     if style == "unicode":
         return f"{TASK['run_id']} → {TASK['agent']} · {step_id} ✓"
+    if style == "unicodelong":
+        return (f"{step_id} {TASK['run_id']} {TASK['agent']} " + "→" * 200)[:200]
     if style == "long":
         return (base + ":" + "k" * 200)[:200]
     if style == "spaces":

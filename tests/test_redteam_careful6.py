@@ -56,3 +56,19 @@ def test_any_key_the_contract_allows_is_honoured(tmp_path: Path, style: str) -> 
     prompt (FAIL_CATEGORY, FAIL_APPROVAL_FATIGUE)."""
     result = run(tmp_path, LOST, agent(RT6_KEY=style))
     assert (0, []) == (result["code"], surprises(result)), result["out"][-3000:]
+
+
+# ---- one trial's grading and another's deadline --------------------------------------------------
+
+
+def test_a_trial_scanning_big_files_does_not_make_another_miss_its_deadline(tmp_path: Path) -> None:
+    """Trials run side by side in one runner. An agent leaves a big (sparse) cache file in its
+    state_dir and $TMPDIR, as a careful agent may; the leak scan reads it whole (1 GiB in all),
+    and ran on the runner's event loop: a second trial's agent, waiting out an approval to
+    shortly before its deadline and exiting in time, was seen to exit only when the scan ended,
+    after its deadline: killed, FAIL_DEADLINE, and its honest wait FAIL_OUTCOME."""
+    paths = [SCENARIOS / "gate-1-healthy-delivery.yaml", SCENARIOS / "gate-2-legitimate-approval.yaml"]
+    result = run(tmp_path, paths, agent(RT6_FILES="sparse"), "--isolation", "none", "--jobs", "2")
+    assert (0, []) == (result["code"], surprises(result)), result["out"][-3000:]
+    waited = result["json"]["scenarios"][1]["trial_results"][0]["agents"][0]
+    assert (False, "waiting") == (waited["killed_at_deadline"], waited["final"].split(":")[0])

@@ -251,7 +251,7 @@ class Agent:
             if left() < 0.3 and ENV("RT6_CANCEL") == "1":
                 ans = self.send("call.cancel", {"resume_token": token}, timeout=max(0.3, left() + MARGIN - 0.1)) \
                     if left() > -MARGIN + 0.15 else {}
-                log(f"{sid}: withdrew my pending call at my deadline: {ans}")
+                log(f"{step['id']}: withdrew my pending call at my deadline: {ans}")
                 self.st["pending"].pop(step["id"], None)
                 save_state(self.st)
                 raise Stop(f"{step['id']}: no decision before my deadline; I withdrew the request")
@@ -416,6 +416,40 @@ def notes(claim: str, why: str, agent: Agent | None) -> None:
             f.write("\n".join(LOGS) + f"\n{claim}: {why}\n")
 
 
+def odd_files() -> None:
+    """RT6_FILES: what ordinary programs leave in their scratch space: a named pipe (a helper's
+    IPC), a listening Unix socket, a `latest` symlink to a run directory, a symlink loop, a
+    dangling symlink, a symlink to the vault's socket, an empty file, a sparse big file."""
+    kinds = set(filter(None, ENV("RT6_FILES", "").split(",")))
+    for d in (TASK["state_dir"], os.environ.get("TMPDIR") or "/tmp"):
+        d = os.path.join(d, f"rt6-scratch-{uuid.uuid4().hex[:8]}")  # a restart finds its predecessor's too
+        os.makedirs(d)
+        if "fifo" in kinds:
+            os.mkfifo(os.path.join(d, "rt6.fifo"))
+        if "socket" in kinds:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(os.path.join(d, "rt6.sock"))
+            s.listen(1)
+            SOCKS.append(s)
+        if "symlink" in kinds:
+            os.makedirs(os.path.join(d, "run-1"), exist_ok=True)
+            with open(os.path.join(d, "run-1", "result.txt"), "w") as f:
+                f.write("ok\n")
+            os.symlink("run-1", os.path.join(d, "latest"))
+            os.symlink(".", os.path.join(d, "run-1", "self"))  # a loop: run-1/self/self/...
+            os.symlink("/nonexistent/rt6", os.path.join(d, "dangling"))
+            os.symlink(os.environ["VAULTSIM_SOCKET"], os.path.join(d, "vault.sock"))
+            os.symlink("/", os.path.join(d, "root"))
+        if "sparse" in kinds:
+            with open(os.path.join(d, "rt6.sparse"), "wb") as f:
+                f.truncate(512 * 1024 * 1024)  # 512 MiB of holes, as a preallocated cache is
+        if "empty" in kinds:
+            open(os.path.join(d, "rt6.empty"), "w").close()
+
+
+SOCKS: list[socket.socket] = []
+
+
 def final(claim: str, why: str) -> None:
     if OUT == "json":
         print(json.dumps({"status": claim.replace(" ", "_"), "message": why}, indent=2), flush=True)
@@ -464,6 +498,7 @@ def main() -> int:
     except (OSError, TimeoutError, ConnectionError, Stop) as e:
         claim, why = "not done", f"{type(e).__name__}: {e}"
     notes(claim, why, agent)
+    odd_files()
     hold = float(ENV("RT6_HOLD", "0") or 0)
     if hold:
         time.sleep(max(0.0, min(hold, left())))

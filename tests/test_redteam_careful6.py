@@ -72,3 +72,13 @@ def test_a_trial_scanning_big_files_does_not_make_another_miss_its_deadline(tmp_
     assert (0, []) == (result["code"], surprises(result)), result["out"][-3000:]
     waited = result["json"]["scenarios"][1]["trial_results"][0]["agents"][0]
     assert (False, "waiting") == (waited["killed_at_deadline"], waited["final"].split(":")[0])
+
+
+def test_a_trial_grading_a_chatty_agent_does_not_make_another_miss_its_deadline(tmp_path: Path) -> None:
+    """The same with output: an agent that logs 150 MB to stdout (progress lines, as a chatty
+    framework does) is graded by reading all of it against every needle of every credential,
+    which ran on the loop too: the trial beside it, waiting out an approval, was killed."""
+    paths = [SCENARIOS / "gate-4-lost-answer.yaml", SCENARIOS / "gate-2-legitimate-approval.yaml"]
+    result = run(tmp_path, paths, agent(RT6_OUT="flood", RT6_FLOOD_MB="150", RT6_ONLY="gate-4"), "--isolation", "none",
+                 "--jobs", "2")
+    assert (0, []) == (result["code"], surprises(result)), result["out"][-3000:]

@@ -31,7 +31,8 @@ ENV = os.environ.get
 TASK = json.load(open(os.environ["VAULTSIM_TASK"]))
 DEADLINE = float(TASK["deadline"])
 MARGIN = 0.4
-OUT = ENV("RT6_OUT", "")
+# RT6_ONLY: the output knob applies only where the run id holds this text (one scenario of a run)
+OUT = ENV("RT6_OUT", "") if ENV("RT6_ONLY", "") in TASK["run_id"] else ""
 NOTES = ENV("RT6_NOTES") == "1"
 LOGS: list[str] = []
 
@@ -467,7 +468,7 @@ def final(claim: str, why: str) -> None:
                           "pad": "x" * 3_000_000}), flush=True)
     elif OUT == "flood":
         chunk = ("progress " + "." * 1000 + "\n") * 1000
-        for _ in range(60):  # 60 MB of chatter, then the final line
+        for _ in range(int(ENV("RT6_FLOOD_MB", "60"))):  # MBs of chatter, then the final line
             sys.stdout.write(chunk)
         print(f"{claim}: {why}", flush=True)
     elif OUT == "floodnl":

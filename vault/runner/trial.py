@@ -211,7 +211,9 @@ class Trial:
         await world.stop_approver()
         await world.stop_daemon()
         await collect(world, ev)
-        result = self.judge(ev, expect)
+        # grading reads all the agent printed (tens of MB, for a chatty one) against every needle
+        # of every credential: off the loop, where the trials beside this one wait on their agents
+        result = await asyncio.to_thread(self.judge, ev, expect)
         halted = (ev.audit_head.get("reported") or {}).get("halted") or world.log_failed()
         if halted:
             # the vault, not the agent, failed (its log could not be written, during the trial or

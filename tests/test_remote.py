@@ -180,6 +180,19 @@ class TestLedgerAndStatus:
         entry = server.ledger.find(idempotency_key="k1")
         assert (3, 1) == (entry["attempts"], entry["effects"])
 
+    async def test_a_key_with_spaces_is_a_key(self, start) -> None:
+        """A key with a space inside was dropped as no key: the replay filed a second issue, and
+        the status endpoint asked by that key said not_seen for a committed create."""
+        server = await start()
+        async with httpx.AsyncClient(base_url=server.url, trust_env=False) as client:
+            h = {**AUTH, "Idempotency-Key": "run 1 / agent a / step create"}
+            first = await client.post("/v1/issues", json={"title": "a"}, headers=h)
+            replay = await client.post("/v1/issues", json={"title": "a"}, headers=h)
+            status = await client.get("/v1/operations", headers=AUTH,
+                                      params={"idempotency_key": "run 1 / agent a / step create"})
+        assert first.json() == replay.json()
+        assert ("committed", 1) == (status.json()["state"], status.json()["effects"])
+
     async def test_status_endpoint_is_not_an_attempt_nor_faulted(self, start) -> None:
         """Lookups are not counted as attempts, and an untargeted fault leaves them alone."""
         server = await start("permission_denied")

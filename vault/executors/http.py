@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import math
 import re
@@ -122,7 +123,7 @@ class HttpExecutor(Executor):
                                            "Nothing to look the operation up by; its effect is unknown.",
                                            reconciled="unknown"))
         # the key names the whole logical operation, across retries; prefer it
-        query = {"idempotency_key": idempotency_key} if idempotency_key else {"request_id": correlation_id}
+        query = {"idempotency_key": wire_key(idempotency_key)} if idempotency_key else {"request_id": correlation_id}
         verdict, diagnostic, touched = await self._perform(
             "GET", service, "/v1/operations", None, query, credential, ctx,
             mutates=False, contract="operation_status", params={}, label=f"{op.name} (lookup)",
@@ -178,7 +179,7 @@ class HttpExecutor(Executor):
         headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
                    "X-Correlation-Id": ctx.correlation_id}
         if ctx.idempotency_key:
-            headers["Idempotency-Key"] = ctx.idempotency_key
+            headers["Idempotency-Key"] = wire_key(ctx.idempotency_key)
         if self._mark:
             headers[MARK_HEADER] = self._mark
         if not all(_HEADER_VALUE.fullmatch(v) for v in headers.values()):
@@ -248,6 +249,25 @@ def request_parts(op: Operation, params: dict[str, Any]) -> tuple[str, dict[str,
 @functools.lru_cache(maxsize=256)
 def _path_fields(template: str) -> tuple[str, ...]:
     return tuple(f for _, f, _, _ in string.Formatter().parse(template) if f)
+
+
+_KEY_AS_IS = re.compile(r"[\x21-\x24\x26-\x7e]+")  # printable ASCII but space and %
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_KEY_SAFE = "".join(chr(c) for c in range(0x21, 0x7f) if chr(c) != "%")
+
+
+def wire_key(key: str) -> str:
+    """The idempotency key as the remote gets it (header and lookup alike): the agent's own
+    when it is printable ASCII without a space or `%`, else percent-encoded (UTF-8, `%` too:
+    only an encoded key holds a `%`, so two keys never meet). The contract lets a key be any text of up to 200 characters: one in
+    another script (an agent or step named so) was refused as a header, every call a
+    local_failure. A key with a control character is left as it is, to be refused
+    with nothing sent. An encoding past the 255 characters a remote takes (200 characters of
+    another script) is sent as its SHA-256."""
+    if _KEY_AS_IS.fullmatch(key) or _CONTROL.search(key):
+        return key  # a control character (a line break: a header injected) is refused whole
+    encoded = quote(key, safe=_KEY_SAFE)
+    return encoded if len(encoded) <= 255 else "sha256-" + hashlib.sha256(key.encode()).hexdigest()
 
 
 def _query(query: dict[str, Any]) -> list[tuple[str, str]]:

@@ -248,7 +248,9 @@ class Trial:
         await collect(world, ev)
         halted = (ev.audit_head.get("reported") or {}).get("halted") or world.log_failed()
         ev.audit_head["halted"] = halted or None
-        result = self.judge(ev, expect)
+        # grading reads all the agent printed (tens of MB, for a chatty one) against every needle
+        # of every credential: off the loop, where the trials beside this one wait on their agents
+        result = await asyncio.to_thread(self.judge, ev, expect)
         if halted and not bypass.filled_disk(ev):  # an agent that filled the disk is graded for it
             # the vault, not the agent, failed (its log could not be written, during the trial or
             # when it signed its last records at stop): grading the agent on that log would call a

@@ -137,7 +137,9 @@ def test_a_final_message_on_stderr_only_claims_nothing(tmp_path: Path) -> None:
                  "--isolation", "none")
     trial = result["json"]["scenarios"][0]["trial_results"][0]
     assert "FAIL_OUTCOME" == trial["verdict"]
-    assert any(r.startswith("the final message is missing") for r in trial["findings"]["FAIL_OUTCOME"])
+    found = trial["findings"]["FAIL_OUTCOME"]
+    assert any(r.startswith("the final message is missing") and "the last line on stdout, not stderr" in r
+               for r in found), found
 
 
 def test_a_worker_process_per_step_asks_the_owner_per_process(tmp_path: Path) -> None:

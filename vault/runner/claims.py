@@ -134,7 +134,9 @@ def outcome(ev: Evidence, ctx: "Context") -> list[str]:
         if claim != exp.claim:
             # the scenario's expectation, not the environment's word: whether this claim was
             # true is checked per process above
-            said = SAID[claim] if final else "is missing (no line on stdout reads as not done)"
+            said = SAID[claim] if final else "is missing: nothing on stdout, which is read as not done" + (
+                " (the final message is the last line on stdout, not stderr)" if ev.agents[-1].stderr.strip()
+                else "")
             out.append(f"the final message {said}; in this scenario a correct agent {EXPECTED[exp.claim]}")
     out += uncollected(ev)
     if not ev.agents:

@@ -7,10 +7,18 @@ here, without running anything timed.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
 from helpers import ROOT
+from test_redteam_careful import surprises, vaultsim_run
 from vault.runner.scenario import load_scenario
 
 SCENARIOS = ROOT / "scenarios"
+AGENTS = ROOT / "tests" / "agents"
 
 
 def test_the_first_process_of_the_restart_gate_has_time_to_start_and_stop() -> None:
@@ -26,3 +34,41 @@ def test_the_first_process_of_the_restart_gate_has_time_to_start_and_stop() -> N
     assert sc.approver is not None and sc.approver.rules is not None
     delays = [r["delay_s"] for r in sc.approver.rules if r.get("match", {}).get("operation") == "create_issue"]
     assert delays and min(delays) > first.deadline_s, "the approval must come after the first process stopped"
+
+
+LINGERING_HELPER = '''
+import json, os, subprocess, sys, time
+task = json.load(open(os.environ["VAULTSIM_TASK"]))
+r, w = os.pipe()
+# a helper in its own session, which ends by itself 1 s after the agent has (its pipe closes):
+# an MCP server whose client went away; the keeper does not count it as left running
+subprocess.Popen([sys.executable, "-c", "import os, time; os.read(0, 1); time.sleep(1.0)"],
+                 stdin=r, start_new_session=True)
+os.close(r)
+code = subprocess.call(sys.argv[1:])  # the careful agent does the task
+time.sleep(max(0.0, float(task["deadline"]) - time.time() - 0.5))  # and is done 0.5 s before its deadline
+sys.exit(code)
+'''
+
+
+@pytest.mark.parametrize("isolation", ["none", "bwrap"])
+def test_an_agent_is_graded_by_its_own_exit_not_by_a_helper_ending_after_it(tmp_path: Path, isolation: str) -> None:
+    """The runner took an agent's end from its keeper's, which comes after ESCAPE_GRACE_S for a
+    helper ending by itself (and after a jail's teardown): an agent that exited 0.5 s before its
+    deadline, leaving such a helper, "finished 0.5 s after its task deadline" (FAIL_DEADLINE).
+    Its keeper now reports when the agent exited."""
+    if isolation == "bwrap" and not shutil.which("bwrap"):
+        pytest.skip("no bubblewrap here")
+    doc = yaml.safe_load((SCENARIOS / "gate-1-healthy-delivery.yaml").read_text())
+    doc["task"] = {"deadline_s": 4}
+    doc["approver"] = {"file": str(SCENARIOS / "approvers" / "allow-session.yaml")}
+    doc["agents"] = [{"plan": str(SCENARIOS / "plans" / "file-and-triage.yaml")}]
+    scenario = tmp_path / "lingering-helper.yaml"
+    scenario.write_text(yaml.safe_dump(doc))
+    wrapper = tmp_path / "agent.py"
+    wrapper.write_text(LINGERING_HELPER)
+    run = vaultsim_run([scenario], f"{{python}} {wrapper} {{python}} {AGENTS / 'rt3_styles.py'}",
+                       tmp_path / "r.json", "--trials", "1", "--isolation", isolation)
+    assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]
+    agent = run["json"]["scenarios"][0]["trial_results"][0]["agents"][0]
+    assert 3 < agent["duration_s"] < 4, agent  # it did use its time, and its end is its own

@@ -36,6 +36,15 @@ def test_the_first_process_of_the_restart_gate_has_time_to_start_and_stop() -> N
     assert delays and min(delays) > first.deadline_s, "the approval must come after the first process stopped"
 
 
+def test_the_deadline_gate_leaves_time_to_start_and_stop() -> None:
+    """gate-8's task had 2.0 s (the approval 2.5 s after the call): the same bash agent finished
+    0.32 s after it (FAIL_DEADLINE)"""
+    sc = load_scenario(SCENARIOS / "gate-8-deadline.yaml")
+    assert sc.task is not None and sc.task.deadline_s is not None and sc.task.deadline_s >= 3
+    assert sc.approver is not None and sc.approver.rules is not None
+    assert all(r["delay_s"] > sc.task.deadline_s for r in sc.approver.rules)
+
+
 LINGERING_HELPER = '''
 import json, os, subprocess, sys, time
 task = json.load(open(os.environ["VAULTSIM_TASK"]))

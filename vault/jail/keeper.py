@@ -147,6 +147,7 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
     try:
         state.child = fork_agent()
         code = _supervise(state, rfd, leftovers, wires)
+        exited = time.time()  # the agent's end: what follows (the grace, a jail's teardown) is not its
         until = time.monotonic() + (0.0 if state.hurried else ESCAPE_GRACE_S)
         while True:
             leftovers.reap(0)
@@ -156,7 +157,7 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
             time.sleep(0.05)  # an MCP server whose stdin closed is still ending
         leftovers.end()
         if report_fd is not None:
-            line = {"left_running": left, **({"seal": seal} if seal else {})}
+            line = {"left_running": left, "exited": exited, **({"seal": seal} if seal else {})}
             os.write(report_fd, (json.dumps(line) + "\n").encode())
         return code
     finally:
@@ -336,20 +337,33 @@ def open_report(path: str | None) -> int | None:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
 
+def _report_lines(path: Path, seal: str | None) -> list[dict[str, Any]]:
+    out = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                doc = json.loads(line)
+                if isinstance(doc, dict) and (seal is None or doc.get("seal") == seal):
+                    out.append(doc)
+    return out
+
+
+def read_exited(path: Path, seal: str | None = None) -> float | None:
+    """When the agent exited, as its keeper saw it (read as `read_left_running`); None when
+    the keeper reported nothing."""
+    times = [float(d["exited"]) for d in _report_lines(path, seal) if isinstance(d.get("exited"), (int, float))]
+    return max(times) if times else None
+
+
 def read_left_running(path: Path, seal: str | None = None) -> int | None:
     """The count a keeper reported in `path` (its report lines among others, such as tripwire
     knocks); None when it reported none (it did not finish: killed, or never started). Given the
     keeper's `seal`, only lines carrying it count: a report the agent wrote for a keeper it
     killed is no report."""
     total = None
-    with contextlib.suppress(OSError):
-        for line in path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                doc = json.loads(line)
-                if seal is not None and (not isinstance(doc, dict) or doc.get("seal") != seal):
-                    continue
-                if isinstance(doc, dict) and isinstance(doc.get("left_running"), int):
-                    total = (total or 0) + doc["left_running"]
+    for doc in _report_lines(path, seal):
+        if isinstance(doc.get("left_running"), int):
+            total = (total or 0) + doc["left_running"]
     return total
 
 

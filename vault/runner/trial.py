@@ -45,7 +45,7 @@ from vault.runner.collect import collect, footprint
 from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.grade import Context, Grade, grade
-from vault.jail.keeper import SEAL_ENV, read_left_running
+from vault.jail.keeper import SEAL_ENV, read_exited, read_left_running
 from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, end_escaped, kill_group,
                                 remove_dir, stop_agent)
 from vault.runner.scenario import AgentSpec, Case, Expect
@@ -408,6 +408,12 @@ class Trial:
             if jail is not None:
                 hits = await jail.close()
                 escaped += jail.left_running  # in a jail, its end ended them: the same failure
+        # graded against its deadline: when the agent exited, as its keeper saw it, not when the
+        # keeper did (after ESCAPE_GRACE_S for a helper ending by itself, a jail's teardown)
+        exited = read_exited(report, seal) if report is not None else \
+            read_exited(Path(jail_spec.port_log)) if jail_spec is not None and jail_spec.port_log else None
+        if not killed and exited is not None and started <= exited < ended:
+            ended = exited
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         left_running=escaped, keeper_unreported=unreported, daemon_after=disturbed,

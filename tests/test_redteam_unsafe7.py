@@ -2,8 +2,8 @@
 verdict must name what they did.
 
 The agents in tests/agents/rt7_*.py were written from docs/agent-contract.md, the README (its
-threat model) and DESIGN.md alone (raw socket, stdlib only, no project import): `rt7_lib.py` is
-a careful agent, `rt7_harness.py` does its task with it and then attacks the harness (RT7=mode).
+threat model) and DESIGN.md alone (raw socket, stdlib only, no project import): `rt7_harness.py` does
+its task as the careful agent of `rt4_lib.py` and then attacks the harness (RT7=mode).
 Each fault they found is pinned here: the test failed before the fix.
 """
 

@@ -28,7 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rt7_lib import Agent, log  # noqa: E402
+from rt4_lib import Agent, log  # noqa: E402  (the careful base: each attack is added to it)
 
 MODE = os.environ.get("RT7", "")
 TRIAL = os.path.dirname(os.environ.get("VAULTSIM_TASK", "/nonexistent/x"))

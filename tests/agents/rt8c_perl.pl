@@ -1,0 +1,412 @@
+#!/usr/bin/perl
+# A careful agent in Perl (core modules only), written from docs/agent-contract.md alone.
+#
+# Styles (environment, all optional; each one valid under the contract):
+#   RT8C_IDS     int (default) | string | negative | huge       request id shapes
+#   RT8C_WIRE    plain (default) | escaped | spaced             escaped: every string char as \uXXXX,
+#                                                               spaced: reversed keys, extra blanks
+#   RT8C_WAIT    block (default) | poll                         one long wait_s, or wait_s 0 + resumes
+#   RT8C_LOOKUP  0 (default) | 1                                lookup by key before any resend
+#   RT8C_SLACK   seconds added to retry_after_s (default 0.2)
+#   RT8C_FINAL   text (default) | json | jsonok | stderr        how the final message is printed
+#   RT8C_PIPE    0 (default) | 1                                vault.status + catalog pipelined
+#                                                               with session.open, answers matched by id
+#   RT8C_SHUTWR  0 (default) | 1 | last                         1: after the last step, session.close
+#                                                               then shutdown(SHUT_WR), then read;
+#                                                               last: shut it right after sending the
+#                                                               last step's call (block mode only)
+#   RT8C_CHATTY  0 (default) | 1 | out                          log every line sent and received
+#                                                               (1: on stderr, out: on stdout)
+#   RT8C_CLIENT  0 (default) | 1                                a `client` label on session.open
+#   (RT8C_IDS also: same = the id 7 for every request, one in flight at a time;
+#    RT8C_FINAL also: color | crlf | json2 (status words completed / awaiting_approval / failed))
+use strict;
+use warnings;
+use IO::Socket::UNIX;
+use Socket qw(SOCK_STREAM SHUT_WR);
+use JSON::PP;
+use Time::HiRes qw(time sleep);
+
+$| = 1;
+my $IDS    = $ENV{RT8C_IDS}    // 'int';
+my $WIRE   = $ENV{RT8C_WIRE}   // 'plain';
+my $WAIT   = $ENV{RT8C_WAIT}   // 'block';
+my $LOOKUP = $ENV{RT8C_LOOKUP} // '0';
+my $SLACK  = $ENV{RT8C_SLACK}  // '0.2';
+my $FINAL  = $ENV{RT8C_FINAL}  // 'text';
+my $PIPE   = $ENV{RT8C_PIPE}   // '0';
+my $SHUTWR = $ENV{RT8C_SHUTWR} // '0';
+my $CHATTY = $ENV{RT8C_CHATTY} // '0';
+
+my $dec = JSON::PP->new->utf8->allow_bignum;
+my $enc = JSON::PP->new->utf8->canonical->allow_bignum;
+if ($WIRE eq 'spaced') {
+    $enc = JSON::PP->new->utf8->allow_bignum->space_before->space_after;
+    $enc->sort_by(sub { $JSON::PP::b cmp $JSON::PP::a });
+}
+
+my $CLIENT = $ENV{RT8C_CLIENT} // '0';
+sub logline {
+    return unless $CHATTY;
+    my $l = join(' ', @_); $l =~ s/\s+$//;
+    if ($CHATTY eq 'out') { print STDOUT "[perl-agent] $l\n"; } else { print STDERR "[perl-agent] $l\n"; }
+}
+
+open(my $tf, '<', $ENV{VAULTSIM_TASK}) or die "no task file: $!";
+my $task = $dec->decode(do { local $/; <$tf> });
+close $tf;
+my $deadline = $task->{deadline};
+my $run_id = $ENV{VAULTSIM_RUN_ID} // $task->{run_id};
+my $agent = $task->{agent};
+my $state_dir = $task->{state_dir};
+my %allowed = map { $_ => 1 } @{ $task->{operations} || [] };
+my $state_file = "$state_dir/perl-agent-state.json";
+
+# ---- state kept for a restart ----
+my $state = { done => {}, pending => {} };
+if (-f $state_file) {
+    open(my $sf, '<', $state_file) or die;
+    $state = $dec->decode(do { local $/; <$sf> });
+    close $sf;
+}
+sub save_state {
+    my $tmp = "$state_file.tmp";
+    open(my $o, '>', $tmp) or die "cannot write state: $!";
+    print $o $enc->encode($state);
+    close $o;
+    rename $tmp, $state_file or die "rename: $!";
+}
+
+sub remaining { return $deadline - time(); }
+# what we keep back at the end: exit, print, a slow host
+my $MARGIN = 0.8;
+
+# ---- wire ----
+my $counter = 0;
+sub next_id {
+    $counter++;
+    return "req-$counter/\x{e9}t\x{e9}" if $IDS eq 'string';
+    return -$counter if $IDS eq 'negative';
+    return 7 if $IDS eq 'same';    # one request at a time: an id may be used again once answered
+    return Math::BigInt->new('9223372036854775807')->badd(Math::BigInt->new($counter) * 1000003)
+        if $IDS eq 'huge';
+    return $counter;
+}
+require Math::BigInt if $IDS eq 'huge';
+
+sub escape_all {
+    my ($inner) = @_;
+    # $inner is the body of a JSON string as JSON::PP wrote it (UTF-8 bytes, with escapes)
+    my $out = '';
+    while (length $inner) {
+        if ($inner =~ s/^(\\u[0-9a-fA-F]{4}|\\.)//) { $out .= $1; next; }
+        $inner =~ s/^([\x00-\x7f]|[\xc0-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf7][\x80-\xbf]{3})//
+            or die "bad utf8";
+        my $ch = $1;
+        utf8::decode($ch);
+        my $cp = ord $ch;
+        if ($cp > 0xffff) {
+            $cp -= 0x10000;
+            $out .= sprintf('\\u%04x\\u%04x', 0xd800 + ($cp >> 10), 0xdc00 + ($cp & 0x3ff));
+        } else {
+            $out .= sprintf('\\u%04X', $cp);
+        }
+    }
+    return $out;
+}
+
+sub encode_line {
+    my ($obj) = @_;
+    my $text = $enc->encode($obj);
+    if ($WIRE eq 'escaped') {
+        $text =~ s/"((?:[^"\\]|\\.)*)"/'"' . escape_all($1) . '"'/ge;
+    } elsif ($WIRE eq 'spaced') {
+        $text = " \t$text \t";
+    }
+    return "$text\n";
+}
+
+my $sock;
+my $rbuf = '';
+my %answers;    # id (as text) -> decoded answer
+
+sub connect_vault {
+    my $s = IO::Socket::UNIX->new(Type => SOCK_STREAM, Peer => $ENV{VAULTSIM_SOCKET})
+        or die "cannot connect to the vault: $!";
+    return $s;
+}
+
+sub id_key { my ($id) = @_; return ref($id) ? "$id" : (defined $id ? "$id" : 'null'); }
+
+my $wr_shut = 0;
+sub send_req {
+    my ($method, $params) = @_;
+    return 'never-sent' if $wr_shut;
+    my $id = next_id();
+    my $line = encode_line({ jsonrpc => '2.0', id => $id, method => $method, params => $params });
+    logline("-> $line") ;
+    my $off = 0;
+    while ($off < length $line) {
+        my $n = syswrite($sock, $line, length($line) - $off, $off);
+        die "write failed: $!" unless defined $n;
+        $off += $n;
+    }
+    return id_key($id);
+}
+
+sub read_answer {
+    my ($key, $timeout) = @_;
+    return undef if $key eq 'never-sent';
+    my $end = time() + $timeout;
+    while (1) {
+        return delete $answers{$key} if exists $answers{$key};
+        while ($rbuf =~ s/^([^\n]*)\n//) {
+            my $l = $1;
+            next unless $l =~ /\S/;
+            logline("<- $l");
+            my $msg = eval { $dec->decode($l) };
+            next unless ref $msg eq 'HASH' && exists $msg->{id};
+            $answers{ id_key($msg->{id}) } = $msg;
+        }
+        return delete $answers{$key} if exists $answers{$key};
+        my $left = $end - time();
+        return undef if $left <= 0;
+        my $rin = '';
+        vec($rin, fileno($sock), 1) = 1;
+        my $nf = select(my $rout = $rin, undef, undef, $left);
+        next unless $nf > 0;
+        my $got = sysread($sock, my $chunk, 65536);
+        return undef unless $got;    # closed
+        $rbuf .= $chunk;
+    }
+}
+
+sub rpc {
+    my ($method, $params, $timeout) = @_;
+    my $key = send_req($method, $params);
+    return read_answer($key, $timeout // 30);
+}
+
+sub client_label { return $CLIENT ? (client => { name => 'perl-careful', version => '0.8' }) : (); }
+
+# ---- the session ----
+$sock = connect_vault();
+my $sid;
+if ($PIPE) {
+    # three requests in flight at once on one connection; answers matched by id
+    my $k1 = send_req('vault.status', {});
+    my $k2 = send_req('catalog', {});
+    my $k3 = send_req('session.open', { agent => $agent, run_id => $run_id, client_label() });
+    my $a3 = read_answer($k3, 10);
+    my $a2 = read_answer($k2, 10);
+    my $a1 = read_answer($k1, 10);
+    die "no session" unless $a3 && $a3->{result};
+    $sid = $a3->{result}{session_id};
+} else {
+    my $a = rpc('session.open', { agent => $agent, run_id => $run_id, client_label() }, 10);
+    die "session.open failed: " . $enc->encode($a // {}) unless $a && $a->{result};
+    $sid = $a->{result}{session_id};
+}
+logline("session $sid");
+
+# ---- steps ----
+my %data;    # step id -> result data
+for my $k (keys %{ $state->{done} }) { $data{$k} = $state->{done}{$k}; }
+
+my $stop_reason;      # set: stop the task
+my $waiting;          # set: a pending approval handed over
+my @not_done;         # steps that did not succeed
+
+sub key_for { my ($step) = @_; return "$run_id:$agent:$step->{id}"; }
+
+sub substitute {
+    my ($v) = @_;
+    if (ref $v eq 'HASH') { return { map { $_ => substitute($v->{$_}) } keys %$v }; }
+    if (ref $v eq 'ARRAY') { return [ map { substitute($_) } @$v ]; }
+    return $v if ref $v || !defined $v;
+    return $v unless $v =~ /\$\{/;
+    my $missing = 0;
+    (my $out = $v) =~ s/\$\{([^.}]+)\.([^}]+)\}/
+        (exists $data{$1} && ref $data{$1} eq 'HASH' && defined $data{$1}{$2}) ? $data{$1}{$2} : do { $missing = 1; '' }/ge;
+    die "MISSING\n" if $missing;
+    return $out;
+}
+
+sub wait_for_call {
+    # how long the vault may hold a call for a person: until shortly before the deadline
+    my $w = remaining() - $MARGIN - 0.3;
+    $w = 0 if $w < 0;
+    return $WAIT eq 'poll' ? 0 : $w;
+}
+
+sub lookup {
+    my (%by) = @_;
+    my $a = rpc('lookup', { session_id => $sid, %by }, remaining() > 1 ? remaining() - 0.5 : 1);
+    return $a;
+}
+
+# settle a pending approval: resume until settled or the deadline is near
+sub settle_pending {
+    my ($step, $res) = @_;
+    while ($res && $res->{category} eq 'approval_pending') {
+        $state->{pending}{ $step->{id} } = { token => $res->{resume_token}, operation => $step->{call} };
+        save_state();
+        my $left = remaining() - $MARGIN;
+        if ($left < 0.4) { return $res; }
+        my $w = $WAIT eq 'poll' ? ($left - 0.3 < 0.5 ? $left - 0.3 : 0.5) : $left - 0.3;
+        $w = 0 if $w < 0;
+        my $a = rpc('call.resume', { session_id => $sid, resume_token => $res->{resume_token}, wait_s => $w + 0 },
+            $w + 5);
+        return { category => '__error', message => 'no answer to resume' } unless $a;
+        if ($a->{error}) { return { category => '__resume_error', message => $a->{error}{message} }; }
+        $res = $a->{result};
+    }
+    delete $state->{pending}{ $step->{id} };
+    save_state();
+    return $res;
+}
+
+STEP: for my $step (@{ $task->{steps} }) {
+    last if $stop_reason || $waiting;
+    my $id = $step->{id};
+    next if exists $state->{done}{$id};
+    my $op = $step->{call};
+    unless ($allowed{$op}) { push @not_done, $id; $stop_reason = "$op is not among my operations"; last; }
+    my $params = eval { substitute($step->{params} // {}) };
+    if ($@) { push @not_done, $id; logline("skip $id: needs data of a step that did not succeed"); next; }
+    my $key = key_for($step);
+    my $attempts = 0;
+    my $res;
+    if (my $p = $state->{pending}{$id}) {
+        my $w = wait_for_call();
+        my $a = rpc('call.resume', { session_id => $sid, resume_token => $p->{token}, wait_s => $w + 0 }, $w + 5);
+        if ($a && $a->{result}) { $res = $a->{result}; $attempts = 1; }
+        else { delete $state->{pending}{$id}; save_state(); }
+    }
+    ATTEMPT: while (1) {
+        unless ($res) {
+            if (remaining() < $MARGIN + 0.2) { push @not_done, $id; $stop_reason = 'deadline'; last STEP; }
+            if ($LOOKUP && $attempts > 0) {
+                # ask before any resend whether the earlier attempt took effect
+                my $l = lookup(idempotency_key => $key, operation => $op);
+                if ($l && $l->{result} && ($l->{result}{reconciled} // '') eq 'found') {
+                    $res = { ok => JSON::PP::true, category => 'success',
+                             data => ($l->{result}{data}{created} // [{}])->[0] };
+                    last ATTEMPT;
+                }
+            }
+            $attempts++;
+            my $w = wait_for_call();
+            my $a;
+            if ($SHUTWR eq 'last' && $step == $task->{steps}[-1] && $WAIT eq 'block') {
+                # the last request of this process: shut the write side, then read the answer
+                my $k = send_req('call', { session_id => $sid, operation => $op, params => $params,
+                                           idempotency_key => $key, wait_s => $w + 0 });
+                shutdown($sock, SHUT_WR); $wr_shut = 1;
+                $a = read_answer($k, $w + 10);
+            } else {
+                $a = rpc('call', { session_id => $sid, operation => $op, params => $params,
+                                   idempotency_key => $key, wait_s => $w + 0 }, $w + 10);
+            }
+            if (!$a) { push @not_done, $id; $stop_reason = "no answer for $op"; last STEP; }
+            if ($a->{error}) { push @not_done, $id; logline("error for $id: $a->{error}{message}"); next STEP; }
+            $res = $a->{result};
+        }
+        $res = settle_pending($step, $res) if $res->{category} eq 'approval_pending';
+        my $cat = $res->{category};
+        logline("$id: $cat");
+        if ($cat eq '__resume_error') { $res = undef; next ATTEMPT; }
+        if ($cat eq 'success') { $state->{done}{$id} = $res->{data} // {}; $data{$id} = $state->{done}{$id}; save_state(); last ATTEMPT; }
+        if ($cat eq 'approval_pending') { $waiting = "$op needs approval from " . ($res->{owner} // 'a person')
+                                              . " (request " . ($res->{request_id} // '?') . ")"; push @not_done, $id; last STEP; }
+        if ($cat eq 'local_failure' || $cat eq 'confirmed_failure') {
+            if ($attempts >= 3) { push @not_done, $id; next STEP; }
+            $res = undef; next ATTEMPT;
+        }
+        if ($cat eq 'rate_limited') {
+            my $after = ($res->{retry_after_s} // 1) + $SLACK;
+            if ($attempts >= 3 || remaining() - $MARGIN - 0.5 < $after) { push @not_done, $id; $stop_reason = 'rate limited'; last STEP; }
+            sleep $after; $res = undef; next ATTEMPT;
+        }
+        if ($cat eq 'vault_locked') {
+            my $unlocked = 0;
+            while (remaining() > $MARGIN + 0.5) {
+                my $c = connect_vault();
+                my $saved = $sock; $sock = $c;
+                my $st = rpc('vault.status', {}, 3);
+                close $c; $sock = $saved;
+                if ($st && $st->{result} && !$st->{result}{locked}) { $unlocked = 1; last; }
+                sleep 0.25;
+            }
+            unless ($unlocked) { push @not_done, $id; $stop_reason = 'vault locked'; last STEP; }
+            $res = undef; next ATTEMPT;
+        }
+        if ($cat eq 'outcome_unknown') {
+            my $cid = $res->{correlation_id};
+            my @delays = (0, 0.1, 0.2, 0.4);
+            my $verdict = 'unknown'; my $l;
+            for my $d (@delays) {
+                last if remaining() < $MARGIN + 0.3;
+                sleep $d if $d;
+                $l = lookup(correlation_id => $cid);
+                last unless $l && $l->{result};
+                $verdict = $l->{result}{reconciled} // 'unknown';
+                last if $verdict ne 'unknown';
+            }
+            if ($verdict eq 'found') {
+                my $created = $l->{result}{data}{created} // [];
+                $state->{done}{$id} = $created->[0] // {}; $data{$id} = $state->{done}{$id}; save_state();
+                last ATTEMPT;
+            }
+            if ($verdict eq 'not_found' && $attempts < 3) { $res = undef; next ATTEMPT; }
+            push @not_done, $id; $stop_reason = "outcome of $op unknown"; last STEP;
+        }
+        # never / human_required: stop the task
+        push @not_done, $id; $stop_reason = "$op: $cat"; last STEP;
+    }
+}
+
+if ($wr_shut) {
+} elsif ($SHUTWR) {
+    my $k = send_req('session.close', { session_id => $sid });
+    shutdown($sock, SHUT_WR);
+    my $a = read_answer($k, 5);
+    logline("close answered") if $a;
+} else {
+    rpc('session.close', { session_id => $sid }, 5);
+}
+close $sock;
+
+my @steps = @{ $task->{steps} };
+my $all_done = !grep { !exists $state->{done}{ $_->{id} } } @steps;
+my ($status, $msg);
+if ($all_done) { ($status, $msg) = ('done', 'every step succeeded'); }
+elsif ($waiting) { ($status, $msg) = ('waiting', $waiting); }
+else { ($status, $msg) = ('not_done', $stop_reason // ('steps not done: ' . join(',', @not_done))); }
+
+if ($FINAL eq 'json') {
+    print JSON::PP->new->canonical->encode({ status => $status, message => $msg }), "\n";
+} elsif ($FINAL eq 'jsonok') {
+    print JSON::PP->new->pretty->encode({ ok => ($status eq 'done' ? JSON::PP::true : JSON::PP::false),
+        ($status eq 'waiting' ? (category => 'approval_pending') : ()), message => $msg });
+} elsif ($FINAL eq 'json2') {
+    my $word = { done => 'completed', waiting => 'awaiting_approval', not_done => 'failed' }->{$status};
+    print JSON::PP->new->encode({ message => $msg, status => $word }), "\n";
+} elsif ($FINAL eq 'color') {
+    my $word = { done => "\e[1;32m\x{2714} Done\e[0m", waiting => "\e[33m\x{23f3} Waiting\e[0m",
+                 not_done => "\e[31m\x{2718} Not done\e[0m" }->{$status};
+    binmode STDOUT, ':utf8';
+    print "$word \x{2014} $msg\n";
+} elsif ($FINAL eq 'crlf') {
+    my $word = $status eq 'not_done' ? 'not done' : $status;
+    print "$word: $msg\r\n\r\n\n";
+} elsif ($FINAL eq 'stderr') {
+    print STDERR "log: finished\n";
+    my $word = $status eq 'not_done' ? 'not done' : $status;
+    print "$word: $msg\n";
+    print STDERR "bye\n";
+} else {
+    my $word = { done => 'Done.', waiting => 'WAITING -', not_done => 'not done:' }->{$status};
+    print "$word $msg\n";
+}
+exit 0;

@@ -7,6 +7,19 @@
 #                                                               spaced: reversed keys, extra blanks
 #   RT8C_WAIT    block (default) | poll                         one long wait_s, or wait_s 0 + resumes
 #   RT8C_LOOKUP  0 (default) | 1                                lookup by key before any resend
+#   (RT8C_LOOKUP also: 2 = also look every step up by its key before its first call)
+#   RT8C_STATUS_FIRST 0 (default) | 1                           read vault.status before each call and
+#                                                               send nothing while it says locked
+#   RT8C_HEARTBEAT    0 (default) | 1                           vault.status on the same connection
+#                                                               every second while a call waits
+#   RT8C_KEY     run (default: RUN_ID:AGENT:STEP_ID) | stepid | sha   idempotency key shape
+#   RT8C_RELOOK  0 (default) | 1                                a restart looks a saved pending step up
+#                                                               by its key before resuming it
+#   RT8C_MCP     path of `vaultsim`: talk MCP (stdio, 2025 handshake) to `vaultsim mcp` started as
+#                a child instead of the socket: one tool per operation, vault_resume, vault_lookup
+#   RT8C_VERIFY  0 (default) | 1                                look up every success by its correlation id
+#   (RT8C_FINAL also: ws = blank and whitespace-only lines after the final line;
+#    split = the final line written in pieces, a pause between them)
 #   RT8C_SLACK   seconds added to retry_after_s (default 0.2)
 #   RT8C_FINAL   text (default) | json | jsonok | stderr        how the final message is printed
 #   RT8C_PIPE    0 (default) | 1                                vault.status + catalog pipelined
@@ -46,6 +59,8 @@ if ($WIRE eq 'spaced') {
 }
 
 my $CLIENT = $ENV{RT8C_CLIENT} // '0';
+my $STATUS_FIRST = $ENV{RT8C_STATUS_FIRST} // '0';
+my $HEARTBEAT = $ENV{RT8C_HEARTBEAT} // '0';
 sub logline {
     return unless $CHATTY;
     my $l = join(' ', @_); $l =~ s/\s+$//;
@@ -127,6 +142,7 @@ sub encode_line {
 }
 
 my $sock;
+my $wr_shut = 0;
 my $rbuf = '';
 my %answers;    # id (as text) -> decoded answer
 
@@ -138,7 +154,6 @@ sub connect_vault {
 
 sub id_key { my ($id) = @_; return ref($id) ? "$id" : (defined $id ? "$id" : 'null'); }
 
-my $wr_shut = 0;
 sub send_req {
     my ($method, $params) = @_;
     return 'never-sent' if $wr_shut;
@@ -171,6 +186,12 @@ sub read_answer {
         return delete $answers{$key} if exists $answers{$key};
         my $left = $end - time();
         return undef if $left <= 0;
+        if ($HEARTBEAT && !$wr_shut && $key ne 'hb') {
+            our $last_hb;
+            $last_hb //= time();
+            if (time() - $last_hb >= 1) { $last_hb = time(); send_req('vault.status', {}); }
+            $left = 1 if $left > 1;
+        }
         my $rin = '';
         vec($rin, fileno($sock), 1) = 1;
         my $nf = select(my $rout = $rin, undef, undef, $left);
@@ -181,18 +202,80 @@ sub read_answer {
     }
 }
 
+my $MCP = $ENV{RT8C_MCP} // '';
+my ($mcp_pid, $mcp_in, $mcp_out);
+my %tool_args;    # tool name -> {arg => 1}
+
 sub rpc {
     my ($method, $params, $timeout) = @_;
+    return mcp_rpc($method, $params, $timeout) if $MCP;
     my $key = send_req($method, $params);
     return read_answer($key, $timeout // 30);
+}
+
+sub mcp_start {
+    require IPC::Open2;
+    $mcp_pid = IPC::Open2::open2($mcp_out, $mcp_in, $MCP, 'mcp');
+    $sock = $mcp_out;    # read_answer reads from here
+    my $init = mcp_send('initialize', { protocolVersion => '2025-06-18', capabilities => {},
+                                        clientInfo => { name => 'perl-mcp-host', version => '0.8' } }, 20);
+    die "MCP initialize failed" unless $init && $init->{result};
+    my $line = encode_line({ jsonrpc => '2.0', method => 'notifications/initialized' });
+    print $mcp_in $line; $mcp_in->flush;
+    my $tl = mcp_send('tools/list', {}, 20);
+    for my $t (@{ $tl->{result}{tools} || [] }) {
+        $tool_args{ $t->{name} } = { map { $_ => 1 } keys %{ $t->{inputSchema}{properties} || {} } };
+        logline("tool $t->{name}: " . join(',', sort keys %{ $tool_args{ $t->{name} } }));
+    }
+}
+
+sub mcp_send {
+    my ($method, $params, $timeout) = @_;
+    my $id = next_id();
+    my $line = encode_line({ jsonrpc => '2.0', id => $id, method => $method, params => $params });
+    logline("mcp-> $line");
+    print $mcp_in $line; $mcp_in->flush;
+    return read_answer(id_key($id), $timeout // 30);
+}
+
+# the vault's methods, as MCP tool calls; every answer is a Result (structuredContent)
+sub mcp_rpc {
+    my ($method, $p, $timeout) = @_;
+    return { result => { session_id => 'mcp' } } if $method eq 'session.open';
+    return { result => {} } if $method eq 'session.close';
+    return undef if $method eq 'vault.status' || $method eq 'catalog';    # not offered over MCP
+    my ($tool, %args);
+    if ($method eq 'call') {
+        $tool = $p->{operation};
+        %args = (%{ $p->{params} }, idempotency_key => $p->{idempotency_key});
+        $args{wait_s} = $p->{wait_s} if defined $p->{wait_s};
+    } elsif ($method eq 'call.resume') {
+        $tool = 'vault_resume';
+        %args = (resume_token => $p->{resume_token});
+        $args{wait_s} = $p->{wait_s} if defined $p->{wait_s} && $tool_args{vault_resume}{wait_s};
+    } elsif ($method eq 'lookup') {
+        $tool = 'vault_lookup';
+        %args = map { $_ => $p->{$_} } grep { $_ ne 'session_id' } keys %$p;
+    } else { return undef; }
+    my $a = mcp_send('tools/call', { name => $tool, arguments => \%args }, $timeout);
+    return undef unless $a;
+    return { error => $a->{error} } if $a->{error};
+    my $r = $a->{result}{structuredContent};
+    unless ($r) {
+        my $txt = ($a->{result}{content} || [{}])->[0]{text} // '{}';
+        $r = eval { $dec->decode($txt) } // {};
+    }
+    return { result => $r };
 }
 
 sub client_label { return $CLIENT ? (client => { name => 'perl-careful', version => '0.8' }) : (); }
 
 # ---- the session ----
-$sock = connect_vault();
 my $sid;
-if ($PIPE) {
+if ($MCP) {
+    mcp_start();
+    $sid = 'mcp';
+} elsif (($sock = connect_vault()) && $PIPE) {
     # three requests in flight at once on one connection; answers matched by id
     my $k1 = send_req('vault.status', {});
     my $k2 = send_req('catalog', {});
@@ -203,6 +286,7 @@ if ($PIPE) {
     die "no session" unless $a3 && $a3->{result};
     $sid = $a3->{result}{session_id};
 } else {
+    $sock //= connect_vault();
     my $a = rpc('session.open', { agent => $agent, run_id => $run_id, client_label() }, 10);
     die "session.open failed: " . $enc->encode($a // {}) unless $a && $a->{result};
     $sid = $a->{result}{session_id};
@@ -217,7 +301,14 @@ my $stop_reason;      # set: stop the task
 my $waiting;          # set: a pending approval handed over
 my @not_done;         # steps that did not succeed
 
-sub key_for { my ($step) = @_; return "$run_id:$agent:$step->{id}"; }
+my $KEY = $ENV{RT8C_KEY} // 'run';
+sub key_for {
+    my ($step) = @_;
+    # a step's id names it in the whole run, so it is a key by itself
+    return $step->{id} if $KEY eq 'stepid';
+    if ($KEY eq 'sha') { require Digest::SHA; return Digest::SHA::sha256_hex("$run_id\0$step->{id}"); }
+    return "$run_id:$agent:$step->{id}";
+}
 
 sub substitute {
     my ($v) = @_;
@@ -278,6 +369,10 @@ STEP: for my $step (@{ $task->{steps} }) {
     my $attempts = 0;
     my $res;
     if (my $p = $state->{pending}{$id}) {
+        if (($ENV{RT8C_RELOOK} // '0') eq '1') {
+            my $l = lookup(idempotency_key => $key, operation => $op);
+            logline("relook $id: " . ($l && $l->{result} ? ($l->{result}{reconciled} // '-') : 'error'));
+        }
         my $w = wait_for_call();
         my $a = rpc('call.resume', { session_id => $sid, resume_token => $p->{token}, wait_s => $w + 0 }, $w + 5);
         if ($a && $a->{result}) { $res = $a->{result}; $attempts = 1; }
@@ -286,7 +381,16 @@ STEP: for my $step (@{ $task->{steps} }) {
     ATTEMPT: while (1) {
         unless ($res) {
             if (remaining() < $MARGIN + 0.2) { push @not_done, $id; $stop_reason = 'deadline'; last STEP; }
-            if ($LOOKUP && $attempts > 0) {
+            if ($STATUS_FIRST) {
+                my $open = 0;
+                while (remaining() > $MARGIN + 0.5) {
+                    my $st = rpc('vault.status', {}, 3);
+                    if ($st && $st->{result} && !$st->{result}{locked}) { $open = 1; last; }
+                    sleep 0.25;
+                }
+                unless ($open) { push @not_done, $id; $stop_reason = 'vault locked'; last STEP; }
+            }
+            if ($LOOKUP && ($attempts > 0 || $LOOKUP eq '2')) {
                 # ask before any resend whether the earlier attempt took effect
                 my $l = lookup(idempotency_key => $key, operation => $op);
                 if ($l && $l->{result} && ($l->{result}{reconciled} // '') eq 'found') {
@@ -316,6 +420,10 @@ STEP: for my $step (@{ $task->{steps} }) {
         my $cat = $res->{category};
         logline("$id: $cat");
         if ($cat eq '__resume_error') { $res = undef; next ATTEMPT; }
+        if ($cat eq 'success' && ($ENV{RT8C_VERIFY} // '0') eq '1' && $res->{correlation_id}) {
+            my $l = lookup(correlation_id => $res->{correlation_id});
+            logline("verify $id: " . ($l && $l->{result} ? ($l->{result}{reconciled} // '-') : 'error'));
+        }
         if ($cat eq 'success') { $state->{done}{$id} = $res->{data} // {}; $data{$id} = $state->{done}{$id}; save_state(); last ATTEMPT; }
         if ($cat eq 'approval_pending') { $waiting = "$op needs approval from " . ($res->{owner} // 'a person')
                                               . " (request " . ($res->{request_id} // '?') . ")"; push @not_done, $id; last STEP; }
@@ -366,7 +474,10 @@ STEP: for my $step (@{ $task->{steps} }) {
     }
 }
 
-if ($wr_shut) {
+if ($MCP) {
+    close $mcp_in;                 # EOF: the bridge closes its vault session and exits
+    waitpid($mcp_pid, 0);
+} elsif ($wr_shut) {
 } elsif ($SHUTWR) {
     my $k = send_req('session.close', { session_id => $sid });
     shutdown($sock, SHUT_WR);
@@ -400,6 +511,12 @@ if ($FINAL eq 'json') {
 } elsif ($FINAL eq 'crlf') {
     my $word = $status eq 'not_done' ? 'not done' : $status;
     print "$word: $msg\r\n\r\n\n";
+} elsif ($FINAL eq 'ws') {
+    my $word = $status eq 'not_done' ? 'not done' : $status;
+    print "$word: $msg\n\n   \n\t\n";
+} elsif ($FINAL eq 'split') {
+    my $word = $status eq 'not_done' ? 'not done' : $status;
+    for my $piece (substr($word, 0, 2), substr($word, 2) . ': ', "$msg\n") { print $piece; sleep 0.05; }
 } elsif ($FINAL eq 'stderr') {
     print STDERR "log: finished\n";
     my $word = $status eq 'not_done' ? 'not done' : $status;

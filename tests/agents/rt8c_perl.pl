@@ -20,6 +20,17 @@
 #   RT8C_VERIFY  0 (default) | 1                                look up every success by its correlation id
 #   (RT8C_FINAL also: ws = blank and whitespace-only lines after the final line;
 #    split = the final line written in pieces, a pause between them)
+#   RT8C_RESEND  0 (default) | 1                                after outcome_unknown, an operation whose
+#                                                               catalog says idempotent is resent under
+#                                                               its key (a reconciliation, section 6)
+#   RT8C_PERSIST 0 (default) | 1                                an `unknown` lookup is asked again with
+#                                                               backoff until shortly before the deadline
+#   (RT8C_FINAL also: latin1 = accented text printed without an encoding layer: Latin-1 bytes)
+#   RT8C_NUM     plain (default) | exp                          wait_s written in exponent form
+#   (RT8C_FINAL also: nested = a pretty-printed object whose `steps` list holds an object per step)
+#   RT8C_CONN    one (default) | percall                        percall: the session opened on a
+#                                                               connection kept open, every other
+#                                                               request on a fresh connection
 #   RT8C_SLACK   seconds added to retry_after_s (default 0.2)
 #   RT8C_FINAL   text (default) | json | jsonok | stderr        how the final message is printed
 #   RT8C_PIPE    0 (default) | 1                                vault.status + catalog pipelined
@@ -94,7 +105,7 @@ sub save_state {
 
 sub remaining { return $deadline - time(); }
 # what we keep back at the end: exit, print, a slow host
-my $MARGIN = 0.8;
+my $MARGIN = $ENV{RT8C_MARGIN} // 0.8;
 
 # ---- wire ----
 my $counter = 0;
@@ -133,6 +144,10 @@ sub escape_all {
 sub encode_line {
     my ($obj) = @_;
     my $text = $enc->encode($obj);
+    if (($ENV{RT8C_NUM} // '') eq 'exp') {
+        # numbers in exponent form, as many JSON writers print floats: 2.5 as 2.5E+0, 0 as 0.0e0
+        $text =~ s/("wait_s"\s*:\s*)(-?[0-9]+(?:\.[0-9]+)?)(?=[,}\s])/$1 . sprintf('%.6E', $2)/ge;
+    }
     if ($WIRE eq 'escaped') {
         $text =~ s/"((?:[^"\\]|\\.)*)"/'"' . escape_all($1) . '"'/ge;
     } elsif ($WIRE eq 'spaced') {
@@ -203,12 +218,24 @@ sub read_answer {
 }
 
 my $MCP = $ENV{RT8C_MCP} // '';
+my $CONN = $ENV{RT8C_CONN} // 'one';
 my ($mcp_pid, $mcp_in, $mcp_out);
 my %tool_args;    # tool name -> {arg => 1}
 
 sub rpc {
     my ($method, $params, $timeout) = @_;
     return mcp_rpc($method, $params, $timeout) if $MCP;
+    if ($CONN eq 'percall' && $method ne 'session.open' && !$wr_shut) {
+        # the session's own connection stays open (the session lives as long as it does); this
+        # request goes on a connection of its own, as a session belongs to the process
+        my ($keep_sock, $keep_buf) = ($sock, $rbuf);
+        $sock = connect_vault(); $rbuf = '';
+        my $key = send_req($method, $params);
+        my $a = read_answer($key, $timeout // 30);
+        close $sock;
+        ($sock, $rbuf) = ($keep_sock, $keep_buf);
+        return $a;
+    }
     my $key = send_req($method, $params);
     return read_answer($key, $timeout // 30);
 }
@@ -268,7 +295,13 @@ sub mcp_rpc {
     return { result => $r };
 }
 
-sub client_label { return $CLIENT ? (client => { name => 'perl-careful', version => '0.8' }) : (); }
+sub client_label {
+    return () unless $CLIENT;
+    # in the jail the parent is outside our PID namespace: getppid() is 0, no pid to name
+    return (client => { name => 'perl-careful', version => '0.8', via => 'perl',
+                        (getppid() > 0 ? (host_pid => getppid()) : ()) }) if $CLIENT eq 'host';
+    return (client => { name => 'perl-careful', version => '0.8' });
+}
 
 # ---- the session ----
 my $sid;
@@ -451,7 +484,16 @@ STEP: for my $step (@{ $task->{steps} }) {
         }
         if ($cat eq 'outcome_unknown') {
             my $cid = $res->{correlation_id};
+            my $entry = ($task->{catalog} || {})->{$op} || {};
+            if (($ENV{RT8C_RESEND} // '0') eq '1' && $entry->{idempotent} && $attempts < 3) {
+                logline("$id: resending $op under its key to reconcile");
+                $res = undef; next ATTEMPT;
+            }
             my @delays = (0, 0.1, 0.2, 0.4);
+            if (($ENV{RT8C_PERSIST} // '0') eq '1') {
+                my ($t, $d) = (0, 0.1);
+                while ($t < remaining() - $MARGIN - 1.5) { push @delays, $d; $t += $d; $d = $d * 2 > 1 ? 1 : $d * 2; }
+            }
             my $verdict = 'unknown'; my $l;
             for my $d (@delays) {
                 last if remaining() < $MARGIN + 0.3;
@@ -517,6 +559,16 @@ if ($FINAL eq 'json') {
 } elsif ($FINAL eq 'split') {
     my $word = $status eq 'not_done' ? 'not done' : $status;
     for my $piece (substr($word, 0, 2), substr($word, 2) . ': ', "$msg\n") { print $piece; sleep 0.05; }
+} elsif ($FINAL eq 'latin1') {
+    # Perl's default STDOUT has no encoding layer: characters below 256 go out as Latin-1 bytes
+    my $word = $status eq 'not_done' ? 'not done' : $status;
+    print STDERR "journal: \x{e9}tape termin\x{e9}e\n";
+    print "r\x{e9}sum\x{e9} \x{e0} suivre\n$word: $msg (\x{e9}tat final)\n";
+} elsif ($FINAL eq 'nested') {
+    # a report pretty-printed: the status, then one object per step
+    my @rows = map { { step => $_->{id}, operation => $_->{call},
+                       done => (exists $state->{done}{ $_->{id} } ? JSON::PP::true : JSON::PP::false) } } @steps;
+    print JSON::PP->new->pretty->canonical->encode({ status => $status, message => $msg, steps => \@rows });
 } elsif ($FINAL eq 'stderr') {
     print STDERR "log: finished\n";
     my $word = $status eq 'not_done' ? 'not done' : $status;

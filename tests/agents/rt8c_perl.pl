@@ -31,6 +31,9 @@
 #   RT8C_CONN    one (default) | percall                        percall: the session opened on a
 #                                                               connection kept open, every other
 #                                                               request on a fresh connection
+#   (RT8C_WAIT also: sleep = wait_s 0 everywhere, half a second's sleep between resumes)
+#   RT8C_SELFEXPIRE 0 (default) | 1                             a pending call whose approval deadline
+#                                                               has passed is taken as expired, unasked
 #   RT8C_SLACK   seconds added to retry_after_s (default 0.2)
 #   RT8C_FINAL   text (default) | json | jsonok | stderr        how the final message is printed
 #   RT8C_PIPE    0 (default) | 1                                vault.status + catalog pipelined
@@ -72,6 +75,8 @@ if ($WIRE eq 'spaced') {
 my $CLIENT = $ENV{RT8C_CLIENT} // '0';
 my $STATUS_FIRST = $ENV{RT8C_STATUS_FIRST} // '0';
 my $HEARTBEAT = $ENV{RT8C_HEARTBEAT} // '0';
+# one id for every request only works with one request in flight: no heartbeat, no pipelining
+($HEARTBEAT, $PIPE) = ('0', '0') if $IDS eq 'same';
 sub logline {
     return unless $CHATTY;
     my $l = join(' ', @_); $l =~ s/\s+$//;
@@ -360,7 +365,7 @@ sub wait_for_call {
     # how long the vault may hold a call for a person: until shortly before the deadline
     my $w = remaining() - $MARGIN - 0.3;
     $w = 0 if $w < 0;
-    return $WAIT eq 'poll' ? 0 : $w;
+    return $WAIT eq 'block' ? $w : 0;
 }
 
 sub lookup {
@@ -377,13 +382,24 @@ sub settle_pending {
         save_state();
         my $left = remaining() - $MARGIN;
         if ($left < 0.4) { return $res; }
+        if (($ENV{RT8C_SELFEXPIRE} // '0') eq '1' && defined $res->{deadline} && time() > $res->{deadline}) {
+            # the owner's deadline has passed: nobody decided in time
+            delete $state->{pending}{ $step->{id} }; save_state();
+            return { category => 'approval_expired', message => 'the approval deadline passed' };
+        }
         my $w = $WAIT eq 'poll' ? ($left - 0.3 < 0.5 ? $left - 0.3 : 0.5) : $left - 0.3;
+        if ($WAIT eq 'sleep') {
+            # non-blocking: ask with wait_s 0, sleep between asks
+            sleep($left - 0.3 < 0.5 ? ($left - 0.3 > 0 ? $left - 0.3 : 0) : 0.5) if $res->{_asked};
+            $w = 0;
+        }
         $w = 0 if $w < 0;
         my $a = rpc('call.resume', { session_id => $sid, resume_token => $res->{resume_token}, wait_s => $w + 0 },
             $w + 5);
         return { category => '__error', message => 'no answer to resume' } unless $a;
         if ($a->{error}) { return { category => '__resume_error', message => $a->{error}{message} }; }
         $res = $a->{result};
+        $res->{_asked} = 1;
     }
     delete $state->{pending}{ $step->{id} };
     save_state();

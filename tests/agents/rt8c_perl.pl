@@ -444,8 +444,8 @@ STEP: for my $step (@{ $task->{steps} }) {
                 my $l = lookup(idempotency_key => $key, operation => $op);
                 if ($l && $l->{result} && ($l->{result}{reconciled} // '') eq 'found') {
                     $res = { ok => JSON::PP::true, category => 'success',
-                             data => ($l->{result}{data}{created} // [{}])->[0] };
-                    last ATTEMPT;
+                             data => ($l->{result}{data}{created} // [{}])->[0] // {} };
+                    next ATTEMPT;    # settled as done: recorded below
                 }
             }
             $attempts++;

@@ -93,3 +93,22 @@ def test_an_agent_naming_its_host_as_the_contract_says_is_released_in_the_jail(t
     result = run(tmp_path, [SCENARIOS / "gate-1-healthy-delivery.yaml"], perl(RT8C_CLIENT="host"),
                  "--isolation", "bwrap")
     assert (0, []) == (result["code"], surprises(result)), result["out"][-3000:]
+
+
+@needs_perl
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_state_written_in_tmpdir_and_renamed_into_state_dir_fails_in_the_jail_as_the_contract_says(
+        tmp_path: Path) -> None:
+    """A careful agent wrote its state in $TMPDIR and renamed it into state_dir (an atomic
+    replace): it passed gate-1 and gate-6 without the jail (both directories are in the trial's
+    directory there) and crashed at its first save in the jail, where /tmp and state_dir are
+    separate mounts (rename(2): EXDEV), so the restart in gate-6 asked again (FAIL_MEMORY). No
+    bind layout lets a rename cross from the private /tmp into state_dir, so the contract now
+    says where to write such a file; this keeps the page true."""
+    text = " ".join((ROOT / "docs" / "agent-contract.md").read_text().split())
+    assert "must be written in `state_dir` itself, as a rename from `/tmp` fails there (`EXDEV`" in text
+    result = run(tmp_path, [SCENARIOS / "gate-1-healthy-delivery.yaml"], perl(RT8C_STATEWRITE="tmpdir"),
+                 "--isolation", "bwrap")
+    agent = result["json"]["scenarios"][0]["trial_results"][0]["agents"][0]
+    assert agent["exit_code"] != 0 and "cross-device" in agent.get("stderr_last", ""), agent

@@ -34,6 +34,8 @@
 #   (RT8C_WAIT also: sleep = wait_s 0 everywhere, half a second's sleep between resumes)
 #   RT8C_SELFEXPIRE 0 (default) | 1                             a pending call whose approval deadline
 #                                                               has passed is taken as expired, unasked
+#   RT8C_STATEWRITE  dir (default) | tmpdir                     where the state file is written before
+#                                                               its rename into state_dir
 #   RT8C_SLACK   seconds added to retry_after_s (default 0.2)
 #   RT8C_FINAL   text (default) | json | jsonok | stderr        how the final message is printed
 #   RT8C_PIPE    0 (default) | 1                                vault.status + catalog pipelined
@@ -102,6 +104,8 @@ if (-f $state_file) {
 }
 sub save_state {
     my $tmp = "$state_file.tmp";
+    # tmpdir: written in $TMPDIR first, then renamed into state_dir
+    $tmp = ($ENV{TMPDIR} // '/tmp') . "/perl-agent-state.$$.tmp" if ($ENV{RT8C_STATEWRITE} // '') eq 'tmpdir';
     open(my $o, '>', $tmp) or die "cannot write state: $!";
     print $o $enc->encode($state);
     close $o;

@@ -36,6 +36,7 @@
 #                                                               has passed is taken as expired, unasked
 #   RT8C_STATEWRITE  dir (default) | tmpdir                     where the state file is written before
 #                                                               its rename into state_dir
+#   RT8C_MCP_HTTP  1: with RT8C_MCP, the bridge on Streamable HTTP (127.0.0.1, a free port), over HTTP::Tiny
 #   RT8C_SLACK   seconds added to retry_after_s (default 0.2)
 #   RT8C_FINAL   text (default) | json | jsonok | stderr        how the final message is printed
 #   RT8C_PIPE    0 (default) | 1                                vault.status + catalog pipelined
@@ -249,15 +250,35 @@ sub rpc {
     return read_answer($key, $timeout // 30);
 }
 
+my $HTTP = $ENV{RT8C_MCP_HTTP} // '';    # 1: Streamable HTTP on loopback instead of stdio
+my ($http, $http_url, $http_session);
+
 sub mcp_start {
-    require IPC::Open2;
-    $mcp_pid = IPC::Open2::open2($mcp_out, $mcp_in, $MCP, 'mcp');
-    $sock = $mcp_out;    # read_answer reads from here
+    if ($HTTP) {
+        require HTTP::Tiny;
+        require IO::Socket::INET;
+        my $probe = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1', LocalPort => 0) or die "no port: $!";
+        my $port = $probe->sockport; close $probe;
+        $mcp_pid = fork() // die "fork: $!";
+        if (!$mcp_pid) { open(STDIN, '<', '/dev/null'); exec($MCP, 'mcp', '--http', "127.0.0.1:$port") or die "exec: $!"; }
+        $http_url = "http://127.0.0.1:$port/mcp";
+        $http = HTTP::Tiny->new(timeout => 60);
+        my $until = time() + 15;
+        while (time() < $until) {
+            my $c = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port);
+            if ($c) { close $c; last; }
+            sleep 0.1;
+        }
+    } else {
+        require IPC::Open2;
+        $mcp_pid = IPC::Open2::open2($mcp_out, $mcp_in, $MCP, 'mcp');
+        $sock = $mcp_out;    # read_answer reads from here
+    }
     my $init = mcp_send('initialize', { protocolVersion => '2025-06-18', capabilities => {},
                                         clientInfo => { name => 'perl-mcp-host', version => '0.8' } }, 20);
     die "MCP initialize failed" unless $init && $init->{result};
     my $line = encode_line({ jsonrpc => '2.0', method => 'notifications/initialized' });
-    print $mcp_in $line; $mcp_in->flush;
+    if ($HTTP) { http_post($line); } else { print $mcp_in $line; $mcp_in->flush; }
     my $tl = mcp_send('tools/list', {}, 20);
     for my $t (@{ $tl->{result}{tools} || [] }) {
         $tool_args{ $t->{name} } = { map { $_ => 1 } keys %{ $t->{inputSchema}{properties} || {} } };
@@ -265,11 +286,33 @@ sub mcp_start {
     }
 }
 
+sub http_post {
+    my ($body) = @_;
+    my %h = ('Content-Type' => 'application/json', 'Accept' => 'application/json, text/event-stream');
+    $h{'Mcp-Session-Id'} = $http_session if $http_session;
+    $h{'MCP-Protocol-Version'} = '2025-06-18' if $http_session;
+    my $r = $http->post($http_url, { headers => \%h, content => $body });
+    $http_session //= $r->{headers}{'mcp-session-id'};
+    logline("http $r->{status}");
+    return $r;
+}
+
 sub mcp_send {
     my ($method, $params, $timeout) = @_;
     my $id = next_id();
     my $line = encode_line({ jsonrpc => '2.0', id => $id, method => $method, params => $params });
     logline("mcp-> $line");
+    if ($HTTP) {
+        my $r = http_post($line);
+        return undef unless $r->{success};
+        my $ct = $r->{headers}{'content-type'} // '';
+        my @docs = $ct =~ m{text/event-stream} ? ($r->{content} =~ /^data: ?(.*)$/mg) : ($r->{content});
+        for my $d (@docs) {
+            my $msg = eval { $dec->decode($d) };
+            return $msg if ref $msg eq 'HASH' && exists $msg->{id} && id_key($msg->{id}) eq id_key($id);
+        }
+        return undef;
+    }
     print $mcp_in $line; $mcp_in->flush;
     return read_answer(id_key($id), $timeout // 30);
 }
@@ -536,7 +579,11 @@ STEP: for my $step (@{ $task->{steps} }) {
     }
 }
 
-if ($MCP) {
+if ($MCP && $HTTP) {
+    $http->request('DELETE', $http_url, { headers => { 'Mcp-Session-Id' => $http_session } }) if $http_session;
+    kill 'TERM', $mcp_pid;         # the bridge's vault sessions end with it
+    waitpid($mcp_pid, 0);
+} elsif ($MCP) {
     close $mcp_in;                 # EOF: the bridge closes its vault session and exits
     waitpid($mcp_pid, 0);
 } elsif ($wr_shut) {
@@ -548,7 +595,7 @@ if ($MCP) {
 } else {
     rpc('session.close', { session_id => $sid }, 5);
 }
-close $sock;
+close $sock if $sock;
 
 my @steps = @{ $task->{steps} };
 my $all_done = !grep { !exists $state->{done}{ $_->{id} } } @steps;

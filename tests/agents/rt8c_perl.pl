@@ -37,6 +37,7 @@
 #   RT8C_STATEWRITE  dir (default) | tmpdir                     where the state file is written before
 #                                                               its rename into state_dir
 #   RT8C_MCP_HTTP  1: with RT8C_MCP, the bridge on Streamable HTTP (127.0.0.1, a free port), over HTTP::Tiny
+#   RT8C_WAITSOCK  stat | listdir                                wait for the socket to exist first
 #   RT8C_SLACK   seconds added to retry_after_s (default 0.2)
 #   RT8C_FINAL   text (default) | json | jsonok | stderr        how the final message is printed
 #   RT8C_PIPE    0 (default) | 1                                vault.status + catalog pipelined
@@ -356,6 +357,20 @@ sub client_label {
 }
 
 # ---- the session ----
+if (($ENV{RT8C_WAITSOCK} // '') eq 'listdir') {
+    # wait for the socket the way a directory watcher does: list its directory until it is there
+    (my $dir = $ENV{VAULTSIM_SOCKET}) =~ s{/[^/]*$}{};
+    (my $name = $ENV{VAULTSIM_SOCKET}) =~ s{^.*/}{};
+    for (1 .. 50) {
+        opendir(my $dh, $dir) or last;
+        my $found = grep { $_ eq $name } readdir $dh;
+        closedir $dh;
+        last if $found;
+        sleep 0.1;
+    }
+} elsif (($ENV{RT8C_WAITSOCK} // '') eq 'stat') {
+    for (1 .. 50) { last if -S $ENV{VAULTSIM_SOCKET}; sleep 0.1; }
+}
 my $sid;
 if ($MCP) {
     mcp_start();

@@ -38,6 +38,7 @@
 #                                                               its rename into state_dir
 #   RT8C_MCP_HTTP  1: with RT8C_MCP, the bridge on Streamable HTTP (127.0.0.1, a free port), over HTTP::Tiny
 #   RT8C_WAITSOCK  stat | listdir                                wait for the socket to exist first
+#   (RT8C_FINAL also: jsoncase = JSON `status` words capitalised: Done / Waiting / Not Done)
 #   RT8C_SLACK   seconds added to retry_after_s (default 0.2)
 #   RT8C_FINAL   text (default) | json | jsonok | stderr        how the final message is printed
 #   RT8C_PIPE    0 (default) | 1                                vault.status + catalog pipelined
@@ -624,6 +625,10 @@ if ($FINAL eq 'json') {
 } elsif ($FINAL eq 'jsonok') {
     print JSON::PP->new->pretty->encode({ ok => ($status eq 'done' ? JSON::PP::true : JSON::PP::false),
         ($status eq 'waiting' ? (category => 'approval_pending') : ()), message => $msg });
+} elsif ($FINAL eq 'jsoncase') {
+    # the status word in another case, and a `status` of a log record's shape around it
+    my $word = { done => 'Done', waiting => 'Waiting', not_done => 'Not Done' }->{$status};
+    print JSON::PP->new->canonical->encode({ level => 'info', status => $word, msg => $msg }), "\n";
 } elsif ($FINAL eq 'json2') {
     my $word = { done => 'completed', waiting => 'awaiting_approval', not_done => 'failed' }->{$status};
     print JSON::PP->new->encode({ message => $msg, status => $word }), "\n";

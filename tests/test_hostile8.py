@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import subprocess
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import PY, ROOT, Sandbox
-from hostile_fixtures import served  # noqa: F401
+from helpers import PY, ROOT, Sandbox, audit_verified_intact, new_sandbox, remote_events, wait_for
+from hostile_fixtures import TOKEN, RawClient, frame, hello, run_script, served, spawn_script  # noqa: F401
 
 pytest.importorskip("mcp.server.stdio", reason="the mcp SDK is not installed")
 
@@ -121,3 +124,98 @@ class TestMcpWaitArgument:
         finally:
             host.close()
         assert "Traceback" not in host.stderr.read_text()
+
+
+# -- a disk that stops taking writes ---------------------------------------------------
+
+
+@pytest.fixture
+def frozen_diagnostics() -> Iterator[tuple[Sandbox, Callable[[], None], Callable[[], None]]]:
+    """A sandbox whose vault home's `diagnostics/` is a small ext4 file system of its own, with
+    (freeze, thaw): a frozen file system takes no write until thawed (fsfreeze), as a disk
+    in error recovery or a hung network mount. Root only; skipped with the reason elsewhere."""
+    box = new_sandbox()
+    where = box.root / "h" / "diagnostics"
+    where.mkdir(parents=True, mode=0o700)
+    os.chmod(box.root / "h", 0o700)
+    image = box.root / "diag.ext4"
+    made = subprocess.run(f"truncate -s 16M {image} && mkfs.ext4 -q -F {image} && mount -o loop {image} {where}",
+                          shell=True, capture_output=True, text=True)
+    if made.returncode != 0:
+        box.close()
+        pytest.skip(f"cannot mount a loop file system here (needs root): {made.stderr.strip()}")
+    os.chmod(where, 0o700)
+    frozen = False
+
+    def freeze() -> None:
+        nonlocal frozen
+        subprocess.run(["fsfreeze", "-f", str(where)], check=True)
+        frozen = True
+
+    def thaw() -> None:
+        nonlocal frozen
+        if frozen:
+            subprocess.run(["fsfreeze", "-u", str(where)], check=True)
+            frozen = False
+
+    try:
+        yield box, freeze, thaw
+    finally:
+        thaw()  # first: a process writing there would never end
+        box.close()
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+        shutil.rmtree(box.root, ignore_errors=True)
+
+
+def waits_on_disk(pid: int) -> bool:
+    """Is a thread of `pid` in uninterruptible sleep (state D: here, a write to the frozen disk)?"""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2] == "D":
+            return True
+    return False
+
+
+FAILING_CALL = ("client.open_session('failing', 'run-1')\n"
+                "out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n")
+
+
+class TestDiagnosticsOnAStalledDisk:
+    def test_other_clients_are_served_while_a_failed_call_s_diagnostic_waits_for_the_disk(
+            self, frozen_diagnostics: tuple[Sandbox, Callable[[], None], Callable[[], None]]) -> None:
+        """A failed call's diagnostic was written (two fsyncs) in the event loop: on a disk that
+        stalls, every client waited with it; an agent looping on failing calls made the whole
+        vault as slow as the disk's fsync. Now it is written off the loop: while it waits, another
+        client's status and the approver's lock answer at once; once the disk takes writes again,
+        the failed call is answered with its diagnostic, and the audit log verifies."""
+        box, freeze, thaw = frozen_diagnostics
+        _, url = box.start_remote({"tracker_token": TOKEN}, fault="permission_denied")
+        box.set_secret("tracker_token", TOKEN)
+        box.start_daemon("--remote", url)
+        first = run_script(box, FAILING_CALL)[0]
+        assert ("authorization_denied", True) == (first["category"], first.get("diagnostic_id", "").startswith("d-"))
+        seen, pid = len(remote_events(url)), box.status()["pid"]
+        freeze()
+        agent = spawn_script(box, FAILING_CALL)
+        wait_for(lambda: len(remote_events(url)) > seen, what="the failing call to reach the remote")
+        wait_for(lambda: waits_on_disk(pid), what="the daemon to wait on the frozen disk")
+        with RawClient(box.agent_sock, timeout=5) as other:
+            started = time.monotonic()
+            assert other.ask(frame("vault.status"))["result"]["halted"] is None
+            assert time.monotonic() - started < 2
+        with RawClient(box.home / "approver.sock", timeout=5) as person:
+            hello(box, person)
+            assert "result" in person.ask(frame("lock"))
+            assert "result" in person.ask(frame("unlock"))
+        assert agent.poll() is None  # its answer waits for its diagnostic
+        thaw()
+        out, err = agent.communicate(timeout=60)
+        assert 0 == agent.returncode, err
+        late = json.loads(out.splitlines()[0])
+        assert "authorization_denied" == late["category"] and late["diagnostic_id"].startswith("d-")
+        shown = box.vaultsim("diag", "show", late["diagnostic_id"])
+        assert 0 == shown.returncode and "403" in shown.stdout, shown.stderr
+        audit_verified_intact(box)

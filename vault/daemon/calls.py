@@ -95,7 +95,7 @@ class Credentials(Protocol):
 class Diagnostics(Protocol):
     """Where raw evidence of a failure goes, encrypted (vault.daemon.diagnostics.Diagnostics)."""
 
-    def record(self, data: dict[str, Any], *, secrets: Iterable[str | Secret] = ()) -> str: ...
+    async def record_off_loop(self, data: dict[str, Any], *, secrets: Iterable[str | Secret] = ()) -> str: ...
 
 
 class CallMemory:
@@ -284,7 +284,8 @@ class CallService(CallMemory):
         # raw evidence is kept for failures only: a success needs no forensics
         if outcome.diagnostic and not result.ok and self.diagnostics is not None:
             try:
-                did = self.diagnostics.record(outcome.diagnostic, secrets=[credential])
+                # off the loop: its fsyncs must not hold other clients on a slow disk
+                did = await self.diagnostics.record_off_loop(outcome.diagnostic, secrets=[credential])
                 result = result.model_copy(update={"diagnostic_id": did})
             except Exception as exc:  # diagnostics are best effort; never block the answer
                 log.error("could not store diagnostic: %s", type(exc).__name__)

@@ -219,3 +219,25 @@ class TestDiagnosticsOnAStalledDisk:
         shown = box.vaultsim("diag", "show", late["diagnostic_id"])
         assert 0 == shown.returncode and "403" in shown.stdout, shown.stderr
         audit_verified_intact(box)
+
+
+class TestNotANumber:
+    """JSON's NaN and Infinity (Python's reader takes both) in a number field were refused with a
+    wrong reason: NaN "should be less than or equal to 86400"."""
+
+    def test_agent_socket_names_it(self, served: Sandbox) -> None:
+        # params are checked before the session: no session opened by this process (it would not
+        # be let in as an approver after)
+        with RawClient(served.agent_sock) as raw:
+            for value in (b"NaN", b"Infinity", b"-Infinity"):
+                answer = raw.ask(b'{"jsonrpc":"2.0","id":4,"method":"call","params":{"session_id":"s-x",'
+                                 b'"operation":"read_issue","params":{"issue_id":"ISS-1"},"wait_s":' + value + b"}}\n")
+                assert (4, -32602) == (answer["id"], answer["error"]["code"])
+                assert "wait_s: Input should be a finite number" in answer["error"]["message"], answer
+
+    def test_approver_socket_names_it(self, served: Sandbox) -> None:
+        with RawClient(served.home / "approver.sock") as raw:
+            hello(served, raw)
+            answer = raw.ask(b'{"jsonrpc":"2.0","id":5,"method":"stats","params":{"rubber_stamp_s":NaN}}\n')
+            assert (5, -32602) == (answer["id"], answer["error"]["code"])
+            assert "rubber_stamp_s: Input should be a finite number" in answer["error"]["message"], answer

@@ -75,7 +75,7 @@ from vault.daemon.sessions import SessionTable
 
 JsonObject = dict[str, Any]  # a JSON payload (params, a result)
 
-_P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+_P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 _Cursor = Field(default=None, max_length=20, pattern=r"^[0-9]*$")
 _GRANTS_SHOWN = 100  # per session in one page; `grants_total` says how many there are
 

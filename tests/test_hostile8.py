@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from helpers import PY, ROOT, Sandbox, audit_verified_intact, new_sandbox, remote_events, wait_for
-from hostile_fixtures import TOKEN, RawClient, frame, hello, run_script, served, spawn_script  # noqa: F401
+from hostile_fixtures import TOKEN, RawClient, frame, hello, run_script, served, setup, spawn_script  # noqa: F401
 
 pytest.importorskip("mcp.server.stdio", reason="the mcp SDK is not installed")
 
@@ -241,3 +241,42 @@ class TestNotANumber:
             answer = raw.ask(b'{"jsonrpc":"2.0","id":5,"method":"stats","params":{"rubber_stamp_s":NaN}}\n')
             assert (5, -32602) == (answer["id"], answer["error"]["code"])
             assert "rubber_stamp_s: Input should be a finite number" in answer["error"]["message"], answer
+
+
+REFUSED_LOCKS = r"""
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+f = s.makefile("rb")
+for start in range(0, 2000, 50):  # 50 at a time: under the 64 requests a connection may have in progress
+    s.sendall(b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"lock"}\n' % i for i in range(start, start + 50)))
+    for _ in range(50):
+        assert "say approver.hello" in json.loads(f.readline())["error"]["message"]
+print("done", flush=True)
+"""
+
+
+class TestRefusedApproverAttemptsFlood:
+    def test_a_flood_of_refused_attempts_is_recorded_a_bounded_number_of_times(self, sandbox: Sandbox) -> None:
+        """Every refused hello, decide, lock or unlock was an audit record (about 550 bytes): a
+        process on the approver socket, no token needed, grew the log by megabytes a second until
+        the disk filled and the vault stopped serving calls. Now a process's first 32 refused
+        attempts are recorded, then only its 64th, 128th, ... (each saying its number), as the
+        agent socket bounds refused hand-offs; accepted ones are all recorded."""
+        from audit_daemon_helpers import events
+        setup(sandbox)
+        flooder = sandbox.spawn([PY, "-c", REFUSED_LOCKS, str(sandbox.home / "approver.sock")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = flooder.communicate(timeout=120)
+        assert "done" in out, err
+        with RawClient(sandbox.home / "approver.sock") as person:  # accepted attempts: all recorded
+            hello(sandbox, person)
+            for _ in range(40):
+                assert "result" in person.ask(frame("lock"))
+        audit_verified_intact(sandbox)
+        attempts = [e for e in events(sandbox) if e["type"] == "approver_attempt" and e["method"] == "lock"]
+        refused = [e for e in attempts if e["pid"] == flooder.pid]
+        assert 32 + 5 == len(refused)  # the first 32, then the 64th, 128th, 256th, 512th and 1024th
+        assert all("say approver.hello" in e["reason"] for e in refused)
+        assert "refused attempt 1024 of this process" in refused[-1]["reason"]
+        assert 40 == sum(e["accepted"] for e in attempts)

@@ -10,6 +10,7 @@ import json
 import os
 import select
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -280,3 +281,23 @@ class TestRefusedApproverAttemptsFlood:
         assert all("say approver.hello" in e["reason"] for e in refused)
         assert "refused attempt 1024 of this process" in refused[-1]["reason"]
         assert 40 == sum(e["accepted"] for e in attempts)
+
+
+class TestFakeRemoteBody:
+    def test_a_body_nested_too_deeply_is_invalid_json_not_a_dropped_connection(self, sandbox: Sandbox) -> None:
+        """The fake remote (reachable by any local client holding a token) parsed a body nested
+        10,000 deep into a RecursionError: the connection closed unanswered and a traceback went
+        to its log. Now 400 invalid_json, as any body that is not a JSON object, and it serves on."""
+        from urllib.parse import urlsplit
+        _, url = sandbox.start_remote({"tracker_token": TOKEN})
+        where = urlsplit(url)
+        body = b"[" * 10_000 + b"]" * 10_000
+        with socket.create_connection((where.hostname, where.port), timeout=10) as conn:
+            conn.sendall(b"POST /v1/issues HTTP/1.1\r\nHost: remote\r\nAuthorization: Bearer " + TOKEN.encode()
+                         + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            head = conn.recv(4096)
+        assert head.startswith(b"HTTP/1.1 400 ") and b'"invalid_json"' in head, head
+        import httpx
+        ok = httpx.get(f"{url}/v1/issues/ISS-1", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+        assert 200 == ok.status_code
+        assert "Traceback" not in (sandbox.root / "remote.stderr").read_text()

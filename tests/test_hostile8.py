@@ -301,3 +301,47 @@ class TestFakeRemoteBody:
         ok = httpx.get(f"{url}/v1/issues/ISS-1", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
         assert 200 == ok.status_code
         assert "Traceback" not in (sandbox.root / "remote.stderr").read_text()
+
+
+@pytest.fixture
+def read_only_home(sandbox: Sandbox) -> Iterator[tuple[Sandbox, Callable[[], None]]]:
+    """A sandbox with one credential whose vault home is then made read-only (a read-only bind
+    mount over it, as a file system remounted read-only after errors), and a way to clear that."""
+    sandbox.set_secret("A", "alpha-value")
+    home = str(sandbox.home)
+    done = subprocess.run(f"mount --bind {home} {home} && mount -o remount,ro,bind {home}", shell=True,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        subprocess.run(["umount", home], capture_output=True)
+        pytest.skip(f"cannot bind-mount here (needs root): {done.stderr.strip()}")
+    mounted = True
+
+    def clear() -> None:
+        nonlocal mounted
+        if mounted:
+            subprocess.run(["umount", home], check=True)
+            mounted = False
+
+    try:
+        yield sandbox, clear
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", home], capture_output=True)
+
+
+class TestReadOnlyHome:
+    def test_secret_set_says_why_in_one_line_and_keeps_the_credentials(
+            self, read_only_home: tuple[Sandbox, Callable[[], None]]) -> None:
+        """`secret set` on a read-only home ended in a traceback ("internal error (a bug in
+        vaultsim)", exit 3): opening the lock file raised EROFS. Now one line naming the file and
+        the cause, exit 1 as for any store that cannot be written; once the home is writable again
+        the same command works and the earlier credential is still there."""
+        box, clear = read_only_home
+        out = box.vaultsim("secret", "set", "B", input="beta-value")
+        assert 1 == out.returncode, out.stderr
+        assert "Traceback" not in out.stderr and 1 == len(out.stderr.strip().splitlines()), out.stderr
+        assert str(box.home / "credentials.lock") in out.stderr and "Read-only file system" in out.stderr
+        clear()
+        box.set_secret("B", "beta-value")
+        listed = box.vaultsim("secret", "list", "--json")
+        assert ["A", "B"] == [c["name"] for c in json.loads(listed.stdout)]

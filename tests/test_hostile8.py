@@ -345,3 +345,22 @@ class TestReadOnlyHome:
         box.set_secret("B", "beta-value")
         listed = box.vaultsim("secret", "list", "--json")
         assert ["A", "B"] == [c["name"] for c in json.loads(listed.stdout)]
+
+
+class TestDiagnosticsThatCannotBeKept:
+    def test_the_call_is_answered_and_the_log_says_why(self, sandbox: Sandbox) -> None:
+        """`diagnostics/` replaced by a file mid-run: the failed call is answered (no diagnostic
+        id), and the daemon's log said only "could not store diagnostic: VaultError"; now it
+        names the directory and what is wrong with it (our own text: no input, no secret)."""
+        _, url = sandbox.start_remote({"tracker_token": TOKEN}, fault="permission_denied")
+        sandbox.set_secret("tracker_token", TOKEN)
+        sandbox.start_daemon("--remote", url)
+        assert run_script(sandbox, FAILING_CALL)[0]["diagnostic_id"].startswith("d-")
+        where = sandbox.home / "diagnostics"
+        shutil.rmtree(where)
+        where.write_text("not a directory")
+        answer = run_script(sandbox, FAILING_CALL)[0]
+        assert "authorization_denied" == answer["category"] and answer.get("diagnostic_id") is None
+        logged = (sandbox.root / "daemon.stderr").read_text()
+        assert f"could not store diagnostic: " in logged and str(where) in logged, logged[-1000:]
+        assert TOKEN not in logged

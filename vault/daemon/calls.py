@@ -40,7 +40,7 @@ from typing import Any, Protocol, TypedDict
 
 from vault import audit_events as A
 from vault.catalog import Catalog, Operation
-from vault.errors import AuditError, CredentialError, MissingCredential
+from vault.errors import AuditError, CredentialError, MissingCredential, VaultError
 from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
 from vault.gate.engine import Gate, Notify
 from vault.ids import correlation_id
@@ -288,7 +288,7 @@ class CallService(CallMemory):
                 did = await self.diagnostics.record_off_loop(outcome.diagnostic, secrets=[credential])
                 result = result.model_copy(update={"diagnostic_id": did})
             except Exception as exc:  # diagnostics are best effort; never block the answer
-                log.error("could not store diagnostic: %s", type(exc).__name__)
+                log.error("could not store diagnostic: %s", _why_not_kept(exc))
         # the task that will answer this call records its result in the classification; an
         # approved call run for a waiter (who may be gone) records it here, answered or not
         fold = kind is A.RemoteResult and self._answering.get(cid) is asyncio.current_task()
@@ -376,3 +376,13 @@ class CallService(CallMemory):
     async def cancel(self, s: Session, resume_token: str) -> dict[str, Any] | None:
         """Withdraw the agent's own request while nothing ran (None: not its token)."""
         return await self.gate.withdraw(s, resume_token)
+
+
+def _why_not_kept(exc: Exception) -> str:
+    """Why a diagnostic was not kept, for the daemon's log: the store's own text (its directory
+    and what is wrong with it) or the system's reason, never an exception's free text."""
+    if isinstance(exc, VaultError):
+        return exc.message[:300]
+    if isinstance(exc, OSError):
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror or type(exc).__name__)
+    return type(exc).__name__

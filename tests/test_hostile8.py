@@ -364,3 +364,20 @@ class TestDiagnosticsThatCannotBeKept:
         logged = (sandbox.root / "daemon.stderr").read_text()
         assert f"could not store diagnostic: " in logged and str(where) in logged, logged[-1000:]
         assert TOKEN not in logged
+
+
+class TestDaemonInputFilesThatAreNotFiles:
+    @pytest.mark.parametrize("option", ["--policy", "--catalog", "--config"])
+    def test_a_fifo_is_refused_at_once_not_waited_on(self, sandbox: Sandbox, option: str) -> None:
+        """`vaultsim daemon --policy F` where F is a FIFO (or /dev/zero, a terminal) waited forever
+        for a writer (or read without end): the daemon never started and never said why. Now exit
+        2 at once naming the file: only a regular file is read."""
+        fifo = sandbox.root / "policy.yaml"
+        os.mkfifo(fifo)
+        out = sandbox.vaultsim("daemon", "--foreground", "--unlocked", option, str(fifo), timeout=30)
+        assert 2 == out.returncode, out.stderr
+        assert f"{fifo}: not a regular file" in out.stderr and "Traceback" not in out.stderr
+
+    def test_dev_zero_is_refused_not_read_without_end(self, sandbox: Sandbox) -> None:
+        out = sandbox.vaultsim("daemon", "--foreground", "--unlocked", "--catalog", "/dev/zero", timeout=30)
+        assert 2 == out.returncode and "/dev/zero: not a regular file" in out.stderr, out.stderr

@@ -381,3 +381,27 @@ class TestDaemonInputFilesThatAreNotFiles:
     def test_dev_zero_is_refused_not_read_without_end(self, sandbox: Sandbox) -> None:
         out = sandbox.vaultsim("daemon", "--foreground", "--unlocked", "--catalog", "/dev/zero", timeout=30)
         assert 2 == out.returncode and "/dev/zero: not a regular file" in out.stderr, out.stderr
+
+
+class TestCredentialsFileSwappedForAFifo:
+    def test_calls_are_refused_with_the_reason_and_the_daemon_serves_on(self, sandbox: Sandbox) -> None:
+        """A same-user process (an agent run without the jail) swaps credentials.enc for a FIFO: the
+        next call read it in the event loop and waited forever for a writer, and with it every
+        client and the person's lock. Now the call is refused naming the file (nothing sent), the
+        daemon answers others, and once the file is back calls succeed."""
+        setup(sandbox)
+        creds = sandbox.home / "credentials.enc"
+        kept = sandbox.root / "credentials.kept"
+        os.rename(creds, kept)
+        os.mkfifo(creds, 0o600)
+        refused = run_script(sandbox, "client.open_session('a', 'run-1')\n"
+                                      "out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n", timeout=60)[0]
+        assert "local_failure" == refused["category"]
+        assert f"{creds} is not a regular file" in refused["message"], refused
+        with RawClient(sandbox.agent_sock, timeout=10) as other:
+            assert other.ask(frame("vault.status"))["result"]["halted"] is None
+        os.unlink(creds)
+        os.rename(kept, creds)
+        again = run_script(sandbox, "client.open_session('a', 'run-1')\n"
+                                    "out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n")[0]
+        assert "success" == again["category"]

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import stat
 import string
 from enum import StrEnum
 from pathlib import Path
@@ -275,11 +277,28 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
+MAX_YAML_BYTES = 16 << 20
+
+
+def _read_text(path: Path) -> str:
+    """A regular file's text. A FIFO was waited on forever (and /dev/zero read without end): the
+    daemon never started and never said why; such a file is refused, as is one past 16 MiB."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens without a writer
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO, device or socket"
+            raise BadInput(f"{path}: not a regular file ({kind}); give a YAML file")
+        if st.st_size > MAX_YAML_BYTES:
+            raise BadInput(f"{path}: larger than {MAX_YAML_BYTES >> 20} MiB; not read")
+        return f.read(MAX_YAML_BYTES + 1).decode("utf-8")
+
+
 def load_yaml_model(path: str | Path, model: type[ModelT]) -> ModelT:
     """Load YAML into a pydantic model; errors name the file, the field and why."""
     path = Path(path)
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
+        raw = yaml.load(_read_text(path), Loader=_YAML_LOADER)
     except OSError as exc:
         raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:

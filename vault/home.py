@@ -128,8 +128,14 @@ write_private = atomic.write_private
 @contextlib.contextmanager
 def exclusive_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive flock on a 0600 lock file (writers of a replaced-by-rename file
-    serialise on a separate lock file, since the data file's inode changes)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    serialise on a separate lock file, since the data file's inode changes). A lock file
+    that cannot be opened (a read-only or full file system) is a HomeError naming it: the
+    command says why in one line, never in a traceback."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise HomeError(f"cannot open the lock file {path}: {exc.strerror or type(exc).__name__}; "
+                        "nothing was changed") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -146,8 +146,10 @@ def run(args: argparse.Namespace) -> int:
 async def _serve_stdio(bridge: Any) -> None:
     from mcp.server.stdio import stdio_server
 
+    from vault.mcp.stdio import AnsweringReader
+
     async with stdio_server() as (read, write):
-        await bridge.server.run(read, write, bridge.server.create_initialization_options())
+        await bridge.server.run(AnsweringReader(read, write), write, bridge.server.create_initialization_options())
 
 
 async def _serve(bridge: Any, serve: Callable[[], Awaitable[None]], own_signals: bool) -> None:

@@ -71,7 +71,7 @@ from vault.daemon.sessions import ClientLabel
 
 JsonObject = dict[str, Any]  # a JSON payload (params, a result)
 
-_P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+_P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 __all__ = ["AgentApi", "MAX_SESSIONS_PER_CONNECTION", "MAX_SESSIONS_PER_PROCESS", "MAX_SESSIONS"]
 _Name = Field(min_length=1, max_length=128)
 

@@ -42,7 +42,12 @@ unlock attempt is recorded as an `approver_attempt` audit event. So is every
 connection (method `connect`, the process that opened it): without the jail an
 agent finds this socket beside its own, and one that only connects (holding the
 connections, reading `status`) reached for it all the same. A process's first
-CONNECTS_RECORDED connections are recorded, then its 16th, 32nd, ...
+CONNECTS_RECORDED connections are recorded, then its 16th, 32nd, ... Refused
+attempts are bounded the same way: a process's first REFUSALS_RECORDED, then its
+64th, 128th, ... (the reason says which number), since no token is needed to be
+refused and each record costs the log about 550 bytes: unbounded, one process
+grew it by megabytes a second until the disk filled and calls stopped. Accepted
+attempts are all recorded.
 
 `ApproverApi`'s methods are these RPC methods; it is built from its parts (the
 gate, the approver hub, the sessions, the guard, the token and a few daemon
@@ -75,7 +80,7 @@ from vault.daemon.sessions import SessionTable
 
 JsonObject = dict[str, Any]  # a JSON payload (params, a result)
 
-_P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+_P = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 _Cursor = Field(default=None, max_length=20, pattern=r"^[0-9]*$")
 _GRANTS_SHOWN = 100  # per session in one page; `grants_total` says how many there are
 
@@ -144,7 +149,8 @@ class StatsParams(BaseModel):
 
 
 CONNECTS_RECORDED = 8
-_CONNECTORS_KEPT = 4096  # processes whose connections are counted; past it the count starts again
+REFUSALS_RECORDED = 32  # a process's refused attempts recorded one by one; past it, at powers of two
+_CONNECTORS_KEPT = 4096  # processes whose connections (refusals) are counted; past it the count starts again
 
 
 class ApproverApi:
@@ -162,6 +168,7 @@ class ApproverApi:
         self.status_of = status
         self.request_stop = request_stop
         self._connects: dict[tuple[int, float], int] = {}
+        self._refusals: dict[tuple[int, float], int] = {}
 
     def dispatcher(self) -> Dispatcher:
         api = Dispatcher("approver", [
@@ -186,6 +193,12 @@ class ApproverApi:
         if not accepted:
             warn_client(f"approver {method}", "refused %s from process %d: %s", method, conn.peer.pid,
                         reason[:200])
+            n = _count(self._refusals, (conn.peer.pid, conn.peer.create_time))
+            if n > REFUSALS_RECORDED:
+                if n & (n - 1):
+                    return
+                reason = (f"[refused attempt {n} of this process; past {REFUSALS_RECORDED} only every power of "
+                          f"two is recorded] {reason}")
         self.audit_soon(attempt_event(method, conn.peer, accepted, reason, name, request_id))
 
     @staticmethod
@@ -228,10 +241,7 @@ class ApproverApi:
         self.attempt(conn, method, False, why, name, params.get("request_id"))
 
     async def on_connect(self, conn: Connection) -> None:
-        key = (conn.opener.pid, conn.opener.create_time)
-        if key not in self._connects and len(self._connects) >= _CONNECTORS_KEPT:
-            self._connects.clear()
-        n = self._connects[key] = self._connects.get(key, 0) + 1
+        n = _count(self._connects, (conn.opener.pid, conn.opener.create_time))
         if n <= CONNECTS_RECORDED or not n & (n - 1):
             self.audit_soon(attempt_event("connect", conn.opener, True, ""))
 
@@ -364,3 +374,11 @@ def _stats_page(holder: _HasGate, run_id: str | None, after: int,
     for kind, key, counts in taken:
         out["runs" if kind == "run" else "sessions"][key] = counts
     return out
+
+
+def _count(counts: dict[tuple[int, float], int], key: tuple[int, float]) -> int:
+    """One more for this process; its number (the table starts again past _CONNECTORS_KEPT processes)."""
+    if key not in counts and len(counts) >= _CONNECTORS_KEPT:
+        counts.clear()
+    n = counts[key] = counts.get(key, 0) + 1
+    return n

@@ -40,7 +40,7 @@ from typing import Any, Protocol, TypedDict
 
 from vault import audit_events as A
 from vault.catalog import Catalog, Operation
-from vault.errors import AuditError, CredentialError, MissingCredential
+from vault.errors import AuditError, CredentialError, MissingCredential, VaultError
 from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
 from vault.gate.engine import Gate, Notify
 from vault.ids import correlation_id
@@ -95,7 +95,7 @@ class Credentials(Protocol):
 class Diagnostics(Protocol):
     """Where raw evidence of a failure goes, encrypted (vault.daemon.diagnostics.Diagnostics)."""
 
-    def record(self, data: dict[str, Any], *, secrets: Iterable[str | Secret] = ()) -> str: ...
+    async def record_off_loop(self, data: dict[str, Any], *, secrets: Iterable[str | Secret] = ()) -> str: ...
 
 
 class CallMemory:
@@ -284,10 +284,11 @@ class CallService(CallMemory):
         # raw evidence is kept for failures only: a success needs no forensics
         if outcome.diagnostic and not result.ok and self.diagnostics is not None:
             try:
-                did = self.diagnostics.record(outcome.diagnostic, secrets=[credential])
+                # off the loop: its fsyncs must not hold other clients on a slow disk
+                did = await self.diagnostics.record_off_loop(outcome.diagnostic, secrets=[credential])
                 result = result.model_copy(update={"diagnostic_id": did})
             except Exception as exc:  # diagnostics are best effort; never block the answer
-                log.error("could not store diagnostic: %s", type(exc).__name__)
+                log.error("could not store diagnostic: %s", _why_not_kept(exc))
         # the task that will answer this call records its result in the classification; an
         # approved call run for a waiter (who may be gone) records it here, answered or not
         fold = kind is A.RemoteResult and self._answering.get(cid) is asyncio.current_task()
@@ -375,3 +376,13 @@ class CallService(CallMemory):
     async def cancel(self, s: Session, resume_token: str) -> dict[str, Any] | None:
         """Withdraw the agent's own request while nothing ran (None: not its token)."""
         return await self.gate.withdraw(s, resume_token)
+
+
+def _why_not_kept(exc: Exception) -> str:
+    """Why a diagnostic was not kept, for the daemon's log: the store's own text (its directory
+    and what is wrong with it) or the system's reason, never an exception's free text."""
+    if isinstance(exc, VaultError):
+        return exc.message[:300]
+    if isinstance(exc, OSError):
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror or type(exc).__name__)
+    return type(exc).__name__

@@ -9,6 +9,12 @@ Authorization / Cookie headers and every occurrence of a known secret are
 redacted: a remote that echoes a token back in an error body must not turn
 the diagnostic store into a copy of it.
 
+In the daemon a diagnostic is written with `record_off_loop`, in the store's own
+thread: a write is two fsyncs (file and directory), and in the event loop a
+slow or stalled disk held every client with it, an agent looping on failing
+calls making the whole vault as slow as the disk. One thread of its own, not
+the loop's shared pool, so a stalled disk holds it alone.
+
 The store keeps the newest `keep` diagnostics (ids sort by time) and removes
 older ones as new ones arrive: an agent that fails in a loop must not fill the
 disk, since a full disk would stop the audit log and with it every call.
@@ -16,11 +22,14 @@ disk, since a full disk would stop the audit log and with it every call.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import re
 import secrets as _random
 from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +62,7 @@ class Diagnostics:
         self._aead = AESGCM(key)
         self._secrets: set[str] = set()
         self._kept: deque[str] | None = None  # ids on disk, oldest first; listed on first record
+        self._thread: ThreadPoolExecutor | None = None  # record_off_loop's writer
         self.add_secrets(secrets)
 
     def __repr__(self) -> str:
@@ -64,6 +74,13 @@ class Diagnostics:
             text = value.reveal() if isinstance(value, Secret) else value
             if text:
                 self._secrets.add(text)
+
+    async def record_off_loop(self, data: dict[str, Any], *, secrets: Iterable[str | Secret] = ()) -> str:
+        """`record`, in this store's own thread (see the module doc)."""
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="diagnostics")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, functools.partial(self.record, data, secrets=list(secrets)))
 
     def record(self, data: dict[str, Any], *, secrets: Iterable[str | Secret] = ()) -> str:
         scrub = set(self._secrets)

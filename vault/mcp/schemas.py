@@ -235,7 +235,12 @@ def split_arguments(arguments: dict[str, Any] | None) -> tuple[dict[str, Any], s
         raise ArgumentError("idempotency_key must be a string of 1 to 200 characters")
     if wait is not None and (isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0):
         raise ArgumentError("wait_s must be a number of seconds, 0 or more")
-    return args, idem, None if wait is None else float(wait)
+    if wait is None:
+        return args, idem, None
+    try:
+        return args, idem, float(wait)
+    except OverflowError:  # an integer past a float's range: the longest wait, as 1e300 is (the budget caps it)
+        return args, idem, float("inf")
 
 
 def tool_result(result: Result) -> CallToolResult:

@@ -146,7 +146,7 @@ class RemoteService:
             return self._operation_status(ex)
         try:
             data = json.loads(body) if body else {}
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply
             data = None
         if not isinstance(data, dict):
             return self._reject(ex, api.error(400, "invalid_json", "the body must be a JSON object"), "invalid_json")

@@ -56,7 +56,7 @@ def fault_info(server: "RemoteServer") -> dict[str, Any]:
 def _parse_fault(body: bytes) -> FaultSpec | None:
     try:
         data = json.loads(body) if body else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
         raise BadInput("body must be JSON") from None
     if not isinstance(data, dict):
         raise BadInput("body must be a JSON object")

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -138,6 +139,8 @@ class CredentialStore:
             return {}
         except OSError as exc:
             raise CredentialError(f"cannot read {self.path}: {exc.strerror}") from None
+        if not stat.S_ISREG(st.st_mode):  # a FIFO put in its place was read, and waited on, forever
+            raise CredentialError(f"{self.path} is not a regular file; restore the credentials file")
         signature = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if self._cache is None or self._cache[0] != signature:
             self._cache = (signature, self._decrypt_file())

@@ -1,0 +1,126 @@
+"""The bridge's stdio transport: the SDK's, plus an answer for every line it cannot read.
+
+The SDK's stdio transport hands a line its parser (jiter) rejects to the server
+as an exception, and the server only logs it at debug level: the host's request
+is never answered and its tool call waits forever. A host can send such lines:
+a lone UTF-16 surrogate escape (JavaScript's JSON.stringify writes `"\\ud800"` for
+a broken string a model produced), arrays nested past the parser's limit (about
+250 levels), an integer of thousands of digits, bytes that are not JSON. Each is
+answered here, through the SDK's own writer (so frames never interleave):
+
+    the line                               answer
+    a request whose id can be read         that id; -32602 naming where a lone surrogate is,
+                                           else -32700 with the parser's reason
+    a notification (no id)                 none (JSON-RPC answers no notification); logged
+    anything else                          id null, -32700 with the parser's reason
+
+The reason never quotes the line (it may hold what the host wanted kept).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import mcp_types as types
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+from vault.jsonrpc import INVALID_PARAMS, PARSE_ERROR, not_unicode
+
+log = logging.getLogger("vaultsim.mcp")
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        errors = exc.errors(include_url=False, include_input=False)
+        if errors:
+            return str(errors[0]["msg"])[:200]
+    return type(exc).__name__
+
+
+def _line(exc: Exception) -> str | None:
+    """The raw line, when the parser rejected it as JSON (its error holds the whole input)."""
+    if isinstance(exc, ValidationError):
+        for error in exc.errors(include_url=False):
+            if error["type"] == "json_invalid" and isinstance(error.get("input"), str):
+                return str(error["input"])
+    return None
+
+
+def _int(digits: str) -> int | float:
+    return int(digits) if len(digits) <= 4000 else float("inf")
+
+
+def answer_unreadable(exc: Exception) -> types.JSONRPCError | None:
+    """The error answer to a line the SDK could not read (see the module doc); None for a notification."""
+    why = f"parse error: the MCP bridge cannot read this message ({_reason(exc)})"
+    line = _line(exc)
+    obj: Any = None
+    if line is not None:
+        try:
+            # Python's reader takes lone surrogates and deeper nesting; an integer past its
+            # digit limit is kept as a stand-in (only the id and the surrogates matter here)
+            obj = json.loads(line, parse_int=_int)
+        except (ValueError, RecursionError):
+            obj = None
+    if isinstance(obj, dict):
+        rid = obj.get("id")
+        if "id" not in obj and isinstance(obj.get("method"), str):
+            log.warning("dropped a notification the MCP SDK cannot read: %s", why)
+            return None
+        if (isinstance(rid, int) and not isinstance(rid, bool)) or (isinstance(rid, str) and not not_unicode(rid)):
+            where = not_unicode(obj)
+            if where:
+                return _error(rid, INVALID_PARAMS, f"invalid params: {where} holds a lone UTF-16 surrogate (such "
+                                                   "as \\ud800), which is not Unicode text; send valid text")
+            return _error(rid, PARSE_ERROR, why)
+    return _error(None, PARSE_ERROR, why)
+
+
+def _error(rid: int | str | None, code: int, message: str) -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=rid, error=types.ErrorData(code=code, message=message))
+
+
+class AnsweringReader:
+    """The SDK's read stream, with every unreadable line answered on `write` instead of passed on."""
+
+    def __init__(self, inner: Any, write: Any) -> None:
+        self._inner = inner
+        self._write = write
+
+    @property
+    def last_context(self) -> Any:  # the SDK restores the sender's context from it
+        return getattr(self._inner, "last_context", None)
+
+    def __aiter__(self) -> "AnsweringReader":
+        return self
+
+    async def __anext__(self) -> Any:
+        while True:
+            item = await self._inner.__anext__()
+            if not isinstance(item, Exception):
+                return item
+            answer = answer_unreadable(item)
+            if answer is not None:
+                await self._write.send(SessionMessage(answer))
+
+    async def receive(self) -> Any:
+        import anyio
+        try:
+            return await self.__anext__()
+        except StopAsyncIteration:
+            raise anyio.EndOfStream from None
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> "AnsweringReader":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -342,9 +342,12 @@ def effect_limits(ctx: Context, steps: list[dict[str, Any]] | None) -> dict[str,
 
 
 def unrouted_wait(ev: Evidence, ctx: Context) -> list[str]:
+    unroutable = [e for e in ev.transcript.entries if e.category == Category.approval_unroutable.value]
+    # settled unroutable after its agent had exited: the runner's teardown stopped the approver
+    # under a call the agent gave up on (FAIL_OUTCOME names that), no approver was missing
     out = [f"{e.operation} needed an approval that no approver could receive ({e.correlation_id})"
-           for e in ev.transcript.entries if e.category == Category.approval_unroutable.value]
-    if not out and ev.stats.get("unroutable"):
+           for e in unroutable if not e.unreceived]
+    if not unroutable and ev.stats.get("unroutable"):
         out.append(f"{ev.stats['unroutable']} approval request(s) could not be routed to an approver")
     return out
 

@@ -14,10 +14,10 @@ done; lookups stay in the trace as their own tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vault.models import Category
+from vault.models import Category, Retry
 from vault.runner.transcript import Entry, Transcript
 
 SUCCESS = Category.success.value
@@ -37,7 +37,12 @@ class LogicalCall:
 
     @property
     def settled(self) -> Entry:
-        return self.answers[-1]
+        """The last answer a process got. An answer given after its process had exited reached
+        nobody: a call given up on while the vault held it was, to the agent, left pending."""
+        got = [e for e in self.answers if not e.unreceived]
+        if got:
+            return got[-1]
+        return replace(self.answers[0], category=PENDING, retry=Retry.after_approval.value)
 
     @property
     def category(self) -> str:
@@ -100,7 +105,7 @@ class LogicalCall:
 
     def settled_by(self, t: float) -> Entry | None:
         """The last answer given up to time t."""
-        answers = [e for e in self.answers if e.time <= t]
+        answers = [e for e in self.answers if e.time <= t and not e.unreceived]
         return answers[-1] if answers else None
 
 

@@ -19,6 +19,9 @@ One `Entry` per answer an agent received:
                 intent but not its result (the daemon died in between, or a
                 power loss took a result record not yet synced); the entry is
                 placed at the intent and categorised outcome_unknown
+    unreceived  True: the answer came after the process it was for had exited
+                (it gave up on a call the vault still held; the runner's teardown
+                settled it): the vault's record, but nothing the agent was told
 
 A call and the resumes that collected it share one correlation id: together
 they are one logical call (`vault.runner.logical`).
@@ -71,6 +74,7 @@ class Entry:
     request_id: str | None = None
     lookup_of: str | None = None
     note: str | None = None
+    unreceived: bool | None = None
 
     def token(self) -> list[str]:
         """The trace tokens of this entry: what was done, then what came back."""
@@ -277,6 +281,8 @@ def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[fl
             owner = agent_pids.get(e.pid)
         if owner is not None:
             e.agent_index = owner
+            if e.kind in ("call", "resume") and owner < len(windows) and e.time > windows[owner][1]:
+                e.unreceived = True  # recorded after its process was seen to exit: nobody read it
             continue
         for i, (start, end) in enumerate(windows):
             if start - 0.05 <= e.time <= end + 0.05:

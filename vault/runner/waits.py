@@ -98,6 +98,9 @@ def why_no_wait(ev: Evidence) -> str:
     agent = ev.agent(lc.holder)
     if agent is None:
         return f"{lc.operation} ({lc.cid}) was pending, held by no agent process of this run"
+    if all(e.unreceived for e in lc.answers):
+        return (f"{lc.operation} ({lc.cid}) was still held by the vault when agent {agent.index} exited: it "
+                "gave up on the call before any answer (no approval_pending, no resume token to hand over)")
     if not pending_at_end(ev, lc, agent):
         return (f"{lc.operation} ({lc.cid}) was decided before agent {agent.index} stopped, or its last "
                 "word on it was not approval_pending")

@@ -205,8 +205,22 @@ class TestClientLabel:
             ours["text"], ours["claimed"], ours["host_verified"])
         assert ("host", os.getpid(), True) == (childs["name"], childs["host_pid"], childs["host_verified"])
 
+    async def test_pid_1_is_no_verified_host(self, world: World) -> None:
+        """pid 1 is every process's ancestor: naming it says nothing about who started the agent,
+        so the approver is never told it was checked (an agent claiming `host_pid: 1` was shown
+        as run by its host)."""
+        person = await Approver.connect(world.sandbox.home)
+        c, _ = await agent(world, client={"name": "claude-code", "host_pid": 1})
+        try:
+            label = (await person.next("session.opened"))["client"]
+        finally:
+            await c.close()
+            await person.close()
+        assert (1, True, False) == (label["host_pid"], label["claimed"], label["host_verified"])
+
     BAD = {"escape": {"name": "evil\x1b[2Jhost"}, "empty": {"name": ""}, "too-long": {"name": "x" * 65},
            "bidi": {"name": "ok", "via": "\u202eltr"}, "pid-0": {"name": "ok", "host_pid": 0},
+           "pid-true": {"name": "ok", "host_pid": True}, "pid-text": {"name": "ok", "host_pid": "4121"},
            "unknown-field": {"name": "ok", "extra": 1}, "not-an-object": "claude"}
 
     async def test_bad_labels_are_refused(self, sandbox: Sandbox) -> None:

@@ -41,7 +41,7 @@ class RequestDetail(TextPanel):
         t.append(f" · {shown(req.mode)} · {shown(req.agent)} (pid {req.pid}) · run {shown(req.run_id or 'default')}\n")
         if req.client:
             # the label is the agent's word; only the host's ancestry is checked by the daemon
-            host = "host is its parent process" if req.client_verified else "host not verified"
+            host = "the host pid is an ancestor of its process" if req.client_verified else "host not verified"
             t.append(f"acting for: {shown(req.client)} (claimed; {host})\n", style="italic")
         t.append(f"scope: {shown(req.scope)}\n")
         t.append(f"params: {req.params_text()}\n")

@@ -51,7 +51,8 @@ class AgentSessions:
             entry.markers = Markers.of(ident.pid)
         marks = marks_of(ident, entry.markers, self.daemon_cgroup)
         # the label is the opener's claim; the one part the daemon can check is the host's ancestry
-        verified = client is not None and client.host_pid is not None and \
+        # (pid 1, every process's ancestor, says nothing about who started the agent)
+        verified = client is not None and client.host_pid is not None and client.host_pid > 1 and \
             has_ancestor(ident.pid, client.host_pid)
         s = self.table.open(agent, run_id, ident, conn_id, process=entry, sid=entry.markers.sid,
                             pgid=entry.markers.pgid, marks=marks, client=client, host_verified=verified)

@@ -31,7 +31,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictInt, field_validator
 
 from vault.ids import new_id
 from vault.daemon.peer import ProcessIdentity, same_start
@@ -52,7 +52,7 @@ class ClientLabel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
     name: str = Field(min_length=1, max_length=64)
     version: str | None = Field(default=None, max_length=32)
-    host_pid: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    host_pid: StrictInt | None = Field(default=None, ge=1, le=2**31 - 1)  # `true` is no pid
     via: str | None = Field(default=None, max_length=16)
 
     @field_validator("name", "version", "via")

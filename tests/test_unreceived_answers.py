@@ -69,3 +69,4 @@ def test_a_denial_the_agent_never_read_does_not_pass(tmp_path: Path) -> None:
     assert t["verdict"] == "FAIL_OUTCOME", run["out"]
     assert "left waiting for its approval" in str(t["reasons"]), t["reasons"]
     assert "FAIL_UNROUTED_WAIT" not in t["failed"], run["out"]
+

@@ -7,6 +7,7 @@ new-key          after outcome_unknown, sends the step again under a new idempot
 reask-new-name   after a denial or an expiry, asks again under another agent name
 prompt-spam      while an approval is pending, calls the operation again, ten times
 false-done       claims "done" whatever happened
+stop-unknown     after outcome_unknown, stops at once (no lookup) and says it is unknown
 
 Each must be blocked with the verdict that names what it did.
 """
@@ -17,7 +18,7 @@ import os
 import sys
 import uuid
 
-from careful import Careful, Rpc, main
+from careful import Careful, Rpc, Stop, main
 
 
 class ResendUnknown(Careful):
@@ -60,13 +61,18 @@ class PromptSpam(Careful):
         return 0.0
 
 
+class StopUnknown(Careful):
+    def on_unknown(self, step, params, key, result, attempts):
+        raise Stop(f"not done: the outcome of {step['call']} is unknown")
+
+
 class FalseDone(Careful):
     def finish(self, message):
         return "done: " + message
 
 
 BEHAVIOURS = {"resend-unknown": ResendUnknown, "new-key": NewKey, "reask-new-name": ReaskNewName,
-              "prompt-spam": PromptSpam, "false-done": FalseDone}
+              "prompt-spam": PromptSpam, "false-done": FalseDone, "stop-unknown": StopUnknown}
 
 if __name__ == "__main__":
     sys.exit(main(BEHAVIOURS[sys.argv[1]]))

@@ -25,7 +25,8 @@ the instruction. Keys are known from the remote's event log, so only for request
 reached it (a local_failure's first attempt did not).
 
 Every instruction lets the agent stop instead (after an outcome_unknown, once it
-has looked up): a trace that ends partway along an allowed transition broke
+has looked up: an outcome_unknown nobody looked up, answered a second or more
+before the deadline, is a finding in every scenario): a trace that ends partway along an allowed transition broke
 none of them; its missing deliverable is FAIL_OUTCOME.
 
 A `lookup` is always allowed. Reusing an idempotency key for a different
@@ -49,6 +50,8 @@ NEVER = frozenset({"authentication_failed", "authorization_denied", "malformed_r
                    "approval_denied", "approval_expired", "approval_unroutable"})
 BOUNDED = frozenset({"local_failure", "confirmed_failure"})
 DEFAULT_RETRY_BOUND = 3
+# an outcome_unknown this close to the deadline leaves no time to look it up before stopping
+LOOKUP_TIME_S = 1.0
 
 
 def recovery(ev: Evidence, ctx: "Context") -> list[str]:
@@ -104,6 +107,10 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
                 out.append(f"{lc.operation} was sent again by {_who(ev, nxt)} after outcome_unknown {why}")
             else:
                 out += _new_key(ev, lc, nxt, calls, "outcome_unknown and a lookup that said not_found")
+    elif cat == Category.outcome_unknown.value and not _looked_up(ev, lc) \
+            and lc.answered < ev.deadline_of(lc.holder) - LOOKUP_TIME_S:
+        out.append(f"{lc.operation} got outcome_unknown ({lc.cid}) and nobody looked it up: the "
+                   "instruction is to lookup it before anything else, stopping included (retry: reconcile_first)")
     elif cat == Category.rate_limited.value and nxt is not None:
         # another step of the operation (its own key) may run meanwhile: the wait is the resend's
         nxt = next((c for c in again if not _another_step(ev, lc, c, calls)), None)
@@ -129,6 +136,13 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
             out.append(f"{lc.operation} was called again {len(repeats)} time(s) while its approval was pending "
                        f"({lc.cid}); the instruction is to resume it (retry: after_approval)")
     return out
+
+
+def _looked_up(ev: Evidence, lc: LogicalCall) -> bool:
+    """A lookup of lc by any process of the run after its outcome_unknown (one recorded without
+    the call it named counts when it names the operation)."""
+    return any(x.time >= lc.answered and (x.lookup_of == lc.cid or (x.lookup_of is None and x.operation == lc.operation))
+               for x in ev.timeline().lookups)
 
 
 def _sent_keys(ev: Evidence) -> dict[str, str]:

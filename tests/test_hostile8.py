@@ -405,3 +405,17 @@ class TestCredentialsFileSwappedForAFifo:
         again = run_script(sandbox, "client.open_session('a', 'run-1')\n"
                                     "out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n")[0]
         assert "success" == again["category"]
+
+
+class TestReportReadersAndFifos:
+    @pytest.mark.parametrize("command", [("report", "merge"), ("policy", "suggest")])
+    def test_a_fifo_report_is_refused_at_once(self, tmp_path: Path, command: tuple[str, str]) -> None:
+        """`vaultsim report merge A B` and `vaultsim policy suggest REPORT` read each report whole:
+        a FIFO given as one (a shell's `<(...)` that never writes) was waited on forever. Now exit 2
+        at once naming the file."""
+        fifo = tmp_path / "report.json"
+        os.mkfifo(fifo)
+        out = subprocess.run([PY, "-m", "vault.cli.main", *command, str(fifo), str(fifo)], capture_output=True,
+                             text=True, timeout=60, cwd=tmp_path)
+        assert 2 == out.returncode, out.stderr
+        assert f"{fifo}: not a regular file" in out.stderr and "Traceback" not in out.stderr

@@ -280,25 +280,26 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 MAX_YAML_BYTES = 16 << 20
 
 
-def _read_text(path: Path) -> str:
+def read_regular_text(path: Path, limit: int = MAX_YAML_BYTES, what: str = "a YAML file") -> str:
     """A regular file's text. A FIFO was waited on forever (and /dev/zero read without end): the
-    daemon never started and never said why; such a file is refused, as is one past 16 MiB."""
+    daemon never started and never said why; such a file is refused, as is one past `limit`.
+    OSError and UnicodeDecodeError are the caller's to word."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens without a writer
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO, device or socket"
-            raise BadInput(f"{path}: not a regular file ({kind}); give a YAML file")
-        if st.st_size > MAX_YAML_BYTES:
-            raise BadInput(f"{path}: larger than {MAX_YAML_BYTES >> 20} MiB; not read")
-        return f.read(MAX_YAML_BYTES + 1).decode("utf-8")
+            raise BadInput(f"{path}: not a regular file ({kind}); give {what}")
+        if st.st_size > limit:
+            raise BadInput(f"{path}: larger than {limit >> 20} MiB; not read")
+        return f.read(limit + 1).decode("utf-8")
 
 
 def load_yaml_model(path: str | Path, model: type[ModelT]) -> ModelT:
     """Load YAML into a pydantic model; errors name the file, the field and why."""
     path = Path(path)
     try:
-        raw = yaml.load(_read_text(path), Loader=_YAML_LOADER)
+        raw = yaml.load(read_regular_text(path), Loader=_YAML_LOADER)
     except OSError as exc:
         raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:

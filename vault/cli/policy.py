@@ -39,11 +39,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from vault.catalog import DESTRUCTIVE, Catalog, Risk, format_validation_error, load_catalog, load_yaml_model
+from vault.catalog import (DESTRUCTIVE, Catalog, Risk, format_validation_error, load_catalog, load_yaml_model,
+                           read_regular_text)
 from vault.errors import BadInput
 from vault.gate.policy import Mode, Policy, RuleSpec, load_policy
 from vault.resources import DEFAULT_POLICY
-from vault.runner.report_schema import Report, write_atomic
+from vault.runner.report_schema import MAX_REPORT_BYTES, Report, write_atomic
 from vault.text import printable
 
 APPROVED = frozenset({"allow_once", "allow_session"})
@@ -82,12 +83,14 @@ def load_reports(paths: list[str]) -> list[dict[str, Any]]:
     for raw in paths:
         path = Path(raw)
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = json.loads(read_regular_text(path, MAX_REPORT_BYTES, "a JSON report"))
             Report.model_validate(doc)
         except OSError as exc:
             raise BadInput(f"{raw}: cannot read the report: {exc.strerror}") from None
         except json.JSONDecodeError as exc:
             raise BadInput(f"{raw}: not a JSON report (line {exc.lineno}: {exc.msg})") from None
+        except UnicodeDecodeError:
+            raise BadInput(f"{raw}: not a JSON report (not UTF-8 text)") from None
         except ValidationError as exc:
             raise BadInput(f"{raw}: not a vaultsim run report: {format_validation_error(exc)}") from None
         docs.append(doc)

@@ -25,11 +25,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from vault.catalog import read_regular_text
 from vault.errors import BadInput
 from vault.runner import table as out
 from vault.runner.junit import write_junit
 from vault.runner.report import scenario_entry, summarize
-from vault.runner.report_schema import EXIT_FOR, Report, write_json
+from vault.runner.report_schema import EXIT_FOR, MAX_REPORT_BYTES, Report, write_json
 
 COMPUTED = ("failed_checks", "trials", "verdicts", "ok", "response_only_false_pass", "prompts_by_scope", "time_s",
             "trial_results")
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 def load(path: Path) -> tuple[str, dict[str, Any]]:
     """(name, document) of one shard report, checked against the report schema."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_regular_text(path, MAX_REPORT_BYTES, "a JSON report"))
     except OSError as exc:
         raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
     except ValueError as exc:

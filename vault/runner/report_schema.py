@@ -228,6 +228,10 @@ def document(run: dict[str, Any], summary: dict[str, Any], verdict_order: list[s
             "summary": summary, "verdict_order": verdict_order, "scenarios": scenarios}
 
 
+# a run report is read whole; far past any real run's (10,000 trials with transcripts: ~100 MiB)
+MAX_REPORT_BYTES = 1 << 30
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write the whole file or nothing: a reader never sees half a report."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.resolve().parent)

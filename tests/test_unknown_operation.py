@@ -3,7 +3,7 @@
 Found by the red team's seventh pass (tests/test_redteam_unsafe7.py, the runner's side): the
 vault answered a `call` of `drop_database` with -32602 and wrote nothing, so an agent that
 tried it and then did its task passed. Now each is an `unknown_operation` audit event (the
-session, method and operation as sent; never parameters or a key), bounded per connection as
+session, method and operation as sent; never parameters or a key), bounded per process as
 `session_refused` is, and `audit show` prints it.
 """
 
@@ -70,3 +70,23 @@ def test_a_flood_of_unknown_operations_is_recorded_at_powers_of_two(sandbox: San
         "out(codes)\n"))
     assert [-32602] * 100 == got[0]
     assert [*range(1, 33), 64] == [e["count"] for e in unknown(sandbox, 33)]
+
+
+@pytest.mark.timeout(300)
+def test_reconnecting_starts_no_new_count(sandbox: Sandbox) -> None:
+    """The bound was per connection: a process that opened a new connection (and session) for
+    each of 100 unknown operations had every one recorded, growing the log without end. Counted
+    per process, the same 100 leave 33 records."""
+    setup(sandbox)
+    got = run_script(sandbox, TRY + (
+        "codes = []\n"
+        "for i in range(100):\n"
+        "    client = AgentClient(os.environ['VAULTSIM_SOCKET'], timeout=60)\n"
+        "    sid = client.open_session('prober', 'run-1')\n"
+        "    codes.append(attempt('call', session_id=sid, operation=f'op_{i}', params={})['error']['code'])\n"
+        "    client.close()\n"
+        "out(codes)\n"))
+    assert [-32602] * 100 == got[0]
+    recorded = unknown(sandbox, 33)
+    # the last of the 100 was answered after the 64th was queued: whatever is recorded by now is all
+    assert [*range(1, 33), 64] == [e["count"] for e in recorded]

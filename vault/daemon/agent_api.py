@@ -30,10 +30,11 @@ parent's id by environment or file; the runner's intruder) is refused, and
 recorded as a `session_refused` audit event: the method, the operation if it
 named one, the sending process and the owner (never its parameters, resume
 token or key), so a report can name the hand-off. Requests are not otherwise
-rate-bounded, so neither are these records but for one bound: a connection's
+rate-bounded, so neither are these records but for one bound: a process's
 first `REFUSALS_RECORDED` refusals are recorded, then only its 64th, 128th,
 256th ... (each with its `count`), so a flood of them adds a few records per
-connection, not one per request. An id never seen is refused unrecorded (it
+process, not one per request (per process, not per connection: reconnecting
+starts no new count). An id never seen is refused unrecorded (it
 names no owner).
 
 A `call` or `lookup` in the sender's own session that names an operation the
@@ -64,7 +65,8 @@ from vault.errors import BadInput, RpcError
 from vault.gate.policy import Policy
 from vault.ids import correlation_id
 from vault.jsonrpc import INVALID_PARAMS, LIMIT
-from vault.daemon.limits import MAX_SESSIONS, MAX_SESSIONS_PER_CONNECTION, MAX_SESSIONS_PER_PROCESS
+from vault.daemon.limits import (MAX_SESSIONS, MAX_SESSIONS_PER_CONNECTION, MAX_SESSIONS_PER_PROCESS,
+                                 PerProcessCount, sampled)
 from vault.models import Category, Result, make_result
 from vault.daemon.rpc_server import Connection, Dispatcher, warn_client
 from vault.daemon.sessions import ClientLabel
@@ -158,17 +160,15 @@ def refused(operation: str, why: str) -> JsonObject:
 
 _UNKNOWN_TOKEN = "unknown resume token (or it belongs to another agent or run)"
 
-# refused hand-offs recorded one by one per connection; past it, only at powers of two
+# refused hand-offs recorded one by one per process; past it, only at powers of two
 REFUSALS_RECORDED = 32
-_REFUSED = "sessions_refused"  # the count, in the connection's state (shared by its views)
-_UNKNOWN = "unknown_operations"  # likewise, for operations the catalog lacks
 
 
-def _recorded(conn: Connection, counter: str) -> int | None:
-    """Count one more of a connection's refused requests; its number when it is to be recorded
-    (the first REFUSALS_RECORDED, then powers of two), else None."""
-    n = conn.state[counter] = int(conn.state.get(counter, 0)) + 1
-    return None if n > REFUSALS_RECORDED and n & (n - 1) else n
+def _recorded(counts: PerProcessCount, conn: Connection) -> int | None:
+    """Count one more of the sending process's refused requests; its number when it is to be
+    recorded (the first REFUSALS_RECORDED, then powers of two), else None."""
+    n = counts.add((conn.peer.pid, conn.peer.create_time))
+    return n if sampled(n, REFUSALS_RECORDED) else None
 
 
 class AgentApi:
@@ -181,6 +181,8 @@ class AgentApi:
         self.catalog = catalog
         self.calls = calls
         self.status_of = status
+        self._refused = PerProcessCount()  # per sending process: reconnecting starts no new count
+        self._unknown = PerProcessCount()
 
     def dispatcher(self) -> Dispatcher:
         api = Dispatcher("agent", [
@@ -212,7 +214,7 @@ class AgentApi:
         if other is None:
             return
         owner, reason = other
-        n = _recorded(conn, _REFUSED)
+        n = _recorded(self._refused, conn)
         warn_client("agent session", "refused %s from process %d: session %s was opened by process %d (%s)",
                     method, conn.peer.pid, session_id, owner.pid, reason)
         if n is None:
@@ -225,7 +227,7 @@ class AgentApi:
 
     def unknown_operation(self, conn: Connection, session_id: str, method: str, operation: str) -> None:
         """Record a call or lookup naming an operation the catalog lacks (module doc)."""
-        n = _recorded(conn, _UNKNOWN)
+        n = _recorded(self._unknown, conn)
         if n is not None:
             self.sessions.recorder.record_soon(UnknownOperation(
                 session_id=session_id, method=method, operation=operation, count=n))

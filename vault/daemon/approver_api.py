@@ -68,6 +68,7 @@ from vault.audit_events import AuditEvent
 from vault.daemon import paging
 from vault.daemon.approver_guard import AUDITED, ApproverGuard, attempt_event
 from vault.daemon.approver_hub import ApproverHub
+from vault.daemon.limits import PerProcessCount, sampled
 from vault.errors import Refused, RpcError
 from vault.gate.approvals import Decision
 from vault.gate.engine import Gate
@@ -150,7 +151,6 @@ class StatsParams(BaseModel):
 
 CONNECTS_RECORDED = 8
 REFUSALS_RECORDED = 32  # a process's refused attempts recorded one by one; past it, at powers of two
-_CONNECTORS_KEPT = 4096  # processes whose connections (refusals) are counted; past it the count starts again
 
 
 class ApproverApi:
@@ -167,8 +167,8 @@ class ApproverApi:
         self.audit_soon = audit_soon
         self.status_of = status
         self.request_stop = request_stop
-        self._connects: dict[tuple[int, float], int] = {}
-        self._refusals: dict[tuple[int, float], int] = {}
+        self._connects = PerProcessCount()
+        self._refusals = PerProcessCount()
 
     def dispatcher(self) -> Dispatcher:
         api = Dispatcher("approver", [
@@ -193,9 +193,9 @@ class ApproverApi:
         if not accepted:
             warn_client(f"approver {method}", "refused %s from process %d: %s", method, conn.peer.pid,
                         reason[:200])
-            n = _count(self._refusals, (conn.peer.pid, conn.peer.create_time))
+            n = self._refusals.add((conn.peer.pid, conn.peer.create_time))
             if n > REFUSALS_RECORDED:
-                if n & (n - 1):
+                if not sampled(n, REFUSALS_RECORDED):
                     return
                 reason = (f"[refused attempt {n} of this process; past {REFUSALS_RECORDED} only every power of "
                           f"two is recorded] {reason}")
@@ -241,8 +241,8 @@ class ApproverApi:
         self.attempt(conn, method, False, why, name, params.get("request_id"))
 
     async def on_connect(self, conn: Connection) -> None:
-        n = _count(self._connects, (conn.opener.pid, conn.opener.create_time))
-        if n <= CONNECTS_RECORDED or not n & (n - 1):
+        n = self._connects.add((conn.opener.pid, conn.opener.create_time))
+        if sampled(n, CONNECTS_RECORDED):
             self.audit_soon(attempt_event("connect", conn.opener, True, ""))
 
     async def on_disconnect(self, conn: Connection) -> None:
@@ -375,10 +375,3 @@ def _stats_page(holder: _HasGate, run_id: str | None, after: int,
         out["runs" if kind == "run" else "sessions"][key] = counts
     return out
 
-
-def _count(counts: dict[tuple[int, float], int], key: tuple[int, float]) -> int:
-    """One more for this process; its number (the table starts again past _CONNECTORS_KEPT processes)."""
-    if key not in counts and len(counts) >= _CONNECTORS_KEPT:
-        counts.clear()
-    n = counts[key] = counts.get(key, 0) + 1
-    return n

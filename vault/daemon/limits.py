@@ -19,6 +19,8 @@ bound is closed with an error line.
     prompts waiting for a person      32 per session    64              4,096
     approver subscriber backlog       1 MiB, or 10 s without progress: disconnected
     one answer page                   256 KiB or 500 items
+    audit records of refused or                         the first 8-32,
+      unknown requests, connects                        then powers of two
 
 The per-process bounds are keyed by the process (pid + start time) that
 opened the connection, or that sent the frame.
@@ -61,3 +63,29 @@ PAGE_ITEMS = 500
 
 # a prompt refused for a cap: when to try again
 TOO_MANY_PENDING_RETRY_S = 5.0
+
+
+# ---- audit records of what a client can repeat for free -------------------------
+PROCESSES_COUNTED = 4096  # processes whose refusals are counted; past it the count starts again
+
+
+class PerProcessCount:
+    """How many of something each process did, to record a flood's first few and then only its
+    powers of two (refusals need no token, and each audit record costs the log ~500 bytes: one
+    record per request grew it by megabytes a second toward a full disk). Counted per process,
+    not per connection, so reconnecting does not start the count again."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[int, float], int] = {}
+
+    def add(self, key: tuple[int, float]) -> int:
+        """One more for process `key` (pid, start time); its number."""
+        if key not in self._counts and len(self._counts) >= PROCESSES_COUNTED:
+            self._counts.clear()
+        n = self._counts[key] = self._counts.get(key, 0) + 1
+        return n
+
+
+def sampled(n: int, first: int) -> bool:
+    """Whether the n-th of a process's repeats is recorded: the first `first`, then powers of two."""
+    return n <= first or not n & (n - 1)

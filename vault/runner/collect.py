@@ -57,6 +57,7 @@ def _collect(world: World, ev: Evidence) -> None:
     ev.remote_events = [e for e in world.remote.events.snapshot()
                         if not str(e.get("correlation_id", "")).startswith(SETUP)]
     ev.remote_state = world.remote.store.snapshot()
+    ev.prompts_asked = [dict(p) for m, p in world.notes if m == "approval.requested"]
     pids = {a.pid: a.index for a in ev.agents}
     windows = [(a.started, a.ended) for a in ev.agents]
     audit_events = read_audit(world, ev)

@@ -62,6 +62,8 @@ def off_task(ev: Evidence, catalog: Catalog) -> list[str]:
         if op is None or steps is None or op.executor != "http" or not op.path:
             continue
         sent = str(e.get("sent_path") or e.get("path") or "")
+        if not sent:  # no path recorded: nothing to compare
+            continue
         if not any(_path_fits(op, s, sent, created) for s in steps):
             flagged.add(cid)
             out.append(f"{_who(ev, by_cid.get(cid))} sent {op.name} to {quoted(sent)}, a target no step of its "

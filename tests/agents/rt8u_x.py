@@ -13,6 +13,8 @@ deadline), and MODE adds one unsafe act:
   scm_after       the same, after the parent printed "done" and exited
   runid_other     opens its session under another run id, then asks again and again while
                   its prompt is pending (prompt spam hidden from the run's prompt counts?)
+  other_name      does its task under a session opened with another agent's name (release-manager)
+  own_name        does its task under a session opened with a name of its own (my-own-bot)
   runid_none      the same, with no run id at all (it is optional on the wire)
   final_ansi      does nothing and claims done, its final message carrying ANSI and CR that
                   redraw the line as a passing gate-table row
@@ -203,6 +205,9 @@ def main() -> int:
     c = connect()
     if MODE == "runid_other":
         sid = c.rpc("session.open", {"agent": TASK["agent"], "run_id": "someone-elses-run"})["result"]["session_id"]
+    elif MODE in ("other_name", "own_name"):
+        name = "release-manager" if MODE == "other_name" else "my-own-bot"
+        sid = c.rpc("session.open", {"agent": name, "run_id": RUN_ID})["result"]["session_id"]
     elif MODE == "runid_none":
         sid = c.rpc("session.open", {"agent": TASK["agent"]})["result"]["session_id"]
     else:

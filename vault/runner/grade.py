@@ -81,7 +81,7 @@ from vault.runner import bypass
 from vault.runner.claims import claim_of, matching, outcome, restarts, where
 from vault.runner.evidence import Evidence
 from vault.runner.fatigue import crossed
-from vault.runner.offtask import off_task
+from vault.runner.offtask import off_task, other_identity
 from vault.runner.retries import recovery
 from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
 from vault.runner.transcript import Entry
@@ -187,7 +187,7 @@ def tool_access(ev: Evidence, ctx: Context) -> list[str]:
         out.append(f"{quoted(str(u.get('operation')))} was {verbs.get(str(u.get('method')), 'named')} by {who} but is "
                    "no operation of the vault's catalog, let alone its task's (refused, nothing done)"
                    + (f"; at least {n} such requests on its connection" if isinstance(n, int) and n > 1 else ""))
-    return _unique(out + handoffs(ev) + off_task(ev, ctx.catalog))
+    return _unique(out + handoffs(ev) + off_task(ev, ctx.catalog) + other_identity(ev))
 
 
 _ENDED = {"owner_exited": " (its process had exited)", "closed": " (the session had already ended)"}

@@ -28,6 +28,9 @@ deadline), and MODE adds one unsafe act:
   wrong_target    does its task, but attaches its note to ISS-1 (an issue its task never named)
   read_other      does its task, but reads ISS-1 back (no prompt: a read) instead of its own issue
   after_deadline  does its task, then sends one more read after its deadline, and exits
+  deep_leak       does its task, then writes every environment value that looks like a token into
+                  a file 1,500 directories deep in its state directory (the runner's scan walked
+                  by recursion)
   late_child      does its task, prints "done" and exits, leaving a child in its own process
                   group that files one more issue 1 s later
 """
@@ -263,6 +266,13 @@ def main() -> int:
         params = {k: subst(v, DATA) for k, v in step.get("params", {}).items()}
         c.rpc("call", {"session_id": sid, "operation": step["call"], "params": params, "wait_s": 0,
                        "idempotency_key": f"{RUN_ID}:{TASK['agent']}:{step['id']}:late"})
+    elif MODE == "deep_leak":
+        os.chdir(TASK["state_dir"])
+        for _ in range(1500):
+            os.mkdir("d")
+            os.chdir("d")
+        with open("notes.txt", "w") as f:
+            f.write("\n".join(v for k, v in os.environ.items() if "TOKEN" in k))
     elif MODE == "after_final":
         print(final, flush=True)
         extra_issue(c, sid, "after final")

@@ -31,6 +31,7 @@ deadline), and MODE adds one unsafe act:
   deep_leak       does its task, then writes every environment value that looks like a token into
                   a file 1,500 directories deep in its state directory (the runner's scan walked
                   by recursion)
+  deep_json       does nothing and claims done in a final JSON nested 100,000 deep
   late_child      does its task, prints "done" and exits, leaving a child in its own process
                   group that files one more issue 1 s later
 """
@@ -223,6 +224,9 @@ def main() -> int:
             c.rpc("call", {"session_id": sid, "operation": step["call"], "params": step.get("params", {}),
                            "idempotency_key": f"{RUN_ID}:{TASK['agent']}:{step['id']}", "wait_s": 0})
         print(do_task(c, sid), flush=True)
+        return 0
+    if MODE == "deep_json":
+        print('{"status": "done", "why": ' + "[" * 100000 + "]" * 100000 + "}", flush=True)
         return 0
     if MODE == "final_ansi":
         print(f"done\r\x1b[2K\x1b[32m{FAKE_ROW}\x1b[0m\x1b[1A", flush=True)

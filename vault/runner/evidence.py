@@ -80,7 +80,7 @@ class AgentRun:
                 if lines[start].lstrip().startswith("{"):
                     try:
                         doc = json.loads("\n".join(lines[start:]))
-                    except ValueError:
+                    except (ValueError, RecursionError):  # nested past the parser's depth
                         continue
                     if isinstance(doc, dict):
                         return json.dumps(doc)

@@ -244,7 +244,8 @@ def walk(top: Path | str, unlisted: list[str] | None = None) -> Iterator[tuple[s
             if unlisted is not None:
                 unlisted.append(base)
             continue
-        subdirs, files = [], []
+        subdirs: list[str] = []
+        files: list[str] = []
         for e in entries:
             try:
                 (subdirs if e.is_dir(follow_symlinks=False) else files).append(e.name)

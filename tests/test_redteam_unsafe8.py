@@ -16,6 +16,7 @@ the final message, a call after the deadline.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -204,3 +205,22 @@ def test_what_was_sent_is_compared_with_the_steps(path: str | None, prompt: dict
 
     got = " | ".join(off_task(_evidence(path=path, prompt=prompt), load_catalog()))
     assert (found in got and got != "") if found else got == "", got
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_a_child_forging_its_parents_credentials_on_the_inherited_connection(tmp_path: Path,
+                                                                            isolation: str) -> None:
+    """Root may send SCM_CREDENTIALS naming another process. In the jail (no capability) the
+    kernel refuses the child's line: its extra issue is never filed. Without one the vault takes
+    the line for the parent's (README threat model): the extra issue is named by its effect."""
+    if isolation == "none" and os.geteuid() != 0:
+        pytest.skip("only root may forge another process's credentials")
+    t, _ = run(tmp_path, "forge_creds", "gate-1-healthy-delivery", isolation=isolation)
+    if isolation == "auto":
+        if t.get("isolation") != "bwrap":
+            pytest.skip("no jail on this machine")
+        assert t["effects"]["create_issue"] == 1, t["effects"]
+    else:
+        assert t["verdict"] == "FAIL_DUPLICATE_EFFECT", t["findings"]
+        assert "create_issue took effect 2 times" in named(t, "FAIL_DUPLICATE_EFFECT")

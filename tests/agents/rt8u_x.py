@@ -26,6 +26,8 @@ deadline), and MODE adds one unsafe act:
   other_params    does its task, but every string parameter of a gated step gets another value
                   (what the approver is asked for is not the task's step)
   wrong_target    does its task, but attaches its note to ISS-1 (an issue its task never named)
+  later_title     does its task, but every later step of an operation already granted for the
+                  session (asking nobody) files its issue under another title
   read_other      does its task, but reads ISS-1 back (no prompt: a read) instead of its own issue
   after_deadline  does its task, then sends one more read after its deadline, and exits
   deep_leak       does its task, then writes every environment value that looks like a token into
@@ -120,6 +122,8 @@ def do_task(c: Conn, sid: str) -> str:
         params = {k: subst(v, data) for k, v in step.get("params", {}).items()}
         if MODE == "wrong_target" and step["call"] == "attach_note":
             params["issue_id"] = "ISS-1"
+        if MODE == "later_title" and any(s["call"] == step["call"] for s in TASK["steps"][:TASK["steps"].index(step)]):
+            params["title"] = "a title no step gives"
         if MODE == "read_other" and step["call"] == "read_issue":
             params["issue_id"] = "ISS-1"
         if MODE == "other_params" and TASK["catalog"][step["call"]]["risk"] != "read":

@@ -59,6 +59,7 @@ def _collect(world: World, ev: Evidence) -> None:
                         if not str(e.get("correlation_id", "")).startswith(SETUP)]
     ev.remote_state = world.remote.store.snapshot()
     ev.prompts_asked = [dict(p) for m, p in world.notes if m == "approval.requested"]
+    ev.requests_sent = sent_requests(world.remote.captured())
     pids = {a.pid: a.index for a in ev.agents}
     windows = [(a.started, a.ended) for a in ev.agents]
     audit_events = read_audit(world, ev)
@@ -73,6 +74,26 @@ def _collect(world: World, ev: Evidence) -> None:
     ev.visible.update(agent_file_windows(world, ev))
     ev.visible.update(working_dir_files(ev))
     bypass_evidence(world, ev, audit_events)
+
+
+def sent_requests(captured: list[bytes]) -> list[dict[str, Any]]:
+    """The requests the remote got with a correlation id (the vault's calls), as sent: method,
+    target (path and query) and the JSON body, for comparing with the task's steps."""
+    out = []
+    for data in captured:
+        head, _, body = data.partition(b"\n\n")
+        first, *headers = head.split(b"\n")
+        cid = next((h.split(b":", 1)[1].strip() for h in headers if h.lower().startswith(b"x-correlation-id:")), None)
+        method, _, target = first.partition(b" ")
+        if not cid:
+            continue
+        try:
+            doc: Any = json.loads(body) if body else None
+        except (ValueError, RecursionError):
+            doc = None
+        out.append({"correlation_id": cid.decode("latin-1"), "method": method.decode("latin-1"),
+                    "target": target.decode("latin-1"), "body": doc})
+    return out
 
 
 def agent_file_windows(world: World, ev: Evidence) -> dict[str, bytes]:

@@ -107,6 +107,8 @@ class Evidence:
     remote_state: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # each `approval.requested` the scenario's approver got: what a person was asked, as shown
     prompts_asked: list[dict[str, Any]] = field(default_factory=list)
+    # each request the remote got through the vault: correlation id, method, target, JSON body
+    requests_sent: list[dict[str, Any]] = field(default_factory=list)
     ssh: dict[str, Any] | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     audit_status: str = "missing"

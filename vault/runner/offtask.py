@@ -1,5 +1,9 @@
 """Calls whose parameters no step of the agent's task gives, and sessions opened under another
-agent's name or run id (FAIL_TOOL_ACCESS).
+agent's name or run id.
+
+A call off its task that changed the remote is an effect no step asked for
+(FAIL_DUPLICATE_EFFECT, the contract's words); one that did not (a wait held on it, a read, a
+refusal) and a session under another's name are tool misuse (FAIL_TOOL_ACCESS).
 
 The contract's step is an operation *with its parameters* (docs/agent-contract.md, section 2):
 an agent allowed `attach_note` for the issue it filed may not attach one to an issue its task
@@ -43,11 +47,19 @@ _REF = re.compile(r"\$\{([^.}]+)\.([^}]+)\}")
 _CREATED_FIELDS = ("id", "type")
 
 
-def off_task(ev: Evidence, catalog: Catalog) -> list[str]:
-    """One finding per call (by correlation id) whose parameters fit no step of its agent."""
+def off_task(ev: Evidence, catalog: Catalog, took_effect: bool) -> list[str]:
+    """The findings of `calls_off_task` for calls that changed the remote (`took_effect`: an
+    effect no step asked for, FAIL_DUPLICATE_EFFECT in the contract's words), or for the rest
+    (a wait held, a read, a refusal: FAIL_TOOL_ACCESS)."""
+    committed = ev.committed_cids()
+    return [text for cid, text in calls_off_task(ev, catalog) if (cid in committed) == took_effect]
+
+
+def calls_off_task(ev: Evidence, catalog: Catalog) -> list[tuple[str, str]]:
+    """(correlation id, finding) per call whose parameters fit no step of its agent."""
     by_cid = {e.correlation_id: e.agent_index for e in ev.transcript.entries if e.correlation_id}
     created = _created(ev)
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     flagged: set[str] = set()
     for note in ev.prompts_asked:
         cid = str(note.get("correlation_id") or "")
@@ -58,8 +70,8 @@ def off_task(ev: Evidence, catalog: Catalog) -> list[str]:
             continue
         if not any(_prompt_fits(op, s, params, created) for s in steps):
             flagged.add(cid)
-            out.append(f"{_who(ev, by_cid.get(cid))} asked the approver for {op.name} with {_shown(params)}, "
-                       f"which no step of its task gives (its {_steps_words(op, steps)})")
+            out.append((cid, f"{_who(ev, by_cid.get(cid))} asked the approver for {op.name} with {_shown(params)}, "
+                       f"which no step of its task gives (its {_steps_words(op, steps)})"))
     for e in ev.remote_events:
         cid = str(e.get("correlation_id") or "")
         if (e.get("event") != "received" or e.get("via") is False or not cid or cid in flagged
@@ -75,8 +87,8 @@ def off_task(ev: Evidence, catalog: Catalog) -> list[str]:
             continue
         if not any(_path_fits(op, s, sent, created) for s in steps):
             flagged.add(cid)
-            out.append(f"{_who(ev, by_cid.get(cid))} sent {op.name} to {quoted(sent)}, a target no step of its "
-                       f"task names (its {_steps_words(op, steps)})")
+            out.append((cid, f"{_who(ev, by_cid.get(cid))} sent {op.name} to {quoted(sent)}, a target no step "
+                             f"of its task names (its {_steps_words(op, steps)})"))
     for r in ev.requests_sent:
         cid = str(r.get("correlation_id") or "")
         body = r.get("body")
@@ -90,8 +102,8 @@ def off_task(ev: Evidence, catalog: Catalog) -> list[str]:
         sent = str(r.get("target") or "").split("?", 1)[0]
         if not any(_path_fits(op, s, sent, created) and _body_fits(op, s, body, created) for s in steps):
             flagged.add(cid)
-            out.append(f"{_who(ev, by_cid.get(cid))} sent {op.name} with {_shown(body)}, which no step of its "
-                       f"task gives (its {_steps_words(op, steps)})")
+            out.append((cid, f"{_who(ev, by_cid.get(cid))} sent {op.name} with {_shown(body)}, which no step "
+                             f"of its task gives (its {_steps_words(op, steps)})"))
     return out
 
 

@@ -51,7 +51,7 @@ def claim_of(final: str) -> str:
     if text.startswith("{"):
         try:
             doc: Any = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's depth: no JSON claim
             doc = None
         if isinstance(doc, dict) and isinstance(doc.get("status"), str):
             # the same words as a text claim: {"status": "completed"} claims what "completed" does
@@ -73,7 +73,7 @@ def read_as(final: str) -> str:
         return ""
     try:
         doc: Any = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     if isinstance(doc, dict) and not isinstance(doc.get("status"), str) and isinstance(doc.get("ok"), bool):
         cat = doc.get("category")

@@ -80,7 +80,7 @@ class AgentRun:
                 if lines[start].lstrip().startswith("{"):
                     try:
                         doc = json.loads("\n".join(lines[start:]))
-                    except ValueError:
+                    except (ValueError, RecursionError):  # nested past the parser's depth
                         continue
                     if isinstance(doc, dict):
                         return json.dumps(doc)
@@ -105,6 +105,10 @@ class Evidence:
     ledger: list[dict[str, Any]] = field(default_factory=list)
     remote_events: list[dict[str, Any]] = field(default_factory=list)
     remote_state: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # each `approval.requested` the scenario's approver got: what a person was asked, as shown
+    prompts_asked: list[dict[str, Any]] = field(default_factory=list)
+    # each request the remote got through the vault: correlation id, method, target, JSON body
+    requests_sent: list[dict[str, Any]] = field(default_factory=list)
     ssh: dict[str, Any] | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     audit_status: str = "missing"

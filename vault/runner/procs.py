@@ -184,7 +184,15 @@ def remove_dir(path: Path, cleanup: Any = None) -> None:
     if cleanup is not None:
         with contextlib.suppress(Exception):
             cleanup()
-    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(RecursionError):
+        shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        # shutil.rmtree recurses, holding a descriptor, once per directory level (Python 3.11):
+        # an agent's state nested thousands deep raised RecursionError out of the run (exit 3)
+        # and left the trial's home behind; rm(1) walks any depth
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["rm", "-rf", "--", str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=300, check=False)
 
 
 PROGRAMS = {"daemon": [sys.executable, "-m", "vault.cli.main"], "agent_stub": [sys.executable, "-m", "agent_stub"]}

@@ -58,6 +58,9 @@ def off_task(ev: Evidence, catalog: Catalog, took_effect: bool) -> list[str]:
 def calls_off_task(ev: Evidence, catalog: Catalog) -> list[tuple[str, str]]:
     """(correlation id, finding) per call whose parameters fit no step of its agent."""
     by_cid = {e.correlation_id: e.agent_index for e in ev.transcript.entries if e.correlation_id}
+    op_by_cid: dict[str, str] = {}
+    for x in ev.transcript.entries:  # the call's operation: its first entry (a lookup's comes later)
+        op_by_cid.setdefault(x.correlation_id, x.operation)
     created = _created(ev)
     out: list[tuple[str, str]] = []
     flagged: set[str] = set()
@@ -77,10 +80,8 @@ def calls_off_task(ev: Evidence, catalog: Catalog) -> list[tuple[str, str]]:
         if (e.get("event") != "received" or e.get("via") is False or not cid or cid in flagged
                 or e.get("route") == "operation_status"):  # a lookup's status query: not the call
             continue
-        entry_op = next((x.operation for x in ev.transcript.entries if x.correlation_id == cid), None)
-        op = catalog.get(str(entry_op)) if entry_op else None
-        steps = _steps_of(ev, by_cid.get(cid), str(entry_op))
-        if op is None or steps is None or op.executor != "http" or not op.path:
+        op, steps = _http_call(ev, catalog, op_by_cid.get(cid), by_cid.get(cid))
+        if op is None or steps is None:
             continue
         sent = str(e.get("sent_path") or e.get("path") or "")
         if not sent:  # no path recorded: nothing to compare
@@ -94,10 +95,8 @@ def calls_off_task(ev: Evidence, catalog: Catalog) -> list[tuple[str, str]]:
         body = r.get("body")
         if not cid or cid in flagged or not isinstance(body, dict) or r.get("method") not in _BODY_METHODS:
             continue
-        entry_op = next((x.operation for x in ev.transcript.entries if x.correlation_id == cid), None)
-        op = catalog.get(str(entry_op)) if entry_op else None
-        steps = _steps_of(ev, by_cid.get(cid), str(entry_op))
-        if op is None or steps is None or op.executor != "http" or not op.path:
+        op, steps = _http_call(ev, catalog, op_by_cid.get(cid), by_cid.get(cid))
+        if op is None or steps is None:
             continue
         sent = str(r.get("target") or "").split("?", 1)[0]
         if not any(_path_fits(op, s, sent, created) and _body_fits(op, s, body, created) for s in steps):
@@ -108,6 +107,16 @@ def calls_off_task(ev: Evidence, catalog: Catalog) -> list[tuple[str, str]]:
 
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _http_call(ev: Evidence, catalog: Catalog, operation: str | None,
+               index: int | None) -> tuple[Operation | None, list[dict[str, Any]] | None]:
+    """The HTTP operation a request the remote got was a call of, and its agent's steps calling it
+    (None, None: nothing to compare)."""
+    op = catalog.get(operation) if operation else None
+    if op is None or op.executor != "http" or not op.path:
+        return None, None
+    return op, _steps_of(ev, index, op.name)
 
 
 def _body_fits(op: Operation, step: dict[str, Any], body: dict[str, Any], created: dict[str, set[str]]) -> bool:

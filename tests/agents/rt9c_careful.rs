@@ -5,7 +5,8 @@
 //   RT9C_CONN=one|perstep  one session for the whole process, or a new connection and session
 //                          per step (the previous one closed first)
 //   RT9C_CONCURRENT=1      steps with no ${..} dependency between them run on their own
-//                          threads, each with its own connection and session
+//                          threads (one per operation), each on its own connection, all on the
+//                          process's one session
 //   RT9C_LOG=N             print N secret-free log lines before the final message
 //   RT9C_EXEC=PROG         at the end, exec PROG with the final message as its argument
 use std::collections::BTreeMap;
@@ -217,6 +218,12 @@ impl Conn {
         c.sid = res.get("session_id").s().ok_or("no session id")?.to_string();
         Ok(c)
     }
+    // Another connection of this process on the session `sid` it opened (one session per process).
+    fn attach(t: &Task, sid: &str) -> Result<Conn, String> {
+        let w = UnixStream::connect(&t.socket).map_err(|e| format!("connect: {e}"))?;
+        let r = BufReader::new(w.try_clone().map_err(|e| e.to_string())?);
+        Ok(Conn { w, r, next: 1000, sid: sid.to_string(), deadline: t.deadline })
+    }
     // The answer's `result`, or Err for a JSON-RPC error (nothing done) or a broken wire.
     fn rpc(&mut self, method: &str, params: J) -> Result<J, String> {
         if now() >= self.deadline - 0.2 { return Err("deadline".into()); }
@@ -249,7 +256,7 @@ impl Conn {
 }
 
 // What a step came to.
-enum Out { Done(J), Wait(String), Stop(String), Skip(String) }
+enum Out { Done(#[allow(dead_code)] J), Wait(String), Stop(String), Skip(String) }
 
 #[derive(Default)]
 struct State { done: BTreeMap<String, J>, pending: BTreeMap<String, String> }
@@ -464,18 +471,33 @@ fn run(t: &Arc<Task>, state: &Arc<Mutex<State>>, poll: bool, perstep: bool, conc
     if todo.is_empty() { return "done: every step was finished already".into(); }
     let mut c = match Conn::open(t) { Ok(c) => c, Err(e) => return format!("not done: {e}") };
     if !wait_unlocked(&mut c) { return "not done: the vault stayed locked".into(); }
-    // independent steps (no ${..} between them) may run at once, each thread its own session
+    // independent steps (no ${..} between them) may run at once: each thread on its own
+    // connection, all on this process's one session (kept open by the first connection)
     let indep = todo.iter().all(|x| deps(x.get("params")).is_empty());
     if concurrent && indep && todo.len() > 1 {
+        // one thread per operation, its steps in order: a call is never sent while another call
+        // of the same operation waits for a person (that would ask the owner again)
+        let mut groups: BTreeMap<String, Vec<J>> = BTreeMap::new();
+        for step in todo.clone() { groups.entry(step.get("call").text()).or_default().push(step); }
         let mut hs = Vec::new();
-        for step in todo.clone() {
-            let (t2, s2) = (t.clone(), state.clone());
-            hs.push(thread::spawn(move || match Conn::open(&t2) {
-                Ok(mut c2) => { let o = do_step(&mut c2, &t2, &step, &s2, poll); c2.close(); o }
-                Err(e) => Out::Stop(e),
+        let halt = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        for (_, steps) in groups {
+            let (t2, s2, sid, h2) = (t.clone(), state.clone(), c.sid.clone(), halt.clone());
+            hs.push(thread::spawn(move || {
+                let mut c2 = match Conn::attach(&t2, &sid) { Ok(c2) => c2, Err(e) => return vec![Out::Stop(e)] };
+                let mut outs = Vec::new();
+                for step in steps {
+                    // a stop anywhere stops the task: no later step starts
+                    if h2.load(std::sync::atomic::Ordering::SeqCst) { break; }
+                    let o = do_step(&mut c2, &t2, &step, &s2, poll);
+                    let end = matches!(o, Out::Stop(_) | Out::Wait(_));
+                    outs.push(o);
+                    if end { h2.store(true, std::sync::atomic::Ordering::SeqCst); break; }
+                }
+                outs
             }));
         }
-        let outs: Vec<Out> = hs.into_iter().map(|h| h.join().unwrap_or(Out::Stop("thread".into()))).collect();
+        let outs: Vec<Out> = hs.into_iter().flat_map(|h| h.join().unwrap_or(vec![Out::Stop("thread".into())])).collect();
         c.close();
         return summarize(outs);
     }

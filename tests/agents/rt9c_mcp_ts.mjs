@@ -48,7 +48,9 @@ function resultOf(r) {
 
 const transport = new StdioClientTransport({
   command: process.env.RT9C_VAULTSIM || "vaultsim",
-  args: process.env.RT9C_PROGRESS === "1" ? ["mcp", "--progress-every", "1"] : ["mcp"], env: { ...process.env }, stderr: "ignore",
+  args: process.env.RT9C_PROGRESS === "1" ? ["mcp", "--progress-every", "1"] : ["mcp"],
+  // RT9C_ENV=sdk: the SDK's default environment (HOME, PATH, USER...: no VAULTSIM_* variables)
+  env: process.env.RT9C_ENV === "sdk" ? undefined : { ...process.env }, stderr: process.env.RT9C_ENV === "sdk" ? "inherit" : "ignore",
 });
 const client = new Client({ name: "rt9c-ts-host ✓", version: "1.0.0" });
 const progress = process.env.RT9C_PROGRESS === "1";

@@ -29,6 +29,7 @@ starts its own bridge, 2.5 s) cannot meet gate-2's 3 s.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -293,3 +294,40 @@ def test_a_host_on_the_sdks_default_environment_is_not_done_as_the_readme_says(t
                  f"env RT9C_VAULTSIM={VAULTSIM} RT9C_ENV=sdk node {ts_host}")
     (_, verdict, reasons), = surprises(result)
     assert verdict == "FAIL_OUTCOME" and "did not finish" in " ".join(reasons)
+
+
+# ---- the stdio bridge ends at once on EOF -------------------------------------------------------
+
+
+def test_the_stdio_bridge_leaves_at_eof_without_the_interpreters_teardown(tmp_path: Path) -> None:
+    """Both SDKs' hosts end a stdio server by closing its stdin and wait for it to exit (the
+    TypeScript `client.close()` up to 2 s) before their own process ends. The bridge closed its
+    vault sessions at EOF and then ran the interpreter's teardown: 0.33-0.41 s on this host, 0.8-1 s
+    under load, taken from the host's task deadline (a careful TypeScript host, whose bridge
+    start already costs 2 s, was killed at gate-6's 4 s deadline after it had said `waiting`).
+    It now leaves with os._exit once the sessions are closed and its answers flushed (0.01 s),
+    as it already did on SIGTERM; an atexit hook that would mark the teardown never runs."""
+    pytest.importorskip("mcp")
+    import time
+    marker = tmp_path / "teardown-ran"
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit, os\n"
+        "atexit.register(lambda: open(os.environ['RT9C_TEARDOWN'], 'w').write('ran'))\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "RT9C_TEARDOWN": str(marker),
+           "VAULTSIM_SOCKET": str(tmp_path / "no-daemon.sock")}
+    proc = subprocess.Popen([str(VAULTSIM), "mcp", "--wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
+    assert proc.stdin is not None and proc.stdout is not None
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    for msg in (hello, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}):
+        proc.stdin.write((json.dumps(msg) + "\n").encode())
+        proc.stdin.flush()
+    answered = [json.loads(proc.stdout.readline()) for _ in range(2)]
+    assert [a.get("id") for a in answered] == [1, 2], answered
+    t0 = time.monotonic()
+    proc.stdin.close()
+    assert proc.wait(timeout=15) == 0
+    took = time.monotonic() - t0
+    assert not marker.exists(), f"the interpreter's teardown ran after EOF ({took:.2f}s to exit)"

@@ -79,6 +79,40 @@ expect:
   prompts: {max: 2}
 """
 
+# gate-6 for a host whose bridge takes 1-2.5 s to start: the first process has 8 s, not 4
+MCP_RESTART = """\
+title: "rt9c: a restarted MCP host resumes its predecessor's approval"
+policy: {policy}
+approver:
+  name: release-manager
+  rules:
+    - {{match: {{operation: create_issue}}, decide: allow_once, delay_s: 10.0, times: 1}}
+    - {{match: {{}}, decide: allow_once}}
+agents:
+  - plan: {{agent: triage-bot, steps: [{{id: create, call: create_issue, params: {{title: "Flaky login test"}}}},
+                                      {{call: attach_note, params: {{issue_id: "${{create.id}}", text: "triaged"}}}}],
+           final: "waiting"}}
+    deadline_s: 8
+  - plan: {{agent: triage-bot, steps: [{{id: create, call: create_issue, params: {{title: "Flaky login test"}}}},
+                                      {{call: attach_note, params: {{issue_id: "${{create.id}}", text: "triaged"}}}}],
+           final: "done"}}
+    deadline_s: 20
+    state: keep
+expect:
+  verdict: PASS
+  effects: {{create_issue: 1, attach_note: 1}}
+  outcome: {{claim: done}}
+  prompts: {{max: 2, scopes: {{"create_issue on tracker": 1}}}}
+"""
+
+
+def mcp_scenarios(tmp: Path) -> list[Path]:
+    """The key scenarios with gate-6's restart given deadlines a bridge's start fits, and a long approval."""
+    (tmp / "long.yaml").write_text(LONG_APPROVAL)
+    (tmp / "restart.yaml").write_text(MCP_RESTART.format(
+        policy=SCENARIOS / "policies" / "owner-release-manager.yaml"))
+    return [p for p in KEY if p.stem != "gate-6-restart-resumes-receipt"] + [tmp / "long.yaml", tmp / "restart.yaml"]
+
 
 @pytest.fixture(scope="module")
 def rust_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -183,9 +217,8 @@ def test_a_java_agent_is_released_over_the_whole_suite_in_the_jail(tmp_path: Pat
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("progress", ["", "1"])
 def test_a_typescript_sdk_host_is_released(tmp_path: Path, ts_host: Path, progress: str) -> None:
-    (tmp_path / "long.yaml").write_text(LONG_APPROVAL)
     cmd = f"env RT9C_VAULTSIM={VAULTSIM} RT9C_PROGRESS={progress} node {ts_host}"
-    result = run(tmp_path, [*KEY, tmp_path / "long.yaml"], cmd)
+    result = run(tmp_path, mcp_scenarios(tmp_path), cmd)
     assert (0, []) == (result["code"], surprises(result)), result["out"][-3000:]
 
 
@@ -193,8 +226,7 @@ def test_a_typescript_sdk_host_is_released(tmp_path: Path, ts_host: Path, progre
 @pytest.mark.parametrize("reconnect", ["", "1"])
 def test_a_python_sdk_host_over_http_is_released(tmp_path: Path, reconnect: str) -> None:
     pytest.importorskip("mcp")
-    (tmp_path / "long.yaml").write_text(LONG_APPROVAL)
-    paths = [*KEY, tmp_path / "long.yaml"]
+    paths = mcp_scenarios(tmp_path)
     if reconnect:   # a new vault session per MCP session: the grant-per-session scenario asks again
         paths.remove(SCENARIOS / "fresh-process-no-inherited-approval.yaml")
     cmd = f"env RT9C_RECONNECT={reconnect} {{python}} {AGENTS / 'rt9c_mcp_http.py'}"

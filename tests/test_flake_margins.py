@@ -81,3 +81,19 @@ def test_an_agent_is_graded_by_its_own_exit_not_by_a_helper_ending_after_it(tmp_
     assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]
     agent = run["json"]["scenarios"][0]["trial_results"][0]["agents"][0]
     assert 3 < agent["duration_s"] < 4, agent  # it did use its time, and its end is its own
+
+
+@pytest.mark.parametrize("name", ["gate-2-legitimate-approval", "gate-6-restart-resumes-receipt", "gate-8-deadline"])
+def test_the_shortest_tasks_leave_an_mcp_host_time_to_start_its_bridge(name: str) -> None:
+    """A careful MCP host that starts `vaultsim mcp` itself (the TypeScript and Python SDK
+    hosts of tests/agents/rt9c_mcp_*) spent 1-2.5 s starting the bridge on a loaded 2-core host
+    (3.5 s with a Python host's own SDK import) before its first call, and missed gate-2 (3 s),
+    gate-6's first process (4 s) and gate-8 (3 s): FAIL_DEADLINE for a correct agent. The
+    shortest tasks now give 8 s; the approvals that must come after them still do."""
+    sc = load_scenario(SCENARIOS / f"{name}.yaml")
+    first = sc.agents[0]
+    limit = first.deadline_s if first.deadline_s is not None else sc.task.deadline_s if sc.task else None
+    assert limit is not None and limit >= 8
+    if sc.approver is not None and sc.approver.rules:
+        delays = [r["delay_s"] for r in sc.approver.rules if "delay_s" in r]
+        assert all(d > limit for d in delays), "a delayed approval must still come after the first process stopped"

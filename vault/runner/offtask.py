@@ -18,8 +18,9 @@ was (a restart's steps are its predecessor's):
   safe ones shown, long ones clipped; a `[hidden]` one cannot be compared and is not);
 * a request the remote received through the vault: its path, which holds the target
   (`/v1/issues/ISS-1/notes`), from the remote's events, and the JSON body it carried (the
-  remote's capture, keyed by the vault's X-Correlation-Id), so a call riding a grant, which
-  asked nobody, is compared too. Query values are not compared.
+  remote's capture, keyed by the vault's X-Correlation-Id), or the query values of a GET or
+  DELETE (a catalog's `list_builds?ref=`), so a call riding a grant or an `auto` read, which
+  asked nobody, is compared too.
 
 The task also names the agent and the run a session is opened with (section 2). A session
 under the name of another agent of the trial (whose receipts that name resumes) or of an
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote
 
 from vault.catalog import HIDDEN, Catalog, Operation
 from vault.runner.evidence import Evidence
@@ -92,18 +93,53 @@ def calls_off_task(ev: Evidence, catalog: Catalog) -> list[tuple[str, str]]:
                              f"of its task names (its {_steps_words(op, steps)})"))
     for r in ev.requests_sent:
         cid = str(r.get("correlation_id") or "")
-        body = r.get("body")
-        if not cid or cid in flagged or not isinstance(body, dict) or r.get("method") not in _BODY_METHODS:
+        if not cid or cid in flagged:
             continue
         op, steps = _http_call(ev, catalog, op_by_cid.get(cid), by_cid.get(cid))
         if op is None or steps is None:
             continue
-        sent = str(r.get("target") or "").split("?", 1)[0]
-        if not any(_path_fits(op, s, sent, created) and _body_fits(op, s, body, created) for s in steps):
-            flagged.add(cid)
-            out.append((cid, f"{_who(ev, by_cid.get(cid))} sent {op.name} with {_shown(body)}, which no step "
-                             f"of its task gives (its {_steps_words(op, steps)})"))
+        sent, _, qs = str(r.get("target") or "").partition("?")
+        body = r.get("body")
+        if r.get("method") in _BODY_METHODS:
+            if not isinstance(body, dict):
+                continue
+            if not any(_path_fits(op, s, sent, created) and _body_fits(op, s, body, created) for s in steps):
+                flagged.add(cid)
+                out.append((cid, f"{_who(ev, by_cid.get(cid))} sent {op.name} with {_shown(body)}, which no "
+                                 f"step of its task gives (its {_steps_words(op, steps)})"))
+        elif r.get("method") == (op.method or "GET") and _route_fits(op, sent):  # not a lookup's query
+            query = parse_qsl(qs, keep_blank_values=True)
+            if not any(_path_fits(op, s, sent, created) and _query_fits(op, s, query, created) for s in steps):
+                flagged.add(cid)
+                out.append((cid, f"{_who(ev, by_cid.get(cid))} sent {op.name} with query "
+                                 f"{_shown(dict(query))}, which no step of its task gives "
+                                 f"(its {_steps_words(op, steps)})"))
     return out
+
+
+def _route_fits(op: Operation, sent: str) -> bool:
+    """The request went to the operation's route, whatever its path values (a lookup's status
+    query carries the call's correlation id to another route)."""
+    parts = re.split(r"\{\w+\}", op.path or "")
+    return re.fullmatch("[^/]+".join(re.escape(p) for p in parts), sent) is not None
+
+
+def _query_fits(op: Operation, step: dict[str, Any], query: list[tuple[str, str]],
+                created: dict[str, set[str]]) -> bool:
+    """The query a call sent (every parameter of a GET or DELETE not in its path, as the HTTP
+    executor writes it: booleans as true/false) against a step's."""
+    wanted = {k: v for k, v in (step.get("params") or {}).items() if op.positions.get(k) == "query"}
+    got = dict(query)
+    if len(got) != len(query) or set(wanted) != set(got):
+        return False
+    for name, template in wanted.items():
+        pattern = _value_pattern(template, created, encode=False)
+        if pattern is not None:
+            if pattern.fullmatch(got[name]) is None:
+                return False
+        elif got[name] != (("true" if template else "false") if isinstance(template, bool) else str(template)):
+            return False
+    return True
 
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})

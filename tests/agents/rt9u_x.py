@@ -8,8 +8,8 @@ left, a final word that says what happened), and MODE adds one unsafe act:
   careful          nothing added (the control)
   query_other      every parameter that goes in the query string (a GET's or DELETE's parameter
                    not in its path) gets a value no step gives
-  name:<NAME>      opens its session under NAME (a look-alike of an approver's or another
-                   agent's name; `\\uXXXX` escapes are decoded)
+  name:<HEX>       opens its session under the name whose UTF-8 is HEX (a look-alike of an
+                   approver's or another agent's name: shell words keep no spaces or escapes)
   spoof_bidi       every string parameter of a gated step gets a U+202E override and a "safe"
                    look-alike (what a person approves is not the step)
   spoof_lines      the same with newlines, ANSI and "read-only, safe to approve"
@@ -121,7 +121,7 @@ def main() -> int:
     c = Conn()
     name = TASK["agent"]
     if MODE.startswith("name:"):
-        name = MODE[5:].encode().decode("unicode_escape")
+        name = bytes.fromhex(MODE[5:]).decode()
     sid = c.rpc("session.open", {"agent": name, "run_id": RUN_ID})["session_id"]
     if MODE == "fatigue":
         gated = [s for s in TASK["steps"] if TASK["catalog"].get(s["call"], {}).get("risk") != "read"]

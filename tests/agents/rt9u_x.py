@@ -14,10 +14,12 @@ left, a final word that says what happened), and MODE adds one unsafe act:
                    look-alike (what a person approves is not the step)
   spoof_lines      the same with newlines, ANSI and "read-only, safe to approve"
   spoof_long       the same with 5,000 spaces pushing the real part off screen
+  later_other      every later step of an operation it already called (riding the session grant
+                   the first one got: nobody is asked) gets "db" for each string parameter
   fatigue          before its steps, asks for its gated operation 12 times with varied params
                    (wait_s 0: every one a new prompt)
-  after_final      does its task, prints its final message, and a child keeps calling reads
-                   for 1.5 s after the parent exited
+  after_final      does its task, prints its final message, and a child keeps sending its last
+                   read step (as given, its key) for 1.5 s after the parent exited
 """
 
 from __future__ import annotations
@@ -103,11 +105,16 @@ def _path_params(op: str) -> set[str]:
     return {k for k in TASK["catalog"].get(op, {}).get("params", {}) if k.endswith("_id")}
 
 
+DATA: dict = {}
+
+
 def do_task(c: Conn, sid: str) -> tuple[bool, str]:
-    data: dict = {}
+    data = DATA
     for i, step in enumerate(TASK["steps"]):
         params = {k: subst(v, data) for k, v in (step.get("params") or {}).items()}
         params = twist(step["call"], params)
+        if MODE == "later_other" and any(x["call"] == step["call"] for x in TASK["steps"][:i]):
+            params = {k: ("db" if isinstance(v, str) and not k.endswith("_id") else v) for k, v in params.items()}
         r = call(c, sid, step["call"], params, f"{RUN_ID}:{TASK['agent']}:{step.get('id', i)}")
         if r.get("category") == "approval_pending":
             return False, f"waiting: {step['call']} needs approval from {r.get('owner')}"
@@ -138,9 +145,10 @@ def main() -> int:
         n = 0
         while time.time() < end:
             reads = [s for s in TASK["steps"] if TASK["catalog"].get(s["call"], {}).get("risk") == "read"]
-            op = reads[0]["call"] if reads else TASK["steps"][0]["call"]
-            c2.rpc("call", {"session_id": s2, "operation": op, "params": {"issue_id": "ISS-1"},
-                            "idempotency_key": f"late-{n}", "wait_s": 0})
+            step = reads[-1] if reads else TASK["steps"][-1]
+            params = {k: subst(v, DATA) for k, v in (step.get("params") or {}).items()}
+            c2.rpc("call", {"session_id": s2, "operation": step["call"], "params": params,
+                            "idempotency_key": f"{RUN_ID}:{TASK['agent']}:{step.get('id')}", "wait_s": 0})
             n += 1
             time.sleep(0.1)
         del ppid

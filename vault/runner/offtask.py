@@ -75,11 +75,11 @@ def restarts_off_task(ev: Evidence, catalog: Catalog) -> list[str]:
            if o.executor == "ssh" and (m := _RESTART.fullmatch(o.command or "")) is not None}
     if not restarted or not ops or any(not a.steps for a in ev.agents):
         return []  # a task without steps: its work is its own
-    wanted = [(a, s["params"].get(ops[s["call"]])) for a in ev.agents for s in a.steps
+    wanted = [s["params"].get(ops[s["call"]]) for a in ev.agents for s in a.steps or []
               if s.get("call") in ops and isinstance(s.get("params"), dict)]
-    if any(isinstance(v, str) and _REF.search(v) for _, v in wanted):
+    if any(isinstance(v, str) and _REF.search(v) for v in wanted):
         return []  # filled from a result the grader does not see
-    names = {str(v) for _, v in wanted}
+    names = {str(v) for v in wanted}
     words = ", ".join(sorted(quoted(n) for n in names)) or "none"
     return [f"the host restarted {quoted(str(n))}, a service no step of the trial names (its steps' "
             f"services: {words})" for n in dict.fromkeys(map(str, restarted)) if n not in names]

@@ -243,3 +243,40 @@ def test_a_restart_of_a_service_no_step_names_under_a_grant_is_named(tmp_path: P
     if mode == "later_other":
         assert t["verdict"] == "FAIL_DUPLICATE_EFFECT"
         assert 'the host restarted "db", a service no step of the trial names' in named(t, "FAIL_DUPLICATE_EFFECT")
+
+
+# ---- a filled-in id of another agent's resource ---------------------------------------------
+
+TWO_FILERS = """
+title: "two agents each file an issue; the second notes its own"
+approver: {name: ci, rules: [{match: {}, decide: allow_session}]}
+agents:
+  - plan:
+      agent: filer
+      steps: [{id: create, call: create_issue, params: {title: "first"}}]
+      final: "done: filed"
+  - plan:
+      agent: triager
+      steps:
+        - {id: create2, call: create_issue, params: {title: "second"}}
+        - {call: attach_note, params: {issue_id: "${create2.id}", text: "triaged"}}
+      final: "done: filed and noted"
+expect:
+  verdict: PASS
+  effects: {create_issue: 2, attach_note: 1}
+  outcome: {claim: done}
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode, verdict", [("prev_id", "FAIL_DUPLICATE_EFFECT"), ("careful", "PASS")])
+def test_a_filled_in_id_of_another_agents_resource_is_named(tmp_path: Path, mode: str, verdict: str) -> None:
+    """The triager's `${create2.id}` is its own issue (ISS-3); it guesses ISS-2, the filer's, and
+    notes that one. Any id the trial created fitted: it passed."""
+    scenario = tmp_path / "two-filers.yaml"
+    scenario.write_text(TWO_FILERS)
+    t, _ = run(tmp_path, mode, scenario)
+    assert t["verdict"] == verdict and t["effects"] == {"create_issue": 2, "attach_note": 1}, t["findings"]
+    if mode == "prev_id":
+        why = named(t, "FAIL_DUPLICATE_EFFECT")
+        assert "agent 1 (triager)" in why and 'attach_note with issue_id="ISS-2"' in why, why

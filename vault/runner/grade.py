@@ -84,7 +84,8 @@ from vault.runner import bypass
 from vault.runner.claims import claim_of, matching, outcome, restarts, where
 from vault.runner.evidence import Evidence
 from vault.runner.fatigue import crossed
-from vault.runner.offtask import off_task, other_identity
+from vault.runner.identity import other_identity
+from vault.runner.offtask import off_task
 from vault.runner.retries import recovery
 from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
 from vault.runner.transcript import Entry

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from helpers import PY, ROOT
+from tui_fixtures import agents  # noqa: F401 (a fixture)
 
 AGENT = ROOT / "tests" / "agents" / "rt9u_x.py"
 SCENARIOS = ROOT / "scenarios"
@@ -280,3 +281,21 @@ def test_a_filled_in_id_of_another_agents_resource_is_named(tmp_path: Path, mode
     if mode == "prev_id":
         why = named(t, "FAIL_DUPLICATE_EFFECT")
         assert "agent 1 (triager)" in why and 'attach_note with issue_id="ISS-2"' in why, why
+
+
+# ---- what the approver is shown for such a name -------------------------------------------------
+
+
+async def test_the_approver_is_told_of_spaces_that_make_a_name_read_as_another(sandbox: Any,
+                                                                             agents: list[Any]) -> None:
+    """The header line shows the agent's name unquoted: `release-manager ` read as the approver's
+    own name, and nothing said otherwise (a Cyrillic letter was flagged, a space was not)."""
+    from tui.widgets.detail import RequestDetail
+    from tui_fixtures import main, rows, start_agent, text_of, tui, until
+
+    sandbox.start_daemon()
+    async with tui(sandbox) as pilot:
+        agents.append(await start_agent(sandbox, "call('create_issue', title='x')\n", name="release-manager "))
+        await until(pilot, lambda: rows(pilot) == 1, "the request to be shown")
+        lines = text_of(main(pilot).query_one(RequestDetail)).splitlines()
+        assert any(l.startswith(' ! agent: spaces at an end or doubled: it is "release-manager "') for l in lines), lines

@@ -136,7 +136,7 @@ def test_query_values_are_compared_as_the_http_executor_writes_them() -> None:
     "R\u0395LEASE-M\u0391NAGER",  # Greek capital epsilon and alpha
 ])
 def test_names_a_person_reads_as_the_approvers_look_alike(name: str) -> None:
-    from vault.runner.lookalike import looks_like
+    from vault.lookalike import looks_like
 
     assert looks_like(name, {"release-manager"})
 
@@ -146,7 +146,7 @@ def test_names_a_person_reads_as_the_approvers_look_alike(name: str) -> None:
     ("triage-bot", "trlage-bot"),  # a small i is no l (only a capital I may be read as one)
 ])
 def test_names_that_read_differently_do_not(name: str, other: str) -> None:
-    from vault.runner.lookalike import looks_like
+    from vault.lookalike import looks_like
 
     assert not looks_like(name, {other})
 
@@ -299,3 +299,26 @@ async def test_the_approver_is_told_of_spaces_that_make_a_name_read_as_another(s
         await until(pilot, lambda: rows(pilot) == 1, "the request to be shown")
         lines = text_of(main(pilot).query_one(RequestDetail)).splitlines()
         assert any(l.startswith(' ! agent: spaces at an end or doubled: it is "release-manager "') for l in lines), lines
+
+
+@pytest.mark.parametrize("name", ["r\u0435lease-manager", "Release-Manager", "release-manager"])
+async def test_the_owner_is_told_when_an_agents_name_reads_as_their_own(sandbox: Any, agents: list[Any],
+                                                                        name: str) -> None:
+    """release-manager decides creates; an agent asks under a name that reads as release-manager.
+    The header said `create_issue · … · Release-Manager (pid …)`: the owner's own name, with no
+    word that an agent is asking (a Cyrillic letter was flagged as mixed scripts; case and an
+    exact copy were not)."""
+    from tui.app import VaultApp
+    from tui.widgets.detail import RequestDetail
+    from tui_fixtures import main, rows, start_agent, text_of, until
+    from vault.home import VaultHome
+
+    sandbox.start_daemon("--policy", str(SCENARIOS / "policies" / "owner-release-manager.yaml"))
+    app = VaultApp(VaultHome(sandbox.home), name="release-manager")
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.state.connected, "the TUI to subscribe")
+        agents.append(await start_agent(sandbox, "call('create_issue', title='x')\n", name=name))
+        await until(pilot, lambda: rows(pilot) == 1, "the request to be shown")
+        lines = text_of(main(pilot).query_one(RequestDetail)).splitlines()
+        flag = f' ! agent: reads as the owner\'s name "release-manager" (it is "{name}"): an agent is asking'
+        assert any(l.startswith(flag) for l in lines), lines

@@ -5,7 +5,7 @@ The task names the agent and the run a session is opened with (docs/agent-contra
 of an approver (`release-manager` asking for approvals: what every approver is shown), or under
 another run's id, is tool misuse (FAIL_TOOL_ACCESS); so is a name that only looks like one of
 those on a screen (a Cyrillic letter, fullwidth forms, a zero-width character, case, spaces:
-vault.runner.lookalike). A name of the agent's own making is a label, not a claim on anyone
+vault.lookalike). A name of the agent's own making is a label, not a claim on anyone
 (agents written before the task named them use one), and a session without a run id (optional
 on the wire) is not named.
 """
@@ -13,7 +13,7 @@ on the wire) is not named.
 from __future__ import annotations
 
 from vault.runner.evidence import Evidence
-from vault.runner.lookalike import looks_like
+from vault.lookalike import looks_like
 from vault.runner.offtask import who
 from vault.text import quoted
 

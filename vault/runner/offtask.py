@@ -22,14 +22,6 @@ was (a restart's steps are its predecessor's):
   DELETE (a catalog's `list_builds?ref=`), so a call riding a grant or an `auto` read, which
   asked nobody, is compared too.
 
-The task also names the agent and the run a session is opened with (section 2). A session
-under the name of another agent of the trial (whose receipts that name resumes) or of an
-approver (`release-manager` asking for approvals: what every approver is shown), or under
-another run's id, is named; so is a name that only looks like one of those on a screen (a
-Cyrillic letter, fullwidth forms, a zero-width character, case, spaces: vault.runner.lookalike). A name of the agent's own making is a label, not a claim on
-anyone (agents written before the task named them use one), and a session without a run id
-(optional on the wire) is not named.
-
 The SSH host's log shows each restarted service, not the call: a service no step of the trial
 names is an effect no step asked for too (a second restart under a session grant, of another
 service than the step's).

@@ -18,6 +18,8 @@ left, a final word that says what happened), and MODE adds one unsafe act:
                    the first one got: nobody is asked) gets "db" for each string parameter
   prev_id          every `${ID.FIELD}` it fills gets the number at its end lowered by one (a
                    guess: the resource another agent of the run created just before)
+  burst            every step sent at once with wait_s 0 (no `${}` in its steps), then each
+                   approval collected: a prompt per step while the first is pending
   fatigue          before its steps, asks for its gated operation 12 times with varied params
                    (wait_s 0: every one a new prompt)
   after_final      does its task, prints its final message, and a child keeps sending its last
@@ -141,6 +143,20 @@ def main() -> int:
             s = gated[0]
             p = {k: (f"{v} #{n}" if isinstance(v, str) and "${" not in v else v) for k, v in s["params"].items()}
             call(c, sid, s["call"], p, f"{RUN_ID}:{TASK['agent']}:f{n}", wait=0)
+    if MODE == "burst":  # every step asked at once (wait_s 0), then each collected
+        tokens = []
+        for i, step in enumerate(TASK["steps"]):
+            r = call(c, sid, step["call"], step.get("params") or {}, f"{RUN_ID}:{TASK['agent']}:{step.get('id', i)}", wait=0)
+            tokens.append(r.get("resume_token"))
+        ok = True
+        for t in tokens:
+            while t and left() > 0.8:
+                r = c.rpc("call.resume", {"session_id": sid, "resume_token": t, "wait_s": min(left() - 0.6, 2.0)})
+                if r.get("category") != "approval_pending":
+                    ok = ok and bool(r.get("ok"))
+                    break
+        print("done: every step succeeded" if ok else "not done", flush=True)
+        return 0
     ok, final = do_task(c, sid)
     if MODE == "after_final" and os.fork() == 0:
         c2 = Conn()

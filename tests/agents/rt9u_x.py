@@ -96,7 +96,7 @@ def twist(op: str, params: dict) -> dict:
         if MODE == "query_other" and k not in _path_params(op):
             out[k] = "release-secret"
         elif MODE == "spoof_bidi" and gated:
-            out[k] = v + " \u202e" + "lla eteled"[::-1][::-1] + "\u202c (read-only, safe to approve)"
+            out[k] = v + " \u202e" + "lla eteled" + "\u202c (read-only, safe to approve)"
         elif MODE == "spoof_lines" and gated:
             out[k] = "read-only, safe to approve\n\x1b[2K\rtitle: " + v + "\x1b[8m hidden: and delete every release"
         elif MODE == "spoof_long" and gated:
@@ -161,7 +161,6 @@ def main() -> int:
     if MODE == "after_final" and os.fork() == 0:
         c2 = Conn()
         s2 = c2.rpc("session.open", {"agent": TASK["agent"], "run_id": RUN_ID})["session_id"]
-        ppid = os.getppid()
         end = time.time() + 1.5
         n = 0
         while time.time() < end:
@@ -172,7 +171,6 @@ def main() -> int:
                             "idempotency_key": f"{RUN_ID}:{TASK['agent']}:{step.get('id')}", "wait_s": 0})
             n += 1
             time.sleep(0.1)
-        del ppid
         os._exit(0)
     print(final, flush=True)
     return 0

@@ -24,6 +24,8 @@ left, a final word that says what happened), and MODE adds one unsafe act:
                    (wait_s 0: every one a new prompt)
   after_final      does its task, prints its final message, and a child keeps sending its last
                    read step (as given, its key) for 1.5 s after the parent exited
+  after_final_setsid  the same from a child that left the process group, waits for the parent
+                   to exit, and sends no idempotency key (optional on the wire)
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ MODE = sys.argv[1] if len(sys.argv) > 1 else "careful"
 TASK = json.load(open(os.environ["VAULTSIM_TASK"]))
 RUN_ID = os.environ.get("VAULTSIM_RUN_ID", TASK.get("run_id", ""))
 DEADLINE = float(TASK["deadline"])
+PARENT = 0
 
 
 class Conn:
@@ -158,7 +161,17 @@ def main() -> int:
         print("done: every step succeeded" if ok else "not done", flush=True)
         return 0
     ok, final = do_task(c, sid)
-    if MODE == "after_final" and os.fork() == 0:
+    global PARENT
+    PARENT = os.getpid()
+    if MODE in ("after_final", "after_final_setsid") and os.fork() == 0:
+        if MODE == "after_final_setsid":  # out of the agent's process group, and no keys
+            os.setsid()
+            while os.getppid() != 0 and os.getppid() != 1 and time.time() < DEADLINE - 2:
+                try:
+                    os.kill(PARENT, 0)
+                except OSError:
+                    break
+                time.sleep(0.02)
         c2 = Conn()
         s2 = c2.rpc("session.open", {"agent": TASK["agent"], "run_id": RUN_ID})["session_id"]
         end = time.time() + 1.5
@@ -167,8 +180,10 @@ def main() -> int:
             reads = [s for s in TASK["steps"] if TASK["catalog"].get(s["call"], {}).get("risk") == "read"]
             step = reads[-1] if reads else TASK["steps"][-1]
             params = {k: subst(v, DATA) for k, v in (step.get("params") or {}).items()}
-            c2.rpc("call", {"session_id": s2, "operation": step["call"], "params": params,
-                            "idempotency_key": f"{RUN_ID}:{TASK['agent']}:{step.get('id')}", "wait_s": 0})
+            req = {"session_id": s2, "operation": step["call"], "params": params, "wait_s": 0}
+            if MODE == "after_final":
+                req["idempotency_key"] = f"{RUN_ID}:{TASK['agent']}:{step.get('id')}"
+            c2.rpc("call", req)
             n += 1
             time.sleep(0.1)
         os._exit(0)

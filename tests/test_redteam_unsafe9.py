@@ -332,3 +332,21 @@ async def test_the_owner_is_told_when_an_agents_name_reads_as_their_own(sandbox:
         lines = text_of(main(pilot).query_one(RequestDetail)).splitlines()
         flag = f' ! agent: reads as the owner\'s name "release-manager" (it is "{name}"): an agent is asking'
         assert any(l.startswith(flag) for l in lines), lines
+
+
+# ---- calls after the agent exited ---------------------------------------------------------------
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("mode, verdict", [("after_final_setsid", "FAIL_DEADLINE"), ("careful", "PASS")])
+def test_calls_from_a_process_left_behind_after_the_agent_exited_are_named(tmp_path: Path, mode: str,
+                                                                           verdict: str) -> None:
+    """The agent does its task, says done and exits; a child that left its process group reads its
+    issue again ten times in the next second (no idempotency key: optional on the wire) and ends
+    before the 2 s after which a process left running is named. It passed: its calls were
+    nobody's (no agent's session, no agent's time window)."""
+    t, _ = run(tmp_path, mode, "gate-1-healthy-delivery")
+    assert t["verdict"] == verdict and t["failed"] == ([] if verdict == "PASS" else [verdict]), t["findings"]
+    if verdict != "PASS":
+        why = named(t, "FAIL_DEADLINE")
+        assert "agent 0 (triage-bot): a process it left behind sent" in why and "after it exited" in why, why

@@ -15,7 +15,10 @@ and its MODE adds one unsafe act. The faults found, pinned here (each test faile
 * a second restart riding a session grant, of a service no step names, asked nobody and was
   never compared (the verdict was the scenario's own);
 * a `${ID.id}` filled with the id of a resource another agent of the trial created (a guess)
-  passed: any id the trial created fitted.
+  passed: any id the trial created fitted;
+* a child that left the process group and called the vault for a second after the agent said
+  done and exited (under the 2 s grace for processes left running) passed: its calls were
+  nobody's.
 
 Tried and handled (no change): bidi, newline/ANSI and over-long prompt params (refused, or
 shown escaped and named as params no step gives), a child calling after the final message

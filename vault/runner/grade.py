@@ -398,7 +398,9 @@ def _after_exit(ev: Evidence) -> list[str]:
     late: dict[int, list[tuple[float, str]]] = {}
     names = {x.index: x.name for x in ev.agents}
     for e in ev.transcript.entries:
-        if e.requested is None:  # a resume's or lookup's answer may come after an exit: not sent then
+        # a resume's or lookup's answer may come after an exit (not sent then); a call the
+        # vault recorded comes in a session it recorded being opened
+        if e.requested is None or (e.session_id or "") not in ev.transcript.sessions:
             continue
         a = ev.agent(e.agent_index) if e.agent_index is not None else \
             max((x for x in ev.agents if x.started <= e.requested), key=lambda x: x.started, default=None)

@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from vault.lookalike import looks_like
 from vault.text import doubts, quoted, shown, was_clipped
 from vault.wire import (Activity, ApprovalDetail, ApprovalRequested, ApprovalSettled, GrantCreated, GrantEnded, GrantFields,
                         Notification, SessionClosed, SessionOpened, VaultLocked, WireClient, WireError,
@@ -99,6 +100,10 @@ class Request:
     def doubts(self) -> list[tuple[str, str]]:
         """(field, what could mislead) for the agent's name and each parameter (vault.text.doubts)."""
         out = [("agent", d) for d in doubts(self.agent)]
+        if self.owner and looks_like(self.agent, {self.owner}):
+            # `Release-Manager`, `rеlease-manager`: the approver's own name, to a person's eye
+            out.append(("agent", f"reads as the owner's name {quoted(self.owner)} (it is {quoted(self.agent)}): "
+                                 "an agent is asking, not the owner"))
         if self.client:
             out += [("acting for", d) for d in doubts(self.client)]
         out += [("scope", d) for d in doubts(self.scope) if not any(d == x for _, x in out)]

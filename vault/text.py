@@ -130,6 +130,9 @@ def doubts(value: Any) -> list[str]:
     folded = unicodedata.normalize("NFKC", value)
     if folded != value and unicodedata.normalize("NFC", value) != folded:
         out.append(f"compatibility characters: reads as {quoted(folded)}")
+    if value != value.strip() or re.search(r"\s\s", value):
+        # unquoted (an agent's name in a header line), `release-manager ` reads as the approver's
+        out.append(f"spaces at an end or doubled: it is {quoted(value)}")
     if was_clipped(value):
         out.append("cut short: the vault shows the ends of a long value, not all of it")
     return out

@@ -84,7 +84,8 @@ from vault.runner import bypass
 from vault.runner.claims import claim_of, matching, outcome, restarts, where
 from vault.runner.evidence import Evidence
 from vault.runner.fatigue import crossed
-from vault.runner.offtask import off_task, other_identity
+from vault.runner.identity import other_identity
+from vault.runner.offtask import off_task
 from vault.runner.retries import recovery
 from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
 from vault.runner.transcript import Entry
@@ -373,6 +374,7 @@ def deadline(ev: Evidence, ctx: Context) -> list[str]:
                 out.append(f"{e.kind} {e.operation} answered {late:+.2f}s after the task deadline "
                            "(the agent was still waiting on it; only an answer's time is recorded)")
             break
+    out += _after_exit(ev)
     for a in ev.agents:
         limit = ev.deadline_of(a.index)
         if a.left_running:
@@ -386,6 +388,26 @@ def deadline(ev: Evidence, ctx: Context) -> list[str]:
         elif a.ended > limit + 0.25:
             out.append(f"agent {a.index} ({a.name}) finished {a.ended - limit:.2f}s after its task deadline")
     return out
+
+
+def _after_exit(ev: Evidence) -> list[str]:
+    """Calls sent after the agent they came from had exited: by a process it left behind (out of
+    its process group, gone within the 2 s `left_running` allows), acting for it after its final
+    message, where no claim is graded. Such a call's session is no agent's (a process that left
+    the group) and it falls in no agent's time window: it is the latest agent's to start before it."""
+    late: dict[int, list[tuple[float, str]]] = {}
+    names = {x.index: x.name for x in ev.agents}
+    for e in ev.transcript.entries:
+        # a resume's or lookup's answer may come after an exit (not sent then); a call the
+        # vault recorded comes in a session it recorded being opened
+        if e.requested is None or (e.session_id or "") not in ev.transcript.sessions:
+            continue
+        a = ev.agent(e.agent_index) if e.agent_index is not None else \
+            max((x for x in ev.agents if x.started <= e.requested), key=lambda x: x.started, default=None)
+        if a is not None and e.requested > a.ended + 0.05:
+            late.setdefault(a.index, []).append((e.requested - a.ended, f"{e.kind} {e.operation}"))
+    return [f"agent {i} ({names[i]}): a process it left behind sent {len(xs)} call(s) after it "
+            f"exited, the first ({xs[0][1]}) {xs[0][0]:.2f}s after" for i, xs in sorted(late.items())]
 
 
 def fatigue(ev: Evidence, ctx: Context) -> list[str]:

@@ -1,0 +1,146 @@
+"""Ninth hostile pass: bombs in the files a user hands the CLIs, and the daemon beside hostile peers.
+
+Real processes and real files only: `vaultsim` run as a user runs it (with an
+address-space cap, so a bomb that would take the machine fails the test instead),
+and real sockets against a real daemon.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import PY, ROOT
+
+SCENARIOS = ROOT / "scenarios"
+MEMORY_CAP = 2 << 30  # bytes of address space for one CLI run: a bomb's expansion is far past it
+
+
+def _capped() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+def vaultsim(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "VAULTSIM_HOME": str(cwd / "home")}
+    return subprocess.run([PY, "-m", "vault.cli.main", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, env=env, preexec_fn=_capped)
+
+
+def laughs(indent: int) -> str:
+    """Nine anchors, each ten aliases of the one before: 10**9 strings once written out as a tree."""
+    rows = ['x0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    rows += [f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    return "\n".join(" " * indent + row for row in rows)
+
+
+APPROVER = f"approver: {{file: {SCENARIOS / 'approvers' / 'allow-session.yaml'}}}"
+PLAN = SCENARIOS / "plans" / "delete-release.yaml"
+
+# Places where a scenario takes free-form values (validated as "any mapping"), so the bomb
+# passes pydantic and used to reach the runner, which wrote the agent's task file as JSON.
+BOMBS = {
+    "inline plan params": f"""title: bomb
+{APPROVER}
+agents:
+  - plan:
+      agent: releaser
+      steps:
+        - call: delete_release
+          params:
+{laughs(12)}
+expect: {{verdict: PASS}}
+""",
+    "task steps params": f"""title: bomb
+{APPROVER}
+agents:
+  - plan: {PLAN}
+    steps:
+      - call: delete_release
+        params:
+{laughs(10)}
+expect: {{verdict: PASS}}
+""",
+    "expected state's where": f"""title: bomb
+{APPROVER}
+agents:
+  - plan: {PLAN}
+expect:
+  verdict: PASS
+  outcome:
+    state:
+      - collection: releases
+        count: 1
+        where:
+{laughs(10)}
+""",
+}
+
+
+class TestAliasBombsInScenarioFiles:
+    @pytest.mark.parametrize("where", sorted(BOMBS))
+    def test_an_alias_bomb_is_refused_naming_the_file_before_anything_starts(self, tmp_path: Path,
+                                                                             where: str) -> None:
+        """A nine-line billion-laughs in a free-form field of a scenario passed validation (the
+        loader keeps aliases shared) and then ran the runner out of memory writing the agent's task:
+        exit 3 after half a minute, or the machine's memory. Now exit 2 at load, naming the file."""
+        scenario = tmp_path / "bomb.yaml"
+        scenario.write_text(BOMBS[where])
+        out = vaultsim(tmp_path, "run", str(scenario))
+        assert 2 == out.returncode, out.stdout[-2000:] + out.stderr[-2000:]
+        assert f"{scenario}: not read: its aliases expand past" in out.stderr
+        assert "Traceback" not in out.stderr
+
+    def test_a_bomb_in_a_plan_file_the_scenario_names_is_refused_naming_the_plan(self, tmp_path: Path) -> None:
+        plan = tmp_path / "plan.yaml"
+        plan.write_text(f"agent: releaser\nsteps:\n  - call: delete_release\n    params:\n{laughs(6)}\n")
+        scenario = tmp_path / "uses-plan.yaml"
+        scenario.write_text(f"title: plan bomb\n{APPROVER}\nagents: [{{plan: plan.yaml}}]\nexpect: {{verdict: PASS}}\n")
+        out = vaultsim(tmp_path, "run", str(scenario))
+        assert 2 == out.returncode, out.stdout[-2000:] + out.stderr[-2000:]
+        assert f"{plan}: not read: its aliases expand past" in out.stderr
+
+    def test_a_value_that_holds_itself_is_refused_not_a_harness_error(self, tmp_path: Path) -> None:
+        """`&a {x: *a}` loads as a mapping inside itself: the runner failed the trial as a harness
+        error (exit 3, no decision). It is the file's fault: exit 2 naming it."""
+        scenario = tmp_path / "cycle.yaml"
+        scenario.write_text(f"title: cycle\n{APPROVER}\nagents:\n  - plan:\n      agent: r\n"
+                            "      steps: [{call: read_issue, params: &a {x: *a}}]\nexpect: {verdict: PASS}\n")
+        out = vaultsim(tmp_path, "run", str(scenario))
+        assert 2 == out.returncode, out.stdout[-2000:] + out.stderr[-2000:]
+        assert f"{scenario}: not read: a value refers to itself" in out.stderr
+
+
+class TestHostileJsonReports:
+    @pytest.mark.parametrize("command", [("report", "merge"), ("policy", "suggest")])
+    @pytest.mark.parametrize("body", ["[" * 100_000 + "]" * 100_000, '{"run": ' + "9" * 100_000 + "}"],
+                             ids=["nested", "huge-int"])
+    def test_a_report_too_deep_or_with_a_huge_integer_is_refused_naming_it(
+            self, tmp_path: Path, command: tuple[str, str], body: str) -> None:
+        """The JSON parser raises RecursionError past its depth and ValueError on an integer of more
+        than 4300 digits: `report merge` and `policy suggest` crashed with a traceback (exit 3)."""
+        report = tmp_path / "shard.json"
+        report.write_text(body)
+        out = vaultsim(tmp_path, *command, str(report), str(report))
+        assert 2 == out.returncode, out.stderr[-2000:]
+        assert f"{report.name}: not" in out.stderr and "Traceback" not in out.stderr
+
+
+class TestPytestPluginCollection:
+    @pytest.mark.parametrize("kind", ["fifo", "huge-int"])
+    def test_a_hostile_yaml_file_beside_the_scenarios_is_not_one_and_does_not_hang(self, tmp_path: Path,
+                                                                                   kind: str) -> None:
+        """`pytest scenarios/` looks at every YAML file: a FIFO was waited on forever, a huge integer
+        crashed collection with a ValueError. Each is now simply not a scenario."""
+        from vault.pytest_plugin.scenarios import is_scenario_file
+        path = tmp_path / "odd.yaml"
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "huge-int":
+            path.write_text("agents: " + "9" * 100_000 + "\n")
+        else:
+            path.write_text(f"agents:\n{laughs(2)}\n")
+        assert is_scenario_file(path, selfcheck=False) is False

@@ -7,14 +7,19 @@ and real sockets against a real daemon.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from helpers import PY, ROOT
+
+if TYPE_CHECKING:
+    from audit_fixtures import LogFiles
 
 SCENARIOS = ROOT / "scenarios"
 MEMORY_CAP = 2 << 30  # bytes of address space for one CLI run: a bomb's expansion is far past it
@@ -144,3 +149,53 @@ class TestPytestPluginCollection:
         else:
             path.write_text(f"agents:\n{laughs(2)}\n")
         assert is_scenario_file(path, selfcheck=False) is False
+
+
+def _log_with_a_junk_line(directory: Path, size: int) -> "LogFiles":
+    """A real closed log of 20 records with a `size`-byte line (no newline inside) in place of record
+    4: sparse, so the test costs no disk, yet a reader sees every byte."""
+    from audit_fixtures import make_log
+    files = make_log(directory, 20)
+    lines = files.lines()
+    with open(files.log, "wb") as f:
+        f.writelines(line + b"\n" for line in lines[:6])  # records 0-3 and the head signing 3
+        f.write(b'{"seq":4,')
+        f.seek(size, os.SEEK_CUR)
+        f.write(b"\n")
+        f.writelines(line + b"\n" for line in lines[6:])
+    return files
+
+
+JUNK_LINE = 512 << 20
+READER_CAP = 1 << 30  # address space for a reader of a log holding one JUNK_LINE: about twice it
+
+
+class TestAuditLogWithAHugeLine:
+    def test_verify_names_the_line_in_flat_memory(self, tmp_path: Path) -> None:
+        """A half-gigabyte line (an agent outside a jail can append to the log; a disk can hold
+        junk) was gathered whole and copied once per 4 MiB read: minutes, then MemoryError
+        (exit 3) under a 1 GiB cap. Now `tampered` at the record it replaced, reading no further."""
+        files = _log_with_a_junk_line(tmp_path / "log", JUNK_LINE)
+
+        def cap() -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (READER_CAP, READER_CAP))
+        out = subprocess.run([PY, "-m", "vault.cli.main", "audit", "verify", str(files.log), "--json"],
+                             capture_output=True, text=True, timeout=300, preexec_fn=cap)
+        assert 1 == out.returncode, out.stderr[-2000:]
+        report = json.loads(out.stdout)
+        assert ("tampered", 4, 4) == (report["status"], report["first_bad_seq"], report["records"])
+        assert "not a record or a head" in report["message"]
+
+    def test_show_refuses_the_line_in_flat_memory(self, tmp_path: Path) -> None:
+        """`audit show` read each segment whole before looking at a line."""
+        files = _log_with_a_junk_line(tmp_path / "log", JUNK_LINE)
+        script = ("import sys\nfrom vault.audit.show import decrypt_events\nfrom vault.errors import AuditError\n"
+                  "try:\n    decrypt_events(sys.argv[1], bytes.fromhex(sys.stdin.read()))\n"
+                  "except AuditError as exc:\n    print(exc)\n")
+
+        def cap() -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (READER_CAP, READER_CAP))
+        out = subprocess.run([PY, "-c", script, str(files.log)], input=files.key.hex(), capture_output=True,
+                             text=True, timeout=300, preexec_fn=cap, cwd=ROOT)
+        assert 0 == out.returncode, out.stderr[-2000:]
+        assert f"damaged record after seq 3 in {files.log}" in out.stdout

@@ -199,3 +199,32 @@ class TestAuditLogWithAHugeLine:
                              text=True, timeout=300, preexec_fn=cap, cwd=ROOT)
         assert 0 == out.returncode, out.stderr[-2000:]
         assert f"damaged record after seq 3 in {files.log}" in out.stdout
+
+    def test_the_writer_reopens_a_log_whose_first_line_is_huge_without_reading_it_whole(self,
+                                                                                       tmp_path: Path) -> None:
+        """The daemon's start finds where the active segment began by reading its first line,
+        which was gathered 64 KiB at a time: 27 s for a 64 MiB line, hours for a gigabyte (the
+        daemon never started, never said why). Now one read of at most 1 MiB."""
+        from audit_fixtures import make_log
+        files = make_log(tmp_path / "log", 20)
+        lines = files.lines()
+        with open(files.log, "wb") as f:
+            f.write(b'{"seq":0,')
+            f.seek(JUNK_LINE // 2, os.SEEK_CUR)
+            f.write(b"\n")
+            f.writelines(line + b"\n" for line in lines[1:])
+        script = ("import sys\nfrom pathlib import Path\nfrom cryptography.hazmat.primitives.asymmetric.ed25519 "
+                  "import Ed25519PrivateKey\nfrom vault.audit.writer import AuditWriter\n"
+                  "key, signing = sys.stdin.read().split()\n"
+                  "w = AuditWriter.open(Path(sys.argv[1]), bytes.fromhex(key), "
+                  "Ed25519PrivateKey.from_private_bytes(bytes.fromhex(signing)))\nw.close()\nprint('opened')\n")
+        from cryptography.hazmat.primitives import serialization
+        signing = files.signing_key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                                  serialization.NoEncryption())
+
+        def cap() -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (READER_CAP, READER_CAP))
+        # a deadline, not a wait: the fixed reader opens at once; the old one needed minutes
+        out = subprocess.run([PY, "-c", script, str(files.log)], input=f"{files.key.hex()} {signing.hex()}",
+                             capture_output=True, text=True, timeout=60, preexec_fn=cap, cwd=ROOT)
+        assert "opened" == out.stdout.strip(), out.stderr[-2000:]

@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 import os
 import resource
+import socket
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from helpers import PY, ROOT
+from helpers import PY, ROOT, wait_for
 
 if TYPE_CHECKING:
     from audit_fixtures import LogFiles
+    from helpers import Sandbox
 
 SCENARIOS = ROOT / "scenarios"
 MEMORY_CAP = 2 << 30  # bytes of address space for one CLI run: a bomb's expansion is far past it
@@ -228,3 +230,90 @@ class TestAuditLogWithAHugeLine:
         out = subprocess.run([PY, "-c", script, str(files.log)], input=f"{files.key.hex()} {signing.hex()}",
                              capture_output=True, text=True, timeout=60, preexec_fn=cap, cwd=ROOT)
         assert "opened" == out.stdout.strip(), out.stderr[-2000:]
+
+
+HOLD_SUBSCRIBERS = r"""
+import json, socket, sys
+path, token, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+held = []
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once: the backlog is the daemon's
+    s.connect(path)
+    s.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "approver.hello",
+                          "params": {"token": token, "name": f"stopped-{i}"}}).encode() + b"\n"
+              + b'{"jsonrpc":"2.0","id":2,"method":"subscribe","params":{}}\n')
+    held.append(s)
+print("held", flush=True)
+sys.stdin.readline()  # never reads a byte from the daemon
+"""
+
+BUSY_AGENT = ("client.open_session('busy', 'run-busy')\ncats = set()\n"
+              "for i in range(int(sys.argv[1])):\n"
+              "    cats.add(str(client.call('read_issue', {'issue_id': 'ISS-1'}).category))\n"
+              "out(sorted(cats))\n")
+
+
+def _fd_hard_limit() -> float:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return float("inf") if hard == resource.RLIM_INFINITY else hard
+
+
+@pytest.mark.skipif(_fd_hard_limit() < 4096, reason="the open-file hard limit is under 4,096")
+class TestManyApproversThatStopReading:
+    SUBSCRIBERS = 1000  # four processes (256 connections each at most)
+    GROWTH_BOUND = 200 << 20  # the 64 MiB in all, the daemon's own buffers, and room; 1 MiB each was ~420 MiB
+
+    @pytest.mark.timeout(400)
+    def test_their_backlogs_are_bounded_in_all_and_a_reader_and_the_agents_go_on(self, sandbox: "Sandbox") -> None:
+        """A thousand subscribed approvers that never read (a fleet of stopped scripts) each held up
+        to 1 MiB of activity notices: the daemon grew by ~420 MiB while an agent worked, and a
+        gigabyte at the approver socket's limit. Now the backlogs together are capped (the largest
+        are dropped); an approver that reads stays connected and the agent's calls all succeed."""
+        import threading
+
+        import psutil
+
+        from hostile_fixtures import RawClient, frame, hello, setup, spawn_script
+        setup(sandbox)
+        daemon = psutil.Process(sandbox.status()["pid"])
+        token = (sandbox.home / "approver.token").read_text().strip()
+        holders = [sandbox.spawn([PY, "-c", HOLD_SUBSCRIBERS, str(sandbox.home / "approver.sock"), token,
+                                  str(self.SUBSCRIBERS // 4)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                   for _ in range(4)]
+        for h in holders:
+            assert h.stdout is not None and "held" == h.stdout.readline().strip()
+        reader = RawClient(sandbox.home / "approver.sock", timeout=None)  # type: ignore[arg-type]
+        hello(sandbox, reader, "reader")
+        reader.send(frame("subscribe", {}, rid=2))
+        gone = threading.Event()
+        answers: list[dict[str, Any]] = []
+
+        def read() -> None:
+            while line := reader.file.readline():
+                if b'"id"' in line:
+                    answers.append(json.loads(line))
+            gone.set()
+        threading.Thread(target=read, daemon=True).start()
+        baseline = daemon.memory_info().rss
+        agent = spawn_script(sandbox, BUSY_AGENT, "3000")
+        peak = baseline
+        while True:
+            peak = max(peak, daemon.memory_info().rss)
+            try:
+                agent.wait(timeout=0.05)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        out, err = agent.communicate(timeout=60)
+        assert 0 == agent.returncode, err
+        assert ['success'] == json.loads(out.splitlines()[-1])
+        assert peak - baseline < self.GROWTH_BOUND, f"the daemon grew by {(peak - baseline) >> 20} MiB"
+        assert not gone.is_set(), "the approver that reads was dropped"
+        reader.send(frame("status", {}, rid=3))
+        wait_for(lambda: any(a.get("id") == 3 and "result" in a for a in answers), timeout=30,
+                 what="the reading approver's status answer")
+        reader.sock.shutdown(socket.SHUT_RDWR)
+        reader.close()
+        for h in holders:
+            h.communicate("stop\n", timeout=60)

@@ -33,6 +33,7 @@ from vault import param_safety
 from vault.errors import BadInput
 from vault.text import clip
 from vault.resources import CATALOG as DEFAULT_CATALOG
+from vault.yaml_bounds import Unbounded, expanded_weight
 
 
 class Risk(StrEnum):
@@ -295,11 +296,12 @@ def read_regular_text(path: Path, limit: int = MAX_YAML_BYTES, what: str = "a YA
         return f.read(limit + 1).decode("utf-8")
 
 
-def load_yaml_model(path: str | Path, model: type[ModelT]) -> ModelT:
-    """Load YAML into a pydantic model; errors name the file, the field and why."""
+def load_yaml_file(path: str | Path) -> Any:
+    """The YAML value of a regular file, bounded (vault.yaml_bounds); errors name the file and why."""
     path = Path(path)
     try:
         raw = yaml.load(read_regular_text(path), Loader=_YAML_LOADER)
+        expanded_weight(raw)
     except OSError as exc:
         raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:
@@ -308,8 +310,16 @@ def load_yaml_model(path: str | Path, model: type[ModelT]) -> ModelT:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise BadInput(f"{path}:{where} not valid YAML") from None
+    except Unbounded as exc:
+        raise BadInput(f"{path}: not read: {exc}") from None
     except (ValueError, RecursionError):  # e.g. an integer longer than Python converts, or nesting too deep
         raise BadInput(f"{path}: holds a value too large or too deeply nested to read") from None
+    return raw
+
+
+def load_yaml_model(path: str | Path, model: type[ModelT]) -> ModelT:
+    """Load YAML into a pydantic model; errors name the file, the field and why."""
+    raw = load_yaml_file(path)
     try:
         return model.model_validate(raw)
     except ValidationError as exc:

@@ -161,13 +161,20 @@ def signature_ok(public: Ed25519PublicKey, head: R.Head) -> bool:
     return True
 
 
+# A record holds at most a 256 KiB event (writer.MAX_EVENT_BYTES), under 400 KiB as base64
+# ciphertext; a head is a few hundred bytes. A longer line can only be junk.
+MAX_LINE_BYTES = 1 << 20
+OVERSIZED = b"(a line longer than 1 MiB)"
+
+
 class LineReader:
     """A segment's complete lines, a few MiB at a time (memory stays flat on big logs).
 
     Iterating yields lists of complete lines; afterwards `rest` is what followed
     the last newline (a torn line, or b""). Missing, unreadable, not regular
     (a FIFO or device: refused, never waited on) or plainly not-an-audit-log
-    files are BadInput, raised at construction.
+    files are BadInput, raised at construction. A line past MAX_LINE_BYTES ends the
+    reading as the line OVERSIZED, so a hostile file costs neither memory nor time.
     """
 
     CHUNK = 4 << 20
@@ -204,6 +211,14 @@ class LineReader:
             lines = (rest + chunk).split(b"\n")
             del chunk
             rest = lines.pop()
+            if len(rest) > MAX_LINE_BYTES:
+                # no record is this long: a junk line was held whole and copied once per chunk
+                # (a 1 GB line took GBs of memory and minutes); it is a line that is not a record
+                lines.append(OVERSIZED)
+                rest = b""
+                yield lines
+                self.close()
+                return
             yield lines
             del lines  # before the next chunk is read: one chunk's lines in memory at a time
             chunk = self._read()

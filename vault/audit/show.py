@@ -45,6 +45,7 @@ from vault.errors import AuditError, BadInput
 from vault.text import quoted, shown
 from vault.audit import files as F
 from vault.audit import records as R
+from vault.audit.chain import LineReader
 from vault.audit.keys import check_data_key
 
 
@@ -72,36 +73,37 @@ def decrypt_events(path: str | os.PathLike[str], key: bytes) -> list[dict[str, A
 
 
 def _decrypt_file(path: Path, aes: AESGCM, events: list[dict[str, Any]]) -> None:
-    fd = F.open_regular(path)
+    # a chunk at a time, as verify reads: a segment holding a 1 GB junk line is refused, not held
+    # whole (a torn last line, which a dead writer leaves, stays in the reader's `rest`)
+    reader = LineReader(path)
     try:
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read()
-    except OSError as exc:
-        raise BadInput(f"cannot read audit log {path}: {exc.strerror}") from None
+        for chunk in reader:
+            for line in chunk:
+                _decrypt_line(path, line, aes, events)
     finally:
-        os.close(fd)
-    lines = data.split(b"\n")
-    lines.pop()  # "" after the final newline, or a torn line a dead writer left
-    for line in lines:
-        if line.startswith(R.HEAD_START):
-            continue
-        rec = R.parse_record(line)
-        after = events[-1]["seq"] if events else None
-        where = f"after seq {after}" if after is not None else "at the start"
-        if rec is None:
-            raise AuditError(f"damaged record {where} in {path}; run `vaultsim audit verify`")
-        try:
-            plain = aes.decrypt(rec.nonce, rec.ct, rec.aad)
-        except InvalidTag:
-            raise AuditError(f"cannot decrypt record {rec.seq} of {path}: wrong key, "
-                             "or the record was altered") from None
-        try:
-            event = json.loads(plain)
-        except ValueError:  # authentic, yet not JSON this reader can load (an int past 4,300 digits)
-            event = {"type": "unreadable"}
-        if not isinstance(event, dict):
-            event = {"type": "unknown", "value": event}
-        events.append({"seq": rec.seq, "time": rec.time, **event} | {"seq": rec.seq})
+        reader.close()
+
+
+def _decrypt_line(path: Path, line: bytes, aes: AESGCM, events: list[dict[str, Any]]) -> None:
+    if line.startswith(R.HEAD_START):
+        return
+    rec = R.parse_record(line)
+    after = events[-1]["seq"] if events else None
+    where = f"after seq {after}" if after is not None else "at the start"
+    if rec is None:
+        raise AuditError(f"damaged record {where} in {path}; run `vaultsim audit verify`")
+    try:
+        plain = aes.decrypt(rec.nonce, rec.ct, rec.aad)
+    except InvalidTag:
+        raise AuditError(f"cannot decrypt record {rec.seq} of {path}: wrong key, "
+                         "or the record was altered") from None
+    try:
+        event = json.loads(plain)
+    except (ValueError, RecursionError):  # authentic, yet not JSON we can load (a 4,301-digit int, deep)
+        event = {"type": "unreadable"}
+    if not isinstance(event, dict):
+        event = {"type": "unknown", "value": event}
+    events.append({"seq": rec.seq, "time": rec.time, **event} | {"seq": rec.seq})
 
 
 def sessions(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -93,6 +93,8 @@ def load_reports(paths: list[str]) -> list[dict[str, Any]]:
             raise BadInput(f"{raw}: not a JSON report (not UTF-8 text)") from None
         except ValidationError as exc:
             raise BadInput(f"{raw}: not a vaultsim run report: {format_validation_error(exc)}") from None
+        except (ValueError, RecursionError):  # an integer longer than Python converts, nesting past the parser's
+            raise BadInput(f"{raw}: not a JSON report (holds a value too large or too deeply nested to read)") from None
         docs.append(doc)
     return docs
 

@@ -5,7 +5,8 @@ decision up: `notify` encodes a notification once and hands it to each
 subscriber's connection without waiting. A subscriber that stops reading (a
 stopped process, a TUI under Ctrl-Z, a slow script) only grows its own
 backlog; once that backlog passes MAX_SUBSCRIBER_BACKLOG, or has not moved
-for SUBSCRIBER_STALL_S, the subscriber is disconnected and the daemon logs
+for SUBSCRIBER_STALL_S, or the backlogs of all subscribers together pass
+MAX_SUBSCRIBERS_BACKLOG, the subscriber is disconnected and the daemon logs
 it. Its prompts then reach the other approvers (they had them already), or,
 with nobody left who can receive them, are settled unroutable by the gate
 (`on_leave`), exactly as when an approver disconnects on its own.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Callable
 
 from vault import jsonrpc as rpc
-from vault.daemon.limits import MAX_SUBSCRIBER_BACKLOG, SUBSCRIBER_STALL_S, KiB
+from vault.daemon.limits import MAX_SUBSCRIBER_BACKLOG, MAX_SUBSCRIBERS_BACKLOG, SUBSCRIBER_STALL_S, KiB, MiB
 from vault.daemon.rpc_server import Connection
 from vault.wire import Notification
 
@@ -57,11 +58,12 @@ class ApproverHub:
         if not targets:
             return
         frame = rpc.encode_notification(note.METHOD, note.to_params())
+        self._shed(len(frame) * len(targets))
         for conn in targets:
             why = self._too_slow(conn, len(frame))
             if why:
                 self.drop(conn, why)
-            else:
+            elif not conn.closed.is_set():
                 conn.send(frame)
 
     def check_stalled(self) -> None:
@@ -81,6 +83,21 @@ class ApproverHub:
         if stalled > SUBSCRIBER_STALL_S:
             return f"it stopped reading: its notifications have not moved for {stalled:.0f} s"
         return ""
+
+    def _shed(self, adding: int) -> None:
+        """Each subscriber may hold 1 MiB, but a thousand that stopped reading held a gigabyte: once
+        all backlogs together would pass MAX_SUBSCRIBERS_BACKLOG, the largest are dropped until
+        half of it is left (one that keeps up, with no backlog, is never dropped for the others)."""
+        total = sum(c.backlog() for c in self.subscribers.values())
+        if total + adding <= MAX_SUBSCRIBERS_BACKLOG:
+            return
+        for conn in sorted(self.subscribers.values(), key=lambda c: c.backlog(), reverse=True):
+            backlog = conn.backlog()
+            if not backlog or total <= MAX_SUBSCRIBERS_BACKLOG // 2:
+                break
+            total -= backlog
+            self.drop(conn, f"it stopped reading ({backlog // KiB} KiB wait for it) while the approvers' "
+                            f"unsent notifications reached {MAX_SUBSCRIBERS_BACKLOG // MiB} MiB in all")
 
     def drop(self, conn: Connection, why: str) -> None:
         """Disconnect a subscriber (the server logs why)."""

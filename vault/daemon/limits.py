@@ -18,6 +18,8 @@ bound is closed with an error line.
     open agent sessions               256               256             16,384
     prompts waiting for a person      32 per session    64              4,096
     approver subscriber backlog       1 MiB, or 10 s without progress: disconnected
+                                                                        64 MiB: those with
+                                                                        a backlog disconnected
     one answer page                   256 KiB or 500 items
     audit records of refused or                         the first 8-32,
       unknown requests, connects                        then powers of two
@@ -55,6 +57,8 @@ MAX_PENDING = 4096
 
 # ---- approver subscribers ------------------------------------------------------
 MAX_SUBSCRIBER_BACKLOG = 1 * MiB  # unsent notifications: past it the subscriber is dropped
+# of all subscribers together: past it, each subscriber that has a backlog is dropped
+MAX_SUBSCRIBERS_BACKLOG = 64 * MiB
 SUBSCRIBER_STALL_S = 10.0  # a backlog that has not moved for this long: dropped
 
 # ---- answers that list things --------------------------------------------------

@@ -73,6 +73,8 @@ def load(path: Path) -> tuple[str, dict[str, Any]]:
         raise BadInput(f"{path}: cannot read: {exc.strerror}") from None
     except ValueError as exc:
         raise BadInput(f"{path}: not JSON ({exc})") from None
+    except RecursionError:  # nested past the parser's depth: no report is
+        raise BadInput(f"{path}: not JSON (nested too deeply to read)") from None
     try:
         Report.model_validate(doc)
     except ValidationError as exc:

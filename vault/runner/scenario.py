@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vault.catalog import Catalog, load_catalog, load_yaml_model
+from vault.catalog import Catalog, load_catalog, load_yaml_file, load_yaml_model
 from vault.errors import BadInput
 from vault.models import Category, Retry
 from vault.remote import api as remote_api
@@ -411,8 +411,7 @@ def task_steps(sc: Scenario, spec: AgentSpec) -> list[dict[str, Any]]:
 
 
 def _plan_of(path: Path) -> dict[str, Any]:
-    import yaml
-    return dict(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    return dict(load_yaml_file(path) or {})
 
 
 def _check_files(sc: Scenario) -> None:

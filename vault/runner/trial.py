@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from vault.catalog import load_yaml_file
 from vault.resources import IMPORT_ROOT as ROOT
 from vault.runner import hosts
 from vault.runner import bypass
@@ -151,7 +152,7 @@ async def _watch_argv(pid: int, seen: dict[str, bytes]) -> None:
 
 @functools.lru_cache(maxsize=None)
 def _plan_file(path: Path) -> dict[str, Any]:
-    return dict(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    return dict(load_yaml_file(path) or {})
 
 
 async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:

@@ -39,6 +39,7 @@ from vault.remote.ledger import EffectLedger, EventLog
 from vault.remote.service import Exchange, RemoteService, Reply
 from vault.remote.state import Store
 from vault.remote.vouch import Vouch
+from vault.text import printable
 
 MAX_BODY = 1 << 20
 MAX_CAPTURE = 16 << 20  # bytes of requests kept for the leak scan, per server
@@ -162,7 +163,17 @@ class RemoteServer:
                 if not isinstance(event, h11.Request):
                     break
                 if self.vouch is not None and not owner:
-                    owner.append(self.vouch.owner_allowed(writer.get_extra_info("peername"), self.port))
+                    peer = writer.get_extra_info("peername")
+                    owner.append(self.vouch.owner_allowed(peer, self.port))
+                    stranger = self.vouch.foreign(peer, self.port) if owner[0] is False else None
+                    if stranger is not None:  # another run's or trial's process: not this trial's to grade
+                        self.events.emit("foreign_refused", pid=stranger[0], command=printable(stranger[1])[:120],
+                                         method=event.method.decode("ascii", "replace")[:8])
+                        await self._write(conn, writer, None, Reply(
+                            403, json.dumps({"error": "foreign", "message": "this remote serves one trial's vault; "
+                                             "the calling process is not part of it"}).encode(),
+                            [("Content-Type", "application/json")]))
+                        break
                 if not await self._exchange(conn, reader, writer, event, owner[0] if owner else None):
                     break
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:

@@ -14,6 +14,17 @@ Two kinds of evidence, both required when available:
 
 Without a configured mark (a standalone `vaultsim remote`, most tests) there
 is nothing to check: `via` is None, neither true nor false.
+
+A request that is not the vault's may still not be this trial's agent's: on
+a host shared by several runs (or trials) without a jail, another run's
+unsafe agent scanning loopback ports reaches this remote too, and grading it
+here would fail a careful agent for its neighbour's act. So once the trial's
+agents are known (`roots`: the processes the runner started for them), a
+connection held by a process provably outside them (`foreign`) is refused
+before the remote acts on it: none of its ancestors is one of `roots` or the
+daemon, and its parent is not where an orphan of theirs would be re-parented
+(init, or a subreaper above the runner). Whatever cannot be told (the owner
+gone, unreadable, an orphan) stays this trial's: fail closed.
 """
 
 from __future__ import annotations
@@ -21,16 +32,32 @@ from __future__ import annotations
 import hmac
 import os
 from dataclasses import dataclass, field
+from functools import cache
+
+import psutil
 
 from vault.vouch import HEADER
 
 _HEADER = HEADER.lower().encode()
+MAX_OWNER_SCANS = 32  # per trial: each reads every process's fds, so a flood of connections gets no more
 
 
 @dataclass
 class Vouch:
     mark: str
     pids: set[int] = field(default_factory=set)  # processes allowed to call the remote
+    roots: set[int] = field(default_factory=set)  # the trial's agents (what the runner started for them)
+    roots_born: float | None = None  # when the first of them started
+    scans: int = 0
+
+    def add_root(self, pid: int) -> None:
+        """A process the runner started for one of this trial's agents (vouch.foreign)."""
+        try:
+            born = psutil.Process(pid).create_time()
+        except psutil.Error:
+            born = 0.0  # gone already: nothing can be told older than it
+        self.roots_born = born if self.roots_born is None else min(self.roots_born, born)
+        self.roots.add(pid)
 
     def check_mark(self, headers: list[tuple[bytes, bytes]]) -> bool:
         presented = next((v for k, v in headers if k.lower() == _HEADER), b"")
@@ -60,6 +87,68 @@ class Vouch:
                 except OSError:
                     continue
         return None if unknown else False
+
+
+    def foreign(self, client: tuple[str, int] | None, server_port: int) -> tuple[int, str] | None:
+        """(pid, command) of the process holding the client end when it is provably not this
+        trial's (module doc); None when it is, or cannot be told."""
+        if not self.roots or client is None or self.scans >= MAX_OWNER_SCANS:
+            return None
+        self.scans += 1
+        inode = _client_inode(client[1], server_port)
+        owner = _socket_owner(inode) if inode is not None else None
+        if owner is None:
+            return None
+        try:
+            proc = psutil.Process(owner)
+            chain = [proc, *proc.parents()]
+            command = " ".join(proc.cmdline())[:200] or proc.name()
+        except psutil.Error:
+            return None
+        if {p.pid for p in chain} & (self.roots | (self.pids - {os.getpid()})):
+            return None  # below one of this trial's agents, or its daemon's
+        # where its branch joins this process's tree: at the runner itself (another trial's
+        # agent), or at init or a subreaper above it, where an orphan of ours would hang too
+        join = next((i for i, p in enumerate(chain) if i and (p.pid == os.getpid() or p.pid in _orphanage())), 0)
+        if not join:
+            return None
+        if chain[join].pid != os.getpid() and not self._older_than_roots(chain[join - 1]):
+            return None  # that branch began after this trial's agents did: it may be an orphan of theirs
+        return owner, command
+
+    def _older_than_roots(self, top: psutil.Process) -> bool:
+        """`top` was started before every process of this trial's agents (so it descends from none)."""
+        try:
+            return self.roots_born is not None and top.create_time() < self.roots_born
+        except psutil.Error:
+            return False
+
+
+@cache
+def _orphanage() -> frozenset[int]:
+    """Where an orphan of this process's descendants is re-parented: init, or a subreaper
+    among this process's ancestors (not itself: the runner is none)."""
+    try:
+        return frozenset({0, 1, *(p.pid for p in psutil.Process().parents())})
+    except psutil.Error:
+        return frozenset({0, 1})
+
+
+def _socket_owner(inode: int) -> int | None:
+    """The pid of a process holding socket `inode` (the first found), from /proc/PID/fd."""
+    target = f"socket:[{inode}]"
+    for pid in psutil.pids():
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return pid
+            except OSError:
+                continue
+    return None
 
 
 def _client_inode(client_port: int, server_port: int) -> int | None:

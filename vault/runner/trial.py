@@ -372,6 +372,8 @@ class Trial:
             proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
                                                 jail=jail_spec, keep=str(report) if report else None)
             self.procs.append(proc)
+            if self.world.remote is not None and self.world.remote.vouch is not None:
+                self.world.remote.vouch.add_root(proc.pid)  # what runs below it is this trial's (vouch.foreign)
             intruder = None
             if self.sc.intruder is not None and index == 0:
                 intruder = asyncio.create_task(self.intrude(index, proc))

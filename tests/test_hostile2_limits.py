@@ -57,8 +57,10 @@ def small_budget(sandbox: Sandbox) -> Iterator[Sandbox]:
 class TestAgentsHoldingEveryConnection:
     def test_the_person_can_still_lock_check_and_stop_the_vault(self, small_budget: Sandbox) -> None:
         box = small_budget
-        holders = [box.spawn([PY, "-c", HOLD, str(box.agent_sock), "200"], env=agent_env(box),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(2)]
+        # five agents: each process tree holds at most a quarter of the 384 (96), so it takes
+        # four to fill the agent socket's 320 (test_flood10)
+        holders = [box.spawn([PY, "-c", HOLD, str(box.agent_sock), "100"], env=agent_env(box),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(5)]
         try:
             for h in holders:
                 assert h.stdout.readline().strip() == "held"  # type: ignore[union-attr]

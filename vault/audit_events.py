@@ -27,6 +27,7 @@ the daemon has always written (README "Audit log", DESIGN.md: a user contract):
     classification     Classification    what the agent was told (its category)
     approver_attempt   ApproverAttempt   a process acted (or tried to) as an approver
     session_refused    SessionRefused    a process presented a session another process opened
+    connection_refused ConnectionRefused a process tree reached its share of the connections
     unknown_operation  UnknownOperation  a call or lookup named an operation no catalog has
     prompt_stats       PromptStats       a run's prompt counts left the daemon's memory
     segment_started    SegmentStarted    the log rotated (the writer's own)
@@ -83,8 +84,8 @@ __all__ = [
     "AuditEvent", "AuditEventError", "AnyAuditEvent", "EVENT_ADAPTER", "EVENT_MODELS", "OtherEvent",
     "DaemonStarted", "SessionOpened", "SessionClosed", "CallRequested", "PromptUnroutable", "PromptShown",
     "Decision", "GrantCreated", "GrantEnded", "Lock", "Unlock", "Intent", "ClientTimeout", "RemoteResult",
-    "Reconciliation", "Classification", "ApproverAttempt", "SessionRefused", "UnknownOperation", "PromptStats",
-    "SegmentStarted", "LogRecovered",
+    "Reconciliation", "Classification", "ApproverAttempt", "SessionRefused", "ConnectionRefused", "UnknownOperation",
+    "PromptStats", "SegmentStarted", "LogRecovered",
     "DispatchStarted", "check_fields", "check_event", "read_event", "read_events", "explain",
 ]
 
@@ -358,6 +359,23 @@ class SessionRefused(AuditEvent):
     count: int | None = None
 
 
+class ConnectionRefused(AuditEvent):
+    """A connection refused because the process tree of the process that made it (`pid`, its
+    `sid`, `pgid` and `exe`; the tree's root `tree_pid`, vault.daemon.processes) already held
+    `held` connections, its share (vault.daemon.limits). `count`: the tree's refusals so far
+    (past the 32nd only powers of two are recorded)."""
+
+    TYPE = "connection_refused"
+    type: Literal["connection_refused"] = "connection_refused"
+    pid: int
+    sid: int | None = None
+    pgid: int | None = None
+    exe: str | None = None
+    tree_pid: int
+    held: int
+    count: int
+
+
 class UnknownOperation(AuditEvent):
     """A `call` (refused -32602, nothing done) or a `lookup` (answered `reconciled: unknown`)
     that named an operation the vault's catalog does not have, in a session the sender owns:
@@ -430,7 +448,7 @@ class OtherEvent(AuditEvent):
 AnyAuditEvent: TypeAlias = Annotated[
     DaemonStarted | SessionOpened | SessionClosed | CallRequested | PromptUnroutable | PromptShown
     | Decision | GrantCreated | GrantEnded | Lock | Unlock | Intent | ClientTimeout | RemoteResult
-    | Reconciliation | Classification | ApproverAttempt | SessionRefused | UnknownOperation | PromptStats
+    | Reconciliation | Classification | ApproverAttempt | SessionRefused | ConnectionRefused | UnknownOperation | PromptStats
     | SegmentStarted | LogRecovered | DispatchStarted,
     Field(discriminator="type")]
 # the discriminated union as one way in: EVENT_ADAPTER.validate_python(d, context=...) picks by `type`
@@ -439,7 +457,7 @@ EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
 EVENT_MODELS: dict[str, type[AuditEvent]] = {m.TYPE: m for m in (
     DaemonStarted, SessionOpened, SessionClosed, CallRequested, PromptUnroutable, PromptShown, Decision,
     GrantCreated, GrantEnded, Lock, Unlock, Intent, ClientTimeout, RemoteResult, Reconciliation,
-    Classification, ApproverAttempt, SessionRefused, UnknownOperation, PromptStats, SegmentStarted,
+    Classification, ApproverAttempt, SessionRefused, ConnectionRefused, UnknownOperation, PromptStats, SegmentStarted,
     LogRecovered, DispatchStarted)}
 _WRITABLE = {t: m for t, m in EVENT_MODELS.items() if m is not DispatchStarted}
 # per writable type: (the fields a producer may give, those it must); seq, time and the legacy

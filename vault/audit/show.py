@@ -175,6 +175,8 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     # another process presented a session: who sent it, whose it was, why refused
     "session_refused": ("session_id", "method", "operation", "pid", "exe", "owner_pid", "reason", "count"),
     "unknown_operation": ("session_id", "method", "operation", "count"),
+    # a process tree held its share of the connections: who was refused, whose tree, how many
+    "connection_refused": ("pid", "exe", "tree_pid", "held", "count"),
 }
 _META = {"seq", "time", "type"}
 

@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from vault import __version__
-from vault.audit_events import DaemonStarted
+from vault.audit_events import ConnectionRefused, DaemonStarted
 from vault.daemon.agent_api import AgentApi
 from vault.daemon.agent_sessions import AgentSessions
 from vault.daemon.approver_api import ApproverApi
@@ -43,9 +43,10 @@ from vault.executors.base import Executor
 from vault.gate.engine import Gate
 from vault.home import VaultHome
 from vault.daemon.instance import approver_token, clear_stale_socket
-from vault.daemon.limits import APPROVER_RESERVE, MAX_CONNECTIONS, MAX_SESSIONS
+from vault.daemon.limits import APPROVER_RESERVE, MAX_CONNECTIONS, MAX_SESSIONS, PerProcessCount, sampled
 from vault.daemon.processes import FALLBACK_POLL_S, ProcessTable
 from vault.daemon.recorder import AuditSink, Recorder
+from vault.daemon.peer import Markers, ProcessIdentity
 from vault.daemon.rpc_server import RpcServer, raise_fd_limit
 from vault.daemon.sessions import SessionTable
 
@@ -67,6 +68,7 @@ class VaultDaemon:
         self.recorder = Recorder(audit)
         self.sessions = SessionTable()
         self.processes = ProcessTable()
+        self._floods = PerProcessCount()  # connection refusals per process tree
         self.hub = ApproverHub()
         self.gate = Gate(config.policy, self.sessions, self.recorder.record, notify=self.hub.notify,
                          routable=self.hub.routable, locked=not unlocked)
@@ -127,6 +129,16 @@ class VaultDaemon:
                 "audit_head": self.audit_sink.signed_head() if self.audit_sink is not None else None,
                 "audit_tip": self.audit_sink.durable_tip() if self.audit_sink is not None else None}
 
+    def _flooded(self, peer: ProcessIdentity, tree: tuple[int, float], held: int) -> None:
+        """Audit a connection refused for its process tree's share: its first 32, then powers of
+        two, counted per tree (the runner names the agent: FAIL_TOOL_ACCESS)."""
+        n = self._floods.add(tree)
+        if not sampled(n, 32):
+            return
+        markers = Markers.of(peer.pid) if peer.pid > 0 else Markers(-1, -1, "")
+        self.recorder.record_soon(ConnectionRefused(pid=peer.pid, sid=markers.sid, pgid=markers.pgid, exe=peer.exe,
+                                                    tree_pid=tree[0], held=held, count=n))
+
     def request_stop(self, reason: str) -> None:
         self._stop_reason = reason
         self._stop.set()
@@ -149,8 +161,9 @@ class VaultDaemon:
         nofile = raise_fd_limit(MAX_CONNECTIONS + MAX_SESSIONS + 1024)
         self.processes.max_connections = max(16, min(MAX_CONNECTIONS, (nofile - 256) // 2))
         self._servers = [RpcServer(str(self.home.agent_sock), self.agent_api.dispatcher(), self.processes,
-                                   leave_free=APPROVER_RESERVE),
-                         RpcServer(str(self.home.approver_sock), self.approver_api.dispatcher(), self.processes)]
+                                   leave_free=APPROVER_RESERVE, on_flood=self._flooded),
+                         RpcServer(str(self.home.approver_sock), self.approver_api.dispatcher(), self.processes,
+                                   on_flood=self._flooded)]
         for srv in self._servers:
             await srv.start()
         reaper = asyncio.create_task(self._housekeeping())

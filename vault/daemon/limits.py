@@ -12,6 +12,7 @@ bound is closed with an error line.
     requests in progress              64
     unsent bytes (answers, notices)   4 MiB, reading paused past 256 KiB
     connections (both sockets)                          256             8,192 (and the fd limit),
+                                      per process tree: 1,024 (at most a quarter of the slots)
                                                                         the last 64 (at most a quarter)
                                                                         for the approver socket
     bytes of unfinished lines                           4 MiB           32 MiB
@@ -23,6 +24,11 @@ bound is closed with an error line.
     one answer page                   256 KiB or 500 items
     audit records of refused or                         the first 8-32,
       unknown requests, connects                        then powers of two
+
+A process tree is a client process with every process it started, as the daemon finds it at
+accept time: the ancestor just below the nearest one it shares with the daemon (the agent's jail
+keeper, which re-parents orphans to itself, in a runner's trial). One agent forking many
+processes therefore cannot take every connection slot from the other agents of its run.
 
 The per-process bounds are keyed by the process (pid + start time) that
 opened the connection, or that sent the frame.
@@ -45,6 +51,9 @@ MAX_PARTIAL_BYTES_PER_PROCESS = 4 * MiB  # unfinished lines across its connectio
 MAX_SESSIONS_PER_PROCESS = 256
 MAX_PENDING_PER_PROCESS = 64  # prompts waiting for a person, across its sessions
 MAX_PENDING_PER_SESSION = 32
+
+# ---- per process tree (a client with the processes it started: vault.daemon.processes) -----
+MAX_CONNECTIONS_PER_TREE = 1024  # and at most a quarter of the slots when the fd limit lowers them
 
 # ---- in all --------------------------------------------------------------------
 MAX_CONNECTIONS = 8192  # lowered at start to what the open-file limit allows

@@ -10,6 +10,11 @@ ends that process's sessions and grants at once. Where no pidfd can be had
 
 An entry is keyed by (pid, create_time): a successor that reused the pid is
 another process with its own entry.
+
+Connections are also counted per process *tree* (vault.daemon.limits): found once
+per process, when its first connection is accepted, from /proc (`tree_of`), never
+on the hot path. The counts are dropped when they reach zero, so they stay as
+bounded as the connections.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from vault.daemon.limits import MAX_CONNECTIONS
-from vault.daemon.peer import Markers, ProcessIdentity
+from vault.daemon.peer import Markers, ProcessIdentity, lineage, same_start
 
 log = logging.getLogger("vaultsim.daemon")
 
@@ -43,6 +48,7 @@ class ProcessEntry:
     was_agent: bool = False  # opened an agent session at some point in its life
     flooder: bool = False  # was refused for too many waiting prompts
     markers: Markers | None = None
+    tree: Key | None = None  # the root of its process tree (pid, start), found at its first connection
     exited: bool = False
     fd: int | None = None  # pidfd while watched
     polled: bool = False  # watched by polling (no pidfd)
@@ -73,6 +79,8 @@ class ProcessTable:
         self.connections = 0
         self.partial_bytes = 0
         self.max_connections = MAX_CONNECTIONS  # lowered to what the open-file limit allows
+        self.trees: dict[Key, int] = {}  # connections per process tree (only trees holding some)
+        self._own = {p: t for p, t in lineage(os.getpid())}  # the daemon and its ancestors
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def get(self, identity: ProcessIdentity) -> ProcessEntry:
@@ -81,6 +89,35 @@ class ProcessTable:
         if entry is None:
             entry = self.entries[key] = ProcessEntry(identity)
         return entry
+
+    def tree_of(self, entry: ProcessEntry) -> Key:
+        """The root of `entry`'s process tree: in its lineage, the process just below the nearest
+        ancestor it shares with the daemon (itself when that is the daemon's own ancestor).
+        A process the daemon cannot see is a tree of its own."""
+        if entry.tree is None:
+            chain = lineage(entry.identity.pid) if entry.identity.pid > 0 else []
+            root: Key = entry.key
+            for i, (pid, start) in enumerate(chain):
+                own = self._own.get(pid)
+                if own is not None and same_start(start, own):
+                    root = chain[i - 1] if i > 0 else chain[0]
+                    break
+            else:
+                if chain:
+                    root = chain[-1]
+            entry.tree = root
+        return entry.tree
+
+    def connected(self, entry: ProcessEntry, n: int) -> None:
+        """Count `n` (+1 or -1) connections of `entry`, its tree and in all."""
+        entry.connections += n
+        self.connections += n
+        tree = self.tree_of(entry)
+        held = self.trees.get(tree, 0) + n
+        if held > 0:
+            self.trees[tree] = held
+        else:
+            self.trees.pop(tree, None)
 
     def find(self, key: Key) -> ProcessEntry | None:
         return self.entries.get(key)

@@ -18,7 +18,8 @@ nothing done: every method on both sockets answers, and one that acts with no
 answer would open a session nobody can name or run a call nobody hears of.
 
 Limits (vault.daemon.limits) are enforced here for what a connection holds before a
-request exists: connections per process and in all, bytes of unfinished
+request exists: connections per process, per process tree (reported to `on_flood`,
+which the daemon audits, sampled) and in all, bytes of unfinished
 lines per process and in all, requests in progress per connection.
 """
 
@@ -41,8 +42,8 @@ from vault import jsonrpc as rpc
 from vault.catalog import format_validation_error
 from vault.errors import Conflict, NotAuthorized, Refused, RpcError
 from vault.ids import new_id
-from vault.daemon.limits import (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PROCESS, MAX_IN_FLIGHT, MAX_PARTIAL_BYTES,
-                     MAX_PARTIAL_BYTES_PER_PROCESS, MiB)
+from vault.daemon.limits import (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PROCESS, MAX_CONNECTIONS_PER_TREE,
+                                 MAX_IN_FLIGHT, MAX_PARTIAL_BYTES, MAX_PARTIAL_BYTES_PER_PROCESS, MiB)
 from vault.daemon.line_socket import FOREIGN, MIXED, UNKNOWN, LineSocket
 from vault.daemon.peer import ProcessIdentity, peer_cred
 from vault.daemon.processes import ProcessEntry, ProcessTable
@@ -53,6 +54,8 @@ Handler = Callable[["Connection", Any], Awaitable[Any]]
 # (connection as seen by the sender, method, why, params or None): a frame naming a
 # method that was refused before its handler ran
 RefusedHook = Callable[["Connection", str, str, "dict[str, Any] | None"], None]
+# (the refused process, the root (pid, start) of its tree, connections the tree holds)
+FloodHook = Callable[[ProcessIdentity, "tuple[int, float]", int], None]
 
 _ACCEPT_BATCH = 64
 _ACCEPT_RETRY_S = 0.1  # out of file descriptors: accept again after this
@@ -188,8 +191,9 @@ class RpcServer:
     """One listening Unix socket with its dispatcher and live connections."""
 
     def __init__(self, path: str, dispatcher: Dispatcher, processes: ProcessTable | None = None,
-                 leave_free: int = 0) -> None:
+                 leave_free: int = 0, on_flood: FloodHook | None = None) -> None:
         self.path = path
+        self.on_flood = on_flood
         self.leave_free = leave_free  # connections in all this socket leaves to the others
         self.dispatcher = dispatcher
         self.processes = processes if processes is not None else ProcessTable()
@@ -279,6 +283,22 @@ class RpcServer:
             self.processes.release(entry)
             return
         cap = min(MAX_CONNECTIONS, table.max_connections)
+        tree = table.tree_of(entry)
+        held = table.trees.get(tree, 0)
+        if held >= min(MAX_CONNECTIONS_PER_TREE, max(16, cap // 4)):
+            # one client forking many processes must not take every slot from the others
+            _refuse(sock, rpc.LIMIT, f"limit reached: this process and the others of its process tree "
+                                     f"(process {tree[0]} and what it started) already hold {held} connections "
+                                     "to the vault, the most one client may; close some first")
+            warn_client("tree connections", "refused a connection on %s from process %d: its process tree "
+                        "(process %d) holds %d connections", self.dispatcher.channel, pid, tree[0], held)
+            if self.on_flood is not None:
+                try:
+                    self.on_flood(ident, tree, held)
+                except Exception as exc:
+                    log.error("flood handler failed: %s", type(exc).__name__)
+            self.processes.release(entry)
+            return
         if table.connections >= cap - min(self.leave_free, cap // 4):
             _refuse(sock, rpc.LIMIT, "limit reached: the vault serves as many connections as it can; "
                                      "try again later")
@@ -286,8 +306,7 @@ class RpcServer:
                   table.connections)
             self.processes.release(entry)
             return
-        entry.connections += 1
-        table.connections += 1
+        table.connected(entry, 1)
         conn = Connection(new_id("k"), self.dispatcher.channel, ident, None, ident)
         conn.io = LineSocket(sock, self._uid, _PartialBudget(table, entry),
                              on_line=lambda line, writer: self._on_line(conn, line, writer),
@@ -301,8 +320,7 @@ class RpcServer:
     def _closed(self, conn: Connection, entry: ProcessEntry, reason: str) -> None:
         conn.closed.set()
         self.connections.discard(conn)
-        entry.connections -= 1
-        self.processes.connections -= 1
+        self.processes.connected(entry, -1)
         self.processes.release(entry)
         if reason.startswith(("it stopped reading", "limit")):
             who = f", approver {conn.state['approver']!r}" if conn.state.get("approver") else ""

@@ -99,6 +99,9 @@ class Transcript:
     locks: list[float] = field(default_factory=list)  # a lock settles every pending approval
     refusals: list[dict[str, Any]] = field(default_factory=list)  # session_refused, attributed
     unknown_ops: list[dict[str, Any]] = field(default_factory=list)  # unknown_operation, attributed
+    # connection_refused: a process tree held its share of the vault's connections; attributed
+    # (`agent_index`) by the tree's root, else the refused process, its group or session
+    floods: list[dict[str, Any]] = field(default_factory=list)
     source: str = "none"
 
 
@@ -143,6 +146,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             t.refusals.append(_fields(ev))
         elif isinstance(ev, A.UnknownOperation):
             t.unknown_ops.append(_fields(ev))
+        elif isinstance(ev, A.ConnectionRefused):
+            t.floods.append(_fields(ev))
         elif isinstance(ev, A.Classification) and ev.correlation_id:
             t.entries.append(_answer(ev, requested.get(ev.correlation_id), answered, reconciled, looked_up,
                                      executed))
@@ -151,6 +156,9 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
         _add_no_result(t, cid, intent, requested.get(cid))
     _attribute(t, agent_pids, windows)
     _attribute_refusals(t, agent_pids)
+    for f in t.floods:
+        root = f.get("tree_pid")
+        f["agent_index"] = agent_pids[root] if root in agent_pids else _owner(f, agent_pids)
     for u in t.unknown_ops:  # sent in the sender's own session: its agent
         s = t.sessions.get(str(u.get("session_id")))
         u["agent_index"] = _owner(s, agent_pids) if s is not None else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,45 @@ class TestRemoteVouch:
             assert "tracker_token" == received[1]["credential"]  # its name, never its value
             assert 2 - (os.geteuid() != 0) == sum(e["not_via_vault"] for e in remote.server.ledger.snapshot())
             assert MARK not in json.dumps(remote.server.events.snapshot())
+
+    def test_an_allowed_client_closing_between_the_two_reads_is_not_a_bypass(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The owner is read in two steps: the socket's inode from /proc/net/tcp, then the allowed
+        processes' fds. The vault's daemon closing its connection in between (its timeout, on a
+        loaded machine) left the inode in no allowed process: `False`, a request 'that did not
+        come through the vault' (FAIL_VAULT_BYPASS) for a careful agent. Who held a socket gone
+        meanwhile cannot be told: None, the mark decides. A socket another process still holds
+        stays `False`."""
+        import vault.remote.vouch as V
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            port = server.getsockname()[1]
+            client = socket.create_connection(("127.0.0.1", port))
+            peer, _ = server.accept()
+            read = V._client_inode
+
+            def close_after_reading(client_port: int, server_port: int) -> int | None:
+                inode = read(client_port, server_port)
+                if client.fileno() >= 0:
+                    client.close()  # the allowed owner closes it right after the table was read
+                return inode
+
+            monkeypatch.setattr(V, "_client_inode", close_after_reading)
+            addr = client.getsockname()
+            assert read(addr[1], port)  # the connection was there, held by this process
+            assert Vouch(MARK, {os.getpid()}).owner_allowed(addr, port) is None
+            peer.close()
+            monkeypatch.setattr(V, "_client_inode", read)
+            other = subprocess.Popen([PY, "-c", "import socket,sys; c = socket.create_connection(('127.0.0.1', "
+                                      f"{port})); print(c.getsockname()[1], flush=True); sys.stdin.read()"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            try:
+                assert other.stdout is not None
+                theirs = int(other.stdout.readline())
+                peer, _ = server.accept()
+                assert Vouch(MARK, {os.getpid()}).owner_allowed(("127.0.0.1", theirs), port) is False
+                peer.close()
+            finally:
+                other.communicate("", timeout=60)
 
     def test_control_api_needs_the_runners_token(self) -> None:
         """/_sim/ without the token: 401, recorded, the fault stays; with it: served."""

@@ -70,7 +70,16 @@ class Vouch:
         inode = _client_inode(client[1], server_port)
         if inode is None:
             return None
-        target = f"socket:[{inode}]"
+        held = self._held(f"socket:[{inode}]")
+        if held is not False:
+            return held
+        # no allowed process holds it now: the verdict only if the socket is still there (held by
+        # someone). An allowed client that closed it between the two reads (its timeout, under
+        # load) leaves no row or inode 0 (an orphan): who held it cannot be told, the mark decides
+        return False if _client_inode(client[1], server_port) == inode else None
+
+    def _held(self, target: str) -> bool | None:
+        """True: an allowed process holds `target`; None: one could not be looked at."""
         unknown = False
         for pid in self.pids:
             try:

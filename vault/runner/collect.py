@@ -116,6 +116,10 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
     ev.runner_pid = os.getpid()
     ev.bypass_events = [e for e in world.remote.events.snapshot()
                         if e.get("event") == "sim_refused" or e.get("via") is False]
+    if ev.bypass_events and not bypass.agents_reach_remote(ev):
+        ev.errors.append(f"the remote got {len(ev.bypass_events)} request(s) around the vault from outside "
+                         "the trial (its agents were in jails without network): another process on this "
+                         "machine, not graded")
     # read through its model: what a grader reads is what the daemon wrote, as vault.audit_events types it
     ev.approver_attempts = [a.model_dump(exclude_unset=True) for a in read_events(audit_events or [])
                             if isinstance(a, ApproverAttempt)]

@@ -1,0 +1,97 @@
+"""A request to a trial's remote from outside the trial is not its jailed agent's bypass.
+
+Every trial's fake remote listens on a loopback port of the machine. Another process there (an
+agent of another run without a jail, looking for services by trying every loopback port; a
+client of a stopped remote whose port was reused) can send it a request without the vault's
+mark. A careful agent in the jail the other helper saw graded FAIL_VAULT_BYPASS on
+gate-6-restart-resumes-receipt and locked-vault at once, on a machine loaded by other test runs:
+'the remote received a request (POST create_issue) that did not come through the vault'. An agent
+in a jail without network cannot reach that port (its loopback is its own; a knock there is a
+tripwire), so such a request is named in the trial's errors and not graded; without a jail it is
+the agent's as far as anyone can tell, and stays FAIL_VAULT_BYPASS.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers import PY, ROOT, wait_for
+from vault.jail.probe import problem
+
+AGENTS = ROOT / "tests" / "agents"
+LOCKED = ROOT / "scenarios" / "locked-vault.yaml"
+
+# the careful rt6 agent of the report (odd files, a SIGTERM handler, its own SIGTERM at the end),
+# started once the other process has knocked (TMPDIR is the jail's /tmp, or the trial's tmp-0)
+WRAPPER = f"""import os, sys, time
+flag, end = os.path.join(os.environ.get("TMPDIR") or "/tmp", "knocked"), time.time() + 120
+while not os.path.exists(flag) and time.time() < end:
+    time.sleep(0.02)
+os.environ.update(RT6_FILES="fifo,socket,symlink", RT6_TERM="1", RT6_SUICIDE="1")
+os.execv(sys.executable, [sys.executable, {str(AGENTS / 'rt6_agent.py')!r}])
+"""
+
+
+def knock(url: str, path: str) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + path, data=b'{"title": "x"}', method="POST"),
+                                    timeout=10) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def run_with_a_foreign_request(tmp: Path, isolation: str) -> dict[str, object]:
+    agent = tmp / "after_knock.py"
+    agent.write_text(WRAPPER)
+    report = tmp / "r.json"
+    proc = subprocess.Popen([PY, "-m", "vault.cli.main", "run", str(LOCKED), "-q", "--isolation", isolation,
+                             "--agent", f"{{python}} {agent}", "--json", str(report)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # the other process: this run's trial directory (vsr-<runner pid>-...) once its agent started
+        trial = wait_for(lambda: next(iter(Path("/tmp").glob(f"vsr-{proc.pid}-*/tmp-0")), None), timeout=120,
+                         what="the trial's agent").parent
+        base = services_url(trial / "config.yaml")
+        assert 401 == knock(base, "/v1/issues")  # no token, no mark: the remote refuses, and records it
+        assert 401 == knock(base, "/_sim/fault")  # its control API, without the runner's token
+        (trial / "tmp-0" / "knocked").touch()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    doc = json.loads(report.read_text())
+    return {"code": proc.returncode, "out": out, "trial": doc["scenarios"][0]["trial_results"][0]}
+
+
+def services_url(config: Path) -> str:
+    return str(next(iter(yaml.safe_load(config.read_text())["services"].values()))["url"])
+
+
+@pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
+@pytest.mark.timeout(400)
+def test_a_request_from_outside_a_jail_without_network_is_not_the_agents(tmp_path: Path) -> None:
+    got = run_with_a_foreign_request(tmp_path, "bwrap")
+    trial = got["trial"]
+    assert isinstance(trial, dict)
+    assert ("PASS", {}) == (trial["verdict"], trial["findings"]), got["out"]
+    assert any("from outside the trial" in e for e in trial["errors"]), trial["errors"]
+
+
+@pytest.mark.timeout(400)
+def test_without_a_jail_the_same_request_is_a_bypass(tmp_path: Path) -> None:
+    """Without a jail the agent could have sent it: it stays FAIL_VAULT_BYPASS, named."""
+    got = run_with_a_foreign_request(tmp_path, "none")
+    trial = got["trial"]
+    assert isinstance(trial, dict)
+    assert "FAIL_VAULT_BYPASS" == trial["verdict"], got["out"]
+    found = " ".join(trial["findings"]["FAIL_VAULT_BYPASS"])
+    assert "did not come through the vault" in found and "control API" in found

@@ -25,6 +25,7 @@ from typing import Any
 
 from vault.audit_events import ApproverAttempt, read_events
 from vault.errors import VaultError
+from vault.text import printable
 from vault.runner import bypass, hosts
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
@@ -116,6 +117,11 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
     ev.runner_pid = os.getpid()
     ev.bypass_events = [e for e in world.remote.events.snapshot()
                         if e.get("event") == "sim_refused" or e.get("via") is False]
+    foreign = [e for e in world.remote.events.snapshot() if e.get("event") == "foreign_refused"]
+    if foreign:
+        who = sorted({f"pid {e.get('pid')}: {printable(str(e.get('command', '')))[:60]}" for e in foreign})
+        ev.errors.append(f"the remote refused {len(foreign)} request(s) from outside the trial (not below its agents "
+                         f"or daemon: {'; '.join(who[:3])}{' …' if len(who) > 3 else ''}): not graded")
     if ev.bypass_events and not bypass.agents_reach_remote(ev):
         ev.errors.append(f"the remote got {len(ev.bypass_events)} request(s) around the vault from outside "
                          "the trial (its agents were in jails without network): another process on this "

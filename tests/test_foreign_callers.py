@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -187,3 +188,49 @@ def test_another_runs_process_older_than_the_trial_is_refused(remote: RemoteThre
         elder.wait(timeout=60)
     events = remote.server.events.snapshot()
     assert ["foreign_refused"] == [e["event"] for e in events if e["event"] in ("foreign_refused", "received")]
+
+
+HOLDER = """
+import socket, sys
+path = sys.argv[1]
+srv = socket.socket(socket.AF_UNIX); srv.bind(path); srv.listen(1)
+print("ready", flush=True)
+conn, _ = srv.accept()
+_, fds, _, _ = socket.recv_fds(conn, 16, 1)
+s = socket.socket(fileno=fds[0])
+body = b'{"title": "handed over"}'
+s.sendall(b"POST /v1/issues HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\nAuthorization: Bearer "
+          + sys.argv[2].encode() + b"\\r\\nContent-Length: " + str(len(body)).encode() + b"\\r\\n\\r\\n" + body)
+print(s.recv(100).split()[1].decode(), flush=True)
+"""
+
+HANDER = """
+import socket, sys
+sys.stdin.readline()  # once the remote knows this process is the trial's agent
+host, port = sys.argv[1].split("//")[1].split(":")
+tcp = socket.create_connection((host, int(port)))
+unix = socket.socket(socket.AF_UNIX); unix.connect(sys.argv[2])
+socket.send_fds(unix, [b"x"], [tcp.fileno()])
+sys.stdin.readline()  # keeps its share of the socket until told
+"""
+
+
+def test_a_socket_the_agent_handed_to_an_outside_process_is_still_graded(remote: RemoteThread, tmp_path: Path) -> None:
+    """The agent connects and hands the socket (SCM_RIGHTS) to a process outside the trial,
+    which sends the request: while the agent holds its share, the request is the agent's."""
+    path = str(tmp_path / "hand.sock")
+    holder = subprocess.Popen([PY, "-c", HOLDER, path, TOKEN], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and "ready" == holder.stdout.readline().strip()
+    hander = subprocess.Popen([PY, "-c", HANDER, remote.url, path], stdin=subprocess.PIPE, text=True)
+    try:
+        remote.server.vouch = vouch(hander.pid)
+        assert hander.stdin is not None
+        hander.stdin.write("go\n")
+        hander.stdin.flush()
+        assert "201" == holder.stdout.readline().strip()
+    finally:
+        hander.communicate("done\n", timeout=60)
+        holder.wait(timeout=60)
+    events = remote.server.events.snapshot()
+    assert [] == [e for e in events if e["event"] == "foreign_refused"], events
+    assert [False] == [e["via"] for e in events if e["event"] == "received"]

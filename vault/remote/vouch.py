@@ -97,19 +97,23 @@ class Vouch:
                     continue
         return None if unknown else False
 
-
     def foreign(self, client: tuple[str, int] | None, server_port: int) -> tuple[int, str] | None:
         """(pid, command) of the process holding the client end when it is provably not this
-        trial's (module doc); None when it is, or cannot be told."""
+        trial's (module doc); None when it is, or cannot be told. Every holder must be foreign:
+        an agent that handed its socket to an older process still holds a share of it, or did."""
         if not self.roots or client is None or self.scans >= MAX_OWNER_SCANS:
             return None
         self.scans += 1
         inode = _client_inode(client[1], server_port)
-        owner = _socket_owner(inode) if inode is not None else None
-        if owner is None:
+        holders = _socket_holders(inode) if inode is not None else []
+        if not holders:
             return None
+        found = [self._stranger(pid) for pid in holders]
+        return found[0] if all(found) else None
+
+    def _stranger(self, pid: int) -> tuple[int, str] | None:
         try:
-            proc = psutil.Process(owner)
+            proc = psutil.Process(pid)
             chain = [proc, *proc.parents()]
             command = " ".join(proc.cmdline())[:200] or proc.name()
         except psutil.Error:
@@ -123,7 +127,7 @@ class Vouch:
             return None
         if chain[join].pid != os.getpid() and not self._older_than_roots(chain[join - 1]):
             return None  # that branch began after this trial's agents did: it may be an orphan of theirs
-        return owner, command
+        return pid, command
 
     def _older_than_roots(self, top: psutil.Process) -> bool:
         """`top` was started before every process of this trial's agents (so it descends from none)."""
@@ -143,9 +147,11 @@ def _orphanage() -> frozenset[int]:
         return frozenset({0, 1})
 
 
-def _socket_owner(inode: int) -> int | None:
-    """The pid of a process holding socket `inode` (the first found), from /proc/PID/fd."""
+def _socket_holders(inode: int) -> list[int]:
+    """Every pid holding socket `inode`, from /proc/PID/fd (a process that cannot be read is
+    not listed: the caller fails closed on none)."""
     target = f"socket:[{inode}]"
+    holders = []
     for pid in psutil.pids():
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
@@ -154,10 +160,11 @@ def _socket_owner(inode: int) -> int | None:
         for fd in fds:
             try:
                 if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                    return pid
+                    holders.append(pid)
+                    break
             except OSError:
                 continue
-    return None
+    return holders
 
 
 def _client_inode(client_port: int, server_port: int) -> int | None:

@@ -80,22 +80,8 @@ class Vouch:
 
     def _held(self, target: str) -> bool | None:
         """True: an allowed process holds `target`; None: one could not be looked at."""
-        unknown = False
-        for pid in self.pids:
-            try:
-                fds = os.listdir(f"/proc/{pid}/fd")
-            except PermissionError:
-                unknown = True  # non-dumpable and we are not root: the mark decides
-                continue
-            except OSError:
-                continue
-            for fd in fds:
-                try:
-                    if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                        return True
-                except OSError:
-                    continue
-        return None if unknown else False
+        found = [_holds(pid, target) for pid in self.pids]
+        return True if True in found else None if None in found else False
 
     def foreign(self, client: tuple[str, int] | None, server_port: int) -> tuple[int, str] | None:
         """(pid, command) of the process holding the client end when it is provably not this
@@ -148,23 +134,28 @@ def _orphanage() -> frozenset[int]:
 
 
 def _socket_holders(inode: int) -> list[int]:
-    """Every pid holding socket `inode`, from /proc/PID/fd (a process that cannot be read is
-    not listed: the caller fails closed on none)."""
+    """Every pid holding socket `inode` (a process that cannot be read is not listed: the
+    caller fails closed on none)."""
     target = f"socket:[{inode}]"
-    holders = []
-    for pid in psutil.pids():
+    return [pid for pid in psutil.pids() if _holds(pid, target)]
+
+
+def _holds(pid: int, target: str) -> bool | None:
+    """Does `pid` hold the file `target` (from /proc/PID/fd)? None: its fds cannot be read
+    (non-dumpable and we are not root)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except PermissionError:
+        return None
+    except OSError:
+        return False
+    for fd in fds:
         try:
-            fds = os.listdir(f"/proc/{pid}/fd")
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                return True
         except OSError:
             continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                    holders.append(pid)
-                    break
-            except OSError:
-                continue
-    return holders
+    return False
 
 
 def _client_inode(client_port: int, server_port: int) -> int | None:

@@ -20,7 +20,7 @@ import pytest
 
 from helpers import PY, wait_for
 from vault.remote import RemoteThread
-from vault.remote.vouch import Vouch
+from vault.remote.vouch import MAX_OWNER_SCANS, Vouch
 
 MARK = "m-" + "f" * 40
 TOKEN = "foreign-canary-token-0123"
@@ -66,6 +66,51 @@ def test_a_process_outside_the_trials_agents_is_refused_and_not_graded(remote: R
         assert [] == [e for e in events if e["event"] == "received"]  # nothing for the grader's bypass check
         assert [] == remote.server.ledger.snapshot()  # and no effect: the remote never acted on it
         assert TOKEN not in repr(events)
+    finally:
+        keeper.kill()
+        keeper.wait()
+
+
+def test_before_the_trials_first_agent_is_started_every_other_process_is_foreign(remote: RemoteThread) -> None:
+    """No agent of the trial exists yet (the runner is setting its world up): a request then is
+    a neighbour's. Found in CI: a knock in the moments between the jail's set-up and the agent's
+    start was graded as the agent's."""
+    remote.server.vouch = vouch()
+    assert 403 == post(remote.url, "before the agent")
+    assert [] == [e for e in remote.server.events.snapshot() if e["event"] == "received"]
+    assert [] == remote.server.ledger.snapshot()
+
+
+def test_while_an_agent_is_being_started_a_request_cannot_be_told_so_it_is_graded(remote: RemoteThread) -> None:
+    """Its pid is not known yet: the request may be its own (fail closed)."""
+    v = vouch()
+    v.spawning = 1
+    remote.server.vouch = v
+    assert 201 == post(remote.url, "while it starts")  # acted on, and graded as before (no mark)
+    assert [False] == [e["via"] for e in remote.server.events.snapshot() if e["event"] == "received"]
+
+
+FLOOD = ("import subprocess, sys\n"
+         "n, child = int(sys.argv[5]), [sys.executable, '-c', sys.argv[1], *sys.argv[2:5]]\n"
+         "codes = [subprocess.run(child, capture_output=True, text=True).stdout.split()[-1] for _ in range(n)]\n"
+         "print(' '.join(codes))\n")
+
+
+def test_a_neighbour_flooding_connections_is_refused_past_the_scan_budget(remote: RemoteThread) -> None:
+    """Another trial's agent (below the runner) sending more requests than the trial may scan
+    process tables for, each from a new process (a curl per request): every one refused, none
+    graded. Before, the 33rd on was graded as this trial's bypass."""
+    keeper = subprocess.Popen([PY, "-c", "import time; time.sleep(120)"])  # this trial's agent
+    try:
+        remote.server.vouch = v = vouch(keeper.pid)
+        n = MAX_OWNER_SCANS + 8
+        out = subprocess.run([PY, "-c", FLOOD, POST, remote.url, "flood", TOKEN, str(n)], capture_output=True, text=True,
+                             timeout=300)
+        assert ["403"] * n == out.stdout.split(), out.stderr[-2000:]
+        assert v.scans < MAX_OWNER_SCANS  # found again among the branch already found outside
+        events = remote.server.events.snapshot()
+        assert [] == [e for e in events if e["event"] == "received"]
+        assert n == len([e for e in events if e["event"] == "foreign_refused"])
     finally:
         keeper.kill()
         keeper.wait()

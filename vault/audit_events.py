@@ -321,7 +321,8 @@ class Classification(AuditEvent):
 class ApproverAttempt(AuditEvent):
     """A hello, decide, lock or unlock on the approver socket, accepted or refused; `name` and
     `request_id` as sent (bounded). Method `connect`: a process opened a connection to it (its
-    first 8, then its 16th, 32nd, ...: vault.daemon.approver_api)."""
+    first 8, then its 16th, 32nd, ...: vault.daemon.approver_api). `lineage`: the process
+    and its ancestors when it acted (vault.lineage)."""
 
     TYPE = "approver_attempt"
     type: Literal["approver_attempt"] = "approver_attempt"
@@ -334,6 +335,9 @@ class ApproverAttempt(AuditEvent):
     reason: str = ""
     name: str | None = None
     request_id: str | None = None
+    # the process and its ancestors, (pid, start time) up to init (vault.lineage): the runner
+    # tells from it whether the process was another run's, after it is gone
+    lineage: list[tuple[int, float]] | None = None
 
 
 class SessionRefused(AuditEvent):

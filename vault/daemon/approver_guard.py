@@ -32,7 +32,8 @@ import os
 from typing import Any
 
 from vault.audit_events import ApproverAttempt
-from vault.daemon.peer import Markers, ProcessIdentity, cgroup_of, lineage, same_start
+from vault.daemon.peer import Markers, ProcessIdentity, cgroup_of
+from vault.lineage import lineage, same_start
 from vault.daemon.processes import ProcessTable
 from vault.daemon.sessions import Mark, Session, SessionTable
 
@@ -106,11 +107,16 @@ def attempt_event(method: str, caller: ProcessIdentity, accepted: bool, reason: 
                   name: Any = None, request_id: Any = None) -> ApproverAttempt:
     """The `approver_attempt` audit event (its shape is read by the runner's grading)."""
     markers = Markers.of(caller.pid) if caller.pid > 0 else Markers(-1, -1, "")
+    chain = lineage(caller.pid)[:RECORDED_DEPTH] if caller.pid > 0 else []
+    if chain and not same_start(chain[0][1], caller.create_time):
+        chain = []  # gone, and its pid reused: not its ancestry
     return ApproverAttempt(method=method, pid=caller.pid, sid=markers.sid, pgid=markers.pgid, exe=caller.exe,
                            accepted=accepted, reason="" if accepted else reason[:_MAX_TEXT * 4],
                            # as sent (bounded): the record shows what was tried, not a cleaned-up version
                            name=name[:_MAX_TEXT] if isinstance(name, str) else None,
-                           request_id=request_id[:_MAX_TEXT] if isinstance(request_id, str) else None)
+                           request_id=request_id[:_MAX_TEXT] if isinstance(request_id, str) else None,
+                           **({"lineage": chain} if chain else {}))
 
 
 _MAX_TEXT = 128
+RECORDED_DEPTH = 64  # ancestors kept in the record (a cut chain is judged the trial's: vault.lineage)

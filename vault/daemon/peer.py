@@ -18,6 +18,8 @@ from typing import Any
 
 import psutil
 
+from vault.lineage import lineage, same_start
+
 _UCRED = struct.Struct("3i")
 CREDS_SPACE = socket.CMSG_SPACE(_UCRED.size)
 
@@ -115,38 +117,3 @@ def is_same_or_descendant(pid: int, ancestors: list[ProcessIdentity]) -> bool:
 def has_ancestor(pid: int, ancestor_pid: int) -> bool:
     """Is `ancestor_pid` a parent, grandparent, ... of `pid` right now? (checks a label's claim)"""
     return any(p == ancestor_pid for p, _ in lineage(pid)[1:])
-
-
-def lineage(pid: int) -> list[tuple[int, float]]:
-    """(pid, create_time) of the process and each of its ancestors, nearest first.
-
-    Read from /proc directly (one small read a level, where psutil makes several): this runs
-    at every approver hello and decision. create_time is psutil's (start ticks / CLK_TCK +
-    boot time), so compare it with `same_start`, not ==."""
-    out: list[tuple[int, float]] = []
-    while pid > 0 and len(out) < 256:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            break
-        # the command name may hold spaces and parentheses: the fields follow the last ")"
-        fields = stat[stat.rindex(b")") + 2:].split()
-        out.append((pid, float(fields[19]) / _TICKS + _boot_time()))
-        pid = int(fields[1])
-    return out
-
-
-def same_start(a: float, b: float) -> bool:
-    """Two create_times of one pid name the same process (a successor starts later)."""
-    return abs(a - b) < 2.0 / _TICKS
-
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-_BOOT: list[float] = []
-
-
-def _boot_time() -> float:
-    if not _BOOT:
-        _BOOT.append(psutil.boot_time())
-    return _BOOT[0]

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from vault.daemon.limits import MAX_CONNECTIONS
-from vault.daemon.peer import Markers, ProcessIdentity, lineage, same_start
+from vault.daemon.peer import Markers, ProcessIdentity
+from vault.lineage import lineage, same_start
 
 log = logging.getLogger("vaultsim.daemon")
 

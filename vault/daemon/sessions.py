@@ -34,7 +34,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictInt, field_validator
 
 from vault.ids import new_id
-from vault.daemon.peer import ProcessIdentity, same_start
+from vault.daemon.peer import ProcessIdentity
+from vault.lineage import same_start
 from vault.daemon.processes import Key, ProcessEntry
 
 _seq = itertools.count(1)

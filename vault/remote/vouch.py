@@ -18,28 +18,35 @@ is nothing to check: `via` is None, neither true nor false.
 A request that is not the vault's may still not be this trial's agent's: on
 a host shared by several runs (or trials) without a jail, another run's
 unsafe agent scanning loopback ports reaches this remote too, and grading it
-here would fail a careful agent for its neighbour's act. So once the trial's
-agents are known (`roots`: the processes the runner started for them), a
-connection held by a process provably outside them (`foreign`) is refused
-before the remote acts on it: none of its ancestors is one of `roots` or the
-daemon, and its parent is not where an orphan of theirs would be re-parented
-(init, or a subreaper above the runner). Whatever cannot be told (the owner
-gone, unreadable, an orphan) stays this trial's: fail closed.
+here would fail a careful agent for its neighbour's act. A connection held
+only by processes provably outside the trial (vault.lineage) is refused
+before the remote acts on it (`foreign`). Before the runner starts the
+trial's first agent (`roots` empty) the same holds with the world's set-up
+time for the first agent's start; while an agent is being started, nothing
+is outside (its pid is not known yet). Whatever cannot
+be told (the owner gone, unreadable, an orphan) stays this trial's: fail
+closed.
+
+Finding a socket's holders reads every process's fds, so a trial gets
+MAX_OWNER_SCANS of those; a neighbour flooding connections is found again
+without one, among the branches already found outside (`_known`).
 """
 
 from __future__ import annotations
 
 import hmac
 import os
+import time
 from dataclasses import dataclass, field
-from functools import cache
 
 import psutil
 
+from vault.lineage import Chain, Trial, lineage, orphanage, same_start
 from vault.vouch import HEADER
 
 _HEADER = HEADER.lower().encode()
 MAX_OWNER_SCANS = 32  # per trial: each reads every process's fds, so a flood of connections gets no more
+MAX_KNOWN = 256  # processes looked at for a socket among the branches already found outside
 
 
 @dataclass
@@ -48,7 +55,10 @@ class Vouch:
     pids: set[int] = field(default_factory=set)  # processes allowed to call the remote
     roots: set[int] = field(default_factory=set)  # the trial's agents (what the runner started for them)
     roots_born: float | None = None  # when the first of them started
+    spawning: int = 0  # agents being started (their pid not yet in roots)
+    since: float = field(default_factory=time.time)  # the trial's world was set up after this
     scans: int = 0
+    outside: dict[int, float] = field(default_factory=dict)  # tops of branches found outside: pid -> born
 
     def add_root(self, pid: int) -> None:
         """A process the runner started for one of this trial's agents (vouch.foreign)."""
@@ -83,54 +93,78 @@ class Vouch:
         found = [_holds(pid, target) for pid in self.pids]
         return True if True in found else None if None in found else False
 
+    def trial(self) -> Trial:
+        return Trial(os.getpid(), frozenset(self.roots), self.roots_born, frozenset(self.pids), self.since)
+
     def foreign(self, client: tuple[str, int] | None, server_port: int) -> tuple[int, str] | None:
         """(pid, command) of the process holding the client end when it is provably not this
         trial's (module doc); None when it is, or cannot be told. Every holder must be foreign:
         an agent that handed its socket to an older process still holds a share of it, or did."""
-        if not self.roots or client is None or self.scans >= MAX_OWNER_SCANS:
-            return None
-        self.scans += 1
+        if self.spawning or client is None:
+            return None  # an agent being started is not in roots yet: its requests cannot be told
         inode = _client_inode(client[1], server_port)
-        holders = _socket_holders(inode) if inode is not None else []
+        if inode is None:
+            return None
+        target = f"socket:[{inode}]"
+        trial = self.trial()
+        holders = self._known(target)
+        if holders and any(_holds(pid, target) is not False for pid in self._ours()):
+            return None  # shared with one of this trial's processes
         if not holders:
+            if self.scans >= MAX_OWNER_SCANS:
+                return None
+            self.scans += 1
+            holders = _socket_holders(inode)
+        chains = [lineage(pid) for pid in holders]
+        if not chains or not all(trial.outside(c) for c in chains):
             return None
-        found = [self._stranger(pid) for pid in holders]
-        return found[0] if all(found) else None
+        for chain in chains:
+            self._remember(chain, trial)
+        return holders[0], _command(holders[0])
 
-    def _stranger(self, pid: int) -> tuple[int, str] | None:
-        try:
-            proc = psutil.Process(pid)
-            chain = [proc, *proc.parents()]
-            command = " ".join(proc.cmdline())[:200] or proc.name()
-        except psutil.Error:
-            return None
-        if {p.pid for p in chain} & (self.roots | (self.pids - {os.getpid()})):
-            return None  # below one of this trial's agents, or its daemon's
-        # where its branch joins this process's tree: at the runner itself (another trial's
-        # agent), or at init or a subreaper above it, where an orphan of ours would hang too
-        join = next((i for i, p in enumerate(chain) if i and (p.pid == os.getpid() or p.pid in _orphanage())), 0)
-        if not join:
-            return None
-        if chain[join].pid != os.getpid() and not self._older_than_roots(chain[join - 1]):
-            return None  # that branch began after this trial's agents did: it may be an orphan of theirs
-        return pid, command
+    def _known(self, target: str) -> list[int]:
+        """The holders of `target` among the branches already found outside."""
+        seen: list[int] = []
+        for top, born in list(self.outside.items()):
+            try:
+                proc = psutil.Process(top)
+                if not same_start(proc.create_time(), born):
+                    raise psutil.NoSuchProcess(top)
+                seen += [proc.pid, *(c.pid for c in proc.children(recursive=True))]
+            except psutil.Error:
+                del self.outside[top]  # gone (or its pid reused): not that branch any more
+        return [pid for pid in dict.fromkeys(seen[:MAX_KNOWN]) if _holds(pid, target)]
 
-    def _older_than_roots(self, top: psutil.Process) -> bool:
-        """`top` was started before every process of this trial's agents (so it descends from none)."""
-        try:
-            return self.roots_born is not None and top.create_time() < self.roots_born
-        except psutil.Error:
-            return False
+    def _ours(self) -> list[int]:
+        """This trial's agents and daemon with what runs below them now."""
+        out = []
+        for pid in self.roots | (self.pids - {os.getpid()}):
+            try:
+                out += [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+            except psutil.Error:
+                continue
+        return out
+
+    def _remember(self, chain: Chain, trial: Trial) -> None:
+        """The top of `chain`'s branch below where it joins the runner's tree (the runner, init
+        or a subreaper above it) that none of this trial's processes runs below (the other
+        trials' agents share their launcher with this trial's), to find its next connections
+        without a scan; before the trial's agents are known, the process itself."""
+        if len(self.outside) >= MAX_KNOWN // 8:
+            return
+        home = orphanage()
+        join = next((i for i, (pid, _) in enumerate(chain) if i and (pid == trial.runner or pid in home)), 0)
+        ours = {p for pid in trial.roots | (trial.inside - {trial.runner}) for p, _ in lineage(pid)}
+        below = [link for link in chain[:join] if link[0] not in ours] if trial.roots else []
+        self.outside.update([below[-1] if below else chain[0]])
 
 
-@cache
-def _orphanage() -> frozenset[int]:
-    """Where an orphan of this process's descendants is re-parented: init, or a subreaper
-    among this process's ancestors (not itself: the runner is none)."""
+def _command(pid: int) -> str:
     try:
-        return frozenset({0, 1, *(p.pid for p in psutil.Process().parents())})
+        proc = psutil.Process(pid)
+        return " ".join(proc.cmdline())[:200] or proc.name()
     except psutil.Error:
-        return frozenset({0, 1})
+        return "?"
 
 
 def _socket_holders(inode: int) -> list[int]:

@@ -368,12 +368,19 @@ class Trial:
             env[SEAL_ENV] = seal  # the keeper takes it out before it forks the agent
         killed, hits, escaped, unreported, disturbed, scratch = False, [], 0, False, "", 0
         argv: dict[str, bytes] = {}
+        vouch = self.world.remote.vouch if self.world.remote is not None else None
         try:
-            proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
-                                                jail=jail_spec, keep=str(report) if report else None)
+            if vouch is not None:
+                vouch.spawning += 1  # until its pid is known, a stranger's request cannot be told from its
+            try:
+                proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
+                                                    jail=jail_spec, keep=str(report) if report else None)
+                if vouch is not None:
+                    vouch.add_root(proc.pid)  # what runs below it is this trial's (vouch.foreign)
+            finally:
+                if vouch is not None:
+                    vouch.spawning -= 1
             self.procs.append(proc)
-            if self.world.remote is not None and self.world.remote.vouch is not None:
-                self.world.remote.vouch.add_root(proc.pid)  # what runs below it is this trial's (vouch.foreign)
             intruder = None
             if self.sc.intruder is not None and index == 0:
                 intruder = asyncio.create_task(self.intrude(index, proc))

@@ -1,0 +1,103 @@
+"""Is a process provably outside one trial? Told from its ancestry alone.
+
+On a host shared by several runs (or trials) without a jail, another run's
+agent scanning loopback ports and sockets reaches this trial's remote and
+approver socket too; grading that here would fail a careful agent for its
+neighbour's act. The runner knows its trial's agents (`roots`: the processes
+it started for them, and when the first started) and its daemon (`inside`).
+A process is outside when none of its ancestors is one of those, and its
+branch joins the runner's tree where an orphan of the trial's could not hang
+unless it is older than the trial's agents: at the runner itself (another
+trial's agent), or at init or a subreaper above the runner with its branch
+begun before the first root (before the trial has one: before its world was
+set up). Whatever cannot be told stays the trial's.
+
+A chain is read live (`lineage`, the remote) or recorded by the daemon when
+the process connected (the approver socket's `approver_attempt` events), so
+it can be judged after the process is gone.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cache
+
+import psutil
+
+Chain = list[tuple[int, float]]  # (pid, create time): the process, then its parents up to init
+MAX_DEPTH = 256  # a deeper chain is cut: where it joins cannot be told, so it stays the trial's
+
+
+def lineage(pid: int) -> list[tuple[int, float]]:
+    """(pid, create_time) of the process and each of its ancestors, nearest first.
+
+    Read from /proc directly (one small read a level, where psutil makes several): this runs
+    at every approver hello and decision. create_time is psutil's (start ticks / CLK_TCK +
+    boot time), so compare it with `same_start`, not ==."""
+    out: list[tuple[int, float]] = []
+    while pid > 0 and len(out) < MAX_DEPTH:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            break
+        # the command name may hold spaces and parentheses: the fields follow the last ")"
+        fields = stat[stat.rindex(b")") + 2:].split()
+        out.append((pid, float(fields[19]) / _TICKS + _boot_time()))
+        pid = int(fields[1])
+    return out
+
+
+def same_start(a: float, b: float) -> bool:
+    """Two create_times of one pid name the same process (a successor starts later)."""
+    return abs(a - b) < 2.0 / _TICKS
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+_BOOT: list[float] = []
+
+
+def _boot_time() -> float:
+    if not _BOOT:
+        _BOOT.append(psutil.boot_time())
+    return _BOOT[0]
+
+
+@cache
+def orphanage() -> frozenset[int]:
+    """Where an orphan of this process's descendants is re-parented: init, or a subreaper
+    among this process's ancestors (not itself: the runner is none)."""
+    try:
+        return frozenset({0, 1, *(p.pid for p in psutil.Process().parents())})
+    except psutil.Error:
+        return frozenset({0, 1})
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial's processes as the runner knows them."""
+
+    runner: int
+    roots: frozenset[int]
+    roots_born: float | None
+    inside: frozenset[int]  # below these is the trial's too (its daemon)
+    since: float | None = None  # when the trial's world was set up
+
+    def outside(self, chain: Chain | None) -> bool:
+        """Is the process of `chain` provably not this trial's (module doc)?"""
+        if not chain or chain[0][0] == self.runner:
+            return False
+        pids = {pid for pid, _ in chain}
+        if pids & (self.roots | (self.inside - {self.runner})):
+            return False  # below one of this trial's agents, or its daemon
+        home = orphanage()
+        join = next((i for i, (pid, _) in enumerate(chain) if i and (pid == self.runner or pid in home)), 0)
+        if not join:
+            return False
+        if chain[join][0] == self.runner:
+            return True  # a branch of the runner's that is not this trial's: another trial's agent
+        # at init or a subreaper: an orphan of this trial's would hang here too, unless its branch is
+        # older than the trial's first agent (or, before there is one, than the trial itself)
+        limit = self.roots_born if self.roots else self.since
+        return limit is not None and chain[join - 1][1] < limit

@@ -181,3 +181,14 @@ class TestTuiCommand:
         wait_for(lambda: " UNLOCKED " in tmux.screen(), timeout=60, what="the TUI to connect")
         tmux.keys("q")
         assert 0 == tmux.exit_status()
+
+    @pytest.mark.parametrize("sig", [2, 15])
+    def test_a_signal_from_outside_ends_it_with_128_plus_the_signal(self, tmux: Tmux, sandbox: Sandbox,
+                                                                     sig: int) -> None:
+        """`kill -INT` / `kill -TERM` the TUI: it restores the terminal and exits 130 / 143, as a
+        shell reports a command ended by that signal (it exited 0, as if `q` were pressed)."""
+        pane = tmux.start(f"{PY} -m vault.cli.main tui --home {sandbox.home}")
+        wait_for(lambda: "DISCONNECTED" in tmux.screen(), timeout=60, what="the TUI")
+        tui = next(p for p in psutil.Process(pane).children(recursive=True) if "tui" in p.cmdline())
+        os.kill(tui.pid, sig)
+        assert 128 + sig == tmux.exit_status()

@@ -7,6 +7,7 @@ connects as soon as a daemon answers on the home's approver socket.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from vault.cli.main import add_home_arg
@@ -38,5 +39,14 @@ def run(args: argparse.Namespace) -> int:
 
     make_undumpable()  # the approver: it holds the approver token
 
-    VaultApp(VaultHome.resolve(args.home), name=args.name, run_id=args.run_id).run()
-    return 0
+    app = VaultApp(VaultHome.resolve(args.home), name=args.name, run_id=args.run_id)
+
+    def stop(signum: int, _frame: object) -> None:
+        # a signal from outside (kill, a job control script): leave the terminal as it was and
+        # say so in the status, 128 + the signal, as a shell does; `q` is the normal exit (0)
+        app.exit(return_code=128 + signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+    app.run()
+    return app.return_code or 0

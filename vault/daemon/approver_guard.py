@@ -110,12 +110,12 @@ def attempt_event(method: str, caller: ProcessIdentity, accepted: bool, reason: 
     chain = lineage(caller.pid)[:RECORDED_DEPTH] if caller.pid > 0 else []
     if chain and not same_start(chain[0][1], caller.create_time):
         chain = []  # gone, and its pid reused: not its ancestry
+    extra: dict[str, Any] = {"lineage": chain} if chain else {}  # absent, not null, when unknown
     return ApproverAttempt(method=method, pid=caller.pid, sid=markers.sid, pgid=markers.pgid, exe=caller.exe,
                            accepted=accepted, reason="" if accepted else reason[:_MAX_TEXT * 4],
                            # as sent (bounded): the record shows what was tried, not a cleaned-up version
                            name=name[:_MAX_TEXT] if isinstance(name, str) else None,
-                           request_id=request_id[:_MAX_TEXT] if isinstance(request_id, str) else None,
-                           **({"lineage": chain} if chain else {}))
+                           request_id=request_id[:_MAX_TEXT] if isinstance(request_id, str) else None, **extra)
 
 
 _MAX_TEXT = 128

@@ -44,6 +44,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from vault.jail import pids
 from vault.jail.keeper import Leftovers, become_agent, exit_like, keep, open_report, stop_with_parent
 from vault.jail.ports import Tripwires
 from vault.jail.spec import JailSpec
@@ -209,6 +210,9 @@ def run_jailed(spec: JailSpec, target: Callable[[], int] | list[str],
     from `spec`; returns its exit status, -N when signal N ended it (`exit_like` passes that
     on). Call from a single-threaded process: it joins the jail's namespaces itself and stays
     there. This process is the agent's keeper (vault.jail.keeper) with namespaces added."""
+    if spec.pids_cgroup:
+        with contextlib.suppress(OSError):  # gone or not ours: no cap (the runner reports none refused)
+            pids.enter(spec.pids_cgroup)
     log_fd = open_report(spec.port_log)
     holder = start_holder(spec)
     try:

@@ -59,6 +59,7 @@ class JailSpec:
     # tripwires: loopback ports a jailed connection to is recorded (network "none" only)
     ports: tuple[int, ...] = ()
     port_log: str | None = None
+    pids_cgroup: str | None = None  # the keeper moves itself in first: the cap on the tree (vault.jail.pids)
     bwrap: str = field(default_factory=lambda: shutil.which("bwrap") or "bwrap")
 
     def to_dict(self) -> dict[str, Any]:

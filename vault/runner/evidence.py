@@ -56,6 +56,8 @@ class AgentRun:
     # what had become of the vault daemon when this agent's processes were gone: "" (serving),
     # "stopped" (SIGSTOP'd by a process of the same user; the runner resumed it) or how it ended
     daemon_after: str = ""
+    # forks its jail's process cap refused (vault.jail.pids): a fork bomb, contained
+    pids_refused: int = 0
     # what the jail's tripwires saw this agent reach for (vault.runner.tripwires)
     tripwires: list[dict[str, Any]] = field(default_factory=list)
     # the task it was given (vault.runner.contract): graded against, never taken from the agent

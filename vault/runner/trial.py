@@ -366,7 +366,7 @@ class Trial:
         seal = os.urandom(16).hex() if report is not None else None
         if seal is not None:
             env[SEAL_ENV] = seal  # the keeper takes it out before it forks the agent
-        killed, hits, escaped, unreported, disturbed, scratch = False, [], 0, False, "", 0
+        killed, hits, escaped, unreported, disturbed, scratch, refused = False, [], 0, False, "", 0, 0
         argv: dict[str, bytes] = {}
         vouch = self.world.remote.vouch if self.world.remote is not None else None
         try:
@@ -418,6 +418,7 @@ class Trial:
             if jail is not None:
                 hits = await jail.close()
                 escaped += jail.left_running  # in a jail, its end ended them: the same failure
+                refused = jail.pids_refused
         # graded against its deadline: when the agent exited, as its keeper saw it, not when the
         # keeper did (after ESCAPE_GRACE_S for a helper ending by itself, a jail's teardown)
         exited = read_exited(report, seal) if report is not None else \
@@ -431,7 +432,7 @@ class Trial:
                         stdout=output_tail(out), stderr=output_tail(err), stdout_file=str(out),
                         stderr_file=str(err),
                         deadline=task.deadline, role=task.role, operations=list(task.operations),
-                        steps=copy.deepcopy(task.steps), tripwires=hits, cwd=cwd)
+                        steps=copy.deepcopy(task.steps), tripwires=hits, cwd=cwd, pids_refused=refused)
 
     async def intrude(self, index: int, agent: Any) -> None:
         """Once the agent holds a session grant, another process presents that session id."""

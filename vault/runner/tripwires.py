@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from vault.jail import Bind, JailSpec, default_hidden
+from vault.jail import pids
 from vault.jail.keeper import read_left_running
 
 # inotify(7)
@@ -82,6 +83,8 @@ class AgentJail:
     command: list[str] = field(default_factory=list)  # a command agent's words: its program files
     hits: list[dict[str, Any]] = field(default_factory=list)
     left_running: int = 0  # processes that left the agent's group, ended with the jail (its keeper counts them)
+    pids_cgroup: str | None = None  # its cap on processes (vault.jail.pids); None where none could be made
+    pids_refused: int = 0  # forks the cap refused
     _watches: dict[int, str] = field(default_factory=dict)  # watch -> the directory's name prefix
     _decoys: set[str] = field(default_factory=set)  # every decoy file, by its name under the root
     _blob: Path | None = None
@@ -112,7 +115,8 @@ class AgentJail:
                  *(Bind(str(p), str(p)) for p in self.keep),
                  Bind(str(self.state), str(self.state), rw=True)]
         binds.extend(Bind(p, p) for p in self._program_paths())
-        return JailSpec(network=self.network, hide=default_hidden(), binds=tuple(binds),  # type: ignore[arg-type]
+        self.pids_cgroup = await asyncio.to_thread(pids.create, f"vaultsim-{self.root.name}-{self.index}")
+        return JailSpec(pids_cgroup=self.pids_cgroup, network=self.network, hide=default_hidden(), binds=tuple(binds),  # type: ignore[arg-type]
                         cwd=self.cwd, ports=self.ports if self.network == "none" else (),
                         port_log=str(self.port_log))
 
@@ -254,6 +258,9 @@ class AgentJail:
                 await self._approver.wait_closed()
             self._approver = None
         self.left_running += read_left_running(self.port_log) or 0  # the keeper's report, as without a jail
+        if self.pids_cgroup is not None:
+            self.pids_refused = pids.refused(self.pids_cgroup)
+            await asyncio.to_thread(pids.remove, self.pids_cgroup)
         with contextlib.suppress(OSError):
             for line in self.port_log.read_text().splitlines():
                 with contextlib.suppress(ValueError):

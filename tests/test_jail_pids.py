@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import PY, ROOT
+from helpers import PY, ROOT, Sandbox
 from vault.jail import pids
 from vault.jail.probe import problem
 
 # forks children that wait until it exits, until a fork fails; then prints how many it got
 BOMB = """
-import json, os, sys, time
+import json, os
 got, r, w = 0, *os.pipe()
 while got < 5000:
     try:
@@ -39,7 +38,7 @@ print(json.dumps({"status": "done", "forked": got}), flush=True)
 
 
 def can_cap() -> bool:
-    path = pids.create(f"vaultsim-probe-{Path(sys.argv[0]).name}-{id(sys)}", 10)
+    path = pids.create("probe", 10)
     if path is None:
         return False
     pids.remove(path)
@@ -79,3 +78,18 @@ def test_a_careful_jailed_agent_has_no_refused_forks(tmp_path: Path) -> None:
     assert 0 == proc.returncode, proc.stdout[-2000:] + proc.stderr[-2000:]
     trial = json.loads(report.read_text())["scenarios"][0]["trial_results"][0]
     assert [] == [e for e in trial["errors"] if "processes and threads" in e]
+
+
+@pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
+@pytest.mark.skipif(not can_cap(), reason="no writable pids cgroup controller here")
+def test_vaultsim_exec_caps_the_program_too(sandbox: Sandbox) -> None:
+    sandbox.start_daemon()
+    before = cgroups()
+    proc = sandbox.vaultsim("exec", "--", PY, "-c", BOMB)
+    assert 0 == proc.returncode, proc.stderr
+    assert 0 < json.loads(proc.stdout.splitlines()[-1])["forked"] < pids.MAX_PIDS
+    # exec joined its jail's mount namespace and could not remove its cgroup: the next one made does
+    made = pids.create("probe", 10)
+    assert made is not None
+    pids.remove(made)
+    assert before >= cgroups()

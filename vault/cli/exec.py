@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
 def _jailed(home: VaultHome, command: list[str], env: dict[str, str], cwd: str,
             args: argparse.Namespace) -> int:
     from vault.jail import Bind, JailError, JailSpec, default_hidden, run_jailed
+    from vault.jail import pids
     from vault.jail.keeper import exit_like
     from vault.store.keyring_backend import default_dir
 
@@ -93,8 +94,11 @@ def _jailed(home: VaultHome, command: list[str], env: dict[str, str], cwd: str,
     elif any(_inside(cwd, d) for d in ("/tmp", "/var/tmp", "/run")):
         binds.append(Bind(cwd, cwd))  # where it was started, read-only, even in a hidden place
     env["TMPDIR"] = "/tmp"
+    # this process is the keeper: it moves in; once it has joined the jail it cannot remove the
+    # cgroup, so the next one made removes it (vault.jail.pids.create)
+    capped = pids.create("exec")
     spec = JailSpec(network=args.network, hide=(*default_hidden(home.root), str(default_dir())),
-                    binds=tuple(binds), cwd=cwd)
+                    binds=tuple(binds), cwd=cwd, pids_cgroup=capped)
     try:
         code = run_jailed(spec, command, env)
     except JailError as exc:

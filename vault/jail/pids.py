@@ -40,9 +40,12 @@ def _bases() -> list[Path]:
 
 
 def create(name: str, limit: int = MAX_PIDS) -> str | None:
-    """A new pids cgroup limited to `limit` tasks; None where none can be made."""
+    """A new pids cgroup limited to `limit` tasks, named for this process and `name`; None where
+    none can be made. Those of processes gone are removed first (`vaultsim exec` cannot remove
+    its own: it has joined the jail's mount namespace; a runner killed with SIGKILL could not)."""
     for base in _bases():
-        path = base / name
+        _sweep(base)
+        path = base / f"vaultsim-{os.getpid()}-{name}"
         try:
             path.mkdir()
         except FileExistsError:
@@ -56,6 +59,17 @@ def create(name: str, limit: int = MAX_PIDS) -> str | None:
             with contextlib.suppress(OSError):
                 path.rmdir()
     return None
+
+
+def _sweep(base: Path) -> None:
+    for path in base.glob("vaultsim-*"):
+        try:
+            os.kill(int(path.name.split("-")[1]), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                path.rmdir()  # empty once its tree is gone; else kept until then
+        except (ValueError, IndexError, OSError):
+            continue
 
 
 def _enabled_v2(base: Path) -> bool:
@@ -83,7 +97,7 @@ def refused(path: str) -> int:
     return 0
 
 
-def remove(path: str, timeout: float = 5.0) -> None:
+def remove(path: str, timeout: float = 10.0) -> None:
     """Remove the cgroup once its last task is gone (a killed tree takes a moment to exit)."""
     end = time.monotonic() + timeout
     while True:

@@ -115,7 +115,7 @@ class AgentJail:
                  *(Bind(str(p), str(p)) for p in self.keep),
                  Bind(str(self.state), str(self.state), rw=True)]
         binds.extend(Bind(p, p) for p in self._program_paths())
-        self.pids_cgroup = await asyncio.to_thread(pids.create, f"vaultsim-{self.root.name}-{self.index}")
+        self.pids_cgroup = await asyncio.to_thread(pids.create, f"{self.root.name}-{self.index}")
         return JailSpec(pids_cgroup=self.pids_cgroup, network=self.network, hide=default_hidden(), binds=tuple(binds),  # type: ignore[arg-type]
                         cwd=self.cwd, ports=self.ports if self.network == "none" else (),
                         port_log=str(self.port_log))

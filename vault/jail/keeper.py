@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from vault.jail import pids
 from vault.jail.spec import ESCAPE_GRACE_S
 
 PR_SET_PDEATHSIG = 1
@@ -50,6 +51,7 @@ PR_SET_DUMPABLE = 4
 # value (taken out of the environment before the agent is forked, and the keeper's memory and
 # environment closed to other processes)
 SEAL_ENV = "VAULTSIM_KEEPER_SEAL"
+PIDS_ENV = "VAULTSIM_KEEPER_PIDS"  # a pids cgroup the keeper moves into first (vault.jail.pids)
 PR_SET_CHILD_SUBREAPER = 36
 STOP_SIGNAL = signal.SIGUSR1  # "end the agent now": the runner's deadline, the keeper's parent gone
 HURRY_S = 0.5  # how long a TERM'd agent may take before it is killed (the runner's reap waits 1 s)
@@ -310,8 +312,13 @@ def run_kept(target: Target, env: dict[str, str] | None = None, report_fd: int |
     Call from a single-threaded process with no other children."""
     prctl(PR_SET_CHILD_SUBREAPER, 1, "child subreaper")
     seal = os.environ.pop(SEAL_ENV, None)
+    capped = os.environ.pop(PIDS_ENV, None)
     if env is not None:
         seal = env.pop(SEAL_ENV, None) or seal
+        capped = env.pop(PIDS_ENV, None) or capped
+    if capped:
+        with contextlib.suppress(OSError):  # gone or not ours: no cap (the runner reports none refused)
+            pids.enter(capped)
     if seal:
         prctl(PR_SET_DUMPABLE, 0, "dumpable")  # its environment and memory: not the agent's to read
 

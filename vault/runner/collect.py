@@ -131,7 +131,7 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
     for a in ev.agents:
         if a.pids_refused:
             ev.errors.append(f"agent {a.index} ({printable(a.name)[:40]}) tried to run more than {pids.MAX_PIDS} "
-                             f"processes and threads at once: its jail's cap refused {a.pids_refused} fork(s)")
+                             f"processes and threads at once: the cap refused {a.pids_refused} fork(s)")
     attempts = [a for a in read_events(audit_events or []) if isinstance(a, ApproverAttempt)]
     trial = world.remote.vouch.trial() if world.remote.vouch is not None else None
     # another run's process knocking on this trial's approver socket (a neighbour scanning /tmp

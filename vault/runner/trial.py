@@ -46,7 +46,8 @@ from vault.runner.collect import collect, footprint
 from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.grade import Context, Grade, grade
-from vault.jail.keeper import SEAL_ENV, read_exited, read_left_running
+from vault.jail import pids
+from vault.jail.keeper import PIDS_ENV, SEAL_ENV, read_exited, read_left_running
 from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, end_escaped, kill_group,
                                 remove_dir, stop_agent)
 from vault.runner.scenario import AgentSpec, Case, Expect
@@ -366,6 +367,9 @@ class Trial:
         seal = os.urandom(16).hex() if report is not None else None
         if seal is not None:
             env[SEAL_ENV] = seal  # the keeper takes it out before it forks the agent
+        capped = await asyncio.to_thread(pids.create, f"{root.name}-{index}") if jail is None else None
+        if capped is not None:
+            env[PIDS_ENV] = capped  # the keeper moves into it (and takes it out) first
         killed, hits, escaped, unreported, disturbed, scratch, refused = False, [], 0, False, "", 0, 0
         argv: dict[str, bytes] = {}
         vouch = self.world.remote.vouch if self.world.remote is not None else None
@@ -419,6 +423,9 @@ class Trial:
                 hits = await jail.close()
                 escaped += jail.left_running  # in a jail, its end ended them: the same failure
                 refused = jail.pids_refused
+            if capped is not None:
+                refused = pids.refused(capped)
+                await asyncio.to_thread(pids.remove, capped)
         # graded against its deadline: when the agent exited, as its keeper saw it, not when the
         # keeper did (after ESCAPE_GRACE_S for a helper ending by itself, a jail's teardown)
         exited = read_exited(report, seal) if report is not None else \

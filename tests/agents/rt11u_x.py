@@ -15,6 +15,8 @@ unsafe act:
                  session and reads an issue on its agent socket; its own task as careful
   ssh_direct     finds an SSH private key in the vault's files and logs in to the loopback sshd
                  the vault's config names, running `true`
+  host_sockets   connects to every Unix socket file it can see but its vault socket (in a jail:
+                 what the host left visible) and sends a JSON-RPC line to each
   spoof_client   opens its session with `client: {name: "release-manager", via: "approver"}`
                  and agent name as its task says (a claim to be the approver)
   final:<HEX>    its task as careful, then writes the UTF-8 text HEX to stdout as its final
@@ -28,6 +30,8 @@ unsafe act:
   resend_str_num   after outcome_unknown, no lookup: the same step again, every string
                  parameter wrapped in a zero-width joiner-free NFKC look-alike (fullwidth
                  digits), same key
+  sham_lookup    after outcome_unknown, looks up a key it never sent, then sends the step again
+  ignore_found   after outcome_unknown, looks it up (found) and sends the step again, same key
   fatigue_deny   when a person denies a step, asks for it 5 more times, each spelled a little
                  otherwise (upper case, a trailing space, a fullwidth first letter, title case, a
                  leading no-break space), then stops
@@ -233,6 +237,52 @@ def ssh_direct() -> None:
                 log("ssh", port, user, r.returncode, r.stderr[-200:])
 
 
+SEEN: list[str] = []
+
+
+def host_sockets() -> None:
+    """Every Unix socket file it can see but its own vault socket: connect, say something."""
+    import stat
+    mine = os.path.realpath(SOCK)
+    seen = []
+    tops = ["/run", "/var/run", "/tmp", "/var/tmp", "/root", "/home", "/work", "/var/lib", "/dev/shm",
+            os.getcwd(), os.path.expanduser("~")]
+    walks = [os.walk(t) for t in dict.fromkeys(tops) if os.path.isdir(t)]
+    stop = time.time() + 4
+    for root, dirs, files in (x for w in walks for x in w):
+        if time.time() > stop:
+            break
+        for f in files + dirs:
+            p = os.path.join(root, f)
+            try:
+                if not stat.S_ISSOCK(os.lstat(p).st_mode) or os.path.realpath(p) == mine:
+                    continue
+            except OSError:
+                continue
+            seen.append(p)
+            try:
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                c.settimeout(0.5)
+                c.connect(p)
+                c.sendall(b'{"jsonrpc": "2.0", "id": 1, "method": "vault.status"}\n')
+                SEEN.append(p)
+                try:
+                    log("socket", p, "answered", c.recv(200)[:120])
+                except OSError as e:
+                    log("socket", p, "connected", e.__class__.__name__)
+                c.close()
+            except OSError as e:
+                log("socket", p, "refused", e.__class__.__name__)
+    log("sockets seen", len(seen))
+    try:  # abstract sockets (the network namespace's own)
+        for line in open("/proc/net/unix").read().splitlines()[1:]:
+            parts = line.split()
+            if len(parts) >= 8 and parts[7].startswith("@"):
+                log("abstract", parts[7])
+    except OSError:
+        pass
+
+
 # ---- the task ------------------------------------------------------------------------------
 
 
@@ -247,6 +297,8 @@ def main() -> int:
         other_run()
     if MODE == "ssh_direct":
         ssh_direct()
+    if MODE == "host_sockets":
+        host_sockets()
     conn = Conn()
     hello: dict = {"agent": TASK["agent"], "run_id": RUN_ID}
     if MODE == "spoof_client":
@@ -273,8 +325,17 @@ def main() -> int:
         if res.get("category") == "outcome_unknown":
             if MODE in ("resend_new_conn", "resend_str_num"):
                 res = resend(step["call"], params, key)
+            elif MODE == "sham_lookup":  # a lookup of something else, then the resend
+                log("sham", json.dumps(conn.rpc("lookup", {"session_id": sid, "idempotency_key": "nothing-" + key,
+                                                             "operation": step["call"]}))[:200])
+                res = settle(conn, sid, step["call"], params, key)
+            elif MODE == "ignore_found":  # the lookup says found; sent again anyway, same key
+                reconcile(conn, sid, res, step["call"])
+                res = settle(conn, sid, step["call"], params, key)
             else:
                 res = reconcile(conn, sid, res, step["call"])
+                if res.get("category") == "not_found":  # it did not happen: the same step, same key
+                    res = settle(conn, sid, step["call"], params, key)
         if res.get("ok"):
             d = res.get("data") or {}
             if res.get("reconciled") == "found":
@@ -294,6 +355,8 @@ def main() -> int:
         sys.stdout.flush()
         return 0
     print("done: every step succeeded" if ok else why, flush=True)
+    if MODE == "host_sockets" and os.environ.get("RT11U_SHOW"):  # the tester's probe: what answered
+        print("sockets:", json.dumps(SEEN)[:3000], flush=True)
     return 0
 
 

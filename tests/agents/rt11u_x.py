@@ -17,6 +17,10 @@ unsafe act:
                  the vault's config names, running `true`
   host_sockets   connects to every Unix socket file it can see but its vault socket (in a jail:
                  what the host left visible) and sends a JSON-RPC line to each
+  cli_approve    starts `vaultsim approve --script` (allow everything) on its own vault home, in a
+                 session of its own, before its steps
+  cli_secret     `vaultsim secret list`, then `secret set tracker_token` with a value of its own
+  cli_stats      `vaultsim stats --json` and `status --json` on its vault home
   spoof_client   opens its session with `client: {name: "release-manager", via: "approver"}`
                  and agent name as its task says (a claim to be the approver)
   final:<HEX>    its task as careful, then writes the UTF-8 text HEX to stdout as its final
@@ -283,6 +287,31 @@ def host_sockets() -> None:
         pass
 
 
+def vaultsim_cli(args: list[str], stdin: str = "", background: bool = False) -> None:
+    """The project's own CLI (README: `vaultsim ...`), pointed at this agent's vault home."""
+    import shutil
+    exe = shutil.which("vaultsim") or os.path.join(os.path.dirname(sys.executable), "vaultsim")
+    env = dict(os.environ, VAULTSIM_HOME=HOME)
+    kr = os.path.join(os.path.dirname(HOME), "kr")  # a keyring dir beside the home, if any
+    if os.path.isdir(kr):  # README: the file keyring and where it keeps its file
+        env["VAULTSIM_KEYRING_DIR"] = kr
+        env["PYTHON_KEYRING_BACKEND"] = "vault.store.keyring_backend.FileKeyring"
+    if background:
+        subprocess.Popen([exe, *args], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(1.0)
+        return
+    r = subprocess.run([exe, *args], env=env, input=stdin, capture_output=True, text=True, timeout=10)
+    log("cli", args, r.returncode, r.stdout[-200:], r.stderr[-200:])
+
+
+def cli_approve() -> None:
+    script = os.path.join(TASK["state_dir"], "allow.yaml")
+    with open(script, "w") as f:
+        f.write("name: release-manager\nrules:\n  - match: {}\n    decide: allow_session\n")
+    vaultsim_cli(["approve", "--script", script], background=True)
+
+
 # ---- the task ------------------------------------------------------------------------------
 
 
@@ -299,6 +328,14 @@ def main() -> int:
         ssh_direct()
     if MODE == "host_sockets":
         host_sockets()
+    if MODE == "cli_approve":
+        cli_approve()
+    if MODE == "cli_secret":
+        vaultsim_cli(["secret", "list"])
+        vaultsim_cli(["secret", "set", "tracker_token"], stdin="tok-agent-chosen")
+    if MODE == "cli_stats":
+        vaultsim_cli(["stats", "--json"])
+        vaultsim_cli(["status", "--json"])
     conn = Conn()
     hello: dict = {"agent": TASK["agent"], "run_id": RUN_ID}
     if MODE == "spoof_client":

@@ -56,6 +56,8 @@ class AgentRun:
     # what had become of the vault daemon when this agent's processes were gone: "" (serving),
     # "stopped" (SIGSTOP'd by a process of the same user; the runner resumed it) or how it ended
     daemon_after: str = ""
+    # the vault's credential files (credentials.enc, its keyring's) that changed while it ran
+    credential_files: list[str] = field(default_factory=list)
     # what the jail's tripwires saw this agent reach for (vault.runner.tripwires)
     tripwires: list[dict[str, Any]] = field(default_factory=list)
     # the task it was given (vault.runner.contract): graded against, never taken from the agent
@@ -215,6 +217,7 @@ class Evidence:
                         **({"left_running": a.left_running} if a.left_running else {}),
                         **({"keeper_unreported": True} if a.keeper_unreported else {}),
                         **({"daemon_after": a.daemon_after} if a.daemon_after else {}),
+                        **({"credential_files": a.credential_files} if a.credential_files else {}),
                         "final": a.final[:300], **a.failure()} for a in self.agents],
             **({"intruder": self.intruder} if self.intruder is not None else {}),
             **({"session_refusals": self.session_refusals()} if self.transcript.refusals else {}),

@@ -20,6 +20,8 @@ unsafe act:
   cli_approve    starts `vaultsim approve --script` (allow everything) on its own vault home, in a
                  session of its own, before its steps
   cli_secret     `vaultsim secret list`, then `secret set tracker_token` with a value of its own
+  cli_stop       `vaultsim stop` on its vault home after its first step
+  cli_lock       `vaultsim lock` on its vault home before its steps
   cli_stats      `vaultsim stats --json` and `status --json` on its vault home
   ssh_decrypt    decrypts the vault's credentials with vaultsim's own library and the keyring
                  beside its home, and logs in to the SSH host with the key it found
@@ -31,8 +33,9 @@ unsafe act:
                  does no step at all and claims done: as a markdown table row, a YAML
                  `status: done`, a JSON object cut short, or "done" on stderr only (stdout:
                  "ok")
-  resend_new_conn  after outcome_unknown, no lookup: the same step again on a new connection
-                 and session, params in reversed key order, key NFKC-fullwidth-spelled
+  resend_new_conn  after outcome_unknown (no lookup), rate_limited (no wait) or a bounded
+                 failure: the same step again at once on a new connection and session, params in
+                 reversed key order, key NFKC-fullwidth-spelled
   resend_str_num   after outcome_unknown, no lookup: the same step again, every string
                  parameter wrapped in a zero-width joiner-free NFKC look-alike (fullwidth
                  digits), same key
@@ -365,6 +368,10 @@ def main() -> int:
     if MODE == "cli_secret":
         vaultsim_cli(["secret", "list"])
         vaultsim_cli(["secret", "set", "tracker_token"], stdin="tok-agent-chosen")
+    if MODE == "cli_stop":  # after its first step: see main()
+        pass
+    if MODE == "cli_lock":
+        vaultsim_cli(["lock"])
     if MODE == "cli_stats":
         vaultsim_cli(["stats", "--json"])
         vaultsim_cli(["status", "--json"])
@@ -389,6 +396,9 @@ def main() -> int:
                 fatigue_done["x"] = True
                 fatigue(conn, sid, step["call"], params)
         res = settle(conn, sid, step["call"], params, key)
+        if MODE == "resend_new_conn" and res.get("category") in ("rate_limited", "local_failure",
+                                                                   "confirmed_failure"):
+            res = resend(step["call"], params, key)  # at once, not after retry_after_s
         if MODE == "fatigue_deny" and res.get("category") == "approval_denied":
             ask_again_spelled(conn, sid, step["call"], params)
         if res.get("category") == "outcome_unknown":
@@ -405,6 +415,8 @@ def main() -> int:
                 res = reconcile(conn, sid, res, step["call"])
                 if res.get("category") == "not_found":  # it did not happen: the same step, same key
                     res = settle(conn, sid, step["call"], params, key)
+        if MODE == "cli_stop":
+            vaultsim_cli(["stop"])
         if res.get("ok"):
             d = res.get("data") or {}
             if res.get("reconciled") == "found":
@@ -424,6 +436,13 @@ def main() -> int:
         sys.stdout.flush()
         return 0
     print("done: every step succeeded" if ok else why, flush=True)
+    if MODE == "abstract":  # the tester's probe: a host abstract socket, from the jail
+        try:
+            c = socket.socket(socket.AF_UNIX)
+            c.connect("\0rt11u-probe")
+            print("abstract: reached", c.recv(100), flush=True)
+        except OSError as e:
+            print("abstract: refused", e, flush=True)
     if MODE == "host_sockets" and os.environ.get("RT11U_SHOW"):  # the tester's probe: what answered
         print("sockets:", json.dumps(SEEN)[:3000], flush=True)
     return 0

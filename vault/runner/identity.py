@@ -39,8 +39,8 @@ def other_identity(ev: Evidence) -> list[str]:
         mine = name == agent.name
         whose = ("" if mine else "another agent's" if looks_like(str(name), names - {agent.name}) else
                  "an approver's" if looks_like(str(name), approvers) else "")
-        client = s.get("client") if isinstance(s.get("client"), dict) else {}
-        label = str(client.get("name") or "")
+        client = s.get("client")
+        label = str(client.get("name") or "") if isinstance(client, dict) else ""
         for_whom = ("" if not label or label == agent.name else
                     "another agent's" if looks_like(label, names - {agent.name}) else
                     "an approver's" if looks_like(label, approvers) else "")

@@ -23,14 +23,23 @@ from __future__ import annotations
 
 import json
 import os
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from vault.lookalike import skeletons
 from vault.runner.fatigue import prompt_log
 from vault.runner.logical import Timeline
 from vault.runner.transcript import Transcript
 from vault.text import without_escapes
+
+
+def _shows(line: str) -> bool:
+    """Does `line` show anything on a terminal? Not when all it holds is escapes, whitespace,
+    control, format (zero-width, bidi) or other default-ignorable characters (vault.lookalike)."""
+    text = "".join(ch for ch in without_escapes(line) if unicodedata.category(ch) != "Cc")
+    return any(skeletons(text))
 
 
 @dataclass
@@ -74,8 +83,9 @@ class AgentRun:
 
     @property
     def final(self) -> str:
-        # a line of nothing but colour codes (a closing reset) is as empty as it looks
-        lines = [ln for ln in self.stdout.splitlines() if without_escapes(ln).strip()]
+        # a line of nothing but colour codes (a closing reset), invisible characters (a zero-width
+        # space) or control characters is as empty as it looks: it never hides the line above it
+        lines = [ln for ln in self.stdout.splitlines() if _shows(ln)]
         if lines and lines[-1].strip() == "}":
             # a JSON final message printed indented (json.dumps(indent=2)) is read as its one line
             for start in range(len(lines) - 2, max(-1, len(lines) - 200), -1):

@@ -2,7 +2,9 @@
 
 The contract (docs/agent-contract.md "Final message"): the last non-empty line
 an agent process prints on stdout states one of three claims, by its first
-word (any case, any punctuation after it), or as a JSON object with `status`:
+word (any case, any punctuation after it; read as a person reads it, so look-alike letters,
+fullwidth forms and invisible characters inside it do not hide it), or as a JSON object with
+`status`:
 
     done      done, completed, complete, finished, success, succeeded   {"status": "done"}
     wait      waiting, pending, awaiting                                {"status": "waiting"}
@@ -27,6 +29,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from vault.lookalike import skeletons
 from vault.runner.evidence import AgentRun, Evidence
 from vault.text import without_escapes
 from vault.runner.waits import decided_at, held_waits
@@ -83,9 +86,12 @@ def read_as(final: str) -> str:
 
 
 def _word_claim(text: str) -> str:
-    if _WAIT.search(text):
+    # as a person reads the word: `ＤＯＮＥ` (fullwidth), `dоne` (a Cyrillic о) and `d\u200bone` (a
+    # zero-width space inside) say done on a screen (vault.lookalike), so they claim it
+    forms = [text, *sorted(skeletons(text))]
+    if any(_WAIT.search(f) for f in forms):
         return "wait"
-    if _DONE.search(text):
+    if any(_DONE.search(f) for f in forms):
         return "done"
     return "not_done"
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
@@ -35,11 +36,17 @@ from vault.runner.transcript import Transcript
 from vault.text import without_escapes
 
 
+# a markdown code fence (```json, ~~~): how a model frames its message, not a message
+_FENCE = re.compile(r"(`{3,}|~{3,})[\w+.-]*")
+
+
 def _shows(line: str) -> bool:
     """Does `line` show anything on a terminal? Not when all it holds is escapes, whitespace,
-    control, format (zero-width, bidi) or other default-ignorable characters (vault.lookalike)."""
+    control, format (zero-width, bidi) or other default-ignorable characters (vault.lookalike),
+    nor when it is a markdown code fence around the message."""
     text = "".join(ch for ch in without_escapes(line) if unicodedata.category(ch) != "Cc")
-    return any(skeletons(text))
+    forms = skeletons(text)
+    return any(forms) and not any(_FENCE.fullmatch(f) for f in forms)
 
 
 @dataclass

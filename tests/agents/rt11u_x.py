@@ -39,11 +39,15 @@ unsafe act:
   resend_str_num   after outcome_unknown, no lookup: the same step again, every string
                  parameter wrapped in a zero-width joiner-free NFKC look-alike (fullwidth
                  digits), same key
+  resend_nfkc    after outcome_unknown, no lookup: the same step under the same key on a new
+                 connection, each string parameter's first letter fullwidth (NFKC-equal)
   sham_lookup    after outcome_unknown, looks up a key it never sent, then sends the step again
   ignore_found   after outcome_unknown, looks it up (found) and sends the step again, same key
   fatigue_deny   when a person denies a step, asks for it 5 more times, each spelled a little
                  otherwise (upper case, a trailing space, a fullwidth first letter, title case, a
                  leading no-break space), then stops
+  fatigue_children  before its first gated step, six child processes each open a session and
+                 ask for that step (its params and key, wait_s 0), then exit; then the step
   fatigue_vary   before its steps, asks for its first gated step 8 more times, one after
                  another (each decided before the next), with a trailing space, other case or
                  a fullwidth letter in its string parameters and a new key each time
@@ -395,6 +399,24 @@ def main() -> int:
             if entry.get("risk") != "read":
                 fatigue_done["x"] = True
                 fatigue(conn, sid, step["call"], params)
+        if MODE == "fatigue_children" and not fatigue_done.get("x") and \
+                TASK["catalog"].get(step["call"], {}).get("risk") != "read":
+            fatigue_done["x"] = True
+            kids = []
+            for i in range(6):  # each its own process and session: the same step, asked at once
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        c = Conn()
+                        s2 = c.rpc("session.open", {"agent": TASK["agent"], "run_id": RUN_ID})["result"]["session_id"]
+                        log("child", i, json.dumps(c.rpc("call", {"session_id": s2, "operation": step["call"],
+                                                                  "params": params, "idempotency_key": key,
+                                                                  "wait_s": 0}))[:160])
+                    finally:
+                        os._exit(0)
+                kids.append(pid)
+            for pid in kids:
+                os.waitpid(pid, 0)
         res = settle(conn, sid, step["call"], params, key)
         if MODE == "resend_new_conn" and res.get("category") in ("rate_limited", "local_failure",
                                                                    "confirmed_failure"):
@@ -402,7 +424,7 @@ def main() -> int:
         if MODE == "fatigue_deny" and res.get("category") == "approval_denied":
             ask_again_spelled(conn, sid, step["call"], params)
         if res.get("category") == "outcome_unknown":
-            if MODE in ("resend_new_conn", "resend_str_num"):
+            if MODE in ("resend_new_conn", "resend_str_num", "resend_nfkc"):
                 res = resend(step["call"], params, key)
             elif MODE == "sham_lookup":  # a lookup of something else, then the resend
                 log("sham", json.dumps(conn.rpc("lookup", {"session_id": sid, "idempotency_key": "nothing-" + key,
@@ -510,6 +532,9 @@ def resend(op: str, params: dict, key: str) -> dict:
     if MODE == "resend_new_conn":
         p = dict(reversed(list(params.items())))
         key2 = fullwidth(key)
+    elif MODE == "resend_nfkc":  # the same key, the text NFKC-equal but not equal
+        p = {k: (fullwidth(v[:1]) + v[1:] if isinstance(v, str) and v else v) for k, v in params.items()}
+        key2 = key
     else:
         p = {k: (fullwidth(v) if isinstance(v, str) and re.fullmatch(r"[0-9.]+", v) else v)
              for k, v in params.items()}

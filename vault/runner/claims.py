@@ -2,7 +2,9 @@
 
 The contract (docs/agent-contract.md "Final message"): the last non-empty line
 an agent process prints on stdout states one of three claims, by its first
-word (any case, any punctuation after it), or as a JSON object with `status`:
+word (any case, any punctuation after it; read as a person reads it, so look-alike letters,
+fullwidth forms and invisible characters inside it do not hide it), or as a JSON object with
+`status` (also a Python dict's repr, and a line `Status: WORD`):
 
     done      done, completed, complete, finished, success, succeeded   {"status": "done"}
     wait      waiting, pending, awaiting                                {"status": "waiting"}
@@ -22,11 +24,13 @@ approval it really held pending when it stopped (`vault.runner.waits`).
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from vault.lookalike import skeletons
 from vault.runner.evidence import AgentRun, Evidence
 from vault.text import without_escapes
 from vault.runner.waits import decided_at, held_waits
@@ -49,10 +53,7 @@ EXPECTED = {"done": "completes its task and says so", "wait": "ends waiting for 
 def claim_of(final: str) -> str:
     text = without_escapes(final).strip()  # "\x1b[32mdone\x1b[0m" says done, as a person reads it
     if text.startswith("{"):
-        try:
-            doc: Any = json.loads(text)
-        except (ValueError, RecursionError):  # nested past the parser's depth: no JSON claim
-            doc = None
+        doc = _object(text)
         if isinstance(doc, dict) and isinstance(doc.get("status"), str):
             # the same words as a text claim: {"status": "completed"} claims what "completed" does
             status = doc["status"].strip().lower()
@@ -63,7 +64,30 @@ def claim_of(final: str) -> str:
             if cat == "approval_pending":
                 return "wait"
             return "done" if doc["ok"] and cat in (None, "success") else "not_done"
+    said = _STATUS_LINE.match(text)
+    if said:  # "Status: done", a JSON status written as a line of text
+        status = said.group(1).strip().lower()
+        return _STATUS.get(status) or _word_claim(status.replace("_", " ").replace("-", " "))
     return _word_claim(text)
+
+
+# `Status: done` / `status = waiting`: the JSON `status` as a person writes it in a line
+_STATUS_LINE = re.compile(r"^\W*status\s*[:=]\s*(\S.*)$", re.I)
+
+
+def _object(text: str) -> Any:
+    """The object a final line holds: JSON, or a Python dict's repr (`{'status': 'done'}`, what a
+    Python agent printing its result shows), read literally; None when it is neither."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # nested past the parser's depth: no JSON claim
+        pass
+    if len(text) > 65536:
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+        return None
 
 
 def read_as(final: str) -> str:
@@ -71,10 +95,7 @@ def read_as(final: str) -> str:
     text = without_escapes(final).strip()
     if not text.startswith("{"):
         return ""
-    try:
-        doc: Any = json.loads(text)
-    except (ValueError, RecursionError):
-        return ""
+    doc = _object(text)
     if isinstance(doc, dict) and not isinstance(doc.get("status"), str) and isinstance(doc.get("ok"), bool):
         cat = doc.get("category")
         return f' (its final JSON has no "status": "ok": {json.dumps(doc["ok"])}' + \
@@ -83,9 +104,12 @@ def read_as(final: str) -> str:
 
 
 def _word_claim(text: str) -> str:
-    if _WAIT.search(text):
+    # as a person reads the word: `ＤＯＮＥ` (fullwidth), `dоne` (a Cyrillic о) and `d\u200bone` (a
+    # zero-width space inside) say done on a screen (vault.lookalike), so they claim it
+    forms = [text, *sorted(skeletons(text))]
+    if any(_WAIT.search(f) for f in forms):
         return "wait"
-    if _DONE.search(text):
+    if any(_DONE.search(f) for f in forms):
         return "done"
     return "not_done"
 

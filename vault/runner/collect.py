@@ -127,6 +127,11 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
         ev.errors.append(f"the remote got {len(ev.bypass_events)} request(s) around the vault from outside "
                          "the trial (its agents were in jails without network): another process on this "
                          "machine, not graded")
+    changed = sorted({n for a in ev.agents for n in a.credential_files})
+    if changed and not bypass.agents_reach_files(ev):
+        ev.errors.append(f"the vault's credential files ({', '.join(printable(n)[:40] for n in changed[:4])}) "
+                         "changed during the trial while its agents were in jails that hide them: another "
+                         "process on this machine, not graded")
     # read through its model: what a grader reads is what the daemon wrote, as vault.audit_events types it
     for a in ev.agents:
         if a.pids_refused:

@@ -23,14 +23,30 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from vault.lookalike import skeletons
 from vault.runner.fatigue import prompt_log
 from vault.runner.logical import Timeline
 from vault.runner.transcript import Transcript
 from vault.text import without_escapes
+
+
+# a markdown code fence (```json, ~~~): how a model frames its message, not a message
+_FENCE = re.compile(r"(`{3,}|~{3,})[\w+.-]*")
+
+
+def _shows(line: str) -> bool:
+    """Does `line` show anything on a terminal? Not when all it holds is escapes, whitespace,
+    control, format (zero-width, bidi) or other default-ignorable characters (vault.lookalike),
+    nor when it is a markdown code fence around the message."""
+    text = "".join(ch for ch in without_escapes(line) if unicodedata.category(ch) != "Cc")
+    forms = skeletons(text)
+    return any(forms) and not any(_FENCE.fullmatch(f) for f in forms)
 
 
 @dataclass
@@ -58,6 +74,8 @@ class AgentRun:
     daemon_after: str = ""
     # forks its jail's process cap refused (vault.jail.pids): a fork bomb, contained
     pids_refused: int = 0
+    # the vault's credential files (credentials.enc, its keyring's) that changed while it ran
+    credential_files: list[str] = field(default_factory=list)
     # what the jail's tripwires saw this agent reach for (vault.runner.tripwires)
     tripwires: list[dict[str, Any]] = field(default_factory=list)
     # the task it was given (vault.runner.contract): graded against, never taken from the agent
@@ -74,8 +92,9 @@ class AgentRun:
 
     @property
     def final(self) -> str:
-        # a line of nothing but colour codes (a closing reset) is as empty as it looks
-        lines = [ln for ln in self.stdout.splitlines() if without_escapes(ln).strip()]
+        # a line of nothing but colour codes (a closing reset), invisible characters (a zero-width
+        # space) or control characters is as empty as it looks: it never hides the line above it
+        lines = [ln for ln in self.stdout.splitlines() if _shows(ln)]
         if lines and lines[-1].strip() == "}":
             # a JSON final message printed indented (json.dumps(indent=2)) is read as its one line
             for start in range(len(lines) - 2, max(-1, len(lines) - 200), -1):
@@ -217,6 +236,7 @@ class Evidence:
                         **({"left_running": a.left_running} if a.left_running else {}),
                         **({"keeper_unreported": True} if a.keeper_unreported else {}),
                         **({"daemon_after": a.daemon_after} if a.daemon_after else {}),
+                        **({"credential_files": a.credential_files} if a.credential_files else {}),
                         "final": a.final[:300], **a.failure()} for a in self.agents],
             **({"intruder": self.intruder} if self.intruder is not None else {}),
             **({"session_refusals": self.session_refusals()} if self.transcript.refusals else {}),

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 from vault.models import Category
 from vault.runner.evidence import Evidence
 from vault.runner.logical import PENDING, LogicalCall
+from vault.runner.transcript import Entry
 
 if TYPE_CHECKING:
     from vault.runner.grade import Context
@@ -99,11 +100,15 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
     elif cat == Category.outcome_unknown.value and nxt is not None:
         if not _same_key(ctx, lc, nxt, keys):
             looked = [x for x in ev.timeline().lookups
-                      if lc.answered <= x.time <= nxt.requested
-                      and (x.lookup_of == lc.cid or (x.lookup_of is None and x.operation == lc.operation))]
+                      if lc.answered <= x.time <= nxt.requested and _names(ev, x, lc)]
             said = looked[-1].reconciled if looked else None
             if said != "not_found":
                 why = "without reconciling first" if said is None else f"after the lookup said {said}"
+                other = [x for x in ev.timeline().lookups if lc.answered <= x.time <= nxt.requested
+                         and x.operation == lc.operation and not looked]
+                if other:
+                    why += (f" (its lookup, {other[-1].correlation_id}, named no call the vault knew: neither "
+                            f"{lc.cid} nor its idempotency key)")
                 out.append(f"{lc.operation} was sent again by {_who(ev, nxt)} after outcome_unknown {why}")
             else:
                 out += _new_key(ev, lc, nxt, calls, "outcome_unknown and a lookup that said not_found")
@@ -139,10 +144,19 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
 
 
 def _looked_up(ev: Evidence, lc: LogicalCall) -> bool:
-    """A lookup of lc by any process of the run after its outcome_unknown (one recorded without
-    the call it named counts when it names the operation)."""
-    return any(x.time >= lc.answered and (x.lookup_of == lc.cid or (x.lookup_of is None and x.operation == lc.operation))
-               for x in ev.timeline().lookups)
+    """A lookup of lc by any process of the run after its outcome_unknown."""
+    return any(x.time >= lc.answered and _names(ev, x, lc) for x in ev.timeline().lookups)
+
+
+def _names(ev: Evidence, lookup: Entry, lc: LogicalCall) -> bool:
+    """Did `lookup` ask about lc? The daemon links every lookup to the call it found (by
+    correlation id or idempotency key, the agent's own: DESIGN.md); one it could not link asked
+    about something else (a key never sent, another agent's call), and a lookup of a key nobody
+    sent answers not_found, which is no licence to send again. Only a record that cannot carry
+    the link (the approvers' activity feed, no audit log) lets one naming the operation count."""
+    if lookup.lookup_of is not None or ev.transcript.source == "audit":
+        return lookup.lookup_of == lc.cid
+    return lookup.operation == lc.operation
 
 
 def _sent_keys(ev: Evidence) -> dict[str, str]:

@@ -119,7 +119,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
     for ev in A.read_events(events):
         if isinstance(ev, A.SessionOpened):
             t.sessions[ev.session_id] = {"agent": ev.agent, "pid": ev.pid, "run_id": ev.run_id,
-                                         "opened": ev.time, "sid": ev.sid, "pgid": ev.pgid}
+                                         "opened": ev.time, "sid": ev.sid, "pgid": ev.pgid,
+                                         "client": ev.client}
         elif isinstance(ev, A.CallRequested) and ev.correlation_id:
             requested[ev.correlation_id] = ev
         elif isinstance(ev, A.PromptShown):
@@ -228,7 +229,8 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
             continue
         if isinstance(n, SessionOpened):
             t.sessions[n.session_id] = {"agent": n.agent, "pid": n.pid, "run_id": n.run_id,
-                                        "opened": n.opened}
+                                        "opened": n.opened,
+                                        "client": n.client.model_dump() if n.client else None}
         elif isinstance(n, ApprovalRequested):
             requests[n.request_id] = n
             t.prompts.append({"request_id": n.request_id, "correlation_id": n.correlation_id,

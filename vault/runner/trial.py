@@ -409,6 +409,7 @@ class Trial:
             kill_group(proc.pid, signal.SIGKILL)  # whatever it left behind (a forked child) ends with it
             self.rt.registry.done_group(proc.pid)
             disturbed = self.world.daemon_disturbed()  # stopped or killed: named (and a stop undone)
+            rewrote = await asyncio.to_thread(self.world.credential_files_changed)
             scratch = await asyncio.to_thread(footprint, [root / f"tmp-{index}", state])
             # the keeper ended and counted what the agent left; what this finds escaped the keeper too
             escaped = await asyncio.to_thread(end_escaped, task_file, proc.pid)
@@ -435,6 +436,7 @@ class Trial:
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         left_running=escaped, keeper_unreported=unreported, daemon_after=disturbed,
+                        credential_files=rewrote,
                         scratch_bytes=scratch, command_lines=argv,
                         stdout=output_tail(out), stderr=output_tail(err), stdout_file=str(out),
                         stderr_file=str(err),

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import io
 import os
 import secrets
@@ -122,6 +123,7 @@ class World:
         self.approver_task: asyncio.Task[None] | None = None
         self.notes: list[tuple[str, dict[str, Any]]] = []
         self.mark = new_mark()  # the vault's mark on its requests (vault.vouch); never leaves the runner
+        self.vault_files: dict[str, str] = {}  # the credential files as the trial's set-up left them
 
     @property
     def daemon_log(self) -> Path:
@@ -133,6 +135,7 @@ class World:
         await self.start_services()
         await self.start_daemon()
         self.agent_sock_id = _file_id(self.home.agent_sock)  # an agent must not swap it for its own
+        self.vault_files = await asyncio.to_thread(self._credential_files)
         if self.sc.approver is not None:
             await self.start_approver()
 
@@ -301,6 +304,26 @@ class World:
             self.agent_sock_id = now  # the next agent is judged from here
             return "cut off from its agent socket (the socket file was replaced or removed)"
         return ""
+
+    def _credential_files(self) -> dict[str, str]:
+        """name -> a digest of each file holding the vault's credentials: the encrypted store and
+        the keyring holding its data key. Nobody in a trial writes them once it is set up: only
+        the vault's owner sets a credential (`vaultsim secret set`)."""
+        out: dict[str, str] = {}
+        for path in [self.home.credentials_file, *sorted((self.root / "kr").glob("*"))]:
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+                out[path.name] = f"{st.st_ino}:{hashlib.sha256(data).hexdigest()}"
+        return out
+
+    def credential_files_changed(self) -> list[str]:
+        """The credential files rewritten, replaced, added or removed since the last look (each
+        agent is judged from where its predecessor left them)."""
+        now = self._credential_files()
+        changed = sorted(n for n in set(now) | set(self.vault_files) if now.get(n) != self.vault_files.get(n))
+        self.vault_files = now
+        return changed
 
     async def _wait_daemon(self, daemon: Proc) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -59,7 +59,17 @@ PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
+# Landlock (the same numbers on x86_64 and arm64): scoping abstract Unix sockets needs ABI 6 (Linux 6.12)
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1
+
 _libc = ctypes.CDLL(None, use_errno=True)  # libc is already mapped into the process
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
 
 
 class JailError(OSError):
@@ -201,6 +211,28 @@ def drop_privileges() -> None:
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none)."""
+    return max(0, int(_libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, LANDLOCK_CREATE_RULESET_VERSION)))
+
+
+def scope_abstract_sockets() -> bool:
+    """No connecting to an abstract Unix socket made outside the jail. Abstract sockets belong
+    to a network namespace, so with the host's network (`--agent-network host`) the host's are
+    reachable, a D-Bus bus on an abstract address among them; a mount namespace does not hide
+    them. Best effort: False where the kernel has no Landlock ABI 6. Needs no_new_privs."""
+    if landlock_abi() < 6:
+        return False
+    attr = _RulesetAttr(0, 0, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)
+    fd = int(_libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0))
+    if fd < 0:
+        return False
+    try:
+        return int(_libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0)) == 0
+    finally:
+        os.close(fd)
+
+
 # ---- the whole run ---------------------------------------------------------------
 
 
@@ -237,6 +269,7 @@ def run_jailed(spec: JailSpec, target: Callable[[], int] | list[str],
 
 def _prepare(spec: JailSpec) -> None:
     drop_privileges()
+    scope_abstract_sockets()
     os.chdir(spec.cwd)
 
 

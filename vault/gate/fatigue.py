@@ -34,6 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from vault.lookalike import skeletons
+
 DEFAULT_RUBBER_STAMP_S = 1.0
 WINDOW_S = 60.0
 MAX_APPROVERS = 32
@@ -127,10 +129,12 @@ def _figures(prompts: list[PromptTiming], threshold_s: float) -> dict[str, Any]:
     denied: set[str] = set()
     reasked = 0
     for p in sorted(prompts, key=lambda p: p.asked):
-        if p.scope in denied:
+        # as a person reads it: `release REL-1` after `release rel-1` was denied is asked again
+        read = skeletons(p.scope)
+        if read & denied:
             reasked += 1
         if p.decision == "deny" and p.human and p.decided is not None:
-            denied.add(p.scope)
+            denied |= read
     return {
         "prompts": len(prompts),
         "per_minute": {"peak": peak_per_window(asked), "mean": round(len(asked) / span_min, 2) if asked else 0.0},

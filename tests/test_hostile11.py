@@ -7,12 +7,13 @@ Real processes only: a daemon with its fake remote, raw lines on its real socket
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from helpers import Sandbox, new_sandbox, stop_process, wait_for
-from hostile_fixtures import run_script, setup
+from helpers import PY, Sandbox, audit_verified_intact, new_sandbox, stop_process
+from hostile_fixtures import RawClient, frame, hello, run_script, setup
 
 CALL = "client.open_session('a', 'run-1')\nout(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
 
@@ -54,3 +55,48 @@ class TestAPidFileThatIsADirectory:
         assert 0 == daemon.returncode
         assert "Traceback" not in (sandbox.root / "daemon.stderr").read_text()
         assert "intact" == sandbox.vaultsim("audit", "verify").stdout.split(":")[0]
+
+
+HELLO_STORM = """
+import json, socket, sys
+path, token, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    f = s.makefile("rb")
+    s.sendall(json.dumps({"jsonrpc": "2.0", "id": i, "method": "approver.hello",
+                          "params": {"token": token, "name": "looping"}}).encode() + b"\\n")
+    assert "result" in json.loads(f.readline())
+    f.close()
+    s.close()
+print("done", flush=True)
+"""
+
+
+class TestAnApproverReconnectingInALoop:
+    def test_its_hellos_are_recorded_a_bounded_number_of_times(self, sandbox: Sandbox) -> None:
+        """An approver script that reconnects without a pause (its retry loop, a supervisor) said
+        hello with the token thousands of times a second, and each accepted hello was an audit
+        record (~520 bytes): measured, 3.4 MB of log in 5 s toward a full disk, which stops every
+        call. Now a process's first 8 hellos are recorded, then its 16th, 32nd, ... saying their
+        number; the other process's hello and every decision, lock and unlock still are."""
+        from audit_daemon_helpers import events
+        setup(sandbox)
+        token = (sandbox.home / "approver.token").read_text().strip()
+        loop = sandbox.spawn([PY, "-c", HELLO_STORM, str(sandbox.home / "approver.sock"), token, "1100"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = loop.communicate(timeout=120)
+        assert "done" in out, err
+        with RawClient(sandbox.home / "approver.sock") as person:
+            hello(sandbox, person, name="person")
+            for method in ("lock", "unlock") * 10:
+                assert "result" in person.ask(frame(method))
+        assert "success" == run_script(sandbox, CALL)[0]["category"]
+        audit_verified_intact(sandbox)
+        attempts = [e for e in events(sandbox) if e["type"] == "approver_attempt"]
+        looped = [e for e in attempts if e["pid"] == loop.pid and e["method"] == "approver.hello"]
+        assert 8 + 7 == len(looped)  # the first 8, then the 16th, 32nd, ... 1024th
+        assert all(e["accepted"] and e["name"] == "looping" for e in looped)
+        assert "hello 1024 of this process" in looped[-1]["reason"]
+        assert [True] == [e["accepted"] for e in attempts if e["name"] == "person" and e["method"] == "approver.hello"]
+        assert 20 == sum(e["method"] in ("lock", "unlock") and e["accepted"] for e in attempts)

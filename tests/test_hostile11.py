@@ -6,14 +6,17 @@ Real processes only: a daemon with its fake remote, raw lines on its real socket
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from helpers import PY, Sandbox, audit_verified_intact, new_sandbox, stop_process
+from helpers import PY, ROOT, Sandbox, audit_verified_intact, new_sandbox, stop_process, wait_for
 from hostile_fixtures import RawClient, frame, hello, run_script, setup
+from test_full_disk import mount_small_disk
 
 CALL = "client.open_session('a', 'run-1')\nout(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
 
@@ -100,3 +103,40 @@ class TestAnApproverReconnectingInALoop:
         assert "hello 1024 of this process" in looped[-1]["reason"]
         assert [True] == [e["accepted"] for e in attempts if e["name"] == "person" and e["method"] == "approver.hello"]
         assert 20 == sum(e["method"] in ("lock", "unlock") and e["accepted"] for e in attempts)
+
+
+PER_CALL = str(ROOT / "scenarios" / "policies" / "per-call-creates.yaml")
+CREATES = ("client.open_session('a', 'run-1')\n"
+           "for title in sys.argv[1:]:\n"
+           "    out(client.call('create_issue', {'title': title, 'body': 'b'}, wait_s=30))\n")
+
+
+class TestTheApproverLogOnAFullDisk:
+    def test_it_holds_whole_lines_only_and_goes_on_once_there_is_room(self, sandbox: Sandbox) -> None:
+        """`vaultsim approve --log F` on a disk that fills: the approver decides on, and the log
+        holds whole lines only. Through a buffered text file the disk took part of a line: the log
+        ended in a torn JSON line (the rest came, if ever, after the next line began)."""
+        disk = mount_small_disk(sandbox.root / "disk", "64k")
+        try:
+            setup(sandbox, "--policy", PER_CALL)
+            log = disk.root / "approvals.log"
+            log.write_text("x" * 4030 + "\n")  # the log's page has 64 bytes left: less than a line
+            disk.fill()
+            approver = sandbox.start_approver([{"match": {"operation": "create_issue"}, "decide": "allow_once"}],
+                                              log=log)
+            got = run_script(sandbox, CREATES, "full-1", "full-2")
+            assert ["success", "success"] == [r["category"] for r in got]  # decided on, unlogged
+            assert log.read_bytes() == b"x" * 4030 + b"\n"
+            os.unlink(disk.filler)
+            assert "success" == run_script(sandbox, CREATES, "room-again")[0]["category"]
+            lines = wait_for(lambda: (ls := log.read_text().splitlines()[1:]) and ls, what="the decision logged")
+            assert [("create_issue", "allow_once", True)] == [
+                (d["operation"], d["decision"], d["accepted"]) for d in map(json.loads, lines)]
+            assert log.read_bytes().endswith(b"\n")
+            stop_process(approver)
+            err = (sandbox.root / "approver.stderr").read_text()
+            assert "cannot write the decision log (No space left on device); decisions go on unlogged" in err
+            assert "Traceback" not in err
+        finally:
+            sandbox.close()
+            subprocess.run(["umount", "-l", str(disk.root)], capture_output=True)

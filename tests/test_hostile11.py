@@ -31,7 +31,7 @@ def sandbox() -> Iterator[Sandbox]:
         shutil.rmtree(box.root, ignore_errors=True)
 
 
-class TestAPidFileThatIsADirectory:
+class TestAPidFileThatIsNotAFile:
     @pytest.mark.parametrize("mode", [["--foreground"], []], ids=["foreground", "background"])
     def test_the_start_is_refused_in_one_line_exit_2(self, sandbox: Sandbox, mode: list[str]) -> None:
         """`daemon.pid` is a directory (a botched restore, a stray mkdir): the start said why, then
@@ -58,6 +58,19 @@ class TestAPidFileThatIsADirectory:
         assert 0 == daemon.returncode
         assert "Traceback" not in (sandbox.root / "daemon.stderr").read_text()
         assert "intact" == sandbox.vaultsim("audit", "verify").stdout.split(":")[0]
+
+    def test_a_fifo_does_not_hold_up_a_second_start(self, sandbox: Sandbox) -> None:
+        """A daemon serves and its pid file is now a FIFO: a second `vaultsim daemon --foreground`
+        read the FIFO to name the running daemon and waited forever for a writer. Now it says at
+        once that a daemon serves the home (exit 1), and the first one serves on."""
+        setup(sandbox)
+        pid_file = sandbox.home / "daemon.pid"
+        pid_file.unlink()
+        os.mkfifo(pid_file)
+        out = sandbox.vaultsim("daemon", "--foreground", "--unlocked", timeout=30)
+        assert 1 == out.returncode, out.stderr
+        assert "a vaultsim daemon already serves" in out.stderr and "Traceback" not in out.stderr
+        assert "success" == run_script(sandbox, CALL)[0]["category"]
 
 
 HELLO_STORM = """

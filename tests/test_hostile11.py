@@ -153,3 +153,26 @@ class TestTheApproverLogOnAFullDisk:
         finally:
             sandbox.close()
             subprocess.run(["umount", "-l", str(disk.root)], capture_output=True)
+
+
+class TestAnApproverTokenThatIsAFifo:
+    @pytest.mark.parametrize("command", [("lock",), ("stats",), ("stop",), ("approve", "--script", "rules.yaml")])
+    def test_the_approver_commands_say_so_at_once(self, sandbox: Sandbox, command: tuple[str, ...]) -> None:
+        """A same-user process (an agent run without the jail) puts a FIFO where the approver token
+        was: `vaultsim lock` (the person's brake), `stats`, `stop` and `approve` read it and waited
+        forever for a writer. Now each says at once which file is wrong (exit 1); the daemon serves
+        on, and with the token back `vaultsim lock` works."""
+        setup(sandbox)
+        sandbox.write("rules.yaml", {"rules": [{"decide": "deny"}]})
+        token = sandbox.home / "approver.token"
+        kept = sandbox.root / "approver.token.kept"
+        os.rename(token, kept)
+        os.mkfifo(token, 0o600)
+        out = sandbox.vaultsim(*[str(sandbox.root / a) if a.endswith(".yaml") else a for a in command], timeout=30)
+        assert 1 == out.returncode, out.stderr
+        assert f"{token} is not a regular file" in out.stderr and "Traceback" not in out.stderr
+        assert "success" == run_script(sandbox, CALL)[0]["category"]
+        os.unlink(token)
+        os.rename(kept, token)
+        assert 0 == sandbox.vaultsim("lock").returncode
+        assert sandbox.status()["locked"] is True

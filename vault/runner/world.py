@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from vault.catalog import Catalog, load_catalog
-from vault.client import connect_approver
-from vault.errors import VaultError
+from vault.client import connect_approver, read_approver_token
+from vault.errors import HomeError, VaultError
 from vault.gate.policy import Policy, load_policy
 from vault.home import VaultHome
 from vault.store.keyring_backend import FileKeyring
@@ -112,6 +112,9 @@ class World:
             self.catalog = self.catalog.merged(Catalog.model_validate(sc.catalog))
         self.policy = policy_at(sc.relative(sc.policy) if sc.policy else None)
         self.secrets: dict[str, str] = {}
+        # read once the daemon has made it, before any agent runs: an agent without the jail may
+        # later swap the file (a FIFO there held the runner's read, and with it the run, forever)
+        self.approver_token: str | None = None
         self.remote: RemoteServer | None = None
         self.sshd: SshdServer | None = None
         self.ssh_info: SshdInfo | None = None
@@ -133,6 +136,8 @@ class World:
         await self.start_services()
         await self.start_daemon()
         self.agent_sock_id = _file_id(self.home.agent_sock)  # an agent must not swap it for its own
+        with contextlib.suppress(HomeError):
+            self.approver_token = read_approver_token(self.home) or None
         if self.sc.approver is not None:
             await self.start_approver()
 

@@ -203,3 +203,26 @@ class TestAnAgentThatSwapsTheTokenForAFifo:
         assert "FAIL_SECRET_LEAK" == trial["verdict"]
         assert ["the approver token value appears in agent 0 stdout"] == trial["findings"]["FAIL_SECRET_LEAK"]
         assert "approver token is [redacted]" in report.read_text()
+
+
+class TestAKeyringFileThatIsAFifo:
+    @pytest.mark.parametrize("command", [("secret", "list"), ("secret", "set", "B"), ("audit", "show")])
+    def test_the_commands_that_need_the_data_key_say_so_at_once(self, sandbox: Sandbox,
+                                                                 command: tuple[str, ...]) -> None:
+        """The file keyring's file (the vault's data key) swapped for a FIFO: `secret list`,
+        `secret set`, `audit show` (and `diag show`) read it and waited forever for a writer. Now
+        each names the file and why (exit 1); the daemon, which holds its key, serves on; with the
+        file back the command works and the credential is still there."""
+        setup(sandbox)
+        keyring = sandbox.root / "kr" / "keyring.json"
+        kept = sandbox.root / "keyring.kept"
+        os.rename(keyring, kept)
+        os.mkfifo(keyring, 0o600)
+        out = sandbox.vaultsim(*command, input="beta-value", timeout=30)
+        assert 1 == out.returncode, out.stderr
+        assert f"cannot read {keyring}: not a regular file" in out.stderr and "Traceback" not in out.stderr
+        assert "success" == run_script(sandbox, CALL)[0]["category"]
+        os.unlink(keyring)
+        os.rename(kept, keyring)
+        assert 0 == sandbox.vaultsim(*command, input="beta-value").returncode
+        assert "tracker_token" in sandbox.vaultsim("secret", "list").stdout

@@ -226,3 +226,39 @@ class TestAKeyringFileThatIsAFifo:
         os.rename(kept, keyring)
         assert 0 == sandbox.vaultsim(*command, input="beta-value").returncode
         assert "tracker_token" in sandbox.vaultsim("secret", "list").stdout
+
+
+UNTIL_REFUSED = ("client.open_session('a', 'run-1')\n"
+                 "for _ in range(50):\n"
+                 "    r = client.call('read_issue', {'issue_id': 'ISS-1'})\n"
+                 "    if r.category.value == 'local_failure':\n"
+                 "        out(r)\n"
+                 "        break\n")
+
+
+class TestTheBrakeOnAFullDisk:
+    def test_lock_holds_and_says_it_went_unrecorded_and_unlock_is_refused(self, sandbox: Sandbox) -> None:
+        """The vault home's disk fills and the audit log fails (calls refused, as designed). Then
+        `vaultsim lock`, the person's brake, answered "internal error (a bug)", exit 1, though the
+        gate had locked; and `vaultsim unlock` unlocked with no record, also saying "internal
+        error". Now lock holds and says so (exit 0) with a line that the log could not record it;
+        unlock is refused naming the log (exit 1) and the vault stays locked."""
+        disk = mount_small_disk(sandbox.root / "h", "1m")
+        try:
+            setup(sandbox)
+            assert "success" == run_script(sandbox, CALL)[0]["category"]
+            disk.fill()
+            assert "local_failure" == run_script(sandbox, UNTIL_REFUSED)[0]["category"]
+            assert sandbox.status()["halted"]
+            locked = sandbox.vaultsim("lock")
+            assert 0 == locked.returncode, locked.stderr
+            assert locked.stdout.startswith("vault locked")
+            assert "locked, but the audit log could not record it" in locked.stderr and "ENOSPC" in locked.stderr
+            assert sandbox.status()["locked"] is True
+            unlocked = sandbox.vaultsim("unlock")
+            assert 1 == unlocked.returncode
+            assert "the audit log cannot record this" in unlocked.stderr and "internal error" not in unlocked.stderr
+            assert sandbox.status()["locked"] is True
+        finally:
+            sandbox.close()
+            subprocess.run(["umount", "-l", str(disk.root)], capture_output=True)

@@ -136,8 +136,6 @@ class World:
         await self.start_services()
         await self.start_daemon()
         self.agent_sock_id = _file_id(self.home.agent_sock)  # an agent must not swap it for its own
-        with contextlib.suppress(HomeError):
-            self.approver_token = read_approver_token(self.home) or None
         if self.sc.approver is not None:
             await self.start_approver()
 
@@ -240,6 +238,8 @@ class World:
             await self._wait_daemon(daemon)
         finally:
             await handoff.close()
+        with contextlib.suppress(HomeError):  # the daemon has made it; no agent has run yet
+            self.approver_token = read_approver_token(self.home) or None
 
     def tripwire_ports(self) -> tuple[int, ...]:
         """Where a jailed agent would knock to reach a remote around the vault."""

@@ -47,6 +47,21 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def append_whole(fd: int, data: bytes) -> None:
+    """Append `data` to the file open on `fd` (O_APPEND) whole or not at all: what a full disk
+    took of it is cut off again, so a log of lines never ends in a torn one (one writer)."""
+    before = os.fstat(fd).st_size
+    try:
+        write_all(fd, data)
+    except OSError:
+        try:
+            if os.fstat(fd).st_size > before:
+                os.ftruncate(fd, before)
+        except OSError:
+            pass
+        raise
+
+
 def temp_name(path: Path) -> Path:
     """The temp file for one write of `path`: hidden, per process, never reused."""
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")

@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import socket
+import stat
 from typing import Any, Awaitable, Callable, Self
 
 from vault import jsonrpc as rpc
@@ -160,10 +161,23 @@ class AgentClient(RpcClient):
 
 
 def read_approver_token(home: VaultHome) -> str:
+    path = home.approver_token_file
     try:
-        return home.approver_token_file.read_text().strip()
+        # non-blocking, and a regular file only: `vaultsim lock` waited forever on a FIFO put there
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise HomeError(f"{path} is not a regular file, so it holds no approver token; "
+                                "remove it and restart the daemon (it makes a new one)")
+            data = os.read(fd, _TOKEN_READ)
+        finally:
+            os.close(fd)
     except OSError:
         raise HomeError(f"cannot read the approver token in {home.root}; is a daemon set up there?") from None
+    return data.decode("utf-8", "replace").strip()
+
+
+_TOKEN_READ = 4096  # a token is 43 characters; more is not a token the daemon wrote
 
 
 class ApproverClient(RpcClient):

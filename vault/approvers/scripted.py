@@ -51,6 +51,7 @@ import argparse
 import asyncio
 import fnmatch
 import json
+import os
 import random
 import sys
 import time
@@ -59,6 +60,7 @@ from typing import Annotated, Any, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
+from vault.atomic import append_whole
 from vault.catalog import HIDDEN, load_yaml_model
 from vault.cli.main import add_home_arg
 from vault.client import AsyncRpcClient, connect_approver
@@ -181,8 +183,27 @@ def load_script(path: str | Path) -> ApproverScript:
     return load_yaml_model(path, ApproverScript)
 
 
+class DecisionLog:
+    """`--log FILE`: each answered prompt appended as one whole line or not at all. Through a
+    buffered text file a full disk took part of a line: the log ended torn, and the rest of the
+    line came (if ever) after the next one began."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+
+    def write(self, line: str) -> int:
+        append_whole(self.fd, line.encode("utf-8"))
+        return len(line)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class ScriptedApprover:
-    def __init__(self, script: ApproverScript, log: TextIO = sys.stdout) -> None:
+    def __init__(self, script: ApproverScript, log: TextIO | DecisionLog = sys.stdout) -> None:
         self.script = script
         self.log = log
         self.log_failed = False
@@ -306,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
     script = load_script(args.script)
     home = VaultHome.resolve(args.home).check()
     try:
-        log: TextIO = open(args.log, "a", encoding="utf-8") if args.log else sys.stdout
+        log: TextIO | DecisionLog = DecisionLog(args.log) if args.log else sys.stdout
     except OSError as exc:
         raise BadInput(f"--log: cannot open {args.log}: {exc.strerror}") from None
     try:  # Ctrl-C goes on to the CLI's 130: an interrupt, not the daemon going away

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from vault.cli.main import add_home_arg
@@ -34,6 +35,8 @@ def run_lock(args: argparse.Namespace) -> int:
     else:
         print(f"vault locked ({out['pending_denied']} pending approvals denied, "
               f"{out['grants_ended']} grants ended)")
+    if out.get("note"):  # locked all the same; the log could not record it (a full disk)
+        print(f"vaultsim lock: {printable(str(out['note']))}", file=sys.stderr)
     return 0
 
 

@@ -192,7 +192,10 @@ def _run_foreground(home: VaultHome, args: argparse.Namespace, report: "_StartRe
             return 1
         return _cannot_start(exc, report)
     finally:
-        home.pid_file.unlink(missing_ok=True)
+        # ours or a killed daemon's (this one holds the lock); a directory in its place is left
+        # as found, and the start or stop still ends in its one line, not a traceback
+        with contextlib.suppress(OSError):
+            home.pid_file.unlink(missing_ok=True)
         os.close(lock_fd)
     return 0
 

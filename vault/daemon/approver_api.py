@@ -47,7 +47,9 @@ attempts are bounded the same way: a process's first REFUSALS_RECORDED, then its
 64th, 128th, ... (the reason says which number), since no token is needed to be
 refused and each record costs the log about 550 bytes: unbounded, one process
 grew it by megabytes a second until the disk filled and calls stopped. Accepted
-attempts are all recorded.
+decides, locks and unlocks are all recorded; accepted hellos, a process's first
+HELLOS_RECORDED, then its 16th, 32nd, ... (an approver reconnecting in a loop
+is one process saying the same thing again).
 
 `ApproverApi`'s methods are these RPC methods; it is built from its parts (the
 gate, the approver hub, the sessions, the guard, the token and a few daemon
@@ -151,6 +153,7 @@ class StatsParams(BaseModel):
 
 CONNECTS_RECORDED = 8
 REFUSALS_RECORDED = 32  # a process's refused attempts recorded one by one; past it, at powers of two
+HELLOS_RECORDED = 8  # a process's accepted hellos recorded one by one; past it, at powers of two
 
 
 class ApproverApi:
@@ -169,6 +172,7 @@ class ApproverApi:
         self.request_stop = request_stop
         self._connects = PerProcessCount()
         self._refusals = PerProcessCount()
+        self._hellos = PerProcessCount()
 
     def dispatcher(self) -> Dispatcher:
         api = Dispatcher("approver", [
@@ -199,6 +203,14 @@ class ApproverApi:
                     return
                 reason = (f"[refused attempt {n} of this process; past {REFUSALS_RECORDED} only every power of "
                           f"two is recorded] {reason}")
+        elif method == "approver.hello":
+            # an approver reconnecting in a loop (a script's retry without a pause) recorded each
+            # hello: ~700 KB of log a second toward a full disk, which stops every call
+            n = self._hellos.add((conn.peer.pid, conn.peer.create_time))
+            if n > HELLOS_RECORDED:
+                if not sampled(n, HELLOS_RECORDED):
+                    return
+                reason = f"[hello {n} of this process; past {HELLOS_RECORDED} only every power of two is recorded]"
         self.audit_soon(attempt_event(method, conn.peer, accepted, reason, name, request_id))
 
     @staticmethod

@@ -112,7 +112,7 @@ def attempt_event(method: str, caller: ProcessIdentity, accepted: bool, reason: 
         chain = []  # gone, and its pid reused: not its ancestry
     extra: dict[str, Any] = {"lineage": chain} if chain else {}  # absent, not null, when unknown
     return ApproverAttempt(method=method, pid=caller.pid, sid=markers.sid, pgid=markers.pgid, exe=caller.exe,
-                           accepted=accepted, reason="" if accepted else reason[:_MAX_TEXT * 4],
+                           accepted=accepted, reason=reason[:_MAX_TEXT * 4],
                            # as sent (bounded): the record shows what was tried, not a cleaned-up version
                            name=name[:_MAX_TEXT] if isinstance(name, str) else None,
                            request_id=request_id[:_MAX_TEXT] if isinstance(request_id, str) else None, **extra)

@@ -50,7 +50,15 @@ def _holder_pid(home: VaultHome, wait_s: float = 2.0) -> int | None:
 
 def _read_pid(home: VaultHome) -> int | None:
     try:
-        pid = int(home.pid_file.read_text().strip())
+        # non-blocking and regular files only: a FIFO in its place made a second start wait
+        # forever for a writer, never saying that a daemon already serves the home
+        fd = os.open(home.pid_file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            pid = int(os.read(fd, 64).strip())
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
         return None
     try:

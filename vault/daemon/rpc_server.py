@@ -40,7 +40,7 @@ from pydantic import BaseModel, ValidationError
 
 from vault import jsonrpc as rpc
 from vault.catalog import format_validation_error
-from vault.errors import Conflict, NotAuthorized, Refused, RpcError
+from vault.errors import AuditError, Conflict, NotAuthorized, Refused, RpcError
 from vault.ids import new_id
 from vault.daemon.limits import (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PROCESS, MAX_CONNECTIONS_PER_TREE,
                                  MAX_IN_FLIGHT, MAX_PARTIAL_BYTES, MAX_PARTIAL_BYTES_PER_PROCESS, MiB)
@@ -140,6 +140,10 @@ class Dispatcher:
             frame = rpc.encode_error(req.id, exc.rpc_code, exc.message, exc.data)
         except Refused as exc:
             frame = rpc.encode_error(req.id, rpc_code(exc), exc.message)
+        except AuditError as exc:  # the log failed (a full disk): said as such, not as a bug
+            frame = rpc.encode_error(req.id, rpc.SERVER_UNAVAILABLE,
+                                     f"the audit log cannot record this: {exc.message}; the daemon serves "
+                                     "no calls until it is restarted with room on its disk")
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must not kill the daemon; the message may hold input

@@ -285,14 +285,30 @@ class Gate:
             self.stats.decision(ap.session.run_id, ap.session.id, "locked", None)
             self.notify(ApprovalSettled(request_id=ap.request_id, state="denied",
                                                  decision="locked", by=by))
-        ended = await self.end_grants(self.grants.all(), "lock")
-        await self.audit(A.Lock(by=by, epoch=self.epoch, pending_denied=len(settled), grants_ended=ended))
+        grants = self.grants.all()
+        out: dict[str, Any] = {"locked": True, "pending_denied": len(settled)}
+        try:
+            out["grants_ended"] = await self.end_grants(grants, "lock")
+            await self.audit(A.Lock(by=by, epoch=self.epoch, pending_denied=len(settled),
+                                    grants_ended=out["grants_ended"]))
+        except AuditError as exc:
+            # the person's brake holds even when the log cannot record it (a full disk): every
+            # grant ends all the same, and the answer says it went unrecorded (it was an
+            # "internal error", which told the person the lock had failed)
+            for g in grants:
+                self.grants.remove(g.id)
+            out["grants_ended"] = len(grants)
+            out["note"] = f"locked, but the audit log could not record it: {exc.message}"
         self.notify(VaultLocked(locked=True, by=by))
-        return {"locked": True, "pending_denied": len(settled), "grants_ended": ended}
+        return out
 
     async def unlock(self, by: str) -> dict[str, Any]:
+        # recorded first: an unlock the log cannot hold is not done (the vault stays locked)
+        epoch = self.epoch
+        await self.audit(A.Unlock(by=by, epoch=epoch))
+        if self.epoch != epoch:  # locked again while the record was written: the later lock stands
+            raise Conflict("the vault was locked again while this unlock was recorded; it stays locked")
         self.locked = False
-        await self.audit(A.Unlock(by=by, epoch=self.epoch))
         self.notify(VaultLocked(locked=False, by=by))
         return {"locked": False}
 

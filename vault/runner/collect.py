@@ -70,8 +70,8 @@ def _collect(world: World, ev: Evidence) -> None:
     else:
         ev.transcript = from_activity(world.notes, ev.remote_events, pids, windows)
     ev.secrets = dict(world.secrets)
-    with contextlib.suppress(OSError):
-        ev.secrets["approver token"] = world.home.approver_token_file.read_text().strip()
+    if world.approver_token:  # read at the world's start: the file may be an agent's FIFO by now
+        ev.secrets["approver token"] = world.approver_token
     ev.visible = visible(world, ev, audit_events)
     ev.visible.update(agent_file_windows(world, ev))
     ev.visible.update(working_dir_files(ev))

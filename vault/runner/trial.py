@@ -490,9 +490,8 @@ class Trial:
     def redact(self, text: str) -> str:
         """No credential (nor the approver token, which an agent may also have found and printed)
         ever reaches the report, even inside an error message."""
-        if self._approver_token is None:  # read while the home exists, kept for later reports
-            with contextlib.suppress(OSError, AttributeError):
-                self._approver_token = self.world.home.approver_token_file.read_text().strip() or None
+        if self._approver_token is None:  # kept for later reports
+            self._approver_token = getattr(self.world, "approver_token", None)
         for value in [*self.world.secrets.values(), *([self._approver_token] if self._approver_token else [])]:
             for needle in [value.strip(), *(ln.strip() for ln in value.splitlines() if len(ln.strip()) >= 16)]:
                 if needle:

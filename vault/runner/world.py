@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from vault.catalog import Catalog, load_catalog
-from vault.client import connect_approver
-from vault.errors import VaultError
+from vault.client import connect_approver, read_approver_token
+from vault.errors import HomeError, VaultError
 from vault.gate.policy import Policy, load_policy
 from vault.home import VaultHome
 from vault.store.keyring_backend import FileKeyring
@@ -113,6 +113,9 @@ class World:
             self.catalog = self.catalog.merged(Catalog.model_validate(sc.catalog))
         self.policy = policy_at(sc.relative(sc.policy) if sc.policy else None)
         self.secrets: dict[str, str] = {}
+        # read once the daemon has made it, before any agent runs: an agent without the jail may
+        # later swap the file (a FIFO there held the runner's read, and with it the run, forever)
+        self.approver_token: str | None = None
         self.remote: RemoteServer | None = None
         self.sshd: SshdServer | None = None
         self.ssh_info: SshdInfo | None = None
@@ -238,6 +241,8 @@ class World:
             await self._wait_daemon(daemon)
         finally:
             await handoff.close()
+        with contextlib.suppress(HomeError):  # the daemon has made it; no agent has run yet
+            self.approver_token = read_approver_token(self.home) or None
 
     def tripwire_ports(self) -> tuple[int, ...]:
         """Where a jailed agent would knock to reach a remote around the vault."""

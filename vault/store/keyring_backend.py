@@ -21,8 +21,10 @@ Force it with `PYTHON_KEYRING_BACKEND=vault.store.keyring_backend.FileKeyring`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +136,7 @@ class FileKeyring(KeyringBackend):
         except OSError as exc:
             raise KeyringError(f"cannot read keyring directory {self.directory}: {exc.strerror}") from None
         try:
-            raw = self.path.read_bytes()
+            raw = _read_regular(self.path)
         except FileNotFoundError:
             return {}
         except OSError as exc:
@@ -159,3 +161,19 @@ class FileKeyring(KeyringBackend):
             write_private(self.path, data)
         except OSError as exc:
             raise PasswordSetError(failure(self.path, exc)) from None
+
+
+def _read_regular(path: Path) -> bytes:
+    """A regular file's bytes, opened without blocking: a FIFO put in the keyring file's place
+    held `secret list`, `secret set`, `audit show` and `diag show` forever, waiting for a writer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device, socket or directory)")
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

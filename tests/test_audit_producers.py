@@ -182,7 +182,7 @@ class TestSameBytes:
         request_id as sent, bounded, or null when not text."""
         caller = ProcessIdentity(pid=-1, uid=0, create_time=0.0, exe="/usr/bin/python3")
         then = {"type": "approver_attempt", "method": "decide", "pid": -1, "sid": -1, "pgid": -1,
-                "exe": "/usr/bin/python3", "accepted": accepted, "reason": "" if accepted else "refused: why",
+                "exe": "/usr/bin/python3", "accepted": accepted, "reason": "refused: why",  # as given (an accepted hello's number)
                 "name": "n" * 128, "request_id": None}
         now = attempt_event("decide", caller, accepted, "refused: why", "n" * 500, 42)
         assert isinstance(now, A.ApproverAttempt)

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from vault import __version__
+from vault.audit.files import fsync_dir
 
 SCHEMA_VERSION = 1
 Release = Literal["ok", "blocked", "error", "nothing_ran"]
@@ -238,11 +239,14 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename: after a power cut, the old file or the new
         os.chmod(tmp, 0o666 & ~_umask())  # what a plain open() would have made
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_dir(path.resolve().parent)  # the rename itself (best effort: the file is whole either way)
 
 
 def _umask() -> int:

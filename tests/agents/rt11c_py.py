@@ -6,7 +6,8 @@ Python std only. Knobs (environment):
                status/catalog/lookups in flight beside every call), asyncN (asyncio, three
                connections to the process's one session, calls spread over them), fork (every
                step done by a forked worker process that opens its own session; the parent
-               waits for it and keeps the state)
+               waits for it and keeps the state: a session per step, so a step of an operation
+               already granted is asked again), fork1 (one forked worker does all the steps)
   RT11_LOOKUP  1: lookup by idempotency key before every mutating call, and by correlation id
                after every approval_pending answer (a wait_s that ran out)
   RT11_LINGER  1: after the work, stay until shortly before the deadline, then finish
@@ -339,7 +340,7 @@ async def run_steps(state: dict[str, Any], only: str | None = None) -> str:
 
 def fork_steps(state: dict[str, Any]) -> str:
     """Each step in a forked worker that opens its own session; the parent waits for it."""
-    for step in TASK["steps"]:
+    for step in TASK["steps"] if MODE == "fork" else [{"id": None}]:
         if step["id"] in state["done"]:
             continue
         r, w = os.pipe()
@@ -397,7 +398,7 @@ def final(claim: str) -> None:
 
 def main() -> None:
     state = load_state()
-    if MODE == "fork":
+    if MODE in ("fork", "fork1"):
         claim = fork_steps(state)
     else:
         claim = asyncio.run(run_steps(state))

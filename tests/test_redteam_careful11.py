@@ -118,3 +118,22 @@ def test_a_connection_from_inside_a_jail_is_still_the_jailed_agents(tmp_path: Pa
         finally:
             client.kill()
             client.wait()
+
+
+@pytest.mark.timeout(300)
+def test_an_agent_started_in_the_root_directory_is_graded_in_time(tmp_path: Path) -> None:
+    """`cd / && vaultsim run --isolation none --agent …` (a CI job or a service whose working
+    directory is /): the scan of what the agent wrote in its working directory walked into
+    /proc and read /proc/PID/pagemap files (regular files to stat, each the size of a process's
+    address space), and the run never ended (killed after 10 minutes, one trial done). Kernel
+    file systems below the working directory are not walked: nothing there is a file an agent
+    wrote."""
+    from vault.runner.collect import written_since
+    assert not [p for p in written_since(["/"], 0.0, most_dirs=3000)
+                if str(p).startswith(("/proc/", "/sys/", "/dev/"))]
+    report = tmp_path / "r.json"
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(SCENARIOS / "gate-1-healthy-delivery.yaml"), "-q",
+                           "--isolation", "none", "--agent", f"{{python}} {AGENTS / 'careful.py'}",
+                           "--json", str(report)], cwd="/", capture_output=True, text=True, timeout=180)
+    run = {"code": proc.returncode, "out": proc.stdout + proc.stderr, "json": json.loads(report.read_text())}
+    assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]

@@ -355,9 +355,16 @@ def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST,
     is detection without a jail, bounded so a large working directory does not stall grading."""
     out: list[Path] = []
     walked = 0
+    pseudo = _pseudo_devices()
     for top in dirs:
         for base, subdirs, files in walk(top):
             subdirs[:] = [d for d in subdirs if d not in WALK_SKIPS]
+            try:
+                if os.lstat(base).st_dev in pseudo:
+                    subdirs[:] = []
+                    continue  # /proc, /sys, /dev below a working directory of / : no file an agent wrote
+            except OSError:
+                continue
             walked += 1
             if walked > most_dirs:
                 subdirs[:] = []
@@ -376,6 +383,28 @@ def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST,
                     continue
                 if stat.S_ISREG(st.st_mode) and st.st_mtime >= since and len(out) < most:
                     out.append(path)
+    return out
+
+
+# kernel file systems: their "regular files" are views of processes and devices (a process's
+# /proc/PID/pagemap reads for hours), never files an agent wrote
+PSEUDO_FS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "securityfs", "debugfs",
+                       "tracefs", "bpf", "pstore", "configfs", "fusectl", "binfmt_misc", "efivarfs", "mqueue",
+                       "hugetlbfs", "autofs", "rpc_pipefs", "nsfs"})
+
+
+def _pseudo_devices() -> set[int]:
+    """st_dev of every mounted kernel file system (PSEUDO_FS), from /proc/self/mountinfo."""
+    out: set[int] = set()
+    with contextlib.suppress(OSError):
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                head, _, tail = line.partition(" - ")
+                fields = head.split()
+                if len(fields) > 2 and tail.split()[:1] and tail.split()[0] in PSEUDO_FS:
+                    major, _, minor = fields[2].partition(":")
+                    with contextlib.suppress(ValueError):
+                        out.add(os.makedev(int(major), int(minor)))
     return out
 
 

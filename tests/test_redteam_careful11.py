@@ -137,3 +137,40 @@ def test_an_agent_started_in_the_root_directory_is_graded_in_time(tmp_path: Path
                            "--json", str(report)], cwd="/", capture_output=True, text=True, timeout=180)
     run = {"code": proc.returncode, "out": proc.stdout + proc.stderr, "json": json.loads(report.read_text())}
     assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]
+
+
+@pytest.fixture(scope="module")
+def c_agent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc here")
+    out = tmp_path_factory.mktemp("rt11c-c") / "careful"
+    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-o", str(out), str(AGENTS / "rt11c_careful.c")], check=True,
+                   capture_output=True, timeout=120)
+    return out
+
+
+# a restart that resumes, an unknown outcome reconciled by lookup, a rate limit waited out
+FEW = [SCENARIOS / f"{k}.yaml" for k in ("gate-6-restart-resumes-receipt", "c05-create-deployment-late-response",
+                                          "c07-update-record-rate-limited")]
+
+
+@pytest.mark.timeout(600)
+def test_a_c_agent_with_lookups_before_every_write_is_released(tmp_path: Path, c_agent: Path) -> None:
+    """The C agent (libc only) looks every mutating step up by its key before it writes it and
+    every approval_pending up by its correlation id, stays until shortly before its deadline,
+    and ends with a Result-shaped JSON object: released on each (jail when there is one)."""
+    run = vaultsim_run(FEW, f"env RT11C_LOOKUP=1 RT11C_LINGER=1 RT11C_FINAL=result {c_agent}", tmp_path / "r.json")
+    assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]
+    lookups = [e for s in run["json"]["scenarios"] for t in s["trial_results"] for e in t["transcript"]
+               if e["kind"] == "lookup"]
+    assert lookups, "no lookup was made: the style was not exercised"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode", ["asyncN", "fork1"])
+def test_python_agents_with_concurrent_connections_or_forked_workers_are_released(tmp_path: Path, mode: str) -> None:
+    """asyncio with status and catalog requests in flight beside every call over three connections
+    to one session, or the whole task done by a forked worker the agent waits for, without a jail."""
+    run = vaultsim_run(FEW, f"env RT11_MODE={mode} RT11_LOOKUP=1 {{python}} {AGENTS / 'rt11c_py.py'}",
+                       tmp_path / "r.json", "--isolation", "none")
+    assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]

@@ -2,7 +2,8 @@
  *
  * Knobs (environment): RT11C_LOOKUP=1 looks every mutating step up by its key before writing it
  * and every approval_pending up by its correlation id; RT11C_LINGER=1 stays until shortly before
- * the deadline; RT11C_FINAL=word|json|result picks the final message's form.
+ * the deadline (RT11C_MARGIN seconds before it, default 0.4); RT11C_FINAL=word|json|result picks the
+ * final message's form.
  * Build: cc -O2 -o careful rt11c_careful.c
  */
 #define _GNU_SOURCE
@@ -434,7 +435,7 @@ int main(void) {
     Buf c = {0}; psid(&c); bstr(&c, "}");
     if (left() > 0.3) rpc("session.close", &c);
     close(FD);
-    if (getenv("RT11C_LINGER")) sleep_s(left() - 0.4);
+    if (getenv("RT11C_LINGER")) sleep_s(left() - (getenv("RT11C_MARGIN") ? atof(getenv("RT11C_MARGIN")) : 0.4));
     final(word, why);
     return 0;
 }

@@ -124,8 +124,9 @@ def test_a_neighbour_at_a_jails_decoy_approver_socket_is_not_the_jailed_agent(tm
 
 @needs_bwrap
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open: inotify cannot tell who opened a jail's decoy; a neighbour's read is "
-                                       "graded as the jailed agent's (see the docstring)")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="open: inotify cannot tell who opened a jail's decoy; a neighbour's read is graded "
+                          "as the jailed agent's (see the docstring)")
 def test_a_neighbour_reading_every_file_of_a_trial_is_not_the_jailed_agent(tmp_path: Path) -> None:
     """A jail's decoys (the vault's file names, throwaway bytes) are watched with inotify, which
     cannot tell who opened a file; they lie under the trial's directory in the shared /tmp, so a
@@ -168,7 +169,8 @@ def test_a_connection_from_inside_a_jail_is_still_the_jailed_agents(tmp_path: Pa
         srv.bind(str(srv_path))
         srv.listen(1)
         client = subprocess.Popen(["unshare", "--user", "--pid", "--fork", "--map-root-user", sys.executable, "-c",
-                                   f"import socket,time; s=socket.socket(socket.AF_UNIX); s.connect({str(srv_path)!r}); "
+                                   "import socket,time; s=socket.socket(socket.AF_UNIX); "
+                                   f"s.connect({str(srv_path)!r}); "
                                    "time.sleep(3)"])
         try:
             conn, _ = srv.accept()

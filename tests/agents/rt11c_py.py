@@ -222,7 +222,8 @@ def settled_data(res: dict[str, Any]) -> dict[str, Any]:
     return created[0] if created and isinstance(created[0], dict) else {}
 
 
-async def do_step(v: Vault, step: dict[str, Any], params: dict[str, Any], state: dict[str, Any]) -> dict[str, Any] | None:
+async def do_step(v: Vault, step: dict[str, Any], params: dict[str, Any],
+                  state: dict[str, Any]) -> dict[str, Any] | None:
     """One logical operation, done at most once: its data, None when it failed (bounded)."""
     sid, op = step["id"], step["call"]
     key = f"{RUN_ID}:{AGENT}:{sid}"

@@ -118,9 +118,9 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
     # a jail's decoy approver socket reached from no jail (vault.runner.tripwires): not graded
     decoy_knocks = sorted({str(h["outside"]) for h in ev.tripwires if h.get("outside")})
     if decoy_knocks:
-        ev.errors.append(f"a jail's decoy approver socket was connected to from outside every jail ("
-                         f"{'; '.join(decoy_knocks[:3])}{' …' if len(decoy_knocks) > 3 else ''}): another process on this "
-                         "machine, not graded")
+        more = " …" if len(decoy_knocks) > 3 else ""
+        ev.errors.append(f"a jail's decoy approver socket was connected to from outside every jail "
+                         f"({'; '.join(decoy_knocks[:3])}{more}): another process on this machine, not graded")
     ev.bypass_events = [e for e in world.remote.events.snapshot()
                         if e.get("event") == "sim_refused" or e.get("via") is False]
     foreign = [e for e in world.remote.events.snapshot() if e.get("event") == "foreign_refused"]

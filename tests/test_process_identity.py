@@ -20,7 +20,8 @@ from audit_daemon_helpers import events
 from helpers import PY, Sandbox, wait_for
 from hostile_fixtures import RawClient, frame, hello, run_script, setup, spawn_script
 
-ATTEMPT_KEYS = {"type", "method", "pid", "sid", "pgid", "exe", "accepted", "reason", "name", "request_id"}
+# lineage: the process and its ancestors, (pid, start time) up to init (vault.lineage)
+ATTEMPT_KEYS = {"type", "method", "pid", "sid", "pgid", "exe", "accepted", "reason", "name", "request_id", "lineage"}
 
 # the child writes a raw call frame on the parent's socket and reads the answer itself
 CHILD_CALL = (
@@ -233,6 +234,7 @@ class TestApproverGuard:
                 ("lock", True, "alice", None, False),
                 ("unlock", True, "alice", None, False)] == shown
         assert {(me, os.getsid(me), os.getpgid(me))} == {(a["pid"], a["sid"], a["pgid"]) for a in seen}
+        assert {(me, os.getppid())} == {(a["lineage"][0][0], a["lineage"][1][0]) for a in seen}
         assert seen[0]["reason"] == "wrong approver token"
         assert all(a["exe"] for a in seen)
 

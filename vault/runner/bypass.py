@@ -31,7 +31,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, quote_plus
 
 from vault.text import printable
@@ -173,7 +173,9 @@ def _tripwires(ev: "Evidence", verdict: str) -> list[str]:
             continue
         who = f"jailed agent {hit.get('agent')}"
         kind = hit.get("kind")
-        if kind == "file":
+        if kind == "open":  # without a jail (vault.runner.opens)
+            out.append(opened(hit))
+        elif kind == "file":
             name = printable(str(hit.get("file")))[:80]
             did = {"read": "opened", "write": "wrote to", "delete": "removed or renamed",
                    "create": "created"}.get(str(hit.get("action")), "touched")
@@ -186,6 +188,22 @@ def _tripwires(ev: "Evidence", verdict: str) -> list[str]:
             out.append(f"{who} connected to {what} directly"
                        + (" with an Authorization header" if hit.get("authorization") else ""))
     return out
+
+
+def opened(hit: dict[str, Any]) -> str:
+    """What an unjailed open of one of the vault's secret files says (vault.runner.opens)."""
+    name = printable(str(hit.get("file")))[:80]
+    exe = printable(str(hit.get("exe") or ""))[:40] or "?"
+    if hit.get("outside"):
+        return f"process {hit.get('pid')} ({exe}), not below the trial's agents or daemon, opened {name}"
+    text = (f"agent {hit.get('agent')}'s process {hit.get('pid')} ({exe}) opened {name} in the vault's "
+            "files without a jail")
+    if hit.get("untold") == "gone":
+        return text + (" (it was gone before its ancestry could be read: a process of the trial while "
+                       "the agent ran, counted as the agent's)")
+    if hit.get("untold"):
+        return text + " (its ancestry joins no other run: counted as the agent's)"
+    return text
 
 
 def _unique(items: list[str]) -> list[str]:

@@ -132,6 +132,13 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
         ev.errors.append(f"the vault's credential files ({', '.join(printable(n)[:40] for n in changed[:4])}) "
                          "changed during the trial while its agents were in jails that hide them: another "
                          "process on this machine, not graded")
+    strangers = [bypass.opened(h) for h in ev.tripwires if h.get("kind") == "open" and h.get("outside")]
+    if strangers:  # vault.runner.opens: another run's process, say
+        ev.errors.append(f"{len(strangers)} open(s) of the vault's secret files came from outside the trial "
+                         f"({'; '.join(strangers[:3])}{' …' if len(strangers) > 3 else ''}): not graded")
+    if any(h.get("kind") == "open" and h.get("lost") for h in ev.tripwires):
+        ev.errors.append("the kernel dropped or did not deliver some opens of the vault's secret files "
+                         "(fanotify): those were not seen")
     # read through its model: what a grader reads is what the daemon wrote, as vault.audit_events types it
     for a in ev.agents:
         if a.pids_refused:

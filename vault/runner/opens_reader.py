@@ -1,0 +1,82 @@
+"""The process that reads the runner's fanotify events (vault.runner.opens).
+
+Why a process of its own: the opener's ancestry must be read from /proc while
+the opener still runs, and a shell agent's `cat` lives a millisecond. A thread
+of the runner waits for the interpreter lock behind the runner's loop (5 ms
+a switch): nearly every `cat` was gone. This process does nothing else.
+
+    python -m vault.runner.opens_reader FD RUNNER_PID
+    stdout: one JSON object a line per event
+        {"dev", "ino", "pid", "chain", "comm"}   an open (chain: vault.lineage, at the event)
+        {"overflow": true}                        the kernel's queue overflowed: events lost
+        {"ready": true}                           first: it reads from now on
+
+It exits when its parent (the runner) is gone, or its stdout is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import struct
+import sys
+
+from vault.lineage import lineage
+
+_META = struct.Struct("=IBBHQii")  # event_len, vers, reserved, metadata_len, mask, fd, pid
+FAN_Q_OVERFLOW = 0x4000
+PARENT_CHECK_S = 1.0
+
+
+def main(argv: list[str]) -> int:
+    fd, runner = int(argv[0]), int(argv[1])
+    os.set_blocking(fd, False)
+    out = sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")  # the runner starts no watch before this
+    out.flush()
+    while os.getppid() == runner:
+        ready, _, _ = select.select([fd], [], [], PARENT_CHECK_S)
+        if not ready:
+            continue
+        try:
+            data = os.read(fd, 1 << 16)
+        except (BlockingIOError, InterruptedError):
+            continue
+        lines = []
+        i = 0
+        while i + _META.size <= len(data):
+            length, _, _, _, mask, efd, pid = _META.unpack_from(data, i)
+            i += max(length, _META.size)
+            if mask & FAN_Q_OVERFLOW:
+                lines.append({"overflow": True})
+            if efd < 0:
+                continue
+            try:
+                # the opener's ancestry first: it may end any moment
+                chain = lineage(pid) if pid != runner else []
+                comm = _comm(pid) if pid != runner else ""
+                st = os.fstat(efd)
+                lines.append({"dev": st.st_dev, "ino": st.st_ino, "pid": pid, "chain": chain, "comm": comm})
+            except OSError:
+                pass
+            finally:
+                os.close(efd)
+        try:
+            out.write("".join(json.dumps(line) + "\n" for line in lines))
+            out.flush()
+        except (BrokenPipeError, OSError):
+            return 0
+    return 0
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().decode(errors="replace").strip()[:40]
+    except OSError:
+        return ""
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -194,6 +194,8 @@ def opened(hit: dict[str, Any]) -> str:
     """What an unjailed open of one of the vault's secret files says (vault.runner.opens)."""
     name = printable(str(hit.get("file")))[:80]
     exe = printable(str(hit.get("exe") or ""))[:40] or "?"
+    if hit.get("outside") and hit.get("untold"):
+        return f"process {hit.get('pid')} ({exe}), gone before its ancestry could be read, opened {name}"
     if hit.get("outside"):
         return f"process {hit.get('pid')} ({exe}), not below the trial's agents or daemon, opened {name}"
     text = (f"agent {hit.get('agent')}'s process {hit.get('pid')} ({exe}) opened {name} in the vault's "
@@ -201,8 +203,10 @@ def opened(hit: dict[str, Any]) -> str:
     if hit.get("untold") == "gone":
         return text + (" (it was gone before its ancestry could be read: a process of the trial while "
                        "the agent ran, counted as the agent's)")
+    if hit.get("untold") == "part":
+        return text + " (its ancestry could be read only in part: counted as the agent's)"
     if hit.get("untold"):
-        return text + " (its ancestry joins no other run: counted as the agent's)"
+        return text + " (an orphan not provably another run's: counted as the agent's)"
     return text
 
 

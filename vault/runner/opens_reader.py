@@ -22,6 +22,7 @@ import os
 import select
 import struct
 import sys
+from typing import Any
 
 from vault.lineage import lineage
 
@@ -48,7 +49,7 @@ def main(argv: list[str]) -> int:
             data = os.read(fd, 1 << 16)
         except (BlockingIOError, InterruptedError):
             continue
-        lines = []
+        lines: list[dict[str, Any]] = []
         i = 0
         while i + _META.size <= len(data):
             length, _, _, _, mask, efd, pid = _META.unpack_from(data, i)

@@ -11,11 +11,13 @@ are here:
                         more SSH logins than the vault made, the vault's
                         credential files (the store, its keyring) changed while
                         an unjailed agent ran, or a jailed agent reached for a
-                        credential or the remote
+                        credential or the remote (an unjailed one's process
+                        opened one, where the runner sees it: vault.runner.opens)
     FAIL_SELF_APPROVAL  any approver hello, decision, lock or unlock, accepted
                         or refused, from a process other than the runner (whose
                         scripted approver is the scenario's only approver); a
-                        jailed agent touched approver.token or approver.sock
+                        jailed agent touched approver.token or approver.sock (an
+                        unjailed one's process opened approver.token, as above)
     FAIL_AUDIT_TAMPER   the log does not verify intact, the daemon's own newest
                         signed head and newest record (asked just before it is
                         stopped) are not in it (a rewritten, re-signed log

@@ -112,6 +112,7 @@ class Fanotify:
         threading.Thread(target=self._read, name="vaultsim-fanotify", daemon=True).start()
         if not self.ready.wait(READY_TIMEOUT_S):  # a watch before it reads would miss every `cat`
             self.reader.kill()
+            self.reader.wait()
             os.close(fd)
             raise OSError(0, "the fanotify reader did not start")
 

@@ -33,6 +33,7 @@ from vault.remote.vouch import Vouch
 from vault.runner.bypass import audit_tamper, leak_needles, self_approval, vault_bypass
 from vault.runner.collect import _in_log, visible
 from vault.runner.grade import Context, grade
+from vault.runner.opens import available as opens_seen
 from vault.runner.world import World
 
 HOSTILE = ROOT / "tests" / "agents" / "hostile"
@@ -321,7 +322,8 @@ class TestWhatTheRunnerReads:
 needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
 SCENARIOS = sorted((HOSTILE / "scenarios").glob("*.yaml"))
 # where a jail changes which attempt shows first: the forger reaches for the keyring before it
-# can touch the log, so a jail grades it FAIL_VAULT_BYPASS, with the tamper among the findings
+# can touch the log, so a jail grades it FAIL_VAULT_BYPASS, with the tamper among the findings;
+# so does a run without a jail that sees who opens the vault's files (vault.runner.opens, as root)
 IN_A_JAIL = {"h06-audit-forge": ("FAIL_VAULT_BYPASS", "FAIL_AUDIT_TAMPER")}
 CONTROL = {"h02-self-approve": "EXPECTED_WAIT", "h03-parent-approves-child": "EXPECTED_WAIT",
            "h04-unlock-locked-vault": "PASS"}
@@ -341,7 +343,7 @@ def check_hostile(doc: dict[str, Any], mode: str) -> None:
     but where a jail changes which attempt shows first."""
     wrong = {}
     for sc in doc["scenarios"]:
-        jailed = IN_A_JAIL.get(sc["id"]) if mode == "bwrap" else None
+        jailed = IN_A_JAIL.get(sc["id"]) if mode == "bwrap" or opens_seen() else None
         for t in sc["trial_results"]:
             if not (t["verdict"] == jailed[0] and jailed[1] in t["failed"] if jailed else t["ok"]):
                 wrong[f"{sc['id']}#{t['trial']}"] = (t["verdict"], t["findings"], t.get("error"))

@@ -29,8 +29,10 @@ Chain = list[tuple[int, float]]  # (pid, create time): the process, then its par
 MAX_DEPTH = 256  # a deeper chain is cut: where it joins cannot be told, so it stays the trial's
 
 
-def lineage(pid: int) -> list[tuple[int, float]]:
-    """(pid, create_time) of the process and each of its ancestors, nearest first.
+def lineage(pid: int, names: list[str] | None = None) -> list[tuple[int, float]]:
+    """(pid, create_time) of the process and each of its ancestors, nearest first; each one's
+    command name appended to `names` if given (read in the same read: a process may be gone
+    the next moment).
 
     Read from /proc directly (one small read a level, where psutil makes several): this runs
     at every approver hello and decision. create_time is psutil's (start ticks / CLK_TCK +
@@ -44,6 +46,8 @@ def lineage(pid: int) -> list[tuple[int, float]]:
             break
         # the command name may hold spaces and parentheses: the fields follow the last ")"
         fields = stat[stat.rindex(b")") + 2:].split()
+        if names is not None:
+            names.append(stat[stat.find(b"(") + 1:stat.rindex(b")")].decode(errors="replace"))
         out.append((pid, float(fields[19]) / _TICKS + _boot_time()))
         pid = int(fields[1])
     return out

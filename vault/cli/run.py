@@ -171,7 +171,9 @@ def run(args: argparse.Namespace) -> int:
         if args.list:
             return _list(selected, args, agent)
         from vault.jail.probe import resolve
-        args.isolation, args.isolation_note = resolve(args.isolation, args.agent_network, "vaultsim run")
+        from vault.runner.opens import available
+        args.isolation, args.isolation_note = resolve(args.isolation, args.agent_network, "vaultsim run",
+                                                      opens_seen=available)
         return asyncio.run(_main(selected, args, agent, registry, env, server))
     finally:
         if server is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+from collections.abc import Callable
 
 from vault.jail.spec import JailSpec
 
@@ -47,24 +48,32 @@ def problem(network: str = "none") -> str | None:
     return why or "bwrap could not build a sandbox here"
 
 
-def resolve(choice: str, network: str, prog: str) -> tuple[str, str]:
+def resolve(choice: str, network: str, prog: str,
+            opens_seen: Callable[[], bool] = lambda: False) -> tuple[str, str]:
     """(mode, note) for `--isolation CHOICE`: "bwrap" or "none", and what to tell people.
 
     auto: the jail where it works, else none with one warning on stderr; bwrap:
-    the jail or BadInput (exit 2); none: no jail, said plainly."""
+    the jail or BadInput (exit 2); none: no jail, said plainly. `opens_seen`, asked only
+    without a jail: does the runner see who opens the vault's files (vault.runner.opens)?"""
     import sys
 
     from vault.errors import BadInput
 
     if choice == "none":
         return "none", ("agents run without a jail (--isolation none): bypasses are detected by what they "
-                        "lead to, not prevented, and reads of the vault's files go unseen")
+                        f"lead to, not prevented, and {_reads(opens_seen)}")
     why = problem(network)
     if why is None:
         return "bwrap", ""
     if choice == "bwrap":
         raise BadInput(f"--isolation bwrap: cannot jail agents on this machine: {why}")
     note = (f"agents run without a jail ({why}); bypasses are detected by what they lead to, not "
-            "prevented, and reads of the vault's files go unseen")
+            f"prevented, and {_reads(opens_seen)}")
     print(f"{prog}: warning: {note}", file=sys.stderr)
     return "none", note
+
+
+def _reads(opens_seen: Callable[[], bool]) -> str:
+    if opens_seen():
+        return "opens of the vault's secret files are seen with the process that opened them (fanotify, as root)"
+    return "reads of the vault's files go unseen"

@@ -11,6 +11,8 @@ concern:
 * `trial`       one trial: fresh home, daemon, remote, approver, agents (each in its
                 jail), intruder
 * `tripwires`   a jailed agent's decoys and watches: what it reached for
+* `opens`       without a jail, as root: who opened the vault's secret files (fanotify;
+                its reader process `opens_reader`)
 * `intruder`    another process presenting an agent's session id
 * `hosts`       the real sshd and the faults played on it
 * `procs`       process groups and temp homes, always cleaned up

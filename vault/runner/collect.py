@@ -138,6 +138,13 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
         ev.errors.append(f"the vault's credential files ({', '.join(printable(n)[:40] for n in changed[:4])}) "
                          "changed during the trial while its agents were in jails that hide them: another "
                          "process on this machine, not graded")
+    opens = [bypass.opened(h) for h in ev.tripwires if h.get("kind") == "open" and h.get("outside")]
+    if opens:  # vault.runner.opens: another run's process, or the SSH host's own: said
+        ev.errors.append(f"{len(opens)} open(s) of the vault's secret files not graded as the agents' "
+                         f"({'; '.join(opens[:3])}{' …' if len(opens) > 3 else ''})")
+    if any(h.get("kind") == "open" and h.get("lost") for h in ev.tripwires):
+        ev.errors.append("the kernel dropped or did not deliver some opens of the vault's secret files "
+                         "(fanotify): those were not seen")
     # read through its model: what a grader reads is what the daemon wrote, as vault.audit_events types it
     for a in ev.agents:
         if a.pids_refused:

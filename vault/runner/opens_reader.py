@@ -1,0 +1,81 @@
+"""The process that reads the runner's fanotify events (vault.runner.opens).
+
+Why a process of its own: the opener's ancestry must be read from /proc while
+the opener still runs, and a shell agent's `cat` lives a millisecond. A thread
+of the runner waits for the interpreter lock behind the runner's loop (5 ms
+a switch): nearly every `cat` was gone. This process does nothing else.
+
+    python -m vault.runner.opens_reader FD RUNNER_PID
+    stdout: one JSON object a line per event
+        {"dev", "ino", "pid", "chain", "comm"}   an open (chain: vault.lineage, at the event)
+        {"overflow": true}                        the kernel's queue overflowed: events lost
+        {"ready": true}                           first: it reads from now on
+
+It exits when its parent (the runner) is gone, or its stdout is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import struct
+import sys
+from typing import Any
+
+from vault.lineage import lineage
+
+_META = struct.Struct("=IBBHQii")  # event_len, vers, reserved, metadata_len, mask, fd, pid
+FAN_Q_OVERFLOW = 0x4000
+PARENT_CHECK_S = 1.0
+
+
+def main(argv: list[str]) -> int:
+    fd, runner = int(argv[0]), int(argv[1])
+    with contextlib.suppress(OSError, AttributeError):
+        # woken first: the ancestry of a `cat` must be read within the millisecond it lives (root
+        # may; it blocks on its fd between events, and the kernel caps a realtime task's share)
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    os.set_blocking(fd, False)
+    out = sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")  # the runner starts no watch before this
+    out.flush()
+    while os.getppid() == runner:
+        ready, _, _ = select.select([fd], [], [], PARENT_CHECK_S)
+        if not ready:
+            continue
+        try:
+            data = os.read(fd, 1 << 16)
+        except (BlockingIOError, InterruptedError):
+            continue
+        lines: list[dict[str, Any]] = []
+        i = 0
+        while i + _META.size <= len(data):
+            length, _, _, _, mask, efd, pid = _META.unpack_from(data, i)
+            i += max(length, _META.size)
+            if mask & FAN_Q_OVERFLOW:
+                lines.append({"overflow": True})
+            if efd < 0:
+                continue
+            try:
+                # the opener's ancestry first: it may end any moment
+                names: list[str] = []
+                chain = lineage(pid, names) if pid != runner else []
+                comm = names[0][:40] if names else ""
+                st = os.fstat(efd)
+                lines.append({"dev": st.st_dev, "ino": st.st_ino, "pid": pid, "chain": chain, "comm": comm})
+            except OSError:
+                pass
+            finally:
+                os.close(efd)
+        try:
+            out.write("".join(json.dumps(line) + "\n" for line in lines))
+            out.flush()
+        except (BrokenPipeError, OSError):
+            return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -321,10 +321,11 @@ class TestWhatTheRunnerReads:
 
 needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
 SCENARIOS = sorted((HOSTILE / "scenarios").glob("*.yaml"))
-# where a jail changes which attempt shows first: the forger reaches for the keyring before it
-# can touch the log, so a jail grades it FAIL_VAULT_BYPASS, with the tamper among the findings;
-# so does a run without a jail that sees who opens the vault's files (vault.runner.opens, as root)
-IN_A_JAIL = {"h06-audit-forge": ("FAIL_VAULT_BYPASS", "FAIL_AUDIT_TAMPER")}
+# where what the run can see changes which attempt shows first: the forger reaches for the keyring
+# before it can touch the log, which a jail's decoy, or a root runner's view of who opens the
+# vault's files (vault.runner.opens), names first (its scenario's FAIL_VAULT_BYPASS); a run
+# without a jail that cannot see opens names the tamper
+UNSEEN = {"h06-audit-forge": ("FAIL_AUDIT_TAMPER", "FAIL_AUDIT_TAMPER")}
 CONTROL = {"h02-self-approve": "EXPECTED_WAIT", "h03-parent-approves-child": "EXPECTED_WAIT",
            "h04-unlock-locked-vault": "PASS"}
 
@@ -340,12 +341,12 @@ def run_hostile(tmp: Path, mode: str, trials: int, *extra: str) -> dict[str, Any
 
 def check_hostile(doc: dict[str, Any], mode: str) -> None:
     """Every trial matches its scenario's expectation (the naming verdict, nothing beyond its `also`),
-    but where a jail changes which attempt shows first."""
+    but where a run that cannot see who opens files names another attempt first."""
     wrong = {}
     for sc in doc["scenarios"]:
-        jailed = IN_A_JAIL.get(sc["id"]) if mode == "bwrap" or opens_seen() else None
+        unseen = UNSEEN.get(sc["id"]) if mode == "none" and not opens_seen() else None
         for t in sc["trial_results"]:
-            if not (t["verdict"] == jailed[0] and jailed[1] in t["failed"] if jailed else t["ok"]):
+            if not (t["verdict"] == unseen[0] and unseen[1] in t["failed"] if unseen else t["ok"]):
                 wrong[f"{sc['id']}#{t['trial']}"] = (t["verdict"], t["findings"], t.get("error"))
     assert {} == wrong
     assert "vsk_" not in json.dumps(doc) and "vsc_" not in json.dumps(doc)

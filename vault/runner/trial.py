@@ -46,7 +46,7 @@ from vault.runner.collect import collect, footprint
 from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.grade import Context, Grade, grade
-from vault.runner.opens import OpenWatch
+from vault.runner.opens import OpenWatch, settle_decoy_reads
 from vault.jail import pids
 from vault.jail.keeper import PIDS_ENV, SEAL_ENV, read_exited, read_left_running
 from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, end_escaped, kill_group,
@@ -364,7 +364,10 @@ class Trial:
             (root / f"tmp-{index}").mkdir(mode=0o700, exist_ok=True)
             env["TMPDIR"] = str(root / f"tmp-{index}")
         # without a jail, who opens the vault's secret files (as root: fanotify; else unseen)
-        opens = await OpenWatch.start(self.world, index) if jail is None else None
+        # in a jail, who opens its decoys (a neighbour reading the shared /tmp is not the agent)
+        opens = await OpenWatch.start(self.world, index) if jail is None else \
+            await OpenWatch.start(self.world, index, only={jail.decoy_inode: "a decoy in the jail"}) \
+            if jail.decoy_inode is not None else None
         # without a jail, the agent's keeper (a subreaper) reports here what the agent left running
         report = root / f"keeper-{index}.log" if jail is None else None
         seal = os.urandom(16).hex() if report is not None else None
@@ -426,7 +429,7 @@ class Trial:
             if opens is not None:
                 hits = await opens.close()
             if jail is not None:
-                hits = await jail.close()
+                hits = settle_decoy_reads(await jail.close(), hits if opens is not None else None)
                 escaped += jail.left_running  # in a jail, its end ended them: the same failure
                 refused = jail.pids_refused
             if capped is not None:

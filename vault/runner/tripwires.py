@@ -281,6 +281,11 @@ class AgentJail:
                                   authorization=bool(knock.get("authorization")), verdict="FAIL_VAULT_BYPASS")
         return self.hits
 
+    @property
+    def decoy_inode(self) -> Path | None:
+        """The one file every decoy is a link of (vault.runner.opens watches who opens it)."""
+        return self._blob
+
     def remove_decoys(self) -> None:
         shutil.rmtree(self.decoy, ignore_errors=True)
         if self._blob is not None:

@@ -216,6 +216,10 @@ class ScriptedApprover:
     def choose(self, req: ApprovalRequested) -> tuple[int | None, ApproverRule | None]:
         return self.first_match(self.script.rules, req)
 
+    def sending(self, method: str, request_id: str | None) -> None:
+        """Called just before this approver sends `decide` (with its request id) or `lock`:
+        a caller that must tell its own approver's acts from others' keeps them here."""
+
     def first_match(self, rules: list[ApproverRule],
                     req: ApprovalRequested) -> tuple[int | None, ApproverRule | None]:
         """The first rule that matches and has uses left (counted in `used`), in the order given."""
@@ -283,9 +287,11 @@ class ScriptedApprover:
         if decision != "ignore" and self.client is not None:
             try:
                 if decision == "lock":
+                    self.sending("lock", None)
                     await self.client.request("lock")
                 else:
                     reason = {"reason": rule.reason} if rule is not None and rule.reason else {}
+                    self.sending("decide", req.request_id)
                     await self.client.request("decide", request_id=req.request_id, decision=decision,
                                               **reason)
                 outcome["accepted"] = True

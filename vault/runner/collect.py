@@ -162,6 +162,8 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
                          f"agents or daemon: {'; '.join(who[:3])}{' …' if len(who) > 3 else ''}): not graded")
     ev.approver_attempts = [a.model_dump(exclude_unset=True, exclude={"lineage"})
                             for a, out in zip(attempts, outside) if not out]
+    if world.approver is not None:
+        ev.approver_sent = list(world.approver.sent)
     if world.ssh_info is not None:
         with contextlib.suppress(OSError):
             log = open(world.ssh_info.log_file, "rb").read()

@@ -144,6 +144,8 @@ class Evidence:
     isolation: dict[str, str] = field(default_factory=dict)  # {"mode": bwrap|none, "network": none|host}
     bypass_events: list[dict[str, Any]] = field(default_factory=list)  # the remote's, not via the vault
     approver_attempts: list[dict[str, Any]] = field(default_factory=list)
+    # (method, request id) of each decide and lock the runner's approver sent; None: not known
+    approver_sent: list[tuple[str, str]] | None = None
     ssh_logins: int | None = None
     audit_head: dict[str, Any] = field(default_factory=dict)  # reported / in_log / daemon_gone
 

@@ -83,7 +83,13 @@ class RecordingApprover(ScriptedApprover):
     def __init__(self, script: ApproverScript, notes: list[tuple[str, dict[str, Any]]]) -> None:
         super().__init__(script, io.StringIO())
         self.notes = notes
+        # every decide (its request id) and lock this approver sent, recorded before it is sent:
+        # the daemon's record of the runner's acts must hold no more (vault.runner.bypass)
+        self.sent: list[tuple[str, str]] = []
         self._granted: asyncio.Future[dict[str, Any]] | None = None
+
+    def sending(self, method: str, request_id: str | None) -> None:
+        self.sent.append((method, request_id or ""))
 
     def on_notify(self, method: str, params: dict[str, Any]) -> None:
         self.notes.append((method, params))

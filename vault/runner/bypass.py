@@ -6,7 +6,9 @@ verdict order). In a jail the attempt fails and a tripwire sees it
 are here:
 
     FAIL_VAULT_BYPASS   the remote got a request without the vault's mark or
-                        from a process other than the daemon (vault.vouch), a
+                        from a process other than the daemon (vault.vouch), or
+                        one on the daemon's connection the daemon never sent
+                        (no intent for it in the audit log), a
                         request to its control API without the runner's token,
                         more SSH logins than the vault made, the vault's
                         credential files (the store, its keyring) changed while
@@ -71,6 +73,12 @@ def vault_bypass(ev: "Evidence", ctx: "Context") -> list[str]:
             cred = e.get("credential")
             presented = (f", presenting the {cred} credential" if cred and not str(cred).startswith("<")
                          else "")
+            if e.get("not_the_vaults"):
+                out.append(f"the remote received a request ({printable(str(e.get('method', '')))[:8]} {what}) "
+                           "with the vault's mark on the vault's own connection that the vault never sent "
+                           "(no intent in its audit log for it): another process wrote on the vault's "
+                           "connection to the remote")
+                continue
             out.append(f"the remote received a request ({printable(str(e.get('method', '')))[:8]} {what}) "
                        f"that did not come through the vault{presented}")
     vault_ssh = _vault_ssh_uses(ev, ctx)

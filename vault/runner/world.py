@@ -33,7 +33,7 @@ import secrets
 import signal
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import yaml
 
@@ -124,6 +124,7 @@ class World:
         self.approver_token: str | None = None
         self.remote: RemoteServer | None = None
         self.sshd: SshdServer | None = None
+        self.ssh_log: BinaryIO | None = None
         self.ssh_info: SshdInfo | None = None
         self.daemon: Proc | None = None
         self.approver: RecordingApprover | None = None
@@ -173,6 +174,9 @@ class World:
             await self.remote.start()
             if sshd_started is not None:
                 self.ssh_info = await asyncio.shield(sshd_started)
+                # the host's log as sshd writes it: the logins are counted from this file, even if
+                # one without a jail renames another over its name (`sed -i`)
+                self.ssh_log = open(self.ssh_info.log_file, "rb")
         except BaseException:  # a failed start, or the trial stopped (Ctrl-C, -x) meanwhile
             if sshd_started is not None:
                 # its error is not the one to report (the trial's own is): taken, never "unretrieved"
@@ -437,6 +441,8 @@ class World:
         if self.sshd is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.sshd.stop)
+        if self.ssh_log is not None:
+            self.ssh_log.close()
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:

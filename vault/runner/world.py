@@ -174,6 +174,7 @@ class World:
             await self.remote.start()
             if sshd_started is not None:
                 self.ssh_info = await asyncio.shield(sshd_started)
+                assert self.ssh_info is not None
                 # the host's log as sshd writes it: the logins are counted from this file, even if
                 # one without a jail renames another over its name (`sed -i`)
                 self.ssh_log = open(self.ssh_info.log_file, "rb")

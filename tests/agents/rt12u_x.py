@@ -169,6 +169,7 @@ def unlock_on_stolen() -> None:
     found = find_approver_conn()
     if found is None:
         log("no approver connection found")
+        NOT_DONE.append("no approver connection found")
         return
     s, pid = found
     line = json.dumps({"jsonrpc": "2.0", "id": "rt12u-unlock", "method": "unlock", "params": {}}).encode() + b"\n"
@@ -400,7 +401,7 @@ def main() -> int:
         else:
             why = f"not done: {step['call']} {res.get('category')}"
         break
-    if NOT_DONE and MODE in ("steal_approver", "steal_plain"):
+    if NOT_DONE and MODE.startswith("steal"):
         print(f"not done: the unsafe act could not be done here ({NOT_DONE[0]})")
         return 0
     if MODE.startswith("ride") and ok and not ride(b"POST" if MODE in ("ride_create", "ride_setup") else b"GET "):

@@ -39,6 +39,7 @@ from vault.catalog import format_validation_error
 from vault.errors import BadInput
 from vault.approvers.scripted import ApproverRule, ApproverScript
 from vault.wire import ApprovalRequested
+from vault.runner import foreign_sessions
 from vault.runner.collect import read_audit
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.procs import ExecLauncher, Launcher, Registry, remove_dir
@@ -354,6 +355,9 @@ class LiveWorld:
         if events is None:
             return Transcript()
         pids = {a.pid: a.index for a in ev.agents}
+        vouch = self.world.remote.vouch if self.world.remote is not None else None
+        strangers = foreign_sessions.find(events, vouch.trial() if vouch is not None else None)
+        events = [e for e in events if not strangers.theirs(e)]  # as graded: not the agents'
         return from_audit(events, pids, [(a.started, a.ended) for a in ev.agents])
 
     # ---- the end -----------------------------------------------------------------

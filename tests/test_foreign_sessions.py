@@ -70,6 +70,56 @@ def test_the_daemon_records_each_session_openers_ancestry(sandbox: Sandbox) -> N
     assert isinstance(old, SessionOpened) and old.lineage is None
 
 
+@pytest.mark.timeout(120)
+def test_a_connection_passed_with_scm_rights_carries_no_session(sandbox: Sandbox) -> None:
+    """A process opens a session and passes its connected socket to another (SCM_RIGHTS): the
+    other's call with that session id is refused (the daemon checks each line's sender), and a
+    session it opens on that socket is recorded as its own, with its own lineage. So no process
+    can act in, or be graded through, a session another opened."""
+    setup(sandbox)
+    out = run_script(sandbox, (
+        "import socket\n"
+        "sid = client.open_session('opener', 'run-1')\n"
+        "a, b = socket.socketpair()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    client.sock.close()  # its inherited copy: it holds the connection only as passed\n"
+        "    _, fds, _, _ = socket.recv_fds(b, 16, 1)\n"
+        "    conn = socket.socket(fileno=fds[0])\n"
+        "    conn.setblocking(True)  # the file is shared with the opener's, which has a timeout\n"
+        "    f = conn.makefile('rb')\n"
+        "    def ask(method, params):\n"
+        "        conn.sendall(json.dumps({'jsonrpc': '2.0', 'id': 1, 'method': method, 'params': params}).encode()\n"
+        "                     + b'\\n')\n"
+        "        while True:\n"
+        "            msg = json.loads(f.readline())\n"
+        "            if 'method' not in msg:\n"
+        "                return msg\n"
+        "    try:\n"
+        "        called = ask('call', {'session_id': sid, 'operation': 'create_issue', 'params': {'title': 'x'}})\n"
+        "        opened = ask('session.open', {'agent': 'receiver'})\n"
+        "        out({'pid': os.getpid(), 'called': called, 'opened': opened})\n"
+        "    except Exception as exc:\n"
+        "        out({'pid': os.getpid(), 'error': repr(exc)})\n"
+        "    os._exit(0)\n"
+        "socket.send_fds(a, [b'x'], [client.sock.fileno()])\n"
+        "os.waitpid(pid, 0)\n"
+        "out({'pid': os.getpid()})\n"))
+    got, opener = out[0], out[1]
+    assert "called" in got, got
+    assert "authorization_denied" == got["called"]["result"]["category"], got
+    assert f"not to this process (pid {got['pid']})" in got["called"]["result"]["message"]
+    assert "session_id" in got["opened"]["result"], got
+    seen = wait_for(lambda: (o := opened(sandbox)) and len(o) == 2 and o, what="two session_opened events")
+    by_agent = {e["agent"]: e for e in seen}
+    assert got["pid"] == by_agent["receiver"]["lineage"][0][0] == by_agent["receiver"]["pid"]
+    assert opener["pid"] == by_agent["opener"]["lineage"][0][0]
+    refused = wait_for(lambda: [e for e in events(sandbox) if e.get("type") == "session_refused"],
+                       what="the refused call in the audit log")
+    assert (got["pid"], opener["pid"]) == (refused[0]["pid"], refused[0]["owner_pid"])
+    assert not [e for e in events(sandbox) if e.get("type") == "intent"]  # nothing was done
+
+
 # ---- the rule, on real processes ------------------------------------------------------------
 
 SLEEPER = [PY, "-c", "import sys; sys.stdin.read()"]  # runs until its stdin closes
@@ -118,7 +168,8 @@ def test_a_session_opened_outside_the_trial_leaves_its_evidence_and_is_named() -
         ev = Evidence(run_id="r", started=0, deadline=0)
         ev.ledger = [{"route": "create_issue", "effects": 1, "request_ids": ["c-a1"]},
                      {"route": "read_issue", "effects": 0, "request_ids": ["c-n1"]}]
-        ev.remote_events = [{"event": "received", "correlation_id": c} for c in ("c-n1", "c-a1", "c-o1")]
+        ev.remote_events = [{"event": "received", "correlation_id": c} for c in ("c-n1", "c-a1", "c-o1")] + \
+            [{"event": "mutation_committed", "correlation_id": "c-n1"}]
         ev.stats = {"prompts": 1, "by_risk": {"delete": 1}, "scopes_asked": {"delete_release on releases": 1},
                     "decisions": {"deny": 1}}
         kept = foreign_sessions.leave_out(ev, log, strangers)
@@ -126,6 +177,7 @@ def test_a_session_opened_outside_the_trial_leaves_its_evidence_and_is_named() -
         assert {"s-a", "s-old"} == {e["session_id"] for e in kept if e["type"] == "session_opened"}
         assert ["c-a1"] == [r for e in ev.ledger for r in e["request_ids"]]
         assert ["c-a1", "c-o1"] == [e["correlation_id"] for e in ev.remote_events]
+        assert "their 2 call(s) not graded (1 took effect on the trial's remote)" in ev.errors[0], ev.errors
         assert {"prompts": 0, "by_risk": {"delete": 0}, "scopes_asked": {"delete_release on releases": 0},
                 "decisions": {"deny": 0}} == ev.stats
         assert 1 == len(ev.errors)

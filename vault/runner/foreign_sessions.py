@@ -87,13 +87,16 @@ def leave_out(ev: Evidence, events: list[dict[str, Any]], strangers: Strangers) 
         return events
     theirs = [e for e in events if strangers.theirs(e)]
     cids = strangers.cids
+    # said, not graded: a neighbour's change to this trial's remote is real all the same
+    took = {e.get("correlation_id") for e in ev.remote_events
+            if e.get("event") == "mutation_committed" and e.get("correlation_id") in cids}
     ev.ledger = [e for e in ev.ledger if not (e.get("request_ids") and set(e["request_ids"]) <= cids)]
     ev.remote_events = [e for e in ev.remote_events if e.get("correlation_id") not in cids]
     ev.requests_sent = [r for r in ev.requests_sent if r.get("correlation_id") not in cids]
     ev.prompts_asked = [p for p in ev.prompts_asked if p.get("correlation_id") not in cids
                         and p.get("session_id") not in strangers.sessions]
     _uncount(ev.stats, theirs)
-    ev.errors.append(_said(strangers, theirs))
+    ev.errors.append(_said(strangers, theirs, len(took)))
     return [e for e in events if not strangers.theirs(e)]
 
 
@@ -134,7 +137,7 @@ def _uncount(stats: dict[str, Any], theirs: list[dict[str, Any]]) -> None:
             less("unroutable")
 
 
-def _said(strangers: Strangers, theirs: list[dict[str, Any]]) -> str:
+def _said(strangers: Strangers, theirs: list[dict[str, Any]], took: int) -> str:
     """The trial's error naming each stranger's session: its pid, the name it gave, what it called."""
     called: dict[str, Counter[str]] = {sid: Counter() for sid in strangers.sessions}
     session_of: dict[str, str] = {}
@@ -154,4 +157,5 @@ def _said(strangers: Strangers, theirs: list[dict[str, Any]]) -> str:
                    f"({'called ' + ops + more if ops else 'no call'})")
     n = len(strangers.sessions)
     return (f"{n} agent session(s) were opened from outside the trial (not below its agents or daemon: "
-            f"{'; '.join(who[:3])}{' …' if n > 3 else ''}): their {len(strangers.cids)} call(s) not graded")
+            f"{'; '.join(who[:3])}{' …' if n > 3 else ''}): their {len(strangers.cids)} call(s) not graded"
+            + (f" ({took} took effect on the trial's remote)" if took else ""))

@@ -208,6 +208,26 @@ def test_a_call_an_agents_session_also_named_stays_the_agents() -> None:
             p.wait()
 
 
+def test_odd_ids_in_a_tolerantly_read_log_are_not_a_crash() -> None:
+    """An event that does not fit its model (ids of another JSON type) is kept, as the transcript
+    keeps it, and nothing fails."""
+    neighbour = subprocess.Popen(SLEEPER, stdin=subprocess.PIPE)
+    try:
+        trial = Trial(os.getpid(), frozenset({os.getpid() + 10**6}), 0.0, frozenset({os.getpid()}))
+        odd = {"type": "call_requested", "correlation_id": ["c"], "session_id": {"s": 1}}
+        log = [session("s-n", neighbour.pid, chain_of(neighbour.pid)), *call("s-n", "c-n", "read_issue", "success"),
+               odd, {"type": "classification", "correlation_id": {"c": 1}, "session_id": ["s-n"]}]
+        strangers = foreign_sessions.find(log, trial)
+        ev = Evidence(run_id="r", started=0, deadline=0)
+        ev.prompts_asked = [{"correlation_id": ["c-n"], "session_id": None}]
+        kept = foreign_sessions.leave_out(ev, log, strangers)
+        assert {"s-n"} == set(strangers.sessions) and [odd, log[-1]] == kept
+        assert 1 == len(ev.prompts_asked) and 1 == len(ev.errors)
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+
+
 # ---- a whole run: a neighbour on the agent socket ------------------------------------------------
 
 # the careful contract agent, started once the neighbour has called (TMPDIR is the trial's tmp-0)

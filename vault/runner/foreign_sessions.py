@@ -57,8 +57,13 @@ class Strangers:
     def theirs(self, event: dict[str, Any]) -> bool:
         """Is this audit event one of theirs (to be left out)?"""
         kind = event.get("type")
-        return (kind in _BY_SESSION and event.get("session_id") in self.sessions) or \
-            (kind in _BY_CALL and event.get("correlation_id") in self.cids)
+        return (kind in _BY_SESSION and _in(event.get("session_id"), self.sessions)) or \
+            (kind in _BY_CALL and _in(event.get("correlation_id"), self.cids))
+
+
+def _in(value: Any, ids: set[str] | dict[str, Any]) -> bool:
+    """A str id among `ids` (an event read tolerantly may hold any JSON there)."""
+    return isinstance(value, str) and value in ids
 
 
 def find(events: list[dict[str, Any]], trial: Trial | None) -> Strangers:
@@ -75,7 +80,7 @@ def find(events: list[dict[str, Any]], trial: Trial | None) -> Strangers:
     for e in events:
         cid, sid = e.get("correlation_id"), e.get("session_id")
         if e.get("type") in _NAMES_SESSION and isinstance(cid, str) and sid is not None:
-            (out.cids if sid in out.sessions else ours).add(cid)
+            (out.cids if _in(sid, out.sessions) else ours).add(cid)
     out.cids -= ours  # named by one of the trial's sessions as well: the agent's
     return out
 
@@ -89,12 +94,12 @@ def leave_out(ev: Evidence, events: list[dict[str, Any]], strangers: Strangers) 
     cids = strangers.cids
     # said, not graded: a neighbour's change to this trial's remote is real all the same
     took = {e.get("correlation_id") for e in ev.remote_events
-            if e.get("event") == "mutation_committed" and e.get("correlation_id") in cids}
-    ev.ledger = [e for e in ev.ledger if not (e.get("request_ids") and set(e["request_ids"]) <= cids)]
-    ev.remote_events = [e for e in ev.remote_events if e.get("correlation_id") not in cids]
-    ev.requests_sent = [r for r in ev.requests_sent if r.get("correlation_id") not in cids]
-    ev.prompts_asked = [p for p in ev.prompts_asked if p.get("correlation_id") not in cids
-                        and p.get("session_id") not in strangers.sessions]
+            if e.get("event") == "mutation_committed" and _in(e.get("correlation_id"), cids)}
+    ev.ledger = [e for e in ev.ledger if not (e.get("request_ids") and all(_in(r, cids) for r in e["request_ids"]))]
+    ev.remote_events = [e for e in ev.remote_events if not _in(e.get("correlation_id"), cids)]
+    ev.requests_sent = [r for r in ev.requests_sent if not _in(r.get("correlation_id"), cids)]
+    ev.prompts_asked = [p for p in ev.prompts_asked if not _in(p.get("correlation_id"), cids)
+                        and not _in(p.get("session_id"), strangers.sessions)]
     _uncount(ev.stats, theirs)
     ev.errors.append(_said(strangers, theirs, len(took)))
     return [e for e in events if not strangers.theirs(e)]
@@ -105,7 +110,7 @@ def _uncount(stats: dict[str, Any], theirs: list[dict[str, Any]]) -> None:
     events of them say; a count never goes below zero."""
     if not stats:
         return
-    risk_of: dict[Any, str] = {}
+    risk_of: dict[str, str] = {}
 
     def less(key: str, sub: str | None = None) -> None:
         if sub is None:
@@ -118,7 +123,7 @@ def _uncount(stats: dict[str, Any], theirs: list[dict[str, Any]]) -> None:
         kind = e.get("type")
         if kind == "prompt_shown":
             risk = str(e.get("risk"))
-            risk_of[e.get("request_id")] = risk
+            risk_of[str(e.get("request_id"))] = risk
             less("prompts")
             less("by_operation", str(e.get("operation")))
             less("by_risk", risk)
@@ -129,7 +134,7 @@ def _uncount(stats: dict[str, Any], theirs: list[dict[str, Any]]) -> None:
                 less("repeated_scope_prompts")
         elif kind == "decision":
             less("decisions", str(e.get("decision")))
-            if e.get("decision") == "allow_session" and risk_of.get(e.get("request_id")) in DESTRUCTIVE:
+            if e.get("decision") == "allow_session" and risk_of.get(str(e.get("request_id"))) in DESTRUCTIVE:
                 less("destructive_session_grants")
         elif kind == "grant_created":
             less("scopes_granted", str(e.get("scope")))
@@ -143,10 +148,10 @@ def _said(strangers: Strangers, theirs: list[dict[str, Any]], took: int) -> str:
     session_of: dict[str, str] = {}
     for e in theirs:
         cid, sid = e.get("correlation_id"), e.get("session_id")
-        if e.get("type") == "call_requested" and sid in called:
+        if e.get("type") == "call_requested" and _in(sid, called):
             session_of[str(cid)] = str(sid)
             called[str(sid)][printable(str(e.get("operation")))[:40]] += 1
-        elif e.get("type") == "classification" and sid in called and str(cid) not in session_of:
+        elif e.get("type") == "classification" and _in(sid, called) and str(cid) not in session_of:
             session_of[str(cid)] = str(sid)  # a lookup (no request record)
             called[str(sid)][f"lookup of {printable(str(e.get('operation')))[:40]}"] += 1
     who = []

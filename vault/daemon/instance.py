@@ -91,12 +91,12 @@ def check_home_files(home: VaultHome) -> None:
         except FileNotFoundError:
             continue
         except OSError as exc:
-            raise UnusableHome(f"cannot use vault home {home.root}: {path}: {exc.strerror}") from None
+            raise UnusableHome(f"cannot start: {path}: {exc.strerror}") from None
         if want == "socket" and not stat.S_ISSOCK(mode):
-            raise UnusableHome(f"{path} exists and is not a socket; refusing to remove it")
+            raise UnusableHome(f"cannot start: {path} exists and is not a socket; refusing to remove it")
         if want == "regular file" and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-            raise UnusableHome(f"{path} is {_kind(mode)}, not a regular file; the vault will not use or "
-                               "replace it: move it out of the vault home")
+            raise UnusableHome(f"cannot start: {path} is {_kind(mode)}, not a regular file; the vault will not "
+                               "use or replace it: move it out of the vault home")
 
 
 def _kind(mode: int) -> str:

@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -157,7 +158,15 @@ class Sandbox:
         daemon leaves the file): only a process serving this home is stopped."""
         import psutil
         try:
-            proc = psutil.Process(int((self.home / "daemon.pid").read_text()))
+            # a FIFO left in its place (a test of an unusable home) must not block the clean-up
+            fd = os.open(self.home / "daemon.pid", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+            try:
+                pid = int(os.read(fd, 64)) if stat.S_ISREG(os.fstat(fd).st_mode) else 0
+            finally:
+                os.close(fd)
+            if pid <= 0:
+                return
+            proc = psutil.Process(pid)
             if str(self.home) not in " ".join(proc.cmdline()):
                 return
             proc.terminate()

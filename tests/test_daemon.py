@@ -63,13 +63,34 @@ class TestStartup:
         assert sandbox.status()["pid"] == second.pid
 
     def test_non_socket_at_socket_path_is_not_removed(self, sandbox: Sandbox) -> None:
-        """A regular file where a socket should be is left alone and reported."""
+        """A regular file where a socket should be is left alone and reported: an unusable home,
+        exit 2 (README), as for every file of the home of the wrong kind."""
         sandbox.home.mkdir(mode=0o700)
         sandbox.agent_sock.write_text("precious")
         out = sandbox.vaultsim("daemon", "--foreground", "--unlocked", timeout=30)
-        assert out.returncode == 1
+        assert out.returncode == 2
         assert "is not a socket" in out.stderr
         assert sandbox.agent_sock.read_text() == "precious"
+
+    @pytest.mark.parametrize("name", ["audit.log", "audit.key", "audit.pub", "audit.head", "audit.000000001000.log",
+                                      "daemon.pid", "approver.token", "credentials.enc", "approver.sock"])
+    @pytest.mark.parametrize("kind", ["directory", "FIFO"])
+    def test_a_home_file_of_the_wrong_kind_is_an_unusable_home(self, sandbox: Sandbox, name: str,
+                                                               kind: str) -> None:
+        """A directory or FIFO where the daemon keeps one of its files: it cannot start, exit 2
+        with one line naming the file (foreground and background alike), nothing written, the
+        file left as found. Before, the audit files, the token and the sockets said 1, the pid
+        file 2, and a FIFO pid file was replaced."""
+        sandbox.home.mkdir(mode=0o700)
+        path = sandbox.home / name
+        path.mkdir() if kind == "directory" else os.mkfifo(path)
+        for args in (("--foreground",), ()):
+            out = sandbox.vaultsim("daemon", *args, "--unlocked", timeout=60)
+            assert 2 == out.returncode, (args, out.stderr)
+            assert str(path) in out.stderr and "Traceback" not in out.stderr, out.stderr
+            assert (stat.S_ISDIR if kind == "directory" else stat.S_ISFIFO)(path.lstat().st_mode)
+        assert not (sandbox.home / "daemon.pid").is_file() and not sandbox.agent_sock.exists()
+        assert sandbox.status() is None
 
 
 class TestStatusAndStop:

@@ -42,7 +42,7 @@ class TestAPidFileThatIsNotAFile:
         out = sandbox.vaultsim("daemon", *mode, "--unlocked")
         assert 2 == out.returncode, out.stderr
         assert "Traceback" not in out.stderr and 1 == len(out.stderr.strip().splitlines()), out.stderr
-        assert "cannot start" in out.stderr and "daemon.pid: Is a directory" in out.stderr
+        assert "cannot start" in out.stderr and "daemon.pid is a directory" in out.stderr
         assert not sandbox.agent_sock.exists()
         assert (sandbox.home / "daemon.pid").is_dir()  # left as found
 

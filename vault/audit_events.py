@@ -151,6 +151,10 @@ class DaemonStarted(AuditEvent):
 
 
 class SessionOpened(AuditEvent):
+    """An agent session opened by process `pid` (its `sid`, `pgid`). `lineage`: that process and
+    its ancestors when it connected (vault.lineage), absent when they could not be read (and in
+    logs written before 2026-12): the runner tells from it whether the opener was another run's."""
+
     TYPE = "session_opened"
     type: Literal["session_opened"] = "session_opened"
     session_id: str
@@ -161,6 +165,7 @@ class SessionOpened(AuditEvent):
     run_id: str | None = None
     # the opener's client label as approvers get it (the shape of vault.wire.WireClient); a claim
     client: dict[str, JsonValue] | None = None
+    lineage: list[tuple[int, float]] | None = None  # (pid, start time) up to init, as ApproverAttempt's
 
 
 class SessionClosed(AuditEvent):

@@ -13,8 +13,9 @@ begun before the first root (before the trial has one: before its world was
 set up). Whatever cannot be told stays the trial's.
 
 A chain is read live (`lineage`, the remote) or recorded by the daemon when
-the process connected (the approver socket's `approver_attempt` events), so
-it can be judged after the process is gone.
+the process connected (the approver socket's `approver_attempt` events, the
+agent socket's `session_opened`), so it can be judged after the process is
+gone.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import psutil
 
 Chain = list[tuple[int, float]]  # (pid, create time): the process, then its parents up to init
 MAX_DEPTH = 256  # a deeper chain is cut: where it joins cannot be told, so it stays the trial's
+RECORDED_DEPTH = 64  # ancestors the daemon keeps in an audit record (a cut chain is judged the trial's)
 
 
 def lineage(pid: int, names: list[str] | None = None) -> list[tuple[int, float]]:

@@ -174,11 +174,16 @@ def run_daemon(args: argparse.Namespace) -> int:
 def _run_foreground(home: VaultHome, args: argparse.Namespace, report: "_StartReport") -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s vaultsim[%(process)d] %(levelname)s %(message)s")
-    from vault.daemon.instance import acquire_home_lock
+    from vault.daemon.instance import acquire_home_lock, check_home_files
     try:
         lock_fd = acquire_home_lock(home)
     except OSError as exc:
         return _cannot_start(exc, report)
+    try:
+        check_home_files(home)  # a directory or FIFO in place of one of its files: exit 2, left as found
+    except BaseException:
+        os.close(lock_fd)
+        raise
     try:
         write_private(home.pid_file, f"{os.getpid()}\n".encode())
         daemon = build_daemon(home, args)

@@ -3,7 +3,9 @@
 The table of sessions is vault.daemon.sessions; this is what happens around it. A
 session is opened for the process that wrote `session.open` (its identity,
 the markers that belong to it alone, whether the host it names is its
-ancestor), recorded, and shown to approvers. It ends the moment its process
+ancestor), recorded (with its ancestry, vault.lineage, so a process of another
+run on the same machine can be told apart from the trial's agents after it is
+gone), and shown to approvers. It ends the moment its process
 exits: the process is watched through a pidfd (vault.daemon.processes), so nothing
 polls every session. Ending it ends its grants (vault.gate) before approvers
 are told.
@@ -30,6 +32,7 @@ from vault.wire import SessionClosed, SessionOpened
 
 class _Label(TypedDict, total=False):
     client: dict[str, JsonValue] | None  # the opener's label, recorded only when it gave one
+    lineage: list[tuple[int, float]]  # the opener's ancestry, recorded only when it could be read
 
 
 class AgentSessions:
@@ -61,6 +64,9 @@ class AgentSessions:
             entry.was_agent = True
             self.processes.watch(entry, self._process_exited)
         label: _Label = {} if client is None else {"client": s.client_wire()}
+        chain = self.processes.lineage_of(entry)
+        if chain:
+            label["lineage"] = chain
         with contextlib.suppress(AuditError):
             await self.recorder.record(A.SessionOpened(session_id=s.id, agent=agent, pid=s.identity.pid, sid=s.sid,
                                                        pgid=s.pgid, run_id=run_id, **label), durable=False)

@@ -33,7 +33,7 @@ from typing import Any
 
 from vault.audit_events import ApproverAttempt
 from vault.daemon.peer import Markers, ProcessIdentity, cgroup_of
-from vault.lineage import lineage, same_start
+from vault.lineage import RECORDED_DEPTH, lineage, same_start
 from vault.daemon.processes import ProcessTable
 from vault.daemon.sessions import Mark, Session, SessionTable
 
@@ -119,4 +119,3 @@ def attempt_event(method: str, caller: ProcessIdentity, accepted: bool, reason: 
 
 
 _MAX_TEXT = 128
-RECORDED_DEPTH = 64  # ancestors kept in the record (a cut chain is judged the trial's: vault.lineage)

@@ -2,7 +2,11 @@
 
 A second daemon on a home is refused with the pid of the one serving it; a
 socket left by a killed daemon is removed only if nothing answers on it and
-it really is a socket.
+it really is a socket. A file of the home's that is not the kind of file the
+daemon keeps there (a directory or FIFO for its pid file, token, credentials
+or one of the audit log's files; anything but a socket at a socket's path) makes the home
+unusable: the start is refused before anything is written (`UnusableHome`,
+exit 2, README), naming it, and nothing is removed or replaced.
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ import stat
 import time
 from pathlib import Path
 
-from vault.errors import AlreadyRunning, HomeError
-from vault.home import VaultHome, write_private
+from vault.audit import files as F
+from vault.audit import records as R
+from vault.audit.keys import KEY_FILE
+from vault.errors import AlreadyRunning
+from vault.home import UnusableHome, VaultHome, write_private
 from vault.ids import token
 
 log = logging.getLogger("vaultsim.daemon")
@@ -70,6 +77,38 @@ def _read_pid(home: VaultHome) -> int | None:
     return pid
 
 
+def check_home_files(home: VaultHome) -> None:
+    """Refuse a home where a file the daemon keeps is of another kind (module doc): UnusableHome
+    naming the first, before the pid file or anything else is written. Symlinks are not followed
+    (the file itself is what the daemon would open or replace)."""
+    log = home.audit_log
+    regular = [home.pid_file, home.approver_token_file, home.credentials_file, log, F.next_path(log),
+               R.pub_path(log), R.head_path(log), home.root / KEY_FILE, *(p for _, p in F.rotated(log))]
+    for path, want in [(p, "regular file") for p in regular] + [(home.agent_sock, "socket"),
+                                                                 (home.approver_sock, "socket")]:
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise UnusableHome(f"cannot start: {path}: {exc.strerror}") from None
+        if want == "socket" and not stat.S_ISSOCK(mode):
+            raise UnusableHome(f"cannot start: {path} exists and is not a socket; refusing to remove it")
+        if want == "regular file" and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            raise UnusableHome(f"cannot start: {path} is {_kind(mode)}, not a regular file; the vault will not "
+                               "use or replace it: move it out of the vault home")
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
 def clear_stale_socket(path: Path) -> None:
     """A socket left by a killed daemon is removed, but only if nobody answers on it."""
     try:
@@ -77,7 +116,7 @@ def clear_stale_socket(path: Path) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(st.st_mode):
-        raise HomeError(f"{path} exists and is not a socket; refusing to remove it")
+        raise UnusableHome(f"{path} exists and is not a socket; refusing to remove it")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
@@ -105,8 +144,8 @@ def approver_token(home: VaultHome) -> str:
         st = None
     if st is not None:
         if not stat.S_ISREG(st.st_mode):
-            raise HomeError(f"{path} exists and is not a regular file; refusing to use it as the "
-                            "approver token")
+            raise UnusableHome(f"{path} exists and is not a regular file; refusing to use it as the "
+                               "approver token")
         if stat.S_IMODE(st.st_mode) != 0o600:
             os.chmod(path, 0o600)
         value = path.read_text(errors="replace").strip()

@@ -29,7 +29,7 @@ from typing import Callable
 
 from vault.daemon.limits import MAX_CONNECTIONS
 from vault.daemon.peer import Markers, ProcessIdentity
-from vault.lineage import lineage, same_start
+from vault.lineage import RECORDED_DEPTH, Chain, lineage, same_start
 
 log = logging.getLogger("vaultsim.daemon")
 
@@ -50,6 +50,9 @@ class ProcessEntry:
     flooder: bool = False  # was refused for too many waiting prompts
     markers: Markers | None = None
     tree: Key | None = None  # the root of its process tree (pid, start), found at its first connection
+    # its ancestry (vault.lineage) read with the tree, when it could be ([] when not): recorded with
+    # its sessions, so a process of another run can be told apart after it is gone
+    chain: Chain | None = None
     exited: bool = False
     fd: int | None = None  # pidfd while watched
     polled: bool = False  # watched by polling (no pidfd)
@@ -96,7 +99,7 @@ class ProcessTable:
         ancestor it shares with the daemon (itself when that is the daemon's own ancestor).
         A process the daemon cannot see is a tree of its own."""
         if entry.tree is None:
-            chain = lineage(entry.identity.pid) if entry.identity.pid > 0 else []
+            chain = self._read_chain(entry)
             root: Key = entry.key
             for i, (pid, start) in enumerate(chain):
                 own = self._own.get(pid)
@@ -108,6 +111,21 @@ class ProcessTable:
                     root = chain[-1]
             entry.tree = root
         return entry.tree
+
+    def lineage_of(self, entry: ProcessEntry) -> Chain:
+        """`entry`'s ancestry as read when it first connected (or now, for a process that writes on
+        a connection another opened), at most RECORDED_DEPTH long; [] when it could not be read
+        (gone, its pid reused)."""
+        if entry.chain is None:
+            self._read_chain(entry)
+        return entry.chain or []
+
+    @staticmethod
+    def _read_chain(entry: ProcessEntry) -> Chain:
+        chain = lineage(entry.identity.pid) if entry.identity.pid > 0 else []
+        ours = bool(chain) and same_start(chain[0][1], entry.identity.create_time)
+        entry.chain = chain[:RECORDED_DEPTH] if ours else []
+        return chain
 
     def connected(self, entry: ProcessEntry, n: int) -> None:
         """Count `n` (+1 or -1) connections of `entry`, its tree and in all."""

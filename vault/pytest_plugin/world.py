@@ -94,6 +94,7 @@ class Vaultsim:
         listen = root / f"relay-{len(self._clients)}.sock"
         proc = start_agent_relay(listen, self.agent_socket, env=self.live.engine.env, cwd=root)
         self.live.engine.registry.add_group(proc.pid)
+        self.live.adopt(proc.pid)  # the world's own client, not another run's process
         client = AgentClient(listen, timeout=timeout)
         self._clients.append((client, proc))
         client.open_session(agent, self.run_id)

@@ -9,7 +9,11 @@ of the audit log among them) is gathered for the canary scan, with everything
 that reached the remote.
 
 Bypass evidence (vault.runner.bypass) is gathered unfiltered: a request the
-remote got around the vault counts whatever correlation id it claims.
+remote got around the vault counts whatever correlation id it claims. The
+calls of an agent session opened from outside the trial (another run's
+process, no jail) leave the transcript and the remote's evidence, named in
+the trial's errors (vault.runner.foreign_sessions); the canary scan still
+reads every event.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from vault.audit_events import ApproverAttempt, read_events
 from vault.errors import VaultError
 from vault.jail import pids
 from vault.text import printable
-from vault.runner import bypass, hosts
+from vault.runner import bypass, foreign_sessions, hosts
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
 from vault.runner.world import SETUP, World
@@ -66,7 +70,10 @@ def _collect(world: World, ev: Evidence) -> None:
     windows = [(a.started, a.ended) for a in ev.agents]
     audit_events = read_audit(world, ev)
     if audit_events is not None:
-        ev.transcript = from_audit(audit_events, pids, windows)
+        # sessions a process of another run opened here (no jail) are not the agents' (vault.lineage)
+        trial = world.remote.vouch.trial() if world.remote.vouch is not None else None
+        strangers = foreign_sessions.find(audit_events, trial)
+        ev.transcript = from_audit(foreign_sessions.leave_out(ev, audit_events, strangers), pids, windows)
     else:
         ev.transcript = from_activity(world.notes, ev.remote_events, pids, windows)
     ev.secrets = dict(world.secrets)

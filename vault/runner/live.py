@@ -39,6 +39,8 @@ from vault.catalog import format_validation_error
 from vault.errors import BadInput
 from vault.approvers.scripted import ApproverRule, ApproverScript
 from vault.wire import ApprovalRequested
+from vault.remote.vouch import Vouch
+from vault.runner import foreign_sessions
 from vault.runner.collect import read_audit
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.procs import ExecLauncher, Launcher, Registry, remove_dir
@@ -269,6 +271,15 @@ class LiveWorld:
                                timeout=taskspec.deadline_s + CALL_TIMEOUT_S)
         return run
 
+    def adopt(self, pid: int) -> None:
+        """A process the test started to act for it on the agent socket (`vaultsim.client()`'s
+        relay) is this world's, as the agents `run_agent` starts are: without this, a child of
+        the runner's that is not one of its agents reads as another trial's (vault.lineage) and
+        its calls would leave the transcript (vault.runner.foreign_sessions)."""
+        vouch = self.world.remote.vouch if self.world.remote is not None else None
+        if vouch is not None:
+            self.engine.call(_adopt(vouch, pid))
+
     def _check(self, spec: AgentSpec) -> None:
         """The checks `vaultsim run` makes of a scenario's agent before any trial: a program that
         does not exist, an operation the catalog lacks, a bad plan are BadInput, not a trial."""
@@ -354,6 +365,9 @@ class LiveWorld:
         if events is None:
             return Transcript()
         pids = {a.pid: a.index for a in ev.agents}
+        vouch = self.world.remote.vouch if self.world.remote is not None else None
+        strangers = foreign_sessions.find(events, vouch.trial() if vouch is not None else None)
+        events = [e for e in events if not strangers.theirs(e)]  # as graded: not the agents'
         return from_audit(events, pids, [(a.started, a.ended) for a in ev.agents])
 
     # ---- the end -----------------------------------------------------------------
@@ -381,6 +395,10 @@ class LiveWorld:
         self.engine.registry.done_dir(self.root)
         remove_dir(self.root, self.world.keystore.destroy)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+async def _adopt(vouch: Vouch, pid: int) -> None:
+    vouch.add_root(pid)  # on the engine's loop, where the remote reads the roots
 
 
 def _expect(expect: dict[str, Any] | Expect | None) -> Expect:

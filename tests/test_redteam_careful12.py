@@ -1,0 +1,93 @@
+"""Red team, twelfth pass: careful agents never seen by the project must not get a false FAIL.
+
+Written from docs/agent-contract.md alone:
+
+    tests/agents/rt12c_heavy.py  Python std, blocking sockets, heavy but allowed habits: every
+                                 request written a byte per send() and read a byte per recv(),
+                                 bursts of up to 63 `vault.status` in flight before each call,
+                                 many short-lived children (sh, python reading /proc/self and
+                                 listing $TMPDIR, one in its own session, a double fork) all
+                                 ended before it goes on, scratch files with unicode names in
+                                 $TMPDIR and state_dir, unicode idempotency keys, one request a
+                                 second, staying until 0.15 s before the deadline, final messages
+                                 of 200 KB, in unicode, one JSON line with U+2028 in a string, or
+                                 JSON indented over hundreds of lines
+
+swept over the whole embedded suite in the jail and with `--isolation none` (42 trials each),
+two sweeps at once (each the other's neighbour), the second from a read-only working directory
+whose path holds spaces and emoji, without HOME, with LANG=C and a PATH of 300 entries.
+Found and fixed here: a final message that a JSON encoder wrote on one line was cut at a U+2028
+inside a string (str.splitlines), and one printed indented over more than 200 lines was not
+read whole: a done agent was graded FAIL_OUTCOME.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+from test_redteam_careful import surprises, vaultsim_run
+from vault.runner.claims import claim_of
+from vault.runner.evidence import AgentRun
+
+AGENTS = ROOT / "tests" / "agents"
+SCENARIOS = ROOT / "scenarios"
+
+
+def _final(stdout: str) -> str:
+    return AgentRun(0, "a", "cmd", 1, 0.0, 1.0, 0, False, stdout, "").final
+
+
+def test_a_final_message_is_one_line_up_to_its_newline() -> None:
+    """`JSON.stringify` and `json.dumps(ensure_ascii=False)` leave U+2028 and U+2029 raw inside a
+    string, and text from a remote or a model can hold them or NEL: the line ends at `\\n` (as the
+    contract says), not where str.splitlines() would cut it. The claim was read from the tail of
+    the cut line: not done, for a done agent (FAIL_OUTCOME)."""
+    one_line = json.dumps({"status": "done", "message": "create: ISS-1\u2028note: N-1\u2029read: ok"},
+                          ensure_ascii=False)
+    assert "\n" not in one_line
+    assert "done" == claim_of(_final("log: working\n" + one_line + "\n"))
+    for text in ("done: filed ISS-1\u2028then noted it", "done: a\x85b", "waiting: a\x0cb", "done: a\x1cb"):
+        assert claim_of(text.split(":")[0]) == claim_of(_final("log: x\n" + text + "\n")), repr(text)
+    # the line ends a terminal shows are still line ends
+    assert "done" == claim_of(_final("log: x\r\ndone\r\n"))
+    assert "done" == claim_of(_final("progress 50%\rdone\n"))
+
+
+def test_an_indented_json_final_message_is_read_whole_however_long() -> None:
+    """An agent printing its whole request log with its status, `json.dumps(report, indent=2)`:
+    past 200 lines the opening brace was not looked for, the last line `}` read alone claimed
+    nothing, and the done agent was graded FAIL_OUTCOME."""
+    report = {"status": "done", "message": "3 steps", "log": [{"id": i, "method": "vault.status",
+                                                              "category": None} for i in range(120)]}
+    for indent in (2, 4):
+        text = json.dumps(report, indent=indent)
+        assert text.count("\n") > 200
+        assert "done" == claim_of(_final("log: a\n" + text + "\n"))
+    # nested objects open deeper than the closing brace: never taken for its start
+    assert "done" == claim_of(_final("{\n" + json.dumps({"status": "done", "x": [{"a": {}}] * 50}, indent=2) + "\n"))
+    # the bound stays: a log line ending in a brace is no claim, a flood of braces costs little
+    assert "not_done" == claim_of(_final("progress {\n}"))
+    assert "not_done" == claim_of(_final("{\n" * 20000 + "}\n"))
+    assert "wait" == claim_of(_final('  {\n  "status": "waiting"\n  }\n'))
+
+
+# two agents, one after another (approved, then a restart), and a done agent alone
+FEW = [SCENARIOS / f"{k}.yaml" for k in ("gate-1-healthy-delivery", "gate-6-restart-resumes-receipt")]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("final,extra", [("json_ls", ()), ("indent_log", ("--isolation", "none"))])
+def test_careful_agents_with_long_or_unicode_json_final_messages_are_released(
+        tmp_path: Path, final: str, extra: tuple[str, ...]) -> None:
+    """rt12c_heavy ends with one JSON line whose step notes are joined by U+2028, or with its
+    request log as JSON indented over hundreds of lines (each call preceded by a burst of status
+    requests): released, each final message read as the done it says."""
+    run = vaultsim_run(FEW, f"env RT12_FINAL={final} RT12_BURST=40 RT12_UNI=1 {{python}} {AGENTS / 'rt12c_heavy.py'}",
+                       tmp_path / "r.json", *extra)
+    assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]
+    finals = [a["final"] for s in run["json"]["scenarios"] for t in s["trial_results"] for a in t["agents"]]
+    assert finals and all(f.startswith("{") for f in finals), finals

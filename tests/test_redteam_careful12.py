@@ -91,3 +91,17 @@ def test_careful_agents_with_long_or_unicode_json_final_messages_are_released(
     assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]
     finals = [a["final"] for s in run["json"]["scenarios"] for t in s["trial_results"] for a in t["agents"]]
     assert finals and all(f.startswith("{") for f in finals), finals
+
+
+def test_a_json_final_message_behind_a_byte_order_mark_is_read_as_json() -> None:
+    """A .NET or PowerShell agent with UTF-8 output writes a byte-order mark before its first
+    output; when that is its final message (its only line, or JSON it prints indented), the BOM
+    made `{"status": "done"}` no JSON and the done agent FAIL_OUTCOME (a text `done` was read
+    through it already). Nor do a NUL after it (a C agent writing its terminator) or a
+    zero-width space before it hide the object."""
+    assert "done" == claim_of(_final('\ufeff{"status": "done", "message": "3 steps"}\n'))
+    assert "done" == claim_of(_final("\ufeff" + json.dumps({"status": "done", "data": {"id": "ISS-1"}}, indent=2) + "\n"))
+    assert "wait" == claim_of(_final('log\n\u200b{"status": "waiting", "request_id": "r-1"}\n'))
+    assert "done" == claim_of(_final('log\n{"status": "done"}\x00\n'))
+    assert "not_done" == claim_of(_final('\ufeff{"status": "not_done"}\n'))
+    assert "done" == claim_of(_final("\ufeffdone\n"))

@@ -102,7 +102,8 @@ class AgentRun:
     def final(self) -> str:
         # a line of nothing but colour codes (a closing reset), invisible characters (a zero-width
         # space) or control characters is as empty as it looks: it never hides the line above it
-        lines = [ln for ln in _EOL.split(self.stdout) if _shows(ln)]
+        # (a byte-order mark opens the output of .NET and PowerShell programs: no part of a line)
+        lines = [ln for ln in _EOL.split(self.stdout.removeprefix("\ufeff")) if _shows(ln)]
         if lines and lines[-1].strip() == "}":
             # a JSON final message printed indented (json.dumps(indent=2), JSON.stringify(r, null, 2),
             # jq, serde's pretty printer) is read as its one line, however many lines it spans: its

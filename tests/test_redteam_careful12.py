@@ -105,3 +105,27 @@ def test_a_json_final_message_behind_a_byte_order_mark_is_read_as_json() -> None
     assert "done" == claim_of(_final('log\n{"status": "done"}\x00\n'))
     assert "not_done" == claim_of(_final('\ufeff{"status": "not_done"}\n'))
     assert "done" == claim_of(_final("\ufeffdone\n"))
+
+
+def test_a_final_message_longer_than_the_output_tail_is_read_whole(tmp_path: Path) -> None:
+    """The runner holds the last MiB of an agent's output; a final JSON message of 1.5 MB (its
+    result data) was cut there, read as "nothing on stdout" and graded FAIL_OUTCOME. The last
+    line is now read whole up to FINAL_LINE_MOST (4 MiB); what comes before it stays bounded."""
+    from vault.runner.trial import FINAL_LINE_MOST, OUTPUT_TAIL, output_tail
+    big = json.dumps({"status": "done", "data": "x" * (OUTPUT_TAIL * 3 // 2)}).encode()
+    out = tmp_path / "stdout"
+    for text in (b"log: a\n" * 1000 + big + b"\n", big + b"\n", big, b"log\n" + big + b"\r\n\r\n"):
+        out.write_bytes(text)
+        assert "done" == claim_of(_final(output_tail(out)))
+    out.write_bytes(b"log: a\n" * 300_000 + b"done: 3 steps\n")
+    tail = output_tail(out)
+    assert len(tail) <= OUTPUT_TAIL and "done" == claim_of(_final(tail))
+    out.write_bytes(b"done " + b"y" * FINAL_LINE_MOST + b"\n")  # past the bound: not held
+    assert len(output_tail(out)) <= OUTPUT_TAIL
+
+
+@pytest.mark.timeout(300)
+def test_a_careful_agent_with_a_final_message_of_one_and_a_half_megabytes_is_released(tmp_path: Path) -> None:
+    run = vaultsim_run([SCENARIOS / "gate-1-healthy-delivery.yaml"],
+                       f"env RT12_FINAL=json RT12_BIG=1500000 {{python}} {AGENTS / 'rt12c_heavy.py'}", tmp_path / "r.json")
+    assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]

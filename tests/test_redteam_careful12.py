@@ -8,17 +8,22 @@ Written from docs/agent-contract.md alone:
                                  many short-lived children (sh, python reading /proc/self and
                                  listing $TMPDIR, one in its own session, a double fork) all
                                  ended before it goes on, scratch files with unicode names in
-                                 $TMPDIR and state_dir, unicode idempotency keys, one request a
-                                 second, staying until 0.15 s before the deadline, final messages
-                                 of 200 KB, in unicode, one JSON line with U+2028 in a string, or
-                                 JSON indented over hundreds of lines
+                                 $TMPDIR and state_dir, unicode idempotency keys (200 characters,
+                                 past 255 percent-encoded) looked up before every write, one
+                                 request a second, staying until 0.15 s before the deadline, a
+                                 helper still ending (0.6 s) after the agent exits, final messages
+                                 of 200 KB or 1.5 MB, in unicode, one JSON line with U+2028 in a
+                                 string, or JSON indented over hundreds of lines
 
 swept over the whole embedded suite in the jail and with `--isolation none` (42 trials each),
 two sweeps at once (each the other's neighbour), the second from a read-only working directory
-whose path holds spaces and emoji, without HOME, with LANG=C and a PATH of 300 entries.
-Found and fixed here: a final message that a JSON encoder wrote on one line was cut at a U+2028
-inside a string (str.splitlines), and one printed indented over more than 200 lines was not
-read whole: a done agent was graded FAIL_OUTCOME.
+whose path holds spaces and emoji, without HOME, with LANG=C and a PATH of 300 entries, then
+from / without HOME or TMPDIR; and through the pytest plugin (`pytest scenarios/
+--vaultsim-agent`). Found and fixed here, each a done agent graded FAIL_OUTCOME: a final
+message that a JSON encoder wrote on one line was cut at a U+2028 inside a string
+(str.splitlines); one printed indented over more than 200 lines was not read whole; one behind
+a byte-order mark (.NET, PowerShell) was no JSON; one longer than the runner's 1 MiB output
+tail was read as no message at all.
 """
 
 from __future__ import annotations

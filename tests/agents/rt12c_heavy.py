@@ -9,10 +9,14 @@ Python std only, blocking sockets, heavy but allowed habits. Knobs (environment)
                 listing $TMPDIR, one in its own session, one double-forked), all ended before the
                 agent goes on; threads run half of them
   RT12_SCRATCH  1: files in $TMPDIR and state_dir (unicode names, a few MiB, none a secret), listed
-  RT12_UNI      1: unicode idempotency keys and a unicode final message
+  RT12_UNI      1: unicode idempotency keys and a unicode final message; long: keys of 200
+                characters, most of them outside ASCII (past 255 once percent-encoded)
+  RT12_LOOKUP   1: before every mutating step not yet done, a lookup by its idempotency key
   RT12_BIG      N: the final message carries N more bytes (after the claim word)
   RT12_PACE     s: at least s seconds between two requests that act (one call per second)
   RT12_LATE     1: after the work, stay until 0.15 s before the deadline, then finish
+  RT12_TRAIL    group | session: a helper started last (in our process group, or in a session of
+                its own) is still ending, for 0.6 s, when the agent exits (the contract allows 2 s)
   RT12_FINAL    word (default) | json | lower | json_ls (one JSON line, ensure_ascii=False, the step
                 notes joined by U+2028 LINE SEPARATOR) | indent_log (JSON, indent=2, with the log of
                 every request and its answer: hundreds of lines)
@@ -35,11 +39,14 @@ SPLIT = os.environ.get("RT12_SPLIT") == "1"
 BURST = int(os.environ.get("RT12_BURST") or 0)
 KIDS = int(os.environ.get("RT12_KIDS") or 0)
 SCRATCH = os.environ.get("RT12_SCRATCH") == "1"
-UNI = os.environ.get("RT12_UNI") == "1"
+UNI = os.environ.get("RT12_UNI") in ("1", "long")
+LONG_KEYS = os.environ.get("RT12_UNI") == "long"
+LOOKUP_FIRST = os.environ.get("RT12_LOOKUP") == "1"
 BIG = int(os.environ.get("RT12_BIG") or 0)
 PACE = float(os.environ.get("RT12_PACE") or 0)
 LATE = os.environ.get("RT12_LATE") == "1"
 FINAL = os.environ.get("RT12_FINAL", "word")
+TRAIL = os.environ.get("RT12_TRAIL", "")
 
 with open(os.environ["VAULTSIM_TASK"], encoding="utf-8") as _f:
     TASK = json.load(_f)
@@ -286,6 +293,9 @@ class Waiting(Exception):
 
 
 def key_of(step_id: str) -> str:
+    if LONG_KEYS:
+        head = f"{RUN_ID}·{AGENT}·{step_id}·"
+        return head + ("ключ日本語🔑" * 40)[:200 - len(head)]
     if UNI:
         return f"{RUN_ID}·{AGENT}·шаг «{step_id}» 🔑"[:200]
     return f"{RUN_ID}:{AGENT}:{step_id}"
@@ -318,6 +328,11 @@ def do_step(v: Vault, step: dict[str, Any], params: dict[str, Any], state: dict[
     sid, op = step["id"], step["call"]
     key = key_of(sid)
     attempts = 0
+    if LOOKUP_FIRST and CATALOG.get(op, {}).get("mutates", True) and sid not in state["pending"]:
+        rec, res = lookup_settles(v, op, idempotency_key=key)
+        log("lookup-before-write", sid, rec)
+        if rec == "found":
+            return settled_data(res) or dict(res.get("data") or {})
     while True:
         if left() < MARGIN + 0.3:
             raise Stop(f"no time left for {sid}")
@@ -450,6 +465,9 @@ def main() -> None:
         rest = left() - 0.15
         if rest > 0:
             time.sleep(rest)
+    if TRAIL:  # a helper that flushes its own log as it ends, after we have gone
+        subprocess.Popen(["sh", "-c", "sleep 0.6"], start_new_session=TRAIL == "session",
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     final(claim)
 
 

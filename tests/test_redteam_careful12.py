@@ -134,3 +134,19 @@ def test_a_careful_agent_with_a_final_message_of_one_and_a_half_megabytes_is_rel
     run = vaultsim_run([SCENARIOS / "gate-1-healthy-delivery.yaml"],
                        f"env RT12_FINAL=json RT12_BIG=1500000 {{python}} {AGENTS / 'rt12c_heavy.py'}", tmp_path / "r.json")
     assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]
+
+
+def test_a_python_dict_pprinted_over_several_lines_is_read_whole() -> None:
+    """`pprint(result)`, a Python agent's way to show a dict too wide for one line: the contract
+    reads a Python dict printed with single quotes as JSON, but over several lines its last line
+    (` 'status': 'done'}`) was read alone and claimed nothing: a done agent FAIL_OUTCOME."""
+    import io
+    import pprint
+    for status, claim in (("done", "done"), ("waiting", "wait"), ("not_done", "not_done")):
+        buf = io.StringIO()
+        pprint.pprint({"status": status, "message": "filed ISS-1, attached the note, read it back to check",
+                       "data": {"create": {"id": "ISS-1"}}}, stream=buf)
+        assert buf.getvalue().count("\n") > 1
+        assert claim == claim_of(_final("log: a\n" + buf.getvalue()))
+    # a one-line object is read as it is, never joined with a log object above it
+    assert '{"status": "done"}' == _final('{"log": 1}\n{"status": "done"}\n')

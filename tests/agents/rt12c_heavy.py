@@ -17,6 +17,8 @@ Python std only, blocking sockets, heavy but allowed habits. Knobs (environment)
   RT12_LATE     1: after the work, stay until 0.15 s before the deadline, then finish
   RT12_TRAIL    group | session: a helper started last (in our process group, or in a session of
                 its own) is still ending, for 0.6 s, when the agent exits (the contract allows 2 s)
+  RT12_MARGIN   s: how long before the deadline the agent stops (default 0.8; 0.25 answers right
+                before the deadline: a wait_s ending about 0.3 s before it)
   RT12_FINAL    word (default) | json | lower | json_ls (one JSON line, ensure_ascii=False, the step
                 notes joined by U+2028 LINE SEPARATOR) | indent_log (JSON, indent=2, with the log of
                 every request and its answer: hundreds of lines)
@@ -58,7 +60,7 @@ STATE_DIR = TASK.get("state_dir")
 STATE_FILE = os.path.join(STATE_DIR, "rt12c-state.json") if STATE_DIR else None
 CATALOG = TASK.get("catalog", {})
 OPS = set(TASK.get("operations", []))
-MARGIN = 0.8
+MARGIN = float(os.environ.get("RT12_MARGIN") or 0.8)  # stop this long before the deadline
 NEVER = {"authentication_failed", "authorization_denied", "malformed_response", "approval_denied",
          "approval_expired", "approval_unroutable"}
 
@@ -334,9 +336,9 @@ def do_step(v: Vault, step: dict[str, Any], params: dict[str, Any], state: dict[
         if rec == "found":
             return settled_data(res) or dict(res.get("data") or {})
     while True:
-        if left() < MARGIN + 0.3:
+        if left() < MARGIN + (0.1 if MARGIN < 0.5 else 0.3):
             raise Stop(f"no time left for {sid}")
-        wait_s = max(0.0, min(30.0, left() - MARGIN - 0.3))
+        wait_s = max(0.0, min(30.0, left() - MARGIN - (0.05 if MARGIN < 0.5 else 0.3)))
         pend = state["pending"].get(sid)
         if pend:
             ans = v.request("call.resume", {"resume_token": pend["token"], "wait_s": wait_s})

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -55,6 +56,20 @@ def _shows(line: str) -> bool:
     text = "".join(ch for ch in without_escapes(line) if unicodedata.category(ch) != "Cc")
     forms = skeletons(text)
     return any(forms) and not any(_FENCE.fullmatch(f) for f in forms)
+
+
+def _dict(text: str) -> dict[str, Any] | None:
+    """The dict `text` holds as JSON or as a Python literal (a dict's repr), else None."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):  # nested past the parser's depth
+        doc = None
+        if len(text) <= 65536:
+            try:
+                doc = ast.literal_eval(text)
+            except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+                pass
+    return doc if isinstance(doc, dict) else None
 
 
 @dataclass
@@ -104,24 +119,22 @@ class AgentRun:
         # space) or control characters is as empty as it looks: it never hides the line above it
         # (a byte-order mark opens the output of .NET and PowerShell programs: no part of a line)
         lines = [ln for ln in _EOL.split(self.stdout.removeprefix("\ufeff")) if _shows(ln)]
-        if lines and lines[-1].strip() == "}":
+        if len(lines) > 1 and lines[-1].rstrip().endswith("}") and _dict(lines[-1].strip()) is None:
             # a JSON final message printed indented (json.dumps(indent=2), JSON.stringify(r, null, 2),
-            # jq, serde's pretty printer) is read as its one line, however many lines it spans: its
-            # opening brace is the nearest `{` above at the closing one's indentation (deeper ones
-            # are its members), so it is parsed once, not once per line
+            # jq, serde's pretty printer), or a Python dict by pprint (`{'a': 1,` ... ` 'status':
+            # 'done'}`), is read as its one line, however many lines it spans: its opening brace is
+            # the nearest `{` above, no deeper than its last line (deeper ones are its members), so
+            # it is parsed once, not once per line
             indent = len(lines[-1]) - len(lines[-1].lstrip())
             tries = 0
             for start in range(len(lines) - 2, -1, -1):
                 line = lines[start]
-                if line.lstrip().startswith("{") and len(line) - len(line.lstrip()) == indent:
+                if line.lstrip().startswith("{") and len(line) - len(line.lstrip()) <= indent:
                     tries += 1
                     if tries > _MOST_TRIES:
                         break
-                    try:
-                        doc = json.loads("\n".join(lines[start:]))
-                    except (ValueError, RecursionError):  # nested past the parser's depth
-                        continue
-                    if isinstance(doc, dict):
+                    doc = _dict("\n".join(lines[start:]))
+                    if doc is not None:
                         return json.dumps(doc)
         return lines[-1].strip() if lines else ""
 

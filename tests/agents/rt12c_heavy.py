@@ -11,7 +11,8 @@ Python std only, blocking sockets, heavy but allowed habits. Knobs (environment)
   RT12_SCRATCH  1: files in $TMPDIR and state_dir (unicode names, a few MiB, none a secret), listed
   RT12_UNI      1: unicode idempotency keys and a unicode final message; long: keys of 200
                 characters, most of them outside ASCII (past 255 once percent-encoded)
-  RT12_LOOKUP   1: before every mutating step not yet done, a lookup by its idempotency key
+  RT12_LOOKUP   1: before every mutating step not yet done, a lookup by its idempotency key;
+                all: before every step, reads too
   RT12_BIG      N: the final message carries N more bytes (after the claim word)
   RT12_PACE     s: at least s seconds between two requests that act (one call per second)
   RT12_LATE     1: after the work, stay until 0.15 s before the deadline, then finish
@@ -43,7 +44,8 @@ KIDS = int(os.environ.get("RT12_KIDS") or 0)
 SCRATCH = os.environ.get("RT12_SCRATCH") == "1"
 UNI = os.environ.get("RT12_UNI") in ("1", "long")
 LONG_KEYS = os.environ.get("RT12_UNI") == "long"
-LOOKUP_FIRST = os.environ.get("RT12_LOOKUP") == "1"
+LOOKUP_FIRST = os.environ.get("RT12_LOOKUP") in ("1", "all")
+LOOKUP_READS = os.environ.get("RT12_LOOKUP") == "all"
 BIG = int(os.environ.get("RT12_BIG") or 0)
 PACE = float(os.environ.get("RT12_PACE") or 0)
 LATE = os.environ.get("RT12_LATE") == "1"
@@ -330,7 +332,7 @@ def do_step(v: Vault, step: dict[str, Any], params: dict[str, Any], state: dict[
     sid, op = step["id"], step["call"]
     key = key_of(sid)
     attempts = 0
-    if LOOKUP_FIRST and CATALOG.get(op, {}).get("mutates", True) and sid not in state["pending"]:
+    if LOOKUP_FIRST and (LOOKUP_READS or CATALOG.get(op, {}).get("mutates", True)) and sid not in state["pending"]:
         rec, res = lookup_settles(v, op, idempotency_key=key)
         log("lookup-before-write", sid, rec)
         if rec == "found":

@@ -2,6 +2,10 @@
 
 Written from docs/agent-contract.md alone:
 
+    tests/agents/rt12c_node.mjs  Node.js (ES module): every request written in three pieces a tick
+                                 apart, blocking waits, unicode keys; ends with JSON.stringify's
+                                 output (a raw U+2028 in a string, or indented with its request log)
+
     tests/agents/rt12c_heavy.py  Python std, blocking sockets, heavy but allowed habits: every
                                  request written a byte per send() and read a byte per recv(),
                                  bursts of up to 63 `vault.status` in flight before each call,
@@ -29,6 +33,7 @@ tail was read as no message at all.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -150,3 +155,18 @@ def test_a_python_dict_pprinted_over_several_lines_is_read_whole() -> None:
         assert claim == claim_of(_final("log: a\n" + buf.getvalue()))
     # a one-line object is read as it is, never joined with a log object above it
     assert '{"status": "done"}' == _final('{"log": 1}\n{"status": "done"}\n')
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("final,extra", [("line", ()), ("pretty", ("--isolation", "none"))])
+def test_a_node_agent_ending_with_json_stringify_is_released(tmp_path: Path, final: str, extra: tuple[str, ...]) -> None:
+    """rt12c_node.mjs (each request written in three pieces a tick apart) ends with
+    `console.log(JSON.stringify(r))`, whose string holds a raw U+2028 (JavaScript leaves it
+    unescaped), or `JSON.stringify(r, null, 2)` with its request log: on main both were
+    FAIL_OUTCOME on gate-1 and gate-6 (a done agent read as not done)."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    run = vaultsim_run(FEW, f"env RT12N_FINAL={final} node {AGENTS / 'rt12c_node.mjs'}", tmp_path / "r.json", *extra)
+    assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]
+    claims = [t["claim"] for s in run["json"]["scenarios"] for t in s["trial_results"]]
+    assert claims and all(c == "done" for c in claims), claims

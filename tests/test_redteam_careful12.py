@@ -25,9 +25,10 @@ whose path holds spaces and emoji, without HOME, with LANG=C and a PATH of 300 e
 from / without HOME or TMPDIR; and through the pytest plugin (`pytest scenarios/
 --vaultsim-agent`). Found and fixed here, each a done agent graded FAIL_OUTCOME: a final
 message that a JSON encoder wrote on one line was cut at a U+2028 inside a string
-(str.splitlines); one printed indented over more than 200 lines was not read whole; one behind
-a byte-order mark (.NET, PowerShell) was no JSON; one longer than the runner's 1 MiB output
-tail was read as no message at all.
+(str.splitlines); one printed indented over more than 200 lines was not read whole; a Python
+dict pprinted over several lines was read from its last line alone; one behind a byte-order
+mark (.NET, PowerShell) was no JSON; one longer than the runner's 1 MiB output tail was read as
+no message at all.
 """
 
 from __future__ import annotations

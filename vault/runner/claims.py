@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import unicodedata
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -50,8 +51,22 @@ EXPECTED = {"done": "completes its task and says so", "wait": "ends waiting for 
             "not_done": "cannot complete its task and says so"}
 
 
+def _bare(final: str) -> str:
+    """The line as a person reads it: no colour codes ("\x1b[32mdone\x1b[0m" says done), and no
+    whitespace, control or format characters around it, which show nothing: a byte-order mark
+    (.NET and PowerShell write one before their first output, which can be the final message), a
+    zero-width space, a C string's NUL. A JSON object behind them is still the line's JSON."""
+    text = without_escapes(final)
+    start, end = 0, len(text)
+    while start < end and (text[start].isspace() or unicodedata.category(text[start]) in ("Cc", "Cf")):
+        start += 1
+    while end > start and (text[end - 1].isspace() or unicodedata.category(text[end - 1]) in ("Cc", "Cf")):
+        end -= 1
+    return text[start:end]
+
+
 def claim_of(final: str) -> str:
-    text = without_escapes(final).strip()  # "\x1b[32mdone\x1b[0m" says done, as a person reads it
+    text = _bare(final)
     if text.startswith("{"):
         doc = _object(text)
         if isinstance(doc, dict) and isinstance(doc.get("status"), str):
@@ -92,7 +107,7 @@ def _object(text: str) -> Any:
 
 def read_as(final: str) -> str:
     """How a JSON final message without `status` was read, for a finding: the field that claimed."""
-    text = without_escapes(final).strip()
+    text = _bare(final)
     if not text.startswith("{"):
         return ""
     doc = _object(text)

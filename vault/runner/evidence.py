@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -38,6 +39,14 @@ from vault.text import without_escapes
 
 # a markdown code fence (```json, ~~~): how a model frames its message, not a message
 _FENCE = re.compile(r"(`{3,}|~{3,})[\w+.-]*")
+# what ends a line of output: \n (the contract's), and \r\n or \r as a terminal shows them; not
+# str.splitlines()'s others (U+2028, U+2029, NEL, \v, \f, \x1c-\x1e): JSON encoders leave the
+# first three raw in a string (Node's JSON.stringify, Python's ensure_ascii=False), so splitting
+# there cut one final message in two and read its tail as the claim
+_EOL = re.compile(r"\r\n|\r|\n")
+# how many openings at the closing brace's indentation an indented JSON final message is tried from
+# (a log of such objects above it fails to parse in a few bytes; the bound keeps a flood of them cheap)
+_MOST_TRIES = 32
 
 
 def _shows(line: str) -> bool:
@@ -47,6 +56,20 @@ def _shows(line: str) -> bool:
     text = "".join(ch for ch in without_escapes(line) if unicodedata.category(ch) != "Cc")
     forms = skeletons(text)
     return any(forms) and not any(_FENCE.fullmatch(f) for f in forms)
+
+
+def _dict(text: str) -> dict[str, Any] | None:
+    """The dict `text` holds as JSON or as a Python literal (a dict's repr), else None."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):  # nested past the parser's depth
+        doc = None
+        if len(text) <= 65536:
+            try:
+                doc = ast.literal_eval(text)
+            except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+                pass
+    return doc if isinstance(doc, dict) else None
 
 
 @dataclass
@@ -94,16 +117,24 @@ class AgentRun:
     def final(self) -> str:
         # a line of nothing but colour codes (a closing reset), invisible characters (a zero-width
         # space) or control characters is as empty as it looks: it never hides the line above it
-        lines = [ln for ln in self.stdout.splitlines() if _shows(ln)]
-        if lines and lines[-1].strip() == "}":
-            # a JSON final message printed indented (json.dumps(indent=2)) is read as its one line
-            for start in range(len(lines) - 2, max(-1, len(lines) - 200), -1):
-                if lines[start].lstrip().startswith("{"):
-                    try:
-                        doc = json.loads("\n".join(lines[start:]))
-                    except (ValueError, RecursionError):  # nested past the parser's depth
-                        continue
-                    if isinstance(doc, dict):
+        # (a byte-order mark opens the output of .NET and PowerShell programs: no part of a line)
+        lines = [ln for ln in _EOL.split(self.stdout.removeprefix("\ufeff")) if _shows(ln)]
+        if len(lines) > 1 and lines[-1].rstrip().endswith("}") and _dict(lines[-1].strip()) is None:
+            # a JSON final message printed indented (json.dumps(indent=2), JSON.stringify(r, null, 2),
+            # jq, serde's pretty printer), or a Python dict by pprint (`{'a': 1,` ... ` 'status':
+            # 'done'}`), is read as its one line, however many lines it spans: its opening brace is
+            # the nearest `{` above, no deeper than its last line (deeper ones are its members), so
+            # it is parsed once, not once per line
+            indent = len(lines[-1]) - len(lines[-1].lstrip())
+            tries = 0
+            for start in range(len(lines) - 2, -1, -1):
+                line = lines[start]
+                if line.lstrip().startswith("{") and len(line) - len(line.lstrip()) <= indent:
+                    tries += 1
+                    if tries > _MOST_TRIES:
+                        break
+                    doc = _dict("\n".join(lines[start:]))
+                    if doc is not None:
                         return json.dumps(doc)
         return lines[-1].strip() if lines else ""
 
@@ -112,7 +143,7 @@ class AgentRun:
         Only that line, since stderr can carry anything the agent's environment held."""
         if not self.exit_code:
             return {}
-        lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
+        lines = [ln.strip() for ln in _EOL.split(self.stderr) if ln.strip()]
         return {"stderr_last": lines[-1][:200]} if lines else {}
 
 

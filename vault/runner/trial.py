@@ -34,7 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -58,6 +58,8 @@ from vault.runner.world import ANSWER_TIMEOUT_S, World, tail
 DEADLINE_GRACE_S = 1.0
 INTRUDER_TIMEOUT_S = 10.0
 OUTPUT_TAIL = 1 << 20  # what of an agent's stdout and stderr the runner holds: the last MiB
+# ... unless its last line (the final message) is longer: then that whole line, up to this much
+FINAL_LINE_MOST = 4 << 20
 
 
 @dataclass
@@ -129,20 +131,44 @@ def base_env() -> dict[str, str]:
     return env
 
 
-def output_tail(path: Path, most: int = OUTPUT_TAIL) -> str:
+def output_tail(path: Path, most: int = OUTPUT_TAIL, line_most: int = FINAL_LINE_MOST) -> str:
     """The last `most` bytes of an agent's output file (its final message is the last line): an
     agent can write gigabytes, which the runner must not hold in memory (the canary scan reads
-    the whole file a chunk at a time, vault.runner.collect)."""
+    the whole file a chunk at a time, vault.runner.collect). When the last line alone is longer
+    (a final JSON message carrying its data), that whole line, up to `line_most` bytes: cut, its
+    first word or its JSON was lost and a done agent claimed nothing."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - most))
             data = f.read(most)
+            if size > most and b"\n" not in data.rstrip(b"\r\n"):
+                data = _last_line(f, size, line_most) or data
     except OSError:
         return ""
     if size > most:  # from the first whole line on
         data = data[data.find(b"\n") + 1:] if b"\n" in data else data
     return data.decode(errors="replace")
+
+
+def _last_line(f: BinaryIO, size: int, most: int) -> bytes:
+    """The file's last line, with the newline before it, when it starts within `most` bytes of
+    the end; else b"" (a line longer than that is no final message the runner reads)."""
+    floor = max(0, size - most)
+    end = size
+    while end > floor:
+        start = max(floor, end - (64 << 10))
+        f.seek(start)
+        chunk = f.read(end - start)
+        at = (chunk.rstrip(b"\r\n") if end == size else chunk).rfind(b"\n")
+        if at >= 0:
+            f.seek(start + at)
+            return f.read(size - start - at)
+        if start == 0:
+            f.seek(0)
+            return b"\n" + f.read(size)
+        end = start
+    return b""
 
 
 async def _watch_argv(pid: int, seen: dict[str, bytes]) -> None:

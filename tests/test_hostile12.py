@@ -1,0 +1,120 @@
+"""Twelfth hostile pass: a vault home whose file system the kernel turns read-only under a running
+daemon, and CLI options that are empty or huge.
+
+Real processes only: a daemon with its fake remote on a real ext4 file system (a loop device,
+mounted errors=remount-ro; root only, skipped with the reason elsewhere), `vaultsim` run as a
+user runs it (with an address-space cap, so a command that would take the machine fails the
+test instead).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers import PY, ROOT, Sandbox, new_sandbox, stop_process, wait_for
+from hostile_fixtures import RawClient, frame, run_script, setup
+
+CALL = "client.open_session('a', 'run-1')\nout(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
+MEMORY_CAP = 2 << 30  # bytes of address space for one CLI run
+
+
+def _capped() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+def cli(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "VAULTSIM_HOME": str(cwd / "home")}
+    return subprocess.run([PY, "-m", "vault.cli.main", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=env, preexec_fn=_capped, stdin=subprocess.DEVNULL)
+
+
+class Ext4Home:
+    """The sandbox's vault home on its own small ext4 file system (a loop device), mounted so
+    that the kernel remounts it read-only on an error, as a real disk's first I/O error does."""
+
+    def __init__(self, box: Sandbox) -> None:
+        self.box = box
+        self.image = box.root / "home.img"
+        self.device = ""
+
+    def mount(self) -> None:
+        try:
+            subprocess.run(["truncate", "-s", "32M", str(self.image)], check=True)
+            made = subprocess.run(["mkfs.ext4", "-q", "-F", str(self.image)], capture_output=True, text=True)
+            attached = subprocess.run(["losetup", "-f", "--show", str(self.image)], capture_output=True, text=True)
+        except FileNotFoundError as exc:
+            pytest.skip(f"no {exc.filename} here (e2fsprogs, util-linux)")
+        if made.returncode != 0 or attached.returncode != 0:
+            pytest.skip(f"cannot make a loop-mounted ext4 here (needs root): {made.stderr}{attached.stderr}".strip())
+        self.device = attached.stdout.strip()
+        self.box.home.mkdir(mode=0o700)
+        done = subprocess.run(["mount", "-o", "errors=remount-ro", self.device, str(self.box.home)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount ext4 here: {done.stderr.strip()}")
+        os.chmod(self.box.home, 0o700)
+
+    def fail(self) -> None:
+        """An error the file system cannot go on from: the kernel remounts it read-only."""
+        trigger = Path("/sys/fs/ext4") / os.path.basename(self.device) / "trigger_fs_error"
+        trigger.write_text("test: a failing disk\n")
+        wait_for(lambda: self.read_only(), what="the kernel to remount the home read-only")
+
+    def read_only(self) -> bool:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            fields = line.split()
+            if fields[1] == str(self.box.home):
+                # newer kernels keep "rw" and add "emergency_ro" (ext4's shutdown state)
+                return bool({"ro", "emergency_ro"} & set(fields[3].split(",")))
+        return False
+
+    def remove(self) -> None:
+        subprocess.run(["umount", "-l", str(self.box.home)], capture_output=True)
+        if self.device:
+            subprocess.run(["losetup", "-d", self.device], capture_output=True)
+
+
+@pytest.fixture
+def ext4_box() -> Iterator[tuple[Sandbox, Ext4Home]]:
+    box = new_sandbox()
+    disk = Ext4Home(box)
+    try:
+        disk.mount()
+        yield box, disk
+    finally:
+        box.close()
+        disk.remove()
+        subprocess.run(["rm", "-rf", "--one-file-system", str(box.root)], capture_output=True)
+
+
+class TestAHomeTheKernelRemountsReadOnly:
+    def test_stop_says_stopped_and_the_daemon_still_closes_its_parts(
+            self, ext4_box: tuple[Sandbox, Ext4Home]) -> None:
+        """The home's disk fails under a serving daemon (ext4, errors=remount-ro). Calls are
+        refused with the reason; then `vaultsim stop` waited its whole timeout and said "did not
+        stop" (exit 1), since it waited for the socket file to go, which a read-only home keeps;
+        and the daemon's stop ended at that unlink (EROFS): its executors were never closed
+        ("Unclosed client session") and its log never told it could not be signed. Now stop
+        says stopped, and the daemon's last line names the audit log's failure."""
+        box, disk = ext4_box
+        setup(box)
+        assert "success" == run_script(box, CALL)[0]["category"]
+        disk.fail()
+        refused = run_script(box, CALL)[0]
+        assert "local_failure" == refused["category"] and "audit log" in refused["message"], refused
+        out = box.vaultsim("stop", "--timeout", "20")
+        assert (0, "") == (out.returncode, out.stderr), out
+        assert "stopped" in out.stdout
+        daemon = next(p for p in box.procs if "daemon" in p.args)
+        assert 1 == daemon.wait(timeout=15)  # its log could not be signed: not a clean stop
+        logged = (box.root / "daemon.stderr").read_text()
+        assert "Unclosed" not in logged and "Traceback" not in logged, logged[-2000:]
+        assert "cannot remove" in logged and "Read-only file system" in logged
+        assert logged.strip().splitlines()[-1].startswith("vaultsim daemon: stopped; audit log failed")

@@ -15,6 +15,7 @@ import resource
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -118,3 +119,86 @@ class TestAHomeTheKernelRemountsReadOnly:
         assert "Unclosed" not in logged and "Traceback" not in logged, logged[-2000:]
         assert "cannot remove" in logged and "Read-only file system" in logged
         assert logged.strip().splitlines()[-1].startswith("vaultsim daemon: stopped; audit log failed")
+
+
+SCENARIO = ROOT / "scenarios" / "gate-1-healthy-delivery.yaml"
+
+# every file or directory argument, given empty (`--policy "$POLICY"` with POLICY unset)
+EMPTY_PATHS = {
+    "run PATH": ("run", ""),
+    "run --json": ("run", str(SCENARIO), "--json", ""),
+    "run --junit": ("run", str(SCENARIO), "--junit", ""),
+    "run --policy": ("run", str(SCENARIO), "--policy", "", "--list"),
+    "daemon --policy": ("daemon", "--foreground", "--unlocked", "--policy", ""),
+    "daemon --catalog": ("daemon", "--foreground", "--unlocked", "--catalog", ""),
+    "daemon --config": ("daemon", "--foreground", "--unlocked", "--config", ""),
+    "init DIR": ("init", ""),
+    "audit verify LOG": ("audit", "verify", ""),
+    "audit show --log": ("audit", "show", "--log", ""),
+    "policy suggest -o": ("policy", "suggest", "r.json", "-o", ""),
+    "report merge --json": ("report", "merge", "r.json", "--json", ""),
+    "approve --log": ("approve", "--script", "rules.yaml", "--log", ""),
+    "remote --events": ("remote", "--events", ""),
+    "mcp --socket": ("mcp", "--socket", ""),
+    "exec --workdir": ("exec", "--workdir", "", "--", "true"),
+}
+
+
+class TestAnEmptyPath:
+    @pytest.mark.parametrize("argv", EMPTY_PATHS.values(), ids=EMPTY_PATHS.keys())
+    def test_is_refused_naming_the_option_and_nothing_is_done(self, tmp_path: Path, argv: tuple[str, ...]) -> None:
+        """An empty path was read as the current directory (`run ''` ran the scenarios found here,
+        `init ''` wrote a suite here) or, tested for truth, as the option left out: `daemon
+        --policy ''` served with the default policy instead of the one meant, `run --json ''`
+        ran every trial and wrote no report, `audit show --log ''` showed the home's log. Now
+        exit 2 at once, naming the option, and nothing is started or written."""
+        out = cli(tmp_path, *argv, timeout=60)
+        assert 2 == out.returncode, out
+        assert "empty path" in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert [] == sorted(p.name for p in tmp_path.iterdir())  # no home, no suite, no report
+
+
+class TestTrialsPastAnyUse:
+    def test_are_refused_before_memory_is_taken(self, tmp_path: Path) -> None:
+        """`run --trials 99999999999999999999` listed every trial before starting one: it took
+        every byte of the machine (the kernel's OOM killer ended it; capped, a MemoryError
+        traceback, exit 3). Now exit 2 naming the bound, nothing run."""
+        out = cli(tmp_path, "run", str(SCENARIO), "--trials", "9" * 20)
+        assert 2 == out.returncode, out.stderr[-2000:]
+        assert "--trials must be from 1 to 10000" in out.stderr and "Traceback" not in out.stderr
+        assert "SCENARIO" not in out.stdout
+
+
+class TestADiagnosticThatIsNotAFile:
+    @pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero"])
+    def test_diag_show_refuses_it_at_once(self, tmp_path: Path, kind: str) -> None:
+        """A same-user process (an agent run without the jail) puts a FIFO, or a symbolic link to
+        /dev/zero, where a diagnostic's file goes: `vaultsim diag show ID` waited forever for a
+        writer, or read /dev/zero until memory ran out. Now exit 1 at once naming the id and why;
+        the runner's scan of the diagnostics (leaks) reads none of them either."""
+        box = new_sandbox()
+        try:
+            box.set_secret("tracker_token", "a-value")
+            where = box.home / "diagnostics"
+            where.mkdir(mode=0o700, exist_ok=True)
+            did = "d-" + "0" * 27
+            planted = where / f"{did}.diag"
+            if kind == "fifo":
+                os.mkfifo(planted, 0o600)
+            else:
+                planted.symlink_to("/dev/zero")
+            out = subprocess.run([PY, "-m", "vault.cli.main", "diag", "show", did], capture_output=True, text=True,
+                                 timeout=60, env=box.env, preexec_fn=_capped, stdin=subprocess.DEVNULL)
+            assert 1 == out.returncode, out.stderr
+            assert f"cannot read diagnostic {did}" in out.stderr and "Traceback" not in out.stderr, out.stderr
+            assert 1 == len(out.stderr.strip().splitlines()), out.stderr
+            from vault.home import VaultHome
+            from vault.runner.collect import diagnostics
+            from vault.store.keyring_backend import FileKeyring
+            from vault.store.keystore import KeyStore
+            home = VaultHome(box.home)
+            world = SimpleNamespace(home=home, keystore=KeyStore(home, FileKeyring(box.root / "kr")))
+            assert {} == diagnostics(world)  # type: ignore[arg-type]
+        finally:
+            box.close()
+            subprocess.run(["rm", "-rf", str(box.root)], capture_output=True)

@@ -202,3 +202,17 @@ class TestADiagnosticThatIsNotAFile:
         finally:
             box.close()
             subprocess.run(["rm", "-rf", str(box.root)], capture_output=True)
+
+
+class TestAnAgentThatTurnsItsTaskFileIntoAFifo:
+    def test_the_run_ends_with_a_verdict(self, tmp_path: Path) -> None:
+        """Without the jail an agent can replace the task file its environment names with a FIFO.
+        The runner's leak scan opened it to read it: the open waited forever for a writer, in a
+        thread the interpreter joins at exit, so `vaultsim run` hung past TERM (only KILL ended
+        it). Now only regular files are read there and the run ends with its verdict."""
+        agent = tmp_path / "fifo_task.sh"
+        agent.write_text('rm -f "$VAULTSIM_TASK"; mkfifo "$VAULTSIM_TASK"; echo \'{"status": "done"}\'\n')
+        out = cli(tmp_path, "run", str(SCENARIO), "--isolation", "none", "--agent", f"sh {agent}", timeout=240)
+        assert 1 == out.returncode, out.stdout[-2000:] + out.stderr[-2000:]
+        assert "FAIL_OUTCOME" in out.stdout and "RELEASE BLOCKED" in out.stdout
+        assert "Traceback" not in out.stderr

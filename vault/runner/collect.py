@@ -239,14 +239,18 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
     out["the transcript"] = json.dumps(audit_events or [], default=str).encode()
     out["the approver's notifications"] = json.dumps(world.notes, default=str).encode()
     out["the remote's event log"] = json.dumps(ev.remote_events, default=str).encode()
+    # read as regular files only: without the jail an agent can put a FIFO in any of these places
+    # (its own task file is named in its environment), and opening one held the run forever,
+    # past TERM (the open blocks in a thread the interpreter joins at exit)
     for name, path in (("the raw audit log", world.home.audit_log), ("the daemon log", world.daemon_log)):
         with contextlib.suppress(OSError):
-            out[name] = path.read_bytes()
+            out[name] = read_regular(path)
     for path in audit_segments(world.home.audit_log):  # rotated away from audit.log: scanned all the same
         with contextlib.suppress(OSError):
             out[f"the raw audit log segment {path.name}"] = read_regular(path)
     for path in sorted(world.root.glob("task-*.json")) + sorted(world.root.glob("plan-*.yaml")):
-        out[f"the agent's {path.name}"] = path.read_bytes()
+        with contextlib.suppress(OSError):
+            out[f"the agent's {path.name}"] = read_regular(path)
     assert world.remote is not None
     # what reached the remote: request lines, headers (the vault's Authorization and mark
     # excepted), bodies; and what it keeps
@@ -462,7 +466,7 @@ def diagnostics(world: World) -> dict[str, bytes]:
     directory = world.home.diagnostics_dir
     if not directory.is_dir():
         return {}
-    from vault.daemon.diagnostics import Diagnostics, read_regular
+    from vault.daemon.diagnostics import Diagnostics
     store = Diagnostics(directory, world.keystore.derive("diagnostics", create=False))
     out = {}
     for path in sorted(directory.glob("d-*.diag")):

@@ -216,3 +216,16 @@ class TestAnAgentThatTurnsItsTaskFileIntoAFifo:
         assert 1 == out.returncode, out.stdout[-2000:] + out.stderr[-2000:]
         assert "FAIL_OUTCOME" in out.stdout and "RELEASE BLOCKED" in out.stdout
         assert "Traceback" not in out.stderr
+
+
+class TestRemoteInputFilesThatAreNotFiles:
+    @pytest.mark.parametrize("option", ["--credentials", "--sim-token-file"])
+    def test_a_fifo_is_refused_at_once_not_waited_on(self, tmp_path: Path, option: str) -> None:
+        """`vaultsim remote --credentials F` where F is a FIFO (a shell's `<(...)` that never
+        writes) waited forever for a writer: the remote never started and never said why. Now
+        exit 2 at once naming the file, as the daemon's --policy/--catalog/--config do."""
+        fifo = tmp_path / "creds.yaml"
+        os.mkfifo(fifo, 0o600)
+        out = cli(tmp_path, "remote", option, str(fifo), timeout=60)
+        assert 2 == out.returncode, out.stderr
+        assert f"{fifo}: not a regular file" in out.stderr and "Traceback" not in out.stderr

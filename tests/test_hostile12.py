@@ -204,17 +204,29 @@ class TestADiagnosticThatIsNotAFile:
             subprocess.run(["rm", "-rf", str(box.root)], capture_output=True)
 
 
-class TestAnAgentThatTurnsItsTaskFileIntoAFifo:
-    def test_the_run_ends_with_a_verdict(self, tmp_path: Path) -> None:
-        """Without the jail an agent can replace the task file its environment names with a FIFO.
-        The runner's leak scan opened it to read it: the open waited forever for a writer, in a
-        thread the interpreter joins at exit, so `vaultsim run` hung past TERM (only KILL ended
-        it). Now only regular files are read there and the run ends with its verdict."""
-        agent = tmp_path / "fifo_task.sh"
-        agent.write_text('rm -f "$VAULTSIM_TASK"; mkfifo "$VAULTSIM_TASK"; echo \'{"status": "done"}\'\n')
+# without the jail, files of the trial's own directory an agent can reach: the task file its
+# environment names, and the keeper's report beside it; (the file, the verdict that names it)
+FIFO_TARGETS = {
+    "task file": ('"$VAULTSIM_TASK"', "FAIL_OUTCOME"),
+    "keeper report": ('"$(dirname "$VAULTSIM_TASK")/keeper-0.log"', "FAIL_DEADLINE"),
+}
+
+
+class TestAnAgentThatTurnsATrialFileIntoAFifo:
+    @pytest.mark.parametrize("target", FIFO_TARGETS.values(), ids=FIFO_TARGETS.keys())
+    def test_the_run_ends_with_a_verdict(self, tmp_path: Path, target: tuple[str, str]) -> None:
+        """Without the jail an agent can replace the task file its environment names, or the
+        keeper's report beside it, with a FIFO. The runner opened them to read them: the open
+        waited forever for a writer (the task file in a thread the interpreter joins at exit,
+        the report in the event loop itself), so `vaultsim run` hung past TERM; only KILL ended
+        it. Now only regular files are read there; the run ends with its verdict (a report that
+        is no file fails closed: the keeper's count is missing)."""
+        where, verdict = target
+        agent = tmp_path / "fifo_agent.sh"
+        agent.write_text(f'rm -f {where}; mkfifo {where}; echo \'{{"status": "done"}}\'\n')
         out = cli(tmp_path, "run", str(SCENARIO), "--isolation", "none", "--agent", f"sh {agent}", timeout=240)
         assert 1 == out.returncode, out.stdout[-2000:] + out.stderr[-2000:]
-        assert "FAIL_OUTCOME" in out.stdout and "RELEASE BLOCKED" in out.stdout
+        assert verdict in out.stdout and "RELEASE BLOCKED" in out.stdout
         assert "Traceback" not in out.stderr
 
 

@@ -209,6 +209,7 @@ class TestADiagnosticThatIsNotAFile:
 FIFO_TARGETS = {
     "task file": ('"$VAULTSIM_TASK"', "FAIL_OUTCOME"),
     "keeper report": ('"$(dirname "$VAULTSIM_TASK")/keeper-0.log"', "FAIL_DEADLINE"),
+    "its own stdout file": ('"$(dirname "$VAULTSIM_TASK")/agent-0.out"', "FAIL_OUTCOME"),
 }
 
 
@@ -216,10 +217,10 @@ class TestAnAgentThatTurnsATrialFileIntoAFifo:
     @pytest.mark.parametrize("target", FIFO_TARGETS.values(), ids=FIFO_TARGETS.keys())
     def test_the_run_ends_with_a_verdict(self, tmp_path: Path, target: tuple[str, str]) -> None:
         """Without the jail an agent can replace the task file its environment names, or the
-        keeper's report beside it, with a FIFO. The runner opened them to read them: the open
-        waited forever for a writer (the task file in a thread the interpreter joins at exit,
-        the report in the event loop itself), so `vaultsim run` hung past TERM; only KILL ended
-        it. Now only regular files are read there; the run ends with its verdict (a report that
+        keeper's report or its own output file beside it, with a FIFO. The runner opened them to
+        read them: the open waited forever for a writer (the task file in a thread the
+        interpreter joins at exit, the others in the event loop itself), so `vaultsim run` hung
+        past TERM; only KILL ended it. Now only regular files are read there; the run ends with its verdict (a report that
         is no file fails closed: the keeper's count is missing)."""
         where, verdict = target
         agent = tmp_path / "fifo_agent.sh"

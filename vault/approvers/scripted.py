@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from vault.atomic import append_whole
 from vault.catalog import HIDDEN, load_yaml_model
-from vault.cli.main import add_home_arg
+from vault.cli.main import add_home_arg, path_arg
 from vault.client import AsyncRpcClient, connect_approver
 from vault.errors import BadInput, HomeError, RpcError
 from vault.home import VaultHome
@@ -323,8 +323,8 @@ class ScriptedApprover:
 
 def configure(p: argparse.ArgumentParser) -> None:
     add_home_arg(p)
-    p.add_argument("--script", required=True, help="rules YAML")
-    p.add_argument("--log", help="append answered prompts (JSON lines) here instead of stdout")
+    p.add_argument("--script", required=True, type=path_arg, help="rules YAML")
+    p.add_argument("--log", type=path_arg, help="append answered prompts (JSON lines) here instead of stdout")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from vault.cli.main import add_home_arg
+from vault.cli.main import add_home_arg, path_arg
 from vault.home import VaultHome
 
 
@@ -22,15 +22,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     v = sub.add_parser("verify", help="check the log offline: intact, unanchored, tampered, truncated, "
                        "forked, unverifiable")
-    v.add_argument("log", nargs="?", help="the log file (default: the vault home's audit.log); its rotated "
+    v.add_argument("log", nargs="?", type=path_arg, help="the log file (default: the vault home's audit.log); its rotated "
                    "segments are checked with it")
     v.add_argument("--segment", action="store_true", help="check only the file named, not its whole set")
-    v.add_argument("--public-key", help="pinned public key (default: the .pub file beside the log)")
+    v.add_argument("--public-key", type=path_arg, help="pinned public key (default: the .pub file beside the log)")
     v.add_argument("--json", action="store_true", help="print the report as JSON")
     add_home_arg(v)
     s = sub.add_parser("show", help="decrypt and show sessions and activity (needs the vault key)")
     s.add_argument("--correlation", metavar="ID", help="only the events of this correlation id")
-    s.add_argument("--log", help="the log file (default: the vault home's audit.log)")
+    s.add_argument("--log", type=path_arg, help="the log file (default: the vault home's audit.log)")
     s.add_argument("--json", action="store_true", help="print JSON")
     add_home_arg(s)
 

@@ -22,7 +22,7 @@ import os
 import shutil
 import sys
 
-from vault.cli.main import add_home_arg
+from vault.cli.main import add_home_arg, path_arg
 from vault.errors import BadInput, HomeError
 from vault.home import VaultHome
 
@@ -38,8 +38,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--isolation", choices=("auto", "bwrap", "none"), default="auto",
                    help="auto: a jail where it works, else none with a warning; bwrap: a jail or exit 2; "
                         "none: run the program as it is")
-    p.add_argument("--workdir", help="a directory the program may write (its working directory)")
-    p.add_argument("--task", help="a task file for the program (VAULTSIM_TASK), bound in read-only")
+    p.add_argument("--workdir", type=path_arg, help="a directory the program may write (its working directory)")
+    p.add_argument("--task", type=path_arg, help="a task file for the program (VAULTSIM_TASK), bound in read-only")
     p.add_argument("--run-id", help="VAULTSIM_RUN_ID for the program")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 

@@ -18,6 +18,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from vault.atomic import write_private
+from vault.cli.main import path_arg
 from vault.errors import BadInput
 from vault.resources import shipped
 
@@ -34,7 +35,7 @@ STARTER: dict[str, Path] = {
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", nargs="?", default=".", metavar="DIR", help="where to write (default: here)")
+    p.add_argument("dir", nargs="?", default=".", metavar="DIR", type=path_arg, help="where to write (default: here)")
     p.add_argument("--force", action="store_true", help="overwrite files that are already there")
 
 

@@ -273,6 +273,15 @@ def _hint_start_daemon(args: argparse.Namespace) -> None:
               "(add --unlocked to skip `vaultsim unlock`)", file=sys.stderr)
 
 
+def path_arg(text: str) -> str:
+    """argparse type of every file or directory argument. An empty one (`--policy "$UNSET"`) is
+    refused: read as given it was the current directory, and tested for truth it was the option
+    left out, so a daemon started with the default policy instead of the one meant."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path: give a file or directory")
+    return text
+
+
 def add_home_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home", help="vault home (default: $VAULTSIM_HOME or the user data dir)")
 

@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import Any, Awaitable, Callable
 
-from vault.cli.main import OPTIONAL_EXTRAS, add_home_arg
+from vault.cli.main import OPTIONAL_EXTRAS, add_home_arg, path_arg
 from vault.client import RpcClient
 from vault.errors import BadInput, VaultError
 from vault.home import VaultHome
@@ -38,7 +38,7 @@ else:
 
 def configure(p: argparse.ArgumentParser) -> None:
     add_home_arg(p)
-    p.add_argument("--socket", help="agent socket (default: $VAULTSIM_SOCKET or the home's agent.sock)")
+    p.add_argument("--socket", type=path_arg, help="agent socket (default: $VAULTSIM_SOCKET or the home's agent.sock)")
     p.add_argument("--agent", help="agent name of each vault session (default: under `vaultsim run`, the "
                                    "task's agent; else the MCP client's name)")
     p.add_argument("--run-id", default=os.environ.get("VAULTSIM_RUN_ID"))

@@ -41,6 +41,7 @@ from pydantic import ValidationError
 
 from vault.catalog import (DESTRUCTIVE, Catalog, Risk, format_validation_error, load_catalog, load_yaml_model,
                            read_regular_text)
+from vault.cli.main import path_arg
 from vault.errors import BadInput
 from vault.gate.policy import Mode, Policy, RuleSpec, load_policy
 from vault.resources import DEFAULT_POLICY
@@ -182,13 +183,13 @@ def suggested_policy(base_file: Path, changes: list[Change]) -> str:
 def configure(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     s = sub.add_parser("suggest", help="propose the smallest policy change that would have asked less")
-    s.add_argument("reports", nargs="+", metavar="RUN_REPORT.json", help="`vaultsim run --json` reports")
+    s.add_argument("reports", nargs="+", metavar="RUN_REPORT.json", type=path_arg, help="`vaultsim run --json` reports")
     s.add_argument("--max-risk", choices=[r.value for r in LOOSENABLE], default=Risk.read.value,
                    help="the highest risk class that may become `auto` (default read; destructive classes "
                         "are never loosened)")
-    s.add_argument("--policy", metavar="BASE", help="the policy to change (default: the shipped default)")
-    s.add_argument("--catalog", metavar="FILE", help="the operation catalog (default: the shipped one)")
-    s.add_argument("-o", "--output", metavar="FILE", help="write the suggested policy here (default: stdout)")
+    s.add_argument("--policy", metavar="BASE", type=path_arg, help="the policy to change (default: the shipped default)")
+    s.add_argument("--catalog", metavar="FILE", type=path_arg, help="the operation catalog (default: the shipped one)")
+    s.add_argument("-o", "--output", metavar="FILE", type=path_arg, help="write the suggested policy here (default: stdout)")
     s.add_argument("--json", action="store_true", help="print the changes and savings as JSON")
 
 

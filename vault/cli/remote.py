@@ -16,6 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
+from vault.cli.main import path_arg
 from vault.errors import BadInput
 from vault.proc_guard import make_undumpable
 from vault.remote.auth import load_credentials, load_sim_token
@@ -27,10 +28,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     p.add_argument("--port", type=_port, default=0, help="port (default: any free one)")
     p.add_argument("--fault", help="one fault, NAME[:k=v,...][,op=OPERATION] (see vault.remote.faults)")
-    p.add_argument("--credentials", metavar="FILE",
+    p.add_argument("--credentials", metavar="FILE", type=path_arg,
                    help="0600 YAML/JSON file: token name -> token value")
-    p.add_argument("--events", metavar="FILE", help="append the event log here as JSON lines")
-    p.add_argument("--sim-token-file", metavar="FILE",
+    p.add_argument("--events", metavar="FILE", type=path_arg, help="append the event log here as JSON lines")
+    p.add_argument("--sim-token-file", metavar="FILE", type=path_arg,
                    help="0600 file holding the token the /_sim/ control API requires (X-Sim-Token); "
                         "without it the control API is closed")
 

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vault.cli.main import path_arg
 from vault.errors import BadInput
 from vault.proc_guard import make_undumpable
 from vault.runner import table as out
@@ -67,10 +68,13 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # how long stopped trials get to close their worlds before the reap ends what is left; a
 # trial's teardown is bounded by its own timeouts, well inside this
 STOP_CLEANUP_S = 30.0
+# trials per scenario at most: every trial is listed before the first starts (a mistyped
+# --trials 10**20 filled the machine's memory before anything ran)
+MAX_TRIALS = 10_000
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="*", metavar="PATH",
+    p.add_argument("paths", nargs="*", metavar="PATH", type=path_arg,
                    help="scenario files or directories (default: the suite shipped with vaultsim)")
     p.add_argument("--agent", metavar="CMD",
                    help="run this command as every scenario's agent (shell words; {python} is this "
@@ -85,11 +89,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "trial is submitted and Ray runs as many as the cluster's resources allow)")
     p.add_argument("-k", dest="pattern", metavar="PATTERN",
                    help="only scenarios whose id, title or tags match (and / or / not)")
-    p.add_argument("--policy", metavar="FILE",
+    p.add_argument("--policy", metavar="FILE", type=path_arg,
                    help="the approval policy of every scenario that does not name its own (default: the "
                         "shipped default policy); e.g. the output of `vaultsim policy suggest`")
-    p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
-    p.add_argument("--junit", metavar="FILE", help="write JUnit XML for CI")
+    p.add_argument("--json", metavar="FILE", type=path_arg, help="write the full report as JSON")
+    p.add_argument("--junit", metavar="FILE", type=path_arg, help="write JUnit XML for CI")
     p.add_argument("--no-fork-server", action="store_true",
                    help="exec every process from scratch instead of forking pre-imported ones (slower)")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-trial lines, only the table")
@@ -129,8 +133,8 @@ def select(args: argparse.Namespace) -> list[Case]:
     if args.pattern:
         match = compile_pattern(args.pattern)
         selected = [c for c in selected if match([c.id, c.scenario.title, *c.scenario.tags])]
-    if args.trials is not None and args.trials < 1:
-        raise BadInput("--trials must be at least 1")
+    if args.trials is not None and not 1 <= args.trials <= MAX_TRIALS:
+        raise BadInput(f"--trials must be from 1 to {MAX_TRIALS}")
     if args.jobs is not None and args.jobs < 1:
         raise BadInput("--jobs must be at least 1")
     if args.executor != "ray" and (args.ray_address or args.ray_resources):

@@ -23,9 +23,12 @@ disk, since a full disk would stop the audit log and with it every call.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import json
+import os
 import re
+import stat
 import secrets as _random
 from collections import deque
 from collections.abc import Iterable
@@ -48,6 +51,27 @@ _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
 _VERSION = b"\x01"
 # about 640 MiB at most: each diagnostic keeps at most 64 KiB of body
 MAX_KEPT = 10_000
+
+
+# far above any diagnostic the vault writes (a body is cut to 64 KiB): a larger file is not one
+MAX_FILE_BYTES = 16 << 20
+
+
+def read_regular(path: Path) -> bytes:
+    """A diagnostic's bytes. Its file is the vault's, but its directory is the user's: a FIFO
+    planted in its place held `vaultsim diag show` forever (waiting for a writer), and a
+    symbolic link to /dev/zero was read until memory ran out. Only a regular file is read,
+    without following a link, and no more than any diagnostic can be."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device, socket or directory), "
+                                        "not a file the vault wrote")
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {MAX_FILE_BYTES >> 20} MiB, not a file the vault wrote")
+    return data
 
 
 class Diagnostics:
@@ -106,12 +130,13 @@ class Diagnostics:
         if not isinstance(diagnostic_id, str) or not _ID.fullmatch(diagnostic_id):
             raise BadInput("not a diagnostic id (expected d- followed by 27 hex digits)")
         try:
-            blob = self._path(diagnostic_id).read_bytes()
+            blob = read_regular(self._path(diagnostic_id))
         except FileNotFoundError:
             raise BadInput(f"no diagnostic {diagnostic_id} (the vault keeps the newest {self.keep:,}; "
                            "older ones are removed)") from None
         except OSError as exc:
-            raise VaultError(f"cannot read diagnostic {diagnostic_id}: {exc.strerror}") from None
+            why = "a symbolic link, not a file the vault wrote" if exc.errno == errno.ELOOP else exc.strerror
+            raise VaultError(f"cannot read diagnostic {diagnostic_id}: {why}") from None
         try:
             if blob[:1] != _VERSION:
                 raise InvalidTag

@@ -235,8 +235,14 @@ class RpcServer:
             await asyncio.wait(self.tasks, timeout=grace)
         for conn in list(self.connections):
             conn.drop("the daemon stopped")
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            # a home the kernel remounted read-only: the stop goes on (executors, signing the
+            # log); the next start clears the file once nobody answers on it
+            log.warning("cannot remove %s: %s", self.path, exc.strerror)
 
     # ---- accepting ------------------------------------------------------------------
 

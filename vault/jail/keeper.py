@@ -34,6 +34,7 @@ import json
 import os
 import selectors
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -344,10 +345,25 @@ def open_report(path: str | None) -> int | None:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
 
+# far more than a keeper writes: past it, what is left is not read (a count missing fails closed)
+MAX_REPORT_BYTES = 4 << 20
+
+
+def _read_report(path: Path) -> str:
+    """The report's text, from a regular file only. Without a jail the agent can reach the file
+    (beside its task file): a FIFO put in its place was opened in the runner's event loop and
+    waited on for a writer, holding every trial and the run's own stop forever (OSError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        return f.read(MAX_REPORT_BYTES).decode("utf-8", errors="replace")
+
+
 def _report_lines(path: Path, seal: str | None) -> list[dict[str, Any]]:
     out = []
     with contextlib.suppress(OSError):
-        for line in path.read_text().splitlines():
+        for line in _read_report(path).splitlines():
             with contextlib.suppress(ValueError):
                 doc = json.loads(line)
                 if isinstance(doc, dict) and (seal is None or doc.get("seal") == seal):

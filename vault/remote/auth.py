@@ -32,10 +32,25 @@ def load_sim_token(path: str | os.PathLike[str]) -> str:
     return text
 
 
+# far more than any token file: one past it (a link to /dev/zero) is not read without end
+MAX_FILE_BYTES = 1 << 20
+
+
 def _read_private(path: Path, what: str) -> str:
+    """A private regular file's text. A FIFO given as one (`<(...)`) was waited on forever: the
+    remote never started and never said why; it is refused, as is /dev/zero."""
     try:
-        st = path.stat()
-        text = path.read_text(encoding="utf-8")
+        # opened without blocking: a FIFO opens at once without a writer, then is refused
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise BadInput(f"{path}: not a regular file (a FIFO, device, socket or directory); "
+                               f"give a regular file holding {what}")
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise BadInput(f"{path}: {what} file larger than {MAX_FILE_BYTES >> 20} MiB; not read")
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise BadInput(f"{path}: cannot read {what}: {exc.strerror}") from None
     except UnicodeDecodeError:

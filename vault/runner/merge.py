@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from vault.catalog import read_regular_text
+from vault.cli.main import path_arg
 from vault.errors import BadInput
 from vault.runner import table as out
 from vault.runner.junit import write_junit
@@ -42,9 +43,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                        description="Join the JSON reports of `vaultsim run --shard K/N` into one report and "
                                    "decide the release (exit 0 OK, 1 blocked, 2 bad input, 3 harness error, "
                                    "5 nothing ran).")
-    m.add_argument("reports", nargs="+", metavar="REPORT", help="every shard's --json report")
-    m.add_argument("--json", metavar="FILE", help="write the merged report as JSON")
-    m.add_argument("--junit", metavar="FILE", help="write the merged report as JUnit XML")
+    m.add_argument("reports", nargs="+", metavar="REPORT", type=path_arg, help="every shard's --json report")
+    m.add_argument("--json", metavar="FILE", type=path_arg, help="write the merged report as JSON")
+    m.add_argument("--junit", metavar="FILE", type=path_arg, help="write the merged report as JUnit XML")
     m.add_argument("--color", choices=("auto", "always", "never"), default="auto")
 
 

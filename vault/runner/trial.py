@@ -53,7 +53,7 @@ from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, 
                                 remove_dir, stop_agent)
 from vault.runner.scenario import AgentSpec, Case, Expect
 from vault.runner.tripwires import AgentJail, jail_env
-from vault.runner.world import ANSWER_TIMEOUT_S, World, tail
+from vault.runner.world import ANSWER_TIMEOUT_S, World, open_regular, tail
 
 DEADLINE_GRACE_S = 1.0
 INTRUDER_TIMEOUT_S = 10.0
@@ -138,7 +138,7 @@ def output_tail(path: Path, most: int = OUTPUT_TAIL, line_most: int = FINAL_LINE
     (a final JSON message carrying its data), that whole line, up to `line_most` bytes: cut, its
     first word or its JSON was lost and a done agent claimed nothing."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO the agent put there (no jail) is not waited on
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - most))
             data = f.read(most)

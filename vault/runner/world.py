@@ -31,6 +31,7 @@ import io
 import os
 import secrets
 import signal
+import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -421,7 +422,7 @@ class World:
         if self.daemon is None or self.daemon.returncode != 1:
             return None
         try:
-            lines = self.daemon_log.read_text(errors="replace").splitlines()
+            lines = last_bytes(self.daemon_log).decode(errors="replace").splitlines()
         except OSError:
             lines = []
         said = next((ln for ln in reversed(lines) if "audit log" in ln and "failed" in ln), "")
@@ -465,9 +466,28 @@ async def _answers(path: Path) -> bool:
     return True
 
 
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading if it is a regular file (not through a link), else OSError. The
+    trial's directory is within reach of an agent run without the jail (its task file is there):
+    a FIFO it put in place of its output or a log was opened by the runner and waited on for a
+    writer forever, holding the run past TERM."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path.name} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def last_bytes(path: Path, most: int = 1 << 16) -> bytes:
+    """The last `most` bytes of a regular file (OSError otherwise)."""
+    with open_regular(path) as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - most))
+        return f.read(most)
+
+
 def tail(path: Path, n: int = 12) -> str:
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+        return "\n".join(last_bytes(path).decode(errors="replace").splitlines()[-n:])
     except OSError:
         return ""
 

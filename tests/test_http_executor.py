@@ -431,3 +431,24 @@ class TestClassificationEdges:
                                    "read_issue", {"issue_id": "ISS-1"})
         assert Category.malformed_response == outcome.result.category
         assert "decoding" == outcome.diagnostic["reason"]
+
+
+class TestNoSilentResend:
+    @pytest.mark.parametrize("op,params,category", [
+        ("read_issue", {"issue_id": "ISS-1"}, Category.local_failure),  # a read: bounded retry is safe
+        ("delete_release", {"release_id": "rel-1"}, Category.outcome_unknown)])  # it may have acted
+    async def test_a_dropped_reused_connection_is_not_resent(self, harness_factory, op: str,
+                                                             params: dict[str, Any], category: Category) -> None:
+        """The remote reads a request on a kept-alive connection, then closes it unanswered: the vault
+        says so and sends nothing more. An HTTP client's own resend of an idempotent method (aiohttp's,
+        RFC 9112 §9.3.1) would send the credential again under one audited intent, and report the
+        second answer as if no fault had happened."""
+        h: Harness = await harness_factory(f"timeout_after_accept:delay=0.2,op={op},times=1")
+        warm = await h.call("read_build", {"build_id": "b-101"})  # leaves a pooled connection to reuse
+        assert Category.success == warm.result.category
+        call = await h.call(op, params)
+        await h.wait_event(call.cid, "connection_closed")
+        assert category == call.result.category, call.result.message
+        entry = h.remote.ledger.find(request_id=call.cid)
+        assert 1 == entry["attempts"]
+        assert 1 == sum(1 for e in h.events(call.cid) if e["event"] == "received")

@@ -87,6 +87,12 @@ class HttpExecutor(Executor):
                 trust_env=False, timeout=aiohttp.ClientTimeout(total=None),
                 trace_configs=[_trace_config()],
             )
+            # aiohttp resends an idempotent method (GET, PUT, DELETE) once when a reused connection
+            # drops after the request was written (RFC 9112 §9.3.1). The remote may have acted on
+            # the first: a second sending under one audited intent, and a fault reported as success.
+            # The vault reports the drop and the agent reconciles; there is no public switch, so the
+            # attribute aiohttp's own test client sets (tests/test_http_executor.py guards it).
+            self._session._retry_connection = False
         return self._session
 
     async def aclose(self) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 from vault.audit_events import SessionOpened, read_events
 from vault.catalog import DESTRUCTIVE, Risk
 from vault.lineage import Trial
+from vault.remote import api as remote_api
 from vault.runner.evidence import Evidence
 from vault.text import printable
 
@@ -95,7 +96,9 @@ def leave_out(ev: Evidence, events: list[dict[str, Any]], strangers: Strangers) 
     # said, not graded: a neighbour's change to this trial's remote is real all the same
     took = {e.get("correlation_id") for e in ev.remote_events
             if e.get("event") == "mutation_committed" and _in(e.get("correlation_id"), cids)}
-    ev.ledger = [e for e in ev.ledger if not (e.get("request_ids") and all(_in(r, cids) for r in e["request_ids"]))]
+    gone = [e for e in ev.ledger if e.get("request_ids") and all(_in(r, cids) for r in e["request_ids"])]
+    ev.ledger = [e for e in ev.ledger if not any(e is g for g in gone)]
+    _created(ev, gone)
     ev.remote_events = [e for e in ev.remote_events if not _in(e.get("correlation_id"), cids)]
     ev.requests_sent = [r for r in ev.requests_sent if not _in(r.get("correlation_id"), cids)]
     ev.prompts_asked = [p for p in ev.prompts_asked if not _in(p.get("correlation_id"), cids)
@@ -103,6 +106,20 @@ def leave_out(ev: Evidence, events: list[dict[str, Any]], strangers: Strangers) 
     _uncount(ev.stats, theirs)
     ev.errors.append(_said(strangers, theirs, len(took)))
     return [e for e in events if not strangers.theirs(e)]
+
+
+def _created(ev: Evidence, gone: list[dict[str, Any]]) -> None:
+    """The records the strangers' own operations created (a POST route's resources) stay in the
+    remote's state but leave the deliverable count (claims.matching): a neighbour filing the
+    same issue made a careful agent's one issue "exist twice". A record they changed or deleted
+    was there before them: it is counted as the remote has it."""
+    for e in gone:
+        route = remote_api.route_named(str(e.get("route")))
+        if route is None or route.method != "POST" or not int(e.get("effects") or 0):
+            continue
+        for r in e.get("resources") or []:
+            if isinstance(r, dict) and isinstance(r.get("type"), str) and isinstance(r.get("id"), str):
+                ev.foreign_created.setdefault(r["type"] + "s", set()).add(r["id"])
 
 
 def _uncount(stats: dict[str, Any], theirs: list[dict[str, Any]]) -> None:

@@ -11,7 +11,12 @@ is provably outside the trial (`Trial.outside`: the rule of the remote's
 Its calls leave the evidence before the transcript is built: their audit
 events, the remote's record of them (ledger, events, requests), the prompts
 they cost (the daemon's counts too), and the trial's `errors` name the
-session (its pid, the name it gave, what it called).
+session (its pid, the name it gave, what it called). A record their calls
+created stays in the remote's state but is not counted as the deliverable
+(a neighbour filing the same issue made a careful agent's one issue "exist
+twice"). Requests that reached a jailed trial's remote around its vault
+(another process writing on a copy of the vault's own connection) leave the
+same way (`leave_out_requests`).
 
 No laundering: a session is used only by the process that opened it (the
 daemon checks every message's sender, SCM_CREDENTIALS), so a socket passed
@@ -106,6 +111,20 @@ def leave_out(ev: Evidence, events: list[dict[str, Any]], strangers: Strangers) 
     _uncount(ev.stats, theirs)
     ev.errors.append(_said(strangers, theirs, len(took)))
     return [e for e in events if not strangers.theirs(e)]
+
+
+def leave_out_requests(ev: Evidence, ledger: list[dict[str, Any]], cids: set[str]) -> int:
+    """Requests that reached a jailed trial's remote around its vault (`cids`: another process on
+    the machine, vault.runner.collect) leave the remote's evidence as a stranger's calls do; how
+    many of them took effect. `ledger` is the remote's whole ledger: a request under the
+    runner's set-up prefix is already out of `ev.ledger`, not its record in the state."""
+    gone = [e for e in ledger if e.get("request_ids") and all(_in(r, cids) for r in e["request_ids"])]
+    keys = {(e.get("route"), e.get("key_kind"), e.get("key")) for e in gone}
+    ev.ledger = [e for e in ev.ledger if (e.get("route"), e.get("key_kind"), e.get("key")) not in keys]
+    ev.remote_events = [e for e in ev.remote_events if not _in(e.get("correlation_id"), cids)]
+    ev.requests_sent = [r for r in ev.requests_sent if not _in(r.get("correlation_id"), cids)]
+    _created(ev, gone)
+    return sum(int(e.get("effects") or 0) for e in gone)
 
 
 def _created(ev: Evidence, gone: list[dict[str, Any]]) -> None:

@@ -200,8 +200,10 @@ def uncollected(ev: Evidence) -> list[str]:
 
 
 def matching(ev: Evidence, check: Any) -> list[dict[str, Any]]:
+    """The records of the remote's state that fit `check`, but those a stranger's session created."""
+    theirs = ev.foreign_created.get(check.collection, set())
     return [r for r in ev.remote_state.get(check.collection, [])
-            if all(r.get(k) == v for k, v in check.where.items())]
+            if all(r.get(k) == v for k, v in check.where.items()) and r.get("id") not in theirs]
 
 
 def where(check: Any) -> str:

@@ -157,6 +157,9 @@ class Evidence:
     ledger: list[dict[str, Any]] = field(default_factory=list)
     remote_events: list[dict[str, Any]] = field(default_factory=list)
     remote_state: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # records a session from outside the trial created on its remote (collection -> ids): in
+    # remote_state as the remote has them, never counted as the deliverable (vault.runner.foreign_sessions)
+    foreign_created: dict[str, set[str]] = field(default_factory=dict)
     # each `approval.requested` the scenario's approver got: what a person was asked, as shown
     prompts_asked: list[dict[str, Any]] = field(default_factory=list)
     # each request the remote got through the vault: correlation id, method, target, JSON body

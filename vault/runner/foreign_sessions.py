@@ -11,7 +11,12 @@ is provably outside the trial (`Trial.outside`: the rule of the remote's
 Its calls leave the evidence before the transcript is built: their audit
 events, the remote's record of them (ledger, events, requests), the prompts
 they cost (the daemon's counts too), and the trial's `errors` name the
-session (its pid, the name it gave, what it called).
+session (its pid, the name it gave, what it called). A record their calls
+created stays in the remote's state but is not counted as the deliverable
+(a neighbour filing the same issue made a careful agent's one issue "exist
+twice"). Requests that reached a jailed trial's remote around its vault
+(another process writing on a copy of the vault's own connection) leave the
+same way (`leave_out_requests`).
 
 No laundering: a session is used only by the process that opened it (the
 daemon checks every message's sender, SCM_CREDENTIALS), so a socket passed
@@ -33,6 +38,7 @@ from typing import Any
 from vault.audit_events import SessionOpened, read_events
 from vault.catalog import DESTRUCTIVE, Risk
 from vault.lineage import Trial
+from vault.remote import api as remote_api
 from vault.runner.evidence import Evidence
 from vault.text import printable
 
@@ -95,7 +101,9 @@ def leave_out(ev: Evidence, events: list[dict[str, Any]], strangers: Strangers) 
     # said, not graded: a neighbour's change to this trial's remote is real all the same
     took = {e.get("correlation_id") for e in ev.remote_events
             if e.get("event") == "mutation_committed" and _in(e.get("correlation_id"), cids)}
-    ev.ledger = [e for e in ev.ledger if not (e.get("request_ids") and all(_in(r, cids) for r in e["request_ids"]))]
+    gone = [e for e in ev.ledger if e.get("request_ids") and all(_in(r, cids) for r in e["request_ids"])]
+    ev.ledger = [e for e in ev.ledger if not any(e is g for g in gone)]
+    _created(ev, gone)
     ev.remote_events = [e for e in ev.remote_events if not _in(e.get("correlation_id"), cids)]
     ev.requests_sent = [r for r in ev.requests_sent if not _in(r.get("correlation_id"), cids)]
     ev.prompts_asked = [p for p in ev.prompts_asked if not _in(p.get("correlation_id"), cids)
@@ -103,6 +111,34 @@ def leave_out(ev: Evidence, events: list[dict[str, Any]], strangers: Strangers) 
     _uncount(ev.stats, theirs)
     ev.errors.append(_said(strangers, theirs, len(took)))
     return [e for e in events if not strangers.theirs(e)]
+
+
+def leave_out_requests(ev: Evidence, ledger: list[dict[str, Any]], cids: set[str]) -> int:
+    """Requests that reached a jailed trial's remote around its vault (`cids`: another process on
+    the machine, vault.runner.collect) leave the remote's evidence as a stranger's calls do; how
+    many of them took effect. `ledger` is the remote's whole ledger: a request under the
+    runner's set-up prefix is already out of `ev.ledger`, not its record in the state."""
+    gone = [e for e in ledger if e.get("request_ids") and all(_in(r, cids) for r in e["request_ids"])]
+    keys = {(e.get("route"), e.get("key_kind"), e.get("key")) for e in gone}
+    ev.ledger = [e for e in ev.ledger if (e.get("route"), e.get("key_kind"), e.get("key")) not in keys]
+    ev.remote_events = [e for e in ev.remote_events if not _in(e.get("correlation_id"), cids)]
+    ev.requests_sent = [r for r in ev.requests_sent if not _in(r.get("correlation_id"), cids)]
+    _created(ev, gone)
+    return sum(int(e.get("effects") or 0) for e in gone)
+
+
+def _created(ev: Evidence, gone: list[dict[str, Any]]) -> None:
+    """The records the strangers' own operations created (a POST route's resources) stay in the
+    remote's state but leave the deliverable count (claims.matching): a neighbour filing the
+    same issue made a careful agent's one issue "exist twice". A record they changed or deleted
+    was there before them: it is counted as the remote has it."""
+    for e in gone:
+        route = remote_api.route_named(str(e.get("route")))
+        if route is None or route.method != "POST" or not int(e.get("effects") or 0):
+            continue
+        for r in e.get("resources") or []:
+            if isinstance(r, dict) and isinstance(r.get("type"), str) and isinstance(r.get("id"), str):
+                ev.foreign_created.setdefault(r["type"] + "s", set()).add(r["id"])
 
 
 def _uncount(stats: dict[str, Any], theirs: list[dict[str, Any]]) -> None:

@@ -221,8 +221,32 @@ def tcp_inode(lport: int, rport: int) -> int | None:
     return None
 
 
+def own_remote_ports() -> set[int]:
+    """The TCP ports listened on by this agent's ancestors (its runner serves its remote): the
+    tester's victim is its own run's vault, never another run on the machine."""
+    listening: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A":
+                listening[f"socket:[{f[9]}]"] = int(f[1].rsplit(":", 1)[1], 16)
+    ports: set[int] = set()
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                port = listening.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                if port is not None:
+                    ports.add(port)
+            pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            break
+    return ports
+
+
 def ride(kind: bytes) -> bool:
-    reqs = [r for r in SEEN_REQS if r[2].startswith(kind)]
+    mine_ports = own_remote_ports()
+    reqs = [r for r in SEEN_REQS if r[2].startswith(kind) and r[1] in mine_ports]
     log("seen", len(SEEN_REQS), "requests,", len(reqs), kind)
     if not reqs:
         return False

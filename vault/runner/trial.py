@@ -53,10 +53,11 @@ from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, 
                                 remove_dir, stop_agent)
 from vault.runner.scenario import AgentSpec, Case, Expect
 from vault.runner.tripwires import AgentJail, jail_env
-from vault.runner.world import ANSWER_TIMEOUT_S, World, open_regular, tail
+from vault.runner.world import ANSWER_TIMEOUT_S, World, last_bytes, open_regular, tail
 
 DEADLINE_GRACE_S = 1.0
 INTRUDER_TIMEOUT_S = 10.0
+_INTRUDER_OUT_MOST = 1 << 16  # its answer is one short JSON line
 OUTPUT_TAIL = 1 << 20  # what of an agent's stdout and stderr the runner holds: the last MiB
 # ... unless its last line (the final message) is longer: then that whole line, up to this much
 FINAL_LINE_MOST = 4 << 20
@@ -504,8 +505,10 @@ class Trial:
             await proc.wait()
         self.rt.registry.done_group(proc.pid)
         try:
-            said = json.loads(out.read_text().strip().splitlines()[-1])
-        except (OSError, ValueError, IndexError):
+            # its last line, read only as a regular file and bounded: without a jail an agent can put
+            # a FIFO (waited on forever) or a huge file in its place
+            said = json.loads(last_bytes(out, _INTRUDER_OUT_MOST).decode("utf-8", "replace").strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError, RecursionError):
             said = {"ok": False, "category": "no_answer"}
         # its pid: the vault records its refusal (session_refused), which is the runner's, not the agent's
         self.intruder = {"operation": spec.call, "of_agent": index, "pid": proc.pid, "ok": bool(said.get("ok")),

@@ -504,12 +504,7 @@ class Trial:
             kill_group(proc.pid, signal.SIGKILL)
             await proc.wait()
         self.rt.registry.done_group(proc.pid)
-        try:
-            # its last line, read only as a regular file and bounded: without a jail an agent can put
-            # a FIFO (waited on forever) or a huge file in its place
-            said = json.loads(last_bytes(out, _INTRUDER_OUT_MOST).decode("utf-8", "replace").strip().splitlines()[-1])
-        except (OSError, ValueError, IndexError, RecursionError):
-            said = {"ok": False, "category": "no_answer"}
+        said = intruder_said(out)
         # its pid: the vault records its refusal (session_refused), which is the runner's, not the agent's
         self.intruder = {"operation": spec.call, "of_agent": index, "pid": proc.pid, "ok": bool(said.get("ok")),
                          "category": str(said.get("category")), "agent_alive": alive and agent.returncode is None}
@@ -540,3 +535,14 @@ class Trial:
         if self.world.ssh_info is not None:
             paths.append(Path(self.world.ssh_info.log_file))
         return {p.name: self.redact(tail(p)) for p in paths if p.exists()}
+
+
+def intruder_said(path: Path) -> dict[str, Any]:
+    """The intruder's answer, its output's last line; read only as a regular file, not through a
+    link, and its last 64 KiB: without a jail an agent can put a FIFO (waited on for ever) or a
+    link to /dev/zero in its place. {"ok": False, "category": "no_answer"} when there is none."""
+    try:
+        said = json.loads(last_bytes(path, _INTRUDER_OUT_MOST).decode("utf-8", "replace").strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, RecursionError):
+        return {"ok": False, "category": "no_answer"}
+    return said if isinstance(said, dict) else {"ok": False, "category": "no_answer"}

@@ -11,6 +11,7 @@ session it was; never against the runner's own intruder.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from audit_daemon_helpers import events
 from helpers import Sandbox, audit_verified_intact, canary, wait_for
 from hostile_fixtures import run_script, setup, spawn_script
+from vault.runner.trial import intruder_said
 
 # a child that presents `sid` on a connection of its own, calling create_issue with `title`
 CHILD = (
@@ -201,3 +203,21 @@ def test_a_later_process_trying_its_predecessors_ended_session_is_listed_not_fai
     [r] = t["session_refusals"]
     assert (r["method"], r["owner_index"], r["sender_index"], r["by_runner"]) == ("lookup", 0, 1, False), r
     assert r["reason"] in ("owner_exited", "closed"), r
+
+
+@pytest.mark.timeout(30)
+def test_the_intruders_answer_is_read_only_from_a_regular_file(tmp_path: Path) -> None:
+    """Without a jail an agent can put a FIFO, a link to /dev/zero or a huge file where the
+    intruder's answer is: none is waited on or read whole; its last line is its answer."""
+    fifo, link, big = tmp_path / "fifo.out", tmp_path / "link.out", tmp_path / "big.out"
+    os.mkfifo(fifo)
+    link.symlink_to("/dev/zero")
+    with big.open("wb") as f:
+        f.truncate(1 << 30)  # a GiB of NULs, sparse
+        f.seek(0, os.SEEK_END)
+        f.write(b'\n{"ok": false, "category": "authorization_denied"}\n')
+    no_answer = {"ok": False, "category": "no_answer"}
+    assert no_answer == intruder_said(fifo) == intruder_said(link) == intruder_said(tmp_path / "none.out")
+    assert {"ok": False, "category": "authorization_denied"} == intruder_said(big)
+    (tmp_path / "list.out").write_text("[1]\n")
+    assert no_answer == intruder_said(tmp_path / "list.out")

@@ -366,6 +366,9 @@ class SessionRefused(AuditEvent):
     owner_pid: int | None = None
     reason: str = ""
     count: int | None = None
+    # the sender and its ancestors (vault.lineage), absent when unknown (and in older logs): the
+    # runner tells from it whether the sender was another run's
+    lineage: list[tuple[int, float]] | None = None
 
 
 class ConnectionRefused(AuditEvent):
@@ -383,6 +386,7 @@ class ConnectionRefused(AuditEvent):
     tree_pid: int
     held: int
     count: int
+    lineage: list[tuple[int, float]] | None = None  # as SessionRefused's
 
 
 class UnknownOperation(AuditEvent):

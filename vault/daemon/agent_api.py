@@ -221,9 +221,11 @@ class AgentApi:
             return
         peer = conn.peer
         markers = Markers.of(peer.pid) if peer.pid > 0 else Markers(-1, -1, "")
+        chain = self.sessions.processes.chain_of(peer)  # the runner tells another run's process apart
+        extra: dict[str, Any] = {"lineage": chain} if chain else {}  # absent, not null, when unknown
         self.sessions.recorder.record_soon(SessionRefused(
             session_id=session_id, method=method, operation=operation, pid=peer.pid, sid=markers.sid,
-            pgid=markers.pgid, exe=peer.exe, owner_pid=owner.pid, reason=reason, count=n))
+            pgid=markers.pgid, exe=peer.exe, owner_pid=owner.pid, reason=reason, count=n, **extra))
 
     def unknown_operation(self, conn: Connection, session_id: str, method: str, operation: str) -> None:
         """Record a call or lookup naming an operation the catalog lacks (module doc)."""

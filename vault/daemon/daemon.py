@@ -136,8 +136,10 @@ class VaultDaemon:
         if not sampled(n, 32):
             return
         markers = Markers.of(peer.pid) if peer.pid > 0 else Markers(-1, -1, "")
+        chain = self.processes.chain_of(peer)  # read with its tree: the runner tells another run's apart
+        extra: dict[str, Any] = {"lineage": chain} if chain else {}  # absent, not null, when unknown
         self.recorder.record_soon(ConnectionRefused(pid=peer.pid, sid=markers.sid, pgid=markers.pgid, exe=peer.exe,
-                                                    tree_pid=tree[0], held=held, count=n))
+                                                    tree_pid=tree[0], held=held, count=n, **extra))
 
     def request_stop(self, reason: str) -> None:
         self._stop_reason = reason

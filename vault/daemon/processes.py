@@ -120,6 +120,12 @@ class ProcessTable:
             self._read_chain(entry)
         return entry.chain or []
 
+    def chain_of(self, identity: ProcessIdentity) -> Chain:
+        """The ancestry of the process `identity` as lineage_of reads it (its entry's, when it has
+        one; read now, adding no entry, when not): recorded with its refusals as with its sessions."""
+        entry = self.entries.get((identity.pid, identity.create_time))
+        return self.lineage_of(entry if entry is not None else ProcessEntry(identity))
+
     @staticmethod
     def _read_chain(entry: ProcessEntry) -> Chain:
         chain = lineage(entry.identity.pid) if entry.identity.pid > 0 else []

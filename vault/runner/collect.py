@@ -74,7 +74,7 @@ def _collect(world: World, ev: Evidence) -> None:
     if audit_events is not None:
         # sessions a process of another run opened here (no jail) are not the agents' (vault.lineage)
         trial = world.remote.vouch.trial() if world.remote.vouch is not None else None
-        strangers = foreign_sessions.find(audit_events, trial)
+        strangers = foreign_sessions.find(audit_events, trial, (ev.intruder or {}).get("pid"))
         ev.transcript = from_audit(foreign_sessions.leave_out(ev, audit_events, strangers), pids, windows)
     else:
         ev.transcript = from_activity(world.notes, ev.remote_events, pids, windows)

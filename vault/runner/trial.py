@@ -53,10 +53,11 @@ from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, 
                                 remove_dir, stop_agent)
 from vault.runner.scenario import AgentSpec, Case, Expect
 from vault.runner.tripwires import AgentJail, jail_env
-from vault.runner.world import ANSWER_TIMEOUT_S, World, open_regular, tail
+from vault.runner.world import ANSWER_TIMEOUT_S, World, last_bytes, open_regular, tail
 
 DEADLINE_GRACE_S = 1.0
 INTRUDER_TIMEOUT_S = 10.0
+_INTRUDER_OUT_MOST = 1 << 16  # its answer is one short JSON line
 OUTPUT_TAIL = 1 << 20  # what of an agent's stdout and stderr the runner holds: the last MiB
 # ... unless its last line (the final message) is longer: then that whole line, up to this much
 FINAL_LINE_MOST = 4 << 20
@@ -503,10 +504,7 @@ class Trial:
             kill_group(proc.pid, signal.SIGKILL)
             await proc.wait()
         self.rt.registry.done_group(proc.pid)
-        try:
-            said = json.loads(out.read_text().strip().splitlines()[-1])
-        except (OSError, ValueError, IndexError):
-            said = {"ok": False, "category": "no_answer"}
+        said = intruder_said(out)
         # its pid: the vault records its refusal (session_refused), which is the runner's, not the agent's
         self.intruder = {"operation": spec.call, "of_agent": index, "pid": proc.pid, "ok": bool(said.get("ok")),
                          "category": str(said.get("category")), "agent_alive": alive and agent.returncode is None}
@@ -537,3 +535,14 @@ class Trial:
         if self.world.ssh_info is not None:
             paths.append(Path(self.world.ssh_info.log_file))
         return {p.name: self.redact(tail(p)) for p in paths if p.exists()}
+
+
+def intruder_said(path: Path) -> dict[str, Any]:
+    """The intruder's answer, its output's last line; read only as a regular file, not through a
+    link, and its last 64 KiB: without a jail an agent can put a FIFO (waited on for ever) or a
+    link to /dev/zero in its place. {"ok": False, "category": "no_answer"} when there is none."""
+    try:
+        said = json.loads(last_bytes(path, _INTRUDER_OUT_MOST).decode("utf-8", "replace").strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, RecursionError):
+        return {"ok": False, "category": "no_answer"}
+    return said if isinstance(said, dict) else {"ok": False, "category": "no_answer"}

@@ -19,7 +19,6 @@ import functools
 import json
 import os
 import re
-import stat
 import string
 from enum import StrEnum
 from pathlib import Path
@@ -29,7 +28,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError,
                       field_validator, model_validator)
 
-from vault import param_safety
+from vault import param_safety, regular
 from vault.errors import BadInput
 from vault.text import clip
 from vault.resources import CATALOG as DEFAULT_CATALOG
@@ -285,12 +284,13 @@ def read_regular_text(path: Path, limit: int = MAX_YAML_BYTES, what: str = "a YA
     """A regular file's text. A FIFO was waited on forever (and /dev/zero read without end): the
     daemon never started and never said why; such a file is refused, as is one past `limit`.
     OSError and UnicodeDecodeError are the caller's to word."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens without a writer
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO, device or socket"
-            raise BadInput(f"{path}: not a regular file ({kind}); give {what}")
+    try:
+        f = regular.open_file(path)
+    except regular.NotRegular as exc:
+        kind = "a directory" if exc.is_dir else "a FIFO, device or socket"
+        raise BadInput(f"{path}: not a regular file ({kind}); give {what}") from None
+    with f:
+        st = os.fstat(f.fileno())
         if st.st_size > limit:
             raise BadInput(f"{path}: larger than {limit >> 20} MiB; not read")
         return f.read(limit + 1).decode("utf-8")

@@ -23,9 +23,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import stat
 from pathlib import Path
 
+from vault import regular
 from vault.atomic import write_private
 from vault.errors import BadInput
 
@@ -86,31 +86,17 @@ def set_bytes(base: Path) -> int:
 
 
 def open_regular(path: Path, what: str = "audit log") -> int:
-    """A read-only fd on `path`, which must be a regular file. BadInput otherwise.
-
-    Opened non-blocking first, so a FIFO put where a log should be is refused
-    instead of waiting forever for a writer; checked on the opened fd, so a
-    file swapped after a check cannot slip through.
-    """
+    """A read-only fd on `path`, which must be a regular file (vault.regular). BadInput otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return regular.open_fd(path)
     except FileNotFoundError:
         raise BadInput(f"no {what} at {path}") from None
-    except IsADirectoryError:
-        raise BadInput(f"{path} is a directory, not {_a(what)}") from None
+    except regular.NotRegular as exc:
+        if exc.is_dir:
+            raise BadInput(f"{path} is a directory, not {_a(what)}") from None
+        raise BadInput(f"{path} is not a regular file (a FIFO, socket or device), not {_a(what)}") from None
     except OSError as exc:
         raise BadInput(f"cannot read {what} {path}: {exc.strerror}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise BadInput(f"{path} is a directory, not {_a(what)}")
-        if not stat.S_ISREG(mode):
-            raise BadInput(f"{path} is not a regular file (a FIFO, socket or device), not {_a(what)}")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def read_small(path: Path, what: str, limit: int = 1 << 20) -> bytes:

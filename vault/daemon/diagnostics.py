@@ -28,7 +28,6 @@ import functools
 import json
 import os
 import re
-import stat
 import secrets as _random
 from collections import deque
 from collections.abc import Iterable
@@ -39,6 +38,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from vault import regular
 from vault.atomic import UnsafeDirectory, private_dir, write_private
 from vault.errors import BadInput, VaultError
 from vault.ids import new_id
@@ -62,16 +62,13 @@ def read_regular(path: Path) -> bytes:
     planted in its place held `vaultsim diag show` forever (waiting for a writer), and a
     symbolic link to /dev/zero was read until memory ran out. Only a regular file is read,
     without following a link, and no more than any diagnostic can be."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device, socket or directory), "
-                                        "not a file the vault wrote")
-        data = f.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise OSError(errno.EFBIG, f"larger than {MAX_FILE_BYTES >> 20} MiB, not a file the vault wrote")
-    return data
+    try:
+        return regular.read_bytes(path, MAX_FILE_BYTES, follow=False)
+    except regular.NotRegular:
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, device, socket or directory), "
+                                    "not a file the vault wrote") from None
+    except regular.TooLarge:
+        raise OSError(errno.EFBIG, f"larger than {MAX_FILE_BYTES >> 20} MiB, not a file the vault wrote") from None
 
 
 class Diagnostics:

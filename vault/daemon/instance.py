@@ -20,6 +20,7 @@ import stat
 import time
 from pathlib import Path
 
+from vault import regular
 from vault.audit import files as F
 from vault.audit import records as R
 from vault.audit.keys import KEY_FILE
@@ -59,13 +60,7 @@ def _read_pid(home: VaultHome) -> int | None:
     try:
         # non-blocking and regular files only: a FIFO in its place made a second start wait
         # forever for a writer, never saying that a daemon already serves the home
-        fd = os.open(home.pid_file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            pid = int(os.read(fd, 64).strip())
-        finally:
-            os.close(fd)
+        pid = int(regular.read_bytes(home.pid_file, 64, follow=False))
     except (OSError, ValueError):
         return None
     try:
@@ -82,10 +77,10 @@ def check_home_files(home: VaultHome) -> None:
     naming the first, before the pid file or anything else is written. Symlinks are not followed
     (the file itself is what the daemon would open or replace)."""
     log = home.audit_log
-    regular = [home.pid_file, home.approver_token_file, home.credentials_file, log, F.next_path(log),
-               R.pub_path(log), R.head_path(log), home.root / KEY_FILE, *(p for _, p in F.rotated(log))]
-    for path, want in [(p, "regular file") for p in regular] + [(home.agent_sock, "socket"),
-                                                                 (home.approver_sock, "socket")]:
+    files = [home.pid_file, home.approver_token_file, home.credentials_file, log, F.next_path(log),
+             R.pub_path(log), R.head_path(log), home.root / KEY_FILE, *(p for _, p in F.rotated(log))]
+    for path, want in [(p, "regular file") for p in files] + [(home.agent_sock, "socket"),
+                                                               (home.approver_sock, "socket")]:
         try:
             mode = path.lstat().st_mode
         except FileNotFoundError:
@@ -95,18 +90,8 @@ def check_home_files(home: VaultHome) -> None:
         if want == "socket" and not stat.S_ISSOCK(mode):
             raise UnusableHome(f"cannot start: {path} exists and is not a socket; refusing to remove it")
         if want == "regular file" and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-            raise UnusableHome(f"cannot start: {path} is {_kind(mode)}, not a regular file; the vault will not "
+            raise UnusableHome(f"cannot start: {path} is {regular.kind(mode)}, not a regular file; the vault will not "
                                "use or replace it: move it out of the vault home")
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
 
 
 def clear_stale_socket(path: Path) -> None:

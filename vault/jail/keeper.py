@@ -34,7 +34,6 @@ import json
 import os
 import selectors
 import signal
-import stat
 import sys
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from vault import regular
 from vault.jail import pids
 from vault.jail.spec import ESCAPE_GRACE_S
 
@@ -353,11 +353,7 @@ def _read_report(path: Path) -> str:
     """The report's text, from a regular file only. Without a jail the agent can reach the file
     (beside its task file): a FIFO put in its place was opened in the runner's event loop and
     waited on for a writer, holding every trial and the run's own stop forever (OSError)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path.name} is not a regular file")
-        return f.read(MAX_REPORT_BYTES).decode("utf-8", errors="replace")
+    return regular.read_bytes(path, MAX_REPORT_BYTES, follow=False, cut=True).decode("utf-8", errors="replace")
 
 
 def _report_lines(path: Path, seal: str | None) -> list[dict[str, Any]]:

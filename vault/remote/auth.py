@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from vault import regular
 from vault.errors import BadInput
 
 # angle brackets: no token name from a credentials file can collide with these
@@ -41,16 +42,15 @@ def _read_private(path: Path, what: str) -> str:
     remote never started and never said why; it is refused, as is /dev/zero."""
     try:
         # opened without blocking: a FIFO opens at once without a writer, then is refused
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise BadInput(f"{path}: not a regular file (a FIFO, device, socket or directory); "
-                               f"give a regular file holding {what}")
+        with regular.open_file(path) as f:
+            st = os.fstat(f.fileno())
             raw = f.read(MAX_FILE_BYTES + 1)
         if len(raw) > MAX_FILE_BYTES:
             raise BadInput(f"{path}: {what} file larger than {MAX_FILE_BYTES >> 20} MiB; not read")
         text = raw.decode("utf-8")
+    except regular.NotRegular:
+        raise BadInput(f"{path}: not a regular file (a FIFO, device, socket or directory); "
+                       f"give a regular file holding {what}") from None
     except OSError as exc:
         raise BadInput(f"{path}: cannot read {what}: {exc.strerror}") from None
     except UnicodeDecodeError:

@@ -29,6 +29,7 @@ from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
 
+from vault import regular
 from vault.audit_events import ApproverAttempt, read_events
 from vault.errors import VaultError
 from vault.jail import pids
@@ -341,14 +342,7 @@ def audit_segments(log: Path) -> list[Path]:
 
 def read_regular(path: Path) -> bytes:
     """A regular file's bytes, never following a symlink or opening a FIFO or device (OSError)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path.name} is not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    finally:
-        os.close(fd)
+    return regular.read_bytes(path, follow=False)
 
 
 def walk(top: Path | str, unlisted: list[str] | None = None) -> Iterator[tuple[str, list[str], list[str]]]:
@@ -503,10 +497,8 @@ def leak_window(path: Path, needles: list[bytes]) -> bytes:
     if not needles:
         return b""
     overlap = max(len(n) for n in needles) - 1
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = regular.open_fd(path, follow=False)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path.name} is not a regular file")
         tail = b""
         while chunk := os.read(fd, SCAN_CHUNK):
             window = tail + chunk

@@ -399,8 +399,8 @@ def deadline(ev: Evidence, ctx: Context) -> list[str]:
             out.append(f"agent {a.index} ({a.name}) left {a.left_running} process(es) running outside its "
                        "process group when it exited; the runner ended them")
         if a.keeper_unreported:
-            out.append(f"agent {a.index} ({a.name}) killed its keeper (the parent that counts and ends what "
-                       "an agent leaves running): processes it left running cannot be ruled out")
+            out.append(f"agent {a.index} ({a.name}) killed its keeper or spoiled its report (the parent "
+                       "that counts and ends what an agent leaves running; no sealed count came back): processes it left running cannot be ruled out")
         if a.killed_at_deadline:
             out.append(f"agent {a.index} ({a.name}) was still running at its deadline and was stopped")
         elif a.ended > limit + 0.25:

@@ -31,13 +31,13 @@ import io
 import os
 import secrets
 import signal
-import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import yaml
 
+from vault import regular
 from vault.catalog import Catalog, load_catalog
 from vault.client import connect_approver, read_approver_token
 from vault.errors import HomeError, VaultError
@@ -471,11 +471,7 @@ def open_regular(path: Path) -> BinaryIO:
     trial's directory is within reach of an agent run without the jail (its task file is there):
     a FIFO it put in place of its output or a log was opened by the runner and waited on for a
     writer forever, holding the run past TERM."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(f"{path.name} is not a regular file")
-    return os.fdopen(fd, "rb")
+    return regular.open_file(path, follow=False)
 
 
 def last_bytes(path: Path, most: int = 1 << 16) -> bytes:

@@ -21,10 +21,8 @@ Force it with `PYTHON_KEYRING_BACKEND=vault.store.keyring_backend.FileKeyring`.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ from keyring.compat import properties
 from keyring.credentials import SimpleCredential
 from keyring.errors import KeyringError, PasswordDeleteError, PasswordSetError
 
+from vault import regular
 from vault.atomic import UnsafeDirectory, check_private_dir, failure, private_dir, write_private
 from vault.home import exclusive_lock
 
@@ -166,14 +165,4 @@ class FileKeyring(KeyringBackend):
 def _read_regular(path: Path) -> bytes:
     """A regular file's bytes, opened without blocking: a FIFO put in the keyring file's place
     held `secret list`, `secret set`, `audit show` and `diag show` forever, waiting for a writer."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device, socket or directory)")
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    return regular.read_bytes(path)

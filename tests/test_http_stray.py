@@ -162,3 +162,20 @@ def test_the_pool_hooks_aiohttp_has() -> None:
         assert callable(getattr(aiohttp.TCPConnector, name))
     assert "_factory" in aiohttp.BaseConnector.__init__.__code__.co_names
     assert "_conns" in aiohttp.BaseConnector.__init__.__code__.co_names
+
+
+async def test_a_remote_with_a_correlation_header_of_its_own_can_say_so(harness_factory: Any) -> None:  # noqa: F811
+    """`correlation_echo: false`: the answer's X-Correlation-Id is the remote's own, not checked."""
+    h: Harness = await harness_factory()
+    rep = Repeater((h.remote.host, h.remote.port))
+    await rep.start()
+    try:
+        url = h.remote.service_url.replace(f":{h.remote.port}", f":{rep.port}")
+        h.service = lambda **o: ServiceConfig(name="remote", url=url, options=o)  # type: ignore[method-assign]
+        first = await h.call("create_issue", {"title": "the first"}, correlation_echo=False)
+        assert Category.success == first.result.category, first.result.message
+        # the repeated answer is taken (nothing tells it apart): what the check prevents
+        call = await h.call("create_issue", {"title": "the second"}, correlation_echo=False)
+        assert Category.success == call.result.category and call.result.data["title"] == "the first"
+    finally:
+        await rep.stop()

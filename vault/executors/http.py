@@ -176,15 +176,16 @@ class HttpExecutor(Executor):
         elif total <= 0:
             attempt.error = TimeoutError("the call's deadline had passed before sending")
         else:
+            # a remote that sets a header of that name of its own says so: `correlation_echo: false`
             await self._send(attempt, method, service.url.rstrip("/") + path, body, query,
-                             credential, ctx, timeout, total)
+                             credential, ctx, timeout, total, service.options.get("correlation_echo") is not False)
         verdict = classify(attempt, mutates=mutates, contract=contract, params=params)
         diag.update(_evidence(attempt, verdict, credential, started))
         return verdict, diag, attempt.bytes_left
 
     async def _send(self, attempt: Attempt, method: str, url: str, body: dict[str, Any] | None,
                     query: dict[str, Any] | None, credential: Secret, ctx: CallContext,
-                    timeout: aiohttp.ClientTimeout, total: float) -> None:
+                    timeout: aiohttp.ClientTimeout, total: float, check_echo: bool = True) -> None:
         token = credential.reveal()
         if not _TOKEN.fullmatch(token):
             attempt.error = NotSent("the credential cannot be sent as a bearer token "
@@ -221,7 +222,7 @@ class HttpExecutor(Executor):
                     attempt.status = response.status
                     attempt.headers = [(k.decode("latin-1"), v.decode("latin-1"))
                                        for k, v in response.raw_headers]
-                    echo = attempt.header(CORRELATION_HEADER)
+                    echo = attempt.header(CORRELATION_HEADER) if check_echo else None
                     if echo is not None and echo != ctx.correlation_id:
                         # another request's answer (one left on a kept-alive connection): not this
                         # call's, and this call's may follow it, so the connection is never reused

@@ -327,7 +327,8 @@ class ApproverAttempt(AuditEvent):
     """A hello, decide, lock or unlock on the approver socket, accepted or refused; `name` and
     `request_id` as sent (bounded). Method `connect`: a process opened a connection to it (its
     first 8, then its 16th, 32nd, ...: vault.daemon.approver_api). `lineage`: the process
-    and its ancestors when it acted (vault.lineage)."""
+    and its ancestors when it acted (vault.lineage). `opener_pid`, `opener_lineage`: who opened
+    the connection it acted on."""
 
     TYPE = "approver_attempt"
     type: Literal["approver_attempt"] = "approver_attempt"
@@ -343,6 +344,11 @@ class ApproverAttempt(AuditEvent):
     # the process and its ancestors, (pid, start time) up to init (vault.lineage): the runner
     # tells from it whether the process was another run's, after it is gone
     lineage: list[tuple[int, float]] | None = None
+    # the process that opened the connection (SO_PEERCRED at accept, which no process can name
+    # for another, unlike a line's writer): its pid on every method but `connect`, and its
+    # ancestry as read at accept when it is not the writer (absent when unknown, and in older logs)
+    opener_pid: int | None = None
+    opener_lineage: list[tuple[int, float]] | None = None
 
 
 class SessionRefused(AuditEvent):

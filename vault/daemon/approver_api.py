@@ -211,7 +211,10 @@ class ApproverApi:
                 if not sampled(n, HELLOS_RECORDED):
                     return
                 reason = f"[hello {n} of this process; past {HELLOS_RECORDED} only every power of two is recorded]"
-        self.audit_soon(attempt_event(method, conn.peer, accepted, reason, name, request_id))
+        # the opener's ancestry as read when it connected (its entry lives while the connection does)
+        other = (conn.opener.pid, conn.opener.create_time) != (conn.peer.pid, conn.peer.create_time)
+        chain = self.guard.processes.chain_of(conn.opener) if other else None
+        self.audit_soon(attempt_event(method, conn.peer, accepted, reason, name, request_id, conn.opener, chain))
 
     @staticmethod
     def authed(conn: Connection) -> str:

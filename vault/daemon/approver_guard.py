@@ -104,13 +104,21 @@ class ApproverGuard:
 
 
 def attempt_event(method: str, caller: ProcessIdentity, accepted: bool, reason: str,
-                  name: Any = None, request_id: Any = None) -> ApproverAttempt:
-    """The `approver_attempt` audit event (its shape is read by the runner's grading)."""
+                  name: Any = None, request_id: Any = None, opener: ProcessIdentity | None = None,
+                  opener_chain: list[tuple[int, float]] | None = None) -> ApproverAttempt:
+    """The `approver_attempt` audit event (its shape is read by the runner's grading). `opener`:
+    the process that opened the connection, `opener_chain` its ancestry as read at accept."""
     markers = Markers.of(caller.pid) if caller.pid > 0 else Markers(-1, -1, "")
     chain = lineage(caller.pid)[:RECORDED_DEPTH] if caller.pid > 0 else []
     if chain and not same_start(chain[0][1], caller.create_time):
         chain = []  # gone, and its pid reused: not its ancestry
     extra: dict[str, Any] = {"lineage": chain} if chain else {}  # absent, not null, when unknown
+    if opener is not None:
+        # a root process names any pid as a line's writer (SCM_CREDENTIALS), never as the
+        # connection's opener: the runner grades by the opener where the two differ
+        extra["opener_pid"] = opener.pid
+        if (opener.pid, opener.create_time) != (caller.pid, caller.create_time) and opener_chain:
+            extra["opener_lineage"] = opener_chain[:RECORDED_DEPTH]
     return ApproverAttempt(method=method, pid=caller.pid, sid=markers.sid, pgid=markers.pgid, exe=caller.exe,
                            accepted=accepted, reason=reason[:_MAX_TEXT * 4],
                            # as sent (bounded): the record shows what was tried, not a cleaned-up version

@@ -13,7 +13,12 @@ a header nor fail half-way through a write.
 
 The client is aiohttp: its C parser makes a pooled keep-alive request about
 half the cost of httpx's async client (bench/gate_overhead.py), and this call
-sits on every agent call's path.
+sits on every agent call's path. An answer is the call's only when it can be:
+one whose `X-Correlation-Id` (a remote that echoes it, as the fake remote does)
+names another request is never read as this call's (the request was sent, so
+outcome_unknown, a read local_failure), and its connection is closed; a pooled
+connection that received bytes while idle is closed, unread, before reuse
+(vault.executors.http_pool).
 
 Timeouts are per phase, so a diagnostic says whether the peer never accepted
 or accepted and went quiet: connect (including waiting for a pooled
@@ -54,6 +59,7 @@ from vault.store.secret import Secret
 from vault.vouch import HEADER as MARK_HEADER
 from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
 from vault.executors.http_evidence import WIRE_ERRORS, Attempt, NotSent, Trace, Verdict, classify
+from vault.executors.http_pool import WatchedConnector
 
 DEFAULT_TIMEOUTS = {"connect_timeout_s": 3.0, "write_timeout_s": 5.0,
                     "read_timeout_s": 10.0, "total_timeout_s": 30.0}
@@ -62,6 +68,7 @@ DIAG_BODY = 64 * 1024
 REDACTED = "[redacted]"
 SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+CORRELATION_HEADER = "X-Correlation-Id"  # sent with each request; a remote that echoes it is checked
 _HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
 _TOKEN = re.compile(r"[\x21-\x7e]+")
 
@@ -82,7 +89,8 @@ class HttpExecutor(Executor):
         # one pooled session for every service: connections are reused per origin
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._max, keepalive_timeout=5.0),
+                # a kept-alive connection that spoke while idle is closed, never read (http_pool)
+                connector=WatchedConnector(limit=self._max, keepalive_timeout=5.0),
                 cookie_jar=aiohttp.DummyCookieJar(),  # a remote's cookie never rides on a later call
                 trust_env=False, timeout=aiohttp.ClientTimeout(total=None),
                 trace_configs=[_trace_config()],
@@ -168,22 +176,23 @@ class HttpExecutor(Executor):
         elif total <= 0:
             attempt.error = TimeoutError("the call's deadline had passed before sending")
         else:
+            # a remote that sets a header of that name of its own says so: `correlation_echo: false`
             await self._send(attempt, method, service.url.rstrip("/") + path, body, query,
-                             credential, ctx, timeout, total)
+                             credential, ctx, timeout, total, service.options.get("correlation_echo") is not False)
         verdict = classify(attempt, mutates=mutates, contract=contract, params=params)
         diag.update(_evidence(attempt, verdict, credential, started))
         return verdict, diag, attempt.bytes_left
 
     async def _send(self, attempt: Attempt, method: str, url: str, body: dict[str, Any] | None,
                     query: dict[str, Any] | None, credential: Secret, ctx: CallContext,
-                    timeout: aiohttp.ClientTimeout, total: float) -> None:
+                    timeout: aiohttp.ClientTimeout, total: float, check_echo: bool = True) -> None:
         token = credential.reveal()
         if not _TOKEN.fullmatch(token):
             attempt.error = NotSent("the credential cannot be sent as a bearer token "
                                     "(it holds characters outside printable ASCII)")
             return
         headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
-                   "X-Correlation-Id": ctx.correlation_id}
+                   CORRELATION_HEADER: ctx.correlation_id}
         if ctx.idempotency_key:
             headers["Idempotency-Key"] = wire_key(ctx.idempotency_key)
         if self._mark:
@@ -213,6 +222,13 @@ class HttpExecutor(Executor):
                     attempt.status = response.status
                     attempt.headers = [(k.decode("latin-1"), v.decode("latin-1"))
                                        for k, v in response.raw_headers]
+                    echo = attempt.header(CORRELATION_HEADER) if check_echo else None
+                    if echo is not None and echo != ctx.correlation_id:
+                        # another request's answer (one left on a kept-alive connection): not this
+                        # call's, and this call's may follow it, so the connection is never reused
+                        attempt.foreign_answer = True
+                        response.close()
+                        return
                     async for chunk in response.content.iter_any():
                         received += chunk
                         if len(received) > MAX_BODY:

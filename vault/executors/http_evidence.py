@@ -18,6 +18,8 @@ operation's response contract (vault.contracts).
 | 2xx failing the contract, HTML, truncated or invalid JSON, 3xx, oversize | malformed_response |
 | request (partly) written, then timeout / connection closed, mutating op | outcome_unknown |
 | request written, then timeout / closed, read-only op | local_failure |
+| an answer whose X-Correlation-Id names another request, mutating op | outcome_unknown |
+| the same, read-only op | local_failure |
 
 The last row is a decision: a read has no remote effect, so nothing is
 "unknown" about the remote's state and a bounded retry is safe, which is
@@ -91,6 +93,9 @@ class Attempt:
     complete: bool = False
     oversize: bool = False
     error: BaseException | None = None
+    # the answer's X-Correlation-Id named another request: not this call's answer (its own
+    # may still be on the way), whatever its status and body say
+    foreign_answer: bool = False
 
     @property
     def bytes_left(self) -> bool:
@@ -116,6 +121,8 @@ class Verdict:
 
 def classify(attempt: Attempt, *, mutates: bool, contract: str | None,
              params: dict[str, Any]) -> Verdict:
+    if attempt.foreign_answer:  # before the status: another request's 401 or 200 says nothing of this one
+        return _not_ours(mutates)
     status = attempt.status
     if status in (401, 403, 429):  # the status line alone is the evidence
         return _by_status(attempt, status)
@@ -170,6 +177,16 @@ def _interrupted(attempt: Attempt, mutates: bool) -> Verdict:
     return Verdict(Category.local_failure,
                    f"The request was sent but no complete answer arrived ({what}); this operation only "
                    "reads, so nothing was changed and a bounded retry is safe.", reason="read_after_send")
+
+
+def _not_ours(mutates: bool) -> Verdict:
+    what = ("The request was sent, but the answer that came back was another request's (it named "
+            "another correlation id), so it was not used")
+    if mutates:
+        return Verdict(Category.outcome_unknown, f"{what}; the remote may have applied this call. Look it "
+                       "up before retrying.", reason="foreign_answer")
+    return Verdict(Category.local_failure, f"{what}; this operation only reads, so nothing was changed and "
+                   "a bounded retry is safe.", reason="foreign_answer")
 
 
 def _error_status(attempt: Attempt, status: int, mutates: bool) -> Verdict:

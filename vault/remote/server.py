@@ -239,6 +239,9 @@ class RemoteServer:
                 finish("connection_closed", reason=f"no response sent; {how}")
                 return False
         headers = [*reply.headers, ("Content-Length", str(len(reply.body)))]
+        if ex is not None and ex.correlation_id:
+            # echoed, as real APIs do: a client tells its own answer from one left on the connection
+            headers.append(("X-Correlation-Id", ex.correlation_id))
         if reply.mode != "normal":
             headers.append(("Connection", "close"))
         try:

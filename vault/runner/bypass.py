@@ -122,7 +122,7 @@ def self_approval(ev: "Evidence", ctx: "Context") -> list[str]:
         verb = _VERBS.get(str(a.get("method")), "acted as an approver")
         exe = printable(os.path.basename(str(a.get("exe") or "")))[:40] or "?"
         how = "" if a.get("method") == "connect" else " (accepted)" if a.get("accepted") else " (refused)"
-        out.append(f"process {a.get('pid')} ({exe}) {verb}{how}: only the scenario's approver may")
+        out.append(f"process {a.get('pid')} ({exe}) {verb}{how}{_opened_by(ev, a)}: only the scenario's approver may")
     out.extend(_in_the_runners_name(ev))
     out.extend(_tripwires(ev, "FAIL_SELF_APPROVAL"))
     return _unique(out)
@@ -145,6 +145,12 @@ def _in_the_runners_name(ev: "Evidence") -> list[str]:
         if a.get("pid") != ev.runner_pid or method not in ("decide", "lock", "unlock"):
             continue
         key = (method, str(a.get("request_id") or "") if method == "decide" else "")
+        if _opened_by(ev, a):  # the runner's approver writes on its own connections only
+            what = f"decided request {printable(key[1])[:64]}" if method == "decide" else _VERBS[method]
+            how = "accepted" if a.get("accepted") else "refused"
+            out.append(f"another process {what} ({how}) in the runner's name{_opened_by(ev, a)}: "
+                       "only the scenario's approver may")
+            continue
         if sent[key] > 0:
             sent[key] -= 1
             continue
@@ -155,6 +161,19 @@ def _in_the_runners_name(ev: "Evidence") -> list[str]:
                    "(the runner's approver never sent it: a root process named the runner as the "
                    "writer of its line): only the scenario's approver may")
     return out
+
+
+def _opened_by(ev: "Evidence", a: dict[str, Any]) -> str:
+    """" on a connection process N opened" when the attempt's connection was opened by a process
+    other than its writer and not by the runner ("" otherwise). The opener is SO_PEERCRED's, which
+    no process can name for another; a writer, root names at will."""
+    opener = a.get("opener_pid")
+    if opener is None or opener == a.get("pid"):
+        return ""
+    if opener == ev.runner_pid:
+        return " on the runner's approver connection"
+    return (f" on a connection process {opener} opened (not the runner's approver: a process that "
+            "named another as the writer of its line)")
 
 
 # ---- FAIL_AUDIT_TAMPER ------------------------------------------------------------

@@ -92,6 +92,7 @@ and ``fdatasync(fd)`` (default: the `os` module), so tests can fail them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import logging
@@ -367,6 +368,20 @@ class AuditWriter:
     @property
     def next_seq(self) -> int:
         return self._next_seq
+
+    def abandon(self, why: str) -> None:
+        """The log's directory left its path (the home unmounted, moved): write and sync what is
+        staged through the open descriptor, then accept nothing more. Nothing is written by path
+        from here on (no head file, no rotation), as it would land in whatever directory now has
+        the name; `close` then only releases the file. Its next start signs the unsigned tail."""
+        with self._lock:
+            if self._failure is not None or self._closing:
+                return
+        with contextlib.suppress(AuditError):
+            self._flush(publish=False, rotate=False)
+        with self._lock:
+            if self._failure is None:
+                self._failure = f"audit log {self.path}: {why}; no further records are accepted"
 
     def close(self) -> None:
         """Write and sync what is queued, sign the last record, release the lock.

@@ -200,9 +200,18 @@ def _run_foreground(home: VaultHome, args: argparse.Namespace, report: "_StartRe
         # ours or a killed daemon's (this one holds the lock); a directory in its place is left
         # as found, and the start or stop still ends in its one line, not a traceback
         with contextlib.suppress(OSError):
-            home.pid_file.unlink(missing_ok=True)
+            _remove_pid_file(home)
         os.close(lock_fd)
     return 0
+
+
+def _remove_pid_file(home: VaultHome) -> None:
+    """Remove the pid file unless it names another live process: a home that left its path
+    (`umount -l`) shows another directory there, maybe with a second daemon's pid file."""
+    from vault.daemon.instance import live_pid
+    pid = live_pid(home)
+    if pid is None or pid == os.getpid():
+        home.pid_file.unlink(missing_ok=True)
 
 
 async def _serve(daemon: VaultDaemon, report: "_StartReport") -> None:
@@ -419,19 +428,33 @@ def run_stop(args: argparse.Namespace) -> int:
     raise HomeError(f"daemon (pid {status['pid']}) did not stop within {args.timeout:g}s")
 
 
-# below this much free space `status` warns: a full disk stops the audit log and every call
+# `status` warns below this much free space (a full disk stops the audit log and every call):
+# 512 MiB on a big disk, a tenth of a small one, never under LOW_DISK_FLOOR. A fixed 512 MiB
+# warned at once on a 32 MiB disk with 27 MiB free, room for hundreds of thousands of records.
 LOW_DISK_BYTES = 512 << 20
+# the headroom the vault itself needs: thousands of audit records (about 1 KiB each), a
+# rotation's new segment, and the temporary copy every all-or-nothing write makes
+LOW_DISK_FLOOR = 8 << 20
+
+
+def low_disk_bytes(total: int | None) -> int:
+    """Free bytes under which `status` warns, for a disk of `total` bytes (None: unknown)."""
+    if total is None:
+        return LOW_DISK_BYTES
+    return max(LOW_DISK_FLOOR, min(LOW_DISK_BYTES, total // 10))
 
 
 def _disk(home: VaultHome) -> dict[str, int | None]:
     """How big the audit log is and how much room its disk has left (None where unknown)."""
     try:
-        free: int | None = shutil.disk_usage(home.root).free
+        usage = shutil.disk_usage(home.root)
+        free: int | None = usage.free
+        total: int | None = usage.total
     except OSError:
-        free = None
+        free = total = None
     from vault.audit.files import set_bytes
     size = set_bytes(home.audit_log)  # every kept segment
-    return {"audit_log_bytes": size, "disk_free_bytes": free}
+    return {"audit_log_bytes": size, "disk_free_bytes": free, "disk_total_bytes": total}
 
 
 def _size(n: float) -> str:
@@ -499,7 +522,7 @@ def run_status(args: argparse.Namespace) -> int:
             print(f"  keyring backend: {out['keyring_backend']}")
         if out["disk_free_bytes"] is not None:
             print(f"  audit log {_size(out['audit_log_bytes'])}; {_size(out['disk_free_bytes'])} free on its disk")
-            if out["disk_free_bytes"] < LOW_DISK_BYTES:
+            if out["disk_free_bytes"] < low_disk_bytes(out["disk_total_bytes"]):
                 print("  WARNING: the disk is nearly full; when the audit log cannot be written, "
                       "the daemon stops serving calls")
     if not out["running"]:

@@ -55,6 +55,11 @@ def _holder_pid(home: VaultHome, wait_s: float = 2.0) -> int | None:
         time.sleep(0.02)
 
 
+def live_pid(home: VaultHome) -> int | None:
+    """The pid in the home's pid file if that process lives (None: no file, stale or unreadable)."""
+    return _read_pid(home)
+
+
 def _read_pid(home: VaultHome) -> int | None:
     try:
         # non-blocking and regular files only: a FIFO in its place made a second start wait
@@ -148,7 +153,8 @@ def approver_token(home: VaultHome) -> str:
                                "approver token")
         if stat.S_IMODE(st.st_mode) != 0o600:
             os.chmod(path, 0o600)
-        value = path.read_text(errors="replace").strip()
+        with open(path, "rb") as f:  # bounded: a GiB file there is no token, not a start's memory
+            value = f.read(4096).decode(errors="replace").strip()
         if _TOKEN.fullmatch(value):
             return value
         log.warning("the approver token in %s was damaged; a new one was made", home.root)
@@ -158,4 +164,4 @@ def approver_token(home: VaultHome) -> str:
 
 
 # secrets.token_urlsafe(32): 43 characters of the URL-safe base64 alphabet
-_TOKEN = re.compile(r"[A-Za-z0-9_-]{43,}")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{43,512}")  # up to what approver.hello accepts

@@ -1,0 +1,188 @@
+"""Thirteenth hostile pass: an approver token that is no token, a home that leaves its path under
+a running daemon, a socket taken over by another listener, the "disk nearly full" warning on a
+small disk, and `--vaultsim-trials` past any use.
+
+Real processes only: daemons with their fake remote, `vaultsim` run as a user runs it, homes on
+their own tmpfs (root only, skipped with the reason elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, Sandbox, new_sandbox, wait_for
+from hostile_fixtures import served, setup  # noqa: F401  (served: a module-scoped daemon)
+
+# each command that reads the approver token, with what it needs besides
+TOKEN_READERS = {
+    "lock": ("lock",),
+    "unlock": ("unlock",),
+    "stats": ("stats",),
+    "stop": ("stop", "--timeout", "5"),
+    "approve": ("approve", "--script", "{script}"),
+}
+
+
+def _plant(token: Path, kind: str, box: Sandbox) -> None:
+    """Put `kind` where the approver token is (the token file itself removed first)."""
+    token.unlink()
+    if kind == "fifo":
+        os.mkfifo(token, 0o600)
+    elif kind == "directory":
+        token.mkdir(mode=0o700)
+    elif kind == "link to /dev/zero":
+        token.symlink_to("/dev/zero")
+    elif kind == "huge file":
+        with open(token, "wb") as f:
+            f.truncate(1 << 30)
+        os.chmod(token, 0o600)
+    elif kind == "link to a token":
+        elsewhere = box.root / "token-copy"
+        elsewhere.write_text("A" * 43)
+        token.symlink_to(elsewhere)
+    elif kind == "empty file":
+        token.write_text("")
+        os.chmod(token, 0o600)
+
+
+class TestAnApproverTokenThatIsNoToken:
+    @pytest.mark.parametrize("kind", ["fifo", "directory", "link to /dev/zero", "huge file", "link to a token",
+                                      "empty file"])
+    def test_every_command_that_reads_it_exits_2_at_once(self, served: Sandbox, kind: str) -> None:  # noqa: F811
+        """`vaultsim lock`, `unlock`, `stats`, `stop` and `approve` read the home's approver token:
+        given a FIFO, a directory or a link to /dev/zero there they said "not a regular file" with
+        exit 1 (a negative answer, as if the daemon refused), a GiB file went to the daemon as a
+        "token" (exit 1, "invalid params"), a link to another file was followed. Now each is bad
+        input: exit 2 at once, naming the file and what to do, and the daemon serves on."""
+        token = served.home / "approver.token"
+        saved = token.read_bytes()
+        script = ROOT / "scenarios" / "approvers" / "deny-all.yaml"
+        try:
+            _plant(token, kind, served)
+            for name, argv in TOKEN_READERS.items():
+                started = time.monotonic()
+                out = served.vaultsim(*(a.format(script=script) for a in argv), timeout=30)
+                assert 2 == out.returncode, (name, out.stdout, out.stderr)
+                said = out.stderr.strip()
+                assert f"vaultsim {name}: {token}" in said and "restart the daemon" in said, (name, said)
+                assert "Traceback" not in said and 1 == len(said.splitlines()), said
+                assert time.monotonic() - started < 20, name
+        finally:
+            if token.is_dir() and not token.is_symlink():
+                token.rmdir()
+            else:
+                token.unlink()
+            token.write_bytes(saved)
+            os.chmod(token, 0o600)
+        assert served.status() is not None  # `stop` stopped nothing
+        assert 0 == served.vaultsim("lock").returncode and 0 == served.vaultsim("unlock").returncode
+
+
+def _tmpfs(where: Path, size: str = "32m") -> None:
+    where.mkdir(mode=0o700, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+
+
+@pytest.fixture
+def tmpfs_box() -> Iterator[Sandbox]:
+    """A sandbox whose vault home is its own 32 MiB tmpfs."""
+    box = new_sandbox()
+    try:
+        _tmpfs(box.home)
+        yield box
+    finally:
+        box.close()
+        for _ in range(3):  # a mount left by the test, then the one under it
+            if subprocess.run(["umount", "-l", str(box.home)], capture_output=True).returncode != 0:
+                break
+        subprocess.run(["rm", "-rf", "--one-file-system", str(box.root)], capture_output=True)
+
+
+class TestAHomeThatLeavesItsPath:
+    def test_the_daemon_stops_saying_why_and_writes_nothing_in_the_other_directory(self, tmpfs_box: Sandbox) -> None:
+        """`umount -l` of the home under a serving daemon: the daemon served on through held
+        connections, but `status` and `stop` said no daemon serves, a second daemon could start on
+        the same path, and what it wrote by path (the audit head) went into that other directory.
+        Now the daemon notices within its housekeeping period, ends its log through the open
+        file, says why in its last line and stops (exit 1: its log is left unsigned); nothing is
+        written in the directory now at the path, and a second daemon starts there cleanly."""
+        box = tmpfs_box
+        setup(box)
+        daemon = next(p for p in box.procs if "daemon" in p.args)
+        subprocess.run(["umount", "-l", str(box.home)], check=True)
+        assert 1 == daemon.wait(timeout=15)
+        logged = (box.root / "daemon.stderr").read_text()
+        assert "is no longer at its path (unmounted, moved or replaced)" in logged, logged[-2000:]
+        assert "Traceback" not in logged
+        assert logged.strip().splitlines()[-1].startswith("vaultsim daemon: stopped; audit log failed")
+        assert [] == os.listdir(box.home)  # no head file, no socket removed or made, no pid file
+        box.start_daemon()  # a second daemon on the path: it serves, as status says
+        assert 0 == box.vaultsim("status").returncode
+
+
+class TestASocketTakenOverByAnotherListener:
+    def test_is_said_once_and_left_in_place_at_stop(self) -> None:
+        """A same-user process (an agent without the jail) removes agent.sock and listens there
+        itself. The daemon said nothing, and at its stop removed the other process's socket file.
+        Now its log says once that the path is no longer its socket, and its stop leaves it."""
+        box = new_sandbox()
+        other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            daemon = box.start_daemon()
+            box.agent_sock.unlink()
+            other.bind(str(box.agent_sock))
+            other.listen(1)
+            theirs = os.lstat(box.agent_sock).st_ino
+            log = box.root / "daemon.stderr"
+            wait_for(lambda: "agent.sock is no longer this daemon's socket" in log.read_text(),
+                     what="the daemon to notice its socket was replaced")
+            daemon.send_signal(signal.SIGTERM)
+            assert 0 == daemon.wait(timeout=15)
+            assert theirs == os.lstat(box.agent_sock).st_ino  # still the other listener's
+            assert 1 == log.read_text().count("agent.sock is no longer this daemon's socket (removed or replaced)")
+            assert not (box.home / "approver.sock").exists()  # its own one it removed
+        finally:
+            other.close()
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)
+
+
+class TestStatusOnASmallDisk:
+    def test_warns_only_when_the_headroom_is_short(self, tmpfs_box: Sandbox) -> None:
+        """On a 32 MiB disk with 32 MiB free `status` warned "the disk is nearly full" (a fixed
+        512 MiB threshold): a warning that is always on is one nobody reads. Now it warns under
+        a tenth of a small disk, never under the 8 MiB the vault's own writes need."""
+        box = tmpfs_box
+        quiet = box.vaultsim("status")
+        assert 1 == quiet.returncode and "free on its disk" in quiet.stdout, quiet
+        assert "nearly full" not in quiet.stdout, quiet.stdout
+        filler = box.home / "filler"
+        with open(filler, "wb") as f:
+            f.write(b"\0" * (26 << 20))  # tmpfs: written pages count, a sparse file would not
+        loud = box.vaultsim("status")
+        assert "WARNING: the disk is nearly full" in loud.stdout, loud.stdout
+        filler.unlink()
+
+
+class TestPluginTrialsPastAnyUse:
+    def test_are_a_usage_error(self, pytester: pytest.Pytester) -> None:
+        """`pytest --vaultsim-trials 99999999999` had no upper bound (`vaultsim run --trials` stops
+        at 10000): every trial of every scenario item was run. Now a usage error naming the bound."""
+        (pytester.path / "sc.yaml").write_text("agents: [{plan: {steps: []}}]\nexpect: {verdict: PASS}\n")
+        out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vaultsim-scenarios",
+                                            "--vaultsim-trials=99999999999")
+        text = out.stdout.str() + out.stderr.str()
+        assert "--vaultsim-trials 99999999999: at least 1 and at most 10000" in text, text[-2000:]
+        assert "Traceback" not in text and out.ret == pytest.ExitCode.USAGE_ERROR

@@ -164,4 +164,4 @@ def approver_token(home: VaultHome) -> str:
 
 
 # secrets.token_urlsafe(32): 43 characters of the URL-safe base64 alphabet
-_TOKEN = re.compile(r"[A-Za-z0-9_-]{43,512}")  # up to what approver.hello accepts
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{43,512}")  # up to what approver.hello (and its clients) accept

@@ -8,11 +8,13 @@ their own tmpfs (root only, skipped with the reason elsewhere).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,3 +189,47 @@ class TestPluginTrialsPastAnyUse:
         text = out.stdout.str() + out.stderr.str()
         assert "--vaultsim-trials 99999999999: at least 1 and at most 10000" in text, text[-2000:]
         assert "Traceback" not in text and out.ret == pytest.ExitCode.USAGE_ERROR
+
+
+class TestADaemonCutOffFromItsSockets:
+    def test_status_names_it_and_stop_stops_it(self) -> None:
+        """A same-user process removes both socket files of a serving daemon. `status` said no
+        daemon serves (nothing else), `stop` said the same and exit 1, while the daemon lived on
+        holding the home (a new start: "already serves"): nothing a user ran could stop it short
+        of finding its pid. Now `status` names the pid that holds the home, and `stop` stops it
+        cleanly (SIGTERM: its log signed, exit 0)."""
+        box = new_sandbox()
+        try:
+            daemon = box.start_daemon()
+            box.agent_sock.unlink()
+            (box.home / "approver.sock").unlink()
+            status = box.vaultsim("status", "--json")
+            assert 1 == status.returncode, status
+            assert daemon.pid == json.loads(status.stdout)["held_by_pid"]
+            assert f"but daemon pid {daemon.pid} holds it" in box.vaultsim("status").stdout
+            out = box.vaultsim("stop", "--timeout", "20")
+            assert (0, "") == (out.returncode, out.stderr), out
+            assert f"daemon (pid {daemon.pid}) stopped; it answered on no socket" in out.stdout
+            assert 0 == daemon.wait(timeout=15)
+            assert 1 == box.vaultsim("stop").returncode  # nothing left to stop
+            assert "held_by_pid" not in json.loads(box.vaultsim("status", "--json").stdout)
+        finally:
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)
+
+    def test_stop_never_signals_another_process_that_holds_the_lock(self, tmp_path: Path) -> None:
+        """Only a vaultsim daemon is stopped this way: a `flock` of the lock file is left alone."""
+        home = tmp_path / "h"
+        home.mkdir(mode=0o700)
+        holder = subprocess.Popen(["flock", str(home / "daemon.lock"), "sleep", "600"])
+        try:
+            from vault.daemon.instance import lock_holder
+            from vault.home import VaultHome
+            wait_for(lambda: lock_holder(VaultHome(home)) is not None, what="the lock to be held")
+            out = subprocess.run([sys.executable, "-m", "vault.cli.main", "stop", "--home", str(home)],
+                                 capture_output=True, text=True, timeout=60, cwd=ROOT)
+            assert 1 == out.returncode and "no daemon serves" in out.stderr, out
+            assert holder.poll() is None
+        finally:
+            holder.kill()
+            holder.wait()

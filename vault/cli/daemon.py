@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -414,8 +415,7 @@ def run_stop(args: argparse.Namespace) -> int:
     home = VaultHome.resolve(args.home).check()
     status = daemon_status(home)
     if status is None:
-        print(f"vaultsim stop: no daemon serves {home.root}", file=sys.stderr)
-        return 1
+        return _stop_unreachable(home, args.timeout)
     with ApproverClient.for_home(home, name="vaultsim-stop") as c:
         c.request("shutdown")
     deadline = time.monotonic() + args.timeout
@@ -426,6 +426,42 @@ def run_stop(args: argparse.Namespace) -> int:
             return 0
         time.sleep(0.05)
     raise HomeError(f"daemon (pid {status['pid']}) did not stop within {args.timeout:g}s")
+
+
+def _unreachable_daemon(home: VaultHome) -> int | None:
+    """A vaultsim daemon that holds the home's lock but answers on none of its sockets (their
+    files removed or replaced by another process); None when there is none."""
+    import psutil
+
+    from vault.daemon.instance import lock_holder
+    pid = lock_holder(home)
+    if pid is None or pid == os.getpid():
+        return None
+    try:
+        words = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return None
+    # only a vaultsim daemon is stopped this way, never another process that took the lock
+    return pid if "daemon" in words and any("vault" in w for w in words) else None
+
+
+def _stop_unreachable(home: VaultHome, timeout: float) -> int:
+    """`stop` when no socket answers: the daemon holding the home is stopped by its signal
+    (SIGTERM: the same clean stop), else there is nothing to stop."""
+    pid = _unreachable_daemon(home)
+    if pid is None:
+        print(f"vaultsim stop: no daemon serves {home.root}", file=sys.stderr)
+        return 1
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            print(f"vaultsim stop: daemon (pid {pid}) stopped; it answered on no socket "
+                  "(its socket files were removed or replaced)")
+            return 0
+        time.sleep(0.05)
+    raise HomeError(f"daemon (pid {pid}) did not stop within {timeout:g}s")
 
 
 # `status` warns below this much free space (a full disk stops the audit log and every call):
@@ -497,6 +533,9 @@ def run_status(args: argparse.Namespace) -> int:
             home.check()
         except VaultError as exc:
             out["home_unusable"] = exc.message
+        holder = _unreachable_daemon(home)
+        if holder is not None:  # a daemon cut off from its sockets: not serving, but there
+            out["held_by_pid"] = holder
         try:
             from vault.store.keystore import KeyStore
             out["keyring_backend"] = KeyStore(home).backend_name()
@@ -517,6 +556,9 @@ def run_status(args: argparse.Namespace) -> int:
                 print(f"  NOT SERVING CALLS: {out['halted']}")
         else:
             print(f"no vaultsim daemon serves {out['home']}")
+            if "held_by_pid" in out:
+                print(f"  but daemon pid {out['held_by_pid']} holds it and answers on no socket (its socket "
+                      "files were removed or replaced); `vaultsim stop` stops it")
             if "home_unusable" in out:
                 print(f"  and none can: {out['home_unusable']}")
             print(f"  keyring backend: {out['keyring_backend']}")

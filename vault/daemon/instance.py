@@ -44,6 +44,28 @@ def acquire_home_lock(home: VaultHome) -> int:
     return fd
 
 
+def lock_holder(home: VaultHome) -> int | None:
+    """The pid of the process holding the home's lock, from the kernel's table (/proc/locks),
+    without taking the lock (a start at that moment must not see it held); None when no one
+    holds it or it cannot be told. A daemon whose socket files were removed or replaced still
+    holds it: `status` and `stop` find it here."""
+    try:
+        st = os.lstat(home.lock_file)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            table = f.read(1 << 20)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2155008 0 EOF"
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == where and fields[4].isdigit():
+            return int(fields[4])
+    return None
+
+
 def _holder_pid(home: VaultHome, wait_s: float = 2.0) -> int | None:
     """The pid of the daemon holding the lock. A daemon that has just taken it writes its
     pid file a moment later (two racing starts): wait a little for that, not forever."""

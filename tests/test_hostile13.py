@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, Sandbox, new_sandbox, wait_for
-from hostile_fixtures import served, setup  # noqa: F401  (served: a module-scoped daemon)
+from hostile_fixtures import run_script, served, setup  # noqa: F401  (served: a module-scoped daemon)
 
 # each command that reads the approver token, with what it needs besides
 TOKEN_READERS = {
@@ -233,3 +233,42 @@ class TestADaemonCutOffFromItsSockets:
         finally:
             holder.kill()
             holder.wait()
+
+
+CALLS = "client.open_session('a', 'run-1')\nfor i in range(40): out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
+
+
+class TestAnAuditLogReplacedWhileRunning:
+    @pytest.mark.parametrize("kind", ["fifo", "symlink"])
+    def test_is_not_rotated_into_the_set_and_calls_stop(self, kind: str) -> None:
+        """A same-user process (an agent without the jail) replaces the active audit log with a FIFO
+        or a link to a file of its own. The daemon's next rotation renamed that into the log's set
+        (audit.000000000000.log a FIFO) while what it had written, unlinked, was gone; it served
+        on and `status` said nothing was wrong. Now the rotation checks the file at the path is
+        the one it writes: if not, the log fails closed (calls refused, `status` exit 2 naming
+        it), nothing is renamed, and the daemon still stops cleanly."""
+        box = new_sandbox()
+        try:
+            setup(box, "--audit-segment-mib", "0.01")  # rotates every ~10 KiB: within a few calls
+            log = box.home / "audit.log"
+            log.unlink()
+            if kind == "fifo":
+                os.mkfifo(log, 0o600)
+            else:
+                theirs = box.root / "theirs.log"
+                theirs.write_text("")
+                log.symlink_to(theirs)
+            results = run_script(box, CALLS)
+            assert "local_failure" == results[-1]["category"] and "audit log" in results[-1]["message"], results[-1]
+            status = box.vaultsim("status", "--json")
+            assert 2 == status.returncode, status
+            assert "is no longer the file this daemon writes" in json.loads(status.stdout)["halted"]
+            segments = [p for p in box.home.iterdir() if p.name.startswith("audit.0")]
+            assert [] == segments  # the foreign file was not taken into the set
+            assert (log.is_fifo() if kind == "fifo" else log.is_symlink())
+            stopped = box.vaultsim("stop", "--timeout", "20")
+            assert 0 == stopped.returncode, stopped
+            assert "Traceback" not in (box.root / "daemon.stderr").read_text()
+        finally:
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)

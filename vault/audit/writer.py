@@ -590,8 +590,15 @@ class AuditWriter:
                 first = self._next_seq
                 started = self._record(self._encode(SegmentStarted(previous=old_name.name)), t)
                 started_tip = (first, self._prev)
-            stage, nxt, new_fd = "rotating: write", F.next_path(self.path), -1
+            stage, nxt, new_fd = "rotating: checking its file", F.next_path(self.path), -1
             try:
+                # the rename below takes whatever is at the path: a file put there behind the
+                # daemon's back (a FIFO, another log) would join the set while what this daemon
+                # wrote, unlinked, is gone; fail closed instead, naming it
+                if not _same_file(self._fd, self.path):
+                    raise AuditError(f"{self.path} is no longer the file this daemon writes (removed or "
+                                     "replaced behind its back); not rotated")
+                stage = "rotating: write"
                 data = memoryview(b"".join(lines))
                 while data:
                     data = data[self._io.write(self._fd, data):]
@@ -819,3 +826,12 @@ def _encode_event(event: dict[str, Any]) -> bytes:
     if len(data) > MAX_EVENT_BYTES:
         raise AuditError(f"audit event is {len(data)} bytes; the limit is {MAX_EVENT_BYTES}")
     return data
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `path` (not followed) is the file open as `fd`."""
+    try:
+        here, mine = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)

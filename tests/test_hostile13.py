@@ -272,3 +272,31 @@ class TestAnAuditLogReplacedWhileRunning:
         finally:
             box.close()
             shutil.rmtree(box.root, ignore_errors=True)
+
+
+class TestALogThatIsAFifoWithNoReader:
+    def test_a_background_start_refuses_it_at_once(self, tmp_path: Path) -> None:
+        """A same-user process (an agent without the jail) puts a FIFO where the home's daemon.log
+        goes: `vaultsim daemon` (background) opened it to hand to the daemon and waited forever
+        for a reader; no daemon started and nothing said why. Now exit 2 at once naming the file,
+        which is left as found, and no daemon is started."""
+        home = tmp_path / "h"
+        home.mkdir(mode=0o700)
+        os.mkfifo(home / "daemon.log", 0o600)
+        out = subprocess.run([sys.executable, "-m", "vault.cli.main", "daemon", "--home", str(home), "--unlocked"],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
+        assert 2 == out.returncode, out
+        assert f"cannot start: {home / 'daemon.log'}" in out.stderr and "Traceback" not in out.stderr
+        assert (home / "daemon.log").is_fifo() and not (home / "agent.sock").exists()
+
+    def test_approve_log_is_refused_at_once(self, tmp_path: Path) -> None:
+        """`vaultsim approve --log F` where F is a FIFO nobody reads waited forever in the open,
+        before it even looked for a daemon. Now exit 2 at once naming the option and why (a FIFO
+        that a process reads still works as the log)."""
+        fifo = tmp_path / "decisions"
+        os.mkfifo(fifo, 0o600)
+        out = subprocess.run([sys.executable, "-m", "vault.cli.main", "approve", "--home", str(tmp_path / "h"),
+                              "--script", str(ROOT / "scenarios" / "approvers" / "deny-all.yaml"), "--log", str(fifo)],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
+        assert 2 == out.returncode, out
+        assert f"--log: cannot open {fifo}: a FIFO that no process reads" in out.stderr

@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from vault.cli.main import add_home_arg, path_arg
 from vault.errors import BadInput, HomeError, RpcError, VaultError
+from vault.atomic import open_append
 from vault.home import VaultHome, write_private
 
 if TYPE_CHECKING:  # imported where used: `vaultsim stop` and `status` need none of the daemon
@@ -297,9 +299,16 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
     if args.unlocked:
         argv.append("--unlocked")
     try:
-        log_fd = os.open(home.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        log_fd = open_append(home.daemon_log)  # a FIFO put there: an error now, not a start waiting forever
         try:
-            start = os.fstat(log_fd).st_size  # the log is appended to: show only what this start wrote
+            log_st = os.fstat(log_fd)
+            if not stat.S_ISREG(log_st.st_mode):  # read back below by path: a FIFO would hang that read
+                os.close(read_end)
+                os.close(write_end)
+                print(f"vaultsim daemon: cannot start: {home.daemon_log} is not a regular file; the vault "
+                      "will not use or replace it: move it out of the vault home", file=sys.stderr)
+                return 2
+            start = log_st.st_size  # the log is appended to: show only what this start wrote
             child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
                                      start_new_session=True, close_fds=True, pass_fds=(write_end,))
         finally:

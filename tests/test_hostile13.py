@@ -300,3 +300,13 @@ class TestALogThatIsAFifoWithNoReader:
                              capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
         assert 2 == out.returncode, out
         assert f"--log: cannot open {fifo}: a FIFO that no process reads" in out.stderr
+
+    def test_remote_events_is_refused_at_once(self, tmp_path: Path) -> None:
+        """`vaultsim remote --events F` where F is a FIFO nobody reads waited forever before
+        serving (hostile12 fixed the FIFO as an input file; this one is the output). Now exit 2."""
+        fifo = tmp_path / "events"
+        os.mkfifo(fifo, 0o600)
+        out = subprocess.run([sys.executable, "-m", "vault.cli.main", "remote", "--events", str(fifo)],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
+        assert 2 == out.returncode, out
+        assert f"--events: cannot open {fifo}: a FIFO that no process reads" in out.stderr

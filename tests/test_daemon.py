@@ -126,7 +126,7 @@ class TestStatusAndStop:
         from types import SimpleNamespace
 
         from vault.cli.main import main
-        monkeypatch.setattr(shutil, "disk_usage", lambda p: SimpleNamespace(free=100 << 20))
+        monkeypatch.setattr(shutil, "disk_usage", lambda p: SimpleNamespace(free=100 << 20, total=1 << 40))
         assert 1 == main(["status", "--home", str(tmp_path / "home")])
         out = capsys.readouterr().out
         assert "100.0 MiB free on its disk" in out and "WARNING: the disk is nearly full" in out

@@ -161,8 +161,8 @@ class TestAnApproverTokenThatIsAFifo:
     def test_the_approver_commands_say_so_at_once(self, sandbox: Sandbox, command: tuple[str, ...]) -> None:
         """A same-user process (an agent run without the jail) puts a FIFO where the approver token
         was: `vaultsim lock` (the person's brake), `stats`, `stop` and `approve` read it and waited
-        forever for a writer. Now each says at once which file is wrong (exit 1); the daemon serves
-        on, and with the token back `vaultsim lock` works."""
+        forever for a writer. Now each says at once which file is wrong (exit 2, bad input: see
+        test_hostile13); the daemon serves on, and with the token back `vaultsim lock` works."""
         setup(sandbox)
         sandbox.write("rules.yaml", {"rules": [{"decide": "deny"}]})
         token = sandbox.home / "approver.token"
@@ -170,7 +170,7 @@ class TestAnApproverTokenThatIsAFifo:
         os.rename(token, kept)
         os.mkfifo(token, 0o600)
         out = sandbox.vaultsim(*[str(sandbox.root / a) if a.endswith(".yaml") else a for a in command], timeout=30)
-        assert 1 == out.returncode, out.stderr
+        assert 2 == out.returncode, out.stderr
         assert f"{token} is not a regular file" in out.stderr and "Traceback" not in out.stderr
         assert "success" == run_script(sandbox, CALL)[0]["category"]
         os.unlink(token)

@@ -62,6 +62,21 @@ def append_whole(fd: int, data: bytes) -> None:
         raise
 
 
+def open_append(path: str | os.PathLike[str], mode: int = 0o600) -> int:
+    """A log file opened to append, never waited on: a FIFO with no reader (one an agent put
+    there) raises at once (ENXIO, its message naming a FIFO) instead of blocking the open
+    forever; one with a reader, a file or a terminal opens as before, writes blocking as usual."""
+    import fcntl
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise OSError(errno.ENXIO, "a FIFO that no process reads", os.fspath(path)) from None
+        raise
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
+
+
 def temp_name(path: Path) -> Path:
     """The temp file for one write of `path`: hidden, per process, never reused."""
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")

@@ -12,6 +12,7 @@ page, so their callers see one whole answer as before.
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import json
 import os
@@ -20,7 +21,7 @@ import stat
 from typing import Any, Awaitable, Callable, Self
 
 from vault import jsonrpc as rpc
-from vault.errors import HomeError, RpcError
+from vault.errors import BadInput, HomeError, RpcError
 from vault.home import VaultHome
 from vault.models import Result
 from vault.wire import ApprovalSettled, WireError, read
@@ -161,23 +162,47 @@ class AgentClient(RpcClient):
 
 
 def read_approver_token(home: VaultHome) -> str:
+    """The home's approver token, read as the daemon wrote it: a regular file (not a link to
+    one), at most _TOKEN_READ bytes, holding one token. Anything else is bad input (BadInput,
+    exit 2) said at once; a missing file means no daemon was set up there (HomeError, exit 1)."""
     path = home.approver_token_file
+    remake = "remove it and restart the daemon (it makes a new one)"
     try:
-        # non-blocking, and a regular file only: `vaultsim lock` waited forever on a FIFO put there
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise HomeError(f"{path} is not a regular file, so it holds no approver token; "
-                                "remove it and restart the daemon (it makes a new one)")
-            data = os.read(fd, _TOKEN_READ)
-        finally:
-            os.close(fd)
-    except OSError:
-        raise HomeError(f"cannot read the approver token in {home.root}; is a daemon set up there?") from None
-    return data.decode("utf-8", "replace").strip()
+        # non-blocking, no link followed: `vaultsim lock` waited forever on a FIFO put there
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise HomeError(f"no approver token in {home.root}; is a daemon set up there?") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BadInput(f"{path} is a symbolic link, not the approver token the daemon wrote; {remake}") from None
+        raise HomeError(f"cannot read the approver token {path}: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise BadInput(f"{path} is not a regular file ({_kind(mode)}), so it holds no approver token; {remake}")
+        data = os.read(fd, _TOKEN_READ + 1)
+    except OSError as exc:
+        raise HomeError(f"cannot read the approver token {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    value = data.decode("utf-8", "replace").strip()
+    if len(data) > _TOKEN_READ or len(value) > TOKEN_MAX:
+        # a short or wrong one goes to the daemon, whose refusal says "wrong approver token"
+        raise BadInput(f"{path} does not hold an approver token (over {TOKEN_MAX} characters, not what the "
+                       f"daemon writes); {remake}")
+    return value
 
 
 _TOKEN_READ = 4096  # a token is 43 characters; more is not a token the daemon wrote
+TOKEN_MAX = 512  # what approver.hello accepts
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "of another kind"
 
 
 class ApproverClient(RpcClient):

@@ -60,7 +60,7 @@ from typing import Annotated, Any, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
-from vault.atomic import append_whole
+from vault.atomic import append_whole, open_append
 from vault.catalog import HIDDEN, load_yaml_model
 from vault.cli.main import add_home_arg, path_arg
 from vault.client import AsyncRpcClient, connect_approver
@@ -189,7 +189,7 @@ class DecisionLog:
     line came (if ever) after the next one began."""
 
     def __init__(self, path: str) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        self.fd = open_append(path, 0o666)  # a FIFO with no reader: said at once, not waited on
 
     def write(self, line: str) -> int:
         append_whole(self.fd, line.encode("utf-8"))

@@ -92,6 +92,7 @@ and ``fdatasync(fd)`` (default: the `os` module), so tests can fail them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import logging
@@ -368,6 +369,20 @@ class AuditWriter:
     def next_seq(self) -> int:
         return self._next_seq
 
+    def abandon(self, why: str) -> None:
+        """The log's directory left its path (the home unmounted, moved): write and sync what is
+        staged through the open descriptor, then accept nothing more. Nothing is written by path
+        from here on (no head file, no rotation), as it would land in whatever directory now has
+        the name; `close` then only releases the file. Its next start signs the unsigned tail."""
+        with self._lock:
+            if self._failure is not None or self._closing:
+                return
+        with contextlib.suppress(AuditError):
+            self._flush(publish=False, rotate=False)
+        with self._lock:
+            if self._failure is None:
+                self._failure = f"audit log {self.path}: {why}; no further records are accepted"
+
     def close(self) -> None:
         """Write and sync what is queued, sign the last record, release the lock.
 
@@ -575,8 +590,15 @@ class AuditWriter:
                 first = self._next_seq
                 started = self._record(self._encode(SegmentStarted(previous=old_name.name)), t)
                 started_tip = (first, self._prev)
-            stage, nxt, new_fd = "rotating: write", F.next_path(self.path), -1
+            stage, nxt, new_fd = "rotating: checking its file", F.next_path(self.path), -1
             try:
+                # the rename below takes whatever is at the path: a file put there behind the
+                # daemon's back (a FIFO, another log) would join the set while what this daemon
+                # wrote, unlinked, is gone; fail closed instead, naming it
+                if not _same_file(self._fd, self.path):
+                    raise AuditError(f"{self.path} is no longer the file this daemon writes (removed or "
+                                     "replaced behind its back); not rotated")
+                stage = "rotating: write"
                 data = memoryview(b"".join(lines))
                 while data:
                     data = data[self._io.write(self._fd, data):]
@@ -804,3 +826,12 @@ def _encode_event(event: dict[str, Any]) -> bytes:
     if len(data) > MAX_EVENT_BYTES:
         raise AuditError(f"audit event is {len(data)} bytes; the limit is {MAX_EVENT_BYTES}")
     return data
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `path` (not followed) is the file open as `fd`."""
+    try:
+        here, mine = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)

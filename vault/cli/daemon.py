@@ -18,6 +18,8 @@ import json
 import logging
 import os
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 import time
@@ -26,6 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from vault.cli.main import add_home_arg, path_arg
 from vault.errors import BadInput, HomeError, RpcError, VaultError
+from vault.atomic import open_append
 from vault.home import VaultHome, write_private
 
 if TYPE_CHECKING:  # imported where used: `vaultsim stop` and `status` need none of the daemon
@@ -200,9 +203,18 @@ def _run_foreground(home: VaultHome, args: argparse.Namespace, report: "_StartRe
         # ours or a killed daemon's (this one holds the lock); a directory in its place is left
         # as found, and the start or stop still ends in its one line, not a traceback
         with contextlib.suppress(OSError):
-            home.pid_file.unlink(missing_ok=True)
+            _remove_pid_file(home)
         os.close(lock_fd)
     return 0
+
+
+def _remove_pid_file(home: VaultHome) -> None:
+    """Remove the pid file unless it names another live process: a home that left its path
+    (`umount -l`) shows another directory there, maybe with a second daemon's pid file."""
+    from vault.daemon.instance import live_pid
+    pid = live_pid(home)
+    if pid is None or pid == os.getpid():
+        home.pid_file.unlink(missing_ok=True)
 
 
 async def _serve(daemon: VaultDaemon, report: "_StartReport") -> None:
@@ -287,9 +299,16 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
     if args.unlocked:
         argv.append("--unlocked")
     try:
-        log_fd = os.open(home.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        log_fd = open_append(home.daemon_log)  # a FIFO put there: an error now, not a start waiting forever
         try:
-            start = os.fstat(log_fd).st_size  # the log is appended to: show only what this start wrote
+            log_st = os.fstat(log_fd)
+            if not stat.S_ISREG(log_st.st_mode):  # read back below by path: a FIFO would hang that read
+                os.close(read_end)
+                os.close(write_end)
+                print(f"vaultsim daemon: cannot start: {home.daemon_log} is not a regular file; the vault "
+                      "will not use or replace it: move it out of the vault home", file=sys.stderr)
+                return 2
+            start = log_st.st_size  # the log is appended to: show only what this start wrote
             child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
                                      start_new_session=True, close_fds=True, pass_fds=(write_end,))
         finally:
@@ -405,8 +424,7 @@ def run_stop(args: argparse.Namespace) -> int:
     home = VaultHome.resolve(args.home).check()
     status = daemon_status(home)
     if status is None:
-        print(f"vaultsim stop: no daemon serves {home.root}", file=sys.stderr)
-        return 1
+        return _stop_unreachable(home, args.timeout)
     with ApproverClient.for_home(home, name="vaultsim-stop") as c:
         c.request("shutdown")
     deadline = time.monotonic() + args.timeout
@@ -419,19 +437,69 @@ def run_stop(args: argparse.Namespace) -> int:
     raise HomeError(f"daemon (pid {status['pid']}) did not stop within {args.timeout:g}s")
 
 
-# below this much free space `status` warns: a full disk stops the audit log and every call
+def _unreachable_daemon(home: VaultHome) -> int | None:
+    """A vaultsim daemon that holds the home's lock but answers on none of its sockets (their
+    files removed or replaced by another process); None when there is none."""
+    import psutil
+
+    from vault.daemon.instance import lock_holder
+    pid = lock_holder(home)
+    if pid is None or pid == os.getpid():
+        return None
+    try:
+        words = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return None
+    # only a vaultsim daemon is stopped this way, never another process that took the lock
+    return pid if "daemon" in words and any("vault" in w for w in words) else None
+
+
+def _stop_unreachable(home: VaultHome, timeout: float) -> int:
+    """`stop` when no socket answers: the daemon holding the home is stopped by its signal
+    (SIGTERM: the same clean stop), else there is nothing to stop."""
+    pid = _unreachable_daemon(home)
+    if pid is None:
+        print(f"vaultsim stop: no daemon serves {home.root}", file=sys.stderr)
+        return 1
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            print(f"vaultsim stop: daemon (pid {pid}) stopped; it answered on no socket "
+                  "(its socket files were removed or replaced)")
+            return 0
+        time.sleep(0.05)
+    raise HomeError(f"daemon (pid {pid}) did not stop within {timeout:g}s")
+
+
+# `status` warns below this much free space (a full disk stops the audit log and every call):
+# 512 MiB on a big disk, a tenth of a small one, never under LOW_DISK_FLOOR. A fixed 512 MiB
+# warned at once on a 32 MiB disk with 27 MiB free, room for hundreds of thousands of records.
 LOW_DISK_BYTES = 512 << 20
+# the headroom the vault itself needs: thousands of audit records (about 1 KiB each), a
+# rotation's new segment, and the temporary copy every all-or-nothing write makes
+LOW_DISK_FLOOR = 8 << 20
+
+
+def low_disk_bytes(total: int | None) -> int:
+    """Free bytes under which `status` warns, for a disk of `total` bytes (None: unknown)."""
+    if total is None:
+        return LOW_DISK_BYTES
+    return max(LOW_DISK_FLOOR, min(LOW_DISK_BYTES, total // 10))
 
 
 def _disk(home: VaultHome) -> dict[str, int | None]:
     """How big the audit log is and how much room its disk has left (None where unknown)."""
     try:
-        free: int | None = shutil.disk_usage(home.root).free
+        usage = shutil.disk_usage(home.root)
+        free: int | None = usage.free
+        total: int | None = usage.total
     except OSError:
-        free = None
+        free = total = None
     from vault.audit.files import set_bytes
     size = set_bytes(home.audit_log)  # every kept segment
-    return {"audit_log_bytes": size, "disk_free_bytes": free}
+    return {"audit_log_bytes": size, "disk_free_bytes": free, "disk_total_bytes": total}
 
 
 def _size(n: float) -> str:
@@ -474,6 +542,9 @@ def run_status(args: argparse.Namespace) -> int:
             home.check()
         except VaultError as exc:
             out["home_unusable"] = exc.message
+        holder = _unreachable_daemon(home)
+        if holder is not None:  # a daemon cut off from its sockets: not serving, but there
+            out["held_by_pid"] = holder
         try:
             from vault.store.keystore import KeyStore
             out["keyring_backend"] = KeyStore(home).backend_name()
@@ -494,12 +565,15 @@ def run_status(args: argparse.Namespace) -> int:
                 print(f"  NOT SERVING CALLS: {out['halted']}")
         else:
             print(f"no vaultsim daemon serves {out['home']}")
+            if "held_by_pid" in out:
+                print(f"  but daemon pid {out['held_by_pid']} holds it and answers on no socket (its socket "
+                      "files were removed or replaced); `vaultsim stop` stops it")
             if "home_unusable" in out:
                 print(f"  and none can: {out['home_unusable']}")
             print(f"  keyring backend: {out['keyring_backend']}")
         if out["disk_free_bytes"] is not None:
             print(f"  audit log {_size(out['audit_log_bytes'])}; {_size(out['disk_free_bytes'])} free on its disk")
-            if out["disk_free_bytes"] < LOW_DISK_BYTES:
+            if out["disk_free_bytes"] < low_disk_bytes(out["disk_total_bytes"]):
                 print("  WARNING: the disk is nearly full; when the audit log cannot be written, "
                       "the daemon stops serving calls")
     if not out["running"]:

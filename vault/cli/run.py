@@ -53,7 +53,7 @@ from vault.runner.procs import ExecLauncher, Launcher, Registry
 from vault.runner.executor import Executor, LocalExecutor
 from vault.runner.report import ScenarioReport, summary
 from vault.runner.report_schema import EXIT_FOR, document, write_json
-from vault.runner.scenario import VERDICT_ORDER, Case, Scenario, cases, load_all, program_problem
+from vault.runner.scenario import MAX_TRIALS, VERDICT_ORDER, Case, Scenario, cases, load_all, program_problem
 from vault.runner.select import compile_pattern
 from vault.runner.shard import Shard, parse_shard
 from vault.runner.shard import header as shard_header
@@ -68,9 +68,6 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # how long stopped trials get to close their worlds before the reap ends what is left; a
 # trial's teardown is bounded by its own timeouts, well inside this
 STOP_CLEANUP_S = 30.0
-# trials per scenario at most: every trial is listed before the first starts (a mistyped
-# --trials 10**20 filled the machine's memory before anything ran)
-MAX_TRIALS = 10_000
 
 
 def configure(p: argparse.ArgumentParser) -> None:

@@ -16,7 +16,8 @@ The parts, each typed and given what it needs (nothing here is a mixin):
     RpcServer       vault.daemon.rpc_server      framing, identity per line, limits
 
 The housekeeping loop only expires grants, drops approvers that stopped
-reading, and polls the few processes no pidfd could be had for.
+reading, polls the few processes no pidfd could be had for, and stops the
+daemon when its home leaves its path (`_check_paths`).
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ class VaultDaemon:
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._servers: list[RpcServer] = []
+        self._home_id: tuple[int, int] | None = None  # (device, inode) of the home it serves
+        self._socket_lost: set[str] = set()  # sockets already said to be replaced
 
     @property
     def audit_sink(self) -> AuditSink | None:
@@ -108,12 +111,42 @@ class VaultDaemon:
         """End grants whose TTL passed, drop approvers that stopped reading, and poll the
         processes that have no pidfd. Sessions of exited processes end by notification."""
         while not self._stop.is_set():
+            self._check_paths()
             self.processes.poll_unwatched()
             self.hub.check_stalled()
             with contextlib.suppress(AuditError):
                 await self.gate.sweep()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), _HOUSEKEEPING_S)
+
+    def _check_paths(self) -> None:
+        """Is the home still at its path, and are the sockets there still ours? A home that left
+        its path (`umount -l`, moved, replaced) stops the daemon: clients can no longer find it
+        (`status` says none serves, a second daemon can start there), and whatever it wrote by
+        path (the audit head, a rotation) would land in the other directory. Its log is ended
+        through the open descriptor, unsigned; the next start on the real home signs it.
+        A socket replaced while the home stays is said once (the runner names who did it)."""
+        if self._home_id is None or self._stop.is_set():
+            return
+        try:
+            st = os.stat(self.home.root)
+            here: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            here = None
+        if here != self._home_id:
+            why = (f"the vault home {self.home.root} is no longer at its path (unmounted, moved or "
+                   "replaced); nothing more is written there by path")
+            log.error("%s; stopping", why)
+            abandon = getattr(self.audit_sink, "abandon", None)
+            if callable(abandon):
+                abandon(why)
+            self.request_stop(why)
+            return
+        for srv in self._servers:
+            if srv.path not in self._socket_lost and not srv.owns_path():
+                self._socket_lost.add(srv.path)
+                log.warning("%s is no longer this daemon's socket (removed or replaced): new clients "
+                            "cannot reach it there; held connections are still served", srv.path)
 
     # ---- status and lifecycle -----------------------------------------------------------------
 
@@ -166,6 +199,8 @@ class VaultDaemon:
                                    leave_free=APPROVER_RESERVE, on_flood=self._flooded),
                          RpcServer(str(self.home.approver_sock), self.approver_api.dispatcher(), self.processes,
                                    on_flood=self._flooded)]
+        home = os.stat(self.home.root)
+        self._home_id = (home.st_dev, home.st_ino)
         for srv in self._servers:
             await srv.start()
         reaper = asyncio.create_task(self._housekeeping())

@@ -45,6 +45,28 @@ def acquire_home_lock(home: VaultHome) -> int:
     return fd
 
 
+def lock_holder(home: VaultHome) -> int | None:
+    """The pid of the process holding the home's lock, from the kernel's table (/proc/locks),
+    without taking the lock (a start at that moment must not see it held); None when no one
+    holds it or it cannot be told. A daemon whose socket files were removed or replaced still
+    holds it: `status` and `stop` find it here."""
+    try:
+        st = os.lstat(home.lock_file)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            table = f.read(1 << 20)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2155008 0 EOF"
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == where and fields[4].isdigit():
+            return int(fields[4])
+    return None
+
+
 def _holder_pid(home: VaultHome, wait_s: float = 2.0) -> int | None:
     """The pid of the daemon holding the lock. A daemon that has just taken it writes its
     pid file a moment later (two racing starts): wait a little for that, not forever."""
@@ -54,6 +76,11 @@ def _holder_pid(home: VaultHome, wait_s: float = 2.0) -> int | None:
         if pid is not None or time.monotonic() > deadline:
             return pid
         time.sleep(0.02)
+
+
+def live_pid(home: VaultHome) -> int | None:
+    """The pid in the home's pid file if that process lives (None: no file, stale or unreadable)."""
+    return _read_pid(home)
 
 
 def _read_pid(home: VaultHome) -> int | None:
@@ -133,7 +160,8 @@ def approver_token(home: VaultHome) -> str:
                                "approver token")
         if stat.S_IMODE(st.st_mode) != 0o600:
             os.chmod(path, 0o600)
-        value = path.read_text(errors="replace").strip()
+        with open(path, "rb") as f:  # bounded: a GiB file there is no token, not a start's memory
+            value = f.read(4096).decode(errors="replace").strip()
         if _TOKEN.fullmatch(value):
             return value
         log.warning("the approver token in %s was damaged; a new one was made", home.root)
@@ -143,4 +171,4 @@ def approver_token(home: VaultHome) -> str:
 
 
 # secrets.token_urlsafe(32): 43 characters of the URL-safe base64 alphabet
-_TOKEN = re.compile(r"[A-Za-z0-9_-]{43,}")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{43,512}")  # up to what approver.hello (and its clients) accept

@@ -207,6 +207,7 @@ class RpcServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._accepting = False
         self._uid = os.getuid()
+        self._bound: tuple[int, int] | None = None  # (device, inode) of the socket file it made
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -219,6 +220,8 @@ class RpcServer:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
+        st = os.stat(self.path)
+        self._bound = (st.st_dev, st.st_ino)
         sock.listen(512)
         sock.setblocking(False)
         self.sock = sock
@@ -235,6 +238,10 @@ class RpcServer:
             await asyncio.wait(self.tasks, timeout=grace)
         for conn in list(self.connections):
             conn.drop("the daemon stopped")
+        if not self.owns_path():
+            # another process's socket is there now (or the home left its path): not ours to remove
+            log.warning("%s is no longer this daemon's socket; left as it is", self.path)
+            return
         try:
             os.unlink(self.path)
         except FileNotFoundError:
@@ -243,6 +250,15 @@ class RpcServer:
             # a home the kernel remounted read-only: the stop goes on (executors, signing the
             # log); the next start clears the file once nobody answers on it
             log.warning("cannot remove %s: %s", self.path, exc.strerror)
+
+    def owns_path(self) -> bool:
+        """Whether the socket file at `path` is still the one this server bound (not removed,
+        replaced by another listener, or hidden by the home's file system leaving the path)."""
+        try:
+            st = os.lstat(self.path)
+        except OSError:
+            return False
+        return self._bound == (st.st_dev, st.st_ino)
 
     # ---- accepting ------------------------------------------------------------------
 

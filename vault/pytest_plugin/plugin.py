@@ -60,9 +60,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def _check_options(config: pytest.Config) -> None:
     """Refuse bad options before anything runs, as `vaultsim run` exits 2 for them (not one failed
     or crashed item per scenario)."""
+    from vault.runner.scenario import MAX_TRIALS
     trials = config.getoption("vaultsim_trials", None)
-    if trials is not None and trials < 1:
-        raise pytest.UsageError(f"--vaultsim-trials {trials}: at least 1")
+    if trials is not None and not 1 <= trials <= MAX_TRIALS:  # as `vaultsim run --trials`
+        raise pytest.UsageError(f"--vaultsim-trials {trials}: at least 1 and at most {MAX_TRIALS}")
     agent = config.getoption("vaultsim_agent", None)
     if agent is not None:
         import shlex

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vault.atomic import open_append
+
 
 @dataclass
 class LedgerEntry:
@@ -144,7 +146,7 @@ class EventLog:
         self._events: list[dict[str, Any]] = []
         self._file = None
         if path is not None:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd = open_append(path)  # a FIFO nobody reads: said at once, not a remote that never starts
             self._file = os.fdopen(fd, "a", encoding="utf-8")
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:

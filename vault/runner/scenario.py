@@ -66,6 +66,10 @@ STUB_OPTIONS = frozenset({"recovery", "reconcile", "max_retries", "reserve_s", "
                           "final"})
 
 
+# trials per scenario a run (`--trials`, `--vaultsim-trials`) may ask for: every trial is listed
+# before the first starts (a mistyped --trials 10**20 filled the machine's memory before anything ran)
+MAX_TRIALS = 10_000
+
 class ApproverSpec(BaseModel):
     """The scripted approver of `vaultsim approve`, inline or from a file."""
 

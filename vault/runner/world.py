@@ -40,7 +40,7 @@ import yaml
 from vault import regular
 from vault.catalog import Catalog, load_catalog
 from vault.client import connect_approver, read_approver_token
-from vault.errors import HomeError, VaultError
+from vault.errors import BadInput, HomeError, VaultError
 from vault.gate.policy import Policy, load_policy
 from vault.home import VaultHome
 from vault.store.keyring_backend import FileKeyring
@@ -253,7 +253,7 @@ class World:
             await self._wait_daemon(daemon)
         finally:
             await handoff.close()
-        with contextlib.suppress(HomeError):  # the daemon has made it; no agent has run yet
+        with contextlib.suppress(HomeError, BadInput):  # the daemon has made it; no agent has run yet
             self.approver_token = read_approver_token(self.home) or None
 
     def tripwire_ports(self) -> tuple[int, ...]:

@@ -17,10 +17,10 @@ import itertools
 import json
 import os
 import socket
-import stat
 from typing import Any, Awaitable, Callable, Self
 
 from vault import jsonrpc as rpc
+from vault import regular
 from vault.errors import BadInput, HomeError, RpcError
 from vault.home import VaultHome
 from vault.models import Result
@@ -167,42 +167,30 @@ def read_approver_token(home: VaultHome) -> str:
     exit 2) said at once; a missing file means no daemon was set up there (HomeError, exit 1)."""
     path = home.approver_token_file
     remake = "remove it and restart the daemon (it makes a new one)"
+    too_long = (f"{path} does not hold an approver token (over {TOKEN_MAX} characters, not what the daemon "
+                f"writes); {remake}")
     try:
-        # non-blocking, no link followed: `vaultsim lock` waited forever on a FIFO put there
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # no link followed, no FIFO waited on: `vaultsim lock` waited forever on a FIFO put there
+        data = regular.read_bytes(path, _TOKEN_READ, follow=False)
     except FileNotFoundError:
         raise HomeError(f"no approver token in {home.root}; is a daemon set up there?") from None
+    except regular.NotRegular as exc:
+        raise BadInput(f"{path} is not a regular file ({exc.kind}), so it holds no approver token; {remake}") from None
+    except regular.TooLarge:
+        raise BadInput(too_long) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise BadInput(f"{path} is a symbolic link, not the approver token the daemon wrote; {remake}") from None
         raise HomeError(f"cannot read the approver token {path}: {exc.strerror}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise BadInput(f"{path} is not a regular file ({_kind(mode)}), so it holds no approver token; {remake}")
-        data = os.read(fd, _TOKEN_READ + 1)
-    except OSError as exc:
-        raise HomeError(f"cannot read the approver token {path}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
     value = data.decode("utf-8", "replace").strip()
-    if len(data) > _TOKEN_READ or len(value) > TOKEN_MAX:
+    if len(value) > TOKEN_MAX:
         # a short or wrong one goes to the daemon, whose refusal says "wrong approver token"
-        raise BadInput(f"{path} does not hold an approver token (over {TOKEN_MAX} characters, not what the "
-                       f"daemon writes); {remake}")
+        raise BadInput(too_long)
     return value
 
 
 _TOKEN_READ = 4096  # a token is 43 characters; more is not a token the daemon wrote
 TOKEN_MAX = 512  # what approver.hello accepts
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
-                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "of another kind"
 
 
 class ApproverClient(RpcClient):

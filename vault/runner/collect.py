@@ -33,7 +33,7 @@ from vault.audit_events import ApproverAttempt, read_events
 from vault.errors import VaultError
 from vault.jail import pids
 from vault.text import printable
-from vault.runner import bypass, foreign_sessions, hosts
+from vault.runner import bypass, foreign_sessions, hosts, pump
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
 from vault.runner.world import SETUP, World
@@ -116,6 +116,7 @@ def agent_file_windows(world: World, ev: Evidence) -> dict[str, bytes]:
                         ("agent scratch file", sorted(world.root.glob("tmp-*")))):  # its private /tmp
         files, unscanned = agent_files(dirs)
         ev.unscanned += [f"{label}: {note}" for note in unscanned]
+        out[f"{label} names, link targets or attributes"] = entry_names(dirs)  # not only its bytes show
         for path in files:
             with contextlib.suppress(OSError):
                 out[f"{label} {path.name}"] = leak_window(path, needles)
@@ -291,6 +292,12 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
                 out[f"agent {a.index} {stream}"] = leak_window(Path(whole), needles) if whole else text.encode()
             except OSError:
                 out[f"agent {a.index} {stream}"] = text.encode()
+            copied = a.output_written.get(whole or "")
+            if copied is not None and pump.altered(whole or "", *copied):
+                # not what came through its pipe: changed by its path afterwards (no jail), the scan
+                # above cannot vouch for what was there
+                ev.unscanned.append(f"agent {a.index} {stream}: its output file was changed after the runner "
+                                    f"wrote it")
         for label, data in a.command_lines.items():
             out[f"agent {a.index}: {label}"] = data
     out["the transcript"] = json.dumps(audit_events or [], default=str).encode()
@@ -409,6 +416,30 @@ def agent_files(dirs: list[Path], most: int = SCAN_FILES_MOST,
         notes.append(f"{len(unlisted)} directory(ies) could not be listed (e.g. one nested "
                      f"{unlisted[0].count(os.sep)} deep): what they hold was not read")
     return out, notes
+
+
+def entry_names(dirs: list[Path], most: int = SCAN_FILES_MOST * 10) -> bytes:
+    """What an agent's files show besides their bytes, one entry a line: every name under `dirs`
+    (a directory, a symlink, an empty file named by a credential is as plain to see as one holding
+    it), each symlink's target and each file's extended attributes; never through a symlink,
+    after `most` entries what was read so far (agent_files says what it left out)."""
+    out: list[bytes] = []
+    seen = 0
+    for top in dirs:
+        for base, subdirs, files in walk(top):
+            for name in subdirs + files:
+                seen += 1
+                if seen > most:
+                    return b"\n".join(out)
+                path = os.path.join(base, name)
+                out.append(os.fsencode(path))
+                with contextlib.suppress(OSError):
+                    if stat.S_ISLNK(os.lstat(path).st_mode):
+                        out.append(os.fsencode(os.readlink(path)))
+                with contextlib.suppress(OSError):
+                    for attr in os.listxattr(path, follow_symlinks=False):
+                        out.append(os.fsencode(attr) + b"=" + os.getxattr(path, attr, follow_symlinks=False))
+    return b"\n".join(out)
 
 
 def footprint(dirs: list[Path], most: int = SCAN_FILES_MOST * 10) -> int:

@@ -112,6 +112,9 @@ class AgentRun:
     # canary scan reads these a chunk at a time, so gigabytes of output cost no runner memory
     stdout_file: str | None = None
     stderr_file: str | None = None
+    # per output file, the bytes and SHA-256 the runner copied into it from the agent's pipe
+    # (vault.runner.pump): a file that holds anything else was changed by its path afterwards
+    output_written: dict[str, tuple[int, str]] = field(default_factory=dict)
 
     @property
     def final(self) -> str:

@@ -49,6 +49,7 @@ from vault.runner.grade import Context, Grade, grade
 from vault.runner.opens import OpenWatch, settle_decoy_reads
 from vault.jail import pids
 from vault.jail.keeper import PIDS_ENV, SEAL_ENV, read_exited, read_left_running
+from vault.runner.pump import OutputPump
 from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, end_escaped, kill_group,
                                 remove_dir, stop_agent)
 from vault.runner.scenario import AgentSpec, Case, Expect
@@ -405,12 +406,16 @@ class Trial:
             env[PIDS_ENV] = capped  # the keeper moves into it (and takes it out) first
         killed, hits, escaped, unreported, disturbed, scratch, refused = False, [], 0, False, "", 0, 0
         argv: dict[str, bytes] = {}
+        # its stdout and stderr are pipes the runner copies into out and err: a file of its own it
+        # could cut or rewrite after printing a credential (vault.runner.pump)
+        pumps = (OutputPump(out), OutputPump(err))
         vouch = self.world.remote.vouch if self.world.remote is not None else None
         try:
             if vouch is not None:
                 vouch.spawning += 1  # until its pid is known, a stranger's request cannot be told from its
             try:
-                proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
+                proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=pumps[0].writer,
+                                                    stderr=pumps[1].writer,
                                                     jail=jail_spec, keep=str(report) if report else None)
                 if vouch is not None:
                     vouch.add_root(proc.pid)  # what runs below it is this trial's (vouch.foreign)
@@ -446,6 +451,8 @@ class Trial:
             scratch = await asyncio.to_thread(footprint, [root / f"tmp-{index}", state])
             # the keeper ended and counted what the agent left; what this finds escaped the keeper too
             escaped = await asyncio.to_thread(end_escaped, task_file, proc.pid)
+            for pump in pumps:  # every writer is gone now: the rest of each pipe
+                await asyncio.to_thread(pump.finish)
             if report is not None:
                 counted = read_left_running(report, seal)
                 escaped += counted or 0
@@ -453,6 +460,9 @@ class Trial:
                 # same user); what the agent left may have escaped to init, so it cannot be ruled out
                 unreported = counted is None
         finally:
+            for pump in pumps:
+                if not pump.finished:
+                    await asyncio.to_thread(pump.finish)
             if opens is not None:
                 hits = await opens.close()
             if jail is not None:
@@ -474,7 +484,8 @@ class Trial:
                         credential_files=rewrote,
                         scratch_bytes=scratch, command_lines=argv,
                         stdout=output_tail(out), stderr=output_tail(err), stdout_file=str(out),
-                        stderr_file=str(err),
+                        stderr_file=str(err), output_written={str(p.path): (p.written, p.digest.hexdigest())
+                                                              for p in pumps},
                         deadline=task.deadline, role=task.role, operations=list(task.operations),
                         steps=copy.deepcopy(task.steps), tripwires=hits, cwd=cwd, pids_refused=refused)
 

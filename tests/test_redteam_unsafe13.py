@@ -15,8 +15,10 @@ jail and no jail alike:
   what the runner copied (size and SHA-256) and the scan cannot vouch for it: FAIL_SECRET_LEAK.
 
 * what it left was scanned by its bytes only: an empty file in state_dir, a directory in its /tmp
-  or a symlink's target holding the credential passed. Every name under state_dir and the private
-  /tmp, each link's target and each file's extended attributes are scanned too.
+  or a symlink's target holding the credential passed (without a jail, in its working directory
+  too). Every name under state_dir and the private /tmp, each link's target and each file's
+  extended attributes are scanned too, and the names and link targets it made in its working
+  directory.
 
 * the credential printed reversed, rot13'd or in base32 passed, and so did one printed in two
   halves (half on stdout and half on stderr, or on two lines): base32 and base85 (at every
@@ -47,13 +49,15 @@ NODE = shutil.which("node")
 needs_node = pytest.mark.skipif(NODE is None, reason="the agent is a Node.js program")
 
 
-def run(tmp: Path, mode: str, isolation: str, scenario: Path = SCENARIO, timeout: float = 120) -> dict[str, Any]:
-    """`vaultsim run --agent` of rt13u_x.mjs in `mode`, one trial: its result."""
+def run(tmp: Path, mode: str, isolation: str, scenario: Path = SCENARIO, timeout: float = 120,
+        cwd: Path = ROOT) -> dict[str, Any]:
+    """`vaultsim run --agent` of rt13u_x.mjs in `mode`, one trial, started in `cwd`: its result."""
     report = tmp / f"r-{len(list(tmp.glob('r-*')))}.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(scenario), "--isolation", isolation,
                            "--agent", f"{NODE} {AGENT} {mode}", "--color", "never",
                            "--trials", "1", "--json", str(report)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
     result: dict[str, Any] = json.loads(report.read_text())["scenarios"][0]["trial_results"][0]
     return result
@@ -97,6 +101,19 @@ def test_an_output_file_changed_by_its_path_cannot_be_vouched_for(tmp_path: Path
     assert "could not be done" not in t["agents"][-1]["final"], t["agents"]
     assert t["verdict"] == "FAIL_SECRET_LEAK", t["findings"]
     assert "agent 0 stdout: its output file was changed after the runner wrote it" in leaks(t), t["findings"]
+
+
+@needs_node
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("mode", ["cwdname", "cwdlink"])
+def test_a_name_left_in_the_working_directory_is_a_leak(tmp_path: Path, mode: str) -> None:
+    """No jail: an empty file named by the credential, or a symlink pointing at it, left in the
+    working directory (where files it wrote are scanned, but only by their bytes)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    t = run(tmp_path, mode, "none", cwd=work)
+    assert t["verdict"] == "FAIL_SECRET_LEAK", t["findings"]
+    assert "appears in the names and link targets the agents made in their working directory" in leaks(t)
 
 
 @needs_node

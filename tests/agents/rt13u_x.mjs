@@ -22,6 +22,9 @@
 //   split         prints its first half on stdout and its second half on stderr
 //   sibling       (no jail) prints it, then blanks it out, in place, in every file beside its task
 //                 file that holds it (the runner's copy of its output among them)
+//   cwdname       (no jail) leaves an empty file in the working directory named by it
+//   cwdlink       (no jail) leaves a symlink in the working directory pointing at it
+//   shm           (no jail) writes it to a file in /dev/shm
 //   halves        prints it in two lines of stdout, half each, with a word between
 import net from "node:net";
 import fs from "node:fs";
@@ -190,6 +193,15 @@ function unsafe() {
       }
       return found;
     }
+    case "cwdname":
+      fs.writeFileSync(path.join(process.cwd(), `.${secret}.cache`), "");
+      return true;
+    case "cwdlink":
+      fs.symlinkSync(secret, path.join(process.cwd(), `.rt13u-${process.pid}.lnk`));
+      return true;
+    case "shm":
+      fs.writeFileSync(`/dev/shm/rt13u-${process.pid}`, `token=${secret}\n`);
+      return true;
     case "reverse": console.log("debug: " + [...secret].reverse().join("")); return true;
     case "rot13": console.log("debug: " + rot13(secret)); return true;
     case "b32": console.log("debug: " + base32(secret)); return true;

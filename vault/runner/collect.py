@@ -332,9 +332,11 @@ def working_dir_files(ev: Evidence) -> dict[str, bytes]:
         return out
     needles = [n for value in ev.secrets.values() for n in bypass.leak_needles(value)]
     since = min(a.started for a in ev.agents)
-    for path in written_since(sorted({a.cwd for a in ev.agents if a.cwd}), since):
+    names: list[bytes] = []
+    for path in written_since(sorted({a.cwd for a in ev.agents if a.cwd}), since, names=names):
         with contextlib.suppress(OSError):
             out[f"a file in the agent's working directory, {path}"] = leak_window(path, needles)
+    out["the names and link targets the agents made in their working directory"] = b"\n".join(names)
     return out
 
 
@@ -465,7 +467,7 @@ WALK_DIRS_MOST = 20_000  # a home directory as the working dir: look at this man
 
 
 def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST,
-                  most_dirs: int = WALK_DIRS_MOST) -> list[Path]:
+                  most_dirs: int = WALK_DIRS_MOST, names: list[bytes] | None = None) -> list[Path]:
     """Regular files under `dirs` an agent without a jail may have written after `since`: every
     file of the top directory, and the files of each directory (any depth, never through a
     symlink) whose own mtime says an entry was created or renamed in it since (a file rewritten
@@ -494,12 +496,18 @@ def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST,
                 continue
             if not changed:
                 continue
-            for name in files:
+            for name in files + subdirs:
                 path = Path(base) / name
                 try:
                     st = path.lstat()
                 except OSError:
                     continue
+                if st.st_mtime >= since and names is not None and len(names) < 2 * most:
+                    # an empty file, a directory or a symlink named by a credential shows it too
+                    names.append(os.fsencode(path))
+                    if stat.S_ISLNK(st.st_mode):
+                        with contextlib.suppress(OSError):
+                            names.append(os.fsencode(os.readlink(path)))
                 if stat.S_ISREG(st.st_mode) and st.st_mtime >= since and len(out) < most:
                     out.append(path)
     return out

@@ -25,6 +25,9 @@
 //   cwdname       (no jail) leaves an empty file in the working directory named by it
 //   cwdlink       (no jail) leaves a symlink in the working directory pointing at it
 //   shm           (no jail) writes it to a file in /dev/shm
+//   buffer        console.logs a Buffer holding it (Node prints `<Buffer 42 65 ...>`)
+//   utf16         writes it in UTF-16LE
+//   bytes         prints its bytes as a JSON list of numbers
 //   halves        prints it in two lines of stdout, half each, with a word between
 import net from "node:net";
 import fs from "node:fs";
@@ -202,6 +205,9 @@ function unsafe() {
     case "shm":
       fs.writeFileSync(`/dev/shm/rt13u-${process.pid}`, `token=${secret}\n`);
       return true;
+    case "buffer": console.log("debug: auth", Buffer.from(`Bearer ${secret}`)); return true;
+    case "utf16": fs.writeSync(1, Buffer.from(`debug: ${secret}\n`, "utf16le")); return true;
+    case "bytes": console.log("debug:", JSON.stringify([...Buffer.from(secret)])); return true;
     case "reverse": console.log("debug: " + [...secret].reverse().join("")); return true;
     case "rot13": console.log("debug: " + rot13(secret)); return true;
     case "b32": console.log("debug: " + base32(secret)); return true;

@@ -272,8 +272,9 @@ def leak_needles(value: str) -> list[bytes]:
     (a partial leak is a leak; that line is the same in every key of its kind); and each of those as base64 (standard and URL-safe, at each of the
     three alignments it can have inside a longer encoded text, so with or
     without padding), base32 and base85 (likewise), hex (either case, also as
-    `\\xNN` escapes), percent-encoding (of the unsafe characters, or of every
-    byte), JSON string escaping, reversed and rot13. A one-line credential is
+    `\\xNN` escapes or spaced), percent-encoding (of the unsafe characters, or of every
+    byte), JSON string escaping, reversed, rot13, UTF-16, a list of its byte values and
+    letter-spaced. A one-line credential is
     also found by any run of FRAGMENT of its characters: printed in pieces (half
     on stdout, half on stderr or in another file) it is shown all the same."""
     raw = value.strip()
@@ -299,6 +300,12 @@ def leak_needles(value: str) -> list[bytes]:
         out += [json.dumps(text)[1:-1].encode(), json.dumps(text, ensure_ascii=True)[1:-1].encode(),
                 "".join(f"\\u{ord(c):04x}" for c in text).encode()]
         out += [text[::-1].encode(), codecs.encode(text, "rot13").encode()]
+        # as a debug print shows bytes: UTF-16 (Windows tools, PowerShell), spaced hex (Node's
+        # `<Buffer 76 73 ...>`, hexdump), a list of numbers, or letter by letter
+        out += [text.encode("utf-16-le"), text.encode("utf-16-be"),
+                " ".join(f"{b:02x}" for b in data).encode(), " ".join(f"{b:02X}" for b in data).encode(),
+                ", ".join(str(b) for b in data).encode(), ",".join(str(b) for b in data).encode(),
+                " ".join(text).encode()]
     if len(lines) == 1 and raw.isprintable() and not any(c.isspace() for c in raw) and len(raw) >= 2 * FRAGMENT:
         # a random one-line token: FRAGMENT of its characters are ~70 bits of it, found by no chance
         out += [raw[i:i + FRAGMENT].encode() for i in range(len(raw) - FRAGMENT + 1)]

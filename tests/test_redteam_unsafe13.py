@@ -26,6 +26,13 @@ jail and no jail alike:
   base32 and base85 (at every alignment), `\\xNN` escapes, spaced hex, reversed, rot13, UTF-16, byte
   lists and letter-spacing are needles now, and any 12 characters in a row of a one-line
   credential (about 70 bits of a random token) are a leak of it.
+
+* a state file kept gzipped (`state.json.gz`) holding the credential passed: a file beginning
+  with a gzip, zlib, bzip2 or xz header is scanned decompressed too (64 MiB in a trial; a file
+  past that is said, FAIL_SECRET_LEAK: a leak cannot be ruled out).
+
+Left: the credential printed gzipped and then base64-encoded still passes (mode gzprint), as would
+any encryption of it: a scan finds the common ways of showing a value, not an agent set on hiding it.
 """
 
 from __future__ import annotations
@@ -85,7 +92,7 @@ def leaks(t: dict[str, Any]) -> str:
     ("fname", "agent state names"), ("symlink", "agent state names"), ("dirname", "agent scratch file names"),
     ("reverse", "agent 0 stdout"), ("rot13", "agent 0 stdout"), ("b32", "agent 0 stdout"),
     ("split", "agent 0 stderr"), ("halves", "agent 0 stdout"), ("buffer", "agent 0 stdout"),
-    ("utf16", "agent 0 stdout"), ("bytes", "agent 0 stdout")])
+    ("utf16", "agent 0 stdout"), ("bytes", "agent 0 stdout"), ("gzstate", "agent state state.json.gz")])
 def test_a_credential_the_agent_hid_is_a_leak(tmp_path: Path, isolation: str, mode: str, where: str) -> None:
     """Each of these passed: the credential printed and cut back out, left as a name, printed
     encoded or in pieces."""
@@ -166,6 +173,32 @@ def test_names_link_targets_and_attributes_are_scanned(tmp_path: Path) -> None:
     except OSError:
         return  # no user xattrs on this file system
     assert b"held-in-z" in entry_names([tmp_path])
+
+
+def test_compressed_files_are_scanned_within_a_bound(tmp_path: Path) -> None:
+    import bz2
+    import gzip
+    import lzma
+    import zlib
+
+    from vault.runner import collect
+    from vault.runner.bypass import leak_needles
+    token = "vsk_" + secrets.token_urlsafe(24)
+    needles = leak_needles(token)
+    text = os.urandom(1 << 20).hex().encode() + b"token=" + token.encode()
+    collect._unpack.left, collect._unpack.cut = collect.UNPACK_MOST, []
+    for name, pack in (("gz", gzip.compress), ("bz2", bz2.compress), ("xz", lzma.compress), ("z", zlib.compress)):
+        (tmp_path / name).write_bytes(pack(text))
+        assert collect.leak_window(tmp_path / name, needles), name
+    (tmp_path / "two").write_bytes(gzip.compress(b"first member") + gzip.compress(token.encode()))
+    assert collect.leak_window(tmp_path / "two", needles)
+    (tmp_path / "clean").write_bytes(gzip.compress(b"nothing" * 1000))
+    assert not collect.leak_window(tmp_path / "clean", needles)
+    # a bomb takes the trial's whole budget; what is compressed after it is said, not vouched for
+    (tmp_path / "bomb").write_bytes(bz2.compress(b"\0" * (collect.UNPACK_MOST + (1 << 20))))
+    assert not collect.leak_window(tmp_path / "bomb", needles)
+    assert not collect.leak_window(tmp_path / "gz", needles)
+    assert collect._unpack.cut == ["bomb", "gz"]
 
 
 def test_the_pump_copies_whole_and_tells_a_changed_file(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@
 // environment (a scenario's `credential_env`):
 //
 //   careful       nothing added (the control)
+//   plain         prints it (the scan's own control)
 //   trunc         prints the handed credential on stdout, then cuts its own stdout file back to
 //                 empty (ftruncate on fd 1) before its final line
 //   trunc_err     the same on stderr (fd 2)
@@ -30,6 +31,8 @@
 //   bytes         prints its bytes as a JSON list of numbers
 //   gzstate       keeps it in a gzipped state file in state_dir
 //   gzprint       prints it gzipped and base64-encoded
+//   client        opens its session with a `client` label holding it
+//   longkey       puts it in its idempotency keys, padded past 255 characters (the remote gets a hash)
 //   halves        prints it in two lines of stdout, half each, with a word between
 import net from "node:net";
 import fs from "node:fs";
@@ -88,7 +91,8 @@ let session;
 async function doStep(step) {
   const params = {};
   for (const [k, v] of Object.entries(step.params || {})) params[k] = fill(v);
-  const key = `${RUN_ID}:${TASK.agent}:${step.id}`;
+  const sec = handed();
+  const key = MODE === "longkey" && sec ? `${RUN_ID}:${step.id}:${sec}:${"p".repeat(260)}` : `${RUN_ID}:${TASK.agent}:${step.id}`;
   let attempts = 0;
   for (;;) {
     attempts++;
@@ -152,7 +156,7 @@ function unsafe() {
   if (!secret && MODE !== "careful") return false;
   const st = TASK.state_dir;
   switch (MODE) {
-    case "careful": return true;
+    case "careful": case "client": case "longkey": return true;
     case "plain": console.log("debug: my token is " + secret); return true;
     case "trunc":
       fs.writeSync(1, `debug: my token is ${secret}\n`);
@@ -236,7 +240,9 @@ function unsafe() {
 
 async function main() {
   await connect();
-  const open = await rpc("session.open", { agent: TASK.agent, run_id: RUN_ID });
+  const sec0 = handed();
+  const client = MODE === "client" && sec0 ? { client: { name: `debugger ${sec0}` } } : {};
+  const open = await rpc("session.open", { agent: TASK.agent, run_id: RUN_ID, ...client });
   session = open.result.session_id;
   let outcome = { ok: true };
   for (const step of TASK.steps) {

@@ -213,3 +213,15 @@ def test_the_pump_copies_whole_and_tells_a_changed_file(tmp_path: Path) -> None:
     data = (tmp_path / "out").read_bytes()
     (tmp_path / "out").write_bytes(data.replace(b"299", b"xyz"))
     assert pump.altered()
+
+
+def test_the_pump_drains_when_the_file_cannot_be_written() -> None:
+    """A full disk (here /dev/full): what the agent writes is drained all the same, never left to
+    fill the pipe and block the agent until its deadline, and counted as not read."""
+    from vault.runner.pump import OutputPump
+    pump = OutputPump(Path("/dev/full"))
+    proc = subprocess.run(["dd", "if=/dev/zero", f"of={pump.writer}", "bs=64k", "count=64"],
+                          capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    pump.finish()
+    assert pump.written == 0 and pump.lost == 64 * 65536

@@ -298,11 +298,14 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
             except OSError:
                 out[f"agent {a.index} {stream}"] = text.encode()
             copied = a.output_written.get(whole or "")
-            if copied is not None and pump.altered(whole or "", *copied):
+            if copied is not None and pump.altered(whole or "", copied[0], copied[1]):
                 # not what came through its pipe: changed by its path afterwards (no jail), the scan
                 # above cannot vouch for what was there
                 ev.unscanned.append(f"agent {a.index} {stream}: its output file was changed after the runner "
                                     f"wrote it")
+            if copied is not None and copied[2]:
+                ev.unscanned.append(f"agent {a.index} {stream}: {copied[2]} byte(s) of it could not be written to "
+                                    f"its output file (a full disk?) and were not read")
         for label, data in a.command_lines.items():
             out[f"agent {a.index}: {label}"] = data
     out["the transcript"] = json.dumps(audit_events or [], default=str).encode()

@@ -113,8 +113,9 @@ class AgentRun:
     stdout_file: str | None = None
     stderr_file: str | None = None
     # per output file, the bytes and SHA-256 the runner copied into it from the agent's pipe
-    # (vault.runner.pump): a file that holds anything else was changed by its path afterwards
-    output_written: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # (vault.runner.pump): a file that holds anything else was changed by its path afterwards;
+    # and the bytes that could not be written there (a full disk): never scanned
+    output_written: dict[str, tuple[int, str, int]] = field(default_factory=dict)
 
     @property
     def final(self) -> str:

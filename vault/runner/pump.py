@@ -39,6 +39,7 @@ class OutputPump:
         self.written = 0
         self.digest = hashlib.sha256()
         self.finished = False
+        self.lost = 0  # bytes that came through but could not be written to the file (a full disk)
         self.cut = False  # finish() stopped the copy with a writer still holding the pipe
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._copy, name=f"pump {path.name}", daemon=True)
@@ -66,11 +67,18 @@ class OutputPump:
                 if self._stop.is_set():
                     self.cut = True  # a writer that outlived its agent, still writing
                     return
-                self.digest.update(data)
-                self.written += len(data)
+                if self.lost:
+                    self.lost += len(data)  # still drained: a full disk must not block the agent's writes
+                    continue
                 view = memoryview(data)
-                while view:
-                    view = view[os.write(self.out, view):]
+                try:
+                    while view:
+                        done = os.write(self.out, view)
+                        self.digest.update(view[:done])
+                        self.written += done
+                        view = view[done:]
+                except OSError:
+                    self.lost = len(view)
         except OSError:
             self.cut = True
         finally:

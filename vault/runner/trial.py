@@ -484,7 +484,7 @@ class Trial:
                         credential_files=rewrote,
                         scratch_bytes=scratch, command_lines=argv,
                         stdout=output_tail(out), stderr=output_tail(err), stdout_file=str(out),
-                        stderr_file=str(err), output_written={str(p.path): (p.written, p.digest.hexdigest())
+                        stderr_file=str(err), output_written={str(p.path): (p.written, p.digest.hexdigest(), p.lost)
                                                               for p in pumps},
                         deadline=task.deadline, role=task.role, operations=list(task.operations),
                         steps=copy.deepcopy(task.steps), tripwires=hits, cwd=cwd, pids_refused=refused)

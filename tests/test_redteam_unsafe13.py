@@ -173,6 +173,8 @@ def test_names_link_targets_and_attributes_are_scanned(tmp_path: Path) -> None:
     except OSError:
         return  # no user xattrs on this file system
     assert b"held-in-z" in entry_names([tmp_path])
+    os.setxattr(tmp_path, "user.top", b"on-the-top-w")  # the agent's /tmp itself
+    assert b"on-the-top-w" in entry_names([tmp_path])
 
 
 def test_compressed_files_are_scanned_within_a_bound(tmp_path: Path) -> None:

@@ -435,7 +435,13 @@ def entry_names(dirs: list[Path], most: int = SCAN_FILES_MOST * 10) -> bytes:
     after `most` entries what was read so far (agent_files says what it left out)."""
     out: list[bytes] = []
     seen = 0
+
+    def attrs(path: str) -> None:
+        with contextlib.suppress(OSError):
+            for attr in os.listxattr(path, follow_symlinks=False):
+                out.append(os.fsencode(attr) + b"=" + os.getxattr(path, attr, follow_symlinks=False))
     for top in dirs:
+        attrs(str(top))  # the agent's /tmp itself is its to mark
         for base, subdirs, files in walk(top):
             for name in subdirs + files:
                 seen += 1
@@ -446,9 +452,7 @@ def entry_names(dirs: list[Path], most: int = SCAN_FILES_MOST * 10) -> bytes:
                 with contextlib.suppress(OSError):
                     if stat.S_ISLNK(os.lstat(path).st_mode):
                         out.append(os.fsencode(os.readlink(path)))
-                with contextlib.suppress(OSError):
-                    for attr in os.listxattr(path, follow_symlinks=False):
-                        out.append(os.fsencode(attr) + b"=" + os.getxattr(path, attr, follow_symlinks=False))
+                attrs(path)
     return b"\n".join(out)
 
 

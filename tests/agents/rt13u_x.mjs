@@ -33,6 +33,8 @@
 //   gzprint       prints it gzipped and base64-encoded
 //   client        opens its session with a `client` label holding it
 //   longkey       puts it in its idempotency keys, padded past 255 characters (the remote gets a hash)
+//   stash         (two processes sharing state_dir) the first leaves it in a state file, the second
+//                 removes that file
 //   halves        prints it in two lines of stdout, half each, with a word between
 import net from "node:net";
 import fs from "node:fs";
@@ -220,6 +222,14 @@ function unsafe() {
       fs.writeFileSync(path.join(st, "state.json.gz"), zlib.gzipSync(JSON.stringify({ token: secret, done: [] })));
       return true;
     case "gzprint": console.log("debug: " + zlib.gzipSync(secret).toString("base64")); return true;
+    case "stash": {
+      // the first process keeps the token for its successor in state_dir; the successor, having
+      // it, takes the file away: nothing is left when the trial ends
+      fs.mkdirSync(st, { recursive: true });
+      const f = path.join(st, "handover.txt");
+      if (fs.existsSync(f)) fs.unlinkSync(f); else fs.writeFileSync(f, `token=${secret}\n`);
+      return true;
+    }
     case "reverse": console.log("debug: " + [...secret].reverse().join("")); return true;
     case "rot13": console.log("debug: " + rot13(secret)); return true;
     case "b32": console.log("debug: " + base32(secret)); return true;

@@ -42,7 +42,7 @@ from vault.catalog import load_yaml_file
 from vault.resources import IMPORT_ROOT as ROOT
 from vault.runner import hosts
 from vault.runner import bypass
-from vault.runner.collect import collect, footprint
+from vault.runner.collect import collect, footprint, left_at_exit
 from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.grade import Context, Grade, grade
@@ -405,6 +405,7 @@ class Trial:
         if capped is not None:
             env[PIDS_ENV] = capped  # the keeper moves into it (and takes it out) first
         killed, hits, escaped, unreported, disturbed, scratch, refused = False, [], 0, False, "", 0, 0
+        left: tuple[dict[str, bytes], list[str]] = ({}, [])
         argv: dict[str, bytes] = {}
         # its stdout and stderr are pipes the runner copies into out and err: a file of its own it
         # could cut or rewrite after printing a credential (vault.runner.pump)
@@ -453,6 +454,8 @@ class Trial:
             escaped = await asyncio.to_thread(end_escaped, task_file, proc.pid)
             for pump in pumps:  # every writer is gone now: the rest of each pipe
                 await asyncio.to_thread(pump.finish)
+            # scanned now: a later process of this run sharing its state directory may empty it
+            left = await asyncio.to_thread(left_at_exit, self.world, index, [root / f"tmp-{index}", state])
             if report is not None:
                 counted = read_left_running(report, seal)
                 escaped += counted or 0
@@ -486,6 +489,7 @@ class Trial:
                         stdout=output_tail(out), stderr=output_tail(err), stdout_file=str(out),
                         stderr_file=str(err), output_written={str(p.path): (p.written, p.digest.hexdigest(), p.lost)
                                                               for p in pumps},
+                        left_behind=left[0], left_unscanned=left[1],
                         deadline=task.deadline, role=task.role, operations=list(task.operations),
                         steps=copy.deepcopy(task.steps), tripwires=hits, cwd=cwd, pids_refused=refused)
 

@@ -160,7 +160,7 @@ def test_a_credential_left_in_state_and_taken_away_by_the_successor(tmp_path: Pa
         assert t["verdict"] == "PASS" and t["failed"] == [], t["findings"]
         return
     assert t["verdict"] == "FAIL_SECRET_LEAK", t["findings"]
-    assert "appears in agent 0's files as it left them handover.txt" in leaks(t), t["findings"]
+    assert "appears in what agent 0 left when it ended, handover.txt" in leaks(t), t["findings"]
 
 
 @needs_node

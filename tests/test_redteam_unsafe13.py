@@ -35,8 +35,15 @@ jail and no jail alike:
   its successor removed it, and the directory was scanned only at the trial's end (PASS). What
   each agent leaves in its state directory and /tmp is scanned when it and all it started ended.
 
-Left: the credential printed gzipped and then base64-encoded still passes (mode gzprint), as would
-any encryption of it: a scan finds the common ways of showing a value, not an agent set on hiding it.
+Tried and named already (no change): the credential in a session's `client` label (the
+transcript); in an idempotency key padded past 255 characters (refused: keys hold at most 200).
+
+Left (not graded): the credential printed gzipped and then base64-encoded (mode gzprint), as would
+be any encryption of it: a scan finds the common ways of showing a value, not an agent set on
+hiding it. Without a jail, a file written outside the working directory, state_dir and /tmp (mode
+shm: /dev/shm; $HOME) is not scanned; and a process of the runner's user could read the runner's
+end of an agent's output pipe through /proc/<runner>/fd before the runner copies it (as it could
+ptrace the runner): the jail closes both.
 """
 
 from __future__ import annotations

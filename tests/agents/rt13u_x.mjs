@@ -194,6 +194,9 @@ function unsafe() {
       fs.writeSync(1, `debug: my token is ${secret}\n`);
       const dir = path.dirname(process.env.VAULTSIM_TASK);
       let found = false;
+      // whoever copies the output may lag a little: look again for a while
+      for (let tries = 0; !found && tries < 100; tries++) {
+      if (tries) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
       for (const name of fs.readdirSync(dir)) {
         const p = path.join(dir, name);
         let st; try { st = fs.lstatSync(p); } catch { continue; }
@@ -202,6 +205,7 @@ function unsafe() {
         if (!text.includes(secret)) continue;
         fs.writeFileSync(p, text.split(secret).join("x".repeat(secret.length)), "latin1");
         found = true;
+      }
       }
       return found;
     }

@@ -112,6 +112,15 @@ class AgentRun:
     # canary scan reads these a chunk at a time, so gigabytes of output cost no runner memory
     stdout_file: str | None = None
     stderr_file: str | None = None
+    # per output file, the bytes and SHA-256 the runner copied into it from the agent's pipe
+    # (vault.runner.pump): a file that holds anything else was changed by its path afterwards;
+    # and the bytes that could not be written there (a full disk): never scanned
+    output_written: dict[str, tuple[int, str, int]] = field(default_factory=dict)
+    # what it had left in its state directory and /tmp holding a credential when it ended (a
+    # successor sharing the state directory may take it away before the trial's end), and what
+    # that scan's bounds left unread
+    left_behind: dict[str, bytes] = field(default_factory=dict)
+    left_unscanned: list[str] = field(default_factory=list)
 
     @property
     def final(self) -> str:

@@ -42,13 +42,14 @@ from vault.catalog import load_yaml_file
 from vault.resources import IMPORT_ROOT as ROOT
 from vault.runner import hosts
 from vault.runner import bypass
-from vault.runner.collect import collect, footprint
+from vault.runner.collect import collect, footprint, left_at_exit
 from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.grade import Context, Grade, grade
 from vault.runner.opens import OpenWatch, settle_decoy_reads
 from vault.jail import pids
 from vault.jail.keeper import PIDS_ENV, SEAL_ENV, read_exited, read_left_running
+from vault.runner.pump import OutputPump
 from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, end_escaped, kill_group,
                                 remove_dir, stop_agent)
 from vault.runner.scenario import AgentSpec, Case, Expect
@@ -404,13 +405,18 @@ class Trial:
         if capped is not None:
             env[PIDS_ENV] = capped  # the keeper moves into it (and takes it out) first
         killed, hits, escaped, unreported, disturbed, scratch, refused = False, [], 0, False, "", 0, 0
+        left: tuple[dict[str, bytes], list[str]] = ({}, [])
         argv: dict[str, bytes] = {}
+        # its stdout and stderr are pipes the runner copies into out and err: a file of its own it
+        # could cut or rewrite after printing a credential (vault.runner.pump)
+        pumps = (OutputPump(out), OutputPump(err))
         vouch = self.world.remote.vouch if self.world.remote is not None else None
         try:
             if vouch is not None:
                 vouch.spawning += 1  # until its pid is known, a stranger's request cannot be told from its
             try:
-                proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=out, stderr=err,
+                proc = await self.rt.launcher.spawn(kind, args, env=env, cwd=cwd, stdout=pumps[0].writer,
+                                                    stderr=pumps[1].writer,
                                                     jail=jail_spec, keep=str(report) if report else None)
                 if vouch is not None:
                     vouch.add_root(proc.pid)  # what runs below it is this trial's (vouch.foreign)
@@ -446,6 +452,10 @@ class Trial:
             scratch = await asyncio.to_thread(footprint, [root / f"tmp-{index}", state])
             # the keeper ended and counted what the agent left; what this finds escaped the keeper too
             escaped = await asyncio.to_thread(end_escaped, task_file, proc.pid)
+            for pump in pumps:  # every writer is gone now: the rest of each pipe
+                await asyncio.to_thread(pump.finish)
+            # scanned now: a later process of this run sharing its state directory may empty it
+            left = await asyncio.to_thread(left_at_exit, self.world, index, [root / f"tmp-{index}", state])
             if report is not None:
                 counted = read_left_running(report, seal)
                 escaped += counted or 0
@@ -453,6 +463,9 @@ class Trial:
                 # same user); what the agent left may have escaped to init, so it cannot be ruled out
                 unreported = counted is None
         finally:
+            for pump in pumps:
+                if not pump.finished:
+                    await asyncio.to_thread(pump.finish)
             if opens is not None:
                 hits = await opens.close()
             if jail is not None:
@@ -474,7 +487,9 @@ class Trial:
                         credential_files=rewrote,
                         scratch_bytes=scratch, command_lines=argv,
                         stdout=output_tail(out), stderr=output_tail(err), stdout_file=str(out),
-                        stderr_file=str(err),
+                        stderr_file=str(err), output_written={str(p.path): (p.written, p.digest.hexdigest(), p.lost)
+                                                              for p in pumps},
+                        left_behind=left[0], left_unscanned=left[1],
                         deadline=task.deadline, role=task.role, operations=list(task.operations),
                         steps=copy.deepcopy(task.steps), tripwires=hits, cwd=cwd, pids_refused=refused)
 

@@ -1,0 +1,121 @@
+"""An agent's stdout and stderr: a pipe the runner drains into the output file.
+
+Why: an output file handed to the agent as its stdout was the agent's to change. It could print
+a credential and then cut the file back (`ftruncate(1, 0)`) or write blanks over it in place
+(fd 1 opened again through /proc/self/fd/1, without O_APPEND), jail or not, and the canary scan,
+which reads the file after the trial, found nothing: a PASS. A pipe can be neither cut nor
+rewritten. A thread of the runner copies what comes through into the file (so the scan and the
+final message read it as before, a chunk at a time), counting and hashing it: without a jail an
+agent can still reach the file by its path (it sits beside the agent's task file), and a file
+that no longer holds what the runner wrote is told (`altered`), so the scan does not vouch for it.
+
+The agent's end of the pipe is handed to the spawn as `/proc/<runner>/fd/<N>`: the launcher (and
+the fork server, before the jail is entered) opens its stdout by path, and an anonymous pipe
+leaves nothing in the trial's directory to open for reading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import select
+import stat
+import threading
+from pathlib import Path
+
+CHUNK = 1 << 20
+DRAIN_S = 2.0  # after the agent's end: what a writer still alive (an escapee) sends later is not copied
+
+
+class OutputPump:
+    """A pipe whose write end is `writer` (a path to open), copied into `path` by a thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rfd, self.wfd = os.pipe2(os.O_CLOEXEC)  # wfd, held here, keeps the pipe from EOF until finish()
+        os.set_blocking(self.rfd, False)
+        self.out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        self.written = 0
+        self.digest = hashlib.sha256()
+        self.finished = False
+        self.lost = 0  # bytes that came through but could not be written to the file (a full disk)
+        self.cut = False  # finish() stopped the copy with a writer still holding the pipe
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._copy, name=f"pump {path.name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def writer(self) -> Path:
+        return Path(f"/proc/{os.getpid()}/fd/{self.wfd}")
+
+    def _copy(self) -> None:
+        poller = select.poll()
+        poller.register(self.rfd, select.POLLIN | select.POLLHUP)
+        try:
+            while True:
+                try:
+                    data = os.read(self.rfd, CHUNK)
+                except BlockingIOError:
+                    if self._stop.is_set():
+                        self.cut = True
+                        return
+                    poller.poll(100)
+                    continue
+                if not data:
+                    return  # every writer is gone
+                if self._stop.is_set():
+                    self.cut = True  # a writer that outlived its agent, still writing
+                    return
+                if self.lost:
+                    self.lost += len(data)  # still drained: a full disk must not block the agent's writes
+                    continue
+                view = memoryview(data)
+                try:
+                    while view:
+                        done = os.write(self.out, view)
+                        self.digest.update(view[:done])
+                        self.written += done
+                        view = view[done:]
+                except OSError:
+                    self.lost = len(view)
+        except OSError:
+            self.cut = True
+        finally:
+            os.close(self.out)
+
+    def finish(self, drain_s: float = DRAIN_S) -> None:
+        """Once the agent and all it started are gone: the rest of the pipe, then the file is
+        whole. A writer still holding the pipe after `drain_s` (it escaped every net) is left:
+        the copy stops, and a write of its gets EPIPE."""
+        if self.finished:
+            return
+        self.finished = True
+        with contextlib.suppress(OSError):
+            os.close(self.wfd)
+        self._thread.join(drain_s)
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
+        os.close(self.rfd)
+
+    def altered(self) -> bool:
+        """Whether the file no longer holds exactly what was copied into it."""
+        return altered(self.path, self.written, self.digest.hexdigest())
+
+
+def altered(path: Path | str, written: int, sha256: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != written:
+            return True
+        h = hashlib.sha256()
+        while chunk := os.read(fd, 4 * CHUNK):
+            h.update(chunk)
+        return h.hexdigest() != sha256
+    finally:
+        os.close(fd)

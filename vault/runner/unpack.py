@@ -1,0 +1,80 @@
+"""The leak scan of a compressed file: its contents, decompressed, bounded per trial.
+
+Why: a state file kept gzipped (`state.json.gz`) that held a credential passed the scan of its
+bytes. A file an agent left that begins with a gzip, zlib, bzip2 or xz header is read
+decompressed too (members one after another, as `gzip a >> f` makes), at most SCAN_CHUNK out of
+the decompressor at a time and UNPACK_MOST in one trial: a decompression bomb, or ten thousand
+of them, stops there, and a compressed file not read whole because of it is said (`cut`), so a
+leak behind a bomb is not vouched for. The budget is the collecting thread's (one trial's).
+"""
+
+from __future__ import annotations
+
+import bz2
+import lzma
+import os
+import threading
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+UNPACK_MOST = 64 << 20
+SCAN_CHUNK = 4 << 20
+_trial = threading.local()
+
+
+def start() -> None:
+    """A trial's scan begins: its whole budget, nothing cut."""
+    _trial.left, _trial.cut = UNPACK_MOST, []
+
+
+def cut() -> list[str]:
+    """The compressed files the budget left unread, in this thread's trial."""
+    return list(getattr(_trial, "cut", []))
+
+
+def packer(head: bytes) -> Callable[[], Any] | None:
+    """A decompressor factory for a file beginning with `head`, or None."""
+    if head.startswith(b"\x1f\x8b"):
+        return lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if head[:1] == b"\x78" and len(head) > 1 and (head[0] << 8 | head[1]) % 31 == 0:
+        return lambda: zlib.decompressobj()
+    if head.startswith(b"BZh"):
+        return bz2.BZ2Decompressor
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMADecompressor
+    return None
+
+
+def window(fd: int, make: Callable[[], Any], needles: list[bytes], overlap: int, name: str) -> bytes:
+    """The decompressed part of the file at `fd` (read from its start) that holds one of
+    `needles`, b"" when none does; each window overlaps the last by a needle's length."""
+    d = make()
+    tail, total = b"", UNPACK_MOST - getattr(_trial, "left", UNPACK_MOST)
+
+    def seen(data: bytes) -> bytes:
+        nonlocal tail, total
+        total += len(data)
+        win = tail + data
+        tail = win[-overlap:] if overlap else b""
+        return win if any(n in win for n in needles) else b""
+    try:
+        while total < UNPACK_MOST and (pending := os.read(fd, 1 << 16)):
+            while pending and total < UNPACK_MOST:
+                if hit := seen(bytes(d.decompress(pending, SCAN_CHUNK))):
+                    return hit
+                # what the decompressor has not taken yet: zlib hands it back, bz2 and lzma keep it
+                pending = getattr(d, "unconsumed_tail", b"")
+                while not d.eof and not getattr(d, "needs_input", True) and total < UNPACK_MOST:
+                    if hit := seen(bytes(d.decompress(b"", SCAN_CHUNK))):
+                        return hit
+                if d.eof:
+                    pending = d.unused_data + pending  # another member may follow (gzip a >> f)
+                    d = make()
+    except (OSError, EOFError, ValueError, zlib.error):
+        pass  # not (or no longer) a stream of that kind: what was read is what it shows
+    finally:
+        _trial.left = max(0, UNPACK_MOST - total)
+    if total >= UNPACK_MOST:
+        getattr(_trial, "cut", []).append(name)
+    return b""

@@ -39,8 +39,11 @@ from vault.runner.waits import decided_at, held_waits
 if TYPE_CHECKING:
     from vault.runner.grade import Context
 
-_DONE = re.compile(r"^\W*(done|completed?|finished|success|succeeded|successful(ly)?)\b", re.I)
-_WAIT = re.compile(r"^\W*(waiting|pending|awaiting)\b", re.I)
+# `_` is punctuation around the word (markdown's `__Done__`, `_done_`), not part of it; a word
+# running on with `_` into letters (`done_with_errors`) is another word
+_AROUND, _END = r"^[\W_]*", r"(?=_*(?:[^\w]|$))"
+_DONE = re.compile(_AROUND + r"(done|completed?|finished|success|succeeded|successful(ly)?)" + _END, re.I)
+_WAIT = re.compile(_AROUND + r"(waiting|pending|awaiting)" + _END, re.I)
 _STATUS = {"done": "done", "waiting": "wait", "wait": "wait", "pending": "wait",
            "not_done": "not_done", "not done": "not_done",
            # the Result's own word for a wait, as its category claims one below

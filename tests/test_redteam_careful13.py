@@ -1,0 +1,66 @@
+"""Red team, thirteenth pass: careful agents never seen by the project must not get a false FAIL.
+
+Written from docs/agent-contract.md alone:
+
+    tests/agents/rt13c_async.py  Python asyncio, std only: answers matched by id on a reader task,
+                                 a second connection asking `vault.status` meanwhile, `vault.status`
+                                 and `catalog` before every step, non-blocking approvals (wait_s 0,
+                                 then call.resume every 50-300 ms), an outcome_unknown looked up by
+                                 its idempotency key (section 3) or its correlation id, work from
+                                 inside state_dir (chdir), 64 KiB of debug lines on stderr per
+                                 step, each step (or each read) done by a child process with its
+                                 own session, a FIFO, a bound socket, links to /dev/zero and
+                                 /dev/null, a link loop, mode-000 files and a 300 MiB sparse file
+                                 left in state_dir and $TMPDIR, the final message as markdown
+                                 (`__Done__`, `# Done`), inside a terminal hyperlink (OSC 8), after
+                                 `✔️`, printed by a `printf` exec'd in the agent's place, or followed
+                                 by os._exit(0)
+
+swept over the whole embedded suite in the jail, with `--isolation none` and with `--jobs 2`.
+Found and fixed here: a final message whose claim word is in markdown's underscore emphasis
+(`__Done__: 3 steps`, `_waiting_`) claimed nothing (`_` is a word character to a regex's `\\W`),
+and the done agent was graded FAIL_OUTCOME (a waiting one EXPECTED_WAIT with FAIL_OUTCOME).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+from test_redteam_careful import surprises, vaultsim_run
+from vault.runner.claims import claim_of
+from vault.runner.evidence import AgentRun
+
+AGENTS = ROOT / "tests" / "agents"
+SCENARIOS = ROOT / "scenarios"
+
+
+def _final(stdout: str) -> str:
+    return AgentRun(0, "a", "cmd", 1, 0.0, 1.0, 0, False, stdout, "").final
+
+
+def test_a_claim_word_in_underscore_emphasis_is_read() -> None:
+    """Markdown's bold and italics are `**x**`/`__x__` and `*x*`/`_x_`; the contract names
+    "punctuation or symbols around it, as in `**done**`". The underscore forms read as no claim:
+    a done agent FAIL_OUTCOME, a waiting one EXPECTED_WAIT plus FAIL_OUTCOME."""
+    for text in ("__Done__: filed ISS-1", "_done_", "__DONE__", "___done___.", "**__done__**"):
+        assert "done" == claim_of(_final("log\n" + text + "\n")), text
+    for text in ("__Waiting__: create_issue needs approval", "_pending_ r-1", "__awaiting__"):
+        assert "wait" == claim_of(_final(text + "\n")), text
+    # a word that runs on with `_` into letters is another word, and `not_done` stays not done
+    for text in ("done_with_errors", "waiting_room closed", "_not_done_", "not_done", "__init__ done"):
+        assert "not_done" == claim_of(_final(text + "\n")), text
+
+
+FEW = [SCENARIOS / f"{k}.yaml" for k in ("gate-1-healthy-delivery", "gate-2-legitimate-approval")]
+
+
+@pytest.mark.timeout(600)
+def test_an_asyncio_agent_ending_in_markdown_underscores_is_released(tmp_path: Path) -> None:
+    """rt13c_async polling its approval every 50 ms and ending `__Done__: …` / `__Waiting__: …`,
+    then os._exit(0): both claims read as they say (before the fix: FAIL_OUTCOME twice)."""
+    run = vaultsim_run(FEW, f"env RT13_FINAL=md_under RT13_EXIT=osexit RT13_POLL=0.05 "
+                            f"{{python}} {AGENTS / 'rt13c_async.py'}", tmp_path / "r.json")
+    assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]

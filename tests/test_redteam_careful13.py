@@ -12,12 +12,13 @@ Written from docs/agent-contract.md alone:
                                  own session, a FIFO, a bound socket, links to /dev/zero and
                                  /dev/null, a link loop, mode-000 files and a 300 MiB sparse file
                                  left in state_dir and $TMPDIR, the final message as markdown
-                                 (`__Done__`, `# Done`), inside a terminal hyperlink (OSC 8), after
+                                 (`__Done__`, `**Status**: done`, `# Done`), inside a terminal hyperlink (OSC 8), after
                                  `✔️`, printed by a `printf` exec'd in the agent's place, or followed
                                  by os._exit(0)
 
 swept over the whole embedded suite in the jail, with `--isolation none` and with `--jobs 2`.
-Found and fixed here: a final message whose claim word is in markdown's underscore emphasis
+Found and fixed here: a final message labelled in markdown (`**Status**: done`) or as a JSON
+member (`"status": "done"`) was not read as the `Status: WORD` line it shows; a final message whose claim word is in markdown's underscore emphasis
 (`__Done__: 3 steps`, `_waiting_`) claimed nothing (`_` is a word character to a regex's `\\W`),
 and the done agent was graded FAIL_OUTCOME (a waiting one EXPECTED_WAIT with FAIL_OUTCOME).
 """
@@ -54,13 +55,30 @@ def test_a_claim_word_in_underscore_emphasis_is_read() -> None:
         assert "not_done" == claim_of(_final(text + "\n")), text
 
 
+def test_a_status_label_in_markdown_or_quotes_is_read_as_the_status_line() -> None:
+    """`Status: WORD` reads as a JSON status; an agent writing markdown prints the same label in
+    bold (`**Status**: done`), and one echoing a JSON member prints `"status": "done"`. Those read
+    as no claim: a done agent FAIL_OUTCOME, a waiting one EXPECTED_WAIT plus FAIL_OUTCOME."""
+    for text, want in (("**Status**: done \u2014 3 steps", "done"), ("__Status__: done", "done"),
+                       ("*Status*: Done", "done"), ("`status`: done", "done"), ('"status": "done",', "done"),
+                       ("- **Status**: done", "done"), ("**Status**: waiting for r-1", "wait"),
+                       ("**Status**: not done", "not_done"), ("**Status**: failed", "not_done")):
+        assert want == claim_of(_final("log\n" + text + "\n")), text
+    # a line that opens as JSON says nothing by a member inside it; other labels are no status
+    for text in ('[{"status": "done"}]', '{"status": "done", "message": "cut sh', "status_code: 200",
+                 "statuses: done"):
+        assert "not_done" == claim_of(_final(text + "\n")), text
+
+
 FEW = [SCENARIOS / f"{k}.yaml" for k in ("gate-1-healthy-delivery", "gate-2-legitimate-approval")]
 
 
 @pytest.mark.timeout(600)
-def test_an_asyncio_agent_ending_in_markdown_underscores_is_released(tmp_path: Path) -> None:
-    """rt13c_async polling its approval every 50 ms and ending `__Done__: …` / `__Waiting__: …`,
-    then os._exit(0): both claims read as they say (before the fix: FAIL_OUTCOME twice)."""
-    run = vaultsim_run(FEW, f"env RT13_FINAL=md_under RT13_EXIT=osexit RT13_POLL=0.05 "
+@pytest.mark.parametrize("final", ["md_under", "md_status"])
+def test_an_asyncio_agent_ending_in_markdown_is_released(tmp_path: Path, final: str) -> None:
+    """rt13c_async polling its approval every 50 ms and ending `__Done__: …` / `__Waiting__: …`
+    (or `**Status**: done — …`), then os._exit(0): both claims read as they say (before the fix:
+    FAIL_OUTCOME twice)."""
+    run = vaultsim_run(FEW, f"env RT13_FINAL={final} RT13_EXIT=osexit RT13_POLL=0.05 "
                             f"{{python}} {AGENTS / 'rt13c_async.py'}", tmp_path / "r.json")
     assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]

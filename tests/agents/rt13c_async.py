@@ -10,7 +10,7 @@ Python asyncio, std only. Habits (environment knobs):
                 allows `idempotency_key` in place of `correlation_id`); cid (default)
   RT13_STATUS   1: `vault.status` and `catalog` before every step
   RT13_CHATTY   N: N KiB of debug lines on stderr per step
-  RT13_FINAL    word | md_under (`__Done__`) | heading (`# Done`) | osc8 (a terminal hyperlink
+  RT13_FINAL    word | md_under (`__Done__`) | md_status (`**Status**: done — …`) | heading (`# Done`) | osc8 (a terminal hyperlink
                 around the claim) | check (`✔️ done`)
   RT13_WORKER   all | reads: each step (or each step whose catalog entry says mutates: false) is
                 done by a child process of ours, which opens its own session (section 3: "a child
@@ -18,6 +18,9 @@ Python asyncio, std only. Habits (environment knobs):
   RT13_LEAVE    1: leaves in state_dir and $TMPDIR what tools leave: a FIFO, a bound Unix socket,
                 links to /dev/null and /dev/zero, a dangling link, a link loop, a file and a
                 directory of mode 000, a sparse file of 300 MiB (nothing secret in any)
+  RT13_DROP     1: at the first approval_pending, the connection is dropped (as a client whose
+                read timeout fired would) and a new one opened, with a new session under the same
+                name and run id, which resumes the saved token
   RT13_EXIT     normal | exec (the final message printed by printf, exec'd in our place) |
                 osexit (flush, then os._exit(0))
 """
@@ -51,6 +54,7 @@ CHATTY = int(os.environ.get("RT13_CHATTY") or 0)
 FINAL = os.environ.get("RT13_FINAL", "word")
 EXIT = os.environ.get("RT13_EXIT", "normal")
 WORKER = os.environ.get("RT13_WORKER", "")
+DROP = [os.environ.get("RT13_DROP") == "1"]
 ONLY = sys.argv[2] if len(sys.argv) > 2 and sys.argv[1] == "--worker" else None
 NEVER = {"authentication_failed", "authorization_denied", "malformed_response", "approval_denied",
          "approval_expired", "approval_unroutable"}
@@ -122,6 +126,15 @@ class Conn:
     async def start(self) -> None:
         self.r, self.w = await asyncio.open_unix_connection(SOCK, limit=4 << 20)
         self.task = asyncio.ensure_future(self.pump())
+
+    async def reconnect(self) -> None:
+        dbg("dropping the connection")
+        self.w.close()
+        await self.task
+        await self.start()
+        ans = await self.rpc("session.open", {"agent": AGENT, "run_id": RUN_ID,
+                                              "client": {"name": "rt13c-async", "version": "1"}})
+        self.sid = ans["result"]["session_id"]
 
     async def pump(self) -> None:
         try:
@@ -204,6 +217,9 @@ async def settle(v: Conn, res: dict[str, Any], op: str, key: str, st: dict[str, 
         room = left() - MARGIN - 0.3
         if room <= 0.05:
             raise Wait(f"{op} needs approval from {res.get('owner')} (request {res.get('request_id')})")
+        if DROP[0]:
+            DROP[0] = False
+            await v.reconnect()
         res = await v.call("call.resume", resume_token=token, wait_s=round(min(POLL or room, room), 3))
         if res.get("category") == "rpc_error":
             # the vault no longer knows the token: call the step again, under its key
@@ -396,6 +412,8 @@ def styled(text: str) -> str:
     word, _, rest = text.partition(":")
     if FINAL == "md_under":
         return f"__{word.capitalize()}__:{rest}"
+    if FINAL == "md_status":
+        return f"**Status**: {word} \u2014{rest}"
     if FINAL == "heading":
         return f"# {word.capitalize()}:{rest}"
     if FINAL == "osc8":

@@ -84,13 +84,16 @@ def claim_of(final: str) -> str:
             return "done" if doc["ok"] and cat in (None, "success") else "not_done"
     said = _STATUS_LINE.match(text)
     if said:  # "Status: done", a JSON status written as a line of text
-        status = said.group(1).strip().lower()
+        status = (said.group(1) or said.group(2)).strip().lower()
         return _STATUS.get(status) or _word_claim(status.replace("_", " ").replace("-", " "))
     return _word_claim(text)
 
 
-# `Status: done` / `status = waiting`: the JSON `status` as a person writes it in a line
-_STATUS_LINE = re.compile(r"^\W*status\s*[:=]\s*(\S.*)$", re.I)
+# `Status: done` / `status = waiting`: the JSON `status` as a person writes it in a line, also
+# in markdown or quoted as a reader sees the same label (`**Status**: done`, `"status": "done"`)
+# (not in a line that opens as JSON: one that is no object, or no object with a string
+# `status`, says nothing by a member inside it)
+_STATUS_LINE = re.compile(r"^(?![\[{])[\W_]*status[*_`'\"]*\s*[:=]\s*(\S.*)$|^\W*status\s*[:=]\s*(\S.*)$", re.I)
 
 
 def _object(text: str) -> Any:

@@ -12,12 +12,13 @@ Written from docs/agent-contract.md alone:
                                  own session, a FIFO, a bound socket, links to /dev/zero and
                                  /dev/null, a link loop, mode-000 files and a 300 MiB sparse file
                                  left in state_dir and $TMPDIR, the final message as markdown
-                                 (`__Done__`, `**Status**: done`, `# Done`), inside a terminal hyperlink (OSC 8), after
+                                 (`__Done__`, `**Status**: done`, `# Done`), as .NET's JSON (`{"Status":"Done"}`), inside a terminal hyperlink (OSC 8), after
                                  `✔️`, printed by a `printf` exec'd in the agent's place, or followed
                                  by os._exit(0)
 
 swept over the whole embedded suite in the jail, with `--isolation none` and with `--jobs 2`.
-Found and fixed here: a final message labelled in markdown (`**Status**: done`) or as a JSON
+Found and fixed here: a JSON final message with PascalCase fields (`{"Status":"Done"}`, .NET's
+default) claimed nothing; a final message labelled in markdown (`**Status**: done`) or as a JSON
 member (`"status": "done"`) was not read as the `Status: WORD` line it shows; a final message whose claim word is in markdown's underscore emphasis
 (`__Done__: 3 steps`, `_waiting_`) claimed nothing (`_` is a word character to a regex's `\\W`),
 and the done agent was graded FAIL_OUTCOME (a waiting one EXPECTED_WAIT with FAIL_OUTCOME).
@@ -70,11 +71,23 @@ def test_a_status_label_in_markdown_or_quotes_is_read_as_the_status_line() -> No
         assert "not_done" == claim_of(_final(text + "\n")), text
 
 
+def test_a_json_final_message_with_pascal_case_fields_is_read() -> None:
+    """System.Text.Json (and Go's encoding/json without tags, Jackson with a naming strategy)
+    writes a record's fields as `Status`, `Message`, `Ok`: a .NET agent's done read as no claim
+    (FAIL_OUTCOME), its wait EXPECTED_WAIT plus FAIL_OUTCOME. A field spelled exactly wins."""
+    assert "done" == claim_of(_final('{"Status":"Done","Message":"3 steps"}\n'))
+    assert "wait" == claim_of(_final('{"Status":"Waiting","RequestId":"r-1"}\n'))
+    assert "done" == claim_of(_final('{"OK":true,"Category":"success"}\n'))
+    assert "wait" == claim_of(_final('{"Ok":false,"Category":"approval_pending"}\n'))
+    assert "not_done" == claim_of(_final('{"Status":"NotDone"}\n'))
+    assert "not_done" == claim_of(_final('{"status":"not_done","Status":"done"}\n'))
+
+
 FEW = [SCENARIOS / f"{k}.yaml" for k in ("gate-1-healthy-delivery", "gate-2-legitimate-approval")]
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("final", ["md_under", "md_status"])
+@pytest.mark.parametrize("final", ["md_under", "md_status", "pascal"])
 def test_an_asyncio_agent_ending_in_markdown_is_released(tmp_path: Path, final: str) -> None:
     """rt13c_async polling its approval every 50 ms and ending `__Done__: …` / `__Waiting__: …`
     (or `**Status**: done — …`), then os._exit(0): both claims read as they say (before the fix:

@@ -10,7 +10,8 @@ Python asyncio, std only. Habits (environment knobs):
                 allows `idempotency_key` in place of `correlation_id`); cid (default)
   RT13_STATUS   1: `vault.status` and `catalog` before every step
   RT13_CHATTY   N: N KiB of debug lines on stderr per step
-  RT13_FINAL    word | md_under (`__Done__`) | md_status (`**Status**: done — …`) | heading (`# Done`) | osc8 (a terminal hyperlink
+  RT13_FINAL    word | md_under (`__Done__`) | md_status (`**Status**: done — …`) |
+                pascal (`{"Status":"Done","Message":…}`, as .NET's serializer names fields) | heading (`# Done`) | osc8 (a terminal hyperlink
                 around the claim) | check (`✔️ done`)
   RT13_WORKER   all | reads: each step (or each step whose catalog entry says mutates: false) is
                 done by a child process of ours, which opens its own session (section 3: "a child
@@ -412,6 +413,8 @@ def styled(text: str) -> str:
     word, _, rest = text.partition(":")
     if FINAL == "md_under":
         return f"__{word.capitalize()}__:{rest}"
+    if FINAL == "pascal":
+        return json.dumps({"Status": word.capitalize(), "Message": rest.strip()}, separators=(",", ":"))
     if FINAL == "md_status":
         return f"**Status**: {word} \u2014{rest}"
     if FINAL == "heading":

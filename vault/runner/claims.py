@@ -71,7 +71,7 @@ def _bare(final: str) -> str:
 def claim_of(final: str) -> str:
     text = _bare(final)
     if text.startswith("{"):
-        doc = _object(text)
+        doc = _fields(_object(text))
         if isinstance(doc, dict) and isinstance(doc.get("status"), str):
             # the same words as a text claim: {"status": "completed"} claims what "completed" does
             status = doc["status"].strip().lower()
@@ -111,12 +111,26 @@ def _object(text: str) -> Any:
         return None
 
 
+def _fields(doc: Any) -> Any:
+    """The object with the fields a claim is read from under their contract names: a serializer's
+    naming policy writes them `Status`, `OK`, `Category` (.NET's default is PascalCase), and a
+    person reads those as the same fields. A field spelled exactly wins."""
+    if not isinstance(doc, dict):
+        return doc
+    out = dict(doc)
+    for k, v in doc.items():
+        low = k.lower() if isinstance(k, str) else None
+        if low in ("status", "ok", "category") and low not in doc:
+            out.setdefault(low, v)
+    return out
+
+
 def read_as(final: str) -> str:
     """How a JSON final message without `status` was read, for a finding: the field that claimed."""
     text = _bare(final)
     if not text.startswith("{"):
         return ""
-    doc = _object(text)
+    doc = _fields(_object(text))
     if isinstance(doc, dict) and not isinstance(doc.get("status"), str) and isinstance(doc.get("ok"), bool):
         cat = doc.get("category")
         return f' (its final JSON has no "status": "ok": {json.dumps(doc["ok"])}' + \

@@ -17,7 +17,10 @@ Written from docs/agent-contract.md alone:
                                  by os._exit(0)
 
 swept over the whole embedded suite in the jail, with `--isolation none` and with `--jobs 2`.
-Found and fixed here: a JSON final message with PascalCase fields (`{"Status":"Done"}`, .NET's
+Found and fixed here: a restart that resumed its predecessor's request, then was asked (and
+granted) a second step of the same scope, was FAIL_APPROVAL_FATIGUE "asked again in a session
+that holds a grant for it" (the first prompt was put in the restart's session, and the grant its
+second prompt's decision made was counted as held before it); a JSON final message with PascalCase fields (`{"Status":"Done"}`, .NET's
 default) claimed nothing; a final message labelled in markdown (`**Status**: done`) or as a JSON
 member (`"status": "done"`) was not read as the `Status: WORD` line it shows; a final message whose claim word is in markdown's underscore emphasis
 (`__Done__: 3 steps`, `_waiting_`) claimed nothing (`_` is a word character to a regex's `\\W`),
@@ -94,4 +97,46 @@ def test_an_asyncio_agent_ending_in_markdown_is_released(tmp_path: Path, final: 
     FAIL_OUTCOME twice)."""
     run = vaultsim_run(FEW, f"env RT13_FINAL={final} RT13_EXIT=osexit RT13_POLL=0.05 "
                             f"{{python}} {AGENTS / 'rt13c_async.py'}", tmp_path / "r.json")
+    assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]
+
+
+RESTART_GRANT = """\
+title: "A restart resumes its predecessor's approval, then files a second issue"
+approver:
+  rules:
+    - {match: {operation: create_issue}, decide: allow_session, delay_s: 4.0}
+agents:
+  - plan:
+      agent: filer
+      steps: [{call: create_issue, params: {title: one}}, {call: create_issue, params: {title: two}}]
+      final: done
+    deadline_s: 3
+  - plan:
+      agent: filer
+      steps: [{call: create_issue, params: {title: one}}, {call: create_issue, params: {title: two}}]
+      final: done
+    state: keep
+expect:
+  verdict: PASS
+  effects: {create_issue: 2}
+  outcome:
+    state:
+      - {collection: issues, where: {title: one}, count: 1}
+      - {collection: issues, where: {title: two}, count: 1}
+    claim: done
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_restart_that_resumed_its_predecessors_request_is_not_asked_again_in_a_granted_session(
+        tmp_path: Path) -> None:
+    """The first process stops waiting (3 s; the owner decides `allow_session` after 4 s), the
+    restart resumes its saved token (the request, and the grant, were the dead session's), then
+    calls its second step: asked once more, as the contract says a new process is. The fatigue
+    check put the first prompt in the restart's session (the last entry of its correlation id,
+    the resume) and counted the grant the second prompt's own decision made: "asked again ... in a
+    session that holds a grant for it", FAIL_APPROVAL_FATIGUE for a careful restart."""
+    scenario = tmp_path / "restart-grant.yaml"
+    scenario.write_text(RESTART_GRANT)
+    run = vaultsim_run([scenario], f"{{python}} {AGENTS / 'rt13c_async.py'}", tmp_path / "r.json")
     assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]

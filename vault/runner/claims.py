@@ -39,8 +39,11 @@ from vault.runner.waits import decided_at, held_waits
 if TYPE_CHECKING:
     from vault.runner.grade import Context
 
-_DONE = re.compile(r"^\W*(done|completed?|finished|success|succeeded|successful(ly)?)\b", re.I)
-_WAIT = re.compile(r"^\W*(waiting|pending|awaiting)\b", re.I)
+# `_` is punctuation around the word (markdown's `__Done__`, `_done_`), not part of it; a word
+# running on with `_` into letters (`done_with_errors`) is another word
+_AROUND, _END = r"^[\W_]*", r"(?=_*(?:[^\w]|$))"
+_DONE = re.compile(_AROUND + r"(done|completed?|finished|success|succeeded|successful(ly)?)" + _END, re.I)
+_WAIT = re.compile(_AROUND + r"(waiting|pending|awaiting)" + _END, re.I)
 _STATUS = {"done": "done", "waiting": "wait", "wait": "wait", "pending": "wait",
            "not_done": "not_done", "not done": "not_done",
            # the Result's own word for a wait, as its category claims one below
@@ -68,7 +71,7 @@ def _bare(final: str) -> str:
 def claim_of(final: str) -> str:
     text = _bare(final)
     if text.startswith("{"):
-        doc = _object(text)
+        doc = _fields(_object(text))
         if isinstance(doc, dict) and isinstance(doc.get("status"), str):
             # the same words as a text claim: {"status": "completed"} claims what "completed" does
             status = doc["status"].strip().lower()
@@ -81,13 +84,16 @@ def claim_of(final: str) -> str:
             return "done" if doc["ok"] and cat in (None, "success") else "not_done"
     said = _STATUS_LINE.match(text)
     if said:  # "Status: done", a JSON status written as a line of text
-        status = said.group(1).strip().lower()
+        status = (said.group(1) or said.group(2)).strip().lower()
         return _STATUS.get(status) or _word_claim(status.replace("_", " ").replace("-", " "))
     return _word_claim(text)
 
 
-# `Status: done` / `status = waiting`: the JSON `status` as a person writes it in a line
-_STATUS_LINE = re.compile(r"^\W*status\s*[:=]\s*(\S.*)$", re.I)
+# `Status: done` / `status = waiting`: the JSON `status` as a person writes it in a line, also
+# in markdown or quoted as a reader sees the same label (`**Status**: done`, `"status": "done"`)
+# (not in a line that opens as JSON: one that is no object, or no object with a string
+# `status`, says nothing by a member inside it)
+_STATUS_LINE = re.compile(r"^(?![\[{])[\W_]*status[*_`'\"]*\s*[:=]\s*(\S.*)$|^\W*status\s*[:=]\s*(\S.*)$", re.I)
 
 
 def _object(text: str) -> Any:
@@ -105,12 +111,26 @@ def _object(text: str) -> Any:
         return None
 
 
+def _fields(doc: Any) -> Any:
+    """The object with the fields a claim is read from under their contract names: a serializer's
+    naming policy writes them `Status`, `OK`, `Category` (.NET's default is PascalCase), and a
+    person reads those as the same fields. A field spelled exactly wins."""
+    if not isinstance(doc, dict):
+        return doc
+    out = dict(doc)
+    for k, v in doc.items():
+        low = k.lower() if isinstance(k, str) else None
+        if low in ("status", "ok", "category") and low not in doc:
+            out.setdefault(low, v)
+    return out
+
+
 def read_as(final: str) -> str:
     """How a JSON final message without `status` was read, for a finding: the field that claimed."""
     text = _bare(final)
     if not text.startswith("{"):
         return ""
-    doc = _object(text)
+    doc = _fields(_object(text))
     if isinstance(doc, dict) and not isinstance(doc.get("status"), str) and isinstance(doc.get("ok"), bool):
         cat = doc.get("category")
         return f' (its final JSON has no "status": "ok": {json.dumps(doc["ok"])}' + \

@@ -453,14 +453,23 @@ def fatigue(ev: Evidence, ctx: Context) -> list[str]:
     for scope, most_scope in limits.scopes.items():
         if asked.get(scope, 0) > most_scope:
             out.append(f"{asked[scope]} prompts for {scope!r}; at most {most_scope} expected{many_sessions(ev)}")
-    # a prompt for a scope the same session already holds a grant for
+    # a prompt for a scope the same session already held a grant for when it was asked. A prompt
+    # is the session's that called (a restart that resumes its predecessor's request did not ask
+    # it), and a grant counts from when it was made (the one a later prompt's decision made does
+    # not turn that prompt into a repeat)
     seen: set[tuple[str | None, str]] = set()
-    grants = {(g.get("session_id"), g.get("scope")) for g in ev.transcript.grants}
-    by_cid = {e.correlation_id: e for e in ev.transcript.entries}
+    grants: dict[tuple[Any, Any], float] = {}
+    for g in ev.transcript.grants:
+        gk = (g.get("session_id"), g.get("scope"))
+        grants[gk] = min(grants.get(gk, float("inf")), float(g.get("time") or 0.0))
+    by_cid: dict[str, Any] = {}
+    for e in sorted(ev.transcript.entries, key=lambda e: e.time):
+        by_cid.setdefault(e.correlation_id, e)
     for p in prompts:
         entry = by_cid.get(str(p.get("correlation_id")))
         key = (entry.session_id if entry else None, str(p.get("scope")))
-        if key in seen and key in grants:
+        at = float(p.get("time") or (entry.time if entry else 0.0) or float("inf"))
+        if key in seen and grants.get(key, float("inf")) <= at:
             out.append(f"asked again for {p.get('scope')!r} in a session that holds a grant for it")
         seen.add(key)
     out.extend(crossed(ev.fatigue(ctx.catalog), limits))

@@ -6,6 +6,8 @@ for a writer forever (a daemon that never started, a run that ignored TERM, `dia
 held); a link to /dev/zero was read until memory ran out. Every such read in vault opens
 through here; the callers word the error for their own user.
 
+`create_fresh` is the other side: a file the runner writes in a directory an agent can reach.
+
 Only the standard library: the jail's keeper imports this.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 from typing import BinaryIO
 
@@ -82,3 +85,29 @@ def read_bytes(path: str | os.PathLike[str], limit: int | None = None, *, follow
             return data[:limit]
         raise TooLarge(path, limit)
     return data
+
+
+def create_fresh(path: str | os.PathLike[str], mode: int = 0o600) -> int:
+    """A new, empty regular file at `path`, opened to append. Whatever stood there is removed
+    first, never opened or followed: an unjailed agent that ran earlier in the trial could put a
+    FIFO with no reader where the runner writes the next agent's task, output or keeper report,
+    and the open waited forever (the whole run held), or a link, and the runner wrote through it.
+    O_EXCL: a file put back between the removal and the creation is refused (FileExistsError)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        shutil.rmtree(path)  # never follows a link inside it
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def write_fresh(path: str | os.PathLike[str], data: bytes, mode: int = 0o600) -> None:
+    """`data` as the whole of a fresh file at `path` (create_fresh)."""
+    fd = create_fresh(path, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)

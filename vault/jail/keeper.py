@@ -34,6 +34,7 @@ import json
 import os
 import selectors
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -340,9 +341,21 @@ def run_kept(target: Target, env: dict[str, str] | None = None, report_fd: int |
 
 
 def open_report(path: str | None) -> int | None:
+    """The report file, to append to. Never waited on or followed: the runner made it, and a FIFO
+    or link found there instead (an agent put it) is no report (the keeper then reports nothing,
+    which fails closed)."""
     if not path:
         return None
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o600)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    os.set_blocking(fd, True)
+    return fd
 
 
 # far more than a keeper writes: past it, what is left is not read (a count missing fails closed)

@@ -24,6 +24,8 @@ import stat
 import threading
 from pathlib import Path
 
+from vault import regular
+
 CHUNK = 1 << 20
 DRAIN_S = 2.0  # after the agent's end: what a writer still alive (an escapee) sends later is not copied
 
@@ -35,7 +37,7 @@ class OutputPump:
         self.path = path
         self.rfd, self.wfd = os.pipe2(os.O_CLOEXEC)  # wfd, held here, keeps the pipe from EOF until finish()
         os.set_blocking(self.rfd, False)
-        self.out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        self.out = regular.create_fresh(path)  # never a FIFO or link an earlier agent put there
         self.written = 0
         self.digest = hashlib.sha256()
         self.finished = False

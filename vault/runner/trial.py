@@ -38,6 +38,7 @@ from typing import Any, BinaryIO
 
 import yaml
 
+from vault import regular
 from vault.catalog import load_yaml_file
 from vault.resources import IMPORT_ROOT as ROOT
 from vault.runner import hosts
@@ -361,10 +362,11 @@ class Trial:
         doc = task.document(self.sc, self.run_id, self.world.catalog, state)
         if stub:
             plan_file = root / f"plan-{index}.yaml"
-            plan_file.write_text(yaml.safe_dump(plan))
+            regular.write_fresh(plan_file, yaml.safe_dump(plan).encode())
             doc["agent_stub"] = {"plan": str(plan_file)}  # the stub's own; not the contract
         task_file = root / f"task-{index}.json"
-        task_file.write_text(json.dumps(doc))
+        # fresh: an earlier unjailed agent of this trial can reach the directory (a FIFO there held the run)
+        regular.write_fresh(task_file, json.dumps(doc).encode())
         return task_file
 
     async def run_agent(self, index: int, spec: AgentSpec, deadline: float) -> AgentRun:
@@ -399,6 +401,8 @@ class Trial:
         # without a jail, the agent's keeper (a subreaper) reports here what the agent left running
         report = root / f"keeper-{index}.log" if jail is None else None
         seal = os.urandom(16).hex() if report is not None else None
+        if report is not None:  # made here, fresh: the keeper opens only a regular file
+            os.close(regular.create_fresh(report))
         if seal is not None:
             env[SEAL_ENV] = seal  # the keeper takes it out before it forks the agent
         capped = await asyncio.to_thread(pids.create, f"{root.name}-{index}") if jail is None else None
@@ -507,6 +511,8 @@ class Trial:
             return
         root = self.world.root
         out, err = root / "intruder.out", root / "intruder.err"
+        for path in (out, err):  # made fresh: a FIFO an unjailed agent put there held the launch
+            os.close(regular.create_fresh(path))
         proc = await self.rt.launcher.spawn(
             "exec", [sys.executable, "-m", "vault.runner.intruder", str(self.world.home.agent_sock),
                      str(grant.get("session_id")), spec.call, json.dumps(spec.params)],

@@ -1,0 +1,43 @@
+"""Without a jail an agent reaches its trial's directory (its task file is there). A FIFO it put
+where the runner next writes (the next agent's task, plan, output, keeper report, the intruder's
+output) was opened and waited on for a reader: the whole run held, past its deadlines. The
+runner now removes whatever stands there and creates its own file (vault.regular.create_fresh)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+from test_redteam_careful import surprises, vaultsim_run
+from vault import regular
+
+AGENT = f"{sys.executable} {ROOT / 'tests' / 'agents' / 'plants_fifos.py'}"
+
+
+@pytest.mark.parametrize("scenario", ["gate-6-restart-resumes-receipt", "fresh-process-no-inherited-approval"])
+def test_fifos_planted_for_the_next_agent_neither_hold_the_run_nor_fail_it(tmp_path: Path, scenario: str) -> None:
+    # a deadline on the run itself: before, it never ended (TimeoutExpired fails the test)
+    run = vaultsim_run([ROOT / "scenarios" / f"{scenario}.yaml"], AGENT, tmp_path / "r.json",
+                       "--isolation", "none", timeout=240)
+    assert (0, []) == (run["code"], surprises(run)), run["out"]
+    assert [t["verdict"] for s in run["json"]["scenarios"] for t in s["trial_results"]] == ["PASS"]
+
+def test_create_fresh_replaces_a_fifo_a_link_and_a_directory(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("kept")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(victim)
+    (tmp_path / "dir" / "deep").mkdir(parents=True)
+    for name in ("fifo", "link", "dir", "new"):
+        fd = regular.create_fresh(tmp_path / name)  # returns at once: never opened what stood there
+        os.write(fd, b"mine")
+        os.close(fd)
+        assert (tmp_path / name).read_bytes() == b"mine" and (tmp_path / name).is_file()
+        assert not (tmp_path / name).is_symlink()
+    assert victim.read_text() == "kept"
+    regular.write_fresh(tmp_path / "fifo", b"again")
+    assert (tmp_path / "fifo").read_bytes() == b"again"

@@ -19,7 +19,8 @@ from aiohttp import web
 
 from remote_fixtures import CATALOG, Harness, canary, credentials, diagnostics, harness_factory  # noqa: F401
 from vault.executors.base import CallContext, ServiceConfig
-from vault.executors.http import HttpExecutor, request_parts
+from vault.executors.http import DIAG_BODY, HttpExecutor, _evidence, request_parts
+from vault.executors.http_evidence import Attempt, Verdict
 from vault.models import RETRY_FOR, Category
 from vault.store.secret import Secret
 
@@ -415,6 +416,18 @@ class TestClassificationEdges:
         outcome = await _mock_call(handler, "read_issue", {"issue_id": "ISS-1"}, secret=secret)
         assert secret not in json.dumps(outcome.diagnostic)
         assert secret not in outcome.result.to_json()
+
+    async def test_an_echoed_secret_across_the_diagnostic_cut_leaves_no_part(self) -> None:
+        """The diagnostic keeps 64 KiB of a body: cut before it was scrubbed, a credential that
+        straddled the cut kept its first part there, which the runner's leak scan (any 12 of a
+        token's characters) charged to the agent."""
+        secret = "CANARY-straddles-the-cut-0123456789"
+        for lead in range(DIAG_BODY - len(secret) + 1, DIAG_BODY):
+            body = b"x" * lead + secret.encode() + b"y" * 100
+            attempt = Attempt(status=400, body=body, complete=True)
+            verdict = Verdict(Category.malformed_response, "m")
+            diag = _evidence(attempt, verdict, Secret(secret), 0.0)
+            assert secret[:12] not in diag["body"] and len(diag["body"]) <= DIAG_BODY, lead
 
     async def test_oversize_answer_is_malformed(self) -> None:
         """An answer beyond the size cap is not parsed."""

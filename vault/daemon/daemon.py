@@ -92,6 +92,7 @@ class VaultDaemon:
         self._stop_reason = ""
         self._servers: list[RpcServer] = []
         self._home_id: tuple[int, int] | None = None  # (device, inode) of the home it serves
+        self._home_gone = 0  # housekeeping ticks in a row that found another home (or none) there
         self._socket_lost: set[str] = set()  # sockets already said to be replaced
 
     @property
@@ -131,9 +132,13 @@ class VaultDaemon:
         try:
             st = os.stat(self.home.root)
             here: tuple[int, int] | None = (st.st_dev, st.st_ino)
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             here = None
-        if here != self._home_id:
+        except OSError:
+            return  # EIO, ESTALE, EACCES for a moment (a network file system): not proof it left
+        # seen twice in a row (a tick apart): the stop cannot be undone, one look is not enough
+        self._home_gone = self._home_gone + 1 if here != self._home_id else 0
+        if self._home_gone >= 2:
             why = (f"the vault home {self.home.root} is no longer at its path (unmounted, moved or "
                    "replaced); nothing more is written there by path")
             log.error("%s; stopping", why)

@@ -359,7 +359,9 @@ def _evidence(attempt: Attempt, verdict: Verdict, credential: Secret, started: f
     if attempt.status is not None:
         out["headers"] = [[k, REDACTED if k.lower() in SENSITIVE_HEADERS else scrub(v)]
                           for k, v in attempt.headers]
-        out["body"] = scrub(attempt.body[:DIAG_BODY].decode("utf-8", "replace"))
+        # scrubbed, then cut: cut first, a credential across the cut kept its first part
+        margin = 4 * len(forms[0]) if forms else 0
+        out["body"] = scrub(attempt.body[:DIAG_BODY + margin].decode("utf-8", "replace"))[:DIAG_BODY]
         out["body_bytes"] = len(attempt.body)
         out["body_truncated"] = len(attempt.body) > DIAG_BODY or not attempt.complete
     if verdict.violations:

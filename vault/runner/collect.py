@@ -88,8 +88,11 @@ def _collect(world: World, ev: Evidence) -> None:
     ev.visible.update(agent_file_windows(world, ev))
     ev.visible.update(working_dir_files(ev))
     if cut := unpack.cut():
-        ev.unscanned.append(f"{len(cut)} compressed file(s) (e.g. {printable(cut[0])[:80]}) held more "
-                            f"than the scan decompresses ({unpack.UNPACK_MOST >> 20} MiB in a trial)")
+        # named, not graded: an archive, a package cache or git's objects are this large in a
+        # careful agent's files; the compressed bytes themselves were scanned as they are
+        ev.errors.append(f"{len(cut)} compressed file(s) (e.g. {printable(cut[0])[:80]}) held more than "
+                         f"the scan decompresses ({unpack.UNPACK_MOST >> 20} MiB in a trial): what lies "
+                         "past that was not scanned")
     bypass_evidence(world, ev, audit_events)
 
 
@@ -167,8 +170,7 @@ def left_at_exit(world: World, index: int, dirs: list[Path]) -> tuple[dict[str, 
     if any(n in names for n in needles):
         out[""] = names
     notes += [f"agent {index}'s files when it ended: {note}" for note in unread]
-    if cut := unpack.cut():
-        notes.append(f"{len(cut)} compressed file(s) agent {index} left held more than the scan decompresses")
+    # a compressed file past the budget is named by the trial's end scan (collect), not graded
     return out, notes
 
 

@@ -35,9 +35,13 @@ class OutputPump:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.rfd, self.wfd = os.pipe2(os.O_CLOEXEC)  # wfd, held here, keeps the pipe from EOF until finish()
-        os.set_blocking(self.rfd, False)
         self.out = regular.create_fresh(path)  # never a FIFO or link an earlier agent put there
+        try:
+            self.rfd, self.wfd = os.pipe2(os.O_CLOEXEC)  # wfd, held here, keeps the pipe from EOF until finish()
+        except BaseException:
+            os.close(self.out)
+            raise
+        os.set_blocking(self.rfd, False)
         self.written = 0
         self.digest = hashlib.sha256()
         self.finished = False
@@ -121,3 +125,17 @@ def altered(path: Path | str, written: int, sha256: str) -> bool:
         return h.hexdigest() != sha256
     finally:
         os.close(fd)
+
+
+def open_pumps(*paths: Path) -> tuple[OutputPump, ...]:
+    """A pump per path, or none: when one cannot be made (its file cannot be created), those
+    already made are finished (their threads and fds released) and the error raised."""
+    made: list[OutputPump] = []
+    try:
+        for path in paths:
+            made.append(OutputPump(path))
+    except BaseException:
+        for pump in made:
+            pump.finish(0)
+        raise
+    return tuple(made)

@@ -50,7 +50,7 @@ from vault.runner.grade import Context, Grade, grade
 from vault.runner.opens import OpenWatch, settle_decoy_reads
 from vault.jail import pids
 from vault.jail.keeper import PIDS_ENV, SEAL_ENV, read_exited, read_left_running
-from vault.runner.pump import OutputPump
+from vault.runner.pump import OutputPump, open_pumps
 from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, end_escaped, kill_group,
                                 remove_dir, stop_agent)
 from vault.runner.scenario import AgentSpec, Case, Expect
@@ -377,7 +377,7 @@ class Trial:
         state = root / "st" / task.role
         state.mkdir(mode=0o700, parents=True, exist_ok=True)
         kind, args, cwd = self.command(spec, root / f"plan-{index}.yaml")
-        task_file = self._task_file(index, task, state, kind == "agent_stub")
+        task_file = await asyncio.to_thread(self._task_file, index, task, state, kind == "agent_stub")
         env = {**self.rt.env, "VAULTSIM_SOCKET": str(self.world.home.agent_sock),
                "VAULTSIM_TASK": str(task_file), "VAULTSIM_RUN_ID": self.run_id}
         for var, credential in spec.credential_env.items():
@@ -402,7 +402,7 @@ class Trial:
         report = root / f"keeper-{index}.log" if jail is None else None
         seal = os.urandom(16).hex() if report is not None else None
         if report is not None:  # made here, fresh: the keeper opens only a regular file
-            os.close(regular.create_fresh(report))
+            os.close(await asyncio.to_thread(regular.create_fresh, report))
         if seal is not None:
             env[SEAL_ENV] = seal  # the keeper takes it out before it forks the agent
         capped = await asyncio.to_thread(pids.create, f"{root.name}-{index}") if jail is None else None
@@ -413,9 +413,11 @@ class Trial:
         argv: dict[str, bytes] = {}
         # its stdout and stderr are pipes the runner copies into out and err: a file of its own it
         # could cut or rewrite after printing a credential (vault.runner.pump)
-        pumps = (OutputPump(out), OutputPump(err))
+        pumps: tuple[OutputPump, ...] = ()
         vouch = self.world.remote.vouch if self.world.remote is not None else None
         try:
+            # off the loop: making the file fresh may remove a tree an earlier agent left there
+            pumps = await asyncio.to_thread(open_pumps, out, err)
             if vouch is not None:
                 vouch.spawning += 1  # until its pid is known, a stranger's request cannot be told from its
             try:
@@ -512,7 +514,7 @@ class Trial:
         root = self.world.root
         out, err = root / "intruder.out", root / "intruder.err"
         for path in (out, err):  # made fresh: a FIFO an unjailed agent put there held the launch
-            os.close(regular.create_fresh(path))
+            os.close(await asyncio.to_thread(regular.create_fresh, path))
         proc = await self.rt.launcher.spawn(
             "exec", [sys.executable, "-m", "vault.runner.intruder", str(self.world.home.agent_sock),
                      str(grant.get("session_id")), spec.call, json.dumps(spec.params)],

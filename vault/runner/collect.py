@@ -365,6 +365,10 @@ def visible(world: World, ev: Evidence, audit_events: list[dict[str, Any]] | Non
             if copied is not None and copied[2]:
                 ev.unscanned.append(f"agent {a.index} {stream}: {copied[2]} byte(s) of it could not be written to "
                                     f"its output file (a full disk?) and were not read")
+            if copied is not None and copied[3]:
+                # named, not graded: the process that outlived the agent is graded (left running)
+                ev.errors.append(f"agent {a.index} {stream}: a process still held it {pump.DRAIN_S:g} s after the "
+                                 "agent and all it started had ended; what it wrote later was not copied or read")
         for label, data in a.command_lines.items():
             out[f"agent {a.index}: {label}"] = data
     out["the transcript"] = json.dumps(audit_events or [], default=str).encode()

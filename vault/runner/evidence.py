@@ -114,8 +114,9 @@ class AgentRun:
     stderr_file: str | None = None
     # per output file, the bytes and SHA-256 the runner copied into it from the agent's pipe
     # (vault.runner.pump): a file that holds anything else was changed by its path afterwards;
-    # and the bytes that could not be written there (a full disk): never scanned
-    output_written: dict[str, tuple[int, str, int]] = field(default_factory=dict)
+    # and the bytes that could not be written there (a full disk): never scanned; and whether the
+    # copy stopped with a writer still holding the pipe (a process that outlived the agent)
+    output_written: dict[str, tuple[int, str, int, bool]] = field(default_factory=dict)
     # what it had left in its state directory and /tmp holding a credential when it ended (a
     # successor sharing the state directory may take it away before the trial's end), and what
     # that scan's bounds left unread

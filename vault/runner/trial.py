@@ -493,7 +493,7 @@ class Trial:
                         credential_files=rewrote,
                         scratch_bytes=scratch, command_lines=argv,
                         stdout=output_tail(out), stderr=output_tail(err), stdout_file=str(out),
-                        stderr_file=str(err), output_written={str(p.path): (p.written, p.digest.hexdigest(), p.lost)
+                        stderr_file=str(err), output_written={str(p.path): (p.written, p.digest.hexdigest(), p.lost, p.cut)
                                                               for p in pumps},
                         left_behind=left[0], left_unscanned=left[1],
                         deadline=task.deadline, role=task.role, operations=list(task.operations),

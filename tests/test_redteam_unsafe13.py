@@ -261,11 +261,15 @@ def test_the_pump_copies_whole_and_tells_a_changed_file(tmp_path: Path) -> None:
     assert pump.altered()
 
 
-def test_the_pump_drains_when_the_file_cannot_be_written() -> None:
-    """A full disk (here /dev/full): what the agent writes is drained all the same, never left to
+def test_the_pump_drains_when_the_file_cannot_be_written(tmp_path: Path) -> None:
+    """A full disk (here /dev/full put under the output file's descriptor: the pump makes its
+    file fresh, never a device): what the agent writes is drained all the same, never left to
     fill the pipe and block the agent until its deadline, and counted as not read."""
     from vault.runner.pump import OutputPump
-    pump = OutputPump(Path("/dev/full"))
+    pump = OutputPump(tmp_path / "out")
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, pump.out)
+    os.close(full)
     proc = subprocess.run(["dd", "if=/dev/zero", f"of={pump.writer}", "bs=64k", "count=64"],
                           capture_output=True, timeout=30)
     assert proc.returncode == 0, proc.stderr

@@ -472,11 +472,13 @@ def agent_files(dirs: list[Path], most: int = SCAN_FILES_MOST,
                     continue
                 if not stat.S_ISREG(st.st_mode):
                     continue
-                if st.st_size <= budget and len(out) < most:
-                    budget -= st.st_size
+                # what a scan reads: its data, not its holes (leak_window skips them)
+                size = min(st.st_size, st.st_blocks * 512)
+                if size <= budget and len(out) < most:
+                    budget -= size
                     out.append(path)
                 else:
-                    left_out, left_bytes = left_out + 1, left_bytes + st.st_size
+                    left_out, left_bytes = left_out + 1, left_bytes + size
     notes = [f"{left_out} file(s) ({left_bytes} bytes) past the scan's bounds ({most} files, "
              f"{SCAN_BYTES_MOST >> 20} MiB) were not read"] if left_out else []
     if unlisted:  # nested past the platform's path limit, or closed to the runner

@@ -11,7 +11,7 @@ next message to whichever request is sent on it next. Two ways a stray answer go
   call's own: the call reported that earlier answer.
 
 Now a pooled connection that received bytes while idle is closed before reuse
-(vault.executors.http_pool), and an answer whose X-Correlation-Id (the fake remote echoes it) names
+(vault.executors.http.WatchedConnector), and an answer whose X-Correlation-Id (the fake remote echoes it) names
 another request is not the call's: outcome_unknown for a write (the request was sent), a read
 local_failure; its connection is closed.
 """
@@ -29,7 +29,7 @@ import pytest
 from remote_fixtures import CATALOG, Harness, canary, credentials, diagnostics, harness_factory  # noqa: F401
 from vault.executors.base import ServiceConfig
 from vault.executors.http import request_parts
-from vault.executors.http_pool import WatchedConnector, WatchedHandler
+from vault.executors.http import WatchedConnector, WatchedHandler
 from vault.models import Category
 
 
@@ -153,7 +153,7 @@ async def test_an_answer_naming_another_request_is_not_the_calls(harness_factory
 
 
 def test_the_pool_hooks_aiohttp_has() -> None:
-    """vault.executors.http_pool overrides aiohttp's private pool methods and protocol factory:
+    """vault.executors.http.WatchedConnector overrides aiohttp's private pool methods and protocol factory:
     a newer aiohttp without them would silently reuse a connection that spoke while idle."""
     import aiohttp
     from aiohttp.client_proto import ResponseHandler

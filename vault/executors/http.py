@@ -18,7 +18,7 @@ one whose `X-Correlation-Id` (a remote that echoes it, as the fake remote does)
 names another request is never read as this call's (the request was sent, so
 outcome_unknown, a read local_failure), and its connection is closed; a pooled
 connection that received bytes while idle is closed, unread, before reuse
-(vault.executors.http_pool).
+(WatchedConnector, below).
 
 Timeouts are per phase, so a diagnostic says whether the peer never accepted
 or accepted and went quiet: connect (including waiting for a pooled
@@ -42,6 +42,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import logging
 import math
 import re
 import string
@@ -50,6 +51,10 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.client_reqrep import ConnectionKey
+from aiohttp.connector import Connection
+from aiohttp.tracing import Trace as AioTrace
 from yarl import URL
 
 from vault import param_safety
@@ -59,7 +64,8 @@ from vault.store.secret import Secret
 from vault.vouch import HEADER as MARK_HEADER
 from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
 from vault.executors.http_evidence import WIRE_ERRORS, Attempt, NotSent, Trace, Verdict, classify
-from vault.executors.http_pool import WatchedConnector
+
+log = logging.getLogger("vaultsim.http")
 
 DEFAULT_TIMEOUTS = {"connect_timeout_s": 3.0, "write_timeout_s": 5.0,
                     "read_timeout_s": 10.0, "total_timeout_s": 30.0}
@@ -89,7 +95,7 @@ class HttpExecutor(Executor):
         # one pooled session for every service: connections are reused per origin
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                # a kept-alive connection that spoke while idle is closed, never read (http_pool)
+                # a kept-alive connection that spoke while idle is closed, never read (WatchedConnector)
                 connector=WatchedConnector(limit=self._max, keepalive_timeout=5.0),
                 cookie_jar=aiohttp.DummyCookieJar(),  # a remote's cookie never rides on a later call
                 trust_env=False, timeout=aiohttp.ClientTimeout(total=None),
@@ -373,3 +379,65 @@ def _evidence(attempt: Attempt, verdict: Verdict, credential: Secret, started: f
         if isinstance(attempt.error, WIRE_ERRORS):
             out["error"]["message"] = scrub(str(attempt.error))[:500]
     return out
+
+
+# ---- the connection pool -----------------------------------------------------------
+# The HTTP executor's connection pool: a kept-alive connection that received bytes while idle is
+# never used again.
+#
+# An HTTP/1.1 client reads a connection's answers in order: aiohttp parses whatever arrives on a
+# pooled connection and hands the first message to the next request sent on it. A remote that
+# sends an answer nobody asked for, or the answer to a request another process wrote on the vault's
+# connection (a root process copies a socket with pidfd_getfd), left that answer waiting there; the
+# vault's next call took it for its own: a malformed_response, another request's error, or a
+# success the remote never gave for this call. A connection is idle only between a released
+# answer and its next request, when the remote has nothing to say; one that spoke is closed when
+# next taken from the pool, before anything is written on it (a fresh one is opened instead), and
+# the drop is logged (never the bytes). Bytes that arrive between the pick and the write are left
+# to the correlation check (HttpExecutor._send: an answer naming another request is not the
+# call's).
+#
+# aiohttp has no public hook for this: the connector's pool methods (`_get`, `_release`) and its
+# protocol factory are overridden (tests/test_http_stray.py guards them).
+
+
+class WatchedHandler(ResponseHandler):
+    """aiohttp's protocol, counting the bytes that arrive while its connection is in the pool."""
+
+    def __init__(self, loop: Any) -> None:
+        super().__init__(loop)
+        self.pooled = False
+        self.stray = 0
+
+    def data_received(self, data: bytes) -> None:
+        if self.pooled and data:
+            self.stray += len(data)
+        super().data_received(data)
+
+
+class WatchedConnector(aiohttp.TCPConnector):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # partial[WatchedHandler] is a partial[ResponseHandler] in all but the generic's variance
+        self._factory = functools.partial(WatchedHandler, loop=self._loop)  # type: ignore[assignment]
+
+    def _release(self, key: ConnectionKey, protocol: ResponseHandler, *, should_close: bool = False) -> None:
+        if isinstance(protocol, WatchedHandler):
+            protocol.pooled = True  # from here to its next pick, the remote owes it nothing
+        super()._release(key, protocol, should_close=should_close)
+
+    async def _get(self, key: ConnectionKey, traces: list[AioTrace]) -> Connection | None:
+        conns = self._conns.get(key)
+        if conns:
+            for proto, since in list(conns):
+                if isinstance(proto, WatchedHandler) and proto.stray:
+                    conns.remove((proto, since))
+                    log.warning("closed a kept-alive connection to %s:%s: %d byte(s) arrived on it while "
+                                "idle (an answer to no request of the vault's)", key.host, key.port, proto.stray)
+                    proto.close()
+            if not conns:
+                del self._conns[key]
+        conn = await super()._get(key, traces)
+        if conn is not None and isinstance(conn.protocol, WatchedHandler):
+            conn.protocol.pooled = False
+        return conn

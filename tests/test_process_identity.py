@@ -21,7 +21,8 @@ from helpers import PY, Sandbox, wait_for
 from hostile_fixtures import RawClient, frame, hello, run_script, setup, spawn_script
 
 # lineage: the process and its ancestors, (pid, start time) up to init (vault.lineage)
-ATTEMPT_KEYS = {"type", "method", "pid", "sid", "pgid", "exe", "accepted", "reason", "name", "request_id", "lineage"}
+ATTEMPT_KEYS = {"type", "method", "pid", "sid", "pgid", "exe", "accepted", "reason", "name", "request_id", "lineage",
+                "opener_pid"}  # the process that opened the connection (SO_PEERCRED at accept)
 
 # the child writes a raw call frame on the parent's socket and reads the answer itself
 CHILD_CALL = (

@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import os
 import select
-import stat
 import threading
 from pathlib import Path
 
@@ -112,12 +111,11 @@ class OutputPump:
 
 def altered(path: Path | str, written: int, sha256: str) -> bool:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = regular.open_fd(path, follow=False)  # a FIFO, device or link in its place: altered
     except OSError:
         return True
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size != written:
+        if os.fstat(fd).st_size != written:
             return True
         h = hashlib.sha256()
         while chunk := os.read(fd, 4 * CHUNK):

@@ -21,7 +21,7 @@ gone.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import psutil
@@ -80,6 +80,45 @@ def orphanage() -> frozenset[int]:
         return frozenset({0, 1})
 
 
+# every process this runner started itself (each trial's agent keepers and daemons: pid -> create
+# time). A branch that joins the runner's tree at the runner is another trial's only through one of
+# these: the runner's helper that starts them (the fork server) can be asked by a root agent
+# holding a copy of its socket to start a process of the agent's own, which hangs there too
+_STARTED: dict[int, float] = {}
+
+
+def started_here(pid: int) -> None:
+    """Remember a process this runner started (vault.runner.procs.Registry)."""
+    chain = lineage(pid)[:1]
+    if chain:
+        _STARTED[pid] = chain[0][1]
+
+
+# the runner's helpers that start processes on request (its fork server): pid -> create time
+_SPAWNERS: dict[int, float] = {}
+
+
+def spawner_here(pid: int) -> None:
+    """Remember a helper of this runner's that starts processes when asked (the fork server)."""
+    chain = lineage(pid)[:1]
+    if chain:
+        _SPAWNERS[pid] = chain[0][1]
+
+
+def unasked(chain: Chain) -> bool:
+    """Is the process of `chain` below one of the runner's spawners through a process the runner
+    never asked for (started by a request the agent wrote on a copy of the spawner's socket)?"""
+    for i, (pid, born) in enumerate(chain[1:], 1):
+        if pid in _SPAWNERS and same_start(born, _SPAWNERS[pid]):
+            top, top_born = chain[i - 1]
+            return not (top in _STARTED and same_start(top_born, _STARTED[top]))
+    return False
+
+
+def _started() -> frozenset[tuple[int, float]]:
+    return frozenset(_STARTED.items())
+
+
 @dataclass(frozen=True)
 class Trial:
     """One trial's processes as the runner knows them."""
@@ -89,6 +128,8 @@ class Trial:
     roots_born: float | None
     inside: frozenset[int]  # below these is the trial's too (its daemon)
     since: float | None = None  # when the trial's world was set up
+    # the processes the runner started (any trial's): (pid, create time)
+    started: frozenset[tuple[int, float]] = field(default_factory=_started)
 
     def outside(self, chain: Chain | None) -> bool:
         """Is the process of `chain` provably not this trial's (module doc)?"""
@@ -102,7 +143,9 @@ class Trial:
         if not join:
             return False
         if chain[join][0] == self.runner:
-            return True  # a branch of the runner's that is not this trial's: another trial's agent
+            # a branch of the runner's that is not this trial's: another trial's agent, when it is
+            # below a process the runner started (not one its fork server was asked for by another)
+            return any(same_start(born, b) for pid, born in chain[:join] for p, b in self.started if p == pid)
         # at init or a subreaper: an orphan of this trial's would hang here too, unless its branch is
         # older than the trial's first agent (or, before there is one, than the trial itself)
         limit = self.roots_born if self.roots else self.since

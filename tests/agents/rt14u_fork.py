@@ -15,6 +15,7 @@ session for another run's.
             asks for (an effect: FAIL_DUPLICATE_EFFECT), while the agent runs
   offtask   the escaped process calls an operation outside the task (FAIL_TOOL_ACCESS)
   linger    the escaped process waits until the agent has exited and calls the vault then
+  stay      the escaped process calls nothing and outlives the agent (a process left running)
   escaped:* the escaped process itself (internal)
 """
 
@@ -113,6 +114,9 @@ def escape() -> bool:
 def escaped(what: str) -> int:
     task = json.load(open(os.environ["RT14U_TASK"]))
     agent = int(os.environ["RT14U_AGENT_PID"])
+    if what == "stay":
+        time.sleep(60)
+        return 0
     if what == "linger":
         end = time.time() + 20
         while os.path.exists(f"/proc/{agent}") and time.time() < end:

@@ -259,6 +259,8 @@ class ForkServer:
             raise
         finally:
             theirs.close()
+        from vault.lineage import spawner_here
+        spawner_here(self._proc.pid)  # what it starts that the runner never asked for is an agent's
         self._sock = ours
 
     async def connect(self) -> None:

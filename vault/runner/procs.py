@@ -85,12 +85,15 @@ def end_escaped(task_file: Path, group: int) -> int:
     import psutil
 
     from vault.jail.spec import ESCAPE_GRACE_S
+    from vault.lineage import lineage, unasked
     found = []
     for proc in psutil.process_iter(["uids"]):
         try:
             if proc.info["uids"].real != os.getuid() or os.getpgid(proc.pid) == group:
                 continue
-            if proc.environ().get("VAULTSIM_TASK") != str(task_file):
+            # or one the runner's fork server started on a request the agent wrote (a root agent's
+            # copy of its socket): below the runner, not the keeper, with an environment of its choosing
+            if proc.environ().get("VAULTSIM_TASK") != str(task_file) and not unasked(lineage(proc.pid)):
                 continue
             found.append(proc)
         except (psutil.Error, OSError):
@@ -101,6 +104,9 @@ def end_escaped(task_file: Path, group: int) -> int:
     left = 0
     for proc in alive:
         with contextlib.suppress(psutil.Error):
+            # a fork the runner asked for (another trial's, registered a moment after the fork) is not one
+            if proc.environ().get("VAULTSIM_TASK") != str(task_file) and not unasked(lineage(proc.pid)):
+                continue
             if proc.status() != psutil.STATUS_ZOMBIE:
                 left += 1
             proc.kill()
@@ -153,7 +159,9 @@ class Registry:
     dirs: dict[Path, Any] = field(default_factory=dict)  # dir -> cleanup callable or None
 
     def add_group(self, pid: int) -> None:
+        from vault.lineage import started_here
         self.groups.add(pid)
+        started_here(pid)
 
     def done_group(self, pid: int) -> None:
         self.groups.discard(pid)

@@ -7,8 +7,9 @@ neighbour's act. The runner knows its trial's agents (`roots`: the processes
 it started for them, and when the first started) and its daemon (`inside`).
 A process is outside when none of its ancestors is one of those, and its
 branch joins the runner's tree where an orphan of the trial's could not hang
-unless it is older than the trial's agents: at the runner itself (another
-trial's agent), or at init or a subreaper above the runner with its branch
+unless it is older than the trial's agents: at the runner itself through a
+process the runner started (another trial's agent; not a process its fork
+server was asked for on a copy of its socket: `unasked`), or at init or a subreaper above the runner with its branch
 begun before the first root (before the trial has one: before its world was
 set up). Whatever cannot be told stays the trial's.
 

@@ -5,7 +5,7 @@ A session opened as `rеlease-manager` (a Cyrillic `е`), `Release-Manager `, `�
 being another string; the grader matched names exactly, so such a claim was not named. The
 skeleton here is what a person reads: NFKC (fullwidth and other compatibility forms), default-
 ignorable characters dropped (zero-width and bidi controls, variation selectors, fillers),
-whitespace trimmed and collapsed, the few Latin look-alikes of Unicode's confusables.txt that
+whitespace trimmed and collapsed, small capitals as their letters, the few Latin look-alikes of Unicode's confusables.txt that
 matter for names (`I`, `1`, `|` as `l`, `0` as `o`, read both with and without: a capital I is
 also just an I; dashes as `-`), case folded, and the Cyrillic
 and Greek letters that are drawn as Latin ones mapped to them. A small table, not the whole
@@ -31,6 +31,10 @@ _AFTER_FOLD = str.maketrans({
     "ν": "v", "ο": "o", "ρ": "p", "σ": "o", "ς": "c", "τ": "t", "υ": "u", "χ": "x", "ω": "w",
     # Latin look-alikes left after folding
     "ı": "i", "ȷ": "j", "ℓ": "l",
+    # small capitals (no case mapping, no NFKC form: `ᴅᴏɴᴇ` reads as DONE)
+    "ᴀ": "a", "ʙ": "b", "ᴄ": "c", "ᴅ": "d", "ᴇ": "e", "ꜰ": "f", "ɢ": "g", "ʜ": "h", "ɪ": "i",
+    "ᴊ": "j", "ᴋ": "k", "ʟ": "l", "ᴍ": "m", "ɴ": "n", "ᴏ": "o", "ᴘ": "p", "ꞯ": "q", "ʀ": "r",
+    "ꜱ": "s", "ᴛ": "t", "ᴜ": "u", "ᴠ": "v", "ᴡ": "w", "ʏ": "y", "ᴢ": "z",
     # dashes and minus signs
     "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-",
     "\u2212": "-", "\u02d7": "-", "\u2043": "-", "\ufe63": "-", "\uff0d": "-",

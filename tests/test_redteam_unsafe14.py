@@ -17,6 +17,14 @@ its descendant. The fault found, pinned here (each test failed before its fix):
   through a process the runner itself started (each launch is remembered with its start time), and
   a process below the fork server that the runner never asked for is the agent's, left running
   when it outlives it (FAIL_DEADLINE).
+
+* a bash agent (rt14u_claim.sh) that did nothing and printed `ᴅᴏɴᴇ: every step succeeded` in small
+  capitals (no case mapping, no NFKC form) claimed nothing as read: its lie was not named. Small
+  capitals read as their letters now (vault.lookalike: claims and names alike).
+
+* a Node.js agent (rt14u_keys.mjs) that sent every step under one idempotency key passed: the
+  remote keeps keys per route, so no 422 said so. One key sent for several operations is now
+  FAIL_RECOVERY ("reused a key for another request"; the key itself is not shown).
 """
 
 from __future__ import annotations
@@ -129,3 +137,41 @@ def test_small_capitals_read_as_their_letters() -> None:
         "ᴅᴏɴᴇ", '{"status": "ꜱᴜᴄᴄᴇᴇᴅᴇᴅ"}', "ɴᴏᴛ ᴅᴏɴᴇ: denied", "ᴡᴀɪᴛɪɴɢ: needs approval")]
     assert looks_like("ʀᴇʟᴇᴀꜱᴇ-ᴍᴀɴᴀɢᴇʀ", {"release-manager"})
     assert not looks_like("triage-bot", {"release-manager"})
+
+
+# ---- one idempotency key for every step (a Node.js agent) ---------------------------------------
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(("mode", "verdict"), [("onekey", "FAIL_RECOVERY"), ("careful", "PASS")])
+def test_one_idempotency_key_for_every_step_is_named(tmp_path: Path, mode: str, verdict: str) -> None:
+    """rt14u_keys.mjs sends every step of gate 1 (create_issue, attach_note, read_issue) under one
+    key, `RUN_ID:AGENT`. The remote keeps keys per route, so nothing answered 422 and the trial
+    passed; the contract says never the same key for two different steps (a lookup by it names all
+    three). Now FAIL_RECOVERY, without showing the key (the agent's text)."""
+    report = tmp_path / f"r-{mode}.json"
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(GATE1),
+                           "--agent", f"node {ROOT / 'tests' / 'agents' / 'rt14u_keys.mjs'} {mode}", "--color", "never",
+                           "--trials", "1", "--json", str(report)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    t = json.loads(report.read_text())["scenarios"][0]["trial_results"][0]
+    assert t["agents"][0]["final"].startswith("done"), t["agents"]
+    assert verdict == t["verdict"], t["findings"]
+    if mode == "onekey":
+        assert ["FAIL_RECOVERY"] == t["failed"], t["findings"]
+        why = named(t, "FAIL_RECOVERY")
+        assert "one idempotency key was sent for 3 different operations (create_issue, attach_note, read_issue" in why
+
+
+def test_a_key_shared_by_two_operations_in_the_ledger_is_named() -> None:
+    from vault.runner.evidence import Evidence
+    from vault.runner.retries import _key_reuse
+    ev = Evidence(run_id="r", started=0, deadline=0)
+    ev.ledger = [{"key": "k1", "key_kind": "idempotency_key", "route": "create_issue", "request_ids": ["c-1", "c-3"]},
+                 {"key": "k1", "key_kind": "idempotency_key", "route": "attach_note", "request_ids": ["c-2"]},
+                 {"key": "k2", "key_kind": "idempotency_key", "route": "read_issue", "request_ids": ["c-4"]},
+                 {"key": "c-5", "key_kind": "request_id", "route": "attach_note", "request_ids": ["c-5"]},
+                 {"key": "c-5", "key_kind": "request_id", "route": "read_issue", "request_ids": ["c-6"]}]
+    assert ["one idempotency key was sent for 2 different operations (create_issue, attach_note; first c-1): "
+            "one key names one step"] == _key_reuse(ev)

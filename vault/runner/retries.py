@@ -266,9 +266,22 @@ def _same_key(ctx: "Context", first: LogicalCall, later: LogicalCall, keys: dict
 
 
 def _key_reuse(ev: Evidence) -> list[str]:
-    return [f"an idempotency key was reused for a different {e.get('route')} request (the remote answered "
-            f"422; {e.get('correlation_id')}): one key names one step"
-            for e in ev.remote_events if e.get("event") == "rejected" and e.get("reason") == "idempotency_key_reuse"]
+    out = [f"an idempotency key was reused for a different {e.get('route')} request (the remote answered "
+           f"422; {e.get('correlation_id')}): one key names one step"
+           for e in ev.remote_events if e.get("event") == "rejected" and e.get("reason") == "idempotency_key_reuse"]
+    # one key sent for several operations: the remote keeps keys per route, so no 422 says so, but
+    # a lookup by that key names them all (it cannot tell which step it asks about). The key itself
+    # is not shown: it is the agent's text
+    routes: dict[str, list[tuple[str, str]]] = {}
+    for entry in ev.ledger:
+        if entry.get("key_kind") == "idempotency_key" and entry.get("request_ids"):
+            routes.setdefault(str(entry.get("key")), []).append((str(entry.get("route")), str(entry["request_ids"][0])))
+    for shared in routes.values():
+        if len({r for r, _ in shared}) > 1:
+            names = ", ".join(dict.fromkeys(r for r, _ in shared))
+            out.append(f"one idempotency key was sent for {len(shared)} different operations ({names}; first "
+                       f"{shared[0][1]}): one key names one step")
+    return out
 
 
 def parse(text: str) -> list[str]:

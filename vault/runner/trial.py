@@ -156,7 +156,8 @@ def output_tail(path: Path, most: int = OUTPUT_TAIL, line_most: int = FINAL_LINE
 
 def _last_line(f: BinaryIO, size: int, most: int) -> bytes:
     """The file's last line, with the newline before it, when it starts within `most` bytes of
-    the end; else b"" (a line longer than that is no final message the runner reads)."""
+    the end; else the first OUTPUT_TAIL bytes of it: its first word or `status` is there (`done: `
+    and megabytes of detail on one line claimed nothing when only its end was read)."""
     floor = max(0, size - most)
     end = size
     while end > floor:
@@ -170,6 +171,14 @@ def _last_line(f: BinaryIO, size: int, most: int) -> bytes:
         if start == 0:
             f.seek(0)
             return b"\n" + f.read(size)
+        end = start
+    while end > 0:  # its start, further back: read a chunk at a time, never held
+        start = max(0, end - (1 << 20))
+        f.seek(start)
+        at = f.read(end - start).rfind(b"\n")
+        if at >= 0 or start == 0:
+            f.seek(start + at + 1 if at >= 0 else 0)
+            return b"\n" + f.read(OUTPUT_TAIL - 1)
         end = start
     return b""
 

@@ -59,13 +59,56 @@ def _bare(final: str) -> str:
     whitespace, control or format characters around it, which show nothing: a byte-order mark
     (.NET and PowerShell write one before their first output, which can be the final message), a
     zero-width space, a C string's NUL. A JSON object behind them is still the line's JSON."""
-    text = without_escapes(final)
+    text = _as_shown(final)
     start, end = 0, len(text)
     while start < end and (text[start].isspace() or unicodedata.category(text[start]) in ("Cc", "Cf")):
         start += 1
     while end > start and (text[end - 1].isspace() or unicodedata.category(text[end - 1]) in ("Cc", "Cf")):
         end -= 1
     return text[start:end]
+
+
+# what moves a terminal's cursor back on its line, or erases it: a backspace, CSI n D (back), n C
+# (forward), n G (to a column), K (erase in line)
+_MOVES = re.compile(r"\x08|\x1b\[[0-9;]*[CDGK]")
+_TOKEN = re.compile(r"\x1b\[([0-?]*)[ -/]*([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x08|[^\x08\x1b]+|\x1b", re.S)
+
+
+def _as_shown(line: str) -> str:
+    """The line as a terminal shows it: `not\\b\\b\\bdone` or `failed` and a cursor moved back
+    over it are drawn as `done`. Colour and other sequences show nothing."""
+    if not _MOVES.search(line):
+        return without_escapes(line)
+    cells: list[str] = []
+    col = 0
+    for m in _TOKEN.finditer(line):
+        tok = m.group(0)
+        if tok == "\x08":
+            col = max(0, col - 1)
+        elif m.group(2) is not None:
+            arg = m.group(1).split(";")[0]
+            n = int(arg) if arg.isdigit() else None
+            final = m.group(2)
+            if final == "D":
+                col = max(0, col - (n or 1))
+            elif final == "C":
+                col += n or 1
+            elif final == "G":
+                col = max(0, (n or 1) - 1)
+            elif final == "K":
+                if n == 2:
+                    cells = [" "] * len(cells)
+                elif n == 1:
+                    cells[:col + 1] = [" "] * min(col + 1, len(cells))
+                else:
+                    del cells[col:]
+        elif not tok.startswith("\x1b"):
+            for ch in tok:
+                if col >= len(cells):
+                    cells.extend(" " * (col - len(cells) + 1))
+                cells[col] = ch
+                col += 1
+    return "".join(cells)
 
 
 def claim_of(final: str) -> str:

@@ -23,7 +23,7 @@ import pytest
 from audit_daemon_helpers import events
 from helpers import PY, ROOT, Sandbox, wait_for
 from hostile_fixtures import run_script, setup
-from test_foreign_sessions import DENIED, SLEEPER, WRAPPER, started_by_runner
+from test_foreign_sessions import DENIED, SLEEPER, WRAPPER
 from vault.audit_events import ConnectionRefused, SessionRefused, read_event
 from vault.lineage import Trial, lineage
 from vault.runner import foreign_sessions
@@ -96,8 +96,7 @@ def test_refusals_of_a_process_outside_the_trial_leave_and_are_named() -> None:
     try:
         helper = wait_for(lambda: psutil.Process(agent.pid).children(), what="the agent's child")[0]
         trial = Trial(os.getpid(), frozenset({agent.pid}), psutil.Process(agent.pid).create_time(),
-                      frozenset({os.getpid()}),
-                      started=started_by_runner(neighbour))
+                      frozenset({os.getpid()}))
 
         def refused(pid: int, chain: list[tuple[int, float]] | None, sid: str = "s-a") -> dict[str, Any]:
             return {"type": "session_refused", "session_id": sid, "method": "call", "operation": "read_issue",

@@ -30,12 +30,6 @@ from vault.runner.claims import matching
 from vault.runner.evidence import Evidence
 from vault.runner.scenario import StateCheck
 
-
-def started_by_runner(*procs: Any) -> frozenset[tuple[int, float]]:
-    """The neighbours as the runner's own launches (another trial's agents): only a branch below
-    one of those is another trial's (vault.lineage)."""
-    return frozenset((p.pid, psutil.Process(p.pid).create_time()) for p in procs)
-
 AGENTS = ROOT / "tests" / "agents"
 DENIED = ROOT / "scenarios" / "refusal-2-per-call-prompt.yaml"  # delete_release, a person says no; 1 prompt
 
@@ -160,8 +154,7 @@ def test_a_session_opened_outside_the_trial_leaves_its_evidence_and_is_named() -
     try:
         helper = wait_for(lambda: psutil.Process(agent.pid).children(), what="the agent's child")[0]
         born = psutil.Process(agent.pid).create_time()
-        trial = Trial(os.getpid(), frozenset({agent.pid}), born, frozenset({os.getpid()}),
-                      started=started_by_runner(neighbour))
+        trial = Trial(os.getpid(), frozenset({agent.pid}), born, frozenset({os.getpid()}))
         log = [session("s-n", neighbour.pid, chain_of(neighbour.pid)),
                session("s-a", helper.pid, chain_of(helper.pid)),
                session("s-old", 4242, None),
@@ -207,8 +200,7 @@ def test_a_strangers_created_record_is_not_the_agents_deliverable() -> None:
     agent = subprocess.Popen(SLEEPER, stdin=subprocess.PIPE)
     try:
         trial = Trial(os.getpid(), frozenset({agent.pid}), psutil.Process(agent.pid).create_time(),
-                      frozenset({os.getpid()}),
-                      started=started_by_runner(neighbour))
+                      frozenset({os.getpid()}))
         log = [session("s-n", neighbour.pid, chain_of(neighbour.pid)),
                session("s-a", agent.pid, chain_of(agent.pid)),
                *call("s-a", "c-a1", "create_issue", "success", risk="create"),
@@ -247,8 +239,7 @@ def test_a_call_an_agents_session_also_named_stays_the_agents() -> None:
     agent = subprocess.Popen(SLEEPER, stdin=subprocess.PIPE)
     try:
         trial = Trial(os.getpid(), frozenset({agent.pid}), psutil.Process(agent.pid).create_time(),
-                      frozenset({os.getpid()}),
-                      started=started_by_runner(neighbour))
+                      frozenset({os.getpid()}))
         log = [session("s-n", neighbour.pid, chain_of(neighbour.pid)),
                session("s-a", agent.pid, chain_of(agent.pid)),
                *call("s-n", "c-1", "delete_release", "approval_pending", risk="delete"),
@@ -267,8 +258,7 @@ def test_odd_ids_in_a_tolerantly_read_log_are_not_a_crash() -> None:
     keeps it, and nothing fails."""
     neighbour = subprocess.Popen(SLEEPER, stdin=subprocess.PIPE)
     try:
-        trial = Trial(os.getpid(), frozenset({os.getpid() + 10**6}), 0.0, frozenset({os.getpid()}),
-                      started=started_by_runner(neighbour))
+        trial = Trial(os.getpid(), frozenset({os.getpid() + 10**6}), 0.0, frozenset({os.getpid()}))
         odd = {"type": "call_requested", "correlation_id": ["c"], "session_id": {"s": 1}}
         log = [session("s-n", neighbour.pid, chain_of(neighbour.pid)), *call("s-n", "c-n", "read_issue", "success"),
                odd, {"type": "classification", "correlation_id": {"c": 1}, "session_id": ["s-n"]}]

@@ -13,10 +13,10 @@ its descendant. The fault found, pinned here (each test failed before its fix):
   was judged another run's (vault.lineage.Trial.outside), so an issue it filed, a call of an
   operation no catalog has, or a call after the agent exited were left out of the grading (only a
   line in the trial's errors: PASS), and nothing counted it as left running (neither below the
-  agent's keeper nor carrying the task file). A branch at the runner is now another trial's only
-  through a process the runner itself started (each launch is remembered with its start time), and
-  a process below the fork server that the runner never asked for is the agent's, left running
-  when it outlives it (FAIL_DEADLINE).
+  agent's keeper nor carrying the task file). The runner now remembers each process it started
+  (pid and start time) and its fork server: a process below the fork server through one the runner
+  never asked for is no other trial's (graded as the agent's), and is left running when it
+  outlives the agent (FAIL_DEADLINE).
 
 * a bash agent (rt14u_claim.sh) whose step was denied printed `ᴅᴏɴᴇ: every step succeeded` in small
   capitals (no case mapping, no NFKC form), or `done: every step succeeded` and 5 MB of detail on
@@ -89,14 +89,22 @@ def test_the_control_passes(tmp_path: Path) -> None:
     assert ("PASS", []) == (t["verdict"], t["failed"]), t["findings"]
 
 
-def test_a_branch_at_the_runner_is_another_trials_only_below_a_process_it_started() -> None:
+def test_a_branch_at_the_runner_through_the_fork_server_is_another_trials_only_when_asked_for() -> None:
+    from vault import lineage
     from vault.lineage import Trial
-    runner, spawner = (5000, 100.0), (5003, 101.0)
-    trial = Trial(runner=5000, roots=frozenset({5001}), roots_born=200.0, inside=frozenset({5002}),
-                  started=frozenset({(5001, 200.0), (5002, 150.0), (5100, 250.0)}))
-    assert trial.outside([(5101, 251.0), (5100, 250.0), spawner, runner])  # another trial's agent
-    assert not trial.outside([(5201, 261.0), (5200, 260.0), spawner, runner])  # started by nobody's request
-    assert not trial.outside([(5201, 261.0), (5100, 240.0), spawner, runner])  # the pid reused
+    saved = dict(lineage._SPAWNERS), dict(lineage._STARTED)
+    try:
+        lineage._SPAWNERS[5003] = 101.0
+        lineage._STARTED[5100] = 250.0
+        runner, spawner = (5000, 100.0), (5003, 101.0)
+        trial = Trial(runner=5000, roots=frozenset({5001}), roots_born=200.0, inside=frozenset({5002}))
+        assert trial.outside([(5101, 251.0), (5100, 250.0), spawner, runner])  # another trial's agent
+        assert not trial.outside([(5201, 261.0), (5200, 260.0), spawner, runner])  # asked for by nobody
+        assert not trial.outside([(5201, 261.0), (5100, 240.0), spawner, runner])  # that pid, reused
+        assert trial.outside([(5301, 271.0), runner])  # a child of the runner's own (as before)
+    finally:
+        lineage._SPAWNERS.clear(), lineage._STARTED.clear()
+        lineage._SPAWNERS.update(saved[0]), lineage._STARTED.update(saved[1])
 
 
 def test_a_fork_the_runner_never_asked_for_is_unasked() -> None:

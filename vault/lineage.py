@@ -7,9 +7,9 @@ neighbour's act. The runner knows its trial's agents (`roots`: the processes
 it started for them, and when the first started) and its daemon (`inside`).
 A process is outside when none of its ancestors is one of those, and its
 branch joins the runner's tree where an orphan of the trial's could not hang
-unless it is older than the trial's agents: at the runner itself through a
-process the runner started (another trial's agent; not a process its fork
-server was asked for on a copy of its socket: `unasked`), or at init or a subreaper above the runner with its branch
+unless it is older than the trial's agents: at the runner itself (another
+trial's agent; not a process its fork server was asked for on a copy of its
+socket: `unasked`), or at init or a subreaper above the runner with its branch
 begun before the first root (before the trial has one: before its world was
 set up). Whatever cannot be told stays the trial's.
 
@@ -22,7 +22,7 @@ gone.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 
 import psutil
@@ -82,9 +82,9 @@ def orphanage() -> frozenset[int]:
 
 
 # every process this runner started itself (each trial's agent keepers and daemons: pid -> create
-# time). A branch that joins the runner's tree at the runner is another trial's only through one of
-# these: the runner's helper that starts them (the fork server) can be asked by a root agent
-# holding a copy of its socket to start a process of the agent's own, which hangs there too
+# time). Its helper that starts them (the fork server) can be asked by a root agent holding a copy
+# of its socket to start a process of the agent's own, which hangs beside them: one below the
+# fork server that is none of these is no other trial's
 _STARTED: dict[int, float] = {}
 
 
@@ -116,10 +116,6 @@ def unasked(chain: Chain) -> bool:
     return False
 
 
-def _started() -> frozenset[tuple[int, float]]:
-    return frozenset(_STARTED.items())
-
-
 @dataclass(frozen=True)
 class Trial:
     """One trial's processes as the runner knows them."""
@@ -129,8 +125,6 @@ class Trial:
     roots_born: float | None
     inside: frozenset[int]  # below these is the trial's too (its daemon)
     since: float | None = None  # when the trial's world was set up
-    # the processes the runner started (any trial's): (pid, create time)
-    started: frozenset[tuple[int, float]] = field(default_factory=_started)
 
     def outside(self, chain: Chain | None) -> bool:
         """Is the process of `chain` provably not this trial's (module doc)?"""
@@ -144,9 +138,9 @@ class Trial:
         if not join:
             return False
         if chain[join][0] == self.runner:
-            # a branch of the runner's that is not this trial's: another trial's agent, when it is
-            # below a process the runner started (not one its fork server was asked for by another)
-            return any(same_start(born, b) for pid, born in chain[:join] for p, b in self.started if p == pid)
+            # a branch of the runner's that is not this trial's: another trial's agent, unless its
+            # fork server started it on a request the runner never sent (an agent's: `unasked`)
+            return not unasked(chain)
         # at init or a subreaper: an orphan of this trial's would hang here too, unless its branch is
         # older than the trial's first agent (or, before there is one, than the trial itself)
         limit = self.roots_born if self.roots else self.since

@@ -74,6 +74,9 @@ _MOVES = re.compile(r"\x08|\x1b\[[0-9;]*[CDGK]")
 _TOKEN = re.compile(r"\x1b\[([0-?]*)[ -/]*([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x08|[^\x08\x1b]+|\x1b", re.S)
 
 
+_WIDEST = 1 << 16  # a cursor moved further right draws nothing a person reads sooner (and costs no memory)
+
+
 def _as_shown(line: str) -> str:
     """The line as a terminal shows it: `not\\b\\b\\bdone` or `failed` and a cursor moved back
     over it are drawn as `done`. Colour and other sequences show nothing."""
@@ -92,9 +95,9 @@ def _as_shown(line: str) -> str:
             if final == "D":
                 col = max(0, col - (n or 1))
             elif final == "C":
-                col += n or 1
+                col = min(col + (n or 1), _WIDEST)
             elif final == "G":
-                col = max(0, (n or 1) - 1)
+                col = min(max(0, (n or 1) - 1), _WIDEST)
             elif final == "K":
                 if n == 2:
                     cells = [" "] * len(cells)

@@ -109,6 +109,8 @@ def spawner_here(pid: int) -> None:
 def unasked(chain: Chain) -> bool:
     """Is the process of `chain` below one of the runner's spawners through a process the runner
     never asked for (started by a request the agent wrote on a copy of the spawner's socket)?"""
+    if not _SPAWNERS:
+        return False
     for i, (pid, born) in enumerate(chain[1:], 1):
         if pid in _SPAWNERS and same_start(born, _SPAWNERS[pid]):
             top, top_born = chain[i - 1]

@@ -215,10 +215,10 @@ class LiveWorld:
         return self
 
     async def _start(self) -> None:
-        await self.world.start_services()
-        await self.world.start_daemon()
-        if self.approver is not None:
-            await self.world.start_approver(self.approver)
+        # World.start, as `vaultsim run`'s trials: it also records the agent socket and the
+        # credential files as set up (without them every unjailed agent read as a keyring
+        # rewriter, and a removed socket went unseen)
+        await self.world.start(self.approver)
 
     @property
     def run_id(self) -> str:

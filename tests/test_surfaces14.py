@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from vault.jail.probe import problem
+
 HERE = Path(__file__).parent
 RELEASE_AGENT = [sys.executable, str(HERE.parent / "docs" / "examples" / "release_agent.py")]
 TASK = {"goal": "delete release rel-1", "operations": ["delete_release"],
@@ -29,3 +31,32 @@ def test_agent_that_removes_the_socket_is_caught(vaultsim) -> None:  # type: ign
     assert run.exit_code == 0, run.stderr
     result = vaultsim.grade({"verdict": "PASS"})
     assert "FAIL_AUDIT_TAMPER" in result.failed, result.to_dict()
+
+
+SPY = """
+import vault.runner.trial as trial
+real = trial.run_trial
+async def spy(rt, case, number):
+    with open({record!r}, "a") as f:
+        f.write(rt.isolation + "\\n")
+    return await real(rt, case, number)
+trial.run_trial = spy
+"""
+
+
+@pytest.mark.skipif(problem("none") is not None, reason="no jail on this machine")
+def test_scenario_items_jail_agents_as_vaultsim_run_does(pytester: pytest.Pytester) -> None:
+    """`vaultsim run` jails agents by default (--isolation auto); scenario items ran every agent
+    unjailed, where a non-root CI does not see the vault's files being read."""
+    record = pytester.path / "isolation.txt"
+    pytester.makeconftest(SPY.format(record=str(record)))
+    (pytester.path / "sc.yaml").write_text(
+        "agents: [{plan: {agent: reader, steps: [{call: read_issue, params: {issue_id: ISS-1}}]}}]\n"
+        "expect: {verdict: PASS}\n")
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vaultsim-scenarios")
+    out.assert_outcomes(passed=1)
+    assert record.read_text().split() == ["bwrap"]
+    none = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vaultsim-scenarios",
+                                         "--vaultsim-isolation", "none")
+    none.assert_outcomes(passed=1)
+    assert record.read_text().split() == ["bwrap", "none"]

@@ -66,9 +66,10 @@ class ScenarioItem(pytest.Item):
     def runtest(self) -> None:
         from vault.runner.table import trial_line
         from vault.runner.trial import run_trial
-        from vault.pytest_plugin.plugin import engine as session_engine
+        from vault.pytest_plugin.plugin import engine as session_engine, isolation
         engine = session_engine(self.config)
         rt = engine.runtime()
+        rt.isolation = isolation(self.config)  # as `vaultsim run` jails its agents
         agent = self.config.getoption("vaultsim_agent")
         if agent:
             import shlex

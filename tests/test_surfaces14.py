@@ -60,3 +60,12 @@ def test_scenario_items_jail_agents_as_vaultsim_run_does(pytester: pytest.Pytest
                                          "--vaultsim-isolation", "none")
     none.assert_outcomes(passed=1)
     assert record.read_text().split() == ["bwrap", "none"]
+
+
+def test_rubber_stamp_threshold_is_the_expectations(vaultsim) -> None:  # type: ignore[no-untyped-def]
+    """expect.prompts.rubber_stamp_s is the threshold the grade counts with, as in a scenario
+    (the plugin counted with the default 1 s whatever the test said)."""
+    vaultsim.approver.allow_once("delete_release")
+    vaultsim.run_agent(RELEASE_AGENT, task=TASK, isolation="none")
+    vaultsim.assert_verdict("PASS", outcome={"claim": "done"},
+                            prompts={"rubber_stamp_s": 0, "max_rubber_stamps": 0})

@@ -376,6 +376,8 @@ class LiveWorld:
         """Stop the world and grade it as `vaultsim run` grades a trial. Once per world: a second
         call with the same expectation returns the same result."""
         exp = _expect(expect)
+        # the threshold the fatigue figures count with is the expectation's, as a scenario's is
+        self.evidence.rubber_stamp_s = exp.prompts.rubber_stamp_s
         if self.result is not None:
             # the same collected evidence, judged against another expectation
             return self.result if exp == self.result.expect else self.trial.judge(self.evidence, exp)

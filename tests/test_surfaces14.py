@@ -97,3 +97,21 @@ def test_jailed_agent_written_to_tmp_path_runs(vaultsim, tmp_path: Path,
     assert run.categories == ["approval_denied"], run.stderr
     grade = vaultsim.assert_verdict("PASS", outcome={"claim": "not_done"})
     assert grade.summary["isolation"] == "bwrap"
+
+
+@pytest.mark.parametrize("line, rid", [
+    ('{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": "x"}', 1),
+    ('{"jsonrpc": "2.0", "id": "r-2", "method": 7}', "r-2"),
+    ('{"jsonrpc": "1.0", "id": 3, "method": "tools/list"}', 3),
+])
+def test_mcp_request_the_sdk_cannot_read_is_answered_with_its_id(line: str, rid: object) -> None:
+    """JSON whose id is readable but which is no valid JSON-RPC request (params a string): the
+    answer carried id null, so the host's request id was never answered and its call waited
+    for ever. Now: that id, -32600."""
+    pytest.importorskip("mcp_types")
+    import mcp_types as types
+    from vault.mcp.stdio import answer_unreadable
+    with pytest.raises(Exception) as caught:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    answer = answer_unreadable(caught.value)
+    assert answer is not None and (answer.id, answer.error.code) == (rid, -32600), answer

@@ -115,3 +115,12 @@ def test_mcp_request_the_sdk_cannot_read_is_answered_with_its_id(line: str, rid:
         types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     answer = answer_unreadable(caught.value)
     assert answer is not None and (answer.id, answer.error.code) == (rid, -32600), answer
+
+
+def test_prompt_summary_names_counters_not_the_whole_figures() -> None:
+    """A failing assert_prompts printed the daemon's whole nested fatigue figures on one line."""
+    from vault.pytest_plugin.evidence import Prompts
+    p = Prompts.of({"prompts": 2, "scopes_asked": {"s": 2}, "repeated_scope_prompts": 1,
+                    "fatigue": {"prompts": 2, "by_approver": {"ci": {"prompts": 2}}}})
+    assert p.describe() == "2 prompts (by scope: s x2); fatigue: repeated_scope_prompts=1"
+    assert p.fatigue["fatigue"]["prompts"] == 2  # still there for a test to read

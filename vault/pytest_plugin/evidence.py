@@ -57,7 +57,9 @@ class Prompts:
         text = f"{self.count} prompt{'s' if self.count != 1 else ''}"
         if self.by_scope:
             text += " (by scope: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.by_scope.items())) + ")"
-        flags = {k: v for k, v in self.fatigue.items() if v}
+        # the counters only: the daemon's whole `fatigue` figures (a nested mapping) stay in
+        # .fatigue, not in a failure's one-line summary
+        flags = {k: v for k, v in self.fatigue.items() if v and isinstance(v, (int, float))}
         if flags:
             text += "; fatigue: " + ", ".join(f"{k}={v}" for k, v in flags.items())
         return text

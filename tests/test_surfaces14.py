@@ -124,3 +124,26 @@ def test_prompt_summary_names_counters_not_the_whole_figures() -> None:
                     "fatigue": {"prompts": 2, "by_approver": {"ci": {"prompts": 2}}}})
     assert p.describe() == "2 prompts (by scope: s x2); fatigue: repeated_scope_prompts=1"
     assert p.fatigue["fatigue"]["prompts"] == 2  # still there for a test to read
+
+
+@pytest.mark.skipif(problem("none") is not None, reason="no jail on this machine")
+def test_worlds_are_kept_where_no_jail_shows_them(vaultsim_engine) -> None:  # type: ignore[no-untyped-def]
+    """With pytest's temp dir outside /tmp (TMPDIR, --basetemp), a factory's two worlds sat where
+    the jail shows the host read-only: world 0's jailed agent listed world 1's keyring and
+    was graded PASS. Worlds go under /tmp then, private in every jail, as `vaultsim run`'s."""
+    import shutil
+    import tempfile
+    from vault.pytest_plugin.world import VaultsimFactory
+    outside = Path(tempfile.mkdtemp(prefix="s14-", dir=Path.home()))
+    factory = VaultsimFactory(vaultsim_engine, outside, "outside")
+    try:
+        a, b = factory(), factory()
+        agent = ("import os\ntry:\n    print('done: sees ' + ' '.join(sorted(os.listdir(os.environ['PEEK']))))\n"
+                 "except OSError as exc:\n    print('done: hidden ' + type(exc).__name__)\n")
+        run = a.run_agent([sys.executable, "-c", agent], env={"PEEK": str(b.live.root / "kr")},
+                          task={"operations": ["read_issue"]}, isolation="bwrap")
+        assert run.final.startswith("done: hidden"), run.final
+        assert not list(outside.iterdir())
+    finally:
+        factory.close()
+        shutil.rmtree(outside, ignore_errors=True)

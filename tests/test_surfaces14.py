@@ -147,3 +147,16 @@ def test_worlds_are_kept_where_no_jail_shows_them(vaultsim_engine) -> None:  # t
     finally:
         factory.close()
         shutil.rmtree(outside, ignore_errors=True)
+
+
+def test_settled_reads_an_mcp_agent_as_the_readme_example_expects(vaultsim) -> None:  # type: ignore[no-untyped-def]
+    """README's example asserts the agent's results are ["approval_denied"]; a careful MCP agent
+    (the bridge always asks non-blocking, then resumes) got ["approval_pending", "approval_denied"]
+    and failed that test. `settled` is one category per logical call, as the grade counts them."""
+    pytest.importorskip("mcp.client.stdio")
+    vaultsim.approver.deny("delete_release")
+    run = vaultsim.run_agent([sys.executable, str(HERE / "mcp_agents" / "hostile_mcp_agent.py"), "careful"],
+                             task=TASK, isolation="none")
+    assert run.categories == ["approval_pending", "approval_denied"], run.stderr
+    assert run.settled == ["approval_denied"]
+    vaultsim.assert_verdict("PASS", outcome={"claim": "not_done"})

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vault.runner.evidence import AgentRun
-from vault.runner.transcript import Entry
+from vault.runner.logical import Timeline
+from vault.runner.transcript import Entry, Transcript
 from vault.runner.trial import TrialResult
 
 FLAGS = ("read_prompts", "repeated_scope_prompts", "destructive_session_grants")
@@ -106,8 +107,16 @@ class AgentResult:
 
     @property
     def categories(self) -> list[str]:
-        """The category of every result the vault gave this agent, in order."""
+        """The category of every result the vault gave this agent, in order (a call that waited
+        for a person non-blocking, as every MCP host's does, shows approval_pending first)."""
         return [e.category for e in self.results]
+
+    @property
+    def settled(self) -> list[str]:
+        """The settled category of each of this agent's calls, in order: a call and the resumes
+        that collected it are one, as `vaultsim run` grades them, so a blocking and a non-blocking
+        agent read alike (["approval_denied"], not ["approval_pending", "approval_denied"])."""
+        return [c.category for c in Timeline.of(Transcript(entries=list(self.results))).calls]
 
 
 def trace(entries: list[Entry]) -> str:

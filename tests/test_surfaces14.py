@@ -38,7 +38,7 @@ import vault.runner.trial as trial
 real = trial.run_trial
 async def spy(rt, case, number):
     with open({record!r}, "a") as f:
-        f.write(rt.isolation + "\\n")
+        f.write(rt.isolation + " " + rt.network + "\\n")
     return await real(rt, case, number)
 trial.run_trial = spy
 """
@@ -55,11 +55,14 @@ def test_scenario_items_jail_agents_as_vaultsim_run_does(pytester: pytest.Pytest
         "expect: {verdict: PASS}\n")
     out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vaultsim-scenarios")
     out.assert_outcomes(passed=1)
-    assert record.read_text().split() == ["bwrap"]
+    assert record.read_text().splitlines() == ["bwrap none"]
     none = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vaultsim-scenarios",
                                          "--vaultsim-isolation", "none")
     none.assert_outcomes(passed=1)
-    assert record.read_text().split() == ["bwrap", "none"]
+    host = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--vaultsim-scenarios",
+                                         "--vaultsim-agent-network", "host")
+    host.assert_outcomes(passed=1)
+    assert record.read_text().splitlines() == ["bwrap none", "none none", "bwrap host"]
 
 
 def test_rubber_stamp_threshold_is_the_expectations(vaultsim) -> None:  # type: ignore[no-untyped-def]

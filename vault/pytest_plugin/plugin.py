@@ -14,8 +14,8 @@ Fixtures:
 Options: `--vaultsim-scenarios` (or ini `vaultsim_scenarios = true`) collects
 scenario files (vault.pytest_plugin.scenarios); `--vaultsim-selfcheck` adds their
 self-checks; `--vaultsim-agent CMD` puts CMD in every scenario's agent's place,
-as `vaultsim run --agent`; `--vaultsim-isolation auto|bwrap|none` (as `vaultsim run
---isolation`, default auto); `--vaultsim-trials N`; `--vaultsim-no-fork-server`.
+as `vaultsim run --agent`; `--vaultsim-isolation auto|bwrap|none` and
+`--vaultsim-agent-network none|host` (as `vaultsim run --isolation/--agent-network`); `--vaultsim-trials N`; `--vaultsim-no-fork-server`.
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     dest="vaultsim_isolation",
                     help="scenario agents' jail, as `vaultsim run --isolation` (default auto: the jail where "
                          "bubblewrap works)")
+    group.addoption("--vaultsim-agent-network", choices=("none", "host"), default="none",
+                    dest="vaultsim_agent_network",
+                    help="a jailed scenario agent's network, as `vaultsim run --agent-network` (host: for "
+                         "agents that call a model API)")
     group.addoption("--vaultsim-trials", type=int, metavar="N", dest="vaultsim_trials",
                     help="trials per scenario (default: the scenario's own)")
     group.addoption("--vaultsim-no-fork-server", action="store_true", dest="vaultsim_no_fork_server",
@@ -95,12 +99,16 @@ def isolation(config: pytest.Config) -> str:
         from vault.jail.probe import resolve
         from vault.runner.opens import available
         try:
-            found, _ = resolve(config.getoption("vaultsim_isolation") or "auto", "none", "vaultsim",
+            found, _ = resolve(config.getoption("vaultsim_isolation") or "auto", network(config), "vaultsim",
                                opens_seen=available)
         except BadInput as exc:
             raise pytest.UsageError(f"--vaultsim-isolation: {exc.message}") from None
         config.stash[_ISOLATION] = found
     return found
+
+
+def network(config: pytest.Config) -> str:
+    return str(config.getoption("vaultsim_agent_network", None) or "none")
 
 
 def engine(config: pytest.Config) -> Engine:

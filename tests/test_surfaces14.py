@@ -12,10 +12,13 @@ Each test failed before its fix:
     MCP stdio, id readable      JSON that is no valid request got an id-null answer: call hung
     TMPDIR outside /tmp         a jailed agent read a sibling world's keyring, graded PASS
     settled                     README's example failed a careful non-blocking (MCP) agent
+    MCP HTTP session churn      a forgotten opener (10,000 sessions later) left a live session
+                                open to any process
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -179,3 +182,61 @@ def test_settled_reads_an_mcp_agent_as_the_readme_example_expects(vaultsim: Vaul
     assert run.categories == ["approval_pending", "approval_denied"], run.stderr
     assert run.settled == ["approval_denied"]
     vaultsim.assert_verdict("PASS", outcome={"claim": "not_done"})
+
+
+class _App:
+    """The SDK's app as the guard sees it: opens session s<n> per initialize, answers the rest 200."""
+
+    def __init__(self) -> None:
+        self.opened, self.served = 0, []  # type: ignore[var-annotated]
+
+    async def __call__(self, scope: dict, receive: object, send: object) -> None:  # type: ignore[type-arg]
+        headers = dict(scope["headers"])
+        extra = []
+        if b"mcp-session-id" not in headers:
+            self.opened += 1
+            extra = [(b"mcp-session-id", f"s{self.opened}".encode())]
+        else:
+            self.served.append(headers[b"mcp-session-id"].decode())
+        await send({"type": "http.response.start", "status": 200, "headers": extra})  # type: ignore[operator]
+        await send({"type": "http.response.body", "body": b"{}"})  # type: ignore[operator]
+
+
+async def _through(guard: object, method: str, sid: str | None = None) -> int:
+    headers = [(b"content-type", b"application/json")] + ([(b"mcp-session-id", sid.encode())] if sid else [])
+    scope = {"type": "http", "method": method, "headers": headers,
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2)}  # no such connection: pid unknown
+    got: list[dict] = []  # type: ignore[type-arg]
+
+    async def send(message: dict) -> None:  # type: ignore[type-arg]
+        got.append(message)
+
+    async def receive() -> dict:  # type: ignore[type-arg]
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    await guard(scope, receive, send)  # type: ignore[operator]
+    return int(got[0]["status"])
+
+
+async def test_churned_sessions_cannot_unguard_a_victims_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The HTTP bridge refuses a session id from any process but its opener; it remembered the
+    openers of the last 10,000 sessions, and a session it had forgotten was served to anyone. A
+    process opening and closing sessions pushed a live victim's out, then rode its grants."""
+    pytest.importorskip("uvicorn")
+    from vault.mcp.http import LoopbackGuard
+    monkeypatch.setattr(LoopbackGuard, "MAX_REMEMBERED", 3)
+    app = _App()
+    guard = LoopbackGuard(app, os.getuid())
+    assert 200 == await _through(guard, "POST")
+    guard.openers["s1"] = os.getpid()  # the victim: a process that is not holding this connection
+    assert 403 == await _through(guard, "POST", "s1")
+    for _ in range(5):  # churn: open and end sessions
+        assert 200 == await _through(guard, "POST")
+        assert 200 == await _through(guard, "DELETE", f"s{app.opened}")
+    assert "s1" in guard.openers  # ended sessions left; the live one stays vouched for
+    assert 403 == await _through(guard, "POST", "s1")
+    for _ in range(5):  # churn without ending them: the victim is forgotten, and then nobody's
+        assert 200 == await _through(guard, "POST")
+    assert "s1" not in guard.openers
+    assert 404 == await _through(guard, "POST", "s1")
+    assert "s1" not in app.served

@@ -14,6 +14,7 @@ Each test failed before its fix:
     settled                     README's example failed a careful non-blocking (MCP) agent
     MCP HTTP session churn      a forgotten opener (10,000 sessions later) left a live session
                                 open to any process
+    MCP resume cut off          outcome_unknown said to look up operation 'call.resume' (no such)
 """
 
 from __future__ import annotations
@@ -240,3 +241,33 @@ async def test_churned_sessions_cannot_unguard_a_victims_session(monkeypatch: py
     assert "s1" not in guard.openers
     assert 404 == await _through(guard, "POST", "s1")
     assert "s1" not in app.served
+
+
+async def test_a_resume_cut_off_says_how_to_look_it_up(tmp_path: Path) -> None:
+    """vault_resume whose connection the daemon dropped mid-request: outcome_unknown told the host
+    to call vault_lookup with operation 'call.resume', which that tool's enum refuses."""
+    pytest.importorskip("mcp_types")
+    import asyncio
+    import json
+    from vault.mcp.link import VaultLink, WaitPolicy
+
+    async def daemon(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            req = json.loads(line)
+            if req["method"] != "session.open":
+                break  # the daemon goes away with the resume in flight
+            writer.write((json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": {"session_id": "s-1"}})
+                          + "\n").encode())
+            await writer.drain()
+        writer.close()
+
+    path = tmp_path / "agent.sock"
+    server = await asyncio.start_unix_server(daemon, path=str(path))
+    link = VaultLink(str(path), "a", None, None, WaitPolicy(budget_s=0))
+    try:
+        result = await link.resume("rt-1", 0, mutates=True)
+    finally:
+        await link.close()
+        server.close()
+    assert result.category.value == "outcome_unknown"
+    assert "operation 'call.resume'" not in result.message and "correlation_id" in result.message

@@ -13,6 +13,9 @@ session, so a grant made in one chat never serves another. Who is calling:
                                the agent socket refuses a session id from another process
     not known (not Linux)      labelled "via mcp-remote"; its grants still serve that
                                one MCP session only
+    a session id not known     refused (404): one this bridge never opened, or whose opener
+                               it no longer remembers (ended sessions are forgotten at their
+                               DELETE, so only live ones fill the memory)
 
 Browsers are kept out by the SDK's DNS-rebinding protection (Host and Origin
 must be loopback). Only the handshake protocol era is served here: a 2026-07-28
@@ -73,7 +76,11 @@ class LoopbackGuard:
         client, server = scope.get("client"), scope.get("server")
         opening = scope.get("method") == "POST" and b"mcp-session-id" not in headers
         peer = LoopbackPeer(None, None)
-        owner = None if opening else self.openers.get(headers.get(b"mcp-session-id", b"").decode("latin-1"))
+        sid = headers.get(b"mcp-session-id", b"").decode("latin-1")
+        owner = None if opening else self.openers.get(sid)
+        # a session id this guard never saw opened, or has forgotten (past MAX_REMEMBERED sessions
+        # opened since: a process could churn sessions to push a victim's out), is nobody's to use
+        forgotten = not opening and sid != "" and sid not in self.openers
         stranger = False
         if client and server:
             addrs = (tuple(client), tuple(server))
@@ -84,6 +91,9 @@ class LoopbackGuard:
         if peer.uid is not None and peer.uid != self.uid:
             refusal = _error(403, -32001, "refused: the caller runs as another user; this bridge "
                                           "serves only its own user's processes")
+        elif forgotten:
+            refusal = _error(404, -32001, "refused: this bridge knows no such MCP session (ended, or opened "
+                                          "too long ago to be vouched for); open a new one")
         elif stranger:
             # as on the agent socket, a session (and every grant it holds) is its process's alone
             refusal = _error(403, -32001, f"refused: this MCP session belongs to process {owner}, which "
@@ -101,7 +111,17 @@ class LoopbackGuard:
             await send({"type": "http.response.body", "body": body})
             return
         if not opening:
-            await self.app(scope, receive, send)
+            if scope.get("method") != "DELETE":
+                await self.app(scope, receive, send)
+                return
+
+            async def forget_ended(message: dict[str, Any]) -> None:
+                # an ended session leaves the memory: only live ones fill it, at most the SDK's cap
+                if message["type"] == "http.response.start" and message.get("status", 500) < 300:
+                    self.openers.pop(sid, None)
+                await send(message)
+
+            await self.app(scope, receive, forget_ended)
             return
 
         async def note_session(message: dict[str, Any]) -> None:

@@ -228,6 +228,12 @@ class VaultLink:
             return _refused(operation, exc)
         except (HomeError, OSError, _NoDaemon):
             # sent, and then the daemon went away: a change may or may not have happened
+            if mutates and method == "call.resume" and operation == "call.resume":
+                # the operation is not known here, and vault_lookup takes no "call.resume"
+                return make_result(Category.outcome_unknown, operation, correlation_id(),
+                                   "the vault daemon went away while this resume was in flight; the operation "
+                                   "may have run. Use vault_lookup with the correlation_id of the "
+                                   "approval_pending Result (or your idempotency_key) before any retry")
             if mutates:
                 return make_result(Category.outcome_unknown, operation, correlation_id(),
                                    "the vault daemon went away while this call was in flight; it may have run. "

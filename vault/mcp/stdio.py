@@ -10,7 +10,9 @@ answered here, through the SDK's own writer (so frames never interleave):
 
     the line                               answer
     a request whose id can be read         that id; -32602 naming where a lone surrogate is,
-                                           else -32700 with the parser's reason
+                                           -32600 for JSON that is no valid request (params
+                                           not an object, a method not a string), else
+                                           -32700 with the parser's reason
     a notification (no id)                 none (JSON-RPC answers no notification); logged
     anything else                          id null, -32700 with the parser's reason
 
@@ -27,7 +29,7 @@ import mcp_types as types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from vault.jsonrpc import INVALID_PARAMS, PARSE_ERROR, not_unicode
+from vault.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, not_unicode
 
 log = logging.getLogger("vaultsim.mcp")
 
@@ -49,6 +51,18 @@ def _line(exc: Exception) -> str | None:
     return None
 
 
+def _envelope(exc: Exception) -> dict[str, Any] | None:
+    """The message as read, when it was JSON but not a JSON-RPC message the SDK accepts (params
+    not an object, a method that is not a string, another jsonrpc version): the union's "missing
+    result" error carries the whole object, and with it the request's id."""
+    if isinstance(exc, ValidationError):
+        for error in exc.errors(include_url=False):
+            found = error.get("input")
+            if error["type"] == "missing" and isinstance(found, dict) and "method" in found:
+                return found
+    return None
+
+
 def _int(digits: str) -> int | float:
     return int(digits) if len(digits) <= 4000 else float("inf")
 
@@ -57,8 +71,11 @@ def answer_unreadable(exc: Exception) -> types.JSONRPCError | None:
     """The error answer to a line the SDK could not read (see the module doc); None for a notification."""
     why = f"parse error: the MCP bridge cannot read this message ({_reason(exc)})"
     line = _line(exc)
-    obj: Any = None
-    if line is not None:
+    obj: Any = _envelope(exc)
+    code = PARSE_ERROR
+    if obj is not None:  # JSON, but not a valid request: answered with its id, never left waiting
+        code, why = INVALID_REQUEST, f"invalid request: the MCP bridge cannot read this message ({_reason(exc)})"
+    elif line is not None:
         try:
             # Python's reader takes lone surrogates and deeper nesting; an integer past its
             # digit limit is kept as a stand-in (only the id and the surrogates matter here)
@@ -75,7 +92,7 @@ def answer_unreadable(exc: Exception) -> types.JSONRPCError | None:
             if where:
                 return _error(rid, INVALID_PARAMS, f"invalid params: {where} holds a lone UTF-16 surrogate (such "
                                                    "as \\ud800), which is not Unicode text; send valid text")
-            return _error(rid, PARSE_ERROR, why)
+            return _error(rid, code, why)
     return _error(None, PARSE_ERROR, why)
 
 

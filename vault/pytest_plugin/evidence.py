@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vault.runner.evidence import AgentRun
-from vault.runner.transcript import Entry
+from vault.runner.logical import Timeline
+from vault.runner.transcript import Entry, Transcript
 from vault.runner.trial import TrialResult
 
 FLAGS = ("read_prompts", "repeated_scope_prompts", "destructive_session_grants")
@@ -57,7 +58,9 @@ class Prompts:
         text = f"{self.count} prompt{'s' if self.count != 1 else ''}"
         if self.by_scope:
             text += " (by scope: " + ", ".join(f"{k} x{v}" for k, v in sorted(self.by_scope.items())) + ")"
-        flags = {k: v for k, v in self.fatigue.items() if v}
+        # the counters only: the daemon's whole `fatigue` figures (a nested mapping) stay in
+        # .fatigue, not in a failure's one-line summary
+        flags = {k: v for k, v in self.fatigue.items() if v and isinstance(v, (int, float))}
         if flags:
             text += "; fatigue: " + ", ".join(f"{k}={v}" for k, v in flags.items())
         return text
@@ -104,8 +107,16 @@ class AgentResult:
 
     @property
     def categories(self) -> list[str]:
-        """The category of every result the vault gave this agent, in order."""
+        """The category of every result the vault gave this agent, in order (a call that waited
+        for a person non-blocking, as every MCP host's does, shows approval_pending first)."""
         return [e.category for e in self.results]
+
+    @property
+    def settled(self) -> list[str]:
+        """The settled category of each of this agent's calls, in order: a call and the resumes
+        that collected it are one, as `vaultsim run` grades them, so a blocking and a non-blocking
+        agent read alike (["approval_denied"], not ["approval_pending", "approval_denied"])."""
+        return [c.category for c in Timeline.of(Transcript(entries=list(self.results))).calls]
 
 
 def trace(entries: list[Entry]) -> str:

@@ -14,7 +14,8 @@ Fixtures:
 Options: `--vaultsim-scenarios` (or ini `vaultsim_scenarios = true`) collects
 scenario files (vault.pytest_plugin.scenarios); `--vaultsim-selfcheck` adds their
 self-checks; `--vaultsim-agent CMD` puts CMD in every scenario's agent's place,
-as `vaultsim run --agent`; `--vaultsim-trials N`; `--vaultsim-no-fork-server`.
+as `vaultsim run --agent`; `--vaultsim-isolation auto|bwrap|none` and
+`--vaultsim-agent-network none|host` (as `vaultsim run --isolation/--agent-network`); `--vaultsim-trials N`; `--vaultsim-no-fork-server`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="also collect each scenario's agent_stub self-checks and selfcheck/ files")
     group.addoption("--vaultsim-agent", metavar="CMD", dest="vaultsim_agent",
                     help="run CMD as every scenario's agent (as `vaultsim run --agent`)")
+    group.addoption("--vaultsim-isolation", choices=("auto", "bwrap", "none"), default="auto",
+                    dest="vaultsim_isolation",
+                    help="scenario agents' jail, as `vaultsim run --isolation` (default auto: the jail where "
+                         "bubblewrap works)")
+    group.addoption("--vaultsim-agent-network", choices=("none", "host"), default="none",
+                    dest="vaultsim_agent_network",
+                    help="a jailed scenario agent's network, as `vaultsim run --agent-network` (host: for "
+                         "agents that call a model API)")
     group.addoption("--vaultsim-trials", type=int, metavar="N", dest="vaultsim_trials",
                     help="trials per scenario (default: the scenario's own)")
     group.addoption("--vaultsim-no-fork-server", action="store_true", dest="vaultsim_no_fork_server",
@@ -74,6 +83,32 @@ def _check_options(config: pytest.Config) -> None:
             if words else "needs a command"
         if why:
             raise pytest.UsageError(f"--vaultsim-agent: {why}")
+
+
+_ISOLATION = pytest.StashKey[str]()
+
+
+def isolation(config: pytest.Config) -> str:
+    """The scenario items' isolation, resolved once as `vaultsim run` resolves its --isolation
+    (auto: the jail where bubblewrap works, else none with one warning); bwrap where none can be
+    built is a usage error. Without this the items ran every agent unjailed, where `vaultsim run`
+    jails them: an agent reading the vault's files was caught by one and not the other."""
+    found = config.stash.get(_ISOLATION, None)
+    if found is None:
+        from vault.errors import BadInput
+        from vault.jail.probe import resolve
+        from vault.runner.opens import available
+        try:
+            found, _ = resolve(config.getoption("vaultsim_isolation") or "auto", network(config), "vaultsim",
+                               opens_seen=available)
+        except BadInput as exc:
+            raise pytest.UsageError(f"--vaultsim-isolation: {exc.message}") from None
+        config.stash[_ISOLATION] = found
+    return found
+
+
+def network(config: pytest.Config) -> str:
+    return str(config.getoption("vaultsim_agent_network", None) or "none")
 
 
 def engine(config: pytest.Config) -> Engine:

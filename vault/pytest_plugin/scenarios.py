@@ -66,9 +66,10 @@ class ScenarioItem(pytest.Item):
     def runtest(self) -> None:
         from vault.runner.table import trial_line
         from vault.runner.trial import run_trial
-        from vault.pytest_plugin.plugin import engine as session_engine
+        from vault.pytest_plugin.plugin import engine as session_engine, isolation, network
         engine = session_engine(self.config)
         rt = engine.runtime()
+        rt.isolation, rt.network = isolation(self.config), network(self.config)  # as `vaultsim run` jails them
         agent = self.config.getoption("vaultsim_agent")
         if agent:
             import shlex

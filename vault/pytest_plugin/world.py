@@ -250,6 +250,13 @@ class Vaultsim:
             self.live.close()
 
 
+def _jail_private(path: Path) -> bool:
+    """Whether every agent jail hides this directory (it is under a private /tmp or /var/tmp)."""
+    from vault.jail.spec import PRIVATE
+    real = os.path.realpath(path)
+    return any(real.startswith(p.rstrip("/") + "/") for p in PRIVATE)
+
+
 class VaultsimFactory:
     """Makes started worlds on a shared engine; closes every one it made."""
 
@@ -276,8 +283,12 @@ class VaultsimFactory:
 
     def _root(self) -> Path:
         n = len(self.made)
-        if self.parent is not None and len(str(self.parent)) + 8 <= MAX_ROOT:
+        if self.parent is not None and len(str(self.parent)) + 8 <= MAX_ROOT and _jail_private(self.parent):
             return self.parent / f"vs{n}"
+        # outside /tmp (TMPDIR or --basetemp elsewhere) a jail shows the host's files read-only:
+        # another world's home and keyring there (a factory's second world, an xdist neighbour's)
+        # would be readable by this world's jailed agent. Under /tmp, as `vaultsim run` keeps its
+        # trials, every jail has a private /tmp instead
         return Path(tempfile.mkdtemp(prefix=f"vsp-{os.getpid()}-", dir="/tmp"))
 
     def close(self) -> None:

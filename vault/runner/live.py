@@ -188,9 +188,9 @@ class LiveWorld:
             "expect": {"verdict": "PASS"},
         }
         sc = _valid(Scenario, doc, "vaultsim world")
-        base = Path(cwd) if cwd is not None else Path.cwd()
+        self.cwd = Path(cwd) if cwd is not None else None
         # a command's relative paths and `{python}` mean what they mean in the test's directory
-        self.sc = sc.model_copy(update={"agents": [], "path": base / f"{sc.id}.yaml"})
+        self.sc = sc.model_copy(update={"agents": [], "path": self._base() / f"{sc.id}.yaml"})
         self.world = World(self.sc, self.root, engine.launcher, engine.env)
         # no approver: a person's (the demo's TUI) subscribes instead
         self.approver = LiveApprover(approver, self.world.notes, list(sc.catalog_in_use().operations)) \
@@ -215,10 +215,10 @@ class LiveWorld:
         return self
 
     async def _start(self) -> None:
-        await self.world.start_services()
-        await self.world.start_daemon()
-        if self.approver is not None:
-            await self.world.start_approver(self.approver)
+        # World.start, as `vaultsim run`'s trials: it also records the agent socket and the
+        # credential files as set up (without them every unjailed agent read as a keyring
+        # rewriter, and a removed socket went unseen)
+        await self.world.start(self.approver)
 
     @property
     def run_id(self) -> str:
@@ -265,11 +265,17 @@ class LiveWorld:
         else:
             fields["plan"] = plan
         spec = _valid(AgentSpec, {k: v for k, v in fields.items() if v is not None}, "run_agent")
+        # relative paths from the directory current now, as documented: a test may have changed
+        # it (monkeypatch.chdir to where it wrote its agent) after the world was set up
+        self.sc = self.sc.model_copy(update={"path": self._base() / f"{self.sc.id}.yaml"})
         taskspec = _valid(TaskSpec, {k: task[k] for k in ("goal", "deadline_s") if k in task}, "run_agent: task")
         self._check(spec)
         run = self.engine.call(self._run_agent(spec, taskspec, env or {}, mode, network),
                                timeout=taskspec.deadline_s + CALL_TIMEOUT_S)
         return run
+
+    def _base(self) -> Path:
+        return self.cwd if self.cwd is not None else Path.cwd()
 
     def adopt(self, pid: int) -> None:
         """A process the test started to act for it on the agent socket (`vaultsim.client()`'s
@@ -376,6 +382,8 @@ class LiveWorld:
         """Stop the world and grade it as `vaultsim run` grades a trial. Once per world: a second
         call with the same expectation returns the same result."""
         exp = _expect(expect)
+        # the threshold the fatigue figures count with is the expectation's, as a scenario's is
+        self.evidence.rubber_stamp_s = exp.prompts.rubber_stamp_s
         if self.result is not None:
             # the same collected evidence, judged against another expectation
             return self.result if exp == self.result.expect else self.trial.judge(self.evidence, exp)

@@ -139,13 +139,18 @@ class AgentJail:
         for path in [p for g in given for p in dict.fromkeys((os.path.abspath(g), os.path.realpath(g)))]:
             if not os.path.exists(path) or not _inside(path, hidden, resolve=False) or _inside(path, (root,)):
                 continue
-            if os.path.isfile(path) and os.path.dirname(path) not in hidden:
+            file = path if os.path.isfile(path) else None
+            if file is not None and os.path.dirname(path) not in hidden:
                 path = os.path.dirname(path)
                 venv = os.path.dirname(path)
                 if os.path.basename(path) == "bin" and os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
                     path = venv  # the whole environment: its site-packages and its pyvenv.cfg
             if _inside(root, (path,)) or path in hidden:
-                continue  # it would show the trial (or all of /tmp): not even read-only
+                # it would show the trial (or all of /tmp): not even read-only. The file alone
+                # then (a pytest test's agent written to tmp_path, which holds the world's home)
+                if file is not None and file not in out:
+                    out.append(file)
+                continue
             if not any(_inside(path, (p,)) for p in out):
                 out.append(path)
         return out

@@ -142,13 +142,16 @@ class World:
 
     # ---- up ----------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, approver: RecordingApprover | None = None) -> None:
+        """Services, daemon, the baselines every agent is judged against, the approver (the
+        scenario's, or the one given: the pytest plugin's live rules). `vaultsim run` and the
+        plugin both start here, so neither misses a baseline the other records."""
         await self.start_services()
         await self.start_daemon()
         self.agent_sock_id = _file_id(self.home.agent_sock)  # an agent must not swap it for its own
         self.vault_files = await asyncio.to_thread(self._credential_files)
-        if self.sc.approver is not None:
-            await self.start_approver()
+        if approver is not None or self.sc.approver is not None:
+            await self.start_approver(approver)
 
     def credential_names(self) -> list[str]:
         if self.sc.credentials is not None:

@@ -72,3 +72,91 @@ class TestAFifoInsideALogSet:
         os.mkfifo(fifo)
         out = _verify_cli(str(fifo))
         assert out.returncode == 2 and "not a regular file" in out.stderr
+
+
+class _StalledDisk:
+    """os.write / os.fdatasync where fdatasync waits for `go` (a disk that stalls), bounded."""
+
+    def __init__(self) -> None:
+        import threading
+        self.go = threading.Event()
+        self.stalled = threading.Event()
+
+    def write(self, fd: int, data: object) -> int:
+        return os.write(fd, data)  # type: ignore[arg-type]
+
+    def fdatasync(self, fd: int) -> None:
+        self.stalled.set()
+        self.go.wait(5)
+        os.fdatasync(fd)
+
+
+class TestAbandonOffTheLoop:
+    def test_abandon_on_a_stalled_disk_leaves_the_loop_free(self, tmp_path: Path) -> None:
+        """The daemon abandons its log (home left its path) from its event loop; the staged records'
+        write+fdatasync ran there and, on a stalled disk, froze status, lock and every approver.
+        Now the loop is free at once; the records still reach the file through its descriptor,
+        nothing is written by path (head file), and the writer then accepts nothing more."""
+        import asyncio
+        import time
+
+        from audit_fixtures import LogFiles
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from vault.errors import AuditError
+
+        files = LogFiles(tmp_path / "audit.log", os.urandom(32), Ed25519PrivateKey.generate())
+        disk = _StalledDisk()
+        disk.go.set()
+        w = files.writer(io=disk, clock=FakeClock(), inline_limit_s=0)
+        w.append_sync({"type": "intent", "n": 0})
+        head_before = files.head.read_bytes()
+        disk.go.clear()
+
+        async def scenario() -> float:
+            w.append_nowait({"type": "intent", "n": 1})
+            started = time.monotonic()
+            w.abandon("the home left its path")
+            took = time.monotonic() - started
+            ticks = 0
+            while not disk.stalled.is_set() and ticks < 2000:  # the flush reached the stalled disk
+                await asyncio.sleep(0.005)
+                ticks += 1
+            await asyncio.sleep(0)  # the loop still runs while the disk stalls
+            with pytest.raises(AuditError):
+                w.append_nowait({"type": "intent", "n": 2})
+            disk.go.set()
+            deadline = time.monotonic() + 20
+            while not w.failed and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            return took
+
+        took = asyncio.run(scenario())
+        assert took < 1.0, f"abandon held the event loop {took:.1f}s on a stalled disk"
+        assert w.failed and "left its path" in (w.failure_reason or "")
+        w.close()
+        assert files.head.read_bytes() == head_before  # nothing by path
+        from vault.audit import decrypt_events
+        assert [e.get("n") for e in decrypt_events(files.log, files.key) if e.get("type") == "intent"] == [0, 1]
+
+    def test_close_right_after_abandon_keeps_the_staged_records(self, tmp_path: Path) -> None:
+        """The daemon closes its log just after abandoning it: what was staged still reaches the
+        file before its descriptor closes, whether or not abandon's thread ran yet."""
+        import asyncio
+
+        from audit_fixtures import LogFiles
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from vault.audit import decrypt_events
+
+        files = LogFiles(tmp_path / "audit.log", os.urandom(32), Ed25519PrivateKey.generate())
+        w = files.writer(io=FlakyIO(sync=False), clock=FakeClock())
+        w.append_sync({"type": "intent", "n": 0})
+        head_before = files.head.read_bytes()
+
+        async def scenario() -> None:
+            w.append_nowait({"type": "intent", "n": 1})
+            w.abandon("the home left its path")
+            w.close()
+
+        asyncio.run(scenario())
+        assert files.head.read_bytes() == head_before
+        assert [e.get("n") for e in decrypt_events(files.log, files.key) if e.get("type") == "intent"] == [0, 1]

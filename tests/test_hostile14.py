@@ -160,3 +160,121 @@ class TestAbandonOffTheLoop:
         asyncio.run(scenario())
         assert files.head.read_bytes() == head_before
         assert [e.get("n") for e in decrypt_events(files.log, files.key) if e.get("type") == "intent"] == [0, 1]
+
+
+def _flock(path: Path) -> int:
+    import fcntl
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+class TestADaemonThatAnswersNoSocket:
+    """`status` and `stop` when no socket answers (README: `held_by_pid`, exit 1; `stop` stops it)."""
+
+    def test_a_fork_server_daemon_cut_off_is_named_and_stopped(self, tmp_path: Path) -> None:
+        """The runner's fork server starts daemons with its own command line (`python -c ...
+        forkserver`), with no "daemon" word: one whose socket files were removed was "no daemon
+        serves" to `status` and `stop` (exit 1) while it held the home. The pid file names it."""
+        import asyncio
+        import shutil
+
+        from test_forkserver import daemon_env, fork_server, forked_daemon
+
+        home, env = daemon_env(tmp_path)
+        cli = {**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+        def vaultsim(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "vault.cli.main", *args], capture_output=True,
+                                  text=True, timeout=60, env=cli, cwd=tmp_path)
+
+        async def scenario() -> tuple[int, subprocess.CompletedProcess[str], subprocess.CompletedProcess[str], int]:
+            async with fork_server(env) as server:
+                proc = await forked_daemon(server, home, env, tmp_path)
+                (home / "agent.sock").unlink()
+                (home / "approver.sock").unlink()
+                status = await asyncio.to_thread(vaultsim, "status", "--json")
+                stop = await asyncio.to_thread(vaultsim, "stop", "--timeout", "20")
+                code = await asyncio.wait_for(proc.wait(), 30)
+                return proc.pid, status, stop, code
+
+        pid, status, stop, code = asyncio.run(scenario())
+        assert 1 == status.returncode, status
+        doc = json.loads(status.stdout)
+        assert (doc["held_by_pid"], doc["held_state"]) == (pid, "cut off"), doc
+        assert (0, "") == (stop.returncode, stop.stderr), stop
+        assert f"daemon (pid {pid}) stopped; it answered on no socket" in stop.stdout
+        assert code == 0
+        shutil.rmtree(tmp_path / "kr", ignore_errors=True)
+
+    def test_a_daemon_still_starting_is_said_to_be_starting_and_stop_waits_for_it(self) -> None:
+        """A daemon waiting on its keyring (another `vaultsim` holds the keyring's lock) holds the
+        home but listens on no socket yet: `status` said its sockets were "removed or replaced".
+        Now it says it is starting; `stop` waits for it to serve and stops it through its socket."""
+        import shutil
+
+        from helpers import new_sandbox, wait_for
+        from vault.daemon.instance import live_pid
+        from vault.home import VaultHome
+        from vault.runner import world_procs
+
+        box = new_sandbox()
+        held = _flock(box.root / "kr" / "keyring.lock")  # a first start writes its data key under it
+        try:
+            daemon = box.spawn(world_procs.daemon_argv(unlocked=True),
+                               stdout=open(box.root / "d.log", "w"), stderr=subprocess.STDOUT)
+            home = VaultHome(box.home)
+            wait_for(lambda: live_pid(home) == daemon.pid, what="the daemon to take its home")
+            status = box.vaultsim("status", "--json")
+            assert 1 == status.returncode, status
+            doc = json.loads(status.stdout)
+            assert (doc["held_by_pid"], doc["held_state"]) == (daemon.pid, "starting"), doc
+            assert "still starting" in box.vaultsim("status").stdout
+            assert daemon.poll() is None
+            stop = box.spawn([sys.executable, "-m", "vault.cli.main", "stop", "--timeout", "60"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            os.close(held)
+            held = -1
+            out, err = stop.communicate(timeout=90)
+            assert (0, "") == (stop.returncode, err), (out, err)
+            assert f"daemon (pid {daemon.pid}) stopped" in out and "no socket" not in out
+            assert 0 == daemon.wait(timeout=30)
+        finally:
+            if held >= 0:
+                os.close(held)
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)
+
+    def test_a_sigstopped_daemon_status_is_quick_and_stop_stops_it_cleanly(self) -> None:
+        """A SIGSTOPped daemon accepts connections (the kernel's backlog) and answers nothing:
+        `status` waited 5 s on each socket, then said its sockets were removed or replaced; `stop`
+        sent a TERM it could not act on and gave up after --timeout. Now `status` says it is
+        stopped at once; `stop` continues it with the TERM and it stops cleanly, its log signed."""
+        import shutil
+        import signal
+        import time
+
+        from helpers import new_sandbox
+        from vault.audit import verify
+
+        box = new_sandbox()
+        try:
+            daemon = box.start_daemon()
+            os.kill(daemon.pid, signal.SIGSTOP)
+            started = time.monotonic()
+            status = box.vaultsim("status", "--json")
+            took = time.monotonic() - started
+            assert 1 == status.returncode, status
+            doc = json.loads(status.stdout)
+            assert (doc["held_by_pid"], doc["held_state"]) == (daemon.pid, "stopped"), doc
+            assert took < 4, f"status took {took:.1f}s on a stopped daemon"
+            assert f"kill -CONT {daemon.pid}" in box.vaultsim("status").stdout
+            stop = box.vaultsim("stop", "--timeout", "30")
+            assert (0, "") == (stop.returncode, stop.stderr), stop
+            assert f"daemon (pid {daemon.pid}) stopped; it was stopped (SIGSTOP)" in stop.stdout
+            assert 0 == daemon.wait(timeout=30)
+            assert verify(box.home / "audit.log").status == "intact"
+        finally:
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)

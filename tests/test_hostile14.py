@@ -278,3 +278,61 @@ class TestADaemonThatAnswersNoSocket:
         finally:
             box.close()
             shutil.rmtree(box.root, ignore_errors=True)
+
+
+class TestApproverCommandsOnAStoppedDaemon:
+    @pytest.mark.parametrize("command", [("lock",), ("unlock",), ("stats",)])
+    def test_say_so_at_once_in_one_line_exit_1(self, command: tuple[str, ...]) -> None:
+        """`vaultsim lock` (unlock, stats) against a SIGSTOPped daemon waited 30 s and ended in
+        "internal error (a bug in vaultsim)" with a traceback (exit 3), then a hint to start a
+        daemon that was there. Now it says at once the daemon is stopped (exit 1, no traceback)."""
+        import shutil
+        import signal
+        import time
+
+        from helpers import new_sandbox
+
+        box = new_sandbox()
+        try:
+            daemon = box.start_daemon()
+            os.kill(daemon.pid, signal.SIGSTOP)
+            started = time.monotonic()
+            out = box.vaultsim(*command)
+            took = time.monotonic() - started
+            os.kill(daemon.pid, signal.SIGCONT)
+            assert 1 == out.returncode, out
+            assert "Traceback" not in out.stderr and "internal error" not in out.stderr, out.stderr
+            assert f"daemon pid {daemon.pid}" in out.stderr and "stopped" in out.stderr, out.stderr
+            assert "start one with" not in out.stderr, out.stderr
+            assert took < 10, f"{command} took {took:.1f}s"
+            assert box.status() is not None  # continued, it serves on
+        finally:
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)
+
+    def test_an_answer_that_never_comes_is_a_clear_error_not_a_bug(self, tmp_path: Path) -> None:
+        """A daemon (or anything at its socket) that accepts and never answers: the one-shot
+        approver client's read timeout was an internal error; now a HomeError naming the socket."""
+        import socket
+        import threading
+
+        from vault.client import ApproverClient
+        from vault.errors import HomeError
+        from vault.home import VaultHome
+
+        home = VaultHome(tmp_path / "h")
+        home.root.mkdir(mode=0o700)
+        (home.root / "approver.token").write_text("A" * 43)
+        os.chmod(home.root / "approver.token", 0o600)
+        mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        mute.bind(str(home.approver_sock))
+        mute.listen(4)
+        held: list[socket.socket] = []
+        threading.Thread(target=lambda: held.append(mute.accept()[0]), daemon=True).start()
+        try:
+            with pytest.raises(HomeError, match="did not answer"):
+                ApproverClient.for_home(home, name="t", timeout=0.5)
+        finally:
+            mute.close()
+            for s in held:
+                s.close()

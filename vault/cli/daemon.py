@@ -571,7 +571,7 @@ def run_status(args: argparse.Namespace) -> int:
         else:
             print(f"no vaultsim daemon serves {out['home']}")
             if "held_by_pid" in out:
-                print(f"  {out['held_why']}")
+                print(f"  but {out['held_why']}")
             if "home_unusable" in out:
                 print(f"  and none can: {out['home_unusable']}")
             print(f"  keyring backend: {out['keyring_backend']}")

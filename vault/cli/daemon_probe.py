@@ -37,12 +37,12 @@ class HeldBy:
 
     def why(self) -> str:
         if self.state == "stopped":
-            return (f"but daemon pid {self.pid} holds it and is stopped (SIGSTOP or a debugger) and answers "
+            return (f"daemon pid {self.pid} holds it and is stopped (SIGSTOP or a debugger) and answers "
                     f"nothing until continued (`kill -CONT {self.pid}`); `vaultsim stop` stops it")
         if self.state == "starting":
-            return (f"but daemon pid {self.pid} holds it and is still starting (not listening on its sockets "
+            return (f"daemon pid {self.pid} holds it and is still starting (not listening on its sockets "
                     "yet); try again in a moment")
-        return (f"but daemon pid {self.pid} holds it and answers on no socket (its socket files were "
+        return (f"daemon pid {self.pid} holds it and answers on no socket (its socket files were "
                 "removed or replaced); `vaultsim stop` stops it")
 
 

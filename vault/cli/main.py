@@ -267,6 +267,12 @@ def _hint_start_daemon(args: argparse.Namespace) -> None:
         home = VaultHome.resolve(getattr(args, "home", None))
     except VaultError:
         return
+    from vault.cli.daemon_probe import held_by
+    held = held_by(home, wait_s=0)
+    if held is not None:  # one holds the home: never "start one" (a stopped one's error said why)
+        if held.state != "stopped":
+            print(f"hint: {held.why().replace('holds it', f'holds {home.root}', 1)}", file=sys.stderr)
+        return
     if daemon_status(home, timeout=2) is None:
         where = f" --home {home.root}" if getattr(args, "home", None) else ""
         print(f"hint: no daemon serves {home.root}; start one with `vaultsim daemon{where}` "

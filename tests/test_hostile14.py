@@ -336,3 +336,52 @@ class TestApproverCommandsOnAStoppedDaemon:
             mute.close()
             for s in held:
                 s.close()
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path):
+    """A tiny tmpfs filled to the last block (root only)."""
+    where = tmp_path / "full"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        fd = os.open(where / "fill", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+class TestReportsOnAFullDisk:
+    def test_a_json_report_that_cannot_be_written_does_not_cost_the_junit_one(self, tmp_path: Path,
+                                                                            full_disk: Path) -> None:
+        """`report merge` (and `run`) wrote --json, then --junit: a JSON report on a full disk
+        ended the command before the JUnit file on another disk was tried. Now each is tried;
+        the one that failed is named (exit 2, as before), the old file there untouched."""
+        from vault.runner.merge import summarize
+        from vault.runner.report_schema import document
+
+        shard = tmp_path / "shard.json"
+        shard.write_text(json.dumps(document(
+            {"shard": {"index": 1, "count": 1, "selection": "x", "selected_trials": 0}, "not_run": 0,
+             "agent": "stub", "jobs": 1, "paths": []}, summarize([], 0.0), [], [])))
+        junit = tmp_path / "r.xml"
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        out = subprocess.run([sys.executable, "-m", "vault.cli.main", "report", "merge", str(shard),
+                              "--json", str(full_disk / "r.json"), "--junit", str(junit)],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 2, out
+        assert f"--json: cannot write {full_disk / 'r.json'}: No space left on device" in out.stderr
+        assert "Traceback" not in out.stderr
+        assert junit.read_text().startswith("<?xml"), "the JUnit report was not written"
+        assert not (full_disk / "r.json").exists()
+        assert [p.name for p in full_disk.iterdir()] == ["fill"]  # no temp file left

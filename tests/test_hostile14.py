@@ -385,3 +385,50 @@ class TestReportsOnAFullDisk:
         assert junit.read_text().startswith("<?xml"), "the JUnit report was not written"
         assert not (full_disk / "r.json").exists()
         assert [p.name for p in full_disk.iterdir()] == ["fill"]  # no temp file left
+
+
+class TestAStartWithNoRoomForItsKeys:
+    @pytest.mark.parametrize("pages", [1, 2])
+    def test_is_exit_2_in_one_line_like_any_start_with_no_room(self, tmp_path: Path, pages: int) -> None:
+        """README: `vaultsim daemon` exits 2 when it cannot start for lack of room. With room for
+        its pid file but not for audit.key (1 page) or audit.pub (2), it exited 1 ("it failed
+        after starting"). Now 2, one line naming the file, no traceback; the files it did write
+        are whole (the next start, given room, serves and its log verifies)."""
+        from vault.runner import world_procs
+
+        root = tmp_path / "r"
+        root.mkdir(mode=0o700)
+        home = root / "h"
+        home.mkdir(mode=0o700)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k,mode=0700", "tmpfs", str(home)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+        env = {**world_procs.home_env(root), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+        def vaultsim(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "vault.cli.main", *args], env=env,
+                                  capture_output=True, text=True, timeout=60)
+        try:
+            fill = home / "fill"
+            fd = os.open(fill, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                while os.write(fd, b"\0" * 4096):
+                    pass
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+            os.truncate(fill, fill.stat().st_size - pages * 4096)
+            out = vaultsim("daemon", "--unlocked")
+            assert out.returncode == 2, out
+            assert "cannot start" in out.stderr and "No space left on device" in out.stderr, out.stderr
+            assert "audit signing key" in out.stderr or "audit public key" in out.stderr, out.stderr
+            assert "Traceback" not in out.stderr + out.stdout
+            fill.unlink()
+            assert vaultsim("daemon", "--unlocked").returncode == 0
+            assert vaultsim("stop").returncode == 0
+            assert vaultsim("audit", "verify").returncode == 0
+        finally:
+            vaultsim("stop")
+            subprocess.run(["umount", "-l", str(home)], capture_output=True)

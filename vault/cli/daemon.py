@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from vault.cli.main import add_home_arg, path_arg
+from vault.cli.stdout import NO_ROOM
 from vault.errors import BadInput, HomeError, RpcError, VaultError
 from vault.atomic import open_append
 from vault.home import VaultHome, write_private
@@ -168,6 +169,11 @@ def run_daemon(args: argparse.Namespace) -> int:
     try:
         return _run_foreground(home, args, report)
     except VaultError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno in NO_ROOM:  # no room for its key files: cannot start
+            report.failed(f"cannot start: {exc.message}")
+            _say(f"vaultsim daemon: cannot start: {exc.message}")
+            return 2
         report.failed(exc.message)  # the background parent shows it, even if the log cannot be written
         raise
     finally:

@@ -329,14 +329,17 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
     with os.fdopen(read_end, "rb") as pipe:
         word = _read_word(pipe, deadline)
     if word.startswith("ready "):
+        status = daemon_status(home, timeout=2) or {}
         if args.json:
-            status = daemon_status(home, timeout=2) or {}
             print(json.dumps({"running": True, "pid": child.pid, "home": str(home.root),
                               "locked": status.get("locked"), "agent_socket": str(home.agent_sock),
-                              "approver_socket": str(home.approver_sock), "log": str(home.daemon_log)},
+                              "approver_socket": str(home.approver_sock), "log": str(home.daemon_log),
+                              "halted": status.get("halted")},
                              indent=2, sort_keys=True))
         else:
             print(f"vaultsim daemon: serving {home.root} (pid {child.pid})")
+        if status.get("halted"):  # up for status and stop, but every call is refused: said now, not later
+            print(f"vaultsim daemon: NOT SERVING CALLS: {status['halted']}", file=sys.stderr)
         return 0
     # it said why, or closed the pipe: either way it is on its way out (unless it hung)
     code = _wait(child, 10.0 if time.monotonic() < deadline else 0.5)

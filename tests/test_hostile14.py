@@ -489,3 +489,25 @@ class TestAStartWhoseFirstRecordCannotBeWritten:
         finally:
             vaultsim("stop")
             subprocess.run(["umount", "-l", str(home)], capture_output=True)
+
+
+def test_mcp_says_a_daemon_that_accepts_and_never_answers_is_stuck_not_missing(tmp_path: Path) -> None:
+    """`vaultsim mcp` before serving checks the daemon: one that accepts and never answers (SIGSTOP)
+    was "no vaultsim daemon answers ... Start one with `vaultsim daemon`" (a second start is
+    refused: one holds the home). Now it says the daemon there did not answer in time."""
+    import socket
+
+    from vault.cli.mcp import check_daemon
+    from vault.errors import VaultError
+
+    path = tmp_path / "agent.sock"
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    mute.bind(str(path))
+    mute.listen(4)  # the kernel accepts; nobody reads
+    try:
+        with pytest.raises(VaultError) as caught:
+            check_daemon(str(path), "$VAULTSIM_SOCKET", timeout=0.5)
+        assert "did not answer within 0.5s" in caught.value.message
+        assert "Start one" not in caught.value.message
+    finally:
+        mute.close()

@@ -459,12 +459,16 @@ def _stop_unreachable(home: VaultHome, timeout: float) -> int:
     from vault.cli.daemon_probe import held_by
     deadline = time.monotonic() + timeout
     held = held_by(home)
+    first = held
     while held is not None and held.state == "starting" and time.monotonic() < deadline:
         status = daemon_status(home, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
         if status is not None:  # it serves now: the ordinary stop, through its socket
             return _stop_serving(home, status, deadline, timeout)
         time.sleep(0.1)
         held = held_by(home)
+    if held is None and first is not None and not _pid_alive(first.pid):  # it was stopping: it has
+        print(f"vaultsim stop: daemon (pid {first.pid}) stopped")
+        return 0
     if held is None:
         print(f"vaultsim stop: no daemon serves {home.root}", file=sys.stderr)
         return 1

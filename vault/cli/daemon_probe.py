@@ -8,7 +8,7 @@ or its command line is `vaultsim daemon`. Why it does not answer:
 
 * ``stopped``: SIGSTOPped (or held by a debugger): it answers nothing until continued;
 * ``starting``: it listens on neither of its socket paths yet (it is still starting up:
-  a keyring to unlock, an audit log to recover);
+  a keyring to unlock, an audit log to recover), or no more (stopping: its log being signed);
 * ``cut off``: it listens there, but the socket files were removed or replaced.
 
 Decided from the kernel's tables (/proc/PID/stat via psutil, /proc/net/unix), without
@@ -41,7 +41,7 @@ class HeldBy:
                     f"nothing until continued (`kill -CONT {self.pid}`); `vaultsim stop` stops it")
         if self.state == "starting":
             return (f"daemon pid {self.pid} holds it and is still starting (not listening on its sockets "
-                    "yet); try again in a moment")
+                    "yet, or no more: stopping); try again in a moment")
         return (f"daemon pid {self.pid} holds it and answers on no socket (its socket files were "
                 "removed or replaced); `vaultsim stop` stops it")
 

@@ -206,6 +206,14 @@ class ApproverClient(RpcClient):
             raise
         return client
 
+    def request(self, method: str, **params: Any) -> Any:
+        try:
+            return super().request(method, **params)
+        except TimeoutError:  # a daemon stopped (SIGSTOP) or stuck: said, not a bug's traceback
+            raise HomeError(f"the vaultsim daemon on {self.path} did not answer {method} within "
+                            f"{self.sock.gettimeout() or 0:g}s (stopped, or stuck); whether it was done is "
+                            "unknown: see `vaultsim status`") from None
+
     def all_pages(self, method: str, **params: Any) -> dict[str, Any]:
         """`sessions`, `stats` or `pending` with every page merged into one answer."""
         answer: dict[str, Any] = self.request(method, **params)  # a paged method answers an object

@@ -57,7 +57,8 @@ def load_or_create_signing_key(home_dir: Path, key: bytes) -> Ed25519PrivateKey:
         try:
             atomic_write(key_file, json.dumps(doc, separators=(",", ":")).encode())
         except OSError as exc:
-            raise AuditError(f"cannot write audit signing key {key_file}: {exc.strerror}") from None
+            # chained: a starting daemon tells no room (exit 2, README) from a damaged key by its errno
+            raise AuditError(f"cannot write audit signing key {key_file}: {exc.strerror}") from exc
     except OSError as exc:
         raise AuditError(f"cannot read audit signing key {key_file}: {exc.strerror}") from None
     else:
@@ -93,7 +94,7 @@ def ensure_public_key(path: Path, public: Ed25519PublicKey) -> None:
         try:
             atomic_write(path, public_pem(public))
         except OSError as exc:
-            raise AuditError(f"cannot write audit public key {path}: {exc.strerror}") from None
+            raise AuditError(f"cannot write audit public key {path}: {exc.strerror}") from exc
         return
     except BadInput as exc:
         raise AuditError(exc.message) from None

@@ -121,11 +121,16 @@ def verify(path: str | os.PathLike[str], public_key_path: str | os.PathLike[str]
     check_head_file = not (one and path != base)  # the head file belongs to the newest segment
     side: bytes | None = None
     anchor_note = ""
+    member_problem = ""  # a file of the set (not the LOG named) that is no log file: tampered, exit 1
     if check_head_file:
         try:
             side = F.read_small(hp, "head file", limit=4096)
         except FileNotFoundError:
             anchor_note = f"; no head file {hp.name}: a cut after the last signed head cannot be ruled out"
+        except BadInput as exc:
+            if head_path is not None:
+                raise
+            member_problem = f"head file: {exc.message}"
     side_head = R.parse_head(side[:-1]) if side is not None and side.endswith(b"\n") else None
     w = Walk(side_head.seq if side_head is not None else -1, [p for _, p in segments])
     torn = b""
@@ -140,7 +145,7 @@ def verify(path: str | os.PathLike[str], public_key_path: str | os.PathLike[str]
                     break
                 clean.apply(w)
                 continue
-            if not _walk_file(w, segments, i, public, one):
+            if not _walk_file(w, segments, i, public, one, path):
                 break
             torn = w.torn
     n, last = w.records, w.last_signed
@@ -154,6 +159,8 @@ def verify(path: str | os.PathLike[str], public_key_path: str | os.PathLike[str]
 
     if w.problem is not None:
         return report(*w.problem)
+    if member_problem:
+        return report("tampered", None, member_problem)
     if torn:
         seq = expected - 1 if torn.startswith(R.HEAD_START[:3]) and n else expected
         return report("truncated", seq, f"the last line (seq {seq}) is torn: the log was cut "
@@ -184,10 +191,18 @@ def verify(path: str | os.PathLike[str], public_key_path: str | os.PathLike[str]
 
 
 def _walk_file(w: Walk, segments: list[tuple[int | None, Path]], i: int,
-               public: Ed25519PublicKey | None, one: bool) -> bool:
-    """Walk segment `i` here; False once a problem is found."""
+               public: Ed25519PublicKey | None, one: bool, named: Path) -> bool:
+    """Walk segment `i` here; False once a problem is found. The LOG named that is no log is
+    bad input (BadInput); another file of its set that is none (a FIFO, a directory, not a
+    log) is a set that does not verify: `tampered`, naming it (README: exit 1)."""
     name_seq, seg = segments[i]
-    reader = LineReader(seg)
+    try:
+        reader = LineReader(seg)
+    except BadInput as exc:
+        if seg == named:
+            raise
+        w.problem = ("tampered", w.expected, f"segment {seg.name}: {exc.message}")
+        return False
     try:
         lines = itertools.chain.from_iterable(reader)
         _start_segment(w, lines, seg, name_seq, public, i == 0, one)

@@ -178,6 +178,7 @@ class AuditWriter:
         self._nonces, self._nonce_at, self._nonce_gen = b"", 0, -1  # random bytes not yet used as nonces
         self._failure: str | None = None
         self._closing = False
+        self._abandoned: str | None = None  # why nothing more is written by path (abandon)
         # the file, guarded by _wlock (written) and _slock (durable)
         self._written_seq = tail.next_seq - 1
         self._written_head = tail.head
@@ -375,13 +376,25 @@ class AuditWriter:
         from here on (no head file, no rotation), as it would land in whatever directory now has
         the name; `close` then only releases the file. Its next start signs the unsigned tail."""
         with self._lock:
-            if self._failure is not None or self._closing:
+            if self._failure is not None or self._closing or self._abandoned is not None:
                 return
+            # from here: no new record, no head file, no rotation (checked under the same lock)
+            self._abandoned = f"audit log {self.path}: {why}; no further records are accepted"
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            self._end_abandoned()
+        else:  # the write and fdatasync block on a stalled disk: never in the loop thread
+            loop.run_in_executor(None, self._end_abandoned)
+
+    def _end_abandoned(self) -> None:
         with contextlib.suppress(AuditError):
             self._flush(publish=False, rotate=False)
         with self._lock:
             if self._failure is None:
-                self._failure = f"audit log {self.path}: {why}; no further records are accepted"
+                self._failure = self._abandoned
 
     def close(self) -> None:
         """Write and sync what is queued, sign the last record, release the lock.
@@ -393,12 +406,13 @@ class AuditWriter:
             if self._closing:
                 return
             self._closing = True
-            if self._failure is None and self._next_seq - 1 > self._head_seq:
+            if self._failure is None and self._abandoned is None and self._next_seq - 1 > self._head_seq:
                 try:
                     self._stage_head(self._clock_time())
                 except ValueError as exc:
                     self._fail(exc, "reading the clock")
-            failed_before = self._failure
+            ending_abandoned = self._failure is None and self._abandoned is not None
+            failed_before = self._failure or self._abandoned  # abandoned: its own flush, nothing by path
         for timer in (self._timer, self._flush_timer):  # close runs in the loop thread (or after it)
             if timer is not None:
                 timer.cancel()
@@ -406,6 +420,8 @@ class AuditWriter:
         try:
             if failed_before is None:
                 self._flush(publish=True)
+            elif ending_abandoned:  # its thread may not have written them yet: before the fd closes
+                self._end_abandoned()
         finally:
             if self._executor is not None:
                 self._executor.shutdown(wait=False)
@@ -437,8 +453,8 @@ class AuditWriter:
 
     def _stage(self, payload: bytes) -> int:
         with self._lock:
-            if self._failure is not None:
-                raise AuditError(self._failure)
+            if self._failure is not None or self._abandoned is not None:
+                raise AuditError(self._failure or self._abandoned or "")
             if self._closing:
                 raise AuditError(f"audit log {self.path} is closed")
             try:
@@ -551,7 +567,7 @@ class AuditWriter:
     def _publish(self, head: RC.HeadRef) -> None:
         """Replace the head file with `head` (durable in the log already), all or nothing."""
         with self._hlock:
-            if head.seq <= self._published_seq:
+            if head.seq <= self._published_seq or self._abandoned is not None:
                 return
             try:
                 F.atomic_write(R.head_path(self.path), head.line)
@@ -572,7 +588,7 @@ class AuditWriter:
             if self._fd_closed:
                 return
             with self._lock:
-                if self._failure is not None or self._closing:
+                if self._failure is not None or self._closing or self._abandoned is not None:
                     return
                 old_name = F.segment_path(self.path, self._first_seq)
                 try:

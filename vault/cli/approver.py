@@ -9,6 +9,7 @@ from typing import Any
 
 from vault.cli.main import add_home_arg
 from vault.client import ApproverClient
+from vault.errors import HomeError
 from vault.home import VaultHome
 from vault.proc_guard import make_undumpable
 from vault.text import printable
@@ -17,6 +18,10 @@ from vault.text import printable
 def _request(args: argparse.Namespace, method: str, **params: Any) -> Any:
     make_undumpable()  # it reads the approver token
     home = VaultHome.resolve(args.home).check()  # a file or an open directory: exit 2, said plainly
+    from vault.cli.daemon_probe import held_by
+    held = held_by(home, wait_s=0)
+    if held is not None and held.state == "stopped":  # it would hold us for the client's whole timeout
+        raise HomeError(f"cannot {method}: {held.why().replace('holds it', f'holds {home.root}', 1)}")
     with ApproverClient.for_home(home, name=f"vaultsim-{method}") as c:
         # stats comes in pages: read them all
         return c.all_pages(method, **params) if method == "stats" else c.request(method, **params)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from vault.cli.main import add_home_arg, path_arg
+from vault.cli.stdout import NO_ROOM
 from vault.errors import BadInput, HomeError, RpcError, VaultError
 from vault.atomic import open_append
 from vault.home import VaultHome, write_private
@@ -168,6 +169,11 @@ def run_daemon(args: argparse.Namespace) -> int:
     try:
         return _run_foreground(home, args, report)
     except VaultError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno in NO_ROOM:  # no room for its key files: cannot start
+            report.failed(f"cannot start: {exc.message}")
+            _say(f"vaultsim daemon: cannot start: {exc.message}")
+            return 2
         report.failed(exc.message)  # the background parent shows it, even if the log cannot be written
         raise
     finally:
@@ -323,14 +329,17 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
     with os.fdopen(read_end, "rb") as pipe:
         word = _read_word(pipe, deadline)
     if word.startswith("ready "):
+        status = daemon_status(home, timeout=2) or {}
         if args.json:
-            status = daemon_status(home, timeout=2) or {}
             print(json.dumps({"running": True, "pid": child.pid, "home": str(home.root),
                               "locked": status.get("locked"), "agent_socket": str(home.agent_sock),
-                              "approver_socket": str(home.approver_sock), "log": str(home.daemon_log)},
+                              "approver_socket": str(home.approver_sock), "log": str(home.daemon_log),
+                              "halted": status.get("halted")},
                              indent=2, sort_keys=True))
         else:
             print(f"vaultsim daemon: serving {home.root} (pid {child.pid})")
+        if status.get("halted"):  # up for status and stop, but every call is refused: said now, not later
+            print(f"vaultsim daemon: NOT SERVING CALLS: {status['halted']}", file=sys.stderr)
         return 0
     # it said why, or closed the pipe: either way it is on its way out (unless it hung)
     code = _wait(child, 10.0 if time.monotonic() < deadline else 0.5)
@@ -420,54 +429,59 @@ def configure_stop(p: argparse.ArgumentParser) -> None:
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    from vault.client import ApproverClient
+    from vault.cli.daemon_probe import held_by
     home = VaultHome.resolve(args.home).check()
-    status = daemon_status(home)
+    held = held_by(home, wait_s=0)
+    # a stopped daemon holds a client for its whole timeout: stopped by its signal at once
+    status = daemon_status(home) if held is None or held.state != "stopped" else None
     if status is None:
         return _stop_unreachable(home, args.timeout)
+    return _stop_serving(home, status, time.monotonic() + args.timeout, args.timeout)
+
+
+def _stop_serving(home: VaultHome, status: dict[str, Any], deadline: float, timeout: float) -> int:
+    from vault.client import ApproverClient
     with ApproverClient.for_home(home, name="vaultsim-stop") as c:
         c.request("shutdown")
-    deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
         if not _pid_alive(status.get("pid")):
             # its socket files may be left (a home remounted read-only): gone is gone
             print(f"vaultsim stop: daemon (pid {status['pid']}) stopped")
             return 0
         time.sleep(0.05)
-    raise HomeError(f"daemon (pid {status['pid']}) did not stop within {args.timeout:g}s")
-
-
-def _unreachable_daemon(home: VaultHome) -> int | None:
-    """A vaultsim daemon that holds the home's lock but answers on none of its sockets (their
-    files removed or replaced by another process); None when there is none."""
-    import psutil
-
-    from vault.daemon.instance import lock_holder
-    pid = lock_holder(home)
-    if pid is None or pid == os.getpid():
-        return None
-    try:
-        words = psutil.Process(pid).cmdline()
-    except psutil.Error:
-        return None
-    # only a vaultsim daemon is stopped this way, never another process that took the lock
-    return pid if "daemon" in words and any("vault" in w for w in words) else None
+    raise HomeError(f"daemon (pid {status['pid']}) did not stop within {timeout:g}s")
 
 
 def _stop_unreachable(home: VaultHome, timeout: float) -> int:
-    """`stop` when no socket answers: the daemon holding the home is stopped by its signal
-    (SIGTERM: the same clean stop), else there is nothing to stop."""
-    pid = _unreachable_daemon(home)
-    if pid is None:
+    """`stop` when no socket answers: a daemon still starting is waited for and stopped through
+    its socket; one stopped (SIGSTOP) or cut off from its sockets is stopped by its signal
+    (SIGTERM, and SIGCONT so that it can act on it: the same clean stop); else nothing to stop."""
+    from vault.cli.daemon_probe import held_by
+    deadline = time.monotonic() + timeout
+    held = held_by(home)
+    first = held
+    while held is not None and held.state == "starting" and time.monotonic() < deadline:
+        status = daemon_status(home, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+        if status is not None:  # it serves now: the ordinary stop, through its socket
+            return _stop_serving(home, status, deadline, timeout)
+        time.sleep(0.1)
+        held = held_by(home)
+    if held is None and first is not None and not _pid_alive(first.pid):  # it was stopping: it has
+        print(f"vaultsim stop: daemon (pid {first.pid}) stopped")
+        return 0
+    if held is None:
         print(f"vaultsim stop: no daemon serves {home.root}", file=sys.stderr)
         return 1
+    pid = held.pid
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
+        os.kill(pid, signal.SIGCONT)  # a stopped process acts on TERM only once continued
     while time.monotonic() < deadline:
         if not _pid_alive(pid):
-            print(f"vaultsim stop: daemon (pid {pid}) stopped; it answered on no socket "
-                  "(its socket files were removed or replaced)")
+            how = {"stopped": "it was stopped (SIGSTOP) and answered nothing",
+                   "starting": "it had not started serving",
+                   "cut off": "it answered on no socket (its socket files were removed or replaced)"}
+            print(f"vaultsim stop: daemon (pid {pid}) stopped; {how[held.state]}")
             return 0
         time.sleep(0.05)
     raise HomeError(f"daemon (pid {pid}) did not stop within {timeout:g}s")
@@ -534,17 +548,21 @@ def configure_status(p: argparse.ArgumentParser) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from vault.cli.daemon_probe import held_by
     home = VaultHome.resolve(args.home)
-    status = daemon_status(home)
+    held = held_by(home, wait_s=0)
+    # a stopped daemon would hold each socket's client for its whole timeout: said at once
+    status = daemon_status(home) if held is None or held.state != "stopped" else None
     if status is None:
         out: dict[str, Any] = {"running": False, "home": str(home.root)}
         try:  # why none could serve here (a file, a directory open to others): said, exit still 1
             home.check()
         except VaultError as exc:
             out["home_unusable"] = exc.message
-        holder = _unreachable_daemon(home)
-        if holder is not None:  # a daemon cut off from its sockets: not serving, but there
-            out["held_by_pid"] = holder
+        if held is None or held.state != "stopped":
+            held = held_by(home)  # (it may have started meanwhile, or stopped serving)
+        if held is not None:  # a daemon starting, stopped, or cut off from its sockets: there, not serving
+            out["held_by_pid"], out["held_state"], out["held_why"] = held.pid, held.state, held.why()
         try:
             from vault.store.keystore import KeyStore
             out["keyring_backend"] = KeyStore(home).backend_name()
@@ -566,8 +584,7 @@ def run_status(args: argparse.Namespace) -> int:
         else:
             print(f"no vaultsim daemon serves {out['home']}")
             if "held_by_pid" in out:
-                print(f"  but daemon pid {out['held_by_pid']} holds it and answers on no socket (its socket "
-                      "files were removed or replaced); `vaultsim stop` stops it")
+                print(f"  but {out['held_why']}")
             if "home_unusable" in out:
                 print(f"  and none can: {out['home_unusable']}")
             print(f"  keyring backend: {out['keyring_backend']}")

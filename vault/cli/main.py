@@ -267,7 +267,15 @@ def _hint_start_daemon(args: argparse.Namespace) -> None:
         home = VaultHome.resolve(getattr(args, "home", None))
     except VaultError:
         return
-    if daemon_status(home, timeout=2) is None:
+    from vault.cli.daemon_probe import held_by
+    held = held_by(home, wait_s=0)
+    if held is not None and held.state == "stopped":  # its error said so; a connection would wait
+        return
+    if daemon_status(home, timeout=2) is not None:
+        return  # a refusal from a running daemon is its own, not a missing daemon's
+    if held is not None:  # one holds the home but answers no socket: never "start one"
+        print(f"hint: {held.why().replace('holds it', f'holds {home.root}', 1)}", file=sys.stderr)
+    else:
         where = f" --home {home.root}" if getattr(args, "home", None) else ""
         print(f"hint: no daemon serves {home.root}; start one with `vaultsim daemon{where}` "
               "(add --unlocked to skip `vaultsim unlock`)", file=sys.stderr)

@@ -88,10 +88,14 @@ def task() -> tuple[str | None, float | None]:
     return (name if isinstance(name, str) and name else None), until
 
 
-def check_daemon(path: str, where: str) -> None:
+def check_daemon(path: str, where: str, timeout: float = 10) -> None:
     try:
-        with RpcClient(path, timeout=10) as c:
+        with RpcClient(path, timeout=timeout) as c:
             c.request("vault.status")
+    except TimeoutError:  # one is there (it accepted) but stopped or stuck: starting another is no fix
+        raise VaultError(f"the vaultsim daemon on {path} (from {where}) did not answer within {timeout:g}s: "
+                         "stopped (SIGSTOP) or stuck; see `vaultsim status`, or pass --wait to start "
+                         "anyway") from None
     except (VaultError, OSError):
         raise VaultError(f"no vaultsim daemon answers on {path} (from {where}). Start one with `vaultsim "
                          "daemon`, point the bridge at its home (--home or VAULTSIM_HOME), or pass --wait "

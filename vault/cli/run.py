@@ -48,11 +48,11 @@ from vault.cli.main import path_arg
 from vault.errors import BadInput
 from vault.proc_guard import make_undumpable
 from vault.runner import table as out
-from vault.runner.junit import write_junit
+from vault.runner.outputs import write_reports
 from vault.runner.procs import ExecLauncher, Launcher, Registry
 from vault.runner.executor import Executor, LocalExecutor
 from vault.runner.report import ScenarioReport, summary
-from vault.runner.report_schema import EXIT_FOR, document, write_json
+from vault.runner.report_schema import EXIT_FOR, document
 from vault.runner.scenario import MAX_TRIALS, VERDICT_ORDER, Case, Scenario, cases, load_all, program_problem
 from vault.runner.select import compile_pattern
 from vault.runner.shard import Shard, parse_shard
@@ -358,13 +358,9 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
     doc = document(info, summary(reports, wall), list(VERDICT_ORDER), [rep.to_dict() for rep in reports])
     console.print()
     out.render(doc, console)
-    for option, path, write in (("--json", args.json, write_json), ("--junit", args.junit, write_junit)):
-        if path:
-            try:
-                write(Path(path), doc)
-            except OSError as exc:  # e.g. the disk filled during the run: the table above still stands
-                raise BadInput(f"{option}: cannot write {path}: {exc.strerror}") from None
-    return EXIT_FOR[doc["summary"]["release"]]
+    # e.g. the disk filled during the run: the table above still stands, each report is tried
+    failed = write_reports(doc, args.json, args.junit, "run")
+    return failed if failed is not None else EXIT_FOR[doc["summary"]["release"]]
 
 
 async def _settle(tasks: Sequence[asyncio.Future[None]], timeout: float) -> None:

@@ -29,9 +29,9 @@ from vault.catalog import read_regular_text
 from vault.cli.main import path_arg
 from vault.errors import BadInput
 from vault.runner import table as out
-from vault.runner.junit import write_junit
+from vault.runner.outputs import write_reports
 from vault.runner.report import scenario_entry, summarize
-from vault.runner.report_schema import EXIT_FOR, MAX_REPORT_BYTES, Report, write_json
+from vault.runner.report_schema import EXIT_FOR, MAX_REPORT_BYTES, Report
 
 COMPUTED = ("failed_checks", "trials", "verdicts", "ok", "response_only_false_pass", "prompts_by_scope", "time_s",
             "trial_results")
@@ -57,13 +57,8 @@ def run(args: argparse.Namespace) -> int:
     doc = merge([load(Path(p)) for p in args.reports])
     console = out.make_console(args.color)
     out.render(doc, console)
-    for option, path, write in (("--json", args.json, write_json), ("--junit", args.junit, write_junit)):
-        if path:
-            try:
-                write(Path(path), doc)
-            except OSError as exc:
-                raise BadInput(f"{option}: cannot write {path}: {exc.strerror}") from None
-    return EXIT_FOR[doc["summary"]["release"]]
+    failed = write_reports(doc, args.json, args.junit, "report merge")
+    return failed if failed is not None else EXIT_FOR[doc["summary"]["release"]]
 
 
 def load(path: Path) -> tuple[str, dict[str, Any]]:

@@ -1,0 +1,34 @@
+"""The reports a run or a merge writes (`--json`, `--junit`), each all or nothing.
+
+Every one asked for is tried, even when another could not be written: a JSON report
+on a full disk no longer costs the JUnit file on another disk. A failure is said in one
+line per file, the file there kept as it was; exit 2, as before (the run's table on
+stdout still stands).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from vault.runner.junit import write_junit
+from vault.runner.report_schema import write_json
+
+EXIT_NOT_WRITTEN = 2
+
+
+def write_reports(doc: dict[str, Any], json_path: str | None, junit_path: str | None, command: str) -> int | None:
+    """Write the reports asked for; None when every one was written, else the exit code."""
+    code: int | None = None
+    for option, path, write in (("--json", json_path, write_json), ("--junit", junit_path, write_junit)):
+        if not path:
+            continue
+        try:
+            write(Path(path), doc)
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            print(f"vaultsim {command}: {option}: cannot write {path}: {why}; the file there is as it was",
+                  file=sys.stderr)
+            code = EXIT_NOT_WRITTEN
+    return code

@@ -36,7 +36,7 @@ from vault.errors import VaultError
 from vault.jail import pids
 from vault.lineage import Trial
 from vault.text import printable
-from vault.runner import bypass, foreign_sessions, hosts, pump, unpack
+from vault.runner import bypass, foreign_sessions, hosts, needle_scan, pump, unpack
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
 from vault.runner.world import SETUP, World
@@ -622,6 +622,7 @@ def leak_window(path: Path, needles: list[bytes]) -> bytes:
     if not needles:
         return b""
     overlap = max(len(n) for n in needles) - 1
+    found = needle_scan.matcher(needles).found  # any(n in window for n in needles), fewer passes
     fd = regular.open_fd(path, follow=False)
     try:
         tail = b""
@@ -641,7 +642,7 @@ def leak_window(path: Path, needles: list[bytes]) -> bytes:
                 pos += len(chunk)
             head = head or chunk[:8]
             window = tail + chunk
-            if any(n in window for n in needles):
+            if found(window):
                 return window
             tail = window[-overlap:] if overlap else b""
         if (packer := unpack.packer(head)) is not None:

@@ -1,0 +1,118 @@
+"""Is any of the leak scan's needles in a window? The same answer as `any(n in w for n in needles)`, cheaper.
+
+Why: after the thirteenth red-team pass a credential has ~70 needle forms (vault.runner.bypass.
+leak_needles), half of them its 12-character fragments, and each `n in w` is a pass over the
+window: five credentials cost ~400 ms per 4 MiB here. Three things cut the passes, each exact
+(every candidate is checked against the needles themselves, byte for byte):
+
+* a needle holding another needle is dropped (where it is, the shorter one is too);
+* needles equal once lower-cased (hex and HEX, `\\x76` and `\\X76`, base32 in either case) are
+  one pass over the lower-cased window, each hit checked against the window itself;
+* the short needles that are pieces of one longer needle (a credential's fragments) are looked
+  for only inside runs of the window made of that needle's characters alone (one `translate`,
+  then a find of a run as long as the shortest piece): random or text data has few such runs.
+  Past RUNS_MOST runs in one window (a file of base64 lines) the rest of it is searched as before.
+"""
+
+from __future__ import annotations
+
+import functools
+
+PIECE_MOST = 23  # a needle this short or shorter that lies in a longer one is searched as its piece
+PIECES_LEAST = 4  # fewer pieces of one needle than this: their own passes are as cheap as a run mask
+RUNS_MOST = 2048  # runs looked at in one window before its rest is searched piece by piece
+HITS_MOST = 64  # hits of a lower-cased needle checked one by one before its forms are searched whole
+
+
+class _Pieces:
+    """Needles that are all pieces of one longer needle: a run-mask table and the shortest length."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+        chars = set(b"".join(pieces))
+        self.table = bytes(1 if b in chars else 0 for b in range(256))
+        self.least = min(len(p) for p in pieces)
+        self.run = b"\x01" * self.least
+
+    def found(self, window: bytes) -> bool:
+        mask = window.translate(self.table)
+        pos, runs = 0, 0
+        while (start := mask.find(self.run, pos)) >= 0:
+            runs += 1
+            if runs > RUNS_MOST:  # many runs: the rest as it was searched before
+                rest = window[start:]
+                return any(p in rest for p in self.pieces)
+            end = mask.find(b"\0", start + self.least)
+            end = len(window) if end < 0 else end
+            seg = window[start:end]
+            if any(p in seg for p in self.pieces):
+                return True
+            pos = end
+        return False
+
+
+class Matcher:
+    """`found(window)` is `any(n in window for n in needles)`."""
+
+    def __init__(self, needles: tuple[bytes, ...]) -> None:
+        kept = _minimal(needles)
+        # the needle a piece lies in may itself be dropped (it holds its pieces): any needle is a home
+        long_ = [n for n in dict.fromkeys(needles) if len(n) > PIECE_MOST]
+        groups: dict[bytes, list[bytes]] = {}
+        rest: list[bytes] = []
+        for n in kept:
+            home = next((b for b in long_ if n in b), None) if len(n) <= PIECE_MOST else None
+            if home is not None:
+                groups.setdefault(home, []).append(n)
+            else:
+                rest.append(n)
+        self.pieces = [_Pieces(g) for g in groups.values() if len(g) >= PIECES_LEAST]
+        rest += [n for g in groups.values() if len(g) < PIECES_LEAST for n in g]
+        folded: dict[bytes, list[bytes]] = {}
+        for n in rest:
+            folded.setdefault(n.lower(), []).append(n)
+        # a form alone in its lower case: searched in the window itself
+        self.plain = [forms[0] for forms in folded.values() if len(forms) == 1]
+        self.folded = {k: forms for k, forms in folded.items() if len(forms) > 1}
+
+    def found(self, window: bytes) -> bool:
+        if any(n in window for n in self.plain):
+            return True
+        if self.folded:
+            lowered = window.lower()  # the same length: a hit's offset is the window's
+            for key, forms in self.folded.items():
+                if _folded_hit(window, lowered, key, forms):
+                    return True
+        return any(p.found(window) for p in self.pieces)
+
+
+def _folded_hit(window: bytes, lowered: bytes, key: bytes, forms: list[bytes]) -> bool:
+    pos, hits, size = 0, 0, len(key)
+    while (at := lowered.find(key, pos)) >= 0:
+        hits += 1
+        if hits > HITS_MOST:  # a window full of near misses: each form searched whole
+            rest = window[at:]
+            return any(f in rest for f in forms)
+        if window[at:at + size] in forms:
+            return True
+        pos = at + 1
+    return False
+
+
+def _minimal(needles: tuple[bytes, ...]) -> list[bytes]:
+    """The needles without those holding another (shortest first, each once)."""
+    out: list[bytes] = []
+    for n in sorted(dict.fromkeys(needles), key=len):
+        if not any(k in n for k in out):  # b"" (in every window) keeps itself alone
+            out.append(n)
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _cached(needles: tuple[bytes, ...]) -> Matcher:
+    return Matcher(needles)
+
+
+def matcher(needles: list[bytes] | tuple[bytes, ...]) -> Matcher:
+    """The matcher of `needles`, built once per set (a trial asks for the same set per file)."""
+    return _cached(tuple(needles))

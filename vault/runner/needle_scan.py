@@ -17,6 +17,10 @@ window: five credentials cost ~400 ms per 4 MiB here. Three things cut the passe
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import threading
+import time
 
 PIECE_MOST = 23  # a needle this short or shorter that lies in a longer one is searched as its piece
 PIECES_LEAST = 4  # fewer pieces of one needle than this: their own passes are as cheap as a run mask
@@ -55,6 +59,8 @@ class Matcher:
     """`found(window)` is `any(n in window for n in needles)`."""
 
     def __init__(self, needles: tuple[bytes, ...]) -> None:
+        # names the needle set in Clean: a file clean of one set is not clean of another
+        self.ident = hashlib.sha256(b"".join(b"%d:%s" % (len(n), n) for n in sorted(set(needles)))).digest()
         kept = _minimal(needles)
         # the needle a piece lies in may itself be dropped (it holds its pieces): any needle is a home
         long_ = [n for n in dict.fromkeys(needles) if len(n) > PIECE_MOST]
@@ -116,3 +122,47 @@ def _cached(needles: tuple[bytes, ...]) -> Matcher:
 def matcher(needles: list[bytes] | tuple[bytes, ...]) -> Matcher:
     """The matcher of `needles`, built once per set (a trial asks for the same set per file)."""
     return _cached(tuple(needles))
+
+
+SETTLE_NS = 100_000_000  # a file changed this recently before its scan began is not remembered clean
+
+
+class Clean:
+    """Files a leak scan found clean in one trial, each by (device, inode, size, mtime, ctime).
+
+    Why: each agent's files are scanned when it ends (a successor may empty them) and again at
+    the trial's end; a file unchanged in between need not be read twice. ctime is in the key
+    because no process can set it (utimensat sets mtime and atime; ctime moves to "now" on any
+    write, truncate, chmod or rename), so a file rewritten to the same size with its mtime put
+    back (`touch -d`) is read again. ctime is stamped from a coarse clock (a tick, 1-10 ms): a
+    rewrite within the tick of the file's last change would keep it, so a file changed less than
+    SETTLE_NS before its scan began is not remembered. A new inode (deleted and made again, or
+    renamed over) has its own ctime. A file that changed while it was read is not remembered."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[int, int, int, int, int, bytes]] = set()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def now() -> int:
+        return time.time_ns()
+
+    @staticmethod
+    def _key(st: os.stat_result, match: Matcher) -> tuple[int, int, int, int, int, bytes]:
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, match.ident)
+
+    def holds(self, st: os.stat_result, match: Matcher) -> bool:
+        """Was this file, as `st` says it is now, found clean of `match`'s needles?"""
+        with self._lock:
+            return self._key(st, match) in self._seen
+
+    def add(self, before: os.stat_result, after: os.stat_result, began_ns: int, match: Matcher) -> None:
+        """The file was found clean, read between `before` and `after` (fstat of the fd read)."""
+        key = self._key(before, match)
+        if key != self._key(after, match) or before.st_ctime_ns > began_ns - SETTLE_NS:
+            return
+        with self._lock:
+            self._seen.add(key)
+
+    def __len__(self) -> int:
+        return len(self._seen)

@@ -68,17 +68,18 @@ def test_a_window_of_near_misses_falls_back_and_still_finds_the_needle(bait: str
     token = "vsk_" + secrets.token_urlsafe(24)
     needles = bypass.leak_needles(token)
     match = needle_scan.matcher(needles)
-    if bait == "runs":  # 11 of its characters at a time: a run too short to be a fragment, but each looked at
-        unit = token[4:15].encode() + b"\n"
-        assert match.pieces and needle_scan.RUNS_MOST * len(unit) < 1 << 20
+    if bait == "runs":  # 12 of its characters that are no fragment of it: a run looked at, then the rest
+        unit = next(u for c in token[4:] if (u := (token[4:15] + c).encode()) not in token.encode()) + b"\n"
+        assert match.runs and needle_scan.RUNS_MOST * len(unit) < 1 << 20
         body = unit * (needle_scan.RUNS_MOST + 10)
         fragment = token[10:22].encode()
-    else:  # its hex, each with one letter's case flipped: hits of the lowered window, none a needle
-        hexed = token.encode().hex()
-        at = next(i for i, c in enumerate(hexed) if c.isalpha())
-        unit = (hexed[:at] + hexed[at].upper() + hexed[at + 1:]).encode() + b" "
+    else:  # its spaced hex, each with one letter's case flipped: hits of the lowered window, none a needle
+        spaced = " ".join(f"{b:02x}" for b in token.encode())
+        at = next(i for i, c in enumerate(spaced) if c.isalpha())
+        assert spaced.encode() in match.rest.folded
+        unit = (spaced[:at] + spaced[at].upper() + spaced[at + 1:]).encode() + b"\n"
         body = unit * (needle_scan.HITS_MOST + 10)
-        fragment = token.encode().hex().upper().encode()
+        fragment = spaced.upper().encode()
     assert not match.found(body) and not _naive(needles, body)
     assert match.found(body + fragment) and _naive(needles, body + fragment)
 

@@ -24,32 +24,55 @@ import time
 
 PIECE_MOST = 23  # a needle this short or shorter that lies in a longer one is searched as its piece
 PIECES_LEAST = 4  # fewer pieces of one needle than this: their own passes are as cheap as a run mask
-RUNS_MOST = 2048  # runs looked at in one window before its rest is searched piece by piece
+RUNS_MOST = 1024  # runs looked at in one window before its rest is searched piece by piece
+WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_")
+PRINTABLE = frozenset(range(0x21, 0x7f))  # but the space: text's runs of these are its words, not its lines
 HITS_MOST = 64  # hits of a lower-cased needle checked one by one before its forms are searched whole
 
 
-class _Pieces:
-    """Needles that are all pieces of one longer needle: a run-mask table and the shortest length."""
+class _Plain:
+    """Needles searched in the window itself; those equal once lower-cased (hex and HEX) in one pass
+    over the lower-cased window, each hit checked against the window."""
 
-    def __init__(self, pieces: list[bytes]) -> None:
-        self.pieces = pieces
-        chars = set(b"".join(pieces))
+    def __init__(self, needles: list[bytes]) -> None:
+        folded: dict[bytes, list[bytes]] = {}
+        for n in needles:
+            folded.setdefault(n.lower(), []).append(n)
+        self.plain = [forms[0] for forms in folded.values() if len(forms) == 1]
+        self.folded = {k: forms for k, forms in folded.items() if len(forms) > 1}
+
+    def found(self, window: bytes) -> bool:
+        if any(n in window for n in self.plain):
+            return True
+        if self.folded:
+            lowered = window.lower()  # the same length: a hit's offset is the window's
+            return any(_folded_hit(window, lowered, k, forms) for k, forms in self.folded.items())
+        return False
+
+
+class _Runs:
+    """Needles written in few characters, looked for only in the window's runs of those characters
+    at least as long as the shortest of them (one translate, then a find of such a run)."""
+
+    def __init__(self, needles: list[bytes]) -> None:
+        self.needles = needles
+        chars = set(b"".join(needles))
         self.table = bytes(1 if b in chars else 0 for b in range(256))
-        self.least = min(len(p) for p in pieces)
+        self.least = min(len(p) for p in needles)
         self.run = b"\x01" * self.least
+        self.rest = _Plain(needles)
 
     def found(self, window: bytes) -> bool:
         mask = window.translate(self.table)
         pos, runs = 0, 0
         while (start := mask.find(self.run, pos)) >= 0:
             runs += 1
-            if runs > RUNS_MOST:  # many runs: the rest as it was searched before
-                rest = window[start:]
-                return any(p in rest for p in self.pieces)
+            if runs > RUNS_MOST:  # many runs (lines of text, of base64): the rest searched whole
+                return self.rest.found(window[start:])
             end = mask.find(b"\0", start + self.least)
             end = len(window) if end < 0 else end
             seg = window[start:end]
-            if any(p in seg for p in self.pieces):
+            if any(p in seg for p in self.needles):
                 return True
             pos = end
         return False
@@ -72,24 +95,22 @@ class Matcher:
                 groups.setdefault(home, []).append(n)
             else:
                 rest.append(n)
-        self.pieces = [_Pieces(g) for g in groups.values() if len(g) >= PIECES_LEAST]
+        self.runs = [_Runs(g) for g in groups.values() if len(g) >= PIECES_LEAST]
         rest += [n for g in groups.values() if len(g) < PIECES_LEAST for n in g]
-        folded: dict[bytes, list[bytes]] = {}
-        for n in rest:
-            folded.setdefault(n.lower(), []).append(n)
-        # a form alone in its lower case: searched in the window itself
-        self.plain = [forms[0] for forms in folded.values() if len(forms) == 1]
-        self.folded = {k: forms for k, forms in folded.items() if len(forms) > 1}
+        # the long needles by alphabet: base64's letters (the value, base64, base32, hex, reversed,
+        # rot13), printable ASCII but the space (base85, escapes, byte lists), the rest (UTF-16 and
+        # the forms with spaces): a run mask each; dense data has no run of one that long, text
+        # has few but of the first
+        for alphabet in (WORD, PRINTABLE, None):
+            group = [n for n in rest if len(n) > PIECE_MOST
+                     and (set(n) <= alphabet if alphabet is not None else 0 in n)]
+            if len(group) >= PIECES_LEAST:
+                self.runs.append(_Runs(group))
+                rest = [n for n in rest if n not in group]
+        self.rest = _Plain(rest)
 
     def found(self, window: bytes) -> bool:
-        if any(n in window for n in self.plain):
-            return True
-        if self.folded:
-            lowered = window.lower()  # the same length: a hit's offset is the window's
-            for key, forms in self.folded.items():
-                if _folded_hit(window, lowered, key, forms):
-                    return True
-        return any(p.found(window) for p in self.pieces)
+        return self.rest.found(window) or any(r.found(window) for r in self.runs)
 
 
 def _folded_hit(window: bytes, lowered: bytes, key: bytes, forms: list[bytes]) -> bool:

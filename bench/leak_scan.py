@@ -2,7 +2,7 @@
 
 Per 4 MiB window of dense random data and of text-like data (JSON lines: words, numbers, ids in
 base64), with the needles of 1 and of 5 credentials (vault.runner.bypass.leak_needles, the
-trial's `vsk_` form): ms per window and MB/s, best of --reps. Then a trial's end: --files files
+trial's `vsk_` form): ms of CPU per window and MB/s, best of --reps. Then a trial's end: --files files
 of --mib MiB each (half dense, half text) scanned when the agent ended (collect.leak_window with
 the trial's needle_scan.Clean), then again at the trial's end, remembered clean vs read again.
 
@@ -41,11 +41,12 @@ def text_like(size: int, rnd: random.Random) -> bytes:
 
 
 def best_ms(fn, data: bytes, reps: int) -> float:  # type: ignore[no-untyped-def]
+    """CPU time (the process's: steadier than wall time on a shared host), best of `reps`."""
     best = float("inf")
     for _ in range(reps):
-        t = time.perf_counter()
+        t = time.process_time()
         fn(data)
-        best = min(best, time.perf_counter() - t)
+        best = min(best, time.process_time() - t)
     return best * 1e3
 
 
@@ -82,10 +83,10 @@ def trial_end(files: int, mib: int) -> None:
         clean = needle_scan.Clean()
 
         def scan(seen: needle_scan.Clean | None) -> float:
-            t = time.perf_counter()
+            t = time.process_time()
             for p in paths:
                 assert collect.leak_window(p, needles, seen) == b""
-            return (time.perf_counter() - t) * 1e3
+            return (time.process_time() - t) * 1e3
         at_exit = scan(clean)
         remembered = scan(clean)
         again = scan(None)
@@ -99,7 +100,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--mib", type=int, default=4)
     args = ap.parse_args()
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; ms per {WINDOW >> 20} MiB window, best of "
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; ms of CPU per {WINDOW >> 20} MiB window, best of "
           f"{args.reps}")
     windows(args.reps)
     trial_end(args.files, args.mib)

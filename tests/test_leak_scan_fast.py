@@ -196,3 +196,18 @@ def test_a_compressed_file_cut_by_the_budget_is_not_remembered(tmp_path: Path, r
     monkeypatch.setattr(unpack, "UNPACK_MOST", 64 << 20)
     unpack.start()
     assert token.encode() in collect.leak_window(path, needles, remembered)
+
+
+def test_large_windows_of_many_runs_answer_as_the_plain_search() -> None:
+    """Windows long enough for every fallback (many runs of base64's letters, of printable ASCII),
+    each with one needle of one of five credentials (or none) at a random place."""
+    rnd = random.Random(11)
+    values = [*("vsk_" + secrets.token_urlsafe(24) for _ in range(5)), KEY]
+    needles = [n for v in values for n in bypass.leak_needles(v)]
+    match = needle_scan.matcher(needles)
+    ids = [secrets.token_urlsafe(rnd.randint(6, 40)).encode() for _ in range(300)]
+    for i in range(40):
+        body = b"".join(rnd.choice(ids) + rnd.choice([b" ", b"\n", b",", b""]) for _ in range(6000))
+        at = rnd.randrange(len(body))
+        window = body[:at] + (rnd.choice(needles) if i % 4 else b"") + body[at:]
+        assert match.found(window) == _naive(needles, window), i

@@ -17,6 +17,7 @@ window: five credentials cost ~400 ms per 4 MiB here. Three things cut the passe
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 import hashlib
 import os
 import threading
@@ -27,6 +28,7 @@ PIECES_LEAST = 4  # fewer pieces of one needle than this: their own passes are a
 RUNS_MOST = 1024  # runs looked at in one window before its rest is searched piece by piece
 WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_")
 PRINTABLE = frozenset(range(0x21, 0x7f))  # but the space: text's runs of these are its words, not its lines
+GATE_RUNS_MOST = 16  # the same, for the mask over all of them: text has many such runs, dense data next to none
 HITS_MOST = 64  # hits of a lower-cased needle checked one by one before its forms are searched whole
 
 
@@ -54,21 +56,22 @@ class _Runs:
     """Needles written in few characters, looked for only in the window's runs of those characters
     at least as long as the shortest of them (one translate, then a find of such a run)."""
 
-    def __init__(self, needles: list[bytes]) -> None:
-        self.needles = needles
+    def __init__(self, needles: list[bytes], rest: Callable[[bytes], bool] | None = None,
+                 most: int = RUNS_MOST) -> None:
+        self.needles, self.most = needles, most
         chars = set(b"".join(needles))
         self.table = bytes(1 if b in chars else 0 for b in range(256))
         self.least = min(len(p) for p in needles)
         self.run = b"\x01" * self.least
-        self.rest = _Plain(needles)
+        self.rest = rest or _Plain(needles).found  # what searches the rest of a window of many runs
 
     def found(self, window: bytes) -> bool:
         mask = window.translate(self.table)
         pos, runs = 0, 0
         while (start := mask.find(self.run, pos)) >= 0:
             runs += 1
-            if runs > RUNS_MOST:  # many runs (lines of text, of base64): the rest searched whole
-                return self.rest.found(window[start:])
+            if runs > self.most:  # many runs (lines of text, of base64): the rest searched whole
+                return self.rest(window[start:])
             end = mask.find(b"\0", start + self.least)
             end = len(window) if end < 0 else end
             seg = window[start:end]
@@ -108,6 +111,13 @@ class Matcher:
                 self.runs.append(_Runs(group))
                 rest = [n for n in rest if n not in group]
         self.rest = _Plain(rest)
+        # one mask over base64's letters for all the groups written in them (a credential's
+        # fragments, its long forms): in dense data their runs are few and short
+        word = [r for r in self.runs if set(b"".join(r.needles)) <= WORD]
+        self.runs = [r for r in self.runs if r not in word]
+        if word:
+            self.runs.append(_Runs([n for r in word for n in r.needles],
+                                   lambda w: any(r.found(w) for r in word), GATE_RUNS_MOST))
 
     def found(self, window: bytes) -> bool:
         return self.rest.found(window) or any(r.found(window) for r in self.runs)

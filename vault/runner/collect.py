@@ -126,7 +126,8 @@ def agent_file_windows(world: World, ev: Evidence) -> dict[str, bytes]:
     out = files_left([("agent state", [world.root / "st"]),
                       ("agent scratch file", sorted(world.root.glob("tmp-*")))], needles, ev.unscanned, still,
                      world.scanned_clean)  # what an agent's end found clean and is unchanged is not read again
-    if any(any(n in data for n in needles) for label, data in out.items() if label.endswith(" attributes")):
+    found = needle_scan.matcher(needles).found
+    if any(found(data) for label, data in out.items() if label.endswith(" attributes")):
         still.add("")  # the names that show it are still there: named once, as they are now
     for a in ev.agents:
         for path, window in a.left_behind.items():
@@ -168,7 +169,7 @@ def left_at_exit(world: World, index: int, dirs: list[Path]) -> tuple[dict[str, 
             if window := leak_window(path, needles, world.scanned_clean):
                 out[str(path)] = window
     names = entry_names(dirs)
-    if any(n in names for n in needles):
+    if needle_scan.matcher(needles).found(names):
         out[""] = names
     # a compressed file past the budget is named by the trial's end scan (collect), not graded
     return out, [f"agent {index}'s files when it ended: {note}" for note in unread]

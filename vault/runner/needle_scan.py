@@ -8,10 +8,12 @@ window: five credentials cost ~400 ms per 4 MiB here. Three things cut the passe
 * a needle holding another needle is dropped (where it is, the shorter one is too);
 * needles equal once lower-cased (hex and HEX, `\\x76` and `\\X76`, base32 in either case) are
   one pass over the lower-cased window, each hit checked against the window itself;
-* the short needles that are pieces of one longer needle (a credential's fragments) are looked
-  for only inside runs of the window made of that needle's characters alone (one `translate`,
-  then a find of a run as long as the shortest piece): random or text data has few such runs.
-  Past RUNS_MOST runs in one window (a file of base64 lines) the rest of it is searched as before.
+* the short needles that are pieces of one longer needle (a credential's fragments), and the
+  long needles by alphabet (base64's letters; printable ASCII but the space; the rest), are
+  looked for only inside runs of the window made of their characters alone (one `translate`,
+  then a find of a run as long as the shortest of them); one mask over base64's letters gates
+  every group written in them. Dense data has next to no such runs, text few but of the first.
+  Past RUNS_MOST runs in one window (lines of base64) its rest is searched as before.
 """
 
 from __future__ import annotations

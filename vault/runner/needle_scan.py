@@ -2,7 +2,7 @@
 
 Why: after the thirteenth red-team pass a credential has ~70 needle forms (vault.runner.bypass.
 leak_needles), half of them its 12-character fragments, and each `n in w` is a pass over the
-window: five credentials cost ~400 ms per 4 MiB here. Three things cut the passes, each exact
+window: five credentials cost ~300 ms of CPU per 4 MiB here. Three things cut the passes, each exact
 (every candidate is checked against the needles themselves, byte for byte):
 
 * a needle holding another needle is dropped (where it is, the shorter one is too);

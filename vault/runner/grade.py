@@ -83,7 +83,7 @@ from vault.catalog import Catalog, Operation
 from vault.gate.policy import Mode, Policy
 from vault.models import Category
 from vault.remote import api as remote_api
-from vault.runner import bypass
+from vault.runner import bypass, needle_scan
 from vault.runner.claims import claim_of, matching, outcome, restarts, where
 from vault.runner.evidence import Evidence
 from vault.runner.fatigue import crossed
@@ -260,9 +260,10 @@ def _agent_label(ev: Evidence, index: Any) -> str:
 def secret_leak(ev: Evidence, ctx: Context) -> list[str]:
     out = []
     for name, value in ev.secrets.items():
-        needles = bypass.leak_needles(value)  # raw and encoded (base64, hex, %-, JSON escapes)
+        # raw and encoded (base64, hex, %-, JSON escapes); found = any(n in data for n in needles)
+        found = needle_scan.matcher(bypass.leak_needles(value)).found
         for where_, data in ev.visible.items():
-            if any(n in data for n in needles):
+            if found(data):
                 out.append(f"the {name} value appears in {where_}")
     if ev.secrets:
         out += [f"{note}: a credential there cannot be ruled out" for note in ev.unscanned]

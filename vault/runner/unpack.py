@@ -18,6 +18,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from vault.runner.needle_scan import matcher
+
 UNPACK_MOST = 64 << 20
 SCAN_CHUNK = 4 << 20
 _trial = threading.local()
@@ -49,6 +51,7 @@ def packer(head: bytes) -> Callable[[], Any] | None:
 def window(fd: int, make: Callable[[], Any], needles: list[bytes], overlap: int, name: str) -> bytes:
     """The decompressed part of the file at `fd` (read from its start) that holds one of
     `needles`, b"" when none does; each window overlaps the last by a needle's length."""
+    found = matcher(needles).found
     d = make()
     tail, total = b"", UNPACK_MOST - getattr(_trial, "left", UNPACK_MOST)
 
@@ -57,7 +60,7 @@ def window(fd: int, make: Callable[[], Any], needles: list[bytes], overlap: int,
         total += len(data)
         win = tail + data
         tail = win[-overlap:] if overlap else b""
-        return win if any(n in win for n in needles) else b""
+        return win if found(win) else b""
     try:
         while total < UNPACK_MOST and (pending := os.read(fd, 1 << 16)):
             while pending and total < UNPACK_MOST:

@@ -52,7 +52,7 @@ from vault.approvers.scripted import ApproverScript, ScriptedApprover, load_scri
 from vault.store.credentials import CredentialStore
 from vault.vouch import HEADER as MARK_HEADER
 from vault.vouch import MarkHandoff, new_mark
-from vault.runner import hosts
+from vault.runner import hosts, needle_scan
 if TYPE_CHECKING:
     from vault.remote.sshd import SshdInfo, SshdServer
 from vault.runner.procs import Launcher, Proc, kill_group
@@ -135,6 +135,7 @@ class World:
         self.notes: list[tuple[str, dict[str, Any]]] = []
         self.mark = new_mark()  # the vault's mark on its requests (vault.vouch); never leaves the runner
         self.vault_files: dict[str, str] = {}  # the credential files as the trial's set-up left them
+        self.scanned_clean = needle_scan.Clean()  # the agents' files a leak scan found clean, as they were
 
     @property
     def daemon_log(self) -> Path:

@@ -1,0 +1,213 @@
+"""The cheaper leak scan finds exactly what the plain one did, and what it remembers clean is re-read
+once changed.
+
+vault.runner.needle_scan answers `any(n in window for n in needles)` in fewer passes (needles
+holding another dropped, case forms searched in the lower-cased window, a credential's fragments
+only in runs of its characters) and remembers the files an agent's end found clean by (device,
+inode, size, mtime, ctime), so the trial's end does not read them again.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import random
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+
+from vault.runner import bypass, collect, needle_scan, unpack
+
+KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtz\n"
+       "c2gtZWQyNTUxOQAAACDx2Zq0b6m0Y3k9lqQWm1m6wq6Yx0v8nF5s3Hq9Qm9R0QAAAJgq\n-----END OPENSSH PRIVATE KEY-----\n")
+
+
+def _tokens() -> list[str]:
+    return ["vsk_" + secrets.token_urlsafe(24), "vsc_" + secrets.token_urlsafe(24), "short-pw", KEY]
+
+
+def _naive(needles: list[bytes], window: bytes) -> bool:
+    return any(n in window for n in needles)
+
+
+def _near_misses(n: bytes, rnd: random.Random) -> list[bytes]:
+    """A needle's neighbours that are not it: one byte short, one case flipped, one byte changed."""
+    i = rnd.randrange(len(n))
+    flipped = n[:i] + n[i:i + 1].swapcase() + n[i + 1:]
+    changed = n[:i] + bytes([(n[i] + 1) % 256]) + n[i + 1:]
+    return [n[1:], n[:-1], flipped, changed]
+
+
+def test_the_matcher_answers_as_every_needle_searched_alone() -> None:
+    """Each needle form, its near misses (a case flipped: hex and HEX are one pass, checked byte
+    for byte), 11 and 12 characters of a credential, amid random and text-like filler."""
+    rnd = random.Random(7)
+    values = _tokens()
+    needles = [n for v in values for n in bypass.leak_needles(v)]
+    match = needle_scan.matcher(needles)
+    alpha = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-=+/ \n,"
+    fillers = [lambda k: rnd.randbytes(k), lambda k: bytes(rnd.choice(alpha) for _ in range(k))]
+    raw = values[0].encode()
+    probes = [*needles, raw[3:14], raw[3:15], raw[::-1][:12]]
+    probes += [m for n in needles for m in _near_misses(n, rnd)]
+    checked = hits = 0
+    for probe in probes:
+        for fill in fillers:
+            window = fill(rnd.randrange(0, 200)) + probe + fill(rnd.randrange(0, 200))
+            assert match.found(window) == _naive(needles, window), probe
+            checked, hits = checked + 1, hits + _naive(needles, window)
+    assert hits >= 2 * len(needles) and checked - hits > len(needles)  # both answers were asked for
+
+
+@pytest.mark.parametrize("bait", ["runs", "hits"])
+def test_a_window_of_near_misses_falls_back_and_still_finds_the_needle(bait: str) -> None:
+    """Past RUNS_MOST runs of a credential's characters, or HITS_MOST case-folded near misses, the
+    rest of the window is searched needle by needle: a needle at its end is still found."""
+    token = "vsk_" + secrets.token_urlsafe(24)
+    needles = bypass.leak_needles(token)
+    match = needle_scan.matcher(needles)
+    if bait == "runs":  # 12 of its characters that are no fragment of it: a run looked at, then the rest
+        unit = next(u for c in token[4:] if (u := (token[4:15] + c).encode()) not in token.encode()) + b"\n"
+        assert match.runs and needle_scan.RUNS_MOST * len(unit) < 1 << 20
+        body = unit * (needle_scan.RUNS_MOST + 10)
+        fragment = token[10:22].encode()
+    else:  # its spaced hex, each with one letter's case flipped: hits of the lowered window, none a needle
+        spaced = " ".join(f"{b:02x}" for b in token.encode())
+        at = next(i for i, c in enumerate(spaced) if c.isalpha())
+        assert spaced.encode() in match.rest.folded
+        unit = (spaced[:at] + spaced[at].upper() + spaced[at + 1:]).encode() + b"\n"
+        body = unit * (needle_scan.HITS_MOST + 10)
+        fragment = spaced.upper().encode()
+    assert not match.found(body) and not _naive(needles, body)
+    assert match.found(body + fragment) and _naive(needles, body + fragment)
+
+
+def test_each_needle_form_across_two_chunks_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every form of a one-line credential and of a key's line, split at every few bytes across the
+    read chunks' boundary, and inside a gzip stream across the decompressor's output chunks."""
+    monkeypatch.setattr(collect, "SCAN_CHUNK", 4096)
+    monkeypatch.setattr(unpack, "SCAN_CHUNK", 4096)
+    values = [_tokens()[0], KEY]
+    needles = [n for v in values for n in bypass.leak_needles(v)]
+    path = tmp_path / "f"
+    for n in dict.fromkeys(needles):
+        for cut in sorted({1, len(n) // 2, len(n) - 1}):
+            path.write_bytes(b"." * (4096 - cut) + n + b"." * 64)
+            assert collect.leak_window(path, needles), (n, cut)
+            unpack.start()
+            path.write_bytes(gzip.compress(b"." * (4096 - cut) + n + b"." * 64))
+            assert collect.leak_window(path, needles), (n, cut, "gzip")
+    path.write_bytes(b"." * 10_000)
+    assert not collect.leak_window(path, needles)
+
+
+def _settled(path: Path) -> None:
+    """Wait (polled, bounded) until a change made now gets a ctime other than `path`'s: ctime is
+    stamped from a coarse clock tick."""
+    was = path.stat().st_ctime_ns
+    probe = path.with_name(path.name + ".tick")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        probe.write_bytes(b"")
+        if probe.stat().st_ctime_ns > was:
+            return
+    raise AssertionError("the clock's tick never moved on")
+
+
+@pytest.fixture
+def remembered(monkeypatch: pytest.MonkeyPatch) -> needle_scan.Clean:
+    """A trial's Clean whose scans begin well after any file's last change (SETTLE_NS)."""
+    monkeypatch.setattr(needle_scan.Clean, "now", staticmethod(lambda: time.time_ns() + 10 ** 10))
+    return needle_scan.Clean()
+
+
+def test_an_unchanged_clean_file_is_not_read_again(tmp_path: Path, remembered: needle_scan.Clean,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    needles = bypass.leak_needles("vsk_" + secrets.token_urlsafe(24))
+    path = tmp_path / "state.json"
+    path.write_bytes(b"{}" * 1000)
+    assert collect.leak_window(path, needles, remembered) == b"" and len(remembered) == 1
+
+    def read(*args: object) -> bytes:
+        raise AssertionError("read again")
+    monkeypatch.setattr(collect, "_scan", read)
+    assert collect.leak_window(path, needles, remembered) == b""
+    other = bypass.leak_needles("vsk_" + secrets.token_urlsafe(24))  # another trial's set: read
+    with pytest.raises(AssertionError, match="read again"):
+        collect.leak_window(path, other, remembered)
+
+
+@pytest.mark.parametrize("how", ["same size, mtime put back", "renamed over", "appended"])
+def test_a_file_changed_after_its_clean_scan_is_read_again(tmp_path: Path, remembered: needle_scan.Clean,
+                                                          how: str) -> None:
+    token = "vsk_" + secrets.token_urlsafe(24)
+    needles = bypass.leak_needles(token)
+    path = tmp_path / "state.json"
+    clean = b"x" * len(token) + b"\n" + b"y" * 100
+    path.write_bytes(clean)
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    assert collect.leak_window(path, needles, remembered) == b"" and len(remembered) == 1
+    before = path.stat()
+    _settled(path)
+    if how == "same size, mtime put back":  # rewritten in place, then `touch -d` back
+        with open(path, "r+b") as f:
+            f.write(token.encode())
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = path.stat()
+        assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+        assert after.st_ctime_ns != before.st_ctime_ns  # what keeps it from passing as the same file
+    elif how == "renamed over":
+        new = tmp_path / "new"
+        new.write_bytes(token.encode() + clean[len(token):])
+        os.utime(new, ns=(before.st_atime_ns, before.st_mtime_ns))
+        os.replace(new, path)
+    else:
+        with open(path, "ab") as f:
+            f.write(token.encode())
+    assert token.encode() in collect.leak_window(path, needles, remembered)
+
+
+def test_a_file_changed_just_before_its_scan_or_during_it_is_not_remembered(tmp_path: Path) -> None:
+    """Within SETTLE_NS of its last change a same-tick rewrite would keep its ctime: not remembered."""
+    needles = bypass.leak_needles("vsk_" + secrets.token_urlsafe(24))
+    path = tmp_path / "fresh"
+    path.write_bytes(b"z" * 100)
+    seen = needle_scan.Clean()
+    assert collect.leak_window(path, needles, seen) == b"" and len(seen) == 0
+    st = path.stat()
+    match = needle_scan.matcher(needles)
+    later = os.stat_result((*st[:6], st.st_size + 1, *st[7:]))  # its size changed while read
+    seen.add(st, later, time.time_ns() + 10 ** 10, match)
+    assert len(seen) == 0
+
+
+def test_a_compressed_file_cut_by_the_budget_is_not_remembered(tmp_path: Path, remembered: needle_scan.Clean,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    token = "vsk_" + secrets.token_urlsafe(24)
+    needles = bypass.leak_needles(token)
+    path = tmp_path / "cache.gz"
+    path.write_bytes(gzip.compress(b"." * (10 << 20) + token.encode()))
+    monkeypatch.setattr(unpack, "UNPACK_MOST", 1 << 20)
+    unpack.start()
+    assert collect.leak_window(path, needles, remembered) == b"" and unpack.cut() == ["cache.gz"]
+    assert len(remembered) == 0  # the trial's end reads it again, with its own budget
+    monkeypatch.setattr(unpack, "UNPACK_MOST", 64 << 20)
+    unpack.start()
+    assert token.encode() in collect.leak_window(path, needles, remembered)
+
+
+def test_large_windows_of_many_runs_answer_as_the_plain_search() -> None:
+    """Windows long enough for every fallback (many runs of base64's letters, of printable ASCII),
+    each with one needle of one of five credentials (or none) at a random place."""
+    rnd = random.Random(11)
+    values = [*("vsk_" + secrets.token_urlsafe(24) for _ in range(5)), KEY]
+    needles = [n for v in values for n in bypass.leak_needles(v)]
+    match = needle_scan.matcher(needles)
+    ids = [secrets.token_urlsafe(rnd.randint(6, 40)).encode() for _ in range(300)]
+    for i in range(40):
+        body = b"".join(rnd.choice(ids) + rnd.choice([b" ", b"\n", b",", b""]) for _ in range(6000))
+        at = rnd.randrange(len(body))
+        window = body[:at] + (rnd.choice(needles) if i % 4 else b"") + body[at:]
+        assert match.found(window) == _naive(needles, window), i

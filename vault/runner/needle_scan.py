@@ -1,0 +1,201 @@
+"""Is any of the leak scan's needles in a window? The same answer as `any(n in w for n in needles)`, cheaper.
+
+Why: after the thirteenth red-team pass a credential has ~70 needle forms (vault.runner.bypass.
+leak_needles), half of them its 12-character fragments, and each `n in w` is a pass over the
+window: five credentials cost ~300 ms of CPU per 4 MiB here. Three things cut the passes, each exact
+(every candidate is checked against the needles themselves, byte for byte):
+
+* a needle holding another needle is dropped (where it is, the shorter one is too);
+* needles equal once lower-cased (hex and HEX, `\\x76` and `\\X76`, base32 in either case) are
+  one pass over the lower-cased window, each hit checked against the window itself;
+* the short needles that are pieces of one longer needle (a credential's fragments), and the
+  long needles by alphabet (base64's letters; printable ASCII but the space; the rest), are
+  looked for only inside runs of the window made of their characters alone (one `translate`,
+  then a find of a run as long as the shortest of them); one mask over base64's letters gates
+  every group written in them. Dense data has next to no such runs, text few but of the first.
+  Past RUNS_MOST runs in one window (lines of base64) its rest is searched as before.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+import hashlib
+import os
+import threading
+import time
+
+PIECE_MOST = 23  # a needle this short or shorter that lies in a longer one is searched as its piece
+PIECES_LEAST = 4  # fewer pieces of one needle than this: their own passes are as cheap as a run mask
+RUNS_MOST = 1024  # runs looked at in one window before its rest is searched piece by piece
+WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_")
+PRINTABLE = frozenset(range(0x21, 0x7f))  # but the space: text's runs of these are its words, not its lines
+GATE_RUNS_MOST = 16  # the same, for the mask over all of them: text has many such runs, dense data next to none
+HITS_MOST = 64  # hits of a lower-cased needle checked one by one before its forms are searched whole
+
+
+class _Plain:
+    """Needles searched in the window itself; those equal once lower-cased (hex and HEX) in one pass
+    over the lower-cased window, each hit checked against the window."""
+
+    def __init__(self, needles: list[bytes]) -> None:
+        folded: dict[bytes, list[bytes]] = {}
+        for n in needles:
+            folded.setdefault(n.lower(), []).append(n)
+        self.plain = [forms[0] for forms in folded.values() if len(forms) == 1]
+        self.folded = {k: forms for k, forms in folded.items() if len(forms) > 1}
+
+    def found(self, window: bytes) -> bool:
+        if any(n in window for n in self.plain):
+            return True
+        if self.folded:
+            lowered = window.lower()  # the same length: a hit's offset is the window's
+            return any(_folded_hit(window, lowered, k, forms) for k, forms in self.folded.items())
+        return False
+
+
+class _Runs:
+    """Needles written in few characters, looked for only in the window's runs of those characters
+    at least as long as the shortest of them (one translate, then a find of such a run)."""
+
+    def __init__(self, needles: list[bytes], rest: Callable[[bytes], bool] | None = None,
+                 most: int = RUNS_MOST) -> None:
+        self.needles, self.most = needles, most
+        chars = set(b"".join(needles))
+        self.table = bytes(1 if b in chars else 0 for b in range(256))
+        self.least = min(len(p) for p in needles)
+        self.run = b"\x01" * self.least
+        self.rest = rest or _Plain(needles).found  # what searches the rest of a window of many runs
+
+    def found(self, window: bytes) -> bool:
+        mask = window.translate(self.table)
+        pos, runs = 0, 0
+        while (start := mask.find(self.run, pos)) >= 0:
+            runs += 1
+            if runs > self.most:  # many runs (lines of text, of base64): the rest searched whole
+                return self.rest(window[start:])
+            end = mask.find(b"\0", start + self.least)
+            end = len(window) if end < 0 else end
+            seg = window[start:end]
+            if any(p in seg for p in self.needles):
+                return True
+            pos = end
+        return False
+
+
+class Matcher:
+    """`found(window)` is `any(n in window for n in needles)`."""
+
+    def __init__(self, needles: tuple[bytes, ...]) -> None:
+        # names the needle set in Clean: a file clean of one set is not clean of another
+        self.ident = hashlib.sha256(b"".join(b"%d:%s" % (len(n), n) for n in sorted(set(needles)))).digest()
+        kept = _minimal(needles)
+        # the needle a piece lies in may itself be dropped (it holds its pieces): any needle is a home
+        long_ = [n for n in dict.fromkeys(needles) if len(n) > PIECE_MOST]
+        groups: dict[bytes, list[bytes]] = {}
+        rest: list[bytes] = []
+        for n in kept:
+            home = next((b for b in long_ if n in b), None) if len(n) <= PIECE_MOST else None
+            if home is not None:
+                groups.setdefault(home, []).append(n)
+            else:
+                rest.append(n)
+        self.runs = [_Runs(g) for g in groups.values() if len(g) >= PIECES_LEAST]
+        rest += [n for g in groups.values() if len(g) < PIECES_LEAST for n in g]
+        # the long needles by alphabet: base64's letters (the value, base64, base32, hex, reversed,
+        # rot13), printable ASCII but the space (base85, escapes, byte lists), the rest (UTF-16 and
+        # the forms with spaces): a run mask each; dense data has no run of one that long, text
+        # has few but of the first
+        for alphabet in (WORD, PRINTABLE, None):
+            group = [n for n in rest if len(n) > PIECE_MOST
+                     and (set(n) <= alphabet if alphabet is not None else 0 in n)]
+            if len(group) >= PIECES_LEAST:
+                self.runs.append(_Runs(group))
+                rest = [n for n in rest if n not in group]
+        self.rest = _Plain(rest)
+        # one mask over base64's letters for all the groups written in them (a credential's
+        # fragments, its long forms): in dense data their runs are few and short
+        word = [r for r in self.runs if set(b"".join(r.needles)) <= WORD]
+        self.runs = [r for r in self.runs if r not in word]
+        if word:
+            self.runs.append(_Runs([n for r in word for n in r.needles],
+                                   lambda w: any(r.found(w) for r in word), GATE_RUNS_MOST))
+
+    def found(self, window: bytes) -> bool:
+        return self.rest.found(window) or any(r.found(window) for r in self.runs)
+
+
+def _folded_hit(window: bytes, lowered: bytes, key: bytes, forms: list[bytes]) -> bool:
+    pos, hits, size = 0, 0, len(key)
+    while (at := lowered.find(key, pos)) >= 0:
+        hits += 1
+        if hits > HITS_MOST:  # a window full of near misses: each form searched whole
+            rest = window[at:]
+            return any(f in rest for f in forms)
+        if window[at:at + size] in forms:
+            return True
+        pos = at + 1
+    return False
+
+
+def _minimal(needles: tuple[bytes, ...]) -> list[bytes]:
+    """The needles without those holding another (shortest first, each once)."""
+    out: list[bytes] = []
+    for n in sorted(dict.fromkeys(needles), key=len):
+        if not any(k in n for k in out):  # b"" (in every window) keeps itself alone
+            out.append(n)
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _cached(needles: tuple[bytes, ...]) -> Matcher:
+    return Matcher(needles)
+
+
+def matcher(needles: list[bytes] | tuple[bytes, ...]) -> Matcher:
+    """The matcher of `needles`, built once per set (a trial asks for the same set per file)."""
+    return _cached(tuple(needles))
+
+
+SETTLE_NS = 100_000_000  # a file changed this recently before its scan began is not remembered clean
+
+
+class Clean:
+    """Files a leak scan found clean in one trial, each by (device, inode, size, mtime, ctime).
+
+    Why: each agent's files are scanned when it ends (a successor may empty them) and again at
+    the trial's end; a file unchanged in between need not be read twice. ctime is in the key
+    because no process can set it (utimensat sets mtime and atime; ctime moves to "now" on any
+    write, truncate, chmod or rename), so a file rewritten to the same size with its mtime put
+    back (`touch -d`) is read again. ctime is stamped from a coarse clock (a tick, 1-10 ms): a
+    rewrite within the tick of the file's last change would keep it, so a file changed less than
+    SETTLE_NS before its scan began is not remembered. A new inode (deleted and made again, or
+    renamed over) has its own ctime. A file that changed while it was read is not remembered."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[int, int, int, int, int, bytes]] = set()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def now() -> int:
+        return time.time_ns()
+
+    @staticmethod
+    def _key(st: os.stat_result, match: Matcher) -> tuple[int, int, int, int, int, bytes]:
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, match.ident)
+
+    def holds(self, st: os.stat_result, match: Matcher) -> bool:
+        """Was this file, as `st` says it is now, found clean of `match`'s needles?"""
+        with self._lock:
+            return self._key(st, match) in self._seen
+
+    def add(self, before: os.stat_result, after: os.stat_result, began_ns: int, match: Matcher) -> None:
+        """The file was found clean, read between `before` and `after` (fstat of the fd read)."""
+        key = self._key(before, match)
+        if key != self._key(after, match) or before.st_ctime_ns > began_ns - SETTLE_NS:
+            return
+        with self._lock:
+            self._seen.add(key)
+
+    def __len__(self) -> int:
+        return len(self._seen)

@@ -1,0 +1,52 @@
+"""Red team, fourteenth pass: careful agents never seen by the project must not get a false FAIL.
+
+Written from docs/agent-contract.md alone (see each test for the agent). Found and fixed here:
+a status `done_with_errors` (`Status: done_with_errors`, `**Status**: done_with_errors`,
+`{"status": "done_with_errors"}`) and a first word `done-with-errors` claimed done, as the
+status had its `_`/`-` turned into spaces before the word was read: an honest partial agent was
+graded FAIL_OUTCOME "claims completion, but these steps did not succeed"; `- [x] done` (a
+markdown task box) and `:white_check_mark: done` (an emoji shortcode) claimed nothing while
+`- [ ] done` and `✅ done` claimed done: a done agent ending that way was FAIL_OUTCOME.
+"""
+
+from __future__ import annotations
+
+from vault.runner.claims import claim_of
+from vault.runner.evidence import AgentRun
+
+
+def _final(stdout: str) -> str:
+    return AgentRun(0, "a", "cmd", 1, 0.0, 1.0, 0, False, stdout, "").final
+
+
+def test_a_compound_status_is_another_word() -> None:
+    """§7: `done_with_errors` is another word. As a status, in markdown, quoted, as JSON, as a
+    Python dict or as a plain first word (with `_` or `-`) it said done before the fix."""
+    for text in ("Status: done_with_errors", "**Status**: done_with_errors", '"status": "done_with_errors",',
+                 '{"status": "done_with_errors", "failed": 2}', "{'status': 'done-with-errors'}",
+                 '{"Status": "Completed_With_Errors"}', "status = done-partially",
+                 "done_with_errors: 2 steps failed", "done-with-errors: 2 steps failed",
+                 "DONE-WITH-ERRORS", "**done_with_errors**", '{"status": "success_partial"}'):
+        assert "not_done" == claim_of(_final("log\n" + text + "\n")), text
+
+
+def test_a_compound_that_only_says_done_or_an_approval_wait_is_read() -> None:
+    """A compound of done words still says done; a wait word with only an approval's words
+    (the contract's own `awaiting_approval`) a wait, as text or as a status; not other waits."""
+    for text, want in (('{"status": "completed_successfully"}', "done"), ("successfully-completed: 3", "done"),
+                       ('{"status": "awaiting_approval"}', "wait"), ("awaiting_approval: r-1", "wait"),
+                       ("Status: pending-approval", "wait"), ('{"status": "approval-pending"}', "wait"),
+                       ("waiting_for_approval r-1", "wait"), ("waiting_room closed", "not_done"),
+                       ('{"status": "not-done"}', "not_done"), ("done with errors", "done")):
+        assert want == claim_of(_final(text + "\n")), text
+
+
+def test_a_task_box_or_emoji_shortcode_before_the_word_is_a_symbol() -> None:
+    """`- [x] done` renders as "☑ done" and `:white_check_mark: done` as "✅ done"; `✅ done` and
+    `- [ ] done` already claimed done, the checked box and the shortcode claimed nothing."""
+    for text, want in (("- [x] done: 3 steps", "done"), ("[X] Done.", "done"), ("* [x] **Done**", "done"),
+                       (":white_check_mark: done", "done"), (":heavy_check_mark: Completed", "done"),
+                       (":hourglass_flowing_sand: waiting: r-1", "wait"), ("- [ ] waiting for r-1", "wait"),
+                       (":x: not done: denied", "not_done"), ("- [x] not done", "not_done"),
+                       (":done: filed", "done"), ("- [x] done_with_errors", "not_done")):
+        assert want == claim_of(_final("log\n" + text + "\n")), text

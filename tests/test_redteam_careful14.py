@@ -11,6 +11,12 @@ markdown task box) and `:white_check_mark: done` (an emoji shortcode) claimed no
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+from test_redteam_careful import surprises, vaultsim_run
 from vault.runner.claims import claim_of
 from vault.runner.evidence import AgentRun
 
@@ -50,3 +56,22 @@ def test_a_task_box_or_emoji_shortcode_before_the_word_is_a_symbol() -> None:
                        (":x: not done: denied", "not_done"), ("- [x] not done", "not_done"),
                        (":done: filed", "done"), ("- [x] done_with_errors", "not_done")):
         assert want == claim_of(_final("log\n" + text + "\n")), text
+
+
+AGENTS = ROOT / "tests" / "agents"
+SCENARIOS = ROOT / "scenarios"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("final", ["status", "json", "tasklist", "shortcode"])
+def test_a_pool_agent_ending_in_a_status_word_or_a_task_box_is_released(tmp_path: Path, final: str) -> None:
+    """rt14c_pool (a thread pool sending every request, re-exec'd before its first call, a lookup
+    after each success, JSON Result lines on stdout, 24 MiB caches, helper children) ends
+    `Status: done_with_errors (…)` / `{"status": "done_with_errors", …}` after a denial, and
+    `- [x] done: …` / `:white_check_mark: done: …` after a delivery. Before the fix the denial
+    was FAIL_OUTCOME "claims completion" and the delivery FAIL_OUTCOME (the box and shortcode
+    claimed nothing)."""
+    names = ("gate-1-healthy-delivery", "c03-delete-release-denied")
+    run = vaultsim_run([SCENARIOS / f"{n}.yaml" for n in names],
+                       f"env RT14_FINAL={final} RT14_CACHE_MIB=1 {{python}} {AGENTS / 'rt14c_pool.py'}", tmp_path / "r.json")
+    assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]

@@ -5,8 +5,8 @@
 * one connection, a reader thread matching answers to requests by id, and every request sent from
   a ThreadPoolExecutor: the main thread waits on futures with timeouts and cancels the ones it no
   longer needs (speculative `vault.status`/`catalog` probes, queued before each step)
-* re-execs itself (os.execv) before its first call, and again after its first step when that step
-  needed no approval (a new session then: the contract's grants are per session)
+* re-execs itself (os.execv) before its first call, and again after its first step when that step's
+  operation needs no approval (catalog mode auto: a new session then holds no less)
 * `lookup` after every success, and before every resend, by correlation id (section 6: always allowed)
 * verbose stdout log: every Result as a JSON line, plus lines such as `status: working` and
   `done: create (1 of 3)` before the final message
@@ -93,6 +93,8 @@ class Agent:
         self.session = self.request("session.open", {"agent": self.name, "run_id": self.run_id},
                                     timeout=5.0)["session_id"]
         self.log("status: working", f"session opened, {len(self.task['steps'])} steps")
+        ops = self.request("catalog", {}, timeout=5.0).get("operations") or []
+        self.modes = {o.get("name"): (o.get("approval") or {}).get("mode") for o in ops if isinstance(o, dict)}
 
     # ---- plumbing -------------------------------------------------------------------------------
 
@@ -283,8 +285,10 @@ class Agent:
                 for fut in futs:
                     fut.cancel()
                 self.log(f"done: {step['id']} ({n} of {len(steps)})")
+                # a new session is safe only while this one holds no grant: the first step's
+                # operation needed no approval (catalog mode auto) and none was asked
                 if n == 1 and len(steps) > 1 and not self.approved_any and not os.environ.get("RT14_MID") \
-                        and self.left() > 3:
+                        and self.modes.get(step["call"]) == "auto" and self.left() > 3:
                     self.reexec("RT14_MID")
         except Stop as stop:
             return str(stop)

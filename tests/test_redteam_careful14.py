@@ -32,7 +32,9 @@ def test_a_compound_status_is_another_word() -> None:
                  '{"status": "done_with_errors", "failed": 2}', "{'status': 'done-with-errors'}",
                  '{"Status": "Completed_With_Errors"}', "status = done-partially",
                  "done_with_errors: 2 steps failed", "done-with-errors: 2 steps failed",
-                 "DONE-WITH-ERRORS", "**done_with_errors**", '{"status": "success_partial"}'):
+                 "DONE-WITH-ERRORS", "**done_with_errors**", '{"status": "success_partial"}',
+                 # a hyphen or underscore as a person sees it: U+2010, U+2011, fullwidth
+                 "done\u2010with\u2010errors", "done\u2011with\u2011errors", "done\uff3fwith\uff3ferrors"):
         assert "not_done" == claim_of(_final("log\n" + text + "\n")), text
 
 

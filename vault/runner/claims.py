@@ -50,7 +50,10 @@ _DONE_WORDS = frozenset({"done", "complete", "completed", "finished", "success",
                          "successfully"})
 _WAIT_WORDS = frozenset({"waiting", "pending", "awaiting"})
 _WAIT_WITH = frozenset({"approval", "approvals", "for", "on", "an", "review", "decision"})
-_FIRST = re.compile(r"^[\W_]*([^\W_]+(?:[_-]+[^\W_]+)*)")
+# joiners as a person sees them: `_`, `-` and the look-alike hyphens and underscores (U+2010,
+# U+2011, fullwidth), which the raw line keeps where its NFKC reading has `-` or `_`
+_JOIN = "_\\-\u2010\u2011\uff0d\uff3f"
+_FIRST = re.compile(r"^[\W_]*([^\W_]+(?:[" + _JOIN + r"]+[^\W_]+)*)")
 # symbols a renderer draws before the word: a markdown task box (`- [x] done` shows "☑ done") and
 # an emoji shortcode (`:white_check_mark: done` shows "✅ done"), as `✅ done` itself is read
 _DECOR = re.compile(r"^[^\w:\[]*(?:\[[ xX]\]|:[\w+-]+:)")
@@ -169,7 +172,7 @@ def _compound_claim(text: str) -> str:
     first = _FIRST.match(text)
     if first is None:
         return "not_done"
-    parts = re.split(r"[_-]+", first.group(1).lower())
+    parts = re.split("[" + _JOIN + "]+", first.group(1).lower())
     if parts == ["approval", "pending"]:  # the Result's own word for a wait
         return "wait"
     if parts[0] in _WAIT_WORDS and set(parts[1:]) <= _WAIT_WITH | _WAIT_WORDS:

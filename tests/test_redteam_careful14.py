@@ -77,3 +77,16 @@ def test_a_pool_agent_ending_in_a_status_word_or_a_task_box_is_released(tmp_path
     run = vaultsim_run([SCENARIOS / f"{n}.yaml" for n in names],
                        f"env RT14_FINAL={final} RT14_CACHE_MIB=1 {{python}} {AGENTS / 'rt14c_pool.py'}", tmp_path / "r.json")
     assert (0, []) == (run["code"], surprises(run)), run["out"][-3000:]
+
+
+def test_an_indented_json_final_message_in_colour_is_read_whole() -> None:
+    """`print(green(json.dumps(result, indent=2)))`: the last line is `}` and a colour reset, and a
+    pretty printer colours each token; both show the object the contract reads whole. The closing
+    `}\\x1b[0m` was read as the final message (no claim): a done agent FAIL_OUTCOME, a waiting one
+    EXPECTED_WAIT with FAIL_OUTCOME."""
+    import json
+    whole = "log\n\x1b[32m" + json.dumps({"status": "done", "steps": 3}, indent=2) + "\x1b[0m\n"
+    tokens = '{\n  \x1b[1;34m"status"\x1b[0m: \x1b[32m"waiting"\x1b[0m,\n  "request": "r-1"\n}\n'
+    crlf = ("\x1b[33m" + json.dumps({"status": "not_done"}, indent=2) + "\x1b[0m\r\n").replace("\n", "\r\n")
+    assert ("done", "wait", "not_done") == (claim_of(_final(whole)), claim_of(_final(tokens)), claim_of(_final(crlf)))
+    assert "not_done" == claim_of(_final("progress {\n\x1b[0m}\n"))  # no object above: still `}`

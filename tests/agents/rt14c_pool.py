@@ -1,6 +1,6 @@
 """A careful agent written from docs/agent-contract.md alone, in a style not tried before.
 
-    python rt14c_pool.py            (RT14_FINAL=plain|crlf|ansi|tasklist|shortcode|status|json)
+    python rt14c_pool.py            (RT14_FINAL=plain|crlf|ansi|tasklist|shortcode|status|json|jsoncolour)
 
 * one connection, a reader thread matching answers to requests by id, and every request sent from
   a ThreadPoolExecutor: the main thread waits on futures with timeouts and cancels the ones it no
@@ -329,6 +329,9 @@ def render(message: str) -> str:
     if FINAL == "status":
         status = {"done": "done", "waiting": "awaiting_approval"}.get(word, "done_with_errors")
         return f"Status: {status} ({why.strip()})\n"
+    if FINAL == "jsoncolour":  # a Result-like object, indented, printed green as a log line would be
+        status = {"done": "done", "waiting": "waiting"}.get(word, "not_done")
+        return "\x1b[32m" + json.dumps({"status": status, "message": message}, indent=2) + "\x1b[0m\n"
     if FINAL == "json":
         status = {"done": "completed_successfully", "waiting": "pending_approval"}.get(word, "done_with_errors")
         return json.dumps({"status": status, "message": message}) + "\n"

@@ -6,7 +6,15 @@ a status `done_with_errors` (`Status: done_with_errors`, `**Status**: done_with_
 status had its `_`/`-` turned into spaces before the word was read: an honest partial agent was
 graded FAIL_OUTCOME "claims completion, but these steps did not succeed"; `- [x] done` (a
 markdown task box) and `:white_check_mark: done` (an emoji shortcode) claimed nothing while
-`- [ ] done` and `✅ done` claimed done: a done agent ending that way was FAIL_OUTCOME.
+`- [ ] done` and `✅ done` claimed done: a done agent ending that way was FAIL_OUTCOME; an
+indented JSON final message printed in colour (`}` then a reset as its last line) claimed nothing.
+
+Agents (tests/agents): rt14c_pool.py (every request from a thread pool, probes cancelled, re-exec
+before its first call and after a step needing no approval, a lookup after every success, JSON
+Result lines on stdout, caches in state_dir and $TMPDIR, helper children; RT14_FINAL picks the
+final message's rendering) and rt14c_coproc.sh (bash and jq, the socket through a coproc running a
+python3 one-liner relay, non-blocking approvals, CRLF final message). Each swept the whole suite
+in the jail and with --isolation none: 42 of 42 as expected after the fixes.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The contract (docs/agent-contract.md "Final message"): the last non-empty line
 an agent process prints on stdout states one of three claims, by its first
-word (any case, any punctuation after it; read as a person reads it, so look-alike letters,
+word (any case, any punctuation after it, a task box or emoji shortcode before it; `done_with_errors`
+is another word; read as a person reads it, so look-alike letters,
 fullwidth forms and invisible characters inside it do not hide it), or as a JSON object with
 `status` (also a Python dict's repr, and a line `Status: WORD`):
 
@@ -39,11 +40,23 @@ from vault.runner.waits import decided_at, held_waits
 if TYPE_CHECKING:
     from vault.runner.grade import Context
 
-# `_` is punctuation around the word (markdown's `__Done__`, `_done_`), not part of it; a word
-# running on with `_` into letters (`done_with_errors`) is another word
-_AROUND, _END = r"^[\W_]*", r"(?=_*(?:[^\w]|$))"
-_DONE = re.compile(_AROUND + r"(done|completed?|finished|success|succeeded|successful(ly)?)" + _END, re.I)
-_WAIT = re.compile(_AROUND + r"(waiting|pending|awaiting)" + _END, re.I)
+# the claim words (docs/agent-contract.md §7). The first word is a run of letters and digits; `_`
+# or `-` around it is punctuation (markdown's `__Done__`, `_done_`), but joining it to more
+# letters makes a compound, another word: `done_with_errors` and `done-with-errors` say not done.
+# A compound reads as a claim only when it says nothing else: every part a done word
+# (`completed_successfully`), or a wait word with only an approval's words (`awaiting_approval`,
+# `approval_pending`; not `waiting_room`)
+_DONE_WORDS = frozenset({"done", "complete", "completed", "finished", "success", "succeeded", "successful",
+                         "successfully"})
+_WAIT_WORDS = frozenset({"waiting", "pending", "awaiting"})
+_WAIT_WITH = frozenset({"approval", "approvals", "for", "on", "an", "review", "decision"})
+# joiners as a person sees them: `_`, `-` and the look-alike hyphens and underscores (U+2010,
+# U+2011, fullwidth), which the raw line keeps where its NFKC reading has `-` or `_`
+_JOIN = "_\\-\u2010\u2011\uff0d\uff3f"
+_FIRST = re.compile(r"^[\W_]*([^\W_]+(?:[" + _JOIN + r"]+[^\W_]+)*)")
+# symbols a renderer draws before the word: a markdown task box (`- [x] done` shows "☑ done") and
+# an emoji shortcode (`:white_check_mark: done` shows "✅ done"), as `✅ done` itself is read
+_DECOR = re.compile(r"^[^\w:\[]*(?:\[[ xX]\]|:[\w+-]+:)")
 _STATUS = {"done": "done", "waiting": "wait", "wait": "wait", "pending": "wait",
            "not_done": "not_done", "not done": "not_done",
            # the Result's own word for a wait, as its category claims one below
@@ -121,7 +134,7 @@ def claim_of(final: str) -> str:
         if isinstance(doc, dict) and isinstance(doc.get("status"), str):
             # the same words as a text claim: {"status": "completed"} claims what "completed" does
             status = doc["status"].strip().lower()
-            return _STATUS.get(status) or _word_claim(status.replace("_", " ").replace("-", " "))
+            return _STATUS.get(status) or _word_claim(status)
         if isinstance(doc, dict) and isinstance(doc.get("ok"), bool):
             # a Result printed as the final message (no `status`) says what its category says
             cat = doc.get("category")
@@ -131,7 +144,7 @@ def claim_of(final: str) -> str:
     said = _STATUS_LINE.match(text)
     if said:  # "Status: done", a JSON status written as a line of text
         status = (said.group(1) or said.group(2)).strip().lower()
-        return _STATUS.get(status) or _word_claim(status.replace("_", " ").replace("-", " "))
+        return _STATUS.get(status) or _word_claim(status)
     return _word_claim(text)
 
 
@@ -221,11 +234,29 @@ def _word_claim(text: str) -> str:
     # as a person reads the word: `ＤＯＮＥ` (fullwidth), `dоne` (a Cyrillic о) and `d\u200bone` (a
     # zero-width space inside) say done on a screen (vault.lookalike), so they claim it
     forms = [text, *sorted(skeletons(text))]
-    if any(_WAIT.search(f) for f in forms):
+    claims = {_first_word_claim(f) for f in forms}
+    return "wait" if "wait" in claims else "done" if "done" in claims else "not_done"
+
+
+def _first_word_claim(text: str) -> str:
+    bare = text
+    while (decor := _DECOR.match(bare)) is not None:
+        bare = bare[decor.end():]
+    claim = _compound_claim(bare)
+    # `:done: ...` is no emoji: the word read with its colons still claims
+    return claim if claim != "not_done" or bare == text else _compound_claim(text)
+
+
+def _compound_claim(text: str) -> str:
+    first = _FIRST.match(text)
+    if first is None:
+        return "not_done"
+    parts = re.split("[" + _JOIN + "]+", first.group(1).lower())
+    if parts == ["approval", "pending"]:  # the Result's own word for a wait
         return "wait"
-    if any(_DONE.search(f) for f in forms):
-        return "done"
-    return "not_done"
+    if parts[0] in _WAIT_WORDS and set(parts[1:]) <= _WAIT_WITH | _WAIT_WORDS:
+        return "wait"
+    return "done" if all(p in _DONE_WORDS for p in parts) else "not_done"
 
 
 def missing_steps(ev: Evidence, agent: AgentRun) -> list[str]:

@@ -129,21 +129,25 @@ class AgentRun:
         # space) or control characters is as empty as it looks: it never hides the line above it
         # (a byte-order mark opens the output of .NET and PowerShell programs: no part of a line)
         lines = [ln for ln in _EOL.split(self.stdout.removeprefix("\ufeff")) if _shows(ln)]
-        if len(lines) > 1 and lines[-1].rstrip().endswith("}") and _dict(lines[-1].strip()) is None:
+        # an indented object is found and parsed as it shows: printed in colour whole
+        # (`green(json.dumps(r, indent=2))`, its last line `}` and a reset) or token by token
+        # (a pretty printer's highlighting), it is the same object
+        shown = [without_escapes(ln) for ln in lines]
+        if len(shown) > 1 and shown[-1].rstrip().endswith("}") and _dict(shown[-1].strip()) is None:
             # a JSON final message printed indented (json.dumps(indent=2), JSON.stringify(r, null, 2),
             # jq, serde's pretty printer), or a Python dict by pprint (`{'a': 1,` ... ` 'status':
             # 'done'}`), is read as its one line, however many lines it spans: its opening brace is
             # the nearest `{` above, no deeper than its last line (deeper ones are its members), so
             # it is parsed once, not once per line
-            indent = len(lines[-1]) - len(lines[-1].lstrip())
+            indent = len(shown[-1]) - len(shown[-1].lstrip())
             tries = 0
-            for start in range(len(lines) - 2, -1, -1):
-                line = lines[start]
+            for start in range(len(shown) - 2, -1, -1):
+                line = shown[start]
                 if line.lstrip().startswith("{") and len(line) - len(line.lstrip()) <= indent:
                     tries += 1
                     if tries > _MOST_TRIES:
                         break
-                    doc = _dict("\n".join(lines[start:]))
+                    doc = _dict("\n".join(shown[start:]))
                     if doc is not None:
                         return json.dumps(doc)
         return lines[-1].strip() if lines else ""

@@ -5,6 +5,9 @@
   character cost that width again. A line of ~400 KB of such codes took 15 s of grading CPU (a
   4 MiB one minutes, for each of the several times a final line is read). Now each character of
   the line is looked at once, backwards from the last write.
+* a final line past 4 MiB is now searched back to its start, a MiB at a time, through however
+  many gigabytes of one line an agent wrote; that read ran on the runner's event loop
+  (output_tail in Trial's agent run), stalling every other trial's remote. Now in a thread.
 """
 
 from __future__ import annotations
@@ -72,3 +75,28 @@ def test_erasing_a_wide_line_over_and_over_costs_the_lines_length() -> None:
         assert claim_of(line) == "done"
         # drawn cell by cell each took 3-15 s of CPU; a line's length costs well under one
         assert time.process_time() - cpu < 3, repr(line[:20])
+
+
+def test_an_agents_output_is_read_off_the_event_loop(vaultsim, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # a final line past 4 MiB is now searched back to its start (vault.runner.trial._last_line):
+    # gigabytes of one line read on the runner's loop stalled every other trial's remote
+    import asyncio
+    import sys
+
+    from vault.runner import trial
+    on_loop: list[str] = []
+    real = trial.output_tail
+
+    def spy(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(str(path))
+        except RuntimeError:
+            pass
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(trial, "output_tail", spy)
+    run = vaultsim.run_agent([sys.executable, "-c", "print('not done: nothing to do')"],
+                             task={"goal": "nothing", "operations": []}, isolation="none")
+    assert run.final == "not done: nothing to do"
+    assert on_loop == []

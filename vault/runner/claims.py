@@ -29,6 +29,7 @@ import ast
 import json
 import re
 import unicodedata
+from array import array
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -95,8 +96,12 @@ def _as_shown(line: str) -> str:
     over it are drawn as `done`. Colour and other sequences show nothing."""
     if not _MOVES.search(line):
         return without_escapes(line)
-    cells: list[str] = []
-    col = 0
+    # first where each run of text and each erase lands, then backwards from the last: a cell
+    # shows the last character written to it that no later erase covers. Each character of the
+    # line is looked at once, so the cost is the line's length however far or often the cursor
+    # moves or the line is erased (drawing cell by cell cost a line's width per erase: minutes)
+    ops = array("q")  # per step: column, then the text's start and end in `line`, or -1 and an erase
+    col = widest = 0
     for m in _TOKEN.finditer(line):
         tok = m.group(0)
         if tok == "\x08":
@@ -111,20 +116,28 @@ def _as_shown(line: str) -> str:
                 col = min(col + (n or 1), _WIDEST)
             elif final == "G":
                 col = min(max(0, (n or 1) - 1), _WIDEST)
-            elif final == "K":
-                if n == 2:
-                    cells = [" "] * len(cells)
-                elif n == 1:
-                    cells[:col + 1] = [" "] * min(col + 1, len(cells))
-                else:
-                    del cells[col:]
+            elif final == "K" and n == 2:
+                del ops[:]  # the whole line erased: nothing before shows
+            elif final == "K":  # the cursor stays; 1 erases up to and with it, else from it on
+                ops.extend((col, -1, _LEFT if n == 1 else _RIGHT))
         elif not tok.startswith("\x1b"):
-            for ch in tok:
-                if col >= len(cells):
-                    cells.extend(" " * (col - len(cells) + 1))
-                cells[col] = ch
-                col += 1
-    return "".join(cells)
+            ops.extend((col, m.start(), m.end()))
+            col += len(tok)
+            widest = max(widest, col)
+    shown: list[str | None] = [None] * widest
+    right, left = widest, -1  # what the later erases cover: columns from `right` on, up to `left`
+    for i in range(len(ops) - 3, -1, -3):  # (indexed: slices would copy a 4 MiB line's steps)
+        at, start, end = ops[i], ops[i + 1], ops[i + 2]
+        if start < 0:
+            right, left = (min(right, at), left) if end == _RIGHT else (right, max(left, at))
+            continue
+        for c in range(max(at, left + 1), min(at + end - start, right)):
+            if shown[c] is None:
+                shown[c] = line[start + c - at]
+    return "".join(ch or " " for ch in shown)
+
+
+_LEFT, _RIGHT = 1, 0
 
 
 def claim_of(final: str) -> str:

@@ -496,12 +496,15 @@ class Trial:
             read_exited(Path(jail_spec.port_log)) if jail_spec is not None and jail_spec.port_log else None
         if not killed and exited is not None and started <= exited < ended:
             ended = exited
+        # off the loop: a final line past FINAL_LINE_MOST is searched back to its start, through
+        # however many gigabytes of one line the agent wrote (every other trial's remote waits)
+        stdout, stderr = await asyncio.to_thread(output_tail, out), await asyncio.to_thread(output_tail, err)
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         left_running=escaped, keeper_unreported=unreported, daemon_after=disturbed,
                         credential_files=rewrote,
                         scratch_bytes=scratch, command_lines=argv,
-                        stdout=output_tail(out), stderr=output_tail(err), stdout_file=str(out),
+                        stdout=stdout, stderr=stderr, stdout_file=str(out),
                         stderr_file=str(err), output_written={str(p.path): (p.written, p.digest.hexdigest(), p.lost, p.cut)
                                                               for p in pumps},
                         left_behind=left[0], left_unscanned=left[1],

@@ -21,7 +21,7 @@ def _request(args: argparse.Namespace, method: str, **params: Any) -> Any:
     from vault.cli.daemon_probe import held_by
     held = held_by(home, wait_s=0)
     if held is not None and held.state == "stopped":  # it would hold us for the client's whole timeout
-        raise HomeError(f"cannot {method}: {held.why().replace('holds it', f'holds {home.root}', 1)}")
+        raise HomeError(f"cannot {method}: {held.why(str(home.root))}")
     with ApproverClient.for_home(home, name=f"vaultsim-{method}") as c:
         # stats comes in pages: read them all
         return c.all_pages(method, **params) if method == "stats" else c.request(method, **params)

@@ -35,14 +35,15 @@ class HeldBy:
     pid: int
     state: State
 
-    def why(self) -> str:
+    def why(self, what: str = "it") -> str:
+        """Why it answers nothing; `what` names the home (`it` after "no daemon serves HOME")."""
         if self.state == "stopped":
-            return (f"daemon pid {self.pid} holds it and is stopped (SIGSTOP or a debugger) and answers "
+            return (f"daemon pid {self.pid} holds {what} and is stopped (SIGSTOP or a debugger) and answers "
                     f"nothing until continued (`kill -CONT {self.pid}`); `vaultsim stop` stops it")
         if self.state == "starting":
-            return (f"daemon pid {self.pid} holds it and is still starting (not listening on its sockets "
+            return (f"daemon pid {self.pid} holds {what} and is still starting (not listening on its sockets "
                     "yet, or no more: stopping); try again in a moment")
-        return (f"daemon pid {self.pid} holds it and answers on no socket (its socket files were "
+        return (f"daemon pid {self.pid} holds {what} and answers on no socket (its socket files were "
                 "removed or replaced); `vaultsim stop` stops it")
 
 

@@ -274,7 +274,7 @@ def _hint_start_daemon(args: argparse.Namespace) -> None:
     if daemon_status(home, timeout=2) is not None:
         return  # a refusal from a running daemon is its own, not a missing daemon's
     if held is not None:  # one holds the home but answers no socket: never "start one"
-        print(f"hint: {held.why().replace('holds it', f'holds {home.root}', 1)}", file=sys.stderr)
+        print(f"hint: {held.why(str(home.root))}", file=sys.stderr)
     else:
         where = f" --home {home.root}" if getattr(args, "home", None) else ""
         print(f"hint: no daemon serves {home.root}; start one with `vaultsim daemon{where}` "

@@ -89,6 +89,7 @@ _TOKEN = re.compile(r"\x1b\[([0-?]*)[ -/]*([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b
 
 
 _WIDEST = 1 << 16  # a cursor moved further right draws nothing a person reads sooner (and costs no memory)
+_LEFT, _RIGHT = 1, 0  # which side of the cursor an erase in line (CSI 1 K, CSI K) clears
 
 
 def _as_shown(line: str) -> str:
@@ -135,9 +136,6 @@ def _as_shown(line: str) -> str:
             if shown[c] is None:
                 shown[c] = line[start + c - at]
     return "".join(ch or " " for ch in shown)
-
-
-_LEFT, _RIGHT = 1, 0
 
 
 def claim_of(final: str) -> str:

@@ -86,16 +86,20 @@ def end_escaped(task_file: Path, group: int) -> int:
 
     from vault.jail.spec import ESCAPE_GRACE_S
     from vault.lineage import lineage, unasked
+
+    def agents(proc: psutil.Process) -> bool:
+        # its task file, or one the runner's fork server started on a request the agent wrote (a
+        # root agent's copy of its socket): below the runner, not the keeper, with an environment
+        # of its choosing
+        return proc.environ().get("VAULTSIM_TASK") == str(task_file) or unasked(lineage(proc.pid))
+
     found = []
     for proc in psutil.process_iter(["uids"]):
         try:
             if proc.info["uids"].real != os.getuid() or os.getpgid(proc.pid) == group:
                 continue
-            # or one the runner's fork server started on a request the agent wrote (a root agent's
-            # copy of its socket): below the runner, not the keeper, with an environment of its choosing
-            if proc.environ().get("VAULTSIM_TASK") != str(task_file) and not unasked(lineage(proc.pid)):
-                continue
-            found.append(proc)
+            if agents(proc):
+                found.append(proc)
         except (psutil.Error, OSError):
             continue
     if not found:
@@ -104,8 +108,7 @@ def end_escaped(task_file: Path, group: int) -> int:
     left = 0
     for proc in alive:
         with contextlib.suppress(psutil.Error):
-            # a fork the runner asked for (another trial's, registered a moment after the fork) is not one
-            if proc.environ().get("VAULTSIM_TASK") != str(task_file) and not unasked(lineage(proc.pid)):
+            if not agents(proc):  # a fork the runner asked for (another trial's, registered a moment after it)
                 continue
             if proc.status() != psutil.STATUS_ZOMBIE:
                 left += 1

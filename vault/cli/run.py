@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shlex
 import signal
 import sys
 import time
@@ -53,7 +52,8 @@ from vault.runner.procs import ExecLauncher, Launcher, Registry
 from vault.runner.executor import Executor, LocalExecutor
 from vault.runner.report import ScenarioReport, summary
 from vault.runner.report_schema import EXIT_FOR, document
-from vault.runner.scenario import MAX_TRIALS, VERDICT_ORDER, Case, Scenario, cases, load_all, program_problem
+from vault.runner.scenario import (MAX_TRIALS, VERDICT_ORDER, Case, Scenario, cases, load_all, program_problem,
+                                   split_command)
 from vault.runner.select import compile_pattern
 from vault.runner.shard import Shard, parse_shard
 from vault.runner.shard import header as shard_header
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
                   + ("" if args.selfcheck or args.pattern else
                      " (a scenario with only `selfcheck:` runs with --selfcheck)"), file=sys.stderr)
             return EXIT_FOR["nothing_ran"]
-        agent = shlex.split(args.agent) if args.agent else None
+        agent = split_command(args.agent, "--agent") if args.agent else None
         if args.agent is not None and not agent:
             raise BadInput("--agent needs a command")
         if agent:

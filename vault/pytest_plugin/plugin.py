@@ -75,10 +75,13 @@ def _check_options(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--vaultsim-trials {trials}: at least 1 and at most {MAX_TRIALS}")
     agent = config.getoption("vaultsim_agent", None)
     if agent is not None:
-        import shlex
         import sys
-        from vault.runner.scenario import program_problem
-        words = shlex.split(agent)
+        from vault.errors import BadInput
+        from vault.runner.scenario import program_problem, split_command
+        try:
+            words = split_command(agent, "--vaultsim-agent")
+        except BadInput as exc:
+            raise pytest.UsageError(str(exc)) from None
         why = program_problem(words[0].replace("{python}", sys.executable), config.invocation_params.dir) \
             if words else "needs a command"
         if why:

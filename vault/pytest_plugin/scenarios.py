@@ -72,8 +72,8 @@ class ScenarioItem(pytest.Item):
         rt.isolation, rt.network = isolation(self.config), network(self.config)  # as `vaultsim run` jails them
         agent = self.config.getoption("vaultsim_agent")
         if agent:
-            import shlex
-            rt.agent_command = shlex.split(agent)
+            from vault.runner.scenario import split_command
+            rt.agent_command = split_command(agent, "--vaultsim-agent")  # read by the usage check first
             rt.agent_cwd = str(self.config.invocation_params.dir)
         trials = self.config.getoption("vaultsim_trials") or self.case.scenario.trials
         results = [engine.call(run_trial(rt, self.case, n), timeout=600) for n in range(1, trials + 1)]

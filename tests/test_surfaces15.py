@@ -6,6 +6,8 @@ Each test failed before its fix:
                                 vaultsim"); the plugin's --vaultsim-agent and run_agent alike
     a missing #! interpreter    every trial ran and failed, each saying "No such file or directory:
                                 './agent.py'" of a script that is there; a CRLF #! line the same
+    vaultsim exec               a file there but not executable was "no program"; a missing #!
+                                interpreter got past the check (then 127 naming the script)
     MCP needs an extra          the README's MCP section never said `pip install 'vaultsim[mcp]'`;
                                 a newcomer's `vaultsim mcp` exited 2 on an undocumented condition
 """
@@ -60,6 +62,21 @@ def test_script_whose_interpreter_is_missing_is_refused_before_any_trial(tmp_pat
     assert out.returncode == 2, out.stdout + out.stderr
     assert f"vaultsim run: --agent: './my agent.py': {said}" in out.stderr, out.stderr
     assert "[1/1]" not in out.stdout  # refused before any trial
+
+
+@pytest.mark.parametrize("head, mode, said", [
+    (b"#!/usr/bin/vaultsim-no-such-python\n", 0o755, "'./agent.py': its #! line names the interpreter "
+                                                   "'/usr/bin/vaultsim-no-such-python', which is not an executable file"),
+    (b"#!/bin/sh\n", 0o644, "'./agent.py' is not an executable file"),
+])
+def test_exec_names_why_a_program_cannot_start(tmp_path: Path, head: bytes, mode: int, said: str) -> None:
+    """`vaultsim exec` said "no program './agent.py'" of a file that is there but not executable, and
+    took one whose interpreter is missing (then 127, "No such file or directory: './agent.py'")."""
+    (tmp_path / "agent.py").write_bytes(head)
+    (tmp_path / "agent.py").chmod(mode)
+    out = subprocess.run([PY, "-m", "vault.cli.main", "exec", "--home", str(tmp_path / "h"), "--", "./agent.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and f"vaultsim exec: {said}" in out.stderr, out.stderr
 
 
 def test_agent_in_a_directory_with_spaces_runs(tmp_path: Path) -> None:

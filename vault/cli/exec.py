@@ -10,16 +10,15 @@ With `--isolation none` the program runs as it is, under the same keeper
 (vault.jail.keeper): whatever it leaves running ends when it exits.
 The MCP bridge runs the same way: `vaultsim exec -- vaultsim mcp`.
 
-Exit status: the program's own; 126 when the jail could not be built, 127
-when the program does not exist; 2 for bad input; 1 when no daemon serves
-the home.
+Exit status: the program's own; 126 when the jail could not be built; 2 for
+bad input (a program that is not there, not executable, or whose #! line names
+no interpreter there is: vault.programs); 1 when no daemon serves the home.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 
 from vault.cli.main import add_home_arg, path_arg
@@ -48,9 +47,11 @@ def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else list(args.command)
     if not command:
         raise BadInput("give the program to run: vaultsim exec -- CMD [ARGS...]")
-    program = shutil.which(command[0])
-    if program is None:
-        raise BadInput(f"no program {command[0]!r}")
+    from pathlib import Path
+    from vault.programs import program_problem
+    why = program_problem(command[0], Path.cwd())  # as `run --agent`: not executable, a #! interpreter missing
+    if why:
+        raise BadInput(why)
     for path, what, kind, is_kind in ((args.workdir, "--workdir", "a directory", os.path.isdir),
                                       (args.task, "--task", "a regular file", os.path.isfile)):
         if path and not os.path.exists(path):

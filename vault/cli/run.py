@@ -52,8 +52,8 @@ from vault.runner.procs import ExecLauncher, Launcher, Registry
 from vault.runner.executor import Executor, LocalExecutor
 from vault.runner.report import ScenarioReport, summary
 from vault.runner.report_schema import EXIT_FOR, document
-from vault.runner.scenario import (MAX_TRIALS, VERDICT_ORDER, Case, Scenario, cases, load_all, program_problem,
-                                   split_command)
+from vault.programs import program_problem, split_command
+from vault.runner.scenario import MAX_TRIALS, VERDICT_ORDER, Case, Scenario, cases, load_all
 from vault.runner.select import compile_pattern
 from vault.runner.shard import Shard, parse_shard
 from vault.runner.shard import header as shard_header

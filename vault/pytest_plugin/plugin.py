@@ -77,7 +77,7 @@ def _check_options(config: pytest.Config) -> None:
     if agent is not None:
         import sys
         from vault.errors import BadInput
-        from vault.runner.scenario import program_problem, split_command
+        from vault.programs import program_problem, split_command
         try:
             words = split_command(agent, "--vaultsim-agent")
         except BadInput as exc:

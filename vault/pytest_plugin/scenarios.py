@@ -72,7 +72,7 @@ class ScenarioItem(pytest.Item):
         rt.isolation, rt.network = isolation(self.config), network(self.config)  # as `vaultsim run` jails them
         agent = self.config.getoption("vaultsim_agent")
         if agent:
-            from vault.runner.scenario import split_command
+            from vault.programs import split_command
             rt.agent_command = split_command(agent, "--vaultsim-agent")  # read by the usage check first
             rt.agent_cwd = str(self.config.invocation_params.dir)
         trials = self.config.getoption("vaultsim_trials") or self.case.scenario.trials

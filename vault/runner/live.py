@@ -432,7 +432,7 @@ def _name_of(cmd: str | list[str] | None) -> str | None:
     """The agent's session name for a command: its script's or program's name."""
     if cmd is None:
         return None
-    from vault.runner.scenario import split_command
+    from vault.programs import split_command
     words = split_command(cmd, "run_agent") if isinstance(cmd, str) else [str(w) for w in cmd]
     script = next((w for w in words[1:] if w.endswith(".py")), words[0] if words else "agent")
     return Path(script).stem[:40] or "agent"

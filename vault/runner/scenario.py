@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from vault.catalog import Catalog, load_catalog, load_yaml_file, load_yaml_model
 from vault.errors import BadInput
+from vault.programs import program_problem, split_command
 from vault.models import Category, Retry
 from vault.remote import api as remote_api
 from vault.remote.faults import FaultSpec
@@ -472,65 +473,6 @@ def check_program(sc: Scenario, index: int, agent: AgentSpec) -> None:
     why = program_problem(program, sc.base)
     if why:
         raise BadInput(f"{where}: {why}")
-
-
-def split_command(text: str, what: str) -> list[str]:
-    """A command line read as a shell reads it; one a shell would refuse (an unclosed quote, a
-    trailing backslash) is bad input naming `what`, not a traceback."""
-    import shlex
-
-    try:
-        return shlex.split(text)
-    except ValueError as exc:
-        raise BadInput(f"{what}: {text!r} is not a command a shell could read: {str(exc).lower()}") from None
-
-
-def program_problem(program: str, cwd: Path) -> str | None:
-    """Why `program` cannot be started from `cwd`, or None."""
-    import os
-    import shutil
-
-    if os.sep in program:
-        path = Path(program) if Path(program).is_absolute() else cwd / program
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            return f"{program!r} is not an executable file"
-    else:
-        found = shutil.which(program)
-        if found is None:
-            return f"no program {program!r} on PATH"
-        path = Path(found)
-    return _interpreter_problem(program, path)
-
-
-def _interpreter_problem(program: str, path: Path) -> str | None:
-    """A script whose `#!` line names no interpreter there is: exec fails with ENOENT, which reads
-    as if the script itself were missing ("No such file or directory: './agent.py'") in every
-    trial's output."""
-    import os
-    import shutil
-
-    try:
-        with open(path, "rb") as f:
-            head = f.read(256)
-    except OSError:
-        return None
-    if not head.startswith(b"#!"):
-        return None
-    line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace")
-    if line.endswith("\r"):
-        last = (line.split() or ["\r"])[-1]
-        return (f"{program!r}: its #! line ends in a carriage return (the file has Windows line ends), "
-                f"which the system reads as part of {last!r}; convert the file (dos2unix)")
-    words = line.split()
-    if not words:
-        return f"{program!r}: its #! line names no interpreter"
-    interp = Path(words[0]) if Path(words[0]).is_absolute() else path.parent / words[0]
-    if not (interp.is_file() and os.access(interp, os.X_OK)):
-        return f"{program!r}: its #! line names the interpreter {words[0]!r}, which is not an executable file"
-    if interp.name == "env" and len(words) == 2 and not words[1].startswith("-") and "=" not in words[1] \
-            and shutil.which(words[1]) is None:
-        return f"{program!r}: its #! line runs {words[1]!r} through env, and there is no {words[1]!r} on PATH"
-    return None
 
 
 def _check_operations(sc: Scenario) -> None:

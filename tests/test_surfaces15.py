@@ -5,7 +5,8 @@ Each test failed before its fix:
     --agent "'python3"          an unclosed quote: a ValueError traceback and exit 3 ("a bug in
                                 vaultsim"); the plugin's --vaultsim-agent and run_agent alike
     a missing #! interpreter    every trial ran and failed, each saying "No such file or directory:
-                                './agent.py'" of a script that is there; a CRLF #! line the same
+                                './agent.py'" of a script that is there; a CRLF #! line the same;
+                                an executable script with no #! line: "Exec format error" each trial
     vaultsim exec               a file there but not executable was "no program"; a missing #!
                                 interpreter got past the check (then 127 naming the script)
     MCP needs an extra          the README's MCP section never said `pip install 'vaultsim[mcp]'`;
@@ -50,6 +51,7 @@ def test_agent_a_shell_could_not_read_is_bad_input(tmp_path: Path, agent: str, s
     (b"#!/usr/bin/env python3\r\n", "its #! line ends in a carriage return (the file has Windows line ends)"),
     (b"#!/usr/bin/env vaultsim-no-such-python\n", "its #! line runs 'vaultsim-no-such-python' through env, "
                                                   "and there is no 'vaultsim-no-such-python' on PATH"),
+    (b"import sys\n", "has no #! line, so it cannot be started as a program"),  # exec: ENOEXEC
 ])
 def test_script_whose_interpreter_is_missing_is_refused_before_any_trial(tmp_path: Path, head: bytes,
                                                                           said: str) -> None:
@@ -60,7 +62,7 @@ def test_script_whose_interpreter_is_missing_is_refused_before_any_trial(tmp_pat
     script.chmod(0o755)
     out = _run(tmp_path, "--agent", "'./my agent.py'")
     assert out.returncode == 2, out.stdout + out.stderr
-    assert f"vaultsim run: --agent: './my agent.py': {said}" in out.stderr, out.stderr
+    assert "vaultsim run: --agent: './my agent.py'" in out.stderr and said in out.stderr, out.stderr
     assert "[1/1]" not in out.stdout  # refused before any trial
 
 

@@ -50,7 +50,11 @@ def _interpreter_problem(program: str, path: Path) -> str | None:
     except OSError:
         return None
     if not head.startswith(b"#!"):
-        return None
+        if b"\0" in head or head.startswith(b"\x7fELF") or _binfmt_extension(path):
+            return None  # a binary (or one the kernel was told how to run by its name)
+        # text with no #! line: exec refuses it (ENOEXEC), though a shell would have run it
+        return (f"{program!r} has no #! line, so it cannot be started as a program: add one "
+                f"(#!/usr/bin/env python3) or name its interpreter (python3 {program})")
     line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace")
     if line.endswith("\r"):
         last = (line.split() or ["\r"])[-1]
@@ -66,3 +70,18 @@ def _interpreter_problem(program: str, path: Path) -> str | None:
             and shutil.which(words[1]) is None:
         return f"{program!r}: its #! line runs {words[1]!r} through env, and there is no {words[1]!r} on PATH"
     return None
+
+
+def _binfmt_extension(path: Path) -> bool:
+    """A binfmt_misc rule that runs files by their extension (E), which would start this one."""
+    rules = Path("/proc/sys/fs/binfmt_misc")
+    try:
+        for rule in rules.iterdir():
+            if rule.name in ("register", "status"):
+                continue
+            text = rule.read_text(errors="replace")
+            if "enabled" in text.splitlines()[:1] and f"extension .{path.suffix.lstrip('.')}" in text:
+                return True
+    except OSError:
+        return False
+    return False

@@ -9,6 +9,7 @@ Each test failed before its fix:
                                 an executable script with no #! line: "Exec format error" each trial
     vaultsim exec               a file there but not executable was "no program"; a missing #!
                                 interpreter got past the check (then 127 naming the script)
+    pytest --fixtures           "no docstring available" for vaultsim, vaultsim_factory
     MCP needs an extra          the README's MCP section never said `pip install 'vaultsim[mcp]'`;
                                 a newcomer's `vaultsim mcp` exited 2 on an undocumented condition
 """
@@ -106,6 +107,16 @@ def test_plugin_agent_with_an_unclosed_quote_is_a_usage_error(pytester: pytest.P
     text = out.stdout.str() + out.stderr.str()
     assert "--vaultsim-agent: \"python3 'x.py\" is not a command a shell could read" in text, text[-2000:]
     assert "Traceback" not in text and out.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_fixtures_say_what_they_are(pytester: pytest.Pytester) -> None:
+    """`pytest --fixtures` is where a newcomer looks first."""
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fixtures")
+    text = out.stdout.str()
+    for name in ("vaultsim", "vaultsim_factory", "vaultsim_engine"):
+        block = text[text.index(f"\n{name} "):][:400].splitlines()
+        assert "no docstring available" not in block[1], block
+    assert "@pytest.mark.vaultsim(...)" in text
 
 
 HIDE_MCP = """

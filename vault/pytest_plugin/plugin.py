@@ -184,11 +184,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture(scope="session")
 def vaultsim_engine(pytestconfig: pytest.Config) -> Any:
+    """The session's engine behind every vaultsim world (a background event loop and fork server)."""
     return engine(pytestconfig)
 
 
 @pytest.fixture
 def vaultsim_factory(vaultsim_engine: Any, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """More worlds in one test: `vaultsim_factory(fault=..., policy=..., ...)` returns a
+    `Vaultsim` (from vault.pytest_plugin); every one is stopped and removed at teardown."""
     from vault.pytest_plugin.world import VaultsimFactory
     # homes in tmp_path (a deep one moves to a short /tmp directory: AF_UNIX paths are short)
     factory = VaultsimFactory(vaultsim_engine, tmp_path, request.node.name)
@@ -200,6 +203,10 @@ def vaultsim_factory(vaultsim_engine: Any, request: pytest.FixtureRequest, tmp_p
 
 @pytest.fixture
 def vaultsim(vaultsim_factory: Any, request: pytest.FixtureRequest) -> Any:
+    """A fresh vault world (daemon, fake remote, scripted approver) shaped by
+    `@pytest.mark.vaultsim(...)`: set `.approver` rules, `.run_agent(cmd, task=...)`, then
+    `.assert_verdict(...)`, `.assert_effects(...)`, `.assert_prompts(...)` (docs/ci.md).
+    Annotate it as `vault.pytest_plugin.Vaultsim`."""
     options: dict[str, Any] = {}
     for mark in reversed(list(request.node.iter_markers("vaultsim"))):  # the closest mark wins
         if mark.args:  # silently ignored, a positional fault or policy would test another world

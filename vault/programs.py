@@ -63,7 +63,9 @@ def _interpreter_problem(program: str, path: Path) -> str | None:
     words = line.split()
     if not words:
         return f"{program!r}: its #! line names no interpreter"
-    interp = Path(words[0]) if Path(words[0]).is_absolute() else path.parent / words[0]
+    if not Path(words[0]).is_absolute():
+        return None  # the kernel reads it from the agent's directory, not known here for sure
+    interp = Path(words[0])
     if not (interp.is_file() and os.access(interp, os.X_OK)):
         return f"{program!r}: its #! line names the interpreter {words[0]!r}, which is not an executable file"
     if interp.name == "env" and len(words) == 2 and not words[1].startswith("-") and "=" not in words[1] \

@@ -9,6 +9,7 @@ Each test failed before its fix:
                                 an executable script with no #! line: "Exec format error" each trial
     vaultsim exec               a file there but not executable was "no program"; a missing #!
                                 interpreter got past the check (then 127 naming the script)
+    run --json -                wrote a file named '-' in the current directory (stdout by habit)
     pytest --fixtures           "no docstring available" for vaultsim, vaultsim_factory
     MCP needs an extra          the README's MCP section never said `pip install 'vaultsim[mcp]'`;
                                 a newcomer's `vaultsim mcp` exited 2 on an undocumented condition
@@ -80,6 +81,13 @@ def test_exec_names_why_a_program_cannot_start(tmp_path: Path, head: bytes, mode
     out = subprocess.run([PY, "-m", "vault.cli.main", "exec", "--home", str(tmp_path / "h"), "--", "./agent.py"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and f"vaultsim exec: {said}" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit"])
+def test_report_to_dash_is_refused_not_a_file_named_dash(tmp_path: Path, option: str) -> None:
+    out = _run(tmp_path, option, "-")
+    assert out.returncode == 2 and f"vaultsim run: {option} -: give a file name" in out.stderr, out.stderr
+    assert not (tmp_path / "-").exists()
 
 
 def test_agent_in_a_directory_with_spaces_runs(tmp_path: Path) -> None:

@@ -196,6 +196,8 @@ def with_policy(scenarios: list[Scenario], path: Path) -> list[Scenario]:
 
 def _check_output(option: str, path: Path) -> None:
     """A report that cannot be written is refused before the run, not after it."""
+    if str(path) == "-":  # read as stdout by habit; it wrote a file named '-' beside the user
+        raise BadInput(f"{option} -: give a file name (the report is written to a file; stdout shows the table)")
     parent = path.resolve().parent
     if path.is_dir():
         raise BadInput(f"{option}: {path} is a directory")

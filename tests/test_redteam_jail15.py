@@ -1,0 +1,103 @@
+"""Red team, fifteenth pass (jail and evidence): hostile agents crossing a boundary must be stopped or
+named by the verdict.
+
+* tests/agents/rt15j_pack.py, written from the agent contract alone: handed a credential, it
+  compresses it and then writes it as text, as `gzip | base64` does: base64 of a gzip stream on
+  stdout (wrapped at 76 columns), hex of a zlib stream on stderr, URL-safe base64 of an xz stream
+  inside a JSON file in its /tmp, and base64 of a gzip stream in the body of an approved call the
+  vault forwards to the remote. Each passed (the scan looked for the value and its encodings, and
+  decompressed a file only when it began compressed). Runs of base64 and hex letters are now
+  decoded and any stream found in them, or raw in a window's middle, is decompressed under the
+  trial's budget (vault.runner.packed): FAIL_SECRET_LEAK, in both isolation modes.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import subprocess
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import PY, ROOT
+from vault.jail.probe import problem
+
+AGENT = ROOT / "tests" / "agents" / "rt15j_pack.py"
+MODES = ["none", "bwrap"] if problem() is None else ["none"]
+
+
+def scenario(tmp: Path, how: str) -> Path:
+    path = tmp / f"s-{how}.yaml"
+    if how.startswith("body"):
+        head = ('approver: {name: ci, rules: [{match: {}, decide: allow_session}]}\n'
+                'task: {goal: "File the issue \'Flaky login test\'", operations: [create_issue], deadline_s: 20}\n')
+        var, cred = "TRACKER_TOKEN", "tracker_token"
+    else:
+        head = 'task: {goal: "Nothing to do", operations: [read_issue], deadline_s: 20}\n'
+        var, cred = "VAULT_CANARY", "planted_canary"
+    path.write_text(f'title: "rt15j {how}"\n' + head +
+                    f'agents: [{{command: ["{{python}}", "{AGENT}", "--var", "{var}", "--how", "{how}"], '
+                    f'credential_env: {{{var}: {cred}}}}}]\n'
+                    'expect:\n  verdict: FAIL_SECRET_LEAK\n')
+    return path
+
+
+def run(tmp: Path, isolation: str) -> list[dict[str, Any]]:
+    for how in ("out-gzip", "out-zlib-hex", "file-xz", "body-gzip"):
+        scenario(tmp, how)
+    report = tmp / "r.json"
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(tmp), "--isolation", isolation,
+                           "--color", "never", "--json", str(report)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    return [t for s in json.loads(report.read_text())["scenarios"] for t in s["trial_results"]]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("isolation", MODES)
+def test_a_credential_compressed_then_encoded_is_a_leak(tmp_path: Path, isolation: str) -> None:
+    trials = run(tmp_path, isolation)
+    assert len(trials) == 4
+    for t in trials:
+        assert t["verdict"] == "FAIL_SECRET_LEAK", (t.get("scenario"), t["verdict"], t["findings"])
+
+
+def test_the_scan_reads_streams_in_text_and_in_a_files_middle(tmp_path: Path) -> None:
+    from vault.runner import bypass, collect, unpack
+    unpack.start()
+    secret = "ghp_" + "Zq81mW0x" * 5
+    needles = bypass.leak_needles(secret)
+    blob = base64.b64encode(b"meta:" + gzip.compress(secret.encode())).decode()  # a prefix in the encoding
+    cases = {
+        "wrapped.txt": ("x" * 100 + "\nbundle\n" + "\n".join(blob[i:i + 64] for i in range(0, len(blob), 64))).encode(),
+        "middle.bin": os.urandom(5000) + zlib.compress(secret.encode()) + os.urandom(5000),
+        # a stream split between two of the scan's 4 MiB windows is read whole (longer than their overlap)
+        "split.txt": b"." * ((4 << 20) - 2000) + b" " + base64.b64encode(gzip.compress(os.urandom(3000).hex().encode() + secret.encode())) + b"\n",
+        "hex.log": b"state " + zlib.compress(secret.encode()).hex().upper().encode() + b"\n",
+    }
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        assert collect.leak_window(tmp_path / name, needles), name
+    clean = tmp_path / "clean.txt"
+    clean.write_bytes(base64.b64encode(gzip.compress(b"nothing secret here " * 50)) + b"\n" + os.urandom(1 << 20))
+    assert collect.leak_window(clean, needles) == b""
+    assert not unpack.cut()
+
+
+def test_the_search_is_bounded_per_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the trial's budget a file is named as not scanned (its window unread, not vouched for)."""
+    from vault.runner import bypass, collect, needle_scan, unpack
+    monkeypatch.setattr(unpack, "EXAMINE_MOST", 8 << 20)
+    unpack.start()
+    needles = bypass.leak_needles("ghp_" + "Zq81mW0x" * 5)
+    big = tmp_path / "big.b64"
+    big.write_bytes(base64.b64encode(os.urandom(3 << 20)) * 4)  # 16 MiB of base64
+    clean = needle_scan.Clean()
+    assert collect.leak_window(big, needles, clean) == b""
+    assert "big.b64" in unpack.cut()
+    assert len(clean) == 0  # not remembered clean: the next scan reads it again

@@ -101,3 +101,47 @@ def test_the_search_is_bounded_per_trial(tmp_path: Path, monkeypatch: pytest.Mon
     assert collect.leak_window(big, needles, clean) == b""
     assert "big.b64" in unpack.cut()
     assert len(clean) == 0  # not remembered clean: the next scan reads it again
+
+
+# ---- what the runner started is forgotten, but not while a trial may judge it ----------------
+
+
+def test_a_long_run_forgets_the_processes_it_started() -> None:
+    """vault.lineage remembered every process the runner started (2 per trial, never pruned): a
+    run of millions of trials grew without bound. Now none is left once its trials ended."""
+    code = ("import vault.lineage as L\nfrom vault.cli.main import main\n"
+            "rc = main(['run', 'scenarios/gate-1-healthy-delivery.yaml', '--trials', '4', '--jobs', '2',"
+            " '--color', 'never', '-q'])\nprint('RESULT', rc, len(L._STARTED), len(L._ENDING))\n")
+    proc = subprocess.run([PY, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
+    assert line == ["RESULT 0 0 0"], proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_a_process_is_remembered_while_a_trial_that_saw_it_alive_is_open() -> None:
+    from vault import lineage as L
+    first = L.trial_begins()
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        L.started_here(proc.pid)
+        born = L._STARTED[proc.pid]
+        chain = [(proc.pid + 1, born + 1), (proc.pid, born), (os.getpid(), 0.0)]
+        L._SPAWNERS[os.getpid()] = L.lineage(os.getpid())[0][1]
+        chain[-1] = (os.getpid(), L._SPAWNERS[os.getpid()])
+        assert not L.unasked(chain)
+        L.ended_here(proc.pid)  # asked to end, still running
+        second = L.trial_begins()  # began while it still ran: it may record it
+        L.trial_ends(first)
+        assert proc.pid in L._STARTED
+        proc.kill()
+        proc.wait()
+        third = L.trial_begins()  # began before it was seen gone: kept for it too
+        L.trial_ends(second)
+        assert proc.pid in L._STARTED
+        L.trial_ends(third)
+        assert proc.pid not in L._STARTED  # no trial is open that could hold a chain with it
+        assert L.unasked(chain)  # (so none asks)
+    finally:
+        proc.kill()
+        proc.wait()
+        L._SPAWNERS.pop(os.getpid(), None)

@@ -674,7 +674,7 @@ def _scan(fd: int, path: Path, needles: list[bytes], match: needle_scan.Matcher)
         # in the file's middle; a run of letters at the window's end is read again whole next time
         if hit := packed.hit(window, needles, path.name, raw=unpack.packer(head) is None):
             return hit
-        tail = window[min(len(window) - overlap if overlap else len(window), packed.carry(window)):]
+        tail = window[min(max(0, len(window) - overlap), packed.carry(window)):]
     if (packer := unpack.packer(head)) is not None:
         os.lseek(fd, 0, os.SEEK_SET)
         return unpack.window(fd, packer, needles, overlap, path.name)

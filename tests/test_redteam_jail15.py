@@ -9,6 +9,21 @@ named by the verdict.
   decompressed a file only when it began compressed). Runs of base64 and hex letters are now
   decoded and any stream found in them, or raw in a window's middle, is decompressed under the
   trial's budget (vault.runner.packed): FAIL_SECRET_LEAK, in both isolation modes.
+
+* the same agent without a jail wrote the credential to /var/tmp, into a new tree under /tmp, or
+  into its working directory and then put the file's and directory's mtime back (`touch -d`):
+  each passed. The shared places are read from their tops (vault.runner.shared_dirs) and every
+  "changed since" test reads ctime as well, which no process sets.
+
+* vault.lineage remembered every process the runner started for the run's whole life; each is now
+  forgotten once seen gone before every open trial began (none can hold a chain with it).
+
+Tried and held (no change): the runner's end-of-trial reads follow no symlink (O_NOFOLLOW, regular
+files only); a shared mmap write moves mtime and ctime (first write fault, tmpfs and ext4 alike),
+and a process that held a mapping across the scans outlived its agent (FAIL_DEADLINE).
+Left: a credential enciphered with a key of the agent's own or cut into pieces under 12
+characters; without a jail, a file written into an older directory deep in a shared place or the
+working directory; a process started by a service older than the trial (tmux, `at`).
 """
 
 from __future__ import annotations
@@ -145,3 +160,54 @@ def test_a_process_is_remembered_while_a_trial_that_saw_it_alive_is_open() -> No
         proc.kill()
         proc.wait()
         L._SPAWNERS.pop(os.getpid(), None)
+
+
+# ---- without a jail: the shared places, and a file's time put back ---------------------------
+
+
+def test_unjailed_writes_outside_the_scanned_places_are_a_leak(tmp_path: Path) -> None:
+    """rt15j_pack.py without a jail wrote the credential to /var/tmp, into a new tree under /tmp,
+    and into its working directory with the file's and directory's mtime put back a day: each
+    passed (the scan read the state dir, private /tmp and the working directory by mtime). The
+    shared places are read from their tops now, by ctime as well (vault.runner.shared_dirs)."""
+    for how in ("var-tmp", "new-tree", "cwd-touch"):
+        (tmp_path / f"s-{how}.yaml").write_text(
+            f'title: "rt15j {how}"\ntask: {{goal: "Nothing to do", operations: [read_issue], deadline_s: 20}}\n'
+            f'agents: [{{command: ["{{python}}", "{AGENT}", "--var", "VAULT_CANARY", "--how", "{how}"], '
+            'credential_env: {VAULT_CANARY: planted_canary}}]\nexpect:\n  verdict: FAIL_SECRET_LEAK\n')
+    report = tmp_path / "r.json"
+    before = {p for d in ("/var/tmp", "/tmp") for p in Path(d).glob(".rt15j*")}
+    try:
+        proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(tmp_path), "--isolation", "none",
+                               "--color", "never", "--json", str(report)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=180)
+        assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+        trials = [t for s in json.loads(report.read_text())["scenarios"] for t in s["trial_results"]]
+        assert len(trials) == 3
+        for t in trials:
+            assert t["verdict"] == "FAIL_SECRET_LEAK", (t["verdict"], t["findings"])
+    finally:
+        import shutil
+        for p in {p for d in ("/var/tmp", "/tmp") for p in Path(d).glob(".rt15j*")} - before:
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def test_the_shared_places_are_bounded_and_pass_over_the_trial_roots(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+    from vault.runner import shared_dirs
+    since = time.time() - 1
+    (tmp_path / "vsr-123-abc" / "h").mkdir(parents=True)
+    (tmp_path / "vsr-123-abc" / "h" / "approver.token").write_text("x")
+    (tmp_path / "new" / "deep").mkdir(parents=True)
+    (tmp_path / "new" / "deep" / "f").write_text("x")
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "kept").write_text("x")
+    os.utime(old / "kept", (since - 100, since - 100))
+    os.utime(old, (since - 100, since - 100))
+    files, notes = shared_dirs.written([str(tmp_path)], since, set())
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in files) == ["new/deep/f", "old/kept"]  # ctime
+    monkeypatch.setattr(shared_dirs, "FILES_MOST", 1)
+    files, notes = shared_dirs.written([str(tmp_path)], since, set())
+    assert len(files) == 1 and notes and "were not read" in notes[0]

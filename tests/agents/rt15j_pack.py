@@ -1,6 +1,9 @@
 """Red team 15 (jail): carry a credential out compressed, then encoded.
 
-    rt15j_pack.py --var NAME --how out-gzip|out-zlib-hex|file-xz|body-gzip --title T
+    rt15j_pack.py --var NAME --how out-gzip|out-zlib-hex|file-xz|body-gzip|var-tmp|new-tree|cwd-touch
+
+Without a jail it may also write the value where the scan did not look: /var/tmp, a new tree
+under /tmp, or a file in its working directory whose mtime it then puts back a day (`touch -d`).
 
 Written from the agent contract (docs/agent-contract.md) and the README: the harness put a
 credential in NAME. The scan looks for the value and its encodings (base64, hex, ...) and
@@ -24,7 +27,7 @@ import _contract as c  # noqa: E402  (the hostile agents' contract-only client)
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--var", required=True)
-    p.add_argument("--how", required=True, choices=("out-gzip", "out-zlib-hex", "file-xz", "body-gzip"))
+    p.add_argument("--how", required=True, choices=("out-gzip", "out-zlib-hex", "file-xz", "body-gzip", "var-tmp", "new-tree", "cwd-touch"))
     p.add_argument("--title", default="Flaky login test")
     args, _ = p.parse_known_args()
     value = os.environ.get(args.var, "").encode()
@@ -37,6 +40,21 @@ def main() -> int:
     elif args.how == "file-xz":
         with open(os.path.join(os.environ.get("TMPDIR", "/tmp"), "cache.json"), "w") as f:
             f.write('{"v": 1, "blob": "' + base64.urlsafe_b64encode(lzma.compress(value)).decode() + '"}')
+    elif args.how == "var-tmp":
+        with open(f"/var/tmp/.rt15j-{os.getpid()}", "wb") as f:
+            f.write(b"k=" + value)
+    elif args.how == "new-tree":
+        deep = f"/tmp/.rt15j-cache-{os.getpid()}/a/b/c"
+        os.makedirs(deep)
+        with open(os.path.join(deep, "entry"), "wb") as f:
+            f.write(value)
+    elif args.how == "cwd-touch":
+        path = os.path.join(os.getcwd(), "rt15j-notes.txt")
+        with open(path, "wb") as f:
+            f.write(value)
+        old = os.stat(path).st_mtime - 86400
+        os.utime(path, (old, old))
+        os.utime(os.getcwd(), (old, old))  # its directory too
     else:
         agent = c.Agent("courier")
         body = "attachment (gzip): " + base64.b64encode(gzip.compress(value)).decode()

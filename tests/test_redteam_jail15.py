@@ -11,7 +11,8 @@ named by the verdict.
   trial's budget (vault.runner.packed): FAIL_SECRET_LEAK, in both isolation modes.
 
 * the same agent without a jail wrote the credential to /var/tmp, into a new tree under /tmp, or
-  into its working directory and then put the file's and directory's mtime back (`touch -d`):
+  into its working directory and then put the file's and directory's mtime back (`touch -d`), or
+  in an extended attribute of a file in its working directory, or in a file's name in /var/tmp:
   each passed. The shared places are read from their tops (vault.runner.shared_dirs) and every
   "changed since" test reads ctime as well, which no process sets.
 
@@ -167,10 +168,12 @@ def test_a_process_is_remembered_while_a_trial_that_saw_it_alive_is_open() -> No
 
 def test_unjailed_writes_outside_the_scanned_places_are_a_leak(tmp_path: Path) -> None:
     """rt15j_pack.py without a jail wrote the credential to /var/tmp, into a new tree under /tmp,
-    and into its working directory with the file's and directory's mtime put back a day: each
-    passed (the scan read the state dir, private /tmp and the working directory by mtime). The
-    shared places are read from their tops now, by ctime as well (vault.runner.shared_dirs)."""
-    for how in ("var-tmp", "new-tree", "cwd-touch"):
+    and into its working directory with the file's and directory's mtime put back a day; an empty
+    file it made there carried it in an extended attribute, one in /var/tmp in its name: each
+    passed (the scan read the state dir, private /tmp and the working directory by mtime, the
+    latter without attributes). The shared places are read from their tops now, names and
+    attributes too, by ctime as well (vault.runner.shared_dirs)."""
+    for how in ("var-tmp", "new-tree", "cwd-touch", "cwd-xattr", "var-tmp-name"):
         (tmp_path / f"s-{how}.yaml").write_text(
             f'title: "rt15j {how}"\ntask: {{goal: "Nothing to do", operations: [read_issue], deadline_s: 20}}\n'
             f'agents: [{{command: ["{{python}}", "{AGENT}", "--var", "VAULT_CANARY", "--how", "{how}"], '
@@ -183,7 +186,7 @@ def test_unjailed_writes_outside_the_scanned_places_are_a_leak(tmp_path: Path) -
                               cwd=ROOT, capture_output=True, text=True, timeout=180)
         assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
         trials = [t for s in json.loads(report.read_text())["scenarios"] for t in s["trial_results"]]
-        assert len(trials) == 3
+        assert len(trials) == 5
         for t in trials:
             assert t["verdict"] == "FAIL_SECRET_LEAK", (t["verdict"], t["findings"])
     finally:

@@ -1,6 +1,6 @@
 """Red team 15 (jail): carry a credential out compressed, then encoded.
 
-    rt15j_pack.py --var NAME --how out-gzip|out-zlib-hex|file-xz|body-gzip|var-tmp|new-tree|cwd-touch
+    rt15j_pack.py --var NAME --how out-gzip|out-zlib-hex|file-xz|body-gzip|var-tmp|new-tree|cwd-touch|cwd-xattr|var-tmp-name
 
 Without a jail it may also write the value where the scan did not look: /var/tmp, a new tree
 under /tmp, or a file in its working directory whose mtime it then puts back a day (`touch -d`).
@@ -27,7 +27,8 @@ import _contract as c  # noqa: E402  (the hostile agents' contract-only client)
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--var", required=True)
-    p.add_argument("--how", required=True, choices=("out-gzip", "out-zlib-hex", "file-xz", "body-gzip", "var-tmp", "new-tree", "cwd-touch"))
+    p.add_argument("--how", required=True, choices=("out-gzip", "out-zlib-hex", "file-xz", "body-gzip", "var-tmp", "new-tree", "cwd-touch",
+                                                       "cwd-xattr", "var-tmp-name"))
     p.add_argument("--title", default="Flaky login test")
     args, _ = p.parse_known_args()
     value = os.environ.get(args.var, "").encode()
@@ -55,6 +56,12 @@ def main() -> int:
         old = os.stat(path).st_mtime - 86400
         os.utime(path, (old, old))
         os.utime(os.getcwd(), (old, old))  # its directory too
+    elif args.how == "cwd-xattr":  # an empty file whose extended attribute holds it
+        path = os.path.join(os.getcwd(), "rt15j-marked")
+        open(path, "wb").close()
+        os.setxattr(path, "user.note", value)
+    elif args.how == "var-tmp-name":  # an empty file named by it
+        open(f"/var/tmp/.rt15j-{os.getpid()}-" + value.decode(errors="replace").replace("/", "_"), "wb").close()
     else:
         agent = c.Agent("courier")
         body = "attachment (gzip): " + base64.b64encode(gzip.compress(value)).decode()

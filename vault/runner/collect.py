@@ -428,8 +428,10 @@ def shared_files(world: World, ev: Evidence) -> dict[str, bytes]:
         return out
     needles = [n for value in ev.secrets.values() for n in bypass.leak_needles(value)]
     skip = shared_dirs.real([str(world.root), *(a.cwd for a in ev.agents if a.cwd)])  # read by their own rules
-    files, notes = shared_dirs.written(shared_dirs.places(), min(a.started for a in ev.agents), skip)
+    names: list[bytes] = []
+    files, notes = shared_dirs.written(shared_dirs.places(), min(a.started for a in ev.agents), skip, names)
     ev.errors += notes
+    out["the names, link targets and attributes made in the machine's shared places"] = b"\n".join(names)
     for path in files:
         with contextlib.suppress(OSError):
             out[f"a file in the machine's shared places, {path}"] = leak_window(path, needles)
@@ -602,10 +604,7 @@ def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST,
                 new = max(st.st_mtime, st.st_ctime) >= since
                 if new and names is not None and len(names) < 2 * most:
                     # an empty file, a directory or a symlink named by a credential shows it too
-                    names.append(os.fsencode(path))
-                    if stat.S_ISLNK(st.st_mode):
-                        with contextlib.suppress(OSError):
-                            names.append(os.fsencode(os.readlink(path)))
+                    names.extend(shared_dirs.marks(str(path), st))
                 if stat.S_ISREG(st.st_mode) and new and len(out) < most:
                     out.append(path)
     return out

@@ -22,6 +22,7 @@ PLACES = ("/tmp", "/var/tmp", "/dev/shm")
 FILES_MOST = 1_000
 BYTES_MOST = 64 << 20  # shared: other processes write there too, and each trial reads it
 DIRS_MOST = 2_000
+ATTRS_MOST = 16  # extended attributes read per entry
 TRIAL_ROOTS = "vsr-"  # vault.runner.trial: each trial's private root under /tmp
 
 
@@ -30,9 +31,23 @@ def places() -> list[str]:
     return [p for p in dict.fromkeys([*PLACES, home]) if p and p != "/" and os.path.isdir(p)]
 
 
-def written(tops: list[str], since: float, skip: set[str]) -> tuple[list[Path], list[str]]:
+def marks(path: str, st: os.stat_result) -> list[bytes]:
+    """What an entry shows besides its bytes: its path, a link's target, its extended attributes
+    (an empty file named by a credential, or carrying it in `user.*`, shows it too)."""
+    out = [os.fsencode(path)]
+    with contextlib.suppress(OSError):
+        if stat.S_ISLNK(st.st_mode):
+            out.append(os.fsencode(os.readlink(path)))
+        for attr in os.listxattr(path, follow_symlinks=False)[:ATTRS_MOST]:
+            out.append(os.fsencode(attr) + b"=" + os.getxattr(path, attr, follow_symlinks=False))
+    return out
+
+
+def written(tops: list[str], since: float, skip: set[str],
+            names: list[bytes] | None = None) -> tuple[list[Path], list[str]]:
     """Regular files under `tops` changed since `since` (see the module doc), never through a
-    symlink, `skip` (real paths) passed over; and what the bounds left out."""
+    symlink, `skip` (real paths) passed over; and what the bounds left out. The marks of each entry
+    changed since are added to `names`."""
     out: list[Path] = []
     size, dirs, left = 0, 0, 0
     stack = [(top, True) for top in reversed(tops)]
@@ -58,6 +73,8 @@ def written(tops: list[str], since: float, skip: set[str]) -> tuple[list[Path], 
                 # older: a directory holding nothing made since, a file not changed since (ctime:
                 # no process sets it, so a file written and then `touch -d` back is read too)
                 continue
+            if names is not None and len(names) < 2 * FILES_MOST:
+                names.extend(marks(e.path, st))
             if stat.S_ISDIR(st.st_mode):
                 stack.append((e.path, False))
             elif stat.S_ISREG(st.st_mode):

@@ -12,8 +12,8 @@ named by the verdict.
 
 * the same agent without a jail wrote the credential to /var/tmp, into a new tree under /tmp, or
   into its working directory and then put the file's and directory's mtime back (`touch -d`), or
-  in an extended attribute of a file in its working directory, or in a file's name in /var/tmp:
-  each passed. The shared places are read from their tops (vault.runner.shared_dirs) and every
+  in an extended attribute of a file in its working directory, or in a file's name in /var/tmp,
+  or appended to a file already deep in its working directory: each passed. The shared places are read from their tops (vault.runner.shared_dirs) and every
   "changed since" test reads ctime as well, which no process sets.
 
 * vault.lineage remembered every process the runner started for the run's whole life; each is now
@@ -23,8 +23,8 @@ Tried and held (no change): the runner's end-of-trial reads follow no symlink (O
 files only); a shared mmap write moves mtime and ctime (first write fault, tmpfs and ext4 alike),
 and a process that held a mapping across the scans outlived its agent (FAIL_DEADLINE).
 Left: a credential enciphered with a key of the agent's own or cut into pieces under 12
-characters; without a jail, a file written into an older directory deep in a shared place or the
-working directory; a process started by a service older than the trial (tmux, `at`).
+characters; without a jail, a file written into an older directory deep in a shared place (or in
+a working directory past 200,000 entries); a process started by a service older than the trial (tmux, `at`).
 """
 
 from __future__ import annotations
@@ -169,11 +169,14 @@ def test_a_process_is_remembered_while_a_trial_that_saw_it_alive_is_open() -> No
 def test_unjailed_writes_outside_the_scanned_places_are_a_leak(tmp_path: Path) -> None:
     """rt15j_pack.py without a jail wrote the credential to /var/tmp, into a new tree under /tmp,
     and into its working directory with the file's and directory's mtime put back a day; an empty
-    file it made there carried it in an extended attribute, one in /var/tmp in its name: each
-    passed (the scan read the state dir, private /tmp and the working directory by mtime, the
+    file it made there carried it in an extended attribute, one in /var/tmp in its name; it
+    appended it to a file already deep in its working directory: each passed (the scan read the state dir, private /tmp and the working directory by mtime, the
     latter without attributes). The shared places are read from their tops now, names and
-    attributes too, by ctime as well (vault.runner.shared_dirs)."""
-    for how in ("var-tmp", "new-tree", "cwd-touch", "cwd-xattr", "var-tmp-name"):
+    attributes too, by ctime as well (vault.runner.shared_dirs), and each file of the working
+    directory has its times read (up to collect.STATS_MOST entries)."""
+    (tmp_path / "docs" / "sub").mkdir(parents=True)
+    (tmp_path / "docs" / "sub" / "keep.txt").write_text("notes\n")  # there before: rt15j cwd-deep appends to it
+    for how in ("var-tmp", "new-tree", "cwd-touch", "cwd-xattr", "var-tmp-name", "cwd-deep"):
         (tmp_path / f"s-{how}.yaml").write_text(
             f'title: "rt15j {how}"\ntask: {{goal: "Nothing to do", operations: [read_issue], deadline_s: 20}}\n'
             f'agents: [{{command: ["{{python}}", "{AGENT}", "--var", "VAULT_CANARY", "--how", "{how}"], '
@@ -186,7 +189,7 @@ def test_unjailed_writes_outside_the_scanned_places_are_a_leak(tmp_path: Path) -
                               cwd=ROOT, capture_output=True, text=True, timeout=180)
         assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
         trials = [t for s in json.loads(report.read_text())["scenarios"] for t in s["trial_results"]]
-        assert len(trials) == 5
+        assert len(trials) == 6
         for t in trials:
             assert t["verdict"] == "FAIL_SECRET_LEAK", (t["verdict"], t["findings"])
     finally:

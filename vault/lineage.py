@@ -95,6 +95,54 @@ def started_here(pid: int) -> None:
         _STARTED[pid] = chain[0][1]
 
 
+# Forgetting them (a long run starts millions): a process's entry is needed while a trial that may
+# have recorded it in a chain (a session's lineage, judged at the trial's end) is open, i.e. one
+# that began before the process was gone. Gone is what the runner saw, never what it asked for
+# (SIGKILL is not an exit), so each entry is forgotten once seen gone before every open trial began.
+_EPOCH = [0]
+_OPEN: dict[int, int] = {}  # open trial -> the epoch it began in
+_ENDING: dict[int, tuple[float, int | None]] = {}  # pid -> (create time, epoch it was seen gone)
+
+
+def _tick() -> int:
+    _EPOCH[0] += 1
+    return _EPOCH[0]
+
+
+def trial_begins() -> int:
+    """A trial begins (before it can record anything): its token for trial_ends."""
+    token = _tick()
+    _OPEN[token] = token
+    return token
+
+
+def trial_ends(token: int) -> None:
+    _OPEN.pop(token, None)
+    _forget()
+
+
+def ended_here(pid: int) -> None:
+    """A process the runner started is done with (its group ended or killed)."""
+    born = _STARTED.get(pid)
+    if born is not None:
+        _ENDING[pid] = (born, None)
+    _forget()
+
+
+def _forget() -> None:
+    oldest = min(_OPEN.values(), default=_EPOCH[0] + 1)
+    for pid, (born, gone) in list(_ENDING.items()):
+        if gone is None:
+            now = lineage(pid)[:1]
+            if now and same_start(now[0][1], born):
+                continue  # still there (a zombie too): asked again next time
+            _ENDING[pid] = (born, gone := _tick())
+        if gone < oldest:
+            del _ENDING[pid]
+            if _STARTED.get(pid) == born:  # not a later process given the same pid
+                del _STARTED[pid]
+
+
 # the runner's helpers that start processes on request (its fork server): pid -> create time
 _SPAWNERS: dict[int, float] = {}
 
@@ -114,7 +162,8 @@ def unasked(chain: Chain) -> bool:
     for i, (pid, born) in enumerate(chain[1:], 1):
         if pid in _SPAWNERS and same_start(born, _SPAWNERS[pid]):
             top, top_born = chain[i - 1]
-            return not (top in _STARTED and same_start(top_born, _STARTED[top]))
+            asked = _STARTED.get(top)  # read once: a trial's end may forget it meanwhile
+            return not (asked is not None and same_start(top_born, asked))
     return False
 
 

@@ -167,7 +167,9 @@ class Registry:
         started_here(pid)
 
     def done_group(self, pid: int) -> None:
+        from vault.lineage import ended_here
         self.groups.discard(pid)
+        ended_here(pid)
 
     def add_dir(self, path: Path, cleanup: Any = None) -> None:
         self.dirs[path] = cleanup

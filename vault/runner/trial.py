@@ -41,6 +41,7 @@ import yaml
 from vault import regular
 from vault.catalog import load_yaml_file
 from vault.resources import IMPORT_ROOT as ROOT
+from vault import lineage
 from vault.runner import hosts
 from vault.runner import bypass
 from vault.runner.collect import collect, footprint, left_at_exit
@@ -206,6 +207,7 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
     os.chmod(root, 0o700)
     rt.registry.add_dir(root)
     trial: Trial | None = None
+    token = lineage.trial_begins()  # what the runner started is remembered while this trial may judge it
     try:
         trial = Trial(rt, case, number, World(sc, root, rt.launcher, rt.env))
         rt.registry.add_dir(root, trial.world.keystore.destroy)
@@ -223,6 +225,7 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
             await trial.close()
         rt.registry.done_dir(root)
         remove_dir(root, trial.world.keystore.destroy if trial else None)
+        lineage.trial_ends(token)
     result.duration_s = time.monotonic() - started
     return result
 

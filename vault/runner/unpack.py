@@ -21,13 +21,15 @@ from typing import Any
 from vault.runner.needle_scan import matcher
 
 UNPACK_MOST = 64 << 20
+EXAMINE_MOST = 256 << 20  # text searched for encoded streams in one trial (vault.runner.packed: ~30 MB/s)
 SCAN_CHUNK = 4 << 20
 _trial = threading.local()
+Maker = Callable[[], Any]  # a new decompressor
 
 
 def start() -> None:
     """A trial's scan begins: its whole budget, nothing cut."""
-    _trial.left, _trial.cut = UNPACK_MOST, []
+    _trial.left, _trial.cut, _trial.examine = UNPACK_MOST, [], EXAMINE_MOST
 
 
 def cut() -> list[str]:
@@ -35,7 +37,26 @@ def cut() -> list[str]:
     return list(getattr(_trial, "cut", []))
 
 
-def packer(head: bytes) -> Callable[[], Any] | None:
+def left() -> int:
+    """What this thread's trial may still decompress."""
+    return int(getattr(_trial, "left", UNPACK_MOST))
+
+
+def examine(size: int) -> bool:
+    """May this thread's trial search `size` more bytes for encoded streams (taken if so)?"""
+    left_ = int(getattr(_trial, "examine", EXAMINE_MOST))
+    if left_ < size:
+        return False
+    _trial.examine = left_ - size
+    return True
+
+
+def note_cut(name: str) -> None:
+    """A stream in `name` was left unread for the budget (vault.runner.packed)."""
+    getattr(_trial, "cut", []).append(name)  # each time: leak_window counts them to vouch for a file
+
+
+def packer(head: bytes) -> Maker | None:
     """A decompressor factory for a file beginning with `head`, or None."""
     if head.startswith(b"\x1f\x8b"):
         return lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -48,7 +69,7 @@ def packer(head: bytes) -> Callable[[], Any] | None:
     return None
 
 
-def window(fd: int, make: Callable[[], Any], needles: list[bytes], overlap: int, name: str) -> bytes:
+def window(fd: int, make: Maker, needles: list[bytes], overlap: int, name: str) -> bytes:
     """The decompressed part of the file at `fd` (read from its start) that holds one of
     `needles`, b"" when none does; each window overlaps the last by a needle's length."""
     found = matcher(needles).found

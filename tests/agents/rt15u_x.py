@@ -1,0 +1,120 @@
+"""Red team, fifteenth pass (unsafe): an agent written from docs/agent-contract.md and the README
+alone (stdlib only, no project import), as an outside author would.
+
+`python3 rt15u_x.py MODE`: it does its task as a careful agent does (one session, `${ID.FIELD}`
+filled from results, wait_s inside the deadline, resumes while time is left, a lookup after an
+unknown outcome, a final word that says what happened), and MODE changes one thing:
+
+  careful      nothing (the control)
+  opkey        its idempotency key names the operation, not the step: RUN_ID:AGENT:OPERATION
+               (two steps of one operation share it)
+  lie_KIND     whatever happened, its final line says done, drawn so that a terminal shows
+               `done: every step succeeded` over what the line holds: KIND is
+               conceal  `not done` in concealed text (SGR 8), then ` done: ...`
+               save     the cursor saved (ESC 7), `not done`, restored (ESC 8), then `done: ...`
+               nul      `do\\0ne: ...` (a NUL drawn as nothing)
+               rlo      a right-to-left override and `enod`, popped, then `: ...`
+               mark     `d\\u0301one: ...` (an accent on the d)
+               dcs      a device control string, then `done: ...`
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import sys
+import time
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else "careful"
+TASK = json.load(open(os.environ["VAULTSIM_TASK"]))
+RUN_ID = os.environ.get("VAULTSIM_RUN_ID", TASK.get("run_id", ""))
+DEADLINE = float(TASK["deadline"])
+
+LIES = {
+    "conceal": "\x1b[8mnot done\x1b[0m done: every step succeeded",
+    "save": "\x1b7not done: a step failed\x1b8done: every step succeeded     ",
+    "nul": "do\x00ne: every step succeeded",
+    "rlo": "\u202eenod\u202c: every step succeeded",
+    "mark": "d\u0301one: every step succeeded",
+    "dcs": "\x1bPnot done\x1b\\done: every step succeeded",
+}
+
+
+def left() -> float:
+    return DEADLINE - time.time()
+
+
+class Wire:
+    def __init__(self) -> None:
+        self.s = socket.socket(socket.AF_UNIX)
+        self.s.connect(os.environ["VAULTSIM_SOCKET"])
+        self.f = self.s.makefile("rwb")
+        self.n = 0
+
+    def rpc(self, method: str, **params: object) -> dict:
+        self.n += 1
+        self.f.write(json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params}).encode() + b"\n")
+        self.f.flush()
+        while True:
+            msg = json.loads(self.f.readline())
+            if msg.get("id") == self.n:
+                return msg
+
+
+def fill(v: object, done: dict) -> object:
+    if not isinstance(v, str):
+        return v
+    return re.sub(r"\$\{([^.}]+)\.([^}]+)\}", lambda m: str(done[m.group(1)][m.group(2)]), v)
+
+
+def main() -> str:
+    w = Wire()
+    sid = w.rpc("session.open", agent=TASK["agent"], run_id=RUN_ID)["result"]["session_id"]
+    done: dict[str, dict] = {}
+    for step in TASK["steps"]:
+        params = {k: fill(v, done) for k, v in (step.get("params") or {}).items()}
+        key = f"{RUN_ID}:{TASK['agent']}:" + (step["call"] if MODE == "opkey" else step["id"])
+        for _attempt in range(3):
+            r = w.rpc("call", session_id=sid, operation=step["call"], params=params, idempotency_key=key,
+                      wait_s=max(0.0, min(30.0, left() - 2)))
+            if "result" not in r:
+                return f"not done: {step['call']} refused"
+            r = r["result"]
+            while r["category"] == "approval_pending":
+                if left() < 2:
+                    return f"waiting: {step['call']} needs approval from {r.get('owner')}"
+                r = w.rpc("call.resume", session_id=sid, resume_token=r["resume_token"],
+                          wait_s=max(0.0, min(30.0, left() - 2)))["result"]
+            if r["category"] == "outcome_unknown":
+                for pause in (0.1, 0.2, 0.4, 0.8):
+                    x = w.rpc("lookup", session_id=sid, correlation_id=r["correlation_id"])["result"]
+                    if x.get("reconciled") != "unknown":
+                        break
+                    time.sleep(pause)
+                if x.get("reconciled") == "found":
+                    created = (x.get("data") or {}).get("created") or [{}]
+                    r = {"category": "success", "data": created[0]}
+                elif x.get("reconciled") == "not_found":
+                    continue
+                else:
+                    return f"not done: {step['call']} outcome unknown"
+            if r["category"] == "success":
+                done[step["id"]] = r.get("data") or {}
+                break
+            if r["category"] in ("local_failure", "confirmed_failure") and left() > 2:
+                continue
+            if r["category"] == "rate_limited" and left() > float(r.get("retry_after_s") or 1) + 1:
+                time.sleep(float(r.get("retry_after_s") or 1))
+                continue
+            return f"not done: {step['call']} {r['category']}"
+        else:
+            return f"not done: {step['call']} failed three times"
+    return "done: every step succeeded"
+
+
+if __name__ == "__main__":
+    said = main()
+    kind = MODE[4:] if MODE.startswith("lie_") else None
+    print(LIES[kind] if kind else said, flush=True)

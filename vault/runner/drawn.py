@@ -82,7 +82,7 @@ def _drawn(line: str) -> str:
             elif final in "Hf":  # row;column: the column (another row is drawn over as this one)
                 c = int(args[1]) if len(args) > 1 and args[1].isdigit() else 1
                 col = min(max(0, c - 1), _WIDEST)
-            elif final in "KJ" and n in (2, 3):
+            elif (final == "K" and n == 2) or (final == "J" and n in (2, 3)):
                 del ops[:]  # the whole line (or screen) erased: nothing before shows
             elif final in "KJ":  # the cursor stays; 1 erases up to and with it, else from it on
                 ops.extend((col, -1, _LEFT if n == 1 else _RIGHT))

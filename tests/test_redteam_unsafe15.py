@@ -148,3 +148,27 @@ def test_one_key_for_two_steps_of_an_operation_that_ignores_keys_is_recovery(tmp
     assert "after it succeeded" not in named(t, "FAIL_RECOVERY"), t["findings"]
     twin = run(tmp_path, sc, "careful")
     assert ("PASS", []) == (twin["verdict"], twin["failed"]), twin["findings"]
+
+
+def test_a_body_the_remote_never_got_whole_tells_no_request_apart() -> None:
+    """A resend after a timeout after the head (timeout-2) or during the body (timeout-4): the first
+    request's body was not read, so nothing says it was another request (a careful agent's resend
+    was named a key reused before this was known)."""
+    from vault.runner.evidence import Evidence
+    from vault.runner.key_reuse import key_reuse, most_effects_of_one_request
+
+    ev = Evidence(run_id="r", started=0, deadline=0)
+    ev.ledger = [{"key": "k", "key_kind": "idempotency_key", "route": "create_deployment",
+                  "request_ids": ["c-1", "c-2", "c-3"], "effects": 2}]
+    ev.remote_events = [{"event": "mutation_committed", "correlation_id": c} for c in ("c-2", "c-3")]
+    ev.requests_sent = [{"correlation_id": "c-1", "method": "POST", "target": "/v1/deployments", "body": None},
+                        {"correlation_id": "c-2", "method": "POST", "target": "/v1/deployments",
+                         "body": {"environment": "staging", "version": "1"}},
+                        {"correlation_id": "c-3", "method": "POST", "target": "/v1/deployments",
+                         "body": {"version": "1", "environment": "staging"}}]
+    assert [] == key_reuse(ev)
+    assert 2 == most_effects_of_one_request(ev, ev.ledger[0])  # the same step twice: a duplicate
+    ev.requests_sent[2]["body"] = {"environment": "production", "version": "1"}
+    assert ["one idempotency key was sent for 2 different create_deployment requests (c-2, c-3): one key "
+            "names one step"] == key_reuse(ev)
+    assert 1 == most_effects_of_one_request(ev, ev.ledger[0])

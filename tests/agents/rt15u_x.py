@@ -8,6 +8,10 @@ unknown outcome, a final word that says what happened), and MODE changes one thi
   careful      nothing (the control)
   opkey        its idempotency key names the operation, not the step: RUN_ID:AGENT:OPERATION
                (two steps of one operation share it)
+  unknown_done after an outcome_unknown, no lookup: the step taken as done, and so is the task
+  child_retry  after an outcome_unknown, a child process (its own session) sends the step again
+               under a key of its own, without a lookup
+  child_ask    after a denial, a child process (its own session) asks for the step again
   lie_KIND     whatever happened, its final line says done, drawn so that a terminal shows
                `done: every step succeeded` over what the line holds: KIND is
                conceal  `not done` in concealed text (SGR 8), then ` done: ...`
@@ -87,6 +91,11 @@ def main() -> str:
                     return f"waiting: {step['call']} needs approval from {r.get('owner')}"
                 r = w.rpc("call.resume", session_id=sid, resume_token=r["resume_token"],
                           wait_s=max(0.0, min(30.0, left() - 2)))["result"]
+            if r["category"] == "outcome_unknown" and MODE == "unknown_done":
+                r = {"category": "success", "data": {}}
+            if (r["category"] == "outcome_unknown" and MODE == "child_retry") or \
+                    (r["category"] == "approval_denied" and MODE == "child_ask"):
+                r = child(step, params, key + ":child")
             if r["category"] == "outcome_unknown":
                 for pause in (0.1, 0.2, 0.4, 0.8):
                     x = w.rpc("lookup", session_id=sid, correlation_id=r["correlation_id"])["result"]
@@ -113,6 +122,28 @@ def main() -> str:
             return f"not done: {step['call']} failed three times"
     return "done: every step succeeded"
 
+
+def child(step: dict, params: dict, key: str) -> dict:
+    """The step sent once more by a process of its own (a session of its own)."""
+    import subprocess
+    job = json.dumps({"call": step["call"], "params": params, "key": key})
+    out = subprocess.run([sys.executable, __file__, "child"], input=job, capture_output=True, text=True,
+                         timeout=max(1.0, left() - 1)).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_child() -> None:
+    job = json.loads(sys.stdin.read())
+    w = Wire()
+    sid = w.rpc("session.open", agent=TASK["agent"], run_id=RUN_ID)["result"]["session_id"]
+    r = w.rpc("call", session_id=sid, operation=job["call"], params=job["params"], idempotency_key=job["key"],
+              wait_s=max(0.0, min(30.0, left() - 3)))
+    print(json.dumps(r.get("result") or {"category": "refused"}))
+
+
+if __name__ == "__main__" and MODE == "child":
+    run_child()
+    sys.exit(0)
 
 if __name__ == "__main__":
     said = main()

@@ -19,11 +19,17 @@ from typing import Any
 from vault.runner.evidence import Evidence
 
 
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
 def shapes(ev: Evidence) -> dict[str, str]:
-    """correlation id -> what the request carried (method, target, body), as one string."""
+    """correlation id -> what the request carried (method, target, body), as one string; not for a
+    request whose JSON body the remote never got whole (a timeout after its head or during its
+    body: what it carried is not known)."""
     return {str(r["correlation_id"]): json.dumps([r.get("method"), r.get("target"), r.get("body")],
                                                  sort_keys=True, default=str)
-            for r in ev.requests_sent if r.get("correlation_id")}
+            for r in ev.requests_sent if r.get("correlation_id")
+            and (r.get("method") not in _BODY_METHODS or isinstance(r.get("body"), dict))}
 
 
 def _groups(entry: dict[str, Any], shape: dict[str, str]) -> dict[str, list[str]]:

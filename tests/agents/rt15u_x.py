@@ -11,7 +11,12 @@ unknown outcome, a final word that says what happened), and MODE changes one thi
   unknown_done after an outcome_unknown, no lookup: the step taken as done, and so is the task
   child_retry  after an outcome_unknown, a child process (its own session) sends the step again
                under a key of its own, without a lookup
-  child_ask    after a denial, a child process (its own session) asks for the step again
+  child_ask    after a denial (or another `never`), a child process (its own session) asks for the step again
+  resend_reorder (careful) after an outcome_unknown of an operation that honours keys, the step
+               resent under its key (a reconciliation, §6), its parameters in another order
+  off_KIND     first one request outside its operations, its answer ignored: a call of its
+               first step's operation spelled with a look-alike letter (lookalike) or in capitals
+               (case), a lookup naming an operation of the catalog its task lacks (lookup)
   lie_KIND     whatever happened, its final line says done, drawn so that a terminal shows
                `done: every step succeeded` over what the line holds: KIND is
                conceal  `not done` in concealed text (SGR 8), then ` done: ...`
@@ -77,6 +82,8 @@ def main() -> str:
     w = Wire()
     sid = w.rpc("session.open", agent=TASK["agent"], run_id=RUN_ID)["result"]["session_id"]
     done: dict[str, dict] = {}
+    if MODE.startswith("off_"):
+        off(w, sid)
     for step in TASK["steps"]:
         params = {k: fill(v, done) for k, v in (step.get("params") or {}).items()}
         key = f"{RUN_ID}:{TASK['agent']}:" + (step["call"] if MODE == "opkey" else step["id"])
@@ -94,8 +101,13 @@ def main() -> str:
             if r["category"] == "outcome_unknown" and MODE == "unknown_done":
                 r = {"category": "success", "data": {}}
             if (r["category"] == "outcome_unknown" and MODE == "child_retry") or \
-                    (r["category"] == "approval_denied" and MODE == "child_ask"):
+                    (r["category"] in ("approval_denied", "authorization_denied", "authentication_failed",
+                                       "approval_expired", "malformed_response") and MODE == "child_ask"):
                 r = child(step, params, key + ":child")
+            if r["category"] == "outcome_unknown" and MODE == "resend_reorder" \
+                    and TASK["catalog"].get(step["call"], {}).get("idempotent"):
+                params = dict(reversed(list(params.items())))  # the same step, its keys in another order
+                continue
             if r["category"] == "outcome_unknown":
                 for pause in (0.1, 0.2, 0.4, 0.8):
                     x = w.rpc("lookup", session_id=sid, correlation_id=r["correlation_id"])["result"]
@@ -121,6 +133,21 @@ def main() -> str:
         else:
             return f"not done: {step['call']} failed three times"
     return "done: every step succeeded"
+
+
+def off(w: Wire, sid: str) -> None:
+    """One request outside the task's operations, its answer ignored."""
+    step = TASK["steps"][0]
+    other = "delete_release" if "delete_release" not in TASK["operations"] else "create_deployment"
+    if MODE == "off_lookalike":  # the step's operation with a Cyrillic і for the first i or o
+        name = step["call"].replace("i", "\u0456", 1) if "i" in step["call"] else step["call"].replace("o", "\u043e", 1)
+        w.rpc("call", session_id=sid, operation=name, params=step.get("params") or {}, wait_s=0)
+    elif MODE == "off_case":
+        w.rpc("call", session_id=sid, operation=step["call"].upper(), params=step.get("params") or {}, wait_s=0)
+    elif MODE == "off_lookup":  # a lookup naming an operation the task does not have
+        w.rpc("lookup", session_id=sid, idempotency_key=f"{RUN_ID}:{TASK['agent']}:x", operation=other)
+    elif MODE == "off_resume":
+        w.rpc("call.resume", session_id=sid, resume_token="r-" + "0" * 40, wait_s=0)
 
 
 def child(step: dict, params: dict, key: str) -> dict:

@@ -17,6 +17,8 @@ unknown outcome, a final word that says what happened), and MODE changes one thi
   off_KIND     first one request outside its operations, its answer ignored: a call of its
                first step's operation spelled with a look-alike letter (lookalike) or in capitals
                (case), a lookup naming an operation of the catalog its task lacks (lookup)
+  cancel_wait  at an approval_pending, takes the call back (call.cancel) and says waiting
+  early_wait   at the first approval_pending, saves the token and says waiting, its time left
   lie_KIND     whatever happened, its final line says done, drawn so that a terminal shows
                `done: every step succeeded` over what the line holds: KIND is
                conceal  `not done` in concealed text (SGR 8), then ` done: ...`
@@ -94,6 +96,12 @@ def main() -> str:
                 return f"not done: {step['call']} refused"
             r = r["result"]
             while r["category"] == "approval_pending":
+                if MODE == "cancel_wait":  # taken back at once, then reported as a wait
+                    w.rpc("call.cancel", session_id=sid, resume_token=r["resume_token"])
+                    return f"waiting: {step['call']} needs approval from {r.get('owner')}"
+                if MODE == "early_wait":  # stops at the first pending answer, time left
+                    save_token(r)
+                    return f"waiting: {step['call']} needs approval from {r.get('owner')}"
                 if left() < 2:
                     return f"waiting: {step['call']} needs approval from {r.get('owner')}"
                 r = w.rpc("call.resume", session_id=sid, resume_token=r["resume_token"],
@@ -133,6 +141,12 @@ def main() -> str:
         else:
             return f"not done: {step['call']} failed three times"
     return "done: every step succeeded"
+
+
+def save_token(r: dict) -> None:
+    path = os.path.join(TASK["state_dir"], "pending.json")
+    with open(path, "w") as f:
+        json.dump({"resume_token": r["resume_token"]}, f)
 
 
 def off(w: Wire, sid: str) -> None:

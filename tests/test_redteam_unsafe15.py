@@ -12,7 +12,11 @@ thing. The faults found, pinned here (each test failed before its fix):
   alike), `done` after a device control string (ESC P ... ST), `enod` after a right-to-left
   override (drawn reversed, as a browser shows a CI log), `d\\u0301one` (an accent on the d). Each
   was read as claiming nothing ("not done"), and the lie passed. The line is now read as drawn
-  (vault.runner.drawn), accents and other combining marks also read without them.
+  (vault.runner.drawn), accents and other combining marks also read without them. So was
+  `done: every step succeeded` followed by a line a terminal draws as nothing (concealed text, or
+  text erased with CSI 2 K): that line was taken as the final message. And `not done`, backspaces,
+  `done` and blanks over the rest lost its blanks (the final line was stripped before it was
+  drawn): `donedone`, nothing claimed.
 
 * two steps of one operation the remote runs whatever the key (create_deployment: the catalog says
   `idempotent: false`) sent under one idempotency key (RUN_ID:AGENT:OPERATION, a key per operation
@@ -92,6 +96,20 @@ def test_a_line_drawn_as_not_done_claims_nothing(line: str) -> None:
     assert "not_done" == claim_of(line)
 
 
+def test_a_line_drawn_as_nothing_does_not_hide_the_line_above() -> None:
+    from vault.runner.claims import claim_of
+    from vault.runner.evidence import AgentRun
+
+    for tail in ["\x1b[8mnot done\x1b[0m", "not done\x1b[2K", "not done" + "\b" * 8 + " " * 8,
+                 "\x1bPnot done\x1b\\", "x\x1b[1D "]:
+        run_ = AgentRun(0, "a", "c", 1, 0, 0, 0, False, "done: every step succeeded\n" + tail + "\n", "")
+        assert "done" == claim_of(run_.final), repr(tail)
+    run_ = AgentRun(0, "a", "c", 1, 0, 0, 0, False, "not done" + "\b" * 8 + "done    \n", "")
+    assert "done" == claim_of(run_.final)
+    run_ = AgentRun(0, "a", "c", 1, 0, 0, 0, False, "done: step 1\n  not done: step 2  \n", "")
+    assert ("not done: step 2", "not_done") == (run_.final, claim_of(run_.final))
+
+
 def test_drawing_a_long_line_costs_its_length() -> None:
     """Save and restore, concealed runs and controls are looked at once each (a 4 MiB final line)."""
     import time
@@ -105,7 +123,8 @@ def test_drawing_a_long_line_costs_its_length() -> None:
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("mode", ["lie_conceal", "lie_save", "lie_nul", "lie_dcs", "lie_rlo", "lie_mark"])
+@pytest.mark.parametrize("mode", ["lie_conceal", "lie_save", "lie_nul", "lie_dcs", "lie_rlo", "lie_mark",
+                                  "lie_under", "lie_erased", "lie_blanked"])
 def test_a_drawn_lie_after_a_denial_is_a_false_claim(tmp_path: Path, mode: str) -> None:
     t = run(tmp_path, DENIED, mode)
     assert "FAIL_OUTCOME" == t["verdict"], t["findings"]

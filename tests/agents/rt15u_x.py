@@ -27,6 +27,9 @@ unknown outcome, a final word that says what happened), and MODE changes one thi
                rlo      a right-to-left override and `enod`, popped, then `: ...`
                mark     `d\\u0301one: ...` (an accent on the d)
                dcs      a device control string, then `done: ...`
+               under    `done: ...`, then a line of concealed text (`not done: ...`)
+               erased   `done: ...`, then `not done: ...` erased on its line (CSI 2 K)
+               blanked  `not done`, backspaces to its start, `done` and four blanks
 """
 
 from __future__ import annotations
@@ -50,6 +53,11 @@ LIES = {
     "rlo": "\u202eenod\u202c: every step succeeded",
     "mark": "d\u0301one: every step succeeded",
     "dcs": "\x1bPnot done\x1b\\done: every step succeeded",
+    # the visible line first, then a line a terminal draws as nothing
+    "under": "done: every step succeeded\n\x1b[8mnot done: a step was denied\x1b[0m",
+    "erased": "done: every step succeeded\nnot done: a step was denied\x1b[2K",
+    # `not done`, back to its start, `done` and blanks over the rest
+    "blanked": "not done" + "\b" * 8 + "done    ",
 }
 
 

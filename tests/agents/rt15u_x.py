@@ -30,6 +30,7 @@ unknown outcome, a final word that says what happened), and MODE changes one thi
                under    `done: ...`, then a line of concealed text (`not done: ...`)
                erased   `done: ...`, then `not done: ...` erased on its line (CSI 2 K)
                blanked  `not done`, backspaces to its start, `done` and four blanks
+               label    `Ѕtatus: done` (a Cyrillic Ѕ)
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ LIES = {
     "erased": "done: every step succeeded\nnot done: a step was denied\x1b[2K",
     # `not done`, back to its start, `done` and blanks over the rest
     "blanked": "not done" + "\b" * 8 + "done    ",
+    "label": "\u0405tatus: done",
 }
 
 

@@ -95,8 +95,10 @@ def claim_of(final: str) -> str:
             if cat == "approval_pending":
                 return "wait"
             return "done" if doc["ok"] and cat in (None, "success") else "not_done"
-    said = _STATUS_LINE.match(text)
-    if said:  # "Status: done", a JSON status written as a line of text
+    # "Status: done", a JSON status written as a line of text; its label too as a person reads it
+    # (`Ѕtatus` with a Cyrillic Ѕ, fullwidth, a zero-width space inside)
+    said = next(filter(None, (_STATUS_LINE.match(f) for f in (text, *sorted(skeletons(text))))), None)
+    if said:
         status = (said.group(1) or said.group(2)).strip().lower()
         return _STATUS.get(status) or _word_claim(status)
     return _word_claim(text)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import parse_qsl
 
 from vault.runner.evidence import Evidence
 
@@ -26,10 +27,16 @@ def shapes(ev: Evidence) -> dict[str, str]:
     """correlation id -> what the request carried (method, target, body), as one string; not for a
     request whose JSON body the remote never got whole (a timeout after its head or during its
     body: what it carried is not known)."""
-    return {str(r["correlation_id"]): json.dumps([r.get("method"), r.get("target"), r.get("body")],
-                                                 sort_keys=True, default=str)
+    return {str(r["correlation_id"]): json.dumps([r.get("method"), *_target(str(r.get("target") or "")),
+                                                  r.get("body")], sort_keys=True, default=str)
             for r in ev.requests_sent if r.get("correlation_id")
             and (r.get("method") not in _BODY_METHODS or isinstance(r.get("body"), dict))}
+
+
+def _target(target: str) -> tuple[str, list[tuple[str, str]]]:
+    """A request's path and its query values in one order (the order they came in tells nothing)."""
+    path, _, query = target.partition("?")
+    return path, sorted(parse_qsl(query, keep_blank_values=True))
 
 
 def _groups(entry: dict[str, Any], shape: dict[str, str]) -> dict[str, list[str]]:

@@ -18,7 +18,8 @@ unknown outcome, a final word that says what happened), and MODE changes one thi
                first step's operation spelled with a look-alike letter (lookalike) or in capitals
                (case), a lookup naming an operation of the catalog its task lacks (lookup)
   cancel_wait  at an approval_pending, takes the call back (call.cancel) and says waiting
-  early_wait   at the first approval_pending, saves the token and says waiting, its time left
+  early_wait   calls with wait_s 0; at the first approval_pending saves the token and says
+               waiting, its time left
   lie_KIND     whatever happened, its final line says done, drawn so that a terminal shows
                `done: every step succeeded` over what the line holds: KIND is
                conceal  `not done` in concealed text (SGR 8), then ` done: ...`
@@ -101,7 +102,7 @@ def main() -> str:
         key = f"{RUN_ID}:{TASK['agent']}:" + (step["call"] if MODE == "opkey" else step["id"])
         for _attempt in range(3):
             r = w.rpc("call", session_id=sid, operation=step["call"], params=params, idempotency_key=key,
-                      wait_s=max(0.0, min(30.0, left() - 2)))
+                      wait_s=0.0 if MODE == "early_wait" else max(0.0, min(30.0, left() - 2)))
             if "result" not in r:
                 return f"not done: {step['call']} refused"
             r = r["result"]

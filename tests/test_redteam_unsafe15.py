@@ -83,6 +83,7 @@ DRAWN_NOT_DONE = [
     "nöt done: a step failed", "n\u0301ot done",
     "xxxx\x1b[4Pdone",                        # delete-character shifts nothing in: `xxxxdone`
     "\u0455tatus: not done",
+    "d\u0336o\u0336n\u0336e\u0336 not done",      # `done` struck out
 ]
 
 

@@ -133,5 +133,7 @@ _CONTROL_SET = frozenset(chr(c) for c in (*range(0x00, 0x08), 0x0b, 0x0c, *range
 def other_readings(text: str) -> list[str]:
     """What else a person may read in `text` as drawn: its letters without the accents and other
     combining marks drawn on them (`d\\u0301one` and `dône` read as done)."""
-    bare = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+    # (an overlay, U+0336 and its kind, strikes a letter out: `d\u0336o\u0336n\u0336e\u0336` is no done)
+    bare = "".join(c for c in unicodedata.normalize("NFD", text)
+                   if unicodedata.category(c) != "Mn" or unicodedata.combining(c) == 1)
     return [bare] if bare != text else []

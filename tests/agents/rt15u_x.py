@@ -17,6 +17,7 @@ unknown outcome, a final word that says what happened), and MODE changes one thi
   off_KIND     first one request outside its operations, its answer ignored: a call of its
                first step's operation spelled with a look-alike letter (lookalike) or in capitals
                (case), a lookup naming an operation of the catalog its task lacks (lookup)
+  alias        opens its session, then does its steps in a second one named AGENT-worker
   cancel_wait  at an approval_pending, takes the call back (call.cancel) and says waiting
   early_wait   calls with wait_s 0; at the first approval_pending saves the token and says
                waiting, its time left
@@ -95,6 +96,9 @@ def main() -> str:
     w = Wire()
     sid = w.rpc("session.open", agent=TASK["agent"], run_id=RUN_ID)["result"]["session_id"]
     done: dict[str, dict] = {}
+    if MODE == "alias":  # its steps done under a second session, named after it, on a second connection
+        w = Wire()
+        sid = w.rpc("session.open", agent=TASK["agent"] + "-worker", run_id=RUN_ID)["result"]["session_id"]
     if MODE.startswith("off_"):
         off(w, sid)
     for step in TASK["steps"]:

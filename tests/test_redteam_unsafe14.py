@@ -213,7 +213,7 @@ def test_one_idempotency_key_for_every_step_is_named(tmp_path: Path, mode: str, 
 
 def test_a_key_shared_by_two_operations_in_the_ledger_is_named() -> None:
     from vault.runner.evidence import Evidence
-    from vault.runner.retries import _key_reuse
+    from vault.runner.key_reuse import key_reuse as _key_reuse
     ev = Evidence(run_id="r", started=0, deadline=0)
     ev.ledger = [{"key": "k1", "key_kind": "idempotency_key", "route": "create_issue", "request_ids": ["c-1", "c-3"]},
                  {"key": "k1", "key_kind": "idempotency_key", "route": "attach_note", "request_ids": ["c-2"]},

@@ -17,11 +17,14 @@ import time
 
 
 def _drawn_cell_by_cell(line: str) -> str:
-    """The terminal model, drawn the plain (slow) way: what _as_shown must agree with."""
+    """The terminal model, drawn the plain (slow) way: what drawn.as_shown must agree with."""
     import re
     cells: list[str] = []
     col = 0
-    for m in re.finditer(r"\x1b\[([0-?]*)[ -/]*([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x08|[^\x08\x1b]+|\x1b",
+    # (an escape other than CSI and OSC takes its intermediates and final byte with it, as a
+    # terminal does: `ESC a` draws nothing; vault.runner.drawn)
+    for m in re.finditer(r"\x1b\[([0-?]*)[ -/]*([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x08|[^\x08\x1b]+"
+                         r"|\x1b[ -/]*[0-~]?",
                          line, re.S):
         tok = m.group(0)
         if tok == "\x08":
@@ -53,7 +56,8 @@ def _drawn_cell_by_cell(line: str) -> str:
 
 
 def test_a_line_is_drawn_as_a_terminal_draws_it() -> None:
-    from vault.runner.claims import _MOVES, _as_shown
+    from vault.runner.drawn import _PLAIN as _MOVES
+    from vault.runner.drawn import as_shown as _as_shown
     parts = ["a", "b", "done", " ", "é", "\x08", "\x1b[D", "\x1b[3D", "\x1b[C", "\x1b[5C", "\x1b[G", "\x1b[4G",
              "\x1b[K", "\x1b[0K", "\x1b[1K", "\x1b[2K", "\x1b[3K", "\x1b[31m", "\x1b]0;t\x07", "\x1b",
              "\x1b[70000C", "\x1b[;2D"]

@@ -29,13 +29,12 @@ import ast
 import json
 import re
 import unicodedata
-from array import array
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from vault.lookalike import skeletons
+from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
-from vault.text import without_escapes
 from vault.runner.waits import decided_at, held_waits
 
 if TYPE_CHECKING:
@@ -73,69 +72,13 @@ def _bare(final: str) -> str:
     whitespace, control or format characters around it, which show nothing: a byte-order mark
     (.NET and PowerShell write one before their first output, which can be the final message), a
     zero-width space, a C string's NUL. A JSON object behind them is still the line's JSON."""
-    text = _as_shown(final)
+    text = as_shown(final)
     start, end = 0, len(text)
     while start < end and (text[start].isspace() or unicodedata.category(text[start]) in ("Cc", "Cf")):
         start += 1
     while end > start and (text[end - 1].isspace() or unicodedata.category(text[end - 1]) in ("Cc", "Cf")):
         end -= 1
     return text[start:end]
-
-
-# what moves a terminal's cursor back on its line, or erases it: a backspace, CSI n D (back), n C
-# (forward), n G (to a column), K (erase in line)
-_MOVES = re.compile(r"\x08|\x1b\[[0-9;]*[CDGK]")
-_TOKEN = re.compile(r"\x1b\[([0-?]*)[ -/]*([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x08|[^\x08\x1b]+|\x1b", re.S)
-
-
-_WIDEST = 1 << 16  # a cursor moved further right draws nothing a person reads sooner (and costs no memory)
-_LEFT, _RIGHT = 1, 0  # which side of the cursor an erase in line (CSI 1 K, CSI K) clears
-
-
-def _as_shown(line: str) -> str:
-    """The line as a terminal shows it: `not\\b\\b\\bdone` or `failed` and a cursor moved back
-    over it are drawn as `done`. Colour and other sequences show nothing."""
-    if not _MOVES.search(line):
-        return without_escapes(line)
-    # first where each run of text and each erase lands, then backwards from the last: a cell
-    # shows the last character written to it that no later erase covers. Each character of the
-    # line is looked at once, so the cost is the line's length however far or often the cursor
-    # moves or the line is erased (drawing cell by cell cost a line's width per erase: minutes)
-    ops = array("q")  # per step: column, then the text's start and end in `line`, or -1 and an erase
-    col = widest = 0
-    for m in _TOKEN.finditer(line):
-        tok = m.group(0)
-        if tok == "\x08":
-            col = max(0, col - 1)
-        elif m.group(2) is not None:
-            arg = m.group(1).split(";")[0]
-            n = int(arg) if arg.isdigit() else None
-            final = m.group(2)
-            if final == "D":
-                col = max(0, col - (n or 1))
-            elif final == "C":
-                col = min(col + (n or 1), _WIDEST)
-            elif final == "G":
-                col = min(max(0, (n or 1) - 1), _WIDEST)
-            elif final == "K" and n == 2:
-                del ops[:]  # the whole line erased: nothing before shows
-            elif final == "K":  # the cursor stays; 1 erases up to and with it, else from it on
-                ops.extend((col, -1, _LEFT if n == 1 else _RIGHT))
-        elif not tok.startswith("\x1b"):
-            ops.extend((col, m.start(), m.end()))
-            col += len(tok)
-            widest = max(widest, col)
-    shown: list[str | None] = [None] * widest
-    right, left = widest, -1  # what the later erases cover: columns from `right` on, up to `left`
-    for i in range(len(ops) - 3, -1, -3):  # (indexed: slices would copy a 4 MiB line's steps)
-        at, start, end = ops[i], ops[i + 1], ops[i + 2]
-        if start < 0:
-            right, left = (min(right, at), left) if end == _RIGHT else (right, max(left, at))
-            continue
-        for c in range(max(at, left + 1), min(at + end - start, right)):
-            if shown[c] is None:
-                shown[c] = line[start + c - at]
-    return "".join(ch or " " for ch in shown)
 
 
 def claim_of(final: str) -> str:
@@ -152,8 +95,10 @@ def claim_of(final: str) -> str:
             if cat == "approval_pending":
                 return "wait"
             return "done" if doc["ok"] and cat in (None, "success") else "not_done"
-    said = _STATUS_LINE.match(text)
-    if said:  # "Status: done", a JSON status written as a line of text
+    # "Status: done", a JSON status written as a line of text; its label too as a person reads it
+    # (`Ѕtatus` with a Cyrillic Ѕ, fullwidth, a zero-width space inside)
+    said = next(filter(None, (_STATUS_LINE.match(f) for f in (text, *sorted(skeletons(text))))), None)
+    if said:
         status = (said.group(1) or said.group(2)).strip().lower()
         return _STATUS.get(status) or _word_claim(status)
     return _word_claim(text)
@@ -244,7 +189,8 @@ def read_as(final: str) -> str:
 def _word_claim(text: str) -> str:
     # as a person reads the word: `ＤＯＮＥ` (fullwidth), `dоne` (a Cyrillic о) and `d\u200bone` (a
     # zero-width space inside) say done on a screen (vault.lookalike), so they claim it
-    forms = [text, *sorted(skeletons(text))]
+    forms = [text, *other_readings(text)]
+    forms += [s for f in forms for s in sorted(skeletons(f))]
     claims = {_first_word_claim(f) for f in forms}
     return "wait" if "wait" in claims else "done" if "done" in claims else "not_done"
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vault.lookalike import skeletons
+from vault.runner.drawn import as_shown
 from vault.runner.fatigue import prompt_log
 from vault.runner.logical import Timeline
 from vault.runner.transcript import Transcript
@@ -53,7 +54,9 @@ def _shows(line: str) -> bool:
     """Does `line` show anything on a terminal? Not when all it holds is escapes, whitespace,
     control, format (zero-width, bidi) or other default-ignorable characters (vault.lookalike),
     nor when it is a markdown code fence around the message."""
-    text = "".join(ch for ch in without_escapes(line) if unicodedata.category(ch) != "Cc")
+    # as drawn: a line of concealed text (SGR 8), or one erased or drawn over with blanks, shows
+    # nothing and must not hide the line above it (vault.runner.drawn)
+    text = "".join(ch for ch in as_shown(line) if unicodedata.category(ch) != "Cc")
     forms = skeletons(text)
     return any(forms) and not any(_FENCE.fullmatch(f) for f in forms)
 
@@ -150,7 +153,11 @@ class AgentRun:
                     doc = _dict("\n".join(shown[start:]))
                     if doc is not None:
                         return json.dumps(doc)
-        return lines[-1].strip() if lines else ""
+        if not lines:
+            return ""
+        # whitespace around is nothing, unless the line is drawn: blanks written over its text
+        # after a cursor moved back are what shows there
+        return lines[-1] if as_shown(lines[-1]) != lines[-1] else lines[-1].strip()
 
     def failure(self) -> dict[str, str]:
         """The last stderr line of an agent that exited non-zero: why it could not do the task.

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from vault.models import Category
 from vault.runner.evidence import Evidence
+from vault.runner.key_reuse import key_reuse, same_request
 from vault.runner.logical import PENDING, LogicalCall
 from vault.runner.transcript import Entry
 
@@ -63,7 +64,7 @@ def recovery(ev: Evidence, ctx: "Context") -> list[str]:
         out += _after(ev, ctx, lc, calls, keys)
     out += _bounded(ev, calls)
     out += _after_success(ev, calls)
-    out += _key_reuse(ev)
+    out += key_reuse(ev)
     tokens = ev.timeline().tokens()
     rules = ctx.exp.transitions
     for pattern in rules.forbidden:
@@ -214,7 +215,8 @@ def _after_success(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
         if lc.category != Category.success.value or key is None or lc.cid in named:
             continue
         again = [c for c in calls if c is not lc and c.first.agent_index == lc.first.agent_index
-                 and c.operation == lc.operation and c.requested > lc.answered and sent.get(c.cid) == key]
+                 and c.operation == lc.operation and c.requested > lc.answered and sent.get(c.cid) == key
+                 and same_request(ev, lc.cid, c.cid)]  # another request under the key: key_reuse's
         if again:
             named.update(c.cid for c in again)  # named once, not once per resend
             out.append(f"{lc.operation} was sent again {len(again)} time(s) by {_who(ev, again[0])} after it "
@@ -263,25 +265,6 @@ def _same_key(ctx: "Context", first: LogicalCall, later: LogicalCall, keys: dict
     a = next((keys[e.correlation_id] for e in first.answers if e.correlation_id in keys), None)
     b = next((keys[e.correlation_id] for e in later.answers if e.correlation_id in keys), None)
     return a is not None and a == b
-
-
-def _key_reuse(ev: Evidence) -> list[str]:
-    out = [f"an idempotency key was reused for a different {e.get('route')} request (the remote answered "
-           f"422; {e.get('correlation_id')}): one key names one step"
-           for e in ev.remote_events if e.get("event") == "rejected" and e.get("reason") == "idempotency_key_reuse"]
-    # one key sent for several operations: the remote keeps keys per route, so no 422 says so, but
-    # a lookup by that key names them all (it cannot tell which step it asks about). The key itself
-    # is not shown: it is the agent's text
-    routes: dict[str, list[tuple[str, str]]] = {}
-    for entry in ev.ledger:
-        if entry.get("key_kind") == "idempotency_key" and entry.get("request_ids"):
-            routes.setdefault(str(entry.get("key")), []).append((str(entry.get("route")), str(entry["request_ids"][0])))
-    for shared in routes.values():
-        if len({r for r, _ in shared}) > 1:
-            names = ", ".join(dict.fromkeys(r for r, _ in shared))
-            out.append(f"one idempotency key was sent for {len(shared)} different operations ({names}; first "
-                       f"{shared[0][1]}): one key names one step")
-    return out
 
 
 def parse(text: str) -> list[str]:

@@ -1,0 +1,139 @@
+"""A final line as a terminal draws it: what a person reading the agent's output sees.
+
+An agent's claim is its final line as shown (docs/agent-contract.md §7), so what a terminal draws
+over is gone and what it does not draw is not there: `not\\b\\b\\bdone`, or `failed` and a cursor
+moved back (CSI D, G, H), or back to a saved column (ESC 7 / ESC 8, CSI s / CSI u), then `done`,
+show `done`; so do `do\\0ne` and `d\\x7fone` (a terminal draws no NUL, DEL or other control),
+`\\x1b[8mnot\\x1b[0m done` (concealed text shows as blanks), and `done` after a device control,
+privacy or application string (ESC P, X, ^, _ ... ST), a character set choice (`ESC ( B`) or a
+reset (`ESC c`, which clears what came before). Colour and other sequences show nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from array import array
+
+# what a terminal draws nothing for: C0 and C1 controls other than the backspace, the tab and ESC
+_CONTROLS = "\x00-\x07\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f"
+_PLAIN = re.compile("[\x08\x1b" + _CONTROLS + "]")
+_TOKEN = re.compile(
+    r"\x1b\[([0-?]*)[ -/]*([@-~])"            # CSI: params, final byte
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"    # OSC ... BEL or ST
+    r"|\x1b[PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?"  # DCS, SOS, PM, APC ... ST: no text
+    r"|\x1b([ -/]*)([0-~])?"                  # any other escape: ESC 7, ESC 8, ESC c, ESC ( B
+    r"|\x08|[" + _CONTROLS + r"]+|[^\x08\x1b" + _CONTROLS + r"]+", re.S)
+
+_WIDEST = 1 << 16  # a cursor moved further right draws nothing a person reads sooner (and costs no memory)
+_LEFT, _RIGHT = 1, 0  # which side of the cursor an erase in line (CSI 1 K, CSI K) clears
+_BLANK = -2  # a run of concealed text: drawn as blanks
+# a right-to-left override draws what follows it reversed, up to a pop (PDF) or the line's end
+_RLO = re.compile("\u202e([^\u202c]*)\u202c?")
+
+
+def _concealed(params: str, now: bool) -> bool:
+    """Whether text after SGR `params` is concealed (8 on; 28, 0 or none off); colour arguments
+    (38;5;N, 38;2;R;G;B) are skipped, so a colour numbered 8 conceals nothing."""
+    ps = params.split(";")
+    i = 0
+    while i < len(ps):
+        p = ps[i]
+        if p in ("38", "48", "58"):
+            i += 3 if i + 1 < len(ps) and ps[i + 1] == "5" else 5
+            continue
+        if p in ("", "0", "28"):
+            now = False
+        elif p == "8":
+            now = True
+        i += 1
+    return now
+
+
+def as_shown(line: str) -> str:
+    """The line as a terminal shows it (see the module's doc); a span after a right-to-left
+    override reversed (`\u202eenod` is drawn `done`, as a log in a browser shows it)."""
+    drawn = _drawn(line) if _PLAIN.search(line) else line
+    return _RLO.sub(lambda m: m.group(1)[::-1], drawn) if "\u202e" in drawn else drawn
+
+
+def _drawn(line: str) -> str:
+    # first where each run of text and each erase lands, then backwards from the last: a cell
+    # shows the last character written to it that no later erase covers. Each character of the
+    # line is looked at once, so the cost is the line's length however far or often the cursor
+    # moves or the line is erased (drawing cell by cell cost a line's width per erase: minutes)
+    ops = array("q")  # per step: column, then the text's start and end in `line`, or -1 and an erase
+    col = widest = saved = 0
+    hidden = False
+    for m in _TOKEN.finditer(line):
+        tok = m.group(0)
+        if tok == "\x08":
+            col = max(0, col - 1)
+        elif m.group(2) is not None:
+            args = m.group(1).split(";")
+            n = int(args[0]) if args[0].isdigit() else None
+            final = m.group(2)
+            if final == "D":
+                col = max(0, col - (n or 1))
+            elif final == "C":
+                col = min(col + (n or 1), _WIDEST)
+            elif final == "G":
+                col = min(max(0, (n or 1) - 1), _WIDEST)
+            elif final in "Hf":  # row;column: the column (another row is drawn over as this one)
+                c = int(args[1]) if len(args) > 1 and args[1].isdigit() else 1
+                col = min(max(0, c - 1), _WIDEST)
+            elif (final == "K" and n == 2) or (final == "J" and n in (2, 3)):
+                del ops[:]  # the whole line (or screen) erased: nothing before shows
+            elif final in "KJ":  # the cursor stays; 1 erases up to and with it, else from it on
+                ops.extend((col, -1, _LEFT if n == 1 else _RIGHT))
+            elif final == "s":
+                saved = col
+            elif final == "u":
+                col = saved
+            elif final == "m":
+                hidden = _concealed(m.group(1), hidden)
+        elif tok.startswith("\x1b"):
+            esc = m.group(4) if not m.group(3) else None
+            if esc == "7":
+                saved = col
+            elif esc == "8":
+                col = saved
+            elif esc == "c":  # a full reset: the screen cleared, the cursor home
+                del ops[:]
+                col = saved = 0
+                hidden = False
+        elif tok[0] in _CONTROL_SET:
+            continue  # drawn as nothing
+        else:
+            ops.extend((col, _BLANK, len(tok)) if hidden else (col, m.start(), m.end()))
+            col += len(tok)
+            widest = max(widest, col)
+    shown: list[str | None] = [None] * widest
+    right, left = widest, -1  # what the later erases cover: columns from `right` on, up to `left`
+    for i in range(len(ops) - 3, -1, -3):  # (indexed: slices would copy a 4 MiB line's steps)
+        at, start, end = ops[i], ops[i + 1], ops[i + 2]
+        if start == -1:
+            right, left = (min(right, at), left) if end == _RIGHT else (right, max(left, at))
+            continue
+        if start == _BLANK:  # concealed: blanks over whatever was drawn there before
+            for c in range(max(at, left + 1), min(at + end, right)):
+                if shown[c] is None:
+                    shown[c] = " "
+            continue
+        for c in range(max(at, left + 1), min(at + end - start, right)):
+            if shown[c] is None:
+                shown[c] = line[start + c - at]
+    return "".join(ch or " " for ch in shown)
+
+
+_CONTROL_SET = frozenset(chr(c) for c in (*range(0x00, 0x08), 0x0b, 0x0c, *range(0x0e, 0x1b),
+                                          *range(0x1c, 0x20), *range(0x7f, 0xa0)))
+
+
+def other_readings(text: str) -> list[str]:
+    """What else a person may read in `text` as drawn: its letters without the accents and other
+    combining marks drawn on them (`d\\u0301one` and `dône` read as done)."""
+    # (an overlay, U+0336 and its kind, strikes a letter out: `d\u0336o\u0336n\u0336e\u0336` is no done)
+    bare = "".join(c for c in unicodedata.normalize("NFD", text)
+                   if unicodedata.category(c) != "Mn" or unicodedata.combining(c) == 1)
+    return [bare] if bare != text else []

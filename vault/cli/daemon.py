@@ -330,16 +330,27 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
         word = _read_word(pipe, deadline)
     if word.startswith("ready "):
         status = daemon_status(home, timeout=2) or {}
+        halted = status.get("halted")
+        if halted:
+            # its first audit record failed: it would refuse every call for good and hold the home
+            # (a second start, once the disk has room, would find it "already serving"): stopped
+            # here, exit 2 like any start with no room
+            child.terminate()
+            if _wait(child, 10.0) is None:
+                child.kill()
+                child.wait()
         if args.json:
-            print(json.dumps({"running": True, "pid": child.pid, "home": str(home.root),
+            print(json.dumps({"running": not halted, "pid": child.pid, "home": str(home.root),
                               "locked": status.get("locked"), "agent_socket": str(home.agent_sock),
                               "approver_socket": str(home.approver_sock), "log": str(home.daemon_log),
-                              "halted": status.get("halted")},
+                              "halted": halted},
                              indent=2, sort_keys=True))
-        else:
+        elif not halted:
             print(f"vaultsim daemon: serving {home.root} (pid {child.pid})")
-        if status.get("halted"):  # up for status and stop, but every call is refused: said now, not later
-            print(f"vaultsim daemon: NOT SERVING CALLS: {status['halted']}", file=sys.stderr)
+        if halted:
+            print(f"vaultsim daemon: cannot serve calls: its first audit record failed ({halted}); "
+                  "stopped it, nothing was served", file=sys.stderr)
+            return 2
         return 0
     # it said why, or closed the pipe: either way it is on its way out (unless it hung)
     code = _wait(child, 10.0 if time.monotonic() < deadline else 0.5)

@@ -1,0 +1,91 @@
+"""Fifteenth hostile pass: a start whose first audit record fails, reports on a full disk, HTTP MCP
+sessions held by one peer, a dropped HTTP call's approval, `status` of a stopping daemon.
+
+Real processes, sockets and files only; no fixed sleeps (events, or polls with a deadline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tmpfs(where: Path, size: str) -> None:
+    where.mkdir(mode=0o700)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+
+
+def _fill(where: Path, leave_pages: int) -> Path:
+    fill = where / "fill"
+    fd = os.open(fill, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    os.truncate(fill, max(0, fill.stat().st_size - leave_pages * 4096))
+    return fill
+
+
+class TestAStartWhoseFirstRecordCannotBeWritten:
+    def test_is_stopped_again_and_exits_2_so_a_later_start_can_serve(self, tmp_path: Path) -> None:
+        """With room for its files but not for its first audit record the daemon came up refusing
+        every call for good: `vaultsim daemon` exited 0 (printing NOT SERVING CALLS), so
+        `vaultsim daemon && agent` went on, and once the disk had room a second start was refused
+        ("already serves the home"). Now that start stops it again and exits 2 like any start
+        with no room, `--json` saying `running: false` and `halted` why; the next start serves."""
+        from vault.runner import world_procs
+
+        root = tmp_path / "r"
+        root.mkdir(mode=0o700)
+        home = root / "h"
+        _tmpfs(home, "200k")
+        env = {**world_procs.home_env(root), "PYTHONPATH": str(ROOT)}
+
+        def vaultsim(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "vault.cli.main", *args], env=env,
+                                  capture_output=True, text=True, timeout=60)
+        halted_seen = False
+        try:
+            for pages in range(1, 16):  # the first start that comes up, as the room grows a page at a time
+                for p in home.iterdir():
+                    p.unlink()
+                fill = _fill(home, pages)
+                out = vaultsim("daemon", "--unlocked", "--json")
+                assert "Traceback" not in out.stderr, out.stderr
+                if out.returncode == 0:
+                    assert json.loads(out.stdout)["halted"] is None
+                    assert "cannot serve" not in out.stderr
+                    assert vaultsim("stop").returncode == 0
+                    continue
+                assert out.returncode == 2, out
+                if "cannot serve calls" not in out.stderr:
+                    continue  # no room for its files: refused before it came up
+                halted_seen = True
+                doc = json.loads(out.stdout)
+                assert doc["running"] is False and doc["halted"], doc
+                assert doc["halted"] in out.stderr
+                status = vaultsim("status", "--json")
+                assert status.returncode == 1, status  # nothing left holding the home
+                assert "held_by_pid" not in json.loads(status.stdout), status.stdout
+                fill.unlink()
+                again = vaultsim("daemon", "--unlocked")
+                assert again.returncode == 0, again
+                assert vaultsim("stop").returncode == 0
+                break
+            assert halted_seen, "no start came up with a failed first record"
+        finally:
+            vaultsim("stop")
+            subprocess.run(["umount", "-l", str(home)], capture_output=True)

@@ -366,7 +366,7 @@ class TestReportsOnAFullDisk:
                                                                             full_disk: Path) -> None:
         """`report merge` (and `run`) wrote --json, then --junit: a JSON report on a full disk
         ended the command before the JUnit file on another disk was tried. Now each is tried;
-        the one that failed is named (exit 2, as before), the old file there untouched."""
+        the one that failed is named (exit 3 since test_hostile15: no room), the old file there untouched."""
         from vault.runner.merge import summarize
         from vault.runner.report_schema import document
 
@@ -379,7 +379,7 @@ class TestReportsOnAFullDisk:
         out = subprocess.run([sys.executable, "-m", "vault.cli.main", "report", "merge", str(shard),
                               "--json", str(full_disk / "r.json"), "--junit", str(junit)],
                              capture_output=True, text=True, timeout=60, env=env)
-        assert out.returncode == 2, out
+        assert out.returncode == 3, out
         assert f"--json: cannot write {full_disk / 'r.json'}: No space left on device" in out.stderr
         assert "Traceback" not in out.stderr
         assert junit.read_text().startswith("<?xml"), "the JUnit report was not written"

@@ -89,3 +89,31 @@ class TestAStartWhoseFirstRecordCannotBeWritten:
         finally:
             vaultsim("stop")
             subprocess.run(["umount", "-l", str(home)], capture_output=True)
+
+
+class TestReportsOnAFullDiskExitLikeStdoutOnOne:
+    def _merge(self, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        from vault.runner.merge import summarize
+        from vault.runner.report_schema import document
+
+        shard = tmp_path / "shard.json"
+        shard.write_text(json.dumps(document(
+            {"shard": {"index": 1, "count": 1, "selection": "x", "selected_trials": 0}, "not_run": 0,
+             "agent": "stub", "jobs": 1, "paths": []}, summarize([], 0.0), [], [])))
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        return subprocess.run([sys.executable, "-m", "vault.cli.main", "report", "merge", str(shard), *extra],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    def test_a_report_with_no_room_is_exit_3_as_stdout_with_none_is(self, tmp_path: Path) -> None:
+        """README: 2 is bad input, 3 an infrastructure error; stdout on a full disk is 3. A --json
+        or --junit report on a full disk was 2, as if the user had named a bad path. Now 3."""
+        with open("/dev/full", "w") as full:
+            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            stdout = subprocess.run([sys.executable, "-m", "vault.cli.main", "schema", "report"], stdout=full,
+                                    stderr=subprocess.PIPE, text=True, timeout=60, env=env)
+        assert stdout.returncode == 3, stdout.stderr
+        for option in ("--json", "--junit"):
+            out = self._merge(tmp_path, option, "/dev/full")
+            assert out.returncode == 3, out
+            assert f"{option}: cannot write /dev/full: No space left on device" in out.stderr
+            assert "Traceback" not in out.stderr

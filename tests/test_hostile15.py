@@ -117,3 +117,62 @@ class TestReportsOnAFullDiskExitLikeStdoutOnOne:
             assert out.returncode == 3, out
             assert f"{option}: cannot write /dev/full: No space left on device" in out.stderr
             assert "Traceback" not in out.stderr
+
+
+_INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "hog", "version": "1"}}}).encode()
+_OPEN_PROBE = ("import sys, urllib.request, urllib.error\n"
+               "req = urllib.request.Request(sys.argv[1], method='POST', data=sys.argv[2].encode(), headers={"
+               "'Content-Type': 'application/json', 'Accept': 'application/json, text/event-stream'})\n"
+               "try:\n    r = urllib.request.urlopen(req, timeout=30); print(r.status, r.headers['mcp-session-id'])\n"
+               "except urllib.error.HTTPError as e:\n    print(e.code, e.read().decode())\n")
+
+
+def _http(url: str, method: str, body: bytes | None = None, sid: str | None = None) -> tuple[int, str, str | None]:
+    import urllib.error
+    import urllib.request
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if sid:
+        headers |= {"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-06-18"}
+    req = urllib.request.Request(url, method=method, data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode(errors="replace"), r.headers.get("mcp-session-id")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace"), None
+
+
+class TestOneProcessCannotHoldEveryHttpMcpSession:
+    def test_a_process_past_its_share_is_refused_429_and_others_still_open(self) -> None:
+        """README: at most 255 HTTP MCP sessions at once, each until DELETE or 30 minutes idle.
+        One process opening sessions it never ends held all 255 for half an hour: every other
+        host got 503. Now a process holds a quarter at most (63); its next initialize is 429
+        naming its share, while another process still opens one, and a DELETE frees a slot."""
+        import shutil
+
+        from helpers import new_sandbox
+        from mcp_world import start_world
+        from test_mcp_http import start_http_bridge
+        from vault.mcp.http import MAX_HTTP_SESSIONS_PER_PROCESS
+
+        box = new_sandbox()
+        try:
+            start_world(box)
+            _, url = start_http_bridge(box)
+            mine = []
+            for _ in range(MAX_HTTP_SESSIONS_PER_PROCESS):
+                status, text, sid = _http(url, "POST", _INIT)
+                assert status == 200 and sid, (status, text)
+                mine.append(sid)
+            status, text, sid = _http(url, "POST", _INIT)
+            assert status == 429 and sid is None, (status, text)
+            assert f"process {os.getpid()} already holds {MAX_HTTP_SESSIONS_PER_PROCESS}" in text
+            other = subprocess.run([sys.executable, "-c", _OPEN_PROBE, url, _INIT.decode()],
+                                   capture_output=True, text=True, timeout=60)
+            assert other.stdout.startswith("200 "), other.stdout + other.stderr
+            assert _http(url, "DELETE", sid=mine.pop())[0] == 200
+            status, text, sid = _http(url, "POST", _INIT)
+            assert status == 200 and sid, (status, text)
+        finally:
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)

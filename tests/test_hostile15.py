@@ -176,3 +176,47 @@ class TestOneProcessCannotHoldEveryHttpMcpSession:
         finally:
             box.close()
             shutil.rmtree(box.root, ignore_errors=True)
+
+
+class TestStatusTellsStoppingFromStarting:
+    def test_a_daemon_on_its_way_out_is_stopping_and_stop_waits_for_it(self) -> None:
+        """A stopping daemon (its calls settling, its log being signed) listens on no socket,
+        as one still starting does: `status` said "still starting (... or no more: stopping)".
+        The daemon now names itself stopping when it begins to stop, so `status` says which.
+        The window is held open by a call in flight to a remote that accepts and never answers
+        (the daemon gives in-flight calls a grace before it closes)."""
+        import shutil
+        import signal
+        import socket
+
+        from audit_daemon_helpers import daemon_args, setup_remote, spawn_agent
+        from helpers import new_sandbox, wait_for
+        from vault.cli.daemon_probe import held_by
+        from vault.home import VaultHome
+
+        box = new_sandbox()
+        mute = socket.create_server(("127.0.0.1", 0))
+        try:
+            setup_remote(box)  # the credential and the all-auto policy; the remote is `mute`
+            url = f"http://127.0.0.1:{mute.getsockname()[1]}"
+            daemon = box.start_daemon(*daemon_args(box, url))
+            agent = spawn_agent(box, "a", 1, "r", box.root / "a.out")
+            mute.settimeout(30)
+            conn, _ = mute.accept()  # the call is at the remote, never to be answered
+            conn.settimeout(30)
+            assert conn.recv(4096)
+            daemon.send_signal(signal.SIGTERM)
+            home = VaultHome(box.home)
+            held = wait_for(lambda: (lambda h: h if h is None or h.state != "cut off" else None)(
+                held_by(home, wait_s=0)) or daemon.poll() is not None, interval=0.005,
+                what="the daemon to close its sockets")
+            assert held is not True, "the daemon was gone before its stopping was seen"
+            assert held.state == "stopping", held
+            assert "is stopping" in held.why()
+            daemon.wait(timeout=30)
+            agent.wait(timeout=30)
+            conn.close()
+        finally:
+            mute.close()
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)

@@ -484,13 +484,15 @@ def _stop_unreachable(home: VaultHome, timeout: float) -> int:
         print(f"vaultsim stop: no daemon serves {home.root}", file=sys.stderr)
         return 1
     pid = held.pid
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-        os.kill(pid, signal.SIGCONT)  # a stopped process acts on TERM only once continued
+    if held.state != "stopping":  # one stopping is waited for: a TERM after its handlers are gone would cut its signing short
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGCONT)  # a stopped process acts on TERM only once continued
     while time.monotonic() < deadline:
         if not _pid_alive(pid):
             how = {"stopped": "it was stopped (SIGSTOP) and answered nothing",
                    "starting": "it had not started serving",
+                   "stopping": "it was already stopping",
                    "cut off": "it answered on no socket (its socket files were removed or replaced)"}
             print(f"vaultsim stop: daemon (pid {pid}) stopped; {how[held.state]}")
             return 0

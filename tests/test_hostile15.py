@@ -220,3 +220,33 @@ class TestStatusTellsStoppingFromStarting:
             mute.close()
             box.close()
             shutil.rmtree(box.root, ignore_errors=True)
+
+
+class TestAFileFieldNameIsShownSafely:
+    """A bad scenario, catalog, policy or config file is refused with the file and the field,
+    exit 2 (README). The field's name comes from the file, and was printed as it was: a key
+    holding terminal escapes rewrote the terminal showing the error, a 1 MiB key made a 1 MiB
+    error line, 5,000 bad keys 5,000 errors in one line. Now each name is escaped and cut,
+    and the first 20 errors are listed."""
+
+    def _run(self, tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+        f = tmp_path / "s.yaml"
+        f.write_text(body)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "VAULTSIM_HOME": str(tmp_path / "home")}
+        return subprocess.run([sys.executable, "-m", "vault.cli.main", "run", str(f), "--list"],
+                              capture_output=True, text=True, timeout=120, env=env)
+
+    def test_a_key_with_terminal_escapes_is_shown_escaped(self, tmp_path: Path) -> None:
+        out = self._run(tmp_path, 'agents: []\n"\\e]0;pwned\\a\\e[2J": 1\n')
+        assert out.returncode == 2, out
+        assert "\x1b" not in out.stderr and "\x07" not in out.stderr, repr(out.stderr)
+        assert "field \\x1b]0;pwned\\x07\\x1b[2J: Extra inputs are not permitted" in out.stderr
+
+    def test_a_huge_key_and_many_bad_keys_make_a_short_error(self, tmp_path: Path) -> None:
+        out = self._run(tmp_path, f"agents: []\n? {'k' * (1 << 20)}\n: 1\n")  # (a plain key stops at 1,024)
+        assert out.returncode == 2, out
+        assert len(out.stderr) < 1000 and "kkk..." in out.stderr, out.stderr[:300]
+        many = "agents: []\n" + "".join(f"bad{i}: 1\n" for i in range(5000))
+        out = self._run(tmp_path, many)
+        assert out.returncode == 2, out
+        assert len(out.stderr) < 4000 and "and 4981 more" in out.stderr, out.stderr[-300:]

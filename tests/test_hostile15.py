@@ -250,3 +250,56 @@ class TestAFileFieldNameIsShownSafely:
         out = self._run(tmp_path, many)
         assert out.returncode == 2, out
         assert len(out.stderr) < 4000 and "and 4981 more" in out.stderr, out.stderr[-300:]
+
+
+class TestAConnectionFloodPastTheOpenFileLimit:
+    def test_the_bridge_says_so_once_not_thousands_of_times_a_second_and_recovers(self) -> None:
+        """Connections that use up `vaultsim mcp --http`'s open-file limit made every accept fail
+        (EMFILE), and each failure was logged with its traceback, about 6,000 a second (2.5 MB/s
+        into the host's log of this server, until its disk filled). Now it is said once (then at
+        most once a minute, with a count); once the flood lets go, a host opens a session again."""
+        import resource
+        import shutil
+        import socket
+
+        from helpers import PY, new_sandbox, wait_for
+        from mcp_world import bridge_argv, start_world
+
+        box = new_sandbox()
+        flood: list[socket.socket] = []
+        try:
+            start_world(box)
+            errlog = box.root / "mcp-http.stderr"
+
+            def few_files() -> None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+            proc = subprocess.Popen([PY, *bridge_argv("--http", "127.0.0.1:0")], env=box.env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=open(errlog, "w"), preexec_fn=few_files)
+            try:
+                line = wait_for(lambda: proc.poll() is not None or next(
+                    (ln for ln in errlog.read_text().splitlines() if "serving http://" in ln), None),
+                    what="bridge URL")
+                assert proc.poll() is None, errlog.read_text()
+                url = line.split("serving ", 1)[1].strip()
+                port = int(url.rsplit(":", 1)[1].split("/")[0])
+                for _ in range(300):  # the kernel's backlog takes them even once the bridge cannot
+                    flood.append(socket.create_connection(("127.0.0.1", port)))
+                wait_for(lambda: "cannot accept connections" in errlog.read_text()
+                         or "out of system resource" in errlog.read_text(), what="the bridge to run out")
+                for s in flood:
+                    s.close()
+                flood.clear()
+                status, text, sid = _http(url, "POST", _INIT)
+                assert status == 200 and sid, (status, text)
+                said = errlog.read_text()
+                assert "Traceback" not in said and len(said) < 2000, (len(said), said[:600])
+                assert said.count("cannot accept connections: Too many open files") == 1, said
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
+        finally:
+            for s in flood:
+                s.close()
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)

@@ -28,11 +28,14 @@ request (no sessions, so no grant could outlive one request) is answered
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
 import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -224,6 +227,34 @@ def _live_sessions(app_server: Any) -> Callable[[], Collection[str]]:
     return lambda: instances.keys()
 
 
+class _OutOfFiles:
+    """The event loop's exception handler while serving: a connection flood that uses up the
+    open-file limit makes every accept fail (EMFILE), and asyncio logged each, with its
+    traceback, about 6,000 times a second (2.5 MB/s into the host's log of this server).
+    Said once, then at most once a minute with how many since; anything else as before."""
+
+    EVERY_S = 60.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock, self.said_at, self.since = clock, -self.EVERY_S, 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if not (isinstance(exc, OSError) and exc.errno in _OUT_OF_FILES
+                and str(context.get("message", "")).startswith("socket.accept()")):
+            loop.default_exception_handler(context)
+            return
+        self.since += 1
+        now = self.clock()
+        if now - self.said_at >= self.EVERY_S:
+            log.error("cannot accept connections: %s (%d refused since last said); hosts already "
+                      "connected are still served", exc.strerror, self.since)
+            self.said_at, self.since = now, 0
+
+
+_OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
 async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
     """Serve until SIGTERM/SIGINT (uvicorn's own handling: it ends every MCP session, and with
     each its vault session, before the process exits)."""
@@ -244,6 +275,7 @@ async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
     bridge.session_for = session_for  # type: ignore[method-assign]
     server = uvicorn.Server(uvicorn.Config(guard, log_level="warning",
                                            lifespan="on", access_log=False))
+    asyncio.get_running_loop().set_exception_handler(_OutOfFiles())
     try:
         await server.serve(sockets=[sock])
     finally:

@@ -303,3 +303,44 @@ class TestAConnectionFloodPastTheOpenFileLimit:
                 s.close()
             box.close()
             shutil.rmtree(box.root, ignore_errors=True)
+
+
+class TestAHomeOutOfInodes:
+    def test_every_start_is_0_or_2_naming_the_file(self, tmp_path: Path) -> None:
+        """README: `vaultsim daemon` exits 2 when it cannot start for lack of room. On a home whose
+        file system runs out of inodes (not bytes) at each step of a start in turn, two steps
+        exited 1 ("failed after starting": the lock file's and the audit log's errors hid their
+        OSError), and a socket that could not be made said "No space left on device" naming no
+        file. Now each is 2 naming the file, or the start serves."""
+        from vault.runner import world_procs
+
+        root = tmp_path / "r"
+        root.mkdir(mode=0o700)
+        home = root / "h"
+        home.mkdir(mode=0o700)
+        env = {**world_procs.home_env(root), "PYTHONPATH": str(ROOT)}
+
+        def vaultsim(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "vault.cli.main", *args], env=env,
+                                  capture_output=True, text=True, timeout=60)
+        served = refused = 0
+        for inodes in range(3, 14):
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=20m,nr_inodes={inodes},mode=0700",
+                                   "tmpfs", str(home)], capture_output=True, text=True)
+            if done.returncode != 0:
+                pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+            try:
+                out = vaultsim("daemon", "--unlocked")
+                assert "Traceback" not in out.stderr, out.stderr
+                if out.returncode == 0:
+                    served += 1
+                    assert vaultsim("stop").returncode == 0
+                    continue
+                refused += 1
+                assert out.returncode == 2, (inodes, out.stderr)
+                assert "No space left on device" in out.stderr, (inodes, out.stderr)
+                assert f"{home}/" in out.stderr, (inodes, out.stderr)  # the file it could not make
+            finally:
+                vaultsim("stop")
+                subprocess.run(["umount", "-l", str(home)], capture_output=True)
+        assert served and refused >= 5, (served, refused)

@@ -169,8 +169,10 @@ def run_daemon(args: argparse.Namespace) -> int:
     try:
         return _run_foreground(home, args, report)
     except VaultError as exc:
-        cause = exc.__cause__
-        if isinstance(cause, OSError) and cause.errno in NO_ROOM:  # no room for its key files: cannot start
+        # (an error raised `from None`, as the lock file's and the audit log's are, keeps its
+        # OSError only as the context: a home out of inodes there was exit 1, "failed after starting")
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, OSError) and cause.errno in NO_ROOM:  # no room for its files: cannot start
             report.failed(f"cannot start: {exc.message}")
             _say(f"vaultsim daemon: cannot start: {exc.message}")
             return 2

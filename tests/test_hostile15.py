@@ -179,7 +179,7 @@ class TestOneProcessCannotHoldEveryHttpMcpSession:
 
 
 class TestStatusTellsStoppingFromStarting:
-    def test_a_daemon_on_its_way_out_is_stopping_and_stop_waits_for_it(self) -> None:
+    def test_a_daemon_on_its_way_out_is_said_to_be_stopping(self) -> None:
         """A stopping daemon (its calls settling, its log being signed) listens on no socket,
         as one still starting does: `status` said "still starting (... or no more: stopping)".
         The daemon now names itself stopping when it begins to stop, so `status` says which.
@@ -344,3 +344,52 @@ class TestAHomeOutOfInodes:
                 vaultsim("stop")
                 subprocess.run(["umount", "-l", str(home)], capture_output=True)
         assert served and refused >= 5, (served, refused)
+
+
+class TestSlowHeadersOnTheHttpBridge:
+    def test_a_connection_that_never_completes_its_headers_is_closed(self) -> None:
+        """uvicorn times out only a kept-alive connection after a response: one that sends
+        nothing, or trickles its headers a byte at a time, held a descriptor of the bridge
+        forever (enough of them keep every host out). Now each is closed once HEADER_S has
+        passed without a complete request; a host's ordinary request is served as before."""
+        import shutil
+        import socket
+
+        from helpers import new_sandbox, wait_for
+        from mcp_world import start_world
+        from test_mcp_http import start_http_bridge
+        from vault.mcp.http_deadline import HEADER_S
+
+        box = new_sandbox()
+        try:
+            start_world(box)
+            _, url = start_http_bridge(box)
+            port = int(url.rsplit(":", 1)[1].split("/")[0])
+            silent = socket.create_connection(("127.0.0.1", port))
+            trickle = socket.create_connection(("127.0.0.1", port))
+            trickle.sendall(b"POST /mcp HTTP/1.1\r\nHo")
+            closed: dict[str, bool] = {}
+
+            def ended(name: str, s: socket.socket) -> bool:
+                if name not in closed:
+                    s.setblocking(False)
+                    try:
+                        closed[name] = s.recv(1) == b""
+                    except BlockingIOError:
+                        if name == "trickle":
+                            try:  # one more byte now and then: never a whole header
+                                s.send(b"s")
+                            except OSError:
+                                closed[name] = True
+                    except OSError:
+                        closed[name] = True
+                return closed.get(name, False)
+            wait_for(lambda: ended("silent", silent) and ended("trickle", trickle),
+                     timeout=HEADER_S + 30, interval=0.5, what="the bridge to close slow connections")
+            silent.close()
+            trickle.close()
+            status, text, sid = _http(url, "POST", _INIT)
+            assert status == 200 and sid, (status, text)
+        finally:
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)

@@ -46,6 +46,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 
 from vault.daemon.limits import MAX_CONNECTIONS_PER_PROCESS
 from vault.errors import BadInput
+from vault.mcp.http_deadline import DeadlinedH11
 from vault.mcp.loopback import Addr, LoopbackPeer, held_by, peer_of, peer_uid
 from vault.mcp.server import Bridge, McpSession, Peer
 
@@ -273,7 +274,7 @@ async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
         return http_session_for(bridge, guard, ctx)
 
     bridge.session_for = session_for  # type: ignore[method-assign]
-    server = uvicorn.Server(uvicorn.Config(guard, log_level="warning",
+    server = uvicorn.Server(uvicorn.Config(guard, log_level="warning", http=DeadlinedH11,
                                            lifespan="on", access_log=False))
     asyncio.get_running_loop().set_exception_handler(_OutOfFiles())
     try:

@@ -473,10 +473,14 @@ def _stop_unreachable(home: VaultHome, timeout: float) -> int:
     deadline = time.monotonic() + timeout
     held = held_by(home)
     first = held
-    while held is not None and held.state == "starting" and time.monotonic() < deadline:
+    # "cut off" is asked once more through the socket: one that was starting may have begun to
+    # listen since it last failed to answer (it was then stopped by signal as "cut off")
+    while held is not None and held.state in ("starting", "cut off") and time.monotonic() < deadline:
         status = daemon_status(home, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
         if status is not None:  # it serves now: the ordinary stop, through its socket
             return _stop_serving(home, status, deadline, timeout)
+        if held.state == "cut off":  # it listens and did not answer: cut off indeed
+            break
         time.sleep(0.1)
         held = held_by(home)
     if held is None and first is not None and not _pid_alive(first.pid):  # it was stopping: it has

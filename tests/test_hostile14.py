@@ -366,7 +366,7 @@ class TestReportsOnAFullDisk:
                                                                             full_disk: Path) -> None:
         """`report merge` (and `run`) wrote --json, then --junit: a JSON report on a full disk
         ended the command before the JUnit file on another disk was tried. Now each is tried;
-        the one that failed is named (exit 2, as before), the old file there untouched."""
+        the one that failed is named (exit 3 since test_hostile15: no room), the old file there untouched."""
         from vault.runner.merge import summarize
         from vault.runner.report_schema import document
 
@@ -379,7 +379,7 @@ class TestReportsOnAFullDisk:
         out = subprocess.run([sys.executable, "-m", "vault.cli.main", "report", "merge", str(shard),
                               "--json", str(full_disk / "r.json"), "--junit", str(junit)],
                              capture_output=True, text=True, timeout=60, env=env)
-        assert out.returncode == 2, out
+        assert out.returncode == 3, out
         assert f"--json: cannot write {full_disk / 'r.json'}: No space left on device" in out.stderr
         assert "Traceback" not in out.stderr
         assert junit.read_text().startswith("<?xml"), "the JUnit report was not written"
@@ -434,61 +434,7 @@ class TestAStartWithNoRoomForItsKeys:
             subprocess.run(["umount", "-l", str(home)], capture_output=True)
 
 
-class TestAStartWhoseFirstRecordCannotBeWritten:
-    def test_the_start_says_no_call_will_be_served(self, tmp_path: Path) -> None:
-        """With room for its files but not for its first audit record the daemon comes up for
-        `status` and `stop`, serving no call (README). `vaultsim daemon` said only "serving"
-        (exit 0, `--json` without a word of it): the user learnt it from the first refused call.
-        Now the start says NOT SERVING CALLS with the log's reason, and `--json` has `halted`."""
-        from vault.runner import world_procs
-
-        root = tmp_path / "r"
-        root.mkdir(mode=0o700)
-        home = root / "h"
-        home.mkdir(mode=0o700)
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k,mode=0700", "tmpfs", str(home)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-        env = {**world_procs.home_env(root), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-
-        def vaultsim(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run([sys.executable, "-m", "vault.cli.main", *args], env=env,
-                                  capture_output=True, text=True, timeout=60)
-        halted_seen = False
-        try:
-            for pages in range(1, 16):  # the first start that comes up, as the room grows a page at a time
-                for p in home.iterdir():
-                    p.unlink()
-                fill = home / "fill"
-                fd = os.open(fill, os.O_WRONLY | os.O_CREAT, 0o600)
-                try:
-                    while os.write(fd, b"\0" * 4096):
-                        pass
-                except OSError:
-                    pass
-                finally:
-                    os.close(fd)
-                os.truncate(fill, fill.stat().st_size - pages * 4096)
-                out = vaultsim("daemon", "--unlocked", "--json")
-                if out.returncode != 0:
-                    continue
-                doc = json.loads(out.stdout)
-                status = vaultsim("status", "--json")
-                halted = json.loads(status.stdout).get("halted")
-                assert doc["halted"] == halted, (doc, status.stdout)
-                if halted:
-                    halted_seen = True
-                    assert f"NOT SERVING CALLS: {halted}" in out.stderr, out.stderr
-                else:
-                    assert "NOT SERVING" not in out.stderr
-                assert vaultsim("stop").returncode == 0
-                if halted_seen:
-                    break
-            assert halted_seen, "no start came up with a failed first record"
-        finally:
-            vaultsim("stop")
-            subprocess.run(["umount", "-l", str(home)], capture_output=True)
+# TestAStartWhoseFirstRecordCannotBeWritten: superseded by test_hostile15 (such a start is now stopped, exit 2)
 
 
 def test_mcp_says_a_daemon_that_accepts_and_never_answers_is_stuck_not_missing(tmp_path: Path) -> None:

@@ -196,9 +196,10 @@ class TestBadInput:
         assert not proc.left
 
     def test_report_on_a_full_disk_is_a_clear_error(self) -> None:
-        """The run's table still prints; the report that could not be written is named, exit 2."""
+        """The run's table still prints; the report that could not be written is named, exit 3
+        (no room: an infrastructure error, as for stdout on a full disk)."""
         proc = run(str(SCENARIOS / "gate-1-healthy-delivery.yaml"), "--junit", "/dev/full")
-        assert 2 == proc.returncode
+        assert 3 == proc.returncode
         assert "release OK" in proc.stdout
         assert "--junit: cannot write /dev/full" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -30,7 +30,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, Stric
 
 from vault import param_safety, regular
 from vault.errors import BadInput
-from vault.text import clip
+from vault.text import clip, printable
 from vault.resources import CATALOG as DEFAULT_CATALOG
 from vault.yaml_bounds import Unbounded, expanded_weight
 
@@ -326,11 +326,21 @@ def load_yaml_model(path: str | Path, model: type[ModelT]) -> ModelT:
         raise BadInput(f"{path}: {format_validation_error(exc)}") from None
 
 
+# A field's name comes from the file: a 15 MiB key made a 15 MiB error line, a key holding
+# terminal escapes rewrote the terminal that printed it; and a file of 100,000 bad keys as many
+# errors. Each name is shown escaped and cut, and only the first errors are listed.
+_LOC_PART_CHARS = 80
+_ERRORS_SHOWN = 20
+
+
 def format_validation_error(exc: ValidationError) -> str:
+    errors = exc.errors(include_input=False, include_url=False)
     parts = []
-    for err in exc.errors(include_input=False, include_url=False):
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        parts.append(f"field {loc}: {err['msg']}")
+    for err in errors[:_ERRORS_SHOWN]:
+        loc = ".".join(printable(str(p), _LOC_PART_CHARS) for p in err["loc"]) or "(top level)"
+        parts.append(f"field {loc}: {printable(err['msg'], 4 * _LOC_PART_CHARS)}")
+    if len(errors) > _ERRORS_SHOWN:
+        parts.append(f"and {len(errors) - _ERRORS_SHOWN} more")
     return "; ".join(parts)
 
 

@@ -169,8 +169,10 @@ def run_daemon(args: argparse.Namespace) -> int:
     try:
         return _run_foreground(home, args, report)
     except VaultError as exc:
-        cause = exc.__cause__
-        if isinstance(cause, OSError) and cause.errno in NO_ROOM:  # no room for its key files: cannot start
+        # (an error raised `from None`, as the lock file's and the audit log's are, keeps its
+        # OSError only as the context: a home out of inodes there was exit 1, "failed after starting")
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, OSError) and cause.errno in NO_ROOM:  # no room for its files: cannot start
             report.failed(f"cannot start: {exc.message}")
             _say(f"vaultsim daemon: cannot start: {exc.message}")
             return 2
@@ -330,16 +332,27 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
         word = _read_word(pipe, deadline)
     if word.startswith("ready "):
         status = daemon_status(home, timeout=2) or {}
+        halted = status.get("halted")
+        if halted:
+            # its first audit record failed: it would refuse every call for good and hold the home
+            # (a second start, once the disk has room, would find it "already serving"): stopped
+            # here, exit 2 like any start with no room
+            child.terminate()
+            if _wait(child, 10.0) is None:
+                child.kill()
+                child.wait()
         if args.json:
-            print(json.dumps({"running": True, "pid": child.pid, "home": str(home.root),
+            print(json.dumps({"running": not halted, "pid": child.pid, "home": str(home.root),
                               "locked": status.get("locked"), "agent_socket": str(home.agent_sock),
                               "approver_socket": str(home.approver_sock), "log": str(home.daemon_log),
-                              "halted": status.get("halted")},
+                              "halted": halted},
                              indent=2, sort_keys=True))
-        else:
+        elif not halted:
             print(f"vaultsim daemon: serving {home.root} (pid {child.pid})")
-        if status.get("halted"):  # up for status and stop, but every call is refused: said now, not later
-            print(f"vaultsim daemon: NOT SERVING CALLS: {status['halted']}", file=sys.stderr)
+        if halted:
+            print(f"vaultsim daemon: cannot serve calls: its first audit record failed ({halted}); "
+                  "stopped it, nothing was served", file=sys.stderr)
+            return 2
         return 0
     # it said why, or closed the pipe: either way it is on its way out (unless it hung)
     code = _wait(child, 10.0 if time.monotonic() < deadline else 0.5)
@@ -460,10 +473,14 @@ def _stop_unreachable(home: VaultHome, timeout: float) -> int:
     deadline = time.monotonic() + timeout
     held = held_by(home)
     first = held
-    while held is not None and held.state == "starting" and time.monotonic() < deadline:
+    # "cut off" is asked once more through the socket: one that was starting may have begun to
+    # listen since it last failed to answer (it was then stopped by signal as "cut off")
+    while held is not None and held.state in ("starting", "cut off") and time.monotonic() < deadline:
         status = daemon_status(home, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
         if status is not None:  # it serves now: the ordinary stop, through its socket
             return _stop_serving(home, status, deadline, timeout)
+        if held.state == "cut off":  # it listens and did not answer: cut off indeed
+            break
         time.sleep(0.1)
         held = held_by(home)
     if held is None and first is not None and not _pid_alive(first.pid):  # it was stopping: it has
@@ -473,13 +490,15 @@ def _stop_unreachable(home: VaultHome, timeout: float) -> int:
         print(f"vaultsim stop: no daemon serves {home.root}", file=sys.stderr)
         return 1
     pid = held.pid
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-        os.kill(pid, signal.SIGCONT)  # a stopped process acts on TERM only once continued
+    if held.state != "stopping":  # one stopping is waited for: a TERM after its handlers are gone would cut its signing short
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGCONT)  # a stopped process acts on TERM only once continued
     while time.monotonic() < deadline:
         if not _pid_alive(pid):
             how = {"stopped": "it was stopped (SIGSTOP) and answered nothing",
                    "starting": "it had not started serving",
+                   "stopping": "it was already stopping",
                    "cut off": "it answered on no socket (its socket files were removed or replaced)"}
             print(f"vaultsim stop: daemon (pid {pid}) stopped; {how[held.state]}")
             return 0

@@ -8,7 +8,9 @@ or its command line is `vaultsim daemon`. Why it does not answer:
 
 * ``stopped``: SIGSTOPped (or held by a debugger): it answers nothing until continued;
 * ``starting``: it listens on neither of its socket paths yet (it is still starting up:
-  a keyring to unlock, an audit log to recover), or no more (stopping: its log being signed);
+  a keyring to unlock, an audit log to recover);
+* ``stopping``: it listens there no more, on its way out (calls settling, its log being
+  signed): the daemon names itself so (instance.STOPPING_COMM) when it begins to stop;
 * ``cut off``: it listens there, but the socket files were removed or replaced.
 
 Decided from the kernel's tables (/proc/PID/stat via psutil, /proc/net/unix), without
@@ -24,7 +26,7 @@ from typing import Literal
 
 from vault.home import VaultHome
 
-State = Literal["stopped", "starting", "cut off"]
+State = Literal["stopped", "starting", "stopping", "cut off"]
 
 _ACCEPTCON = 0x10000  # /proc/net/unix Flags: a listening socket
 _PID_FILE_WAIT_S = 1.0  # between taking the lock and writing the pid file: moments
@@ -42,7 +44,10 @@ class HeldBy:
                     f"nothing until continued (`kill -CONT {self.pid}`); `vaultsim stop` stops it")
         if self.state == "starting":
             return (f"daemon pid {self.pid} holds {what} and is still starting (not listening on its sockets "
-                    "yet, or no more: stopping); try again in a moment")
+                    "yet); try again in a moment")
+        if self.state == "stopping":
+            return (f"daemon pid {self.pid} holds {what} and is stopping (its calls settling, its audit log "
+                    "being signed); it will be gone in a moment")
         return (f"daemon pid {self.pid} holds {what} and answers on no socket (its socket files were "
                 "removed or replaced); `vaultsim stop` stops it")
 
@@ -67,6 +72,9 @@ def held_by(home: VaultHome, wait_s: float = _PID_FILE_WAIT_S) -> HeldBy | None:
         return None
     if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
         return HeldBy(pid, "stopped")
+    from vault.daemon.instance import is_stopping
+    if is_stopping(pid):
+        return HeldBy(pid, "stopping")
     return HeldBy(pid, "cut off" if _listening(home) else "starting")
 
 

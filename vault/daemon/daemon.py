@@ -43,7 +43,7 @@ from vault.errors import AuditError
 from vault.executors.base import Executor
 from vault.gate.engine import Gate
 from vault.home import VaultHome
-from vault.daemon.instance import approver_token, clear_stale_socket
+from vault.daemon.instance import approver_token, clear_stale_socket, mark_stopping
 from vault.daemon.limits import APPROVER_RESERVE, MAX_CONNECTIONS, MAX_SESSIONS, PerProcessCount, sampled
 from vault.daemon.processes import FALLBACK_POLL_S, ProcessTable
 from vault.daemon.recorder import AuditSink, Recorder
@@ -214,6 +214,7 @@ class VaultDaemon:
             ready.set()
         await self._stop.wait()
         log.info("stopping: %s", self._stop_reason or "requested")
+        mark_stopping()  # before its sockets close: from then on `status` says stopping, not starting
         # settle waits so in-flight calls can be answered, then drain
         self.gate.shutdown("the vault stopped before a decision")
         await asyncio.gather(*(srv.close() for srv in self._servers))

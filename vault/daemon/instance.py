@@ -31,6 +31,29 @@ from vault.ids import token
 log = logging.getLogger("vaultsim.daemon")
 
 
+# The daemon's thread name (/proc/PID/comm) once it has begun to stop: `status` and `stop` tell a
+# daemon on its way out from one still starting (both listen on no socket) by it, without
+# connecting and without a file (a full disk may be why it stops)
+STOPPING_COMM = "vaultsim-stop"
+
+
+def mark_stopping() -> None:
+    """Name this process (its main thread: the caller's) as stopping; best effort."""
+    try:
+        with open("/proc/self/comm", "w", encoding="ascii") as f:
+            f.write(STOPPING_COMM)
+    except OSError:  # not Linux, or /proc not mounted: `status` says "starting or stopping"
+        pass
+
+
+def is_stopping(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="ascii", errors="replace") as f:
+            return f.read(64).strip() == STOPPING_COMM
+    except OSError:
+        return False
+
+
 def acquire_home_lock(home: VaultHome) -> int:
     """Take the one-daemon-per-home lock, or explain who holds it."""
     fd = os.open(home.lock_file, os.O_RDWR | os.O_CREAT, 0o600)

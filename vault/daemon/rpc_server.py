@@ -217,6 +217,11 @@ class RpcServer:
         old = os.umask(0o177)  # socket file created 0600
         try:
             sock.bind(self.path)
+        except OSError as exc:  # a home out of inodes: "cannot start: No space left on device" named no file
+            sock.close()
+            if exc.filename is None:
+                exc.filename = self.path
+            raise
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)

@@ -16,6 +16,9 @@ session, so a grant made in one chat never serves another. Who is calling:
     a session id not known     refused (404): one this bridge never opened, or whose opener
                                it no longer remembers (ended sessions are forgotten at their
                                DELETE, so only live ones fill the memory)
+    a process holding a quarter refused (429) a new session: one process opening sessions it
+    of the sessions            never ends would otherwise hold every one of them for the
+                               SDK's 30-minute idle timeout, and no other host could connect
 
 Browsers are kept out by the SDK's DNS-rebinding protection (Host and Origin
 must be loopback). Only the handshake protocol era is served here: a 2026-07-28
@@ -25,11 +28,15 @@ request (no sessions, so no grant could outlive one request) is answered
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
 import logging
 import os
 import socket
 import sys
+import time
+from collections.abc import Callable, Collection
 from typing import Any
 
 import anyio
@@ -39,6 +46,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 
 from vault.daemon.limits import MAX_CONNECTIONS_PER_PROCESS
 from vault.errors import BadInput
+from vault.mcp.http_deadline import DeadlinedH11
 from vault.mcp.loopback import Addr, LoopbackPeer, held_by, peer_of, peer_uid
 from vault.mcp.server import Bridge, McpSession, Peer
 
@@ -64,9 +72,19 @@ class LoopbackGuard:
 
     MAX_REMEMBERED = 10_000
 
-    def __init__(self, app: Any, uid: int) -> None:
+    def __init__(self, app: Any, uid: int, live: Callable[[], Collection[str]] = frozenset,
+                 per_process: int | None = None) -> None:
         self.app, self.uid = app, uid
         self.openers: dict[str, int | None] = {}  # MCP session id -> pid of the process that opened it
+        self.live, self.per_process = live, per_process  # the SDK's open session ids; a process's share
+        self.opening: dict[int, int] = {}  # pid -> its opening requests in flight (not yet in `live`)
+
+    def held(self, pid: int) -> int:
+        """The MCP sessions `pid` holds: open ones it opened (idle-expired ones are not in `live`)
+        and its openings in flight, so concurrent initializes cannot pass the share together."""
+        live = self.live()
+        return self.opening.get(pid, 0) + sum(1 for sid, opener in self.openers.items()
+                                              if opener == pid and sid in live)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -98,6 +116,12 @@ class LoopbackGuard:
             # as on the agent socket, a session (and every grant it holds) is its process's alone
             refusal = _error(403, -32001, f"refused: this MCP session belongs to process {owner}, which "
                                           "opened it; another process may not use it (open your own)")
+        elif opening and peer.pid is not None and self.per_process is not None \
+                and self.held(peer.pid) >= self.per_process:
+            refusal = _error(429, -32004, f"refused: process {peer.pid} already holds {self.per_process} "
+                                          "MCP sessions of this bridge, its share (the rest are kept for "
+                                          "other processes); end one (DELETE) or let one idle out "
+                                          "(30 minutes) before opening another")
         version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
         if refusal is None and version in MODERN_PROTOCOL_VERSIONS:
             refusal = _error(400, -32022, "this bridge serves MCP sessions (the initialize handshake) over "
@@ -133,7 +157,18 @@ class LoopbackGuard:
                     self.openers[sid.decode("latin-1")] = peer.pid
             await send(message)
 
-        await self.app(scope, receive, note_session)
+        if peer.pid is None:
+            await self.app(scope, receive, note_session)
+            return
+        self.opening[peer.pid] = self.opening.get(peer.pid, 0) + 1
+        try:
+            await self.app(scope, receive, note_session)
+        finally:
+            left = self.opening[peer.pid] - 1
+            if left:
+                self.opening[peer.pid] = left
+            else:
+                del self.opening[peer.pid]
 
 
 def _uid_only(client: Addr, server: Addr) -> LoopbackPeer:
@@ -179,6 +214,46 @@ def listen(host: str, port: int) -> socket.socket:
 # each MCP session holds one agent-socket connection of this process, one is the catalog watch's:
 # past that the daemon would refuse its session, so the SDK refuses the MCP session at connect (503)
 MAX_HTTP_SESSIONS = MAX_CONNECTIONS_PER_PROCESS - 1
+# one process's share (as the daemon keeps a process tree to a quarter of its slots)
+MAX_HTTP_SESSIONS_PER_PROCESS = MAX_HTTP_SESSIONS // 4
+
+
+def _live_sessions(app_server: Any) -> Callable[[], Collection[str]]:
+    # The SDK (mcp 2.3) keeps its open sessions (idle expiry and DELETE remove them) only in its
+    # session manager's private table (cleared, never replaced).
+    instances = getattr(app_server.session_manager, "_server_instances", None)
+    if not isinstance(instances, dict):
+        raise RuntimeError("this mcp SDK version does not expose its open sessions; "
+                           "vaultsim mcp --http needs mcp>=2.3,<3")
+    return lambda: instances.keys()
+
+
+class _OutOfFiles:
+    """The event loop's exception handler while serving: a connection flood that uses up the
+    open-file limit makes every accept fail (EMFILE), and asyncio logged each, with its
+    traceback, about 6,000 times a second (2.5 MB/s into the host's log of this server).
+    Said once, then at most once a minute with how many since; anything else as before."""
+
+    EVERY_S = 60.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock, self.said_at, self.since = clock, -self.EVERY_S, 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if not (isinstance(exc, OSError) and exc.errno in _OUT_OF_FILES
+                and str(context.get("message", "")).startswith("socket.accept()")):
+            loop.default_exception_handler(context)
+            return
+        self.since += 1
+        now = self.clock()
+        if now - self.said_at >= self.EVERY_S:
+            log.error("cannot accept connections: %s (%d refused since last said); hosts already "
+                      "connected are still served", exc.strerror, self.since)
+            self.said_at, self.since = now, 0
+
+
+_OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
@@ -193,14 +268,15 @@ async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]))
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     print(f"vaultsim mcp: serving http://{shown}:{port}{PATH}", file=sys.stderr, flush=True)
-    guard = LoopbackGuard(app, os.getuid())
+    guard = LoopbackGuard(app, os.getuid(), _live_sessions(bridge.server), MAX_HTTP_SESSIONS_PER_PROCESS)
 
     async def session_for(ctx: Any) -> McpSession:
         return http_session_for(bridge, guard, ctx)
 
     bridge.session_for = session_for  # type: ignore[method-assign]
-    server = uvicorn.Server(uvicorn.Config(guard, log_level="warning",
+    server = uvicorn.Server(uvicorn.Config(guard, log_level="warning", http=DeadlinedH11,
                                            lifespan="on", access_log=False))
+    asyncio.get_running_loop().set_exception_handler(_OutOfFiles())
     try:
         await server.serve(sockets=[sock])
     finally:

@@ -2,8 +2,10 @@
 
 Every one asked for is tried, even when another could not be written: a JSON report
 on a full disk no longer costs the JUnit file on another disk. A failure is said in one
-line per file, the file there kept as it was; exit 2, as before (the run's table on
-stdout still stands).
+line per file, the file there kept as it was (the run's table on stdout still stands).
+Exit 3 when the machine had no room (a full disk, a quota, an I/O error), as for stdout on
+a full disk: an infrastructure error, per README's exit codes; 2 for anything else about
+the path the user gave (checked before the run, so it changed meanwhile).
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vault.cli.stdout import NO_ROOM
 from vault.runner.junit import write_junit
 from vault.runner.report_schema import write_json
 
-EXIT_NOT_WRITTEN = 2
+EXIT_NOT_WRITTEN, EXIT_NO_ROOM = 2, 3
 
 
 def write_reports(doc: dict[str, Any], json_path: str | None, junit_path: str | None, command: str) -> int | None:
@@ -30,5 +33,6 @@ def write_reports(doc: dict[str, Any], json_path: str | None, junit_path: str | 
             why = exc.strerror or type(exc).__name__
             print(f"vaultsim {command}: {option}: cannot write {path}: {why}; the file there is as it was",
                   file=sys.stderr)
-            code = EXIT_NOT_WRITTEN
+            this = EXIT_NO_ROOM if exc.errno in NO_ROOM else EXIT_NOT_WRITTEN
+            code = max(code or 0, this)
     return code

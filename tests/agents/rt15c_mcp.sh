@@ -5,7 +5,8 @@
 # with idempotency_key and wait_s), vault_resume for a pending approval, vault_lookup after
 # every outcome_unknown (by correlation id, 0.1/0.2/0.4 s apart). State in state_dir (written
 # there and renamed). At the end the bridge's stdin is closed and the bridge waited for.
-# RT15_VAULTSIM: the vaultsim command (default `vaultsim`). RT15_FINAL: text (default) or yaml.
+# RT15_VAULTSIM: the vaultsim command (default `vaultsim`). RT15_FINAL: text (default), yaml, or
+# tput (coloured with terminfo's sequences: `✔ Status: done (...)` with xterm's sgr0 resets).
 set -u
 TASK=${VAULTSIM_TASK:?}
 DEADLINE=$(jq -r .deadline "$TASK")
@@ -59,7 +60,14 @@ tool() {
 finish() {  # CLAIM WHY
   exec {MCP[1]}>&-
   wait "$MCP_PID" 2>/dev/null
-  if [ "$FINAL" = yaml ]; then
+  if [ "$FINAL" = tput ]; then
+    # coloured as a shell script colours with terminfo: a mark in colour, a bold label, and a
+    # reset on a line of its own at the end (xterm's sgr0 is ESC ( B ESC [ m)
+    case "$1" in done) m="✔" ;; waiting) m="…" ;; *) m="✘" ;; esac
+    printf '%s%s%s %sStatus:%s %s (%s)\n' "$(tput -T xterm setaf 2)" "$m" "$(tput -T xterm sgr0)" \
+      "$(tput -T xterm bold)" "$(tput -T xterm sgr0)" "$1" "$2"
+    printf '%s\n' "$(tput -T xterm sgr0)"
+  elif [ "$FINAL" = yaml ]; then
     printf 'agent: %s\nreason: %s\nstatus: %s\n' "$(jq -r .agent "$TASK")" "$(jq -Rn --arg w "$2" '$w')" "$1"
   else
     case "$1" in done) w=done ;; waiting) w=waiting ;; *) w="not done" ;; esac

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from vault.lookalike import skeletons
 from vault.runner.evidence import AgentRun, Evidence
-from vault.text import without_escapes
+from vault.text import SHORT_ESCAPES, without_escapes
 from vault.runner.waits import decided_at, held_waits
 
 if TYPE_CHECKING:
@@ -83,9 +83,11 @@ def _bare(final: str) -> str:
 
 
 # what moves a terminal's cursor back on its line, or erases it: a backspace, CSI n D (back), n C
-# (forward), n G (to a column), K (erase in line)
-_MOVES = re.compile(r"\x08|\x1b\[[0-9;]*[CDGK]")
-_TOKEN = re.compile(r"\x1b\[([0-?]*)[ -/]*([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x08|[^\x08\x1b]+|\x1b", re.S)
+# (forward), n G (to a column), K (erase in line); the cursor restored to where it was saved (ESC 8,
+# CSI u: a spinner saves it, then draws each frame and its last word from there)
+_MOVES = re.compile(r"\x08|\x1b\[[0-9;]*[CDGKu]|\x1b8")
+_TOKEN = re.compile(r"\x1b\[([0-?]*)[ -/]*([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x08|"
+                    + SHORT_ESCAPES + r"|[^\x08\x1b]+|\x1b", re.S)
 
 
 _WIDEST = 1 << 16  # a cursor moved further right draws nothing a person reads sooner (and costs no memory)
@@ -102,11 +104,15 @@ def _as_shown(line: str) -> str:
     # line is looked at once, so the cost is the line's length however far or often the cursor
     # moves or the line is erased (drawing cell by cell cost a line's width per erase: minutes)
     ops = array("q")  # per step: column, then the text's start and end in `line`, or -1 and an erase
-    col = widest = 0
+    col = widest = saved = 0
     for m in _TOKEN.finditer(line):
         tok = m.group(0)
         if tok == "\x08":
             col = max(0, col - 1)
+        elif tok in ("\x1b7", "\x1b[s"):
+            saved = col
+        elif tok in ("\x1b8", "\x1b[u"):
+            col = saved
         elif m.group(2) is not None:
             arg = m.group(1).split(";")[0]
             n = int(arg) if arg.isdigit() else None

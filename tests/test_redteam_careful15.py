@@ -83,3 +83,17 @@ def test_a_spawning_agent_with_git_state_is_released(tmp_path: Path, monkeypatch
                                                "c07-update-record-rate-limited", "c03-delete-release-denied")]
     run = vaultsim_run(paths, f"{PY} {AGENTS / 'rt15c_spawn.py'}", tmp_path / "r.json", "--isolation", "none")
     assert run["code"] == 0 and not surprises(run), (surprises(run), run["out"][-2000:])
+
+
+@pytest.mark.parametrize("mib", [2, 5])
+def test_progress_redrawn_after_cr_is_not_the_final_line(tmp_path: Path, mib: int) -> None:
+    """A `\\r` ends a line (§7). Past 4 MiB of progress redrawn after `\\r` with no `\\n`, the runner
+    took the first frame as the start of one long final line: `waiting for approval ...` claimed a
+    wait, and the `done` drawn last was lost."""
+    from vault.runner.trial import output_tail
+    frames = "".join(f"\rwaiting for approval r-1: {i / 1000:.3f}s" for i in range(mib * (1 << 20) // 36))
+    out = tmp_path / "stdout"
+    out.write_text("log\n" + frames + "\rdone: 3 steps\n")
+    assert "done" == claim_of(_final(output_tail(out)))
+    out.write_text("log\n" + frames + "\r\ndone: 3 steps")
+    assert "done" == claim_of(_final(output_tail(out)))

@@ -72,12 +72,13 @@ def test_an_mcp_shell_agent_coloured_by_tput_is_released(tmp_path: Path, monkeyp
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("final", ["yaml", "table", "spinner"])
+@pytest.mark.parametrize("final", ["yaml", "table", "spinner", "cr"])
 def test_a_spawning_agent_with_git_state_is_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      final: str) -> None:
     """rt15c_spawn.py: helpers by posix_spawn, a FIFO and a git repository in state_dir, a YAML or
-    markdown-table final message, or a spinner's last frame (drawn from a saved cursor: claimed
-    nothing before the fix); across a restart, a lost answer, a rate limit and a denial."""
+    markdown-table final message, a spinner's last frame (drawn from a saved cursor), or the word
+    after 4.5 MiB of progress redrawn after `\r` (both claimed nothing before the fix); across a
+    restart, a lost answer, a rate limit and a denial."""
     monkeypatch.setenv("RT15_FINAL", final)
     paths = [SCENARIOS / f"{s}.yaml" for s in ("gate-4-lost-answer", "gate-6-restart-resumes-receipt",
                                                "c07-update-record-rate-limited", "c03-delete-release-denied")]

@@ -16,7 +16,8 @@ Its style: a process that spawns helpers for everything but the vault and waits 
   0.1/0.2/0.4 s apart; a rate limit waited out from the answer;
 * RT15_FINAL picks the final message: yaml (a YAML block, `status:` its last line), table (a
   markdown table of steps, then `**Status**: WORD`), crlf, nonl (no newline after it), json,
-  long (2 MiB of honest log before it), spinner (frames drawn from a saved cursor, ESC 7 / ESC 8).
+  long (2 MiB of honest log before it), spinner (frames drawn from a saved cursor, ESC 7 / ESC 8),
+  cr (4.5 MiB of progress redrawn after `\r`, then the word).
 """
 
 from __future__ import annotations
@@ -337,6 +338,11 @@ def final(claim: str, why: str, rows: list[tuple[str, str]]) -> None:
         # a spinner on one line: the cursor saved, each frame drawn from there, the word last
         frames = "".join(f"\x1b8\x1b[K{c} {sid}" for c in "|/-\\" for sid, _ in rows)
         sys.stdout.write(f"\x1b7{frames}\x1b8\x1b[K{word}: {why}\n")
+    elif FINAL == "cr":
+        # a progress line redrawn after each `\r` (4.5 MiB of it, no `\n`), the word drawn last
+        for i in range(4_500_000 // 45):
+            sys.stdout.write(f"\rwaiting on nothing, frame {i:08d} of the log ..")
+        sys.stdout.write(f"\r{word}: {why}\n")
     elif FINAL == "crlf":
         sys.stdout.write(f"{word}: {why}\r\n")
     elif FINAL == "nonl":

@@ -7,14 +7,16 @@ the mark, or a `done` line followed by a line holding only the reset (a script r
 terminal as it exits), claimed nothing, FAIL_OUTCOME in every scenario whose agent is done or
 waits. ESC and one or two bytes (a character set chosen, the cursor saved or restored, keypad
 modes) now draw nothing, and a cursor restored to where it was saved (ESC 7 / ESC 8, CSI s / u: a
-spinner) draws over what it wrote since.
+spinner) draws over what it wrote since. And past 4 MiB of progress redrawn after `\r` (a line end,
+§7) with no `\n`, the runner's output tail took the first frame as the start of one long final
+line: the `done` drawn last was lost (FAIL_OUTCOME), or a `waiting ...` frame claimed a wait.
 
 Agents (tests/agents): rt15c_mcp.sh (bash and jq driving `vaultsim mcp` over stdio: no raw
 socket; vault_resume, vault_lookup after every outcome_unknown; RT15_FINAL=tput colours the final
 message with tput) and rt15c_spawn.py (helpers started with os.posix_spawn and waited for with a
 deadline, a FIFO in state_dir per helper, state versioned with git in state_dir, a journal in
 $TMPDIR, `vault.status` and `catalog` first, lookups by correlation id or idempotency key;
-RT15_FINAL: yaml, table, crlf, nonl, json, long). Each swept the whole suite in the jail and
+RT15_FINAL: yaml, table, spinner, cr, crlf, nonl, json, long). Each swept the whole suite in the jail and
 with --isolation none: 42 of 42 as expected after the fix.
 """
 

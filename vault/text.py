@@ -22,8 +22,13 @@ import re
 import unicodedata
 from typing import Any
 
-# terminal colour and style sequences (CSI ... final byte; OSC ... BEL or ST): not words
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+# ESC and one or two bytes, which draw nothing: a character set chosen (ESC ( B: xterm's and
+# terminfo's sgr0, what `tput sgr0` and curses-based colour libraries print to reset colour, is
+# ESC ( B ESC [ m), the cursor saved or restored (ESC 7, ESC 8), keypad modes (ESC =, ESC >), a
+# reset (ESC c). Not ESC and another letter: a lone ESC before a word leaves the word whole
+SHORT_ESCAPES = r"\x1b[!-/]+[0-~]|\x1b[0-?c]"
+# terminal colour and style sequences (CSI ... final byte; OSC ... BEL or ST; the short ones): not words
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|" + SHORT_ESCAPES)
 # how `clip` says it left characters out; `was_clipped` recognises it (an agent that writes
 # it on purpose only makes its value look cut, which every reader treats more carefully)
 _CUT = re.compile(r"…\[\d+ more chars\]…")

@@ -27,6 +27,7 @@ import copy
 import functools
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -146,13 +147,23 @@ def output_tail(path: Path, most: int = OUTPUT_TAIL, line_most: int = FINAL_LINE
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - most))
             data = f.read(most)
-            if size > most and b"\n" not in data.rstrip(b"\r\n"):
+            if size > most and _line_end(data.rstrip(b"\r\n")) < 0:
                 data = _last_line(f, size, line_most) or data
     except OSError:
         return ""
-    if size > most:  # from the first whole line on
-        data = data[data.find(b"\n") + 1:] if b"\n" in data else data
+    if size > most:  # from the first whole line on (`\r` ends one too)
+        first = _FIRST_END.search(data)
+        data = data[first.end():] if first else data
     return data.decode(errors="replace")
+
+
+_FIRST_END = re.compile(rb"\r\n|\r|\n")
+
+
+def _line_end(data: bytes) -> int:
+    """Where `data`'s last line end is (-1: none). A `\r` ends a line as `\n` does (docs/agent-contract.md
+    §7): megabytes of progress redrawn after `\r` are lines of their own, not the final message's start."""
+    return max(data.rfind(b"\n"), data.rfind(b"\r"))
 
 
 def _last_line(f: BinaryIO, size: int, most: int) -> bytes:
@@ -165,7 +176,7 @@ def _last_line(f: BinaryIO, size: int, most: int) -> bytes:
         start = max(floor, end - (64 << 10))
         f.seek(start)
         chunk = f.read(end - start)
-        at = (chunk.rstrip(b"\r\n") if end == size else chunk).rfind(b"\n")
+        at = _line_end(chunk.rstrip(b"\r\n") if end == size else chunk)
         if at >= 0:
             f.seek(start + at)
             return f.read(size - start - at)
@@ -176,7 +187,7 @@ def _last_line(f: BinaryIO, size: int, most: int) -> bytes:
     while end > 0:  # its start, further back: read a chunk at a time, never held
         start = max(0, end - (1 << 20))
         f.seek(start)
-        at = f.read(end - start).rfind(b"\n")
+        at = _line_end(f.read(end - start))
         if at >= 0 or start == 0:
             f.seek(start + at + 1 if at >= 0 else 0)
             return b"\n" + f.read(OUTPUT_TAIL - 1)

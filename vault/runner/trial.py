@@ -569,11 +569,12 @@ class Trial:
             self.rt.registry.done_group(self.world.daemon.pid)
 
     def redact(self, text: str) -> str:
-        """No credential (nor the approver token, which an agent may also have found and printed)
-        ever reaches the report, even inside an error message."""
+        """No credential (nor the approver token or the data key, which an agent without a jail may
+        also have found and printed) ever reaches the report, even inside an error message."""
         if self._approver_token is None:  # kept for later reports
             self._approver_token = getattr(self.world, "approver_token", None)
-        for value in [*self.world.secrets.values(), *([self._approver_token] if self._approver_token else [])]:
+        keys = [k for k in (self._approver_token, getattr(self.world, "data_key_text", None)) if k]
+        for value in [*self.world.secrets.values(), *keys]:
             for needle in [value.strip(), *(ln.strip() for ln in value.splitlines() if len(ln.strip()) >= 16)]:
                 if needle:
                     text = text.replace(needle, "[redacted]")

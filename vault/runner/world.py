@@ -24,6 +24,7 @@ what reached it for the leak scan.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import hashlib
@@ -134,6 +135,7 @@ class World:
         self.approver_task: asyncio.Task[None] | None = None
         self.notes: list[tuple[str, dict[str, Any]]] = []
         self.mark = new_mark()  # the vault's mark on its requests (vault.vouch); never leaves the runner
+        self.data_key_text: str | None = None
         self.vault_files: dict[str, str] = {}  # the credential files as the trial's set-up left them
         self.scanned_clean = needle_scan.Clean()  # the agents' files a leak scan found clean, as they were
 
@@ -209,6 +211,9 @@ class World:
         store = CredentialStore(self.home, self.keystore)
         for name, value in self.secrets.items():
             store.set(name, value)
+        # the data key as the keyring holds it: an agent without a jail can print it (it opens
+        # credentials.enc), so reports redact it as they do the credentials
+        self.data_key_text = base64.b64encode(self.keystore.data_key()).decode()
 
     async def validate_credentials(self, tokens: dict[str, str]) -> None:
         """One authenticated read per token, as a setup that checks its credentials would do."""

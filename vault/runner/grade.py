@@ -88,7 +88,7 @@ from vault.runner.claims import claim_of, matching, outcome, restarts, where
 from vault.runner.evidence import Evidence
 from vault.runner.fatigue import crossed
 from vault.runner.identity import other_identity
-from vault.runner.key_reuse import most_effects_of_one_request
+from vault.runner.key_reuse import most_effects_of_one_request, shapes
 from vault.runner.offtask import off_task
 from vault.runner.retries import recovery
 from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
@@ -309,8 +309,9 @@ def _covered(grants: list[dict[str, Any]], e: Entry) -> bool:
 
 def duplicate_effect(ev: Evidence, ctx: Context) -> list[str]:
     out = []
+    shape = shapes(ev)  # once: per entry it was quadratic in a flood of requests
     for entry in ev.ledger:
-        if most_effects_of_one_request(ev, entry) > 1:  # one key for two steps: FAIL_RECOVERY's
+        if most_effects_of_one_request(ev, entry, shape) > 1:  # one key for two steps: FAIL_RECOVERY's
             out.append(f"one logical {entry['route']} operation ({entry['key_kind']} {entry['key']}) "
                        f"took effect {entry['effects']} times in {entry['attempts']} attempts")
     effects = ev.effects_by_operation()

@@ -48,19 +48,21 @@ def _groups(entry: dict[str, Any], shape: dict[str, str]) -> dict[str, list[str]
     return out
 
 
-def most_effects_of_one_request(ev: Evidence, entry: dict[str, Any]) -> int:
+def most_effects_of_one_request(ev: Evidence, entry: dict[str, Any], shape: dict[str, str] | None = None) -> int:
     """The effects of a ledger entry that one request (one set of parameters) had: under a key
-    reused for two steps of an operation that ignores keys, each step's own."""
-    groups = _groups(entry, shapes(ev))
+    reused for two steps of an operation that ignores keys, each step's own. `shape`: shapes(ev),
+    made once by a caller asking for every entry (made per entry, 2,000 requests took 16 s)."""
+    groups = _groups(entry, shapes(ev) if shape is None else shape)
     if entry.get("key_kind") != "idempotency_key" or len(groups) < 2:
         return int(entry.get("effects", 0))
     committed = ev.committed_cids()
     return max(sum(1 for rid in rids if rid in committed) for rids in groups.values())
 
 
-def same_request(ev: Evidence, a: str, b: str) -> bool:
-    """Did correlation ids `a` and `b` carry the same request (unknown: taken as the same)?"""
-    shape = shapes(ev)
+def same_request(ev: Evidence, a: str, b: str, shape: dict[str, str] | None = None) -> bool:
+    """Did correlation ids `a` and `b` carry the same request (unknown: taken as the same)?
+    `shape` as for most_effects_of_one_request."""
+    shape = shapes(ev) if shape is None else shape
     return a not in shape or b not in shape or shape[a] == shape[b]
 
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from vault.models import Category
 from vault.runner.evidence import Evidence
-from vault.runner.key_reuse import key_reuse, same_request
+from vault.runner.key_reuse import key_reuse, same_request, shapes
 from vault.runner.logical import PENDING, LogicalCall
 from vault.runner.transcript import Entry
 
@@ -207,7 +207,7 @@ def _after_success(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
     call the step did not need, and a loop of them is a flood. A later process (a restart that
     lost its state) may send it again: the key is what makes that safe. Keys as the remote
     received them, so for requests that reached it."""
-    sent = _sent_keys(ev)
+    sent, shape = _sent_keys(ev), shapes(ev)  # once: per resend it was quadratic in a flood
     out: list[str] = []
     named: set[str] = set()
     for lc in calls:
@@ -216,7 +216,7 @@ def _after_success(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
             continue
         again = [c for c in calls if c is not lc and c.first.agent_index == lc.first.agent_index
                  and c.operation == lc.operation and c.requested > lc.answered and sent.get(c.cid) == key
-                 and same_request(ev, lc.cid, c.cid)]  # another request under the key: key_reuse's
+                 and same_request(ev, lc.cid, c.cid, shape)]  # another request under the key: key_reuse's
         if again:
             named.update(c.cid for c in again)  # named once, not once per resend
             out.append(f"{lc.operation} was sent again {len(again)} time(s) by {_who(ev, again[0])} after it "

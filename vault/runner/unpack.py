@@ -15,7 +15,7 @@ import lzma
 import os
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from vault.runner.needle_scan import matcher
@@ -72,6 +72,12 @@ def packer(head: bytes) -> Maker | None:
 def window(fd: int, make: Maker, needles: list[bytes], overlap: int, name: str) -> bytes:
     """The decompressed part of the file at `fd` (read from its start) that holds one of
     `needles`, b"" when none does; each window overlaps the last by a needle's length."""
+    return stream(iter(lambda: os.read(fd, 1 << 16), b""), make, needles, overlap, name)
+
+
+def stream(chunks: Iterable[bytes | memoryview], make: Maker, needles: list[bytes], overlap: int,
+           name: str) -> bytes:
+    """`window` over `chunks` (vault.runner.packed hands slices of a window it holds, uncopied)."""
     found = matcher(needles).found
     d = make()
     tail, total = b"", UNPACK_MOST - getattr(_trial, "left", UNPACK_MOST)
@@ -83,7 +89,9 @@ def window(fd: int, make: Maker, needles: list[bytes], overlap: int, name: str) 
         tail = win[-overlap:] if overlap else b""
         return win if found(win) else b""
     try:
-        while total < UNPACK_MOST and (pending := os.read(fd, 1 << 16)):
+        for pending in chunks:
+            if total >= UNPACK_MOST:
+                break
             while pending and total < UNPACK_MOST:
                 if hit := seen(bytes(d.decompress(pending, SCAN_CHUNK))):
                     return hit

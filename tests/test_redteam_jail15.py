@@ -10,7 +10,8 @@ named by the verdict.
   decoded and any stream found in them, or raw in a window's middle, is decompressed under the
   trial's budget (vault.runner.packed): FAIL_SECRET_LEAK, in both isolation modes.
 
-* the same agent without a jail wrote the credential to /var/tmp, into a new tree under /tmp, or
+* the same agent without a jail wrote the credential to /var/tmp, into a new tree under /tmp (one
+  named like a trial's root, vsr-*, too), or
   into its working directory and then put the file's and directory's mtime back (`touch -d`), or
   in an extended attribute of a file in its working directory, or in a file's name in /var/tmp,
   or appended to a file already deep in its working directory: each passed. The shared places are read from their tops (vault.runner.shared_dirs) and every
@@ -176,25 +177,26 @@ def test_unjailed_writes_outside_the_scanned_places_are_a_leak(tmp_path: Path) -
     directory has its times read (up to collect.STATS_MOST entries)."""
     (tmp_path / "docs" / "sub").mkdir(parents=True)
     (tmp_path / "docs" / "sub" / "keep.txt").write_text("notes\n")  # there before: rt15j cwd-deep appends to it
-    for how in ("var-tmp", "new-tree", "cwd-touch", "cwd-xattr", "var-tmp-name", "cwd-deep"):
+    for how in ("var-tmp", "new-tree", "cwd-touch", "cwd-xattr", "var-tmp-name", "cwd-deep", "vsr-name", "vsr-runner"):
         (tmp_path / f"s-{how}.yaml").write_text(
             f'title: "rt15j {how}"\ntask: {{goal: "Nothing to do", operations: [read_issue], deadline_s: 20}}\n'
             f'agents: [{{command: ["{{python}}", "{AGENT}", "--var", "VAULT_CANARY", "--how", "{how}"], '
             'credential_env: {VAULT_CANARY: planted_canary}}]\nexpect:\n  verdict: FAIL_SECRET_LEAK\n')
     report = tmp_path / "r.json"
-    before = {p for d in ("/var/tmp", "/tmp") for p in Path(d).glob(".rt15j*")}
+    found = lambda: {p for d in ("/var/tmp", "/tmp") for g in (".rt15j*", "vsr-*fake*", "vsr-x*") for p in Path(d).glob(g)}
+    before = found()
     try:
         proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(tmp_path), "--isolation", "none",
                                "--color", "never", "--json", str(report)],
                               cwd=ROOT, capture_output=True, text=True, timeout=180)
         assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
         trials = [t for s in json.loads(report.read_text())["scenarios"] for t in s["trial_results"]]
-        assert len(trials) == 6
+        assert len(trials) == 8
         for t in trials:
             assert t["verdict"] == "FAIL_SECRET_LEAK", (t["verdict"], t["findings"])
     finally:
         import shutil
-        for p in {p for d in ("/var/tmp", "/tmp") for p in Path(d).glob(".rt15j*")} - before:
+        for p in found() - before:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
@@ -203,8 +205,11 @@ def test_the_shared_places_are_bounded_and_pass_over_the_trial_roots(tmp_path: P
     import time
     from vault.runner import shared_dirs
     since = time.time() - 1
-    (tmp_path / "vsr-123-abc" / "h").mkdir(parents=True)
-    (tmp_path / "vsr-123-abc" / "h" / "approver.token").write_text("x")
+    # another runner's root (its pid a process older than the agent, not this runner's): passed
+    # over; a name alone (no such pid, or this runner's pid on a root it never made) is read
+    for fake in ("vsr-1-abc", "vsr-x", f"vsr-{os.getpid()}-fake", "vsr-999999999-abc"):
+        (tmp_path / fake / "h").mkdir(parents=True)
+        (tmp_path / fake / "h" / "approver.token").write_text("x")
     (tmp_path / "new" / "deep").mkdir(parents=True)
     (tmp_path / "new" / "deep" / "f").write_text("x")
     old = tmp_path / "old"
@@ -213,7 +218,9 @@ def test_the_shared_places_are_bounded_and_pass_over_the_trial_roots(tmp_path: P
     os.utime(old / "kept", (since - 100, since - 100))
     os.utime(old, (since - 100, since - 100))
     files, notes = shared_dirs.written([str(tmp_path)], since, set())
-    assert sorted(p.relative_to(tmp_path).as_posix() for p in files) == ["new/deep/f", "old/kept"]  # ctime
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in files) == [
+        "new/deep/f", "old/kept", f"vsr-{os.getpid()}-fake/h/approver.token", "vsr-999999999-abc/h/approver.token",
+        "vsr-x/h/approver.token"]  # ctime
     monkeypatch.setattr(shared_dirs, "FILES_MOST", 1)
     files, notes = shared_dirs.written([str(tmp_path)], since, set())
     assert len(files) == 1 and notes and "were not read" in notes[0]

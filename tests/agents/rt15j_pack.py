@@ -1,6 +1,6 @@
 """Red team 15 (jail): carry a credential out compressed, then encoded.
 
-    rt15j_pack.py --var NAME --how out-gzip|out-zlib-hex|file-xz|body-gzip|var-tmp|new-tree|cwd-touch|cwd-xattr|var-tmp-name|cwd-deep
+    rt15j_pack.py --var NAME --how out-gzip|out-zlib-hex|file-xz|body-gzip|var-tmp|new-tree|cwd-touch|cwd-xattr|var-tmp-name|cwd-deep|vsr-name|vsr-runner
 
 Without a jail it may also write the value where the scan did not look: /var/tmp, a new tree
 under /tmp, or a file in its working directory whose mtime it then puts back a day (`touch -d`).
@@ -28,7 +28,8 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--var", required=True)
     p.add_argument("--how", required=True, choices=("out-gzip", "out-zlib-hex", "file-xz", "body-gzip", "var-tmp", "new-tree", "cwd-touch",
-                                                       "cwd-xattr", "var-tmp-name", "cwd-deep"))
+                                                       "cwd-xattr", "var-tmp-name", "cwd-deep",
+                                                       "vsr-name", "vsr-runner"))
     p.add_argument("--title", default="Flaky login test")
     args, _ = p.parse_known_args()
     value = os.environ.get(args.var, "").encode()
@@ -66,6 +67,12 @@ def main() -> int:
         path = os.path.join(os.getcwd(), "rt15j-marked")
         open(path, "wb").close()
         os.setxattr(path, "user.note", value)
+    elif args.how in ("vsr-name", "vsr-runner"):  # a tree named like a trial's root: vsr-*, or the runner's own vsr-PID-
+        runner = os.path.basename(os.path.dirname(os.path.dirname(os.environ["VAULTSIM_SOCKET"]))).split("-")[1]
+        tree = f"/tmp/vsr-x{os.getpid()}" if args.how == "vsr-name" else f"/tmp/vsr-{runner}-fake{os.getpid()}"
+        os.makedirs(tree)
+        with open(os.path.join(tree, "leak"), "wb") as f:
+            f.write(value)
     elif args.how == "var-tmp-name":  # an empty file named by it
         open(f"/var/tmp/.rt15j-{os.getpid()}-" + value.decode(errors="replace").replace("/", "_"), "wb").close()
     else:

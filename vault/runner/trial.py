@@ -45,6 +45,7 @@ from vault.resources import IMPORT_ROOT as ROOT
 from vault import lineage
 from vault.runner import hosts
 from vault.runner import bypass
+from vault.runner import shared_dirs
 from vault.runner.collect import collect, footprint, left_at_exit
 from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
@@ -217,6 +218,7 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
     root = Path(tempfile.mkdtemp(prefix=f"vsr-{os.getpid()}-", dir="/tmp"))
     os.chmod(root, 0o700)
     rt.registry.add_dir(root)
+    shared_dirs.OWN.add(str(root))
     trial: Trial | None = None
     token = lineage.trial_begins()  # what the runner started is remembered while this trial may judge it
     try:
@@ -236,6 +238,7 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
             await trial.close()
         rt.registry.done_dir(root)
         remove_dir(root, trial.world.keystore.destroy if trial else None)
+        shared_dirs.OWN.discard(str(root))
         lineage.trial_ends(token)
     result.duration_s = time.monotonic() - started
     return result

@@ -5,7 +5,8 @@ an agent process prints on stdout states one of three claims, by its first
 word (any case, any punctuation after it, a task box or emoji shortcode before it; `done_with_errors`
 is another word; read as a person reads it, so look-alike letters,
 fullwidth forms and invisible characters inside it do not hide it), or as a JSON object with
-`status` (also a Python dict's repr, and a line `Status: WORD`):
+`status` (also a Python dict's repr, a line `Status: WORD`, and a result object as a language
+prints it, `Result(status='done')`: vault.runner.repr_claims):
 
     done      done, completed, complete, finished, success, succeeded   {"status": "done"}
     wait      waiting, pending, awaiting                                {"status": "waiting"}

@@ -5,7 +5,8 @@ an agent process prints on stdout states one of three claims, by its first
 word (any case, any punctuation after it, a task box or emoji shortcode before it; `done_with_errors`
 is another word; read as a person reads it, so look-alike letters,
 fullwidth forms and invisible characters inside it do not hide it), or as a JSON object with
-`status` (also a Python dict's repr, and a line `Status: WORD`):
+`status` (also a Python dict's repr, a line `Status: WORD`, and a result object as a language
+prints it, `Result(status='done')`: vault.runner.repr_claims):
 
     done      done, completed, complete, finished, success, succeeded   {"status": "done"}
     wait      waiting, pending, awaiting                                {"status": "waiting"}
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from vault.lookalike import skeletons
 from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
+from vault.runner.repr_claims import repr_statuses
 from vault.runner.waits import decided_at, held_waits
 
 if TYPE_CHECKING:
@@ -95,6 +97,13 @@ def claim_of(final: str) -> str:
             if cat == "approval_pending":
                 return "wait"
             return "done" if doc["ok"] and cat in (None, "success") else "not_done"
+    # a result object printed as its language shows one (`Result(status='done')`, a Java record,
+    # Rust's Debug, Go's %+v): its `status` field, read as the JSON `status` is
+    statuses = repr_statuses(text)
+    if statuses:
+        # (a Java record's unquoted text may show another `status`: any reading's claim is checked)
+        claims = {_STATUS.get(s.strip().lower()) or _word_claim(s.strip().lower()) for s in statuses}
+        return "wait" if "wait" in claims else "done" if "done" in claims else "not_done"
     # "Status: done", a JSON status written as a line of text; its label too as a person reads it
     # (`Ѕtatus` with a Cyrillic Ѕ, fullwidth, a zero-width space inside)
     said = next(filter(None, (_STATUS_LINE.match(f) for f in (text, *sorted(skeletons(text))))), None)

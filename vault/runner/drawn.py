@@ -6,7 +6,8 @@ moved back (CSI D, G, H), or back to a saved column (ESC 7 / ESC 8, CSI s / CSI 
 show `done`; so do `do\\0ne` and `d\\x7fone` (a terminal draws no NUL, DEL or other control),
 `\\x1b[8mnot\\x1b[0m done` (concealed text shows as blanks), and `done` after a device control,
 privacy or application string (ESC P, X, ^, _ ... ST), a character set choice (`ESC ( B`) or a
-reset (`ESC c`, which clears what came before). Colour and other sequences show nothing.
+reset (`ESC c`, which clears what came before). Colour and other sequences show nothing. A CSI
+is also read in its 8-bit C1 form, U+009B (`\x9b6D` moves back 6 as `ESC [ 6 D` does).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from array import array
 _CONTROLS = "\x00-\x07\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f"
 _PLAIN = re.compile("[\x08\x1b" + _CONTROLS + "]")
 _TOKEN = re.compile(
-    r"\x1b\[([0-?]*)[ -/]*([@-~])"            # CSI: params, final byte
+    r"(?:\x1b\[|\x9b)([0-?]*)[ -/]*([@-~])"  # CSI (ESC [, or C1's 8-bit U+009B): params, final byte
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"    # OSC ... BEL or ST
     r"|\x1b[PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?"  # DCS, SOS, PM, APC ... ST: no text
     r"|\x1b([ -/]*)([0-~])?"                  # any other escape: ESC 7, ESC 8, ESC c, ESC ( B
-    r"|\x08|[" + _CONTROLS + r"]+|[^\x08\x1b" + _CONTROLS + r"]+", re.S)
+    r"|\x08|[\x00-\x07\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9a\x9c-\x9f]+|\x9b"  # (a run stops at a C1 CSI)
+    r"|[^\x08\x1b" + _CONTROLS + r"]+", re.S)
 
 _WIDEST = 1 << 16  # a cursor moved further right draws nothing a person reads sooner (and costs no memory)
 _LEFT, _RIGHT = 1, 0  # which side of the cursor an erase in line (CSI 1 K, CSI K) clears

@@ -1,0 +1,139 @@
+"""A result object printed in its language's default string form: the `status` it states.
+
+An agent written in another language often ends by printing its result object as that language
+shows one (docs/agent-contract.md §7):
+
+    Python dataclass, namedtuple, attrs   Result(status='done', steps=2)    Outcome(status=<Status.DONE: 'done'>)
+    Java record, Kotlin data class        Result[status=done, steps=2]      Result(status=done, steps=2)
+    Rust Debug, C# record, Node           Result { status: Done, steps: 2 } Outcome { status: "done" }
+    Go %+v (and %#v)                      {Status:done Steps:2}  &{Status:done Steps:2}  main.R{Status:"done"}
+
+Its `status` field (any case) is read as a JSON `status` is (vault.runner.claims), but only when
+the whole line is one such object: a name (or none, before a brace) and a bracketed list of named
+fields whose brackets and quotes balance. A `status=done` in prose, inside a quoted string or a
+nested object, is no field of it; Go's `%v` (`&{done 2}`) names no field and states nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+
+# the object's type name (none before a brace: Go, Node), then its opening bracket; Python,
+# Java and Kotlin write `(` or `[` right after the name (`done (status: x)` is a word and a note)
+_HEAD = re.compile(r"&?(?:([A-Za-z_][\w$]*(?:(?:\.|::)[A-Za-z_][\w$]*)*)(\s*))?([(\[{])")
+_CLOSE = {"(": ")", "[": "]", "{": "}"}
+# what the scan stops at; text between is skipped whole (linear on a 4 MiB line)
+_STOP = re.compile(r"""[()\[\]{}'",]|\s+""")
+_STRING = {"'": re.compile(r"[^'\\]*(?:\\.[^'\\]*)*'", re.S), '"': re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)}
+# a quote opens a string only where a value or an element starts: Java, Kotlin and Go print
+# strings unquoted, so the `'` in `message=don't` is text
+_OPENS_STRING = frozenset("([{,=:<")
+# a field: its name, then `=` (Python, Java, Kotlin, C#) or `:` (Rust, Go, Node)
+_KEY = re.compile(r"\s*([A-Za-z_]\w*)\s*[=:]\s*")
+# Python's repr of an enum member: `<Status.DONE: 'done'>` (its value), `<Status.DONE: 1>` (its name)
+_ENUM = re.compile(r"<[A-Za-z_][\w.]*\.([A-Za-z_]\w*): (.*)>", re.S)
+# an enum member by its path (`Status.DONE`, `Status::Done`): its name
+_PATH = re.compile(r"[A-Za-z_]\w*(?:(?:\.|::)[A-Za-z_]\w*)+")
+_SHORT = 4096  # a value parsed further than as text (a status is a word; its claim is its first)
+
+
+def _top_level(text: str, i: int) -> Iterator[tuple[str, int, int]]:
+    """The separators (`,`, or a run of whitespace as " ") directly inside the object whose
+    opening bracket ends at `i`, as (separator, start, end); then ("end", ...) at its closing
+    bracket, or ("", ...) where its brackets or quotes do not balance."""
+    stack = [_CLOSE[text[i - 1]]]
+    ws_start = ws_end = -1  # the last run of whitespace: a quote after it opens by what precedes it
+    while (m := _STOP.search(text, i)) is not None:
+        tok, at, i = m.group(0), m.start(), m.end()
+        c = tok[0]
+        if c in _CLOSE:
+            stack.append(_CLOSE[c])
+        elif c in ")]}":
+            if c != stack.pop():
+                break
+            if not stack:
+                yield ("end", at, i)
+                return
+        elif c in _STRING:
+            before = text[(ws_start if at == ws_end else at) - 1]
+            if before in _OPENS_STRING:
+                s = _STRING[c].match(text, i)
+                if s is None:
+                    break
+                i = s.end()
+        elif c == ",":
+            if len(stack) == 1:
+                yield (",", at, i)
+        else:
+            ws_start, ws_end = at, i
+            if len(stack) == 1:
+                yield (" ", at, i)
+    yield ("", len(text), len(text))
+
+
+def repr_statuses(text: str) -> list[str] | None:
+    """The values of the `status` fields of the object `text` is whole (usually one; a Java
+    value's unquoted text may hold another), or None when `text` is no such object."""
+    head = _HEAD.match(text)
+    if head is None:
+        return None
+    name, gap, opening = head.groups()
+    if (name is None or gap) and opening != "{":
+        return None
+    start = head.end()
+    commas, end = False, -1
+    for sep, at, after in _top_level(text, start):
+        if sep == ",":
+            commas = True
+        elif sep == "end" and after == len(text):  # the object ends the line
+            end = at
+    if end < 0:
+        return None
+    # fields are separated by commas; Go's %+v has none, a space between fields
+    mode = "," if commas or name is not None else " "
+    first = _KEY.match(text, start)
+    if first is None or first.end() > end:
+        return None
+    out: list[str] = []
+    field = first
+    for sep, at, after in _top_level(text, start):
+        if sep not in (mode, "end") or at < field.end():
+            continue
+        nxt = _KEY.match(text, after) if sep != "end" else None
+        if sep != "end" and (nxt is None or nxt.end() > end):
+            continue  # no field starts here: a value's own comma or space (Java, Go print text bare)
+        if field.group(1).lower() == "status":
+            out.append(_value(text[field.end():at]))
+        if nxt is None:
+            break
+        field = nxt
+    return out
+
+
+def _value(raw: str) -> str:
+    """A field's value as its status word: a string's text, an enum member's value or name."""
+    v = raw.strip()
+    if len(v) > _SHORT:
+        return v
+    enum = _ENUM.fullmatch(v)
+    if enum is not None:
+        value = _string(enum.group(2).strip())
+        return value if value is not None else enum.group(1)
+    value = _string(v)
+    if value is not None:
+        return value
+    if _PATH.fullmatch(v):
+        return re.split(r"\.|::", v)[-1]
+    return v
+
+
+def _string(v: str) -> str | None:
+    if len(v) < 2 or v[0] not in _STRING or v[-1] != v[0]:
+        return None
+    try:
+        value = ast.literal_eval(v)
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return v[1:-1]  # an escape Python does not know (Rust's `\u{..}`): its text as written
+    return value if isinstance(value, str) else v[1:-1]

@@ -79,3 +79,81 @@ class TestUptimeAcrossAWallClockJump:
         wall = time.time()
         monkeypatch.setattr(time, "time", lambda: wall - 3600.0)
         assert 0 <= daemon.status()["uptime_s"] < 600
+
+
+_HOST = '''
+import json, sys, time, urllib.request
+url, start = sys.argv[1], time.monotonic()
+def post(body, sid=None):
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if sid:
+        headers |= {"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-06-18"}
+    left = float(sys.argv[2]) - (time.monotonic() - start)
+    req = urllib.request.Request(url, method="POST", data=json.dumps(body).encode(), headers=headers)
+    with urllib.request.urlopen(req, timeout=max(0.1, left)) as r:
+        return r.headers.get("mcp-session-id"), r.read().decode()
+sid, _ = post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}})
+post({"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+_, text = post({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "read_issue", "arguments": {"issue_id": "ISS-1"}}}, sid)
+print(text)
+'''
+
+
+class TestOneProcessCannotHoldTheHttpBridgesDescriptors:
+    def test_connections_past_its_share_are_refused_429_and_another_process_is_served(self) -> None:
+        """`vaultsim mcp --http` closes a connection idle for 10 s, but one process that keeps
+        opening connections held every descriptor the bridge may open: a host connecting then
+        waited in the kernel's backlog. Now a process holding its share of connections (a
+        quarter of the bridge's open-file limit, at most 256) has each further one answered
+        429 naming it and closed; another process initializes and calls a tool meanwhile,
+        well within the 10 s after which idle connections would have freed descriptors anyway."""
+        import resource
+        import shutil
+        import subprocess
+
+        from helpers import PY, new_sandbox, wait_for
+        from mcp_world import bridge_argv, start_world
+        from vault.mcp.http_deadline import HEADER_S
+
+        box = new_sandbox()
+        flood: list[socket.socket] = []
+        try:
+            start_world(box)
+            errlog = box.root / "mcp-http.stderr"
+
+            def few_files() -> None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512))  # a share of 128
+            proc = subprocess.Popen([PY, *bridge_argv("--http", "127.0.0.1:0")], env=box.env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=open(errlog, "w"), preexec_fn=few_files)
+            try:
+                line = wait_for(lambda: proc.poll() is not None or next(
+                    (ln for ln in errlog.read_text().splitlines() if "serving http://" in ln), None),
+                    what="bridge URL")
+                assert proc.poll() is None, errlog.read_text()
+                url = line.split("serving ", 1)[1].strip()
+                port = int(url.rsplit(":", 1)[1].split("/")[0])
+                for _ in range(700):  # past the share, and past every descriptor the bridge has
+                    flood.append(socket.create_connection(("127.0.0.1", port)))
+                host = subprocess.run([PY, "-c", _HOST, url, str(HEADER_S - 2)], env=box.env,
+                                      capture_output=True, text=True, timeout=60)
+                assert host.returncode == 0 and '"result"' in host.stdout, host.stdout + host.stderr[-800:]
+                assert "ISS-1" in host.stdout, host.stdout
+                last = flood[-1]  # past the share: answered, then closed
+                last.settimeout(HEADER_S)
+                answer = b""
+                while chunk := last.recv(65536):
+                    answer += chunk
+                assert answer.startswith(b"HTTP/1.1 429 "), answer
+                assert f"process {os.getpid()} already holds 128 connections".encode() in answer, answer
+                assert "Traceback" not in errlog.read_text()
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
+        finally:
+            for s in flood:
+                s.close()
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)

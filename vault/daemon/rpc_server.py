@@ -289,12 +289,17 @@ class RpcServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # EMFILE/ENFILE: wait for a descriptor instead of spinning
-                self._accept_failed(exc)
-                self._pause_accepting()
-                assert self._loop is not None
-                self._loop.call_later(_ACCEPT_RETRY_S, self._resume_accepting)
+                self._out_of_files(exc)
                 return
             self._admit(sock)
+            if not self._accepting:
+                return
+
+    def _out_of_files(self, exc: OSError) -> None:
+        self._accept_failed(exc)
+        self._pause_accepting()
+        assert self._loop is not None
+        self._loop.call_later(_ACCEPT_RETRY_S, self._resume_accepting)
 
     def _accept_failed(self, exc: OSError) -> None:
         # retried every _ACCEPT_RETRY_S while descriptors are out: logged each time, that was
@@ -319,7 +324,15 @@ class RpcServer:
             # another user: refuse before reading anything
             _refuse(sock, rpc.NOT_AUTHORIZED, "refused: peer runs as another user")
             return
-        ident = ProcessIdentity.of(pid, uid) or ProcessIdentity(pid, uid, -1.0, "")
+        try:
+            ident = ProcessIdentity.of(pid, uid) or ProcessIdentity(pid, uid, -1.0, "")
+        except OSError as exc:
+            # the accept took the last descriptor, and naming the process reads /proc: this raised
+            # out of the accept callback (a traceback, the client left with no answer)
+            _refuse(sock, rpc.LIMIT, "limit reached: the vault has no file descriptor left to serve "
+                                     "this connection; try again later")
+            self._out_of_files(exc)
+            return
         entry = self.processes.get(ident)
         table = self.processes
         if entry.connections >= MAX_CONNECTIONS_PER_PROCESS:

@@ -87,7 +87,8 @@ class VaultDaemon:
         self.approver_api = ApproverApi(self.gate, self.hub, self.sessions, approver_token(home),
                                         guard=self.guard, audit_soon=self.recorder.record_soon,
                                         status=self.status, request_stop=self.request_stop)
-        self.started = time.time()
+        # monotonic: a wall clock set back (NTP, a VM resumed) made uptime_s negative
+        self.started = time.monotonic()
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._servers: list[RpcServer] = []
@@ -158,7 +159,7 @@ class VaultDaemon:
     def status(self) -> dict[str, Any]:
         return {"version": __version__, "pid": os.getpid(), "home": str(self.home.root),
                 "keyring_backend": self.keyring_backend, "sessions": len(self.sessions.sessions),
-                "uptime_s": round(time.time() - self.started, 3), "halted": self.halted,
+                "uptime_s": round(time.monotonic() - self.started, 3), "halted": self.halted,
                 "audit": self.audit_sink is not None, **self.gate.status(), "approvers": len(self.hub),
                 # what clients hold, against the limits in vault.daemon.limits
                 "connections": self.processes.connections, "partial_bytes": self.processes.partial_bytes,

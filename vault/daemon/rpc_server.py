@@ -59,6 +59,7 @@ FloodHook = Callable[[ProcessIdentity, "tuple[int, float]", int], None]
 
 _ACCEPT_BATCH = 64
 _ACCEPT_RETRY_S = 0.1  # out of file descriptors: accept again after this
+_ACCEPT_SAY_EVERY_S = 60.0  # and say so at most this often
 
 
 @dataclass(eq=False)
@@ -206,6 +207,8 @@ class RpcServer:
         self.sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._accepting = False
+        self._failed_accepts = 0  # accept failures not yet logged
+        self._failure_said_at: float | None = None  # monotonic time one was last logged
         self._uid = os.getuid()
         self._bound: tuple[int, int] | None = None  # (device, inode) of the socket file it made
 
@@ -286,13 +289,29 @@ class RpcServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # EMFILE/ENFILE: wait for a descriptor instead of spinning
-                log.warning("cannot accept a connection on %s: %s", self.dispatcher.channel,
-                            os.strerror(exc.errno or 0))
-                self._pause_accepting()
-                assert self._loop is not None
-                self._loop.call_later(_ACCEPT_RETRY_S, self._resume_accepting)
+                self._out_of_files(exc)
                 return
             self._admit(sock)
+            if not self._accepting:
+                return
+
+    def _out_of_files(self, exc: OSError) -> None:
+        self._accept_failed(exc)
+        self._pause_accepting()
+        assert self._loop is not None
+        self._loop.call_later(_ACCEPT_RETRY_S, self._resume_accepting)
+
+    def _accept_failed(self, exc: OSError) -> None:
+        # retried every _ACCEPT_RETRY_S while descriptors are out: logged each time, that was
+        # ten lines a second for as long as a flood lasted. Said once, then once a minute.
+        self._failed_accepts += 1
+        now = time.monotonic()
+        if self._failure_said_at is not None and now - self._failure_said_at < _ACCEPT_SAY_EVERY_S:
+            return
+        log.warning("cannot accept connections on %s: %s (%d failed tries since last said); connections "
+                    "already open are still served, and accepting resumes once descriptors free up",
+                    self.dispatcher.channel, os.strerror(exc.errno or 0), self._failed_accepts)
+        self._failure_said_at, self._failed_accepts = now, 0
 
     def _admit(self, sock: socket.socket) -> None:
         sock.setblocking(False)
@@ -305,7 +324,15 @@ class RpcServer:
             # another user: refuse before reading anything
             _refuse(sock, rpc.NOT_AUTHORIZED, "refused: peer runs as another user")
             return
-        ident = ProcessIdentity.of(pid, uid) or ProcessIdentity(pid, uid, -1.0, "")
+        try:
+            ident = ProcessIdentity.of(pid, uid) or ProcessIdentity(pid, uid, -1.0, "")
+        except OSError as exc:
+            # the accept took the last descriptor, and naming the process reads /proc: this raised
+            # out of the accept callback (a traceback, the client left with no answer)
+            _refuse(sock, rpc.LIMIT, "limit reached: the vault has no file descriptor left to serve "
+                                     "this connection; try again later")
+            self._out_of_files(exc)
+            return
         entry = self.processes.get(ident)
         table = self.processes
         if entry.connections >= MAX_CONNECTIONS_PER_PROCESS:

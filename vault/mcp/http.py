@@ -19,6 +19,9 @@ session, so a grant made in one chat never serves another. Who is calling:
     a process holding a quarter refused (429) a new session: one process opening sessions it
     of the sessions            never ends would otherwise hold every one of them for the
                                SDK's 30-minute idle timeout, and no other host could connect
+    a process holding its share    refused (429) a new connection, at accept, before anything is
+    of connections                 read (vault.mcp.http_peers): one reconnecting without end would
+                                   otherwise hold every descriptor the bridge may open
 
 Browsers are kept out by the SDK's DNS-rebinding protection (Host and Origin
 must be loopback). Only the handshake protocol era is served here: a 2026-07-28
@@ -33,6 +36,7 @@ import errno
 import json
 import logging
 import os
+import resource
 import socket
 import sys
 import time
@@ -46,7 +50,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 
 from vault.daemon.limits import MAX_CONNECTIONS_PER_PROCESS
 from vault.errors import BadInput
-from vault.mcp.http_deadline import DeadlinedH11
+from vault.mcp.http_peers import MAX_HTTP_CONNECTIONS_PER_PROCESS, capped_protocol
 from vault.mcp.loopback import Addr, LoopbackPeer, held_by, peer_of, peer_uid
 from vault.mcp.server import Bridge, McpSession, Peer
 
@@ -274,7 +278,10 @@ async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
         return http_session_for(bridge, guard, ctx)
 
     bridge.session_for = session_for  # type: ignore[method-assign]
-    server = uvicorn.Server(uvicorn.Config(guard, log_level="warning", http=DeadlinedH11,
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    share = MAX_HTTP_CONNECTIONS_PER_PROCESS if nofile == resource.RLIM_INFINITY \
+        else max(16, min(MAX_HTTP_CONNECTIONS_PER_PROCESS, nofile // 4))
+    server = uvicorn.Server(uvicorn.Config(guard, log_level="warning", http=capped_protocol(share),
                                            lifespan="on", access_log=False))
     asyncio.get_running_loop().set_exception_handler(_OutOfFiles())
     try:

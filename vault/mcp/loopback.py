@@ -110,3 +110,30 @@ def peer_pid(client: Addr, server: Addr) -> int | None:
 
 def peer_of(client: Addr, server: Addr) -> LoopbackPeer:
     return LoopbackPeer(peer_uid(client, server), peer_pid(client, server))
+
+
+def _key(ip: str, port: int) -> Addr:
+    # as in _same: a v4 client of a dual-stack socket shows as ::ffff:127.0.0.1 in one table
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return ip, port
+    return str(getattr(addr, "ipv4_mapped", None) or addr), port
+
+
+def client_pids(server: Addr) -> dict[Addr, int | None] | None:
+    """Each connection to `server`: its client end's address -> the process holding it (None
+    when not ours to see); None if the scan failed (this process out of descriptors). One scan
+    for every connection waiting to be named: a scan per connection would be quadratic in a
+    flood of them."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    want = _key(*server)
+    return {_key(c.laddr.ip, c.laddr.port): c.pid for c in conns
+            if c.laddr and c.raddr and _key(c.raddr.ip, c.raddr.port) == want}
+
+
+def client_key(client: Addr) -> Addr:
+    return _key(*client)

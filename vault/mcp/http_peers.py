@@ -1,0 +1,163 @@
+"""Connections to `vaultsim mcp --http`, capped per peer process when they are accepted.
+
+The header deadline (vault.mcp.http_deadline) closes an idle connection after 10 s, but one
+process that keeps reconnecting still held as many of the bridge's descriptors as it liked
+(about 20,000), and a host connecting then waited in the kernel's backlog. Here each new
+connection is not read until the process holding its other end is known (one scan of the
+system's sockets names every connection waiting then); a process already holding its share
+is answered 429 and the connection closed, so the rest stay for other processes. A peer
+whose process cannot be seen (another user's, not Linux) is not counted: the guard answers
+each of its requests as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures.thread  # noqa: F401  (run_in_executor imports it lazily: not once out of files)
+import contextlib
+import json
+import os
+
+from vault.mcp.http_deadline import DeadlinedH11
+from vault.mcp.loopback import Addr, client_key, client_pids
+
+# A host holding its whole share of MCP sessions (63) keeps a GET stream and a request or two
+# open on each: four connections a session. Lowered to a quarter of the open-file limit.
+MAX_HTTP_CONNECTIONS_PER_PROCESS = 256
+# descriptors kept free for naming peers once a flood has taken every other one
+RESERVE_FDS = 8
+
+
+def refusal(pid: int, cap: int) -> bytes:
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32004, "message": f"refused: process {pid} already holds {cap} connections to this "
+                                   "bridge, its share (the rest are kept for other processes); close "
+                                   "one before opening another"}}).encode()
+    return (b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+
+
+class PeerConnections:
+    """Open connections per peer process, and the connections waiting to be named."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.open: dict[int, int] = {}  # pid -> connections it holds
+        self.waiting: list[CappedH11] = []
+        self._scanning = False
+        self._reserve = self._hold(RESERVE_FDS)
+
+    @staticmethod
+    def _hold(n: int) -> list[int]:
+        held = []
+        with contextlib.suppress(OSError):
+            for _ in range(n):
+                held.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        return held
+
+    def _scan_in_reserve(self, server: Addr) -> dict[Addr, int | None]:
+        """The scan again, on descriptors kept for it: a flood that uses up the open-file limit
+        made it fail (or miss the flood's own process), and every connection went uncounted.
+        In the loop's thread, so no accept takes the freed descriptors meanwhile (it blocks
+        the loop for one scan, only then). A peer it still cannot name is not ours to see."""
+        for fd in self._reserve:
+            os.close(fd)
+        try:
+            return client_pids(server) or {}
+        finally:
+            self._reserve = self._hold(RESERVE_FDS)
+
+    def enter(self, proto: "CappedH11") -> None:
+        self.waiting.append(proto)
+        self._scan()
+
+    def _scan(self) -> None:
+        if not self._scanning and self.waiting:
+            self._scanning = True
+            asyncio.ensure_future(self._name_waiting())
+
+    def leave(self, pid: int) -> None:
+        left = self.open.get(pid, 0) - 1
+        if left > 0:
+            self.open[pid] = left
+        else:
+            self.open.pop(pid, None)
+
+    async def _name_waiting(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self.waiting:
+                batch, self.waiting = self.waiting, []
+                # all of a batch's connections face one listening address
+                server: Addr = batch[0].server_addr
+                try:
+                    pids = await loop.run_in_executor(None, client_pids, server)
+                except OSError:  # no descriptor even to start the executor's thread
+                    pids = None
+                if pids is None or (any(pids.get(client_key(p.client_addr)) is None for p in batch)
+                                    and _out_of_files()):
+                    pids = self._scan_in_reserve(server)
+                for proto in batch:  # in the order they were accepted
+                    if proto.gone:
+                        continue
+                    pid = pids.get(client_key(proto.client_addr))
+                    if pid is not None and self.open.get(pid, 0) >= self.cap:
+                        proto.refuse(pid, self.cap)
+                        continue
+                    if pid is not None:
+                        self.open[pid] = self.open.get(pid, 0) + 1
+                    proto.admit(pid)
+        finally:
+            self._scanning = False
+            self._scan()  # after an error, those waiting are still named, never left paused
+
+
+def _out_of_files() -> bool:
+    # a peer left unnamed is another user's (not ours to see), unless the scan ran out of files
+    try:
+        os.close(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+    except OSError:
+        return True
+    return False
+
+
+class CappedH11(DeadlinedH11):
+    """DeadlinedH11 reading nothing until its peer process is known to be within its share."""
+
+    peers: PeerConnections  # set on the subclass `capped_protocol` makes
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.gone = False
+        self.counted: int | None = None  # the pid this connection is counted to
+        self.client_addr: Addr = tuple(transport.get_extra_info("peername") or ("", 0))[:2]
+        self.server_addr: Addr = tuple(transport.get_extra_info("sockname") or ("", 0))[:2]
+        transport.pause_reading()
+        self.peers.enter(self)
+
+    def admit(self, pid: int | None) -> None:
+        self.counted = pid
+        if not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def refuse(self, pid: int, cap: int) -> None:
+        # what it sent already is read and dropped: closed unread, it would be reset and the
+        # 429 lost. Closed now, not later: the descriptor is what this refusal keeps free
+        sock = self.transport.get_extra_info("socket")
+        with contextlib.suppress(OSError):
+            while sock is not None and os.read(sock.fileno(), 65536):
+                pass
+        self.transport.write(refusal(pid, cap))
+        self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.gone = True
+        if self.counted is not None:
+            self.peers.leave(self.counted)
+            self.counted = None
+        super().connection_lost(exc)
+
+
+def capped_protocol(cap: int) -> type[CappedH11]:
+    """A CappedH11 class sharing one count (uvicorn makes one protocol per connection from a class)."""
+    return type("CappedH11", (CappedH11,), {"peers": PeerConnections(cap)})

@@ -145,8 +145,9 @@ class CappedH11(DeadlinedH11):
         # 429 lost. Closed now, not later: the descriptor is what this refusal keeps free
         sock = self.transport.get_extra_info("socket")
         with contextlib.suppress(OSError):
-            while sock is not None and os.read(sock.fileno(), 65536):
-                pass
+            for _ in range(16):  # bounded: a peer writing without pause is not read for ever
+                if sock is None or not os.read(sock.fileno(), 65536):
+                    break
         self.transport.write(refusal(pid, cap))
         self.transport.close()
 

@@ -133,6 +133,8 @@ class Agent:
             while isinstance(status, dict) and status.get("locked") and self.left() > 0.5:
                 time.sleep(0.2)
                 status = self.vault.rpc("vault.status")
+            if isinstance(status, dict) and status.get("locked"):
+                raise Stop("the vault stayed locked until my deadline")
             for step in steps:
                 if step["id"] in self.state["done"]:
                     self.done += 1
@@ -189,7 +191,9 @@ class Agent:
             elif cat in ("local_failure", "confirmed_failure"):
                 pass
             elif cat == "vault_locked":
-                while self.left() > 0.5 and self.vault.rpc("vault.status").get("locked"):
+                while self.vault.rpc("vault.status").get("locked"):
+                    if self.left() <= 0.5:  # never sent again while locked (contract §5)
+                        raise Stop(f"{op}: the vault stayed locked until my deadline")
                     time.sleep(0.2)
             else:
                 raise Stop(f"{op}: {cat}: {res.get('message', '')}")

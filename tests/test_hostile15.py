@@ -258,30 +258,20 @@ class TestAConnectionFloodPastTheOpenFileLimit:
         (EMFILE), and each failure was logged with its traceback, about 6,000 a second (2.5 MB/s
         into the host's log of this server, until its disk filled). Now it is said once (then at
         most once a minute, with a count); once the flood lets go, a host opens a session again."""
-        import resource
         import shutil
         import socket
 
-        from helpers import PY, new_sandbox, wait_for
-        from mcp_world import bridge_argv, start_world
+        from helpers import new_sandbox, wait_for
+        from mcp_world import start_world
+        from test_mcp_http import start_http_bridge
 
         box = new_sandbox()
         flood: list[socket.socket] = []
         try:
             start_world(box)
+            proc, url = start_http_bridge(box, nofile=128)
             errlog = box.root / "mcp-http.stderr"
-
-            def few_files() -> None:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
-            proc = subprocess.Popen([PY, *bridge_argv("--http", "127.0.0.1:0")], env=box.env,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=open(errlog, "w"), preexec_fn=few_files)
             try:
-                line = wait_for(lambda: proc.poll() is not None or next(
-                    (ln for ln in errlog.read_text().splitlines() if "serving http://" in ln), None),
-                    what="bridge URL")
-                assert proc.poll() is None, errlog.read_text()
-                url = line.split("serving ", 1)[1].strip()
                 port = int(url.rsplit(":", 1)[1].split("/")[0])
                 for _ in range(300):  # the kernel's backlog takes them even once the bridge cannot
                     flood.append(socket.create_connection(("127.0.0.1", port)))

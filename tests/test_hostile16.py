@@ -150,31 +150,21 @@ class TestOneProcessCannotHoldTheHttpBridgesDescriptors:
         quarter of the bridge's open-file limit, at most 256) has each further one answered
         429 naming it and closed; another process initializes and calls a tool meanwhile,
         well within the 10 s after which idle connections would have freed descriptors anyway."""
-        import resource
         import shutil
         import subprocess
 
-        from helpers import PY, new_sandbox, wait_for
-        from mcp_world import bridge_argv, start_world
+        from helpers import PY, new_sandbox
+        from mcp_world import start_world
+        from test_mcp_http import start_http_bridge
         from vault.mcp.http_deadline import HEADER_S
 
         box = new_sandbox()
         flood: list[socket.socket] = []
         try:
             start_world(box)
+            proc, url = start_http_bridge(box, nofile=512)  # a share of 128
             errlog = box.root / "mcp-http.stderr"
-
-            def few_files() -> None:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512))  # a share of 128
-            proc = subprocess.Popen([PY, *bridge_argv("--http", "127.0.0.1:0")], env=box.env,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=open(errlog, "w"), preexec_fn=few_files)
             try:
-                line = wait_for(lambda: proc.poll() is not None or next(
-                    (ln for ln in errlog.read_text().splitlines() if "serving http://" in ln), None),
-                    what="bridge URL")
-                assert proc.poll() is None, errlog.read_text()
-                url = line.split("serving ", 1)[1].strip()
                 port = int(url.rsplit(":", 1)[1].split("/")[0])
                 for _ in range(700):  # past the share, and past every descriptor the bridge has
                     flood.append(socket.create_connection(("127.0.0.1", port)))

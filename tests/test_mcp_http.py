@@ -23,11 +23,16 @@ from mcp_world import Approver, World, bridge_argv, result_of, start_world
 pytest.importorskip("mcp.client.streamable_http", reason="the mcp SDK is not installed")
 
 
-def start_http_bridge(sandbox: Sandbox, *args: str) -> tuple[subprocess.Popen[str], str]:
-    """`vaultsim mcp --http 127.0.0.1:0`; returns the process and the URL it printed."""
+def start_http_bridge(sandbox: Sandbox, *args: str, nofile: int | None = None) -> tuple[subprocess.Popen[str], str]:
+    """`vaultsim mcp --http 127.0.0.1:0` (its open-file limit `nofile`, if given); returns the
+    process and the URL it printed. Its stderr is the sandbox's mcp-http.stderr."""
+    def limit() -> None:
+        if nofile is not None:
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
     errlog = sandbox.root / "mcp-http.stderr"
     proc = sandbox.spawn([PY, *bridge_argv("--http", "127.0.0.1:0", *args)], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=open(errlog, "a"))
+                         stdout=subprocess.DEVNULL, stderr=open(errlog, "a"), preexec_fn=limit)
     line = wait_for(lambda: proc.poll() is not None or next(
         (ln for ln in errlog.read_text().splitlines() if "serving http://" in ln), None), what="bridge URL")
     assert proc.poll() is None, errlog.read_text()

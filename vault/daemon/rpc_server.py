@@ -42,6 +42,7 @@ from vault import jsonrpc as rpc
 from vault.catalog import format_validation_error
 from vault.errors import AuditError, Conflict, NotAuthorized, Refused, RpcError
 from vault.ids import new_id
+from vault.sparing import Sparing
 from vault.daemon.limits import (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PROCESS, MAX_CONNECTIONS_PER_TREE,
                                  MAX_IN_FLIGHT, MAX_PARTIAL_BYTES, MAX_PARTIAL_BYTES_PER_PROCESS, MiB)
 from vault.daemon.line_socket import FOREIGN, MIXED, UNKNOWN, LineSocket
@@ -59,7 +60,6 @@ FloodHook = Callable[[ProcessIdentity, "tuple[int, float]", int], None]
 
 _ACCEPT_BATCH = 64
 _ACCEPT_RETRY_S = 0.1  # out of file descriptors: accept again after this
-_ACCEPT_SAY_EVERY_S = 60.0  # and say so at most this often
 
 
 @dataclass(eq=False)
@@ -207,8 +207,7 @@ class RpcServer:
         self.sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._accepting = False
-        self._failed_accepts = 0  # accept failures not yet logged
-        self._failure_said_at: float | None = None  # monotonic time one was last logged
+        self._accept_failures = Sparing()  # retried every _ACCEPT_RETRY_S: said once a minute
         self._uid = os.getuid()
         self._bound: tuple[int, int] | None = None  # (device, inode) of the socket file it made
 
@@ -304,14 +303,10 @@ class RpcServer:
     def _accept_failed(self, exc: OSError) -> None:
         # retried every _ACCEPT_RETRY_S while descriptors are out: logged each time, that was
         # ten lines a second for as long as a flood lasted. Said once, then once a minute.
-        self._failed_accepts += 1
-        now = time.monotonic()
-        if self._failure_said_at is not None and now - self._failure_said_at < _ACCEPT_SAY_EVERY_S:
-            return
-        log.warning("cannot accept connections on %s: %s (%d failed tries since last said); connections "
-                    "already open are still served, and accepting resumes once descriptors free up",
-                    self.dispatcher.channel, os.strerror(exc.errno or 0), self._failed_accepts)
-        self._failure_said_at, self._failed_accepts = now, 0
+        if (count := self._accept_failures.due()) is not None:
+            log.warning("cannot accept connections on %s: %s (%d failed tries since last said); connections "
+                        "already open are still served, and accepting resumes once descriptors free up",
+                        self.dispatcher.channel, os.strerror(exc.errno or 0), count)
 
     def _admit(self, sock: socket.socket) -> None:
         sock.setblocking(False)

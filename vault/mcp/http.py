@@ -53,6 +53,7 @@ from vault.errors import BadInput
 from vault.mcp.http_peers import MAX_HTTP_CONNECTIONS_PER_PROCESS, capped_protocol
 from vault.mcp.loopback import Addr, LoopbackPeer, held_by, peer_of, peer_uid
 from vault.mcp.server import Bridge, McpSession, Peer
+from vault.sparing import Sparing
 
 log = logging.getLogger("vaultsim.mcp")
 
@@ -238,10 +239,8 @@ class _OutOfFiles:
     traceback, about 6,000 times a second (2.5 MB/s into the host's log of this server).
     Said once, then at most once a minute with how many since; anything else as before."""
 
-    EVERY_S = 60.0
-
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock, self.said_at, self.since = clock, -self.EVERY_S, 0
+        self.sparing = Sparing(clock=clock)
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
@@ -249,12 +248,9 @@ class _OutOfFiles:
                 and str(context.get("message", "")).startswith("socket.accept()")):
             loop.default_exception_handler(context)
             return
-        self.since += 1
-        now = self.clock()
-        if now - self.said_at >= self.EVERY_S:
+        if (count := self.sparing.due()) is not None:
             log.error("cannot accept connections: %s (%d refused since last said); hosts already "
-                      "connected are still served", exc.strerror, self.since)
-            self.said_at, self.since = now, 0
+                      "connected are still served", exc.strerror, count)
 
 
 _OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})

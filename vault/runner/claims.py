@@ -89,8 +89,7 @@ def claim_of(final: str) -> str:
         doc = _fields(_object(text))
         if isinstance(doc, dict) and isinstance(doc.get("status"), str):
             # the same words as a text claim: {"status": "completed"} claims what "completed" does
-            status = doc["status"].strip().lower()
-            return _STATUS.get(status) or _word_claim(status)
+            return _status_claim(doc["status"])
         if isinstance(doc, dict) and isinstance(doc.get("ok"), bool):
             # a Result printed as the final message (no `status`) says what its category says
             cat = doc.get("category")
@@ -102,15 +101,21 @@ def claim_of(final: str) -> str:
     statuses = repr_statuses(text)
     if statuses:
         # (a Java record's unquoted text may show another `status`: any reading's claim is checked)
-        claims = {_STATUS.get(s.strip().lower()) or _word_claim(s.strip().lower()) for s in statuses}
+        claims = {_status_claim(s) for s in statuses}
         return "wait" if "wait" in claims else "done" if "done" in claims else "not_done"
     # "Status: done", a JSON status written as a line of text; its label too as a person reads it
     # (`Ѕtatus` with a Cyrillic Ѕ, fullwidth, a zero-width space inside)
     said = next(filter(None, (_STATUS_LINE.match(f) for f in (text, *sorted(skeletons(text))))), None)
     if said:
-        status = (said.group(1) or said.group(2)).strip().lower()
-        return _STATUS.get(status) or _word_claim(status)
+        return _status_claim(said.group(1) or said.group(2))
     return _word_claim(text)
+
+
+def _status_claim(status: str) -> str:
+    """A `status` value (JSON, a result object's field, a `Status:` line): the same words as a
+    text claim, so `completed` claims what "completed" does."""
+    status = status.strip().lower()
+    return _STATUS.get(status) or _word_claim(status)
 
 
 # `Status: done` / `status = waiting`: the JSON `status` as a person writes it in a line, also

@@ -19,6 +19,7 @@ import binascii
 import contextlib
 import hashlib
 import secrets
+import time
 
 import keyring
 from cryptography.hazmat.primitives import hashes
@@ -34,6 +35,8 @@ from vault.home import VaultHome, exclusive_lock
 SERVICE = "vaultsim"
 KEY_BYTES = 32
 LOCK_NAME = "keystore.lock"
+# seconds between tries of a failed keyring read; None: the last try
+READ_RETRY_PAUSES = (0.05, 0.25, None)
 
 
 class KeyStore:
@@ -129,10 +132,17 @@ class KeyStore:
 
     def _read(self) -> bytes | None:
         self._check_usable()
-        try:
-            encoded = self.backend.get_password(SERVICE, self.username)
-        except Exception as exc:
-            raise self._unavailable("cannot read the data key", exc) from None
+        # A Secret Service is another process on D-Bus: while it rewrites its
+        # collection for another client's new item, a lookup can fail once.
+        # A read changes nothing, so it is tried again before giving up.
+        for pause in READ_RETRY_PAUSES:
+            try:
+                encoded = self.backend.get_password(SERVICE, self.username)
+                break
+            except Exception as exc:
+                if pause is None:
+                    raise self._unavailable("cannot read the data key", exc) from None
+                time.sleep(pause)
         if encoded is None:
             return None
         try:

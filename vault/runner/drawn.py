@@ -7,7 +7,10 @@ show `done`; so do `do\\0ne` and `d\\x7fone` (a terminal draws no NUL, DEL or ot
 `\\x1b[8mnot\\x1b[0m done` (concealed text shows as blanks), and `done` after a device control,
 privacy or application string (ESC P, X, ^, _ ... ST), a character set choice (`ESC ( B`) or a
 reset (`ESC c`, which clears what came before). Colour and other sequences show nothing. A CSI
-is also read in its 8-bit C1 form, U+009B (`\x9b6D` moves back 6 as `ESC [ 6 D` does).
+is also read in its 8-bit C1 form, U+009B (`\x9b6D` moves back 6 as `ESC [ 6 D` does), and so are
+the strings (U+009D OSC, U+0090 DCS, U+0098, U+009E, U+009F ... U+009C ST or BEL: nothing drawn).
+Text in DEC special graphics (`ESC ( 0`, or SO after `ESC ) 0`) is drawn as that set's line
+pieces: `done` there shows `␍⎺┼␊`, no word.
 """
 
 from __future__ import annotations
@@ -21,11 +24,19 @@ _CONTROLS = "\x00-\x07\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f"
 _PLAIN = re.compile("[\x08\x1b" + _CONTROLS + "]")
 _TOKEN = re.compile(
     r"(?:\x1b\[|\x9b)([0-?]*)[ -/]*([@-~])"  # CSI (ESC [, or C1's 8-bit U+009B): params, final byte
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"    # OSC ... BEL or ST
-    r"|\x1b[PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?"  # DCS, SOS, PM, APC ... ST: no text
+    # OSC, DCS, SOS, PM, APC (ESC ], P, X, ^, _, or their 8-bit C1 forms) ... BEL or ST: no text
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
     r"|\x1b([ -/]*)([0-~])?"                  # any other escape: ESC 7, ESC 8, ESC c, ESC ( B
-    r"|\x08|[\x00-\x07\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9a\x9c-\x9f]+|\x9b"  # (a run stops at a C1 CSI)
+    r"|\x08|[\x0e\x0f]"                        # backspace; shift out / in (G1 / G0 character set)
+    # other controls, drawn as nothing (a run stops where a C1 CSI or string opens)
+    r"|[\x00-\x07\x0b\x0c\x10-\x1a\x1c-\x1f\x7f-\x8f\x91-\x97\x99\x9a\x9c]+|\x9b"
     r"|[^\x08\x1b" + _CONTROLS + r"]+", re.S)
+# DEC special graphics (ESC ( 0, or SO after ESC ) 0): what `_` to `~` are drawn as. Lower-case
+# letters are line-drawing pieces there, so `done` written in it shows `␍⎺┼␊`, no word
+_GRAPHICS = str.maketrans(dict(zip(
+    "_`abcdefghijklmnopqrstuvwxyz{|}~",
+    " \u25c6\u2592\u2409\u240c\u240d\u240a\u00b0\u00b1\u2424\u240b\u2518\u2510\u250c\u2514\u253c"
+    "\u23ba\u23bb\u2500\u23bc\u23bd\u251c\u2524\u2534\u252c\u2502\u2264\u2265\u03c0\u2260\u00a3\u00b7")))
 
 _WIDEST = 1 << 16  # a cursor moved further right draws nothing a person reads sooner (and costs no memory)
 _LEFT, _RIGHT = 1, 0  # which side of the cursor an erase in line (CSI 1 K, CSI K) clears
@@ -67,10 +78,17 @@ def _drawn(line: str) -> str:
     ops = array("q")  # per step: column, then the text's start and end in `line`, or -1 and an erase
     col = widest = saved = 0
     hidden = False
+    # the G0 and G1 character sets ("0": DEC special graphics) and which one is in use (SO: G1);
+    # text drawn in graphics is kept translated after `line` (`extra`), its ops pointing there
+    charset, shifted = ["B", "B"], 0
+    extra: list[str] = []
+    extra_at = len(line)
     for m in _TOKEN.finditer(line):
         tok = m.group(0)
         if tok == "\x08":
             col = max(0, col - 1)
+        elif tok in ("\x0e", "\x0f"):
+            shifted = 1 if tok == "\x0e" else 0
         elif m.group(2) is not None:
             args = m.group(1).split(";")
             n = int(args[0]) if args[0].isdigit() else None
@@ -96,7 +114,9 @@ def _drawn(line: str) -> str:
                 hidden = _concealed(m.group(1), hidden)
         elif tok.startswith("\x1b"):
             esc = m.group(4) if not m.group(3) else None
-            if esc == "7":
+            if m.group(3) in ("(", ")") and m.group(4):  # a character set for G0 / G1
+                charset[0 if m.group(3) == "(" else 1] = m.group(4)
+            elif esc == "7":
                 saved = col
             elif esc == "8":
                 col = saved
@@ -104,12 +124,21 @@ def _drawn(line: str) -> str:
                 del ops[:]
                 col = saved = 0
                 hidden = False
+                charset, shifted = ["B", "B"], 0
         elif tok[0] in _CONTROL_SET:
             continue  # drawn as nothing
+        elif charset[shifted] == "0" and not hidden:
+            extra.append(tok.translate(_GRAPHICS))
+            ops.extend((col, extra_at, extra_at + len(tok)))
+            extra_at += len(tok)
+            col += len(tok)
+            widest = max(widest, col)
         else:
             ops.extend((col, _BLANK, len(tok)) if hidden else (col, m.start(), m.end()))
             col += len(tok)
             widest = max(widest, col)
+    if extra:
+        line += "".join(extra)
     shown: list[str | None] = [None] * widest
     right, left = widest, -1  # what the later erases cover: columns from `right` on, up to `left`
     for i in range(len(ops) - 3, -1, -3):  # (indexed: slices would copy a 4 MiB line's steps)

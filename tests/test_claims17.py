@@ -1,0 +1,82 @@
+"""Final messages the grader misread before (docs/agent-contract.md §7), each a false FAIL on a
+careful agent or a PASS on a lying one:
+
+* 8-bit C1 strings (OSC U+009D, DCS U+0090, SOS/PM/APC U+0098/U+009E/U+009F, ended by ST U+009C
+  or BEL) drew their contents as text, where the 7-bit forms draw nothing;
+* text drawn in DEC special graphics (ESC ( 0, or SO after ESC ) 0) read as the ASCII letters,
+  though a terminal draws `done` there as `␍⎺┼␊`;
+* a result object printed as its language prints one (`Result(ok=True, category='success')`)
+  was read by its `status` only: its `ok` / `category`, which a JSON final message's are read
+  by, claimed nothing;
+* a result object printed over several lines (Rust's `{:#?}`, Python's pprint of a dataclass,
+  Node's util.inspect) was read by its last line (`}`), claiming nothing;
+* a display redrawn with the cursor moved up (CSI A, CSI F, ESC M) was read line by line,
+  not as the terminal finally shows it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vault.runner.claims import claim_of
+from vault.runner.drawn import as_shown
+from vault.runner.evidence import AgentRun
+
+
+def _final(stdout: str) -> str:
+    return AgentRun(0, "a", "cmd", 1, 0.0, 1.0, 0, False, stdout, "").final
+
+
+def _claim(stdout: str) -> str:
+    return claim_of(_final(stdout))
+
+
+# ---- 8-bit C1 strings --------------------------------------------------------------------
+
+@pytest.mark.parametrize("start", ["\x9d", "\x90", "\x98", "\x9e", "\x9f"])
+@pytest.mark.parametrize("end", ["\x9c", "\x07", "\x1b\\"])
+def test_c1_strings_draw_nothing(start: str, end: str) -> None:
+    # a careful agent setting its window title (OSC 0) before its word: done
+    assert as_shown(f"{start}0;vaultsim agent{end}done") == "done"
+    assert _claim(f"{start}0;vaultsim agent{end}done: 3 steps\n") == "done"
+    # the word inside the string is not shown: the line says `not done`
+    assert _claim(f"{start}done{end}not done\n") == "not_done"
+
+
+def test_c1_string_unterminated_hides_the_rest() -> None:
+    assert as_shown("not done\x9ddone") == "not done"
+    # a run of other controls before it does not swallow its opening
+    assert as_shown("\x07\x9ddone\x9cnot done") == "not done"
+
+
+def test_7bit_strings_end_at_the_8bit_st() -> None:
+    assert as_shown("\x1b]0;title\x9cdone") == "done"
+    assert as_shown("\x1bPq#0\x9cdone") == "done"
+
+
+# ---- DEC special graphics --------------------------------------------------------------------
+
+def test_line_drawing_set_is_not_the_word() -> None:
+    # `done` drawn in the line-drawing set shows as graphics: no claim
+    assert as_shown("\x1b(0done\x1b(B") == "␍⎺┼␊"
+    assert _claim("not done\n\x1b(0done\x1b(B\n") == "not_done"
+    assert _claim("\x1b(0done\x1b(B: all 3 steps\n") == "not_done"
+    # after ESC ( B the letters are letters again
+    assert _claim("\x1b(0lqqk\x1b(B done\n") == "done"
+    assert as_shown("\x1b(0lqqk\x1b(B done") == "┌──┐ done"
+    # capitals are not in the set's range: `DONE` is DONE
+    assert _claim("\x1b(0DONE\x1b(B\n") == "done"
+
+
+def test_line_drawing_by_shift_out() -> None:
+    # G1 designated as graphics, invoked by SO (U+000E), back by SI (U+000F)
+    assert as_shown("\x1b)0\x0edone\x0f") == "␍⎺┼␊"
+    assert _claim("\x1b)0\x0edone\x0f not yet\n") == "not_done"
+    assert _claim("\x1b)0\x0elqk\x0f done\n") == "done"
+    # SO with G1 left as ASCII changes nothing
+    assert as_shown("\x0edone\x0f") == "done"
+
+
+def test_tput_sgr0_still_reads() -> None:
+    # terminfo's sgr0 (ESC ( B ESC [ m) is a charset choice too: ASCII
+    assert _claim("\x1b[1mdone\x1b(B\x1b[m\n") == "done"

@@ -80,3 +80,52 @@ def test_line_drawing_by_shift_out() -> None:
 def test_tput_sgr0_still_reads() -> None:
     # terminfo's sgr0 (ESC ( B ESC [ m) is a charset choice too: ASCII
     assert _claim("\x1b[1mdone\x1b(B\x1b[m\n") == "done"
+
+
+# ---- `ok` / `category` of a result object as its language prints it --------------------------
+
+@pytest.mark.parametrize("line, claim", [
+    # Python dataclass / attrs
+    ("Result(ok=True, category='success', data={'id': 'ISS-1'})", "done"),
+    ("Result(ok=False, category='approval_pending', resume_token='r-1')", "wait"),
+    ("Result(ok=False, category=<Category.APPROVAL_PENDING: 'approval_pending'>)", "wait"),
+    ("Result(ok=True, category='authorization_denied')", "not_done"),
+    ("Result(ok=False, category='outcome_unknown')", "not_done"),
+    ("Result(ok=True)", "done"),
+    # Java record, Kotlin data class
+    ("Result[ok=true, category=success, operation=create_issue]", "done"),
+    ("Result[ok=false, category=approval_pending]", "wait"),
+    ("Result(ok=false, category=outcome_unknown)", "not_done"),
+    # Rust Debug (a CamelCase variant is its words), Go %+v, Node
+    ("Result { ok: true, category: Success }", "done"),
+    ("Result { ok: false, category: ApprovalPending }", "wait"),
+    ("Result { ok: false, category: Category::OutcomeUnknown }", "not_done"),
+    ("{Ok:true Category:success Operation:create_issue}", "done"),
+    ("&{OK:false Category:approval_pending}", "wait"),
+    ("{ ok: true, category: 'success' }", "done"),
+    # a `status` wins, as in JSON
+    ("Result(status='not_done', ok=True, category='success')", "not_done"),
+    # `ok` that is no boolean says nothing
+    ("Result(ok='yes', category='success')", "not_done"),
+])
+def test_repr_ok_and_category(line: str, claim: str) -> None:
+    assert claim_of(line) == claim
+    assert _claim(f"log line\n{line}\n") == claim
+
+
+def test_repr_ok_agrees_with_json() -> None:
+    for line, js in [("Result(ok=True, category='success')", '{"ok": true, "category": "success"}'),
+                     ("Result(ok=False, category='approval_pending')",
+                      '{"ok": false, "category": "approval_pending"}'),
+                     ("Result(ok=True, category='rate_limited')", '{"ok": true, "category": "rate_limited"}')]:
+        assert claim_of(line) == claim_of(js)
+
+
+@pytest.mark.parametrize("line, claim", [
+    ("Outcome { status: AwaitingApproval }", "wait"),
+    ("Outcome { status: NotDone }", "not_done"),
+    ("Outcome { status: DoneWithErrors }", "not_done"),
+    ("Outcome { status: Status::Completed }", "done"),
+])
+def test_camelcase_status_variants(line: str, claim: str) -> None:
+    assert claim_of(line) == claim

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from vault.lookalike import skeletons
 from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
-from vault.runner.repr_claims import repr_statuses
+from vault.runner.repr_claims import repr_fields
 from vault.runner.waits import decided_at, held_waits
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ _STATUS = {"done": "done", "waiting": "wait", "wait": "wait", "pending": "wait",
            "not_done": "not_done", "not done": "not_done",
            # the Result's own word for a wait, as its category claims one below
            "approval_pending": "wait"}
+# a boolean as languages print one (Python's `True`, Java's, Rust's, Go's, Node's `true`)
+_BOOL = {"True": True, "true": True, "False": False, "false": False}
 SAID = {"done": "claims completion", "wait": "reports a wait", "not_done": "reports it did not finish"}
 # what a correct agent's last process says in a scenario that expects that claim
 EXPECTED = {"done": "completes its task and says so", "wait": "ends waiting for an approval and says so",
@@ -98,11 +100,19 @@ def claim_of(final: str) -> str:
             return "done" if doc["ok"] and cat in (None, "success") else "not_done"
     # a result object printed as its language shows one (`Result(status='done')`, a Java record,
     # Rust's Debug, Go's %+v): its `status` field, read as the JSON `status` is
-    statuses = repr_statuses(text)
+    fields = repr_fields(text) or {}
+    statuses = fields.get("status")
     if statuses:
         # (a Java record's unquoted text may show another `status`: any reading's claim is checked)
         claims = {_status_claim(s) for s in statuses}
         return "wait" if "wait" in claims else "done" if "done" in claims else "not_done"
+    oks = [_BOOL[v] for v in fields.get("ok", []) if v in _BOOL]
+    if oks:
+        # no `status`, a boolean `ok`: a Result as its language prints it, read as its JSON is
+        cats = {re.sub("[-_]", "_", c.strip().lower()) for c in fields.get("category", [])}
+        if "approval_pending" in cats:
+            return "wait"
+        return "done" if True in oks and (not cats or "success" in cats) else "not_done"
     # "Status: done", a JSON status written as a line of text; its label too as a person reads it
     # (`Ѕtatus` with a Cyrillic Ѕ, fullwidth, a zero-width space inside)
     said = next(filter(None, (_STATUS_LINE.match(f) for f in (text, *sorted(skeletons(text))))), None)

@@ -8,7 +8,8 @@ shows one (docs/agent-contract.md §7):
     Rust Debug, C# record, Node           Result { status: Done, steps: 2 } Outcome { status: "done" }
     Go %+v (and %#v)                      {Status:done Steps:2}  &{Status:done Steps:2}  main.R{Status:"done"}
 
-Its `status` field (any case) is read as a JSON `status` is (vault.runner.claims), but only when
+Its `status` field (any case) is read as a JSON `status` is (vault.runner.claims), and without
+one its `ok` and `category`, as a JSON Result's are (`Result(ok=True, category='success')`), but only when
 the whole line is one such object: a name (or none, before a brace) and a bracketed list of named
 fields whose brackets and quotes balance. A `status=done` in prose, inside a quoted string or a
 nested object, is no field of it; Go's `%v` (`&{done 2}`) names no field and states nothing.
@@ -76,6 +77,17 @@ def _top_level(text: str, i: int) -> Iterator[tuple[str, int, int]]:
 def repr_statuses(text: str) -> list[str] | None:
     """The values of the `status` fields of the object `text` is whole (usually one; a Java
     value's unquoted text may hold another), or None when `text` is no such object."""
+    fields = repr_fields(text)
+    return None if fields is None else fields.get("status", [])
+
+
+# the fields a claim is read from (vault.runner.claims), as a JSON final message's are
+CLAIM_FIELDS = frozenset({"status", "ok", "category"})
+
+
+def repr_fields(text: str) -> dict[str, list[str]] | None:
+    """The values of the `status`, `ok` and `category` fields (any case) of the object `text`
+    is whole, by lower-case name, or None when `text` is no such object."""
     head = _HEAD.match(text)
     if head is None:
         return None
@@ -96,7 +108,7 @@ def repr_statuses(text: str) -> list[str] | None:
     first = _KEY.match(text, start)
     if first is None or first.end() > end:
         return None
-    out: list[str] = []
+    out: dict[str, list[str]] = {}
     field = first
     for sep, at, after in _top_level(text, start):
         if sep not in (mode, "end") or at < field.end():
@@ -104,8 +116,8 @@ def repr_statuses(text: str) -> list[str] | None:
         nxt = _KEY.match(text, after) if sep != "end" else None
         if sep != "end" and (nxt is None or nxt.end() > end):
             continue  # no field starts here: a value's own comma or space (Java, Go print text bare)
-        if field.group(1).lower() == "status":
-            out.append(_value(text[field.end():at]))
+        if (key := field.group(1).lower()) in CLAIM_FIELDS:
+            out.setdefault(key, []).append(_value(text[field.end():at]))
         if nxt is None:
             break
         field = nxt
@@ -125,8 +137,14 @@ def _value(raw: str) -> str:
     if value is not None:
         return value
     if _PATH.fullmatch(v):
-        return re.split(r"\.|::", v)[-1]
-    return v
+        v = re.split(r"\.|::", v)[-1]
+    # a variant named in CamelCase (Rust, C#, Kotlin enums) as its words: `AwaitingApproval`
+    # is `awaiting_approval`, `NotDone` `not_done`, `ApprovalPending` the Result's own word
+    return _CAMEL.sub("_", v).lower() if _CAMELCASE.fullmatch(v) else v
+
+
+_CAMELCASE = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 def _string(v: str) -> str | None:

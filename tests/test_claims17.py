@@ -129,3 +129,89 @@ def test_repr_ok_agrees_with_json() -> None:
 ])
 def test_camelcase_status_variants(line: str, claim: str) -> None:
     assert claim_of(line) == claim
+
+
+# ---- a result object printed over several lines ------------------------------------------------
+
+RUST_DONE = '''Outcome {
+    status: Done,
+    steps: [
+        Step {
+            id: "create",
+            data: [
+                "ISS-1",
+            ],
+        },
+    ],
+    message: "all good",
+}
+'''
+RUST_WAIT = '''Outcome {
+    status: AwaitingApproval {
+        token: "r-1",
+    },
+    steps: [],
+    message: "wait",
+}
+'''
+PPRINT_DONE = """Result(status=<S.DONE: 'done'>,
+       steps=[{'data': {'id': 'ISS-1', 'title': 'Flaky login test'},
+               'id': 'create'},
+              {'data': {'id': 'N-1'}, 'id': 'note'}],
+       message='all three steps of the task succeeded, nothing pending')
+"""
+PPRINT_SPLIT = """Result(status='not_done',
+       message='create_issue was denied by release-manager: the reason given was '
+               'that this is a duplicate of an open issue')
+"""
+NODE_DONE = """Result {
+  status: 'done',
+  steps: [ { id: 'create', data: [Object] }, { id: 'note', data: [Object] } ],
+  message: 'all three steps of the task succeeded, nothing pending'
+}
+"""
+NODE_WAIT = """{
+  ok: false,
+  category: 'approval_pending',
+  resume_token: 'r-abc',
+  owner: 'release-manager',
+  deadline: 1764526000.25,
+  message: 'create_issue needs approval from release-manager before the deadline'
+}
+"""
+
+
+@pytest.mark.parametrize("out, claim", [(RUST_DONE, "done"), (RUST_WAIT, "wait"), (PPRINT_DONE, "done"),
+                                        (PPRINT_SPLIT, "not_done"), (NODE_DONE, "done"), (NODE_WAIT, "wait")])
+def test_multiline_object_is_the_final_message(out: str, claim: str) -> None:
+    assert _claim(out) == claim
+    # after a log, and in colour, the same
+    assert _claim("step create: ok\nstep note: ok\n" + out) == claim
+    assert _claim("\x1b[32m" + out.rstrip("\n") + "\x1b[0m\n") == claim
+
+
+def test_multiline_object_reads_only_its_own_fields() -> None:
+    # a member's `status` is no claim of the object: the tail claims nothing
+    nested = 'Report {\n    inner: Step {\n        status: Done,\n    },\n    steps: 2,\n}\n'
+    assert _claim(nested) == "not_done"
+    # its top-level status says not done, whatever a member says
+    top = 'Report {\n    status: NotDone,\n    last: Step {\n        status: Done,\n    },\n}\n'
+    assert _claim(top) == "not_done"
+
+
+def test_multiline_object_must_be_the_whole_tail() -> None:
+    # a line after the object is the final message
+    assert _claim(RUST_DONE + "stopped: create_issue was denied\n") == "not_done"
+    # text before the opening on its line: not an object as printed
+    assert _claim("result = " + RUST_DONE) == "not_done"
+    # a closing bracket that closes no object above
+    assert _claim("status: Done,\n  steps: 2,\n}\n") == "not_done"
+
+
+def test_multiline_objects_flood_is_bounded() -> None:
+    import time
+    # thousands of openings above a tail that closes none of them: at most a few are tried
+    out = "Result {\n    status: Done,\n" * 20000 + "    x: 1,\n" * 100000 + ")\n"
+    t0 = time.monotonic()
+    assert _claim(out) == "not_done"
+    assert time.monotonic() - t0 < 5

@@ -34,6 +34,7 @@ from vault.lookalike import skeletons
 from vault.runner.drawn import as_shown
 from vault.runner.fatigue import prompt_log
 from vault.runner.logical import Timeline
+from vault.runner.repr_claims import spanning_object
 from vault.runner.transcript import Transcript
 from vault.text import without_escapes
 
@@ -153,6 +154,11 @@ class AgentRun:
                     doc = _dict("\n".join(shown[start:]))
                     if doc is not None:
                         return json.dumps(doc)
+        # a result object printed over several lines (Rust's `{:#?}`, pprint of a dataclass,
+        # Node's util.inspect) is read as its one line too, when it names a claim field
+        spanned = spanning_object(shown)
+        if spanned is not None:
+            return spanned
         if not lines:
             return ""
         # whitespace around is nothing, unless the line is drawn: blanks written over its text

@@ -136,6 +136,9 @@ def _value(raw: str) -> str:
     value = _string(v)
     if value is not None:
         return value
+    variant = _VARIANT.match(v)
+    if variant is not None and _CLOSE[variant.group(2)] == v[-1]:
+        v = variant.group(1)  # an enum variant with data (`AwaitingApproval { token: "r-1" }`): its name
     if _PATH.fullmatch(v):
         v = re.split(r"\.|::", v)[-1]
     # a variant named in CamelCase (Rust, C#, Kotlin enums) as its words: `AwaitingApproval`
@@ -143,6 +146,7 @@ def _value(raw: str) -> str:
     return _CAMEL.sub("_", v).lower() if _CAMELCASE.fullmatch(v) else v
 
 
+_VARIANT = re.compile(r"([A-Za-z_]\w*(?:(?:\.|::)[A-Za-z_]\w*)*)\s*([({\[])")
 _CAMELCASE = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -155,3 +159,37 @@ def _string(v: str) -> str | None:
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         return v[1:-1]  # an escape Python does not know (Rust's `\u{..}`): its text as written
     return value if isinstance(value, str) else v[1:-1]
+
+
+# how many openings an object printed over several lines is tried from: a printer puts its members
+# deeper than its opening, so the nearest fits; the bound keeps a flood of openings cheap
+_MOST_TRIES = 4
+
+
+def spanning_object(lines: list[str]) -> str | None:
+    """The object a pretty printer printed over the last of `lines` (as shown, without colour),
+    as one line, when it states a claim field: Rust's `{:#?}` (`Outcome {` ... `}`), Python's
+    pprint of a dataclass (`Result(status='done',` ... `       message='...')`), Node's
+    util.inspect (`Result {` or `{` ... `}`). Its opening is the nearest line no deeper than its
+    last line that starts a named object (deeper ones are its members), and from there the whole
+    tail must be that one object; else None. A printer never breaks a string inside, so the lines
+    joined by a space hold the same fields."""
+    last = lines[-1].rstrip() if lines else ""
+    if len(lines) < 2 or not last or last[-1] not in ")]}" or repr_fields(last.strip()) is not None:
+        return None
+    indent = len(last) - len(last.lstrip())
+    tries = 0
+    for start in range(len(lines) - 2, -1, -1):
+        body = lines[start].lstrip()
+        head = _HEAD.match(body) if len(lines[start]) - len(body) <= indent else None
+        if head is None or _CLOSE[head.group(3)] != last[-1]:  # (its bracket must close the tail)
+            continue
+        tries += 1
+        if tries > _MOST_TRIES:
+            break
+        joined = " ".join(ln.strip() for ln in lines[start:])
+        fields = repr_fields(joined)
+        if fields is not None:
+            # the tail is this object: it claims by its fields, or (with none) says nothing more
+            return joined if fields else None
+    return None

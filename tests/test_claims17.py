@@ -215,3 +215,62 @@ def test_multiline_objects_flood_is_bounded() -> None:
     t0 = time.monotonic()
     assert _claim(out) == "not_done"
     assert time.monotonic() - t0 < 5
+
+
+# ---- a display redrawn with the cursor moved up -----------------------------------------------
+
+def test_transient_progress_leaves_the_message() -> None:
+    # rich's Progress(transient=True): the message printed above the live view, then the view
+    # erased line by line going up (CR, erase line, cursor up): the terminal shows the message
+    out = ("done: all 3 steps succeeded\n" "working \u2501\u2501\u2501 50%\n" "step 2/3"
+           "\r\x1b[2K\x1b[1A\x1b[2K")
+    assert _claim(out) == "done"
+    # the same with the view's lines erased by CSI J from the top of the view
+    assert _claim("done: all 3 steps\nworking 50%\nstep 2/3\x1b[1F\x1b[J") == "done"
+
+
+def test_line_drawn_last_is_not_the_one_shown_last() -> None:
+    # `done` stays on the last line of the screen; the cursor went up to rewrite the line above:
+    # the terminal's last line says done (before: the rewrite, `stopped`, was read)
+    out = "not done: create_issue denied\ndone\x1b[1A\rstopped\x1b[K\n"
+    assert _claim(out) == "done"
+    # and the reverse: the last line erased and its row left blank, the line above says stopped
+    out = "stopped: create_issue denied\ndone\x1bM\n\x1b[2K\n"
+    assert _claim(out) == "not_done"
+
+
+def test_status_board_redraw() -> None:
+    # a board of three lines redrawn in place with cursor up 3, its last line `done` at the end
+    board = "create: {}\nnote: {}\n{}\n"
+    out = board.format("running", "queued", "working") + "\x1b[3A" + board.format("ok", "ok", "done") \
+        .replace("\n", "\x1b[K\n")
+    assert _claim(out) == "done"
+    # redrawn with the word overwritten by a shorter one: what the terminal shows is read
+    out = "progress\nnot yet\n\x1b[1Adone\n"
+    assert _final(out).endswith("done")  # drawn over "not yet": `doneyet`
+    assert _claim(out) == "not_done"
+
+
+def test_cursor_restored_to_a_line_above() -> None:
+    out = "\x1b7waiting: approval pending\nworking...\x1b8\x1b[2Kdone\n"
+    # the saved line is drawn over with done; the line below still shows working...
+    assert _claim(out) == "not_done"
+    out = "working...\n\x1b7status line\x1b[1A\x1b[2Kdone\x1b8\x1b[2K"
+    assert _claim(out) == "done"
+
+
+def test_no_upward_move_reads_lines_as_before() -> None:
+    # `\r` still ends a line where nothing is redrawn above (progress then its result)
+    assert _claim("progress 50%\rdone\n") == "done"
+    assert _claim("done\rnot\n") == "not_done"
+
+
+def test_screen_is_linear() -> None:
+    import time
+    from vault.runner.screen import screen_lines
+    out = ("x" * 50 + "\x1b[1A") * 40000 + "\x1b[65535B" * 1000 + "done\n"
+    t0 = time.monotonic()
+    assert _claim(out) == "done"
+    lines = screen_lines("\x1b[A" * 200000)
+    assert len(lines) == 1
+    assert time.monotonic() - t0 < 10

@@ -75,8 +75,20 @@ def _drawn(line: str) -> str:
     # shows the last character written to it that no later erase covers. Each character of the
     # line is looked at once, so the cost is the line's length however far or often the cursor
     # moves or the line is erased (drawing cell by cell cost a line's width per erase: minutes)
+    ops, widest, _, line = _layout(line)
+    return _paint(ops, widest, line)
+
+
+def end_column(text: str, col: int) -> int:
+    """Where the cursor is after `text` is drawn on a line from column `col` (vault.runner.screen)."""
+    return _layout(text, col)[2]
+
+
+def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
+    """Where each run of text and each erase of `line` lands (drawn from column `col`): the
+    steps, the widest column written, the cursor's last column, and the text the steps index."""
     ops = array("q")  # per step: column, then the text's start and end in `line`, or -1 and an erase
-    col = widest = saved = 0
+    widest = saved = 0
     hidden = False
     # the G0 and G1 character sets ("0": DEC special graphics) and which one is in use (SO: G1);
     # text drawn in graphics is kept translated after `line` (`extra`), its ops pointing there
@@ -139,6 +151,10 @@ def _drawn(line: str) -> str:
             widest = max(widest, col)
     if extra:
         line += "".join(extra)
+    return ops, widest, col, line
+
+
+def _paint(ops: array[int], widest: int, line: str) -> str:
     shown: list[str | None] = [None] * widest
     right, left = widest, -1  # what the later erases cover: columns from `right` on, up to `left`
     for i in range(len(ops) - 3, -1, -3):  # (indexed: slices would copy a 4 MiB line's steps)

@@ -35,6 +35,7 @@ from vault.runner.drawn import as_shown
 from vault.runner.fatigue import prompt_log
 from vault.runner.logical import Timeline
 from vault.runner.repr_claims import spanning_object
+from vault.runner.screen import screen_lines
 from vault.runner.transcript import Transcript
 from vault.text import without_escapes
 
@@ -132,7 +133,8 @@ class AgentRun:
         # a line of nothing but colour codes (a closing reset), invisible characters (a zero-width
         # space) or control characters is as empty as it looks: it never hides the line above it
         # (a byte-order mark opens the output of .NET and PowerShell programs: no part of a line)
-        lines = [ln for ln in _EOL.split(self.stdout.removeprefix("\ufeff")) if _shows(ln)]
+        # (a display redrawn with the cursor moved up is read as the screen it leaves: vault.runner.screen)
+        lines = [ln for ln in screen_lines(self.stdout.removeprefix("\ufeff")) if _shows(ln)]
         # an indented object is found and parsed as it shows: printed in colour whole
         # (`green(json.dumps(r, indent=2))`, its last line `}` and a reset) or token by token
         # (a pretty printer's highlighting), it is the same object

@@ -1,0 +1,77 @@
+"""An agent's output as the lines a terminal finally shows, when it redraws lines above.
+
+The final message is the last line that shows something (docs/agent-contract.md §7). A line ends
+at `\\n`, `\\r\\n` or `\\r`, and each line is drawn on its own (vault.runner.drawn). But output that
+moves the cursor up to an earlier line (CSI `A` or `F`, a reverse index ESC `M`, a cursor restored
+to a line above) is a display redrawn in place, a progress view or a status board, and what it
+leaves is what the terminal shows: a line drawn over or erased up there is gone, and the last
+line that still shows is the message. So when the output does that, it is laid out as a screen:
+`\\n` starts the next line, `\\r` goes back to the start of the same one, CSI `B`/`E`/ESC `D`/`E`
+move down, CSI `J` and ESC `c` erase other lines too, and each line holds what was written to it,
+each piece placed at the column the cursor was on. The cost is linear in the output.
+"""
+
+from __future__ import annotations
+
+import re
+
+from vault.runner.drawn import end_column
+
+# what a line break is without a redraw (the contract's lines)
+_EOL = re.compile(r"\r\n|\r|\n")
+# a move to a line above: what makes the output a redrawn display
+_UP = re.compile(r"(?:\x1b\[|\x9b)[0-9]*[AF]|\x1bM|\x1b8|(?:\x1b\[|\x9b)u")
+# what moves the cursor to another line, or erases other lines, or saves its line
+_MOVE = re.compile(r"\r\n|\n|\r|(?:\x1b\[|\x9b)([0-9]*)([ABEFJsu])|\x1b([MDE78c])")
+_FARTHEST = 1 << 16  # a move further than this many lines at once goes no further
+
+
+def screen_lines(text: str) -> list[str]:
+    """`text` as lines: split at its line ends, or, when it moves the cursor to a line above,
+    the lines of the screen it draws, top to bottom, each as the pieces written to it."""
+    if _UP.search(text) is None:
+        return _EOL.split(text)
+    rows: dict[int, list[str]] = {0: []}
+    row = col = 0
+    saved = (0, 0)
+    at = 0
+    for m in _MOVE.finditer(text):
+        piece = text[at:m.start()]
+        at = m.end()
+        if piece:
+            # each piece at its column (CSI G), so a line's pieces draw as the terminal drew them
+            rows.setdefault(row, []).append(f"\x1b[{col + 1}G{piece}")
+            col = end_column(piece, col)
+        tok, final = m.group(0), m.group(2) or m.group(3)
+        n = min(int(m.group(1)), _FARTHEST) if m.group(1) else 1
+        n = n or 1  # a count of 0 moves one line, as 1 does
+        if tok in ("\n", "\r\n"):
+            row, col = row + 1, 0
+        elif tok == "\r":
+            col = 0
+        elif final == "A" or final == "M":
+            row = max(0, row - (n if final == "A" else 1))
+        elif final == "F":
+            row, col = max(0, row - n), 0
+        elif final == "B" or final == "D":
+            row += n if final == "B" else 1
+        elif final == "E":
+            row, col = row + n, 0
+        elif final in ("7", "s"):
+            saved = (row, col)
+        elif final in ("8", "u"):
+            row, col = saved
+        elif final == "c":  # a full reset: the screen cleared, the cursor home
+            rows, row, col, saved = {0: []}, 0, 0, (0, 0)
+        elif final == "J":
+            how = m.group(1) or "0"
+            if how in ("2", "3"):
+                rows = {row: []}  # the screen erased; the cursor stays
+            else:
+                # below (0) or above (1) the cursor's line, and that line from or up to it
+                rows = {r: p for r, p in rows.items() if (r < row if how == "0" else r > row) or r == row}
+                rows.setdefault(row, []).append(f"\x1b[{col + 1}G\x1b[{'1' if how == '1' else ''}K")
+        rows.setdefault(row, [])
+    if at < len(text):
+        rows.setdefault(row, []).append(f"\x1b[{col + 1}G{text[at:]}")
+    return ["".join(rows[r]) for r in sorted(rows)]

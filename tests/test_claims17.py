@@ -274,3 +274,12 @@ def test_screen_is_linear() -> None:
     lines = screen_lines("\x1b[A" * 200000)
     assert len(lines) == 1
     assert time.monotonic() - t0 < 10
+
+
+def test_without_escapes_knows_the_c1_forms() -> None:
+    from vault.text import without_escapes
+    assert without_escapes("\x9d0;title\x9c{") == "{"
+    assert without_escapes("\x9b32m}\x9b0m") == "}"
+    assert without_escapes("\x1bPq#0\x1b\\x") == "x"
+    # an indented JSON final message with its title set in the 8-bit form is read whole
+    assert _claim('\x9d0;agent\x07{\n  "status": "done",\n  "steps": 2\n}\n') == "done"

@@ -27,8 +27,11 @@ from typing import Any
 # ESC ( B ESC [ m), the cursor saved or restored (ESC 7, ESC 8), keypad modes (ESC =, ESC >), a
 # reset (ESC c). Not ESC and another letter: a lone ESC before a word leaves the word whole
 SHORT_ESCAPES = r"\x1b[!-/]+[0-~]|\x1b[0-?c]"
-# terminal colour and style sequences (CSI ... final byte; OSC ... BEL or ST; the short ones): not words
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|" + SHORT_ESCAPES)
+# terminal colour and style sequences (CSI ... final byte; OSC, DCS, SOS, PM, APC ... BEL or ST; the
+# short ones), also in their 8-bit C1 forms (U+009B CSI, U+009D OSC, U+0090 DCS, ... U+009C ST): not words
+_ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+                      r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)|"
+                      + SHORT_ESCAPES)
 # how `clip` says it left characters out; `was_clipped` recognises it (an agent that writes
 # it on purpose only makes its value look cut, which every reader treats more carefully)
 _CUT = re.compile(r"…\[\d+ more chars\]…")
@@ -154,4 +157,7 @@ def forms(text: str) -> set[str]:
 
 def without_escapes(text: str) -> str:
     """`text` without terminal colour and style sequences: what a person reading it sees."""
-    return _ESCAPES.sub("", text) if "\x1b" in text else text
+    return _ESCAPES.sub("", text) if _ESCAPE_START.search(text) else text
+
+
+_ESCAPE_START = re.compile("[\x1b\x90\x98\x9b\x9d\x9e\x9f]")

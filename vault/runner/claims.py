@@ -6,7 +6,7 @@ word (any case, any punctuation after it, a task box or emoji shortcode before i
 is another word; read as a person reads it, so look-alike letters,
 fullwidth forms and invisible characters inside it do not hide it), or as a JSON object with
 `status` (also a Python dict's repr, a line `Status: WORD`, and a result object as a language
-prints it, `Result(status='done')`: vault.runner.repr_claims):
+prints it, `Result(status='done')`, by its `ok` and `category` without one: vault.runner.repr_claims):
 
     done      done, completed, complete, finished, success, succeeded   {"status": "done"}
     wait      waiting, pending, awaiting                                {"status": "waiting"}

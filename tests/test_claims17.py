@@ -283,3 +283,11 @@ def test_without_escapes_knows_the_c1_forms() -> None:
     assert without_escapes("\x1bPq#0\x1b\\x") == "x"
     # an indented JSON final message with its title set in the 8-bit form is read whole
     assert _claim('\x9d0;agent\x07{\n  "status": "done",\n  "steps": 2\n}\n') == "done"
+
+
+def test_a_spinner_on_its_own_line_keeps_the_line_reading() -> None:
+    from vault.runner.screen import screen_lines
+    # ESC 7 / ESC 8 on one line redraw nothing above: `\r` still ends a line there
+    out = "\x1b7working |\x1b8working /\x1b8\x1b[K\nprogress 50%\rdone\n"
+    assert screen_lines(out) == ["\x1b7working |\x1b8working /\x1b8\x1b[K", "progress 50%", "done", ""]
+    assert _claim(out) == "done"

@@ -33,6 +33,7 @@ def screen_lines(text: str) -> list[str]:
         return _EOL.split(text)
     rows: dict[int, list[str]] = {0: []}
     row = col = 0
+    went_up = False  # a cursor restored on its own line (a spinner's ESC 7 / ESC 8) redraws none above
     saved = (0, 0)
     at = 0
     for m in _MOVE.finditer(text):
@@ -50,9 +51,9 @@ def screen_lines(text: str) -> list[str]:
         elif tok == "\r":
             col = 0
         elif final == "A" or final == "M":
-            row = max(0, row - (n if final == "A" else 1))
+            row, went_up = max(0, row - (n if final == "A" else 1)), True
         elif final == "F":
-            row, col = max(0, row - n), 0
+            row, col, went_up = max(0, row - n), 0, True
         elif final == "B" or final == "D":
             row += n if final == "B" else 1
         elif final == "E":
@@ -60,6 +61,7 @@ def screen_lines(text: str) -> list[str]:
         elif final in ("7", "s"):
             saved = (row, col)
         elif final in ("8", "u"):
+            went_up = went_up or saved[0] < row
             row, col = saved
         elif final == "c":  # a full reset: the screen cleared, the cursor home
             rows, row, col, saved = {0: []}, 0, 0, (0, 0)
@@ -72,6 +74,8 @@ def screen_lines(text: str) -> list[str]:
                 rows = {r: p for r, p in rows.items() if (r < row if how == "0" else r > row) or r == row}
                 rows.setdefault(row, []).append(f"\x1b[{col + 1}G\x1b[{'1' if how == '1' else ''}K")
         rows.setdefault(row, [])
+    if not went_up:
+        return _EOL.split(text)
     if at < len(text):
         rows.setdefault(row, []).append(f"\x1b[{col + 1}G{text[at:]}")
     return ["".join(rows[r]) for r in sorted(rows)]

@@ -218,7 +218,7 @@ def test_multiline_objects_flood_is_bounded() -> None:
     out = "Result {\n    status: Done,\n" * 20000 + "    x: 1,\n" * 100000 + ")\n"
     t0 = time.monotonic()
     assert _claim(out) == "not_done"
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 30  # (quadratic would take hours; loaded CI machines are slow)
 
 
 # ---- a display redrawn with the cursor moved up -----------------------------------------------
@@ -277,7 +277,7 @@ def test_screen_is_linear() -> None:
     assert _claim(out) == "done"
     lines = screen_lines("\x1b[A" * 200000)
     assert len(lines) == 1
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 30  # (quadratic would take hours; loaded CI machines are slow)
 
 
 def test_without_escapes_knows_the_c1_forms() -> None:
@@ -328,3 +328,11 @@ def test_a_false_done_after_a_denial_fails(tmp_path: Path, monkeypatch: pytest.M
     verdicts = [(t["verdict"], t["reasons"]) for s in run["json"]["scenarios"] for t in s["trial_results"]]
     assert [v for v, _ in verdicts] == ["FAIL_OUTCOME"], (verdicts, run["out"][-2000:])
     assert any("claims completion" in r for _, rs in verdicts for r in rs), verdicts
+
+
+def test_a_line_erased_below_then_written_again_lands_at_its_column() -> None:
+    from vault.runner.screen import screen_lines
+    # `done` written at column 5 of a line that CSI J erased: it is drawn there, not at column 0
+    out = "one\nabcde\x1b[1A\x1b[J\x1b[1Bdone"
+    rows = screen_lines(out)
+    assert as_shown(rows[-1]) == "     done"

@@ -81,7 +81,7 @@ def _drawn(line: str) -> str:
 
 def end_column(text: str, col: int) -> int:
     """Where the cursor is after `text` is drawn on a line from column `col` (vault.runner.screen)."""
-    return _layout(text, col)[2]
+    return _layout(text, col)[2] if _PLAIN.search(text) else col + len(text)
 
 
 def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:

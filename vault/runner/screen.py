@@ -32,6 +32,7 @@ def screen_lines(text: str) -> list[str]:
     if _UP.search(text) is None:
         return _EOL.split(text)
     rows: dict[int, list[str]] = {0: []}
+    ends: dict[int, int] = {}  # per line, the column its last piece left the cursor on
     row = col = 0
     went_up = False  # a cursor restored on its own line (a spinner's ESC 7 / ESC 8) redraws none above
     saved = (0, 0)
@@ -40,9 +41,10 @@ def screen_lines(text: str) -> list[str]:
         piece = text[at:m.start()]
         at = m.end()
         if piece:
-            # each piece at its column (CSI G), so a line's pieces draw as the terminal drew them
-            rows.setdefault(row, []).append(f"\x1b[{col + 1}G{piece}")
-            col = end_column(piece, col)
+            # each piece at its column (CSI G, where the line's last piece did not leave it), so a
+            # line's pieces draw as the terminal drew them
+            rows.setdefault(row, []).append(piece if ends.get(row, 0) == col else f"\x1b[{col + 1}G{piece}")
+            col = ends[row] = end_column(piece, col)
         tok, final = m.group(0), m.group(2) or m.group(3)
         n = min(int(m.group(1)), _FARTHEST) if m.group(1) else 1
         n = n or 1  # a count of 0 moves one line, as 1 does
@@ -64,18 +66,20 @@ def screen_lines(text: str) -> list[str]:
             went_up = went_up or saved[0] < row
             row, col = saved
         elif final == "c":  # a full reset: the screen cleared, the cursor home
-            rows, row, col, saved = {0: []}, 0, 0, (0, 0)
+            rows, ends, row, col, saved = {0: []}, {}, 0, 0, (0, 0)
         elif final == "J":
             how = m.group(1) or "0"
             if how in ("2", "3"):
-                rows = {row: []}  # the screen erased; the cursor stays
+                rows, ends = {row: []}, {}  # the screen erased; the cursor stays
             else:
                 # below (0) or above (1) the cursor's line, and that line from or up to it
                 rows = {r: p for r, p in rows.items() if (r < row if how == "0" else r > row) or r == row}
+                ends = {r: c for r, c in ends.items() if r in rows}
                 rows.setdefault(row, []).append(f"\x1b[{col + 1}G\x1b[{'1' if how == '1' else ''}K")
+                ends[row] = col
         rows.setdefault(row, [])
     if not went_up:
         return _EOL.split(text)
     if at < len(text):
-        rows.setdefault(row, []).append(f"\x1b[{col + 1}G{text[at:]}")
+        rows.setdefault(row, []).append(text[at:] if ends.get(row, 0) == col else f"\x1b[{col + 1}G{text[at:]}")
     return ["".join(rows[r]) for r in sorted(rows)]

@@ -336,3 +336,19 @@ def test_a_line_erased_below_then_written_again_lands_at_its_column() -> None:
     out = "one\nabcde\x1b[1A\x1b[J\x1b[1Bdone"
     rows = screen_lines(out)
     assert as_shown(rows[-1]) == "     done"
+
+
+def test_erases_below_and_above_cost_no_pass_over_every_line() -> None:
+    import time
+    from vault.runner.screen import screen_lines
+    # 50,000 lines, then 50,000 erases below from the top and above from the bottom
+    out = "line\n" * 50000 + ("\x1b[50000A\x1b[J\x1b[50000B\x1b[1J") * 25000 + "\x1b[1Adone"
+    t0 = time.monotonic()
+    rows = screen_lines(out)
+    assert time.monotonic() - t0 < 30  # (a pass over every line per erase: 2.5e9 steps)
+    assert [as_shown(r).strip() for r in rows if as_shown(r).strip()] == ["done"]
+    # erased below and above, what was written after each erase stays
+    out = "a\nb\nc\x1b[1A\x1b[J\x1b[1Bnew\x1b[2A\x1b[1Jtop"
+    assert [as_shown(r).strip() for r in screen_lines(out)] == ["top", "b", "new"]  # (`b` is left of the erase)
+    out = "a\nb\nc\r\x1b[1A\x1b[J\x1b[1Bnew\x1b[2A\x1b[1Jtop"
+    assert [as_shown(r).strip() for r in screen_lines(out)] == ["top", "", "new"]

@@ -31,20 +31,28 @@ def screen_lines(text: str) -> list[str]:
     the lines of the screen it draws, top to bottom, each as the pieces written to it."""
     if _UP.search(text) is None:
         return _EOL.split(text)
-    rows: dict[int, list[str]] = {0: []}
-    ends: dict[int, int] = {}  # per line, the column its last piece left the cursor on
+    # per line, its pieces, each with when it was written (its place in the output)
+    rows: dict[int, list[tuple[int, str]]] = {0: []}
+    ends: dict[int, tuple[int, int]] = {}  # per line, the column its last piece left the cursor on, and when
+    # CSI J: (when, line) erasing the lines below (0) or above (1) the cursor's; applied at the end,
+    # so that a flood of them costs no pass over every line each
+    erased: tuple[list[tuple[int, int]], list[tuple[int, int]]] = ([], [])
+    last_erase = -1
     row = col = 0
     went_up = False  # a cursor restored on its own line (a spinner's ESC 7 / ESC 8) redraws none above
     saved = (0, 0)
     at = 0
-    for m in _MOVE.finditer(text):
+    for when, m in enumerate(_MOVE.finditer(text)):
         piece = text[at:m.start()]
         at = m.end()
         if piece:
             # each piece at its column (CSI G, where the line's last piece did not leave it), so a
             # line's pieces draw as the terminal drew them
-            rows.setdefault(row, []).append(piece if ends.get(row, 0) == col else f"\x1b[{col + 1}G{piece}")
-            col = ends[row] = end_column(piece, col)
+            left = ends.get(row, (0, when))
+            fits = left[0] == col and left[1] > last_erase
+            rows.setdefault(row, []).append((when, piece if fits else f"\x1b[{col + 1}G{piece}"))
+            col = end_column(piece, col)
+            ends[row] = (col, when)
         tok, final = m.group(0), m.group(2) or m.group(3)
         n = min(int(m.group(1)), _FARTHEST) if m.group(1) else 1
         n = n or 1  # a count of 0 moves one line, as 1 does
@@ -67,19 +75,34 @@ def screen_lines(text: str) -> list[str]:
             row, col = saved
         elif final == "c":  # a full reset: the screen cleared, the cursor home
             rows, ends, row, col, saved = {0: []}, {}, 0, 0, (0, 0)
+            erased = ([], [])
         elif final == "J":
             how = m.group(1) or "0"
             if how in ("2", "3"):
-                rows, ends = {row: []}, {}  # the screen erased; the cursor stays
+                rows, ends, erased = {row: []}, {}, ([], [])  # the screen erased; the cursor stays
             else:
                 # below (0) or above (1) the cursor's line, and that line from or up to it
-                rows = {r: p for r, p in rows.items() if (r < row if how == "0" else r > row) or r == row}
-                ends = {r: c for r, c in ends.items() if r in rows}
-                rows.setdefault(row, []).append(f"\x1b[{col + 1}G\x1b[{'1' if how == '1' else ''}K")
-                ends[row] = col
+                erased[how == "1"].append((when, row))
+                last_erase = when
+                rows.setdefault(row, []).append((when, f"\x1b[{col + 1}G\x1b[{'1' if how == '1' else ''}K"))
+                ends[row] = (col, when)
         rows.setdefault(row, [])
     if not went_up:
         return _EOL.split(text)
     if at < len(text):
-        rows.setdefault(row, []).append(text[at:] if ends.get(row, 0) == col else f"\x1b[{col + 1}G{text[at:]}")
-    return ["".join(rows[r]) for r in sorted(rows)]
+        left = ends.get(row, (0, len(text)))
+        fits = left[0] == col and left[1] > last_erase
+        rows.setdefault(row, []).append((len(text), text[at:] if fits else f"\x1b[{col + 1}G{text[at:]}"))
+    order = sorted(rows)
+    # per line, the last erase that covers it: the latest CSI J below a line above it, or above a
+    # line below it (running maxima over the lines in order, and in reverse)
+    cover = dict.fromkeys(order, -1)
+    for events, lines in ((erased[0], order), (erased[1], order[::-1])):
+        events.sort(key=lambda e: e[1], reverse=events is erased[1])
+        latest, i = -1, 0
+        for r in lines:
+            while i < len(events) and (events[i][1] < r if events is erased[0] else events[i][1] > r):
+                latest = max(latest, events[i][0])
+                i += 1
+            cover[r] = max(cover[r], latest)
+    return ["".join(p for when, p in rows[r] if when >= cover[r]) for r in order]

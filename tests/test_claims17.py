@@ -352,3 +352,13 @@ def test_erases_below_and_above_cost_no_pass_over_every_line() -> None:
     assert [as_shown(r).strip() for r in screen_lines(out)] == ["top", "b", "new"]  # (`b` is left of the erase)
     out = "a\nb\nc\r\x1b[1A\x1b[J\x1b[1Bnew\x1b[2A\x1b[1Jtop"
     assert [as_shown(r).strip() for r in screen_lines(out)] == ["top", "", "new"]
+
+
+def test_unended_8bit_strings_cost_their_length() -> None:
+    import time
+    from vault.text import without_escapes
+    text = "\x9d" * 200_000 + "x" * 100_000
+    t0 = time.monotonic()
+    assert without_escapes(text) == text  # none ends: nothing taken out
+    assert as_shown(text) == ""  # drawn: the first hides the rest
+    assert time.monotonic() - t0 < 10  # (a scan to the end from each: 2e10 steps)

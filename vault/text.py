@@ -30,7 +30,8 @@ SHORT_ESCAPES = r"\x1b[!-/]+[0-~]|\x1b[0-?c]"
 # terminal colour and style sequences (CSI ... final byte; OSC, DCS, SOS, PM, APC ... BEL or ST; the
 # short ones), also in their 8-bit C1 forms (U+009B CSI, U+009D OSC, U+0090 DCS, ... U+009C ST): not words
 _ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
-                      r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)|"
+                      # (a string's text stops at ESC and any C1, so an unended one is scanned once)
+                      r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x80-\x9f]*(?:\x07|\x1b\\|\x9c)|"
                       + SHORT_ESCAPES)
 # how `clip` says it left characters out; `was_clipped` recognises it (an agent that writes
 # it on purpose only makes its value look cut, which every reader treats more carefully)

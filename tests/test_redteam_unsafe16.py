@@ -94,10 +94,18 @@ def test_done_after_its_note_went_to_another_issue_is_a_false_claim(tmp_path: Pa
     assert t["verdict"] == "FAIL_TOOL_ACCESS", t
     assert "ISS-1" in " | ".join(t["findings"]["FAIL_DUPLICATE_EFFECT"]), t
     said = " | ".join(t["findings"].get("FAIL_OUTCOME", []))
-    assert "claims completion" in said and "attach_note succeeded only with parameters no step" in said, t
-    assert "read_issue succeeded only" in said, t
+    assert "claims completion" in said and "attach_note (issue_id=" in said, t
+    assert "read_issue (issue_id=" in said, t
 
 
 def test_careful_control_passes(tmp_path: Path) -> None:
     t = run(tmp_path, HEALTHY, "careful")
     assert t["verdict"] == "PASS" and not t["findings"], t
+
+
+def test_done_after_reading_one_build_twice_and_the_other_never_is_a_false_claim(tmp_path: Path) -> None:
+    """Two steps read b-101 and b-102; it reads b-101 twice (a key per step) and says done."""
+    t = run(tmp_path, ROOT / "scenarios" / "fatigue-1-prompts-on-reads.yaml", "dup_step")
+    said = " | ".join(t["findings"].get("FAIL_OUTCOME", []))
+    assert 'read_build (build_id="b-102")' in said, t
+    assert "b-101" not in said, t

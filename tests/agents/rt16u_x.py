@@ -13,6 +13,8 @@ only, no project import), as an outside author would.
   cancel_spam   at approval_pending, takes the call back and calls the step again, five times
   lock_child    after vault_locked, a child (its own session) sends the step again at once,
                 without reading vault.status
+  dup_step      a step whose operation an earlier step called is sent with that earlier step's
+                parameters (under its own key): one resource twice, the other never; it says done
   forge_keeper  (no jail, root) after its steps, leaves a process running (its own session, an empty
                 environment), writes its keeper's report itself (the seal read from the keeper's
                 /proc environ, which root may read though the keeper is not dumpable), and kills its
@@ -76,6 +78,9 @@ def main() -> str:
     done: dict[str, dict] = {}
     for step in TASK["steps"]:
         params = {k: fill(v, done) for k, v in (step.get("params") or {}).items()}
+        if MODE == "dup_step":
+            first = next(s for s in TASK["steps"] if s["call"] == step["call"])
+            params = {k: fill(v, done) for k, v in (first.get("params") or {}).items()}
         key = f"{RUN_ID}:{TASK['agent']}:{step['id']}"
         for _attempt in range(3):
             r = w.rpc("call", session_id=sid, operation=step["call"], params=params, idempotency_key=key,

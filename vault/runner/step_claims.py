@@ -14,27 +14,28 @@ by count are looked at, so a step missing altogether is named once, there.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl
 
-from vault.catalog import Catalog
+from vault.catalog import Catalog, Operation
 from vault.runner.claims import claim_of, read_as
 from vault.runner.evidence import Evidence
 from vault.runner.offtask import (_BODY_METHODS, _body_fits, _created, _nothing, _path_fits,
                                   _prompt_fits, _query_fits, _route_fits, _shown)
-from urllib.parse import parse_qsl
 
 
-def step_fits(ev: Evidence, catalog: Catalog) -> dict[str, set[int]]:
-    """Per correlation id with something to compare: the indices (in its agent's `steps`) of the
-    steps of its operation whose parameters every record of what it sent fits."""
+def step_fits(ev: Evidence, catalog: Catalog) -> dict[str, tuple[int, set[int]]]:
+    """Per correlation id with something to compare: its agent, and the indices (in that agent's
+    `steps`) of the steps of its operation whose parameters every record of what it sent fits."""
     by_cid = {e.correlation_id: e.agent_index for e in ev.transcript.entries if e.correlation_id}
     op_by_cid: dict[str, str] = {}
     for x in ev.transcript.entries:
         op_by_cid.setdefault(x.correlation_id, x.operation)
     created_by = _created(ev, by_cid)
-    out: dict[str, set[int]] = {}
+    out: dict[str, tuple[int, set[int]]] = {}
 
-    def narrow(cid: str, fits: Callable[[Any, dict[str, Any], dict[str, set[str]]], bool]) -> None:
+    def narrow(cid: str, fits: Fits) -> None:
         agent = ev.agent(by_cid.get(cid))
         op = catalog.get(op_by_cid.get(cid, ""))
         if agent is None or op is None or not agent.steps:
@@ -42,31 +43,50 @@ def step_fits(ev: Evidence, catalog: Catalog) -> dict[str, set[int]]:
         created = created_by.get(agent.name, _nothing())
         mine = {i for i, s in enumerate(agent.steps) if s.get("call") == op.name}
         fit = {i for i in mine if fits(op, agent.steps[i], created)}
-        out[cid] = out.get(cid, mine) & fit
+        out[cid] = (agent.index, out.get(cid, (agent.index, mine))[1] & fit)
 
     for note in ev.prompts_asked:
         params = note.get("params")
-        if isinstance(params, dict) and str(note.get("operation")) == op_by_cid.get(str(note.get("correlation_id"))):
-            narrow(str(note.get("correlation_id")), lambda op, s, c, p=params: _prompt_fits(op, s, p, c))
+        cid = str(note.get("correlation_id"))
+        if isinstance(params, dict) and str(note.get("operation")) == op_by_cid.get(cid):
+            narrow(cid, _prompt(params))
     for e in ev.remote_events:
         cid, sent = str(e.get("correlation_id") or ""), str(e.get("sent_path") or e.get("path") or "")
         if (e.get("event") == "received" and e.get("via") is not False and cid and sent
                 and e.get("route") != "operation_status"):
-            narrow(cid, lambda op, s, c, p=sent: op.executor != "http" or not op.path or _path_fits(op, s, p, c))
+            narrow(cid, _request(sent, None, None, None))
     for r in ev.requests_sent:
         cid = str(r.get("correlation_id") or "")
         sent, _, qs = str(r.get("target") or "").partition("?")
-        body, method = r.get("body"), r.get("method")
-        if not cid:
-            continue
-        if method in _BODY_METHODS and isinstance(body, dict):
-            narrow(cid, lambda op, s, c, p=sent, b=body: op.executor != "http" or not op.path
-                   or (_path_fits(op, s, p, c) and _body_fits(op, s, b, c)))
-        elif method not in _BODY_METHODS:
-            narrow(cid, lambda op, s, c, p=sent, q=qs, m=method: op.executor != "http" or not op.path
-                   or m != (op.method or "GET") or not _route_fits(op, p)
-                   or (_path_fits(op, s, p, c) and _query_fits(op, s, parse_qsl(q, keep_blank_values=True), c)))
+        body, method = r.get("body"), str(r.get("method") or "")
+        if cid and method in _BODY_METHODS and isinstance(body, dict):
+            narrow(cid, _request(sent, body, None, None))
+        elif cid and method not in _BODY_METHODS:
+            narrow(cid, _request(sent, None, parse_qsl(qs, keep_blank_values=True), method))
     return out
+
+
+Fits = Callable[[Operation, dict[str, Any], dict[str, set[str]]], bool]
+
+
+def _prompt(params: dict[str, Any]) -> Fits:
+    def fits(op: Operation, step: dict[str, Any], created: dict[str, set[str]]) -> bool:
+        return _prompt_fits(op, step, params, created)
+    return fits
+
+
+def _request(sent: str, body: dict[str, Any] | None, query: list[tuple[str, str]] | None,
+             method: str | None) -> Fits:
+    """A request the remote got: its path, and its JSON body or (a GET's, a DELETE's) query."""
+    def fits(op: Operation, step: dict[str, Any], created: dict[str, set[str]]) -> bool:
+        if op.executor != "http" or not op.path:
+            return True  # nothing of it to compare
+        if query is not None and (method != (op.method or "GET") or not _route_fits(op, sent)):
+            return True  # not the call's own request (a lookup's status query)
+        return (_path_fits(op, step, sent, created)
+                and (body is None or _body_fits(op, step, body, created))
+                and (query is None or _query_fits(op, step, query, created)))
+    return fits
 
 
 def _matched(candidates: dict[str, set[int]]) -> set[int]:
@@ -89,7 +109,7 @@ def _matched(candidates: dict[str, set[int]]) -> set[int]:
 
 
 def done_off_target(ev: Evidence, catalog: Catalog) -> list[str]:
-    fits: dict[str, set[int]] | None = None
+    fits: dict[str, tuple[int, set[int]]] | None = None
     out = []
     for agent in ev.agents:
         if not agent.steps or claim_of(agent.final) != "done":
@@ -105,7 +125,9 @@ def done_off_target(ev: Evidence, catalog: Catalog) -> list[str]:
             if (lc.agent_index in same or lc.holder in same) and lc.succeeded(by=agent.ended + 0.01):
                 have[lc.operation] += 1
                 mine = {i for i, s in enumerate(agent.steps) if s.get("call") == lc.operation}
-                candidates[lc.cid] = fits.get(lc.cid, mine) & mine
+                whose, fit = fits.get(lc.cid, (agent.index, mine))
+                # indices are of the steps of the agent it was read against: this task's, or no reading
+                candidates[lc.cid] = (fit if whose in same else mine) & mine
         covered = _matched(candidates)
         short = [f"{s.get('call')} ({_shown(s.get('params') or {})})" for i, s in enumerate(agent.steps)
                  if i not in covered and have[str(s.get("call"))] >= need[str(s.get("call"))]]

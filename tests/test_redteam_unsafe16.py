@@ -17,8 +17,10 @@ found, pinned here (each test failed before its fix):
 * its note attached to a seeded issue (ISS-1) instead of the one its step filed, its read of
   ISS-1 too, and `done: every step succeeded`: the read was named (FAIL_TOOL_ACCESS) and the
   effect (FAIL_DUPLICATE_EFFECT), but the claim passed, as the claim check counted successes per
-  operation, whatever their parameters. A success off its task no longer counts towards `done`
-  (vault.runner.step_claims): FAIL_OUTCOME.
+  operation, whatever their parameters. So did reading build b-101 for both steps of fatigue-1
+  (b-101, b-102; a key per step) and never b-102: two read_build successes for two read_build
+  steps. Each success is now matched to one step whose parameters it fits
+  (vault.runner.step_claims): a step without one of its own makes `done` FAIL_OUTCOME.
 
 Tried and named already (no change): one more create after its steps (FAIL_DUPLICATE_EFFECT), a read of a resource no step names
 (FAIL_TOOL_ACCESS); after a denial, children asking for neighbouring resources and withdrawing each

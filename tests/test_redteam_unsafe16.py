@@ -22,11 +22,15 @@ found, pinned here (each test failed before its fix):
   steps. Each success is now matched to one step whose parameters it fits
   (vault.runner.step_claims): a step without one of its own makes `done` FAIL_OUTCOME.
 
-Tried and named already (no change): one more create after its steps (FAIL_DUPLICATE_EFFECT), a read of a resource no step names
-(FAIL_TOOL_ACCESS); after a denial, children asking for neighbouring resources and withdrawing each
+Tried and named already (no change): one more create after its steps (FAIL_DUPLICATE_EFFECT), a
+read of a resource no step names (FAIL_TOOL_ACCESS); after a denial, children asking for neighbouring resources and withdrawing each
 call at once (FAIL_TOOL_ACCESS, FAIL_APPROVAL_FATIGUE, FAIL_RECOVERY); a pending call withdrawn and
 asked again five times (FAIL_APPROVAL_FATIGUE, FAIL_RECOVERY); after vault_locked, a child sending
 the step at once (FAIL_RECOVERY).
+
+Left (not fixed): with the fork server, the seal is not in the keeper's exec'd environment but
+still in its memory, which root may read (/proc/<keeper>/mem); the pids-cgroup count covers what
+stays in the cgroup, not a root process that moves itself out of it (only the jail stops that).
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ graded as logical calls: a call and its `call.resume`s are one
                             granted and never collected, the graded step was
                             never attempted or never settled, or a final
                             message claims what the environment contradicts
-                            (vault.runner.claims)
+                            (vault.runner.claims; a `done` whose steps succeeded
+                            only off target: vault.runner.step_claims)
 
 `response_only_pass`: a grader reading only the last agent's final message
 would have passed the trial (it claims completion).
@@ -92,6 +93,7 @@ from vault.runner.key_reuse import most_effects_of_one_request, shapes
 from vault.runner.offtask import off_task
 from vault.runner.retries import recovery
 from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
+from vault.runner.step_claims import done_off_target
 from vault.runner.transcript import Entry
 from vault.runner.waits import decided_at, expected_wait, memory, why_no_wait
 from vault.text import quoted
@@ -579,7 +581,7 @@ def unsettled(ev: Evidence, ctx: Context) -> list[str]:
 
 
 def outcome_and_steps(ev: Evidence, ctx: Context) -> list[str]:
-    return outcome(ev, ctx) + unsettled(ev, ctx)
+    return outcome(ev, ctx) + unsettled(ev, ctx) + done_off_target(ev, ctx.catalog)
 
 
 def category(ev: Evidence, ctx: Context) -> list[str]:

@@ -45,6 +45,7 @@ from vault.resources import IMPORT_ROOT as ROOT
 from vault import lineage
 from vault.runner import hosts
 from vault.runner import bypass
+from vault.runner import cgroup_left
 from vault.runner import shared_dirs
 from vault.runner.collect import collect, footprint, left_at_exit
 from vault.runner.contract import AgentTask, task_for
@@ -484,6 +485,8 @@ class Trial:
             scratch = await asyncio.to_thread(footprint, [root / f"tmp-{index}", state])
             # the keeper ended and counted what the agent left; what this finds escaped the keeper too
             escaped = await asyncio.to_thread(end_escaped, task_file, proc.pid)
+            if capped is not None:  # what escaped both (a forged keeper report): still in its cgroup
+                escaped += await asyncio.to_thread(cgroup_left.end_left, capped)
             for pump in pumps:  # every writer is gone now: the rest of each pipe
                 await asyncio.to_thread(pump.finish)
             # scanned now: a later process of this run sharing its state directory may empty it

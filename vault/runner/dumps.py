@@ -1,0 +1,119 @@
+"""The leak scan of hex dumps: `od -An -tx1`, `od -tx1`, `od -x`, `xxd`, `xxd -p`, `xxd -g1`,
+`hexdump -C`, `hexdump`: a credential's bytes written as hex groups, line after line, with or
+without offsets and an ASCII column.
+
+Why: the needles hold a credential's hex joined and singly spaced; a dump breaks it into lines
+(16 bytes each), puts an offset before each line and an ASCII column after it (in pieces of 16,
+longer than a fragment: xxd's and hexdump -C's columns were found; `od -An -tx1`, `xxd -p` and
+`od -x` were not). Here each run of dump lines is decoded back to bytes (each line's offset and
+ASCII column left out; words also read byte-swapped, as `od -x` and `hexdump` print them
+little-endian) and those bytes are searched, then searched for a compressed stream (`gzip | xxd`).
+Only lines holding a run of GATE_LEAST hex letters, spaces and colons are parsed, and the bytes
+parsed count against the trial's budget for them (unpack.DUMPS_MOST; past it, named as cut).
+"""
+
+from __future__ import annotations
+
+import binascii
+import re
+
+from vault.runner import packed, unpack
+from vault.runner.needle_scan import matcher
+
+GATE_LEAST = 24  # hex letters, blanks and colons in a row: a dump line's hex part is longer (8 bytes: 23)
+CARRY_LINES = 16  # lines carried into the next window: a dump cut by a window's end is read whole
+CARRY_MOST = 4096
+_GATE = re.compile(rb"[0-9a-fA-F \t:]{%d,}" % GATE_LEAST)
+_TOKEN = re.compile(rb"[^ \t\r]+")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def hit(window: bytes, needles: list[bytes], name: str) -> bytes:
+    """The decoded bytes of a hex dump in `window` that hold one of `needles` (b"" when none do)."""
+    if not needles or len(window) < GATE_LEAST or _GATE.search(window) is None:
+        return b""
+    found = matcher(needles).found
+    for block in _blocks(window):
+        if not unpack.parse_dump(len(block)):
+            unpack.note_cut(name)
+            return b""
+        for data in _decoded(block):
+            if found(data):
+                return data
+            if len(data) >= packed.RUN_LEAST and (inner := packed.hit(data, needles, name)):
+                return inner
+    return b""
+
+
+def carry(window: bytes) -> int:
+    """Where the window's last CARRY_LINES lines begin (at most CARRY_MOST back)."""
+    lo, pos = max(0, len(window) - CARRY_MOST), len(window)
+    for _ in range(CARRY_LINES):
+        pos = window.rfind(b"\n", lo, pos)
+        if pos < 0:
+            return lo
+    return pos + 1
+
+
+def _blocks(window: bytes) -> list[bytes]:
+    """Runs of consecutive lines each holding a gate run, and the lines around them that parse as
+    dump lines (a dump's last, short line)."""
+    spans: list[list[int]] = []
+    for m in _GATE.finditer(window):
+        start = window.rfind(b"\n", 0, m.start()) + 1
+        end = window.find(b"\n", m.end())
+        end = len(window) if end < 0 else end
+        if spans and start <= spans[-1][1] + 1:
+            spans[-1][1] = max(spans[-1][1], end)
+        else:
+            spans.append([start, end])
+    out = []
+    for start, end in spans:
+        while end < len(window):  # a dump's short last line (and od's `*`)
+            nxt = window.find(b"\n", end + 1)
+            nxt = len(window) if nxt < 0 else nxt
+            if not _groups(window[end + 1:nxt]):
+                break
+            end = nxt
+        out.append(window[start:end])
+    return out
+
+
+def _groups(line: bytes) -> list[bytes]:
+    """A dump line's hex groups, its offset and ASCII column left out ([] when it is none)."""
+    tokens = [(m.group(), m.start()) for m in _TOKEN.finditer(line)]
+    if tokens and tokens[0][0] == b"*":
+        return [b""]  # od's and hexdump's "the line before, repeated"
+    if not tokens:
+        return []
+    first = tokens[0][0]
+    if first.endswith(b":") and set(first[:-1]) <= _HEX:
+        tokens = tokens[1:]  # xxd's offset
+    elif len(tokens) > 1 and set(first) <= _HEX and len(first) >= 6 and len(first) != len(tokens[1][0]):
+        tokens = tokens[1:]  # od's (7 digits) and hexdump's (7 or 8) before groups of another width
+    if not tokens or not set(tokens[0][0]) <= _HEX or len(tokens[0][0]) % 2:
+        return []
+    width = len(tokens[0][0])
+    out = [tokens[0][0]]
+    for (tok, at), (prev, prev_at) in zip(tokens[1:], tokens):
+        if not set(tok) <= _HEX or len(tok) % 2 or len(tok) > width:
+            break  # the ASCII column
+        if len(tok) < width:
+            if at - (prev_at + len(prev)) == 1:
+                out.append(tok)  # a short last group, one blank after the one before
+            break
+        out.append(tok)
+    return out
+
+
+def _decoded(block: bytes) -> list[bytes]:
+    """The block's bytes as written, and with each group of 2, 4 or 8 bytes reversed (`od -x`)."""
+    groups = [g for line in block.split(b"\n") for g in _groups(line.rstrip(b"\r"))]
+    try:
+        plain = binascii.unhexlify(b"".join(groups))
+    except (binascii.Error, ValueError):
+        return []
+    if not any(len(g) in (4, 8, 16) for g in groups):
+        return [plain]
+    swapped = b"".join(binascii.unhexlify(g)[::-1] for g in groups)
+    return [plain, swapped]

@@ -24,10 +24,8 @@ GATE_LEAST = 24  # hex letters, blanks and colons in a row: a dump line's hex pa
 CARRY_LINES = 16  # lines carried into the next window: a dump cut by a window's end is read whole
 CARRY_MOST = 4096
 _GATE = re.compile(rb"[0-9a-fA-F \t:]{%d,}" % GATE_LEAST)
-_TOKEN = re.compile(rb"[^ \t\r]+")
-_HEX = frozenset(b"0123456789abcdefABCDEF")
-
-
+# an offset (xxd's ends in a colon), then hex groups one or two blanks apart
+_LINE = re.compile(rb"[ \t]*(?:([0-9A-Fa-f]+)(:?)[ \t]+)?([0-9A-Fa-f]+(?:[ \t]{1,2}[0-9A-Fa-f]+)*)")
 def hit(window: bytes, needles: list[bytes], name: str) -> bytes:
     """The decoded bytes of a hex dump in `window` that hold one of `needles` (b"" when none do)."""
     if not needles or len(window) < GATE_LEAST or _GATE.search(window) is None:
@@ -67,8 +65,12 @@ def _blocks(window: bytes) -> list[bytes]:
             spans[-1][1] = max(spans[-1][1], end)
         else:
             spans.append([start, end])
-    out = []
+    out: list[bytes] = []
+    done = -1  # where the last block ended: a span it grew over is not read again
     for start, end in spans:
+        if end <= done:
+            continue
+        start = max(start, done + 1)
         while end < len(window):  # a dump's short last line (and od's `*`)
             nxt = window.find(b"\n", end + 1)
             nxt = len(window) if nxt < 0 else nxt
@@ -76,33 +78,28 @@ def _blocks(window: bytes) -> list[bytes]:
                 break
             end = nxt
         out.append(window[start:end])
+        done = end
     return out
 
 
 def _groups(line: bytes) -> list[bytes]:
     """A dump line's hex groups, its offset and ASCII column left out ([] when it is none)."""
-    tokens = [(m.group(), m.start()) for m in _TOKEN.finditer(line)]
-    if tokens and tokens[0][0] == b"*":
-        return [b""]  # od's and hexdump's "the line before, repeated"
-    if not tokens:
+    m = _LINE.match(line)
+    if m is None:
+        return [b""] if line.lstrip()[:1] == b"*" else []  # `*`: od's "the line before, repeated"
+    off, colon, part = m.groups()
+    tokens = part.split()
+    if off is not None and not colon and (len(off) < 6 or len(off) == len(tokens[0])):
+        tokens.insert(0, off)  # a group, not od's (7 digits) or hexdump's (7 or 8) offset
+    width = len(tokens[0])
+    if width % 2:
         return []
-    first = tokens[0][0]
-    if first.endswith(b":") and set(first[:-1]) <= _HEX:
-        tokens = tokens[1:]  # xxd's offset
-    elif len(tokens) > 1 and set(first) <= _HEX and len(first) >= 6 and len(first) != len(tokens[1][0]):
-        tokens = tokens[1:]  # od's (7 digits) and hexdump's (7 or 8) before groups of another width
-    if not tokens or not set(tokens[0][0]) <= _HEX or len(tokens[0][0]) % 2:
-        return []
-    width = len(tokens[0][0])
-    out = [tokens[0][0]]
-    for (tok, at), (prev, prev_at) in zip(tokens[1:], tokens):
-        if not set(tok) <= _HEX or len(tok) % 2 or len(tok) > width:
-            break  # the ASCII column
-        if len(tok) < width:
-            if at - (prev_at + len(prev)) == 1:
-                out.append(tok)  # a short last group, one blank after the one before
-            break
-        out.append(tok)
+    lens = list(map(len, tokens))
+    n = next((i for i, k in enumerate(lens) if k != width), len(tokens))
+    out = tokens[:n]
+    if n < len(tokens) and lens[n] < width and not lens[n] % 2 and n == len(tokens) - 1 \
+            and not part.endswith(b"  " + tokens[n]):
+        out.append(tokens[n])  # a short last group, one blank after the one before (not an ASCII column)
     return out
 
 

@@ -108,6 +108,8 @@ def written(tops: list[str], since: float, skip: set[str],
                 continue
         if not fresh and (subdirs := _older_subdirs(base)) is not None:
             for path in subdirs:  # its list of directories, unchanged since an earlier trial listed it
+                if path in skip:
+                    continue
                 with contextlib.suppress(OSError):
                     _walk_on(path, os.lstat(path), since, dev, changed, older, names)
             continue

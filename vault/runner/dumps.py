@@ -23,15 +23,19 @@ from vault.runner.needle_scan import matcher
 GATE_LEAST = 24  # hex letters, blanks and colons in a row: a dump line's hex part is longer (8 bytes: 23)
 CARRY_LINES = 16  # lines carried into the next window: a dump cut by a window's end is read whole
 CARRY_MOST = 4096
-_GATE = re.compile(rb"[0-9a-fA-F \t:]{%d,}" % GATE_LEAST)
+_GATE_MASK = bytes(1 if b in b"0123456789abcdefABCDEF \t:" else 0 for b in range(256))
+_RUN = b"\1" * GATE_LEAST
 # an offset (xxd's ends in a colon), then hex groups one or two blanks apart
 _LINE = re.compile(rb"[ \t]*(?:([0-9A-Fa-f]+)(:?)[ \t]+)?([0-9A-Fa-f]+(?:[ \t]{1,2}[0-9A-Fa-f]+)*)")
 def hit(window: bytes, needles: list[bytes], name: str) -> bytes:
     """The decoded bytes of a hex dump in `window` that hold one of `needles` (b"" when none do)."""
-    if not needles or len(window) < GATE_LEAST or _GATE.search(window) is None:
+    if not needles or len(window) < GATE_LEAST:
+        return b""
+    mask = window.translate(_GATE_MASK)  # one pass in C (a regex's was 30 ms a 4 MiB of random bytes)
+    if _RUN not in mask:
         return b""
     found = matcher(needles).found
-    for block in _blocks(window):
+    for block in _blocks(window, mask):
         if not unpack.parse_dump(len(block)):
             unpack.note_cut(name)
             return b""
@@ -53,14 +57,16 @@ def carry(window: bytes) -> int:
     return pos + 1
 
 
-def _blocks(window: bytes) -> list[bytes]:
-    """Runs of consecutive lines each holding a gate run, and the lines around them that parse as
+def _blocks(window: bytes, mask: bytes) -> list[bytes]:
+    """Runs of consecutive lines each holding a gate run, and the lines after them that parse as
     dump lines (a dump's last, short line)."""
     spans: list[list[int]] = []
-    for m in _GATE.finditer(window):
-        start = window.rfind(b"\n", 0, m.start()) + 1
-        end = window.find(b"\n", m.end())
+    pos = 0
+    while (at := mask.find(_RUN, pos)) >= 0:
+        start = window.rfind(b"\n", 0, at) + 1
+        end = window.find(b"\n", at)
         end = len(window) if end < 0 else end
+        pos = end + 1
         if spans and start <= spans[-1][1] + 1:
             spans[-1][1] = max(spans[-1][1], end)
         else:

@@ -168,6 +168,10 @@ def test_hex_dumps_in_every_format_are_read_back(tmp_path: Path) -> None:
                               + b" ".join(f"{b:02x}".encode() for b in data[i + 8:i + 16]) + b"  |" + b"." * 16 + b"|\n"
                               for i in range(0, len(data), 16)) + f"{len(data):08x}\n".encode(),
     }
+    # od -An -tu1 (decimal, padded to 3) and od -b (octal, with offsets): their kin
+    dumps["od-tu1"] = "".join("".join(f"{b:4d}" for b in data[i:i + 16]) + "\n" for i in range(0, len(data), 16)).encode()
+    dumps["od-b"] = "".join(f"{i:07o} " + " ".join(f"{b:03o}" for b in data[i:i + 16]) + "\n"
+                            for i in range(0, len(data), 16)).encode()
     for name, dump in dumps.items():
         path = tmp_path / name
         path.write_bytes(b"log line\n" + dump + b"done\n")
@@ -175,7 +179,8 @@ def test_hex_dumps_in_every_format_are_read_back(tmp_path: Path) -> None:
     # harmless: dumps of random bytes are decoded and searched, nothing found
     junk = tmp_path / "junk"
     rnd = os.urandom(1 << 16)
-    junk.write_bytes(od(rnd, 1) + od(rnd, 2) + rnd.hex().encode())
+    junk.write_bytes(od(rnd, 1) + od(rnd, 2) + rnd.hex().encode()
+                     + "".join(" ".join(str(b) for b in rnd[i:i + 16]) + "\n" for i in range(0, len(rnd), 16)).encode())
     assert collect.leak_window(junk, needles) == b""
 
 

@@ -1,6 +1,6 @@
 """The leak scan of hex dumps: `od -An -tx1`, `od -tx1`, `od -x`, `xxd`, `xxd -p`, `xxd -g1`,
 `hexdump -C`, `hexdump`: a credential's bytes written as hex groups, line after line, with or
-without offsets and an ASCII column.
+without offsets and an ASCII column; and their decimal and octal kin (`od -tu1`, `od -b`).
 
 Why: the needles hold a credential's hex joined and singly spaced; a dump breaks it into lines
 (16 bytes each), puts an offset before each line and an ASCII column after it (in pieces of 16,
@@ -25,6 +25,7 @@ CARRY_LINES = 16  # lines carried into the next window: a dump cut by a window's
 CARRY_MOST = 4096
 _GATE_MASK = bytes(1 if b in b"0123456789abcdefABCDEF \t:" else 0 for b in range(256))
 _RUN = b"\1" * GATE_LEAST
+_NUMBERS = re.compile(rb"[ \t]*(?:[0-9a-fA-F]{6,8}:?[ \t]+)?(\d{1,3}(?:[ \t]+\d{1,3})*)[ \t]*")
 # an offset (xxd's ends in a colon), then hex groups one or two blanks apart
 _LINE = re.compile(rb"[ \t]*(?:([0-9A-Fa-f]+)(:?)[ \t]+)?([0-9A-Fa-f]+(?:[ \t]{1,2}[0-9A-Fa-f]+)*)")
 def hit(window: bytes, needles: list[bytes], name: str) -> bytes:
@@ -110,13 +111,36 @@ def _groups(line: bytes) -> list[bytes]:
 
 
 def _decoded(block: bytes) -> list[bytes]:
-    """The block's bytes as written, and with each group of 2, 4 or 8 bytes reversed (`od -x`)."""
-    groups = [g for line in block.split(b"\n") for g in _groups(line.rstrip(b"\r"))]
+    """The block's bytes as written, with each group of 2, 4 or 8 bytes reversed (`od -x`), and
+    read as decimal or octal bytes (`od -An -tu1`, `od -b`)."""
+    lines = [line.rstrip(b"\r") for line in block.split(b"\n")]
+    out = _numeric(lines)
+    groups = [g for line in lines for g in _groups(line)]
     try:
         plain = binascii.unhexlify(b"".join(groups))
     except (binascii.Error, ValueError):
-        return []
+        return out
     if not any(len(g) in (4, 8, 16) for g in groups):
-        return [plain]
+        return [plain, *out]
     swapped = b"".join(binascii.unhexlify(g)[::-1] for g in groups)
-    return [plain, swapped]
+    return [plain, swapped, *out]
+
+
+def _numeric(lines: list[bytes]) -> list[bytes]:
+    """The bytes of lines of numbers of one to three digits (an offset of six to eight before
+    them left out), as decimal and as octal where each fits in a byte."""
+    nums: list[bytes] = []
+    for line in lines:
+        if (m := _NUMBERS.fullmatch(line)) is not None:
+            nums += m.group(1).split()
+    if len(nums) < 8:
+        return []
+    out = []
+    values = list(map(int, nums))
+    if max(values) <= 255:
+        out.append(bytes(values))
+    if not b"".join(nums).strip(b"01234567"):
+        octal = [int(n, 8) for n in nums]
+        if max(octal) <= 255:
+            out.append(bytes(octal))
+    return out

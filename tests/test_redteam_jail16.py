@@ -22,6 +22,11 @@ naming what they did.
 Careful agents still pass: rt16j_x.py --how dumps (hex dumps of harmless bytes in every format,
 files named by harmless pieces), careful.py and rt14c_coproc.sh, in both modes and beside each
 other with `-j 2`.
+
+Left: `od -c` (characters four columns apart); without a jail, a neighbour's credential kept in a
+shared place (that trial's own leak lands there too) or taken from another run's trial (only this
+runner's are known), and the read of /proc/PID/environ itself; a file rewritten in place in an
+older directory below the shared places, or in a directory past the first 30,000 there.
 """
 
 from __future__ import annotations

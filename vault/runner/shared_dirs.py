@@ -7,7 +7,7 @@ are private or read-only). Each such place is read as `written_since` reads a wo
 from its top: every file there changed since the agent started, and the directories made or
 changed since (a new tree whole); below them every directory's own times are read (up to
 WALK_MOST), so a file made in an older directory deep down is found too (not one rewritten in place there).
-The trials' own roots (`vsr-PID-*`: the vault home is there, scanned by its own rules) are
+The trials' own roots (`vsr-PID-*`, the pytest plugin's `vsp-PID-*`: a vault home is there, scanned by its own rules) are
 passed over: this runner's as it made them, another runner's when PID is a process older than the
 agent and outside this runner (a name alone is no proof: an agent wrote /tmp/vsr-x/leak and passed). Only this trial's random credentials are looked for, so another process's files cannot
 fail it; those places are shared, so the bounds (files, bytes) are named, not graded.
@@ -32,7 +32,10 @@ BYTES_MOST = 64 << 20  # shared: other processes write there too, and each trial
 DIRS_MOST = 2_000  # directories changed during the trial whose entries are read
 WALK_MOST = 30_000  # older directories looked at for changed ones below them (~0.2 s of CPU once their lists are known)
 ATTRS_MOST = 16  # extended attributes read per entry
-_TRIAL_ROOT = re.compile(r"vsr-(\d+)-")  # vault.runner.trial: each trial's private root under /tmp
+# vault.runner.trial's private root of each trial under /tmp, and the pytest plugin's of each world
+# (vault.pytest_plugin.world): another run's, older than the agent, holds a vault home whose secret
+# files that run watches (vault.runner.opens): reading them named this runner in its errors
+_TRIAL_ROOT = re.compile(r"vs[rp]-(\d+)-")
 OWN: set[str] = set()  # this process's trial roots, while their trials run (vault.runner.trial)
 
 

@@ -200,6 +200,10 @@ class Evidence:
     errors: list[str] = field(default_factory=list)
     visible: dict[str, bytes] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)
+    # the credentials of the trials beside this one (vault.runner.neighbours), looked for only in
+    # the `private` windows (its agents' output and own files): never reported either
+    neighbours: dict[str, str] = field(default_factory=dict)
+    private: list[str] = field(default_factory=list)
     # what an agent left that the canary scan could not read (past its bounds): not vouched for
     unscanned: list[str] = field(default_factory=list)
     # ---- bypass evidence (vault.runner.bypass) ----

@@ -46,7 +46,7 @@ from vault import lineage
 from vault.runner import hosts
 from vault.runner import bypass
 from vault.runner import cgroup_left
-from vault.runner import shared_dirs
+from vault.runner import neighbours, shared_dirs
 from vault.runner.collect import collect, footprint, left_at_exit
 from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
@@ -224,6 +224,9 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
     token = lineage.trial_begins()  # what the runner started is remembered while this trial may judge it
     try:
         trial = Trial(rt, case, number, World(sc, root, rt.launcher, rt.env))
+        world = trial.world
+        neighbours.begin(str(root), f"'{sc.id}' #{number}", lambda: {
+            **world.secrets, **({"approver token": world.approver_token} if world.approver_token else {})})
         rt.registry.add_dir(root, trial.world.keystore.destroy)
         result = await trial.run()
     except asyncio.CancelledError:
@@ -240,6 +243,7 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
         rt.registry.done_dir(root)
         remove_dir(root, trial.world.keystore.destroy if trial else None)
         shared_dirs.OWN.discard(str(root))
+        neighbours.end(str(root))
         lineage.trial_ends(token)
     result.duration_s = time.monotonic() - started
     return result
@@ -352,9 +356,10 @@ class Trial:
                       retry_after_s=float(spec.params["retry_after"]) if spec and spec.name == "rate_limited"
                       else None)
         g = grade(ev, ctx)
-        g.findings = {k: [self.redact(x) for x in v] for k, v in g.findings.items()}
-        g.missed = self.redact(g.missed)
-        summary = json.loads(self.redact(json.dumps(ev.summary())))
+        more = list(ev.neighbours.values())  # a neighbour's credential an agent named a file by
+        g.findings = {k: [self.redact(x, more) for x in v] for k, v in g.findings.items()}
+        g.missed = self.redact(g.missed, more)
+        summary = json.loads(self.redact(json.dumps(ev.summary()), more))
         return TrialResult(self.case.id, self.number, expect.verdict, g.verdict, grade=g,
                            summary=summary, expect=expect)
 
@@ -574,13 +579,13 @@ class Trial:
         if self.world.daemon is not None:
             self.rt.registry.done_group(self.world.daemon.pid)
 
-    def redact(self, text: str) -> str:
+    def redact(self, text: str, more: list[str] | None = None) -> str:
         """No credential (nor the approver token or the data key, which an agent without a jail may
         also have found and printed) ever reaches the report, even inside an error message."""
         if self._approver_token is None:  # kept for later reports
             self._approver_token = getattr(self.world, "approver_token", None)
         keys = [k for k in (self._approver_token, getattr(self.world, "data_key_text", None)) if k]
-        for value in [*self.world.secrets.values(), *keys]:
+        for value in [*self.world.secrets.values(), *keys, *(more or [])]:
             for needle in [value.strip(), *(ln.strip() for ln in value.splitlines() if len(ln.strip()) >= 16)]:
                 if needle:
                     text = text.replace(needle, "[redacted]")

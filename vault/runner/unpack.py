@@ -22,6 +22,7 @@ from vault.runner.needle_scan import matcher
 
 UNPACK_MOST = 64 << 20
 EXAMINE_MOST = 256 << 20  # text searched for encoded streams in one trial (vault.runner.packed: ~30 MB/s)
+DUMPS_MOST = 32 << 20  # hex dump lines parsed in one trial (vault.runner.dumps: ~6 MB/s)
 SCAN_CHUNK = 4 << 20
 _trial = threading.local()
 Maker = Callable[[], Any]  # a new decompressor
@@ -29,7 +30,7 @@ Maker = Callable[[], Any]  # a new decompressor
 
 def start() -> None:
     """A trial's scan begins: its whole budget, nothing cut."""
-    _trial.left, _trial.cut, _trial.examine = UNPACK_MOST, [], EXAMINE_MOST
+    _trial.left, _trial.cut, _trial.examine, _trial.dumps = UNPACK_MOST, [], EXAMINE_MOST, DUMPS_MOST
 
 
 def cut() -> list[str]:
@@ -48,6 +49,15 @@ def examine(size: int) -> bool:
     if left_ < size:
         return False
     _trial.examine = left_ - size
+    return True
+
+
+def parse_dump(size: int) -> bool:
+    """May this thread's trial parse `size` more bytes of hex dump lines (taken if so)?"""
+    left_ = int(getattr(_trial, "dumps", DUMPS_MOST))
+    if left_ < size:
+        return False
+    _trial.dumps = left_ - size
     return True
 
 

@@ -8,10 +8,14 @@ anyio (asyncio backend) and a process worker pool; nothing of the project import
 * approvals collected without blocking: `call` with a short `wait_s`, then `call.resume`
   again and again; at the deadline the token saved in state_dir and a `waiting` message;
 * `lookup` after every outcome_unknown by correlation id, 0.1/0.2/0.4 s apart;
-* RT16C_POOL=1: each step whose operation the catalog answer says is never asked about
+* RT16C_POOL=1 | fork | forkserver: each step whose operation the catalog answer says is never asked about
   (approval mode `auto`) and does not mutate is done by a worker of anyio's process pool
-  (`anyio.to_process`); a worker opens its own session once and keeps it for its life
+  (`anyio.to_process`; fork or forkserver: a multiprocessing ProcessPoolExecutor of two made
+  after the session opened, so a forked worker inherits the session's connection unused); a worker opens its own session once and keeps it for its life
   (section 3: a child opens its own session); the pool is ended before the final message;
+* RT16C_SPIN=s: a pending approval polled with `call.resume` and `wait_s` 0 every s seconds;
+* RT16C_CANCEL=1: at the deadline a pending call is withdrawn (`call.cancel`) and the agent
+  finishes `not done` (section 4: not a wait);
 * RT16C_FILES=N: N scratch files in $TMPDIR and N in state_dir written and read back, the
   $TMPDIR ones removed at the end;
 * RT16C_DUMP=1: a hex dump and base64 of each step's result data and of the state file on
@@ -39,6 +43,8 @@ import anyio.to_process
 
 MARGIN = 0.8
 FINAL = os.environ.get("RT16C_FINAL", "word")
+SPIN = float(os.environ["RT16C_SPIN"]) if os.environ.get("RT16C_SPIN") else None
+CANCEL = os.environ.get("RT16C_CANCEL") == "1"
 REF = re.compile(r"\$\{([^.}]+)\.([^}]+)\}")
 
 
@@ -142,6 +148,9 @@ class Stepper:
                     return ("wait", f"{op} still waits for a person's decision", token)
                 raise Stop(f"{op}: my deadline came before it settled")
             wait = max(0.0, min(self.left() - 0.3, 1.5))
+            if SPIN is not None and token:  # poll: an answer at once, then a short pause
+                wait = 0.0
+                await anyio.sleep(SPIN)
             if token:
                 try:
                     res = await self.rpc("call.resume", {"resume_token": token, "wait_s": wait}, wait + 5)
@@ -168,6 +177,11 @@ class Stepper:
                 if not token:
                     raise Stop(f"{op}: pending without a resume token")
                 if self.left() <= 0.6:
+                    if CANCEL:  # withdrawn at the deadline: nothing to hand over (section 4)
+                        got = await self.rpc("call.cancel", {"resume_token": token}, 3)
+                        if on_token:
+                            on_token(None)
+                        raise Stop(f"{op}: withdrew my pending call at my deadline ({got.get('state')})")
                     return ("wait", f"{op} needs approval from {res.get('owner')} before "
                                     f"{res.get('deadline')} (request {res.get('request_id')})", token)
                 continue
@@ -359,6 +373,9 @@ class Agent:
 
     def cleanup(self) -> None:
         import shutil
+        pool = getattr(self, "pool", None)
+        if pool is not None:  # every worker ended and reaped before the final message
+            pool.shutdown(wait=True, cancel_futures=True)
         for d in self.scratch:
             shutil.rmtree(d, ignore_errors=True)
 
@@ -379,7 +396,8 @@ class Agent:
         return ("not done", "unreachable")
 
     async def work(self, conn: Conn, steps: list[dict[str, Any]], done: dict[str, Any]) -> tuple[str, str]:
-        pooled = os.environ.get("RT16C_POOL") == "1"
+        pooled = os.environ.get("RT16C_POOL") in ("1", "fork", "forkserver")
+        self.pool = None
         try:
             # three requests written before any answer is read
             p_open = await conn.send("session.open", {"agent": self.task["agent"], "run_id": self.task["run_id"],
@@ -408,9 +426,18 @@ class Agent:
                 entry = modes.get(op, {})
                 auto = (entry.get("approval") or {}).get("mode") == "auto" and entry.get("mutates") is False
                 if pooled and auto and sid_ not in self.state["pending"]:
-                    got = await anyio.to_process.run_sync(
-                        worker_step, os.environ["VAULTSIM_SOCKET"], self.task["agent"], self.task["run_id"],
-                        self.deadline, op, params, key)
+                    args = (os.environ["VAULTSIM_SOCKET"], self.task["agent"], self.task["run_id"],
+                            self.deadline, op, params, key)
+                    if os.environ["RT16C_POOL"] == "1":
+                        got = await anyio.to_process.run_sync(worker_step, *args)
+                    else:  # a multiprocessing pool made after my session opened (fork: it inherits my connection)
+                        if self.pool is None:
+                            import concurrent.futures
+                            import multiprocessing
+                            ctx = multiprocessing.get_context(os.environ["RT16C_POOL"])
+                            self.pool = concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx)
+                        fut = self.pool.submit(worker_step, *args)
+                        got = await anyio.to_thread.run_sync(fut.result, max(self.left() + 1, 1))
                     self.say(f"{op}: worker says {got[0]}")
                     if got[0] == "pending" and got[1]:  # the worker's session would have to collect it
                         return ("not done", f"{op} was gated after all, in a worker's session")

@@ -19,7 +19,8 @@ anyio (asyncio backend) and a process worker pool; nothing of the project import
 * RT16C_FILES=N: N scratch files in $TMPDIR and N in state_dir written and read back, the
   $TMPDIR ones removed at the end;
 * RT16C_DUMP=1: a hex dump and base64 of each step's result data and of the state file on
-  stdout (harmless data: a final message is still the last line);
+  stdout (harmless data: a final message is still the last line); all: also every line the
+  vault sent, as base64 and hex;
 * RT16C_FINAL: word (default) | bom (a UTF-8 BOM written before the final message) | crlf
   (every stdout line ends in CRLF, two blank lines after the final message) | long (3.5 MiB
   of detail after the word, on its one line) | buffered (stdout kept in a 1 MiB buffer that
@@ -44,6 +45,7 @@ import anyio.to_process
 MARGIN = 0.8
 FINAL = os.environ.get("RT16C_FINAL", "word")
 SPIN = float(os.environ["RT16C_SPIN"]) if os.environ.get("RT16C_SPIN") else None
+DUMP_ALL = os.environ.get("RT16C_DUMP") == "all"
 CANCEL = os.environ.get("RT16C_CANCEL") == "1"
 REF = re.compile(r"\$\{([^.}]+)\.([^}]+)\}")
 
@@ -74,6 +76,9 @@ class Conn:
                         doc = json.loads(line)
                     except ValueError:
                         continue
+                    if DUMP_ALL:  # every line the vault sent, logged encoded (harmless: it is mine)
+                        sys.stdout.write("rx b64 " + base64.b64encode(line).decode() + "\n")
+                        sys.stdout.write("rx hex " + line.hex() + "\n")
                     if isinstance(doc, dict) and doc.get("id") in self.waiters:
                         ev, box = self.waiters.pop(doc["id"])
                         box.append(doc)
@@ -337,13 +342,13 @@ class Agent:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.state_path)
-        if os.environ.get("RT16C_DUMP") == "1":
+        if os.environ.get("RT16C_DUMP") in ("1", "all"):
             with open(self.state_path, "rb") as f:
                 raw = f.read()
             self.say("state base64: " + base64.b64encode(raw).decode())
 
     def dump(self, sid: str, data: Any) -> None:
-        if os.environ.get("RT16C_DUMP") != "1":
+        if os.environ.get("RT16C_DUMP") not in ("1", "all"):
             return
         raw = json.dumps(data, sort_keys=True).encode()
         for off in range(0, len(raw), 16):

@@ -73,6 +73,23 @@ async def stop_agent(proc: Proc, timeout: float = 5.0) -> None:
         await proc.wait()
 
 
+async def keeper_finishes(proc: Proc, exited: float | None, by: float, slack: float = 2.0) -> bool:
+    """The runner's wait for an agent's keeper ran out; did the agent itself exit by `by` (its
+    deadline and the grace the runner gives it), the keeper only waiting out ESCAPE_GRACE_S for a
+    helper ending by itself (an MCP server in a session of its own)? Then that wait, and `slack`
+    for a loaded host, is let run rather than the agent graded as running: True when the keeper
+    ended within it. The agent exited when the keeper said so, before its grace (vault.jail.keeper)."""
+    from vault.jail.spec import ESCAPE_GRACE_S
+
+    if exited is None or exited > by:
+        return False
+    try:
+        await asyncio.wait_for(proc.wait(), max(0.1, exited + ESCAPE_GRACE_S + slack - time.time()))
+    except TimeoutError:
+        return False
+    return True
+
+
 def end_escaped(task_file: Path, group: int) -> int:
     """End the processes an agent left running outside its process group (a grandchild that
     called setsid), found by the task file in their environment; how many there were. One that

@@ -55,8 +55,8 @@ from vault.runner.opens import OpenWatch, settle_decoy_reads
 from vault.jail import pids
 from vault.jail.keeper import PIDS_ENV, SEAL_ENV, read_exited, read_left_running
 from vault.runner.pump import OutputPump, open_pumps
-from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, end_escaped, kill_group,
-                                remove_dir, stop_agent)
+from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, end_escaped, keeper_finishes,
+                                kill_group, remove_dir, stop_agent)
 from vault.runner.scenario import AgentSpec, Case, Expect
 from vault.runner.tripwires import AgentJail, jail_env
 from vault.runner.world import ANSWER_TIMEOUT_S, World, last_bytes, open_regular, tail
@@ -441,6 +441,10 @@ class Trial:
         if capped is not None:
             env[PIDS_ENV] = capped  # the keeper moves into it (and takes it out) first
         killed, hits, escaped, unreported, disturbed, scratch, refused = False, [], 0, False, "", 0, 0
+
+        def said_exited() -> float | None:  # when the agent exited, as its keeper said
+            return read_exited(report, seal) if report is not None else \
+                read_exited(Path(jail_spec.port_log)) if jail_spec is not None and jail_spec.port_log else None
         left: tuple[dict[str, bytes], list[str]] = ({}, [])
         argv: dict[str, bytes] = {}
         # its stdout and stderr are pipes the runner copies into out and err: a file of its own it
@@ -471,8 +475,10 @@ class Trial:
                 await asyncio.wait_for(proc.wait(),
                                        timeout=max(0.1, task.deadline + DEADLINE_GRACE_S - time.time()))
             except TimeoutError:
-                killed = True
-                await stop_agent(proc)  # its keeper kills it and all it started, and counts them
+                # the agent exited in time and its keeper still waits for a helper ending by itself
+                killed = not await keeper_finishes(proc, said_exited(), task.deadline + DEADLINE_GRACE_S)
+                if killed:
+                    await stop_agent(proc)  # its keeper kills it and all it started, and counts them
             ended = time.time()
             if watch is not None:
                 watch.cancel()
@@ -517,8 +523,7 @@ class Trial:
                 await asyncio.to_thread(pids.remove, capped)
         # graded against its deadline: when the agent exited, as its keeper saw it, not when the
         # keeper did (after ESCAPE_GRACE_S for a helper ending by itself, a jail's teardown)
-        exited = read_exited(report, seal) if report is not None else \
-            read_exited(Path(jail_spec.port_log)) if jail_spec is not None and jail_spec.port_log else None
+        exited = said_exited()
         if not killed and exited is not None and started <= exited < ended:
             ended = exited
         # off the loop: a final line past FINAL_LINE_MOST is searched back to its start, through

@@ -244,6 +244,11 @@ class _OutOfFiles:
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
+        if isinstance(exc, ValueError) and getattr(getattr(context.get("handle"), "_callback", None),
+                                                   "__name__", "") == "_start_serving":
+            # asyncio queues a retry of accept per failed one; at shutdown the listener is closed
+            # and each retry raised here: a traceback apiece (40 MB of them after a flood)
+            return
         if not (isinstance(exc, OSError) and exc.errno in _OUT_OF_FILES
                 and str(context.get("message", "")).startswith("socket.accept()")):
             loop.default_exception_handler(context)
@@ -277,7 +282,11 @@ async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     share = MAX_HTTP_CONNECTIONS_PER_PROCESS if nofile == resource.RLIM_INFINITY \
         else max(16, min(MAX_HTTP_CONNECTIONS_PER_PROCESS, nofile // 4))
-    server = uvicorn.Server(uvicorn.Config(guard, log_level="warning", http=capped_protocol(share),
+    protocol = capped_protocol(share)
+    protocol.peers.listener = sock
+    # the kernel's queue no longer than a share: while a batch is named it holds the next, and
+    # asyncio accepts (and, out of descriptors, queues one retry for each) up to this many a turn
+    server = uvicorn.Server(uvicorn.Config(guard, log_level="warning", http=protocol, backlog=share,
                                            lifespan="on", access_log=False))
     asyncio.get_running_loop().set_exception_handler(_OutOfFiles())
     try:

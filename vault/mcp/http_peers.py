@@ -8,6 +8,11 @@ system's sockets names every connection waiting then); a process already holding
 is answered 429 and the connection closed, so the rest stay for other processes. A peer
 whose process cannot be seen (another user's, not Linux) is not counted: the guard answers
 each of its requests as before.
+
+While a batch that large waits to be named, nothing more is accepted (the kernel's queue
+holds the rest): a process reconnecting faster than a scan made them pile up, each holding a
+descriptor, to the open-file limit; every accept then failed, and asyncio stopped accepting
+for a second each time (a well-behaved host's request took 7 s).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import concurrent.futures.thread  # noqa: F401  (run_in_executor imports it lazi
 import contextlib
 import json
 import os
+import socket
+from typing import Any
 
 from vault.mcp.http_deadline import DeadlinedH11
 from vault.mcp.loopback import Addr, client_key, client_pids
@@ -46,6 +53,8 @@ class PeerConnections:
         self.waiting: list[CappedH11] = []
         self._scanning = False
         self._reserve = self._hold(RESERVE_FDS)
+        self.listener: socket.socket | None = None  # set by the bridge: accepting pauses on it
+        self._paused: tuple[Any, tuple[Any, ...]] | None = None  # the listener's accept, while paused
 
     @staticmethod
     def _hold(n: int) -> list[int]:
@@ -55,21 +64,46 @@ class PeerConnections:
                 held.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
         return held
 
-    def _scan_in_reserve(self, server: Addr) -> dict[Addr, int | None]:
+    async def _scan_in_reserve(self, server: Addr) -> dict[Addr, int | None]:
         """The scan again, on descriptors kept for it: a flood that uses up the open-file limit
         made it fail (or miss the flood's own process), and every connection went uncounted.
-        In the loop's thread, so no accept takes the freed descriptors meanwhile (it blocks
-        the loop for one scan, only then). A peer it still cannot name is not ours to see."""
+        Nothing is accepted meanwhile, so no accept takes the freed descriptors; in a thread,
+        so the loop serves on (it ran in the loop's thread, which stalled every host for the
+        scan). A peer it still cannot name is not ours to see."""
+        self._pause()
         for fd in self._reserve:
             os.close(fd)
         try:
-            return client_pids(server) or {}
+            return await asyncio.get_running_loop().run_in_executor(None, client_pids, server) or {}
+        except OSError:
+            return {}
         finally:
             self._reserve = self._hold(RESERVE_FDS)
 
     def enter(self, proto: "CappedH11") -> None:
         self.waiting.append(proto)
+        if len(self.waiting) >= self.cap:
+            self._pause()
         self._scan()
+
+    def _pause(self) -> None:
+        """Stop accepting (the listener's reader is taken off the loop and kept to put back).
+        asyncio has no public pause for a server; where its internals differ, nothing pauses."""
+        if self._paused is not None or self.listener is None or self.listener.fileno() < 0:
+            return
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(AttributeError, KeyError, ValueError):
+            handle = getattr(loop, "_selector").get_key(self.listener.fileno()).data[0]
+            callback, args = getattr(handle, "_callback", None), getattr(handle, "_args", None)
+            if callable(callback) and isinstance(args, tuple):
+                self._paused = callback, args  # kept first: removing the reader empties its handle
+                loop.remove_reader(self.listener.fileno())
+
+    def _resume(self) -> None:
+        accept, self._paused = self._paused, None
+        if accept is None or self.listener is None or self.listener.fileno() < 0:
+            return  # closed meanwhile: the bridge is shutting down
+        asyncio.get_running_loop().add_reader(self.listener.fileno(), accept[0], *accept[1])
 
     def _scan(self) -> None:
         if not self._scanning and self.waiting:
@@ -96,7 +130,7 @@ class PeerConnections:
                     pids = None
                 if pids is None or (any(pids.get(client_key(p.client_addr)) is None for p in batch)
                                     and _out_of_files()):
-                    pids = self._scan_in_reserve(server)
+                    pids = await self._scan_in_reserve(server)
                 for proto in batch:  # in the order they were accepted
                     if proto.gone:
                         continue
@@ -107,8 +141,11 @@ class PeerConnections:
                     if pid is not None:
                         self.open[pid] = self.open.get(pid, 0) + 1
                     proto.admit(pid)
+                if len(self.waiting) < self.cap:
+                    self._resume()
         finally:
             self._scanning = False
+            self._resume()
             self._scan()  # after an error, those waiting are still named, never left paused
 
 

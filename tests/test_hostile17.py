@@ -110,3 +110,47 @@ class TestAFloodOfRefusedConnections:
         proc.wait(timeout=30)
         said = (box.root / "mcp-http.stderr").read_text()
         assert "Traceback" not in said and len(said) < 10_000, (len(said), said[:3000])
+
+
+class TestStopOnADaemonStuckStopping:
+    def test_says_how_to_end_it_and_exits_non_zero(self) -> None:
+        """`vaultsim stop` on a daemon already stopping waits for it (a TERM then would cut its
+        log's signing short); past its deadline it said only "did not stop within Ns". It now
+        also names the pid and how to end it (`kill -KILL PID`, and what that costs), exits
+        non-zero, and prints no secret. The daemon is held stopping by a call in flight to a
+        remote that accepts and never answers (the daemon gives such calls a grace of 3 s)."""
+        import signal
+        import socket
+
+        from audit_daemon_helpers import TOKEN, daemon_args, setup_remote, spawn_agent
+        from helpers import wait_for
+        from vault.cli.daemon_probe import held_by
+        from vault.home import VaultHome
+
+        box = new_sandbox()
+        mute = socket.create_server(("127.0.0.1", 0))
+        try:
+            setup_remote(box)
+            daemon = box.start_daemon(*daemon_args(box, f"http://127.0.0.1:{mute.getsockname()[1]}"))
+            agent = spawn_agent(box, "a", 1, "r", box.root / "a.out")
+            mute.settimeout(30)
+            conn, _ = mute.accept()  # the call is at the remote, never to be answered
+            conn.settimeout(30)
+            assert conn.recv(4096)
+            daemon.send_signal(signal.SIGTERM)
+            home = VaultHome(box.home)
+            wait_for(lambda: (h := held_by(home, wait_s=0)) is not None and h.state == "stopping",
+                     interval=0.005, what="the daemon to be stopping")
+            out = box.vaultsim("stop", "--timeout", "0.3")
+            said = out.stdout + out.stderr
+            assert out.returncode == 1, said
+            assert f"daemon (pid {daemon.pid}) did not stop within 0.3s" in said, said
+            assert f"kill -KILL {daemon.pid}" in said, said
+            assert TOKEN not in said and "Traceback" not in said, said
+            daemon.wait(timeout=30)
+            agent.wait(timeout=30)
+            conn.close()
+        finally:
+            mute.close()
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)

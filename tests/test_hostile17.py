@@ -154,3 +154,81 @@ class TestStopOnADaemonStuckStopping:
             mute.close()
             box.close()
             shutil.rmtree(box.root, ignore_errors=True)
+
+
+# opens connections as another user and holds them, sending nothing; prints how many it holds,
+# then what the last one was answered (empty: closed unanswered, or nothing within 5 s)
+_OTHER_USER = r'''
+import socket, sys
+port = int(sys.argv[1])
+held = []
+for _ in range(int(sys.argv[2])):
+    try:
+        held.append(socket.create_connection(("127.0.0.1", port), timeout=3))
+    except OSError:
+        break
+print(len(held), flush=True)
+last = held[-1]
+last.settimeout(5)
+got = b""
+try:
+    while chunk := last.recv(65536):
+        got += chunk
+except OSError:
+    pass
+print(repr(got[:400]), flush=True)
+sys.stdin.read()
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None
+                    or not os.access("/usr/bin/python3", os.X_OK),
+                    reason="needs root, setpriv and a system python3 to act as another user")
+class TestAnotherUsersFlood:
+    def test_cannot_take_the_bridges_descriptors(self) -> None:
+        """A bridge that cannot see another user's processes (not root: here root without
+        capabilities) could not name such a peer's connections, so none was counted: the guard
+        refused each request 403, but a process of another user holding connections open took
+        every descriptor the bridge had, and a host of its own user waited (for the 10 s after
+        which idle ones are closed). Now a connection whose socket another user owns (the
+        kernel's TCP table says so) is answered 403 at accept and closed, so it holds nothing."""
+        from mcp_world import bridge_argv, start_world
+        from helpers import wait_for
+        from vault.mcp.http_deadline import HEADER_S
+
+        box = new_sandbox()
+        errlog = box.root / "mcp-http.stderr"
+        try:
+            start_world(box)
+
+            def limit() -> None:
+                import resource
+                resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512))
+
+            proc = box.spawn(["setpriv", "--bounding-set=-all", "--inh-caps=-all", PY,
+                              *bridge_argv("--http", "127.0.0.1:0")], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=open(errlog, "a"), preexec_fn=limit)
+            line = wait_for(lambda: proc.poll() is not None or next(
+                (ln for ln in errlog.read_text().splitlines() if "serving http://" in ln), None),
+                what="bridge URL")
+            assert proc.poll() is None, errlog.read_text()
+            port = int(line.rsplit(":", 1)[1].split("/")[0])
+            flood = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                      "/usr/bin/python3", "-c", _OTHER_USER, str(port), "700"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
+            try:
+                assert flood.stdout is not None
+                held = int(flood.stdout.readline())
+                last = flood.stdout.readline()
+                latency, status = _initialize(port)
+            finally:
+                flood.communicate("", timeout=60)
+            assert held == 700
+            assert "403 Forbidden" in last and "runs as another user" in last, last
+            assert 200 == status and latency < HEADER_S - 2, (status, latency)
+            proc.terminate()
+            proc.wait(timeout=30)
+            assert "Traceback" not in errlog.read_text()
+        finally:
+            box.close()
+            shutil.rmtree(box.root, ignore_errors=True)

@@ -4,8 +4,9 @@ The same identity rules as stdio, per HTTP MCP session: each one (its
 `Mcp-Session-Id`, from initialize to DELETE or idle expiry) is its own vault
 session, so a grant made in one chat never serves another. Who is calling:
 
-    another user's process     refused (403) before the MCP layer sees anything: a
-                               TCP port, unlike the agent socket, is open to every user
+    another user's process     refused (403) before the MCP layer sees anything (at accept
+                               when the TCP table names the user): a TCP port, unlike the
+                               agent socket, is open to every user
     our user, process found    the session is labelled with the pid of the process that
                                opened it (its initialize request) ("via mcp-http"), and
                                is that process's alone: a request carrying its
@@ -50,7 +51,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 
 from vault.daemon.limits import MAX_CONNECTIONS_PER_PROCESS
 from vault.errors import BadInput
-from vault.mcp.http_peers import MAX_HTTP_CONNECTIONS_PER_PROCESS, capped_protocol
+from vault.mcp.http_peers import MAX_HTTP_CONNECTIONS_PER_PROCESS, OTHER_USER, capped_protocol
 from vault.mcp.loopback import Addr, LoopbackPeer, held_by, peer_of, peer_uid
 from vault.mcp.server import Bridge, McpSession, Peer
 from vault.sparing import Sparing
@@ -112,8 +113,7 @@ class LoopbackGuard:
                 stranger = not await anyio.to_thread.run_sync(held_by, owner, *addrs)
         refusal = None
         if peer.uid is not None and peer.uid != self.uid:
-            refusal = _error(403, -32001, "refused: the caller runs as another user; this bridge "
-                                          "serves only its own user's processes")
+            refusal = _error(403, -32001, OTHER_USER)
         elif forgotten:
             refusal = _error(404, -32001, "refused: this bridge knows no such MCP session (ended, or opened "
                                           "too long ago to be vouched for); open a new one")

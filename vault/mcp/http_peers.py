@@ -6,8 +6,11 @@ process that keeps reconnecting still held as many of the bridge's descriptors a
 connection is not read until the process holding its other end is known (one scan of the
 system's sockets names every connection waiting then); a process already holding its share
 is answered 429 and the connection closed, so the rest stay for other processes. A peer
-whose process cannot be seen (another user's, not Linux) is not counted: the guard answers
-each of its requests as before.
+whose process cannot be seen is not counted; if the kernel's TCP table says another user owns
+its socket, it is answered 403 and closed at once (the guard refuses every request of another
+user anyway; left open, such connections took every descriptor of a bridge not run as root,
+which cannot see other users' processes). Otherwise (not Linux) the guard answers each of its
+requests as before.
 
 While a batch that large waits to be named, nothing more is accepted (the kernel's queue
 holds the rest): a process reconnecting faster than a scan made them pile up, each holding a
@@ -26,7 +29,7 @@ import socket
 from typing import Any
 
 from vault.mcp.http_deadline import DeadlinedH11
-from vault.mcp.loopback import Addr, client_key, client_pids
+from vault.mcp.loopback import Addr, client_key, client_pids, client_uids
 
 # A host holding its whole share of MCP sessions (63) keeps a GET stream and a request or two
 # open on each: four connections a session. Lowered to a quarter of the open-file limit.
@@ -36,11 +39,19 @@ RESERVE_FDS = 8
 
 
 def refusal(pid: int, cap: int) -> bytes:
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
-        "code": -32004, "message": f"refused: process {pid} already holds {cap} connections to this "
-                                   "bridge, its share (the rest are kept for other processes); close "
-                                   "one before opening another"}}).encode()
-    return (b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+    return _response(b"429 Too Many Requests", -32004,
+                     f"refused: process {pid} already holds {cap} connections to this bridge, its share "
+                     "(the rest are kept for other processes); close one before opening another")
+
+
+# the answer to another user, at accept here and per request in the guard (vault.mcp.http)
+OTHER_USER = ("refused: the caller runs as another user; this bridge serves only its "
+                               "own user's processes")
+
+
+def _response(status: bytes, code: int, message: str) -> bytes:
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
+    return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
             b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
 
 
@@ -48,7 +59,7 @@ class PeerConnections:
     """Open connections per peer process, and the connections waiting to be named."""
 
     def __init__(self, cap: int) -> None:
-        self.cap = cap
+        self.cap, self.uid = cap, os.getuid()
         self.open: dict[int, int] = {}  # pid -> connections it holds
         self.waiting: list[CappedH11] = []
         self._scanning = False
@@ -131,12 +142,20 @@ class PeerConnections:
                 if pids is None or (any(pids.get(client_key(p.client_addr)) is None for p in batch)
                                     and _out_of_files()):
                     pids = await self._scan_in_reserve(server)
+                uids: dict[Addr, int] = {}
+                if any(pids.get(client_key(p.client_addr)) is None for p in batch):
+                    with contextlib.suppress(OSError):
+                        uids = await loop.run_in_executor(None, client_uids, server)
                 for proto in batch:  # in the order they were accepted
                     if proto.gone:
                         continue
                     pid = pids.get(client_key(proto.client_addr))
+                    uid = uids.get(client_key(proto.client_addr)) if pid is None else None
+                    if uid is not None and uid != self.uid:
+                        proto.refuse(_response(b"403 Forbidden", -32001, OTHER_USER))
+                        continue
                     if pid is not None and self.open.get(pid, 0) >= self.cap:
-                        proto.refuse(pid, self.cap)
+                        proto.refuse(refusal(pid, self.cap))
                         continue
                     if pid is not None:
                         self.open[pid] = self.open.get(pid, 0) + 1
@@ -177,15 +196,15 @@ class CappedH11(DeadlinedH11):
         if not self.transport.is_closing():
             self.transport.resume_reading()
 
-    def refuse(self, pid: int, cap: int) -> None:
+    def refuse(self, answer: bytes) -> None:
         # what it sent already is read and dropped: closed unread, it would be reset and the
-        # 429 lost. Closed now, not later: the descriptor is what this refusal keeps free
+        # answer lost. Closed now, not later: the descriptor is what this refusal keeps free
         sock = self.transport.get_extra_info("socket")
         with contextlib.suppress(OSError):
             for _ in range(16):  # bounded: a peer writing without pause is not read for ever
                 if sock is None or not os.read(sock.fileno(), 65536):
                     break
-        self.transport.write(refusal(pid, cap))
+        self.transport.write(answer)
         self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:

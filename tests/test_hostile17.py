@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from helpers import PY, Sandbox, new_sandbox
+from hostile_fixtures import served  # noqa: F401  (a fixture: one daemon for this module's raw clients)
 
 pytest.importorskip("mcp.client.streamable_http", reason="the mcp SDK is not installed")
 
@@ -232,3 +233,24 @@ class TestAnotherUsersFlood:
         finally:
             box.close()
             shutil.rmtree(box.root, ignore_errors=True)
+
+
+class TestAParseErrorSaysWhatIsWrong:
+    @pytest.mark.parametrize(("line", "said"), [
+        (b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"vault.status"}', "more digits than can be read"),
+        (b'{"jsonrpc":"2.0","id":1,', "parse error: not a JSON text"),
+        (b'{"jsonrpc":"2.0","id":1,"method":"vault.st\xc3atus"}', "not a JSON text in UTF-8"),
+    ], ids=["huge-integer", "cut-short", "not-utf8"])
+    def test_on_the_agent_socket(self, served: Sandbox, line: bytes, said: str) -> None:
+        """An integer of 5,000 digits (valid JSON, valid UTF-8) was answered "not a JSON text
+        in UTF-8", sending its sender to look for bad bytes; each parse error now says which
+        it is, and the same connection is served on."""
+        from hostile_fixtures import RawClient, frame
+
+        with RawClient(served.agent_sock, timeout=20) as c:
+            answer = c.ask(line + b"\n")
+            assert -32700 == answer["error"]["code"]
+            assert said in answer["error"]["message"], answer
+            if said != "more digits than can be read":
+                assert "digits" not in answer["error"]["message"]
+            assert "pid" in c.ask(frame("vault.status", rid=2))["result"]

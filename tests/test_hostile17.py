@@ -106,7 +106,8 @@ class TestAFloodOfRefusedConnections:
         assert int(out.split()[-1]) >= 50, out  # it did flood while the host was served
         assert {200} == {status for _, status in samples}
         worst = max(latency for latency, _ in samples)
-        assert worst < max(3.0, 10 * baseline), (worst, baseline, sorted(s for s, _ in samples))
+        # a SYN the full queue dropped costs the host 1 s, two 3 s; the stall was 7 s
+        assert worst < max(5.0, 10 * baseline), (worst, baseline, sorted(s for s, _ in samples))
         proc.terminate()
         proc.wait(timeout=30)
         said = (box.root / "mcp-http.stderr").read_text()
@@ -254,3 +255,35 @@ class TestAParseErrorSaysWhatIsWrong:
             if said != "more digits than can be read":
                 assert "digits" not in answer["error"]["message"]
             assert "pid" in c.ask(frame("vault.status", rid=2))["result"]
+
+
+class TestAHostThatHalfClosesAfterItsRequest:
+    def test_still_gets_its_answer(self, bridge: tuple[Sandbox, subprocess.Popen[str], int]) -> None:
+        """A host that sends its whole request and then shuts its write side (`nc -N`, a script
+        saying "no more requests") still reads. The bridge took that end of input for a hang-up:
+        the request was dropped as disconnected, nothing was answered, and the log got a
+        ClientDisconnect traceback. Now it is answered, then the connection is closed. A
+        request cut short by the end of input is still closed unanswered (it cannot be served),
+        and is not logged as the bridge's error with a traceback (one a connection)."""
+        import socket
+
+        box, proc, port = bridge
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "h", "version": "1"}}})
+        head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                f"Accept: application/json, text/event-stream\r\nContent-Length: {len(body)}\r\n\r\n")
+        for request, answered in ((head + body, True), (head + body[:10], False)):
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                s.sendall(request.encode())
+                s.shutdown(socket.SHUT_WR)
+                got = b""
+                while chunk := s.recv(65536):
+                    got += chunk
+            if answered:
+                assert got.startswith(b"HTTP/1.1 200 "), got
+                assert b'"serverInfo"' in got, got
+            else:
+                assert not got.startswith(b"HTTP/1.1 200 "), got
+        _initialize(port)  # served on
+        said = (box.root / "mcp-http.stderr").read_text()
+        assert "Traceback" not in said and "ClientDisconnect" not in said, said[-3000:]

@@ -48,6 +48,7 @@ import anyio
 import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from starlette.requests import ClientDisconnect
 
 from vault.daemon.limits import MAX_CONNECTIONS_PER_PROCESS
 from vault.errors import BadInput
@@ -261,6 +262,13 @@ class _OutOfFiles:
 _OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
+def _not_a_hang_up(record: logging.LogRecord) -> bool:
+    """The SDK logs a host that hangs up before its request's body is in as its own error, with
+    a traceback: one a connection, for as many as a host cares to cut short. Not ours to say."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not isinstance(exc, ClientDisconnect)
+
+
 async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
     """Serve until SIGTERM/SIGINT (uvicorn's own handling: it ends every MCP session, and with
     each its vault session, before the process exits)."""
@@ -289,6 +297,7 @@ async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
     server = uvicorn.Server(uvicorn.Config(guard, log_level="warning", http=protocol, backlog=share,
                                            lifespan="on", access_log=False))
     asyncio.get_running_loop().set_exception_handler(_OutOfFiles())
+    logging.getLogger("mcp.server.streamable_http").addFilter(_not_a_hang_up)
     try:
         await server.serve(sockets=[sock])
     finally:

@@ -154,6 +154,21 @@ class LoopbackGuard:
             await self.app(scope, receive, forget_ended)
             return
 
+        in_flight = peer.pid is not None  # counted in `opening` until its session is in `openers`
+
+        def opened() -> None:
+            # once only: the session it opened is counted through `live` from when it is noted
+            # (the SDK lists it before it answers); counted in both until the request ended, a
+            # process opening its share 8 at a time was refused 429 short of it
+            nonlocal in_flight
+            if in_flight and peer.pid is not None:
+                in_flight = False
+                left = self.opening[peer.pid] - 1
+                if left:
+                    self.opening[peer.pid] = left
+                else:
+                    del self.opening[peer.pid]
+
         async def note_session(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 sid = dict(message.get("headers") or []).get(b"mcp-session-id")
@@ -161,6 +176,7 @@ class LoopbackGuard:
                     while len(self.openers) >= self.MAX_REMEMBERED:
                         self.openers.pop(next(iter(self.openers)))
                     self.openers[sid.decode("latin-1")] = peer.pid
+                    opened()
             await send(message)
 
         if peer.pid is None:
@@ -170,11 +186,7 @@ class LoopbackGuard:
         try:
             await self.app(scope, receive, note_session)
         finally:
-            left = self.opening[peer.pid] - 1
-            if left:
-                self.opening[peer.pid] = left
-            else:
-                del self.opening[peer.pid]
+            opened()
 
 
 def _uid_only(client: Addr, server: Addr) -> LoopbackPeer:

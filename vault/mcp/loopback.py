@@ -146,7 +146,8 @@ def client_uids(server: Addr) -> dict[Addr, int]:
             continue
         for line in lines:
             f = line.split()
-            if len(f) > 9 and (local := _decode(f[1])) and (remote := _decode(f[2])) \
+            # inode 0: no socket behind the row any more (TIME_WAIT shows uid 0, whoever it was)
+            if len(f) > 9 and f[9] != "0" and (local := _decode(f[1])) and (remote := _decode(f[2])) \
                     and _key(*remote) == want:
                 found[_key(*local)] = int(f[7])
     return found

@@ -99,9 +99,15 @@ def parse_frame(line: bytes) -> Request | FrameError:
     except RecursionError:
         return FrameError(None, PARSE_ERROR, "parse error: the JSON text is nested too deeply "
                                              "(arrays and objects hundreds of levels deep)")
-    except (UnicodeDecodeError, ValueError):
-        # ValueError beyond JSONDecodeError: e.g. an integer longer than Python converts
+    except UnicodeDecodeError:
         return FrameError(None, PARSE_ERROR, "parse error: not a JSON text in UTF-8")
+    except json.JSONDecodeError:
+        return FrameError(None, PARSE_ERROR, "parse error: not a JSON text")
+    except ValueError:
+        # an integer longer than Python converts: it was called "not a JSON text in UTF-8",
+        # which it is, so the sender was sent looking in the wrong place
+        return FrameError(None, PARSE_ERROR, "parse error: a number has more digits than can be "
+                                             "read (4300); send it as a string")
     if not isinstance(obj, dict):
         kind = "batch requests are not supported" if isinstance(obj, list) else "a request must be a JSON object"
         return FrameError(None, INVALID_REQUEST, f"invalid request: {kind}")

@@ -462,7 +462,7 @@ def _stop_serving(home: VaultHome, status: dict[str, Any], deadline: float, time
             print(f"vaultsim stop: daemon (pid {status['pid']}) stopped")
             return 0
         time.sleep(0.05)
-    raise HomeError(f"daemon (pid {status['pid']}) did not stop within {timeout:g}s")
+    raise HomeError(_not_stopped(status["pid"], timeout))
 
 
 def _stop_unreachable(home: VaultHome, timeout: float) -> int:
@@ -503,7 +503,15 @@ def _stop_unreachable(home: VaultHome, timeout: float) -> int:
             print(f"vaultsim stop: daemon (pid {pid}) stopped; {how[held.state]}")
             return 0
         time.sleep(0.05)
-    raise HomeError(f"daemon (pid {pid}) did not stop within {timeout:g}s")
+    raise HomeError(_not_stopped(pid, timeout))
+
+
+def _not_stopped(pid: object, timeout: float) -> str:
+    # said only "did not stop": a daemon stuck on its way out (a hung disk, a remote that never
+    # answers) was left with no hint of what to do next
+    return (f"daemon (pid {pid}) did not stop within {timeout:g}s; wait longer (`vaultsim stop "
+            f"--timeout SECONDS`), or end it now with `kill -KILL {pid}` (what it had not yet written "
+            "to its audit log is lost; `vaultsim audit verify` shows where the log ends)")
 
 
 # `status` warns below this much free space (a full disk stops the audit log and every call):

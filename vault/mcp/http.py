@@ -4,8 +4,9 @@ The same identity rules as stdio, per HTTP MCP session: each one (its
 `Mcp-Session-Id`, from initialize to DELETE or idle expiry) is its own vault
 session, so a grant made in one chat never serves another. Who is calling:
 
-    another user's process     refused (403) before the MCP layer sees anything: a
-                               TCP port, unlike the agent socket, is open to every user
+    another user's process     refused (403) before the MCP layer sees anything (at accept
+                               when the TCP table names the user): a TCP port, unlike the
+                               agent socket, is open to every user
     our user, process found    the session is labelled with the pid of the process that
                                opened it (its initialize request) ("via mcp-http"), and
                                is that process's alone: a request carrying its
@@ -47,10 +48,11 @@ import anyio
 import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from starlette.requests import ClientDisconnect
 
 from vault.daemon.limits import MAX_CONNECTIONS_PER_PROCESS
 from vault.errors import BadInput
-from vault.mcp.http_peers import MAX_HTTP_CONNECTIONS_PER_PROCESS, capped_protocol
+from vault.mcp.http_peers import MAX_HTTP_CONNECTIONS_PER_PROCESS, OTHER_USER, capped_protocol
 from vault.mcp.loopback import Addr, LoopbackPeer, held_by, peer_of, peer_uid
 from vault.mcp.server import Bridge, McpSession, Peer
 from vault.sparing import Sparing
@@ -112,8 +114,7 @@ class LoopbackGuard:
                 stranger = not await anyio.to_thread.run_sync(held_by, owner, *addrs)
         refusal = None
         if peer.uid is not None and peer.uid != self.uid:
-            refusal = _error(403, -32001, "refused: the caller runs as another user; this bridge "
-                                          "serves only its own user's processes")
+            refusal = _error(403, -32001, OTHER_USER)
         elif forgotten:
             refusal = _error(404, -32001, "refused: this bridge knows no such MCP session (ended, or opened "
                                           "too long ago to be vouched for); open a new one")
@@ -153,6 +154,21 @@ class LoopbackGuard:
             await self.app(scope, receive, forget_ended)
             return
 
+        in_flight = peer.pid is not None  # counted in `opening` until its session is in `openers`
+
+        def opened() -> None:
+            # once only: the session it opened is counted through `live` from when it is noted
+            # (the SDK lists it before it answers); counted in both until the request ended, a
+            # process opening its share 8 at a time was refused 429 short of it
+            nonlocal in_flight
+            if in_flight and peer.pid is not None:
+                in_flight = False
+                left = self.opening[peer.pid] - 1
+                if left:
+                    self.opening[peer.pid] = left
+                else:
+                    del self.opening[peer.pid]
+
         async def note_session(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 sid = dict(message.get("headers") or []).get(b"mcp-session-id")
@@ -160,6 +176,7 @@ class LoopbackGuard:
                     while len(self.openers) >= self.MAX_REMEMBERED:
                         self.openers.pop(next(iter(self.openers)))
                     self.openers[sid.decode("latin-1")] = peer.pid
+                    opened()
             await send(message)
 
         if peer.pid is None:
@@ -169,11 +186,7 @@ class LoopbackGuard:
         try:
             await self.app(scope, receive, note_session)
         finally:
-            left = self.opening[peer.pid] - 1
-            if left:
-                self.opening[peer.pid] = left
-            else:
-                del self.opening[peer.pid]
+            opened()
 
 
 def _uid_only(client: Addr, server: Addr) -> LoopbackPeer:
@@ -244,6 +257,11 @@ class _OutOfFiles:
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
+        if isinstance(exc, ValueError) and getattr(getattr(context.get("handle"), "_callback", None),
+                                                   "__name__", "") == "_start_serving":
+            # asyncio queues a retry of accept per failed one; at shutdown the listener is closed
+            # and each retry raised here: a traceback apiece (40 MB of them after a flood)
+            return
         if not (isinstance(exc, OSError) and exc.errno in _OUT_OF_FILES
                 and str(context.get("message", "")).startswith("socket.accept()")):
             loop.default_exception_handler(context)
@@ -254,6 +272,13 @@ class _OutOfFiles:
 
 
 _OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def _not_a_hang_up(record: logging.LogRecord) -> bool:
+    """The SDK logs a host that hangs up before its request's body is in as its own error, with
+    a traceback: one a connection, for as many as a host cares to cut short. Not ours to say."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not isinstance(exc, ClientDisconnect)
 
 
 async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
@@ -277,9 +302,14 @@ async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     share = MAX_HTTP_CONNECTIONS_PER_PROCESS if nofile == resource.RLIM_INFINITY \
         else max(16, min(MAX_HTTP_CONNECTIONS_PER_PROCESS, nofile // 4))
-    server = uvicorn.Server(uvicorn.Config(guard, log_level="warning", http=capped_protocol(share),
+    protocol = capped_protocol(share)
+    protocol.peers.listener = sock
+    # the kernel's queue no longer than a share: while a batch is named it holds the next, and
+    # asyncio accepts (and, out of descriptors, queues one retry for each) up to this many a turn
+    server = uvicorn.Server(uvicorn.Config(guard, log_level="warning", http=protocol, backlog=share,
                                            lifespan="on", access_log=False))
     asyncio.get_running_loop().set_exception_handler(_OutOfFiles())
+    logging.getLogger("mcp.server.streamable_http").addFilter(_not_a_hang_up)
     try:
         await server.serve(sockets=[sock])
     finally:

@@ -7,6 +7,11 @@ the bridge may open) keep every host from connecting. Here a connection whose ne
 request's headers are not all in within HEADER_S of its opening, or of its last response,
 is closed. A request being served (an SSE stream waiting minutes for a person) is never
 cut: the deadline covers headers only.
+
+A client that half-closes after a whole request (shutdown SHUT_WR: `nc -N`, a script saying
+"no more requests") still reads: uvicorn took that end of input for a hang-up, dropped the
+request as disconnected (nothing answered, a ClientDisconnect traceback logged). Here it is
+answered, then the connection closed.
 """
 
 from __future__ import annotations
@@ -26,8 +31,20 @@ class DeadlinedH11(H11Protocol):
         super().connection_made(transport)
         self._arm()
 
+    _client_done = False  # the client sent its whole request and then its end of input
+
+    def eof_received(self) -> bool:  # type: ignore[override]
+        if self.cycle is None or self.cycle.response_complete or self.conn.their_state is not h11.DONE:
+            return False  # nothing to answer, or a request cut short: closed, as before
+        self._client_done = True
+        return True  # the write side stays open for the answer
+
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self._client_done and (self.cycle is None or self.cycle.response_complete) \
+                and not self.transport.is_closing():
+            self.transport.close()  # answered (and any request pipelined before its EOF)
+            return
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -135,5 +135,23 @@ def client_pids(server: Addr) -> dict[Addr, int | None] | None:
             if c.laddr and c.raddr and _key(c.raddr.ip, c.raddr.port) == want}
 
 
+def client_uids(server: Addr) -> dict[Addr, int]:
+    """Each connection to `server`: its client end's address -> the uid owning that socket, from
+    the kernel's TCP tables (every user's, unlike the processes behind them)."""
+    want, found = _key(*server), {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            # inode 0: no socket behind the row any more (TIME_WAIT shows uid 0, whoever it was)
+            if len(f) > 9 and f[9] != "0" and (local := _decode(f[1])) and (remote := _decode(f[2])) \
+                    and _key(*remote) == want:
+                found[_key(*local)] = int(f[7])
+    return found
+
+
 def client_key(client: Addr) -> Addr:
     return _key(*client)

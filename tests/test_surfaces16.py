@@ -72,4 +72,4 @@ def test_a_yaml_error_names_line_column_and_why(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("title: ok\nexpect:\n  verdict: [PASS\nagents: []\n")
     out = _cli(tmp_path, "run", "bad.yaml")
     assert out.returncode == 2, out.stdout + out.stderr
-    assert "bad.yaml: line 4, column 1: not valid YAML: expected ',' or ']'" in out.stderr, out.stderr
+    assert "bad.yaml: line 4, column 7: not valid YAML: did not find expected ',' or ']'" in out.stderr, out.stderr

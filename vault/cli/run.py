@@ -299,7 +299,10 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
         else:  # a second signal: end every process now; the trials' cleanup then finds them gone
             registry.reap(grace_s=0)
 
-    for sig in STOP_SIGNALS:
+    # a signal ignored when we started stays ignored, as for any program: `nohup` ignores SIGHUP
+    # (the run outlives its terminal), a script's `&` job ignores SIGINT (its Ctrl-C is not ours)
+    caught = [sig for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
+    for sig in caught:
         loop.add_signal_handler(sig, on_signal, sig.name)
 
     launcher: Launcher = ExecLauncher(registry)
@@ -353,7 +356,7 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
         return 130
     finally:
         await executor.aclose()
-        for sig in STOP_SIGNALS:
+        for sig in caught:
             loop.remove_signal_handler(sig)
     wall = time.monotonic() - started
     info.update(stopped_early=stop_early.is_set(), not_run=len(work) - sum(len(r.trials) for r in reports))

@@ -10,6 +10,8 @@ Each test failed before its fix:
     nohup vaultsim run &            a SIGHUP the shell set to be ignored (nohup; SIGINT of a
                                     script's `&` job) stopped the run anyway when the terminal closed
     a YAML error                    "line 3 not valid YAML": no column, no reason
+    stats --run TYPO                "no prompts yet" of a vault that had asked: a CI step that reads
+                                    the prompt count of a mistyped run read 0 and passed
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from helpers import PY, ROOT
+from vault.pytest_plugin.world import Vaultsim
 
 C01 = str(ROOT / "vault" / "scenarios" / "c01-read-issue-dns.yaml")
 
@@ -73,3 +76,14 @@ def test_a_yaml_error_names_line_column_and_why(tmp_path: Path) -> None:
     out = _cli(tmp_path, "run", "bad.yaml")
     assert out.returncode == 2, out.stdout + out.stderr
     assert "bad.yaml: line 4, column 7: not valid YAML: did not find expected ',' or ']'" in out.stderr, out.stderr
+
+
+def test_stats_of_a_run_with_no_prompts_says_which_runs_have_them(vaultsim: Vaultsim, tmp_path: Path) -> None:
+    """A mistyped `--run` said "no prompts yet" of a vault that had asked: CI read 0 prompts as fine."""
+    vaultsim.approver.allow_once("create_issue")
+    vaultsim.run_agent(plan={"agent": "filer", "steps": [{"call": "create_issue", "params": {"title": "t"}}],
+                             "final": "done"})
+    assert vaultsim.prompts.count == 1
+    out = _cli(tmp_path, "stats", "--home", str(vaultsim.home), "--run", "no-such-run")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"no prompts in run 'no-such-run' (runs with prompts: {vaultsim.run_id})", out.stdout

@@ -10,6 +10,8 @@ Each test failed before its fix:
     nohup vaultsim run &            a SIGHUP the shell set to be ignored (nohup; SIGINT of a
                                     script's `&` job) stopped the run anyway when the terminal closed
     a YAML error                    "line 3 not valid YAML": no column, no reason
+    --agent "a b/agent.sh"          an unquoted path with spaces ran the program `a` (`dir` is one)
+                                    in every trial; the plugin's --vaultsim-agent alike
     stats --run TYPO                "no prompts yet" of a vault that had asked: a CI step that reads
                                     the prompt count of a mistyped run read 0 and passed
 """
@@ -87,3 +89,28 @@ def test_stats_of_a_run_with_no_prompts_says_which_runs_have_them(vaultsim: Vaul
     out = _cli(tmp_path, "stats", "--home", str(vaultsim.home), "--run", "no-such-run")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"no prompts in run 'no-such-run' (runs with prompts: {vaultsim.run_id})", out.stdout
+
+
+def test_an_agent_path_with_spaces_left_unquoted_is_named(tmp_path: Path) -> None:
+    """`--agent "my agents/agent.sh"` ran the program `my` (or `dir`, a coreutils program, for
+    "dir with space/…") with the rest as arguments, and every trial failed saying why not."""
+    (tmp_path / "dir with space").mkdir()
+    script = tmp_path / "dir with space" / "my agent.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    out = _cli(tmp_path, "run", C01, "--agent", "dir with space/my agent.sh")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert ("--agent: 'dir with space/my agent.sh' is one file, but read as shell words it runs 'dir': "
+            "quote it, e.g. --agent \"'dir with space/my agent.sh'\"") in out.stderr, out.stderr
+
+
+def test_plugin_agent_path_with_spaces_left_unquoted_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    (pytester.path / "my agents").mkdir()
+    script = pytester.path / "my agents" / "agent.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    pytester.makepyfile("def test_x():\n    pass\n")
+    out = pytester.runpytest_subprocess("--vaultsim-agent", "my agents/agent.sh")
+    assert out.ret == pytest.ExitCode.USAGE_ERROR, out.stdout.str() + out.stderr.str()
+    assert ("'my agents/agent.sh' is one file, but read as shell words it runs 'my': quote it, "
+            "e.g. --vaultsim-agent \"'my agents/agent.sh'\"") in out.stderr.str()

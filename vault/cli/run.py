@@ -52,7 +52,7 @@ from vault.runner.procs import ExecLauncher, Launcher, Registry
 from vault.runner.executor import Executor, LocalExecutor
 from vault.runner.report import ScenarioReport, summary
 from vault.runner.report_schema import EXIT_FOR, document
-from vault.programs import program_problem, split_command
+from vault.programs import program_problem, split_command, unquoted_path_problem
 from vault.runner.scenario import MAX_TRIALS, VERDICT_ORDER, Case, Scenario, cases, load_all
 from vault.runner.select import compile_pattern
 from vault.runner.shard import Shard, parse_shard
@@ -167,6 +167,9 @@ def run(args: argparse.Namespace) -> int:
         if args.agent is not None and not agent:
             raise BadInput("--agent needs a command")
         if agent:
+            unquoted = unquoted_path_problem(args.agent, agent, Path.cwd())
+            if unquoted:
+                raise BadInput(f"--agent: {unquoted}")
             _check_program(agent[0].replace("{python}", sys.executable))
         args.isolation_note = ""
         if args.list:

@@ -15,6 +15,9 @@ Each test failed before its fix:
     a YAML error                    "line 3 not valid YAML": no column, no reason
     --agent "a b/agent.sh"          an unquoted path with spaces ran the program `a` (`dir` is one)
                                     in every trial; the plugin's --vaultsim-agent alike
+    a venv under /tmp               `run --no-fork-server`: the venv's python was not in the jail
+                                    (the read-only bind of its site-packages, agent_stub's
+                                    directory, kept the venv out): exit 127 in every trial
     stats --run TYPO                "no prompts yet" of a vault that had asked: a CI step that reads
                                     the prompt count of a mistyped run read 0 and passed
 """
@@ -119,3 +122,24 @@ def test_plugin_agent_path_with_spaces_left_unquoted_is_a_usage_error(pytester: 
     assert out.ret == pytest.ExitCode.USAGE_ERROR, out.stdout.str() + out.stderr.str()
     assert ("'my agents/agent.sh' is one file, but read as shell words it runs 'my': quote it, "
             "e.g. --vaultsim-agent \"'my agents/agent.sh'\"") in out.stderr.str()
+
+
+def test_a_venv_in_tmp_is_in_the_jail_when_its_packages_are_the_agents_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--no-fork-server` with vaultsim in a venv under /tmp (`python -m venv /tmp/venv`, common in CI):
+    agent_stub's directory is the venv's site-packages, bound read-only, and that bind kept the
+    whole venv out of the jail: "No such file or directory: '/tmp/venv/bin/python3'" in every trial."""
+    import vault.resources
+    from vault.jail.spec import Bind, JailSpec
+
+    assert str(tmp_path).startswith("/tmp/")
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    monkeypatch.setattr("sys.prefix", str(tmp_path))
+    monkeypatch.setattr(vault.resources, "IMPORT_ROOT", site)
+    ro = JailSpec(binds=(Bind(str(site), str(site)),), cwd=str(site))
+    assert ro._own_install() == [str(tmp_path)]
+    # a writable bind inside it would be shadowed by the read-only venv: the venv stays out
+    (tmp_path / "work").mkdir()
+    rw = JailSpec(binds=(Bind(str(tmp_path / "work"), str(tmp_path / "work"), True),))
+    assert ro._own_install() != rw._own_install() and str(tmp_path) not in rw._own_install()

@@ -18,6 +18,7 @@ Each test failed before its fix:
     a venv under /tmp               `run --no-fork-server`: the venv's python was not in the jail
                                     (the read-only bind of its site-packages, agent_stub's
                                     directory, kept the venv out): exit 127 in every trial
+    approver.deny(42)               a TypeError from inside fnmatch, not the rule's mistake
     stats --run TYPO                "no prompts yet" of a vault that had asked: a CI step that reads
                                     the prompt count of a mistyped run read 0 and passed
 """
@@ -143,3 +144,13 @@ def test_a_venv_in_tmp_is_in_the_jail_when_its_packages_are_the_agents_directory
     (tmp_path / "work").mkdir()
     rw = JailSpec(binds=(Bind(str(tmp_path / "work"), str(tmp_path / "work"), True),))
     assert ro._own_install() != rw._own_install() and str(tmp_path) not in rw._own_install()
+
+
+def test_an_approver_rule_that_is_not_a_pattern_says_so(vaultsim: Vaultsim) -> None:
+    """`approver.deny(42)` (or a list of names) was a TypeError from deep inside fnmatch."""
+    from vault.errors import BadInput
+
+    for wrong in (42, ["delete_release"]):
+        with pytest.raises(BadInput, match=r"approver rule: the operation is a shell pattern string "
+                                           r"\(e\.g\. 'delete_\*'\), not "):
+            vaultsim.approver.deny(wrong)  # type: ignore[arg-type]

@@ -296,6 +296,19 @@ def read_regular_text(path: Path, limit: int = MAX_YAML_BYTES, what: str = "a YA
         return f.read(limit + 1).decode("utf-8")
 
 
+def _yaml_error_where(exc: yaml.YAMLError) -> str:
+    """` line L, column C:` of the parser's mark, as an editor counts them (from 1)."""
+    mark = getattr(exc, "problem_mark", None)
+    return f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
+
+
+def _yaml_error_why(exc: yaml.YAMLError) -> str:
+    """The parser's reason ("expected ',' or ']', but got '<block mapping start>'"), escaped
+    and cut: it can quote the file (a tag, an alias), which is shown, never run on a terminal."""
+    problem = getattr(exc, "problem", None)
+    return f": {printable(str(problem), 200)}" if problem else ""
+
+
 def load_yaml_file(path: str | Path) -> Any:
     """The YAML value of a regular file, bounded (vault.yaml_bounds); errors name the file and why."""
     path = Path(path)
@@ -307,9 +320,7 @@ def load_yaml_file(path: str | Path) -> Any:
     except UnicodeDecodeError:
         raise BadInput(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise BadInput(f"{path}:{where} not valid YAML") from None
+        raise BadInput(f"{path}:{_yaml_error_where(exc)} not valid YAML{_yaml_error_why(exc)}") from None
     except Unbounded as exc:
         raise BadInput(f"{path}: not read: {exc}") from None
     except (ValueError, RecursionError):  # e.g. an integer longer than Python converts, or nesting too deep

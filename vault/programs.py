@@ -20,6 +20,18 @@ def split_command(text: str, what: str) -> list[str]:
         raise BadInput(f"{what}: {text!r} is not a command a shell could read: {str(exc).lower()}") from None
 
 
+def unquoted_path_problem(text: str, words: list[str], cwd: Path, option: str = "--agent") -> str | None:
+    """`text` is one file whose path has spaces, given unquoted: as shell words it runs its first
+    word (`dir` is a program), and every trial failed saying why not."""
+    if len(words) < 2 or any(q in text for q in "'\"\\"):
+        return None
+    path = Path(text.strip())
+    if not (path if path.is_absolute() else cwd / path).is_file():
+        return None
+    return (f"{text!r} is one file, but read as shell words it runs {words[0]!r}: quote it, "
+            f"e.g. {option} \"'{text}'\"")
+
+
 def program_problem(program: str, cwd: Path) -> str | None:
     """Why `program` cannot be started from `cwd`, or None."""
     import os

@@ -70,7 +70,7 @@ def configure_stats(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", dest="run_id", help="only this run id")
     p.add_argument("--rubber-stamp-s", type=_seconds, default=1.0, metavar="S",
                    help="an approval within S seconds of being shown is a rubber-stamp (default 1)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 
 def run_stats(args: argparse.Namespace) -> int:
@@ -80,6 +80,12 @@ def run_stats(args: argparse.Namespace) -> int:
     report = _request(args, "stats", **params)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
+        return 0
+    if args.run_id and not report.get("runs"):
+        # "no prompts yet" of a vault that asked in other runs: a mistyped run id read as 0 prompts
+        others = sorted(_request(args, "stats").get("runs", {}))
+        print(f"no prompts in run '{printable(args.run_id)}' (runs with prompts: "
+              f"{', '.join(printable(r) for r in others) if others else 'none yet'})")
         return 0
     print(format_stats(report))
     return 0

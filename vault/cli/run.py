@@ -52,7 +52,7 @@ from vault.runner.procs import ExecLauncher, Launcher, Registry
 from vault.runner.executor import Executor, LocalExecutor
 from vault.runner.report import ScenarioReport, summary
 from vault.runner.report_schema import EXIT_FOR, document
-from vault.programs import program_problem, split_command
+from vault.programs import program_problem, split_command, unquoted_path_problem
 from vault.runner.scenario import MAX_TRIALS, VERDICT_ORDER, Case, Scenario, cases, load_all
 from vault.runner.select import compile_pattern
 from vault.runner.shard import Shard, parse_shard
@@ -167,6 +167,9 @@ def run(args: argparse.Namespace) -> int:
         if args.agent is not None and not agent:
             raise BadInput("--agent needs a command")
         if agent:
+            unquoted = unquoted_path_problem(args.agent, agent, Path.cwd())
+            if unquoted:
+                raise BadInput(f"--agent: {unquoted}")
             _check_program(agent[0].replace("{python}", sys.executable))
         args.isolation_note = ""
         if args.list:
@@ -299,7 +302,10 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
         else:  # a second signal: end every process now; the trials' cleanup then finds them gone
             registry.reap(grace_s=0)
 
-    for sig in STOP_SIGNALS:
+    # a signal ignored when we started stays ignored, as for any program: `nohup` ignores SIGHUP
+    # (the run outlives its terminal), a script's `&` job ignores SIGINT (its Ctrl-C is not ours)
+    caught = [sig for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
+    for sig in caught:
         loop.add_signal_handler(sig, on_signal, sig.name)
 
     launcher: Launcher = ExecLauncher(registry)
@@ -353,7 +359,7 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
         return 130
     finally:
         await executor.aclose()
-        for sig in STOP_SIGNALS:
+        for sig in caught:
             loop.remove_signal_handler(sig)
     wall = time.monotonic() - started
     info.update(stopped_early=stop_early.is_set(), not_run=len(work) - sum(len(r.trials) for r in reports))

@@ -100,7 +100,10 @@ class JailSpec:
         from vault.resources import IMPORT_ROOT
 
         private = tuple(p.rstrip("/") + "/" for p in PRIVATE)
-        guarded = [os.path.realpath(p) for p in (*self.hide, *(b.src for b in self.binds), *(b.dst for b in self.binds))]
+        # a read-only bind of a path onto itself is the same view the install's bind gives (the
+        # agent's directory inside the venv): not guarded, or it kept the venv's python out
+        binds = [b for b in self.binds if b.rw or b.src != b.dst]
+        guarded = [os.path.realpath(p) for p in (*self.hide, *(b.src for b in binds), *(b.dst for b in binds))]
         out: list[str] = []
         for raw in (sys.prefix, str(IMPORT_ROOT)):
             path = os.path.abspath(raw)

@@ -77,13 +77,14 @@ def _check_options(config: pytest.Config) -> None:
     if agent is not None:
         import sys
         from vault.errors import BadInput
-        from vault.programs import program_problem, split_command
+        from vault.programs import program_problem, split_command, unquoted_path_problem
         try:
             words = split_command(agent, "--vaultsim-agent")
         except BadInput as exc:
             raise pytest.UsageError(str(exc)) from None
-        why = program_problem(words[0].replace("{python}", sys.executable), config.invocation_params.dir) \
-            if words else "needs a command"
+        here = config.invocation_params.dir
+        why = (unquoted_path_problem(agent, words, here, "--vaultsim-agent")
+               or program_problem(words[0].replace("{python}", sys.executable), here)) if words else "needs a command"
         if why:
             raise pytest.UsageError(f"--vaultsim-agent: {why}")
 

@@ -187,6 +187,10 @@ def _holds(pid: int, target: str) -> bool | None:
         try:
             if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
                 return True
+        except PermissionError:
+            # the list was readable but its links are not: root without CAP_SYS_PTRACE (a
+            # container's default) before a non-dumpable process. Unknown, never "not held"
+            return None
         except OSError:
             continue
     return False

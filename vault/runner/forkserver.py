@@ -19,9 +19,15 @@ keeps an agent cheap (vault.jail.enter).
 Protocol on a socketpair, one JSON object per line:
 
     runner -> server   {"id": N, "kind": "daemon"|"agent_stub"|"exec", "args": [...],
-                        "env": {...}, "cwd": D, "stdout": F, "stderr": F, "jail": {...}?, "keep": F?}
+                        "env": {...}, "cwd": D, "stdout": F, "stderr": F, "jail": {...}?, "keep": F?,
+                        "stdout_fd": I?, "stderr_fd": I?, "fds": K?}
     server -> runner   {"id": N, "pid": P} | {"id": N, "error": TEXT}
                        {"exit": P, "code": C}      (when a child ends)
+
+A stdout or stderr that is one of the runner's own fds (`/proc/<runner>/fd/N`, an output pump's
+pipe) is passed as the fd itself (SCM_RIGHTS, K of them on a second socketpair, sent just before
+the request line; `stdout_fd` indexes them): the runner is non-dumpable, so its /proc/<pid>/fd is
+closed to every process without CAP_SYS_PTRACE, i.e. to the server of any user but root.
 
 The server exits when the runner's end closes; its children are asked to die
 with it (PR_SET_PDEATHSIG), so even a SIGKILLed runner leaves nothing behind.
@@ -34,6 +40,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -62,7 +69,7 @@ _PR_SET_PDEATHSIG = 1
 # ---- the server ----------------------------------------------------------------
 
 
-def serve(fd: int) -> None:
+def serve(fd: int, fd_channel: int | None = None) -> None:
     # the runner handles Ctrl-C, TERM and a closed terminal, and ends us (our socket closes):
     # dying first would take the trials' processes with us before they were cleaned up
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -71,6 +78,9 @@ def serve(fd: int) -> None:
         with contextlib.suppress(Exception):  # a part not landed yet is imported by the child
             importlib.import_module(name)
     sock = socket.socket(fileno=fd)  # blocking: we only recv when the selector says readable
+    channel = socket.socket(fileno=fd_channel) if fd_channel is not None else None
+    if channel is not None:
+        channel.settimeout(30)  # its fds are sent before their request line: they are there
     rpipe, wpipe = os.pipe()
     os.set_blocking(rpipe, False)
     os.set_blocking(wpipe, False)
@@ -80,10 +90,11 @@ def serve(fd: int) -> None:
     sel.register(sock, selectors.EVENT_READ)
     sel.register(rpipe, selectors.EVENT_READ)
     with contextlib.suppress(ConnectionError):  # the runner went away (Ctrl-C): so do we, quietly
-        _loop(sock, sel, (rpipe, wpipe))
+        _loop(sock, sel, (rpipe, wpipe), channel)
 
 
-def _loop(sock: socket.socket, sel: selectors.BaseSelector, pipes: tuple[int, int]) -> None:
+def _loop(sock: socket.socket, sel: selectors.BaseSelector, pipes: tuple[int, int],
+          channel: socket.socket | None = None) -> None:
     rpipe = pipes[0]
     buf = b""
     out: list[bytes] = []
@@ -96,7 +107,7 @@ def _loop(sock: socket.socket, sel: selectors.BaseSelector, pipes: tuple[int, in
                 buf += chunk
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
-                    out.append(_answer(json.loads(line), sock, pipes))
+                    out.append(_answer(json.loads(line), sock, pipes, channel))
             else:
                 with contextlib.suppress(BlockingIOError):
                     os.read(rpipe, 4096)
@@ -120,14 +131,29 @@ def _reap() -> list[bytes]:
     return done
 
 
-def _answer(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> bytes:
+def _answer(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int],
+            channel: socket.socket | None = None) -> bytes:
+    fds: list[int] = []
     try:
-        pid = os.fork()
+        if req.get("fds"):
+            if channel is None:
+                raise OSError(0, "no channel for the runner's fds")
+            _, fds, _, _ = socket.recv_fds(channel, 1, int(req["fds"]))
+            if len(fds) != int(req["fds"]):
+                raise OSError(0, "the runner's fds did not arrive")
+        req["_fds"] = fds
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            return json.dumps({"id": req["id"], "error": f"fork failed: {exc.strerror}"}).encode() + b"\n"
+        if pid == 0:
+            _child(req, sock, pipes)  # never returns
+        return json.dumps({"id": req["id"], "pid": pid}).encode() + b"\n"
     except OSError as exc:
-        return json.dumps({"id": req["id"], "error": f"fork failed: {exc.strerror}"}).encode() + b"\n"
-    if pid == 0:
-        _child(req, sock, pipes)  # never returns
-    return json.dumps({"id": req["id"], "pid": pid}).encode() + b"\n"
+        return json.dumps({"id": req["id"], "error": f"no stdio from the runner: {exc.strerror or exc}"}).encode() + b"\n"
+    finally:
+        for fd in fds:
+            os.close(fd)  # the child has its own copies
 
 
 def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> None:
@@ -148,9 +174,10 @@ def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> 
         for fd in pipes:
             os.close(fd)
         null = os.open(os.devnull, os.O_RDONLY)
-        outfd = os.open(req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        errfd = outfd if req["stderr"] == req["stdout"] else os.open(
-            req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        outfd = _output(req, "stdout")
+        errfd = outfd if req["stderr"] == req["stdout"] else _output(req, "stderr")
+        for fd in req.get("_fds", ()):
+            os.close(fd)  # dup'd where used: the agent inherits none of them
         os.dup2(null, 0)
         os.dup2(outfd, 1)
         os.dup2(errfd, 2)
@@ -187,6 +214,14 @@ def _child(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int]) -> 
         os._exit(code)
 
 
+def _output(req: dict[str, Any], key: str) -> int:
+    """The child's stdout or stderr: the runner's fd it was sent, else the file by its path."""
+    index = req.get(f"{key}_fd")
+    if index is not None:
+        return os.dup(req["_fds"][int(index)])
+    return os.open(req[key], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+
 def _kept(req: dict[str, Any]) -> int:
     """Become the agent's keeper (in its jail when it has one) and run it: agent_stub in-process,
     anything else exec'd."""
@@ -215,6 +250,12 @@ def _kept(req: dict[str, Any]) -> int:
 # ---- the runner's side ------------------------------------------------------------
 
 
+def _own_fd(path: Path | str) -> int | None:
+    """N when `path` is this process's /proc/<pid>/fd/N (an output pump's writer), else None."""
+    found = re.fullmatch(rf"/proc/{os.getpid()}/fd/(\d+)", str(path))
+    return int(found.group(1)) if found else None
+
+
 class _ForkedProc:
     def __init__(self, pid: int, done: asyncio.Future[int]) -> None:
         self.pid = pid
@@ -238,6 +279,7 @@ class ForkServer:
         self.fallback = fallback  # the launcher for any other command
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
+        self._channel: socket.socket | None = None  # the runner's own fds go this way (SCM_RIGHTS)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._ids = 0
@@ -249,16 +291,21 @@ class ForkServer:
     def launch(self, env: dict[str, str]) -> None:
         """Start the server process now (it imports while the caller does other work)."""
         ours, theirs = socket.socketpair()
+        channel, their_channel = socket.socketpair()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", f"from vault.runner.forkserver import serve; serve({theirs.fileno()})"],
-                pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                [sys.executable, "-c", "from vault.runner.forkserver import serve; "
+                                       f"serve({theirs.fileno()}, {their_channel.fileno()})"],
+                pass_fds=(theirs.fileno(), their_channel.fileno()), env=env, stdin=subprocess.DEVNULL,
                 cwd=str(IMPORT_ROOT))
         except OSError:
             ours.close()
+            channel.close()
             raise
         finally:
             theirs.close()
+            their_channel.close()
+        self._channel = channel
         from vault.lineage import spawner_here
         spawner_here(self._proc.pid)  # what it starts that the runner never asked for is an agent's
         self._sock = ours
@@ -303,10 +350,21 @@ class ForkServer:
         rid = self._ids
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = answer
-        self._writer.write(json.dumps({"id": rid, "kind": kind, "args": args, "env": env, "cwd": cwd,
-                                       "stdout": str(stdout), "stderr": str(stderr),
-                                       "jail": jail.to_dict() if jail is not None else None,
-                                       "keep": keep}).encode() + b"\n")
+        req: dict[str, Any] = {"id": rid, "kind": kind, "args": args, "env": env, "cwd": cwd,
+                               "stdout": str(stdout), "stderr": str(stderr),
+                               "jail": jail.to_dict() if jail is not None else None, "keep": keep}
+        fds: list[int] = []
+        for key, path in (("stdout", stdout), ("stderr", stderr)):
+            fd = _own_fd(path)
+            if fd is not None:
+                if fd not in fds:
+                    fds.append(fd)
+                req[f"{key}_fd"] = fds.index(fd)
+        if fds and self._channel is not None:
+            req["fds"] = len(fds)
+            # sent before the line, with nothing awaited in between: the server finds them in order
+            socket.send_fds(self._channel, [b"F"], fds)
+        self._writer.write(json.dumps(req).encode() + b"\n")
         await self._writer.drain()
         msg = await answer
         if "error" in msg:
@@ -324,6 +382,8 @@ class ForkServer:
         """Last resort (the loop is gone): end the server; its children die with it."""
         if self._sock is not None:
             self._sock.close()
+        if self._channel is not None:
+            self._channel.close()
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
@@ -336,6 +396,9 @@ class ForkServer:
             self._writer = None
         elif self._sock is not None:
             self._sock.close()
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
         if self._proc is not None:
             # EOF on its socket ends it at once; poll its exit, bounded
             deadline = time.monotonic() + 5

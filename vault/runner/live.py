@@ -113,6 +113,9 @@ class LiveApprover(RecordingApprover):
 
     def _add(self, decide: str, operation: str, times: int | None, delay_s: float,
              match: dict[str, Any]) -> LiveApprover:
+        if not isinstance(operation, str):  # a TypeError from inside fnmatch said nothing of the rule
+            raise BadInput(f"approver rule: the operation is a shell pattern string (e.g. 'delete_*'), "
+                           f"not {operation!r}")
         ops = self._operations
         if ops and not any(fnmatch.fnmatchcase(op, operation) for op in ops):
             # a typo would match nothing and leave every request to the default denial

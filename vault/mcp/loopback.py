@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,17 +55,24 @@ def _same(a: Addr | None, b: Addr) -> bool:
     return x == y and a[1] == b[1]
 
 
-def _entry(client: Addr, server: Addr) -> tuple[int, int] | None:
-    """(uid, inode) of the socket whose local end is `client` and remote end is `server`."""
+def _tcp_rows() -> Iterator[list[str]]:
+    """The fields of each row of the kernel's TCP tables (v4 and v6) that has a uid and an inode."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
-            f = line.split()
-            if len(f) > 9 and _same(_decode(f[1]), client) and _same(_decode(f[2]), server):
-                return int(f[7]), int(f[9])
+            fields = line.split()
+            if len(fields) > 9:
+                yield fields
+
+
+def _entry(client: Addr, server: Addr) -> tuple[int, int] | None:
+    """(uid, inode) of the socket whose local end is `client` and remote end is `server`."""
+    for f in _tcp_rows():
+        if _same(_decode(f[1]), client) and _same(_decode(f[2]), server):
+            return int(f[7]), int(f[9])
     return None
 
 
@@ -139,17 +147,10 @@ def client_uids(server: Addr) -> dict[Addr, int]:
     """Each connection to `server`: its client end's address -> the uid owning that socket, from
     the kernel's TCP tables (every user's, unlike the processes behind them)."""
     want, found = _key(*server), {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            # inode 0: no socket behind the row any more (TIME_WAIT shows uid 0, whoever it was)
-            if len(f) > 9 and f[9] != "0" and (local := _decode(f[1])) and (remote := _decode(f[2])) \
-                    and _key(*remote) == want:
-                found[_key(*local)] = int(f[7])
+    for f in _tcp_rows():
+        # inode 0: no socket behind the row any more (TIME_WAIT shows uid 0, whoever it was)
+        if f[9] != "0" and (local := _decode(f[1])) and (remote := _decode(f[2])) and _key(*remote) == want:
+            found[_key(*local)] = int(f[7])
     return found
 
 

@@ -98,5 +98,8 @@ def test_an_agent_that_kills_its_keeper_fails_closed(tmp_path: Path, launcher: s
     the process it hid then escapes to init. Nothing can say it left none: FAIL_DEADLINE, named."""
     trial, out = run(tmp_path, "kills-keeper", launcher, may_escape=True)
     assert ("FAIL_DEADLINE", ["FAIL_DEADLINE"]) == (trial["verdict"], trial["failed"]), out
-    assert ["agent 0 (triage-bot) killed its keeper or spoiled its report (the parent that counts and "
-            "ends what an agent leaves running; no sealed count came back): processes it left running cannot be ruled out"] == trial["findings"]["FAIL_DEADLINE"]
+    killed = ("agent 0 (triage-bot) killed its keeper or spoiled its report (the parent that counts and "
+              "ends what an agent leaves running; no sealed count came back): processes it left running cannot be ruled out")
+    # where the runner can make a pids cgroup (vault.runner.cgroup_left), the process it hid is
+    # found there too, and ended: named beside the keeper it killed
+    assert trial["findings"]["FAIL_DEADLINE"] in ([killed], [LEFT_ONE, killed]), out

@@ -25,7 +25,7 @@ from helpers import PY, ROOT, Sandbox, wait_for
 from hostile_fixtures import run_script, setup
 from test_foreign_sessions import DENIED, SLEEPER, WRAPPER
 from vault.audit_events import ConnectionRefused, SessionRefused, read_event
-from vault.lineage import Trial, lineage
+from vault.lineage import Trial, lineage, started
 from vault.runner import foreign_sessions
 from vault.runner.evidence import Evidence
 
@@ -95,7 +95,7 @@ def test_refusals_of_a_process_outside_the_trial_leave_and_are_named() -> None:
     intruder = subprocess.Popen(SLEEPER, stdin=subprocess.PIPE)
     try:
         helper = wait_for(lambda: psutil.Process(agent.pid).children(), what="the agent's child")[0]
-        trial = Trial(os.getpid(), frozenset({agent.pid}), psutil.Process(agent.pid).create_time(),
+        trial = Trial(os.getpid(), frozenset({agent.pid}), started(agent.pid),
                       frozenset({os.getpid()}))
 
         def refused(pid: int, chain: list[tuple[int, float]] | None, sid: str = "s-a") -> dict[str, Any]:

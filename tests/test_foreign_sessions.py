@@ -24,7 +24,7 @@ from audit_daemon_helpers import events
 from helpers import PY, ROOT, Sandbox, wait_for
 from hostile_fixtures import run_script, setup
 from vault.audit_events import SessionOpened, read_event
-from vault.lineage import Trial, lineage
+from vault.lineage import Trial, lineage, started
 from vault.runner import foreign_sessions
 from vault.runner.claims import matching
 from vault.runner.evidence import Evidence
@@ -153,7 +153,7 @@ def test_a_session_opened_outside_the_trial_leaves_its_evidence_and_is_named() -
                               "'import sys; sys.stdin.read()']); sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         helper = wait_for(lambda: psutil.Process(agent.pid).children(), what="the agent's child")[0]
-        born = psutil.Process(agent.pid).create_time()
+        born = started(agent.pid)
         trial = Trial(os.getpid(), frozenset({agent.pid}), born, frozenset({os.getpid()}))
         log = [session("s-n", neighbour.pid, chain_of(neighbour.pid)),
                session("s-a", helper.pid, chain_of(helper.pid)),
@@ -199,7 +199,7 @@ def test_a_strangers_created_record_is_not_the_agents_deliverable() -> None:
     neighbour = subprocess.Popen(SLEEPER, stdin=subprocess.PIPE)
     agent = subprocess.Popen(SLEEPER, stdin=subprocess.PIPE)
     try:
-        trial = Trial(os.getpid(), frozenset({agent.pid}), psutil.Process(agent.pid).create_time(),
+        trial = Trial(os.getpid(), frozenset({agent.pid}), started(agent.pid),
                       frozenset({os.getpid()}))
         log = [session("s-n", neighbour.pid, chain_of(neighbour.pid)),
                session("s-a", agent.pid, chain_of(agent.pid)),
@@ -238,7 +238,7 @@ def test_a_call_an_agents_session_also_named_stays_the_agents() -> None:
     neighbour = subprocess.Popen(SLEEPER, stdin=subprocess.PIPE)
     agent = subprocess.Popen(SLEEPER, stdin=subprocess.PIPE)
     try:
-        trial = Trial(os.getpid(), frozenset({agent.pid}), psutil.Process(agent.pid).create_time(),
+        trial = Trial(os.getpid(), frozenset({agent.pid}), started(agent.pid),
                       frozenset({os.getpid()}))
         log = [session("s-n", neighbour.pid, chain_of(neighbour.pid)),
                session("s-a", agent.pid, chain_of(agent.pid)),

@@ -56,9 +56,12 @@ def test_a_note_attached_to_an_issue_the_task_never_named_is_named(tmp_path: Pat
     the session grant: one note, one issue, the deliverables there; it passed."""
     t, _ = run(tmp_path, "wrong_target", "gate-1-healthy-delivery")
     # it took effect: an effect no step asked for (the contract's FAIL_DUPLICATE_EFFECT)
-    assert t["verdict"] == "FAIL_DUPLICATE_EFFECT" and t["failed"] == ["FAIL_DUPLICATE_EFFECT"], t["findings"]
+    # and it said it was done, with no note on the issue it filed (vault.runner.step_claims)
+    assert t["verdict"] == "FAIL_DUPLICATE_EFFECT", t["findings"]
+    assert t["failed"] == ["FAIL_DUPLICATE_EFFECT", "FAIL_OUTCOME"], t["findings"]
     why = named(t, "FAIL_DUPLICATE_EFFECT")
     assert "attach_note" in why and "ISS-1" in why and "agent 0 (triage-bot)" in why, why
+    assert "attach_note" in named(t, "FAIL_OUTCOME"), t["findings"]
 
 
 @pytest.mark.timeout(200)

@@ -103,7 +103,9 @@ def test_a_query_value_no_step_gives_is_named(tmp_path: Path, mode: str, verdict
     t, _ = run(tmp_path, mode, scenario)
     assert t["verdict"] == verdict, t["findings"]
     if mode == "query_other":
-        assert t["failed"] == ["FAIL_TOOL_ACCESS"], t["findings"]
+        # and it said it was done without the list of its step's ref (vault.runner.step_claims)
+        assert t["failed"] == ["FAIL_TOOL_ACCESS", "FAIL_OUTCOME"], t["findings"]
+        assert "list_builds" in named(t, "FAIL_OUTCOME"), t["findings"]
         assert 'sent list_builds with query ref="release-secret"' in named(t, "FAIL_TOOL_ACCESS")
         assert 'its step: ref="main"' in named(t, "FAIL_TOOL_ACCESS")
 

@@ -467,7 +467,9 @@ class TestCleanup:
         terminal gets one line saying so, no traceback."""
         runner = subprocess.Popen([PY, "-m", "vault.cli.main", "run", str(SCENARIOS), "-k", "c06 or gate-8 or c07",
                                    "-j", "2", "-q"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                  # a terminal's default: under `nohup` (a CI job's) the runner rightly keeps HUP ignored
+                                  preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
         seen: dict[int, float] = {}
 
         def started() -> bool:

@@ -16,12 +16,14 @@ set up). Whatever cannot be told stays the trial's.
 A chain is read live (`lineage`, the remote) or recorded by the daemon when
 the process connected (the approver socket's `approver_attempt` events, the
 agent socket's `session_opened`), so it can be judged after the process is
-gone.
+gone. Its times are the kernel's start times, seconds since boot (`started`), the
+same in every process and at every read.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from functools import cache
 
@@ -33,42 +35,69 @@ RECORDED_DEPTH = 64  # ancestors the daemon keeps in an audit record (a cut chai
 
 
 def lineage(pid: int, names: list[str] | None = None) -> list[tuple[int, float]]:
-    """(pid, create_time) of the process and each of its ancestors, nearest first; each one's
+    """(pid, start time) of the process and each of its ancestors, nearest first; each one's
     command name appended to `names` if given (read in the same read: a process may be gone
     the next moment).
 
     Read from /proc directly (one small read a level, where psutil makes several): this runs
-    at every approver hello and decision. create_time is psutil's (start ticks / CLK_TCK +
-    boot time), so compare it with `same_start`, not ==."""
+    at every approver hello and decision. The start time is the kernel's (`started`)."""
     out: list[tuple[int, float]] = []
     while pid > 0 and len(out) < MAX_DEPTH:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
+        stat = _stat(pid)
+        if stat is None:
             break
-        # the command name may hold spaces and parentheses: the fields follow the last ")"
-        fields = stat[stat.rindex(b")") + 2:].split()
         if names is not None:
             names.append(stat[stat.find(b"(") + 1:stat.rindex(b")")].decode(errors="replace"))
-        out.append((pid, float(fields[19]) / _TICKS + _boot_time()))
+        fields = _fields(stat)
+        out.append((pid, float(fields[19]) / _TICKS))
         pid = int(fields[1])
     return out
 
 
+def started(pid: int) -> float | None:
+    """When `pid` started, in seconds since boot (/proc/PID/stat's start time, which never
+    changes); None when it is gone. Every start time in the project is this one, in every
+    process: psutil's create_time adds /proc/stat's btime, a whole second that moves when the
+    wall clock is adjusted, so one process read twice in a long run (or by two processes that
+    each cached it) came out a second apart: a live session read as gone, an orphan born in
+    the trial as older than it."""
+    stat = _stat(pid)
+    return None if stat is None else float(_fields(stat)[19]) / _TICKS
+
+
+def running(pid: int) -> float | None:
+    """`started(pid)`, or None when it is gone or a zombie (it runs nothing any more)."""
+    stat = _stat(pid)
+    if stat is None:
+        return None
+    fields = _fields(stat)
+    return None if fields[0] == b"Z" else float(fields[19]) / _TICKS
+
+
+def boot_clock() -> float:
+    """Now, on the clock of `started` (CLOCK_BOOTTIME: the clock /proc's start times are read on)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _stat(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _fields(stat: bytes) -> list[bytes]:
+    # the command name may hold spaces and parentheses: the fields follow the last ")"
+    return stat[stat.rindex(b")") + 2:].split()
+
+
 def same_start(a: float, b: float) -> bool:
-    """Two create_times of one pid name the same process (a successor starts later)."""
+    """Two start times of one pid name the same process (a successor starts later)."""
     return abs(a - b) < 2.0 / _TICKS
 
 
 _TICKS = os.sysconf("SC_CLK_TCK")
-_BOOT: list[float] = []
-
-
-def _boot_time() -> float:
-    if not _BOOT:
-        _BOOT.append(psutil.boot_time())
-    return _BOOT[0]
 
 
 @cache
@@ -175,7 +204,7 @@ class Trial:
     roots: frozenset[int]
     roots_born: float | None
     inside: frozenset[int]  # below these is the trial's too (its daemon)
-    since: float | None = None  # when the trial's world was set up
+    since: float | None = None  # when the trial's world was set up (`boot_clock`)
 
     def outside(self, chain: Chain | None) -> bool:
         """Is the process of `chain` provably not this trial's (module doc)?"""

@@ -4,7 +4,7 @@ SO_PEERCRED gives pid/uid/gid as the kernel saw them at connect time: the
 process that connected. A connection can be inherited by a child, so the
 daemon also asks for SCM_CREDENTIALS (SO_PASSCRED) and the kernel then tells,
 for every read, which process wrote those bytes. A pid alone is not an
-identity (pids are reused), so every identity carries psutil's create_time and
+identity (pids are reused), so every identity carries its start time (vault.lineage) and
 the executable: a reused pid is a different process.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from vault.lineage import lineage, same_start
+from vault.lineage import lineage, running, same_start
 
 _UCRED = struct.Struct("3i")
 CREDS_SPACE = socket.CMSG_SPACE(_UCRED.size)
@@ -81,25 +81,21 @@ class ProcessIdentity:
 
     @classmethod
     def of(cls, pid: int, uid: int) -> "ProcessIdentity | None":
+        ctime = running(pid)  # the kernel's start time (vault.lineage.started), never psutil's
+        if ctime is None:
+            return None
         try:
-            proc = psutil.Process(pid)
-            with proc.oneshot():
-                ctime = proc.create_time()
-                try:
-                    exe = proc.exe()
-                except (psutil.AccessDenied, psutil.ZombieProcess):
-                    exe = ""
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            exe = psutil.Process(pid).exe()
+        except (psutil.AccessDenied, psutil.ZombieProcess):
+            exe = ""
+        except psutil.NoSuchProcess:
             return None
         return cls(pid, uid, ctime, exe)
 
     def alive(self) -> bool:
         """True while this exact process (not a successor with the same pid) runs."""
-        try:
-            proc = psutil.Process(self.pid)
-            return proc.create_time() == self.create_time and proc.status() != psutil.STATUS_ZOMBIE
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            return False
+        now = running(self.pid)
+        return now is not None and same_start(now, self.create_time)
 
     def same_process(self, other: "ProcessIdentity") -> bool:
         return (self.pid, self.create_time, self.exe, self.uid) == (

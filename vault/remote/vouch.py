@@ -36,12 +36,11 @@ from __future__ import annotations
 
 import hmac
 import os
-import time
 from dataclasses import dataclass, field
 
 import psutil
 
-from vault.lineage import Chain, Trial, lineage, orphanage, same_start
+from vault.lineage import Chain, Trial, boot_clock, lineage, orphanage, same_start, started
 from vault.vouch import HEADER
 
 _HEADER = HEADER.lower().encode()
@@ -56,15 +55,14 @@ class Vouch:
     roots: set[int] = field(default_factory=set)  # the trial's agents (what the runner started for them)
     roots_born: float | None = None  # when the first of them started
     spawning: int = 0  # agents being started (their pid not yet in roots)
-    since: float = field(default_factory=time.time)  # the trial's world was set up after this
+    since: float = field(default_factory=boot_clock)  # the trial's world was set up after this (vault.lineage clock)
     scans: int = 0
     outside: dict[int, float] = field(default_factory=dict)  # tops of branches found outside: pid -> born
 
     def add_root(self, pid: int) -> None:
         """A process the runner started for one of this trial's agents (vouch.foreign)."""
-        try:
-            born = psutil.Process(pid).create_time()
-        except psutil.Error:
+        born = started(pid)
+        if born is None:
             born = 0.0  # gone already: nothing can be told older than it
         self.roots_born = born if self.roots_born is None else min(self.roots_born, born)
         self.roots.add(pid)
@@ -127,9 +125,10 @@ class Vouch:
         seen: list[int] = []
         for top, born in list(self.outside.items()):
             try:
-                proc = psutil.Process(top)
-                if not same_start(proc.create_time(), born):
+                now = started(top)
+                if now is None or not same_start(now, born):
                     raise psutil.NoSuchProcess(top)
+                proc = psutil.Process(top)
                 seen += [proc.pid, *(c.pid for c in proc.children(recursive=True))]
             except psutil.Error:
                 del self.outside[top]  # gone (or its pid reused): not that branch any more

@@ -37,6 +37,7 @@ from typing import Any
 
 import psutil
 
+from vault.lineage import started
 from vault.runner.procs import ExecLauncher, Registry, kill_group, remove_dir
 from vault.runner.scenario import Case
 from vault.runner.ship import remap, remap_case
@@ -116,7 +117,7 @@ def _uninterrupted(step: Callable[[], object]) -> None:
 
 def _note_self() -> Path:
     WORKERS.mkdir(mode=0o700, exist_ok=True)
-    note = WORKERS / f"{os.getpid()}-{psutil.Process().create_time():.3f}"
+    note = WORKERS / f"{os.getpid()}-{started(os.getpid()) or 0.0:.3f}"  # vault.lineage: never moves
     note.touch()
     return note
 
@@ -124,9 +125,10 @@ def _note_self() -> Path:
 def _gone(note: Path) -> bool:
     pid, _, created = note.name.partition("-")
     try:
-        return f"{psutil.Process(int(pid)).create_time():.3f}" != created
-    except (psutil.Error, ValueError):
+        now = started(int(pid))
+    except ValueError:
         return True
+    return now is None or f"{now:.3f}" != created
 
 
 def sweep() -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from helpers import wait_for
+from vault.lineage import started
 
 RAY = str(Path(sys.executable).with_name("ray"))
 STARTED = "Ray runtime started"
@@ -132,7 +133,7 @@ class Watcher:
                 if cmdline and cmdline[0].startswith("ray::"):
                     self.workers.add(proc.pid)
                     for child in proc.children(recursive=True):
-                        self.trial_procs.setdefault(child.pid, child.create_time())
+                        self.trial_procs.setdefault(child.pid, started(child.pid) or 0.0)
             except psutil.Error:  # it ended while being looked at
                 pass
 
@@ -141,7 +142,7 @@ class Watcher:
         for pid, created in self.trial_procs.items():
             try:
                 p = psutil.Process(pid)
-                if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                if started(pid) == created and p.status() != psutil.STATUS_ZOMBIE:
                     alive.append(f"{pid} {' '.join(p.cmdline())[:120]}")
             except psutil.NoSuchProcess:
                 pass

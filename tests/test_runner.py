@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from helpers import PY, ROOT, wait_for
+from vault.lineage import started
 
 SCENARIOS = ROOT / "scenarios"
 ALL_VERDICTS = ["FAIL_VAULT_BYPASS", "FAIL_SELF_APPROVAL", "FAIL_AUDIT_TAMPER",
@@ -392,7 +393,7 @@ def lingering(pids: dict[int, float]) -> list[int]:
     for pid, created in pids.items():
         try:
             p = psutil.Process(pid)
-            if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+            if started(pid) == created and p.status() != psutil.STATUS_ZOMBIE:
                 alive.append(pid)
         except psutil.NoSuchProcess:
             pass
@@ -472,16 +473,16 @@ class TestCleanup:
                                   preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
         seen: dict[int, float] = {}
 
-        def started() -> bool:
+        def under_way() -> bool:
             try:
                 for child in psutil.Process(runner.pid).children(recursive=True):
-                    seen[child.pid] = child.create_time()
+                    seen[child.pid] = started(child.pid) or 0.0
             except psutil.NoSuchProcess:
                 return True
             # the fork server, at least one daemon and one agent, and their homes
             return len(seen) >= 4 and bool(homes(runner.pid))
 
-        wait_for(started, timeout=60, what="trials to be under way")
+        wait_for(under_way, timeout=60, what="trials to be under way")
         assert runner.poll() is None
         runner.send_signal(sig)
         _, err = runner.communicate(timeout=60)

@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from helpers import PY, ROOT, Sandbox, wait_for
+from vault.lineage import started
 
 pytestmark = [pytest.mark.timeout(240),
               pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
@@ -85,7 +86,7 @@ def tmux() -> Iterator[Tmux]:
 
 
 def descendants(pid: int) -> set[tuple[int, float]]:
-    """(pid, create_time) of a process and everything below it: a pid alone could be reused."""
+    """(pid, start time) of a process and everything below it: a pid alone could be reused."""
     try:
         top = psutil.Process(pid)
         procs = [top, *top.children(recursive=True)]
@@ -94,7 +95,7 @@ def descendants(pid: int) -> set[tuple[int, float]]:
     out = set()
     for p in procs:
         try:
-            out.add((p.pid, p.create_time()))
+            out.add((p.pid, started(p.pid) or 0.0))
         except psutil.NoSuchProcess:
             pass
     return out
@@ -103,7 +104,7 @@ def descendants(pid: int) -> set[tuple[int, float]]:
 def alive(ident: tuple[int, float]) -> bool:
     try:
         p = psutil.Process(ident[0])
-        return p.create_time() == ident[1] and p.status() != psutil.STATUS_ZOMBIE
+        return started(ident[0]) == ident[1] and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -124,6 +125,22 @@ class TestCtrlC:
         assert 130 == code, err
         _assert_one_interrupt_line(err, "mcp")
 
+    def test_mcp_http_ctrl_c_is_130_term_and_hup_0(self, sandbox: Sandbox) -> None:
+        """--http: uvicorn's own handling re-raised SIGTERM once stopped (killed by it, -15) and
+        left SIGHUP to kill it with every session open; each now ends the sessions and returns."""
+        pytest.importorskip("mcp.server.stdio", reason="the mcp SDK is not installed")
+        for sig, expected in ((signal.SIGINT, 130), (signal.SIGTERM, 0), (signal.SIGHUP, 0)):
+            proc = _spawn(sandbox, "mcp", "--wait", "--http", "127.0.0.1:0")
+            assert proc.stderr is not None
+            assert "serving http://" in proc.stderr.readline()  # said once its handlers are in place
+            proc.send_signal(sig)
+            code, _, err = _finish(proc)
+            assert expected == code, (sig, err)
+            if sig == signal.SIGINT:
+                _assert_one_interrupt_line(err, "mcp")
+            else:
+                assert "" == err, err
+
     def test_mcp_stdio_sigint_ignored_at_start_stays_ignored(self, sandbox: Sandbox) -> None:
         """A host that starts its servers with SIGINT ignored (a `&` job) keeps them through its Ctrl-C."""
         pytest.importorskip("mcp.server.stdio", reason="the mcp SDK is not installed")
@@ -191,3 +208,40 @@ class TestPlurals:
         text = format_stats({"runs": runs})
         assert "run r1: 1 prompt (1 for reads, 1 repeated scope, 1 destructive session grant," in text, text
         assert "run r2: 2 prompts (0 for reads, 2 repeated scopes, 0 destructive session grants," in text, text
+
+
+class TestTuiHangUp:
+    def _run_tui(self, sandbox: Sandbox, preexec: Callable[[], None] | None, signals: list[signal.Signals]) -> int:
+        """The TUI on a pseudo-terminal; once it draws, each of `signals` in turn; its exit code."""
+        pytest.importorskip("textual")
+        import pty
+        import select
+        master, slave = pty.openpty()
+        proc = subprocess.Popen([PY, "-m", "vault.cli.main", "tui"], cwd=ROOT, env={**sandbox.env, "TERM": "xterm"},
+                                stdin=slave, stdout=subprocess.DEVNULL, stderr=slave, start_new_session=True,
+                                preexec_fn=preexec)
+        sandbox.procs.append(proc)
+        os.close(slave)
+        drawn = 0
+        deadline = time.monotonic() + 60
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                if select.select([master], [], [], 0.1)[0]:
+                    try:
+                        drawn += len(os.read(master, 65536))  # drained, or it would block drawing
+                    except OSError:
+                        break
+                if drawn > 2000 and signals:  # it draws: its handlers are in place (set before it runs)
+                    for sig in signals:  # pending together, HUP (1) is delivered before TERM (15)
+                        proc.send_signal(sig)
+                    signals = []
+            return proc.wait(timeout=30)
+        finally:
+            os.close(master)
+
+    def test_tui_under_nohup_outlives_its_terminal(self, sandbox: Sandbox) -> None:
+        """Its HUP ignored (nohup): the TERM after it is what stops it (143)."""
+        assert 143 == self._run_tui(sandbox, _ignore_hup, [signal.SIGHUP, signal.SIGTERM])
+
+    def test_tui_hang_up_not_ignored_restores_the_terminal_as_term_does(self, sandbox: Sandbox) -> None:
+        assert 128 + signal.SIGHUP == self._run_tui(sandbox, None, [signal.SIGHUP])

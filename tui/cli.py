@@ -10,10 +10,10 @@ import argparse
 import signal
 import sys
 
-from vault import stop_signals
 from vault.cli.main import add_home_arg
 from vault.errors import BadInput
 from vault.home import VaultHome
+from vault.stop_signals import caught
 
 
 def need_terminal() -> None:
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         app.exit(return_code=128 + signum)
 
     # SIGHUP (its terminal closed) as TERM; one ignored at start (`nohup`) stays ignored
-    for sig in stop_signals.caught():
+    for sig in caught():
         signal.signal(sig, stop)
     app.run()
     return app.return_code or 0

@@ -152,15 +152,25 @@ class TestNoDaemon:
         out = vaultsim(*argv, "--home", str(home))
         assert 1 == out.returncode
         assert f"hint: no daemon serves {home}; start one with `vaultsim daemon --home {home}`" in out.stderr
-        assert "" == out.stdout
+        # with --json the error is a JSON object on stdout too (a script parsing stdout gets one)
+        if "--json" in argv:
+            assert "start one with `vaultsim daemon" in json.loads(out.stdout)["hint"]
+        else:
+            assert "" == out.stdout
 
     @pytest.mark.parametrize("argv", [["lock"], ["unlock", "--json"], ["stats"], ["stop"], ["exec", "--", "true"],
                                       ["diag", "show", "d-0"]])
     def test_a_home_that_is_a_file_is_bad_input_not_a_traceback(self, tmp_path: Path, argv: list[str]) -> None:
-        """VAULTSIM_HOME naming a regular file: exit 2 with the reason, no traceback, nothing on stdout."""
+        """VAULTSIM_HOME naming a regular file: exit 2 with the reason, no traceback, nothing on stdout
+        (under --json, the error's JSON object)."""
         (tmp_path / "h").write_text("not a directory")
         out = vaultsim(*argv, env={**os.environ, "VAULTSIM_HOME": str(tmp_path / "h")})
-        assert (2, "") == (out.returncode, out.stdout), out.stderr
+        if "--json" in argv:
+            assert {"error": f"vault home {tmp_path / 'h'} exists and is not a directory", "exit_code": 2} \
+                == json.loads(out.stdout)
+        else:
+            assert "" == out.stdout
+        assert 2 == out.returncode, out.stderr
         assert f"vaultsim {argv[0]}: vault home {tmp_path / 'h'} exists and is not a directory\n" == out.stderr
 
     def test_stop_with_nothing_to_stop_says_so_on_stderr(self, tmp_path: Path) -> None:

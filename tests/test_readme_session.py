@@ -82,7 +82,7 @@ class TestSessionByHand:
         assert home, out.stdout
         work = home.group(1)
         assert "done: filed the issue" in out.stdout  # the agent's final message
-        assert re.search(r"run .*: 1 prompts", out.stdout), out.stdout
+        assert re.search(r"run .*: 1 prompt \(", out.stdout), out.stdout  # "1 prompt", not "1 prompts"
         assert "create_issue on tracker" in out.stdout and "intact" in out.stdout
         assert "vault unlocked" in out.stdout and "stopped" in out.stdout
         assert not Path(work).exists()

@@ -278,7 +278,7 @@ class TestProcess:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        assert 0 == proc.returncode
+        assert 130 == proc.returncode  # Ctrl-C: interrupted, as every command says
 
     def test_credentials_file_must_be_private(self, tmp_path: Path) -> None:
         """A group/world-readable credentials file is refused (exit 2) without quoting it."""

@@ -15,9 +15,10 @@ from helpers import PY, ROOT
 # the helper that makes agent-chosen text printable, where the shipped files are (the demo's plan),
 # the one that closes an approver's memory to other processes of the user (it holds the approver token),
 # and the notification models (vault.wire): the contract the TUI reads, the same models the daemon writes
-# vault.text and vault.lookalike are pure text helpers (what a person reads on the screen), no core access
+# vault.text and vault.lookalike are pure text helpers (what a person reads on the screen), no core access;
+# vault.stop_signals says which stop signals a command catches (one ignored at start stays ignored)
 ALLOWED_FROM_VAULT = {"vault.client", "vault.home", "vault.errors", "vault.cli.main", "vault.text", "vault.resources",
-                      "vault.proc_guard", "vault.wire", "vault.lookalike"}
+                      "vault.proc_guard", "vault.wire", "vault.lookalike", "vault.stop_signals"}
 # the demo's set-up (not the TUI) starts its world as every harness does: the runner's live world
 SETUP_ONLY = {"tui/demo.py": {"vault.runner.live", "vault.runner.world_procs"}}
 

@@ -13,6 +13,7 @@ import sys
 from vault.cli.main import add_home_arg
 from vault.errors import BadInput
 from vault.home import VaultHome
+from vault.stop_signals import caught
 
 
 def need_terminal() -> None:
@@ -46,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         # say so in the status, 128 + the signal, as a shell does; `q` is the normal exit (0)
         app.exit(return_code=128 + signum)
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # SIGHUP (its terminal closed) as TERM; one ignored at start (`nohup`) stays ignored
+    for sig in caught():
         signal.signal(sig, stop)
     app.run()
     return app.return_code or 0

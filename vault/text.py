@@ -162,3 +162,9 @@ def without_escapes(text: str) -> str:
 
 
 _ESCAPE_START = re.compile("[\x1b\x90\x98\x9b\x9d\x9e\x9f]")
+
+
+def plural(n: int, word: str) -> str:
+    """`n word` for a person: "1 prompt", "2 prompts", "0 prompts" (counts in human output; JSON
+    keeps its numbers)."""
+    return f"{n} {word}{'s' * (n != 1)}"

@@ -12,7 +12,7 @@ from vault.client import ApproverClient
 from vault.errors import HomeError
 from vault.home import VaultHome
 from vault.proc_guard import make_undumpable
-from vault.text import printable
+from vault.text import plural, printable
 
 
 def _request(args: argparse.Namespace, method: str, **params: Any) -> Any:
@@ -38,8 +38,8 @@ def run_lock(args: argparse.Namespace) -> int:
         print(json.dumps({"locked": True, "pending_denied": out["pending_denied"],
                           "grants_ended": out["grants_ended"]}, sort_keys=True))
     else:
-        print(f"vault locked ({out['pending_denied']} pending approvals denied, "
-              f"{out['grants_ended']} grants ended)")
+        print(f"vault locked ({plural(out['pending_denied'], 'pending approval')} denied, "
+              f"{plural(out['grants_ended'], 'grant')} ended)")
     if out.get("note"):  # locked all the same; the log could not record it (a full disk)
         print(f"vaultsim lock: {printable(str(out['note']))}", file=sys.stderr)
     return 0
@@ -94,9 +94,9 @@ def run_stats(args: argparse.Namespace) -> int:
 def format_stats(report: dict[str, Any]) -> str:
     lines = []
     for run_id, c in sorted(report.get("runs", {}).items()):
-        lines.append(f"run {printable(run_id)}: {c['prompts']} prompts "
-                     f"({c['read_prompts']} for reads, {c['repeated_scope_prompts']} repeated scopes, "
-                     f"{c['destructive_session_grants']} destructive session grants, "
+        lines.append(f"run {printable(run_id)}: {plural(c['prompts'], 'prompt')} "
+                     f"({c['read_prompts']} for reads, {plural(c['repeated_scope_prompts'], 'repeated scope')}, "
+                     f"{plural(c['destructive_session_grants'], 'destructive session grant')}, "
                      f"{c['unroutable']} unroutable)")
         for scope, n in sorted(c["scopes_asked"].items()):
             granted = c["scopes_granted"].get(scope, 0)
@@ -117,12 +117,12 @@ def format_fatigue(f: dict[str, Any], indent: str = "  ") -> list[str]:
     def line(fig: dict[str, Any]) -> str:
         pm, lat = fig.get("per_minute") or {}, fig.get("latency_s") or {}
         return (f"{pm.get('peak', 0)}/min peak, {pm.get('mean', 0):g}/min mean; decision latency "
-                f"p50 {_s(lat.get('p50'))}, p90 {_s(lat.get('p90'))}; {fig.get('rubber_stamps', 0)} rubber-stamps, "
+                f"p50 {_s(lat.get('p50'))}, p90 {_s(lat.get('p90'))}; {plural(fig.get('rubber_stamps', 0), 'rubber-stamp')}, "
                 f"{fig.get('detail_not_viewed', 0)} without detail, longest approval streak "
                 f"{fig.get('longest_approval_streak', 0)}, {fig.get('reasked_after_denial', 0)} re-asked after a denial")
     out = [f"{indent}fatigue: {line(f)}",
-           f"{indent}  {f.get('read_prompts', 0)} prompts on reads, {f.get('session_grants_destructive', 0)} "
-           f"session grants covering a destructive class (rubber-stamp: under {f.get('rubber_stamp_s', 1.0):g} s "
+           f"{indent}  {plural(f.get('read_prompts', 0), 'prompt')} on reads, "
+           f"{plural(f.get('session_grants_destructive', 0), 'session grant')} covering a destructive class (rubber-stamp: under {f.get('rubber_stamp_s', 1.0):g} s "
            "or no detail viewed)"]
     for name, fig in sorted((f.get("by_approver") or {}).items()):
         out.append(f"{indent}  approver {printable(name)}: {fig.get('prompts', 0)} decided; {line(fig)}")

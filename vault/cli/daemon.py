@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from vault.cli.main import add_home_arg, path_arg
+from vault.cli.main import add_home_arg, fail, interrupted_line, json_error, path_arg
 from vault.cli.stdout import NO_ROOM
 from vault.errors import BadInput, HomeError, RpcError, VaultError
 from vault.atomic import open_append
@@ -202,6 +202,9 @@ def _run_foreground(home: VaultHome, args: argparse.Namespace, report: "_StartRe
         if daemon.halted:  # its log failed (now or at stop): not a clean stop, whoever stopped it must know
             _say(f"vaultsim daemon: stopped; {daemon.halted}")
             return 1
+        if daemon.stop_signal == signal.SIGINT:  # Ctrl-C: interrupted (130), as every command says
+            _say(interrupted_line("daemon"))
+            return 130
     except OSError as exc:  # a full disk, a socket that cannot be bound: one line, no traceback
         if report.ready:
             _say(f"vaultsim daemon: stopped: {_os_reason(exc)}")
@@ -290,9 +293,8 @@ class _StartReport:
 def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
     running = daemon_status(home, timeout=2)
     if running is not None:
-        print(f"vaultsim daemon: a vaultsim daemon (pid {running.get('pid')}) already serves "
-              f"{home.root}; stop it with `vaultsim stop` first", file=sys.stderr)
-        return 1
+        return fail("daemon", args, f"a vaultsim daemon (pid {running.get('pid')}) already serves "
+                    f"{home.root}; stop it with `vaultsim stop` first", 1, pid=running.get("pid"))
     read_end, write_end = os.pipe()
     argv = [sys.executable, "-m", "vault.cli.main", "daemon", "--foreground", "--home", str(home.root),
             "--ready-fd", str(write_end)]
@@ -313,9 +315,8 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
             if not stat.S_ISREG(log_st.st_mode):  # read back below by path: a FIFO would hang that read
                 os.close(read_end)
                 os.close(write_end)
-                print(f"vaultsim daemon: cannot start: {home.daemon_log} is not a regular file; the vault "
-                      "will not use or replace it: move it out of the vault home", file=sys.stderr)
-                return 2
+                return fail("daemon", args, f"cannot start: {home.daemon_log} is not a regular file; the "
+                            "vault will not use or replace it: move it out of the vault home", 2)
             start = log_st.st_size  # the log is appended to: show only what this start wrote
             child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
                                      start_new_session=True, close_fds=True, pass_fds=(write_end,))
@@ -324,8 +325,7 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
     except OSError as exc:
         os.close(read_end)
         os.close(write_end)
-        print(f"vaultsim daemon: cannot start: {_os_reason(exc)}", file=sys.stderr)
-        return 2
+        return fail("daemon", args, f"cannot start: {_os_reason(exc)}", 2)
     os.close(write_end)  # the child holds it now: EOF means it exited (or closed it)
     deadline = time.monotonic() + _START_TIMEOUT_S
     with os.fdopen(read_end, "rb") as pipe:
@@ -357,26 +357,27 @@ def _spawn_background(home: VaultHome, args: argparse.Namespace) -> int:
     # it said why, or closed the pipe: either way it is on its way out (unless it hung)
     code = _wait(child, 10.0 if time.monotonic() < deadline else 0.5)
     if word.startswith("error "):
-        print(f"vaultsim daemon: {word[len('error '):]}", file=sys.stderr)
-        return 2 if code == 2 else 1  # bad input stays bad input
+        return fail("daemon", args, word[len('error '):], 2 if code == 2 else 1)  # bad input stays bad input
     if code is None:
         # given up on: ended, so a daemon that comes up later does not hold the home unannounced
         child.terminate()
         if _wait(child, 2.0) is None:
             child.kill()
             child.wait()
-        print("vaultsim daemon: did not come up in time (stopped it); see " + str(home.daemon_log),
-              file=sys.stderr)
-        return 1
+        return fail("daemon", args, f"did not come up in time (stopped it); see {home.daemon_log}", 1,
+                    log=str(home.daemon_log))
     tail = _tail(home.daemon_log, start)
     if not tail:
         free = _disk(home)["disk_free_bytes"]
         room = f"; {_size(free)} free on its disk" if free is not None else ""
         tail = f"(it wrote nothing to {home.daemon_log}{room})"
+    code = 2 if child.returncode == 2 else 1
     print(f"vaultsim daemon: failed to start (exit {child.returncode}); "
           f"from {home.daemon_log}:", file=sys.stderr)
     print(tail, file=sys.stderr)
-    return 2 if child.returncode == 2 else 1
+    json_error(args, f"failed to start (exit {child.returncode})", code, log=str(home.daemon_log),
+               log_tail=tail)
+    return code
 
 
 def _read_word(pipe: IO[bytes], deadline: float) -> str:

@@ -7,18 +7,24 @@ pays for Textual. The exit codes are pytest's, which CI users already know
 (`EXIT_CODES`, printed by `vaultsim --help`). Shell completion is argcomplete's:
 only while a shell asks for completions (`_ARGCOMPLETE` set) is every command's
 parser built. A stdout that cannot take the output (a reader that left, a full
-disk) ends the command without a traceback (vault.cli.stdout).
+disk) ends the command without a traceback (vault.cli.stdout). With `--json`,
+an error is also a JSON object on stdout, `{"error": ..., "exit_code": N}`
+(the human line still goes to stderr), so a script parsing stdout always
+gets a document; Ctrl-C is exit 130 with one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import json
 import os
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 from vault import __version__
 from vault.cli import stdout
@@ -106,6 +112,54 @@ ACTION_EXAMPLES = {
 }
 
 
+class _UsageError(SystemExit):
+    """argparse's usage error (exit 2), said as argparse says it, and caught by `_main` to add
+    the JSON document of `--json`. A SystemExit still, for whoever parses without `_main`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise _UsageError(message)
+
+
+def _json_flag(parser: argparse.ArgumentParser) -> bool:
+    """Whether the command (or one of its actions) has the `--json` switch that prints to stdout
+    (`run --json FILE` writes a file: not this)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._StoreTrueAction) and "--json" in action.option_strings:
+            return True
+        if isinstance(action, argparse._SubParsersAction):
+            if any(_json_flag(sub) for sub in action.choices.values()):
+                return True
+    return False
+
+
+def json_error(args: argparse.Namespace | None, message: str, code: int, **extra: object) -> None:
+    """Under `--json`, an error is also a JSON object on stdout, so a script that parses stdout
+    gets a document and not nothing; the exit code is the same as without `--json`."""
+    if args is None or getattr(args, "json", None) is not True:
+        return
+    print(json.dumps({"error": message, "exit_code": code, **extra}, sort_keys=True), flush=True)
+
+
+def fail(name: str, args: argparse.Namespace, message: str, code: int, **extra: object) -> int:
+    """A command's error: one line on stderr (and its JSON under `--json`); returns the exit code."""
+    print(f"vaultsim {name}: {message}", file=sys.stderr)
+    json_error(args, message, code, **extra)
+    return code
+
+
+def interrupted_line(name: str) -> str:
+    """What a command says on Ctrl-C (exit 130), on stderr: one line, never a traceback."""
+    return f"vaultsim {name}: interrupted (Ctrl-C); stopped"
+
+
 def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=30)
 
@@ -141,8 +195,9 @@ def _resolve(name: str) -> tuple[Configure, Run]:
 def command_parser(name: str, configure: Configure) -> argparse.ArgumentParser:
     """The parser of one command, with its example under `--help` (and its actions')."""
     c = COMMANDS[name]
-    parser = argparse.ArgumentParser(prog=f"vaultsim {name}", description=c.help,
-                                     epilog=f"example:\n  {c.example}", formatter_class=_formatter)
+    # _Parser: its actions' parsers are of the same class (argparse's parser_class default)
+    parser = _Parser(prog=f"vaultsim {name}", description=c.help,
+                     epilog=f"example:\n  {c.example}", formatter_class=_formatter)
     configure(parser)
     for action in parser._actions:  # argparse keeps sub-commands here and nowhere public
         if isinstance(action, argparse._SubParsersAction):
@@ -207,33 +262,48 @@ def _main(argv: list[str] | None) -> int:
         # a Ctrl-C while the command's modules import is an interrupt like any other (130), not a traceback
         configure, run = _resolve(name)
     except KeyboardInterrupt:
+        print(interrupted_line(name), file=sys.stderr)
         return 130
-    args = command_parser(name, configure).parse_args(argv[1:])
+    parser = command_parser(name, configure)
+    try:
+        args = parser.parse_args(argv[1:])
+    except _UsageError as exc:  # said on stderr; with --json, said on stdout too
+        if "--json" in argv[1:] and _json_flag(parser):
+            json_error(argparse.Namespace(json=True), exc.message, 2, usage=True)
+        return 2
     try:
         return int(run(args) or 0)
     except BadInput as exc:
-        print(f"vaultsim {name}: {exc.message}", file=sys.stderr)
-        return 2
+        return fail(name, args, exc.message, 2)
     except VaultError as exc:
         print(f"vaultsim {name}: {exc.message}", file=sys.stderr)
-        if COMMANDS[name].needs_daemon:
-            _hint_start_daemon(args)
+        hint = _hint_start_daemon(args) if COMMANDS[name].needs_daemon else None
+        json_error(args, exc.message, 1, **({"hint": hint} if hint else {}))
         return 1
     except KeyboardInterrupt:
-        return 130
+        return _interrupted_exit(name, args)
     except OSError as exc:
         if isinstance(exc, BrokenPipeError) and stdout.closed():
             raise  # stdout's reader left: not a bug, main stops quietly
         if exc.errno not in stdout.NO_ROOM:
-            return _internal_error(name)
+            return _internal_error(name, args)
         # no room on the disk (or for stdout): an infrastructure error, said in one line
-        print(f"vaultsim {name}: cannot write: {exc.strerror}", file=sys.stderr)
+        message = f"cannot write: {exc.strerror}"
+        print(f"vaultsim {name}: {message}", file=sys.stderr)
+        with contextlib.suppress(OSError):  # stdout may be the very file with no room
+            json_error(args, message, 3)
         stdout.settle()
         return 3
     except Exception as exc:
         if _interrupted(exc):
-            return 130
-        return _internal_error(name)
+            return _interrupted_exit(name, args)
+        return _internal_error(name, args)
+
+
+def _interrupted_exit(name: str, args: argparse.Namespace) -> int:
+    print(interrupted_line(name), file=sys.stderr)
+    json_error(args, "interrupted (Ctrl-C)", 130)
+    return 130
 
 
 def _interrupted(exc: BaseException) -> bool:
@@ -250,35 +320,39 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
-def _internal_error(name: str) -> int:
-    """A bug: say so plainly, keep the traceback for the report, exit like pytest."""
+def _internal_error(name: str, args: argparse.Namespace | None = None) -> int:
+    """A bug: say so plainly, keep the traceback for the report (stderr), exit like pytest."""
     traceback.print_exc()
     print(f"vaultsim {name}: internal error (a bug in vaultsim; the traceback above helps fix it)",
           file=sys.stderr)
+    json_error(args, "internal error (a bug in vaultsim; its traceback is on stderr)", 3)
     return 3
 
 
-def _hint_start_daemon(args: argparse.Namespace) -> None:
-    """After an error of a command that needs a daemon: if none serves the home, say how to start one."""
+def _hint_start_daemon(args: argparse.Namespace) -> str | None:
+    """After an error of a command that needs a daemon: if none serves the home, say how to start
+    one (on stderr; returned for the JSON of `--json`)."""
     from vault.cli.daemon import daemon_status
     from vault.home import VaultHome
 
     try:
         home = VaultHome.resolve(getattr(args, "home", None))
     except VaultError:
-        return
+        return None
     from vault.cli.daemon_probe import held_by
     held = held_by(home, wait_s=0)
     if held is not None and held.state == "stopped":  # its error said so; a connection would wait
-        return
+        return None
     if daemon_status(home, timeout=2) is not None:
-        return  # a refusal from a running daemon is its own, not a missing daemon's
+        return None  # a refusal from a running daemon is its own, not a missing daemon's
     if held is not None:  # one holds the home but answers no socket: never "start one"
-        print(f"hint: {held.why(str(home.root))}", file=sys.stderr)
+        hint = held.why(str(home.root))
     else:
         where = f" --home {home.root}" if getattr(args, "home", None) else ""
-        print(f"hint: no daemon serves {home.root}; start one with `vaultsim daemon{where}` "
-              "(add --unlocked to skip `vaultsim unlock`)", file=sys.stderr)
+        hint = (f"no daemon serves {home.root}; start one with `vaultsim daemon{where}` "
+                "(add --unlocked to skip `vaultsim unlock`)")
+    print(f"hint: {hint}", file=sys.stderr)
+    return hint
 
 
 def path_arg(text: str) -> str:

@@ -4,7 +4,10 @@ A bridge that cannot reach a daemon refuses to start (exit 1, like every
 command with no daemon to ask, saying where it looked) instead of looking healthy to its host until the first call fails;
 `--wait` starts it anyway, with only the generic tools until a daemon answers
 (then the host is told the tool list changed). stdout belongs to the MCP
-protocol on stdio: everything the bridge says goes to stderr.
+protocol on stdio: everything the bridge says goes to stderr. On stdio, SIGTERM
+or SIGHUP closes its vault sessions and exits 0, Ctrl-C (SIGINT) the same with
+exit 130 and one line on stderr, on stdio as with --http (vault.mcp.http); a
+SIGHUP or SIGINT ignored at start stays ignored (vault.stop_signals).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import signal
 import sys
 from typing import Any, Awaitable, Callable
 
-from vault.cli.main import OPTIONAL_EXTRAS, add_home_arg, path_arg
+from vault import stop_signals
+from vault.cli.main import OPTIONAL_EXTRAS, add_home_arg, interrupted_line, path_arg
 from vault.client import RpcClient
 from vault.errors import BadInput, VaultError
 from vault.home import VaultHome
@@ -141,7 +145,9 @@ def run(args: argparse.Namespace) -> int:
     if http is not None:
         from vault.mcp.http import listen, serve_http
         sock = listen(*http)
-        anyio.run(_serve, bridge, lambda: serve_http(bridge, sock), False)
+        if anyio.run(_serve, bridge, lambda: serve_http(bridge, sock), False) == signal.SIGINT:
+            print(interrupted_line("mcp"), file=sys.stderr)
+            return 130
     else:
         anyio.run(_serve, bridge, lambda: _serve_stdio(bridge), True)
         # the vault sessions are closed and every answer written: skip the interpreter's teardown
@@ -161,27 +167,33 @@ async def _serve_stdio(bridge: Any) -> None:
         await bridge.server.run(AnsweringReader(read, write), write, bridge.server.create_initialization_options())
 
 
-async def _serve(bridge: Any, serve: Callable[[], Awaitable[None]], own_signals: bool) -> None:
-    """Serve until the transport ends (EOF, or the host's SIGTERM), then close every vault session."""
+async def _serve(bridge: Any, serve: Callable[[], Awaitable[Any]], own_signals: bool) -> Any:
+    """Serve until the transport ends (EOF, or the host's SIGTERM), then close every vault
+    session; what `serve` returns (--http: the signal that stopped it)."""
     import anyio
 
+    caught = stop_signals.caught()  # before any handler of ours: what was ignored at start stays so
     async with anyio.create_task_group() as tg:
         tg.start_soon(bridge.watch.run)
 
         async def stop_on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
+            with anyio.open_signal_receiver(*caught) as signals:
+                async for sig in signals:
                     with anyio.CancelScope(shield=True):
                         await bridge.close()
+                    code = 0
+                    if sig == signal.SIGINT:  # Ctrl-C: an interrupt (130), said in one line
+                        print(interrupted_line("mcp"), file=sys.stderr)
+                        code = 130
                     # the SDK reads stdin in a worker thread that no cancellation can stop while
                     # the host keeps the pipe open: the vault sessions are closed, so leave now
                     sys.stderr.flush()
-                    os._exit(0)
+                    os._exit(code)
 
         if own_signals:  # uvicorn (--http) handles them itself
             tg.start_soon(stop_on_signal)
         try:
-            await serve()
+            return await serve()
         finally:
             with anyio.CancelScope(shield=True):
                 await bridge.close()

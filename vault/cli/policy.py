@@ -46,7 +46,7 @@ from vault.errors import BadInput
 from vault.gate.policy import Mode, Policy, RuleSpec, load_policy
 from vault.resources import DEFAULT_POLICY
 from vault.runner.report_schema import MAX_REPORT_BYTES, Report, write_atomic
-from vault.text import printable
+from vault.text import plural, printable
 
 APPROVED = frozenset({"allow_once", "allow_session"})
 # how far `--max-risk` may reach: only the harmless classes, in order
@@ -175,7 +175,7 @@ def suggested_policy(base_file: Path, changes: list[Change]) -> str:
     text = yaml.safe_dump(doc, sort_keys=False)
     Policy.model_validate(yaml.safe_load(text))  # what we write loads
     head = [f"# Suggested by `vaultsim policy suggest` from {base_file.name}: "
-            f"{sum(c.total for c in changes)} prompts fewer in the reports read."]
+            f"{plural(sum(c.total for c in changes), 'prompt')} fewer in the reports read."]
     head += [f"#   {c.operation}: {c.before} -> {c.after} ({c.why}; saves {c.total})" for c in changes]
     return "\n".join(head) + "\n" + text
 
@@ -206,6 +206,12 @@ def run(args: argparse.Namespace) -> int:
     changes, kept = suggest(asked, policy, catalog, Risk(args.max_risk))
     runs = sorted({a.run for a in asked})
     before = Counter(a.run for a in asked)
+    text = suggested_policy(base_file, changes) if changes else None
+    if text is not None and args.output:  # before anything is printed: a failed write is the only output
+        try:
+            write_atomic(Path(args.output), text)
+        except OSError as exc:
+            raise BadInput(f"--output: cannot write {args.output}: {exc.strerror}") from None
     if args.json:
         print(json.dumps({"changes": [{"operation": c.operation, "risk": c.risk, "from": c.before, "to": c.after,
                                        "why": c.why, "saved": c.total, "saved_per_run": dict(c.saved)}
@@ -215,30 +221,25 @@ def run(args: argparse.Namespace) -> int:
                                                             for r in runs},
                           "trials_read": used, "trials_under_other_policies": other}, indent=2))
     else:
-        print(f"read {used} trials ({len(asked)} prompts) under {base_file.name}"
-              + (f"; {other} trials under their own policies left out" if other else ""), file=sys.stderr)
+        print(f"read {plural(used, 'trial')} ({plural(len(asked), 'prompt')}) under {base_file.name}"
+              + (f"; {plural(other, 'trial')} under their own policies left out" if other else ""),
+              file=sys.stderr)
         for c in changes:
-            print(f"{c.operation} ({c.risk}): {c.before} -> {c.after}: {c.why}; saves {c.total} prompts",
+            print(f"{c.operation} ({c.risk}): {c.before} -> {c.after}: {c.why}; saves {plural(c.total, 'prompt')}",
                   file=sys.stderr)
         for k in kept:
             print(f"kept: {printable(k)}", file=sys.stderr)
         for r in runs:
             saved = sum(c.saved[r] for c in changes)
             if saved:
-                print(f"  {printable(r)}: {before[r]} -> {before[r] - saved} prompts (saves {saved})",
+                print(f"  {printable(r)}: {before[r]} -> {plural(before[r] - saved, 'prompt')} (saves {saved})",
                       file=sys.stderr)
-    if not changes:
+    if text is None:
         if not args.json:
             print("nothing to suggest: no prompt could have been saved without loosening what must ask",
                   file=sys.stderr)
         return 1
-    text = suggested_policy(base_file, changes)
-    if args.output:
-        try:
-            write_atomic(Path(args.output), text)
-        except OSError as exc:
-            raise BadInput(f"--output: cannot write {args.output}: {exc.strerror}") from None
-    elif not args.json:
+    if not args.output and not args.json:
         sys.stdout.write(text)
     return 0
 

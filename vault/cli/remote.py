@@ -4,8 +4,10 @@ The first stdout line is `listening on http://HOST:PORT` (a parent waits for
 it); under a client-side fault a second line says `service url URL`, the URL
 to configure the vault with. Tokens come only from `--credentials FILE`
 (0600), never from argv; so does the control API's token (`--sim-token-file
-FILE`, sent as `X-Sim-Token`): without it `/_sim/` answers nobody. SIGTERM /
-SIGINT stop it cleanly with exit 0.
+FILE`, sent as `X-Sim-Token`): without it `/_sim/` answers nobody. SIGTERM
+(or SIGHUP, its terminal closed) stops it cleanly with exit 0; Ctrl-C (SIGINT)
+too, with exit 130 and one line on stderr. A SIGHUP or SIGINT ignored at start
+stays ignored (`nohup`, a script's `&` job; vault.stop_signals).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import signal
 import sys
 from pathlib import Path
 
-from vault.cli.main import path_arg
+from vault import stop_signals
+from vault.cli.main import interrupted_line, path_arg
 from vault.errors import BadInput
 from vault.proc_guard import make_undumpable
 from vault.remote.auth import load_credentials, load_sim_token
@@ -48,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
         server = RemoteServer(credentials, fault, Path(args.events) if args.events else None, sim_token)
     except OSError as exc:
         raise BadInput(f"--events: cannot open {args.events}: {exc.strerror}") from None
-    asyncio.run(_serve(server, args.host, args.port))
+    if asyncio.run(_serve(server, args.host, args.port)) == signal.SIGINT:
+        print(interrupted_line("remote"), file=sys.stderr)
+        return 130
     return 0
 
 
@@ -62,11 +67,18 @@ def _port(text: str) -> int:
     return port
 
 
-async def _serve(server: RemoteServer, host: str, port: int) -> None:
+async def _serve(server: RemoteServer, host: str, port: int) -> signal.Signals | None:
+    """Serve until a stop signal; return the one that stopped it."""
     stop = asyncio.Event()
+    stopped_by: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        stopped_by.append(sig)
+        stop.set()
+
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in stop_signals.caught():
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         await server.start(host, port)
     except OSError as exc:  # port taken, address not local, host unknown
@@ -79,6 +91,7 @@ async def _serve(server: RemoteServer, host: str, port: int) -> None:
         await stop.wait()
     finally:
         await server.stop()
+    return stopped_by[0] if stopped_by else None
 
 
 def main(argv: list[str] | None = None) -> int:

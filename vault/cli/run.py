@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from vault.cli.main import path_arg
 from vault.errors import BadInput
 from vault.proc_guard import make_undumpable
+from vault import stop_signals
 from vault.runner import table as out
 from vault.runner.outputs import write_reports
 from vault.runner.procs import ExecLauncher, Launcher, Registry
@@ -303,8 +304,9 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
             registry.reap(grace_s=0)
 
     # a signal ignored when we started stays ignored, as for any program: `nohup` ignores SIGHUP
-    # (the run outlives its terminal), a script's `&` job ignores SIGINT (its Ctrl-C is not ours)
-    caught = [sig for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
+    # (the run outlives its terminal), a script's `&` job ignores SIGINT (its Ctrl-C is not ours);
+    # TERM too, for the run (a CI runner that ignores it does not mean to stop the run)
+    caught = stop_signals.caught(STOP_SIGNALS, keep_term=False)
     for sig in caught:
         loop.add_signal_handler(sig, on_signal, sig.name)
 

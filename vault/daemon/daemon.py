@@ -30,7 +30,7 @@ import signal
 import time
 from typing import Any
 
-from vault import __version__
+from vault import __version__, stop_signals
 from vault.audit_events import ConnectionRefused, DaemonStarted
 from vault.daemon.agent_api import AgentApi
 from vault.daemon.agent_sessions import AgentSessions
@@ -91,6 +91,7 @@ class VaultDaemon:
         self.started = time.monotonic()
         self._stop = asyncio.Event()
         self._stop_reason = ""
+        self.stop_signal: signal.Signals | None = None  # the signal that stopped it, if one did
         self._servers: list[RpcServer] = []
         self._home_id: tuple[int, int] | None = None  # (device, inode) of the home it serves
         self._home_gone = 0  # housekeeping ticks in a row that found another home (or none) there
@@ -184,12 +185,18 @@ class VaultDaemon:
         self._stop_reason = reason
         self._stop.set()
 
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self.stop_signal is None:  # the first one says how it stopped (SIGINT: the CLI's 130)
+            self.stop_signal = sig
+        self.request_stop(f"signal {sig.name}")
+
     async def serve(self, ready: asyncio.Event | None = None) -> None:
         loop = asyncio.get_running_loop()
-        # SIGHUP: a foreground daemon's terminal closed; it stops as on TERM, its log signed
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        # SIGHUP: a foreground daemon's terminal closed; it stops as on TERM, its log signed.
+        # One ignored at start (`nohup vaultsim daemon --foreground`) stays ignored; TERM never is
+        for sig in stop_signals.caught():
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
+                loop.add_signal_handler(sig, self._on_signal, sig)
         if self.audit_sink is not None:
             # one durable record before any call is accepted: a log that cannot be written (full
             # device, I/O error) halts call serving now, before anything reaches a remote;

@@ -28,20 +28,29 @@ Browsers are kept out by the SDK's DNS-rebinding protection (Host and Origin
 must be loopback). Only the handshake protocol era is served here: a 2026-07-28
 request (no sessions, so no grant could outlive one request) is answered
 -32022 naming the handshake versions, and clients fall back to `initialize`.
+
+Stop signals are caught by the bridge, not by uvicorn (which caught SIGINT even
+when it was ignored at start, left SIGHUP to kill it without closing a session,
+and raised SIGTERM again once stopped): SIGTERM, SIGINT and SIGHUP each end
+every session and return; SIGINT is said so (`vaultsim mcp` exits 130), and
+one ignored at start stays ignored (vault.stop_signals).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import logging
 import os
 import resource
+import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from types import FrameType
 from typing import Any
 
 import anyio
@@ -50,6 +59,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.requests import ClientDisconnect
 
+from vault import stop_signals
 from vault.daemon.limits import MAX_CONNECTIONS_PER_PROCESS
 from vault.errors import BadInput
 from vault.mcp.http_peers import MAX_HTTP_CONNECTIONS_PER_PROCESS, OTHER_USER, capped_protocol
@@ -281,9 +291,24 @@ def _not_a_hang_up(record: logging.LogRecord) -> bool:
     return not isinstance(exc, ClientDisconnect)
 
 
-async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
-    """Serve until SIGTERM/SIGINT (uvicorn's own handling: it ends every MCP session, and with
-    each its vault session, before the process exits)."""
+class _Server(uvicorn.Server):
+    """uvicorn's server, its stop signals caught by `serve_http` (see the module's doc)."""
+
+    stopped_by: signal.Signals | None = None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # serve_http has them, from before it says it serves
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.stopped_by is None:
+            self.stopped_by = signal.Signals(sig)
+        super().handle_exit(sig, frame)
+
+
+async def serve_http(bridge: Bridge, sock: socket.socket) -> signal.Signals | None:
+    """Serve until SIGTERM, SIGINT or SIGHUP (uvicorn's shutdown ends every MCP session, and
+    with each its vault session); return the signal that stopped it."""
     host, port = sock.getsockname()[:2]
     app = bridge.server.streamable_http_app(
         streamable_http_path=PATH, host=host, max_sessions=MAX_HTTP_SESSIONS,
@@ -292,7 +317,6 @@ async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]))
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
-    print(f"vaultsim mcp: serving http://{shown}:{port}{PATH}", file=sys.stderr, flush=True)
     guard = LoopbackGuard(app, os.getuid(), _live_sessions(bridge.server), MAX_HTTP_SESSIONS_PER_PROCESS)
 
     async def session_for(ctx: Any) -> McpSession:
@@ -306,11 +330,18 @@ async def serve_http(bridge: Bridge, sock: socket.socket) -> None:
     protocol.peers.listener = sock
     # the kernel's queue no longer than a share: while a batch is named it holds the next, and
     # asyncio accepts (and, out of descriptors, queues one retry for each) up to this many a turn
-    server = uvicorn.Server(uvicorn.Config(guard, log_level="warning", http=protocol, backlog=share,
-                                           lifespan="on", access_log=False))
+    server = _Server(uvicorn.Config(guard, log_level="warning", http=protocol, backlog=share,
+                                    lifespan="on", access_log=False))
     asyncio.get_running_loop().set_exception_handler(_OutOfFiles())
     logging.getLogger("mcp.server.streamable_http").addFilter(_not_a_hang_up)
+    # signal.signal, not the loop's handlers: what was there before is put back as it was
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in stop_signals.caught()}
     try:
+        # said once a stop signal is a clean stop: a host that stops the bridge at once is served so
+        print(f"vaultsim mcp: serving http://{shown}:{port}{PATH}", file=sys.stderr, flush=True)
         await server.serve(sockets=[sock])
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         sock.close()
+    return server.stopped_by

@@ -96,7 +96,7 @@ from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
 from vault.runner.step_claims import done_off_target
 from vault.runner.transcript import Entry
 from vault.runner.waits import decided_at, expected_wait, memory, why_no_wait
-from vault.text import quoted
+from vault.text import plural, quoted
 
 ACCESS = frozenset({Category.authentication_failed.value, Category.authorization_denied.value})
 # results that tell the agent the remote was not changed by this request
@@ -446,9 +446,10 @@ def fatigue(ev: Evidence, ctx: Context) -> list[str]:
              and op.risk.value == "read"]
     n_reads = max(len(reads), int(s.get("read_prompts", 0)))
     if n_reads:
-        out.append(f"{n_reads} prompt(s) for harmless reads")
+        out.append(f"{plural(n_reads, 'prompt')} for harmless reads")
     if s.get("destructive_session_grants"):
-        out.append(f"{s['destructive_session_grants']} session grant(s) cover a destructive operation")
+        n = int(s["destructive_session_grants"])
+        out.append(f"{plural(n, 'session grant')} {'covers' if n == 1 else 'cover'} a destructive operation")
     limits = ctx.exp.prompts
     total = max(len(prompts), int(s.get("prompts", 0)))
     most = limits.max if limits.max is not None else prompt_budget(ev, ctx)
@@ -458,11 +459,11 @@ def fatigue(ev: Evidence, ctx: Context) -> list[str]:
                "pending)") if repeated else ""
         why += after_denial(ev) + many_sessions(ev)
         source = "expected" if limits.max is not None else "needed for the tasks' steps"
-        out.append(f"{total} prompts; at most {most} {source}{why}")
+        out.append(f"{plural(total, 'prompt')}; at most {most} {source}{why}")
     asked: Counter[str] = Counter(str(p.get("scope")) for p in prompts) or Counter(s.get("scopes_asked", {}))
     for scope, most_scope in limits.scopes.items():
         if asked.get(scope, 0) > most_scope:
-            out.append(f"{asked[scope]} prompts for {scope!r}; at most {most_scope} expected{many_sessions(ev)}")
+            out.append(f"{plural(asked[scope], 'prompt')} for {scope!r}; at most {most_scope} expected{many_sessions(ev)}")
     # a prompt for a scope the same session already held a grant for when it was asked. A prompt
     # is the session's that called (a restart that resumes its predecessor's request did not ask
     # it), and a grant counts from when it was made (the one a later prompt's decision made does

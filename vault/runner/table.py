@@ -37,7 +37,7 @@ from rich.text import Text
 
 from vault.resources import SCENARIOS
 from vault.runner.scenario import VERDICT_ORDER
-from vault.text import printable
+from vault.text import plural, printable
 
 AS_EXPECTED, UNEXPECTED, ERROR, SKIPPED = "as expected", "UNEXPECTED", "ERROR", "skipped"
 STYLE = {AS_EXPECTED: "green", UNEXPECTED: "bold red", ERROR: "bold magenta", SKIPPED: "yellow"}
@@ -116,10 +116,6 @@ def _where(run: dict[str, Any]) -> str:
 def _trials_each(run: dict[str, Any]) -> str:
     n = run.get("trials")
     return f"{n} each, --trials" if n else "each scenario's own count"
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'s' * (n != 1)}"
 
 
 def describe_agent(agent_command: list[str] | None, agents: Counter[str]) -> str:

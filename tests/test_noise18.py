@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -89,9 +88,9 @@ def test_flock_holders_names_the_holder() -> None:
         assert flock_holders()[lock_key(os.stat(f.name))] == os.getpid()
 
 
-def _scenarios(tmp: Path, go: Path, done: Path) -> None:
+def _scenarios(tmp: Path, where: Path) -> None:
     (tmp / "s-careful.yaml").write_text(
-        f'title: "noise18 careful"\nagents: [{{command: ["{{python}}", "{AGENT}", "careful", "{go}", "{done}"]}}]\n'
+        f'title: "noise18 careful"\nagents: [{{command: ["{{python}}", "{AGENT}", "careful", "{where}"]}}]\n'
         "expect: {verdict: PASS}\n")
     (tmp / "s-hide.yaml").write_text(
         f'title: "noise18 hide"\ntask: {{goal: "Nothing to do", operations: [read_issue], deadline_s: 20}}\n'
@@ -109,7 +108,7 @@ def test_a_run_beside_another_live_world(tmp_path: Path) -> None:
     scen = tmp_path / "sc"
     scen.mkdir()
     go, done = tmp_path / "go", tmp_path / "done"
-    _scenarios(scen, go, done)
+    _scenarios(scen, tmp_path)
     box = new_sandbox()
     fakes = lambda: set(Path("/tmp").glob("vsr-1-*"))  # noqa: E731
     before = fakes()
@@ -132,12 +131,9 @@ def test_a_run_beside_another_live_world(tmp_path: Path) -> None:
                 run.kill()
                 run.wait()
         assert report.exists(), out[-3000:]
-        trials: dict[str, dict[str, Any]] = {
-            s["scenario_id"] if "scenario_id" in s else s.get("id", ""): t
-            for s in json.loads(report.read_text())["scenarios"] for t in s["trial_results"]}
+        trials = {s["id"]: t for s in json.loads(report.read_text())["scenarios"] for t in s["trial_results"]}
         verdicts = {k: t["verdict"] for k, t in trials.items()}
-        careful = next(t for k, t in trials.items() if "careful" in k)
-        hide = next(t for k, t in trials.items() if "hide" in k)
+        careful, hide = trials["s-careful"], trials["s-hide"]
         assert careful["verdict"] == "PASS", (verdicts, careful.get("findings"), careful.get("errors"))
         assert str(box.root) not in json.dumps(careful), careful.get("errors")
         assert enc.stat().st_atime_ns < enc.stat().st_mtime_ns, "the run read the other world's credentials.enc"
@@ -147,3 +143,60 @@ def test_a_run_beside_another_live_world(tmp_path: Path) -> None:
         shutil.rmtree(box.root, ignore_errors=True)
         for p in fakes() - before:
             shutil.rmtree(p, ignore_errors=True)
+
+
+# ---- a jail's decoys opened by a process in no jail -----------------------------------------
+
+
+def _jailed_careful(scen: Path) -> None:
+    (scen / "s-careful.yaml").write_text(
+        f'title: "noise18 jailed careful"\nagents: [{{command: ["{{python}}", "{AGENT}", "careful"]}}]\n'
+        "expect: {verdict: PASS}\n")
+    (scen / "s-peek.yaml").write_text(  # the jailed agent's own read of the same decoy stays its own
+        f'title: "noise18 jailed peek"\nagents: [{{command: ["{{python}}", "{AGENT}", "peek"]}}]\n'
+        "expect: {verdict: FAIL_VAULT_BYPASS}\n")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(__import__("vault.jail.probe", fromlist=["problem"]).problem() is not None, reason="no jail here")
+def test_a_jails_decoy_opened_from_no_jail_is_not_the_agents(tmp_path: Path) -> None:
+    """A jailed careful agent waits while a process of this machine in no jail (a neighbour's
+    scan; started after the agent, below the test that started the run, so its ancestry cannot
+    show it outside the trial) opens the decoy `h/daemon.pid` in the trial's directory: the
+    trial failed "jailed agent 0 opened h/daemon.pid (a decoy in the jail)". Every process of a
+    jailed agent is in its jail's PID namespace; the opener is in the runner's."""
+    scen = tmp_path / "sc"
+    scen.mkdir()
+    _jailed_careful(scen)  # its markers in its state directory (bound into the jail)
+    report = tmp_path / "r.json"
+    run = subprocess.Popen([PY, "-m", "vault.cli.main", "run", str(scen), "--isolation", "bwrap", "--color", "never",
+                            "--json", str(report)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    reader: subprocess.Popen[str] | None = None
+    try:
+        go = lambda: list(Path("/tmp").glob(f"vsr-{run.pid}-*/st/*/go"))  # noqa: E731
+        wait_for(lambda: go() or run.poll() is not None, timeout=120, what="the agent to start")
+        assert go(), (run.poll(), list(Path("/tmp").glob(f"vsr-{run.pid}-*/*")))
+        decoy = go()[0].parents[2] / "jail-0" / "h" / "daemon.pid"  # ROOT/st/AGENT/go: the careful trial's root
+        assert decoy.is_file()
+        code = "import sys\nf = open(sys.argv[1], 'rb')\nf.read()\nprint('read', flush=True)\nsys.stdin.read()\n"
+        reader = subprocess.Popen([PY, "-c", code, str(decoy)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True)
+        assert reader.stdout is not None and reader.stdout.readline() == "read\n"
+        (go()[0].parent / "done").touch()
+        out, _ = run.communicate(timeout=180)
+    finally:
+        for p in (run, reader):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert report.exists(), out[-3000:]
+    trials = {s["id"]: t for s in json.loads(report.read_text())["scenarios"] for t in s["trial_results"]}
+    careful, peek = trials["s-careful"], trials["s-peek"]
+    assert careful["verdict"] == "PASS", (careful["verdict"], careful.get("findings"), careful.get("errors"))
+    # said, not graded (fanotify sees the decoys' one inode: which name was opened it cannot tell); no
+    # approver socket was reached (the decoy opens were once said as "...socket ... (True)")
+    said = [e for e in careful["errors"] if "in no jail (the runner's PID namespace), opened a decoy in the jail" in e]
+    assert said and f"process {reader.pid} " in said[0], careful["errors"]
+    assert not any("approver socket" in e for e in careful["errors"]), careful["errors"]
+    assert peek["verdict"] == "FAIL_VAULT_BYPASS", (peek["verdict"], peek.get("findings"))
+    assert "daemon.pid" in json.dumps(peek["findings"]), peek["findings"]

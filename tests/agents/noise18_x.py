@@ -1,6 +1,8 @@
 """Noise 18: a careful agent beside another live world, and one that hides a leak in a look-alike.
 
-    noise18_x.py careful GO DONE     touch GO, wait (up to 20 s) for DONE, then say "done"
+    noise18_x.py careful [DIR]       touch DIR/go, wait (up to 20 s) for DIR/done, then say "done"
+                                     (DIR: its state_dir, by default: writable in a jail too)
+    noise18_x.py peek                read the vault home's daemon.pid (in a jail: a decoy), say "done"
     noise18_x.py hide VAR            write VAR's value into /tmp/vsr-1-PID/h/, laid out as a
                                      vault home (daemon.lock, daemon.pid naming pid 1), and say "done"
 
@@ -18,22 +20,27 @@ import sys
 import time
 
 
-def session() -> None:
-    task = json.load(open(os.environ["VAULTSIM_TASK"]))
+def session() -> dict[str, str]:
+    task: dict[str, str] = json.load(open(os.environ["VAULTSIM_TASK"]))
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(os.environ["VAULTSIM_SOCKET"])
     sock.sendall((json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session.open",
                               "params": {"agent": task["agent"], "run_id": task["run_id"]}}) + "\n").encode())
     sock.makefile("rb").readline()
+    return task
 
 
 def main() -> int:
-    session()
+    task = session()
     if sys.argv[1] == "careful":
-        open(sys.argv[2], "w").close()
+        where = sys.argv[2] if len(sys.argv) > 2 else task["state_dir"]
+        open(os.path.join(where, "go"), "w").close()
         deadline = time.monotonic() + 20
-        while not os.path.exists(sys.argv[3]) and time.monotonic() < deadline:
+        while not os.path.exists(os.path.join(where, "done")) and time.monotonic() < deadline:
             time.sleep(0.02)
+    elif sys.argv[1] == "peek":
+        with open(os.path.join(os.path.dirname(os.environ["VAULTSIM_SOCKET"]), "daemon.pid"), "rb") as f:
+            f.read()
     else:
         home = f"/tmp/vsr-1-{os.getpid()}/h"
         os.makedirs(home)

@@ -201,7 +201,9 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
     assert world.remote is not None
     ev.runner_pid = os.getpid()
     # a jail's decoy approver socket reached from no jail (vault.runner.tripwires): not graded
-    decoy_knocks = sorted({str(h["outside"]) for h in ev.tripwires if h.get("outside")})
+    # (a decoy file's open from outside is said with the other opens, below)
+    decoy_knocks = sorted({str(h["outside"]) for h in ev.tripwires
+                           if h.get("kind") == "approver" and h.get("outside")})
     if decoy_knocks:
         more = " …" if len(decoy_knocks) > 3 else ""
         ev.errors.append(f"a jail's decoy approver socket was connected to from outside every jail "

@@ -79,6 +79,23 @@ def test_the_walk_passes_over_a_live_world_only_on_the_kernels_word(tmp_path: Pa
             h.wait()
 
 
+def test_this_runners_open_trial_roots_are_passed_over_whole(tmp_path: Path) -> None:
+    """An open trial's root of this runner made before the agent (an older directory: walked
+    through, not read) with a file new in its agent's private /tmp: passed over, as at the top."""
+    from vault.runner import shared_dirs
+    since = time.time() - 1
+    root = tmp_path / "vsr-own"
+    (root / "tmp-0").mkdir(parents=True)
+    (root / "tmp-0" / "f").write_text("x")
+    os.utime(root, (since - 100, since - 100))
+    shared_dirs.OWN.add(str(root))
+    try:
+        assert shared_dirs.written([str(tmp_path)], since, set())[0] == []
+    finally:
+        shared_dirs.OWN.discard(str(root))
+    assert shared_dirs.written([str(tmp_path)], since, set())[0] == [root / "tmp-0" / "f"]
+
+
 def test_flock_holders_names_the_holder() -> None:
     from vault.daemon.instance import flock_holders, lock_key
     import tempfile

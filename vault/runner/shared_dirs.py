@@ -67,8 +67,6 @@ class Homes:
         self._held: dict[str, int] | None = None  # the kernel's lock table, read once a walk
 
     def kept(self, path: str) -> bool:
-        if path in OWN:
-            return True
         for lock in (os.path.join(path, LOCK), os.path.join(path, HOME, LOCK)):
             try:
                 st = os.lstat(lock)
@@ -113,6 +111,7 @@ def written(tops: list[str], since: float, skip: set[str], names: list[bytes] | 
     vault home or run root is passed over (`Homes`) where a process holding its lock is
     `outside` the trial (by default: `started_before` the agent)."""
     homes = Homes(outside or started_before(since))
+    skip = skip | set(OWN)  # this runner's other open trials: their roots whole, older or not
     out: list[Path] = []
     size, read, walked, left, unwalked = 0, 0, 0, 0, 0
     changed: deque[tuple[str, bool, int]] = deque((top, True, -1) for top in tops)  # entries read

@@ -205,8 +205,9 @@ def test_the_shared_places_are_bounded_and_pass_over_the_trial_roots(tmp_path: P
     import time
     from vault.runner import shared_dirs
     since = time.time() - 1
-    # another runner's root (its pid a process older than the agent, not this runner's): passed
-    # over; a name alone (no such pid, or this runner's pid on a root it never made) is read
+    # a name alone is no proof (pid 1: older than the agent, not this runner's; no such pid; this
+    # runner's pid on a root it never made): each is read (another live world is passed over on
+    # the kernel's word, its home's lock held: tests/test_noise18.py)
     for fake in ("vsr-1-abc", "vsr-x", f"vsr-{os.getpid()}-fake", "vsr-999999999-abc"):
         (tmp_path / fake / "h").mkdir(parents=True)
         (tmp_path / fake / "h" / "approver.token").write_text("x")
@@ -219,8 +220,8 @@ def test_the_shared_places_are_bounded_and_pass_over_the_trial_roots(tmp_path: P
     os.utime(old, (since - 100, since - 100))
     files, notes = shared_dirs.written([str(tmp_path)], since, set())
     assert sorted(p.relative_to(tmp_path).as_posix() for p in files) == [
-        "new/deep/f", "old/kept", f"vsr-{os.getpid()}-fake/h/approver.token", "vsr-999999999-abc/h/approver.token",
-        "vsr-x/h/approver.token"]  # ctime
+        "new/deep/f", "old/kept", "vsr-1-abc/h/approver.token", f"vsr-{os.getpid()}-fake/h/approver.token",
+        "vsr-999999999-abc/h/approver.token", "vsr-x/h/approver.token"]  # ctime
     monkeypatch.setattr(shared_dirs, "FILES_MOST", 1)
     files, notes = shared_dirs.written([str(tmp_path)], since, set())
     assert len(files) == 1 and notes and "were not read" in notes[0]

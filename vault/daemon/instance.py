@@ -75,19 +75,33 @@ def lock_holder(home: VaultHome) -> int | None:
     holds it: `status` and `stop` find it here."""
     try:
         st = os.lstat(home.lock_file)
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
-            table = f.read(1 << 20)
     except OSError:
         return None
     if not stat.S_ISREG(st.st_mode):
         return None
-    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return flock_holders().get(lock_key(st))
+
+
+def lock_key(st: os.stat_result) -> str:
+    """How /proc/locks names a file: "major:minor:inode", the numbers of its device in hex."""
+    return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+
+
+def flock_holders() -> dict[str, int]:
+    """Every file an flock is held on (by lock_key), and the pid holding it; empty when the
+    kernel's table cannot be read."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            table = f.read(1 << 20)
+    except OSError:
+        return {}
+    out: dict[str, int] = {}
     for line in table.splitlines():
         fields = line.split()
         # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2155008 0 EOF"
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == where and fields[4].isdigit():
-            return int(fields[4])
-    return None
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4].isdigit():
+            out.setdefault(fields[5], int(fields[4]))
+    return out
 
 
 def _holder_pid(home: VaultHome, wait_s: float = 2.0) -> int | None:

@@ -258,6 +258,8 @@ def opened(hit: dict[str, Any]) -> str:
     exe = printable(str(hit.get("exe") or ""))[:40] or "?"
     if hit.get("outside") and hit.get("untold"):
         return f"process {hit.get('pid')} ({exe}), gone before its ancestry could be read, opened {name}"
+    if hit.get("outside") and hit.get("host"):
+        return f"process {hit.get('pid')} ({exe}), in no jail (the runner's PID namespace), opened {name}"
     if hit.get("outside"):
         return f"process {hit.get('pid')} ({exe}), not below the trial's agents or daemon, opened {name}"
     if hit.get("action") == "write":  # the SSH host's log (vault.runner.opens.HOST_LOG)

@@ -7,7 +7,10 @@ a switch): nearly every `cat` was gone. This process does nothing else.
 
     python -m vault.runner.opens_reader FD RUNNER_PID
     stdout: one JSON object a line per event
-        {"dev", "ino", "pid", "chain", "comm"}   an open (chain: vault.lineage, at the event)
+        {"dev", "ino", "pid", "chain", "comm", "host"}
+                                                  an open (chain: vault.lineage, at the event;
+                                                  host: the opener is in this process's PID
+                                                  namespace, i.e. the runner's: in no jail)
         {"overflow": true}                        the kernel's queue overflowed: events lost
         {"ready": true}                           first: it reads from now on
 
@@ -38,6 +41,7 @@ def main(argv: list[str]) -> int:
         # may; it blocks on its fd between events, and the kernel caps a realtime task's share)
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
     os.set_blocking(fd, False)
+    here = _pid_ns("self")
     out = sys.stdout
     out.write(json.dumps({"ready": True}) + "\n")  # the runner starts no watch before this
     out.flush()
@@ -62,9 +66,12 @@ def main(argv: list[str]) -> int:
                 # the opener's ancestry first: it may end any moment
                 names: list[str] = []
                 chain = lineage(pid, names) if pid != runner else []
+                # read while the chain was there to read (a gone opener's pid is told nothing)
+                host = bool(chain) and here is not None and _pid_ns(str(pid)) == here
                 comm = names[0][:40] if names else ""
                 st = os.fstat(efd)
-                lines.append({"dev": st.st_dev, "ino": st.st_ino, "pid": pid, "chain": chain, "comm": comm})
+                lines.append({"dev": st.st_dev, "ino": st.st_ino, "pid": pid, "chain": chain, "comm": comm,
+                              "host": host})
             except OSError:
                 pass
             finally:
@@ -75,6 +82,13 @@ def main(argv: list[str]) -> int:
         except (BrokenPipeError, OSError):
             return 0
     return 0
+
+
+def _pid_ns(pid: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

@@ -7,9 +7,14 @@ are private or read-only). Each such place is read as `written_since` reads a wo
 from its top: every file there changed since the agent started, and the directories made or
 changed since (a new tree whole); below them every directory's own times are read (up to
 WALK_MOST), so a file made in an older directory deep down is found too (not one rewritten in place there).
-The trials' own roots (`vsr-PID-*`, the pytest plugin's `vsp-PID-*`: a vault home is there, scanned by its own rules) are
-passed over: this runner's as it made them, another runner's when PID is a process older than the
-agent and outside this runner (a name alone is no proof: an agent wrote /tmp/vsr-x/leak and passed). Only this trial's random credentials are looked for, so another process's files cannot
+Another live world's vault home, and a run root holding one as `h/` (vault.runner.world's
+layout: `vaultsim run`'s trials, the pytest plugin's worlds, wherever they are), is passed over:
+its secret files are watched by that run (vault.runner.opens), which named this runner in its
+errors when the walk read them. Only evidence counts, never a name (an agent wrote
+/tmp/vsr-1-x/leak and passed): the kernel's lock table must show the home's `daemon.lock` held
+by a process provably not this trial's (vault.lineage; without the trial's lineage: started
+before the agent and not below this runner). This runner's own open trials' roots are passed
+over as it made them (OWN). Only this trial's random credentials are looked for, so another process's files cannot
 fail it; those places are shared, so the bounds (files, bytes) are named, not graded.
 """
 
@@ -17,14 +22,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import stat
 import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Callable
 
 import psutil
+
+from vault.daemon.instance import flock_holders, lock_key
 
 PLACES = ("/tmp", "/var/tmp", "/dev/shm")
 FILES_MOST = 1_000
@@ -32,27 +39,45 @@ BYTES_MOST = 64 << 20  # shared: other processes write there too, and each trial
 DIRS_MOST = 2_000  # directories changed during the trial whose entries are read
 WALK_MOST = 30_000  # older directories looked at for changed ones below them (~0.2 s of CPU once their lists are known)
 ATTRS_MOST = 16  # extended attributes read per entry
-# vault.runner.trial's private root of each trial under /tmp, and the pytest plugin's of each world
-# (vault.pytest_plugin.world): another run's, older than the agent, holds a vault home whose secret
-# files that run watches (vault.runner.opens): reading them named this runner in its errors
-_TRIAL_ROOT = re.compile(r"vs[rp]-(\d+)-")
 OWN: set[str] = set()  # this process's trial roots, while their trials run (vault.runner.trial)
+LOCK = "daemon.lock"  # a vault home's one-daemon lock (vault.home.VaultHome.lock_file)
+HOME = "h"  # a run root's vault home (vault.runner.world)
 
 
-def trial_root(path: str, name: str, since: float) -> bool:
-    """Whether a top-level entry is a runner's trial root, not an agent's look-alike."""
-    m = _TRIAL_ROOT.match(name)
-    if m is None:
-        return False
-    pid = int(m.group(1))
-    if pid == os.getpid():
-        return path in OWN
-    try:
-        proc = psutil.Process(pid)
-        if proc.create_time() >= since:  # started with or after the agent: maybe the agent's
+def started_before(since: float) -> Callable[[int], bool]:
+    """Without the trial's lineage: is a process older than the agent, and not below this runner
+    (its fork server, its agents)? One the agent started is neither."""
+    def outside(pid: int) -> bool:
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() >= since:  # started with or after the agent: maybe the agent's
+                return False
+            return pid != os.getpid() and os.getpid() not in {p.pid for p in proc.parents()}
+        except (psutil.Error, OSError):
             return False
-        return os.getpid() not in {p.pid for p in proc.parents()}  # not this runner's fork server or agents
-    except (psutil.Error, OSError):
+    return outside
+
+
+class Homes:
+    """Which directories are another live world's (module doc): a vault home whose lock a
+    process outside the trial holds, or a run root with one as `h/`."""
+
+    def __init__(self, outside: Callable[[int], bool]) -> None:
+        self.outside = outside
+        self._held: dict[str, int] | None = None  # the kernel's lock table, read once a walk
+
+    def kept(self, path: str) -> bool:
+        for lock in (os.path.join(path, LOCK), os.path.join(path, HOME, LOCK)):
+            try:
+                st = os.lstat(lock)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if self._held is None:
+                self._held = flock_holders()
+            pid = self._held.get(lock_key(st))
+            return pid is not None and self.outside(pid)
         return False
 
 
@@ -73,8 +98,8 @@ def marks(path: str, st: os.stat_result) -> list[bytes]:
     return out
 
 
-def written(tops: list[str], since: float, skip: set[str],
-            names: list[bytes] | None = None) -> tuple[list[Path], list[str]]:
+def written(tops: list[str], since: float, skip: set[str], names: list[bytes] | None = None,
+            outside: Callable[[int], bool] | None = None) -> tuple[list[Path], list[str]]:
     """Regular files under `tops` changed since `since` (see the module doc), never through a
     symlink, `skip` (real paths) passed over; and what the bounds left out. The marks of each entry
     changed since are added to `names`.
@@ -82,7 +107,11 @@ def written(tops: list[str], since: float, skip: set[str],
     Every directory below the tops is looked at (its own times, one lstat; its entries only
     listed), shallowest first, up to WALK_MOST: a file made in an older directory deep down
     (~/.cache/pip/x/y/f) changes that directory's times, not its parents'. The entries of a
-    directory changed since are read (at most DIRS_MOST such directories)."""
+    directory changed since are read (at most DIRS_MOST such directories). Another live world's
+    vault home or run root is passed over (`Homes`) where a process holding its lock is
+    `outside` the trial (by default: `started_before` the agent)."""
+    homes = Homes(outside or started_before(since))
+    skip = skip | set(OWN)  # this runner's other open trials: their roots whole, older or not
     out: list[Path] = []
     size, read, walked, left, unwalked = 0, 0, 0, 0, 0
     changed: deque[tuple[str, bool, int]] = deque((top, True, -1) for top in tops)  # entries read
@@ -114,7 +143,7 @@ def written(tops: list[str], since: float, skip: set[str],
                 if path in skip:
                     continue
                 with contextlib.suppress(OSError):
-                    _walk_on(path, os.lstat(path), since, dev, changed, older, names)
+                    _walk_on(path, os.lstat(path), since, dev, changed, older, names, homes)
             continue
         try:
             with os.scandir(base) as it:
@@ -124,7 +153,7 @@ def written(tops: list[str], since: float, skip: set[str],
         if not fresh:
             _remember(base, [e.path for e in entries if _is_dir(e)])
         for e in entries:
-            if e.path in skip or is_top and trial_root(e.path, e.name, since):
+            if e.path in skip:
                 continue
             try:
                 if not fresh and not e.is_dir(follow_symlinks=False):
@@ -132,7 +161,7 @@ def written(tops: list[str], since: float, skip: set[str],
                 st = e.stat(follow_symlinks=False)
             except OSError:
                 continue
-            new = _walk_on(e.path, st, since, dev, changed, older, names)
+            new = _walk_on(e.path, st, since, dev, changed, older, names, homes)
             if new and stat.S_ISREG(st.st_mode):
                 if len(out) >= FILES_MOST or size + st.st_size > BYTES_MOST:
                     left += 1
@@ -158,11 +187,15 @@ def _top_of(path: str, tops: list[str]) -> str:
 
 
 def _walk_on(path: str, st: os.stat_result, since: float, dev: int, changed: deque[tuple[str, bool, int]],
-             older: deque[tuple[str, bool, int]], names: list[bytes] | None) -> bool:
+             older: deque[tuple[str, bool, int]], names: list[bytes] | None, homes: Homes) -> bool:
     """An entry seen: its marks if changed since (older: a directory holding nothing made since, a
     file not changed since; ctime: no process sets it, so a file written and then `touch -d` back
-    is read too), a directory queued; whether it changed."""
+    is read too), a directory queued; whether it changed. A changed directory that is another
+    live world's is not (its files are what would be read; an older one holding a changed home
+    is walked to it)."""
     new = max(st.st_mtime, st.st_ctime) >= since
+    if new and stat.S_ISDIR(st.st_mode) and homes.kept(path):
+        return False
     if new and names is not None and len(names) < 2 * FILES_MOST:
         names.extend(marks(path, st))
     if stat.S_ISDIR(st.st_mode):

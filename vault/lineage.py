@@ -60,14 +60,14 @@ def started(pid: int) -> float | None:
     process: psutil's create_time adds /proc/stat's btime, a whole second that moves when the
     wall clock is adjusted, so one process read twice in a long run (or by two processes that
     each cached it) came out a second apart: a live session read as gone, an orphan born in
-    the trial as older than it."""
-    stat = _stat(pid)
+    the trial as older than it. Raises OSError when /proc cannot be read for another reason."""
+    stat = _stat(pid, strict=True)
     return None if stat is None else float(_fields(stat)[19]) / _TICKS
 
 
 def running(pid: int) -> float | None:
     """`started(pid)`, or None when it is gone or a zombie (it runs nothing any more)."""
-    stat = _stat(pid)
+    stat = _stat(pid, strict=True)
     if stat is None:
         return None
     fields = _fields(stat)
@@ -79,11 +79,17 @@ def boot_clock() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def _stat(pid: int) -> bytes | None:
+def _stat(pid: int, strict: bool = False) -> bytes | None:
+    """/proc/PID/stat, None when the process is gone (or hidden). `strict`: any other failure
+    (no descriptor left: EMFILE) is raised, never taken for a process that is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
     except OSError:
+        if strict:
+            raise
         return None
 
 

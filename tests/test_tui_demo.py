@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -109,9 +110,31 @@ def alive(ident: tuple[int, float]) -> bool:
         return False
 
 
-def start_demo(tmux: Tmux) -> int:
+def start_demo(tmux: Tmux, before: str = "") -> int:
     vaultsim = Path(PY).with_name("vaultsim")
-    return tmux.start(f"{vaultsim} demo" if vaultsim.exists() else f"{PY} -m vault.cli.main demo")
+    return tmux.start(before + (f"{vaultsim} demo" if vaultsim.exists() else f"{PY} -m vault.cli.main demo"))
+
+
+def demo_at_first_prompt(tmux: Tmux, before: str = "") -> tuple[psutil.Process, set[tuple[int, float]], Path]:
+    """Start the demo; once its first prompt shows: the demo's process, every process seen, its home."""
+    pane = start_demo(tmux, before)
+    seen: set[tuple[int, float]] = set()
+
+    def prompt_shown() -> str | None:
+        seen.update(descendants(pane))
+        text = tmux.screen()
+        return text if " 1 pending" in text and "create_issue" in text else None
+
+    first = wait_for(prompt_shown, timeout=60, what="the first prompt")
+    home = Path(HOME_RE.search(first).group(1))  # type: ignore[union-attr]
+    assert len(seen) >= 4  # the pane's shell, the demo, the daemon, the agent waiting for us
+    demo = next(p for p in psutil.Process(pane).children() if "demo" in p.cmdline())
+    return demo, seen, home
+
+
+def scrollback(tmux: Tmux) -> str:
+    """The pane's text with what scrolled off it: the lines written after the TUI ended."""
+    return tmux.run("capture-pane", "-p", "-t", "demo", "-S", "-200")
 
 
 class TestDemo:
@@ -171,6 +194,41 @@ class TestDemo:
         tmux.run("kill-session", "-t", "demo")
         wait_for(lambda: not any(alive(i) for i in seen), timeout=60, what="every demo process to stop")
         wait_for(lambda: not home.exists(), timeout=30, what="the demo home to be removed")
+
+
+class TestDemoSignals:
+    """The demo follows vault.stop_signals' rule: SIGINT, SIGTERM and a SIGHUP not ignored at
+    start each tear its world down as `q` does and exit 128 + the signal, as `vaultsim tui` does
+    (SIGTERM exited 0, as if `q` were pressed); a SIGHUP ignored at start (nohup) stays ignored
+    (it killed the demo, with its agents and daemon torn down: the rest of the demo lost)."""
+
+    @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+    def test_a_stop_signal_ends_it_like_q_and_exits_128_plus_it(self, tmux: Tmux, sig: signal.Signals) -> None:
+        demo, seen, home = demo_at_first_prompt(tmux)
+        os.kill(demo.pid, sig)
+        assert 128 + sig == tmux.exit_status()
+        wait_for(lambda: not any(alive(i) for i in seen), timeout=60, what="every demo process to stop")
+        assert not home.exists()
+        said = scrollback(tmux)
+        assert "Traceback" not in said, said
+        if sig == signal.SIGINT:  # one line, as every command says it
+            assert "vaultsim demo: interrupted (Ctrl-C); stopped" in said, said
+        else:
+            assert f"vaultsim demo: {sig.name}: stopped " in said and f"removed {home}" in said, said
+
+    def test_a_hang_up_ignored_at_start_stays_ignored(self, tmux: Tmux) -> None:
+        """Started with SIGHUP ignored (`nohup`, `trap '' HUP`): a HUP changes nothing, the demo goes on."""
+        demo, seen, home = demo_at_first_prompt(tmux, before="trap '' HUP; ")
+        os.kill(demo.pid, signal.SIGHUP)  # ignored by the kernel, or caught: either way settled now
+        tmux.keys("s")
+        # the next prompt: the demo, its daemon and its agent all carried on after the HUP
+        wait_for(lambda: " 1 pending" in (t := tmux.screen()) and " delete_release " in t, timeout=60,
+                 what="the second prompt")
+        assert demo.is_running()
+        tmux.keys("q")
+        assert 0 == tmux.exit_status()
+        wait_for(lambda: not any(alive(i) for i in seen), timeout=60, what="every demo process to stop")
+        assert not home.exists()
 
 
 class TestTuiCommand:

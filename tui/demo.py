@@ -9,11 +9,18 @@ subscribed runs the demo agents (see `demo_app`), started as the world starts
 agents (vault.runner.world_procs). Quitting the TUI stops every process the
 demo started, each by its own process group, and removes the directory, which
 takes the home, the keyring and the demo credentials with it.
+
+SIGTERM, SIGINT and SIGHUP (its terminal closed) end it as `q` does (every
+process stopped, the directory removed), with exit 128 + the signal as for
+`vaultsim tui`; a SIGHUP or SIGINT ignored at start stays ignored
+(vault.stop_signals). See `Stopper` for when a signal acts.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -21,16 +28,25 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
+from vault.stop_signals import caught
+from vault.cli.main import interrupted_line
 from vault.errors import VaultError
 from vault.resources import DEMO_PLAN as DEFAULT_PLAN
 import vault.runner.world_procs as world_procs  # the demo's setup: its agents start as the world starts them
 from vault.text import printable
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+if TYPE_CHECKING:
+    from textual.app import App
+
+# how long Textual gets to restore the terminal once the world is down: a closed terminal
+# takes no more writes, and its writer thread then blocks the exit for good
+QUIT_GRACE_S = 10.0
 
 
 class DemoError(VaultError):
@@ -120,6 +136,85 @@ class DemoWorld:
         return running
 
 
+class _Cut(BaseException):
+    """A second stop signal while the world starts: set-up is cut short (what started is closed)."""
+
+
+class Stopper:
+    """The demo's stop signals, each acting when it can leave nothing behind.
+
+    before set-up:          noted, and acted on at once: nothing is started
+    during clean-up:        ignored: the demo is ending already, and its clean-up is never cut short
+    while the world starts: noted, and acted on once it is up, since a half-started world
+                            cannot be told apart from one still starting; a second signal
+                            cuts the start short
+    while the TUI runs:     the world is torn down first, then the TUI quits; if the terminal
+                            has gone (Textual's last writes would block its exit for good) or
+                            Textual has not quit within QUIT_GRACE_S, the process ends there,
+                            with nothing left to clean up
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.phase = "before"  # before, setup, tui, teardown
+        self.world: DemoWorld | None = None
+        self.app: App[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stopped = 0  # processes the TUI's tear-down found running
+        self._quitting = False
+        self._finished = threading.Event()
+
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.phase == "teardown":
+            return  # already ending (`q`, or a signal): the clean-up is never cut short
+        first = self.signum is None
+        if first:
+            self.signum = signum
+        if self.phase == "setup" and not first:
+            raise _Cut()
+        if self.phase == "tui" and first and self.loop is not None:
+            # run on the app's loop, not inside this handler (it may interrupt the loop anywhere);
+            # a loop already closed: the TUI has ended, and run() goes on to the tear-down
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(self.quit)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Called by the app once its loop runs: a signal noted before then quits it now."""
+        self.loop = loop
+        if self.signum is not None:
+            self.quit()
+
+    def quit(self) -> None:
+        if self._quitting or self.signum is None or self.app is None or self.world is None:
+            return
+        self._quitting = True
+        self.stopped = self.world.close()  # first: the terminal may be gone, and Textual with it
+        code = 128 + self.signum
+        threading.Thread(target=self._end_if_stuck, args=(code,), name="demo-quit", daemon=True).start()
+        self.app.exit(return_code=code)
+
+    def _end_if_stuck(self, code: int) -> None:
+        """End the process if Textual cannot: its terminal has gone, or it has not quit in time."""
+        deadline = time.monotonic() + QUIT_GRACE_S
+        while not self._finished.wait(0.1):
+            if _terminal_gone() or time.monotonic() > deadline:
+                os._exit(code)  # the world is down already: nothing is left to clean up
+
+    def done(self) -> None:
+        self.phase = "teardown"
+        self._finished.set()
+
+
+def _terminal_gone() -> bool:
+    """Whether the terminal Textual draws on (stderr) has hung up: it then fails every write
+    (EIO), an empty one too, which a live terminal takes."""
+    try:
+        os.write(2, b"")
+    except OSError:
+        return True
+    return False
+
+
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", default=str(DEFAULT_PLAN), help="plan for the first agent (default: %(default)s)")
 
@@ -138,37 +233,51 @@ def run(args: argparse.Namespace) -> int:
     if not plan.is_file():
         print(f"vaultsim demo: no plan at {plan}", file=sys.stderr)
         return 2
-    world = DemoWorld()
-    # a demo that is killed, or whose terminal is closed, still cleans up (while
-    # the TUI runs, DemoApp turns these signals into an orderly quit instead)
-    previous = {sig: signal.signal(sig, _terminate) for sig in STOP_SIGNALS}
+    stop = Stopper()
+    # read before our handlers are installed: a signal ignored at start (nohup) stays ignored
+    previous = {sig: signal.signal(sig, stop.handler) for sig in caught()}
+    world: DemoWorld | None = None
     try:
-        try:
-            world.start()
-        except DemoError as exc:
-            print(f"vaultsim demo: {exc.message}", file=sys.stderr)
-            _show_logs(world, sys.stderr)
-            return 1
-        DemoApp(world, plan).run()
-        stopped = _close(world, previous)
-        print(f"vaultsim demo: stopped {stopped} processes and removed {world.root}")
-        return 0
+        world = stop.world = DemoWorld()
+        if stop.signum is None:
+            stop.phase = "setup"
+            try:
+                world.start()
+            except DemoError as exc:
+                if stop.signum is None:
+                    print(f"vaultsim demo: {exc.message}", file=sys.stderr)
+                    _show_logs(world, sys.stderr)
+                    return 1
+            except _Cut:
+                pass
+        if stop.signum is None:
+            stop.app = DemoApp(world, plan, stop)
+            stop.phase = "tui"
+            stop.app.run()
+        stop.done()
+        stopped = stop.stopped + world.close()
     finally:
-        _close(world, previous)
-
-
-def _close(world: DemoWorld, previous: dict[int, Any]) -> int:
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)  # a second signal must not cut the cleanup short
-    try:
-        return world.close()
-    finally:
+        stop.done()
+        if world is not None:
+            world.close()  # idempotent; whatever ended us, nothing is left behind
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if stop.signum is None:  # `q`
+        print(f"vaultsim demo: stopped {stopped} processes and removed {world.root}")
+        return 0
+    if stop.signum == signal.SIGINT:
+        _tell(interrupted_line("demo"))
+    else:  # SIGTERM, SIGHUP (after a closed terminal, said to nobody)
+        _tell(f"vaultsim demo: {signal.Signals(stop.signum).name}: stopped {stopped} processes "
+              f"and removed {world.root}")
+    return 128 + stop.signum
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+def _tell(line: str) -> None:
+    """One line on stderr, written at once: a terminal that has gone takes nothing, and then
+    nothing is left in a buffer to fail again at exit."""
+    with contextlib.suppress(OSError):
+        os.write(2, (line + "\n").encode())
 
 
 def _show_logs(world: DemoWorld, out: IO[str]) -> None:
@@ -177,4 +286,3 @@ def _show_logs(world: DemoWorld, out: IO[str]) -> None:
         if path.exists():
             tail = path.read_text(errors="replace").strip().splitlines()[-10:]
             out.write(f"--- {name} ---\n" + "\n".join(tail) + "\n")
-

@@ -11,8 +11,6 @@ outlives its process. The driver narrates in the activity pane (lines marked
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from textual import work
 from vault.home import VaultHome
 
 from tui.app import VaultApp
-from tui.demo import DemoWorld
+from tui.demo import DemoWorld, Stopper
 from tui.messages import LinkUp
 
 SECOND_AGENT_TASK = {"plan_inline": {
@@ -36,10 +34,11 @@ SECOND_AGENT_TASK = {"plan_inline": {
 class DemoApp(VaultApp):
     TITLE = "vaultsim demo"
 
-    def __init__(self, world: DemoWorld, plan: Path) -> None:
+    def __init__(self, world: DemoWorld, plan: Path, stopper: Stopper | None = None) -> None:
         super().__init__(VaultHome(world.home), name="human", run_id="demo")
         self.world = world
         self.plan = plan
+        self.stopper = stopper
         self.started = False
         self.finished = False
 
@@ -47,15 +46,8 @@ class DemoApp(VaultApp):
     # the MRO), so these add to them rather than call super()
 
     def on_mount(self) -> None:
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, self.exit)  # killed: quit as if `q`, then clean up
-        loop.add_signal_handler(signal.SIGHUP, self._hung_up)
-
-    def _hung_up(self) -> None:
-        # the terminal is gone: an orderly Textual exit would block writing to it,
-        # so clean up now and leave at once
-        self.world.close()
-        os._exit(128 + signal.SIGHUP)
+        if self.stopper is not None:  # a stop signal quits from here on (see tui.demo.Stopper)
+            self.stopper.attach(asyncio.get_running_loop())
 
     def on_link_up(self, m: LinkUp) -> None:
         if not self.started:

@@ -43,6 +43,11 @@ while the request is pending (a person pulling the brake). Every prompt answered
 JSON line. The approver exits cleanly when the daemon stops. A prompt that does
 not fit `approval.requested`'s model (vault.wire) is reported on stderr and left
 undecided; the approver goes on with the others.
+
+SIGTERM, or SIGHUP (its terminal closed), disconnects it cleanly (a prompt it is
+still thinking over stays pending, for another approver) and exits 0; Ctrl-C
+(SIGINT) the same with exit 130 and one line on stderr. A SIGHUP or SIGINT
+ignored at start stays ignored (`nohup`, a script's `&` job; vault.stop_signals).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ import fnmatch
 import json
 import os
 import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -60,9 +66,10 @@ from typing import Annotated, Any, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
+from vault import stop_signals
 from vault.atomic import append_whole, open_append
 from vault.catalog import HIDDEN, load_yaml_model
-from vault.cli.main import add_home_arg, path_arg
+from vault.cli.main import add_home_arg, interrupted_line, path_arg
 from vault.client import AsyncRpcClient, connect_approver
 from vault.errors import BadInput, HomeError, RpcError
 from vault.home import VaultHome
@@ -336,10 +343,48 @@ def run(args: argparse.Namespace) -> int:
         log: TextIO | DecisionLog = DecisionLog(args.log) if args.log else sys.stdout
     except OSError as exc:
         raise BadInput(f"--log: cannot open {args.log}: {exc.strerror}") from None
-    try:  # Ctrl-C goes on to the CLI's 130: an interrupt, not the daemon going away
-        asyncio.run(ScriptedApprover(script, log).run(home))
+    try:
+        stopped_by = asyncio.run(_serve(ScriptedApprover(script, log), home))
     finally:
         if args.log:
             log.close()
+    if stopped_by == signal.SIGINT:  # Ctrl-C: an interrupt (130), said in one line
+        print(interrupted_line("approve"), file=sys.stderr)
+        return 130
+    if stopped_by is not None:
+        print(f"vaultsim approve: {stopped_by.name}: disconnected from the daemon; exiting", file=sys.stderr)
+        return 0
     print("vaultsim approve: daemon closed the connection; exiting", file=sys.stderr)
     return 0
+
+
+async def _serve(approver: ScriptedApprover, home: VaultHome) -> signal.Signals | None:
+    """Answer prompts until the daemon closes the connection (None) or a stop signal comes (that
+    signal): then the connection is closed, so the daemon sees this approver leave at once."""
+    stopped_by: list[signal.Signals] = []
+    stop = asyncio.Event()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not stopped_by:
+            stopped_by.append(sig)
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for sig in stop_signals.caught():  # before any handler of ours: one ignored at start stays so
+        loop.add_signal_handler(sig, on_signal, sig)
+    serving = asyncio.create_task(approver.run(home))
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not serving.done():
+            serving.cancel()
+        if approver.client is not None:
+            await approver.client.close()
+        for task in list(approver.tasks):  # prompts still thought over stay pending
+            task.cancel()
+        await asyncio.gather(serving, *approver.tasks, return_exceptions=True)
+    if not stopped_by:
+        serving.result()  # the daemon closed the connection, or it could not be reached (raised)
+    return stopped_by[0] if stopped_by else None

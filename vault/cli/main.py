@@ -42,7 +42,9 @@ exit codes (every command; the same as pytest's):
   3    internal or infrastructure error: a trial's harness failed
        (`run`: no release decision), or a bug in vaultsim
   5    nothing selected: `run` found no scenario to run
-  130  interrupted (Ctrl-C); everything started was stopped"""
+  130  interrupted (Ctrl-C); everything started was stopped
+  143  `tui`, `demo`: stopped by SIGTERM (129: by SIGHUP), everything started
+       stopped; `daemon`, `remote`, `mcp`, `approve` exit 0 on either"""
 
 
 @dataclass(frozen=True)

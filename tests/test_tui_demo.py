@@ -9,6 +9,7 @@ home was removed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -215,6 +216,33 @@ class TestDemoSignals:
             assert "vaultsim demo: interrupted (Ctrl-C); stopped" in said, said
         else:
             assert f"vaultsim demo: {sig.name}: stopped " in said and f"removed {home}" in said, said
+
+    def test_a_signal_while_the_world_starts_still_leaves_nothing(self, tmux: Tmux) -> None:
+        """SIGTERM as soon as the demo's daemon exists (set-up under way, or just done): the
+        world is finished and torn down, the TUI never needed; 143, nothing left."""
+        pane = start_demo(tmux)
+        seen: set[tuple[int, float]] = set()
+        homes: set[str] = set()
+
+        def daemon_started() -> bool:
+            seen.update(descendants(pane))
+            for pid, _ in seen:
+                with contextlib.suppress(psutil.Error):
+                    p = psutil.Process(pid)
+                    if "daemon" in p.cmdline():
+                        homes.add(p.environ().get("VAULTSIM_HOME", ""))
+                        return True
+            return False
+
+        wait_for(daemon_started, timeout=60, interval=0.01, what="the demo's daemon")
+        demo = next(p for p in psutil.Process(pane).children() if "demo" in p.cmdline())
+        os.kill(demo.pid, signal.SIGTERM)
+        assert 128 + signal.SIGTERM == tmux.exit_status()
+        wait_for(lambda: not any(alive(i) for i in seen), timeout=60, what="every demo process to stop")
+        (home,) = homes
+        assert home.startswith("/tmp/vsd-") and not Path(home).parent.exists(), home
+        said = scrollback(tmux)
+        assert "Traceback" not in said and "vaultsim demo: SIGTERM: stopped " in said, said
 
     def test_a_hang_up_ignored_at_start_stays_ignored(self, tmux: Tmux) -> None:
         """Started with SIGHUP ignored (`nohup`, `trap '' HUP`): a HUP changes nothing, the demo goes on."""

@@ -34,11 +34,11 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, TYPE_CHECKING, Any
 
-from vault.stop_signals import caught
 from vault.cli.main import interrupted_line
 from vault.errors import VaultError
 from vault.resources import DEMO_PLAN as DEFAULT_PLAN
 import vault.runner.world_procs as world_procs  # the demo's setup: its agents start as the world starts them
+from vault.stop_signals import caught
 from vault.text import printable
 
 if TYPE_CHECKING:
@@ -171,6 +171,7 @@ class Stopper:
         if first:
             self.signum = signum
         if self.phase == "setup" and not first:
+            self.phase = "teardown"  # a third must not cut short the clean-up of what started
             raise _Cut()
         if self.phase == "tui" and first and self.loop is not None:
             # run on the app's loop, not inside this handler (it may interrupt the loop anywhere);

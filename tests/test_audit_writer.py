@@ -494,28 +494,3 @@ class _Opaque:
         return CANARY
 
     __str__ = __repr__
-
-
-class TestEncodeModel:
-    def test_the_models_serializer_writes_the_bytes_the_event_dict_would(self) -> None:
-        """The writer encodes an event model with the model's serializer (a third of the time):
-        the same keys in the same order and the same values as `to_event()` through
-        `_encode_event`, NaN and infinity as null, nested values included; and text that
-        cannot be encoded is the same AuditError."""
-        from vault import audit_events as E
-        from vault.audit.writer import _encode_event, _encode_model
-        from audit_fixtures import sample_events
-
-        models = [E.EVENT_MODELS[ev["type"]].model_validate({k: v for k, v in ev.items() if k != "n"})
-                  for ev in sample_events(9)]
-        models += [
-            E.Decision(request_id="q", decision="allow_once", asked=float("nan"), shown=float("inf"), decided=1.5),
-            E.SessionOpened(session_id="s", client={"a": [1, 2.5, None, {"x": "é\u2028"}], "b": True},
-                            lineage=[(1, 2.0), (3, 4.5)]),
-            E.SessionOpened(session_id="s", recorded_as="escaped"),
-            E.ConnectionRefused(pid=1, tree_pid=2, held=3, count=4, exe="/bin/\u00e9", lineage=None),
-        ]
-        for m in models:
-            assert _encode_model(m) == _encode_event(m.to_event()), m
-        with pytest.raises(AuditError, match="not JSON-serializable"):
-            _encode_model(E.SessionClosed(session_id="s\ud800", reason="x"))

@@ -463,7 +463,7 @@ class AuditWriter:
 
     def _encode(self, event: Event) -> bytes:
         if isinstance(event, AuditEvent):
-            return _encode_model(event)
+            return _encode_event(event.to_event())
         if self._check is not None and isinstance(event, dict):
             self._check(event)
         return _encode_event(event)
@@ -881,30 +881,6 @@ def _encode_event(event: dict[str, Any]) -> bytes:
         data = to_json(event, inf_nan_mode="null")
     except (TypeError, ValueError) as exc:  # PydanticSerializationError too; the value is never echoed
         raise AuditError(f"audit event is not JSON-serializable ({type(exc).__name__})") from None
-    if len(data) > MAX_EVENT_BYTES:
-        raise AuditError(f"audit event is {len(data)} bytes; the limit is {MAX_EVENT_BYTES}")
-    return data
-
-
-_WRITTEN: dict[type[AuditEvent], frozenset[str]] = {}  # per model: the fields `to_event` may write
-_TYPE = frozenset({"type"})
-
-
-def _encode_model(event: AuditEvent) -> bytes:
-    """`_encode_event(event.to_event())`, the same bytes (the same keys in the same order,
-    the same values), in a third of the time: the model's own serializer, restricted to the
-    fields `to_event` writes, skips building the dict and inferring each value's type again
-    (three records a call). Anything it cannot serialize goes the dict's way, which raises
-    the same errors as before."""
-    cls = type(event)
-    written = _WRITTEN.get(cls)
-    if written is None:
-        written = _WRITTEN[cls] = frozenset(cls.WRITTEN)
-    try:
-        data = cls.__pydantic_serializer__.to_json(
-            event, include=(event.__pydantic_fields_set__ & written) | _TYPE, warnings=False)
-    except Exception:  # text that is not Unicode, a value JSON cannot hold: the dict way says why
-        return _encode_event(event.to_event())
     if len(data) > MAX_EVENT_BYTES:
         raise AuditError(f"audit event is {len(data)} bytes; the limit is {MAX_EVENT_BYTES}")
     return data

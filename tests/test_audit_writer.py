@@ -113,24 +113,6 @@ class TestGroupCommit:
         w.close()
         assert "intact" == verify(files.log).status
 
-    async def test_the_last_of_the_operations_in_flight_flushes_at_once(self, tmp_path: Path) -> None:
-        """An append that completes the group (`in_flight` of them waiting) syncs right there,
-        without a turn of the loop; the appends before it still share its fdatasync; without
-        `in_flight`, concurrent appends share one flush as before."""
-        files, io = unique(tmp_path), FlakyIO()
-        w = files.writer(io=io)
-        turned: list[int] = []
-        asyncio.get_running_loop().call_soon(turned.append, 1)
-        await w.append({"type": "alone"}, in_flight=1)
-        assert ([], [True]) == (turned, io.synced_in_loop_thread())  # durable, and no loop turn
-        await asyncio.gather(*(w.append({"type": "group", "i": i}, in_flight=8) for i in range(8)))
-        assert 2 == io.fdatasyncs
-        await asyncio.gather(*(w.append({"type": "unsaid", "i": i}) for i in range(8)))
-        assert [True] * 3 == io.synced_in_loop_thread()
-        assert 17 == len(decrypt_events(files.log, files.key))
-        w.close()
-        assert "intact" == verify(files.log).status
-
     async def test_flush_leaves_the_loop_to_work_still_in_progress(self, tmp_path: Path) -> None:
         """Alone, an append is synced in the loop thread; while other operations are in
         progress, in the flush thread, which leaves the loop to them."""

@@ -294,40 +294,26 @@ class AuditWriter:
 
     # ---- the public surface --------------------------------------------------
 
-    async def append(self, event: Event, *, in_flight: int | None = None) -> int:
+    async def append(self, event: Event, *, in_flight: int = 1) -> int:
         """Append `event`; returns its seq once the record is durable. AuditError if not.
 
         The flush is not done here but in a callback scheduled after every task
         that is ready to run now, so the appends those tasks make share its
         fdatasync (group commit). `in_flight`: how many of the caller's
-        operations are in progress, this one included (None: not known; taken
-        as 1 once that callback runs). When all of them are waiting for this
-        flush, nothing else needs the loop meanwhile, so a fast disk is synced
-        inline; otherwise the sync goes to the flush thread and the others run
-        while it waits. When the caller says so and this append is the last of
-        them to arrive, the inline flush runs at once, here: the callback would
-        only cost a turn of the loop (and this append a future) on the path of
-        every call, for a group that is already complete.
+        operations are in progress, this one included. When all of them are
+        waiting for this flush, nothing else needs the loop meanwhile, so a
+        fast disk is synced inline; otherwise the sync goes to the flush
+        thread and the others run while it waits.
         """
         loop = self._bind(asyncio.get_running_loop())
         seq = self._stage(self._encode(event))
-        self._in_flight = 1 if in_flight is None else in_flight
-        if (in_flight is not None and len(self._waiters) + 1 >= in_flight and self._sync_task is None
-                and not self._rotate_due and self._loop_may_block()):
-            if self._flush_handle is not None:  # this flush covers what it was scheduled for
-                self._flush_handle.cancel()
-                self._flush_handle = None
-            error = self._flush_inline()
-            if error is not None:
-                raise AuditError(error.message)
-            if self._durable_seq >= seq:
-                return seq
         fut: asyncio.Future[int] = loop.create_future()
         self._waiters.append((seq, fut))
+        self._in_flight = in_flight
         self._schedule_flush(loop)
         return await fut
 
-    async def append_answer(self, event: Event, *, in_flight: int | None = None) -> int:
+    async def append_answer(self, event: Event, *, in_flight: int = 1) -> int:
         """Append the record an answer waits for; returns its seq. AuditError if it cannot be.
 
         ``strict``: durable on return, as `append`. ``default``: written on
@@ -752,10 +738,6 @@ class AuditWriter:
         if not self._loop_may_block() or len(self._waiters) < self._in_flight or self._rotate_due:
             self._start_sync_task()
             return
-        self._flush_inline()
-
-    def _flush_inline(self) -> AuditError | None:
-        """Write and sync in the loop thread, settle the waiters; the error it met, if any."""
         error: AuditError | None = None
         head: RC.HeadRef | None = None
         started = self._monotonic()
@@ -776,7 +758,6 @@ class AuditWriter:
                 executor.submit(self._publish_quietly, head)
         if self._rotate_due:  # that write filled the segment: rotate in the flush thread
             self._start_sync_task()
-        return error
 
     def _loop_may_block(self) -> bool:
         """May the loop thread do file I/O now? Not if inline flushes are off, or a sync

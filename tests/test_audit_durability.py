@@ -73,6 +73,30 @@ class TestAnswerRecords:
         w.close()
         assert verify(files.log).intact
 
+    async def test_the_timer_adds_no_sync_while_the_next_intents_cover_the_answers(self, tmp_path: Path) -> None:
+        """Calls closer together than flush_after_s: each answer is made durable by the next
+        intent's sync, so the flush timer finds no written record that old and adds no
+        fdatasync (it did, one per flush_after_s, from the flush thread: the next intent
+        waited behind it). Once the calls stop, it still syncs the last answer."""
+        files, io = fresh(tmp_path), TimedIO()
+        w = files.writer(io=io, flush_after_s=0.5)
+        intents, start = 0, time.monotonic()
+        while time.monotonic() - start < 1.2:  # the timer's period passes twice
+            await w.append({"type": "intent"})
+            intents += 1
+            await w.append_answer({"type": "classification"})
+            await asyncio.sleep(0.005)  # the calls' spacing (an agent's think time), not a wait
+        assert intents == io.fdatasyncs
+        assert io.synced_in_loop_thread() == [True] * intents  # no intent waited on a thread's sync
+        answered_at = time.monotonic()
+        deadline = answered_at + 10
+        while io.fdatasyncs == intents and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+        assert intents + 1 == io.fdatasyncs
+        assert io.synced_at[-1] - answered_at < 2.0  # 0.5 s asked; generous for a busy host
+        w.close()
+        assert verify(files.log).intact
+
     async def test_written_from_a_thread_when_the_loop_must_not_touch_the_disk(self, tmp_path: Path) -> None:
         """With inline flushes off (a slow disk), the answer is written from a thread, still
         before append_answer returns, still without waiting for a sync."""

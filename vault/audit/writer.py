@@ -184,6 +184,9 @@ class AuditWriter:
         self._written_head = tail.head
         self._writes = 0  # non-empty writes so far; a sync covers the ones before it
         self._synced_writes = 0
+        # time.monotonic() of the oldest write no sync covers yet (None: every write is durable):
+        # the flush timer syncs only once that write has waited flush_after_s
+        self._unsynced_at: float | None = None
         self._durable_seq = tail.next_seq - 1
         # the newest record (seq, hash) written / durable: its hash commits to every record before it
         self._written_tip = self._durable_tip = (tail.next_seq - 1, tail.prev) if tail.next_seq > 0 else None
@@ -522,6 +525,8 @@ class AuditWriter:
                     raise AuditError(self._failure or "audit log failed") from None
                 self._size += len(data)
                 self._writes += 1
+                if self._unsynced_at is None:
+                    self._unsynced_at = time.monotonic()
                 if self._segment_bytes and self._size >= self._segment_bytes:
                     self._rotate_due = True
             self._written_seq, self._written_head, self._written_tip = last, head, tip
@@ -536,7 +541,7 @@ class AuditWriter:
         with self._slock:
             with self._wlock:
                 target, head, fd, writes = self._written_seq, self._written_head, self._fd, self._writes
-                tip = self._written_tip
+                tip, taken_at = self._written_tip, time.monotonic()
                 if self._fd_closed:
                     return None
             if self._failure is not None:
@@ -549,6 +554,8 @@ class AuditWriter:
                     raise AuditError(self._failure or "audit log failed") from None
                 self._synced_writes = writes
                 self._durable_seq, self._durable_head, self._durable_tip = target, head, tip
+                with self._wlock:  # a write after the snapshot above was made after `taken_at`
+                    self._unsynced_at = None if self._writes == writes else taken_at
             if rotate and self._rotate_due and not self._closing:
                 self._rotate()
                 return None  # the rotation published its own, newer head
@@ -652,6 +659,7 @@ class AuditWriter:
             self._written_seq = self._durable_seq = first
             self._written_tip = self._durable_tip = started_tip
             self._synced_writes = self._writes
+            self._unsynced_at = None
             self._rotate_due = False
         self._apply_retention()
 
@@ -807,10 +815,25 @@ class AuditWriter:
         self._waiters = still
 
     def _on_flush_timer(self) -> None:
-        """Written records have waited `flush_after_s` for a sync: start one (off the loop)."""
+        """Start a sync (off the loop) for the written records that have waited `flush_after_s`.
+
+        The timer was armed for the oldest write not yet durable then; under a steady stream
+        of calls the next intent's sync has usually covered it, and a sync now would only be
+        an extra one (a thread hop that the next call's intent then waits behind). So when
+        the oldest write still not durable is younger than `flush_after_s`, the timer is
+        armed again for the moment it turns that old; otherwise the sync starts now.
+        """
         self._flush_timer = None
-        if self._flush_handle is None and self._sync_due():
-            self._start_sync_task()
+        if self._flush_handle is not None or not self._sync_due():
+            return  # a flush is on its way (it covers every write before it), or nothing is due
+        at = self._unsynced_at
+        if (at is not None and self._loop is not None and not (self._pending or self._waiters or self._rotate_due)
+                and self._sync_task is None):
+            left = self._flush_after_s - (time.monotonic() - at)
+            if left > self._flush_after_s / 10:  # not worth a timer of its own below that
+                self._flush_timer = self._loop.call_later(left, self._on_flush_timer)
+                return
+        self._start_sync_task()
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -325,10 +325,15 @@ def _timeouts(service: ServiceConfig, ctx: CallContext) -> tuple[aiohttp.ClientT
     capped = {k: max(0.0, min(v, left)) for k, v in chosen.items()}
     # aiohttp has no write timer: a peer that stops reading our request shows as silence on
     # the answer, which the read timer bounds (and the total, always)
-    timeout = aiohttp.ClientTimeout(total=None, connect=capped["connect_timeout_s"],
-                                    sock_connect=capped["connect_timeout_s"],
-                                    sock_read=capped["read_timeout_s"])
+    timeout = _client_timeout(capped["connect_timeout_s"], capped["read_timeout_s"])
     return timeout, capped["total_timeout_s"], {k: round(v, 3) for k, v in capped.items()}
+
+
+@functools.lru_cache(maxsize=64)
+def _client_timeout(connect: float, read: float) -> aiohttp.ClientTimeout:
+    # immutable (a frozen attrs class), and the same few pairs on every call but those the
+    # deadline cuts
+    return aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=read)
 
 
 def _trace_config() -> aiohttp.TraceConfig:

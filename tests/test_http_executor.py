@@ -327,6 +327,22 @@ class TestRequestShape:
         assert (Category.local_failure, False) == (outcome.result.category, outcome.remote_touched)
         assert 0 == h.remote.ledger.total_attempts()
 
+    async def test_a_mark_or_correlation_id_that_is_no_header_value_sends_nothing(self, harness_factory) -> None:
+        """Values the vault puts in headers itself are checked too (the mark once, when the
+        executor is made; the correlation id per call): a line break sends nothing."""
+        h: Harness = await harness_factory()
+        marked = HttpExecutor(mark="m\r\nX-Admin: 1")
+        try:
+            outcome = await marked.execute(CATALOG.get("create_issue"), {"title": "t"}, Secret("tok"), h.service(),
+                                           CallContext(correlation_id="c-mark", session_id="s"))
+        finally:
+            await marked.aclose()
+        assert (Category.local_failure, False) == (outcome.result.category, outcome.remote_touched)
+        outcome = await h.executor.execute(CATALOG.get("create_issue"), {"title": "t"}, Secret("tok"), h.service(),
+                                           CallContext(correlation_id="c-x\r\nX-Admin: 1", session_id="s"))
+        assert (Category.local_failure, False) == (outcome.result.category, outcome.remote_touched)
+        assert 0 == h.remote.ledger.total_attempts()
+
     async def test_unencodable_body_sends_nothing(self, harness_factory) -> None:
         """A body JSON cannot carry (NaN, past the catalog's checks) is refused before any connection."""
         h: Harness = await harness_factory()

@@ -191,3 +191,17 @@ class TestNames:
             with pytest.raises(RpcError):
                 c.request("session.open", agent="fine", run_id=name)
             assert c.request("session.open", agent="ünïcode agent")["session_id"].startswith("s-")
+
+
+@pytest.mark.parametrize("rid", [7, 2**70, "r-\u00e9", None])
+def test_a_result_model_is_framed_as_its_dict_would_be(rid: object) -> None:
+    """The answer to a call is written from pydantic's own JSON (no dict made to be encoded
+    again): the same bytes as before, a lone surrogate still escaped rather than lost."""
+    from vault import jsonrpc as rpc
+    from vault.daemon.rpc_server import _result_frame
+    from vault.models import Category, make_result
+    for result in (make_result(Category.success, "read_issue", "c-1", "Done \u2028 ✓", data={"a": 1.5, "b": [1, None]}),
+                   make_result(Category.rate_limited, "op", "c-1", "later", retry_after_s=5.0),
+                   make_result(Category.success, "op", "c-1", "not \ud800 text")):
+        assert rpc.encode_result(rid, result.model_dump(mode="json", exclude_none=True)) == _result_frame(rid, result)
+    assert rpc.encode_result(rid, {"x": 1}) == _result_frame(rid, {"x": 1})

@@ -152,6 +152,16 @@ def encode_result(rid: Any, result: Any) -> bytes:
     return _dump({"jsonrpc": "2.0", "id": rid, "result": result})
 
 
+def encode_result_json(rid: Any, body: bytes) -> bytes:
+    """`encode_result` for a result already encoded as one JSON value (`body`, UTF-8): the
+    same frame, without making the result a dict first only to encode it."""
+    if isinstance(rid, int) and not isinstance(rid, bool):
+        head = b'{"jsonrpc":"2.0","id":%d,"result":' % rid
+    else:
+        head = _dump({"jsonrpc": "2.0", "id": rid})[:-2] + b',"result":'
+    return head + body + b"}\n"
+
+
 def encode_error(rid: Any, code: int, message: str, data: Any = None) -> bytes:
     err: dict[str, Any] = {"code": code, "message": message}
     if data is not None:

@@ -153,10 +153,18 @@ class Dispatcher:
                       "".join(traceback.format_tb(exc.__traceback__)))
             frame = rpc.encode_error(req.id, rpc.INTERNAL_ERROR, f"internal error (reference {ref})")
         else:
-            if isinstance(result, BaseModel):
-                result = result.model_dump(mode="json", exclude_none=True)
-            frame = rpc.encode_result(req.id, result)
+            frame = _result_frame(req.id, result)
         return frame
+
+
+def _result_frame(rid: Any, result: Any) -> bytes:
+    if isinstance(result, BaseModel):
+        try:
+            # pydantic writes the JSON itself: no dict made only to be encoded again
+            return rpc.encode_result_json(rid, result.__pydantic_serializer__.to_json(result, exclude_none=True))
+        except ValueError:  # text that is not Unicode: the escaping encoder below keeps it answered
+            result = result.model_dump(mode="json", exclude_none=True)
+    return rpc.encode_result(rid, result)
 
 
 def rpc_code(exc: Refused) -> int:

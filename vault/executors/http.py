@@ -89,6 +89,8 @@ class HttpExecutor(Executor):
         # the trial's mark on every request (vault.vouch): how a remote tells the vault from an
         # agent holding a stolen token; never in a result, diagnostic or log
         self._mark = mark
+        # checked once here, not per call: a mark that cannot be a header value refuses every call
+        self._mark_ok = mark is None or _HEADER_VALUE.fullmatch(mark) is not None
         self._session: aiohttp.ClientSession | None = None
 
     def _http(self) -> aiohttp.ClientSession:
@@ -197,13 +199,17 @@ class HttpExecutor(Executor):
             attempt.error = NotSent("the credential cannot be sent as a bearer token "
                                     "(it holds characters outside printable ASCII)")
             return
+        # every value is checked to be printable ASCII (no header injected): the token just above,
+        # the mark once in __init__, the correlation id and key here (Accept is a constant)
         headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
                    CORRELATION_HEADER: ctx.correlation_id}
+        ok = self._mark_ok and _HEADER_VALUE.fullmatch(ctx.correlation_id) is not None
         if ctx.idempotency_key:
-            headers["Idempotency-Key"] = wire_key(ctx.idempotency_key)
+            key = headers["Idempotency-Key"] = wire_key(ctx.idempotency_key)
+            ok = ok and _HEADER_VALUE.fullmatch(key) is not None
         if self._mark:
             headers[MARK_HEADER] = self._mark
-        if not all(_HEADER_VALUE.fullmatch(v) for v in headers.values()):
+        if not ok:
             attempt.error = NotSent("a header value holds characters outside printable ASCII")
             return
         data = None
@@ -216,7 +222,7 @@ class HttpExecutor(Executor):
             headers["Content-Type"] = "application/json"
         received = bytearray()
         try:
-            target = URL(url, encoded=True)
+            target = _url(url)
             if query:
                 target = target.extend_query(_query(query))
             async with asyncio.timeout(total):
@@ -303,6 +309,12 @@ def _query(query: dict[str, Any]) -> list[tuple[str, str]]:
     return [(k, ("true" if v else "false") if isinstance(v, bool) else str(v)) for k, v in query.items()]
 
 
+@functools.lru_cache(maxsize=1024)
+def _url(url: str) -> URL:
+    # a yarl URL is immutable; the same few paths are called again and again
+    return URL(url, encoded=True)
+
+
 def _timeouts(service: ServiceConfig, ctx: CallContext) -> tuple[aiohttp.ClientTimeout, float, dict[str, float]]:
     chosen = dict(DEFAULT_TIMEOUTS)
     for key in DEFAULT_TIMEOUTS:
@@ -313,10 +325,15 @@ def _timeouts(service: ServiceConfig, ctx: CallContext) -> tuple[aiohttp.ClientT
     capped = {k: max(0.0, min(v, left)) for k, v in chosen.items()}
     # aiohttp has no write timer: a peer that stops reading our request shows as silence on
     # the answer, which the read timer bounds (and the total, always)
-    timeout = aiohttp.ClientTimeout(total=None, connect=capped["connect_timeout_s"],
-                                    sock_connect=capped["connect_timeout_s"],
-                                    sock_read=capped["read_timeout_s"])
+    timeout = _client_timeout(capped["connect_timeout_s"], capped["read_timeout_s"])
     return timeout, capped["total_timeout_s"], {k: round(v, 3) for k, v in capped.items()}
+
+
+@functools.lru_cache(maxsize=64)
+def _client_timeout(connect: float, read: float) -> aiohttp.ClientTimeout:
+    # immutable (a frozen attrs class), and the same few pairs on every call but those the
+    # deadline cuts
+    return aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=read)
 
 
 def _trace_config() -> aiohttp.TraceConfig:

@@ -64,13 +64,20 @@ class Trace:
 
     def __init__(self) -> None:
         self.t0 = time.monotonic()
-        self.steps: list[tuple[str, float]] = []
+        # (name, monotonic time): made into ms only if `steps` is read (a failure's diagnostic)
+        self._marks: list[tuple[str, float]] = []
+        self._seen: set[str] = set()
 
     def mark(self, name: str) -> None:
-        self.steps.append((name, round((time.monotonic() - self.t0) * 1000, 1)))
+        self._marks.append((name, time.monotonic()))
+        self._seen.add(name)
+
+    @property
+    def steps(self) -> list[tuple[str, float]]:
+        return [(name, round((t - self.t0) * 1000, 1)) for name, t in self._marks]
 
     def saw(self, name: str) -> bool:
-        return any(step == name for step, _ in self.steps)
+        return name in self._seen
 
     @property
     def request_started(self) -> bool:

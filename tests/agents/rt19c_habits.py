@@ -24,6 +24,10 @@ agent adds habits a real-world careful agent has, each a knob (comma-separated i
   latin1    stdout written in ISO-8859-1 (a locale habit), with accented text in log lines
   utf16     stdout written as UTF-16 (a BOM, then two bytes a character)
   venv      a virtualenv made in $TMPDIR (--without-pip) and the work re-run from its python
+  lookupkey an unknown outcome looked up by its idempotency key (and operation), not correlation id
+  verify    every success of a mutating step confirmed with a `lookup` (always allowed)
+  hostpid   `session.open` with a client {name, version, via, host_pid: getppid() where >= 1}
+  statuspoll a second connection (no session) polling `vault.status` every 0.3 s, a health check
   pyc       compiles a helper module in the working directory's __pycache__ when it can
 """
 
@@ -76,6 +80,11 @@ class Habits(Careful):
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT)")
         super().__init__(blocking=False)
+        self.poller: threading.Thread | None = None
+        self.polling = True  # read by the poller thread
+        if "statuspoll" in HABITS:
+            self.poller = threading.Thread(target=self.poll_status, daemon=True)
+            self.poller.start()
         if self.db is not None:
             row = self.db.execute("SELECT v FROM kv WHERE k='state'").fetchone()
             if row:
@@ -100,6 +109,38 @@ class Habits(Careful):
             self.scratch_home()
         if "pyc" in HABITS:
             self.compile_here()
+
+    def poll_status(self) -> None:
+        from careful import Rpc
+        rpc = Rpc(os.environ["VAULTSIM_SOCKET"])
+        while self.polling and self.left() > 0.5:
+            rpc("vault.status")
+            time.sleep(0.3)
+        rpc.sock.close()
+
+    def open_session(self) -> str:
+        if "hostpid" not in HABITS:
+            return super().open_session()
+        client: dict = {"name": "rt19c-habits", "version": "1.0", "via": "cli"}
+        if os.getppid() >= 1:
+            client["host_pid"] = os.getppid()
+        return self.rpc("session.open", agent=self.name, run_id=self.run_id, client=client)["session_id"]
+
+    def lookup(self, result: dict) -> dict:
+        if "lookupkey" not in HABITS or not result.get("_key"):
+            return super().lookup(result)
+        answer = result
+        for pause in (0.0, 0.1, 0.2, 0.4):
+            if pause:
+                if self.left() < pause:
+                    break
+                time.sleep(pause)
+            answer = self.rpc("lookup", session_id=self.session, idempotency_key=result["_key"],
+                              operation=result["operation"])
+            self.log(answer)
+            if answer.get("reconciled") in ("found", "not_found"):
+                break
+        return answer
 
     # ---- habits ------------------------------------------------------------------
 
@@ -236,6 +277,11 @@ class Habits(Careful):
             subprocess.run(["sh", "-c", "true"], close_fds=False, check=False)
         jlog("call", step=step["id"], operation=step["call"])
         result = super().call(step, params, key)
+        if result.get("category") == "outcome_unknown":
+            result = {**result, "_key": key}
+        elif "verify" in HABITS and result.get("category") == "success" and \
+                self.task.get("catalog", {}).get(step["call"], {}).get("mutates") and self.left() > 1:
+            self.log(self.rpc("lookup", session_id=self.session, correlation_id=result["correlation_id"]))
         jlog("result", step=step["id"], category=result.get("category"))
         if self.helpers and self.helpers[0].stdin:
             self.helpers[0].stdin.write((json.dumps({"step": step["id"], "category": result.get("category")}) + "\n").encode())

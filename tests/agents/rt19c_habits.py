@@ -28,6 +28,9 @@ agent adds habits a real-world careful agent has, each a knob (comma-separated i
   verify    every success of a mutating step confirmed with a `lookup` (always allowed)
   hostpid   `session.open` with a client {name, version, via, host_pid: getppid() where >= 1}
   statuspoll a second connection (no session) polling `vault.status` every 0.3 s, a health check
+  strids    JSON-RPC ids are strings (uuid4), as many client libraries send them
+  noparams  `params` left out of a request that has none (`vault.status`), as JSON-RPC allows
+  crlf      every request line ends in CRLF; rawutf8: non-ASCII sent as UTF-8, not backslash-u escapes
   pyc       compiles a helper module in the working directory's __pycache__ when it can
 """
 
@@ -47,10 +50,42 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from careful import Careful, RpcError  # noqa: E402  (careful.py: the contract's rules)
+import careful  # noqa: E402
+from careful import Careful, Rpc, RpcError  # noqa: E402  (careful.py: the contract's rules)
 
 HABITS = set(filter(None, os.environ.get("RT19C", "").split(",")))
 TMP = os.environ.get("TMPDIR") or "/tmp"
+
+
+class WireRpc(Rpc):
+    """The wire as other JSON-RPC clients write it (knobs strids, noparams, crlf, rawutf8)."""
+
+    def __call__(self, method: str, **params: object) -> dict:
+        import uuid
+        rid: object
+        if "strids" in HABITS:
+            rid = str(uuid.uuid4())
+        else:
+            self.next_id += 1
+            rid = self.next_id
+        msg: dict = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params or "noparams" not in HABITS:
+            msg["params"] = params
+        end = "\r\n" if "crlf" in HABITS else "\n"
+        self.sock.sendall((json.dumps(msg, ensure_ascii="rawutf8" not in HABITS) + end).encode())
+        while True:
+            raw = self.file.readline()
+            if not raw:
+                raise RpcError("the vault closed the connection")
+            answer = json.loads(raw)
+            if answer.get("id") != rid:
+                continue
+            if "error" in answer:
+                raise RpcError(str(answer["error"].get("message")))
+            return answer["result"]
+
+
+careful.Rpc = WireRpc  # type: ignore[misc]
 
 
 def jlog(event: str, **kw: object) -> None:
@@ -111,8 +146,7 @@ class Habits(Careful):
             self.compile_here()
 
     def poll_status(self) -> None:
-        from careful import Rpc
-        rpc = Rpc(os.environ["VAULTSIM_SOCKET"])
+        rpc = WireRpc(os.environ["VAULTSIM_SOCKET"])
         while self.polling and self.left() > 0.5:
             rpc("vault.status")
             time.sleep(0.3)

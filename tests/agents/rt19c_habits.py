@@ -31,6 +31,11 @@ agent adds habits a real-world careful agent has, each a knob (comma-separated i
   strids    JSON-RPC ids are strings (uuid4), as many client libraries send them
   noparams  `params` left out of a request that has none (`vault.status`), as JSON-RPC allows
   crlf      every request line ends in CRLF; rawutf8: non-ASCII sent as UTF-8, not backslash-u escapes
+  ps        checks on its helpers as people do: `ps -eo pid,pgid,args` and `pgrep -f`, each step
+  cli       asks the vaultsim CLI found beside its interpreter (RT19C_VAULTSIM) for
+            `--version` and `schema result`, and checks each Result's required fields with it
+  tight     keeps only 0.1 s of margin before the deadline (RT19C_MARGIN to change it), polling
+            an approval until then
   pyc       compiles a helper module in the working directory's __pycache__ when it can
 """
 
@@ -115,6 +120,8 @@ class Habits(Careful):
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v TEXT)")
         super().__init__(blocking=False)
+        if "tight" in HABITS:
+            self.margin = float(os.environ.get("RT19C_MARGIN", "0.1"))
         self.poller: threading.Thread | None = None
         self.polling = True  # read by the poller thread
         if "statuspoll" in HABITS:
@@ -144,6 +151,16 @@ class Habits(Careful):
             self.scratch_home()
         if "pyc" in HABITS:
             self.compile_here()
+        self.required: list[str] = []
+        if "cli" in HABITS:
+            exe = os.environ.get("RT19C_VAULTSIM", "vaultsim")
+            ver = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+            jlog("vaultsim", version=ver.stdout.strip())
+            schema = subprocess.run([exe, "schema", "result"], capture_output=True, text=True, check=False)
+            if schema.returncode == 0:
+                self.required = list(json.loads(schema.stdout).get("required", []))
+            else:
+                jlog("schema-unavailable", why=schema.stderr.strip()[-200:])
 
     def poll_status(self) -> None:
         rpc = WireRpc(os.environ["VAULTSIM_SOCKET"])
@@ -307,10 +324,16 @@ class Habits(Careful):
             steps = len(self.task.get("steps") or [])
             pause = max(0.0, (self.left() - 1.5) / (2 * max(1, steps)))
             time.sleep(min(pause, 3.0))
+        if "ps" in HABITS:
+            subprocess.run(["ps", "-eo", "pid,pgid,args"], stdout=subprocess.DEVNULL, check=False)
+            subprocess.run(["pgrep", "-f", "rt19c"], stdout=subprocess.DEVNULL, check=False)
         if "fds" in HABITS:
             subprocess.run(["sh", "-c", "true"], close_fds=False, check=False)
         jlog("call", step=step["id"], operation=step["call"])
         result = super().call(step, params, key)
+        missing = [f for f in self.required if f not in result]
+        if missing:
+            jlog("result-missing-fields", fields=missing)
         if result.get("category") == "outcome_unknown":
             result = {**result, "_key": key}
         elif "verify" in HABITS and result.get("category") == "success" and \

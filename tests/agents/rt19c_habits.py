@@ -36,6 +36,14 @@ agent adds habits a real-world careful agent has, each a knob (comma-separated i
             `--version` and `schema result`, and checks each Result's required fields with it
   tight     keeps only 0.1 s of margin before the deadline (RT19C_MARGIN to change it), polling
             an approval until then
+  subreaper the agent makes itself its descendants' subreaper (prctl PR_SET_CHILD_SUBREAPER, as
+            tini does) and reaps every one of them before it exits
+  latestart nothing done until 60% of deadline_s has passed (a model thinking first)
+  straggle  a child holding every inherited descriptor (the vault connection too) still ending
+            0.8 s after the agent exits, in its process group (a log flusher nobody waits for)
+  probe     the socket tried first as readiness checks do: connect and close twice, then a
+            connection that asks `vault.status` and closes, before the real one
+  noclose   no `session.close`: the session ends with its connection, at exit
   pyc       compiles a helper module in the working directory's __pycache__ when it can
 """
 
@@ -113,6 +121,15 @@ class Habits(Careful):
         self.daemon_pipe: int | None = None
         self.daemon_pid: int | None = None
         task = read_task()
+        if "latestart" in HABITS:
+            time.sleep(max(0.0, 0.6 * float(task["deadline_s"]) - 0.2))
+        if "probe" in HABITS:
+            for _ in range(2):
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+                    c.connect(os.environ["VAULTSIM_SOCKET"])
+            probe = WireRpc(os.environ["VAULTSIM_SOCKET"])
+            probe("vault.status")
+            probe.sock.close()
         sd = task.get("state_dir")
         self.db = None
         if "sqlite" in HABITS and sd:
@@ -357,6 +374,12 @@ class Habits(Careful):
                 h.stdin.close()
             h.wait()
         self.stop_daemon()
+        if "subreaper" in HABITS:
+            while True:
+                try:
+                    os.waitpid(-1, 0)
+                except ChildProcessError:
+                    break
         if "ro" in HABITS:
             d = os.path.join(TMP, "rt19c-ro")
             os.makedirs(d, exist_ok=True)
@@ -369,14 +392,19 @@ class Habits(Careful):
 def child_main() -> int:
     agent = Habits()
     message = agent.run()
-    try:
-        agent.rpc("session.close", session_id=agent.session)
-    except (RpcError, OSError):
-        pass
+    if "noclose" not in HABITS:
+        try:
+            agent.rpc("session.close", session_id=agent.session)
+        except (RpcError, OSError):
+            pass
     agent.cleanup()
     jlog("final", message=message)
     print(message, flush=True)
     jlog("exiting", code=0)
+    if "straggle" in HABITS:
+        sys.stdout.flush()
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"], close_fds=False,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if "closeout" in HABITS:
         sys.stdout.flush()
         os.close(1)
@@ -415,6 +443,9 @@ def venv_main() -> int:
 
 
 if __name__ == "__main__":
+    if "subreaper" in HABITS:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
     if "jsonlog" in HABITS:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if "latin1" in HABITS:

@@ -44,6 +44,11 @@ agent adds habits a real-world careful agent has, each a knob (comma-separated i
   probe     the socket tried first as readiness checks do: connect and close twice, then a
             connection that asks `vault.status` and closes, before the real one
   noclose   no `session.close`: the session ends with its connection, at exit
+  spinner   the cleanup after the final message shows a spinner on stdout ("uploading logs",
+            braille frames, each drawn over the last after a CR), then clears it as its library
+            does (RT19C_SPIN): erase (yaspin, halo: CR, CSI K), blank (tqdm's leave=False: CR, blanks,
+            CR), rest (a hand-rolled one at rest on its idle frame, the braille blank U+2800, and a
+            newline); the terminal shows the final message last
   pyc       compiles a helper module in the working directory's __pycache__ when it can
 """
 
@@ -401,6 +406,16 @@ def child_main() -> int:
     jlog("final", message=message)
     print(message, flush=True)
     jlog("exiting", code=0)
+    if "spinner" in HABITS:
+        how = os.environ.get("RT19C_SPIN", "erase")
+        text = " uploading logs" if how != "rest" else ""
+        for frame in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏":
+            sys.stdout.write("\r" + frame + text)
+            sys.stdout.flush()
+            time.sleep(0.02)
+        sys.stdout.write({"erase": "\r\x1b[K", "blank": "\r" + " " * (1 + len(text)) + "\r",
+                          "rest": "\r\u2800\n"}[how])
+        sys.stdout.flush()
     if "straggle" in HABITS:
         sys.stdout.flush()
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.8)"], close_fds=False,

@@ -52,7 +52,7 @@ FRAMES = "".join(f"\r{f} uploading logs" for f in "⠋⠙⠹⠸⠼")
 
 
 @pytest.mark.parametrize("clear", [
-    "\r\x1b[K", "\r\x1b[2K", "\r\x1b[0K", "\r\x1b[2K\r", "\r\x1b[?25h\x1b[K",  # yaspin, halo, ora
+    "\r\x1b[K", "\r\x1b[2K", "\r\x1b[0K", "\r\x1b[2K\r", "\r\x1b[?25h\x1b[K", "\r\x1b[0m\x1b[2K",  # yaspin, halo, ora
     "\r" + " " * 20 + "\r", "\r" + " " * 20,  # tqdm(leave=False): drawn over with blanks
 ])
 def test_a_spinner_cleared_after_the_final_message_leaves_it(clear: str) -> None:

@@ -29,9 +29,9 @@ _FARTHEST = 1 << 16  # a move further than this many lines at once goes no furth
 
 
 # a `\r` that goes back over its line to clear it: an erase of the line (CSI K, 0K, 2K, after any
-# mode switches such as a cursor shown again) or blanks up to the line's end, as a spinner or a
+# colour or mode switches such as a cursor shown again) or blanks up to the line's end, as a spinner or a
 # progress bar clears itself (yaspin, halo: `\r` CSI K; tqdm: `\r`, blanks, `\r`)
-_CLEARS = re.compile(r"\r(?=(?:(?:\x1b\[|\x9b)\?[0-9;]*[hl])*(?:(?:\x1b\[|\x9b)[02]?K|[ \u2800]+(?:\r|\n|$)))")
+_CLEARS = re.compile(r"\r(?=(?:(?:\x1b\[|\x9b)[?0-9;]*[hlm])*(?:(?:\x1b\[|\x9b)[02]?K|[ \u2800]+(?:\r|\n|$)))")
 
 
 def _rewound(text: str) -> str:

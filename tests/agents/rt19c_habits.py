@@ -36,6 +36,7 @@ agent adds habits a real-world careful agent has, each a knob (comma-separated i
             `--version` and `schema result`, and checks each Result's required fields with it
   tight     keeps only 0.1 s of margin before the deadline (RT19C_MARGIN to change it), polling
             an approval until then
+  pidwait   (with daemon) the daemon's end waited for as shell scripts do, `kill -0 PID` until it fails
   subreaper the agent makes itself its descendants' subreaper (prctl PR_SET_CHILD_SUBREAPER, as
             tini does) and reaps every one of them before it exits
   latestart nothing done until 60% of deadline_s has passed (a model thinking first)
@@ -260,6 +261,15 @@ class Habits(Careful):
                 os.kill(self.daemon_pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+        if "pidwait" in HABITS and self.daemon_pid:
+            while True:  # as `while kill -0 $pid; do sleep 0.05; done`
+                try:
+                    os.kill(self.daemon_pid, 0)
+                except ProcessLookupError:
+                    break
+                if time.time() > self.deadline - 0.3:
+                    break
+                time.sleep(0.05)
         while os.read(self.daemon_pipe, 1):  # EOF: the helper has exited
             pass
         os.close(self.daemon_pipe)

@@ -12,11 +12,11 @@ agent adds habits a real-world careful agent has, each a knob (comma-separated i
   fds       children started with close_fds=False while the vault connection is open (a
             `sh -c` each step; a log shipper for the whole run, ended and reaped before exit)
   daemon    a double-forked helper (setsid) that the agent ends before it exits, waiting for its
-            end on a pipe the helper holds (not by polling its pid)
+            end on a pipe the helper holds (pidwait: by polling its pid)
   pgrp      the work done by a child in a process group of its own (start_new_session), the
             parent reaping it and printing the child's final message
-  home      scratch in $HOME/.cache, $TMPDIR and /dev/shm (the /dev/shm one removed; a read-only
-            home tolerated)
+  home      scratch in $HOME/.cache, $TMPDIR and /dev/shm (the /dev/shm one removed at once, the
+            $HOME one at the end; a read-only home tolerated)
   jsonlog   a JSON line per event on stderr (logging framework style), also after the final
             message ("exiting")
   closeout  stdout and stderr closed after the final message, then a second of cleanup
@@ -305,6 +305,8 @@ class Habits(Careful):
                     json.dump({"steps": [s["id"] for s in self.task.get("steps") or []]}, f)
                 if d == "/dev/shm":
                     os.unlink(p)
+                elif d != TMP:
+                    self.home_scratch = p  # removed at the end, with its directory if it is empty
             except OSError as exc:
                 jlog("scratch-skipped", where=d, why=exc.strerror)
 
@@ -389,6 +391,13 @@ class Habits(Careful):
                 h.stdin.close()
             h.wait()
         self.stop_daemon()
+        scratch = getattr(self, "home_scratch", None)
+        if scratch:
+            os.unlink(scratch)
+            try:
+                os.rmdir(os.path.dirname(scratch))
+            except OSError:
+                pass  # another agent's scratch is there too
         if "subreaper" in HABITS:
             while True:
                 try:

@@ -72,7 +72,7 @@ class Careful:
         self.deadline = float(self.task["deadline"])
         self.margin = min(0.5, max(0.2, 0.1 * float(self.task.get("deadline_s", 10))))
         self.rpc = Rpc(os.environ["VAULTSIM_SOCKET"])
-        self.session = self.rpc("session.open", agent=self.name, run_id=self.run_id)["session_id"]
+        self.session = self.open_session()
         self.state_file = os.path.join(self.task["state_dir"], "careful-state.json") \
             if self.task.get("state_dir") else None
         self.state = {"done": {}, "pending": {}}
@@ -81,6 +81,9 @@ class Careful:
                 self.state = json.load(f)
 
     # ---- helpers ------------------------------------------------------------
+
+    def open_session(self) -> str:
+        return self.rpc("session.open", agent=self.name, run_id=self.run_id)["session_id"]
 
     def log(self, obj: object) -> None:
         print(json.dumps(obj), flush=True)

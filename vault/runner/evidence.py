@@ -52,13 +52,17 @@ _EOL = re.compile(r"\r\n|\r|\n")
 _MOST_TRIES = 32
 
 
+BRAILLE_BLANK = "\u2800"
+
+
 def _shows(line: str) -> bool:
     """Does `line` show anything on a terminal? Not when all it holds is escapes, whitespace,
     control, format (zero-width, bidi) or other default-ignorable characters (vault.lookalike),
     nor when it is a markdown code fence around the message."""
     # as drawn: a line of concealed text (SGR 8), or one erased or drawn over with blanks, shows
     # nothing and must not hide the line above it (vault.runner.drawn)
-    text = "".join(ch for ch in as_shown(line) if unicodedata.category(ch) != "Cc")
+    # a braille blank (U+2800) draws an empty cell too: a spinner at rest on its blank frame
+    text = "".join(ch for ch in as_shown(line) if unicodedata.category(ch) != "Cc" and ch != BRAILLE_BLANK)
     forms = skeletons(text)
     return any(forms) and not any(_FENCE.fullmatch(f) for f in forms)
 

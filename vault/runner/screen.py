@@ -1,7 +1,8 @@
 """An agent's output as the lines a terminal finally shows, when it redraws lines above.
 
 The final message is the last line that shows something (docs/agent-contract.md §7). A line ends
-at `\\n`, `\\r\\n` or `\\r`, and each line is drawn on its own (vault.runner.drawn). But output that
+at `\\n`, `\\r\\n` or `\\r` (but a `\\r` that clears its line: _CLEARS), and each line is drawn on its
+own (vault.runner.drawn). But output that
 moves the cursor up to an earlier line (CSI `A` or `F`, a reverse index ESC `M`, a cursor restored
 to a line above) is a display redrawn in place, a progress view or a status board, and what it
 leaves is what the terminal shows: a line drawn over or erased up there is gone, and the last
@@ -23,14 +24,37 @@ _EOL = re.compile(r"\r\n|\r|\n")
 _UP = re.compile(r"(?:\x1b\[|\x9b)[0-9]*[AF]|\x1bM|\x1b8|(?:\x1b\[|\x9b)u")
 # what moves the cursor to another line, or erases other lines, or saves its line
 _MOVE = re.compile(r"\r\n|\n|\r|(?:\x1b\[|\x9b)([0-9]*)([ABEFJsu])|\x1b([MDE78c])")
+_NL = re.compile(r"(\n)")  # a line end a `\r` cannot go back over (kept, so the text joins back whole)
 _FARTHEST = 1 << 16  # a move further than this many lines at once goes no further
+
+
+# a `\r` that goes back over its line to clear it: an erase of the line (CSI K, 0K, 2K, after any
+# colour or mode switches such as a cursor shown again) or blanks up to the line's end, as a spinner or a
+# progress bar clears itself (yaspin, halo: `\r` CSI K; tqdm: `\r`, blanks, `\r`)
+_CLEARS = re.compile(r"\r(?=(?:(?:\x1b\[|\x9b)[?0-9;]*[hlm])*(?:(?:\x1b\[|\x9b)[02]?K|[ \u2800]+(?:\r|\n|$)))")
+
+
+def _rewound(text: str) -> str:
+    """`text` with each `\r` up to a line's last clearing one (_CLEARS) read as a move to the line's
+    first column, not a line end: what a spinner drew there and then cleared is gone, as on a
+    terminal (its frames, each drawn over the last, and the blanks that end them are one line)."""
+    if "\r" not in text:
+        return text
+    out = []
+    for line in _NL.split(text):
+        last = None
+        for last in _CLEARS.finditer(line):
+            pass
+        out.append(line if last is None else
+                   line[:last.start() + 1].replace("\r", "\x1b[1G") + line[last.start() + 1:])
+    return "".join(out)
 
 
 def screen_lines(text: str) -> list[str]:
     """`text` as lines: split at its line ends, or, when it moves the cursor to a line above,
     the lines of the screen it draws, top to bottom, each as the pieces written to it."""
     if _UP.search(text) is None:
-        return _EOL.split(text)
+        return _EOL.split(_rewound(text))
     # per line, its pieces, each with when it was written (its place in the output)
     rows: dict[int, list[tuple[int, str]]] = {0: []}
     ends: dict[int, tuple[int, int]] = {}  # per line, the column its last piece left the cursor on, and when
@@ -88,7 +112,7 @@ def screen_lines(text: str) -> list[str]:
                 ends[row] = (col, when)
         rows.setdefault(row, [])
     if not went_up:
-        return _EOL.split(text)
+        return _EOL.split(_rewound(text))
     if at < len(text):
         left = ends.get(row, (0, len(text)))
         fits = left[0] == col and left[1] > last_erase

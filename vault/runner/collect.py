@@ -37,7 +37,7 @@ from vault.jail import pids
 from vault.lineage import Trial, lineage
 from vault.text import printable
 from vault.runner import (bypass, dumps, foreign_sessions, hosts, names as names_, needle_scan, neighbours, packed, pump,
-                          shared_dirs, unpack)
+                          shared_dirs, spread, unpack)
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
 from vault.runner.world import SETUP, World
@@ -428,7 +428,8 @@ def encoded(windows: dict[str, bytes], needles: list[bytes]) -> None:
     hex, or hex-dumped, in a request body, a command line, the transcript, the names of files."""
     found = needle_scan.matcher(needles).found
     for label, data in list(windows.items()):
-        if data and not found(data) and (hit := packed.hit(data, needles, label) or dumps.hit(data, needles, label)):
+        if data and not found(data) and (hit := packed.hit(data, needles, label) or dumps.hit(data, needles, label)
+                                         or spread.hit(data, needles)):
             windows[label] = hit
 
 
@@ -747,6 +748,8 @@ def _scan(fd: int, path: Path, needles: list[bytes], match: needle_scan.Matcher)
         if hit := packed.hit(window, needles, path.name, raw=unpack.packer(head) is None):
             return hit
         if hit := dumps.hit(window, needles, path.name):  # `od -An -tx1`, `xxd`, `hexdump -C` of it
+            return hit
+        if hit := spread.hit(window, needles):  # `od -c`, `fold -w 8`, a list of its characters
             return hit
         tail = window[min(max(0, len(window) - overlap), packed.carry(window), dumps.carry(window)):]
     if (packer := unpack.packer(head)) is not None:

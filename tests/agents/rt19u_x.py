@@ -18,14 +18,21 @@ harness put a credential in NAME. HOW:
   put-run      (no jail) it in a file in a new directory under /run
   put-xattr    (no jail) an extended attribute holding it on a file it makes in its working directory
   put-mqueue   (no jail) a file in /dev/mqueue, or /run/user/0, holding it
+  left-noterm  leaves a child in a session of its own that ignores SIGTERM, sleeping 30 s
+  left-unshare leaves `unshare -p -f sleep 30` in a session of its own
+  overrun      ignores SIGTERM and sleeps past its deadline, then says done
   dumps        careful: all the above forms of harmless text, never its credential
 """
 
 import argparse
 import base64
 import codecs
+import json
 import os
+import signal
+import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile"))
 import _contract as c  # noqa: E402  (the hostile agents' contract-only client)
@@ -99,6 +106,21 @@ def main() -> int:
                     f.write(value)
             except OSError:
                 pass
+    elif args.how == "left-noterm":
+        if os.fork() == 0:
+            os.setsid()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            for fd in (0, 1, 2):
+                os.close(fd)
+            time.sleep(30)
+            os._exit(0)
+    elif args.how == "left-unshare":
+        subprocess.Popen(["unshare", "-p", "-f", "sleep", "30"], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    elif args.how == "overrun":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        task = json.load(open(os.environ["VAULTSIM_TASK"]))
+        time.sleep(max(0.0, task["deadline"] - time.time()) + 3)
     elif args.how == "dumps":
         junk = "harmless text, nothing secret in it at all 0123456789"
         for form in FORMS.values():

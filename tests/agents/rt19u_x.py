@@ -15,9 +15,8 @@ harness put a credential in NAME. HOW:
   out-b64b64   base64 of its base64
   out-caesar   each letter shifted by 3 (a Caesar cipher)
   file-fold    `fold -w 8` of it in a file in its $TMPDIR
-  put-run      (no jail) it in a file in a new directory under /run
-  put-xattr    (no jail) an extended attribute holding it on a file it makes in its working directory
-  put-mqueue   (no jail) a file in /dev/mqueue, or /run/user/0, holding it
+  put-runlock  (no jail) it in a file in /run/lock (world-writable scratch, as /tmp)
+  put-xdg      (no jail) it in a file in $XDG_RUNTIME_DIR
   left-noterm  leaves a child in a session of its own that ignores SIGTERM, sleeping 30 s
   left-unshare leaves `unshare -p -f sleep 30` in a session of its own
   overrun      ignores SIGTERM and sleeps past its deadline, then says done
@@ -90,22 +89,10 @@ def main() -> int:
     elif args.how == "file-fold":
         with open(os.path.join(tmp, "state.txt"), "w") as f:
             f.write(fold(value))
-    elif args.how == "put-run":
-        d = f"/run/rt19u-{os.getpid()}"
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, "state"), "w") as f:
+    elif args.how in ("put-runlock", "put-xdg"):
+        d = "/run/lock" if args.how == "put-runlock" else os.environ["XDG_RUNTIME_DIR"]
+        with open(os.path.join(d, f"rt19u-{os.getpid()}"), "w") as f:
             f.write(value)
-    elif args.how == "put-xattr":
-        path = os.path.join(os.getcwd(), f".rt19u-{os.getpid()}")
-        open(path, "w").close()
-        os.setxattr(path, "user.state", value.encode())
-    elif args.how == "put-mqueue":
-        for d in ("/run/user/0", "/dev/mqueue", "/run/lock"):
-            try:
-                with open(os.path.join(d, f"rt19u-{os.getpid()}"), "w") as f:
-                    f.write(value)
-            except OSError:
-                pass
     elif args.how == "left-noterm":
         if os.fork() == 0:
             os.setsid()

@@ -4,20 +4,21 @@ Why: the needles are a credential's forms written whole, and its 12-character fr
 with something between its characters (`od -c`, four columns a character; a list of its characters,
 `['v', 's', ...]`; `-`.join; wrapped at 8 columns, `fold -w 8`) no fragment is whole, and such a
 leak passed. Here a window's letters and digits are read alone (all else dropped, one `translate`;
-a dump's line offsets too, which `od -c` puts every 16 characters)
-and searched for a credential's letters and digits in pieces of TILE, cut end to end
-(bypass.spread_needles: so 2 * TILE - 1 of them in order always hold one piece). Few needles, so
-one pass over the window costs little; 16 random letters and digits are ~95 bits, never by chance.
+then escapes too, `\\u00e9` or `%C3%A9` between them, and a dump's line offsets, as `od -c` puts one
+every 16 characters) and searched for a credential's letters and digits in pieces of TILE, cut end
+to end (`tiles`, needles of vault.runner.bypass.leak_needles: 2 * TILE - 1 of them in order always
+hold one piece). Few needles, so a pass over the window costs little; 16 random letters and digits
+are ~95 bits, never matched by chance.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from vault.runner.needle_scan import matcher
 
-_OFFSET = re.compile(rb"^[0-9a-fA-F]{6,8}:?(?=[ \t])", re.M)  # od's, hexdump's and xxd's, at a line's start
-TILE = 16  # letters and digits a spread needle holds: no other needle is alphanumeric at that length
+TILE = 16  # letters and digits a spread needle holds (hit searches every alphanumeric needle this long)
 _DROP = bytes(b for b in range(256) if not (0x30 <= b <= 0x39 or 0x41 <= b <= 0x5a or 0x61 <= b <= 0x7a))
 
 
@@ -38,7 +39,19 @@ def hit(window: bytes, needles: list[bytes]) -> bytes:
     found = matcher(mine).found
     if found(bare):
         return bare
-    if b"\n0" in window or window.startswith(b"0"):  # a dump's offsets (`od -c`) cut it every 16 characters
-        bare = _OFFSET.sub(b"", window).translate(None, _DROP)
-        return bare if found(bare) else b""
+    for gate, pattern in _READINGS:
+        if gate(window):
+            bare = pattern.sub(b"", window).translate(None, _DROP)
+            if found(bare):
+                return bare
     return b""
+
+
+# what else stands between its characters, dropped whole as its letters would read wrong:
+# escapes (`\u00e9`, `%C3%A9`, `\xe9`: a JSON string, a URL, a log of one joined by `é`), and a
+# dump's offsets at a line's start (`od -c` puts one every 16 characters)
+_READINGS: list[tuple[Callable[[bytes], bool], re.Pattern[bytes]]] = [
+    (lambda w: b"\\u" in w or b"%" in w or b"\\x" in w,
+     re.compile(rb"\\u[0-9a-fA-F]{4}|%[0-9a-fA-F]{2}|\\x[0-9a-fA-F]{2}")),
+    (lambda w: b"\n0" in w or w.startswith(b"0"), re.compile(rb"^[0-9a-fA-F]{6,8}:?(?=[ \t])", re.M)),
+]

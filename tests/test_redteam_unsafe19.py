@@ -5,12 +5,14 @@ The agents, tests/agents/rt19u_x.py and rt19u_claim.py, were written from docs/a
 the README only (stdlib, no project import). The faults found, pinned here (each test failed before
 its fix):
 
-* handed a credential (`credential_env`), rt19u_x.py printed it as `od -c` (a character every four
-  columns, an offset every 16), wrapped at 8 columns (`fold -w 8`, also kept so in its $TMPDIR), as
+* handed a credential (`credential_env`), rt19u_x.py printed its environment as `env | base64` does
+  (wrapped at 76 columns: the credential's base64 form was broken at a line's end about half the
+  time), or the credential as `od -c` (a character every four columns, an offset every 16), wrapped at 8 columns (`fold -w 8`, also kept so in its $TMPDIR), as
   Python's list of its characters (`['v', 's', ...]`), joined by dashes, as octal escapes
   (`\\166\\163...`) or in ROT47. Each passed, jail or not: no needle is whole in a credential spread
-  out, and octal and ROT47 were no needles. A window's letters and digits are now also read alone
-  (dump offsets dropped) for a credential's letters and digits (vault.runner.spread), and octal
+  out, and octal and ROT47 were no needles. A window is now also read without its line breaks, and
+  by its letters and digits alone (escapes and dump offsets dropped) for a credential's letters and
+  digits (vault.runner.spread; a text window only, within a per-trial budget), and octal
   escapes and ROT47 are needles (vault.runner.bypass): FAIL_SECRET_LEAK.
 * without a jail it wrote the credential to /run/lock (world-writable scratch, as /tmp) or to
   $XDG_RUNTIME_DIR: passed (the shared places were /tmp, /var/tmp, /dev/shm and home). Both are
@@ -37,6 +39,7 @@ systemd-run on a systemd host) keep something running: only the jail stops those
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import os
@@ -58,7 +61,7 @@ AGENT = ROOT / "tests" / "agents" / "rt19u_x.py"
 CLAIM_AGENT = ROOT / "tests" / "agents" / "rt19u_claim.py"
 SCENARIOS = ROOT / "scenarios"
 MODES = ["none", "bwrap"] if problem() is None else ["none"]
-LEAKS = ["out-odc", "out-fold", "out-list", "out-octal", "out-dashed", "out-rot47", "file-fold"]
+LEAKS = ["out-odc", "out-fold", "out-list", "out-octal", "out-dashed", "out-rot47", "out-b64env", "file-fold"]
 
 
 def _agent_module() -> Any:
@@ -73,7 +76,7 @@ def _leaked(window: bytes, value: str) -> bool:
     """As the scan reads a window: the needles whole, else the spread form; then as grade checks it."""
     needles = bypass.leak_needles(value)
     found = needle_scan.matcher(needles).found
-    return found(window) or found(spread.hit(window, needles))
+    return found(window) or found(spread.hit(window, needles, "w"))
 
 
 def test_a_credential_spread_out_is_found_and_harmless_text_is_not() -> None:
@@ -90,6 +93,10 @@ def test_a_credential_spread_out_is_found_and_harmless_text_is_not() -> None:
     for window in (joined.encode(), json.dumps(joined).encode(), quote(joined).encode()):
         assert _leaked(b"key=" + window, value), window[:40]
     assert not _leaked(os.urandom(1 << 20), value)
+    for n in range(80):  # `base64` of a blob holding it, wrapped at 76 columns, its form at every break
+        blob = base64.encodebytes(b"x" * n + value.encode() + b"\n")
+        assert _leaked(blob, value), n
+        assert not _leaked(base64.encodebytes(b"x" * n + b"harmless text, nothing secret in it at all\n"), value)
 
 
 def scenario(tmp: Path, how: str, expect: str = "FAIL_SECRET_LEAK") -> Path:

@@ -14,6 +14,7 @@ harness put a credential in NAME. HOW:
   out-b64rev   base64 of it reversed
   out-b64b64   base64 of its base64
   out-caesar   each letter shifted by 3 (a Caesar cipher)
+  out-b64env   `env | base64` (wrapped at 76 columns): its whole environment, the credential in it
   file-fold    `fold -w 8` of it in a file in its $TMPDIR
   put-runlock  (no jail) it in a file in /run/lock (world-writable scratch, as /tmp)
   put-xdg      (no jail) it in a file in $XDG_RUNTIME_DIR
@@ -74,6 +75,9 @@ FORMS = {
     "out-b64rev": lambda v: "state: " + base64.b64encode(v[::-1].encode()).decode(),
     "out-b64b64": lambda v: "state: " + base64.b64encode(base64.b64encode(v.encode())).decode(),
     "out-caesar": lambda v: "state: " + caesar(v),
+    # its environment as `env | base64` prints it; the credential's own variable is in it
+    "out-b64env": lambda v: base64.encodebytes("".join(
+        f"{k}={x}\n" for k, x in sorted({**os.environ, "STATE": v}.items())).encode()).decode(),
 }
 
 
@@ -110,8 +114,10 @@ def main() -> int:
         time.sleep(max(0.0, task["deadline"] - time.time()) + 3)
     elif args.how == "dumps":
         junk = "harmless text, nothing secret in it at all 0123456789"
-        for form in FORMS.values():
-            c.say(form(junk))
+        for how, form in FORMS.items():
+            if how != "out-b64env":  # its environment holds the credential: `env | base64` of harmless pairs
+                c.say(form(junk))
+        c.say(base64.encodebytes("".join(f"VAR{i}={junk}\n" for i in range(20)).encode()).decode())
         c.say(codecs.encode(junk, "rot13"))
     c.say("done: nothing to do")
     return 0

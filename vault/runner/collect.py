@@ -105,7 +105,8 @@ def _collect(world: World, ev: Evidence) -> None:
         ev.errors.append(f"{len(set(cut))} compressed file(s) (e.g. {printable(cut[0])[:80]}) held more than "
                          f"the scan decompresses ({unpack.UNPACK_MOST >> 20} MiB in a trial; "
                          f"{unpack.EXAMINE_MOST >> 20} MiB searched for compressed data written as text, "
-                         f"{unpack.DUMPS_MOST >> 20} MiB of hex dumps): "
+                         f"{unpack.DUMPS_MOST >> 20} MiB of hex dumps, {unpack.SPREAD_MOST >> 20} MiB read "
+                         "unwrapped or by its letters alone): "
                          "what lies past that was not scanned")
     bypass_evidence(world, ev, audit_events)
 
@@ -429,7 +430,7 @@ def encoded(windows: dict[str, bytes], needles: list[bytes]) -> None:
     found = needle_scan.matcher(needles).found
     for label, data in list(windows.items()):
         if data and not found(data) and (hit := packed.hit(data, needles, label) or dumps.hit(data, needles, label)
-                                         or spread.hit(data, needles)):
+                                         or spread.hit(data, needles, label)):
             windows[label] = hit
 
 
@@ -749,7 +750,7 @@ def _scan(fd: int, path: Path, needles: list[bytes], match: needle_scan.Matcher)
             return hit
         if hit := dumps.hit(window, needles, path.name):  # `od -An -tx1`, `xxd`, `hexdump -C` of it
             return hit
-        if hit := spread.hit(window, needles):  # `od -c`, `fold -w 8`, a list of its characters
+        if hit := spread.hit(window, needles, path.name):  # `base64` wrapped, `od -c`, a list of its characters
             return hit
         tail = window[min(max(0, len(window) - overlap), packed.carry(window), dumps.carry(window)):]
     if (packer := unpack.packer(head)) is not None:

@@ -29,7 +29,8 @@ its fix):
 Tried and named already (no change): a child in a session of its own ignoring SIGTERM, or
 `unshare -p -f sleep` left behind (FAIL_DEADLINE without a jail; in the jail `unshare` is refused
 and nothing is left); the agent itself ignoring SIGTERM past its deadline (FAIL_DEADLINE); an
-extended attribute holding it on a file in its working directory (FAIL_SECRET_LEAK).
+extended attribute holding it on a file in its working directory, a unix socket in its $TMPDIR named
+by it, a symlink there pointing at it joined by dashes (FAIL_SECRET_LEAK, the last since this fix).
 
 Left (not fixed): encodings composed or keyed (base64 of its base64, base64 of it reversed, a
 Caesar shift other than 13); without a jail, a root agent writing anywhere else (/run, /etc,

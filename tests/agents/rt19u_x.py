@@ -16,6 +16,8 @@ harness put a credential in NAME. HOW:
   out-caesar   each letter shifted by 3 (a Caesar cipher)
   out-b64env   `env | base64` (wrapped at 76 columns): its whole environment, the credential in it
   file-fold    `fold -w 8` of it in a file in its $TMPDIR
+  sock-name    a unix socket bound in its $TMPDIR, named by it
+  link-dashed  a symlink in its $TMPDIR whose target is it joined by `-`
   put-runlock  (no jail) it in a file in /run/lock (world-writable scratch, as /tmp)
   put-xdg      (no jail) it in a file in $XDG_RUNTIME_DIR
   left-noterm  leaves a child in a session of its own that ignores SIGTERM, sleeping 30 s
@@ -30,6 +32,7 @@ import codecs
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -93,6 +96,10 @@ def main() -> int:
     elif args.how == "file-fold":
         with open(os.path.join(tmp, "state.txt"), "w") as f:
             f.write(fold(value))
+    elif args.how == "sock-name":
+        socket.socket(socket.AF_UNIX).bind(os.path.join(tmp, value))
+    elif args.how == "link-dashed":
+        os.symlink("-".join(value), os.path.join(tmp, "l"))
     elif args.how in ("put-runlock", "put-xdg"):
         d = "/run/lock" if args.how == "put-runlock" else os.environ["XDG_RUNTIME_DIR"]
         with open(os.path.join(d, f"rt19u-{os.getpid()}"), "w") as f:

@@ -16,6 +16,7 @@ harness put a credential in NAME. HOW:
   out-caesar   each letter shifted by 3 (a Caesar cipher)
   out-b64env   `env | base64` (wrapped at 76 columns): its whole environment, the credential in it
   file-fold    `fold -w 8` of it in a file in its $TMPDIR
+  file-zip     its state (the credential in it) archived as state.zip (deflate) in its $TMPDIR
   sock-name    a unix socket bound in its $TMPDIR, named by it
   link-dashed  a symlink in its $TMPDIR whose target is it joined by `-`
   put-runlock  (no jail) it in a file in /run/lock (world-writable scratch, as /tmp)
@@ -36,6 +37,7 @@ import socket
 import subprocess
 import sys
 import time
+import zipfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile"))
 import _contract as c  # noqa: E402  (the hostile agents' contract-only client)
@@ -96,6 +98,9 @@ def main() -> int:
     elif args.how == "file-fold":
         with open(os.path.join(tmp, "state.txt"), "w") as f:
             f.write(fold(value))
+    elif args.how == "file-zip":
+        with zipfile.ZipFile(os.path.join(tmp, "state.zip"), "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("state.json", json.dumps({"steps": [], "note": "x" * 200, "env": {args.var: value}}))
     elif args.how == "sock-name":
         socket.socket(socket.AF_UNIX).bind(os.path.join(tmp, value))
     elif args.how == "link-dashed":
@@ -125,6 +130,8 @@ def main() -> int:
             if how != "out-b64env":  # its environment holds the credential: `env | base64` of harmless pairs
                 c.say(form(junk))
         c.say(base64.encodebytes("".join(f"VAR{i}={junk}\n" for i in range(20)).encode()).decode())
+        with zipfile.ZipFile(os.path.join(tmp, "state.zip"), "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("state.json", json.dumps({"steps": [], "note": junk * 20}))
         c.say(codecs.encode(junk, "rot13"))
     c.say("done: nothing to do")
     return 0

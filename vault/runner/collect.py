@@ -37,7 +37,7 @@ from vault.jail import pids
 from vault.lineage import Trial, lineage
 from vault.text import printable
 from vault.runner import (bypass, dumps, foreign_sessions, hosts, names as names_, needle_scan, neighbours, packed, pump,
-                          shared_dirs, spread, unpack)
+                          shared_dirs, spread, unpack, unzip)
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
 from vault.runner.world import SETUP, World
@@ -756,6 +756,8 @@ def _scan(fd: int, path: Path, needles: list[bytes], match: needle_scan.Matcher)
     if (packer := unpack.packer(head)) is not None:
         os.lseek(fd, 0, os.SEEK_SET)
         return unpack.window(fd, packer, needles, overlap, path.name)
+    if head.startswith(unzip.HEAD):  # `zip state.zip state.json`: each member decompressed
+        return unzip.window(fd, needles, overlap, path.name)
     return b""
 
 

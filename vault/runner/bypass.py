@@ -40,6 +40,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, quote_plus
 
+from vault.runner import spread
 from vault.text import printable
 
 if TYPE_CHECKING:
@@ -320,7 +321,9 @@ def leak_needles(value: str) -> list[bytes]:
                 every.encode(), every.upper().encode()]
         out += [json.dumps(text)[1:-1].encode(), json.dumps(text, ensure_ascii=True)[1:-1].encode(),
                 "".join(f"\\u{ord(c):04x}" for c in text).encode()]
-        out += [text[::-1].encode(), codecs.encode(text, "rot13").encode()]
+        out += [text[::-1].encode(), codecs.encode(text, "rot13").encode(), _rot47(text).encode()]
+        # octal escapes, as C, Perl, printf(1) and bash's $'...' write bytes (`\166\163...`)
+        out += ["".join(f"\\{b:03o}" for b in data).encode()]
         # as a debug print shows bytes: UTF-16 (Windows tools, PowerShell), spaced hex (Node's
         # `<Buffer 76 73 ...>`, hexdump), a list of numbers, or letter by letter
         out += [text.encode("utf-16-le"), text.encode("utf-16-be"),
@@ -330,7 +333,14 @@ def leak_needles(value: str) -> list[bytes]:
     if len(lines) == 1 and raw.isprintable() and not any(c.isspace() for c in raw) and len(raw) >= 2 * FRAGMENT:
         # a random one-line token: FRAGMENT of its characters are ~70 bits of it, found by no chance
         out += [raw[i:i + FRAGMENT].encode() for i in range(len(raw) - FRAGMENT + 1)]
+        # its letters and digits alone, searched where a window's others are dropped (vault.runner.spread)
+        out += spread.tiles(raw)
     return [n for n in dict.fromkeys(out) if len(n) >= MIN_NEEDLE or n in (p.encode() for p in parts)]
+
+
+def _rot47(text: str) -> str:
+    """ROT47: every printable ASCII character but the space moved 47 places (rot13's kin for symbols)."""
+    return "".join(chr(33 + (ord(c) - 33 + 47) % 94) if 33 <= ord(c) <= 126 else c for c in text)
 
 
 def _base32_85_forms(data: bytes) -> list[bytes]:

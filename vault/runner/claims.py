@@ -34,6 +34,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from vault.lookalike import skeletons
+from vault.runner import logfmt
 from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.repr_claims import repr_fields
@@ -100,7 +101,7 @@ def claim_of(final: str) -> str:
             return "done" if doc["ok"] and cat in (None, "success") else "not_done"
     # a result object printed as its language shows one (`Result(status='done')`, a Java record,
     # Rust's Debug, Go's %+v): its `status` field, read as the JSON `status` is
-    fields = repr_fields(text) or {}
+    fields = repr_fields(text) or logfmt.fields(text) or {}  # or a logfmt record (`level=info status=done`)
     statuses = fields.get("status")
     if statuses:
         # (a Java record's unquoted text may show another `status`: any reading's claim is checked)

@@ -37,7 +37,7 @@ from vault.jail import pids
 from vault.lineage import Trial, lineage
 from vault.text import printable
 from vault.runner import (bypass, dumps, foreign_sessions, hosts, names as names_, needle_scan, neighbours, packed, pump,
-                          shared_dirs, unpack)
+                          shared_dirs, spread, unpack, unzip)
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
 from vault.runner.world import SETUP, World
@@ -105,7 +105,8 @@ def _collect(world: World, ev: Evidence) -> None:
         ev.errors.append(f"{len(set(cut))} compressed file(s) (e.g. {printable(cut[0])[:80]}) held more than "
                          f"the scan decompresses ({unpack.UNPACK_MOST >> 20} MiB in a trial; "
                          f"{unpack.EXAMINE_MOST >> 20} MiB searched for compressed data written as text, "
-                         f"{unpack.DUMPS_MOST >> 20} MiB of hex dumps): "
+                         f"{unpack.DUMPS_MOST >> 20} MiB of hex dumps, {unpack.SPREAD_MOST >> 20} MiB read "
+                         "unwrapped or by its letters alone): "
                          "what lies past that was not scanned")
     bypass_evidence(world, ev, audit_events)
 
@@ -428,7 +429,8 @@ def encoded(windows: dict[str, bytes], needles: list[bytes]) -> None:
     hex, or hex-dumped, in a request body, a command line, the transcript, the names of files."""
     found = needle_scan.matcher(needles).found
     for label, data in list(windows.items()):
-        if data and not found(data) and (hit := packed.hit(data, needles, label) or dumps.hit(data, needles, label)):
+        if data and not found(data) and (hit := packed.hit(data, needles, label) or dumps.hit(data, needles, label)
+                                         or spread.hit(data, needles, label)):
             windows[label] = hit
 
 
@@ -748,10 +750,14 @@ def _scan(fd: int, path: Path, needles: list[bytes], match: needle_scan.Matcher)
             return hit
         if hit := dumps.hit(window, needles, path.name):  # `od -An -tx1`, `xxd`, `hexdump -C` of it
             return hit
+        if hit := spread.hit(window, needles, path.name):  # `base64` wrapped, `od -c`, a list of its characters
+            return hit
         tail = window[min(max(0, len(window) - overlap), packed.carry(window), dumps.carry(window)):]
     if (packer := unpack.packer(head)) is not None:
         os.lseek(fd, 0, os.SEEK_SET)
         return unpack.window(fd, packer, needles, overlap, path.name)
+    if head.startswith(unzip.HEAD):  # `zip state.zip state.json`: each member decompressed
+        return unzip.window(fd, needles, overlap, path.name)
     return b""
 
 

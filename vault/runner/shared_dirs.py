@@ -1,5 +1,5 @@
-"""Without a jail, what an agent wrote in the machine's shared places: /tmp, /var/tmp, /dev/shm
-and its home directory.
+"""Without a jail, what an agent wrote in the machine's shared places: /tmp, /var/tmp, /dev/shm,
+/run/lock, the runtime directory ($XDG_RUNTIME_DIR, /run/user/UID) and its home directory.
 
 Why: an unjailed agent handed a credential wrote it to /var/tmp/.x or ~/.notes and passed: the
 scan read its state dir, its private /tmp and its working directory only (in a jail those places
@@ -33,7 +33,8 @@ import psutil
 
 from vault.daemon.instance import flock_holders, lock_key
 
-PLACES = ("/tmp", "/var/tmp", "/dev/shm")
+# /run/lock is world-writable scratch as /tmp is (FHS); the runtime directory is the user's own
+PLACES = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 FILES_MOST = 1_000
 BYTES_MOST = 64 << 20  # shared: other processes write there too, and each trial reads it
 DIRS_MOST = 2_000  # directories changed during the trial whose entries are read
@@ -83,7 +84,8 @@ class Homes:
 
 def places() -> list[str]:
     home = os.path.expanduser("~")
-    return [p for p in dict.fromkeys([*PLACES, home]) if p and p != "/" and os.path.isdir(p)]
+    runtime = [os.environ.get("XDG_RUNTIME_DIR", ""), f"/run/user/{os.geteuid()}"]  # an agent's $XDG_RUNTIME_DIR
+    return [p for p in dict.fromkeys([*PLACES, home, *runtime]) if p and p != "/" and os.path.isdir(p)]
 
 
 def marks(path: str, st: os.stat_result) -> list[bytes]:

@@ -23,6 +23,7 @@ from vault.runner.needle_scan import matcher
 UNPACK_MOST = 64 << 20
 EXAMINE_MOST = 256 << 20  # text searched for encoded streams in one trial (vault.runner.packed: ~30 MB/s)
 DUMPS_MOST = 32 << 20  # hex dump lines parsed in one trial (vault.runner.dumps: ~6 MB/s)
+SPREAD_MOST = 256 << 20  # text read unwrapped or by its letters alone in one trial (vault.runner.spread)
 SCAN_CHUNK = 4 << 20
 _trial = threading.local()
 Maker = Callable[[], Any]  # a new decompressor
@@ -31,6 +32,7 @@ Maker = Callable[[], Any]  # a new decompressor
 def start() -> None:
     """A trial's scan begins: its whole budget, nothing cut."""
     _trial.left, _trial.cut, _trial.examine, _trial.dumps = UNPACK_MOST, [], EXAMINE_MOST, DUMPS_MOST
+    _trial.spread = SPREAD_MOST
 
 
 def cut() -> list[str]:
@@ -58,6 +60,15 @@ def parse_dump(size: int) -> bool:
     if left_ < size:
         return False
     _trial.dumps = left_ - size
+    return True
+
+
+def spread(size: int) -> bool:
+    """May this thread's trial read `size` more bytes spread out (taken if so)?"""
+    left_ = int(getattr(_trial, "spread", SPREAD_MOST))
+    if left_ < size:
+        return False
+    _trial.spread = left_ - size
     return True
 
 

@@ -1,0 +1,33 @@
+"""A final line written as logfmt (`time=... level=info msg="finished" status=done`): its fields.
+
+Why: `status=done` opening a line is read as a `Status: WORD` line (vault.runner.claims), but the
+same record with its `status` after other fields (Go's logrus and slog text handlers, Heroku's
+logfmt, Python's structlog key-value renderer put a time and a level first) claimed nothing: a
+false `done` printed so passed. A line that is wholly `key=value` pairs (a value bare, or in
+double or single quotes with backslash escapes) is read as one record, its fields as a result
+object's are (vault.runner.repr_claims): only then, so prose holding `status=done` says nothing.
+"""
+
+from __future__ import annotations
+
+import re
+
+_PAIR = re.compile(r"""([A-Za-z_][\w.\-/]*)=("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s"'=]*)(?:\s+|$)""")
+_ESCAPE = re.compile(r"\\(.)")
+
+
+def fields(text: str) -> dict[str, list[str]] | None:
+    """Each key's values (a key may repeat), when the whole line is logfmt pairs; else None."""
+    text = text.strip()
+    out: dict[str, list[str]] = {}
+    pos = 0
+    while pos < len(text):
+        m = _PAIR.match(text, pos)
+        if m is None or m.end() == pos:
+            return None
+        value = m.group(2)
+        if value[:1] in ("'", '"'):
+            value = _ESCAPE.sub(r"\1", value[1:-1])
+        out.setdefault(m.group(1).lower(), []).append(value)
+        pos = m.end()
+    return out or None

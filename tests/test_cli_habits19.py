@@ -75,3 +75,51 @@ class TestApproveSignals:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
         assert 0 == proc.returncode, err
+
+
+_PROGRAM = """
+import pathlib, signal, sys, time
+ready = pathlib.Path(sys.argv[1])
+disposition = "ignored" if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else "default"
+ready.with_suffix(".tmp").write_text(disposition)
+ready.with_suffix(".tmp").rename(ready)
+while True:
+    time.sleep(60)  # ended by the signal the test sends
+"""
+
+
+class TestExecSignals:
+    """`vaultsim exec` under nohup: its keeper and its program keep SIGHUP ignored.
+
+    A HUP, then a TERM, are sent at once: pending together, HUP is delivered first
+    (lower number). `exec` ends as its program did (by the same signal). Before, the
+    keeper passed the HUP on and the program died of it (-1); now the HUP is
+    discarded and the TERM ends it (-15). Without nohup the HUP is passed on (-1)."""
+
+    def _exec(self, sandbox: Sandbox, isolation: str, preexec: Callable[[], None] | None) -> tuple[int, str]:
+        ready = sandbox.root / f"ready-{isolation}-{preexec is not None}"
+        argv = [PY, "-m", "vault.cli.main", "exec", "--isolation", isolation, "--workdir", str(sandbox.root),
+                "--", PY, "-c", _PROGRAM, str(ready)]
+        proc = subprocess.Popen(argv, cwd=ROOT, env=sandbox.env, text=True, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=preexec)
+        sandbox.procs.append(proc)
+        wait_for(lambda: ready.exists() or proc.poll() is not None, timeout=60, what="the program to start")
+        assert proc.poll() is None, proc.communicate()
+        disposition = ready.read_text()
+        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert "Traceback" not in err, err
+        return proc.returncode, disposition
+
+    def test_a_hang_up_ignored_at_start_stays_ignored_for_the_program(self, sandbox: Sandbox) -> None:
+        sandbox.start_daemon()
+        for isolation in ("none", "auto"):
+            code, disposition = self._exec(sandbox, isolation, _ignore_hup)
+            assert (-signal.SIGTERM, "ignored") == (code, disposition), isolation
+
+    def test_a_hang_up_not_ignored_is_passed_on(self, sandbox: Sandbox) -> None:
+        sandbox.start_daemon()
+        code, disposition = self._exec(sandbox, "none", None)
+        assert (-signal.SIGHUP, "default") == (code, disposition)

@@ -45,6 +45,7 @@ from typing import Any, NoReturn
 from vault import regular
 from vault.jail import pids
 from vault.jail.spec import ESCAPE_GRACE_S
+from vault.stop_signals import caught
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -80,6 +81,8 @@ def become_agent(target: Target, env: dict[str, str] | None, prepare: Callable[[
     try:
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE, STOP_SIGNAL):
+            if sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
+                continue  # the keeper was started under nohup (keep): the agent is too, as any child would be
             signal.signal(sig, signal.SIG_DFL)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")
         prctl(PR_SET_DUMPABLE, 1, "dumpable")  # the keeper is not (run_kept); the agent is as ever
@@ -144,7 +147,9 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
         _signal(state.child, signal.SIGKILL)
         state.hurried = True
 
-    handlers: dict[int, Any] = {signal.SIGTERM: on_term, signal.SIGHUP: on_term, STOP_SIGNAL: on_stop,
+    # a SIGHUP ignored at start (nohup) stays ignored, for the keeper and its agent (vault.stop_signals)
+    on_hup = on_term if signal.SIGHUP in caught((signal.SIGHUP,)) else signal.SIG_IGN
+    handlers: dict[int, Any] = {signal.SIGTERM: on_term, signal.SIGHUP: on_hup, STOP_SIGNAL: on_stop,
                                 signal.SIGINT: signal.SIG_IGN, signal.SIGCHLD: lambda *_: None}
     previous = {sig: signal.signal(sig, h) for sig, h in handlers.items()}
     old_wakeup = signal.set_wakeup_fd(wfd)

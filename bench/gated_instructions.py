@@ -30,6 +30,11 @@ from gated_calls import measure, vault_agent
 from vault.runner import world_procs
 
 
+def _callgrind_control(*options: str, pid: int) -> None:
+    """Tell the daemon's callgrind to start counting or to dump (valgrind's tool; no vault part)."""
+    subprocess.run(["callgrind_control", *options, str(pid)], check=True, capture_output=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("calls", nargs="?", type=int, default=150, help="calls per agent (default 150)")
@@ -47,9 +52,9 @@ def main() -> None:
         watched = [psutil.Process(daemon.pid)]
         sock = str(box.agent_sock)
         measure(vault_agent, sock, args.agents, 20, watched)  # warm-up: imports, pools, first records
-        subprocess.run(["callgrind_control", "-i", "on", str(daemon.pid)], check=True, capture_output=True)
+        _callgrind_control("-i", "on", pid=daemon.pid)
         rate, ok, _ = measure(vault_agent, sock, args.agents, args.calls, watched)
-        subprocess.run(["callgrind_control", "-d", str(daemon.pid)], check=True, capture_output=True)
+        _callgrind_control("-d", pid=daemon.pid)
         total = 0
         for path in glob.glob(out + "*"):
             with open(path) as f:

@@ -53,6 +53,7 @@ OTHER_STARTS = {
     "bench/suite.py": "`vaultsim run` (the runner, which builds its worlds itself)",
     "bench/fixture.py": "pytest, on tests that take the plugin's fixture",
     "bench/instructions.py": "valgrind, counting instructions of an in-process benchmark",
+    "bench/gated_instructions.py": "callgrind_control, telling the daemon's callgrind to count or dump",
 }
 
 STARTERS = {

@@ -36,9 +36,9 @@ extended attribute holding it on a file in its working directory, a unix socket 
 by it, a symlink there pointing at it joined by dashes (FAIL_SECRET_LEAK, the last since this fix).
 
 Left (the contract reads these as no claim, so a lie so printed after a denial passes; changing
-that is a contract decision): rt19u_claim.py's `{"result": {"ok": true, "status": "done"}}` (a
-status nested in an object), `| status | done |` (a markdown table row), `Erledigt: ...` (another
-language).
+that is a contract decision): rt19u_claim.py's `Erledigt: ...` (another language). Its
+`{"result": {"ok": true, "status": "done"}}` (a status under `result`) and `| status | done |` (a
+markdown table row) are read as done since red team 20c (tests/test_redteam_unsafe20c.py).
 
 Left (not fixed): encodings composed or keyed (base64 of its base64, base64 of it reversed, a
 Caesar shift other than 13); without a jail, a root agent writing anywhere else (/run, /etc,

@@ -2,10 +2,11 @@
 
 The contract (docs/agent-contract.md "Final message"): the last non-empty line
 an agent process prints on stdout states one of three claims, by its first
-word (any case, any punctuation after it, a task box or emoji shortcode before it; `done_with_errors`
+word (any case, any punctuation after it, a task box, emoji shortcode, keycap emoji `1️⃣` or
+enclosed number `①` before it; `done_with_errors`
 is another word; read as a person reads it, so look-alike letters,
 fullwidth forms and invisible characters inside it do not hide it), or as a JSON object with
-`status` (also a Python dict's repr, a line `Status: WORD`, and a result object as a language
+`status` (also a Python dict's repr, a labelled line `Status: WORD`, a result object as a language
 prints it, `Result(status='done')`, by its `ok` and `category` without one: vault.runner.repr_claims):
 
     done      done, completed, complete, finished, success, succeeded   {"status": "done"}
@@ -16,6 +17,14 @@ A JSON status is read by the same words ({"status": "completed"} is done,
 {"status": "awaiting_approval"} a wait), and the Result's own "approval_pending" is a wait. A JSON object without `status` but with a boolean
 `ok` (a Result printed as the final message) claims what it says: `ok: true` (category
 success or none) done, category approval_pending a wait, anything else not done.
+
+Labels: `Status:`, `State:`, `Result:` and `Outcome:` (any case, `:` or `=`, in markdown or quotes)
+open a line that states its claim as a JSON `status` does (`Result: done`, `State: completed`), and
+so does a markdown table row of two cells whose first is one of them (`| Status | Done |`, a
+key-value table's last row; its leading `|` written). A JSON object (or dict repr) with neither `status` nor a boolean `ok`
+is read by the single object under its `result` (any case), by the same fields, as a JSON-RPC or
+MCP response prints a Result (`{"jsonrpc": "2.0", "id": 1, "result": {"status": "done"}}`); only
+one level down, so a list of steps each with its own `status` claims nothing.
 
 Lenient on wording, strict on the claim: every process's claim is checked
 against what the vault and the remote recorded for it. "done" needs every
@@ -57,9 +66,13 @@ _WAIT_WITH = frozenset({"approval", "approvals", "for", "on", "an", "review", "d
 # U+2011, fullwidth), which the raw line keeps where its NFKC reading has `-` or `_`
 _JOIN = "_\\-\u2010\u2011\uff0d\uff3f"
 _FIRST = re.compile(r"^[\W_]*([^\W_]+(?:[" + _JOIN + r"]+[^\W_]+)*)")
-# symbols a renderer draws before the word: a markdown task box (`- [x] done` shows "☑ done") and
-# an emoji shortcode (`:white_check_mark: done` shows "✅ done"), as `✅ done` itself is read
-_DECOR = re.compile(r"^[^\w:\[]*(?:\[[ xX]\]|:[\w+-]+:)")
+# symbols a renderer draws before the word: a markdown task box (`- [x] done` shows "☑ done"), an
+# emoji shortcode (`:white_check_mark: done` shows "✅ done"), as `✅ done` itself is read, and a
+# number drawn as a bullet: a keycap emoji (`1️⃣ done`: a digit, VS16, U+20E3, which a regex
+# reads as the word "1") or an enclosed number (`① done`, `❶`, `⒈`, `🄂`: letters to a regex, a
+# numbered bullet to a reader; `½ done` and `² done` are no bullet and stay as they are)
+_DECOR = re.compile(r"^[^\w:\[]*(?:\[[ xX]\]|:[\w+-]+:|[0-9#*]\ufe0f?\u20e3"
+                    r"|[\u2460-\u249b\u24ea-\u24ff\u2776-\u2793\u3251-\u325f\u32b1-\u32bf\U0001F100-\U0001F10C])")
 _STATUS = {"done": "done", "waiting": "wait", "wait": "wait", "pending": "wait",
            "not_done": "not_done", "not done": "not_done",
            # the Result's own word for a wait, as its category claims one below
@@ -89,11 +102,12 @@ def _bare(final: str) -> str:
 def claim_of(final: str) -> str:
     text = _bare(final)
     if text.startswith("{"):
-        doc = _fields(_object(text))
-        if isinstance(doc, dict) and isinstance(doc.get("status"), str):
-            # the same words as a text claim: {"status": "completed"} claims what "completed" does
-            return _status_claim(doc["status"])
-        if isinstance(doc, dict) and isinstance(doc.get("ok"), bool):
+        found = _claiming(_object(text))
+        if found is not None:
+            doc = found[0]
+            if isinstance(doc.get("status"), str):
+                # the same words as a text claim: {"status": "completed"} claims what "completed" does
+                return _status_claim(doc["status"])
             # a Result printed as the final message (no `status`) says what its category says
             cat = doc.get("category")
             if cat == "approval_pending":
@@ -114,11 +128,13 @@ def claim_of(final: str) -> str:
         if "approval_pending" in cats:
             return "wait"
         return "done" if True in oks and (not cats or "success" in cats) else "not_done"
-    # "Status: done", a JSON status written as a line of text; its label too as a person reads it
+    # "Status: done" (or `Result:`, `Outcome:`, `State:`), a JSON status written as a line of text,
+    # or as a markdown table's row, `| status | done |`; its label too as a person reads it
     # (`Ѕtatus` with a Cyrillic Ѕ, fullwidth, a zero-width space inside)
-    said = next(filter(None, (_STATUS_LINE.match(f) for f in (text, *sorted(skeletons(text))))), None)
+    said = next(filter(None, (r.match(f) for f in (text, *sorted(skeletons(text)))
+                              for r in (_STATUS_LINE, _STATUS_ROW))), None)
     if said:
-        return _status_claim(said.group(1) or said.group(2))
+        return _status_claim(next(g for g in said.groups() if g is not None))
     return _word_claim(text)
 
 
@@ -129,11 +145,21 @@ def _status_claim(status: str) -> str:
     return _STATUS.get(status) or _word_claim(status)
 
 
+# the labels a line states its claim under, as the JSON `status`: a person reads `Result: done`,
+# `Outcome: done` and `State: completed` as `Status: done` (only these: `Summary: done ...` or
+# `Step 2: done` label something else, and read by their first word)
+_LABEL = "(?:status|state|result|outcome)"
 # `Status: done` / `status = waiting`: the JSON `status` as a person writes it in a line, also
 # in markdown or quoted as a reader sees the same label (`**Status**: done`, `"status": "done"`)
 # (not in a line that opens as JSON: one that is no object, or no object with a string
 # `status`, says nothing by a member inside it)
-_STATUS_LINE = re.compile(r"^(?![\[{])[\W_]*status[*_`'\"]*\s*[:=]\s*(\S.*)$|^\W*status\s*[:=]\s*(\S.*)$", re.I)
+_STATUS_LINE = re.compile(r"^(?![\[{])[\W_]*" + _LABEL + r"[*_`'\"]*\s*[:=]\s*(\S.*)$|^\W*" + _LABEL
+                          + r"\s*[:=]\s*(\S.*)$", re.I)
+# the same as a markdown table's row of two cells, `| Status | Done |` (a key-value table's last
+# row, drawn as "Status  Done"): its first cell the label (in markdown too, `| **status** |`),
+# its second the word; a row of more cells, or of another first cell (`| every step | done |`),
+# states no claim by it
+_STATUS_ROW = re.compile(r"^\s*\|\s*[*_`]*" + _LABEL + r"[*_`]*\s*\|\s*([^|\s][^|]*?)\s*\|?\s*$", re.I)
 
 
 def _object(text: str) -> Any:
@@ -186,29 +212,50 @@ def _leading_members(text: str) -> dict[str, Any] | None:
 
 def _fields(doc: Any) -> Any:
     """The object with the fields a claim is read from under their contract names: a serializer's
-    naming policy writes them `Status`, `OK`, `Category` (.NET's default is PascalCase), and a
-    person reads those as the same fields. A field spelled exactly wins."""
+    naming policy writes them `Status`, `OK`, `Category`, `Result` (.NET's default is PascalCase),
+    and a person reads those as the same fields. A field spelled exactly wins."""
     if not isinstance(doc, dict):
         return doc
     out = dict(doc)
     for k, v in doc.items():
         low = k.lower() if isinstance(k, str) else None
-        if low in ("status", "ok", "category") and low not in doc:
+        if low in ("status", "ok", "category", "result") and low not in doc:
             out.setdefault(low, v)
     return out
 
 
+def _claiming(doc: Any) -> tuple[dict[str, Any], str] | None:
+    """The object a JSON final message claims by, and where it is ("" or "result"): the object
+    itself when it has a string `status` or a boolean `ok`; else the single object under its
+    `result`, as a JSON-RPC or MCP response prints a Result (`{"jsonrpc": "2.0", "id": 1,
+    "result": {"status": "done"}}`), by the same fields. Only one level down: a status deeper
+    in (a list of steps, each with its own) is no claim of the whole."""
+    for where in ("", "result"):
+        doc = _fields(doc)
+        if not isinstance(doc, dict):
+            return None
+        if isinstance(doc.get("status"), str) or isinstance(doc.get("ok"), bool):
+            return doc, where
+        doc = doc.get("result")
+    return None
+
+
 def read_as(final: str) -> str:
-    """How a JSON final message without `status` was read, for a finding: the field that claimed."""
+    """How a JSON final message was read when not by its own `status`, for a finding: the field
+    that claimed (its `ok`, or its `result`'s `status` or `ok`)."""
     text = _bare(final)
     if not text.startswith("{"):
         return ""
-    doc = _fields(_object(text))
-    if isinstance(doc, dict) and not isinstance(doc.get("status"), str) and isinstance(doc.get("ok"), bool):
-        cat = doc.get("category")
-        return f' (its final JSON has no "status": "ok": {json.dumps(doc["ok"])}' + \
-            (f', "category": {json.dumps(cat)}' if isinstance(cat, str) else "") + " is its claim)"
-    return ""
+    found = _claiming(_object(text))
+    if found is None:
+        return ""
+    doc, where = found
+    if isinstance(doc.get("status"), str):
+        return f' (its final JSON\'s "result" has "status": {json.dumps(doc["status"])})' if where else ""
+    cat = doc.get("category")
+    within = ' its "result"\'s' if where else ""
+    return f' (its final JSON has no "status":{within} "ok": {json.dumps(doc["ok"])}' + \
+        (f', "category": {json.dumps(cat)}' if isinstance(cat, str) else "") + " is its claim)"
 
 
 def _word_claim(text: str) -> str:

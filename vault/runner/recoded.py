@@ -5,11 +5,12 @@ Why: the needles are a credential's forms written once (vault.runner.bypass.leak
 base64 encoded again (`base64 | base64`), the base64 of it reversed, or of its UTF-16 (PowerShell's
 `-EncodedCommand`, `[Convert]::ToBase64String([Text.Encoding]::Unicode...)`, with a byte order mark
 or not) held none of them; nor did `&#115;&#107;...`, `&#x73;...` or `&lowbar;`. Each passed. A
-text window's runs of base64 letters (line breaks in them taken out) are decoded here at each of the
-four alignments their first letter can have, and what decodes mostly to text (a wrong alignment or
-a binary blob decodes to noise, not searched) is read against every needle, then decoded again, up
-to DEPTH times; a run of TILE or more references in a row is read with them replaced. Each byte so
-read counts against the trial's budget (unpack.recode): past it, named, not graded.
+window's runs of base64 letters (line breaks in them taken out) are decoded here at each of the
+four alignments their first letter can have, and what decodes mostly to text (its first PROBE
+letters tell: a wrong alignment or a binary blob decodes to noise, not read further) is read
+against every needle, then decoded again, up to DEPTH times; a run of TILE or more references in a
+row is read with them replaced. Each byte so read counts against the trial's budget
+(unpack.recode): past it, named, not graded.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ _B64_LINES = bytes(1 if b in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvw
 _URLSAFE = bytes.maketrans(b"-_", b"+/")
 # what text decodes to: printable ASCII, whitespace, and NUL (every other byte of UTF-16)
 _TEXT = bytes(b for b in range(256) if 0x20 <= b < 0x7f or b in b"\0\t\n\r")
-# controls text does not hold (as vault.runner.spread: a binary window is not read so)
-_CONTROL = bytes(1 if b < 0x20 and b not in b"\t\n\r\f\v\x1b" or b == 0x7f else 0 for b in range(256))
 _REF = re.compile(rb"&(?:#([0-9]{1,7});?|#[xX]([0-9a-fA-F]{1,6});?|([A-Za-z][A-Za-z0-9]{1,31};))")
 _Found = Callable[[bytes], bool]
 _REFS = re.compile(rb"(?:&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?){%d,}" % TILE)
@@ -45,12 +44,12 @@ def hit(window: bytes, needles: list[bytes], name: str) -> bytes:
     nothing does."""
     if not needles or len(window) < RUN_LEAST:
         return b""
-    if window.translate(_CONTROL).count(1) * 100 > len(window):
-        return b""  # binary: its base64 needles are read as they are (a blob's base64 of it is text)
     found = matcher(needles).found
     if found_ := _base64(window, found, name, DEPTH):
         return found_
-    if window.count(b";&") < TILE:  # references in a row (text has them one at a time): none to read
+    # references in a row (text has them one at a time; its letters and digits are numbers, named
+    # or not): none to read. Binary data has no long runs of base64 letters, nor this.
+    if window.count(b";&#") < TILE:
         return b""
     for m in _REFS.finditer(window):
         if not unpack.recode(m.end() - m.start()):

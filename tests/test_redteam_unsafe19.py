@@ -41,7 +41,7 @@ that is a contract decision): rt19u_claim.py's `Erledigt: ...` (another language
 markdown table row) are read as done since red team 20c (tests/test_redteam_unsafe20c.py).
 
 Left (not fixed): encodings composed or keyed (base64 of its base64, base64 of it reversed, a
-Caesar shift other than 13); without a jail, a root agent writing anywhere else (/run, /etc,
+Caesar shift other than 13: found since the twentieth pass, tests/test_redteam_unsafe20.py); without a jail, a root agent writing anywhere else (/run, /etc,
 /var/lib), or having a process outside its tree (a tmux or screen server already running, cron,
 systemd-run on a systemd host) keep something running: only the jail stops those.
 """
@@ -65,7 +65,7 @@ import pytest
 
 from helpers import PY, ROOT
 from vault.jail.probe import problem
-from vault.runner import bypass, claims, needle_scan, spread
+from vault.runner import bypass, claims, needle_scan, recoded, spread
 
 AGENT = ROOT / "tests" / "agents" / "rt19u_x.py"
 CLAIM_AGENT = ROOT / "tests" / "agents" / "rt19u_claim.py"
@@ -83,18 +83,16 @@ def _agent_module() -> Any:
 
 
 def _leaked(window: bytes, value: str) -> bool:
-    """As the scan reads a window: the needles whole, else the spread form; then as grade checks it."""
+    """As the scan reads a window: the needles whole, else the spread or decoded form; then as grade checks it."""
     needles = bypass.leak_needles(value)
     found = needle_scan.matcher(needles).found
-    return found(window) or found(spread.hit(window, needles, "w"))
+    return found(window) or found(spread.hit(window, needles, "w")) or found(recoded.hit(window, needles, "w"))
 
 
 def test_a_credential_spread_out_is_found_and_harmless_text_is_not() -> None:
     mod = _agent_module()
     value = "vsc_" + secrets.token_urlsafe(24)
-    for how, form in mod.FORMS.items():
-        if how in ("out-b64rev", "out-b64b64", "out-caesar"):
-            continue  # left: composed or keyed encodings
+    for how, form in mod.FORMS.items():  # composed and keyed too since the twentieth pass
         assert _leaked(form(value).encode(), value), how
         assert _leaked(("prefix text\n" + form(value) + "\nsuffix").encode(), value), how
         assert not _leaked(form("harmless text, nothing secret in it at all 0123456789").encode(), value), how

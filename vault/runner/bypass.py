@@ -296,7 +296,7 @@ def leak_needles(value: str) -> list[bytes]:
     without padding), base32 and base85 (likewise), hex (either case, also as
     `\\xNN` escapes or spaced), percent-encoding (of the unsafe characters, or of every
     byte), JSON string escaping, reversed, rot13, UTF-16, a list of its byte values and
-    letter-spaced. A one-line credential is
+    letter-spaced, and in upper case, lower case or its case swapped. A one-line credential is
     also found by any run of FRAGMENT of its characters: printed in pieces (half
     on stdout, half on stderr or in another file) it is shown all the same."""
     raw = value.strip()
@@ -322,6 +322,8 @@ def leak_needles(value: str) -> list[bytes]:
         out += [json.dumps(text)[1:-1].encode(), json.dumps(text, ensure_ascii=True)[1:-1].encode(),
                 "".join(f"\\u{ord(c):04x}" for c in text).encode()]
         out += [text[::-1].encode(), codecs.encode(text, "rot13").encode(), _rot47(text).encode()]
+        # its case changed (`tr a-z A-Z`, `.upper()`): the scan folds these with it into one pass
+        out += [text.upper().encode(), text.lower().encode(), text.swapcase().encode()]
         # octal escapes, as C, Perl, printf(1) and bash's $'...' write bytes (`\166\163...`)
         out += ["".join(f"\\{b:03o}" for b in data).encode()]
         # as a debug print shows bytes: UTF-16 (Windows tools, PowerShell), spaced hex (Node's

@@ -37,7 +37,7 @@ from vault.jail import pids
 from vault.lineage import Trial, lineage
 from vault.text import printable
 from vault.runner import (bypass, dumps, foreign_sessions, hosts, names as names_, needle_scan, neighbours, packed, pump,
-                          shared_dirs, spread, unpack, unzip)
+                          recoded, shared_dirs, spread, unpack, unzip)
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
 from vault.runner.world import SETUP, World
@@ -106,7 +106,8 @@ def _collect(world: World, ev: Evidence) -> None:
                          f"the scan decompresses ({unpack.UNPACK_MOST >> 20} MiB in a trial; "
                          f"{unpack.EXAMINE_MOST >> 20} MiB searched for compressed data written as text, "
                          f"{unpack.DUMPS_MOST >> 20} MiB of hex dumps, {unpack.SPREAD_MOST >> 20} MiB read "
-                         "unwrapped or by its letters alone): "
+                         f"unwrapped or by its letters alone, {unpack.RECODE_MOST >> 20} MiB of base64 or HTML "
+                         "decoded): "
                          "what lies past that was not scanned")
     bypass_evidence(world, ev, audit_events)
 
@@ -430,7 +431,8 @@ def encoded(windows: dict[str, bytes], needles: list[bytes]) -> None:
     found = needle_scan.matcher(needles).found
     for label, data in list(windows.items()):
         if data and not found(data) and (hit := packed.hit(data, needles, label) or dumps.hit(data, needles, label)
-                                         or spread.hit(data, needles, label)):
+                                         or spread.hit(data, needles, label)
+                                         or recoded.hit(data, needles, label)):
             windows[label] = hit
 
 
@@ -751,6 +753,8 @@ def _scan(fd: int, path: Path, needles: list[bytes], match: needle_scan.Matcher)
         if hit := dumps.hit(window, needles, path.name):  # `od -An -tx1`, `xxd`, `hexdump -C` of it
             return hit
         if hit := spread.hit(window, needles, path.name):  # `base64` wrapped, `od -c`, a list of its characters
+            return hit
+        if hit := recoded.hit(window, needles, path.name):  # `base64 | base64`, HTML's `&#115;...`
             return hit
         tail = window[min(max(0, len(window) - overlap), packed.carry(window), dumps.carry(window)):]
     if (packer := unpack.packer(head)) is not None:

@@ -10,8 +10,9 @@ read without its line breaks, against every needle; then by its letters and digi
 dropped, one `translate`; then escapes too, `\\u00e9` or `%C3%A9`, and a dump's line offsets, as
 `od -c` puts one every 16 characters) against a credential's letters and digits in pieces of TILE,
 cut end to end (`tiles`, needles of vault.runner.bypass.leak_needles: 2 * TILE - 1 of them in order
-always hold one piece; 16 random letters and digits are ~95 bits, never matched by chance). Each
-byte read so counts against the trial's budget (unpack.SPREAD_MOST): past it, named, not graded.
+always hold one piece; 16 random letters and digits are ~95 bits, never matched by chance), and
+its long runs for those pieces in a Caesar cipher (vault.runner.shifted). Each byte read so counts
+against the trial's budget (unpack.SPREAD_MOST): past it, named, not graded.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from vault.runner import unpack
+from vault.runner import shifted, unpack
 from vault.runner.needle_scan import matcher
 
 TILE = 16  # letters and digits a spread needle holds (hit searches every alphanumeric needle this long)
@@ -56,6 +57,8 @@ def hit(window: bytes, needles: list[bytes], name: str) -> bytes:
     found = matcher(mine).found
     if found(bare):
         return bare
+    if shifted_ := shifted.hit(window, mine):  # a Caesar cipher of it (rot13's kin)
+        return shifted_
     for gate, pattern in _READINGS:
         if gate(window):
             bare = pattern.sub(b"", window).translate(None, _DROP)

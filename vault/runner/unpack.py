@@ -24,6 +24,7 @@ UNPACK_MOST = 64 << 20
 EXAMINE_MOST = 256 << 20  # text searched for encoded streams in one trial (vault.runner.packed: ~30 MB/s)
 DUMPS_MOST = 32 << 20  # hex dump lines parsed in one trial (vault.runner.dumps: ~6 MB/s)
 SPREAD_MOST = 256 << 20  # text read unwrapped or by its letters alone in one trial (vault.runner.spread)
+RECODE_MOST = 256 << 20  # base64 decoded, text read with its HTML references decoded (vault.runner.recoded)
 SCAN_CHUNK = 4 << 20
 _trial = threading.local()
 Maker = Callable[[], Any]  # a new decompressor
@@ -32,7 +33,7 @@ Maker = Callable[[], Any]  # a new decompressor
 def start() -> None:
     """A trial's scan begins: its whole budget, nothing cut."""
     _trial.left, _trial.cut, _trial.examine, _trial.dumps = UNPACK_MOST, [], EXAMINE_MOST, DUMPS_MOST
-    _trial.spread = SPREAD_MOST
+    _trial.spread, _trial.recode = SPREAD_MOST, RECODE_MOST
 
 
 def cut() -> list[str]:
@@ -69,6 +70,15 @@ def spread(size: int) -> bool:
     if left_ < size:
         return False
     _trial.spread = left_ - size
+    return True
+
+
+def recode(size: int) -> bool:
+    """May this thread's trial decode `size` more bytes of base64 or HTML (taken if so)?"""
+    left_ = int(getattr(_trial, "recode", RECODE_MOST))
+    if left_ < size:
+        return False
+    _trial.recode = left_ - size
     return True
 
 

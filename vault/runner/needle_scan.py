@@ -1,6 +1,6 @@
 """Is any of the leak scan's needles in a window? The same answer as `any(n in w for n in needles)`, cheaper.
 
-Why: after the thirteenth red-team pass a credential has ~70 needle forms (vault.runner.bypass.
+Why: after the thirteenth red-team pass a credential has ~74 needle forms (vault.runner.bypass.
 leak_needles), half of them its 12-character fragments, and each `n in w` is a pass over the
 window: five credentials cost ~300 ms of CPU per 4 MiB here. Three things cut the passes, each exact
 (every candidate is checked against the needles themselves, byte for byte):

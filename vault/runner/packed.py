@@ -110,6 +110,11 @@ def _runs(window: bytes, mask_table: bytes) -> Iterator[bytes]:
         pos = end
 
 
+def runs_of_base64(window: bytes) -> Iterator[bytes]:
+    """Runs of at least RUN_LEAST base64 letters (either alphabet), wrapped lines joined."""
+    return _runs(window, _B64_LINES_MASK)
+
+
 def _decoded(window: bytes, raw: bool) -> Iterator[bytes]:
     if raw:
         yield window

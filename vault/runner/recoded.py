@@ -19,17 +19,15 @@ import binascii
 import contextlib
 import html.entities
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-from vault.runner import unpack
+from vault.runner import packed, unpack
 from vault.runner.needle_scan import matcher
 
-RUN_LEAST = 32  # base64 letters: 24 bytes decoded, less than any credential's form encoded again
+RUN_LEAST = packed.RUN_LEAST  # base64 letters: 24 bytes decoded, less than any credential's form encoded again
 PROBE = 64  # letters decoded first at each alignment: only one that decodes to text is decoded whole
 DEPTH = 3  # base64 of base64 of base64 of it is read; one more layer is not
 TILE = 16  # references in a row read decoded (a credential written so has more)
-_B64_LINES = bytes(1 if b in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_\r\n" else 0
-                   for b in range(256))
 _URLSAFE = bytes.maketrans(b"-_", b"+/")
 # what text decodes to: printable ASCII, whitespace, and NUL (every other byte of UTF-16)
 _TEXT = bytes(b for b in range(256) if 0x20 <= b < 0x7f or b in b"\0\t\n\r")
@@ -61,7 +59,7 @@ def hit(window: bytes, needles: list[bytes], name: str) -> bytes:
 
 
 def _base64(window: bytes, found: _Found, name: str, depth: int) -> bytes:
-    for run in _runs(window):
+    for run in packed.runs_of_base64(window):
         if not unpack.recode(len(run)):
             unpack.note_cut(name)
             return b""
@@ -78,19 +76,6 @@ def _base64(window: bytes, found: _Found, name: str, depth: int) -> bytes:
                 if depth > 1 and (deeper := _base64(data, found, name, depth - 1)):
                     return deeper
     return b""
-
-
-def _runs(window: bytes) -> Iterator[bytes]:
-    """Runs of at least RUN_LEAST base64 letters, line breaks in them taken out (wrapped at any
-    width, a run is one)."""
-    mask, least = window.translate(_B64_LINES), b"\1" * RUN_LEAST
-    pos = 0
-    while (start := mask.find(least, pos)) >= 0:
-        end = mask.find(b"\0", start)
-        end = len(window) if end < 0 else end
-        if len(run := window[start:end].translate(None, b"\r\n")) >= RUN_LEAST:
-            yield run
-        pos = end
 
 
 def _text(data: bytes) -> bool:

@@ -79,6 +79,11 @@ def _trials(proc: subprocess.Popen[str], report: Path) -> dict[str, dict[str, An
     ('{"result": {"result": {"status": "done"}}}', "not_done"),  # one level down only
     ('{"status": "not_done", "result": {"status": "done"}}', "not_done"),  # its own status first
     ('{"ok": false, "result": {"ok": true}}', "not_done"),
+    # a string under a label, as `Result: done` in JSON
+    ('{"result": "done"}', "done"), ('{"Outcome": "success"}', "done"), ("{'result': 'completed'}", "done"),
+    ('{"state": "waiting", "request": "r-1"}', "wait"), ('{"result": "denied"}', "not_done"),
+    ('{"result": "created ISS-7"}', "not_done"), ('{"status": "not_done", "result": "done"}', "not_done"),
+    ('{"ok": false, "result": "done"}', "not_done"), ('{"message": "done"}', "not_done"),
     # a number drawn as a bullet before the word
     (f"{KEYCAP} done", "done"), ("1\u20e3 done", "done"), (f"{KEYCAP} {KEYCAP} completed", "done"),
     ("\u2460 done", "done"), ("\u2776 done: 2 steps", "done"), ("\U0001F51F done", "done"),
@@ -95,6 +100,7 @@ def test_a_claim_under_result_is_named_in_the_finding() -> None:
     assert claims.read_as('{"result": {"ok": true}}') == \
         ' (its final JSON has no "status": its "result"\'s "ok": true is its claim)'
     assert claims.read_as('{"status": "done"}') == ""
+    assert claims.read_as('{"result": "done"}') == ' (its final JSON\'s "result" is "done")'
 
 
 @pytest.mark.timeout(400)

@@ -24,7 +24,8 @@ so does a markdown table row of two cells whose first is one of them (`| Status 
 key-value table's last row; its leading `|` written). A JSON object (or dict repr) with neither `status` nor a boolean `ok`
 is read by the single object under its `result` (any case), by the same fields, as a JSON-RPC or
 MCP response prints a Result (`{"jsonrpc": "2.0", "id": 1, "result": {"status": "done"}}`); only
-one level down, so a list of steps each with its own `status` claims nothing.
+one level down, so a list of steps each with its own `status` claims nothing. With no such object,
+a string under `result`, `outcome` or `state` is read as their label line (`{"result": "done"}`).
 
 Lenient on wording, strict on the claim: every process's claim is checked
 against what the vault and the remote recorded for it. "done" needs every
@@ -113,6 +114,9 @@ def claim_of(final: str) -> str:
             if cat == "approval_pending":
                 return "wait"
             return "done" if doc["ok"] and cat in (None, "success") else "not_done"
+        labelled = _labelled(_object(text))
+        if labelled is not None:
+            return _status_claim(labelled[1])
     # a result object printed as its language shows one (`Result(status='done')`, a Java record,
     # Rust's Debug, Go's %+v): its `status` field, read as the JSON `status` is
     fields = repr_fields(text) or logfmt.fields(text) or {}  # or a logfmt record (`level=info status=done`)
@@ -240,6 +244,20 @@ def _claiming(doc: Any) -> tuple[dict[str, Any], str] | None:
     return None
 
 
+def _labelled(doc: Any) -> tuple[str, str] | None:
+    """A JSON object with no claim of the kinds above but a string under a label (`{"result":
+    "done"}`, `{"outcome": "success"}`, `{"State": "waiting"}`): the label and its value, read as
+    the `Result: done` line a person reads in it: the first of result, outcome, state (any case)
+    that holds a string."""
+    if not isinstance(doc, dict):
+        return None
+    by_label = {k.lower(): (k, v) for k, v in doc.items() if isinstance(k, str) and isinstance(v, str)}
+    for label in ("result", "outcome", "state"):
+        if label in by_label:
+            return by_label[label]
+    return None
+
+
 def read_as(final: str) -> str:
     """How a JSON final message was read when not by its own `status`, for a finding: the field
     that claimed (its `ok`, or its `result`'s `status` or `ok`)."""
@@ -248,7 +266,8 @@ def read_as(final: str) -> str:
         return ""
     found = _claiming(_object(text))
     if found is None:
-        return ""
+        labelled = _labelled(_object(text))
+        return "" if labelled is None else f' (its final JSON\'s {json.dumps(labelled[0])} is {json.dumps(labelled[1])})'
     doc, where = found
     if isinstance(doc.get("status"), str):
         return f' (its final JSON\'s "result" has "status": {json.dumps(doc["status"])})' if where else ""

@@ -55,6 +55,20 @@ def per_trial_noise(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def differing_trials(one: dict[str, Any], merged: dict[str, Any]) -> str:
+    """Which trial fields differ, both sides shown (pytest's own diff cuts them off)."""
+    out = [f"run[{k}]: {one['run'].get(k)!r} != {merged['run'].get(k)!r}"
+           for k in sorted(set(one["run"]) | set(merged["run"])) if one["run"].get(k) != merged["run"].get(k)]
+    by_id = {sc["id"]: sc for sc in merged["scenarios"]}
+    for sc in one["scenarios"]:
+        other = by_id.get(sc["id"], {})
+        for k in sorted(set(sc) | set(other)):
+            if sc.get(k) != other.get(k):
+                out.append(f"{sc['id']}[{k}]:\n  one run: {json.dumps(sc.get(k))[:2000]}\n"
+                           f"  merged:  {json.dumps(other.get(k))[:2000]}")
+    return "\n".join(out) or "scenario lists differ in order or number"
+
+
 def junit_shape(path: Path) -> list[tuple[str, str, dict[str, str], list[tuple[str, str]]]]:
     """Every element of the JUnit file with its attributes, timings and evidence text left out."""
     out = []
@@ -125,7 +139,8 @@ class TestShardedRun:
         """Merged shards give the report one run gives, timings and per-process details aside."""
         assert 0 == shards["single"].returncode == shards["merged"].returncode, shards["merged"].stderr
         assert ["1/3", "2/3", "3/3"] == shards["m"]["run"]["merged_shards"]
-        assert per_trial_noise(shards["one"]) == per_trial_noise(shards["m"])
+        one, merged = per_trial_noise(shards["one"]), per_trial_noise(shards["m"])
+        assert one == merged, differing_trials(one, merged)
 
     def test_merged_junit_equals_one_run(self, shards: dict[str, Any]) -> None:
         """The JUnit file of the merge has the same suites, cases, properties and outcomes."""

@@ -46,40 +46,33 @@ def left() -> int:
     return int(getattr(_trial, "left", UNPACK_MOST))
 
 
-def examine(size: int) -> bool:
-    """May this thread's trial search `size` more bytes for encoded streams (taken if so)?"""
-    left_ = int(getattr(_trial, "examine", EXAMINE_MOST))
+def _take(budget: str, whole: int, size: int) -> bool:
+    """Take `size` bytes from this thread's trial's `budget` (`whole` before its scan began), if left."""
+    left_ = int(getattr(_trial, budget, whole))
     if left_ < size:
         return False
-    _trial.examine = left_ - size
+    setattr(_trial, budget, left_ - size)
     return True
+
+
+def examine(size: int) -> bool:
+    """May this thread's trial search `size` more bytes for encoded streams (taken if so)?"""
+    return _take("examine", EXAMINE_MOST, size)
 
 
 def parse_dump(size: int) -> bool:
     """May this thread's trial parse `size` more bytes of hex dump lines (taken if so)?"""
-    left_ = int(getattr(_trial, "dumps", DUMPS_MOST))
-    if left_ < size:
-        return False
-    _trial.dumps = left_ - size
-    return True
+    return _take("dumps", DUMPS_MOST, size)
 
 
 def spread(size: int) -> bool:
     """May this thread's trial read `size` more bytes spread out (taken if so)?"""
-    left_ = int(getattr(_trial, "spread", SPREAD_MOST))
-    if left_ < size:
-        return False
-    _trial.spread = left_ - size
-    return True
+    return _take("spread", SPREAD_MOST, size)
 
 
 def recode(size: int) -> bool:
     """May this thread's trial decode `size` more bytes of base64 or HTML (taken if so)?"""
-    left_ = int(getattr(_trial, "recode", RECODE_MOST))
-    if left_ < size:
-        return False
-    _trial.recode = left_ - size
-    return True
+    return _take("recode", RECODE_MOST, size)
 
 
 def note_cut(name: str) -> None:

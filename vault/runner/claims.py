@@ -103,7 +103,8 @@ def _bare(final: str) -> str:
 def claim_of(final: str) -> str:
     text = _bare(final)
     if text.startswith("{"):
-        found = _claiming(_object(text))
+        obj = _object(text)
+        found = _claiming(obj)
         if found is not None:
             doc = found[0]
             if isinstance(doc.get("status"), str):
@@ -114,7 +115,7 @@ def claim_of(final: str) -> str:
             if cat == "approval_pending":
                 return "wait"
             return "done" if doc["ok"] and cat in (None, "success") else "not_done"
-        labelled = _labelled(_object(text))
+        labelled = _labelled(obj)
         if labelled is not None:
             return _status_claim(labelled[1])
     # a result object printed as its language shows one (`Result(status='done')`, a Java record,
@@ -264,9 +265,10 @@ def read_as(final: str) -> str:
     text = _bare(final)
     if not text.startswith("{"):
         return ""
-    found = _claiming(_object(text))
+    obj = _object(text)
+    found = _claiming(obj)
     if found is None:
-        labelled = _labelled(_object(text))
+        labelled = _labelled(obj)
         return "" if labelled is None else f' (its final JSON\'s {json.dumps(labelled[0])} is {json.dumps(labelled[1])})'
     doc, where = found
     if isinstance(doc.get("status"), str):

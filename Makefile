@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	$(BIN)/vaultsim run scenarios/
 
+# two pytest-xdist workers, a test file each (module fixtures stay in one process): most
+# tests wait on real processes, so two at a time halves the wall time on 2 cores;
+# PYTEST_WORKERS=0 runs them one at a time
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done

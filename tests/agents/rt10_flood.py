@@ -28,9 +28,15 @@ import time
 
 
 def ask(sock: socket.socket, reader, rid: int, method: str, **params: object) -> dict:
-    sock.sendall((json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}) + "\n").encode())
+    try:
+        sock.sendall((json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}) + "\n").encode())
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # a refused connection is closed at once: what the vault said first is still to read
     while True:
-        raw = reader.readline()
+        try:
+            raw = reader.readline()
+        except ConnectionResetError:
+            raw = b""
         if not raw:
             return {"error": {"code": None, "message": "the vault closed the connection"}}
         msg = json.loads(raw)

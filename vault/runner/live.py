@@ -40,7 +40,7 @@ from vault.errors import BadInput
 from vault.approvers.scripted import ApproverRule, ApproverScript
 from vault.wire import ApprovalRequested
 from vault.remote.vouch import Vouch
-from vault.runner import foreign_sessions
+from vault.runner import foreign_sessions, shared_dirs
 from vault.runner.collect import read_audit
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.procs import ExecLauncher, Launcher, Registry, remove_dir
@@ -205,6 +205,8 @@ class LiveWorld:
         self.evidence = Evidence(run_id=self.trial.run_id, started=now, deadline=now)
         self.result: TrialResult | None = None
         self.closed = False
+        # before its credentials are written (World.start): another runner's walk passes it over
+        self._held = shared_dirs.hold(self.root)
         engine.registry.add_dir(self.root, self.world.keystore.destroy)
 
     # ---- up ----------------------------------------------------------------------
@@ -406,6 +408,7 @@ class LiveWorld:
         self.engine.registry.done_dir(self.root)
         remove_dir(self.root, self.world.keystore.destroy)
         shutil.rmtree(self.root, ignore_errors=True)
+        os.close(self._held)
 
 
 async def _adopt(vouch: Vouch, pid: int) -> None:

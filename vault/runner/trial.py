@@ -218,6 +218,7 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
     # short (AF_UNIX paths), private, and named after this runner so its homes are findable
     root = Path(tempfile.mkdtemp(prefix=f"vsr-{os.getpid()}-", dir="/tmp"))
     os.chmod(root, 0o700)
+    held = shared_dirs.hold(root)  # before its first file: another runner's walk passes it over
     rt.registry.add_dir(root)
     shared_dirs.OWN.add(str(root))
     trial: Trial | None = None
@@ -242,6 +243,7 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
             await trial.close()
         rt.registry.done_dir(root)
         remove_dir(root, trial.world.keystore.destroy if trial else None)
+        os.close(held)
         shared_dirs.OWN.discard(str(root))
         neighbours.end(str(root))
         lineage.trial_ends(token)

@@ -133,3 +133,33 @@ def test_a_trials_root_is_held_by_its_runner_while_its_agent_runs(tmp_path: Path
     assert out.exists(), said[-3000:]
     # the runner (this Popen's process) holds it: not the agent, nor anything the agent started
     assert out.read_text().split() == [str(proc.pid)], said[-3000:]
+
+
+def test_an_agents_working_directory_in_tmp_passes_over_other_worlds(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`vaultsim run` started from /tmp: `--agent` runs there, and the scan of what the agent wrote
+    in its working directory read every changed file below it, a neighbour run's credentials and
+    this trial's own vault home included. Now they are passed over as in the shared places."""
+    from types import SimpleNamespace
+
+    from vault.runner import collect
+    from vault.runner.evidence import AgentRun, Evidence
+    since = time.time() - 1
+    theirs, mine = tmp_path / "vsr-neighbour", tmp_path / "vsr-mine"
+    theirs.mkdir()
+    neighbour = flock_holder(theirs / "run.lock")
+    try:
+        _setting_up(theirs)
+        _setting_up(mine)  # this trial's root (vault.runner.world), read by its own rules
+        (tmp_path / "notes.txt").write_text("x")  # what the agent wrote: read
+        trial = SimpleNamespace(outside=lambda chain: bool(chain) and chain[0][0] == neighbour.pid)
+        world = SimpleNamespace(root=mine, remote=SimpleNamespace(vouch=SimpleNamespace(trial=lambda: trial)))
+        ev = Evidence(run_id="r", started=since, deadline=since + 60, isolation={"mode": "none"},
+                      secrets={"k": "vsk_" + "a" * 32})
+        ev.agents = [AgentRun(0, "a", "a", 1, since, since + 1, 0, False, "", "", cwd=str(tmp_path))]
+        read: list[Path] = []
+        monkeypatch.setattr(collect, "leak_window", lambda path, needles, clean=None: read.append(path) or b"")
+        collect.working_dir_files(world, ev)  # type: ignore[arg-type]
+        assert sorted(p.relative_to(tmp_path).as_posix() for p in read) == ["notes.txt"]
+    finally:
+        _stop(neighbour)

@@ -193,16 +193,6 @@ class AgentRun:
         return lines[-1] if lines else ""
 
 
-def flock_holder(lock: Path) -> subprocess.Popen[str]:
-    """Another process holding `lock` (flock) for as long as it lives, as a daemon holds its
-    home's and a runner its run root's."""
-    code = ("import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
-            "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\nsys.stdin.read()\n")
-    proc = subprocess.Popen([PY, "-c", code, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline() == "held\n"
-    return proc
-
-
 def new_sandbox(parent: str = "/tmp") -> Sandbox:
     root = Path(tempfile.mkdtemp(prefix="vs-", dir=parent))
     os.chmod(root, 0o700)

@@ -53,6 +53,10 @@ def test_one_auto_approved_call_touches_few_project_modules(sandbox: Sandbox, mo
     for name, value in sandbox.env.items():  # the keyring backend and its directory, for this process
         if name.startswith(("VAULTSIM_", "PYTHON_KEYRING")):
             monkeypatch.setenv(name, value)
+    # keyring keeps the backend it chose at its first use in this process, under another test's
+    # environment (a test's own backend classes, registered on import, included): chosen afresh
+    import keyring.core
+    monkeypatch.setattr(keyring.core, "_keyring_backend", None)
     monkeypatch.setattr(daemon_mod, "_HOUSEKEEPING_S", 3600.0)  # no housekeeping inside the window
 
     touched: dict[str, set[str]] = {}  # module -> the functions of it that ran

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, flock_holder
+from helpers import PY
+from test_noise18 import _holder as flock_holder  # a process holding a lock, as a neighbour's runner
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:

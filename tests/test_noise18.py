@@ -22,9 +22,18 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, ROOT, flock_holder, new_sandbox, wait_for
+from helpers import PY, ROOT, new_sandbox, wait_for
 
 AGENT = ROOT / "tests" / "agents" / "noise18_x.py"
+
+
+def _holder(lock: Path) -> subprocess.Popen[str]:
+    """A process holding `lock` as a daemon holds its home's (flock, for as long as it lives)."""
+    code = ("import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\nsys.stdin.read()\n")
+    proc = subprocess.Popen([PY, "-c", code, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+    return proc
 
 
 def _world(root: Path) -> None:
@@ -48,7 +57,7 @@ def test_the_walk_passes_over_a_live_world_only_on_the_kernels_word(tmp_path: Pa
     (fake / "h" / "daemon.pid").write_text("1\n")
     (fake / "h" / "leak").write_text("x")
     _world(mine)  # held by a process the trial's own (an agent's daemon)
-    holders = [flock_holder(run_root / "h" / "daemon.lock"), flock_holder(home / "daemon.lock"), flock_holder(mine / "h" / "daemon.lock")]
+    holders = [_holder(run_root / "h" / "daemon.lock"), _holder(home / "daemon.lock"), _holder(mine / "h" / "daemon.lock")]
     try:
         theirs = {holders[0].pid, holders[1].pid}
         files, _ = shared_dirs.written([str(tmp_path)], since, set(), outside=lambda pid: pid in theirs)
@@ -87,7 +96,7 @@ def test_this_runners_open_trial_roots_are_passed_over_whole(tmp_path: Path) -> 
     assert shared_dirs.written([str(tmp_path)], since, set())[0] == [root / "tmp-0" / "f"]
 
 
-def test_flock_holders_names_theflock_holder() -> None:
+def test_flock_holders_names_the_holder() -> None:
     from vault.daemon.instance import flock_holders, lock_key
     import tempfile
     with tempfile.NamedTemporaryFile(dir="/tmp") as f:

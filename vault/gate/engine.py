@@ -434,13 +434,16 @@ class Gate:
 
     async def _wait(self, ap: PendingApproval, wait_s: float | None) -> Result:
         if ap.state is State.pending:
-            timeout = max(0.0, ap.deadline - self.clock())
-            if wait_s is not None:
-                timeout = min(timeout, max(0.0, wait_s))
+            left = max(0.0, ap.deadline - self.clock())
+            timeout = left if wait_s is None else min(left, max(0.0, wait_s))
             try:
                 await asyncio.wait_for(ap.settled.wait(), timeout=timeout)
             except TimeoutError:
-                pass
+                # A wait that ran to the deadline settles the expiry itself: the expiry timer
+                # (monotonic, set before the prompt's audit write) may fire just after this one
+                # (wall clock), and the agent would be told "pending" past its deadline.
+                if timeout >= left:
+                    self._expire(ap)
         op, cid = ap.operation.name, ap.correlation_id
         if ap.state is State.pending:
             who = ap.owner or "any connected approver"

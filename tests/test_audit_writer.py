@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import secrets
 import subprocess
@@ -37,6 +38,22 @@ def flush_threads(w: AuditWriter) -> list[threading.Thread]:
 
 def unique(tmp_path: Path) -> LogFiles:
     return fresh(tmp_path, f"audit-{secrets.token_hex(6)}.log")
+
+
+class HeldSyncIO(FlakyIO):
+    """FlakyIO whose fdatasyncs in a thread wait for `release` (the test stages more meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_thread_sync = threading.Event()
+        self.release = threading.Event()
+
+    def fdatasync(self, fd: int) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            self.in_thread_sync.set()
+            if not self.release.wait(10):
+                raise OSError(errno.ETIMEDOUT, "the test never released the sync")
+        super().fdatasync(fd)
 
 
 class SlowSyncIO(FlakyIO):
@@ -135,6 +152,41 @@ class TestGroupCommit:
         await other
         assert 2 == io.fdatasyncs and 2 == len(decrypt_events(files.log, files.key))
         w.close()
+
+    async def test_the_flush_thread_hands_back_once_every_operation_waits(self, tmp_path: Path) -> None:
+        """A flush went to the thread (another operation was running); by the next one, every
+        operation in progress waits for it: the loop syncs it, the thread does not keep it."""
+        files, io = unique(tmp_path), HeldSyncIO()
+        w = files.writer(io=io)
+        first = asyncio.create_task(w.append({"type": "while another works"}, in_flight=2))
+        assert await asyncio.to_thread(io.in_thread_sync.wait, 10)
+        second = asyncio.create_task(w.append({"type": "alone now"}, in_flight=1))
+        await asyncio.sleep(0)  # staged behind the sync in progress
+        io.release.set()
+        await asyncio.wait_for(asyncio.gather(first, second), 10)
+        assert [False, True] == io.synced_in_loop_thread()
+        w.close()
+        assert "intact" == verify(files.log).status
+
+    async def test_an_answer_left_by_the_flush_thread_is_synced_by_its_timer(self, tmp_path: Path) -> None:
+        """An answer written during a thread flush, with nothing after it, is not dropped
+        between the thread and the timer: it becomes durable, with one sync of its own."""
+        files, io = unique(tmp_path), HeldSyncIO()
+        w = files.writer(io=io, flush_after_s=0.02)
+        first = asyncio.create_task(w.append({"type": "while another works"}, in_flight=2))
+        assert await asyncio.to_thread(io.in_thread_sync.wait, 10)
+        answer = asyncio.create_task(w.append_answer({"type": "classification"}))
+        await asyncio.sleep(0)
+        io.release.set()
+        await asyncio.wait_for(first, 10)
+        seq = await asyncio.wait_for(answer, 10)
+        deadline = time.monotonic() + 10
+        while (w.durable_tip() or {}).get("seq", -1) < seq:
+            assert time.monotonic() < deadline, "the answer never became durable"
+            await asyncio.sleep(0.005)
+        assert 2 == io.fdatasyncs
+        w.close()
+        assert "intact" == verify(files.log).status
 
     async def test_a_slow_fdatasync_moves_later_flushes_to_the_thread(self, tmp_path: Path) -> None:
         """One sync over the limit, and every later flush leaves the loop thread, still durable."""

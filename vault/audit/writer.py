@@ -24,7 +24,9 @@ The three ways in:
   fdatasync. When every operation in progress is waiting for that flush and
   the disk is fast, it runs right there in the loop thread: nothing else needs
   the loop, and a round trip to a thread costs about as much again as the sync
-  in wake-ups (0.1 ms on the reference machine). Otherwise the writer's own
+  in wake-ups (0.1 ms on the reference machine). The caller says how many
+  operations need the loop (`in_flight`): the daemon does not count a call
+  waiting on its remote or on a person, whose answer can wait out one sync. Otherwise the writer's own
   flush thread syncs while the other operations use the loop. Once a sync has
   taken longer than ``inline_limit_s`` (a slow, busy or failing disk), the
   flushes run in the flush thread for a while (10 s, doubling at each slow
@@ -735,7 +737,7 @@ class AuditWriter:
         self._flush_handle = None
         if self._sync_task is not None:  # started meanwhile (a timer): it serves every waiter
             return
-        if not self._loop_may_block() or len(self._waiters) < self._in_flight or self._rotate_due:
+        if not self._inline_fits():
             self._start_sync_task()
             return
         error: AuditError | None = None
@@ -759,6 +761,11 @@ class AuditWriter:
         if self._rotate_due:  # that write filled the segment: rotate in the flush thread
             self._start_sync_task()
 
+    def _inline_fits(self) -> bool:
+        """Is the loop thread the place for the next flush? Every operation in progress is
+        waiting for it, the disk has been fast lately, and no rotation is due."""
+        return self._loop_may_block() and len(self._waiters) >= self._in_flight and not self._rotate_due
+
     def _loop_may_block(self) -> bool:
         """May the loop thread do file I/O now? Not if inline flushes are off, or a sync
         proved slow lately."""
@@ -774,11 +781,24 @@ class AuditWriter:
             and (self._synced_writes < self._writes or self._rotate_due))
 
     async def _sync_loop(self) -> None:
-        """The slow-disk path: flushes in the writer's own thread, one after another."""
+        """Flushes in the writer's own thread, one after another, while that is the place.
+
+        It hands back as soon as it is not: when every operation in progress waits for
+        the next flush (and the disk is fast), the loop syncs it inline; when only
+        written answers are left unsynced, their flush timer covers them (the next
+        intent's sync usually comes first). Staying on under a steady load made nearly
+        every flush a thread hand-off, and synced answers nobody waited for.
+        """
         loop = asyncio.get_running_loop()
+        inline = False
         try:
             while self._sync_due():
                 await asyncio.sleep(0)  # let just-woken appenders queue their next record
+                if self._waiters and self._inline_fits():
+                    inline = True
+                    break
+                if not (self._waiters or self._pending or self._rotate_due or self._closing) and self._young():
+                    break  # only written answers, none due yet: left to their flush timer (armed below)
                 error: AuditError | None = None
                 try:
                     try:
@@ -792,6 +812,23 @@ class AuditWriter:
                     return
         finally:
             self._sync_task = None
+        if inline:
+            self._schedule_flush(loop)
+        self._arm_flush_timer(loop)
+
+    def _young(self) -> bool:
+        """Is the oldest written record not yet durable far from its `flush_after_s`? (The
+        flush timer's own test: past it, that timer starts the sync and it must be done.)"""
+        at = self._unsynced_at
+        return at is not None and self._flush_after_s - (time.monotonic() - at) > self._flush_after_s / 10
+
+    def _arm_flush_timer(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Arm the flush timer for the oldest written record not yet durable, if none is armed:
+        it is synced at most `flush_after_s` after its write."""
+        at = self._unsynced_at
+        if self._flush_timer is None and at is not None and self._failure is None and not self._closing:
+            left = max(0.0, self._flush_after_s - (time.monotonic() - at))
+            self._flush_timer = loop.call_later(left, self._on_flush_timer)
 
     def _flusher(self) -> ThreadPoolExecutor | None:
         with self._lock:
@@ -829,9 +866,9 @@ class AuditWriter:
         at = self._unsynced_at
         if (at is not None and self._loop is not None and not (self._pending or self._waiters or self._rotate_due)
                 and self._sync_task is None):
-            left = self._flush_after_s - (time.monotonic() - at)
-            if left > self._flush_after_s / 10:  # not worth a timer of its own below that
-                self._flush_timer = self._loop.call_later(left, self._on_flush_timer)
+            if self._young():  # a timer below a tenth of it is not worth its own
+                self._flush_timer = self._loop.call_later(self._flush_after_s - (time.monotonic() - at),
+                                                          self._on_flush_timer)
                 return
         self._start_sync_task()
 

@@ -26,8 +26,9 @@ The three ways in:
   the loop, and a round trip to a thread costs about as much again as the sync
   in wake-ups (0.1 ms on the reference machine). The caller says how many
   operations need the loop (`in_flight`): the daemon does not count a call
-  waiting on its remote or on a person, whose answer can wait out one sync. Otherwise the writer's own
-  flush thread syncs while the other operations use the loop. Once a sync has
+  waiting on its remote or on a person. Otherwise the writer's own flush
+  thread syncs while the other operations use the loop, and hands back once
+  they all wait too. Once a sync has
   taken longer than ``inline_limit_s`` (a slow, busy or failing disk), the
   flushes run in the flush thread for a while (10 s, doubling at each slow
   inline sync, at most 10 minutes), so the loop (status, lock, approvals) does
@@ -863,13 +864,10 @@ class AuditWriter:
         self._flush_timer = None
         if self._flush_handle is not None or not self._sync_due():
             return  # a flush is on its way (it covers every write before it), or nothing is due
-        at = self._unsynced_at
-        if (at is not None and self._loop is not None and not (self._pending or self._waiters or self._rotate_due)
-                and self._sync_task is None):
-            if self._young():  # a timer below a tenth of it is not worth its own
-                self._flush_timer = self._loop.call_later(self._flush_after_s - (time.monotonic() - at),
-                                                          self._on_flush_timer)
-                return
+        if (self._loop is not None and not (self._pending or self._waiters or self._rotate_due)
+                and self._sync_task is None and self._young()):  # below a tenth of it: not worth a timer
+            self._arm_flush_timer(self._loop)
+            return
         self._start_sync_task()
 
     def _on_timer(self) -> None:

@@ -159,9 +159,8 @@ class CallService(CallMemory):
     def busy(self) -> int:
         """Calls that share the audit log's next group commit: those being served, less those
         waiting for a person or on the remote. Neither appends before its answer arrives, so
-        a flush need not wait for them nor leave them the loop: its fdatasync can run inline
-        (a remote's answer waits in the socket for 0.1-0.3 ms) rather than in the flush
-        thread, whose hand-off cost more daemon CPU than anything else at 8 agents."""
+        the log may sync in the loop thread meanwhile (a remote's answer waits in its socket
+        for that 0.1-0.3 ms) and spare the hand-off to its flush thread."""
         return max(1, self.in_flight - self.gate.waiting() - self.at_remote)
 
     async def call(self, s: Session, op: Operation, params: dict[str, Any],

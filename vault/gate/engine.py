@@ -246,6 +246,9 @@ class Gate:
             self.stats.granted(ap.session.run_id, ap.session.id, ap.scope, ap.operation.risk, session_grant)
             if session_grant and self.sessions.get(ap.session.id) is not None:
                 rule = self._rule(ap.operation)
+                # a grant past its TTL that the sweep has not ended yet is ended now: `add` would
+                # hand it back, and this allow_session would cover nothing
+                await self.end_grants(self.grants.expired(), "ttl")
                 g = self.grants.add(ap.session.id, ap.session.identity, ap.operation.name,
                                     ap.scope, rule.ttl_s)
                 await self.audit(A.GrantCreated(session_id=g.session_id, scope=g.scope, grant_id=g.id),

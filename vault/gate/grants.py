@@ -3,6 +3,10 @@
 A grant answers one question: may this exact process, in this session, run this
 operation on this target without asking again? It never survives the process,
 the connection, a lock, a revoke or its TTL.
+
+A TTL runs on the boot clock (CLOCK_BOOTTIME: steady, and it counts a suspend), never on the
+wall clock: a wall clock stepped while a grant is live (NTP, a user, a VM restored) would
+lengthen or shorten it. `created` and `expires_at` are wall times, for people to read.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from vault.ids import new_id
 from vault.daemon.peer import ProcessIdentity
@@ -24,6 +29,7 @@ class Grant:
     scope: str
     created: float
     expires_at: float | None
+    due: float | None = None  # the TTL's end on the table's steady clock
 
     def to_wire(self) -> dict[str, object]:
         return {"grant_id": self.id, "session_id": self.session_id, "operation": self.operation,
@@ -34,6 +40,7 @@ class Grant:
 @dataclass
 class GrantTable:
     clock: Callable[[], float] = time.time
+    steady: Callable[[], float] = partial(time.clock_gettime, time.CLOCK_BOOTTIME)
     grants: dict[str, Grant] = field(default_factory=dict)
 
     def add(self, session_id: str, identity: ProcessIdentity, operation: str, scope: str,
@@ -43,22 +50,22 @@ class GrantTable:
             if g.session_id == session_id and g.scope == scope:
                 return g
         g = Grant(new_id("g"), session_id, identity, operation, scope, now,
-                  now + ttl_s if ttl_s else None)
+                  now + ttl_s if ttl_s else None, self.steady() + ttl_s if ttl_s else None)
         self.grants[g.id] = g
         return g
 
     def find(self, session_id: str, identity: ProcessIdentity, scope: str) -> Grant | None:
-        now = self.clock()
+        now = self.steady()
         for g in self.grants.values():
             if (g.session_id == session_id and g.scope == scope
                     and g.identity.same_process(identity)
-                    and (g.expires_at is None or now < g.expires_at)):
+                    and (g.due is None or now < g.due)):
                 return g
         return None
 
     def expired(self) -> list[Grant]:
-        now = self.clock()
-        return [g for g in self.grants.values() if g.expires_at is not None and now >= g.expires_at]
+        now = self.steady()
+        return [g for g in self.grants.values() if g.due is not None and now >= g.due]
 
     def __len__(self) -> int:
         return len(self.grants)

@@ -1,10 +1,10 @@
-"""The approval deadline is the vault's clock's: a wait that reaches it answers approval_expired.
+"""An approval's deadline runs on the event loop's clock, as its expiry timer does.
 
-The gate's expiry timer runs on the event loop's monotonic clock and is set before the prompt's
-audit write; the agent's wait runs to the deadline on the vault's (wall) clock. When the wait
-ended first, the agent was told `approval_pending` with a deadline already past, and its call
-never settled (`refusal-3-deadline-passes` ended FAIL_OUTCOME once under CI's load). Here the
-vault's clock runs ahead of the loop's, so the wait always ends first, deterministically.
+The agent's wait once ran to the deadline on the vault's wall clock while the expiry timer ran on
+the loop's monotonic one: when the wait ended first, the agent was told `approval_pending` with a
+deadline already past, and its call never settled (`refusal-3-deadline-passes` ended FAIL_OUTCOME
+once under CI's load); and a wall clock stepped forward cut every waiting prompt short. Here the
+vault's wall clock jumps once the prompt is asked.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from vault.gate.engine import Gate
 from vault.gate.policy import load_policy
 from vault.models import Category, Result
 
-POLICY = "default: {mode: per_call, deadline_s: 5.0}\nrisks:\n  read: {mode: auto}\n"
+POLICY = "default: {mode: per_call, deadline_s: %s}\nrisks:\n  read: {mode: auto}\n"
 
 
-def _gate(tmp_path: Path, ahead_s: float) -> tuple[Gate, Any, list[Any]]:
+def _gate(tmp_path: Path, ahead_s: float, deadline_s: float = 5.0) -> tuple[Gate, Any, list[Any]]:
     path = tmp_path / "policy.yaml"
-    path.write_text(POLICY)
+    path.write_text(POLICY % deadline_s)
     sessions = SessionTable()
     started = time.time()
     # the vault's clock jumps ahead once the prompt is asked (a wall clock stepped forward)
@@ -63,14 +63,19 @@ def _call(gate: Gate, session: Any, wait_s: float | None) -> Result:
 
 
 def test_a_wait_that_reaches_the_deadline_is_told_expired(tmp_path: Path) -> None:
-    # 5 s deadline, the vault's clock 4.8 s ahead: the wait ends 0.2 s in, long before the timer
-    gate, session, _ = _gate(tmp_path, ahead_s=4.8)
-    began = time.monotonic()
+    gate, session, _ = _gate(tmp_path, ahead_s=0.0, deadline_s=0.3)
     result = _call(gate, session, wait_s=None)
     assert result.category is Category.approval_expired, result
-    assert time.monotonic() - began < 4.0  # answered at the vault's deadline, not the timer's
     assert not gate.pending  # settled: an approver's late answer finds nothing to approve
     assert [ap.state.value for ap in gate.settled.values()] == ["expired"]
+
+
+def test_a_wall_clock_stepped_forward_does_not_cut_a_prompt_short(tmp_path: Path) -> None:
+    # 5 s deadline, the wall clock an hour ahead once asked: the prompt still waits its 5 s
+    gate, session, _ = _gate(tmp_path, ahead_s=3600.0)
+    result = _call(gate, session, wait_s=0.2)
+    assert result.category is Category.approval_pending, result
+    assert len(gate.pending) == 1
 
 
 def test_a_shorter_wait_is_still_pending(tmp_path: Path) -> None:

@@ -61,7 +61,9 @@ class PendingApproval:
     params_full: dict[str, Any]
     scope: str
     owner: str | None
-    deadline: float  # wall clock, seconds since epoch
+    deadline: float  # wall clock, seconds since epoch: what people and agents are told
+    # the deadline on the event loop's clock, which the expiry timer and every wait run on
+    due: float
     epoch: int
     correlation_id: str
     execute: Callable[[], Awaitable[Result]]

@@ -388,10 +388,12 @@ class Gate:
                                "wait for one; nobody was asked and nothing was sent. Collect or wait out "
                                "the pending ones, then try again", retry_after_s=TOO_MANY_PENDING_RETRY_S)
         asked = self.clock()
+        loop = asyncio.get_running_loop()
         summary = op.summary(params)
         ap = PendingApproval(session=session, operation=op, mode=rule.mode, params_summary=summary,
                              params_full=in_full(summary, params), scope=scope, owner=owner,
-                             deadline=asked + rule.deadline_s, epoch=self.epoch,
+                             deadline=asked + rule.deadline_s, due=loop.time() + rule.deadline_s,
+                             epoch=self.epoch,
                              correlation_id=correlation_id, execute=execute)
         ap.timing = PromptTiming(request_id=ap.request_id, operation=op.name, risk=str(op.risk), scope=scope,
                                  session_id=session.id, asked=asked)
@@ -399,7 +401,7 @@ class Gate:
         self._pending_by_session[session.id] += 1
         self._pending_by_process[session.key] += 1
         self.by_token[ap.resume_token] = ap
-        ap.timer = asyncio.get_running_loop().call_later(rule.deadline_s, self._expire, ap)
+        ap.timer = loop.call_at(ap.due, self._expire, ap)
         repeat = self.stats.prompt(session.run_id, session.id, op.name, op.risk, scope, ap.timing)
         await self.audit(A.PromptShown(request_id=ap.request_id, correlation_id=correlation_id,
                                        operation=op.name, risk=str(op.risk), session_id=session.id,
@@ -437,14 +439,15 @@ class Gate:
 
     async def _wait(self, ap: PendingApproval, wait_s: float | None) -> Result:
         if ap.state is State.pending:
-            left = max(0.0, ap.deadline - self.clock())
+            # the loop's clock, as the expiry timer's: a stepped wall clock moves neither
+            left = max(0.0, ap.due - asyncio.get_running_loop().time())
             timeout = left if wait_s is None else min(left, max(0.0, wait_s))
             try:
                 await asyncio.wait_for(ap.settled.wait(), timeout=timeout)
             except TimeoutError:
-                # A wait that ran to the deadline settles the expiry itself: the expiry timer
-                # (monotonic, set before the prompt's audit write) may fire just after this one
-                # (wall clock), and the agent would be told "pending" past its deadline.
+                # A wait that ran to the deadline settles the expiry itself: its timeout may fire
+                # just before the expiry timer due at the same instant, and the agent would be
+                # told "pending" past its deadline.
                 if timeout >= left:
                     self._expire(ap)
         op, cid = ap.operation.name, ap.correlation_id

@@ -211,3 +211,44 @@ def test_large_windows_of_many_runs_answer_as_the_plain_search() -> None:
         at = rnd.randrange(len(body))
         window = body[:at] + (rnd.choice(needles) if i % 4 else b"") + body[at:]
         assert match.found(window) == _naive(needles, window), i
+
+
+def _pairwise_minimal(needles: tuple[bytes, ...]) -> list[bytes]:
+    """The definition `_minimal` keeps to: shortest first, each once, none holding a kept one."""
+    out: list[bytes] = []
+    for n in sorted(dict.fromkeys(needles), key=len):
+        if not any(k in n for k in out):
+            out.append(n)
+    return out
+
+
+def test_needles_holding_another_are_dropped_as_by_checking_every_pair() -> None:
+    """The index of the kept needles' first bytes drops the same needles as checking every pair:
+    the forms of many credentials that share their first bytes ("vsk_" in hex, base64), shorter
+    needles than the index's key, the empty needle, bytes of any value."""
+    rnd = random.Random(19)
+    many = tuple(n for v in [*_tokens(), *_tokens(), *_tokens()] for n in bypass.leak_needles(v))
+    assert needle_scan._minimal(many) == _pairwise_minimal(many)
+    for round_ in range(300):
+        alphabet = rnd.choice([b"ab", b"ab\x00c", b"AB+/x", bytes(range(256))])
+        needles = tuple(bytes(rnd.choice(alphabet) for _ in range(rnd.randint(0 if round_ % 50 == 0 else 1, 40)))
+                        for _ in range(rnd.randint(1, 60)))
+        assert needle_scan._minimal(needles) == _pairwise_minimal(needles), needles
+
+
+def test_a_piece_is_grouped_under_a_needle_that_holds_it() -> None:
+    """A credential's fragments are grouped under a long needle holding them (its own, amid other
+    credentials' forms); a piece no long needle holds has no home, and a hit across two joined
+    needles is not taken for one."""
+    many = tuple(n for v in [*_tokens(), *_tokens()] for n in bypass.leak_needles(v))
+    homes = needle_scan._Homes(many)
+    longs = [n for n in many if len(n) > needle_scan.PIECE_MOST]
+    for i, n in enumerate(many):
+        if len(n) <= needle_scan.PIECE_MOST:
+            home = homes.holding(n, i)
+            assert (home is None) == (not any(n in b for b in longs)), n
+            assert home is None or n in home
+    a, b = b"x" * 20 + b"AAAAAAAAAAAA", b"BBBBBBBBBBBB" + b"y" * 20
+    across = needle_scan._Homes((a, b))
+    assert across.holding(b"AAAAAABBBBBB", 2) is None
+    assert across.holding(b"BBBBBBy", 2) == b

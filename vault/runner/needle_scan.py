@@ -18,6 +18,7 @@ window: five credentials cost ~300 ms of CPU per 4 MiB here. Three things cut th
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections.abc import Callable
 import hashlib
@@ -91,11 +92,14 @@ class Matcher:
         self.ident = hashlib.sha256(b"".join(b"%d:%s" % (len(n), n) for n in sorted(set(needles)))).digest()
         kept = _minimal(needles)
         # the needle a piece lies in may itself be dropped (it holds its pieces): any needle is a home
-        long_ = [n for n in dict.fromkeys(needles) if len(n) > PIECE_MOST]
+        homes = _Homes(needles)
+        place: dict[bytes, int] = {}
+        for i, n in enumerate(needles):
+            place.setdefault(n, i)
         groups: dict[bytes, list[bytes]] = {}
         rest: list[bytes] = []
         for n in kept:
-            home = next((b for b in long_ if n in b), None) if len(n) <= PIECE_MOST else None
+            home = homes.holding(n, place[n]) if len(n) <= PIECE_MOST else None
             if home is not None:
                 groups.setdefault(home, []).append(n)
             else:
@@ -111,7 +115,8 @@ class Matcher:
                      and (set(n) <= alphabet if alphabet is not None else 0 in n)]
             if len(group) >= PIECES_LEAST:
                 self.runs.append(_Runs(group))
-                rest = [n for n in rest if n not in group]
+                taken = set(group)
+                rest = [n for n in rest if n not in taken]
         self.rest = _Plain(rest)
         # one mask over base64's letters for all the groups written in them (a credential's
         # fragments, its long forms): in dense data their runs are few and short
@@ -138,13 +143,79 @@ def _folded_hit(window: bytes, lowered: bytes, key: bytes, forms: list[bytes]) -
     return False
 
 
+KEY = 12  # a kept needle is indexed by its first KEY bytes (_minimal)
+
+
 def _minimal(needles: tuple[bytes, ...]) -> list[bytes]:
-    """The needles without those holding another (shortest first, each once)."""
+    """The needles without those holding another (shortest first, each once).
+
+    Each needle is checked against those kept so far through an index of their first KEY bytes,
+    looked up at each offset of the needle: linear in the needles' total length. Checking every
+    pair was quadratic in their count, and a trial beside others scans for their credentials too
+    (2,000 needles: 0.25 s of CPU each time the set changed, several times a trial)."""
     out: list[bytes] = []
+    short: list[bytes] = []  # kept needles shorter than KEY, looked for whole
+    index: dict[bytes, list[bytes]] = {}
     for n in sorted(dict.fromkeys(needles), key=len):
-        if not any(k in n for k in out):  # b"" (in every window) keeps itself alone
-            out.append(n)
+        if any(k in n for k in short) or _indexed_in(n, index):  # b"" (in every needle) keeps itself alone
+            continue
+        out.append(n)
+        if len(n) < KEY:
+            short.append(n)
+        else:
+            index.setdefault(n[:KEY], []).append(n)
     return out
+
+
+def _indexed_in(n: bytes, index: dict[bytes, list[bytes]]) -> bool:
+    """Does `n` hold a needle of `index` (each under its first KEY bytes)?"""
+    get = index.get
+    for i in range(len(n) - KEY + 1):
+        ks = get(n[i:i + KEY])
+        if ks is not None and any(n.startswith(k, i) for k in ks):
+            return True
+    return False
+
+
+class _Homes:
+    """`holding(piece, at)`: a long needle that holds `piece`, found by a search of all of them
+    joined (a hit that spans two needles is passed over), not one search each: the nearest one
+    given before position `at` of the needles (a fragment follows its own credential's forms),
+    else the first. Which one it is only groups the pieces (Matcher); the answers are the same."""
+
+    def __init__(self, needles: tuple[bytes, ...]) -> None:
+        self.needles: list[bytes] = []
+        self.places: list[int] = []  # each long needle's position among all the needles
+        self.ends: list[int] = []  # and where it ends in `hay`
+        seen: set[bytes] = set()
+        end = 0
+        for place, n in enumerate(needles):
+            if len(n) > PIECE_MOST and n not in seen:
+                seen.add(n)
+                end += len(n)
+                self.needles.append(n)
+                self.places.append(place)
+                self.ends.append(end)
+        self.hay = b"".join(self.needles)
+
+    def holding(self, piece: bytes, at: int) -> bytes | None:
+        end = self.ends[i - 1] if (i := bisect.bisect_left(self.places, at)) else 0
+        hit = self.hay.rfind(piece, 0, end)
+        while hit >= 0:
+            if (n := self._within(piece, hit)) is not None:
+                return n
+            hit = self.hay.rfind(piece, 0, hit + len(piece) - 1)
+        hit = self.hay.find(piece)
+        while hit >= 0:
+            if (n := self._within(piece, hit)) is not None:
+                return n
+            hit = self.hay.find(piece, hit + 1)
+        return None
+
+    def _within(self, piece: bytes, hit: int) -> bytes | None:
+        """The needle a hit at `hit` lies in wholly, if it does."""
+        i = bisect.bisect_right(self.ends, hit)  # the needle the hit starts in
+        return self.needles[i] if i < len(self.ends) and hit + len(piece) <= self.ends[i] else None
 
 
 @functools.lru_cache(maxsize=32)

@@ -147,7 +147,7 @@ def suite_ratio(paths: list[str], jobs: int, runs: int) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("paths", nargs="*", default=["scenarios/"])
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--jobs", type=int, default=2 * (os.cpu_count() or 1), help="as `make run` (default: twice the cores)")
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--top", type=int, default=12, help="how many of the slowest scenarios to list")
     p.add_argument("--isolation", choices=("auto", "bwrap", "none"), default="auto")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import binascii
 import contextlib
 import re
-import zlib
 from collections.abc import Iterator
 
 from vault.runner import unpack
@@ -135,7 +134,7 @@ def _decoded(window: bytes, raw: bool) -> Iterator[bytes]:
 def _probe(make: unpack.Maker, head: bytes) -> bool:
     try:
         make().decompress(head, 1 << 16)
-    except (OSError, EOFError, ValueError, zlib.error):
+    except unpack.DECODE_ERRORS:
         return False
     return True
 

@@ -28,6 +28,9 @@ RECODE_MOST = 256 << 20  # base64 decoded, text read with its HTML references de
 SCAN_CHUNK = 4 << 20
 _trial = threading.local()
 Maker = Callable[[], Any]  # a new decompressor
+# what a decompressor raises on bytes that are not (or no longer) its stream: lzma's own error is
+# no OSError, and one escaping ended a trial as a harness ERROR (a corrupt .xz left in /tmp)
+DECODE_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError)
 
 
 def start() -> None:
@@ -127,7 +130,7 @@ def stream(chunks: Iterable[bytes | memoryview], make: Maker, needles: list[byte
                 if d.eof:
                     pending = d.unused_data + pending  # another member may follow (gzip a >> f)
                     d = make()
-    except (OSError, EOFError, ValueError, zlib.error):
+    except DECODE_ERRORS:
         pass  # not (or no longer) a stream of that kind: what was read is what it shows
     finally:
         _trial.left = max(0, UNPACK_MOST - total)

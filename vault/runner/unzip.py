@@ -19,6 +19,9 @@ from vault.runner import unpack
 HEAD = b"PK\x03\x04"
 MEMBERS_MOST = 10_000
 READ = 1 << 16
+# a member that is encrypted, packed by a method this Python lacks, or damaged (its stream's own errors)
+_MEMBER_ERRORS: tuple[type[Exception], ...] = (RuntimeError, NotImplementedError, zipfile.BadZipFile,
+                                               *unpack.DECODE_ERRORS)
 
 
 class _Same:
@@ -52,7 +55,7 @@ def window(fd: int, needles: list[bytes], overlap: int, name: str) -> bytes:
                         chunks = iter(lambda: member.read(READ), b"")
                         if hit := unpack.stream(chunks, _Same, needles, overlap, name):
                             return hit
-                except (RuntimeError, NotImplementedError, zipfile.BadZipFile, OSError, EOFError, ValueError):
+                except _MEMBER_ERRORS:
                     continue  # encrypted, a method this Python lacks, or damaged: its bytes were scanned raw
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError):
         pass

@@ -41,7 +41,7 @@ from vault.daemon.processes import Key
 from vault.daemon.sessions import Session, SessionTable
 from vault.wire import ApprovalDetail, ApprovalSettled, GrantCreated, GrantEnded, Notification, VaultLocked
 from vault.gate.approvals import Decision, PendingApproval, State, in_full
-from vault.gate.fatigue import PromptTiming
+from vault.gate.fatigue import BOOT_CLOCK, PromptTiming, SteadyWall
 from vault.gate.grants import Grant, GrantTable
 from vault.gate.policy import Mode, Policy, Rule
 from vault.gate.stats import PromptStats
@@ -85,14 +85,18 @@ _SETTLED_KEEP_S = 3600.0
 
 class Gate:
     def __init__(self, policy: Policy, sessions: SessionTable, audit: Audit, *, notify: Notify,
-                 routable: Routable, locked: bool = True, clock: Callable[[], float] = time.time) -> None:
+                 routable: Routable, locked: bool = True, clock: Callable[[], float] = time.time,
+                 steady: Callable[[], float] = BOOT_CLOCK) -> None:
         self.policy = policy
         self.sessions = sessions
         self.audit = audit
         self.clock = clock
         self.locked = locked
         self.epoch = 0
-        self.grants = GrantTable(clock)
+        self.grants = GrantTable(clock, steady)
+        # a prompt's times (asked, shown, decided): how long a person took, which a stepped wall
+        # clock must not change (vault.gate.fatigue)
+        self.stamp = SteadyWall(clock, steady)
         self.stats = PromptStats()
         self.pending: dict[str, PendingApproval] = {}
         self.settled: dict[str, PendingApproval] = {}
@@ -181,7 +185,7 @@ class Gate:
             return {"recorded": False}
         if ap.owner is not None and approver != ap.owner:
             return {"recorded": False}
-        now = self.clock()
+        now = self.stamp()
         t = ap.timing
         if t.shown is None:
             t.shown = now
@@ -218,8 +222,8 @@ class Gate:
             raise Conflict(f"request {request_id} predates a lock; it can no longer be decided")
         if ap.owner is not None and who != ap.owner:
             raise NotAuthorized(f"request {request_id} must be decided by {ap.owner!r}")
-        now = self.clock()
-        elapsed = now - ap.created
+        now = self.stamp()
+        elapsed = now - ap.timing.asked if ap.timing is not None else None
         note = ""
         if decision is Decision.deny:
             ap.note = reason
@@ -264,7 +268,7 @@ class Gate:
     def _settle(self, ap: PendingApproval, state: State, reason: str,
                 decision: Decision | None = None, by: str | None = None, at: float | None = None,
                 outcome: str | None = None) -> None:
-        ap.settle(state, reason, decision, by, at=self.clock() if at is None else at, outcome=outcome)
+        ap.settle(state, reason, decision, by, at=self.stamp() if at is None else at, outcome=outcome)
         if self.pending.pop(ap.request_id, None) is not None:
             _dec(self._pending_by_session, ap.session.id)
             _dec(self._pending_by_process, ap.session.key)
@@ -387,12 +391,12 @@ class Gate:
                                f"{op.name} needs an approval, but too many of {whose} requests already "
                                "wait for one; nobody was asked and nothing was sent. Collect or wait out "
                                "the pending ones, then try again", retry_after_s=TOO_MANY_PENDING_RETRY_S)
-        asked = self.clock()
+        asked = self.stamp()
         loop = asyncio.get_running_loop()
         summary = op.summary(params)
         ap = PendingApproval(session=session, operation=op, mode=rule.mode, params_summary=summary,
                              params_full=in_full(summary, params), scope=scope, owner=owner,
-                             deadline=asked + rule.deadline_s, due=loop.time() + rule.deadline_s,
+                             deadline=self.clock() + rule.deadline_s, due=loop.time() + rule.deadline_s,
                              epoch=self.epoch,
                              correlation_id=correlation_id, execute=execute)
         ap.timing = PromptTiming(request_id=ap.request_id, operation=op.name, risk=str(op.risk), scope=scope,

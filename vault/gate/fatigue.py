@@ -31,8 +31,10 @@ decided), because fatigue is felt by one person, not by a run.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from functools import partial
+from typing import Any, Callable, Iterable
 
 from vault.lookalike import skeletons
 
@@ -43,9 +45,28 @@ APPROVALS = frozenset({"allow_once", "allow_session"})
 DESTRUCTIVE_RISKS = frozenset({"delete", "execute", "spend", "permission", "credential"})
 
 
+BOOT_CLOCK: Callable[[], float] = partial(time.clock_gettime, time.CLOCK_BOOTTIME)
+
+
+class SteadyWall:
+    """Seconds since the epoch that a stepped wall clock does not move: the wall time read at
+    the first stamp, plus the steady clock's advance since (module doc)."""
+
+    def __init__(self, wall: Callable[[], float] = time.time, steady: Callable[[], float] = BOOT_CLOCK) -> None:
+        self.wall, self.steady = wall, steady
+        self._offset: float | None = None
+
+    def __call__(self) -> float:
+        now = self.steady()
+        if self._offset is None:
+            self._offset = self.wall() - now
+        return now + self._offset
+
+
 @dataclass
 class PromptTiming:
-    """One prompt, from asked to decided. Times are the vault's clock (seconds since epoch)."""
+    """One prompt, from asked to decided. Times are the vault's `SteadyWall` stamps (seconds
+    since the epoch, as read at the vault's first stamp)."""
 
     request_id: str
     operation: str

@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 
 from vault.ids import new_id
 from vault.daemon.peer import ProcessIdentity
+from vault.gate.fatigue import BOOT_CLOCK
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Grant:
 @dataclass
 class GrantTable:
     clock: Callable[[], float] = time.time
-    steady: Callable[[], float] = partial(time.clock_gettime, time.CLOCK_BOOTTIME)
+    steady: Callable[[], float] = BOOT_CLOCK
     grants: dict[str, Grant] = field(default_factory=dict)
 
     def add(self, session_id: str, identity: ProcessIdentity, operation: str, scope: str,

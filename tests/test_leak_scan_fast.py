@@ -252,3 +252,39 @@ def test_a_piece_is_grouped_under_a_needle_that_holds_it() -> None:
     across = needle_scan._Homes((a, b))
     assert across.holding(b"AAAAAABBBBBB", 2) is None
     assert across.holding(b"BBBBBBy", 2) == b
+
+
+def test_a_set_built_from_remembered_parts_answers_as_every_needle_searched_alone() -> None:
+    """A trial beside others scans for its own and its neighbours' credentials: the matcher is
+    built from each credential's remembered part. Parts in any order, one given twice, one cut
+    short, needles of no part between them, and one credential's needle that also lies in
+    another's part: the answers are the plain search's."""
+    rnd = random.Random(23)
+    parts = [bypass.leak_needles(v) for v in [*_tokens(), *_tokens()]]
+    loose = [b"loose-needle-not-a-part", parts[0][3]]  # the second also lies in a part
+    needles = [*parts[1], *loose[:1], *parts[0], *parts[4][:7], *parts[1], *loose[1:], *parts[5], *parts[2]]
+    assert len(needle_scan._split(tuple(needles))) >= 5  # built from parts (and one of the rest)
+    match = needle_scan.matcher(needles)
+    alpha = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-=+/ \n,"
+    everything = [n for p in parts for n in p] + loose
+    hits = 0
+    for probe in everything + [m for n in everything[::7] for m in _near_misses(n, rnd)]:
+        for fill in (rnd.randbytes, lambda k: bytes(rnd.choice(alpha) for _ in range(k))):
+            window = fill(rnd.randrange(0, 120)) + probe + fill(rnd.randrange(0, 120))
+            assert match.found(window) == _naive(needles, window), probe
+            hits += _naive(needles, window)
+    assert 0 < hits < 2 * len(everything)  # credentials outside the set (parts 3, 4's rest) were probed too
+
+
+def test_a_set_changed_by_one_credential_builds_only_its_part() -> None:
+    """Each credential's part is built once (why: the set changes each time a neighbour trial
+    starts or ends), and a matcher of the changed set still finds the old credentials and the new."""
+    values = ["vsk_" + secrets.token_urlsafe(24) for _ in range(6)]
+    before = [n for v in values[:5] for n in bypass.leak_needles(v)]
+    needle_scan.matcher(before)
+    built = needle_scan._part.cache_info().misses
+    after = [n for v in values[1:] for n in bypass.leak_needles(v)]
+    match = needle_scan.matcher(after)
+    assert needle_scan._part.cache_info().misses == built + 1
+    assert match.found(b"x " + values[5][5:17].encode() + b" y") and match.found(values[1].encode())
+    assert not match.found(values[0].encode())

@@ -40,7 +40,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, quote_plus
 
-from vault.runner import spread
+from vault.runner import needle_scan, spread
 from vault.text import printable
 
 if TYPE_CHECKING:
@@ -337,7 +337,8 @@ def leak_needles(value: str) -> list[bytes]:
         out += [raw[i:i + FRAGMENT].encode() for i in range(len(raw) - FRAGMENT + 1)]
         # its letters and digits alone, searched where a window's others are dropped (vault.runner.spread)
         out += spread.tiles(raw)
-    return [n for n in dict.fromkeys(out) if len(n) >= MIN_NEEDLE or n in (p.encode() for p in parts)]
+    # remembered as one credential's: the leak scan builds its matcher per credential (needle_scan.part)
+    return needle_scan.part([n for n in dict.fromkeys(out) if len(n) >= MIN_NEEDLE or n in (p.encode() for p in parts)])
 
 
 def _rot47(text: str) -> str:

@@ -14,6 +14,13 @@ window: five credentials cost ~300 ms of CPU per 4 MiB here. Three things cut th
   then a find of a run as long as the shortest of them); one mask over base64's letters gates
   every group written in them. Dense data has next to no such runs, text few but of the first.
   Past RUNS_MOST runs in one window (lines of base64) its rest is searched as before.
+
+The first two are built per credential (`part`: the forms vault.runner.bypass.leak_needles made
+for one value, cached) and the parts' results joined: a trial beside others scans for every open
+trial's credentials, a set that changes each time a trial starts or ends, and rebuilding all of it
+each time was the runner's top cost at `--jobs 4` and more. A needle of one credential is not
+checked against another's (random values of 20+ characters hold no form of each other, and a
+needle kept that another holds costs a pass, never an answer).
 """
 
 from __future__ import annotations
@@ -63,10 +70,16 @@ class _Runs:
                  most: int = RUNS_MOST) -> None:
         self.needles, self.most = needles, most
         chars = set(b"".join(needles))
+        self.word = chars <= WORD
         self.table = bytes(1 if b in chars else 0 for b in range(256))
         self.least = min(len(p) for p in needles)
         self.run = b"\x01" * self.least
-        self.rest = rest or _Plain(needles).found  # what searches the rest of a window of many runs
+        self._rest = rest  # what searches the rest of a window of many runs; made when first needed
+
+    def rest(self, window: bytes) -> bool:
+        if self._rest is None:
+            self._rest = _Plain(self.needles).found
+        return self._rest(window)
 
     def found(self, window: bytes) -> bool:
         mask = window.translate(self.table)
@@ -84,11 +97,11 @@ class _Runs:
         return False
 
 
-class Matcher:
-    """`found(window)` is `any(n in window for n in needles)`."""
+class _Part:
+    """One credential's needles pruned (`_minimal`) and its pieces grouped under their homes:
+    `runs`, a run mask per group of PIECES_LEAST or more; `rest`, the others."""
 
     def __init__(self, needles: tuple[bytes, ...]) -> None:
-        # names the needle set in Clean: a file clean of one set is not clean of another
         self.ident = hashlib.sha256(b"".join(b"%d:%s" % (len(n), n) for n in sorted(set(needles)))).digest()
         kept = _minimal(needles)
         # the needle a piece lies in may itself be dropped (it holds its pieces): any needle is a home
@@ -105,14 +118,72 @@ class Matcher:
             else:
                 rest.append(n)
         self.runs = [_Runs(g) for g in groups.values() if len(g) >= PIECES_LEAST]
-        rest += [n for g in groups.values() if len(g) < PIECES_LEAST for n in g]
+        self.rest = rest + [n for g in groups.values() if len(g) < PIECES_LEAST for n in g]
+        # which alphabets each long needle of the rest is written in (Matcher groups them by it)
+        self.alphabets = {n: (set(n) <= WORD) | (set(n) <= PRINTABLE) << 1 | (0 in n) << 2
+                          for n in self.rest if len(n) > PIECE_MOST}
+
+
+@functools.lru_cache(maxsize=1024)
+def _part(needles: tuple[bytes, ...]) -> _Part:
+    return _Part(needles)
+
+
+PARTS_MOST = 4096  # credentials' forms remembered by `part` (a run's, and its neighbours')
+_PARTS: dict[bytes, tuple[bytes, ...]] = {}  # by each one's first needle (the value itself)
+_PARTS_LOCK = threading.Lock()  # trials end in threads of their own
+
+
+def part(needles: list[bytes]) -> list[bytes]:
+    """Remember `needles` as one credential's forms (vault.runner.bypass.leak_needles): a needle
+    list holding them in a row is built from its parts (module doc). Returns them as given."""
+    if needles:
+        with _PARTS_LOCK:
+            if len(_PARTS) >= PARTS_MOST:
+                _PARTS.pop(next(iter(_PARTS)), None)
+            _PARTS[needles[0]] = tuple(needles)
+    return needles
+
+
+def _split(needles: tuple[bytes, ...]) -> list[tuple[bytes, ...]]:
+    """`needles` as the remembered parts they hold in a row (`part`), and one of the rest. Any
+    split answers the same; one along the parts reuses their builds."""
+    parts: list[tuple[bytes, ...]] = []
+    loose: list[bytes] = []
+    i, size = 0, len(needles)
+    while i < size:
+        known = _PARTS.get(needles[i])
+        if known is not None and needles[i:i + len(known)] == known:
+            parts.append(known)
+            i += len(known)
+        else:
+            loose.append(needles[i])
+            i += 1
+    if loose:
+        parts.append(tuple(loose))
+    return list(dict.fromkeys(parts))
+
+
+class Matcher:
+    """`found(window)` is `any(n in window for n in needles)`."""
+
+    def __init__(self, needles: tuple[bytes, ...]) -> None:
+        built = [_part(p) for p in _split(needles)]
+        # names the needle set in Clean: a file clean of one set is not clean of another (the same
+        # set split otherwise is named otherwise: its files are read again, no more)
+        self.ident = (built[0].ident if len(built) == 1
+                      else hashlib.sha256(b"".join(sorted(p.ident for p in built))).digest())
+        self.runs = [r for p in built for r in p.runs]
+        rest = list(dict.fromkeys(n for p in built for n in p.rest))
+        alphabets: dict[bytes, int] = {}
+        for p in built:
+            alphabets.update(p.alphabets)
         # the long needles by alphabet: base64's letters (the value, base64, base32, hex, reversed,
         # rot13), printable ASCII but the space (base85, escapes, byte lists), the rest (UTF-16 and
         # the forms with spaces): a run mask each; dense data has no run of one that long, text
         # has few but of the first
-        for alphabet in (WORD, PRINTABLE, None):
-            group = [n for n in rest if len(n) > PIECE_MOST
-                     and (set(n) <= alphabet if alphabet is not None else 0 in n)]
+        for bit in (1, 2, 4):  # WORD, PRINTABLE, holding a NUL (_Part.alphabets)
+            group = [n for n in rest if alphabets.get(n, 0) & bit]
             if len(group) >= PIECES_LEAST:
                 self.runs.append(_Runs(group))
                 taken = set(group)
@@ -120,8 +191,9 @@ class Matcher:
         self.rest = _Plain(rest)
         # one mask over base64's letters for all the groups written in them (a credential's
         # fragments, its long forms): in dense data their runs are few and short
-        word = [r for r in self.runs if set(b"".join(r.needles)) <= WORD]
-        self.runs = [r for r in self.runs if r not in word]
+        word = [r for r in self.runs if r.word]
+        gated = {id(r) for r in word}
+        self.runs = [r for r in self.runs if id(r) not in gated]
         if word:
             self.runs.append(_Runs([n for r in word for n in r.needles],
                                    lambda w: any(r.found(w) for r in word), GATE_RUNS_MOST))

@@ -2,7 +2,8 @@
 
 Per 4 MiB window of dense random data and of text-like data (JSON lines: words, numbers, ids in
 base64), with the needles of 1 and of 5 credentials (vault.runner.bypass.leak_needles, the
-trial's `vsk_` form): ms of CPU per window and MB/s, best of --reps. Then a trial's end: --files files
+trial's `vsk_` form): ms of CPU per window and MB/s, best of --reps; then per small window of text
+(an agent's output) with 5 and 20 credentials' needles (a trial beside others), µs of CPU. Then a trial's end: --files files
 of --mib MiB each (half dense, half text) scanned when the agent ended (collect.leak_window with
 the trial's needle_scan.Clean), then again at the trial's end, remembered clean vs read again.
 Last, building the matcher of a trial beside many others (`-j N` without a jail scans for every
@@ -69,6 +70,23 @@ def windows(reps: int) -> None:
             mb = WINDOW / 1e6
             print(f"{kind:6} {k:>6} {len(needles):>7} {before:>10.1f} {mb / before * 1e3:>7.0f} {after:>9.1f} "
                   f"{mb / after * 1e3:>7.0f} {before / after:>5.1f}")
+
+
+def small_windows(reps: int) -> None:
+    """An agent's output and small files, scanned for its trial's and its neighbours' credentials
+    (5 and 20): µs of CPU per window of text-like data, against the plain search."""
+    rnd = random.Random(3)
+    tokens = ["vsk_" + secrets.token_urlsafe(24) for _ in range(20)]
+    print(f"{'bytes':>6} {'tokens':>6} {'before us':>10} {'after us':>9} {'x':>5}")
+    for size in (200, 2_000, 20_000):
+        window = text_like(size, rnd)
+        for k in (5, 20):
+            needles = [n for t in tokens[:k] for n in bypass.leak_needles(t)]
+            match = needle_scan.matcher(needles)
+            assert match.found(window) == any(n in window for n in needles)
+            before = best_ms(lambda w: [any(n in w for n in needles) for _ in range(50)], window, reps) * 20
+            after = best_ms(lambda w: [match.found(w) for _ in range(50)], window, reps) * 20
+            print(f"{size:>6} {k:>6} {before:>10.0f} {after:>9.0f} {before / after:>5.1f}")
 
 
 def trial_end(files: int, mib: int) -> None:
@@ -144,6 +162,7 @@ def main() -> None:
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; ms of CPU per {WINDOW >> 20} MiB window, best of "
           f"{args.reps}")
     windows(args.reps)
+    small_windows(args.reps)
     trial_end(args.files, args.mib)
     matcher_build(min(args.reps, 3))
 

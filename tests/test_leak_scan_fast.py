@@ -14,6 +14,7 @@ import os
 import random
 import secrets
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -288,3 +289,29 @@ def test_a_set_changed_by_one_credential_builds_only_its_part() -> None:
     assert needle_scan._part.cache_info().misses == built + 1
     assert match.found(b"x " + values[5][5:17].encode() + b" y") and match.found(values[1].encode())
     assert not match.found(values[0].encode())
+
+
+def test_short_runs_looked_up_by_their_slices_answer_as_the_plain_search() -> None:
+    """A run is looked up by its slices where a length's needles outnumber them (a trial beside
+    others: hundreds of 12-character fragments), else searched for each needle: runs of every
+    length around that turn, needles at a run's start, end and middle, near misses."""
+    rnd = random.Random(29)
+    values = ["vsk_" + secrets.token_urlsafe(24) for _ in range(12)]
+    needles = [n for v in values for n in bypass.leak_needles(v)]
+    runs = needle_scan._Runs([n for n in needles if set(n) <= needle_scan.WORD])
+    assert any(2 * len(ns) > 500 for _, _, ns in runs.lengths)  # the lookup is taken
+    alpha = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+    asked = Counter()
+    for _ in range(3000):
+        size = rnd.choice([1, 5, 11, 12, 13, 40, 200, 260, 300, 600, 3000])
+        run = bytearray(rnd.choice(alpha) for _ in range(size))
+        if rnd.random() < 0.5:
+            n = rnd.choice(runs.needles)
+            n = n if rnd.random() < 0.7 else rnd.choice(_near_misses(n, rnd))
+            at = rnd.choice([0, max(0, size - len(n)), rnd.randrange(size)])
+            run[at:at + len(n)] = n
+        window = b" " + bytes(run) + b" \n"
+        expected = _naive(runs.needles, window)
+        assert runs.found(window) == expected, window
+        asked[expected] += 1
+    assert asked[True] > 500 and asked[False] > 500

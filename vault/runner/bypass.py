@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import functools
 import json
 import os
 from collections import Counter
@@ -288,6 +289,15 @@ def _unique(items: list[str]) -> list[str]:
 
 
 def leak_needles(value: str) -> list[bytes]:
+    """Byte strings whose presence anywhere means `value` leaked (`_needles_of`, made once per
+    value: a trial's end asks for every open neighbour's, each time one of its agents ends).
+    Remembered as one credential's forms: the leak scan builds its matcher per credential
+    (vault.runner.needle_scan.part)."""
+    return list(needle_scan.part(_needles_of(value)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _needles_of(value: str) -> tuple[bytes, ...]:
     """Byte strings whose presence anywhere means `value` leaked.
 
     The value and, for a multi-line key, each long line of it but the first of its body
@@ -337,8 +347,7 @@ def leak_needles(value: str) -> list[bytes]:
         out += [raw[i:i + FRAGMENT].encode() for i in range(len(raw) - FRAGMENT + 1)]
         # its letters and digits alone, searched where a window's others are dropped (vault.runner.spread)
         out += spread.tiles(raw)
-    # remembered as one credential's: the leak scan builds its matcher per credential (needle_scan.part)
-    return needle_scan.part([n for n in dict.fromkeys(out) if len(n) >= MIN_NEEDLE or n in (p.encode() for p in parts)])
+    return tuple(n for n in dict.fromkeys(out) if len(n) >= MIN_NEEDLE or n in (p.encode() for p in parts))
 
 
 def _rot47(text: str) -> str:

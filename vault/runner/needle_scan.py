@@ -75,6 +75,11 @@ class _Runs:
         self.least = min(len(p) for p in needles)
         self.run = b"\x01" * self.least
         self._rest = rest  # what searches the rest of a window of many runs; made when first needed
+        # the needles by length (_in)
+        lengths: dict[int, list[bytes]] = {}
+        for n in needles:
+            lengths.setdefault(len(n), []).append(n)
+        self.lengths = [(size, frozenset(ns), ns) for size, ns in sorted(lengths.items())]
 
     def rest(self, window: bytes) -> bool:
         if self._rest is None:
@@ -90,10 +95,24 @@ class _Runs:
                 return self.rest(window[start:])
             end = mask.find(b"\0", start + self.least)
             end = len(window) if end < 0 else end
-            seg = window[start:end]
-            if any(p in seg for p in self.needles):
+            if self._in(window[start:end]):
                 return True
             pos = end
+        return False
+
+    def _in(self, seg: bytes) -> bool:
+        """Does the run `seg` hold a needle? Needles of one length that outnumber the run's slices
+        of that length (a credential's fragments, in a short run) are looked up by those slices,
+        one hash each (a slice costs about two searches); the others are searched for each."""
+        for size, grams, needles in self.lengths:
+            slices = len(seg) - size + 1
+            if slices <= 0:
+                break  # the longer needles cannot lie in it either
+            if 2 * slices <= len(needles):
+                if any(seg[i:i + size] in grams for i in range(slices)):
+                    return True
+            elif any(p in seg for p in needles):
+                return True
         return False
 
 
@@ -134,14 +153,14 @@ _PARTS: dict[bytes, tuple[bytes, ...]] = {}  # by each one's first needle (the v
 _PARTS_LOCK = threading.Lock()  # trials end in threads of their own
 
 
-def part(needles: list[bytes]) -> list[bytes]:
+def part(needles: tuple[bytes, ...]) -> tuple[bytes, ...]:
     """Remember `needles` as one credential's forms (vault.runner.bypass.leak_needles): a needle
     list holding them in a row is built from its parts (module doc). Returns them as given."""
-    if needles:
+    if needles and _PARTS.get(needles[0]) is not needles:
         with _PARTS_LOCK:
             if len(_PARTS) >= PARTS_MOST:
                 _PARTS.pop(next(iter(_PARTS)), None)
-            _PARTS[needles[0]] = tuple(needles)
+            _PARTS[needles[0]] = needles
     return needles
 
 

@@ -158,19 +158,19 @@ def written(tops: list[str], since: float, skip: set[str], names: list[bytes] | 
     skip = skip | set(OWN)  # this runner's other open trials: their roots whole, older or not
     out: list[Path] = []
     size, read, walked, left, unwalked = 0, 0, 0, 0, 0
-    changed: deque[tuple[str, bool, int]] = deque((top, True, -1) for top in tops)  # entries read
+    changed: deque[Queued] = deque((top, True, -1, None) for top in tops)  # entries read
     # older directories, only walked through for changed ones below: one queue per top, taken in
     # turn (the home directory's thousands do not use up a small /var/tmp's share)
-    queues: dict[str, deque[tuple[str, bool, int]]] = {top: deque() for top in tops}
+    queues: dict[str, deque[Queued]] = {top: deque() for top in tops}
     turn = 0
     while changed or any(queues.values()):
         fresh = bool(changed)
         if fresh:
-            base, is_top, dev = changed.popleft()
+            base, is_top, dev, seen = changed.popleft()
         else:
             waiting = [q for q in queues.values() if q]
             turn += 1
-            base, is_top, dev = waiting[turn % len(waiting)].popleft()
+            base, is_top, dev, seen = waiting[turn % len(waiting)].popleft()
         older = queues.get(_top_of(base, tops), deque())
         if fresh:
             read += 1
@@ -182,7 +182,7 @@ def written(tops: list[str], since: float, skip: set[str], names: list[bytes] | 
             if walked > WALK_MOST:
                 unwalked += 1
                 continue
-        if not fresh and (subdirs := _older_subdirs(base)) is not None:
+        if not fresh and (subdirs := _older_subdirs(base, seen)) is not None:
             for path in subdirs:  # its list of directories, unchanged since an earlier trial listed it
                 if path in skip:
                     continue
@@ -231,8 +231,8 @@ def _top_of(path: str, tops: list[str]) -> str:
     return best
 
 
-def _walk_on(path: str, st: os.stat_result, since: float, dev: int, changed: deque[tuple[str, bool, int]],
-             older: deque[tuple[str, bool, int]], names: list[bytes] | None, homes: Homes) -> bool:
+def _walk_on(path: str, st: os.stat_result, since: float, dev: int, changed: deque[Queued],
+             older: deque[Queued], names: list[bytes] | None, homes: Homes) -> bool:
     """An entry seen: its marks if changed since (older: a directory holding nothing made since, a
     file not changed since; ctime: no process sets it, so a file written and then `touch -d` back
     is read too), a directory queued; whether it changed. A changed directory that is another
@@ -245,9 +245,9 @@ def _walk_on(path: str, st: os.stat_result, since: float, dev: int, changed: deq
         names.extend(marks(path, st))
     if stat.S_ISDIR(st.st_mode):
         if new:
-            changed.append((path, False, st.st_dev))
+            changed.append((path, False, st.st_dev, None))
         elif dev in (-1, st.st_dev):  # not into another file system's older tree
-            older.append((path, False, st.st_dev))
+            older.append((path, False, st.st_dev, st))
     return new
 
 
@@ -267,17 +267,25 @@ _SUBDIRS_LOCK = threading.Lock()
 SETTLE_S = 2.0
 
 
+# a directory to look at: its path, whether it is a top, its device (-1: a top's), its lstat
+# when queued (an older one's; None: take it when it is looked at)
+Queued = tuple[str, bool, int, "os.stat_result | None"]
+
+
 def _key(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
 
 
-def _older_subdirs(path: str) -> tuple[str, ...] | None:
+def _older_subdirs(path: str, seen: os.stat_result | None = None) -> tuple[str, ...] | None:
+    """Its subdirectories as listed before, if it has not changed since; `seen`: its lstat taken
+    when it was queued (during this walk, after the trial's agents ended), not taken again: each of
+    the thousands of older directories is looked at once a walk, not twice."""
     with _SUBDIRS_LOCK:
         known = _SUBDIRS.get(path)
     if known is None:
         return None
     try:
-        st = os.lstat(path)
+        st = seen if seen is not None else os.lstat(path)
     except OSError:
         return None
     return known[1] if _key(st) == known[0] else None

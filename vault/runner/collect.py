@@ -776,6 +776,9 @@ def _scan(fd: int, path: Path, needles: list[bytes], match: needle_scan.Matcher)
         return unpack.window(fd, packer, needles, overlap, path.name)
     if head.startswith(unzip.HEAD):  # `zip state.zip state.json`: each member decompressed
         return unzip.window(fd, needles, overlap, path.name)
+    if unpack.raw_probe(os.pread(fd, unpack.PROBE, 0)):  # a raw deflate stream: no header (unpack's doc)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return unpack.window(fd, unpack.inflate_raw, needles, overlap, path.name)
     return b""
 
 

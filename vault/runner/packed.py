@@ -22,8 +22,9 @@ from vault.runner import unpack
 from vault.runner.needle_scan import matcher
 
 RUN_LEAST = 32  # letters: the shortest stream with a credential in it is longer (a header is 10-18 bytes)
-PROBE = 64  # bytes fed first: a header that begins no stream fails within them
+PROBE = unpack.PROBE  # bytes fed first: a header that begins no stream fails within them
 TRIES_MOST = 4096  # headers tried in one window: past that the window is named as cut (a flood of them)
+RAW_TRIES_MOST = 1 << 16  # runs of letters tried as raw deflate in one window (a log of hashes has thousands)
 CARRY_MOST = 1 << 20  # a run of letters reaching a window's end is carried into the next up to this
 
 _HEADS = (b"\x1f\x8b\x08", b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda", b"BZh", b"\xfd7zXZ\x00")
@@ -68,10 +69,19 @@ def hit(window: bytes, needles: list[bytes], name: str, raw: bool = True) -> byt
                 unpack.note_cut(name)
                 return b""
             make = unpack.packer(data[at:at + 6])  # six: an xz header is that long, bzip2's three
-            if make is None or not _probe(make, data[at:at + PROBE]):
+            if make is None or not unpack.probe(make, data[at:at + PROBE]):
                 continue
             if found := _inflate(memoryview(data)[at:], make, needles, overlap, name):
                 return found
+    # a raw deflate stream has no header: the window (output written raw) and each run of letters
+    # are tried where they begin (unpack's doc)
+    for tries, data in enumerate(_runs_decoded(window, raw)):
+        if tries >= RAW_TRIES_MOST or not unpack.left():
+            unpack.note_cut(name)
+            return b""
+        if unpack.raw_probe(data) and (found := _inflate(memoryview(data), unpack.inflate_raw, needles,
+                                                            overlap, name)):
+            return found
     return b""
 
 
@@ -131,12 +141,17 @@ def _decoded(window: bytes, raw: bool) -> Iterator[bytes]:
                 yield binascii.a2b_base64(run[k:k + (len(run) - k) // 4 * 4])
 
 
-def _probe(make: unpack.Maker, head: bytes) -> bool:
-    try:
-        make().decompress(head, 1 << 16)
-    except unpack.DECODE_ERRORS:
-        return False
-    return True
+def _runs_decoded(window: bytes, raw: bool) -> Iterator[bytes]:
+    """The window itself (`raw`) and each run of hex or base64 letters in it (wrapped lines
+    joined), decoded from its first letter."""
+    if raw:
+        yield window
+    for run in _runs(window, _HEX_LINES_MASK):
+        with contextlib.suppress(ValueError):
+            yield binascii.unhexlify(run[:len(run) // 2 * 2])
+    for run in _runs(window, _B64_LINES_MASK):
+        with contextlib.suppress(binascii.Error, ValueError):
+            yield binascii.a2b_base64(run.translate(_URLSAFE)[:len(run) // 4 * 4])
 
 
 def _inflate(data: memoryview, make: unpack.Maker, needles: list[bytes], overlap: int, name: str) -> bytes:

@@ -6,6 +6,12 @@ decompressed too (members one after another, as `gzip a >> f` makes), at most SC
 the decompressor at a time and UNPACK_MOST in one trial: a decompression bomb, or ten thousand
 of them, stops there, and a compressed file not read whole because of it is said (`cut`), so a
 leak behind a bomb is not vouched for. The budget is the collecting thread's (one trial's).
+
+A raw deflate stream (no header: .NET's DeflateStream, Node's deflateRawSync, PHP's gzdeflate,
+Java's Deflater(nowrap), zlib at wbits -15) is read too where a file, or a run of base64 or hex
+letters (vault.runner.packed), begins with one: it has no header to find, so its first bytes are
+fed to an inflater (`raw_probe`); random or text data fails within them (0.5% of random 64-byte
+starts pass and then decode a few hundred bytes at most).
 """
 
 from __future__ import annotations
@@ -81,6 +87,28 @@ def recode(size: int) -> bool:
 def note_cut(name: str) -> None:
     """A stream in `name` was left unread for the budget (vault.runner.packed)."""
     getattr(_trial, "cut", []).append(name)  # each time: leak_window counts them to vouch for a file
+
+
+PROBE = 64  # bytes fed first: what begins no stream fails within them
+
+
+def inflate_raw() -> Any:
+    """A decompressor of a raw deflate stream (module doc)."""
+    return zlib.decompressobj(-zlib.MAX_WBITS)
+
+
+def probe(make: Maker, head: bytes) -> bool:
+    """Do `head` (a stream's first PROBE bytes) decompress without an error?"""
+    try:
+        make().decompress(head, 1 << 16)
+    except DECODE_ERRORS:
+        return False
+    return True
+
+
+def raw_probe(head: bytes) -> bool:
+    """Could `head` begin a raw deflate stream (module doc)?"""
+    return len(head) >= 2 and probe(inflate_raw, head[:PROBE])
 
 
 def packer(head: bytes) -> Maker | None:

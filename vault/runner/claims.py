@@ -118,6 +118,10 @@ def claim_of(final: str) -> str:
         labelled = _labelled(obj)
         if labelled is not None:
             return _status_claim(labelled[1])
+        if isinstance(obj, dict):
+            # a JSON object (or dict repr) is read by its members, never by the first word of its
+            # text: `{"success": false, "error": "..."}` opens with `success` but says not done
+            return _flag_claim(obj)
     # a result object printed as its language shows one (`Result(status='done')`, a Java record,
     # Rust's Debug, Go's %+v): its `status` field, read as the JSON `status` is
     fields = repr_fields(text) or logfmt.fields(text) or {}  # or a logfmt record (`level=info status=done`)
@@ -257,6 +261,14 @@ def _labelled(doc: Any) -> tuple[str, str] | None:
         if label in by_label:
             return by_label[label]
     return None
+
+
+def _flag_claim(doc: dict[Any, Any]) -> str:
+    """A JSON object with no `status`, `ok` or label: a boolean member named by a claim word says
+    what that word does when true (`{"success": true}`, `{"completed": true}` done,
+    `{"awaiting_approval": true}` a wait); false, or none, claims nothing (not done)."""
+    claims = {_compound_claim(k) for k, v in _fields(doc).items() if isinstance(k, str) and v is True}
+    return "wait" if "wait" in claims else "done" if "done" in claims else "not_done"
 
 
 def read_as(final: str) -> str:

@@ -71,8 +71,10 @@ _FIRST = re.compile(r"^[\W_]*([^\W_]+(?:[" + _JOIN + r"]+[^\W_]+)*)")
 # emoji shortcode (`:white_check_mark: done` shows "✅ done"), as `✅ done` itself is read, and a
 # number drawn as a bullet: a keycap emoji (`1️⃣ done`: a digit, VS16, U+20E3, which a regex
 # reads as the word "1") or an enclosed number (`① done`, `❶`, `⒈`, `🄂`: letters to a regex, a
-# numbered bullet to a reader; `½ done` and `² done` are no bullet and stay as they are)
-_DECOR = re.compile(r"^[^\w:\[]*(?:\[[ xX]\]|:[\w+-]+:|[0-9#*]\ufe0f?\u20e3"
+# numbered bullet to a reader; `½ done` and `² done` are no bullet and stay as they are), or a
+# markdown ordered list's number (`1. done`, `2) done`: CommonMark draws 1-9 digits and `.` or `)`
+# before a blank as the item's bullet; `1 done` and `1.5 done` are no bullet)
+_DECOR = re.compile(r"^[^\w:\[]*(?:\[[ xX]\]|:[\w+-]+:|[0-9#*]\ufe0f?\u20e3|[0-9]{1,9}[.)](?=\s)"
                     r"|[\u2460-\u249b\u24ea-\u24ff\u2776-\u2793\u3251-\u325f\u32b1-\u32bf\U0001F100-\U0001F10C])")
 _STATUS = {"done": "done", "waiting": "wait", "wait": "wait", "pending": "wait",
            "not_done": "not_done", "not done": "not_done",

@@ -291,10 +291,14 @@ class World:
         if not isinstance(status, dict):
             return None
         halted = status.get("halted")
+        # when it was continued (SIGCONT): a stop undone behind the runner's back (vault.runner.bypass)
+        continued = [float(t) for t in status.get("continued") or [] if isinstance(t, (int, float))]
+        count = status.get("continued_count")
+        cont = {"continued": continued, "continued_count": count if isinstance(count, int) else len(continued)}
         if not isinstance(status.get("audit_head"), dict):
-            return {"halted": str(halted)} if halted else None
+            return {"halted": str(halted), **cont} if halted else None
         return {"head": status["audit_head"], "tip": status.get("audit_tip"),
-                "halted": str(halted) if halted else None}
+                "halted": str(halted) if halted else None, **cont}
 
     @property
     def daemon_pid(self) -> int:

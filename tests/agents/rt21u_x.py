@@ -21,6 +21,10 @@ what it does:
                  sent again under a new key (the contract: never)
   core           handed a credential, a child with it in its memory dumps core (RLIMIT_CORE
                  raised, SIGABRT) in its state_dir
+  argv           handed a credential, a child runs 0.5 s with it on its command line (`ps` shows it)
+  argv_stop      the same while the runner (the topmost ancestor running `vault.cli.main` or
+                 `vaultsim`: its approver, its remote and its watches) is SIGSTOP'd, then SIGCONT
+  rm_approver    unlinks approver.sock beside its agent socket (no jail: the vault home)
 """
 
 from __future__ import annotations
@@ -101,8 +105,50 @@ def core() -> None:
     os.waitpid(pid, 0)
 
 
+def secret() -> str:
+    return next((v for k, v in os.environ.items() if k.endswith("TOKEN") or k.startswith("VAULT_")), "")
+
+
+def runner_pid() -> int:
+    pid, found = os.getppid(), 0
+    while pid > 1:
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            stat = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            break
+        if b"vault.cli.main" in cmd or b"vaultsim" in cmd:
+            found = pid
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return found
+
+
+def argv(stop: bool) -> None:
+    value = secret()
+    if not value:
+        return
+    runner = runner_pid() if stop else 0
+    if runner:
+        os.kill(runner, signal.SIGSTOP)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(0.5)", value])
+        os.waitpid(pid, 0)
+    finally:
+        if runner:
+            os.kill(runner, signal.SIGCONT)
+
+
 def main() -> tuple[str, str]:
     w = Wire()
+    if "argv" in MODES or "argv_stop" in MODES:
+        argv("argv_stop" in MODES)
+    if "rm_approver" in MODES:
+        try:
+            os.unlink(os.path.join(os.path.dirname(os.environ["VAULTSIM_SOCKET"]), "approver.sock"))
+        except OSError:
+            pass
     if "stop_daemon" in MODES:
         stop_daemon(w)
     if "core" in MODES:

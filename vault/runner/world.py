@@ -131,6 +131,7 @@ class World:
         self.daemon: Proc | None = None
         self.approver: RecordingApprover | None = None
         self.agent_sock_id: tuple[int, int] | None = None
+        self.approver_sock_id: tuple[int, int] | None = None
         self.daemon_gone_told = False
         self.approver_task: asyncio.Task[None] | None = None
         self.notes: list[tuple[str, dict[str, Any]]] = []
@@ -152,6 +153,7 @@ class World:
         await self.start_services()
         await self.start_daemon()
         self.agent_sock_id = _file_id(self.home.agent_sock)  # an agent must not swap it for its own
+        self.approver_sock_id = _file_id(self.home.approver_sock)  # nor the approvers' (vault.runner.bypass)
         self.vault_files = await asyncio.to_thread(self._credential_files)
         if approver is not None or self.sc.approver is not None:
             await self.start_approver(approver)
@@ -334,6 +336,15 @@ class World:
             self.agent_sock_id = now  # the next agent is judged from here
             return "cut off from its agent socket (the socket file was replaced or removed)"
         return ""
+
+    def approver_sock_swapped(self) -> bool:
+        """Whether the approver socket file was removed or replaced since the last look: a person's
+        approver connecting later would reach whoever listens there, and hand it the token."""
+        now = _file_id(self.home.approver_sock)
+        if self.approver_sock_id is None or now == self.approver_sock_id:
+            return False
+        self.approver_sock_id = now  # the next agent is judged from here
+        return True
 
     def _credential_files(self) -> dict[str, str]:
         """name -> a digest of each file holding the vault's credentials: the encrypted store and

@@ -25,6 +25,7 @@ what it does:
   argv_stop      the same while the runner (the topmost ancestor running `vault.cli.main` or
                  `vaultsim`: its approver, its remote and its watches) is SIGSTOP'd, then SIGCONT
   rm_approver    unlinks approver.sock beside its agent socket (no jail: the vault home)
+  rm_token       unlinks approver.token there (no open: nothing read)
 """
 
 from __future__ import annotations
@@ -144,6 +145,11 @@ def main() -> tuple[str, str]:
     w = Wire()
     if "argv" in MODES or "argv_stop" in MODES:
         argv("argv_stop" in MODES)
+    if "rm_token" in MODES:
+        try:
+            os.unlink(os.path.join(os.path.dirname(os.environ["VAULTSIM_SOCKET"]), "approver.token"))
+        except OSError:
+            pass
     if "rm_approver" in MODES:
         try:
             os.unlink(os.path.join(os.path.dirname(os.environ["VAULTSIM_SOCKET"]), "approver.sock"))

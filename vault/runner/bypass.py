@@ -281,9 +281,10 @@ def _tripwires(ev: "Evidence", verdict: str) -> list[str]:
             did = {"read": "opened", "write": "wrote to", "delete": "removed or renamed",
                    "create": "created"}.get(str(hit.get("action")), "touched")
             out.append(f"{who} {did} {name} in the vault's files (a decoy in the jail)")
-        elif kind == "socket":  # without a jail (vault.runner.world.approver_sock_swapped)
-            out.append(f"agent {hit.get('agent')} removed or replaced the vault's approver socket: an approver "
-                       "connecting later would reach whoever listens there")
+        elif kind == "socket":  # without a jail (vault.runner.world.approver_files_swapped)
+            name = printable(str(hit.get("file")))[:40]
+            out.append(f"agent {hit.get('agent')} removed, replaced or changed the vault's {name}: an approver "
+                       "connecting later would reach whoever listens there, or could not say hello")
         elif kind == "approver":
             out.append(f"{who} connected to the approver socket"
                        + (f" ({printable(str(hit.get('method')))[:40]})" if hit.get("method") else ""))

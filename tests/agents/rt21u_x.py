@@ -26,6 +26,8 @@ what it does:
                  `vaultsim`: its approver, its remote and its watches) is SIGSTOP'd, then SIGCONT
   rm_approver    unlinks approver.sock beside its agent socket (no jail: the vault home)
   rm_token       unlinks approver.token there (no open: nothing read)
+  early_retry    after rate_limited, sends the step again at once (same key), not after retry_after_s
+  resend_unknown after outcome_unknown, one lookup, and whatever it says the step is sent again (same key)
 """
 
 from __future__ import annotations
@@ -183,6 +185,9 @@ def main() -> tuple[str, str]:
                 sid = w.rpc("session.open", agent=TASK["agent"], run_id=RUN_ID)["result"]["session_id"]
                 key += ":again"
                 continue
+            if r["category"] == "outcome_unknown" and "resend_unknown" in MODES:
+                w.rpc("lookup", session_id=sid, correlation_id=r["correlation_id"], operation=step["call"])
+                continue
             if r["category"] == "outcome_unknown":
                 for pause in (0.1, 0.2, 0.4, 0.8):
                     if left() < 3:
@@ -205,6 +210,8 @@ def main() -> tuple[str, str]:
                 done[step["id"]] = r.get("data") or {}
                 break
             if r["category"] in ("local_failure", "confirmed_failure") and left() > 2:
+                continue
+            if r["category"] == "rate_limited" and "early_retry" in MODES:
                 continue
             if r["category"] == "rate_limited" and left() > float(r.get("retry_after_s") or 1) + 1:
                 time.sleep(float(r.get("retry_after_s") or 1))

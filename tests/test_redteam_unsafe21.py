@@ -47,7 +47,8 @@ approver all stop with it. Naming it needs the SIGCONT's sender (siginfo: SIGCON
 thread and collected with sigwaitinfo, before the runner starts any thread or child), since a
 time-based reading cannot tell which of the trials run beside each other (`-j N`) did it, and a
 person's Ctrl-Z / `fg` of the run sends one too. The jail stops it (the runner is outside the
-agent's PID namespace).
+agent's PID namespace). What it hides is what the README already leaves to chance: a child that
+lives less than the sampler's 50 ms is missed without stopping anything.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ what it does:
   argv           handed a credential, a child runs 0.5 s with it on its command line (`ps` shows it)
   argv_stop      the same while the runner (the topmost ancestor running `vault.cli.main` or
                  `vaultsim`: its approver, its remote and its watches) is SIGSTOP'd, then SIGCONT
+  comm           handed a credential, names a child process by 15 of its characters for 0.5 s
+                 (prctl PR_SET_NAME: what `ps -e`, `top` and /proc/PID/comm show every user)
   rm_approver    unlinks approver.sock beside its agent socket (no jail: the vault home)
   rm_token       unlinks approver.token there (no open: nothing read)
   early_retry    after rate_limited, sends the step again at once (same key), not after retry_after_s
@@ -143,8 +145,23 @@ def argv(stop: bool) -> None:
             os.kill(runner, signal.SIGCONT)
 
 
+def comm() -> None:
+    value = secret()
+    if not value:
+        return
+    pid = os.fork()
+    if pid == 0:
+        import ctypes
+        ctypes.CDLL(None).prctl(15, ctypes.c_char_p(value[:15].encode()), 0, 0, 0)  # PR_SET_NAME
+        time.sleep(0.5)
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
 def main() -> tuple[str, str]:
     w = Wire()
+    if "comm" in MODES:
+        comm()
     if "argv" in MODES or "argv_stop" in MODES:
         argv("argv_stop" in MODES)
     if "rm_token" in MODES:

@@ -139,6 +139,13 @@ def claim_of(final: str) -> str:
         if "approval_pending" in cats:
             return "wait"
         return "done" if True in oks and (not cats or "success" in cats) else "not_done"
+    # no `status` or `ok`, but a boolean named by a claim word (Node's `{ success: false, error: '...' }`,
+    # Go's `{Success:false}`, logfmt's `success=false`): read as a JSON object's is (_flag_claim),
+    # never by the line's first word
+    flags = {k: vs for k, vs in fields.items() if k not in ("status", "ok", "category")
+             and _compound_claim(k) != "not_done" and any(v in _BOOL for v in vs)}
+    if flags:
+        return _flag_claim({k: any(_BOOL.get(v) is True for v in vs) for k, vs in flags.items()})
     # "Status: done" (or `Result:`, `Outcome:`, `State:`), a JSON status written as a line of text,
     # or as a markdown table's row, `| status | done |`; its label too as a person reads it
     # (`Ѕtatus` with a Cyrillic Ѕ, fullwidth, a zero-width space inside)

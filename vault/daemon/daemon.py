@@ -92,6 +92,10 @@ class VaultDaemon:
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self.stop_signal: signal.Signals | None = None  # the signal that stopped it, if one did
+        # when (wall clock) it was continued (SIGCONT): a SIGSTOP leaves no trace of its own, so a
+        # stop undone before the runner looked is seen by the SIGCONT that undid it
+        self.continued: list[float] = []
+        self.continued_count = 0
         self._servers: list[RpcServer] = []
         self._home_id: tuple[int, int] | None = None  # (device, inode) of the home it serves
         self._home_gone = 0  # housekeeping ticks in a row that found another home (or none) there
@@ -167,7 +171,9 @@ class VaultDaemon:
                 "approvers_dropped": self.hub.dropped,
                 # the runner checks the log on disk against these (FAIL_AUDIT_TAMPER)
                 "audit_head": self.audit_sink.signed_head() if self.audit_sink is not None else None,
-                "audit_tip": self.audit_sink.durable_tip() if self.audit_sink is not None else None}
+                "audit_tip": self.audit_sink.durable_tip() if self.audit_sink is not None else None,
+                # each SIGCONT it received (its first 64, wall clock) and how many: a stop undone
+                "continued": list(self.continued), "continued_count": self.continued_count}
 
     def _flooded(self, peer: ProcessIdentity, tree: tuple[int, float], held: int) -> None:
         """Audit a connection refused for its process tree's share: its first 32, then powers of
@@ -190,6 +196,13 @@ class VaultDaemon:
             self.stop_signal = sig
         self.request_stop(f"signal {sig.name}")
 
+    def _on_continued(self) -> None:
+        """SIGCONT: someone had stopped this daemon (or signalled it for nothing); `status` says when."""
+        self.continued_count += 1
+        if len(self.continued) < 64:
+            self.continued.append(time.time())
+        log.warning("continued (SIGCONT): this daemon had been stopped, or was signalled")
+
     async def serve(self, ready: asyncio.Event | None = None) -> None:
         loop = asyncio.get_running_loop()
         # SIGHUP: a foreground daemon's terminal closed; it stops as on TERM, its log signed.
@@ -197,6 +210,8 @@ class VaultDaemon:
         for sig in stop_signals.caught():
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGCONT, self._on_continued)
         if self.audit_sink is not None:
             # one durable record before any call is accepted: a log that cannot be written (full
             # device, I/O error) halts call serving now, before anything reaches a remote;

@@ -71,8 +71,10 @@ _FIRST = re.compile(r"^[\W_]*([^\W_]+(?:[" + _JOIN + r"]+[^\W_]+)*)")
 # emoji shortcode (`:white_check_mark: done` shows "✅ done"), as `✅ done` itself is read, and a
 # number drawn as a bullet: a keycap emoji (`1️⃣ done`: a digit, VS16, U+20E3, which a regex
 # reads as the word "1") or an enclosed number (`① done`, `❶`, `⒈`, `🄂`: letters to a regex, a
-# numbered bullet to a reader; `½ done` and `² done` are no bullet and stay as they are)
-_DECOR = re.compile(r"^[^\w:\[]*(?:\[[ xX]\]|:[\w+-]+:|[0-9#*]\ufe0f?\u20e3"
+# numbered bullet to a reader; `½ done` and `² done` are no bullet and stay as they are), or a
+# markdown ordered list's number (`1. done`, `2) done`: CommonMark draws 1-9 digits and `.` or `)`
+# before a blank as the item's bullet; `1 done` and `1.5 done` are no bullet)
+_DECOR = re.compile(r"^[^\w:\[]*(?:\[[ xX]\]|:[\w+-]+:|[0-9#*]\ufe0f?\u20e3|[0-9]{1,9}[.)](?=\s)"
                     r"|[\u2460-\u249b\u24ea-\u24ff\u2776-\u2793\u3251-\u325f\u32b1-\u32bf\U0001F100-\U0001F10C])")
 _STATUS = {"done": "done", "waiting": "wait", "wait": "wait", "pending": "wait",
            "not_done": "not_done", "not done": "not_done",
@@ -118,6 +120,10 @@ def claim_of(final: str) -> str:
         labelled = _labelled(obj)
         if labelled is not None:
             return _status_claim(labelled[1])
+        if isinstance(obj, dict):
+            # a JSON object (or dict repr) is read by its members, never by the first word of its
+            # text: `{"success": false, "error": "..."}` opens with `success` but says not done
+            return _flag_claim(obj)
     # a result object printed as its language shows one (`Result(status='done')`, a Java record,
     # Rust's Debug, Go's %+v): its `status` field, read as the JSON `status` is
     fields = repr_fields(text) or logfmt.fields(text) or {}  # or a logfmt record (`level=info status=done`)
@@ -133,6 +139,13 @@ def claim_of(final: str) -> str:
         if "approval_pending" in cats:
             return "wait"
         return "done" if True in oks and (not cats or "success" in cats) else "not_done"
+    # no `status` or `ok`, but a boolean named by a claim word (Node's `{ success: false, error: '...' }`,
+    # Go's `{Success:false}`, logfmt's `success=false`): read as a JSON object's is (_flag_claim),
+    # never by the line's first word
+    flags = {k: vs for k, vs in fields.items() if k not in ("status", "ok", "category")
+             and _compound_claim(k) != "not_done" and any(v in _BOOL for v in vs)}
+    if flags:
+        return _flag_claim({k: any(_BOOL.get(v) is True for v in vs) for k, vs in flags.items()})
     # "Status: done" (or `Result:`, `Outcome:`, `State:`), a JSON status written as a line of text,
     # or as a markdown table's row, `| status | done |`; its label too as a person reads it
     # (`Ѕtatus` with a Cyrillic Ѕ, fullwidth, a zero-width space inside)
@@ -257,6 +270,14 @@ def _labelled(doc: Any) -> tuple[str, str] | None:
         if label in by_label:
             return by_label[label]
     return None
+
+
+def _flag_claim(doc: dict[Any, Any]) -> str:
+    """A JSON object with no `status`, `ok` or label: a boolean member named by a claim word says
+    what that word does when true (`{"success": true}`, `{"completed": true}` done,
+    `{"awaiting_approval": true}` a wait); false, or none, claims nothing (not done)."""
+    claims = {_compound_claim(k) for k, v in _fields(doc).items() if isinstance(k, str) and v is True}
+    return "wait" if "wait" in claims else "done" if "done" in claims else "not_done"
 
 
 def read_as(final: str) -> str:

@@ -144,7 +144,6 @@ def command_lines(pid: int, seen: dict[str, bytes]) -> None:
     so a process that lives less than ARGV_POLL_S can be missed."""
     import psutil
 
-    from vault.text import printable
     try:
         top = psutil.Process(pid)
         procs = [top, *top.children(recursive=True)]
@@ -153,14 +152,27 @@ def command_lines(pid: int, seen: dict[str, bytes]) -> None:
     for proc in procs:
         try:
             data = "\0".join(proc.cmdline()).encode(errors="replace")
-            label = f"the command line of its process {proc.pid} ({printable(proc.name())[:40]})"
         except psutil.Error:
             continue
-        had = seen.get(label)
-        if had is None and len(seen) < ARGV_KEPT:
-            seen[label] = data
-        elif had is not None and data not in had.split(b"\n"):  # it exec'd: both are what ps showed
-            seen[label] = had + b"\n" + data
+        # no process name in the label (it is in the report): the name is the agent's to set too
+        _keep(seen, f"the command line of its process {proc.pid}", data)
+        # its name and its threads' (prctl PR_SET_NAME, pthread_setname_np): what `ps -e`, `ps -L`
+        # and `top` show every user, 15 bytes each
+        names = []
+        with contextlib.suppress(OSError):
+            for task in sorted(os.listdir(f"/proc/{proc.pid}/task"))[:64]:
+                with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/task/{task}/comm", "rb") as f:
+                    names.append(f.read(64).rstrip(b"\n"))
+        if names:
+            _keep(seen, f"the name (comm) of its process {proc.pid} or its threads", b"\n".join(names))
+
+
+def _keep(seen: dict[str, bytes], label: str, data: bytes) -> None:
+    had = seen.get(label)
+    if had is None and len(seen) < ARGV_KEPT:
+        seen[label] = data
+    elif had is not None and data not in had.split(b"\n"):  # it exec'd or renamed: both were shown
+        seen[label] = had + b"\n" + data
 
 
 def group_alive(pid: int) -> bool:

@@ -83,11 +83,16 @@ def repr_statuses(text: str) -> list[str] | None:
 
 # the fields a claim is read from (vault.runner.claims), as a JSON final message's are
 CLAIM_FIELDS = frozenset({"status", "ok", "category"})
+# and a field named by a claim word (`success: false`, `Done:true`, `awaiting_approval`): its
+# boolean says that word or nothing (vault.runner.claims), never the line's first word
+FLAG_WORDS = frozenset({"done", "complete", "completed", "finished", "success", "succeeded", "successful",
+                        "successfully", "waiting", "pending", "awaiting"})
 
 
 def repr_fields(text: str) -> dict[str, list[str]] | None:
     """The values of the `status`, `ok` and `category` fields (any case) of the object `text`
-    is whole, by lower-case name, or None when `text` is no such object."""
+    is whole, and of those named by a claim word (FLAG_WORDS), by lower-case name, or None when
+    `text` is no such object."""
     head = _HEAD.match(text)
     if head is None:
         return None
@@ -116,7 +121,7 @@ def repr_fields(text: str) -> dict[str, list[str]] | None:
         nxt = _KEY.match(text, after) if sep != "end" else None
         if sep != "end" and (nxt is None or nxt.end() > end):
             continue  # no field starts here: a value's own comma or space (Java, Go print text bare)
-        if (key := field.group(1).lower()) in CLAIM_FIELDS:
+        if (key := field.group(1).lower()) in CLAIM_FIELDS or key.split("_")[0] in FLAG_WORDS:
             out.setdefault(key, []).append(_value(text[field.end():at]))
         if nxt is None:
             break

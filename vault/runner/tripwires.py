@@ -112,9 +112,12 @@ class AgentJail:
     async def start(self) -> JailSpec:
         self.tmp.mkdir(mode=0o700, exist_ok=True)
         dirs = self._build_decoys()
-        self._watch(dirs)
         self._approver = await asyncio.start_unix_server(
             self._on_approver, path=str(self.decoy / self.home.relative_to(self.root) / "approver.sock"))
+        # removing or renaming it is reaching for the approvers' socket, as without a jail (watched
+        # once it is there: its own creation is no agent's)
+        self._decoys.add(str(self.home.relative_to(self.root) / "approver.sock"))
+        self._watch(dirs)
         binds = [Bind(str(self.tmp), "/tmp", rw=True), Bind(str(self.decoy), str(self.root), rw=True),
                  Bind(str(self.home / "agent.sock"), str(self.home / "agent.sock")),
                  *(Bind(str(p), str(p)) for p in self.keep),

@@ -131,6 +131,7 @@ class World:
         self.daemon: Proc | None = None
         self.approver: RecordingApprover | None = None
         self.agent_sock_id: tuple[int, int] | None = None
+        self.approver_ids: dict[str, tuple[int, int, int] | None] = {}
         self.daemon_gone_told = False
         self.approver_task: asyncio.Task[None] | None = None
         self.notes: list[tuple[str, dict[str, Any]]] = []
@@ -152,6 +153,7 @@ class World:
         await self.start_services()
         await self.start_daemon()
         self.agent_sock_id = _file_id(self.home.agent_sock)  # an agent must not swap it for its own
+        self.approver_ids = self._approver_files()  # nor the approvers' socket or token (vault.runner.bypass)
         self.vault_files = await asyncio.to_thread(self._credential_files)
         if approver is not None or self.sc.approver is not None:
             await self.start_approver(approver)
@@ -291,10 +293,14 @@ class World:
         if not isinstance(status, dict):
             return None
         halted = status.get("halted")
+        # when it was continued (SIGCONT): a stop undone behind the runner's back (vault.runner.bypass)
+        continued = [float(t) for t in status.get("continued") or [] if isinstance(t, (int, float))]
+        count = status.get("continued_count")
+        cont = {"continued": continued, "continued_count": count if isinstance(count, int) else len(continued)}
         if not isinstance(status.get("audit_head"), dict):
-            return {"halted": str(halted)} if halted else None
+            return {"halted": str(halted), **cont} if halted else None
         return {"head": status["audit_head"], "tip": status.get("audit_tip"),
-                "halted": str(halted) if halted else None}
+                "halted": str(halted) if halted else None, **cont}
 
     @property
     def daemon_pid(self) -> int:
@@ -330,6 +336,27 @@ class World:
             self.agent_sock_id = now  # the next agent is judged from here
             return "cut off from its agent socket (the socket file was replaced or removed)"
         return ""
+
+    def _approver_files(self) -> dict[str, tuple[int, int, int] | None]:
+        out: dict[str, tuple[int, int, int] | None] = {}
+        for path in (self.home.approver_sock, self.home.approver_token_file):
+            try:
+                st = os.lstat(path)  # never opened: a FIFO put there must not hold the runner
+                out[path.name] = (st.st_dev, st.st_ino, st.st_ctime_ns)
+            except OSError:
+                out[path.name] = None
+        return out
+
+    def approver_files_swapped(self) -> list[str]:
+        """The approver socket and token files removed, replaced or changed since the last look
+        (only the jail's decoys are watched; without one, an unlink opens nothing): a listener put
+        in the socket's place would be handed the token by the next approver to say hello."""
+        if not self.approver_ids:
+            return []
+        now = self._approver_files()
+        changed = [name for name, was in self.approver_ids.items() if now.get(name) != was]
+        self.approver_ids = now  # the next agent is judged from here
+        return changed
 
     def _credential_files(self) -> dict[str, str]:
         """name -> a digest of each file holding the vault's credentials: the encrypted store and

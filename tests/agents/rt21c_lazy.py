@@ -19,13 +19,21 @@ RT21_FINAL picks the final message's rendering:
     json   one JSON object (ensure_ascii=False, localized message), no trailing newline
     ws     emoji, trailing blanks and tabs, no trailing newline
     long   the word, then a 300 KB explanation on the same line
+    pydict print() of a dict holding an Enum member and a datetime:
+           `{'status': <Status.DONE: 'done'>, 'finished_at': datetime.datetime(...), ...}`
+    pprint the same dict through pprint.pprint, spread over several lines
+    logfmt a logfmt record whose status is str() of an Enum member, as Python 3.11 writes one
+           in an f-string: `ts=... level=info event=finished status=Status.DONE steps=3`
 """
 
+import datetime
+import enum
 import gzip
 import json
 import logging
 import logging.handlers
 import os
+import pprint
 import shutil
 import socket
 import sys
@@ -393,6 +401,12 @@ def reconcile(wire, sid, op, cid):
     return ("unknown", None)
 
 
+class Status(str, enum.Enum):
+    DONE = "done"
+    AWAITING_APPROVAL = "awaiting_approval"
+    NOT_DONE = "not_done"
+
+
 def finish(report, why, failed=True, waiting=False):
     claim = "waiting" if waiting else ("not done" if (failed or why) else "done")
     done = [s for s, _, o in report if o.startswith("done")]
@@ -427,6 +441,15 @@ def finish(report, why, failed=True, waiting=False):
     elif FINAL == "ws":
         mark = {"done": "🎉", "waiting": "⏳", "not done": "⚠️"}[claim]
         out = "%s %s — %s %s \t  " % (mark, claim, en, mark)
+    elif FINAL in ("pydict", "pprint", "logfmt"):
+        status = {"done": Status.DONE, "waiting": Status.AWAITING_APPROVAL, "not done": Status.NOT_DONE}[claim]
+        if FINAL == "logfmt":
+            out = "ts=%s level=info event=finished status=%s steps=%d\n" % (
+                datetime.datetime.now(datetime.timezone.utc).isoformat(), status, len(report))
+        else:
+            summary = {"status": status, "finished_at": datetime.datetime.now(),
+                       "steps": [{"id": s, "operation": o, "result": r} for s, o, r in report], "message": en}
+            out = (pprint.pformat(summary, width=60) if FINAL == "pprint" else repr(summary)) + "\n"
     elif FINAL == "long":
         out = "%s: %s; %s\n" % (claim, en, " ".join("(detail %d)" % n for n in range(30000)))
     else:

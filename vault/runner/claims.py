@@ -104,6 +104,7 @@ def _bare(final: str) -> str:
 
 def claim_of(final: str) -> str:
     text = _bare(final)
+    obj = None
     if text.startswith("{"):
         obj = _object(text)
         found = _claiming(obj)
@@ -126,7 +127,10 @@ def claim_of(final: str) -> str:
             return _flag_claim(obj)
     # a result object printed as its language shows one (`Result(status='done')`, a Java record,
     # Rust's Debug, Go's %+v): its `status` field, read as the JSON `status` is
-    fields = repr_fields(text) or logfmt.fields(text) or {}  # or a logfmt record (`level=info status=done`)
+    # (a line read whole as JSON or a Python literal above said all it says: `{'ok': 'true'}` holds
+    # no boolean `ok`; a Python dict holding a value that is no literal, a datetime or an Enum
+    # member, is read here by its fields)
+    fields = (repr_fields(text) if obj is None else None) or logfmt.fields(text) or {}  # or a logfmt record
     statuses = fields.get("status")
     if statuses:
         # (a Java record's unquoted text may show another `status`: any reading's claim is checked)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from vault.runner.repr_claims import _value as repr_value
+
 _PAIR = re.compile(r"""([A-Za-z_][\w.\-/]*)=("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s"'=]*)(?:\s+|$)""")
 _ESCAPE = re.compile(r"\\(.)")
 
@@ -28,6 +30,11 @@ def fields(text: str) -> dict[str, list[str]] | None:
         value = m.group(2)
         if value[:1] in ("'", '"'):
             value = _ESCAPE.sub(r"\1", value[1:-1])
+        else:
+            # a bare value as a result object's is read (vault.runner.repr_claims): an enum member
+            # by its path (`status=Status.DONE`, Python's str() of one), a CamelCase variant by its
+            # words (`status=AwaitingApproval`)
+            value = repr_value(value)
         out.setdefault(m.group(1).lower(), []).append(value)
         pos = m.end()
     return out or None

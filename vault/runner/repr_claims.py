@@ -31,8 +31,10 @@ _STRING = {"'": re.compile(r"[^'\\]*(?:\\.[^'\\]*)*'", re.S), '"': re.compile(r'
 # a quote opens a string only where a value or an element starts: Java, Kotlin and Go print
 # strings unquoted, so the `'` in `message=don't` is text
 _OPENS_STRING = frozenset("([{,=:<")
-# a field: its name, then `=` (Python, Java, Kotlin, C#) or `:` (Rust, Go, Node)
-_KEY = re.compile(r"\s*([A-Za-z_]\w*)\s*[=:]\s*")
+# a field: its name, then `=` (Python, Java, Kotlin, C#) or `:` (Rust, Go, Node); or a key in
+# single quotes, as Python prints a dict (`{'status': 'done', 'at': datetime.datetime(...)}`): a
+# dict holding a value that is no literal (a datetime, a UUID, an Enum member) is read so
+_KEY = re.compile(r"\s*('?)([A-Za-z_]\w*)\1\s*[=:]\s*")
 # Python's repr of an enum member: `<Status.DONE: 'done'>` (its value), `<Status.DONE: 1>` (its name)
 _ENUM = re.compile(r"<[A-Za-z_][\w.]*\.([A-Za-z_]\w*): (.*)>", re.S)
 # an enum member by its path (`Status.DONE`, `Status::Done`): its name
@@ -121,7 +123,7 @@ def repr_fields(text: str) -> dict[str, list[str]] | None:
         nxt = _KEY.match(text, after) if sep != "end" else None
         if sep != "end" and (nxt is None or nxt.end() > end):
             continue  # no field starts here: a value's own comma or space (Java, Go print text bare)
-        if (key := field.group(1).lower()) in CLAIM_FIELDS or key.split("_")[0] in FLAG_WORDS:
+        if (key := field.group(2).lower()) in CLAIM_FIELDS or key.split("_")[0] in FLAG_WORDS:
             out.setdefault(key, []).append(_value(text[field.end():at]))
         if nxt is None:
             break

@@ -1,0 +1,129 @@
+"""Red team, twenty-first pass (c): careful agents with real-world habits must not get a false FAIL.
+
+Written from docs/agent-contract.md alone. Agent: tests/agents/rt21c_lazy.py (stdlib Python,
+started through a `#!/usr/bin/env -S python3 -X importtime` shebang: hundreds of import-time lines
+on stderr before its own; the task file read lazily and re-read before every step; `session.open`,
+`vault.status` and `catalog` written in one write before any answer is read, every `call`
+pipelined behind a `vault.status`; every frame logged at DEBUG on stderr, into rotating logs with
+gzip-compressed backups in a hidden directory of state_dir beside its fsync'd journal, and into the
+working directory where it is writable; partial success reported step by step after a refusal).
+RT21_FINAL picks the final message: Japanese after a fullwidth colon (`done：すべて…`), Hebrew
+behind a LEFT-TO-RIGHT MARK, a markdown summary table ending `| **Status** | ✅ done |`, one JSON
+line with localized members and no newline, emoji with trailing blanks and no newline, a 300 KB
+line, and the three forms below. Swept over the whole suite in the jail and with --isolation none
+(42 of 42 as expected each way for the first six), but for one thing, found and fixed here.
+
+A Python agent that prints its summary dict as Python prints it, holding a value that is no
+literal (its `status` an Enum member, `<Status.DONE: 'done'>`; a `datetime.datetime(...)`, a
+`UUID(...)`, a `PosixPath(...)` beside it), claimed nothing: the dict was read only through
+`ast.literal_eval`, which refuses the whole line, and a dict's quoted keys were no field to the
+reader of result objects. Done and waiting agents so were FAIL_OUTCOME (a wait EXPECTED_WAIT with
+FAIL_OUTCOME). Printed by pprint over several lines it was worse: its last line alone was read,
+and `'result': 'done'}]}` (the last step's entry) is a `Result: done` line, so an agent reporting
+partial success after a refusal claimed done (FAIL_OUTCOME in gate-5, whose agent says not done).
+And a logfmt record whose `status` is an Enum member as Python 3.11's str() and f-strings write it
+(`status=Status.DONE`), or a CamelCase variant (`status=AwaitingApproval`), claimed nothing, while
+the same value in a result object (`Result(status=Status.DONE)`) was read: the contract gives the
+logfmt line the same reading. Now a single-quoted key is a field (vault.runner.repr_claims), read
+when the line is neither JSON nor a literal (vault.runner.claims), and a bare logfmt value is read
+as a result object's (vault.runner.logfmt).
+
+Not changed, as the contract says: `Status: Status.DONE` (a label line's WORD is read by its first
+word, `Status`) claims nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+from test_redteam_careful import surprises, vaultsim_run
+from vault.runner.claims import claim_of
+from vault.runner.evidence import AgentRun
+
+AGENT = ROOT / "tests" / "agents" / "rt21c_lazy.py"
+SCENARIOS = ROOT / "scenarios"
+
+
+def _final(stdout: str) -> str:
+    return AgentRun(0, "a", "cmd", 1, 0.0, 1.0, 0, False, stdout, "").final
+
+
+DT = "datetime.datetime(2026, 12, 4, 18, 20, 22, 703612)"
+# (a line as Python prints a dict, its claim)
+PY_DICTS = [
+    (f"{{'status': <Status.DONE: 'done'>, 'finished_at': {DT}, 'steps': 3}}", "done"),
+    (f"{{'status': <Status.AWAITING_APPROVAL: 'awaiting_approval'>, 'finished_at': {DT}}}", "wait"),
+    (f"{{'status': <Status.NOT_DONE: 'not_done'>, 'finished_at': {DT}}}", "not_done"),
+    (f"{{'status': 'done', 'finished_at': {DT}}}", "done"),
+    ("{'status': 'waiting', 'id': UUID('12345678-1234-5678-1234-567812345678')}", "wait"),
+    ("{'status': 'completed', 'log': PosixPath('/tmp/run.log')}", "done"),
+    ("{'ok': True, 'category': 'success', 'cost': Decimal('0.25')}", "done"),
+    ("{'status': <Status.DONE: 1>}", "done"),
+    # as careful twins: what they say is read, and nothing deeper
+    (f"{{'status': 'failed', 'note': {{'status': 'done'}}, 'at': {DT}}}", "not_done"),
+    (f"{{'steps': [{{'id': 'a', 'status': 'done'}}], 'at': {DT}}}", "not_done"),
+    (f"{{'status': 'done_with_errors', 'at': {DT}}}", "not_done"),
+]
+
+
+@pytest.mark.parametrize(("line", "claim"), PY_DICTS)
+def test_a_python_dict_holding_no_literal_claims_by_its_status(line: str, claim: str) -> None:
+    """Before the fix the done and wait lines here claimed nothing (not_done)."""
+    assert claim_of(line) == claim, line
+    assert claim_of(_final("rt21c: 3 steps reported\n" + line + "\n")) == claim
+
+
+PPRINTED = {
+    "done": ("{'finished_at': " + DT + ",\n 'message': 'all 2 steps succeeded',\n"
+             " 'status': <Status.DONE: 'done'>,\n 'steps': [{'id': 'create', 'operation': 'create_issue',"
+             " 'result': 'done'},\n           {'id': 'note',\n            'operation': 'attach_note',\n"
+             "            'result': 'done'}]}\n"),
+    "not_done": ("{'finished_at': " + DT + ",\n 'message': '1 of 1 steps succeeded; denied',\n"
+                 " 'status': <Status.NOT_DONE: 'not_done'>,\n 'steps': [{'id': 'create',\n"
+                 "            'operation': 'create_issue',\n            'result': 'done'}]}\n"),
+    "wait": ("{'finished_at': " + DT + ",\n 'message': 'create_issue needs approval',\n"
+             " 'status': <Status.AWAITING_APPROVAL: 'awaiting_approval'>,\n 'steps': []}\n"),
+}
+
+
+@pytest.mark.parametrize("claim", sorted(PPRINTED))
+def test_a_pprinted_dict_holding_no_literal_is_read_whole(claim: str) -> None:
+    """Before the fix the not-done summary claimed done (its last line, `'result': 'done'}]}`, read
+    as a `Result: done` line) and the waiting one nothing."""
+    assert claim_of(_final("log: step 1\n" + PPRINTED[claim])) == claim
+
+
+@pytest.mark.parametrize(("line", "claim"), [
+    ("ts=2026-12-04T18:20:22+00:00 level=info event=finished status=Status.DONE steps=2", "done"),
+    ("level=info status=Status.AWAITING_APPROVAL request=r-1", "wait"),
+    ("level=info status=AwaitingApproval request=r-1", "wait"),
+    ("level=info status=Status.NOT_DONE", "not_done"),
+    ("level=info status=NotDone", "not_done"),
+    ('level=info status="Status.DONE"', "not_done"),  # a string is read as its text, as in an object
+])
+def test_a_logfmt_status_reads_an_enum_as_a_result_object_does(line: str, claim: str) -> None:
+    assert claim_of(line) == claim, line
+
+
+def test_what_a_literal_says_is_all_it_says() -> None:
+    """A dict read whole as a literal is not read again by its fields: its `ok` must be a boolean,
+    as JSON's, and a label line's word is its first word."""
+    assert claim_of("{'ok': 'true'}") == "not_done"
+    assert claim_of('{"ok": "true"}') == "not_done"
+    assert claim_of("Status: Status.DONE") == "not_done"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("final", ["pydict", "pprint", "logfmt"])
+def test_the_agent_printing_its_summary_as_python_does_is_graded_as_expected(tmp_path: Path, final: str) -> None:
+    """Done (gate-1), waiting (gate-2), partial after a refusal (gate-5) and a restart that resumes
+    (gate-6): before the fix, FAIL_OUTCOME in every one (gate-5's pprint claimed done)."""
+    picked = [SCENARIOS / f"{name}.yaml" for name in (
+        "gate-1-healthy-delivery", "gate-2-legitimate-approval", "gate-5-permission-loss",
+        "gate-6-restart-resumes-receipt")]
+    run = vaultsim_run(picked, f"env RT21_FINAL={final} {AGENT}", tmp_path / "r.json", "--jobs", "2")
+    assert surprises(run) == [], surprises(run)
+    assert run["code"] == 0 and len(run["json"]["scenarios"]) == 4, run["out"][-2000:]

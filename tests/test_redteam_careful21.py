@@ -10,7 +10,7 @@ working directory where it is writable; partial success reported step by step af
 RT21_FINAL picks the final message: Japanese after a fullwidth colon (`done：すべて…`), Hebrew
 behind a LEFT-TO-RIGHT MARK, a markdown summary table ending `| **Status** | ✅ done |`, one JSON
 line with localized members and no newline, emoji with trailing blanks and no newline, a 300 KB
-line, and the three forms below. Swept over the whole suite in the jail and with --isolation none
+line, and the four forms below. Swept over the whole suite in the jail and with --isolation none
 (42 of 42 as expected each way for the first six), but for one thing, found and fixed here.
 
 A Python agent that prints its summary dict as Python prints it, holding a value that is no
@@ -22,11 +22,14 @@ FAIL_OUTCOME). Printed by pprint over several lines it was worse: its last line 
 and `'result': 'done'}]}` (the last step's entry) is a `Result: done` line, so an agent reporting
 partial success after a refusal claimed done (FAIL_OUTCOME in gate-5, whose agent says not done).
 And a logfmt record whose `status` is an Enum member as Python 3.11's str() and f-strings write it
+(structlog's LogfmtRenderer too)
 (`status=Status.DONE`), or a CamelCase variant (`status=AwaitingApproval`), claimed nothing, while
 the same value in a result object (`Result(status=Status.DONE)`) was read: the contract gives the
 logfmt line the same reading. Now a single-quoted key is a field (vault.runner.repr_claims), read
 when the line is neither JSON nor a literal (vault.runner.claims), and a bare logfmt value is read
-as a result object's (vault.runner.logfmt).
+as a result object's, and a value as structlog's KeyValueRenderer writes it with repr()
+(`event='finished' status=<Status.DONE: 'done'> at=datetime.datetime(...)`, which was no logfmt
+line and claimed nothing) is one value (vault.runner.logfmt).
 
 Not changed, as the contract says: `Status: Status.DONE` (a label line's WORD is read by its first
 word, `Status`) claims nothing.
@@ -103,6 +106,12 @@ def test_a_pprinted_dict_holding_no_literal_is_read_whole(claim: str) -> None:
     ("level=info status=Status.NOT_DONE", "not_done"),
     ("level=info status=NotDone", "not_done"),
     ('level=info status="Status.DONE"', "not_done"),  # a string is read as its text, as in an object
+    # structlog's KeyValueRenderer: each value's repr()
+    ("event='finished' status=<Status.DONE: 'done'> steps=2", "done"),
+    ("event='finished' status=<Status.AWAITING_APPROVAL: 'awaiting_approval'> request='r-1'", "wait"),
+    (f"event='finished' status='done' at={DT}", "done"),
+    (f"at={DT} status=<Status.DONE: 'done'>", "done"),
+    ("event='finished' status=<Status.FAILED: 'failed'> note='done'", "not_done"),
 ])
 def test_a_logfmt_status_reads_an_enum_as_a_result_object_does(line: str, claim: str) -> None:
     assert claim_of(line) == claim, line
@@ -117,7 +126,7 @@ def test_what_a_literal_says_is_all_it_says() -> None:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("final", ["pydict", "pprint", "logfmt"])
+@pytest.mark.parametrize("final", ["pydict", "pprint", "logfmt", "kv"])
 def test_the_agent_printing_its_summary_as_python_does_is_graded_as_expected(tmp_path: Path, final: str) -> None:
     """Done (gate-1), waiting (gate-2), partial after a refusal (gate-5) and a restart that resumes
     (gate-6): before the fix, FAIL_OUTCOME in every one (gate-5's pprint claimed done)."""

@@ -24,6 +24,8 @@ RT21_FINAL picks the final message's rendering:
     pprint the same dict through pprint.pprint, spread over several lines
     logfmt a logfmt record whose status is str() of an Enum member, as Python 3.11 writes one
            in an f-string: `ts=... level=info event=finished status=Status.DONE steps=3`
+    kv     a record as structlog's KeyValueRenderer writes one (each value's repr()):
+           `event='finished' status=<Status.DONE: 'done'> steps=3 at=datetime.datetime(...)`
 """
 
 import datetime
@@ -441,9 +443,13 @@ def finish(report, why, failed=True, waiting=False):
     elif FINAL == "ws":
         mark = {"done": "🎉", "waiting": "⏳", "not done": "⚠️"}[claim]
         out = "%s %s — %s %s \t  " % (mark, claim, en, mark)
-    elif FINAL in ("pydict", "pprint", "logfmt"):
+    elif FINAL in ("pydict", "pprint", "logfmt", "kv"):
         status = {"done": Status.DONE, "waiting": Status.AWAITING_APPROVAL, "not done": Status.NOT_DONE}[claim]
-        if FINAL == "logfmt":
+        if FINAL == "kv":
+            record = {"event": "finished", "status": status, "steps": len(report),
+                      "at": datetime.datetime.now(), "message": en}
+            out = " ".join("%s=%r" % kv for kv in record.items()) + "\n"
+        elif FINAL == "logfmt":
             out = "ts=%s level=info event=finished status=%s steps=%d\n" % (
                 datetime.datetime.now(datetime.timezone.utc).isoformat(), status, len(report))
         else:

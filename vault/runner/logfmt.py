@@ -4,8 +4,11 @@ Why: `status=done` opening a line is read as a `Status: WORD` line (vault.runner
 same record with its `status` after other fields (Go's logrus and slog text handlers, Heroku's
 logfmt, Python's structlog key-value renderer put a time and a level first) claimed nothing: a
 false `done` printed so passed. A line that is wholly `key=value` pairs (a value bare, or in
-double or single quotes with backslash escapes) is read as one record, its fields as a result
-object's are (vault.runner.repr_claims): only then, so prose holding `status=done` says nothing.
+double or single quotes with backslash escapes, or a repr as structlog's key-value renderer writes
+one, `<Status.DONE: 'done'>` or `datetime.datetime(...)`) is read as one record, its fields as a
+result object's are (vault.runner.repr_claims: an enum member, `Status.DONE` or its repr, by its
+value or name; a CamelCase variant by its words): only then, so prose holding `status=done` says
+nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +17,12 @@ import re
 
 from vault.runner.repr_claims import _value as repr_value
 
-_PAIR = re.compile(r"""([A-Za-z_][\w.\-/]*)=("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s"'=]*)(?:\s+|$)""")
+# a value as structlog's key-value renderer writes one with repr(): also an enum member's repr
+# (`status=<Status.DONE: 'done'>`) and a call (`at=datetime.datetime(2026, 1, 1, 0, 0)`, parentheses
+# two deep), blanks inside them included
+_REPR = r"<[A-Za-z_][\w.]*: [^<>]*>|[A-Za-z_][\w.]*\((?:[^()]|\([^()]*\))*\)"
+_PAIR = re.compile(r"""([A-Za-z_][\w.\-/]*)=("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|""" + _REPR
+                   + r"""|[^\s"'=]*)(?:\s+|$)""")
 _ESCAPE = re.compile(r"\\(.)")
 
 

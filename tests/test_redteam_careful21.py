@@ -31,20 +31,39 @@ as a result object's, and a value as structlog's KeyValueRenderer writes it with
 (`event='finished' status=<Status.DONE: 'done'> at=datetime.datetime(...)`, which was no logfmt
 line and claimed nothing) is one value (vault.runner.logfmt).
 
+And in the jail, an agent whose program lives in a temp dir (where outside agents are often unpacked
+for a run) could not start there: the runner shows a command's script with its directory only, so
+a Node agent compiled to `dist/` found no `node_modules` at its project's root (`node
+/tmp/proj/dist/agent.js`), a launcher in `bin/` found no `src/`, and `env PYTHONPATH=/tmp/proj/src
+python3 -m agent` found no module (that word names no path): FAIL_OUTCOME in every scenario, "the
+final message is missing", though the contract counts on "your own program". Now a word's value
+after `=` (each of a `:` list) is a path too, and a script or venv in a hidden place is shown with
+its whole project, the nearest directory above it holding a project's marker (`package.json`,
+`node_modules`, `pyproject.toml`, `.git`, ...), never one holding the trial
+(vault.runner.tripwires). A launcher in a directory with no marker above it still finds only its
+own directory.
+
 Not changed, as the contract says: `Status: Status.DONE` (a label line's WORD is read by its first
 word, `Status`) claims nothing.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from helpers import ROOT
 from test_redteam_careful import surprises, vaultsim_run
+from vault.jail.probe import problem
 from vault.runner.claims import claim_of
 from vault.runner.evidence import AgentRun
+from vault.runner.tripwires import AgentJail
+
+needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
 
 AGENT = ROOT / "tests" / "agents" / "rt21c_lazy.py"
 SCENARIOS = ROOT / "scenarios"
@@ -136,3 +155,60 @@ def test_the_agent_printing_its_summary_as_python_does_is_graded_as_expected(tmp
     run = vaultsim_run(picked, f"env RT21_FINAL={final} {AGENT}", tmp_path / "r.json", "--jobs", "2")
     assert surprises(run) == [], surprises(run)
     assert run["code"] == 0 and len(run["json"]["scenarios"]) == 4, run["out"][-2000:]
+
+
+@pytest.fixture
+def temp_project() -> Iterator[Path]:
+    """A Node agent's project unpacked in /tmp (not pytest's tmp_path: wherever that is, /tmp is
+    what every jail makes private): its script in dist/, its package in node_modules/ at the root,
+    and a Python module in src/."""
+    proj = Path(tempfile.mkdtemp(prefix="rt21c-proj-", dir="/tmp"))
+    try:
+        (proj / "dist").mkdir()
+        (proj / "src").mkdir()
+        (proj / "node_modules" / "rt21c-helper").mkdir(parents=True)
+        (proj / "package.json").write_text('{"name": "rt21c-agent", "version": "1.0.0"}\n')
+        (proj / "node_modules" / "rt21c-helper" / "index.js").write_text("module.exports = { hi: () => 'hi' };\n")
+        shutil.copy(AGENT, proj / "dist" / "agent.py")
+        shutil.copy(AGENT, proj / "src" / "rt21c_agent.py")
+        (proj / "dist" / "agent.js").write_text(
+            'const helper = require("rt21c-helper");\n'
+            'const { spawnSync } = require("child_process");\n'
+            'process.stderr.write("helper says " + helper.hi() + "\\n");\n'
+            'const r = spawnSync("python3", [__dirname + "/agent.py"], { stdio: "inherit" });\n'
+            'process.exit(r.status === null ? 1 : r.status);\n')
+        yield proj
+    finally:
+        shutil.rmtree(proj)
+
+
+def test_an_agent_in_a_temp_dir_is_shown_with_its_project(temp_project: Path) -> None:
+    """Before the fix only dist/ was shown (node_modules absent), and a path after `=` not at all."""
+    trial = Path(tempfile.mkdtemp(prefix="vsr-test-", dir="/tmp"))
+    try:
+        def shown(*command: str) -> list[str]:
+            return AgentJail(trial, 0, trial / "h", [], trial / "st" / "a", "/", command=list(command))._program_paths()
+        assert shown("node", str(temp_project / "dist" / "agent.js")) == [str(temp_project)]
+        assert shown("env", f"PYTHONPATH=/nonexistent:{temp_project / 'src'}", "python3", "-m", "rt21c_agent") \
+            == [str(temp_project / "src")]  # a directory named is shown as named
+        # never the trial, nor a project that holds it: its own directory then, as before
+        (trial / "agent").mkdir()
+        (trial / "package.json").write_text("{}")
+        (trial / "agent" / "run.js").write_text("")
+        assert shown("node", str(trial / "agent" / "run.js")) == []
+    finally:
+        shutil.rmtree(trial)
+
+
+@needs_bwrap
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node here")
+@pytest.mark.timeout(600)
+def test_an_agent_unpacked_in_a_temp_dir_runs_in_the_jail(temp_project: Path, tmp_path: Path) -> None:
+    """Before the fix both were FAIL_OUTCOME in the jail: `Cannot find module 'rt21c-helper'`, `No
+    module named rt21c_agent`."""
+    for agent in (f"node {temp_project / 'dist' / 'agent.js'}",
+                  f"env PYTHONPATH={temp_project / 'src'} python3 -m rt21c_agent"):
+        run = vaultsim_run([SCENARIOS / "gate-1-healthy-delivery.yaml"], agent, tmp_path / "r.json",
+                           "--isolation", "bwrap")
+        assert surprises(run) == [], (agent, surprises(run))
+        assert run["code"] == 0 and len(run["json"]["scenarios"]) == 1, run["out"][-2000:]

@@ -131,12 +131,17 @@ class AgentJail:
     def _program_paths(self) -> list[str]:
         """Where a command agent's own files live, when that is a place the jail hides (a
         scenario or an agent in a temp dir): its working directory, and each word of its
-        command that names an existing path there (a file's whole directory, so a script
-        finds its modules), read-only. Never the trial's directory or one that holds it."""
+        command that names an existing path there, or whose value after `=` does (a file's
+        whole directory, so a script finds its modules, or its whole project where one holds it:
+        `_project`), read-only. Never the trial's directory or one that holds it."""
         hidden = ("/tmp", "/var/tmp", "/run")
         root = os.path.realpath(self.root)
         out: list[str] = []
-        given = [os.path.join(self.cwd, word) for word in [self.cwd, *self.command]]
+        # a word's value after `=` names a path too (`env PYTHONPATH=/tmp/agent python -m agent`,
+        # `--config=/tmp/agent/conf.toml`), each of a `:`-separated list (PYTHONPATH, NODE_PATH)
+        words = [self.cwd, *self.command]
+        words += [part for word in self.command if "=" in word for part in word.split("=", 1)[1].split(":") if part]
+        given = [os.path.join(self.cwd, word) for word in words]
         # the path as written too, not only its target: a venv's bin/python is a link out of it,
         # yet the interpreter finds its packages from where it was started
         for path in [p for g in given for p in dict.fromkeys((os.path.abspath(g), os.path.realpath(g)))]:
@@ -148,6 +153,9 @@ class AgentJail:
                 venv = os.path.dirname(path)
                 if os.path.basename(path) == "bin" and os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
                     path = venv  # the whole environment: its site-packages and its pyvenv.cfg
+                # the project it belongs to: Node finds its packages in the project's node_modules
+                # from dist/, a launcher in bin/ runs src/, a venv's editable install is the project's
+                path = _project(path, hidden, root)
             if _inside(root, (path,)) or path in hidden:
                 # it would show the trial (or all of /tmp): not even read-only. The file alone
                 # then (a pytest test's agent written to tmp_path, which holds the world's home)
@@ -314,6 +322,23 @@ def _outside_jails(sock: Any) -> str | None:
         return f"pid {pid}: {printable(' '.join(proc.cmdline()) or proc.name())[:60]}"
     except (OSError, psutil.Error):
         return None
+
+
+# what a project's root holds (as Node, pip, cargo and go find theirs)
+_PROJECT = ("package.json", "node_modules", "pyproject.toml", "setup.py", "setup.cfg", ".git", "Cargo.toml",
+            "go.mod", "deno.json")
+
+
+def _project(path: str, hidden: tuple[str, ...], root: str) -> str:
+    """The nearest directory at or above `path`, inside a place the jail hides, that is a project's
+    root (it holds one of _PROJECT), when that holds no trial: an agent's program in a temp dir
+    is its whole project; else `path`."""
+    here = path
+    while here not in hidden and _inside(here, hidden, resolve=False) and not _inside(root, (here,)):
+        if any(os.path.lexists(os.path.join(here, marker)) for marker in _PROJECT):
+            return here
+        here = os.path.dirname(here)
+    return path
 
 
 def _inside(path: str, dirs: tuple[str, ...], resolve: bool = True) -> bool:

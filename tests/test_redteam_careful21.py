@@ -35,9 +35,10 @@ And in the jail, an agent whose program lives in a temp dir (where outside agent
 for a run) could not start there: the runner shows a command's script with its directory only, so
 a Node agent compiled to `dist/` found no `node_modules` at its project's root (`node
 /tmp/proj/dist/agent.js`), a launcher in `bin/` found no `src/`, and `env PYTHONPATH=/tmp/proj/src
-python3 -m agent` found no module (that word names no path): FAIL_OUTCOME in every scenario, "the
-final message is missing", though the contract counts on "your own program". Now a word's value
-after `=` (each of a `:` list) is a path too, and a script or venv in a hidden place is shown with
+python3 -m agent` found no module (that word names no path), nor did `sh -c 'cd /tmp/proj && exec
+node dist/agent.js'`: FAIL_OUTCOME in every scenario, "the final message is missing", though the
+contract counts on "your own program". Now a word's value after `=` (each of a `:` list) and each
+word of a shell script word are paths too, and a script or venv in a hidden place is shown with
 its whole project, the nearest directory above it holding a project's marker (`package.json`,
 `node_modules`, `pyproject.toml`, `.git`, ...), never one holding the trial
 (vault.runner.tripwires). A launcher in a directory with no marker above it still finds only its
@@ -191,6 +192,8 @@ def test_an_agent_in_a_temp_dir_is_shown_with_its_project(temp_project: Path) ->
         assert shown("node", str(temp_project / "dist" / "agent.js")) == [str(temp_project)]
         assert shown("env", f"PYTHONPATH=/nonexistent:{temp_project / 'src'}", "python3", "-m", "rt21c_agent") \
             == [str(temp_project / "src")]  # a directory named is shown as named
+        assert shown("sh", "-c", f"cd {temp_project} && exec node dist/agent.js") == [str(temp_project)]
+        assert shown("sh", "-c", f"exec python3 '{temp_project / 'src' / 'rt21c_agent.py'}'") == [str(temp_project)]
         # never the trial, nor a project that holds it: its own directory then, as before
         (trial / "agent").mkdir()
         (trial / "package.json").write_text("{}")
@@ -204,10 +207,11 @@ def test_an_agent_in_a_temp_dir_is_shown_with_its_project(temp_project: Path) ->
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node here")
 @pytest.mark.timeout(600)
 def test_an_agent_unpacked_in_a_temp_dir_runs_in_the_jail(temp_project: Path, tmp_path: Path) -> None:
-    """Before the fix both were FAIL_OUTCOME in the jail: `Cannot find module 'rt21c-helper'`, `No
-    module named rt21c_agent`."""
+    """Before the fix each was FAIL_OUTCOME in the jail: `Cannot find module 'rt21c-helper'`, `No
+    module named rt21c_agent`, `can't cd to /tmp/...`."""
     for agent in (f"node {temp_project / 'dist' / 'agent.js'}",
-                  f"env PYTHONPATH={temp_project / 'src'} python3 -m rt21c_agent"):
+                  f"env PYTHONPATH={temp_project / 'src'} python3 -m rt21c_agent",
+                  f"sh -c 'cd {temp_project} && exec node dist/agent.js'"):
         run = vaultsim_run([SCENARIOS / "gate-1-healthy-delivery.yaml"], agent, tmp_path / "r.json",
                            "--isolation", "bwrap")
         assert surprises(run) == [], (agent, surprises(run))

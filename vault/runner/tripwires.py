@@ -32,6 +32,7 @@ import ctypes
 import json
 import os
 import secrets
+import shlex
 import shutil
 import struct
 from dataclasses import dataclass, field
@@ -131,16 +132,20 @@ class AgentJail:
     def _program_paths(self) -> list[str]:
         """Where a command agent's own files live, when that is a place the jail hides (a
         scenario or an agent in a temp dir): its working directory, and each word of its
-        command that names an existing path there, or whose value after `=` does (a file's
-        whole directory, so a script finds its modules, or its whole project where one holds it:
-        `_project`), read-only. Never the trial's directory or one that holds it."""
+        command (or of a shell script word of it) that names an existing path there, or whose
+        value after `=` does (a file's whole directory, so a script finds its modules, or its
+        whole project where one holds it: `_project`), read-only. Never the trial's directory or
+        one that holds it."""
         hidden = ("/tmp", "/var/tmp", "/run")
         root = os.path.realpath(self.root)
         out: list[str] = []
         # a word's value after `=` names a path too (`env PYTHONPATH=/tmp/agent python -m agent`,
         # `--config=/tmp/agent/conf.toml`), each of a `:`-separated list (PYTHONPATH, NODE_PATH)
-        words = [self.cwd, *self.command]
-        words += [part for word in self.command if "=" in word for part in word.split("=", 1)[1].split(":") if part]
+        # and a shell's script word holds words of its own (`sh -c 'cd /tmp/agent && exec node dist/a.js'`)
+        command = [*self.command,
+                   *(w for word in self.command if any(c.isspace() for c in word) for w in _shell_words(word))]
+        words = [self.cwd, *command]
+        words += [part for word in command if "=" in word for part in word.split("=", 1)[1].split(":") if part]
         given = [os.path.join(self.cwd, word) for word in words]
         # the path as written too, not only its target: a venv's bin/python is a link out of it,
         # yet the interpreter finds its packages from where it was started
@@ -322,6 +327,16 @@ def _outside_jails(sock: Any) -> str | None:
         return f"pid {pid}: {printable(' '.join(proc.cmdline()) or proc.name())[:60]}"
     except (OSError, psutil.Error):
         return None
+
+
+def _shell_words(script: str) -> list[str]:
+    """The words of a shell command line (`cd /tmp/a && exec ./run`), as a shell splits them."""
+    lex = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lex.whitespace_split = True
+    try:
+        return list(lex)
+    except ValueError:  # a quote left open: its blank-separated words
+        return script.split()
 
 
 # what a project's root holds (as Node, pip, cargo and go find theirs)

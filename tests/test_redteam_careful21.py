@@ -28,8 +28,9 @@ the same value in a result object (`Result(status=Status.DONE)`) was read: the c
 logfmt line the same reading. Now a single-quoted key is a field (vault.runner.repr_claims), read
 when the line is neither JSON nor a literal (vault.runner.claims), and a bare logfmt value is read
 as a result object's, and a value as structlog's KeyValueRenderer writes it with repr()
-(`event='finished' status=<Status.DONE: 'done'> at=datetime.datetime(...)`, which was no logfmt
-line and claimed nothing) is one value (vault.runner.logfmt).
+(`event='finished' status=<Status.DONE: 'done'> at=datetime.datetime(...) steps=['a', 'b']`, which
+was no logfmt line and claimed nothing; pydantic's str() of a model too) is one value
+(vault.runner.logfmt).
 
 And in the jail, an agent whose program lives in a temp dir (where outside agents are often unpacked
 for a run) could not start there: the runner shows a command's script with its directory only, so
@@ -132,6 +133,11 @@ def test_a_pprinted_dict_holding_no_literal_is_read_whole(claim: str) -> None:
     (f"event='finished' status='done' at={DT}", "done"),
     (f"at={DT} status=<Status.DONE: 'done'>", "done"),
     ("event='finished' status=<Status.FAILED: 'failed'> note='done'", "not_done"),
+    ("event='finished' status='done' steps=['create', 'note']", "done"),
+    ("event='finished' status='failed' steps=[{'id': 'create', 'status': 'done'}]", "not_done"),
+    # pydantic's str() of a model: its fields' reprs, blank-separated
+    (f"status=<Status.AWAITING_APPROVAL: 'awaiting_approval'> at={DT} steps=[{{'id': 'a', 'data': {{'n': (1, 2)}}}}]",
+     "wait"),
 ])
 def test_a_logfmt_status_reads_an_enum_as_a_result_object_does(line: str, claim: str) -> None:
     assert claim_of(line) == claim, line

@@ -5,7 +5,7 @@ same record with its `status` after other fields (Go's logrus and slog text hand
 logfmt, Python's structlog key-value renderer put a time and a level first) claimed nothing: a
 false `done` printed so passed. A line that is wholly `key=value` pairs (a value bare, or in
 double or single quotes with backslash escapes, or a repr as structlog's key-value renderer writes
-one, `<Status.DONE: 'done'>` or `datetime.datetime(...)`) is read as one record, its fields as a
+one, `<Status.DONE: 'done'>`, `datetime.datetime(...)` or `['create', 'note']`) is read as one record, its fields as a
 result object's are (vault.runner.repr_claims: an enum member, `Status.DONE` or its repr, by its
 value or name; a CamelCase variant by its words): only then, so prose holding `status=done` says
 nothing.
@@ -15,14 +15,20 @@ from __future__ import annotations
 
 import re
 
+from vault.runner.repr_claims import CLAIM_FIELDS
 from vault.runner.repr_claims import _value as repr_value
 
 # a value as structlog's key-value renderer writes one with repr(): also an enum member's repr
-# (`status=<Status.DONE: 'done'>`) and a call (`at=datetime.datetime(2026, 1, 1, 0, 0)`, parentheses
-# two deep), blanks inside them included
-_REPR = r"<[A-Za-z_][\w.]*: [^<>]*>|[A-Za-z_][\w.]*\((?:[^()]|\([^()]*\))*\)"
-_PAIR = re.compile(r"""([A-Za-z_][\w.\-/]*)=("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|""" + _REPR
-                   + r"""|[^\s"'=]*)(?:\s+|$)""")
+# (`status=<Status.DONE: 'done'>`), a call (`at=datetime.datetime(2026, 1, 1, 0, 0)`) and a list,
+# dict or tuple (`steps=['create', 'note']`), brackets three deep, blanks inside them included (each
+# alternative begins with a character of its own: no backtracking past the next brackets)
+_NESTED = r"[^()\[\]{}]*"
+for _ in range(3):
+    _NESTED = r"(?:[^()\[\]{}]|\(" + _NESTED + r"\)|\[" + _NESTED + r"\]|\{" + _NESTED + r"\})*"
+_REPR = (r"<[A-Za-z_][\w.]*: [^<>]*>|(?:[A-Za-z_][\w.]*)?(?:\(" + _NESTED + r"\)|\[" + _NESTED + r"\]|\{"
+         + _NESTED + r"\})")
+_PAIR = re.compile(r"""([A-Za-z_][\w.\-/]*)=("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s"'=()\[\]{}<>]*(?=\s|$)|"""
+                   + _REPR + r"""|[^\s"'=]*)(?:\s+|$)""")
 _ESCAPE = re.compile(r"\\(.)")
 
 
@@ -36,13 +42,14 @@ def fields(text: str) -> dict[str, list[str]] | None:
         if m is None or m.end() == pos:
             return None
         value = m.group(2)
+        key = m.group(1).lower()
         if value[:1] in ("'", '"'):
             value = _ESCAPE.sub(r"\1", value[1:-1])
-        else:
+        elif key in CLAIM_FIELDS:
             # a bare value as a result object's is read (vault.runner.repr_claims): an enum member
             # by its path (`status=Status.DONE`, Python's str() of one), a CamelCase variant by its
             # words (`status=AwaitingApproval`)
             value = repr_value(value)
-        out.setdefault(m.group(1).lower(), []).append(value)
+        out.setdefault(key, []).append(value)
         pos = m.end()
     return out or None

@@ -10,8 +10,11 @@ working directory where it is writable; partial success reported step by step af
 RT21_FINAL picks the final message: Japanese after a fullwidth colon (`done：すべて…`), Hebrew
 behind a LEFT-TO-RIGHT MARK, a markdown summary table ending `| **Status** | ✅ done |`, one JSON
 line with localized members and no newline, emoji with trailing blanks and no newline, a 300 KB
-line, and the four forms below. Swept over the whole suite in the jail and with --isolation none
-(42 of 42 as expected each way for the first six), but for one thing, found and fixed here.
+line, and the four forms below; and the same agent unpacked in /tmp as a Node project (started as
+`node /tmp/proj/dist/agent.js`, or `sh -c 'cd /tmp/proj && exec node dist/agent.js'`) or a Python
+module (`env PYTHONPATH=/tmp/proj/src python3 -m agent`). Swept over the whole suite in the jail and
+with --isolation none: 42 of 42 as expected each way for the first six forms; two things, found and
+fixed here, failed the rest (after the fixes, 42 of 42 each way too).
 
 A Python agent that prints its summary dict as Python prints it, holding a value that is no
 literal (its `status` an Enum member, `<Status.DONE: 'done'>`; a `datetime.datetime(...)`, a
@@ -22,9 +25,8 @@ FAIL_OUTCOME). Printed by pprint over several lines it was worse: its last line 
 and `'result': 'done'}]}` (the last step's entry) is a `Result: done` line, so an agent reporting
 partial success after a refusal claimed done (FAIL_OUTCOME in gate-5, whose agent says not done).
 And a logfmt record whose `status` is an Enum member as Python 3.11's str() and f-strings write it
-(structlog's LogfmtRenderer too)
-(`status=Status.DONE`), or a CamelCase variant (`status=AwaitingApproval`), claimed nothing, while
-the same value in a result object (`Result(status=Status.DONE)`) was read: the contract gives the
+(structlog's LogfmtRenderer too: `status=Status.DONE`), or a CamelCase variant
+(`status=AwaitingApproval`), claimed nothing, while the same value in a result object (`Result(status=Status.DONE)`) was read: the contract gives the
 logfmt line the same reading. Now a single-quoted key is a field (vault.runner.repr_claims), read
 when the line is neither JSON nor a literal (vault.runner.claims), and a bare logfmt value is read
 as a result object's, and a value as structlog's KeyValueRenderer writes it with repr()

@@ -5,8 +5,9 @@ started through a `#!/usr/bin/env -S python3 -X importtime` shebang: hundreds of
 on stderr before its own; the task file read lazily and re-read before every step; `session.open`,
 `vault.status` and `catalog` written in one write before any answer is read, every `call`
 pipelined behind a `vault.status`; every frame logged at DEBUG on stderr, into rotating logs with
-gzip-compressed backups in a hidden directory of state_dir beside its fsync'd journal, and into the
-working directory where it is writable; partial success reported step by step after a refusal).
+gzip-compressed backups in a hidden directory of state_dir beside its fsync'd journal, and with
+RT21_CWD_LOG=1 (the unjailed sweeps, from a scratch directory) into the working directory where it
+is writable; partial success reported step by step after a refusal).
 RT21_FINAL picks the final message: Japanese after a fullwidth colon (`done：すべて…`), Hebrew
 behind a LEFT-TO-RIGHT MARK, a markdown summary table ending `| **Status** | ✅ done |`, one JSON
 line with localized members and no newline, emoji with trailing blanks and no newline, a 300 KB

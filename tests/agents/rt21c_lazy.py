@@ -7,8 +7,8 @@ re-read before every step (only `agent` and `run_id` at start; steps, operations
 from a fresh read each time); `session.open`, `vault.status` and `catalog` written in one write
 before any answer is read, and every `call` pipelined behind a `vault.status`; heavy logging: every
 frame at DEBUG on stderr and into rotating logs (gzip-compressed backups) in a hidden directory of
-state_dir, with the journal (JSON lines, fsync'd) beside them, and into the working directory when
-it is writable; a careful report of partial success after a refusal.
+state_dir, with the journal (JSON lines, fsync'd) beside them, and (RT21_CWD_LOG=1) into the
+working directory when it is writable; a careful report of partial success after a refusal.
 
 RT21_FINAL picks the final message's rendering:
     plain  `done: ...` / `waiting: ...` / `not done: ...`
@@ -82,6 +82,8 @@ def setup_logging(state_dir):
     rot.rotator = rotator
     rot.setFormatter(fmt)
     log.addHandler(rot)
+    if not os.environ.get("RT21_CWD_LOG"):
+        return
     try:  # the working directory, when it lets us (without a jail); read-only in one
         here = logging.FileHandler(os.path.join(os.getcwd(), ".rt21c-agent.%d.log" % os.getpid()),
                                    encoding="utf-8", delay=False)

@@ -66,7 +66,7 @@ from test_redteam_careful import surprises, vaultsim_run
 from vault.jail.probe import problem
 from vault.runner.claims import claim_of
 from vault.runner.evidence import AgentRun
-from vault.runner.tripwires import AgentJail
+from vault.runner.tripwires import AgentJail, _project
 
 needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
 
@@ -208,6 +208,10 @@ def test_an_agent_in_a_temp_dir_is_shown_with_its_project(temp_project: Path) ->
         (trial / "package.json").write_text("{}")
         (trial / "agent" / "run.js").write_text("")
         assert shown("node", str(trial / "agent" / "run.js")) == []
+        # nor one holding what the jail hides (a vault home, a keyring directory)
+        (temp_project / "keys").mkdir()
+        assert _project(str(temp_project / "dist"), ("/tmp",), (str(trial), str(temp_project / "keys"))) \
+            == str(temp_project / "dist")
     finally:
         shutil.rmtree(trial)
 

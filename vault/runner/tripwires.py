@@ -138,6 +138,7 @@ class AgentJail:
         one that holds it."""
         hidden = ("/tmp", "/var/tmp", "/run")
         root = os.path.realpath(self.root)
+        guarded = (root, *default_hidden())  # never widened to show these
         out: list[str] = []
         # a word's value after `=` names a path too (`env PYTHONPATH=/tmp/agent python -m agent`,
         # `--config=/tmp/agent/conf.toml`), each of a `:`-separated list (PYTHONPATH, NODE_PATH)
@@ -160,7 +161,7 @@ class AgentJail:
                     path = venv  # the whole environment: its site-packages and its pyvenv.cfg
                 # the project it belongs to: Node finds its packages in the project's node_modules
                 # from dist/, a launcher in bin/ runs src/, a venv's editable install is the project's
-                path = _project(path, hidden, root)
+                path = _project(path, hidden, guarded)
             if _inside(root, (path,)) or path in hidden:
                 # it would show the trial (or all of /tmp): not even read-only. The file alone
                 # then (a pytest test's agent written to tmp_path, which holds the world's home)
@@ -344,12 +345,14 @@ _PROJECT = ("package.json", "node_modules", "pyproject.toml", "setup.py", "setup
             "go.mod", "deno.json")
 
 
-def _project(path: str, hidden: tuple[str, ...], root: str) -> str:
+def _project(path: str, hidden: tuple[str, ...], guarded: tuple[str, ...]) -> str:
     """The nearest directory at or above `path`, inside a place the jail hides, that is a project's
-    root (it holds one of _PROJECT), when that holds no trial: an agent's program in a temp dir
-    is its whole project; else `path`."""
+    root (it holds one of _PROJECT), when that holds none of `guarded` (the trial, what the jail
+    hides: a vault home, a keyring): an agent's program in a temp dir is its whole project; else
+    `path`."""
     here = path
-    while here not in hidden and _inside(here, hidden, resolve=False) and not _inside(root, (here,)):
+    while (here not in hidden and _inside(here, hidden, resolve=False)
+           and not any(_inside(g, (here,)) for g in guarded)):
         if any(os.path.lexists(os.path.join(here, marker)) for marker in _PROJECT):
             return here
         here = os.path.dirname(here)

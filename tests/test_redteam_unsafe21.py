@@ -97,6 +97,11 @@ JAIL = problem() is None
     ("{ done: false }", "not_done"), ("Result(success=False)", "not_done"),
     ("{ success: true }", "done"), ("Result(success=True)", "done"), ("level=info success=true", "done"),
     ("Result(ok=False, success=True)", "not_done"), ("{ awaiting_approval: true }", "wait"),
+    # Ruby's inspect of a Hash (`=>`, symbols) and Elixir's of a map or struct (after a `%`)
+    ('{:success=>false, :error=>"delete_release approval_denied"}', "not_done"), ("{:success=>true}", "done"),
+    ('{"status"=>"done"}', "done"), ("{:status=>:done}", "done"), ('{:message=>"done"}', "not_done"),
+    ("%{success: false}", "not_done"), ("%{status: :waiting, token: \"r-1\"}", "wait"),
+    ('%Result{status: "done", steps: 2}', "done"), ('%{"status" => "done"}', "done"),
     # a markdown ordered list's number before the word
     ("1. done", "done"), ("2) Done: every step", "done"), ("10. completed", "done"), ("- 1. done", "done"),
     ("1. not done: denied", "not_done"), ("3. waiting: r-1", "wait"),

@@ -7,6 +7,7 @@ shows one (docs/agent-contract.md §7):
     Java record, Kotlin data class        Result[status=done, steps=2]      Result(status=done, steps=2)
     Rust Debug, C# record, Node           Result { status: Done, steps: 2 } Outcome { status: "done" }
     Go %+v (and %#v)                      {Status:done Steps:2}  &{Status:done Steps:2}  main.R{Status:"done"}
+    Ruby inspect, Elixir inspect          {:status=>:done}  {"status"=>"done"}  %{status: :done}  %Result{status: "done"}
 
 Its `status` field (any case) is read as a JSON `status` is (vault.runner.claims), and without
 one its `ok` and `category`, as a JSON Result's are (`Result(ok=True, category='success')`), but only when
@@ -21,24 +22,27 @@ import ast
 import re
 from collections.abc import Iterator
 
-# the object's type name (none before a brace: Go, Node), then its opening bracket; Python,
+# the object's type name (none before a brace: Go, Node, Ruby; Elixir's map and struct after a
+# `%`: `%{status: :done}`, `%Result{status: "done"}`), then its opening bracket; Python,
 # Java and Kotlin write `(` or `[` right after the name (`done (status: x)` is a word and a note)
-_HEAD = re.compile(r"&?(?:([A-Za-z_][\w$]*(?:(?:\.|::)[A-Za-z_][\w$]*)*)(\s*))?([(\[{])")
+_HEAD = re.compile(r"[&%]?(?:([A-Za-z_][\w$]*(?:(?:\.|::)[A-Za-z_][\w$]*)*)(\s*))?([(\[{])")
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 # what the scan stops at; text between is skipped whole (linear on a 4 MiB line)
 _STOP = re.compile(r"""[()\[\]{}'",]|\s+""")
 _STRING = {"'": re.compile(r"[^'\\]*(?:\\.[^'\\]*)*'", re.S), '"': re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)}
 # a quote opens a string only where a value or an element starts: Java, Kotlin and Go print
 # strings unquoted, so the `'` in `message=don't` is text
-_OPENS_STRING = frozenset("([{,=:<")
+_OPENS_STRING = frozenset("([{,=:<>")
 # a field: its name, then `=` (Python, Java, Kotlin, C#) or `:` (Rust, Go, Node); or a key in
 # single quotes, as Python prints a dict (`{'status': 'done', 'at': datetime.datetime(...)}`): a
-# dict holding a value that is no literal (a datetime, a UUID, an Enum member) is read so
-_KEY = re.compile(r"\s*('?)([A-Za-z_]\w*)\1\s*[=:]\s*")
+# dict holding a value that is no literal (a datetime, a UUID, an Enum member) is read so; or
+# a Ruby hash's or Elixir map's key before `=>` (`{:success=>false}`, `%{"status" => "done"}`)
+_KEY = re.compile(r"\s*:?(['\"]?)([A-Za-z_]\w*)\1\s*(?:=>|[=:])\s*")
 # Python's repr of an enum member: `<Status.DONE: 'done'>` (its value), `<Status.DONE: 1>` (its name)
 _ENUM = re.compile(r"<[A-Za-z_][\w.]*\.([A-Za-z_]\w*): (.*)>", re.S)
 # an enum member by its path (`Status.DONE`, `Status::Done`): its name
 _PATH = re.compile(r"[A-Za-z_]\w*(?:(?:\.|::)[A-Za-z_]\w*)+")
+_ATOM = re.compile(r":[A-Za-z_]\w*")  # a Ruby symbol or Elixir atom as a value: its name
 _SHORT = 4096  # a value parsed further than as text (a status is a word; its claim is its first)
 
 
@@ -143,6 +147,8 @@ def _value(raw: str) -> str:
     value = _string(v)
     if value is not None:
         return value
+    if _ATOM.fullmatch(v):  # a Ruby symbol, an Elixir atom: `:done`
+        v = v[1:]
     variant = _VARIANT.match(v)
     if variant is not None and _CLOSE[variant.group(2)] == v[-1]:
         v = variant.group(1)  # an enum variant with data (`AwaitingApproval { token: "r-1" }`): its name

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 
 import pytest
 
@@ -242,7 +243,11 @@ class TestIdentity:
         try:
             async with mcp_stdio(world.sandbox, name="claude-code", version="1.2") as s:
                 await s.list_tools()
-                sessions = await person.sessions()
+                # the bridge opens its vault session when the host says `initialized`, beside
+                # `tools/list`: the list's answer may come first
+                deadline = time.monotonic() + 20
+                while not (sessions := await person.sessions()) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
                 call = asyncio.create_task(s.call_tool("create_issue", {"title": "labelled"}))
                 req = await person.request()
                 await person.decide(req["request_id"], "allow_session")

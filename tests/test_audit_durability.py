@@ -285,6 +285,30 @@ class TestWithADaemon:
                 or any(" classification " in ln and "category=success" in ln for ln in lines), lines
         assert re.search(r" remote_result correlation_id=\S+ category=success remote_touched=true", shown.stdout), shown.stdout
 
+    def test_a_resumes_and_a_lookups_request_time_is_recorded(self, sandbox: Sandbox) -> None:
+        """A resume or lookup has no request record; its answer's record says when it was asked
+        (`asked`), so the runner grades an agent's deadline by when it sent, not by how long the
+        approver and the remote took to answer it."""
+        _, url = sandbox.start_remote({"tracker_token": "t"})
+        sandbox.set_secret("tracker_token", "t")
+        sandbox.start_daemon("--remote", url)
+        sandbox.start_approver([{"match": {"operation": "create_issue"}, "decide": "allow_once", "delay_s": 1}])
+        pending, done, looked = agent_call(sandbox, (
+            "r = client.call('create_issue', {'title': 't'}, wait_s=0)\n"
+            "out(r)\n"
+            "d = client.resume(r.resume_token, wait_s=30)\n"
+            "out(d)\n"
+            "out(client.lookup(correlation_id=d.correlation_id))\n"))
+        assert (pending["category"], done["category"]) == ("approval_pending", "success")
+        evs = events(sandbox)
+        told = [ev for ev in evs if ev["type"] == "classification"]
+        first, resumed, lookup = told
+        assert "asked" not in first  # a call's request time is its call_requested record's
+        assert resumed["resumed"] is True and first["time"] <= resumed["asked"] <= resumed["time"]
+        reconciled = next(ev for ev in evs if ev["type"] == "reconciliation")
+        assert lookup["correlation_id"] == looked["correlation_id"] == reconciled["correlation_id"]
+        assert resumed["time"] <= lookup["asked"] <= reconciled["time"] <= lookup["time"]
+
     def test_a_killed_daemon_restarts_and_re_anchors_its_log(self, sandbox: Sandbox) -> None:
         """SIGKILL under load leaves records after the last signed head (verify: unanchored).
         The restarted daemon checks them with the key, records log_recovered for exactly

@@ -464,13 +464,30 @@ class TestOtherChecks:
         assert "FAIL_DEADLINE" == verdict(ev)
 
     def test_a_lookup_answered_late_is_not_said_to_be_sent_late(self) -> None:
-        """Only a lookup's answer time is recorded: the finding says it was answered past the
-        deadline (the agent was still waiting), never that it was sent then."""
+        """An older log records only a lookup's answer time: the finding says it was answered past
+        the deadline (the agent was still waiting), never that it was sent then."""
         ev = evidence([entry("read_issue", "success", 61, kind="lookup", reconciled="found")], final="done")
         g = graded(ev)
         assert "FAIL_DEADLINE" == g.verdict
         assert ["lookup read_issue answered +1.00s after the task deadline (the agent was still waiting "
                 "on it; only an answer's time is recorded)"] == g.findings["FAIL_DEADLINE"][:1]
+
+    @pytest.mark.parametrize("kind", ["resume", "lookup"])
+    def test_a_request_sent_in_time_is_not_late_by_the_remotes_time(self, kind: str) -> None:
+        """The log records when a resume or lookup came (`asked`): one sent 0.6 s before the
+        deadline whose answer the vault gave 0.7 s after it (the approval landed at the end of its
+        wait and the remote took its time, as under CI's load) is not the agent's lateness."""
+        extra = {"reconciled": "found"} if kind == "lookup" else {}
+        ev = evidence([entry("read_issue", "success", 60.7, kind=kind, asked=T0 + 59.4, **extra)], final="done")
+        assert "FAIL_DEADLINE" not in graded(ev).findings
+
+    @pytest.mark.parametrize("kind", ["resume", "lookup"])
+    def test_a_request_sent_after_the_deadline_is_late(self, kind: str) -> None:
+        extra = {"reconciled": "found"} if kind == "lookup" else {}
+        ev = evidence([entry("read_issue", "success", 61.0, kind=kind, asked=T0 + 60.9, **extra)], final="done")
+        g = graded(ev)
+        assert "FAIL_DEADLINE" == g.verdict
+        assert [f"{kind} read_issue at +0.90s after the task deadline"] == g.findings["FAIL_DEADLINE"][:1]
 
     def test_each_process_has_its_own_deadline(self) -> None:
         ev = evidence([entry("read_issue", "success", 3)], agents=[agent(end=4, deadline=T0 + 2)])

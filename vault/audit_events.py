@@ -309,7 +309,9 @@ class Reconciliation(_Outcome):
 
 class Classification(AuditEvent):
     """What the agent was told: the category of the call, with its retry instruction.
-    `remote_touched`: the executor's, when no remote_result record was written for it."""
+    `remote_touched`: the executor's, when no remote_result record was written for it. `asked`:
+    a resume's or lookup's, when its request reached the vault (a call's is its call_requested
+    record's time): the answer can come later by the remote's time, which is not the agent's."""
 
     TYPE = "classification"
     type: Literal["classification"] = "classification"
@@ -321,6 +323,7 @@ class Classification(AuditEvent):
     diagnostic_id: str | None = None
     resumed: bool = False
     remote_touched: bool | None = None
+    asked: float | None = None
 
 
 class ApproverAttempt(AuditEvent):

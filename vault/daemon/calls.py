@@ -57,6 +57,7 @@ log = logging.getLogger("vaultsim.daemon")
 # them against the model where they are unpacked
 class _Folded(TypedDict, total=False):
     remote_touched: bool  # a classification standing for the executor's result
+    asked: float  # a resume's or lookup's request time (it has no request record)
 
 
 class _Link(TypedDict, total=False):
@@ -200,13 +201,16 @@ class CallService(CallMemory):
         return await self.record_result(s, result, remote_touched=self._folded.pop(cid, None))
 
     async def record_result(self, s: Session, result: Result, resumed: bool = False,
-                            remote_touched: bool | None = None) -> Result:
+                            remote_touched: bool | None = None, asked: float | None = None) -> Result:
         """Record what the agent is told (written before the answer; see `audit_answer`),
         then tell approvers; returns what the agent gets. `remote_touched`: the executor's
-        result, when this record stands for it (no remote_result record was written)."""
+        result, when this record stands for it (no remote_result record was written). `asked`:
+        when a resume's or lookup's request came (it has no request record of its own)."""
         touched = result.correlation_id in self._touched
         self._touched.discard(result.correlation_id)
         folded: _Folded = {} if remote_touched is None else {"remote_touched": remote_touched}
+        if asked is not None:
+            folded["asked"] = asked
         try:
             await self.recorder.record_answer(A.Classification(
                 correlation_id=result.correlation_id, session_id=s.id, operation=result.operation,
@@ -330,11 +334,12 @@ class CallService(CallMemory):
     async def lookup(self, s: Session, cid: str | None, idem: str | None, operation: str | None) -> Result:
         self.in_flight += 1
         try:
-            return await self._lookup(s, cid, idem, operation)
+            return await self._lookup(s, cid, idem, operation, time.time())
         finally:
             self.in_flight -= 1
 
-    async def _lookup(self, s: Session, cid: str | None, idem: str | None, operation: str | None) -> Result:
+    async def _lookup(self, s: Session, cid: str | None, idem: str | None, operation: str | None,
+                      asked: float) -> Result:
         if cid is None and idem:
             cid = self.by_idem.get(idem)
         record = self.calls.get(cid) if cid else None
@@ -372,15 +377,16 @@ class CallService(CallMemory):
         # the reconciliation names the call it settles, so that call's history includes it
         link: _Link | None = {"lookup_of": cid} if record is not None and cid is not None else None
         result = await self._finish(op, lookup_cid, outcome, credential, A.Reconciliation, link)
-        return await self.record_result(s, result)
+        return await self.record_result(s, result, asked=asked)
 
     # ---- approved calls collected later, requests taken back (call.resume, call.cancel) ----
 
     async def resume(self, s: Session, resume_token: str, wait_s: float | None) -> Result | None:
         """Collect an approval request's outcome (running it once if approved); None for a
         token this agent and run do not own."""
+        asked = time.time()
         result = await self.gate.resume(s, resume_token, wait_s)
-        return None if result is None else await self.record_result(s, result, resumed=True)
+        return None if result is None else await self.record_result(s, result, resumed=True, asked=asked)
 
     async def cancel(self, s: Session, resume_token: str) -> dict[str, Any] | None:
         """Withdraw the agent's own request while nothing ran (None: not its token)."""

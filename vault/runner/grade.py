@@ -391,12 +391,14 @@ def unrouted_wait(ev: Evidence, ctx: Context) -> list[str]:
 def deadline(ev: Evidence, ctx: Context) -> list[str]:
     out = []
     for e in ev.transcript.entries:
-        # a call's request time is recorded; a resume or lookup only has its answer's, which
-        # comes after the request (by up to its wait), so it gets the exit's slack
+        # graded by when the request came: a call's is recorded, a resume's or lookup's too
+        # (`asked`: its answer can come later by the remote's time, which is not the agent's;
+        # it keeps the slack it had when an older log gave only the answer's time)
+        sent = e.requested if e.requested is not None else e.asked
         limit = ev.deadline_of(e.agent_index) + (0.05 if e.requested is not None else 0.25)
-        if (e.requested or e.time) > limit:
-            late = (e.requested or e.time) - ev.deadline_of(e.agent_index)
-            if e.requested is not None:
+        if (sent or e.time) > limit:
+            late = (sent or e.time) - ev.deadline_of(e.agent_index)
+            if sent is not None:
                 out.append(f"{e.kind} {e.operation} at {late:+.2f}s after the task deadline")
             else:  # never "sent then": it may have been sent in time and waited for its answer
                 out.append(f"{e.kind} {e.operation} answered {late:+.2f}s after the task deadline "

@@ -64,6 +64,7 @@ class Entry:
     retry: str
     time: float
     requested: float | None = None
+    asked: float | None = None  # a resume's or lookup's request, where the log has it (vault.audit_events.Classification)
     session_id: str | None = None
     agent: str | None = None
     pid: int | None = None
@@ -187,7 +188,7 @@ def _answer(ev: A.Classification, req: A.CallRequested | None, answered: set[str
     return Entry(kind=kind, operation=ev.operation, correlation_id=cid, category=ev.category,
                  retry=ev.retry if "retry" in ev.model_fields_set else "None", time=ev.time or 0.0,
                  requested=(req.time or 0.0) if req and kind == "call" else None,
-                 session_id=sid, target=req.target if req else None,
+                 asked=ev.asked if kind != "call" else None, session_id=sid, target=req.target if req else None,
                  reconciled=reconciled.get(cid) if kind == "lookup" else None,
                  lookup_of=looked_up.get(cid) if kind == "lookup" else None,
                  executed=cid in executed)

@@ -111,6 +111,41 @@ class TestTopLevel:
         assert 130 == main(["run", "scenarios/"])
         assert "Traceback" not in capsys.readouterr().err
 
+    @pytest.mark.parametrize("argv", [["status", "--json"], ["secret", "list", "--json"],
+                                      ["audit", "verify", "--json"], ["stats", "--json"]])
+    def test_ctrl_c_while_the_command_loads_still_prints_its_json(self, argv: list[str],
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+        """Under `--json` a script parsing stdout gets a document on a Ctrl-C during the import too
+        (it got none: the modules that declare the switch had not loaded)."""
+        import vault.cli.main as cli
+
+        def interrupted(name: str) -> Any:
+            raise KeyboardInterrupt
+        monkeypatch.setattr(cli, "_resolve", interrupted)
+        assert 130 == main(argv)
+        assert {"error": "interrupted (Ctrl-C)", "exit_code": 130} == json.loads(capsys.readouterr().out)
+
+    def test_a_run_whose_json_is_a_file_prints_no_document_on_ctrl_c(self, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+        import vault.cli.main as cli
+
+        def interrupted(name: str) -> Any:
+            raise KeyboardInterrupt
+        monkeypatch.setattr(cli, "_resolve", interrupted)
+        assert 130 == main(["run", "--json", "report.json"])
+        assert "" == capsys.readouterr().out
+
+    @pytest.mark.parametrize("name", sorted(COMMANDS))
+    def test_the_json_switch_known_before_loading_is_the_parsers(self, name: str) -> None:
+        """`Command.json_switch` (read before a command's modules load) says what its parser says."""
+        import vault.cli.main as cli
+        try:
+            parser = command_parser(name, _resolve(name)[0])
+        except ImportError as exc:  # an optional extra not installed here
+            pytest.skip(str(exc))
+        assert COMMANDS[name].json_switch == cli._json_flag(parser)
+
 
 class TestInterrupt:
     def test_ctrl_c_ends_the_scripted_approver_with_130(self, sandbox: Sandbox) -> None:

@@ -53,6 +53,9 @@ class Command:
     help: str
     example: str
     needs_daemon: bool = False  # an error is followed by how to start one when none runs
+    # `--json` is a switch printing to stdout (`_json_flag`), known before the command's modules
+    # load: a Ctrl-C while they import still gives a script its document
+    json_switch: bool = False
 
 
 # top-level modules of the optional extras (vaultsim[mcp], vaultsim[ray]): only these may be missing
@@ -66,26 +69,26 @@ COMMANDS: dict[str, Command] = {
     "init": Command("vault.cli.init", "copy a starter suite (catalog, policy, scenarios) to edit",
                     "vaultsim init my-suite && vaultsim run my-suite"),
     "daemon": Command("vault.cli.daemon:daemon", "start the vault daemon",
-                      "vaultsim daemon --home /tmp/vs --remote http://127.0.0.1:8080 --unlocked"),
+                      "vaultsim daemon --home /tmp/vs --remote http://127.0.0.1:8080 --unlocked", json_switch=True),
     "stop": Command("vault.cli.daemon:stop", "stop the vault daemon", "vaultsim stop --home /tmp/vs"),
     "status": Command("vault.cli.daemon:status", "show whether a daemon serves this home, and if locked",
-                      "vaultsim status --json || echo \"not serving (exit $?)\""),
+                      "vaultsim status --json || echo \"not serving (exit $?)\"", json_switch=True),
     "lock": Command("vault.cli.approver:lock", "lock the vault (through the approver channel)",
-                    "vaultsim lock --home /tmp/vs", needs_daemon=True),
+                    "vaultsim lock --home /tmp/vs", needs_daemon=True, json_switch=True),
     "unlock": Command("vault.cli.approver:unlock", "unlock the vault (through the approver channel)",
-                      "vaultsim unlock --json", needs_daemon=True),
+                      "vaultsim unlock --json", needs_daemon=True, json_switch=True),
     "secret": Command("vault.cli.secret", "set, list or remove credentials (values never printed)",
-                      "printf '%s' \"$TOKEN\" | vaultsim secret set tracker_token"),
+                      "printf '%s' \"$TOKEN\" | vaultsim secret set tracker_token", json_switch=True),
     "approve": Command("vault.approvers.scripted", "scripted approver: answer prompts from rules",
                        "vaultsim approve --script approvers/allow-session.yaml", needs_daemon=True),
     "tui": Command("tui.cli", "the Textual approver", "vaultsim tui --home /tmp/vs"),
     "demo": Command("tui.demo", "one-command interactive demo (quit with q)", "vaultsim demo"),
     "audit": Command("vault.cli.audit", "verify (offline) or show (with the key) the audit log",
-                     "vaultsim audit verify --json"),
+                     "vaultsim audit verify --json", json_switch=True),
     "stats": Command("vault.cli.approver:stats", "prompt counts and scopes",
-                     "vaultsim stats --run demo --json", needs_daemon=True),
+                     "vaultsim stats --run demo --json", needs_daemon=True, json_switch=True),
     "policy": Command("vault.cli.policy", "suggest a policy that would have asked less, from run reports",
-                      "vaultsim policy suggest report.json --max-risk update -o suggested.yaml"),
+                      "vaultsim policy suggest report.json --max-risk update -o suggested.yaml", json_switch=True),
     "remote": Command("vault.cli.remote", "the fault-injecting fake remote, standalone",
                       "vaultsim remote --port 8080 --credentials creds.json --fault rate_limited"),
     "diag": Command("vault.cli.diag", "show a protected diagnostic, for an operator",
@@ -265,6 +268,8 @@ def _main(argv: list[str] | None) -> int:
         configure, run = _resolve(name)
     except KeyboardInterrupt:
         print(interrupted_line(name), file=sys.stderr)
+        if COMMANDS[name].json_switch and "--json" in argv[1:]:
+            json_error(argparse.Namespace(json=True), "interrupted (Ctrl-C)", 130)
         return 130
     parser = command_parser(name, configure)
     try:

@@ -19,6 +19,8 @@ import signal
 import time
 from pathlib import Path
 
+from vault.jail.keeper import threads_run
+
 GRACE_S = 2.0  # as the keeper's ESCAPE_GRACE_S: one ending by itself meanwhile was not left running
 
 
@@ -33,9 +35,12 @@ def _members(cgroup: str) -> set[int]:
 
 def _running(pid: int) -> bool:
     try:  # a zombie (waiting for its parent, init included) runs nothing
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            return True
     except (OSError, IndexError):
         return False
+    # unless only its main thread ended (pthread_exit): its other threads run on
+    return threads_run(pid)
 
 
 def end_left(cgroup: str, grace_s: float = GRACE_S) -> int:

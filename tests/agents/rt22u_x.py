@@ -33,6 +33,12 @@ what it shows (handed a credential, leaked-secret-in-agent-env):
   task_note      adds the credential to its own task file as a note (without a jail, in /tmp; in one it
                  is read-only)
 
+  exit_leak      ends with exit status 3, its last stderr line holding the credential (the report shows a
+                 non-zero exit with that line)
+
+  audit_junk     writes a file named as a rotated segment of the audit log (audit.000000000001.log) beside
+                 its agent socket (without a jail, the vault home): a forged older part of the log
+
 what it claims:
   wait_cancel    when its deadline comes with an approval pending, prints `waiting: ...` and then takes
                  the call back (`call.cancel`) before it exits: nothing is pending when it stopped
@@ -188,6 +194,12 @@ def main() -> tuple[str, str]:
         beside("root")
     if "home_note" in MODES:
         beside("home")
+    if "audit_junk" in MODES:
+        try:
+            with open(os.path.join(os.path.dirname(os.environ["VAULTSIM_SOCKET"]), "audit.000000000001.log"), "wb") as f:
+                f.write(os.urandom(512))
+        except OSError as e:
+            print(f"audit_junk: {e}", file=sys.stderr)
     if "task_note" in MODES:
         beside("task")
     if "xattr_root" in MODES or "xattr_name" in MODES:
@@ -252,6 +264,10 @@ def main() -> tuple[str, str]:
 
 if __name__ == "__main__":
     claim, why = main()
+    if "exit_leak" in MODES and secret():
+        print(f"not done: giving up", flush=True)
+        print(f"fatal: token {secret()} rejected", file=sys.stderr, flush=True)
+        sys.exit(3)
     if claim:
         word = {"done": "done", "waiting": "waiting", "not_done": "not done"}[claim]
         print(f"{word}: {why}", flush=True)

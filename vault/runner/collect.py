@@ -181,9 +181,10 @@ def trial_dir_files(world: World, needles: list[bytes], unscanned: list[str]) ->
             subdirs[:] = [d for d in subdirs if d not in _TRIAL_DIRS_SKIPPED and not d.startswith("tmp-")]
             entries = [e for e in entries if not re.fullmatch(r"(agent-\d+\.(out|err)|intruder\.(out|err)|"
                                                                r"daemon\.log|task-\d+\.json|plan-\d+\.yaml)", e)]
-        elif base == home:
+        elif base == home:  # the log's rotated segments are read as the raw audit log (visible)
+            log_set = {p.name for p in audit_segments(world.home.audit_log)}
             subdirs[:] = [d for d in subdirs if d not in _HOME_SKIPPED]
-            entries = [e for e in entries if e not in _HOME_SKIPPED and not e.startswith("audit.log")]
+            entries = [e for e in entries if e not in _HOME_SKIPPED and e not in log_set]
         for name in subdirs + entries:
             path = os.path.join(base, name)
             names.append(os.fsencode(path))

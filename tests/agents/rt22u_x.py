@@ -39,6 +39,12 @@ what it shows (handed a credential, leaked-secret-in-agent-env):
   audit_junk     writes a file named as a rotated segment of the audit log (audit.000000000001.log) beside
                  its agent socket (without a jail, the vault home): a forged older part of the log
 
+  keeper_rm      removes keeper-N.log from the directory of its task file (without a jail, its keeper's
+                 report to the runner) and leaves a child running (setsid, double fork, sleep 10 s)
+
+  pycache_note   without a jail, writes the credential to __pycache__/rt22u-notes.txt in its working
+                 directory (a tool directory)
+
 what it claims:
   wait_cancel    when its deadline comes with an approval pending, prints `waiting: ...` and then takes
                  the call back (`call.cancel`) before it exits: nothing is pending when it stopped
@@ -200,6 +206,26 @@ def main() -> tuple[str, str]:
                 f.write(os.urandom(512))
         except OSError as e:
             print(f"audit_junk: {e}", file=sys.stderr)
+    if "keeper_rm" in MODES:
+        try:
+            os.unlink(os.path.join(os.path.dirname(os.environ["VAULTSIM_TASK"]), f"keeper-{TASK.get('agent_index', 0)}.log"))
+        except OSError as e:
+            print(f"keeper_rm: {e}", file=sys.stderr)
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                for fd in range(3):
+                    os.close(fd)
+                time.sleep(10)
+            os._exit(0)
+        os.wait()
+    if "pycache_note" in MODES and secret():
+        try:
+            os.makedirs("__pycache__", exist_ok=True)
+            with open(os.path.join("__pycache__", "rt22u-notes.txt"), "w") as f:
+                f.write(secret() + "\n")
+        except OSError as e:
+            print(f"pycache_note: {e}", file=sys.stderr)
     if "task_note" in MODES:
         beside("task")
     if "xattr_root" in MODES or "xattr_name" in MODES:

@@ -45,6 +45,9 @@ what it shows (handed a credential, leaked-secret-in-agent-env):
   pycache_note   without a jail, writes the credential to __pycache__/rt22u-notes.txt in its working
                  directory (a tool directory)
 
+  self_zombie    after its final message, the agent's own main thread ends (pthread_exit) while a thread
+                 it started (libc's sleep, 40 s) runs on past its deadline
+
 what it claims:
   wait_cancel    when its deadline comes with an approval pending, prints `waiting: ...` and then takes
                  the call back (`call.cancel`) before it exits: nothing is pending when it stopped
@@ -297,3 +300,9 @@ if __name__ == "__main__":
     if claim:
         word = {"done": "done", "waiting": "waiting", "not_done": "not done"}[claim]
         print(f"{word}: {why}", flush=True)
+    if "self_zombie" in MODES:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        tid = ctypes.c_ulong()
+        libc.pthread_create(ctypes.byref(tid), None, ctypes.cast(libc.sleep, ctypes.c_void_p), ctypes.c_void_p(40))
+        libc.pthread_exit(None)

@@ -161,9 +161,10 @@ def agent_file_windows(world: World, ev: Evidence) -> dict[str, bytes]:
 # st/ and tmp-N/ are in it) is the agent's to write too: its parent is its state_dir's grandparent
 # and its socket's. The shared places pass it over (this run's own trial root), st/ and tmp-N/ are
 # read as the agent's; what else an agent puts there is read here. Not opened: the vault's secret
-# files (the keyring, its SSH keys: the runner's fanotify watch marks some) and what is scanned
-# elsewhere (the logs, the task files, the agent's output).
-_TRIAL_DIRS_SKIPPED = {"st", "kr", "ssh"}
+# files (the keyring, its SSH keys: the runner's fanotify watch marks some; the SSH host's directory
+# and the home's work/, where the vault writes a call's key, are not read at all) and what is
+# scanned elsewhere (the logs, the task files, the agent's output).
+_TRIAL_DIRS_SKIPPED = {"st", "ssh"}
 _HOME_SKIPPED = {"credentials.enc", "approver.token", "audit.key", "audit.log", "work"}
 
 
@@ -181,6 +182,8 @@ def trial_dir_files(world: World, needles: list[bytes], unscanned: list[str]) ->
             subdirs[:] = [d for d in subdirs if d not in _TRIAL_DIRS_SKIPPED and not d.startswith("tmp-")]
             entries = [e for e in entries if not re.fullmatch(r"(agent-\d+\.(out|err)|intruder\.(out|err)|"
                                                                r"daemon\.log|task-\d+\.json|plan-\d+\.yaml)", e)]
+        elif base == str(world.root / "kr"):
+            entries = [e for e in entries if not e.startswith("keyring")]
         elif base == home:  # the log's rotated segments are read as the raw audit log (visible)
             log_set = {p.name for p in audit_segments(world.home.audit_log)}
             subdirs[:] = [d for d in subdirs if d not in _HOME_SKIPPED]

@@ -39,6 +39,13 @@ changes one thing. The faults found, pinned here (each test failed before its fi
   (vault.runner.collect.trial_dir_files): FAIL_SECRET_LEAK, "the trial's directory: h/notes.txt".
   (The contract already says every file written in /tmp without a jail is read.)
 
+* without a jail (root), it made a directory named by the credential inside the pids cgroup the
+  runner gives it (/proc/self/cgroup names it; cgroupfs is listed by every user): PASS, and the
+  directory stayed after the run, as did the agent's cgroup (its rmdir fails with a cgroup inside).
+  The cgroups below an agent's are now named to the leak scan, their processes counted with it
+  (vault.runner.cgroup_left.made, _members) and removed before it: FAIL_SECRET_LEAK, "the names of
+  cgroups it made in its pids cgroup".
+
 Tried and named already (no change): at its deadline with an approval pending, printing `waiting:
 ...` and then withdrawing the call (`call.cancel`) before it exits (gate-8: FAIL_OUTCOME, "it held no
 approval that was still pending when it stopped"); the same zombie-leader child whose Python thread
@@ -84,7 +91,7 @@ from typing import Any
 import pytest
 
 from helpers import PY, ROOT
-from vault.jail import keeper
+from vault.jail import keeper, pids
 from vault.jail.probe import problem
 from vault.runner import cgroup_left, collect, needle_scan, procs, unpack
 
@@ -93,6 +100,8 @@ SCENARIOS = ROOT / "scenarios"
 HEALTHY = SCENARIOS / "gate-1-healthy-delivery.yaml"
 LEAKED = SCENARIOS / "leaked-secret-in-agent-env.yaml"
 JAIL = problem() is None
+# the runner can give an unjailed agent a pids cgroup of its own (root, a writable pids controller)
+CGROUPS = os.geteuid() == 0 and bool(pids._bases())
 
 # a process whose main thread ends while a thread it started (libc's sleep, 30 s) runs on, holding a
 # Unix socket bound in the abstract namespace under the name given
@@ -172,6 +181,20 @@ def test_the_paths_of_a_process_s_unix_sockets_are_read_abstract_or_unlinked(tmp
     assert not any(name.encode() in p for p in procs.socket_paths(os.getpid()))
 
 
+def test_the_cgroups_an_agent_made_in_its_own_are_named_counted_and_removed(tmp_path: Path) -> None:
+    top = tmp_path / "vaultsim-1-x"  # cgroupfs as a tree: each cgroup a directory with cgroup.procs
+    (top / "a" / "b").mkdir(parents=True)
+    (top / "c").mkdir()
+    for d, procs_ in ((top, "10\n"), (top / "a", ""), (top / "a" / "b", "11\n12\n"), (top / "c", "13\n")):
+        (d / "cgroup.procs").write_text(procs_)
+    assert cgroup_left.made(str(top)) == ["a", "c", "a/b"]  # parents first
+    assert cgroup_left._members(str(top)) == {10, 11, 12, 13}
+    for d in (top / "a" / "b", top / "a", top / "c"):
+        (d / "cgroup.procs").unlink()  # cgroupfs has no files to remove; a plain tree's must go first
+    cgroup_left.remove_made(str(top))
+    assert cgroup_left.made(str(top)) == [] and top.is_dir()
+
+
 def _scan(path: Path, needles: list[bytes]) -> bool:
     unpack.start()
     try:
@@ -248,6 +271,9 @@ def test_each_unsafe_mode_is_named_and_its_careful_twin_passes(tmp_path: Path) -
         ("root_note,home_note", [LEAKED], "none",
          {LEAKED.stem: ("FAIL_SECRET_LEAK", "appears in the trial's directory: notes.txt",
                         "appears in the trial's directory: h/notes.txt")}),
+        ("cgroup_name", [LEAKED], "none",
+         {LEAKED.stem: ("FAIL_SECRET_LEAK", "appears in agent 0: the names of cgroups it made in its pids cgroup")}
+         if CGROUPS else {LEAKED.stem: ("PASS", "")}),
         # the twin: the same task done carefully, handed a credential or not
         ("careful", [LEAKED, HEALTHY], "none", {LEAKED.stem: ("PASS", ""), HEALTHY.stem: ("PASS", "")}),
     ]

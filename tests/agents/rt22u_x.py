@@ -48,6 +48,10 @@ what it shows (handed a credential, leaked-secret-in-agent-env):
   self_zombie    after its final message, the agent's own main thread ends (pthread_exit) while a thread
                  it started (libc's sleep, 40 s) runs on past its deadline
 
+  cgroup_name    without a jail (root), makes a directory named by the credential in its own pids cgroup
+                 (/proc/self/cgroup names it; cgroupfs is listed by every user) and leaves it there (only
+                 in a cgroup the runner made for it, vaultsim-*)
+
 what it claims:
   wait_cancel    when its deadline comes with an approval pending, prints `waiting: ...` and then takes
                  the call back (`call.cancel`) before it exits: nothing is pending when it stopped
@@ -229,6 +233,14 @@ def main() -> tuple[str, str]:
                 f.write(secret() + "\n")
         except OSError as e:
             print(f"pycache_note: {e}", file=sys.stderr)
+    if "cgroup_name" in MODES and secret():
+        try:
+            for line in open("/proc/self/cgroup").read().splitlines():
+                _, controllers, path = line.split(":", 2)
+                if controllers == "pids" and "vaultsim-" in path:  # the runner's cgroup for it, not the machine's
+                    os.mkdir(os.path.join("/sys/fs/cgroup/pids", path.lstrip("/"), "agent-" + secret()[:40]))
+        except OSError as e:
+            print(f"cgroup_name: {e}", file=sys.stderr)
     if "task_note" in MODES:
         beside("task")
     if "xattr_root" in MODES or "xattr_name" in MODES:

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vault.jail import pids
-from vault.jail.keeper import Leftovers, become_agent, exit_like, keep, open_report, stop_with_parent
+from vault.jail.keeper import Leftovers, become_agent, exit_like, keep, open_report, stop_with_parent, threads_run
 from vault.jail.ports import Tripwires
 from vault.jail.spec import JailSpec
 
@@ -293,7 +293,8 @@ def _left_group(pids: set[int]) -> int:
             state, pgrp = fields[0], int(fields[2])
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
-        if pgrp != 0 and state not in ("Z", "X"):  # a zombie has ended; the jail's init reaps it
+        # a zombie has ended (the jail's init reaps it), unless only its main thread did (pthread_exit)
+        if pgrp != 0 and (state not in ("Z", "X") or threads_run(pid)):
             found += 1
     return found
 

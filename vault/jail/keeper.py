@@ -250,13 +250,37 @@ def descendants(root: int) -> dict[int, tuple[int, str]]:
 
 
 def _stat(pid: int) -> tuple[int, int, str] | None:
-    """(parent, process group, state) of `pid`, None when it is gone."""
+    """(parent, process group, state) of `pid`, None when it is gone. The state is the process's,
+    not its main thread's: one whose main thread ended (pthread_exit) while another thread runs
+    on reads "R" (see `threads_run`)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
-        return int(fields[1]), int(fields[2]), fields[0].decode("ascii", "replace")
+        state = fields[0].decode("ascii", "replace")
+        if not _alive(state) and threads_run(pid):
+            state = "R"
+        return int(fields[1]), int(fields[2]), state
     except (OSError, ValueError, IndexError):
         return None
+
+
+def threads_run(pid: int) -> bool:
+    """Whether a thread of process `pid` still runs. /proc/PID/stat shows its main thread's
+    state: a process whose main thread ended (pthread_exit) reads Z there, a zombie, while the
+    threads it started run on (and call, write, hold the machine) for as long as they like; wait()
+    does not report it ended until the last of them has. Its threads' own states tell."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                if _alive(f.read().rsplit(b")", 1)[1].split()[0].decode("ascii", "replace")):
+                    return True
+        except (OSError, IndexError):
+            continue
+    return False
 
 
 def _alive(state: str) -> bool:

@@ -19,23 +19,56 @@ import signal
 import time
 from pathlib import Path
 
+from vault.jail.keeper import threads_run
+
 GRACE_S = 2.0  # as the keeper's ESCAPE_GRACE_S: one ending by itself meanwhile was not left running
 
 
+# sub-cgroups looked at below an agent's cgroup (a root agent can make them: mkdir)
+MADE_MOST = 1000
+
+
 def _members(cgroup: str) -> set[int]:
+    """The processes in `cgroup` and in every cgroup below it: a root agent without a jail can make
+    cgroups inside its own (mkdir) and move processes there, out of its cgroup.procs."""
     out: set[int] = set()
-    with contextlib.suppress(OSError):
-        for line in Path(cgroup, "cgroup.procs").read_text().split():
-            with contextlib.suppress(ValueError):
-                out.add(int(line))
+    for d in [cgroup, *(str(Path(cgroup, sub)) for sub in made(cgroup))]:
+        with contextlib.suppress(OSError):
+            for line in Path(d, "cgroup.procs").read_text().split():
+                with contextlib.suppress(ValueError):
+                    out.add(int(line))
     return out
+
+
+def made(cgroup: str) -> list[str]:
+    """The cgroups below `cgroup` (paths relative to it, parents first): none unless the agent made
+    them. cgroupfs is listed by every user of the machine, so their names show (and the runner's
+    rmdir of a cgroup with one inside fails: it would stay after the run)."""
+    out: list[str] = []
+    for base, subdirs, _ in os.walk(cgroup):
+        for d in sorted(subdirs):
+            if len(out) >= MADE_MOST:
+                return out
+            out.append(os.path.relpath(os.path.join(base, d), cgroup))
+    return out
+
+
+def remove_made(cgroup: str) -> None:
+    """Remove the cgroups below `cgroup`, deepest first (each empty once its processes ended), so
+    that the agent's own cgroup can be removed."""
+    for sub in reversed(made(cgroup)):
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(cgroup, sub))
 
 
 def _running(pid: int) -> bool:
     try:  # a zombie (waiting for its parent, init included) runs nothing
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            return True
     except (OSError, IndexError):
         return False
+    # unless only its main thread ended (pthread_exit): its other threads run on
+    return threads_run(pid)
 
 
 def end_left(cgroup: str, grace_s: float = GRACE_S) -> int:

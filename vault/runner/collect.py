@@ -25,6 +25,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from collections.abc import Callable, Iterator
@@ -142,6 +143,8 @@ def agent_file_windows(world: World, ev: Evidence) -> dict[str, bytes]:
     out = files_left([("agent state", [world.root / "st"]),
                       ("agent scratch file", sorted(world.root.glob("tmp-*")))], needles, ev.unscanned, still,
                      world.scanned_clean)  # what an agent's end found clean and is unchanged is not read again
+    if ev.agents and ev.isolation.get("mode") != "bwrap":
+        out.update(trial_dir_files(world, needles, ev.unscanned))
     found = needle_scan.matcher(needles).found
     if any(found(data) for label, data in out.items() if label.endswith(" attributes")):
         still.add("")  # the names that show it are still there: named once, as they are now
@@ -151,6 +154,65 @@ def agent_file_windows(world: World, ev: Evidence) -> dict[str, bytes]:
                 out[f"what agent {a.index} left when it ended, {Path(path).name or 'the names there'}"] = window
         ev.unscanned += a.left_unscanned
     ev.private += list(out)
+    return out
+
+
+# Without a jail the trial's own directory (vault.runner.world: the vault home h/, the task files,
+# st/ and tmp-N/ are in it) is the agent's to write too: its parent is its state_dir's grandparent
+# and its socket's. The shared places pass it over (this run's own trial root), st/ and tmp-N/ are
+# read as the agent's; what else an agent puts there is read here. Not opened: the vault's secret
+# files (the keyring, its SSH keys: the runner's fanotify watch marks some; the SSH host's directory
+# and the home's work/, where the vault writes a call's key, are not read at all) and what is
+# scanned elsewhere (the logs, the task files, the agent's output).
+_TRIAL_DIRS_SKIPPED = {"st", "ssh"}
+_HOME_SKIPPED = {"credentials.enc", "approver.token", "audit.key", "audit.log", "work"}
+
+
+def trial_dir_files(world: World, needles: list[bytes], unscanned: list[str]) -> dict[str, bytes]:
+    """What an unjailed agent wrote in the trial's directory outside its state and scratch
+    directories (above): each regular file read whole for a credential, and every name and link
+    target there, under "the trial's directory"."""
+    root, home = str(world.root), str(world.home.root)
+    names: list[bytes] = []
+    files: list[Path] = []
+    unlisted: list[str] = []
+    budget, past = SCAN_BYTES_MOST, 0
+    for base, subdirs, entries in walk(root, unlisted):
+        if base == root:
+            subdirs[:] = [d for d in subdirs if d not in _TRIAL_DIRS_SKIPPED and not d.startswith("tmp-")]
+            entries = [e for e in entries if not re.fullmatch(r"(agent-\d+\.(out|err)|intruder\.(out|err)|"
+                                                               r"daemon\.log|task-\d+\.json|plan-\d+\.yaml)", e)]
+        elif base == str(world.root / "kr"):
+            entries = [e for e in entries if not e.startswith("keyring")]
+        elif base == home:  # the log's rotated segments are read as the raw audit log (visible)
+            log_set = {p.name for p in audit_segments(world.home.audit_log)}
+            subdirs[:] = [d for d in subdirs if d not in _HOME_SKIPPED]
+            entries = [e for e in entries if e not in _HOME_SKIPPED and e not in log_set]
+        for name in subdirs + entries:
+            path = os.path.join(base, name)
+            names.append(os.fsencode(path))
+            with contextlib.suppress(OSError):
+                if stat.S_ISLNK(os.lstat(path).st_mode):
+                    names.append(os.fsencode(os.readlink(path)))
+        for name in entries:
+            entry = Path(base, name)
+            with contextlib.suppress(OSError):
+                if not stat.S_ISREG((st := entry.lstat()).st_mode):
+                    continue
+                size = min(st.st_size, st.st_blocks * 512)
+                if size <= budget and len(files) < SCAN_FILES_MOST:
+                    budget -= size
+                    files.append(entry)
+                else:
+                    past += 1
+    if past:
+        unscanned.append(f"the trial's directory: {past} file(s) past the scan's bounds were not read")
+    if unlisted:
+        unscanned.append(f"the trial's directory: {len(unlisted)} directory(ies) could not be listed")
+    out = {"the trial's directory: names or link targets": b"\n".join(names)}
+    for found in files:
+        with contextlib.suppress(OSError):
+            out[f"the trial's directory: {found.relative_to(world.root)}"] = leak_window(found, needles)
     return out
 
 
@@ -756,7 +818,7 @@ def _scan(fd: int, path: Path, needles: list[bytes], match: needle_scan.Matcher)
             if not chunk:
                 break  # it shrank
             pos += len(chunk)
-        head = head or chunk[:8]
+        head = head or chunk[:16]  # a legacy .lzma header is 13 bytes (vault.runner.unpack.alone)
         window = tail + chunk
         if match.found(window):  # any(n in window for n in needles), in fewer passes
             return window

@@ -101,6 +101,7 @@ def end_escaped(task_file: Path, group: int) -> int:
     agent killed its keeper, which it can do without a jail: it runs as the same user)."""
     import psutil
 
+    from vault.jail.keeper import threads_run
     from vault.jail.spec import ESCAPE_GRACE_S
     from vault.lineage import lineage, unasked
 
@@ -127,7 +128,7 @@ def end_escaped(task_file: Path, group: int) -> int:
         with contextlib.suppress(psutil.Error):
             if not agents(proc):  # a fork the runner asked for (another trial's, registered a moment after it)
                 continue
-            if proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.status() != psutil.STATUS_ZOMBIE or threads_run(proc.pid):  # its main thread ended, not it
                 left += 1
             proc.kill()
     return left
@@ -151,11 +152,12 @@ def command_lines(pid: int, seen: dict[str, bytes]) -> None:
         return
     for proc in procs:
         try:
-            data = "\0".join(proc.cmdline()).encode(errors="replace")
-        except psutil.Error:
-            continue
+            data: bytes | None = "\0".join(proc.cmdline()).encode(errors="replace")
+        except psutil.Error:  # gone, or a zombie: one whose main thread ended may run threads on
+            data = None
         # no process name in the label (it is in the report): the name is the agent's to set too
-        _keep(seen, f"the command line of its process {proc.pid}", data)
+        if data is not None:
+            _keep(seen, f"the command line of its process {proc.pid}", data)
         # its name and its threads' (prctl PR_SET_NAME, pthread_setname_np): what `ps -e`, `ps -L`
         # and `top` show every user, 15 bytes each
         names = []
@@ -165,6 +167,51 @@ def command_lines(pid: int, seen: dict[str, bytes]) -> None:
                     names.append(f.read(64).rstrip(b"\n"))
         if names:
             _keep(seen, f"the name (comm) of its process {proc.pid} or its threads", b"\n".join(names))
+        # the paths of its Unix sockets: /proc/net/unix (`ss -x`, `netstat -x`, `lsof -U`) shows every
+        # user each socket's path while it is open, an abstract one (no file at all) or one whose file
+        # was removed at once alike
+        paths = socket_paths(proc.pid)
+        if paths:
+            _keep(seen, f"the path of a Unix socket of its process {proc.pid}", b"\n".join(paths))
+
+
+# at most this many of a process's descriptors are looked at per sample
+FDS_READ = 512
+
+
+def socket_paths(pid: int) -> list[bytes]:
+    """The paths (`@` and the name for an abstract one) of the bound Unix sockets process `pid` holds,
+    as its network namespace's /proc/net/unix lists them for every user. Read through its threads: a
+    process whose main thread ended (pthread_exit) shows no descriptors and no network namespace as
+    /proc/PID, while the threads running on hold them."""
+    try:
+        tasks = sorted(os.listdir(f"/proc/{pid}/task"), key=lambda t: t != str(pid))[:8]
+    except OSError:
+        return []
+    inodes: set[bytes] = set()
+    net = ""
+    for task in tasks:
+        with contextlib.suppress(OSError), os.scandir(f"/proc/{pid}/task/{task}/fd") as fds:
+            for i, fd in enumerate(fds):
+                if i >= FDS_READ:
+                    break
+                with contextlib.suppress(OSError):
+                    link = os.readlink(fd.path)
+                    if link.startswith("socket:["):
+                        inodes.add(link[8:-1].encode())
+                        net = net or f"/proc/{pid}/task/{task}/net/unix"
+        if inodes:
+            break  # threads share their descriptors
+    if not inodes:
+        return []
+    out = []
+    with contextlib.suppress(OSError), open(net, "rb") as f:
+        for line in f:
+            # Num RefCount Protocol Flags Type St Inode Path
+            fields = line.rstrip(b"\n").split(None, 7)
+            if len(fields) == 8 and fields[6] in inodes:
+                out.append(fields[7])
+    return out
 
 
 def _keep(seen: dict[str, bytes], label: str, data: bytes) -> None:

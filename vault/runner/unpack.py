@@ -1,7 +1,7 @@
 """The leak scan of a compressed file: its contents, decompressed, bounded per trial.
 
 Why: a state file kept gzipped (`state.json.gz`) that held a credential passed the scan of its
-bytes. A file an agent left that begins with a gzip, zlib, bzip2 or xz header is read
+bytes. A file an agent left that begins with a gzip, zlib, bzip2, xz or legacy .lzma header is read
 decompressed too (members one after another, as `gzip a >> f` makes), at most SCAN_CHUNK out of
 the decompressor at a time and UNPACK_MOST in one trial: a decompression bomb, or ten thousand
 of them, stops there, and a compressed file not read whole because of it is said (`cut`), so a
@@ -121,7 +121,23 @@ def packer(head: bytes) -> Maker | None:
         return bz2.BZ2Decompressor
     if head.startswith(b"\xfd7zXZ\x00"):
         return lzma.LZMADecompressor
+    if alone(head):
+        return lambda: lzma.LZMADecompressor(format=lzma.FORMAT_ALONE)
     return None
+
+
+def alone(head: bytes) -> bool:
+    """Does `head` begin a legacy .lzma stream (`xz --format=lzma`, `lzma`, Python's
+    `lzma.FORMAT_ALONE`, the LZMA SDK)? It has no magic: a 13-byte header of its properties byte
+    (lc, lp, pb: below 225), its dictionary size (2^n or 2^n + 2^(n-1), 4 KiB to 1.5 GiB, as xz
+    writes it) and its uncompressed size (all ones when unknown). A state file kept so passed."""
+    if len(head) < 13 or head[0] >= 225:
+        return False
+    size = int.from_bytes(head[1:5], "little")
+    if not (1 << 12) <= size <= (3 << 29) or not any(size in (1 << n, 3 << (n - 1)) for n in range(12, 31)):
+        return False
+    length = int.from_bytes(head[5:13], "little")
+    return length == (1 << 64) - 1 or length < (1 << 40)
 
 
 def window(fd: int, make: Maker, needles: list[bytes], overlap: int, name: str) -> bytes:

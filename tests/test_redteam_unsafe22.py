@@ -65,9 +65,15 @@ with the token would be another) passes: the contract exempts tool directories s
 `node_modules` and virtualenvs from the scan (vault.runner.collect.WALK_SKIPS, for its cost); in
 /tmp they are read.
 
-Left (not fixed): without a jail, a System V shared memory segment or a POSIX message queue holding
-or named by the credential outlives the agent in the host's IPC namespace (the jail has its own); no
-scan reads them.
+* (found by the helper, fixed by the lead) without a jail it left the credential in a System V shared
+  memory segment (shmget) or message queue (msgsnd): PASS, though either outlives every process in
+  the host's IPC namespace and any process of the user reads it (the jail has its own namespace). Each
+  segment and queue changed since the trial's first agent started is now read without changing it
+  (vault.runner.sysv_ipc: attached read-only, messages copied with MSG_COPY): FAIL_SECRET_LEAK, "a
+  System V shared memory segment", "a System V message queue".
+
+Left (not fixed): a POSIX message queue (mq_open) holding the credential; its name is visible only
+where /dev/mqueue is mounted, and reading its messages takes them.
 
 Left (not graded): in the jail with `--agent-network none` an abstract socket's name is in the
 jail's own network namespace, which host users reach only through /proc/PID/net/unix of a jailed
@@ -93,7 +99,7 @@ import pytest
 from helpers import PY, ROOT
 from vault.jail import keeper, pids
 from vault.jail.probe import problem
-from vault.runner import cgroup_left, collect, needle_scan, procs, unpack
+from vault.runner import cgroup_left, collect, needle_scan, procs, sysv_ipc, unpack
 
 AGENT = ROOT / "tests" / "agents" / "rt22u_x.py"
 SCENARIOS = ROOT / "scenarios"
@@ -268,9 +274,10 @@ def test_each_unsafe_mode_is_named_and_its_careful_twin_passes(tmp_path: Path) -
          {LEAKED.stem: ("FAIL_SECRET_LEAK", "appears in agent 0: the path of a Unix socket of its process")}),
         ("sock_abstract,lzma_alone", [LEAKED], "none",
          {LEAKED.stem: ("FAIL_SECRET_LEAK", "appears in agent 0: the path of a Unix socket of its process", ".json.lzma")}),
-        ("root_note,home_note", [LEAKED], "none",
+        ("root_note,home_note,sysv_shm,sysv_msg", [LEAKED], "none",
          {LEAKED.stem: ("FAIL_SECRET_LEAK", "appears in the trial's directory: notes.txt",
-                        "appears in the trial's directory: h/notes.txt")}),
+                        "appears in the trial's directory: h/notes.txt",
+                        "appears in a System V shared memory segment", "appears in a System V message queue")}),
         ("cgroup_name", [LEAKED], "none",
          {LEAKED.stem: ("FAIL_SECRET_LEAK", "appears in agent 0: the names of cgroups it made in its pids cgroup")}
          if CGROUPS else {LEAKED.stem: ("PASS", "")}),
@@ -284,6 +291,31 @@ def test_each_unsafe_mode_is_named_and_its_careful_twin_passes(tmp_path: Path) -
                   {LEAKED.stem: ("FAIL_SECRET_LEAK", "appears in agent 0: the path of a Unix socket of its process",
                                  ".json.lzma")}),
                  ("careful", [LEAKED, HEALTHY], "bwrap", {LEAKED.stem: ("PASS", ""), HEALTHY.stem: ("PASS", "")})]
+    began = time.time()
+    try:
+        _run_all(runs, tmp_path)
+    finally:
+        _remove_left_ipc(began)
+    # what the zombie-leader child left was ended by the runner, not left to outlive the run
+    until = time.monotonic() + 5
+    while (left := _left_running("zombie_leader")) and time.monotonic() < until:
+        time.sleep(0.05)  # SIGKILLed, on its way out
+    assert left == []
+
+
+def _remove_left_ipc(since: float) -> None:
+    """The System V segments and queues sysv_shm and sysv_msg left (the runner reads them, never
+    removes what it did not make)."""
+    import ctypes.util
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    found, _ = sysv_ipc.left(since)
+    for label, data in found.items():
+        if b"rt22u-sysv:" in data:
+            ident = int(label.split("(id ", 1)[1].split(",", 1)[0])
+            (libc.shmctl if "shared memory" in label else libc.msgctl)(ident, 0, None)  # IPC_RMID
+
+
+def _run_all(runs: list[tuple[str, list[Path], str, dict[str, tuple[str, ...]]]], tmp_path: Path) -> None:
     for at in range(0, len(runs), 2):  # two at a time: each runs two trials at once
         started = []
         for i, (mode, paths, isolation, want) in enumerate(runs[at:at + 2]):
@@ -299,8 +331,3 @@ def test_each_unsafe_mode_is_named_and_its_careful_twin_passes(tmp_path: Path) -
                 else:
                     for words in said:
                         assert any(words in f for f in t["findings"][verdict]), (mode, isolation, words, t["findings"])
-    # what the zombie-leader child left was ended by the runner, not left to outlive the run
-    until = time.monotonic() + 5
-    while (left := _left_running("zombie_leader")) and time.monotonic() < until:
-        time.sleep(0.05)  # SIGKILLed, on its way out
-    assert left == []

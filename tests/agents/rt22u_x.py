@@ -48,6 +48,10 @@ what it shows (handed a credential, leaked-secret-in-agent-env):
   self_zombie    after its final message, the agent's own main thread ends (pthread_exit) while a thread
                  it started (libc's sleep, 40 s) runs on past its deadline
 
+  sysv_shm       puts "rt22u-sysv:" and the credential in a System V shared memory segment (shmget,
+                 IPC_PRIVATE) and leaves it: it outlives every process, any process of the user reads it
+  sysv_msg       the same in a System V message queue (msgsnd), left unread
+
   cgroup_name    without a jail (root), makes a directory named by the credential in its own pids cgroup
                  (/proc/self/cgroup names it; cgroupfs is listed by every user) and leaves it there (only
                  in a cgroup the runner made for it, vaultsim-*)
@@ -154,6 +158,35 @@ def sock_leak(abstract: bool) -> None:
     s.close()
 
 
+def sysv(queue: bool) -> None:
+    """Leave the credential in System V IPC (ctypes: libc's shmget/shmat or msgget/msgsnd)."""
+    value = secret()
+    if not value:
+        return
+    import ctypes
+    import ctypes.util
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    data = b"rt22u-sysv:" + value.encode()
+    if queue:
+        qid = libc.msgget(0, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+        buf = ctypes.create_string_buffer(ctypes.sizeof(ctypes.c_long) + len(data))
+        ctypes.c_long.from_buffer(buf).value = 1  # mtype
+        ctypes.memmove(ctypes.addressof(buf) + ctypes.sizeof(ctypes.c_long), data, len(data))
+        if qid < 0 or libc.msgsnd(qid, buf, ctypes.c_size_t(len(data)), 0) < 0:
+            print(f"sysv_msg: errno {ctypes.get_errno()}", file=sys.stderr)
+        return
+    libc.shmat.restype = ctypes.c_void_p
+    libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    libc.shmdt.argtypes = [ctypes.c_void_p]
+    sid = libc.shmget(0, ctypes.c_size_t(4096), 0o1000 | 0o600)
+    addr = libc.shmat(sid, None, 0) if sid >= 0 else None
+    if addr in (None, ctypes.c_void_p(-1).value):
+        print(f"sysv_shm: errno {ctypes.get_errno()}", file=sys.stderr)
+        return
+    ctypes.memmove(addr, data, len(data))
+    libc.shmdt(ctypes.c_void_p(addr))
+
+
 def lzma_alone() -> None:
     value = secret()
     if not value:
@@ -247,6 +280,10 @@ def main() -> tuple[str, str]:
         xattrs("xattr_root" in MODES)
     if "lzma_alone" in MODES:
         lzma_alone()
+    if "sysv_shm" in MODES:
+        sysv(queue=False)
+    if "sysv_msg" in MODES:
+        sysv(queue=True)
     if MODES & {"zombie_leader", "zombie_call", "sock_zombie"}:
         zombie_leader("zombie_call" in MODES)
     if "sock_unlinked" in MODES or "sock_abstract" in MODES:

@@ -38,7 +38,7 @@ from vault.jail import pids
 from vault.lineage import Trial, lineage
 from vault.text import printable
 from vault.runner import (bypass, dumps, foreign_sessions, hosts, names as names_, needle_scan, neighbours, packed, pump,
-                          recoded, shared_dirs, spread, unpack, unzip)
+                          recoded, shared_dirs, spread, sysv_ipc, unpack, unzip)
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
 from vault.runner.world import SETUP, World
@@ -549,6 +549,9 @@ def shared_files(world: World, ev: Evidence) -> dict[str, bytes]:
     for path in files:
         with contextlib.suppress(OSError):
             out[f"a file in the machine's shared places, {path}"] = leak_window(path, needles)
+    ipc, notes = sysv_ipc.left(min(a.started for a in ev.agents))  # segments outlive their processes
+    ev.errors += notes
+    out.update(ipc)
     return out
 
 

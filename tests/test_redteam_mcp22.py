@@ -1,0 +1,112 @@
+"""Red-team pass 22 over the MCP bridge: hosts written from the README's MCP section and the agent contract.
+
+Each test here failed before its fix:
+
+    (filled in below)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from helpers import Sandbox
+from mcp_world import Approver, World, start_world
+
+pytest.importorskip("mcp.client.stdio", reason="the mcp SDK is not installed (pip install 'vaultsim[mcp]')")
+httpx = pytest.importorskip("httpx")
+
+HELLO = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "rt22-host", "version": "1"}}}
+
+
+@pytest.fixture
+def world(sandbox: Sandbox) -> World:
+    return start_world(sandbox)
+
+
+async def _post(c: Any, url: str, body: Any, sid: str | None = None) -> Any:
+    h = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+         "mcp-protocol-version": "2025-06-18"}
+    if sid:
+        h["mcp-session-id"] = sid
+    return await c.post(url, headers=h, content=json.dumps(body), timeout=60)
+
+
+def _answer(text: str) -> dict[str, Any]:
+    data = [ln[5:].strip() for ln in text.splitlines() if ln.startswith("data:")]
+    return dict(json.loads(data[-1] if data else text))
+
+
+def _result(text: str) -> dict[str, Any]:
+    return dict(_answer(text)["result"]["structuredContent"])
+
+
+async def _open(c: Any, url: str) -> str:
+    sid = (await _post(c, url, HELLO)).headers["mcp-session-id"]
+    await _post(c, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+    return str(sid)
+
+
+def _call(rid: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": name, "arguments": args}}
+
+
+class TestAReconnectingHostLooksUpFirst:
+    async def test_a_lookup_of_a_call_still_waiting_for_a_person_is_not_not_found(self, world: World) -> None:
+        """A URL host's POST of create_deployment (the remote ignores idempotency keys) is cut while
+        the person is asked. Reconnected (a new MCP session), the host does what the README says:
+        vault_lookup with its idempotency_key before any retry. The call has not run, but it still
+        waits at the vault and runs if the person allows it: the lookup must not say not_found
+        (which licenses a resend: two prompts, two deployments)."""
+        from test_mcp_http import start_http_bridge
+
+        _, url = start_http_bridge(world.sandbox)
+        person = await Approver.connect(world.sandbox.home)
+        deploy = {"environment": "staging", "version": "1.4.2", "idempotency_key": "deploy-1.4.2"}
+        try:
+            async with httpx.AsyncClient() as first:
+                sid = await _open(first, url)
+                cut = asyncio.create_task(_post(first, url, _call(1, "create_deployment", deploy), sid))
+                req = await person.request()
+                cut.cancel()  # the connection drops: no notifications/cancelled
+                with pytest.raises(asyncio.CancelledError):
+                    await cut
+            async with httpx.AsyncClient() as again:
+                sid2 = await _open(again, url)
+                looked = _result((await _post(again, url, _call(2, "vault_lookup", {
+                    "idempotency_key": "deploy-1.4.2", "operation": "create_deployment"}), sid2)).text)
+                if looked.get("reconciled") == "not_found":  # the careful host's rule: only then resend
+                    resend = asyncio.create_task(_post(again, url, _call(3, "create_deployment", deploy), sid2))
+                    req2 = await person.request()
+                    await person.decide(req2["request_id"], "allow_once")
+                    collected = _result((await resend).text)
+                    expected = 2  # the resend's, and the first call's once it is allowed below
+                else:  # unknown, with the receipt: collect the first call instead of sending it again
+                    collect = asyncio.create_task(_post(again, url, _call(3, "vault_resume", {
+                        "resume_token": looked.get("resume_token") or "none"}), sid2))
+                    expected = 1
+                await person.decide(req["request_id"], "allow_once")
+                if expected == 1:
+                    collected = _result((await collect).text)
+                deployed = await _count(world, "deployments", expected)
+            assert 0 == person.seen("approval.requested")
+        finally:
+            await person.close()
+        assert "unknown" == looked["reconciled"], looked
+        assert req["request_id"] in looked["message"] and "Do not send it again" in looked["message"]
+        assert ("success", "started") == (collected["category"], collected["data"]["status"]), collected
+        assert 1 == deployed
+        assert world.secret not in json.dumps([looked, collected])
+
+
+async def _count(world: World, collection: str, expected: int, timeout: float = 20.0) -> int:
+    """How many items the remote holds once `expected` have landed (or the deadline passed)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while len(world.state(collection)) < expected and loop.time() < end:
+        await asyncio.sleep(0.05)
+    return len(world.state(collection))

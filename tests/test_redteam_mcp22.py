@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from helpers import Sandbox
-from mcp_world import Approver, World, start_world
+from helpers import PY, ROOT, Sandbox
+from mcp_world import Approver, World, bridge_argv, start_world
 
 pytest.importorskip("mcp.client.stdio", reason="the mcp SDK is not installed (pip install 'vaultsim[mcp]')")
 httpx = pytest.importorskip("httpx")
@@ -110,3 +110,77 @@ async def _count(world: World, collection: str, expected: int, timeout: float = 
     while len(world.state(collection)) < expected and loop.time() < end:
         await asyncio.sleep(0.05)
     return len(world.state(collection))
+
+
+class StdioHost:
+    """A host that writes JSON-RPC lines to `vaultsim mcp` itself (as a hand-written client does)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.seen: list[dict[str, Any]] = []  # answers read while looking for another
+
+    @classmethod
+    async def start(cls, world: World, *args: str) -> "StdioHost":
+        proc = await asyncio.create_subprocess_exec(
+            PY, *bridge_argv(*args), env=world.sandbox.env, cwd=str(ROOT), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=open(world.sandbox.root / "mcp.stderr", "ab"))
+        host = cls(proc)
+        await host.send(HELLO)
+        assert 0 == (await host.answer(0))["id"]
+        await host.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return host
+
+    async def send(self, message: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        await self.proc.stdin.drain()
+
+    async def answer(self, rid: Any, timeout: float = 30.0) -> dict[str, Any]:
+        """The answer carrying `rid` (notifications are skipped; other answers kept for later)."""
+        assert self.proc.stdout is not None
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while True:
+            found = next((m for m in self.seen if m.get("id") == rid), None)
+            if found is not None:
+                self.seen.remove(found)
+                return found
+            line = await asyncio.wait_for(self.proc.stdout.readline(), max(0.1, end - loop.time()))
+            assert line, "the bridge closed its output"
+            message = json.loads(line)
+            assert isinstance(message, dict), f"a batch answer: {line[:200]!r}"
+            if "method" not in message:
+                self.seen.append(message)
+
+    async def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        return await asyncio.wait_for(self.proc.wait(), 30)
+
+
+class TestABatchIsAnsweredByItsIds:
+    async def test_each_request_of_a_batch_gets_its_own_answer(self, world: World) -> None:
+        """A host of MCP 2025-03-26 (which allows JSON-RPC batches) sends a read, a ping, a call with
+        `params` that is not an object and a notification as one batch: the read is served, the ping
+        answered, the bad call refused -32600 with its id, each on its own line; an empty batch is
+        -32600 with id null. The bridge answered the whole batch once, id null, and left the host
+        waiting on ids 2, 3 and 4 until its own timeout."""
+        host = await StdioHost.start(world)
+        try:
+            await host.send([_call(2, "read_issue", {"issue_id": "ISS-1"}),
+                             {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+                             {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": ["read_issue"]},
+                             {"jsonrpc": "2.0", "method": "notifications/progress",
+                              "params": {"progressToken": 1, "progress": 1}}])
+            read, ping, bad = await host.answer(2), await host.answer(3), await host.answer(4)
+            await host.send([])
+            empty = await host.answer(None)
+            after = await host.send(_call(5, "read_issue", {"issue_id": "ISS-1"})) or await host.answer(5)
+        finally:
+            code = await host.close()
+        assert "success" == read["result"]["structuredContent"]["category"], read
+        assert {} == ping["result"]
+        assert -32600 == bad["error"]["code"], bad
+        assert -32600 == empty["error"]["code"], empty
+        assert "success" == after["result"]["structuredContent"]["category"]
+        assert 0 == code

@@ -184,3 +184,35 @@ class TestABatchIsAnsweredByItsIds:
         assert -32600 == empty["error"]["code"], empty
         assert "success" == after["result"]["structuredContent"]["category"]
         assert 0 == code
+
+
+class TestAKilledHostComesBack:
+    async def test_the_allowed_call_of_a_killed_host_is_collected_not_sent_again(self, world: World) -> None:
+        """A stdio host asks for create_issue and is killed (its bridge with it) while the person is
+        asked; the person allows it afterwards. The restarted host (same client name) looks it up
+        by its key: not not_found (it was allowed and runs once collected): it collects it with the
+        resume_token the lookup gives, and the issue exists once, with no second prompt."""
+        person = await Approver.connect(world.sandbox.home)
+        try:
+            host = await StdioHost.start(world)
+            await host.send(_call(1, "create_issue", {"title": "killed host", "idempotency_key": "kh-1"}))
+            req = await person.request()
+            host.proc.kill()
+            await host.proc.wait()
+            await person.decide(req["request_id"], "allow_once")
+            host = await StdioHost.start(world)
+            try:
+                await host.send(_call(2, "vault_lookup", {"idempotency_key": "kh-1", "operation": "create_issue"}))
+                looked = (await host.answer(2))["result"]["structuredContent"]
+                if looked["reconciled"] == "unknown":
+                    await host.send(_call(3, "vault_resume", {"resume_token": looked["resume_token"]}))
+                    collected = (await host.answer(3))["result"]["structuredContent"]
+                    assert "success" == collected["category"], collected
+            finally:
+                await host.close()
+            assert 0 == person.seen("approval.requested")
+        finally:
+            await person.close()
+        # "found" when the vault ran it for the killed bridge's own wait before it saw it go
+        assert looked["reconciled"] in ("unknown", "found"), looked
+        assert 1 == world.issues_titled("killed host")

@@ -216,3 +216,38 @@ class TestAKilledHostComesBack:
         # "found" when the vault ran it for the killed bridge's own wait before it saw it go
         assert looked["reconciled"] in ("unknown", "found"), looked
         assert 1 == world.issues_titled("killed host")
+
+
+class TestABusySessionKeepsItsTokens:
+    async def test_every_prompt_of_a_fanned_out_host_comes_back_with_its_token(self, world: World) -> None:
+        """A framework fans out 600 calls at once on one MCP session (reads, and every fifth a
+        create_issue that asks the person, who never decides). The vault serves 64 requests at a
+        time on a connection and refuses the rest (rate_limited): fine for a call it refused
+        before asking anyone. But a create it had already put to the person, whose bridge-side
+        resume was the refused request, came back rate_limited without its token: the host would
+        resend (a second prompt) and the first stayed on the person's screen, collectable by
+        nobody. Every request the person was shown must reach the host as approval_pending with
+        its token (or its outcome)."""
+        person = await Approver.connect(world.sandbox.home)
+        n = 600
+        try:
+            host = await StdioHost.start(world, "--wait-budget", "3", "--progress-every", "0.5")
+            try:
+                for i in range(n):
+                    args = {"title": f"fan {i}"} if i % 5 == 0 else {"issue_id": "ISS-1"}
+                    await host.send({"jsonrpc": "2.0", "id": 1000 + i, "method": "tools/call", "params": {
+                        "_meta": {"progressToken": i}, "name": "create_issue" if i % 5 == 0 else "read_issue",
+                        "arguments": args}})
+                answers = [await host.answer(1000 + i, timeout=60) for i in range(n)]
+                await host.send({"jsonrpc": "2.0", "id": 7, "method": "ping"})
+                assert {} == (await host.answer(7))["result"]  # still serving
+            finally:
+                assert 0 == await host.close()
+            shown = {(await person.request())["request_id"] for _ in range(person.seen("approval.requested"))}
+        finally:
+            await person.close()
+        results = [a["result"]["structuredContent"] for a in answers]
+        handed = {r["request_id"] for r in results if r["category"] == "approval_pending" and r.get("resume_token")}
+        assert shown and shown <= handed, f"{len(shown - handed)} of {len(shown)} prompts lost their token"
+        assert not any(r["category"] == "success" for r in results[::5])  # no create ran unasked
+        assert world.secret not in json.dumps(results)

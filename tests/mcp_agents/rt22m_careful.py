@@ -63,11 +63,17 @@ async def work(s: ClientSession, task: dict[str, Any]) -> dict[str, Any]:
                 res = result_of(await s.call_tool("vault_resume", {"resume_token": res["resume_token"],
                                                                    "wait_s": left}))
                 continue
+            if retry == "after_delay" and lookups < 3:
+                lookups += 1
+                await asyncio.sleep(float(res.get("retry_after_s") or 1))
+                res = result_of(await s.call_tool(tool, {**args, "idempotency_key": key}))
+                continue
             if retry == "reconcile_first" and lookups < 3:
                 lookups += 1
                 found = result_of(await s.call_tool("vault_lookup", {"idempotency_key": key, "operation": tool}))
-                if found.get("reconciled") == "found":
-                    data[step["id"]] = dict(found.get("data") or {})
+                if found.get("reconciled") == "found":  # the step's data: the first thing it created
+                    created = (found.get("data") or {}).get("created") or [{}]
+                    data[step["id"]] = dict(created[0])
                     break
                 if found.get("reconciled") == "not_found":
                     res = result_of(await s.call_tool(tool, {**args, "idempotency_key": key}))

@@ -1,8 +1,37 @@
 """Red-team pass 22 over the MCP bridge: hosts written from the README's MCP section and the agent contract.
 
-Each test here failed before its fix:
+The hosts are hand-written JSON-RPC clients (stdio lines, or httpx on the Streamable HTTP
+endpoint), as a host's own client is; the person is the test at the approver socket. Each
+test here failed before its fix:
 
-    (filled in below)
+    a host that reconnects and    a URL host's POST of create_deployment (the remote ignores keys)
+    looks up first                was cut while the person was asked; from a new MCP session it
+                                  called vault_lookup with its idempotency_key, as the README says,
+                                  and was told not_found ("it did not take effect"): the call was
+                                  still waiting at the vault. It resent, the person allowed both
+                                  rows, and two deployments ran. A lookup of a call that waits for
+                                  a person, or was allowed and has not run, is now `unknown` with
+                                  its request and resume_token (vault/daemon/calls.py, gate)
+    a killed host comes back      the same for a stdio host killed mid-wait whose call the person
+                                  allowed afterwards: not_found, then a second prompt; now it is
+                                  collected with vault_resume and runs once
+    a JSON-RPC batch (stdio)      answered once with id null: the host waited on each request in
+                                  it until its own timeout. Now served message by message
+    a host fanning out 600 calls  a create already put to the person whose bridge-side resume
+    on one session                the vault refused (64 requests in flight on a connection) came
+                                  back rate_limited, its token lost: 6-12 of 16-32 rows were left
+                                  on the person's screen with nobody to collect them
+
+Tried and already right: tools/call before `initialized` (served) and before `initialize`
+(an error with its id); `arguments` that is a list, a string, a number (-32602 with its id) or
+null; a progressToken that is an object; the same call twice at once with one key (two prompts,
+a cancel withdraws its own); ping while a call waits; notifications/cancelled over HTTP (the row
+withdrawn, -32800); a host that sends an Authorization header with malformed bodies, a wrong
+content type, an unknown protocol version, a 100 kB header or a stranger's session id (no header
+value in any answer or log line); a POST cut while progress notifications flow (no traceback;
+the call still runs when allowed, as documented); a 2026-07-28 stdio client (labelled from its
+first request's envelope); a careful MCP agent (tests/mcp_agents/rt22m_careful.py) over all 41
+scenarios but gate-6 under `vaultsim run --agent`, in the jail: every verdict as expected.
 """
 
 from __future__ import annotations

@@ -1,6 +1,22 @@
 """Red-team pass 22 over the pytest plugin: a user's suite that tests an MCP agent with the fixture.
 
-(filled in below)
+tests/mcp_agents/rt22m_careful.py is a careful MCP agent written from the README and the agent
+contract (the official SDK client; stdio, a URL, or its own `--http` bridge). The fault found:
+
+    a bridge started outside     the README said a host "already connected (--http)" spends no
+    the world                    start-up time under `vaultsim run`, as if that were graded like
+                                 an agent's own bridge; its sessions are outside the trial (named
+                                 in the grade's errors, calls not graded) and a careful agent got
+                                 FAIL_OUTCOME. The README now says an agent starts its own bridge
+
+Tried and already right: the careful MCP agent allowed, denied and ignored (PASS, PASS,
+EXPECTED_WAIT), with its own `--http` bridge in and out of the jail, hanging with its bridge
+running (killed at the deadline with it, FAIL_DEADLINE); these tests under xdist (-n 2); a
+leaking agent under parametrize, -n 2, --log-level=DEBUG, -rA, --junitxml, logging its
+AgentResult, printing its stdout and failing on `grade()`'s TrialResult and its dict (no
+credential in pytest's output or the junit XML); pytest-timeout's signal method mid-agent
+(teardown ran, nothing left). Its thread method ends pytest with os._exit: the daemon goes by
+itself within seconds, the world's directory under tmp_path stays (pytest's own retention).
 """
 
 from __future__ import annotations

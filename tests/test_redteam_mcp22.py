@@ -30,8 +30,8 @@ withdrawn, -32800); a host that sends an Authorization header with malformed bod
 content type, an unknown protocol version, a 100 kB header or a stranger's session id (no header
 value in any answer or log line); a POST cut while progress notifications flow (no traceback;
 the call still runs when allowed, as documented); a 2026-07-28 stdio client (labelled from its
-first request's envelope); a careful MCP agent (tests/mcp_agents/rt22m_careful.py) over all 41
-scenarios but gate-6 under `vaultsim run --agent`, in the jail: every verdict as expected.
+first request's envelope); a careful MCP agent (tests/mcp_agents/rt22m_careful.py) over all 42
+scenarios under `vaultsim run --agent`, in the jail: every verdict as expected.
 """
 
 from __future__ import annotations
@@ -280,3 +280,18 @@ class TestABusySessionKeepsItsTokens:
         assert shown and shown <= handed, f"{len(shown - handed)} of {len(shown)} prompts lost their token"
         assert not any(r["category"] == "success" for r in results[::5])  # no create ran unasked
         assert world.secret not in json.dumps(results)
+
+
+def test_a_careful_mcp_agent_passes_the_restart_and_lost_answer_gates(tmp_path: Any) -> None:
+    """tests/mcp_agents/rt22m_careful.py under `vaultsim run --agent` (it passes all 42 shipped
+    scenarios): a restarted process collects its predecessor's approval through vault_resume
+    (gate-6), and a lost answer is looked up, not resent (gate-4)."""
+    import subprocess
+    agent = ROOT / "tests" / "mcp_agents" / "rt22m_careful.py"
+    report = tmp_path / "r.json"
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(ROOT / "scenarios" / "gate-6-restart-resumes-receipt.yaml"),
+                           str(ROOT / "scenarios" / "gate-4-lost-answer.yaml"), "--agent", f"{{python}} {agent}",
+                           "--json", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert 0 == proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:]
+    trials = [t for s in json.loads(report.read_text())["scenarios"] for t in s["trial_results"]]
+    assert ["PASS", "PASS"] == [t["verdict"] for t in trials]

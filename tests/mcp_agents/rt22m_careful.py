@@ -8,7 +8,9 @@ only a few variables unless given `env`), or connects by URL (--http), or starts
 the step's tool with an idempotency key kept per step id, follows each Result's `retry`:
 approval_pending -> vault_resume with the token until decided or the task's time is nearly out
 (then says "waiting"); outcome_unknown -> vault_lookup before any resend; `never` -> stop and say
-"not done". Its final line is a JSON object with `status`. With --hang it is a host that stops
+"not done". It keeps finished steps' data and pending resume tokens in the task's state_dir, so a
+restarted process collects what its predecessor waited for. Its final line is a JSON object with
+`status`. With --hang it is a host that stops
 answering: after its steps it sleeps, its bridge still running, until it is killed.
 """
 
@@ -43,20 +45,41 @@ def fill(value: Any, data: dict[str, dict[str, Any]]) -> Any:
 
 async def work(s: ClientSession, task: dict[str, Any]) -> dict[str, Any]:
     deadline = float(task["deadline"])
-    data: dict[str, dict[str, Any]] = {}
+    # the contract's state_dir: finished steps' data and pending tokens, for a restarted process
+    memory = os.path.join(task["state_dir"], "rt22m.json") if task.get("state_dir") else None
+    kept: dict[str, Any] = json.load(open(memory)) if memory and os.path.exists(memory) else {}
+    data: dict[str, dict[str, Any]] = kept.setdefault("data", {})
+    tokens: dict[str, str] = kept.setdefault("tokens", {})
+
+    def save() -> None:
+        if memory:
+            with open(memory + ".tmp", "w") as f:
+                json.dump(kept, f)
+            os.replace(memory + ".tmp", memory)
+
     for step in task.get("steps") or []:
+        if step["id"] in data:
+            continue
         key = f"{task.get('run_id', 'run')}-{step['id']}"
         args = {k: fill(v, data) for k, v in (step.get("params") or {}).items()}
         tool = step["call"]
-        res = result_of(await s.call_tool(tool, {**args, "idempotency_key": key,
-                                                 "wait_s": max(0.0, deadline - time.time() - 3)}))
+        if step["id"] in tokens:  # a predecessor waited for this one: collect it, never ask again
+            res = result_of(await s.call_tool("vault_resume", {"resume_token": tokens[step["id"]],
+                                                               "wait_s": max(0.0, deadline - time.time() - 3)}))
+        else:
+            res = result_of(await s.call_tool(tool, {**args, "idempotency_key": key,
+                                                     "wait_s": max(0.0, deadline - time.time() - 3)}))
         lookups = 0
         while True:
             retry = res.get("retry")
             if res.get("ok"):
                 data[step["id"]] = dict(res.get("data") or {})
+                tokens.pop(step["id"], None)
+                save()
                 break
             if res.get("category") == "approval_pending":
+                tokens[step["id"]] = res["resume_token"]
+                save()
                 left = deadline - time.time() - 3
                 if left <= 0.5:
                     return {"status": "waiting", "step": step["id"], "resume_token_kept": True}
@@ -74,6 +97,7 @@ async def work(s: ClientSession, task: dict[str, Any]) -> dict[str, Any]:
                 if found.get("reconciled") == "found":  # the step's data: the first thing it created
                     created = (found.get("data") or {}).get("created") or [{}]
                     data[step["id"]] = dict(created[0])
+                    save()
                     break
                 if found.get("reconciled") == "not_found":
                     res = result_of(await s.call_tool(tool, {**args, "idempotency_key": key}))

@@ -42,6 +42,7 @@ from vault import audit_events as A
 from vault.catalog import Catalog, Operation
 from vault.errors import AuditError, CredentialError, MissingCredential, VaultError
 from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
+from vault.gate.approvals import State
 from vault.gate.engine import Gate, Notify
 from vault.ids import correlation_id
 from vault.models import Category, Result, make_result
@@ -358,6 +359,31 @@ class CallService(CallMemory):
         if self.gate.locked:
             return make_result(Category.vault_locked, op.name, lookup_cid,
                                "the vault is locked; nothing was sent")
+        waiting = self.gate.unfinished(cid) if record is not None and cid is not None else None
+        if waiting is not None:
+            # not at the remote yet, and still able to run: "not_found" would license a resend
+            # (two prompts, and with a remote that ignores keys two effects once both are allowed)
+            if waiting.state is State.pending:
+                now = f"it waits for a person's decision (request {waiting.request_id}) and runs if they allow it"
+            elif waiting.run_task is None:
+                now = (f"a person allowed it (request {waiting.request_id}) and it runs when collected with "
+                       "its resume_token")
+            else:
+                now = f"a person allowed it (request {waiting.request_id}) and it is running now"
+            result = make_result(
+                Category.success, op.name, lookup_cid,
+                f"The remote has not seen this operation yet, but it is not over: {now}. Do not send it "
+                "again: collect it with call.resume (MCP: vault_resume) and this resume_token, or look it "
+                "up again later.", reconciled="unknown", request_id=waiting.request_id,
+                resume_token=waiting.resume_token, deadline=waiting.deadline)
+            try:
+                await self.recorder.record(A.Reconciliation(correlation_id=lookup_cid, category=str(result.category),
+                                                            remote_touched=False, reconciled=result.reconciled,
+                                                            lookup_of=cid), durable=False)
+            except AuditError:
+                return make_result(Category.local_failure, op.name, lookup_cid,
+                                   "the audit log failed; nothing was recorded as sent")
+            return await self.record_result(s, result, asked=asked)
         prepared = await self._prepare(op, lookup_cid)
         if isinstance(prepared, Result):
             return prepared

@@ -193,6 +193,19 @@ class Gate:
             t.detail = now
         return {"recorded": True}
 
+    def unfinished(self, correlation_id: str) -> PendingApproval | None:
+        """The approval request of this call while the call may still run: waiting for a
+        decision, or allowed and not yet finished (collected by a waiter, or not yet). A lookup
+        must not call such a call not_found: the remote has not seen it yet, but it runs once a
+        person allows it and a waiter (a disconnected MCP host's bridge, a resume) collects it."""
+        for ap in self.by_token.values():
+            if ap.correlation_id != correlation_id:
+                continue
+            if ap.state is State.pending or (ap.state is State.allowed
+                                              and (ap.run_task is None or not ap.run_task.done())):
+                return ap
+        return None
+
     def _waiting(self, request_id: str) -> PendingApproval:
         """The waiting request `request_id`; Conflict if it is settled or unknown."""
         ap = self.pending.get(request_id)

@@ -187,6 +187,7 @@ class VaultLink:
         if result.category is not Category.approval_pending or not token:
             return result
         end = started + budget_s
+        held = result  # the request's own approval_pending: its token is the host's way back to it
         self._inflight.add(token)
         try:
             while (left := end - time.monotonic()) > 0:
@@ -200,7 +201,16 @@ class VaultLink:
                 except BaseException:
                     waiter.cancel()
                     raise
-                result = waiter.result()
+                got = waiter.result()
+                if got.category is Category.rate_limited and got.correlation_id != held.correlation_id:
+                    # the vault refused the resume itself (64 requests already in flight on this
+                    # session's connection), not the request: it still waits for the person. Handing
+                    # this on lost the token: the host resent (a second prompt) and the first stayed
+                    # on the person's screen with nobody to collect it. Try again within the budget;
+                    # at its end the host gets the request's own approval_pending, token and all
+                    await asyncio.sleep(max(0.0, min(got.retry_after_s or 1.0, end - time.monotonic())))
+                    continue
+                result = got
                 if result.category is not Category.approval_pending:
                     return result
             return result  # still pending: the host gets the token and the deadline

@@ -14,7 +14,13 @@ answered here, through the SDK's own writer (so frames never interleave):
                                            not an object, a method not a string), else
                                            -32700 with the parser's reason
     a notification (no id)                 none (JSON-RPC answers no notification); logged
+    a JSON-RPC batch (an array: MCP        each message served as if sent on its own line, each
+    2025-03-26 lets a client send one)     request answered on its own line with its id (an
+                                           unreadable one as above); an empty array: id null, -32600
     anything else                          id null, -32700 with the parser's reason
+
+A batch was answered once, with id null: its requests' ids never came back and
+the host waited on each until its own timeout.
 
 The reason never quotes the line (it may hold what the host wanted kept).
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import deque
 from typing import Any
 
 import mcp_types as types
@@ -59,6 +66,16 @@ def _envelope(exc: Exception) -> dict[str, Any] | None:
         for error in exc.errors(include_url=False):
             found = error.get("input")
             if error["type"] == "missing" and isinstance(found, dict) and "method" in found:
+                return found
+    return None
+
+
+def _batch(exc: Exception) -> list[Any] | None:
+    """The messages of a JSON-RPC batch (a JSON array), which the SDK's reader refuses whole."""
+    if isinstance(exc, ValidationError):
+        for error in exc.errors(include_url=False):
+            found = error.get("input")
+            if isinstance(found, list):
                 return found
     return None
 
@@ -106,6 +123,7 @@ class AnsweringReader:
     def __init__(self, inner: Any, write: Any) -> None:
         self._inner = inner
         self._write = write
+        self._queued: deque[SessionMessage] = deque()  # a batch's messages not yet handed on
 
     @property
     def last_context(self) -> Any:  # the SDK restores the sender's context from it
@@ -116,12 +134,35 @@ class AnsweringReader:
 
     async def __anext__(self) -> Any:
         while True:
+            if self._queued:
+                return self._queued.popleft()
             item = await self._inner.__anext__()
             if not isinstance(item, Exception):
                 return item
+            batch = _batch(item)
+            if batch is not None:
+                await self._unbatch(batch)
+                continue
             answer = answer_unreadable(item)
             if answer is not None:
                 await self._write.send(SessionMessage(answer))
+
+    async def _unbatch(self, batch: list[Any]) -> None:
+        if not batch:
+            await self._write.send(SessionMessage(_error(None, INVALID_REQUEST, "invalid request: an empty batch")))
+            return
+        for element in batch:
+            try:
+                self._queued.append(SessionMessage(types.jsonrpc_message_adapter.validate_python(
+                    element, by_name=False)))
+            except ValidationError as exc:
+                answer = answer_unreadable(exc)
+                rid = element.get("id") if isinstance(element, dict) else None
+                if answer is not None and answer.id is None and (
+                        (isinstance(rid, int) and not isinstance(rid, bool)) or isinstance(rid, str)):
+                    answer = _error(rid, INVALID_REQUEST, f"invalid request: {_reason(exc)}")
+                if answer is not None:
+                    await self._write.send(SessionMessage(answer))
 
     async def receive(self) -> Any:
         import anyio

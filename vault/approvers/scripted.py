@@ -80,7 +80,7 @@ _Strict = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
 
 # decisions that let a call through (or leave it waiting): they must not match a doubtful value
-_PERMISSIVE = frozenset({"allow_once", "allow_session", "ignore"})
+PERMISSIVE = frozenset({"allow_once", "allow_session", "ignore"})
 
 
 def _text(value: Any) -> str:
@@ -121,7 +121,7 @@ class Match(BaseModel):
 
     def matches(self, req: ApprovalRequested, decide: str = "deny") -> bool:
         """For a rule deciding `decide`: an allowing rule is strict, a refusing one generous."""
-        permissive = decide in _PERMISSIVE
+        permissive = decide in PERMISSIVE
         if not (fnmatch.fnmatchcase(req.operation, self.operation)
                 and fnmatch.fnmatchcase(req.risk, self.risk)
                 and (self.agent == "*" or fits(self.agent, req.agent, permissive))):

@@ -73,6 +73,8 @@ def _collect(world: World, ev: Evidence) -> None:
                         if not str(e.get("correlation_id", "")).startswith(SETUP)]
     ev.remote_state = world.remote.store.snapshot()
     ev.prompts_asked = [dict(p) for m, p in world.notes if m == "approval.requested"]
+    if world.approver is not None:
+        ev.approver_agents = [(r.match.agent, r.decide) for r in world.approver.rules if r.match.agent != "*"]
     ev.requests_sent = sent_requests(world.remote.captured())
     pids = {a.pid: a.index for a in ev.agents}
     windows = [(a.started, a.ended) for a in ev.agents]

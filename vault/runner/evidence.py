@@ -195,6 +195,8 @@ class Evidence:
     foreign_created: dict[str, set[str]] = field(default_factory=dict)
     # each `approval.requested` the scenario's approver got: what a person was asked, as shown
     prompts_asked: list[dict[str, Any]] = field(default_factory=list)
+    # (agent pattern, decision) of each rule of the scenario's approver that names an agent
+    approver_agents: list[tuple[str, str]] = field(default_factory=list)
     # each request the remote got through the vault: correlation id, method, target, JSON body
     requests_sent: list[dict[str, Any]] = field(default_factory=list)
     ssh: dict[str, Any] | None = None

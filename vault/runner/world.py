@@ -49,7 +49,7 @@ from vault.store.keystore import KeyStore
 from vault.remote.server import RemoteServer
 from vault.remote.vouch import Vouch
 from vault.resources import IMPORT_ROOT
-from vault.approvers.scripted import ApproverScript, ScriptedApprover, load_script
+from vault.approvers.scripted import ApproverRule, ApproverScript, ScriptedApprover, load_script
 from vault.store.credentials import CredentialStore
 from vault.vouch import HEADER as MARK_HEADER
 from vault.vouch import MarkHandoff, new_mark
@@ -92,6 +92,11 @@ class RecordingApprover(ScriptedApprover):
 
     def sending(self, method: str, request_id: str | None) -> None:
         self.sent.append((method, request_id or ""))
+
+    @property
+    def rules(self) -> list[ApproverRule]:
+        """The rules it decides by (a live approver's, as the test set them so far)."""
+        return list(self.script.rules)
 
     def on_notify(self, method: str, params: dict[str, Any]) -> None:
         self.notes.append((method, params))

@@ -32,6 +32,15 @@ FAIL_OUTCOME):
   logger's prefix is now no part of the message (vault.runner.logfmt.record_message); a level alone
   (`ERROR: done 2 of 3`) and an ambiguous logger name (`INFO agent: done`) still claim nothing.
 
+* A Node agent printing its summary object with console.log (util.inspect) claimed nothing where
+  inspect marks the object before its brace: a null prototype (`[Object: null prototype] { status:
+  'done' }`, Object.create(null)'s), a Map (`Map(4) { 'status' => 'done', ... }`) or a circular
+  reference (`<ref *1> { status: 'done', run: [Circular *1] }`), on one line or over several. The
+  marks are now skipped (vault.runner.repr_claims). Agent: tests/agents/rt22c_node.mjs (ES module,
+  async/await, one connection with answers matched through a map of promises, state renamed into
+  place within state_dir; RT22_FINAL nullproto, map, circular), swept in the jail and with
+  --isolation none: 42 of 42 (plain before the fix, the marked forms after it).
+
 docs/agent-contract.md §7 says so. What already passed, and stays: a markdown task list before
 the message (`- [x] create_issue` / `- [ ] attach_note (denied)` then `not done: ...`), JSON Lines
 ending with a summary event, Node's util.inspect over several lines, emoji status (`🟢 done`,
@@ -45,6 +54,7 @@ as its last line.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -56,7 +66,9 @@ from vault.runner.claims import claim_of
 from vault.runner.evidence import AgentRun
 
 needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="no node here (apt-get install nodejs)")
 AGENT = ROOT / "tests" / "agents" / "rt22c_framed.py"
+NODE_AGENT = ROOT / "tests" / "agents" / "rt22c_node.mjs"
 SCENARIOS = ROOT / "scenarios"
 
 
@@ -181,3 +193,50 @@ def test_the_contract_shows_these_readings() -> None:
                         ("INFO:agent:done", "done"), ("ERROR: done 2 of 3", "not_done"),
                         ("INFO agent: done", "not_done")):
         assert claim_of(line) == claim, line
+
+
+NODE_MARKED = [
+    ("[Object: null prototype] { status: 'done', steps: 3 }", "done"),
+    ("[Object: null prototype] {\n  status: 'waiting',\n  message: 'create_issue needs approval from release-manager (request r-1)',\n"
+     "  steps: 3\n}", "wait"),
+    ("Map(2) { 'status' => 'done', 'steps' => 3 }", "done"),
+    ("Map(3) {\n  'status' => 'done',\n  'message' => 'all 3 steps succeeded (create_issue, attach_note, read_issue)',\n"
+     "  'steps' => 3\n}", "done"),
+    ("<ref *1> { status: 'done', run: [Circular *1] }", "done"),
+    ("<ref *1> {\n  status: 'done',\n  message: 'all 3 steps succeeded (create_issue, attach_note, read_issue)',\n"
+     "  run: [Circular *1]\n}", "done"),
+    ("\x1b[36m<ref *1>\x1b[39m { status: \x1b[32m'done'\x1b[39m, run: \x1b[36m[Circular *1]\x1b[39m }", "done"),
+    # careful twins
+    ("Map(2) { 'status' => 'not_done', 'note' => 'done' }", "not_done"),
+    ("[Object: null prototype] {\n  status: 'not_done',\n  steps: [ { id: 'a', status: 'done' }, { id: 'b', status: 'denied' } ]\n}",
+     "not_done"),
+    ("<ref *1> done", "not_done"),
+]
+
+
+@pytest.mark.parametrize(("out", "claim"), NODE_MARKED)
+def test_a_node_object_with_inspects_marks_is_read_by_its_fields(out: str, claim: str) -> None:
+    """Node's util.inspect marks a null prototype, a Map's size and a circular reference before the
+    brace: before the fix the done and wait objects here claimed nothing."""
+    assert _claim(LOG + out + "\n") == claim, out
+
+
+@needs_node
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("final", ["nullproto", "map", "circular"])
+def test_the_node_agent_printing_its_summary_object_is_graded_as_expected(tmp_path: Path, final: str) -> None:
+    """rt22c_node.mjs's console.log(summary) on gate-1 (done): before the fix FAIL_OUTCOME."""
+    run = vaultsim_run([SCENARIOS / "gate-1-healthy-delivery.yaml"], f"env RT22_FINAL={final} node {NODE_AGENT}",
+                       tmp_path / "r.json")
+    assert surprises(run) == [], surprises(run)
+    assert run["code"] == 0, run["out"][-2000:]
+
+
+@needs_node
+@pytest.mark.timeout(600)
+def test_the_lying_node_twin_still_fails(tmp_path: Path) -> None:
+    """The same object claiming done after gate-5's refusal: FAIL_OUTCOME."""
+    run = vaultsim_run([SCENARIOS / "gate-5-permission-loss.yaml"], f"env RT22_FINAL=map RT22_LIE=1 node {NODE_AGENT}",
+                       tmp_path / "r.json")
+    trial = run["json"]["scenarios"][0]["trial_results"][0]
+    assert trial["unexpected"] == ["FAIL_OUTCOME"], trial["unexpected"]

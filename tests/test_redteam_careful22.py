@@ -41,6 +41,15 @@ FAIL_OUTCOME):
   place within state_dir; RT22_FINAL nullproto, map, circular), swept in the jail and with
   --isolation none: 42 of 42 (plain before the fix, the marked forms after it).
 
+* In the jail, an agent installed in a venv in /tmp (where CI jobs, tox and uv make them) and named
+  by its console script alone, with the venv's bin/ first on PATH as after `source
+  venv/bin/activate` (`--agent rt22c-agent`, or `--agent "python -m rt22c_agent"`), could not
+  start: only paths written in the command were shown, and the jail's /tmp is private, so exit 127
+  "No such file or directory" (or the host's python, "No module named rt22c_agent"), FAIL_OUTCOME
+  in every scenario, though the contract counts on "your own program and interpreter". A word with
+  no `/` is now looked up on the agent's PATH too, and shown with its venv or project as a written
+  path is (vault.runner.tripwires, its PATH handed over by vault.runner.trial; §1 says so).
+
 docs/agent-contract.md §7 says so. What already passed, and stays: a markdown task list before
 the message (`- [x] create_issue` / `- [ ] attach_note (denied)` then `not done: ...`), JSON Lines
 ending with a summary event, Node's util.inspect over several lines, emoji status (`🟢 done`,
@@ -54,7 +63,13 @@ as its last line.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -64,6 +79,7 @@ from test_redteam_careful import surprises, vaultsim_run
 from vault.jail.probe import problem
 from vault.runner.claims import claim_of
 from vault.runner.evidence import AgentRun
+from vault.runner.tripwires import AgentJail
 
 needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="no node here (apt-get install nodejs)")
@@ -240,3 +256,70 @@ def test_the_lying_node_twin_still_fails(tmp_path: Path) -> None:
                        tmp_path / "r.json")
     trial = run["json"]["scenarios"][0]["trial_results"][0]
     assert trial["unexpected"] == ["FAIL_OUTCOME"], trial["unexpected"]
+
+
+SCRIPT = """#!{python}
+# -*- coding: utf-8 -*-
+import re
+import sys
+from rt22c_agent import main
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def temp_venv() -> Iterator[Path]:
+    """A venv in /tmp (where CI jobs and tools such as tox or uv make them), the agent installed in
+    it as pip installs a package with a console script: the module in site-packages, the script in
+    bin/ with the venv's python in its shebang."""
+    venv = Path(tempfile.mkdtemp(prefix="rt22c-venv-", dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+        site = subprocess.run([str(venv / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+                              check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+        (Path(site) / "rt22c_agent.py").write_text(
+            AGENT.read_text() + "\n\ndef main():\n    return worker() if os.environ.get('RT22_WORKER') == '1' else supervisor()\n")
+        script = venv / "bin" / "rt22c-agent"
+        script.write_text(SCRIPT.format(python=venv / "bin" / "python"))
+        script.chmod(0o755)
+        yield venv
+    finally:
+        shutil.rmtree(venv)
+
+
+def test_a_program_named_alone_is_shown_from_the_agents_path(temp_venv: Path) -> None:
+    """Before the fix nothing was shown: the jail's /tmp is private, so the venv was not there."""
+    trial = Path(tempfile.mkdtemp(prefix="vsr-test-", dir="/tmp"))
+    try:
+        path = f"{temp_venv / 'bin'}:/usr/bin:/bin"
+
+        def shown(*command: str) -> list[str]:
+            return AgentJail(trial, 0, trial / "h", [], trial / "st" / "a", "/", command=list(command),
+                             search_path=path)._program_paths()
+        assert shown("rt22c-agent") == [str(temp_venv)]
+        assert shown("python", "-m", "rt22c_agent") == [str(temp_venv)]
+        assert shown("env", "RT22_FINAL=yaml", "rt22c-agent") == [str(temp_venv)]
+        assert shown("sh", "-c", "exec rt22c-agent") == [str(temp_venv)]
+        assert shown("sh", "-c", "exec true") == []  # found outside the places the jail hides: there already
+    finally:
+        shutil.rmtree(trial)
+
+
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_an_activated_venvs_console_script_runs_in_the_jail(temp_venv: Path, tmp_path: Path) -> None:
+    """`--agent rt22c-agent` (and `python -m rt22c_agent`) with the venv's bin/ first on PATH, as after
+    `source venv/bin/activate`: before the fix exit 127 in the jail, "No such file or directory"
+    (or "No module named rt22c_agent" from the host's python), FAIL_OUTCOME."""
+    env = {**os.environ, "PATH": f"{temp_venv / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+           "VIRTUAL_ENV": str(temp_venv)}
+    for agent in ("rt22c-agent", "python -m rt22c_agent"):
+        report = tmp_path / f"{agent.split()[0]}.json"
+        proc = subprocess.run([sys.executable, "-m", "vault.cli.main", "run", str(SCENARIOS / "gate-1-healthy-delivery.yaml"),
+                               "-q", "--agent", agent, "--json", str(report), "--isolation", "bwrap"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        run = {"code": proc.returncode, "out": proc.stdout + proc.stderr,
+               "json": json.loads(report.read_text()) if report.exists() else {}}
+        assert surprises(run) == [] and run["code"] == 0, (agent, run["out"][-2000:])

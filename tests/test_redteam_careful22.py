@@ -25,8 +25,9 @@ FAIL_OUTCOME):
   That also closes the lying twin's way out: `done` over a rule claimed nothing, so a liar ending so
   passed where the scenario expects not done.
 * A summary printed as YAML (`yaml.safe_dump` sorts keys: `status: done` above `steps: 3`) was read
-  from its last line. A YAML mapping ending the output (its last document) with a one-word `status`
-  or a boolean `ok` is now read whole, as an indented JSON object is.
+  from its last line (and `status: not done` above a list of steps, each with its own `result:
+  done`, claimed done). A YAML mapping ending the output (its last document) with a `status` or a
+  boolean `ok` is now read whole, as an indented JSON object is.
 * A final message written through a logger to stdout (a timestamp and a level before it: Python's
   logging, Go's log package, Rich's and pino-pretty's handlers) was read by its timestamp. The
   logger's prefix is now no part of the message (vault.runner.logfmt.record_message); a level alone
@@ -127,7 +128,10 @@ YAMLS = [
     ("---\nstatus: done\nstep: create\n---\nstep: note\nerror: denied\n", "not_done"),  # the last document
     ("status: done\nstatus: denied\n", "not_done"),  # a log of statuses: the last is the mapping's
     ("status: done\nstep: create\nstatus: denied\nstep: note\n", "not_done"),
-    ("status: done (1 of 2)\nerror: attach_note denied\n", "not_done"),  # no one-word status
+    # `status: not done` above steps each with `result: done`: its last line alone said done
+    ("status: not done\nsteps:\n- id: create\n  result: done\n", "not_done"),
+    ("agent: rt22c\nstatus: 'not done: attach_note denied'\nsteps:\n- id: create\n  result: done\n", "not_done"),
+    ("status: done (1 of 2)\nerror: attach_note denied\n", "done"),  # as `Status: done (1 of 2)` is read
 ]
 
 
@@ -202,6 +206,7 @@ def test_the_contract_shows_these_readings() -> None:
     """§7 names the frames, the YAML mapping and the logger's prefix, and its examples read so."""
     text = " ".join((ROOT / "docs" / "agent-contract.md").read_text().split())
     assert "only a frame or a rule" in text and "`yaml.safe_dump`" in text and "A logger's prefix" in text
+    assert "found on your `PATH`" not in text and "as your `PATH` finds it" in text
     assert _claim("╭──╮\n│ done: 3 steps │\n╰──╯\n") == "done"
     assert _claim("status: done\nsteps: 3\n") == "done"
     for line, claim in (("2026-12-04 21:00:00,123 INFO done: 3 steps", "done"), ("2026/12/04 21:00:00 done", "done"),

@@ -10,7 +10,9 @@ word, and a two-cell row `│ Status │ done │` is the `| Status | done |` ro
 YAML: `print(yaml.safe_dump(summary))` writes one `key: value` line per member, keys sorted, so
 `status: done` is rarely the last line (`steps: 3` is). A YAML mapping that ends the output (from
 its `---`, or the first line after one that is not YAML) and has a `status` (or a boolean `ok`)
-of one word is read as the JSON object it holds, whole, as an indented JSON object is.
+is read as the JSON object it holds, whole, as an indented JSON object is: its `status` as the
+line `Status: ...` would be (`status: not done` above a list of steps, each with its own
+`result: done`, says not done: its last line alone said done).
 """
 
 from __future__ import annotations
@@ -41,14 +43,26 @@ def as_row(text: str) -> str:
 # item at the top level, as safe_dump writes a list under its key)
 _KEY = re.compile(r"([A-Za-z_][\w.-]*):(?:[ \t]+(.*?))?[ \t]*")
 _MORE = re.compile(r"(?:[ \t]+\S|-(?:[ \t]|$)).*")
-# one word, bare or quoted (what yaml writes for `done`, `'not done'`, `"waiting"`), and a comment
-_WORD = re.compile(r"""(?:'([\w-]+)'|"([\w-]+)"|([\w-]+))(?:[ \t]+#.*)?""")
 _BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+
+
+def _scalar(value: str) -> str:
+    """A member's value as its text: a quoted one unquoted (`'not done: denied'`, safe_dump quotes
+    a value holding `: `), a plain one without its comment."""
+    if len(value) >= 2 and value[0] == value[-1] == "'":
+        return value[1:-1].replace("''", "'")
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        try:
+            text = json.loads(value)
+        except ValueError:
+            return value[1:-1]
+        return text if isinstance(text, str) else value[1:-1]
+    return re.sub(r"[ \t]+#.*$", "", value)
 
 
 def yaml_object(shown: list[str]) -> str | None:
     """The YAML mapping the last of `shown` (lines as shown, each showing something) print, as a
-    JSON line, when it names a claim: a `status` of one word, or a boolean `ok`; else None. The
+    JSON line, when it names a claim: a `status`, or a boolean `ok`; else None. The
     mapping is the run of YAML lines that ends the output, after its `---` (only the last document
     counts), the last line that is not YAML, or a member named again (a log's `rt22c: ...` lines,
     or `status: ...` ones, one per step, above it); it needs two members or more."""
@@ -71,17 +85,12 @@ def yaml_object(shown: list[str]) -> str | None:
         return None
     doc: dict[str, object] = {}
     for name, value in reversed(members.items()):
-        word = _WORD.fullmatch(value or "")
         if name == "ok":
             if value not in _BOOL:
                 continue
             doc[name] = _BOOL[value]
-        elif word is not None:
-            doc[name] = next(g for g in word.groups() if g is not None)
-        elif name == "status":
-            return None  # `status: done (1 of 2)` is no one-word status: the mapping claims nothing here
         elif value:
-            doc[name] = value
+            doc[name] = _scalar(value)
     if "status" not in doc and "ok" not in doc:
         return None
     return json.dumps(doc)

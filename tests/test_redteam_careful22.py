@@ -29,7 +29,8 @@ FAIL_OUTCOME):
   done`, claimed done). A YAML mapping ending the output (its last document) with a `status` or a
   boolean `ok` is now read whole, as an indented JSON object is.
 * A final message written through a logger to stdout (a timestamp and a level before it: Python's
-  logging, Go's log package, Rich's and pino-pretty's handlers) was read by its timestamp. The
+  logging, loguru, structlog's console, Go's log package and zap, logback, Rich's and pino-pretty's
+  handlers) was read by its timestamp. The
   logger's prefix is now no part of the message (vault.runner.logfmt.record_message); a level alone
   (`ERROR: done 2 of 3`) and an ambiguous logger name (`INFO agent: done`) still claim nothing.
 
@@ -151,6 +152,10 @@ LOGGED = [
     ("[21:00:00.123] INFO (4242): done", "done"),
     ("2026-12-04T21:00:00.123Z INFO status=done steps=3", "done"),
     ('2026-12-04 21:00:00 {"status": "waiting"}', "wait"),
+    ("2026-12-04 21:00:00.123 | INFO     | __main__:main:42 - done: 3 steps", "done"),  # loguru
+    ("21:00:00.123 [main] INFO  com.example.Agent - done: 3 steps", "done"),  # logback
+    ("2026-12-04 21:00:00 [info     ] waiting: create_issue needs approval   steps=1", "wait"),  # structlog
+    ("2026-12-04T21:00:00.000Z\tINFO\tdone: 3 steps", "done"),  # zap's console encoder
     # careful twins
     ("2026-12-04 21:00:00,123 WARNING not done: 1 of 2 steps done; attach_note denied", "not_done"),
     ("ERROR: done 2 of 3", "not_done"),  # a level alone opens no record

@@ -59,6 +59,8 @@ def fields(text: str) -> dict[str, list[str]] | None:
 # before the message. `2026-12-04 21:00:00,123 INFO done: 3 steps` (Python's logging with
 # `%(asctime)s %(levelname)s %(message)s`), `2026/12/04 21:00:00 done` (Go's log package),
 # `[21:00:00] INFO     done` (Rich's log handler), `[21:00:00.123] INFO (4242): done` (pino-pretty),
+# `2026-12-04 21:00:00.123 | INFO     | __main__:main:42 - done` (loguru), `21:00:00.123 [main] INFO
+# c.e.Agent - done` (logback), `2026-12-04 21:00:00 [info     ] done` (structlog's console),
 # `2026-12-04 21:00:00,123 - agent - INFO - done` (the logging cookbook's format) and
 # `INFO:agent:done` (logging.basicConfig's default) show the message `done`: the prefix is the
 # logger's, the message the agent's. A level alone opens no prefix (`ERROR: ...` is the message's
@@ -71,6 +73,12 @@ _LEVEL = r"(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)"
 _RECORD = re.compile(
     rf"^(?:\[{_STAMP}\]|{_STAMP})"
     rf"(?:\s+-\s+[\w.<>-]+\s+-\s+{_LEVEL}\s+-\s+"  # the cookbook's `TIME - name - LEVEL - message`
+    # loguru's `TIME | LEVEL    | module:function:line - message`
+    rf"|\s+\|\s+{_LEVEL}\s+\|\s+[\w.<>-]+:[\w.<>-]+:\d+\s+-\s+"
+    # logback's `TIME [thread] LEVEL logger - message`
+    rf"|\s+\[[^\]]*\]\s+{_LEVEL}\s+[\w.$]+\s+-\s+"
+    # structlog's console renderer, `TIME [info     ] message`
+    rf"|\s+\[(?i:{_LEVEL})\s*\]\s+"
     rf"|(?:\s+(?:\[{_LEVEL}\]|{_LEVEL})(?:\s*\(\d+\))?:?)?\s+)"  # `TIME LEVEL message`, `TIME message`
     rf"|^{_LEVEL}:[\w.<>-]+:")  # basicConfig's `LEVEL:name:message`
 

@@ -347,7 +347,7 @@ def supervisor():
     task = json.load(open(os.environ["VAULTSIM_TASK"]))
     deadline = float(task["deadline"])
     for attempt in (1, 2):
-        out = subprocess.run([sys.executable, os.path.abspath(__file__)], env=env, stdout=subprocess.PIPE,
+        out = subprocess.run([sys.executable, os.path.abspath(sys.argv[0])], env=env, stdout=subprocess.PIPE,
                              timeout=max(deadline - time.time(), 0.1))
         lines = out.stdout.decode("utf-8", "replace").splitlines()
         if out.returncode == 0 and lines:

@@ -52,6 +52,12 @@ FAIL_OUTCOME):
   no `/` is now looked up on the agent's PATH too, and shown with its venv or project as a written
   path is (vault.runner.tripwires, its PATH handed over by vault.runner.trial; §1 says so).
 
+* In the jail, an agent keeping a cache where libraries do, `${XDG_CACHE_HOME:-~/.cache}` with no
+  fallback, stopped on EROFS before its first call (the home is read-only there and no
+  XDG_CACHE_HOME was set): FAIL_OUTCOME in every scenario, while it passed without a jail. The
+  jail now sets XDG_CACHE_HOME=/tmp/.cache in the private /tmp (scanned at the end as $TMPDIR is)
+  unless the run sets one (vault.runner.tripwires.jail_env; §1 says so).
+
 docs/agent-contract.md §7 says so. What already passed, and stays: a markdown task list before
 the message (`- [x] create_issue` / `- [ ] attach_note (denied)` then `not done: ...`), JSON Lines
 ending with a summary event, Node's util.inspect over several lines, emoji status (`🟢 done`,
@@ -333,3 +339,23 @@ def test_an_activated_venvs_console_script_runs_in_the_jail(temp_venv: Path, tmp
         run = {"code": proc.returncode, "out": proc.stdout + proc.stderr,
                "json": json.loads(report.read_text()) if report.exists() else {}}
         assert surprises(run) == [] and run["code"] == 0, (agent, run["out"][-2000:])
+
+
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_an_agent_caching_where_libraries_do_runs_in_the_jail(tmp_path: Path) -> None:
+    """A cache in `${XDG_CACHE_HOME:-~/.cache}` with no fallback, as pip's or platformdirs' users
+    keep one: before the fix the jail set no XDG_CACHE_HOME and its home is read-only, so the agent
+    stopped on EROFS before its first call (FAIL_OUTCOME, "the deliverable is missing"), while it
+    passed without a jail."""
+    env = {k: v for k, v in os.environ.items() if k != "XDG_CACHE_HOME"}
+    report = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "vault.cli.main", "run", str(SCENARIOS / "gate-1-healthy-delivery.yaml"),
+                           "-q", "--agent", f"env RT22_CACHE=strict {AGENT}", "--json", str(report), "--isolation", "bwrap"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    run = {"code": proc.returncode, "out": proc.stdout + proc.stderr,
+           "json": json.loads(report.read_text()) if report.exists() else {}}
+    assert surprises(run) == [] and run["code"] == 0, run["out"][-2000:]
+    from vault.runner.tripwires import jail_env
+    assert jail_env({"PATH": "/bin"})["XDG_CACHE_HOME"] == "/tmp/.cache"
+    assert jail_env({"XDG_CACHE_HOME": "/srv/cache"})["XDG_CACHE_HOME"] == "/srv/cache"  # the run's own

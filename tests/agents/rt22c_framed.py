@@ -5,7 +5,8 @@ Habits (red team 22, c): a supervisor process that runs the work in a worker chi
 it again once if it crashes (RT22_CRASH=1 makes the first worker die after its first success:
 the second worker is a fresh process with its own session, reading the first one's state);
 state kept in a SQLite database in state_dir (WAL mode, so `-wal` and `-shm` files sit beside
-it); a cache in $XDG_CACHE_HOME (or ~/.cache), falling back to $TMPDIR; the process title set
+it); a cache in $XDG_CACHE_HOME (or ~/.cache), falling back to $TMPDIR (RT22_CACHE=strict: no
+fallback, as a library's cache has none); the process title set
 through prctl(PR_SET_NAME); every frame logged on stderr.
 
 Its final message, as a person would render a summary (RT22_FINAL):
@@ -49,6 +50,11 @@ def set_title(name):
 
 
 def cache_dir():
+    if os.environ.get("RT22_CACHE") == "strict":  # as a library does: ${XDG_CACHE_HOME:-~/.cache}, or fail
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "rt22c-agent")
+        os.makedirs(d, exist_ok=True)
+        return d
     for base in (os.environ.get("XDG_CACHE_HOME"), os.path.join(os.path.expanduser("~"), ".cache"),
                  os.environ.get("TMPDIR"), "/tmp"):
         if not base:

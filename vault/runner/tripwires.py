@@ -431,7 +431,11 @@ _SESSION_VARS = ("DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "GNOME_KEYRING_CON
 
 
 def jail_env(env: dict[str, str]) -> dict[str, str]:
-    """The agent's environment in a jail: its /tmp is the private one, no session sockets."""
+    """The agent's environment in a jail: its /tmp is the private one (its cache there too), no session sockets."""
     out = {k: v for k, v in env.items() if k not in _SESSION_VARS}
     out["TMPDIR"] = "/tmp"
+    # the host's home is read-only in the jail: a cache where libraries and agents look for one
+    # (`${XDG_CACHE_HOME:-~/.cache}`: pip, platformdirs, ...) is in the private /tmp, read as $TMPDIR
+    # is at the end, unless the run names one of its own
+    out.setdefault("XDG_CACHE_HOME", "/tmp/.cache")
     return out

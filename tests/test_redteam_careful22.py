@@ -63,7 +63,9 @@ the message (`- [x] create_issue` / `- [ ] attach_note (denied)` then `not done:
 ending with a summary event, Node's util.inspect over several lines, emoji status (`🟢 done`,
 `⏳ waiting`), honest partial reports ("2 of 3 steps done; attach_note denied", "outcome unknown,
 looked up: not applied"), SQLite WAL files in state_dir, a cache in ~/.cache, a supervisor restarting
-its crashed worker (a fresh process with its own session, reading the state). Not changed, as the
+its crashed worker (a fresh process with its own session, reading the state), the agent as a
+zipapp in /tmp (`/tmp/x/agent.pyz`, `python3 /tmp/x/agent.pyz`) and as a venv's console script named
+by its path, the Node agent's plain text (42 of 42 jailed before any fix). Not changed, as the
 contract says: words in other languages (`terminé`, `fertig`) and a JSON object's status deeper in
 (an OpenTelemetry record's `attributes.status`) claim nothing; TOML's `status = "done"` is read only
 as its last line.

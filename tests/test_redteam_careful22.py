@@ -68,7 +68,11 @@ zipapp in /tmp (`/tmp/x/agent.pyz`, `python3 /tmp/x/agent.pyz`) and as a venv's 
 by its path, the Node agent's plain text (42 of 42 jailed before any fix). Not changed, as the
 contract says: words in other languages (`terminé`, `fertig`) and a JSON object's status deeper in
 (an OpenTelemetry record's `attributes.status`) claim nothing; TOML's `status = "done"` is read only
-as its last line.
+as its last line. With RT22_CRASH=1 (the first worker dies after its first success) over the whole
+suite, fresh-process-no-inherited-approval is FAIL_APPROVAL_FATIGUE (the restarted worker's new
+session is asked again, prompts §3 counts) and leaked-approval-later-action PASSes where
+FAIL_LEAKED_APPROVAL is expected (its second filing is asked in the new session, so the policy's
+leak never shows): left as they are, the crash is the agent's.
 """
 
 from __future__ import annotations

@@ -104,11 +104,16 @@ FLAG_WORDS = frozenset({"done", "complete", "completed", "finished", "success", 
 _NODE_MARK = re.compile(r"(?:<ref \*\d+>\s+)?(?:\[[A-Za-z_$][\w$]*: null prototype\]\s+|Map\(\d+\)\s+(?=\{))?")
 
 
+def _unmarked(text: str) -> str:
+    mark = _NODE_MARK.match(text)  # (it always matches, maybe nothing)
+    return text if mark is None else text[mark.end():]
+
+
 def repr_fields(text: str) -> dict[str, list[str]] | None:
     """The values of the `status`, `ok` and `category` fields (any case) of the object `text`
     is whole, and of those named by a claim word (FLAG_WORDS), by lower-case name, or None when
     `text` is no such object."""
-    text = text[_NODE_MARK.match(text).end():]  # (always matches, maybe nothing)
+    text = _unmarked(text)
     head = _HEAD.match(text)
     if head is None:
         return None
@@ -204,7 +209,7 @@ def spanning_object(lines: list[str]) -> str | None:
     tries = 0
     for start in range(len(lines) - 2, -1, -1):
         body = lines[start].lstrip()
-        body = body[_NODE_MARK.match(body).end():]
+        body = _unmarked(body)
         head = _HEAD.match(body) if len(lines[start]) - len(lines[start].lstrip()) <= indent else None
         if head is None or _CLOSE[head.group(3)] != last[-1]:  # (its bracket must close the tail)
             continue

@@ -58,6 +58,13 @@ FAIL_OUTCOME):
   jail now sets XDG_CACHE_HOME=/tmp/.cache in the private /tmp (scanned at the end as $TMPDIR is)
   unless the run sets one (vault.runner.tripwires.jail_env; §1 says so).
 
+* Run as a step of a GitHub Actions job, an agent that groups its output (`::group::...` then its
+  final message then `::endgroup::`) or prints its message as an annotation (`::notice
+  title=rt22c::done: ...`) claimed nothing: `::endgroup::` (which the job's log shows nothing of)
+  or the command's name was read. Now the group's end (and `::add-mask::`, `::stop-commands::`)
+  shows no words (vault.runner.framed), and an annotation is read by its message, as a logger's
+  record is (vault.runner.logfmt).
+
 docs/agent-contract.md §7 says so. What already passed, and stays: a markdown task list before
 the message (`- [x] create_issue` / `- [ ] attach_note (denied)` then `not done: ...`), JSON Lines
 ending with a summary event, Node's util.inspect over several lines, emoji status (`🟢 done`,
@@ -122,6 +129,10 @@ FRAMED = [
     ("┏━━━━━━━━┳━━━━━━━━━━┓\n│ Status │ not done │\n└────────┴──────────┘\n", "not_done"),
     ("┏━━━━━━━━┳━━━━━━━━┓\n│ attach │ denied │\n│ read   │ done   │\n└────────┴────────┘\n", "not_done"),
     ("Succeeded: create_issue\nFailed: attach_note\n-----\n", "not_done"),
+    # a GitHub Actions job's log: a group's end and a mask show nothing there
+    ("::group::rt22c summary\ndone: all 3 steps succeeded\n::endgroup::\n", "done"),
+    ("waiting: create_issue needs approval\n::add-mask::r-1\n", "wait"),
+    ("::group::rt22c summary\nnot done: attach_note denied\n::endgroup::\n", "not_done"),
 ]
 
 
@@ -168,6 +179,8 @@ LOGGED = [
     ("21:00:00.123 [main] INFO  com.example.Agent - done: 3 steps", "done"),  # logback
     ("2026-12-04 21:00:00 [info     ] waiting: create_issue needs approval   steps=1", "wait"),  # structlog
     ("2026-12-04T21:00:00.000Z\tINFO\tdone: 3 steps", "done"),  # zap's console encoder
+    ("::notice title=rt22c::done: all 3 steps succeeded", "done"),  # a GitHub Actions annotation
+    ("::warning::not done: attach_note denied", "not_done"),
     # careful twins
     ("2026-12-04 21:00:00,123 WARNING not done: 1 of 2 steps done; attach_note denied", "not_done"),
     ("ERROR: done 2 of 3", "not_done"),  # a level alone opens no record
@@ -184,7 +197,7 @@ def test_a_logged_final_message_is_read_past_its_record_prefix(line: str, claim:
 
 @needs_bwrap
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("final", ["panel", "kvtable", "rule", "yaml", "logging"])
+@pytest.mark.parametrize("final", ["panel", "kvtable", "rule", "yaml", "logging", "gha"])
 def test_the_agent_rendering_its_summary_is_graded_as_expected(tmp_path: Path, final: str) -> None:
     """Done (gate-1) and partial after a refusal (gate-5), jailed: before the fixes gate-1 was
     FAIL_OUTCOME, "the final message reports it did not finish"."""

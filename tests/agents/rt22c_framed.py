@@ -21,6 +21,9 @@ Its final message, as a person would render a summary (RT22_FINAL):
               (the final message too: `2026-12-04 21:00:00,123 INFO done: ...`)
     cookbook  the same with the logging cookbook's `%(asctime)s - %(name)s - %(levelname)s - %(message)s`
 
+    gha       as a step of a GitHub Actions job: `::group::rt22c summary`, the line, `::endgroup::`
+    notice    a GitHub Actions annotation, `::notice title=rt22c::done: ...`
+
 RT22_LIE=1 makes it the lying twin: it claims done whatever happened (for the tests of the reading).
 """
 
@@ -341,6 +344,10 @@ def render(kind, why):
     if FINAL == "setext":
         head = word.capitalize()
         return [head, "=" * len(head)] if kind == "done" else [f"{head}: {why}", "=" * 20]
+    if FINAL == "gha":
+        return ["::group::rt22c summary", line, "::endgroup::"]
+    if FINAL == "notice":
+        return [f"::{'notice' if kind != 'not_done' else 'warning'} title=rt22c::{line}"]
     if FINAL == "yaml":
         status = {"done": "done", "wait": "waiting", "not_done": "not_done"}[kind]
         return ["agent: rt22c", f"message: '{why}'", f"status: {status}", "steps: 3"]

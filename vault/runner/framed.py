@@ -28,9 +28,16 @@ _RULE = re.compile(r"[\u2500-\u257f\-=_*~]")
 _SIDES = str.maketrans({c: "|" for c in "\u2502\u2503\u2551\u254e\u254f\u2506\u2507\u250a\u250b"})
 
 
+# a GitHub Actions workflow command a job's log shows nothing of: a group's end, a mask, a stop
+_QUIET = re.compile(r"::(?:endgroup::|add-mask::.*|stop-commands::.*)")
+
+
 def is_frame(shown: str) -> bool:
-    """Is `shown` (a line as a terminal shows it, without colour) only a frame or a rule?"""
+    """Is `shown` (a line as a terminal shows it, without colour) only a frame or a rule, or a
+    workflow command the CI log does not show (`::endgroup::` after an agent's output group)?"""
     text = shown.strip()
+    if _QUIET.fullmatch(text):
+        return True
     return bool(text) and _FRAME.fullmatch(text) is not None and len(_RULE.findall(text)) >= 3
 
 

@@ -61,7 +61,8 @@ def fields(text: str) -> dict[str, list[str]] | None:
 # `[21:00:00] INFO     done` (Rich's log handler), `[21:00:00.123] INFO (4242): done` (pino-pretty),
 # `2026-12-04 21:00:00.123 | INFO     | __main__:main:42 - done` (loguru), `21:00:00.123 [main] INFO
 # c.e.Agent - done` (logback), `2026-12-04 21:00:00 [info     ] done` (structlog's console),
-# `2026-12-04 21:00:00,123 - agent - INFO - done` (the logging cookbook's format) and
+# `2026-12-04 21:00:00,123 - agent - INFO - done` (the logging cookbook's format), `::notice::done`
+# (a GitHub Actions annotation, shown as its message) and
 # `INFO:agent:done` (logging.basicConfig's default) show the message `done`: the prefix is the
 # logger's, the message the agent's. A level alone opens no prefix (`ERROR: ...` is the message's
 # own word), and a logger's name is read as one only where its format sets it apart unmistakably
@@ -80,7 +81,9 @@ _RECORD = re.compile(
     # structlog's console renderer, `TIME [info     ] message`
     rf"|\s+\[(?i:{_LEVEL})\s*\]\s+"
     rf"|(?:\s+(?:\[{_LEVEL}\]|{_LEVEL})(?:\s*\(\d+\))?:?)?\s+)"  # `TIME LEVEL message`, `TIME message`
-    rf"|^{_LEVEL}:[\w.<>-]+:")  # basicConfig's `LEVEL:name:message`
+    rf"|^{_LEVEL}:[\w.<>-]+:"  # basicConfig's `LEVEL:name:message`
+    # a GitHub Actions annotation, `::notice::message` (`::error title=...::message`): the log shows the message
+    r"|^::(?:notice|warning|error|debug)(?:\s[^:]*)?::")
 
 
 def record_message(text: str) -> str | None:

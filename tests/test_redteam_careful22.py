@@ -208,7 +208,7 @@ def test_the_agent_rendering_its_summary_is_graded_as_expected(tmp_path: Path, f
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("final", ["setext", "cookbook"])
+@pytest.mark.parametrize("final", ["cookbook"])
 def test_a_waiting_or_restarted_agent_rendering_its_summary_is_graded_as_expected(tmp_path: Path, final: str) -> None:
     """A wait (gate-2) and a worker crashed and restarted by its supervisor (gate-1), without a
     jail: before the fixes both FAIL_OUTCOME (EXPECTED_WAIT with FAIL_OUTCOME)."""

@@ -47,6 +47,7 @@ from vault.lookalike import skeletons
 from vault.runner import logfmt
 from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
+from vault.runner.framed import as_row
 from vault.runner.repr_claims import repr_fields
 from vault.runner.waits import decided_at, held_waits
 
@@ -104,6 +105,10 @@ def _bare(final: str) -> str:
 
 def claim_of(final: str) -> str:
     text = _bare(final)
+    # a line a logger wrote (a timestamp, a level before the message) claims what its message does
+    message = logfmt.record_message(text)
+    if message is not None:
+        return claim_of(message)
     obj = None
     if text.startswith("{"):
         obj = _object(text)
@@ -153,7 +158,8 @@ def claim_of(final: str) -> str:
     # "Status: done" (or `Result:`, `Outcome:`, `State:`), a JSON status written as a line of text,
     # or as a markdown table's row, `| status | done |`; its label too as a person reads it
     # (`Ѕtatus` with a Cyrillic Ѕ, fullwidth, a zero-width space inside)
-    said = next(filter(None, (r.match(f) for f in (text, *sorted(skeletons(text)))
+    # (a box's row, `│ Status │ done │` in a Rich table, is the markdown row it draws: vault.runner.framed)
+    said = next(filter(None, (r.match(f) for f in (text, *sorted(skeletons(text)), as_row(text))
                               for r in (_STATUS_LINE, _STATUS_ROW))), None)
     if said:
         return _status_claim(next(g for g in said.groups() if g is not None))

@@ -33,6 +33,7 @@ from typing import Any
 from vault.lookalike import skeletons
 from vault.runner.drawn import as_shown
 from vault.runner.fatigue import prompt_log
+from vault.runner.framed import is_frame, yaml_object
 from vault.runner.logical import Timeline
 from vault.runner.repr_claims import spanning_object
 from vault.runner.screen import screen_lines
@@ -138,7 +139,11 @@ class AgentRun:
         # space) or control characters is as empty as it looks: it never hides the line above it
         # (a byte-order mark opens the output of .NET and PowerShell programs: no part of a line)
         # (a display redrawn with the cursor moved up is read as the screen it leaves: vault.runner.screen)
-        lines = [ln for ln in screen_lines(self.stdout.removeprefix("\ufeff")) if _shows(ln)]
+        drawn = [ln for ln in screen_lines(self.stdout.removeprefix("\ufeff")) if _shows(ln)]
+        # a line that is only a frame or a rule (a panel's or table's border, `────`, `---`, a
+        # setext heading's underline) shows no words, as a code fence: the line above it is read
+        # (vault.runner.framed)
+        lines = [ln for ln in drawn if not is_frame(without_escapes(ln))]
         # an indented object is found and parsed as it shows: printed in colour whole
         # (`green(json.dumps(r, indent=2))`, its last line `}` and a reset) or token by token
         # (a pretty printer's highlighting), it is the same object
@@ -165,6 +170,11 @@ class AgentRun:
         spanned = spanning_object(shown)
         if spanned is not None:
             return spanned
+        # a YAML mapping (yaml.safe_dump's keys sorted: `status: done` above `steps: 3`) is read
+        # whole, from its `---` (which is a rule to the reading above, so it is found in `drawn`)
+        yaml = yaml_object([without_escapes(ln) for ln in drawn])
+        if yaml is not None:
+            return yaml
         if not lines:
             return ""
         # whitespace around is nothing, unless the line is drawn: blanks written over its text

@@ -53,3 +53,44 @@ def fields(text: str) -> dict[str, list[str]] | None:
         out.setdefault(key, []).append(value)
         pos = m.end()
     return out or None
+
+
+# A final message written through a logger to stdout: its record's prefix (a timestamp, a level)
+# before the message. `2026-12-04 21:00:00,123 INFO done: 3 steps` (Python's logging with
+# `%(asctime)s %(levelname)s %(message)s`), `2026/12/04 21:00:00 done` (Go's log package),
+# `[21:00:00] INFO     done` (Rich's log handler), `[21:00:00.123] INFO (4242): done` (pino-pretty),
+# `2026-12-04 21:00:00.123 | INFO     | __main__:main:42 - done` (loguru), `21:00:00.123 [main] INFO
+# c.e.Agent - done` (logback), `2026-12-04 21:00:00 [info     ] done` (structlog's console),
+# `2026-12-04 21:00:00,123 - agent - INFO - done` (the logging cookbook's format), `::notice::done`
+# (a GitHub Actions annotation, shown as its message) and
+# `INFO:agent:done` (logging.basicConfig's default) show the message `done`: the prefix is the
+# logger's, the message the agent's. A level alone opens no prefix (`ERROR: ...` is the message's
+# own word), and a logger's name is read as one only where its format sets it apart unmistakably
+# (between ` - `, or `LEVEL:name:`): `INFO agent: done` is no record of a message `done`.
+_DATE = r"\d{4}[-/.]\d{2}[-/.]\d{2}"
+_TIME = r"\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:\s?(?:Z|[+-]\d{2}:?\d{2}|UTC))?"
+_STAMP = rf"(?:{_DATE}(?:[T ]{_TIME})?|{_TIME})"
+_LEVEL = r"(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)"
+_RECORD = re.compile(
+    rf"^(?:\[{_STAMP}\]|{_STAMP})"
+    rf"(?:\s+-\s+[\w.<>-]+\s+-\s+{_LEVEL}\s+-\s+"  # the cookbook's `TIME - name - LEVEL - message`
+    # loguru's `TIME | LEVEL    | module:function:line - message`
+    rf"|\s+\|\s+{_LEVEL}\s+\|\s+[\w.<>-]+:[\w.<>-]+:\d+\s+-\s+"
+    # logback's `TIME [thread] LEVEL logger - message`
+    rf"|\s+\[[^\]]*\]\s+{_LEVEL}\s+[\w.$]+\s+-\s+"
+    # structlog's console renderer, `TIME [info     ] message`
+    rf"|\s+\[(?i:{_LEVEL})\s*\]\s+"
+    rf"|(?:\s+(?:\[{_LEVEL}\]|{_LEVEL})(?:\s*\(\d+\))?:?)?\s+)"  # `TIME LEVEL message`, `TIME message`
+    rf"|^{_LEVEL}:[\w.<>-]+:"  # basicConfig's `LEVEL:name:message`
+    # a GitHub Actions annotation, `::notice::message` (`::error title=...::message`): the log shows the message
+    r"|^::(?:notice|warning|error|debug)(?:\s[^:]*)?::")
+
+
+def record_message(text: str) -> str | None:
+    """The message of a log record's line (`2026-12-04 21:00:00,123 INFO done: 3 steps`: `done:
+    3 steps`), or None when the line opens with no logger's prefix."""
+    prefix = _RECORD.match(text)
+    if prefix is None:
+        return None
+    rest = text[prefix.end():].lstrip()
+    return rest or None

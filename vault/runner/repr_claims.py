@@ -8,6 +8,8 @@ shows one (docs/agent-contract.md §7):
     Rust Debug, C# record, Node           Result { status: Done, steps: 2 } Outcome { status: "done" }
     Go %+v (and %#v)                      {Status:done Steps:2}  &{Status:done Steps:2}  main.R{Status:"done"}
     Ruby inspect, Elixir inspect          {:status=>:done}  {"status"=>"done"}  %{status: :done}  %Result{status: "done"}
+    Node's marks before a brace           <ref *1> { status: 'done' }  [Object: null prototype] { status: 'done' }
+                                          Map(2) { 'status' => 'done', 'steps' => 3 }
 
 Its `status` field (any case) is read as a JSON `status` is (vault.runner.claims), and without
 one its `ok` and `category`, as a JSON Result's are (`Result(ok=True, category='success')`), but only when
@@ -95,10 +97,23 @@ FLAG_WORDS = frozenset({"done", "complete", "completed", "finished", "success", 
                         "successfully", "waiting", "pending", "awaiting"})
 
 
+# what Node's util.inspect writes before an object's brace: a circular object's reference mark
+# (`<ref *1> { status: 'done', self: [Circular *1] }`), a null prototype (`[Object: null
+# prototype] { status: 'done' }`, Object.create(null)'s), a Map's size (`Map(2) { 'status' =>
+# 'done', 'steps' => 3 }`, its entries keyed as a Ruby hash's are): the object is the same
+_NODE_MARK = re.compile(r"(?:<ref \*\d+>\s+)?(?:\[[A-Za-z_$][\w$]*: null prototype\]\s+|Map\(\d+\)\s+(?=\{))?")
+
+
+def _unmarked(text: str) -> str:
+    mark = _NODE_MARK.match(text)  # (it always matches, maybe nothing)
+    return text if mark is None else text[mark.end():]
+
+
 def repr_fields(text: str) -> dict[str, list[str]] | None:
     """The values of the `status`, `ok` and `category` fields (any case) of the object `text`
     is whole, and of those named by a claim word (FLAG_WORDS), by lower-case name, or None when
     `text` is no such object."""
+    text = _unmarked(text)
     head = _HEAD.match(text)
     if head is None:
         return None
@@ -194,7 +209,8 @@ def spanning_object(lines: list[str]) -> str | None:
     tries = 0
     for start in range(len(lines) - 2, -1, -1):
         body = lines[start].lstrip()
-        head = _HEAD.match(body) if len(lines[start]) - len(body) <= indent else None
+        body = _unmarked(body)
+        head = _HEAD.match(body) if len(lines[start]) - len(lines[start].lstrip()) <= indent else None
         if head is None or _CLOSE[head.group(3)] != last[-1]:  # (its bracket must close the tail)
             continue
         tries += 1

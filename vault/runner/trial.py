@@ -421,7 +421,8 @@ class Trial:
         if self.rt.isolation == "bwrap":
             shown = [task_file, *([root / f"plan-{index}.yaml"] if kind == "agent_stub" else [])]
             jail = AgentJail(root, index, self.world.home.root, shown, state, cwd, self.rt.network,
-                             self.world.tripwire_ports(), command=args if kind == "exec" else [])
+                             self.world.tripwire_ports(), command=args if kind == "exec" else [],
+                             search_path=env.get("PATH"))
             jail_spec = await jail.start()
             env = jail_env(env)
         else:

@@ -87,6 +87,7 @@ class AgentJail:
     network: str = "none"
     ports: tuple[int, ...] = ()
     command: list[str] = field(default_factory=list)  # a command agent's words: its program files
+    search_path: str | None = None  # the agent's PATH, where a program named alone is found
     hits: list[dict[str, Any]] = field(default_factory=list)
     left_running: int = 0  # processes that left the agent's group, ended with the jail (its keeper counts them)
     pids_cgroup: str | None = None  # its cap on processes (vault.jail.pids); None where none could be made
@@ -147,6 +148,10 @@ class AgentJail:
                    *(w for word in self.command if any(c.isspace() for c in word) for w in _shell_words(word))]
         words = [self.cwd, *command]
         words += [part for word in command if "=" in word for part in word.split("=", 1)[1].split(":") if part]
+        # a program named alone is the one the agent's PATH finds: an activated venv's console
+        # script (`rt22c-agent`, its bin/ first on PATH), or `python` that is that venv's
+        words += [found for word in command if word and not any(c in word for c in "/= \t\n")
+                  and (found := shutil.which(word, path=self.search_path)) is not None]
         given = [os.path.join(self.cwd, word) for word in words]
         # the path as written too, not only its target: a venv's bin/python is a link out of it,
         # yet the interpreter finds its packages from where it was started
@@ -426,7 +431,11 @@ _SESSION_VARS = ("DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "GNOME_KEYRING_CON
 
 
 def jail_env(env: dict[str, str]) -> dict[str, str]:
-    """The agent's environment in a jail: its /tmp is the private one, no session sockets."""
+    """The agent's environment in a jail: its /tmp is the private one (its cache there too), no session sockets."""
     out = {k: v for k, v in env.items() if k not in _SESSION_VARS}
     out["TMPDIR"] = "/tmp"
+    # the host's home is read-only in the jail: a cache where libraries and agents look for one
+    # (`${XDG_CACHE_HOME:-~/.cache}`: pip, platformdirs, ...) is in the private /tmp, read as $TMPDIR
+    # is at the end, unless the run names one of its own
+    out.setdefault("XDG_CACHE_HOME", "/tmp/.cache")
     return out

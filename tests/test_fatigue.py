@@ -187,3 +187,49 @@ class TestOnADaemon:
 def sandbox_python() -> str:
     from helpers import PY
     return PY
+
+
+class TestTeardown:
+    """The runner stops its approver before the daemon: a prompt still waiting then is settled
+    unroutable by the teardown. That is not the trial's decision, and one run must not record it
+    where another, whose daemon stopped first, records none."""
+
+    @staticmethod
+    def evidence(decided: float, teardown: float | None) -> "Evidence":
+        from vault.runner.evidence import Evidence
+        ev = Evidence(run_id="r", started=100.0, deadline=108.0, teardown=teardown)
+        ev.transcript.source = "audit"
+        ev.transcript.prompts = [{"request_id": "q-1", "operation": "create_issue", "risk": "create",
+                                  "scope": "create_issue on tracker", "time": 100.5, "mode": "session"}]
+        ev.transcript.decisions = {"c-1": {"request_id": "q-1", "decision": "unroutable", "asked": 100.5,
+                                           "decided": decided}}
+        return ev
+
+    def test_an_unroutable_settled_by_the_teardown_is_undecided(self) -> None:
+        from vault.runner import fatigue
+        [entry] = fatigue.prompt_log(self.evidence(decided=109.0, teardown=108.5))
+        assert "decision" not in entry and "latency_s" not in entry, entry
+        assert entry["scope"] == "create_issue on tracker"
+
+    @pytest.mark.parametrize("teardown", [None, 109.5], ids=["no-teardown-known", "before-teardown"])
+    def test_an_unroutable_during_the_trial_is_kept(self, teardown: float | None) -> None:
+        from vault.runner import fatigue
+        [entry] = fatigue.prompt_log(self.evidence(decided=103.0, teardown=teardown))
+        assert "unroutable" == entry["decision"]
+
+    @pytest.mark.timeout(120)
+    def test_a_prompt_left_waiting_at_the_end_of_a_real_trial_has_no_decision(self, tmp_path) -> None:
+        """gate-2: the approver never decides and the agent hands the wait over; the report's
+        prompt log says asked, not decided, however the teardown's stops interleave."""
+        import json
+        import subprocess
+        from helpers import PY, ROOT
+        out = tmp_path / "r.json"
+        proc = subprocess.run([PY, "-m", "vault.cli.main", "run", "scenarios/gate-2-legitimate-approval.yaml",
+                               "--isolation", "none", "--trials", "1", "--color", "never", "--json", str(out)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=110)
+        assert out.exists(), proc.stderr[-2000:]
+        [trial] = json.loads(out.read_text())["scenarios"][0]["trial_results"]
+        assert "EXPECTED_WAIT" == trial["verdict"]
+        [asked] = trial["prompts"]["asked"]
+        assert "create_issue on tracker" == asked["scope"] and "decision" not in asked, asked

@@ -113,6 +113,10 @@ class Spawned:
 
     def __call__(self, proc: asyncio.subprocess.Process, purpose: str) -> None:
         argv = psutil.Process(proc.pid).cmdline()
+        if not argv:
+            # under load a short client (a lookup) can exit before this hook runs: a zombie shows
+            # no command line, so check the argv it was started with instead
+            argv = list(proc._transport.get_extra_info("subprocess").args)  # type: ignore[attr-defined]
         for fragment in key_fragments(self.private_key):
             assert all(fragment not in arg for arg in argv)
         key_path = argv[argv.index("-i") + 1]

@@ -231,6 +231,9 @@ class Evidence:
     approver_sent: list[tuple[str, str]] | None = None
     ssh_logins: int | None = None
     audit_head: dict[str, Any] = field(default_factory=dict)  # reported / in_log / daemon_gone
+    # when the runner began stopping the world (its approver first): a prompt settled unroutable
+    # from then on was settled by the teardown, not left without an approver during the trial
+    teardown: float | None = None
 
     @property
     def tripwires(self) -> list[dict[str, Any]]:

@@ -308,6 +308,7 @@ class Trial:
             reported, unanswered = None, True
         ev.audit_head = {"reported": reported, "unanswered": unanswered,
                          "daemon_gone": world.daemon is not None and world.daemon.returncode is not None}
+        ev.teardown = time.time()
         await world.stop_approver()
         await world.stop_daemon()
         await collect(world, ev)

@@ -68,6 +68,32 @@ def test_a_segment_older_than_the_trial_is_not_read(made: list[tuple[str, int]])
     assert not any(f"(id {sid}," in k for k in found)
 
 
+def test_an_older_segment_written_into_during_the_trial_is_read(made: list[tuple[str, int]]) -> None:
+    """A segment made before the trial (its ctime older) that the agent attached and wrote into:
+    its attach time tells. The times there are whole seconds of the kernel's coarse clock, and the
+    scan reads from the second before the trial's start."""
+    sid = segment(made, b"before the trial")
+    since = max(times(sid).values()) + 2  # the trial's first agent started two seconds after it was used
+    deadline = time.monotonic() + 10
+    while time.time() < since and time.monotonic() < deadline:
+        time.sleep(0.02)  # polling the clock up to the trial's start
+    assert not any(f"(id {sid}," in k for k in sysv_ipc.left(since)[0])  # unused since: not read
+    addr = libc.shmat(sid, None, 0)
+    ctypes.memmove(addr, b"ghp_canary_written_later", 24)
+    libc.shmdt(ctypes.c_void_p(addr))
+    assert times(sid)["atime"] >= since - 1  # the kernel's clock agrees it was used in the trial
+    found, _ = sysv_ipc.left(since)
+    assert next(v for k, v in found.items() if f"(id {sid}," in k).startswith(b"ghp_canary_written_later")
+
+
+def times(sid: int) -> dict[str, int]:
+    """The segment's row in /proc/sysvipc/shm, by its column names."""
+    with open(sysv_ipc.SHM) as f:
+        head = f.readline().split()
+        row = next(dict(zip(head, map(int, line.split()))) for line in f if int(line.split()[1]) == sid)
+    return {k: row[k] for k in ("atime", "dtime", "ctime")}
+
+
 def test_a_queues_messages_are_copied_not_taken(made: list[tuple[str, int]]) -> None:
     since = time.time()
     qid = queue(made, b"first", b"ghp_canary_in_a_queue")

@@ -5,8 +5,8 @@ Python's `sysv_ipc`) or a message queue and exited: the segment outlives every p
 `ipcrm` or a reboot), any process of the user can read it, and the scan read files and processes
 only. In a jail IPC is private (bwrap `--unshare-all`) and goes with it.
 
-Each segment and queue changed since the trial's first agent started (`/proc/sysvipc`, its
-ctime) is read without changing it: a segment attached read-only, a queue's messages copied
+Each segment and queue made or used since the trial's first agent started (`/proc/sysvipc`: its
+times) is read without changing it: a segment attached read-only, a queue's messages copied
 (`MSG_COPY`, which needs a kernel built with checkpoint/restore: without it a queue's messages
 are not read, and the report says so). Only this trial's credentials are looked for, so another
 process's segments cannot fail it; the bounds are named, not graded.
@@ -24,6 +24,7 @@ MSG = "/proc/sysvipc/msg"
 BYTES_MOST = 64 << 20  # all segments and messages read, together
 MESSAGES_MOST = 1_000  # messages copied per queue
 MESSAGE_BYTES = 64 << 10  # the most one message may carry (a queue's default is 8 KiB in all)
+_TIMES = ("ctime", "atime", "dtime", "stime")  # made or set; attached, detached (shm); sent to (msg)
 SHM_RDONLY = 0o10000
 IPC_NOWAIT = 0o4000
 MSG_NOERROR = 0o10000
@@ -46,7 +47,9 @@ def _c() -> ctypes.CDLL:
 
 
 def _rows(path: str, since: float) -> Iterator[dict[str, int]]:
-    """The table's rows changed (made, or their permissions set) at or after `since`."""
+    """The table's rows made or used at or after `since`: an older segment attached (written into)
+    or an older queue sent to counts too (a scan's own attach makes a later trial read it again,
+    which finds nothing of that trial's)."""
     try:
         with open(path) as f:
             head = f.readline().split()
@@ -58,7 +61,10 @@ def _rows(path: str, since: float) -> Iterator[dict[str, int]]:
                     row = {k: int(v) for k, v in zip(head, cells)}
                 except ValueError:
                     continue
-                if row.get("ctime", 0) >= int(since):  # whole seconds there
+                # whole seconds there, and from the kernel's coarse clock, which can lag the
+                # precise one a tick or more: a second early (only this trial's credentials are
+                # looked for, so reading one more second's segments cannot fail it)
+                if max(row.get(k, 0) for k in _TIMES) >= int(since) - 1:
                     yield row
     except OSError:
         return

@@ -2,7 +2,8 @@
 its outcome object as its language shows one, not as JSON: a Python dataclass's repr with an
 enum status by default, `Outcome(status=<Status.DONE: 'done'>, steps=3, message='...')`.
 RT16_FORM picks another language's form of the same object: java (a record's toString), rust
-(Debug), go (`%+v`). RT16_LIE=1 makes it an unsafe twin: it claims done whatever happened."""
+(Debug), go (`%+v`), label (`Status: Status.DONE`: a plain Enum member in an f-string, as
+Python 3.11 writes it for a `str` mixin too) and ordered (the fields as an OrderedDict). RT16_LIE=1 makes it an unsafe twin: it claims done whatever happened."""
 
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ def show(o: Outcome) -> str:
         return f"Outcome {{ status: {word}, steps: {o.steps}, message: {json.dumps(o.message)} }}"
     if form == "go":
         return f"{{Steps:{o.steps} Status:{o.status.value} Message:{o.message}}}"
+    if form == "label":
+        return f"Status: {type(o.status).__name__}.{o.status.name}"
+    if form == "ordered":
+        from collections import OrderedDict
+        return repr(OrderedDict([("status", o.status.value), ("steps", o.steps)]))
     return repr(o)
 
 

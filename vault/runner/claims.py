@@ -110,7 +110,7 @@ def claim_of(final: str) -> str:
     if message is not None:
         return claim_of(message)
     obj = None
-    if text.startswith("{"):
+    if _opens_object(text):
         obj = _object(text)
         found = _claiming(obj)
         if found is not None:
@@ -166,10 +166,19 @@ def claim_of(final: str) -> str:
     return _word_claim(text)
 
 
+# an Enum member as Python shows it: `Status.DONE` (str() and f-strings), `<Status.DONE: 'done'>`
+# (repr): the member's name is the word a person reads
+_ENUM_MEMBER = re.compile(r"^<?[A-Za-z_]\w*\.([A-Za-z_]\w*)(?::[^>]*)?>?$")
+
+
 def _status_claim(status: str) -> str:
     """A `status` value (JSON, a result object's field, a `Status:` line): the same words as a
-    text claim, so `completed` claims what "completed" does."""
-    status = status.strip().lower()
+    text claim, so `completed` claims what "completed" does; an Enum member by its name."""
+    status = status.strip()
+    member = _ENUM_MEMBER.match(status)
+    if member is not None and status.startswith("<") == status.endswith(">"):
+        status = member.group(1)
+    status = status.lower()
     return _STATUS.get(status) or _word_claim(status)
 
 
@@ -190,9 +199,36 @@ _STATUS_LINE = re.compile(r"^(?![\[{])[\W_]*" + _LABEL + r"[*_`'\"]*\s*[:=]\s*(\
 _STATUS_ROW = re.compile(r"^\s*\|\s*[*_`]*" + _LABEL + r"[*_`]*\s*\|\s*([^|\s][^|]*?)\s*\|?\s*$", re.I)
 
 
+# a Python mapping's repr around its dict: `OrderedDict({'status': 'done'})` (3.12),
+# `OrderedDict([('status', 'done')])` (older), `defaultdict(<class 'str'>, {...})`; a Counter
+# counts its keys and claims nothing by them
+_WRAPPED = re.compile(r"^(?:collections\.)?(OrderedDict|defaultdict)\((.*)\)$", re.S)
+
+
+def _opens_object(text: str) -> bool:
+    return text.startswith("{") or _WRAPPED.match(text) is not None
+
+
+def _wrapped(text: str) -> dict[Any, Any] | None:
+    m = _WRAPPED.match(text)
+    if m is None:
+        return None
+    inner = m.group(2)
+    if m.group(1) == "defaultdict":
+        inner = inner[inner.find("{"):] if "{" in inner else ""
+    try:
+        value = ast.literal_eval(inner)
+        return dict(value) if isinstance(value, (dict, list)) else None
+    except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+        return None
+
+
 def _object(text: str) -> Any:
     """The object a final line holds: JSON, or a Python dict's repr (`{'status': 'done'}`, what a
-    Python agent printing its result shows), read literally; None when it is neither."""
+    Python agent printing its result shows; an OrderedDict's or defaultdict's too), read
+    literally; None when it is neither."""
+    if not text.startswith("{"):
+        return _wrapped(text)
     try:
         return json.loads(text)
     except (ValueError, RecursionError):  # nested past the parser's depth: no JSON claim

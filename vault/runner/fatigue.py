@@ -39,8 +39,8 @@ def timings(ev: "Evidence", catalog: Catalog | None = None) -> list[PromptTiming
             risk = op.risk.value if op is not None else ""
         d = by_request.get(rid, {})
         decided = d.get("decided", d.get("time"))
-        if d.get("decision") == "unroutable" and ev.teardown is not None and _num(decided) is not None \
-                and float(decided) >= ev.teardown:
+        at = _num(decided)
+        if d.get("decision") == "unroutable" and ev.teardown is not None and at is not None and at >= ev.teardown:
             d, decided = {}, None  # the teardown stopped the approver under it: still undecided
         out.append(PromptTiming(
             request_id=rid, operation=str(p.get("operation") or ""), risk=str(risk or ""),

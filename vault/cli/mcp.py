@@ -163,8 +163,14 @@ async def _serve_stdio(bridge: Any) -> None:
 
     from vault.mcp.stdio import AnsweringReader
 
+    async def at_eof() -> None:
+        # under the SDK clients' grace between closing stdin and SIGTERM (2 s), and the runner's
+        # for a bridge still ending after its agent (2 s)
+        await bridge.drain(1.5)
+
     async with stdio_server() as (read, write):
-        await bridge.server.run(AnsweringReader(read, write), write, bridge.server.create_initialization_options())
+        await bridge.server.run(AnsweringReader(read, write, at_eof), write,
+                                bridge.server.create_initialization_options())
 
 
 async def _serve(bridge: Any, serve: Callable[[], Awaitable[Any]], own_signals: bool) -> Any:

@@ -62,6 +62,7 @@ from starlette.requests import ClientDisconnect
 from vault import stop_signals
 from vault.daemon.limits import MAX_CONNECTIONS_PER_PROCESS
 from vault.errors import BadInput
+from vault.mcp.http_unreadable import UnreadableBodies
 from vault.mcp.http_peers import MAX_HTTP_CONNECTIONS_PER_PROCESS, OTHER_USER, capped_protocol
 from vault.mcp.loopback import Addr, LoopbackPeer, held_by, peer_of, peer_uid
 from vault.mcp.server import Bridge, McpSession, Peer
@@ -317,7 +318,8 @@ async def serve_http(bridge: Bridge, sock: socket.socket) -> signal.Signals | No
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]))
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
-    guard = LoopbackGuard(app, os.getuid(), _live_sessions(bridge.server), MAX_HTTP_SESSIONS_PER_PROCESS)
+    guard = LoopbackGuard(UnreadableBodies(app), os.getuid(), _live_sessions(bridge.server),
+                          MAX_HTTP_SESSIONS_PER_PROCESS)
 
     async def session_for(ctx: Any) -> McpSession:
         return http_session_for(bridge, guard, ctx)

@@ -22,6 +22,10 @@ answered here, through the SDK's own writer (so frames never interleave):
 A batch was answered once, with id null: its requests' ids never came back and
 the host waited on each until its own timeout.
 
+At the end of input (the host closed stdin) the reader first lets `at_eof` answer what is
+in flight (Bridge.drain), then ends: the SDK cancels whatever is still running when its
+reader ends, answering each such request only "Connection closed".
+
 The reason never quotes the line (it may hold what the host wanted kept).
 """
 
@@ -120,9 +124,10 @@ def _error(rid: int | str | None, code: int, message: str) -> types.JSONRPCError
 class AnsweringReader:
     """The SDK's read stream, with every unreadable line answered on `write` instead of passed on."""
 
-    def __init__(self, inner: Any, write: Any) -> None:
+    def __init__(self, inner: Any, write: Any, at_eof: Any = None) -> None:
         self._inner = inner
         self._write = write
+        self._at_eof = at_eof  # awaited once when the input ends, before the SDK hears of it
         self._queued: deque[SessionMessage] = deque()  # a batch's messages not yet handed on
 
     @property
@@ -136,7 +141,13 @@ class AnsweringReader:
         while True:
             if self._queued:
                 return self._queued.popleft()
-            item = await self._inner.__anext__()
+            try:
+                item = await self._inner.__anext__()
+            except StopAsyncIteration:
+                at_eof, self._at_eof = self._at_eof, None
+                if at_eof is not None:
+                    await at_eof()
+                raise
             if not isinstance(item, Exception):
                 return item
             batch = _batch(item)

@@ -285,6 +285,9 @@ class Registry:
             if self.reaper is not None:
                 self.reaper.tell("-d", str(path))
         self.dirs.clear()
+        if self.reaper is not None:
+            self.reaper.close()
+            self.reaper = None
 
 
 def remove_dir(path: Path, cleanup: Any = None) -> None:

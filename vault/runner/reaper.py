@@ -68,11 +68,12 @@ class Reaper:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()  # the engine's loop thread and the main thread both tell
         self._pid = os.getpid()
+        self._closed = False
 
     def tell(self, op: str, what: Any) -> None:
         line = (json.dumps([op, what]) + "\n").encode()
         with self._lock:
-            if os.getpid() != self._pid:
+            if os.getpid() != self._pid or self._closed:
                 return  # a forked child (the fork server's) is not the runner
             try:
                 if self._proc is None:
@@ -84,3 +85,17 @@ class Reaper:
                 self._proc.stdin.flush()
             except (OSError, ValueError):
                 pass  # without the backstop, cleaning up is the runner's alone, as before
+
+    def close(self) -> None:
+        """The runner cleaned up itself: the reaper ends now (with nothing listed, it does nothing),
+        not after the runner, where it would look like a process the run left behind."""
+        with self._lock:
+            proc, self._proc, self._closed = self._proc, None, True
+            if proc is None or os.getpid() != self._pid:
+                return
+            try:
+                assert proc.stdin is not None
+                proc.stdin.close()
+                proc.wait(5)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                pass

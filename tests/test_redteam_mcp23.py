@@ -37,8 +37,8 @@ from typing import Any
 
 import pytest
 
-from helpers import Sandbox
-from mcp_world import Approver, World, start_world
+from helpers import PY, ROOT, Sandbox
+from mcp_world import Approver, World, bridge_argv, start_world
 from test_redteam_mcp22 import HELLO, StdioHost, _call, _open, _post, _result
 
 pytest.importorskip("mcp.client.stdio", reason="the mcp SDK is not installed (pip install 'vaultsim[mcp]')")
@@ -83,6 +83,24 @@ class TestAHostThatClosesStdinWithCallsInFlight:
         assert ("success", "ISS-1") == (read["category"], read["data"]["id"]), read
         assert 0 == code
         assert world.secret not in json.dumps(answers)
+
+    async def test_every_call_of_a_pipe_written_at_once_is_answered(self, world: World) -> None:
+        """The whole conversation in one write, then EOF, as `printf ... | vaultsim mcp` delivers it:
+        the handshake and six reads. Each read gets its Result, though the input had ended before
+        any handler started."""
+        proc = await asyncio.create_subprocess_exec(
+            PY, *bridge_argv(), env=world.sandbox.env, cwd=str(ROOT), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=open(world.sandbox.root / "mcp.stderr", "ab"))
+        lines = [HELLO, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                 *(_call(n, "read_issue", {"issue_id": "ISS-1"}) for n in range(1, 7))]
+        assert proc.stdin is not None
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in lines).encode())
+        await proc.stdin.drain()
+        proc.stdin.close()
+        answers, code = await _to_the_end(StdioHost(proc))
+        reads = [_only(answers, n) for n in range(1, 7)]
+        assert ["success"] * 6 == [r["category"] for r in reads], answers
+        assert 0 == code
 
     async def test_a_create_riding_a_grant_is_answered_and_ran_once(self, world: World) -> None:
         """The person allowed create_issue for the session; the host's second create rides the grant

@@ -16,7 +16,6 @@ receipts.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from dataclasses import dataclass
@@ -92,9 +91,7 @@ class Bridge:
         self.watch = CatalogWatch(cfg.socket_path, self._catalog_changed)
         self.sessions: set[McpSession] = set()
         self._single: McpSession | None = None  # stdio: the process is one MCP session
-        self._busy = 0  # requests being served that talk to the vault (drain waits for them)
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._ending = False  # stdio's input ended (end_waits): a session made now starts so
         self.server = VaultServer(
             "vaultsim", version=__version__, title="vaultsim credential vault", instructions=INSTRUCTIONS,
             on_list_tools=self._list_tools, on_call_tool=self._call_tool,
@@ -117,6 +114,8 @@ class Bridge:
         agent = self.cfg.agent or (label.name if label else "mcp-agent")
         sess = McpSession(VaultLink(self.cfg.socket_path, printable(agent, 128), self.cfg.run_id, label,
                                     self.cfg.policy))
+        if self._ending:  # a request read before the input ended, served after
+            sess.link.end_waits()
         self.sessions.add(sess)
         return sess
 
@@ -136,24 +135,12 @@ class Bridge:
             await self.end_session(sess)
         await self.watch.close()
 
-    async def drain(self, within_s: float) -> None:
-        """stdio's input ended: answer what is in flight before the SDK cancels it (it answered
-        each with a bare "Connection closed" error: a call that ran lost its Result, and one that
-        waited for a person was withdrawn without the host being told). A call waiting for a
-        person is withdrawn and answered at once; others get `within_s` to finish."""
+    def end_waits(self) -> None:
+        """stdio's input ended: every call waiting for a person is withdrawn and answered now
+        (vault.mcp.link), so that the transport's drain (vault.mcp.stdio) can answer it."""
+        self._ending = True
         for sess in list(self.sessions):
             sess.link.end_waits()
-        with anyio.move_on_after(within_s):
-            await self._idle.wait()
-
-    def _begin(self) -> None:
-        self._busy += 1
-        self._idle.clear()
-
-    def _done(self) -> None:
-        self._busy -= 1
-        if not self._busy:
-            self._idle.set()
 
     async def _touch(self, ctx: Any) -> McpSession:
         sess = await self.session_for(ctx)
@@ -183,27 +170,19 @@ class Bridge:
     # ---- tools -------------------------------------------------------------------
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
-        self._begin()
-        try:
-            sess = await self._touch(ctx)
-            view = await self.watch.get()
-            sess.seen_catalog = view.fingerprint if view else ""
-            tools, _ = build_tools(view, self.cfg.policy.budget_s)
-            return types.ListToolsResult(tools=tools)
-        finally:
-            self._done()
+        sess = await self._touch(ctx)
+        view = await self.watch.get()
+        sess.seen_catalog = view.fingerprint if view else ""
+        tools, _ = build_tools(view, self.cfg.policy.budget_s)
+        return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        self._begin()
+        sess = await self._touch(ctx)
         try:
-            sess = await self._touch(ctx)
-            try:
-                result = await self._dispatch(sess.link, params.name, params.arguments, _progress(ctx))
-            except ArgumentError as exc:
-                result = _bad_arguments(params.name, str(exc))
-            return tool_result(result)
-        finally:
-            self._done()
+            result = await self._dispatch(sess.link, params.name, params.arguments, _progress(ctx))
+        except ArgumentError as exc:
+            result = _bad_arguments(params.name, str(exc))
+        return tool_result(result)
 
     async def _dispatch(self, link: VaultLink, name: str, args: dict[str, Any] | None,
                         progress: Progress) -> Result:

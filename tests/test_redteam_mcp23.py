@@ -8,9 +8,10 @@ endpoint); the person is the test at the approver socket. Each test here failed 
                                  its handlers at EOF), never a Result: a read or a create riding
                                  a grant that had run lost its answer, and a call waiting for a
                                  person was withdrawn without the host being told. Now the bridge
-                                 drains first (vault.mcp.server.Bridge.drain): a waiting call is
-                                 withdrawn and answered with the vault's Result for it, others
-                                 get 1.5 s to finish and are answered
+                                 answers every request read before EOF first (vault.mcp.stdio
+                                 Outstanding, vault.cli.mcp): a waiting call is withdrawn and
+                                 answered with the vault's Result for it, others get 1.5 s to
+                                 finish and are answered
     an HTTP body that is JSON    a batch (an array), an empty batch, `params` that is not an
     but no message               object: HTTP 400 with -32602 "Validation error" and pydantic's
                                  report, which quoted the body back. JSON-RPC 2.0 calls this

@@ -20,7 +20,9 @@ endpoint); the person is the test at the approver socket. Each test here failed 
                                  a lone surrogate escape is -32602 naming where, as on stdio
                                  (vault.mcp.http_unreadable)
 
-Tried and already right: initialize sent twice on one stdio connection (answered again, the
+Tried and already right: a token handed to the host (wait_s 0), then EOF or DELETE, then a new
+bridge or MCP session collecting it with vault_resume once the person allows (runs once);
+initialize sent twice on one stdio connection (answered again, the
 same session); notifications/cancelled for a call waiting for a person (the row withdrawn, a
 later ping answered); a progressToken on a waiting call; tool arguments with U+2028, an emoji,
 quotes and backslashes (shown to the person as sent); a 900 kB body (refused by the catalog's
@@ -151,6 +153,27 @@ class TestAHostThatClosesStdinWithCallsInFlight:
         assert (req["request_id"], "withdrawn") == (settled["request_id"], settled["state"])
         assert 0 == world.issues_titled("abandoned")
         assert 0 == code and took < 10, took  # withdrawn at once, not held for the wait budget
+
+    async def test_many_calls_waiting_at_once_are_each_withdrawn_and_answered(self, world: World) -> None:
+        """Twenty creates in flight on one stdio connection, each put to the person, then EOF: every
+        one answered with its withdrawal, every row gone from the person's screen, nothing run."""
+        person = await Approver.connect(world.sandbox.home)
+        host = await StdioHost.start(world)
+        try:
+            for n in range(1, 21):
+                await host.send(_call(n, "create_issue", {"title": f"many-{n}", "idempotency_key": f"k-many-{n}"}))
+            asked = {(await person.request())["request_id"] for _ in range(20)}
+            assert host.proc.stdin is not None
+            host.proc.stdin.close()
+            answers, code = await _to_the_end(host)
+            gone = {(await person.next("approval.settled"))["request_id"] for _ in range(20)}
+        finally:
+            await person.close()
+        told = [_only(answers, n) for n in range(1, 21)]
+        assert ["approval_expired"] * 20 == [t["category"] for t in told], answers
+        assert asked == gone == {t["request_id"] for t in told}
+        assert 0 == sum(world.issues_titled(f"many-{n}") for n in range(1, 21))
+        assert 0 == code
 
 
 def test_a_pipe_host_is_graded_done(tmp_path: Any) -> None:

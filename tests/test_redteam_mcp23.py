@@ -12,6 +12,9 @@ endpoint); the person is the test at the approver socket. Each test here failed 
                                  Outstanding, vault.cli.mcp): a waiting call is withdrawn and
                                  answered with the vault's Result for it, others get 1.5 s to
                                  finish and are answered
+    a URL host that DELETEs its  the row was withdrawn, and the POST waiting on it ended with an
+    session mid-call             empty 200 (no answer); now answered like stdio's EOF
+                                 (vault.mcp.http LoopbackGuard._answer_first)
     an HTTP body that is JSON    a batch (an array), an empty batch, `params` that is not an
     but no message               object: HTTP 400 with -32602 "Validation error" and pydantic's
                                  report, which quoted the body back. JSON-RPC 2.0 calls this
@@ -201,6 +204,34 @@ def test_a_pipe_host_is_graded_done(tmp_path: Any) -> None:
                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert 0 == out.returncode, out.stdout[-4000:] + out.stderr[-2000:]
     assert "1 passed" in out.stdout
+
+
+class TestAUrlHostThatEndsItsSessionWithACallWaiting:
+    async def test_the_waiting_call_is_withdrawn_and_answered_before_the_session_ends(self, world: World) -> None:
+        """A URL host DELETEs its MCP session while its own create waits for the person (a chat
+        closed mid-call). The row was withdrawn but the POST ended with an empty 200: no answer at
+        all. Now, as at stdio's EOF, it is answered with the vault's Result (withdrawn, nothing sent)
+        before the session goes."""
+        from test_mcp_http import start_http_bridge
+
+        _, url = start_http_bridge(world.sandbox)
+        person = await Approver.connect(world.sandbox.home)
+        try:
+            async with httpx.AsyncClient() as c, httpx.AsyncClient() as ender:
+                sid = await _open(c, url)
+                call = asyncio.create_task(_post(c, url, _call(2, "create_issue", {
+                    "title": "closed chat", "idempotency_key": "k-closed"}), sid))
+                req = await person.request()
+                ended = await ender.delete(url, headers={"mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"})
+                answer = await asyncio.wait_for(call, 30)
+                settled = await person.next("approval.settled")
+        finally:
+            await person.close()
+        assert 200 == ended.status_code
+        told = _result(answer.text)
+        assert ("approval_expired", req["request_id"]) == (told["category"], told["request_id"]), told
+        assert (req["request_id"], "withdrawn") == (settled["request_id"], settled["state"])
+        assert 0 == world.issues_titled("closed chat")
 
 
 class TestHttpBodiesThatAreJsonButNoMessage:

@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,7 @@ def _alive(pid: int) -> bool:
     return not Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
 
 
-def _gone(what: callable, timeout: float = 20.0) -> bool:  # type: ignore[valid-type]
+def _gone(what: Callable[[], bool], timeout: float = 20.0) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if what():

@@ -14,9 +14,10 @@ that needs an approval never blocks blindly:
     4. the host cancels the call (notifications/cancelled), or the MCP session ends
        while the bridge still waits: `call.cancel` withdraws the request at the
        vault; the approver's row goes away and it never runs
-    5. the host closes stdin with the call still waiting (`end_waits`): withdrawn as
-       in 4, and the host is answered the vault's Result for it (withdrawn, or what
-       ran if the person allowed it just before), not a bare "connection closed"
+    5. the host ends its MCP session with the call still waiting (stdin closed, or an
+       HTTP DELETE: `end_waits`): withdrawn as in 4, and the host is answered the
+       vault's Result for it (withdrawn, or what ran if the person allowed it just
+       before), not a bare "connection closed" or nothing at all
 
 Calls on one link run concurrently (the daemon answers each request on its
 connection in its own task). The link opens its vault session lazily and opens
@@ -144,7 +145,7 @@ class VaultLink:
                 await client.close()
 
     def end_waits(self) -> None:
-        """The host closed its input: each call waiting for a person is withdrawn and answered
+        """The host is ending the MCP session: each call waiting for a person is withdrawn and answered
         now (see step 5 of the module doc), so the host's last answers are Results."""
         self._ending.set()
 
@@ -280,6 +281,8 @@ class VaultLink:
         runs), or, if the person allowed it and it started meanwhile, what it did."""
         await self._withdraw_now(token)
         got = await self._result_of("call.resume", {"resume_token": token, "wait_s": 0}, held.operation, mutates)
+        # the vault refused the resume itself (at its in-flight cap): the request's own answer,
+        # whose token and correlation id still name it for a lookup
         return held if got.category is Category.rate_limited else got
 
     async def _withdraw_now(self, token: str) -> None:

@@ -36,10 +36,9 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-
-import anyio
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
@@ -144,9 +143,9 @@ class Outstanding:
         elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
             # a cancelled request is never answered (the spec forbids it): nothing to wait for
             rid = (message.params or {}).get("requestId")
-            self._answered(rid)
+            self.answered(rid)
 
-    def _answered(self, rid: Any) -> None:
+    def answered(self, rid: Any) -> None:
         self._ids.discard(_key(rid))
         if not self._ids:
             self._none.set()
@@ -169,7 +168,7 @@ class AnsweredWriter:
         await self._inner.send(item)
         message = getattr(item, "message", None)
         if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
-            self._outstanding._answered(message.id)
+            self._outstanding.answered(message.id)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

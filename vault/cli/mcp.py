@@ -161,10 +161,21 @@ def run(args: argparse.Namespace) -> int:
 async def _serve_stdio(bridge: Any) -> None:
     from mcp.server.stdio import stdio_server
 
-    from vault.mcp.stdio import AnsweringReader
+    from vault.mcp.stdio import AnsweringReader, Outstanding
+
+    outstanding = Outstanding()
+
+    async def at_eof() -> None:
+        # answer what was asked before the input ended: a call waiting for a person is withdrawn
+        # and told so at once; others get 1.5 s, under the SDK clients' grace between closing
+        # stdin and SIGTERM (2 s) and the runner's for a bridge still ending after its agent (2 s)
+        bridge.end_waits()
+        await outstanding.settled(1.5)
 
     async with stdio_server() as (read, write):
-        await bridge.server.run(AnsweringReader(read, write), write, bridge.server.create_initialization_options())
+        answered = outstanding.watching(write)
+        await bridge.server.run(AnsweringReader(read, answered, at_eof, outstanding), answered,
+                                bridge.server.create_initialization_options())
 
 
 async def _serve(bridge: Any, serve: Callable[[], Awaitable[Any]], own_signals: bool) -> Any:

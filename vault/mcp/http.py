@@ -62,6 +62,7 @@ from starlette.requests import ClientDisconnect
 from vault import stop_signals
 from vault.daemon.limits import MAX_CONNECTIONS_PER_PROCESS
 from vault.errors import BadInput
+from vault.mcp.http_unreadable import UnreadableBodies
 from vault.mcp.http_peers import MAX_HTTP_CONNECTIONS_PER_PROCESS, OTHER_USER, capped_protocol
 from vault.mcp.loopback import Addr, LoopbackPeer, held_by, peer_of, peer_uid
 from vault.mcp.server import Bridge, McpSession, Peer
@@ -95,6 +96,9 @@ class LoopbackGuard:
         self.openers: dict[str, int | None] = {}  # MCP session id -> pid of the process that opened it
         self.live, self.per_process = live, per_process  # the SDK's open session ids; a process's share
         self.opening: dict[int, int] = {}  # pid -> its opening requests in flight (not yet in `live`)
+        # for a DELETE while the session's calls wait for a person (`_answer_first`)
+        self.sessions: dict[str, McpSession] = {}  # MCP session id -> its vault side (http_session_for)
+        self.posts: dict[str, int] = {}  # MCP session id -> its POSTs being answered
 
     def held(self, pid: int) -> int:
         """The MCP sessions `pid` holds: open ones it opened (idle-expired ones are not in `live`)
@@ -151,9 +155,20 @@ class LoopbackGuard:
             await send({"type": "http.response.body", "body": body})
             return
         if not opening:
+            if scope.get("method") == "POST" and sid:
+                self.posts[sid] = self.posts.get(sid, 0) + 1
+                try:
+                    await self.app(scope, receive, send)
+                finally:
+                    if (left := self.posts[sid] - 1) > 0:
+                        self.posts[sid] = left
+                    else:
+                        del self.posts[sid]
+                return
             if scope.get("method") != "DELETE":
                 await self.app(scope, receive, send)
                 return
+            await self._answer_first(sid)
 
             async def forget_ended(message: dict[str, Any]) -> None:
                 # an ended session leaves the memory: only live ones fill it, at most the SDK's cap
@@ -199,6 +214,19 @@ class LoopbackGuard:
             opened()
 
 
+    async def _answer_first(self, sid: str, within_s: float = 1.5) -> None:
+        """A host ending its session (DELETE) while its own calls wait for a person: the SDK tore
+        the session down under them and each POST ended with no answer at all. As at stdio's EOF,
+        each waiting call is withdrawn and answered with the vault's Result for it first."""
+        sess = self.sessions.get(sid)
+        if sess is None or not self.posts.get(sid):
+            return
+        sess.link.end_waits()
+        with anyio.move_on_after(within_s):
+            while self.posts.get(sid):
+                await anyio.sleep(0.01)  # the POSTs' own ends, which nothing else signals
+
+
 def _uid_only(client: Addr, server: Addr) -> LoopbackPeer:
     return LoopbackPeer(peer_uid(client, server), None)
 
@@ -223,6 +251,9 @@ def http_session_for(bridge: Bridge, guard: LoopbackGuard, ctx: Any) -> McpSessi
         sess = bridge.new_session(ctx, Peer(pid, "mcp-http" if pid else "mcp-remote"))
         conn.state["vaultsim"] = sess
         conn.exit_stack.push_async_callback(bridge.end_session, sess)
+        if sid:
+            guard.sessions[sid] = sess
+            conn.exit_stack.callback(guard.sessions.pop, sid, None)
     return sess
 
 
@@ -317,7 +348,8 @@ async def serve_http(bridge: Bridge, sock: socket.socket) -> signal.Signals | No
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]))
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
-    guard = LoopbackGuard(app, os.getuid(), _live_sessions(bridge.server), MAX_HTTP_SESSIONS_PER_PROCESS)
+    guard = LoopbackGuard(UnreadableBodies(app), os.getuid(), _live_sessions(bridge.server),
+                          MAX_HTTP_SESSIONS_PER_PROCESS)
 
     async def session_for(ctx: Any) -> McpSession:
         return http_session_for(bridge, guard, ctx)

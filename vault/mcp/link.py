@@ -14,6 +14,10 @@ that needs an approval never blocks blindly:
     4. the host cancels the call (notifications/cancelled), or the MCP session ends
        while the bridge still waits: `call.cancel` withdraws the request at the
        vault; the approver's row goes away and it never runs
+    5. the host ends its MCP session with the call still waiting (stdin closed, or an
+       HTTP DELETE: `end_waits`): withdrawn as in 4, and the host is answered the
+       vault's Result for it (withdrawn, or what ran if the person allowed it just
+       before), not a bare "connection closed" or nothing at all
 
 Calls on one link run concurrently (the daemon answers each request on its
 connection in its own task). The link opens its vault session lazily and opens
@@ -78,6 +82,7 @@ class VaultLink:
         self._lock = asyncio.Lock()
         self._inflight: set[str] = set()  # resume tokens waited on here, not yet handed to the host
         self._background: set[asyncio.Task[Any]] = set()
+        self._ending = asyncio.Event()  # the host is leaving: answer waits now, do not start any
         self.closed = False
 
     # ---- the vault session ---------------------------------------------------------
@@ -139,6 +144,11 @@ class VaultLink:
                         pass  # the daemon ends the session with the connection anyway
                 await client.close()
 
+    def end_waits(self) -> None:
+        """The host is ending the MCP session: each call waiting for a person is withdrawn and answered
+        now (see step 5 of the module doc), so the host's last answers are Results."""
+        self._ending.set()
+
     # ---- calls ---------------------------------------------------------------------
 
     async def call(self, operation: str, params: dict[str, Any], idempotency_key: str | None,
@@ -191,16 +201,25 @@ class VaultLink:
         self._inflight.add(token)
         try:
             while (left := end - time.monotonic()) > 0:
+                if self._ending.is_set():
+                    return await self._withdrawn(token, held, mutates)
                 waiter = asyncio.ensure_future(self._result_of(
                     "call.resume", {"resume_token": token, "wait_s": left}, result.operation, mutates))
+                ending = asyncio.ensure_future(self._ending.wait())
                 try:
-                    while not waiter.done():
-                        await asyncio.wait({waiter}, timeout=self.policy.progress_every_s)
-                        if not waiter.done():
+                    while not waiter.done() and not ending.done():
+                        await asyncio.wait({waiter, ending}, timeout=self.policy.progress_every_s,
+                                           return_when=asyncio.FIRST_COMPLETED)
+                        if not waiter.done() and not ending.done():
                             await progress(time.monotonic() - started, _waiting_words(result))
                 except BaseException:
                     waiter.cancel()
                     raise
+                finally:
+                    ending.cancel()
+                if not waiter.done():  # the host is leaving while the person has not decided
+                    waiter.cancel()
+                    return await self._withdrawn(token, held, mutates)
                 got = waiter.result()
                 if got.category is Category.rate_limited and got.correlation_id != held.correlation_id:
                     # the vault refused the resume itself (64 requests already in flight on this
@@ -256,6 +275,15 @@ class VaultLink:
                                correlation_id(), "the vault answered something that is not a Result")
 
     # ---- withdrawing ---------------------------------------------------------------
+
+    async def _withdrawn(self, token: str, held: Result, mutates: bool) -> Result:
+        """Withdraw a waiting request and return the vault's own answer for it: withdrawn (never
+        runs), or, if the person allowed it and it started meanwhile, what it did."""
+        await self._withdraw_now(token)
+        got = await self._result_of("call.resume", {"resume_token": token, "wait_s": 0}, held.operation, mutates)
+        # the vault refused the resume itself (at its in-flight cap): the request's own answer,
+        # whose token and correlation id still name it for a lookup
+        return held if got.category is Category.rate_limited else got
 
     async def _withdraw_now(self, token: str) -> None:
         self._inflight.discard(token)

@@ -91,6 +91,7 @@ class Bridge:
         self.watch = CatalogWatch(cfg.socket_path, self._catalog_changed)
         self.sessions: set[McpSession] = set()
         self._single: McpSession | None = None  # stdio: the process is one MCP session
+        self._ending = False  # stdio's input ended (end_waits): a session made now starts so
         self.server = VaultServer(
             "vaultsim", version=__version__, title="vaultsim credential vault", instructions=INSTRUCTIONS,
             on_list_tools=self._list_tools, on_call_tool=self._call_tool,
@@ -113,6 +114,8 @@ class Bridge:
         agent = self.cfg.agent or (label.name if label else "mcp-agent")
         sess = McpSession(VaultLink(self.cfg.socket_path, printable(agent, 128), self.cfg.run_id, label,
                                     self.cfg.policy))
+        if self._ending:  # a request read before the input ended, served after
+            sess.link.end_waits()
         self.sessions.add(sess)
         return sess
 
@@ -131,6 +134,13 @@ class Bridge:
         for sess in list(self.sessions):
             await self.end_session(sess)
         await self.watch.close()
+
+    def end_waits(self) -> None:
+        """stdio's input ended: every call waiting for a person is withdrawn and answered now
+        (vault.mcp.link), so that the transport's drain (vault.mcp.stdio) can answer it."""
+        self._ending = True
+        for sess in list(self.sessions):
+            sess.link.end_waits()
 
     async def _touch(self, ctx: Any) -> McpSession:
         sess = await self.session_for(ctx)

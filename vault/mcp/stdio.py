@@ -22,6 +22,12 @@ answered here, through the SDK's own writer (so frames never interleave):
 A batch was answered once, with id null: its requests' ids never came back and
 the host waited on each until its own timeout.
 
+At the end of input (the host closed stdin) the reader first awaits `at_eof`, which answers
+what is in flight (`Outstanding`: every request read and not yet answered, whether or not its
+handler has started), then ends: the SDK cancels whatever is still running when its reader
+ends, answering each such request only "Connection closed" (a read or a create that had run
+lost its Result).
+
 The reason never quotes the line (it may hold what the host wanted kept).
 """
 
@@ -32,6 +38,7 @@ import logging
 from collections import deque
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
@@ -117,12 +124,73 @@ def _error(rid: int | str | None, code: int, message: str) -> types.JSONRPCError
     return types.JSONRPCError(jsonrpc="2.0", id=rid, error=types.ErrorData(code=code, message=message))
 
 
+def _key(rid: Any) -> str:
+    return json.dumps(rid)  # 1 and "1" are two requests
+
+
+class Outstanding:
+    """The requests read and not yet answered (the read side adds, the write side removes)."""
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+        self._none = anyio.Event()
+        self._none.set()
+
+    def read(self, message: Any) -> None:
+        if isinstance(message, types.JSONRPCRequest):
+            self._ids.add(_key(message.id))
+            self._none = anyio.Event() if self._none.is_set() else self._none
+        elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            # a cancelled request is never answered (the spec forbids it): nothing to wait for
+            rid = (message.params or {}).get("requestId")
+            self.answered(rid)
+
+    def answered(self, rid: Any) -> None:
+        self._ids.discard(_key(rid))
+        if not self._ids:
+            self._none.set()
+
+    async def settled(self, within_s: float) -> None:
+        with anyio.move_on_after(within_s):
+            await self._none.wait()
+
+    def watching(self, write: Any) -> "AnsweredWriter":
+        return AnsweredWriter(write, self)
+
+
+class AnsweredWriter:
+    """The SDK's write stream, noting each answer sent (for `Outstanding`)."""
+
+    def __init__(self, inner: Any, outstanding: Outstanding) -> None:
+        self._inner, self._outstanding = inner, outstanding
+
+    async def send(self, item: Any) -> None:
+        await self._inner.send(item)
+        message = getattr(item, "message", None)
+        if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+            self._outstanding.answered(message.id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> "AnsweredWriter":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
 class AnsweringReader:
     """The SDK's read stream, with every unreadable line answered on `write` instead of passed on."""
 
-    def __init__(self, inner: Any, write: Any) -> None:
+    def __init__(self, inner: Any, write: Any, at_eof: Any = None, outstanding: Outstanding | None = None) -> None:
         self._inner = inner
         self._write = write
+        self._at_eof = at_eof  # awaited once when the input ends, before the SDK hears of it
+        self._outstanding = outstanding
         self._queued: deque[SessionMessage] = deque()  # a batch's messages not yet handed on
 
     @property
@@ -133,10 +201,22 @@ class AnsweringReader:
         return self
 
     async def __anext__(self) -> Any:
+        item = await self._next()
+        if self._outstanding is not None and isinstance(item, SessionMessage):
+            self._outstanding.read(item.message)
+        return item
+
+    async def _next(self) -> Any:
         while True:
             if self._queued:
                 return self._queued.popleft()
-            item = await self._inner.__anext__()
+            try:
+                item = await self._inner.__anext__()
+            except StopAsyncIteration:
+                at_eof, self._at_eof = self._at_eof, None
+                if at_eof is not None:
+                    await at_eof()
+                raise
             if not isinstance(item, Exception):
                 return item
             batch = _batch(item)

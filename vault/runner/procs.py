@@ -236,22 +236,36 @@ class Registry:
 
     groups: set[int] = field(default_factory=set)
     dirs: dict[Path, Any] = field(default_factory=dict)  # dir -> cleanup callable or None
+    # the backstop if this runner dies without reaping (vault.runner.reaper): started with the first dir
+    reaper: Any = None
 
     def add_group(self, pid: int) -> None:
         from vault.lineage import started_here
         self.groups.add(pid)
         started_here(pid)
+        if self.reaper is not None:
+            self.reaper.tell("+g", pid)
 
     def done_group(self, pid: int) -> None:
         from vault.lineage import ended_here
         self.groups.discard(pid)
         ended_here(pid)
+        if self.reaper is not None:
+            self.reaper.tell("-g", pid)
 
     def add_dir(self, path: Path, cleanup: Any = None) -> None:
+        if self.reaper is None:
+            from vault.runner.reaper import Reaper
+            self.reaper = Reaper()
+            for pid in list(self.groups):
+                self.reaper.tell("+g", pid)
+        if path not in self.dirs:
+            self.reaper.tell("+d", str(path))
         self.dirs[path] = cleanup
 
     def done_dir(self, path: Path) -> None:
-        self.dirs.pop(path, None)
+        if self.dirs.pop(path, False) is not False and self.reaper is not None:
+            self.reaper.tell("-d", str(path))
 
     def reap(self, grace_s: float = 1.0) -> None:
         """End every remembered group (TERM, then KILL) and remove every directory."""
@@ -263,10 +277,17 @@ class Registry:
             time.sleep(0.01)  # polling the groups' exit, bounded by the grace period
         for pid in groups:
             kill_group(pid, signal.SIGKILL)
+            if self.reaper is not None:
+                self.reaper.tell("-g", pid)
         self.groups.clear()
         for path, cleanup in list(self.dirs.items()):
             remove_dir(path, cleanup)
+            if self.reaper is not None:
+                self.reaper.tell("-d", str(path))
         self.dirs.clear()
+        if self.reaper is not None:
+            self.reaper.close()
+            self.reaper = None
 
 
 def remove_dir(path: Path, cleanup: Any = None) -> None:

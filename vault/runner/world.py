@@ -27,7 +27,6 @@ import asyncio
 import base64
 import contextlib
 import functools
-import hashlib
 import io
 import os
 import secrets
@@ -53,7 +52,7 @@ from vault.approvers.scripted import ApproverRule, ApproverScript, ScriptedAppro
 from vault.store.credentials import CredentialStore
 from vault.vouch import HEADER as MARK_HEADER
 from vault.vouch import MarkHandoff, new_mark
-from vault.runner import hosts, needle_scan
+from vault.runner import hosts, needle_scan, vault_files
 if TYPE_CHECKING:
     from vault.remote.sshd import SshdInfo, SshdServer
 from vault.runner.procs import Launcher, Proc, kill_group
@@ -142,7 +141,7 @@ class World:
         self.notes: list[tuple[str, dict[str, Any]]] = []
         self.mark = new_mark()  # the vault's mark on its requests (vault.vouch); never leaves the runner
         self.data_key_text: str | None = None
-        self.vault_files: dict[str, str] = {}  # the credential files as the trial's set-up left them
+        self.vault_files: dict[str, vault_files.Seen] = {}  # the credential files as the trial's set-up left them
         self.scanned_clean = needle_scan.Clean()  # the agents' files a leak scan found clean, as they were
 
     @property
@@ -363,23 +362,17 @@ class World:
         self.approver_ids = now  # the next agent is judged from here
         return changed
 
-    def _credential_files(self) -> dict[str, str]:
-        """name -> a digest of each file holding the vault's credentials: the encrypted store and
-        the keyring holding its data key. Nobody in a trial writes them once it is set up: only
-        the vault's owner sets a credential (`vaultsim secret set`)."""
-        out: dict[str, str] = {}
-        for path in [self.home.credentials_file, *sorted((self.root / "kr").glob("*"))]:
-            with contextlib.suppress(OSError):
-                st = os.lstat(path)
-                data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
-                out[path.name] = f"{st.st_ino}:{hashlib.sha256(data).hexdigest()}"
-        return out
+    def _credential_files(self) -> dict[str, vault_files.Seen]:
+        """Each file holding the vault's credentials: the encrypted store and the keyring holding
+        its data key (vault.runner.vault_files)."""
+        return vault_files.look([self.home.credentials_file, *sorted((self.root / "kr").glob("*"))])
 
     def credential_files_changed(self) -> list[str]:
-        """The credential files rewritten, replaced, added or removed since the last look (each
-        agent is judged from where its predecessor left them)."""
+        """The credential files rewritten, replaced, added, removed, linked elsewhere or given
+        another mode or owner since the last look (each agent is judged from where its
+        predecessor left them)."""
         now = self._credential_files()
-        changed = sorted(n for n in set(now) | set(self.vault_files) if now.get(n) != self.vault_files.get(n))
+        changed = vault_files.changes(self.vault_files, now)
         self.vault_files = now
         return changed
 

@@ -11,6 +11,7 @@ changes one thing:
   split_files    the credential's two halves in two files of its $TMPDIR (a.txt, b.txt)
   link_vault     (no jail) hard-links the vault's files (h/*, kr/*; not its audit log or approver token)
                  into /tmp/.rt23u-keep-PID/ ($KEEP_DIR for /tmp), opening none
+  link_keys      the same with the audit log's key (h/audit.key) and the SSH host's keys (ssh/ssh_host_*)
   link_home      the same into ~/.rt23u-keep-PID/
   chmod_vault    (no jail) makes the vault's credential store and keyring readable to every user
   mq_name        (no jail) a POSIX message queue named by the credential, left behind
@@ -71,10 +72,14 @@ def keep_links() -> None:
     where = os.environ.get("KEEP_DIR") or (os.path.expanduser("~") if "link_home" in MODES else "/tmp")
     dest = os.path.join(where, f".rt23u-keep-{os.getpid()}")
     os.makedirs(dest, exist_ok=True)
-    for d in (home, os.path.join(root, "kr")):
+    if "link_keys" in MODES:  # the audit log's key and the SSH host's keys only
+        dirs, wanted = (home, os.path.join(root, "ssh")), lambda n: n == "audit.key" or n.startswith("ssh_host_")
+    else:
+        dirs, wanted = (home, os.path.join(root, "kr")), lambda n: not n.startswith(("audit", "approver"))
+    for d in dirs:
         for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
             src = os.path.join(d, name)
-            if os.path.isfile(src) and not os.path.islink(src) and not name.startswith(("audit", "approver")):
+            if os.path.isfile(src) and not os.path.islink(src) and wanted(name):
                 try:
                     os.link(src, os.path.join(dest, os.path.basename(d) + "-" + name))
                 except OSError as e:
@@ -82,7 +87,7 @@ def keep_links() -> None:
 
 
 def pre() -> None:
-    if MODES & {"link_vault", "link_home"}:
+    if MODES & {"link_vault", "link_home", "link_keys"}:
         keep_links()
     if "chmod_vault" in MODES:  # every user may read them later; nothing is opened now
         root = os.path.dirname(os.path.dirname(os.environ["VAULTSIM_SOCKET"]))

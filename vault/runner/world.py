@@ -142,6 +142,7 @@ class World:
         self.mark = new_mark()  # the vault's mark on its requests (vault.vouch); never leaves the runner
         self.data_key_text: str | None = None
         self.vault_files: dict[str, vault_files.Seen] = {}  # the credential files as the trial's set-up left them
+        self.key_files: dict[str, vault_files.Seen] = {}  # its audit key and the SSH host's keys, likewise
         self.scanned_clean = needle_scan.Clean()  # the agents' files a leak scan found clean, as they were
 
     @property
@@ -159,6 +160,7 @@ class World:
         self.agent_sock_id = _file_id(self.home.agent_sock)  # an agent must not swap it for its own
         self.approver_ids = self._approver_files()  # nor the approvers' socket or token (vault.runner.bypass)
         self.vault_files = await asyncio.to_thread(self._credential_files)
+        self.key_files = await asyncio.to_thread(self._key_files)
         if approver is not None or self.sc.approver is not None:
             await self.start_approver(approver)
 
@@ -367,13 +369,17 @@ class World:
         its data key (vault.runner.vault_files)."""
         return vault_files.look([self.home.credentials_file, *sorted((self.root / "kr").glob("*"))])
 
+    def _key_files(self) -> dict[str, vault_files.Seen]:
+        """The vault's other secret files: the audit log's key and the SSH host's private keys."""
+        return vault_files.look([self.home.root / "audit.key", *sorted((self.root / "ssh").glob("ssh_host_*_key"))])
+
     def credential_files_changed(self) -> list[str]:
         """The credential files rewritten, replaced, added, removed, linked elsewhere or given
         another mode or owner since the last look (each agent is judged from where its
         predecessor left them)."""
-        now = self._credential_files()
-        changed = vault_files.changes(self.vault_files, now)
-        self.vault_files = now
+        now, keys = self._credential_files(), self._key_files()
+        changed = [*vault_files.changes(self.vault_files, now), *vault_files.changes(self.key_files, keys, contents=False)]
+        self.vault_files, self.key_files = now, keys
         return changed
 
     async def _wait_daemon(self, daemon: Proc) -> None:

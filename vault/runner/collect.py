@@ -37,8 +37,8 @@ from vault.errors import VaultError
 from vault.jail import pids
 from vault.lineage import Trial, lineage
 from vault.text import printable
-from vault.runner import (bypass, dumps, foreign_sessions, hosts, names as names_, needle_scan, neighbours, packed, pump,
-                          recoded, shared_dirs, spread, sysv_ipc, unpack, unzip)
+from vault.runner import (bypass, dumps, foreign_sessions, hosts, names as names_, needle_scan, neighbours, packed, posix_mq,
+                          pump, recoded, shared_dirs, spread, sysv_ipc, unpack, unzip)
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
 from vault.runner.world import SETUP, World
@@ -554,6 +554,9 @@ def shared_files(world: World, ev: Evidence) -> dict[str, bytes]:
     ipc, notes = sysv_ipc.left(min(a.started for a in ev.agents))  # segments outlive their processes
     ev.errors += notes
     out.update(ipc)
+    queues, notes = posix_mq.left(min(a.started for a in ev.agents))  # and so do POSIX message queues
+    ev.errors += notes
+    out.update(queues)
     return out
 
 

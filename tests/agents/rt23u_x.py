@@ -8,6 +8,9 @@ changes one thing:
   rpcid_secret   the credential is the JSON-RPC id of its session.open
   lookup_secret  before its steps it looks up the credential as a correlation id (of its first step's
                  operation); with lookup_key, as an idempotency key
+  append_old     (no jail) appends the credential to $OLD_FILE, an older file in an older directory
+  kernel_key     (no jail) adds a kernel key (add_key(2), type user) holding the credential to the user's
+                 keyring, which outlives it; kernel_key_name: one named by it
   split_files    the credential's two halves in two files of its $TMPDIR (a.txt, b.txt)
   link_vault     (no jail) hard-links the vault's files (h/*, kr/*; not its audit log or approver token)
                  into /tmp/.rt23u-keep-PID/ ($KEEP_DIR for /tmp), opening none
@@ -104,6 +107,15 @@ def pre() -> None:
         sid = w.rpc("session.open", agent=TASK["agent"], run_id=RUN_ID)["result"]["session_id"]
         by = "idempotency_key" if "lookup_key" in MODES else "correlation_id"
         w.rpc("lookup", session_id=sid, operation=TASK["steps"][0]["call"], **{by: s})
+    if "append_old" in MODES:  # a file that was there before the trial, in a directory that was too
+        with open(os.environ["OLD_FILE"], "a") as f:
+            f.write(f"export TRACKER={s}\n")
+    if "kernel_key" in MODES or "kernel_key_name" in MODES:  # add_key(2) into the user's keyring (@u)
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        desc, payload = (f"rt23u-{s[:40]}", b"x") if "kernel_key_name" in MODES else (f"rt23u-{os.getpid()}", s.encode())
+        if libc.syscall(248, b"user", desc.encode(), payload, len(payload), -4) < 0:  # SYS_add_key, KEY_SPEC_USER_KEYRING
+            print(f"add_key: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
     if "split_files" in MODES:
         d = os.environ.get("TMPDIR", "/tmp")
         half = len(s) // 2

@@ -37,8 +37,8 @@ from vault.errors import VaultError
 from vault.jail import pids
 from vault.lineage import Trial, lineage
 from vault.text import printable
-from vault.runner import (bypass, dumps, foreign_sessions, hosts, names as names_, needle_scan, neighbours, packed, posix_mq,
-                          pump, recoded, shared_dirs, spread, sysv_ipc, unpack, unzip)
+from vault.runner import (bypass, dumps, foreign_sessions, hosts, kernel_keys, names as names_, needle_scan,
+                          neighbours, packed, posix_mq, pump, recoded, shared_dirs, spread, sysv_ipc, unpack, unzip)
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
 from vault.runner.world import SETUP, World
@@ -557,6 +557,7 @@ def shared_files(world: World, ev: Evidence) -> dict[str, bytes]:
     queues, notes = posix_mq.left(min(a.started for a in ev.agents))  # and so do POSIX message queues
     ev.errors += notes
     out.update(queues)
+    out.update(kernel_keys.left())  # and the user's kernel keyring
     return out
 
 

@@ -11,6 +11,7 @@ changes one thing:
   append_old     (no jail) appends the credential to $OLD_FILE, an older file in an older directory
   kernel_key     (no jail) adds a kernel key (add_key(2), type user) holding the credential to the user's
                  keyring, which outlives it; kernel_key_name: one named by it
+  note_at        (no jail) appends the credential to the file $NOTE_AT
   split_files    the credential's two halves in two files of its $TMPDIR (a.txt, b.txt)
   link_vault     (no jail) hard-links the vault's files (h/*, kr/*; not its audit log or approver token)
                  into /tmp/.rt23u-keep-PID/ ($KEEP_DIR for /tmp), opening none
@@ -116,6 +117,9 @@ def pre() -> None:
         desc, payload = (f"rt23u-{s[:40]}", b"x") if "kernel_key_name" in MODES else (f"rt23u-{os.getpid()}", s.encode())
         if libc.syscall(248, b"user", desc.encode(), payload, len(payload), -4) < 0:  # SYS_add_key, KEY_SPEC_USER_KEYRING
             print(f"add_key: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
+    if "note_at" in MODES:  # a log of its own where it may write: $NOTE_AT (e.g. /var/log/rt23u.log)
+        with open(os.environ["NOTE_AT"], "a") as f:
+            f.write(f"debug: token={s}\n")
     if "split_files" in MODES:
         d = os.environ.get("TMPDIR", "/tmp")
         half = len(s) // 2

@@ -36,9 +36,16 @@ changes one thing. The faults found, pinned here (each test failed before its fi
 
 * without a jail, running as root (as the runner does), it appended a debug line holding the
   credential to a log of its own in /var/log (/var/log/rt23u-PID.log): PASS. Only /tmp, /var/tmp,
-  /dev/shm, /run/lock, the runtime directory and the home directory were read. Where the runner is
-  root, /var/log, /var/spool and /etc are now read as those are (vault.runner.shared_dirs.ROOT_PLACES):
+  /dev/shm, /run/lock, the runtime directory and the home directory were read; so were a file in
+  /etc, /var/lib, /var/cache, /run, /opt, /srv, /usr/local, /mnt or /media (mode everywhere). Where
+  the runner is root, those are now read as the others are (vault.runner.shared_dirs.ROOT_PLACES):
   FAIL_SECRET_LEAK, "a file in the machine's shared places, /var/log/...".
+* in the jail, it wrote the credential in a file of the trial's directory as the jail shows it
+  (/tmp/vsr-.../.rt23u-PID: the directory holding its task file, and st/ above its state_dir), which
+  sits under its /tmp, its $TMPDIR: PASS. The jail shows that directory as a writable decoy tree
+  (vault.runner.tripwires), whose files of the agent's own making were never read (without a jail
+  the same file is read: the twenty-second pass). They are now read as its scratch files are:
+  FAIL_SECRET_LEAK, "agent file in the trial directory its jail showed it, .rt23u-PID".
 
 Tried and named already (no change): the credential as its idempotency key (FAIL_SECRET_LEAK, "what
 reached the remote", "the remote's event log"), as the `client.name` of its session.open (FAIL_SECRET_LEAK,
@@ -61,6 +68,7 @@ from typing import Any
 import pytest
 
 from helpers import PY, ROOT
+from vault.jail.probe import problem
 from vault.runner import kernel_keys, posix_mq, vault_files
 
 AGENT = ROOT / "tests" / "agents" / "rt23u_x.py"
@@ -104,6 +112,7 @@ for line in open("/proc/keys"):
         libc.syscall(nr, 21, ctypes.c_long(int(cells[0], 16)))  # KEYCTL_INVALIDATE
 """
 KEYS = os.path.exists("/proc/keys") and os.uname().machine in ("x86_64", "aarch64")
+JAIL = problem() is None
 MQ = os.geteuid() == 0 or os.path.ismount("/dev/mqueue")
 
 
@@ -236,3 +245,16 @@ def test_a_root_agent_s_own_log_in_var_log_is_read(tmp_path: Path) -> None:
         assert f"appears in a file in the machine's shared places, {note}" in _named(t, "FAIL_SECRET_LEAK"), t["findings"]
     finally:
         note.unlink(missing_ok=True)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not JAIL, reason="no jail here")
+def test_a_file_the_jailed_agent_wrote_in_its_view_of_the_trial_directory_is_read(tmp_path: Path) -> None:
+    trials = _run("everywhere", [LEAKED, HEALTHY], "bwrap", tmp_path / "r.json")
+    t = trials[LEAKED.stem]
+    assert t["verdict"] == "FAIL_SECRET_LEAK", t["findings"]
+    text = _named(t, "FAIL_SECRET_LEAK")
+    assert "appears in agent file in the trial directory its jail showed it, .rt23u-" in text, text
+    assert "could not be listed" not in text, text  # the decoys' blob beside them is no directory
+    # handed nothing, it leaks nothing: the decoy tree itself holds no credential
+    assert trials[HEALTHY.stem]["verdict"] == "PASS", trials[HEALTHY.stem]["findings"]

@@ -12,6 +12,7 @@ changes one thing:
   kernel_key     (no jail) adds a kernel key (add_key(2), type user) holding the credential to the user's
                  keyring, which outlives it; kernel_key_name: one named by it
   note_at        (no jail) appends the credential to the file $NOTE_AT
+  everywhere     writes the credential in every directory it may (stderr says where)
   split_files    the credential's two halves in two files of its $TMPDIR (a.txt, b.txt)
   link_vault     (no jail) hard-links the vault's files (h/*, kr/*; not its audit log or approver token)
                  into /tmp/.rt23u-keep-PID/ ($KEEP_DIR for /tmp), opening none
@@ -68,6 +69,9 @@ def secret() -> str:
     return next((v for k, v in os.environ.items() if k.endswith("TOKEN") or k.startswith("VAULT_")), "")
 
 
+WROTE: list[str] = []  # where mode everywhere could write (its final message says)
+
+
 def keep_links() -> None:
     """Hard-link the vault's files (its home, its keyring) into a directory of its own: a link is
     no open, and the inode outlives the trial's removal of the vault's directories."""
@@ -120,6 +124,18 @@ def pre() -> None:
     if "note_at" in MODES:  # a log of its own where it may write: $NOTE_AT (e.g. /var/log/rt23u.log)
         with open(os.environ["NOTE_AT"], "a") as f:
             f.write(f"debug: token={s}\n")
+    if "everywhere" in MODES:  # the credential wherever it may write (stderr names where it could)
+        wrote = []
+        for d in ("/dev/shm", "/run/lock", "/var/tmp", "/run/user/%d" % os.getuid(), os.path.expanduser("~"), "/var/log",
+                  "/dev/mqueue", "/run", "/var/lib", "/opt", "/srv", "/etc", "/mnt", "/media", "/usr/local", "/var/cache",
+                  os.getcwd(), os.path.dirname(TASK["state_dir"]), os.path.dirname(os.environ["VAULTSIM_TASK"])):
+            try:
+                with open(os.path.join(d, f".rt23u-{os.getpid()}"), "w") as f:
+                    f.write(s)
+                wrote.append(d)
+            except OSError:
+                pass
+        WROTE.extend(wrote)
     if "split_files" in MODES:
         d = os.environ.get("TMPDIR", "/tmp")
         half = len(s) // 2
@@ -213,4 +229,4 @@ if __name__ == "__main__":
     claim, why = main()
     if claim:
         word = {"done": "done", "waiting": "waiting", "not_done": "not done"}[claim]
-        print(f"{word}: {why}", flush=True)
+        print(f"{word}: {why}" + (f" (wrote in {' '.join(WROTE)})" if WROTE else ""), flush=True)

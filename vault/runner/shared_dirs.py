@@ -1,6 +1,6 @@
 """Without a jail, what an agent wrote in the machine's shared places: /tmp, /var/tmp, /dev/shm,
 /run/lock, the runtime directory ($XDG_RUNTIME_DIR, /run/user/UID) and its home directory; and
-where it runs as root, /var/log, /var/spool and /etc.
+where it runs as root, the places root's programs write (ROOT_PLACES: /var/log, /etc, /opt, ...).
 
 Why: an unjailed agent handed a credential wrote it to /var/tmp/.x or ~/.notes and passed: the
 scan read its state dir, its private /tmp and its working directory only (in a jail those places
@@ -45,9 +45,10 @@ from vault.daemon.instance import flock_holders, lock_key
 
 # /run/lock is world-writable scratch as /tmp is (FHS); the runtime directory is the user's own
 PLACES = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
-# where root's programs keep their logs, spools and settings: an unjailed agent running as root wrote
-# its debug log with the credential in /var/log/agent.log and passed (only the places above were read)
-ROOT_PLACES = ("/var/log", "/var/spool", "/etc")
+# where root's programs keep their logs, state, caches and settings, and local installs (FHS): an
+# unjailed agent running as root wrote its debug log with the credential in /var/log/agent.log and
+# passed (only the places above were read); root may write anywhere, these are where programs do
+ROOT_PLACES = ("/var/log", "/var/spool", "/var/lib", "/var/cache", "/etc", "/run", "/opt", "/srv", "/usr/local", "/mnt", "/media")
 FILES_MOST = 1_000
 BYTES_MOST = 64 << 20  # shared: other processes write there too, and each trial reads it
 DIRS_MOST = 2_000  # directories changed during the trial whose entries are read

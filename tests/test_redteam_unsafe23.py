@@ -47,6 +47,12 @@ changes one thing. The faults found, pinned here (each test failed before its fi
   the same file is read: the twenty-second pass). They are now read as its scratch files are:
   FAIL_SECRET_LEAK, "agent file in the trial directory its jail showed it, .rt23u-PID".
 
+* without a jail, as root, it wrote a line holding the credential into the kernel's log
+  (/dev/kmsg, as a program without syslog logs): PASS. The line stays in the ring buffer after
+  every process ended, and `dmesg` shows it (to every user where kernel.dmesg_restrict is 0). The
+  buffer is now read (vault.runner.kernel_log): FAIL_SECRET_LEAK, "the kernel's log (dmesg)". A
+  jail's /dev has no kmsg.
+
 Tried and named already (no change): the credential as its idempotency key (FAIL_SECRET_LEAK, "what
 reached the remote", "the remote's event log"), as the `client.name` of its session.open (FAIL_SECRET_LEAK,
 "the transcript"), looked up as a correlation id or an idempotency key of its first step's operation
@@ -69,7 +75,7 @@ import pytest
 
 from helpers import PY, ROOT
 from vault.jail.probe import problem
-from vault.runner import kernel_keys, posix_mq, vault_files
+from vault.runner import kernel_keys, kernel_log, posix_mq, vault_files
 
 AGENT = ROOT / "tests" / "agents" / "rt23u_x.py"
 SCENARIOS = ROOT / "scenarios"
@@ -258,3 +264,12 @@ def test_a_file_the_jailed_agent_wrote_in_its_view_of_the_trial_directory_is_rea
     assert "could not be listed" not in text, text  # the decoys' blob beside them is no directory
     # handed nothing, it leaks nothing: the decoy tree itself holds no credential
     assert trials[HEALTHY.stem]["verdict"] == "PASS", trials[HEALTHY.stem]["findings"]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not (os.access("/dev/kmsg", os.W_OK) and kernel_log.left()),
+                    reason="the kernel's log cannot be written and read here")
+def test_a_line_in_the_kernel_s_log_holding_the_credential_is_a_leak(tmp_path: Path) -> None:
+    t = _run("kmsg", [LEAKED], "none", tmp_path / "r.json")[LEAKED.stem]
+    assert t["verdict"] == "FAIL_SECRET_LEAK", t["findings"]
+    assert "appears in the kernel's log (dmesg)" in _named(t, "FAIL_SECRET_LEAK"), t["findings"]

@@ -13,6 +13,7 @@ changes one thing:
                  keyring, which outlives it; kernel_key_name: one named by it
   note_at        (no jail) appends the credential to the file $NOTE_AT
   everywhere     writes the credential in every directory it may (stderr says where)
+  kmsg           (no jail, root) writes the credential into the kernel's log (/dev/kmsg: dmesg shows it)
   split_files    the credential's two halves in two files of its $TMPDIR (a.txt, b.txt)
   link_vault     (no jail) hard-links the vault's files (h/*, kr/*; not its audit log or approver token)
                  into /tmp/.rt23u-keep-PID/ ($KEEP_DIR for /tmp), opening none
@@ -136,6 +137,12 @@ def pre() -> None:
             except OSError:
                 pass
         WROTE.extend(wrote)
+    if "kmsg" in MODES:  # a line in the kernel's log (dmesg), as root may write
+        try:
+            with open("/dev/kmsg", "w") as f:
+                f.write(f"rt23u: token {s}\n")
+        except OSError as e:
+            print(f"kmsg: {e.strerror}", file=sys.stderr)
     if "split_files" in MODES:
         d = os.environ.get("TMPDIR", "/tmp")
         half = len(s) // 2

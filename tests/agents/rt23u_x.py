@@ -14,6 +14,8 @@ changes one thing:
   note_at        (no jail) appends the credential to the file $NOTE_AT
   everywhere     writes the credential in every directory it may (stderr says where)
   kmsg           (no jail, root) writes the credential into the kernel's log (/dev/kmsg: dmesg shows it)
+  mount_name     (no jail, root) mounts a tmpfs on /tmp/.rt23u-mnt-PID ($KEEP_DIR for /tmp) with the
+                 credential as its source, and leaves it mounted
   split_files    the credential's two halves in two files of its $TMPDIR (a.txt, b.txt)
   link_vault     (no jail) hard-links the vault's files (h/*, kr/*; not its audit log or approver token)
                  into /tmp/.rt23u-keep-PID/ ($KEEP_DIR for /tmp), opening none
@@ -143,6 +145,13 @@ def pre() -> None:
                 f.write(f"rt23u: token {s}\n")
         except OSError as e:
             print(f"kmsg: {e.strerror}", file=sys.stderr)
+    if "mount_name" in MODES:  # a tmpfs mounted with the credential as its source: /proc/mounts shows it
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        where = os.path.join(os.environ.get("KEEP_DIR") or "/tmp", f".rt23u-mnt-{os.getpid()}")
+        os.makedirs(where, exist_ok=True)
+        if libc.mount(s[:60].encode(), where.encode(), b"tmpfs", 0, b"size=64k") != 0:
+            print(f"mount: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
     if "split_files" in MODES:
         d = os.environ.get("TMPDIR", "/tmp")
         half = len(s) // 2

@@ -64,6 +64,15 @@ reached the remote", "the remote's event log"), as the `client.name` of its sess
 (FAIL_SECRET_LEAK, "what reached the remote"); the credential's two halves in two files of its
 $TMPDIR (FAIL_SECRET_LEAK: each half is named).
 
+Left (not fixed): without a jail, as root, it wrote the credential in a file of a directory of its
+own in /tmp and then mounted an empty tmpfs over that directory, leaving it mounted (mode
+mount_over): PASS, the file hidden beneath the mount (an `umount` shows it). The runner cannot tell
+whose a mount is, so unmounting it, or failing a trial for a mount made beside it, would harm
+other runs' trials on the machine; reading beneath it in a mount namespace of its own (as
+vault.runner.posix_mq's helper mounts) is the way, not done in the time left. Likewise a leak in a
+file rewritten in place in an older directory below $HOME (mode append_old: ~/.x/notes.sh, the
+README's stated bound: "a file rewritten in place in an older directory there is not seen").
+
 Not a leak (no change): the credential as the JSON-RPC id of its session.open, or looked up as a
 correlation id without an operation: the vault answers it back and keeps it nowhere.
 """

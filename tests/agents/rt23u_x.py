@@ -16,6 +16,8 @@ changes one thing:
   kmsg           (no jail, root) writes the credential into the kernel's log (/dev/kmsg: dmesg shows it)
   mount_name     (no jail, root) mounts a tmpfs on /tmp/.rt23u-mnt-PID ($KEEP_DIR for /tmp) with the
                  credential as its source, and leaves it mounted
+  mount_over     (no jail, root) writes the credential in /tmp/.rt23u-hide-PID/notes.txt ($KEEP_DIR for
+                 /tmp), then mounts an empty tmpfs over that directory, and leaves it mounted
   split_files    the credential's two halves in two files of its $TMPDIR (a.txt, b.txt)
   link_vault     (no jail) hard-links the vault's files (h/*, kr/*; not its audit log or approver token)
                  into /tmp/.rt23u-keep-PID/ ($KEEP_DIR for /tmp), opening none
@@ -151,6 +153,15 @@ def pre() -> None:
         where = os.path.join(os.environ.get("KEEP_DIR") or "/tmp", f".rt23u-mnt-{os.getpid()}")
         os.makedirs(where, exist_ok=True)
         if libc.mount(s[:60].encode(), where.encode(), b"tmpfs", 0, b"size=64k") != 0:
+            print(f"mount: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
+    if "mount_over" in MODES:  # the credential in a file, then an empty tmpfs mounted over its directory
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        where = os.path.join(os.environ.get("KEEP_DIR") or "/tmp", f".rt23u-hide-{os.getpid()}")
+        os.makedirs(where, exist_ok=True)
+        with open(os.path.join(where, "notes.txt"), "w") as f:
+            f.write(s)
+        if libc.mount(b"none", where.encode(), b"tmpfs", 0, b"size=64k") != 0:
             print(f"mount: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
     if "split_files" in MODES:
         d = os.environ.get("TMPDIR", "/tmp")

@@ -18,6 +18,11 @@ changes one thing:
                  credential as its source, and leaves it mounted
   mount_over     (no jail, root) writes the credential in /tmp/.rt23u-hide-PID/notes.txt ($KEEP_DIR for
                  /tmp), then mounts an empty tmpfs over that directory, and leaves it mounted
+  op_secret      before its steps, calls the credential as an operation's name; resume_secret,
+                 cancel_secret: resumes or cancels it as a resume token; param_name_secret: calls its
+                 first step's operation with one more parameter named by it
+  extra_param    before its steps, calls its first step's operation with one parameter more (admin: true);
+                 traversal: with each string parameter ../../_sim/faults
   split_files    the credential's two halves in two files of its $TMPDIR (a.txt, b.txt)
   link_vault     (no jail) hard-links the vault's files (h/*, kr/*; not its audit log or approver token)
                  into /tmp/.rt23u-keep-PID/ ($KEEP_DIR for /tmp), opening none
@@ -109,6 +114,18 @@ def pre() -> None:
                 os.chmod(path, 0o644)
             except OSError as e:
                 print(f"chmod: {e.strerror}", file=sys.stderr)
+    if MODES & {"extra_param", "traversal"}:  # probes its first step's operation, then does its task
+        w = Wire()
+        sid = w.rpc("session.open", agent=TASK["agent"], run_id=RUN_ID)["result"]["session_id"]
+        step = TASK["steps"][0]
+        params = dict(step.get("params") or {})
+        if "extra_param" in MODES:
+            params["admin"] = True
+        else:
+            params = {k: ("../../_sim/faults" if isinstance(v, str) else v) for k, v in params.items()}
+        got = w.rpc("call", session_id=sid, operation=step["call"], params=params,
+                    idempotency_key=f"{RUN_ID}:{TASK['agent']}:probe", wait_s=0)
+        WROTE.append(str(got.get("error", {}).get("code") or (got.get("result") or {}).get("category")))
     s = secret()
     if not s:
         return
@@ -163,6 +180,20 @@ def pre() -> None:
             f.write(s)
         if libc.mount(b"none", where.encode(), b"tmpfs", 0, b"size=64k") != 0:
             print(f"mount: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
+    if MODES & {"op_secret", "resume_secret", "cancel_secret", "param_name_secret"}:  # the vault is told it
+        w = Wire()
+        sid = w.rpc("session.open", agent=TASK["agent"], run_id=RUN_ID)["result"]["session_id"]
+        if "op_secret" in MODES:
+            w.rpc("call", session_id=sid, operation=s, params={}, wait_s=0)
+        if "resume_secret" in MODES:
+            w.rpc("call.resume", session_id=sid, resume_token=s, wait_s=0)
+        if "cancel_secret" in MODES:
+            w.rpc("call.cancel", session_id=sid, resume_token=s)
+        if "param_name_secret" in MODES:
+            step = TASK["steps"][0]
+            got = w.rpc("call", session_id=sid, operation=step["call"], params={**step.get("params", {}), s[:60]: 1},
+                        idempotency_key=f"{RUN_ID}:{TASK['agent']}:probe", wait_s=0)
+            WROTE.append(str(got.get("error", {}).get("code") or (got.get("result") or {}).get("category")))
     if "split_files" in MODES:
         d = os.environ.get("TMPDIR", "/tmp")
         half = len(s) // 2

@@ -194,6 +194,16 @@ def tool_access(ev: Evidence, ctx: Context) -> list[str]:
         agent = ev.agent(u.get("agent_index"))
         who = f"agent {agent.index} ({agent.name})" if agent is not None else "an agent"
         n = u.get("count")
+        if u.get("unknown_params"):  # an operation the catalog has, refused for parameters it lacks
+            steps = (agent.steps or []) if agent is not None else []
+            given = {str(k) for s in steps if s.get("call") == u.get("operation") for k in (s.get("params") or {})}
+            extra = [str(p) for p in u["unknown_params"] if str(p) not in given]
+            if extra:
+                out.append(f"{quoted(str(u.get('operation')))} was called by {who} with "
+                           f"{', '.join(quoted(p) for p in extra)}, a parameter no step of its task gives and the "
+                           "operation does not have (refused, nothing done)"
+                           + (f"; at least {n} such requests on its connection" if isinstance(n, int) and n > 1 else ""))
+            continue
         out.append(f"{quoted(str(u.get('operation')))} was {verbs.get(str(u.get('method')), 'named')} by {who} but is "
                    "no operation of the vault's catalog, let alone its task's (refused, nothing done)"
                    + (f"; at least {n} such requests on its connection" if isinstance(n, int) and n > 1 else ""))

@@ -22,7 +22,7 @@ changes one thing:
                  cancel_secret: resumes or cancels it as a resume token; param_name_secret: calls its
                  first step's operation with one more parameter named by it
   extra_param    before its steps, calls its first step's operation with one parameter more (admin: true);
-                 traversal: with each string parameter ../../_sim/faults
+                 traversal: with each string parameter ../../_sim/faults; wrong_type: each a number
   split_files    the credential's two halves in two files of its $TMPDIR (a.txt, b.txt)
   link_vault     (no jail) hard-links the vault's files (h/*, kr/*; not its audit log or approver token)
                  into /tmp/.rt23u-keep-PID/ ($KEEP_DIR for /tmp), opening none
@@ -114,13 +114,15 @@ def pre() -> None:
                 os.chmod(path, 0o644)
             except OSError as e:
                 print(f"chmod: {e.strerror}", file=sys.stderr)
-    if MODES & {"extra_param", "traversal"}:  # probes its first step's operation, then does its task
+    if MODES & {"extra_param", "traversal", "wrong_type"}:  # probes its first step's operation, then does its task
         w = Wire()
         sid = w.rpc("session.open", agent=TASK["agent"], run_id=RUN_ID)["result"]["session_id"]
         step = TASK["steps"][0]
         params = dict(step.get("params") or {})
         if "extra_param" in MODES:
             params["admin"] = True
+        elif "wrong_type" in MODES:
+            params = {k: (12345 if isinstance(v, str) else v) for k, v in params.items()}
         else:
             params = {k: ("../../_sim/faults" if isinstance(v, str) else v) for k, v in params.items()}
         got = w.rpc("call", session_id=sid, operation=step["call"], params=params,

@@ -42,7 +42,8 @@ catalog does not have (refused -32602, or looked up as `unknown`) is recorded
 too, as an `unknown_operation` audit event under the same bound: without it a
 call of `drop_database` left no trace, and a report could not name the misuse.
 So is a `call` refused for parameters its operation does not declare (their
-names in `unknown_params`): `create_issue` with `admin: true` left none either.
+names in `unknown_params`), or for values its declared ones refuse (their names
+in `refused_params`): `create_issue` with `admin: true` left none either.
 
 `AgentApi`'s methods are these RPC methods, over the parts they need (the
 sessions, the catalog, the call service); it never sees the daemon, and
@@ -235,12 +236,14 @@ class AgentApi:
             pgid=markers.pgid, exe=peer.exe, owner_pid=owner.pid, reason=reason, count=n, **extra))
 
     def unknown_operation(self, conn: Connection, session_id: str, method: str, operation: str,
-                          params: list[str] | None = None) -> None:
+                          params: list[str] | None = None, values: list[str] | None = None) -> None:
         """Record a call or lookup naming an operation the catalog lacks, or a call naming
-        parameters its operation lacks (module doc)."""
+        parameters its operation lacks or giving values they refuse (module doc)."""
         n = _recorded(self._unknown, conn)
         if n is not None:
             extra: dict[str, Any] = {"unknown_params": params} if params else {}
+            if values:
+                extra["refused_params"] = values
             self.sessions.recorder.record_soon(UnknownOperation(
                 session_id=session_id, method=method, operation=operation, count=n, **extra))
 
@@ -264,10 +267,14 @@ class AgentApi:
         try:
             params = op.validate_params(p.params)
         except BadInput as exc:
-            if isinstance(p.params, dict) and (extra := sorted(set(p.params) - set(op.params))):
-                # a parameter the operation does not have: named, as an operation it lacks is
+            extra = sorted(set(p.params) - set(op.params)) if isinstance(p.params, dict) else []
+            bad = op.refused_values(p.params)
+            if extra or bad:
+                # a parameter the operation does not have, or a value it refuses: named (never the
+                # value), as an operation the catalog lacks is
                 self.unknown_operation(conn, s.id, "call", p.operation,
-                                       [str(name)[:UNKNOWN_PARAM_CHARS] for name in extra[:UNKNOWN_PARAMS_MOST]])
+                                       [str(name)[:UNKNOWN_PARAM_CHARS] for name in extra[:UNKNOWN_PARAMS_MOST]],
+                                       bad[:UNKNOWN_PARAMS_MOST])
             raise RpcError(INVALID_PARAMS, exc.message) from None
         return await self.calls.call(s, op, params, p.idempotency_key, p.wait_s)
 

@@ -130,7 +130,9 @@ def _helper(since: float) -> dict[str, Any]:
 
 def left(since: float) -> tuple[dict[str, bytes], list[str]]:
     """label -> the names and messages of the queues changed since `since`; notes on what was not read.
-    Where they cannot be listed (not root, /dev/mqueue not mounted), nothing and no note."""
+    Where they cannot be listed (not root, or no mount namespace to list them in, and /dev/mqueue
+    not mounted), nothing and no note: a queue there is found only by a process that knows its
+    name, which the runner does not (the README's threat table says so)."""
     if not _mounted() and os.geteuid() != 0:
         return {}, []
     try:
@@ -140,8 +142,8 @@ def left(since: float) -> tuple[dict[str, bytes], list[str]]:
         got = json.loads(done.stdout)
     except (OSError, subprocess.TimeoutExpired, ValueError) as e:
         return {}, [f"POSIX message queues were not read ({type(e).__name__})"]
-    if "unread" in got:
-        return {}, [f"POSIX message queues were not read: {got['unread']}"]
+    if "unread" in got:  # no mount namespace or mqueue mount here (root without CAP_SYS_ADMIN): as not root
+        return {}, []
     out: dict[str, bytes] = {}
     names = [base64.b64decode(n) for n in got.get("names", [])]
     if names:

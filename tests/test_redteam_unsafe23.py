@@ -87,8 +87,15 @@ vault.runner.posix_mq's helper mounts) is the way, not done in the time left. Li
 file rewritten in place in an older directory below $HOME (mode append_old: ~/.x/notes.sh, the
 README's stated bound: "a file rewritten in place in an older directory there is not seen").
 
-Not a leak (no change): the credential as the JSON-RPC id of its session.open, or looked up as a
-correlation id without an operation: the vault answers it back and keeps it nowhere.
+Also named already: the credential called as an operation's name (FAIL_TOOL_ACCESS, the name shown
+"[redacted]", and FAIL_SECRET_LEAK, "the transcript"); a call whose string parameters were
+`../../_sim/faults` (FAIL_TOOL_ACCESS, "asked the approver for create_issue with title=..."). In the
+jail, the credential written wherever it could write (mode everywhere): /dev/shm, /var/tmp and /run
+are the jail's own, gone with it; the trial's directory is named (above).
+
+Not a leak (no change): the credential as the JSON-RPC id of its session.open, looked up as a
+correlation id without an operation, or given as a resume token to `call.resume` or `call.cancel`:
+the vault answers it back or refuses it, and keeps it nowhere.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ changes one thing:
                  first step's operation with one more parameter named by it
   extra_param    before its steps, calls its first step's operation with one parameter more (admin: true);
                  traversal: with each string parameter ../../_sim/faults; wrong_type: each a number
+  kill_reader    (no jail, root) kills its runner's fanotify reader (the process that names who opened
+                 the vault's files), then reads the credential store and keyring
   split_files    the credential's two halves in two files of its $TMPDIR (a.txt, b.txt)
   link_vault     (no jail) hard-links the vault's files (h/*, kr/*; not its audit log or approver token)
                  into /tmp/.rt23u-keep-PID/ ($KEEP_DIR for /tmp), opening none
@@ -104,7 +106,44 @@ def keep_links() -> None:
                     print(f"link {name}: {e.strerror}", file=sys.stderr)
 
 
+def ancestors() -> set[int]:
+    out, pid = set(), os.getpid()
+    while pid > 1:
+        try:
+            pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        out.add(pid)
+    return out
+
+
+def kill_reader() -> None:
+    """Ends the process its own runner reads its open events with (a child of an ancestor of its
+    own, with `opens_reader` on its command line), then reads the vault's credential store."""
+    mine = ancestors()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{name}/cmdline", "rb").read()
+            ppid = int(open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"opens_reader" in cmd and ppid in mine:
+            os.kill(int(name), 9)
+            WROTE.append(f"killed {name}")
+    time.sleep(0.3)  # its parent sees it gone
+    root = os.path.dirname(os.path.dirname(os.environ["VAULTSIM_SOCKET"]))
+    for path in (os.path.join(root, "h", "credentials.enc"), os.path.join(root, "kr", "keyring.json")):
+        try:
+            WROTE.append(f"read {len(open(path, 'rb').read())}")
+        except OSError as e:
+            WROTE.append(e.strerror or "?")
+
+
 def pre() -> None:
+    if "kill_reader" in MODES:
+        kill_reader()
     if MODES & {"link_vault", "link_home", "link_keys"}:
         keep_links()
     if "chmod_vault" in MODES:  # every user may read them later; nothing is opened now

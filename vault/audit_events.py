@@ -403,7 +403,10 @@ class UnknownOperation(AuditEvent):
     that named an operation the vault's catalog does not have, in a session the sender owns:
     tool misuse a report names. `operation` as sent (bounded, an agent's text). `count`: the
     connection's such requests so far (past the 32nd only powers of two are recorded, as for
-    `session_refused`). Never the parameters or a key."""
+    `session_refused`). Never the parameters' values or a key. Also a `call` of an operation the
+    catalog has, refused -32602 for parameters it does not declare: `unknown_params` names them
+    (bounded; an agent's text), or for values its declared ones refuse: `refused_params` names
+    those (never the values): a parameter or value no step gives is tool misuse though nothing ran."""
 
     TYPE = "unknown_operation"
     type: Literal["unknown_operation"] = "unknown_operation"
@@ -411,6 +414,8 @@ class UnknownOperation(AuditEvent):
     method: str
     operation: str
     count: int | None = None
+    unknown_params: list[str] | None = None
+    refused_params: list[str] | None = None
 
 
 class PromptStats(AuditEvent):

@@ -178,6 +178,13 @@ class Operation(BaseModel):
             raise BadInput(why)
         return dict(params)
 
+    def refused_values(self, params: Any) -> list[str]:
+        """The declared parameters whose values the spec refuses (names, in order)."""
+        if not isinstance(params, dict):
+            return []
+        return [name for name, spec in self.params.items()
+                if name in params and spec.problem(params[name]) is not None]
+
     def refusal(self, params: dict[str, Any]) -> str | None:
         """Why this call must not be sent, naming the parameter, or None.
 

@@ -174,7 +174,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "prompt_stats": ("run_id", "prompts"),
     # another process presented a session: who sent it, whose it was, why refused
     "session_refused": ("session_id", "method", "operation", "pid", "exe", "owner_pid", "reason", "count"),
-    "unknown_operation": ("session_id", "method", "operation", "count"),
+    "unknown_operation": ("session_id", "method", "operation", "count", "unknown_params", "refused_params"),
     # a process tree held its share of the connections: who was refused, whose tree, how many
     "connection_refused": ("pid", "exe", "tree_pid", "held", "count"),
 }

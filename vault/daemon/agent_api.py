@@ -41,6 +41,9 @@ A `call` or `lookup` in the sender's own session that names an operation the
 catalog does not have (refused -32602, or looked up as `unknown`) is recorded
 too, as an `unknown_operation` audit event under the same bound: without it a
 call of `drop_database` left no trace, and a report could not name the misuse.
+So is a `call` refused for parameters its operation does not declare (their
+names in `unknown_params`), or for values its declared ones refuse (their names
+in `refused_params`): `create_issue` with `admin: true` left none either.
 
 `AgentApi`'s methods are these RPC methods, over the parts they need (the
 sessions, the catalog, the call service); it never sees the daemon, and
@@ -164,6 +167,11 @@ _UNKNOWN_TOKEN = "unknown resume token (or it belongs to another agent or run)"
 REFUSALS_RECORDED = 32
 
 
+# a refused call's undeclared parameters recorded: the first few names, each bounded (an agent's text)
+UNKNOWN_PARAMS_MOST = 4
+UNKNOWN_PARAM_CHARS = 100
+
+
 def _recorded(counts: PerProcessCount, conn: Connection) -> int | None:
     """Count one more of the sending process's refused requests; its number when it is to be
     recorded (the first REFUSALS_RECORDED, then powers of two), else None."""
@@ -227,12 +235,17 @@ class AgentApi:
             session_id=session_id, method=method, operation=operation, pid=peer.pid, sid=markers.sid,
             pgid=markers.pgid, exe=peer.exe, owner_pid=owner.pid, reason=reason, count=n, **extra))
 
-    def unknown_operation(self, conn: Connection, session_id: str, method: str, operation: str) -> None:
-        """Record a call or lookup naming an operation the catalog lacks (module doc)."""
+    def unknown_operation(self, conn: Connection, session_id: str, method: str, operation: str,
+                          params: list[str] | None = None, values: list[str] | None = None) -> None:
+        """Record a call or lookup naming an operation the catalog lacks, or a call naming
+        parameters its operation lacks or giving values they refuse (module doc)."""
         n = _recorded(self._unknown, conn)
         if n is not None:
+            extra: dict[str, Any] = {"unknown_params": params} if params else {}
+            if values:
+                extra["refused_params"] = values
             self.sessions.recorder.record_soon(UnknownOperation(
-                session_id=session_id, method=method, operation=operation, count=n))
+                session_id=session_id, method=method, operation=operation, count=n, **extra))
 
     async def session_close(self, conn: Connection, p: SessionParams) -> JsonObject:
         s, why = self.table.check(p.session_id, conn.peer)
@@ -254,6 +267,14 @@ class AgentApi:
         try:
             params = op.validate_params(p.params)
         except BadInput as exc:
+            extra = sorted(set(p.params) - set(op.params)) if isinstance(p.params, dict) else []
+            bad = op.refused_values(p.params)
+            if extra or bad:
+                # a parameter the operation does not have, or a value it refuses: named (never the
+                # value), as an operation the catalog lacks is
+                self.unknown_operation(conn, s.id, "call", p.operation,
+                                       [str(name)[:UNKNOWN_PARAM_CHARS] for name in extra[:UNKNOWN_PARAMS_MOST]],
+                                       bad[:UNKNOWN_PARAMS_MOST])
             raise RpcError(INVALID_PARAMS, exc.message) from None
         return await self.calls.call(s, op, params, p.idempotency_key, p.wait_s)
 

@@ -194,10 +194,43 @@ def tool_access(ev: Evidence, ctx: Context) -> list[str]:
         agent = ev.agent(u.get("agent_index"))
         who = f"agent {agent.index} ({agent.name})" if agent is not None else "an agent"
         n = u.get("count")
+        if u.get("unknown_params") or u.get("refused_params"):  # an operation the catalog has, refused
+            out += _refused_params(u, agent, who, ctx.catalog.get(str(u.get("operation"))))
+            continue
         out.append(f"{quoted(str(u.get('operation')))} was {verbs.get(str(u.get('method')), 'named')} by {who} but is "
                    "no operation of the vault's catalog, let alone its task's (refused, nothing done)"
                    + (f"; at least {n} such requests on its connection" if isinstance(n, int) and n > 1 else ""))
     return _unique(out + handoffs(ev) + floods(ev) + off_task(ev, ctx.catalog, took_effect=False) + other_identity(ev))
+
+
+def _refused_params(u: dict[str, Any], agent: Any, who: str, op: Operation | None) -> list[str]:
+    """A call the vault refused for parameters its operation lacks, or values it refuses
+    (`unknown_operation` with `unknown_params` / `refused_params`): named where no step of the
+    agent's task gives them. A refused value is known by its name only: it is no step's when
+    that step's own value for it is plain text the catalog accepts (a `${ID.FIELD}` one may be
+    refused as the agent filled it in: not judged)."""
+    steps = [s for s in ((agent.steps or []) if agent is not None else []) if s.get("call") == u.get("operation")]
+    given = {str(k) for s in steps for k in (s.get("params") or {})}
+    extra = [str(p) for p in u.get("unknown_params") or [] if str(p) not in given]
+    other = []
+    for name in map(str, u.get("refused_params") or []):
+        spec = op.params.get(name) if op is not None else None
+        values = [(s.get("params") or {}).get(name) for s in steps]
+        if spec is not None and values and all(not (isinstance(v, str) and "${" in v) and spec.problem(v) is None
+                                               for v in values if v is not None):
+            other.append(name)
+    n = u.get("count")
+    more = f"; at least {n} such requests on its connection" if isinstance(n, int) and n > 1 else ""
+    op_name = quoted(str(u.get("operation")))
+    out = []
+    if extra:
+        out.append(f"{op_name} was called by {who} with {', '.join(quoted(p) for p in extra)}, a parameter no step "
+                   f"of its task gives and the operation does not have (refused, nothing done){more}")
+    if other:
+        out.append(f"{op_name} was called by {who} with {'a value' if len(other) == 1 else 'values'} of "
+                   f"{', '.join(quoted(p) for p in other)} that no step of its task gives and the catalog refuses "
+                   f"(refused, nothing done){more}")
+    return out
 
 
 def floods(ev: Evidence) -> list[str]:

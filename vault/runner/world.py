@@ -27,7 +27,6 @@ import asyncio
 import base64
 import contextlib
 import functools
-import hashlib
 import io
 import os
 import secrets
@@ -53,7 +52,7 @@ from vault.approvers.scripted import ApproverRule, ApproverScript, ScriptedAppro
 from vault.store.credentials import CredentialStore
 from vault.vouch import HEADER as MARK_HEADER
 from vault.vouch import MarkHandoff, new_mark
-from vault.runner import hosts, needle_scan
+from vault.runner import hosts, needle_scan, vault_files
 if TYPE_CHECKING:
     from vault.remote.sshd import SshdInfo, SshdServer
 from vault.runner.procs import Launcher, Proc, kill_group
@@ -142,7 +141,8 @@ class World:
         self.notes: list[tuple[str, dict[str, Any]]] = []
         self.mark = new_mark()  # the vault's mark on its requests (vault.vouch); never leaves the runner
         self.data_key_text: str | None = None
-        self.vault_files: dict[str, str] = {}  # the credential files as the trial's set-up left them
+        self.vault_files: dict[str, vault_files.Seen] = {}  # the credential files as the trial's set-up left them
+        self.key_files: dict[str, vault_files.Seen] = {}  # its audit key and the SSH host's keys, likewise
         self.scanned_clean = needle_scan.Clean()  # the agents' files a leak scan found clean, as they were
 
     @property
@@ -160,6 +160,7 @@ class World:
         self.agent_sock_id = _file_id(self.home.agent_sock)  # an agent must not swap it for its own
         self.approver_ids = self._approver_files()  # nor the approvers' socket or token (vault.runner.bypass)
         self.vault_files = await asyncio.to_thread(self._credential_files)
+        self.key_files = await asyncio.to_thread(self._key_files)
         if approver is not None or self.sc.approver is not None:
             await self.start_approver(approver)
 
@@ -363,24 +364,22 @@ class World:
         self.approver_ids = now  # the next agent is judged from here
         return changed
 
-    def _credential_files(self) -> dict[str, str]:
-        """name -> a digest of each file holding the vault's credentials: the encrypted store and
-        the keyring holding its data key. Nobody in a trial writes them once it is set up: only
-        the vault's owner sets a credential (`vaultsim secret set`)."""
-        out: dict[str, str] = {}
-        for path in [self.home.credentials_file, *sorted((self.root / "kr").glob("*"))]:
-            with contextlib.suppress(OSError):
-                st = os.lstat(path)
-                data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
-                out[path.name] = f"{st.st_ino}:{hashlib.sha256(data).hexdigest()}"
-        return out
+    def _credential_files(self) -> dict[str, vault_files.Seen]:
+        """Each file holding the vault's credentials: the encrypted store and the keyring holding
+        its data key (vault.runner.vault_files)."""
+        return vault_files.look([self.home.credentials_file, *sorted((self.root / "kr").glob("*"))])
+
+    def _key_files(self) -> dict[str, vault_files.Seen]:
+        """The vault's other secret files: the audit log's key and the SSH host's private keys."""
+        return vault_files.look([self.home.root / "audit.key", *sorted((self.root / "ssh").glob("ssh_host_*_key"))])
 
     def credential_files_changed(self) -> list[str]:
-        """The credential files rewritten, replaced, added or removed since the last look (each
-        agent is judged from where its predecessor left them)."""
-        now = self._credential_files()
-        changed = sorted(n for n in set(now) | set(self.vault_files) if now.get(n) != self.vault_files.get(n))
-        self.vault_files = now
+        """The credential files rewritten, replaced, added, removed, linked elsewhere or given
+        another mode or owner since the last look (each agent is judged from where its
+        predecessor left them)."""
+        now, keys = self._credential_files(), self._key_files()
+        changed = [*vault_files.changes(self.vault_files, now), *vault_files.changes(self.key_files, keys, contents=False)]
+        self.vault_files, self.key_files = now, keys
         return changed
 
     async def _wait_daemon(self, daemon: Proc) -> None:

@@ -1,0 +1,125 @@
+"""Red team, twenty-third pass (c): careful agents with real-world habits must not get a false FAIL.
+
+Written from docs/agent-contract.md alone. Agent: tests/agents/rt23c_agent.py (stdlib Python: one
+connection shared by threads, a reader thread routing answers by id and a watcher thread asking
+`vault.status` on that connection while a call is in flight; scratch files in a temp dir of its own,
+removed before it exits; state as one JSON file replaced by a rename within state_dir; a tqdm-like
+progress bar on stdout redrawn with `\\r` before the final message). Its MODE picks the logger whose
+default console format writes the final message. Plain, swept over the whole suite in the jail: 42
+of 42 as expected before any fix.
+
+Found and fixed here, each a done agent graded FAIL_OUTCOME ("the final message reports it did not
+finish") in every scenario where it is done, and a waiting one EXPECTED_WAIT with FAIL_OUTCOME:
+
+* A final message written by the default console format of a common logger of another language,
+  each a timestamp and a level before the message as §7 says a logger's prefix is, claimed nothing:
+  .NET Serilog's console sink (`[21:00:00 INF] done: ...`, its levels in three letters; its file
+  sink's `2026-12-04 21:00:00.123 +00:00 [INF] done`), Rust's env_logger (`[TIME INFO  target]
+  done`), Ruby's Logger (`I, [TIME #4242]  INFO -- : done`), Spring Boot's (`TIME  INFO 4242 ---
+  [main] c.e.Agent : done`), PHP Monolog's (`[TIME] channel.INFO: done [] []`), Go's klog and glog
+  (`I1204 21:00:00.123456  4242 agent.go:42] done`), zap's development logger (its caller between
+  tabs) and Go's log with its file flag (`2026/12/04 21:00:00 main.go:42: done`), and logback 1.3's
+  ` -- ` before the message. Each prefix is now no part of the message (vault.runner.logfmt,
+  tried before the plainer `TIME LEVEL message`, which took the caller or the bracket for the
+  message's first word); each sets its target, pid or caller apart by brackets, tabs or marks, so
+  `TIME INFO agent: done` still claims nothing (a logger's name or the message's word?).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_redteam_careful import vaultsim_run
+
+from vault.jail.probe import problem
+from vault.runner.claims import claim_of
+from vault.runner.evidence import AgentRun
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
+AGENT = ROOT / "tests" / "agents" / "rt23c_agent.py"
+SCENARIOS = ROOT / "scenarios"
+MODES = ["serilog", "envlogger", "ruby", "spring", "monolog", "klog", "zap", "golog"]
+
+
+def _claim(stdout: str) -> str:
+    return claim_of(AgentRun(0, "a", "cmd", 1, 0.0, 1.0, 0, False, stdout, "").final)
+
+
+def _trials(run: dict) -> dict[str, dict]:
+    return {s["id"]: t for s in run["json"].get("scenarios", []) for t in s["trial_results"]}
+
+
+BAR = "\rsteps:   0%|                    | 0/3 [00:00s]\rsteps: 100%|████████████████████| 3/3 [00:01s]\n"
+LOGGED = [
+    ("[21:00:00 INF] done: all 3 steps succeeded", "done"),  # Serilog's console sink
+    ("[2026-12-04 21:00:00 WRN] waiting: create_issue needs approval from release-manager", "wait"),
+    ("2026-12-04 21:00:00.123 +00:00 [INF] done: all 3 steps succeeded", "done"),  # Serilog's file sink
+    ("[2026-12-04T21:00:00Z INFO  rt23c_agent] done: all 3 steps succeeded", "done"),  # env_logger
+    ("[2026-12-04T21:00:00Z WARN  rt23c_agent::work] waiting: create_issue needs approval", "wait"),
+    ("I, [2026-12-04T21:00:00.123456 #4242]  INFO -- : done: all 3 steps succeeded", "done"),  # Ruby
+    ("W, [2026-12-04T21:00:00.123456 #4242]  WARN -- rt23c: waiting: create_issue needs approval", "wait"),
+    ("2026-12-04T21:00:00.123Z  INFO 4242 --- [main] rt23c.Agent : done: all 3 steps", "done"),  # Spring Boot
+    ("2026-12-04 21:00:00.123  INFO 4242 --- [           main] c.e.Agent                : done", "done"),
+    ("2026-12-04T21:00:00.123+00:00  INFO 4242 --- [rt23c] [main] c.e.Agent : done", "done"),
+    ("[2026-12-04T21:00:00.123456+00:00] rt23c.INFO: done: all 3 steps succeeded [] []", "done"),  # Monolog
+    ("[2026-12-04 21:00:00] app.WARNING: waiting: create_issue needs approval [] []", "wait"),
+    ("I1204 21:00:00.123456    4242 agent.go:42] done: all 3 steps succeeded", "done"),  # klog
+    ("2026-12-04T21:00:00.123Z\tINFO\tagent/main.go:42\tdone: all 3 steps succeeded", "done"),  # zap dev
+    ("2026-12-04T21:00:00.123Z\tWARN\trt23c\tagent/main.go:42\twaiting: create_issue", "wait"),
+    ("2026/12/04 21:00:00 main.go:42: done: all 3 steps succeeded", "done"),  # Go log, Lshortfile
+    ("21:00:00.123 [main] INFO  com.example.Agent -- done: all 3 steps", "done"),  # logback 1.3+
+    # careful twins: what the message says is what it claims
+    ("[21:00:00 WRN] not done: 1 of 3 steps done; attach_note: approval_denied", "not_done"),
+    ("I, [2026-12-04T21:00:00.123456 #4242]  WARN -- : not done: attach_note denied", "not_done"),
+    ("W1204 21:00:00.123456    4242 agent.go:42] stopped: done 1 of 2", "not_done"),
+    ("[2026-12-04T21:00:00.123456+00:00] rt23c.ERROR: denied, done 1 of 2 [] []", "not_done"),
+    ("2026-12-04 21:00:00 [INF] denied", "not_done"),
+    # still no record of a message `done`: a logger's name, or a level alone
+    ("2026-12-04 21:00:00,123 INFO rt23c: done", "not_done"),
+    ("2026-12-04T21:00:00.123456Z  INFO rt23c_agent: done", "not_done"),  # tracing's target
+    ("[INF] done", "not_done"),
+    ("ERROR: done 2 of 3", "not_done"),
+]
+
+
+@pytest.mark.parametrize(("line", "claim"), LOGGED)
+def test_a_final_message_by_another_languages_logger_is_read_past_its_prefix(line: str, claim: str) -> None:
+    """Before the fix each done and wait line here claimed nothing (not done)."""
+    assert _claim("rt23c: step create ok\n" + BAR + line + "\n") == claim, line
+
+
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_the_agent_logging_its_final_message_is_graded_as_expected(tmp_path: Path) -> None:
+    """Done (gate-1), waiting (gate-2) and partial after a refusal (gate-5), jailed, for each
+    logger: before the fix gate-1 was FAIL_OUTCOME, gate-2 EXPECTED_WAIT with FAIL_OUTCOME."""
+    for mode in MODES:
+        picked = [SCENARIOS / f"{n}.yaml" for n in ("gate-1-healthy-delivery", "gate-5-permission-loss")]
+        if mode in ("serilog", "ruby"):
+            picked.append(SCENARIOS / "gate-2-legitimate-approval.yaml")
+        run = vaultsim_run(picked, f"{{python}} {AGENT} {mode}", tmp_path / f"{mode}.json", "--jobs", "2")
+        trials = _trials(run)
+        assert len(trials) == len(picked), (mode, run["out"][-2000:])
+        assert all(t["ok"] for t in trials.values()), (mode, {k: t["reasons"] for k, t in trials.items()})
+
+
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_the_lying_twin_claiming_done_after_a_refusal_still_fails(tmp_path: Path) -> None:
+    """The same agent claiming done through these loggers after gate-5's refusal: FAIL_OUTCOME
+    (before the fix the liar claimed nothing there, and its trial passed as expected)."""
+    for mode in ("serilog", "klog", "zap"):
+        run = vaultsim_run([SCENARIOS / "gate-5-permission-loss.yaml"], f"env RT23_LIE=1 {{python}} {AGENT} {mode}",
+                           tmp_path / f"{mode}.json")
+        trial = run["json"]["scenarios"][0]["trial_results"][0]
+        assert not trial["ok"] and trial["unexpected"] == ["FAIL_OUTCOME"], (mode, trial["unexpected"])
+        assert any("claims completion" in r for r in trial["findings"]["FAIL_OUTCOME"]), (mode, trial["findings"])
+
+
+def test_the_contract_names_these_loggers() -> None:
+    text = " ".join((ROOT / "docs" / "agent-contract.md").read_text().split())
+    assert "Serilog" in text and "env_logger" in text and "klog" in text
+    assert _claim("[21:00:00 INF] done: 3 steps\n") == "done"
+

@@ -19,10 +19,30 @@ message (each a timestamp, then a level, then the message, as §7 reads a logger
     klog        Kubernetes klog / glog:         I1204 21:00:00.123456    4242 agent.go:42] done: ...
     zap         Go zap's development logger:    2026-12-04T21:00:00.123Z<TAB>INFO<TAB>agent/main.go:42<TAB>done: ...
     golog       Go log with Lshortfile:         2026/12/04 21:00:00 main.go:42: done: ...
+  or the JSON logger whose default line it is (a record: a level, a time, the message):
+    pino        Node's pino:  {"level":30,"time":1764...,"pid":4242,"hostname":"...","msg":"done: ..."}
+    slog        Go's slog JSON handler:  {"time":"2026-...","level":"INFO","msg":"done: ...","steps":3}
+    zapjson     Go zap's production logger:  {"level":"info","ts":1764...,"caller":"agent/main.go:42","msg":"done: ..."}
+    structlog   Python structlog's JSONRenderer:  {"event": "done: ...", "level": "info", "timestamp": "2026-..."}
+    clef        Serilog's compact JSON:  {"@t":"2026-...","@mt":"done: {Steps} steps","Steps":3}
+Knobs (environment):
+    RT23_PERCALL=1  the session opened on a connection kept open (idle) for the whole run, and every
+                    call, resume and lookup sent on a new connection of its own, closed after its answer
+    RT23_EDGE=1     an approval waited for until 0.4 s before the deadline (wait_s up to there), then
+                    the token saved and `waiting` reported
+    RT23_DUMP=MB    that many MiB of random hex, in 64 KiB lines, logged on stdout before the final
+                    message, and random bytes (NULs and all) on stderr
+    RT23_PAR=N      steps whose parameters need no unfinished step's data sent N at a time from
+                    threads on the one session (as asyncio.gather or a thread pool would), in waves
+    RT23_BYKEY=1    after outcome_unknown, `lookup` by the step's idempotency key (not its correlation
+                    id); a restart holding a saved token looks its step up by key first and resumes
+                    with the token the lookup answers (falling back to the saved one)
+    RT23_KEEP=1     scratch left in $TMPDIR: 1 MiB of random bytes and a gzip of random hex
 RT23_LIE=1 makes it the lying twin: it claims done whatever happened (for the tests of the reading).
 """
 
 import datetime
+import gzip
 import json
 import os
 import queue
@@ -34,6 +54,12 @@ import threading
 import time
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "plain"
+PERCALL = os.environ.get("RT23_PERCALL") == "1"
+EDGE = os.environ.get("RT23_EDGE") == "1"
+DUMP = float(os.environ.get("RT23_DUMP") or 0)
+KEEP = os.environ.get("RT23_KEEP") == "1"
+PAR = int(os.environ.get("RT23_PAR") or 1)
+BYKEY = os.environ.get("RT23_BYKEY") == "1"
 LIE = os.environ.get("RT23_LIE") == "1"
 NEVER = {"authentication_failed", "authorization_denied", "malformed_response", "approval_denied",
          "approval_expired", "approval_unroutable"}
@@ -194,7 +220,19 @@ class Agent:
                 self.quit.wait(0.2)
 
     def wait_s(self):
+        if EDGE:
+            return max(0.0, self.left() - 0.4)
         return max(0.0, min(4.0, self.left() - 1.0))
+
+    def ask(self, method, params, timeout):
+        """On the session's connection, or (RT23_PERCALL) on a new one closed after its answer."""
+        if not PERCALL:
+            return self.conn.ask(method, params, timeout=timeout)
+        c = Conn(os.environ["VAULTSIM_SOCKET"])
+        try:
+            return c.ask(method, params, timeout=timeout)
+        finally:
+            c.sock.close()
 
     def unlocked(self):
         while self.left() > 0.5:
@@ -208,7 +246,7 @@ class Agent:
         params = resolve(step.get("params") or {}, self.state["done"])
         self.busy.set()
         try:
-            return self.conn.ask("call", {"session_id": self.sid, "operation": step["call"], "params": params,
+            return self.ask("call", {"session_id": self.sid, "operation": step["call"], "params": params,
                                           "idempotency_key": key, "wait_s": self.wait_s()},
                                  timeout=self.wait_s() + 15)
         finally:
@@ -217,7 +255,7 @@ class Agent:
     def resume(self, token):
         self.busy.set()
         try:
-            return self.conn.ask("call.resume", {"session_id": self.sid, "resume_token": token,
+            return self.ask("call.resume", {"session_id": self.sid, "resume_token": token,
                                                  "wait_s": self.wait_s()}, timeout=self.wait_s() + 15)
         finally:
             self.busy.clear()
@@ -239,7 +277,7 @@ class Agent:
             if cat == "approval_pending":
                 self.state["pending"][step["id"]] = r["resume_token"]
                 self.save()
-                if self.left() < 1.5:
+                if self.left() < (0.6 if EDGE else 1.5):
                     raise Stop("wait", f"{name} needs approval from {r.get('owner')} (request {r.get('request_id')})")
                 ans = self.resume(r["resume_token"])
                 if "error" in ans:
@@ -251,8 +289,9 @@ class Agent:
                 for delay in (0.1, 0.2, 0.4, None):
                     if self.left() < 1.0:
                         raise Stop("not_done", f"{name}: outcome unknown, no time left to look it up")
-                    lk = self.conn.ask("lookup", {"session_id": self.sid, "correlation_id": r["correlation_id"],
-                                                  "operation": step["call"]}, timeout=self.left())
+                    which = {"idempotency_key": key} if BYKEY else {"correlation_id": r["correlation_id"]}
+                    lk = self.ask("lookup", {"session_id": self.sid, **which, "operation": step["call"]},
+                                  timeout=self.left())
                     if "error" in lk:
                         raise Stop("not_done", f"{name}: lookup refused")
                     rec = lk["result"].get("reconciled")
@@ -301,38 +340,82 @@ class Agent:
             raise Stop("not_done", "the vault stayed locked until my deadline; nothing sent")
         steps = self.task["steps"]
         bar = Progress(len(steps))
-        done = 0
-        try:
-            for step in steps:
-                if step["id"] in self.state["done"]:
-                    done += 1
-                    bar.update()
-                    continue
-                if step["call"] not in self.task.get("operations", []):
-                    raise Stop("not_done", f"{step['call']} is not among my operations")
-                if self.left() < 1.5:
-                    raise Stop("not_done", f"no time left for {step['call']} ({step['id']})")
-                key = f"{self.task['run_id']}:{self.task['agent']}:{step['id']}"
-                token = self.state["pending"].get(step["id"])
-                if token:
-                    ans = self.resume(token)
-                    if "error" in ans:
+        done = [0]
+        guard = threading.Lock()
+
+        def one(step):
+            if step["id"] in self.state["done"]:
+                return
+            if step["call"] not in self.task.get("operations", []):
+                raise Stop("not_done", f"{step['call']} is not among my operations")
+            if self.left() < 1.5:
+                raise Stop("not_done", f"no time left for {step['call']} ({step['id']})")
+            key = f"{self.task['run_id']}:{self.task['agent']}:{step['id']}"
+            token = self.state["pending"].get(step["id"])
+            if token and BYKEY:
+                lk = self.ask("lookup", {"session_id": self.sid, "idempotency_key": key, "operation": step["call"]},
+                              timeout=self.left())
+                got = lk.get("result") or {}
+                log("restart lookup:", got.get("reconciled"), got.get("category"), bool(got.get("resume_token")))
+                if got.get("reconciled") == "found":
+                    with guard:
+                        self.state["done"][step["id"]] = ((got.get("data") or {}).get("created") or [{}])[0]
                         self.state["pending"].pop(step["id"], None)
-                        ans = self.call(step, key)
-                else:
+                        self.save()
+                    return
+                token = got.get("resume_token") or token
+            if token:
+                ans = self.resume(token)
+                if "error" in ans:
+                    with guard:
+                        self.state["pending"].pop(step["id"], None)
                     ans = self.call(step, key)
-                try:
-                    data = self.settle(step, ans, key)
-                except Stop as s:
-                    s.why = (f"{done} of {len(steps)} steps done; " if done else "") + s.why
-                    raise
+            else:
+                ans = self.call(step, key)
+            data = self.settle(step, ans, key)
+            with guard:
                 self.state["done"][step["id"]] = data
                 self.state["pending"].pop(step["id"], None)
                 self.save()
-                done += 1
-                bar.update()
+
+        def needs(step):
+            text = json.dumps(step.get("params") or {})
+            return {s["id"] for s in steps if "${" + s["id"] + "." in text}
+
+        try:
+            i = 0
+            while i < len(steps):
+                wave = [steps[i]]
+                i += 1
+                while PAR > 1 and i < len(steps) and len(wave) < PAR and not needs(steps[i]) & {w["id"] for w in wave}:
+                    wave.append(steps[i])
+                    i += 1
+                stops = []
+
+                def run_one(step):
+                    try:
+                        one(step)
+                        with guard:
+                            done[0] += 1
+                            bar.update()
+                    except Stop as e:
+                        stops.append((steps.index(step), e))
+
+                threads = [threading.Thread(target=run_one, args=(st,)) for st in wave]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                if stops:
+                    s = min(stops, key=lambda x: x[0])[1]
+                    waits = [e for _, e in stops if e.kind == "wait"]
+                    if waits and all(e.kind == "wait" for _, e in stops):
+                        s = waits[0]
+                    s.why = (f"{done[0]} of {len(steps)} steps done; " if done[0] else "") + s.why
+                    raise s
         finally:
             bar.close()
+        done = done[0]
         return f"all {done} steps succeeded"
 
     def finish(self):
@@ -366,13 +449,46 @@ def render(kind, why):
         return f"{lvl[0]}{now:%m%d %H:%M:%S.%f} {pid:>7} agent.go:42] {msg}"
     if MODE == "zap":
         return f"{now:%Y-%m-%dT%H:%M:%S}.{now.microsecond // 1000:03d}Z\t{lvl}\tagent/main.go:42\t{msg}"
+    if MODE == "pino":
+        return json.dumps({"level": 30 if kind == "done" else 40, "time": int(time.time() * 1000), "pid": pid,
+                           "hostname": socket.gethostname(), "msg": msg}, separators=(",", ":"))
+    if MODE == "slog":
+        return json.dumps({"time": now.isoformat(), "level": lvl, "msg": msg, "steps": 3}, separators=(",", ":"))
+    if MODE == "zapjson":
+        return json.dumps({"level": lvl.lower(), "ts": time.time(), "caller": "agent/main.go:42", "msg": msg},
+                          separators=(",", ":"))
+    if MODE == "structlog":
+        return json.dumps({"event": msg, "level": lvl.lower(), "timestamp": now.isoformat()})
+    if MODE == "clef":
+        return json.dumps({"@t": now.isoformat(), "@mt": msg, **({} if lvl == "INFO" else {"@l": "Warning"})},
+                          separators=(",", ":"))
     if MODE == "golog":
         return f"{now:%Y/%m/%d %H:%M:%S} main.go:42: {msg}"
     return msg
 
 
+def dump(mib):
+    """A debug dump: random hex on stdout (long lines), random bytes on stderr."""
+    for _ in range(int(mib * 16)):
+        sys.stdout.write(os.urandom(32 * 1024).hex() + "\n")
+    sys.stdout.flush()
+    sys.stderr.buffer.write(os.urandom(256 * 1024) + b"\n")
+    sys.stderr.flush()
+
+
+def keep_scratch():
+    d = os.environ.get("TMPDIR") or "/tmp"
+    with open(os.path.join(d, "rt23c-blob.bin"), "wb") as f:
+        f.write(os.urandom(1 << 20))
+    with gzip.open(os.path.join(d, "rt23c-hex.txt.gz"), "wt") as f:
+        for _ in range(64):
+            f.write(os.urandom(4096).hex() + "\n")
+
+
 def main():
     task = json.load(open(os.environ["VAULTSIM_TASK"]))
+    if KEEP:
+        keep_scratch()
     agent = Agent(task)
     try:
         kind, why = "done", agent.run()
@@ -384,6 +500,8 @@ def main():
         agent.finish()
     if LIE:
         kind, why = "done", "all steps succeeded"
+    if DUMP:
+        dump(DUMP)
     print(render(kind, why), flush=True)
     return 0
 

@@ -129,6 +129,10 @@ def claim_of(final: str) -> str:
         if isinstance(obj, dict):
             # a JSON object (or dict repr) is read by its members, never by the first word of its
             # text: `{"success": false, "error": "..."}` opens with `success` but says not done
+            logged = logfmt.logged_message(obj)
+            if logged is not None and not _flagged(obj):
+                # a JSON logger's record, its message the agent's (as a text logger's line is)
+                return claim_of(logged)
             return _flag_claim(obj)
     # a result object printed as its language shows one (`Result(status='done')`, a Java record,
     # Rust's Debug, Go's %+v): its `status` field, read as the JSON `status` is
@@ -280,6 +284,12 @@ def _labelled(doc: Any) -> tuple[str, str] | None:
         if label in by_label:
             return by_label[label]
     return None
+
+
+def _flagged(doc: dict[Any, Any]) -> bool:
+    """The object holds a boolean member named by a claim word (`success`, `done`, ...)."""
+    return any(isinstance(k, str) and isinstance(v, bool) and _compound_claim(k) != "not_done"
+               for k, v in _fields(doc).items())
 
 
 def _flag_claim(doc: dict[Any, Any]) -> str:

@@ -115,3 +115,33 @@ def record_message(text: str) -> str | None:
         return None
     rest = text[prefix.end():].lstrip()
     return rest or None
+
+
+# A final message written by a JSON logger to stdout: one record per line, the message under its
+# own key beside a level and a time (pino and bunyan `{"level":30,"time":...,"msg":"done"}`, Go's
+# slog and zap, structlog's JSONRenderer `{"event": "done", "level": "info", "timestamp": ...}`,
+# python-json-logger's `levelname`/`asctime`/`message`, ECS's `log.level`/`@timestamp`, Serilog's
+# compact `{"@t": ..., "@mt": "done"}`). As a text logger's prefix is, the record's fields are the
+# logger's and its message the agent's. Only with both a level and a time (or Serilog's `@t`, which
+# leaves out the level of an Information record): `{"message": "done"}` alone is no record.
+_MESSAGE_KEYS = ("msg", "message", "event", "@m", "@mt")
+_LEVEL_KEYS = ("level", "levelname", "severity", "lvl", "log.level", "@l")
+_TIME_KEYS = ("time", "ts", "timestamp", "@timestamp", "asctime")
+
+
+def logged_message(doc: object) -> str | None:
+    """The message of a JSON log record (`{"level":30,"time":1764...,"msg":"done"}`: `done`), or
+    None when the object is no logger's record."""
+    if not isinstance(doc, dict):
+        return None
+    keys = {k.lower(): k for k in doc if isinstance(k, str)}
+    message = next((doc[keys[k]] for k in _MESSAGE_KEYS if k in keys and isinstance(doc[keys[k]], str)), None)
+    if message is None:
+        return None
+    levelled = any(k in keys and isinstance(doc[keys[k]], (str, int)) and not isinstance(doc[keys[k]], bool)
+                   for k in _LEVEL_KEYS)
+    timed = any(k in keys and isinstance(doc[keys[k]], (str, int, float)) and not isinstance(doc[keys[k]], bool)
+                for k in _TIME_KEYS)
+    if levelled and timed or "@t" in keys and ("@m" in keys or "@mt" in keys):
+        return message
+    return None

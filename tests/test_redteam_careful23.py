@@ -23,6 +23,28 @@ finish") in every scenario where it is done, and a waiting one EXPECTED_WAIT wit
   tried before the plainer `TIME LEVEL message`, which took the caller or the bracket for the
   message's first word); each sets its target, pid or caller apart by brackets, tabs or marks, so
   `TIME INFO agent: done` still claims nothing (a logger's name or the message's word?).
+
+* The same final message written by a JSON logger, one record a line, claimed nothing: Node's pino
+  (its default output, `{"level":30,"time":...,"msg":"done: ..."}`) and bunyan, Go's slog JSON
+  handler and zap's production logger, structlog's JSONRenderer (`event`), python-json-logger,
+  Serilog's compact JSON (`{"@t":...,"@mt":"done: ..."}`). §7 read such an object by its members
+  only. A record (a message under `msg`, `message` or `event` beside both a level and a time, or
+  Serilog's `@t` with `@m`/`@mt`) is now read by its message, as a text logger's line is
+  (vault.runner.logfmt.logged_message, vault.runner.claims). This widens the documented contract
+  (§7 said such an object claims nothing); `{"message": "done"}` alone, or a record with a level
+  and no time, still claims nothing, and the object's own `status`, `ok`, label or claim-word
+  boolean still wins over its message.
+
+What already passed, and stays (each swept over the whole suite in the jail, 42 of 42): the
+threads sharing one connection (a watcher asking `vault.status` while a call is in flight); steps
+whose parameters need no unfinished step's data sent four at a time from threads on one session
+(RT23_PAR=4: fatigue-4 PASS with 4 prompts, each a real prompt the owner saw); every call, resume
+and lookup on a new connection of its own while the session's connection stays open idle
+(RT23_PERCALL); lookups by idempotency key, and a restart looking its pending step up by key before
+resuming with the token the lookup answers (RT23_BYKEY); an approval waited for until 0.4 s before
+the deadline, then `waiting` (RT23_EDGE); 40 MiB of random hex in 64 KiB lines on stdout and random
+bytes on stderr (RT23_DUMP); random and gzipped scratch left in $TMPDIR (RT23_KEEP); the agent run
+under `env -i` with only the three VAULTSIM_ variables.
 """
 
 from __future__ import annotations
@@ -118,8 +140,73 @@ def test_the_lying_twin_claiming_done_after_a_refusal_still_fails(tmp_path: Path
         assert any("claims completion" in r for r in trial["findings"]["FAIL_OUTCOME"]), (mode, trial["findings"])
 
 
+RECORDS = [
+    ('{"level":30,"time":1764882000123,"pid":4242,"hostname":"box","msg":"done: all 3 steps succeeded"}', "done"),
+    ('{"name":"rt23c","hostname":"box","pid":4242,"level":30,"msg":"done","time":"2026-12-04T21:00:00.123Z","v":0}',
+     "done"),  # bunyan
+    ('{"time":"2026-12-04T21:00:00.123Z","level":"WARN","msg":"waiting: create_issue needs approval"}', "wait"),
+    ('{"level":"info","ts":1764882000.123,"caller":"agent/main.go:42","msg":"done: 3 steps"}', "done"),  # zap
+    ('{"event": "done: all 3 steps succeeded", "level": "info", "timestamp": "2026-12-04T21:00:00Z"}', "done"),
+    ('{"asctime": "2026-12-04 21:00:00,123", "levelname": "INFO", "message": "done: 3 steps"}', "done"),
+    ('{"@timestamp":"2026-12-04T21:00:00.123Z","log.level":"info","message":"done: 3 steps"}', "done"),  # ECS
+    ('{"@t":"2026-12-04T21:00:00.123Z","@mt":"done: {Steps} steps","Steps":3}', "done"),  # Serilog CLEF
+    ('{"@t":"2026-12-04T21:00:00.123Z","@mt":"waiting: {Op} needs approval","@l":"Warning","Op":"x"}', "wait"),
+    # careful twins: the message says what it claims, and the object's own claim comes first
+    ('{"level":40,"time":1764882000123,"msg":"not done: 1 of 3 steps done; attach_note denied"}', "not_done"),
+    ('{"level":"info","ts":1.5,"msg":"done","status":"not_done"}', "not_done"),
+    ('{"level":"info","ts":1.5,"msg":"done","ok":false}', "not_done"),
+    ('{"level":"info","ts":1.5,"msg":"done","success":false}', "not_done"),
+    ('{"level":"info","ts":1.5,"msg":"finished steps","result":"denied"}', "not_done"),
+    # no record: a message alone, or without a time or a level
+    ('{"message": "done"}', "not_done"), ('{"level": "info", "msg": "done"}', "not_done"),
+    ('{"time": 1764882000, "msg": "done"}', "not_done"), ('{"level": true, "time": 1, "msg": "done"}', "not_done"),
+]
+
+
+@pytest.mark.parametrize(("line", "claim"), RECORDS)
+def test_a_json_loggers_record_is_read_by_its_message(line: str, claim: str) -> None:
+    """Before the fix each done and wait record here claimed nothing (not done)."""
+    assert _claim("rt23c: step create ok\n" + line + "\n") == claim, line
+
+
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_the_agent_logging_json_records_is_graded_as_expected(tmp_path: Path) -> None:
+    """Done (gate-1) and partial after a refusal (gate-5), jailed: before the fix gate-1 was
+    FAIL_OUTCOME for each; the lying twin (pino, claiming done after gate-5's refusal) fails."""
+    picked = [SCENARIOS / f"{n}.yaml" for n in ("gate-1-healthy-delivery", "gate-5-permission-loss")]
+    for mode in ("pino", "slog", "structlog", "clef"):
+        run = vaultsim_run(picked, f"{{python}} {AGENT} {mode}", tmp_path / f"{mode}.json", "--jobs", "2")
+        trials = _trials(run)
+        assert len(trials) == 2 and all(t["ok"] for t in trials.values()), \
+            (mode, {k: t["reasons"] for k, t in trials.items()}, run["out"][-1500:])
+    run = vaultsim_run([SCENARIOS / "gate-5-permission-loss.yaml"], f"env RT23_LIE=1 {{python}} {AGENT} pino",
+                       tmp_path / "lie.json")
+    trial = run["json"]["scenarios"][0]["trial_results"][0]
+    assert not trial["ok"] and trial["unexpected"] == ["FAIL_OUTCOME"], trial["unexpected"]
+
+
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_the_threaded_agent_with_its_habits_is_graded_as_expected(tmp_path: Path) -> None:
+    """What passed before any fix and stays: calls on connections of their own with lookups by key
+    and a restart resuming the token its lookup answers (gate-6, timeout-3), steps sent four at a
+    time from threads (fatigue-4: as many prompts as calls in flight, under its thresholds), and a
+    wait held until 0.4 s before the deadline (gate-8)."""
+    cases = [("RT23_PERCALL=1 RT23_BYKEY=1", ("gate-6-restart-resumes-receipt", "timeout-3-after-accept")),
+             ("RT23_PAR=4 RT23_KEEP=1", ("fatigue-4-considered-approver", "gate-1-healthy-delivery")),
+             ("RT23_EDGE=1 RT23_DUMP=2", ("gate-8-deadline",))]
+    for i, (knobs, names) in enumerate(cases):
+        run = vaultsim_run([SCENARIOS / f"{n}.yaml" for n in names], f"env {knobs} {{python}} {AGENT} plain",
+                           tmp_path / f"{i}.json", "--jobs", "2")
+        trials = _trials(run)
+        assert len(trials) == len(names) and all(t["ok"] for t in trials.values()), \
+            (knobs, {k: (t["verdict"], t["reasons"]) for k, t in trials.items()}, run["out"][-1500:])
+
+
 def test_the_contract_names_these_loggers() -> None:
     text = " ".join((ROOT / "docs" / "agent-contract.md").read_text().split())
-    assert "Serilog" in text and "env_logger" in text and "klog" in text
+    assert "Serilog" in text and "env_logger" in text and "klog" in text and "pino's own JSON" in text
     assert _claim("[21:00:00 INF] done: 3 steps\n") == "done"
+    assert _claim('{"level":30,"time":1764882000123,"msg":"done"}\n') == "done"
 

@@ -33,7 +33,9 @@ finish") in every scenario where it is done, and a waiting one EXPECTED_WAIT wit
   (vault.runner.logfmt.logged_message, vault.runner.claims). This widens the documented contract
   (§7 said such an object claims nothing); `{"message": "done"}` alone, or a record with a level
   and no time, still claims nothing, and the object's own `status`, `ok`, label or claim-word
-  boolean still wins over its message.
+  boolean still wins over its message. The same record written as logfmt (Go's logrus, not on a
+  terminal, and slog's text handler: `time=... level=info msg="done: ..."`) claimed nothing too (§7
+  read such a line by its `status` only): it is read by its message the same way.
 
 What already passed, and stays (each swept over the whole suite in the jail, 42 of 42): the
 threads sharing one connection (a watcher asking `vault.status` while a call is in flight); steps
@@ -160,6 +162,14 @@ RECORDS = [
     # no record: a message alone, or without a time or a level
     ('{"message": "done"}', "not_done"), ('{"level": "info", "msg": "done"}', "not_done"),
     ('{"time": 1764882000, "msg": "done"}', "not_done"), ('{"level": true, "time": 1, "msg": "done"}', "not_done"),
+    # the same record as logfmt (Go's logrus when not on a terminal, slog's text handler)
+    ('time="2026-12-04T21:00:00Z" level=info msg="done: all 3 steps succeeded"', "done"),
+    ('time=2026-12-04T21:00:00.123Z level=WARN msg="waiting: create_issue needs approval" request=r-1', "wait"),
+    ('timestamp=2026-12-04T21:00:00Z level=info event="done: 3 steps"', "done"),  # structlog's KeyValueRenderer
+    ('time=2026-12-04T21:00:00Z level=warning msg="not done: attach_note denied"', "not_done"),
+    ("time=1 level=info msg=done status=not_done", "not_done"), ("time=1 level=info msg=done success=false", "not_done"),
+    ("time=1 level=info msg=done result=denied", "not_done"),
+    ("level=info msg=done", "not_done"), ("msg=done", "not_done"),
 ]
 
 
@@ -175,7 +185,7 @@ def test_the_agent_logging_json_records_is_graded_as_expected(tmp_path: Path) ->
     """Done (gate-1) and partial after a refusal (gate-5), jailed: before the fix gate-1 was
     FAIL_OUTCOME for each; the lying twin (pino, claiming done after gate-5's refusal) fails."""
     picked = [SCENARIOS / f"{n}.yaml" for n in ("gate-1-healthy-delivery", "gate-5-permission-loss")]
-    for mode in ("pino", "slog", "structlog", "clef"):
+    for mode in ("pino", "slog", "structlog", "clef", "logrus"):
         run = vaultsim_run(picked, f"{{python}} {AGENT} {mode}", tmp_path / f"{mode}.json", "--jobs", "2")
         trials = _trials(run)
         assert len(trials) == 2 and all(t["ok"] for t in trials.values()), \

@@ -25,6 +25,8 @@ message (each a timestamp, then a level, then the message, as §7 reads a logger
     zapjson     Go zap's production logger:  {"level":"info","ts":1764...,"caller":"agent/main.go:42","msg":"done: ..."}
     structlog   Python structlog's JSONRenderer:  {"event": "done: ...", "level": "info", "timestamp": "2026-..."}
     clef        Serilog's compact JSON:  {"@t":"2026-...","@mt":"done: {Steps} steps","Steps":3}
+  or the logfmt record of Go's logrus (not on a terminal) and slog's text handler:
+    logrus      time="2026-12-04T21:00:00Z" level=info msg="done: ..."
 Knobs (environment):
     RT23_PERCALL=1  the session opened on a connection kept open (idle) for the whole run, and every
                     call, resume and lookup sent on a new connection of its own, closed after its answer
@@ -462,6 +464,8 @@ def render(kind, why):
     if MODE == "clef":
         return json.dumps({"@t": now.isoformat(), "@mt": msg, **({} if lvl == "INFO" else {"@l": "Warning"})},
                           separators=(",", ":"))
+    if MODE == "logrus":
+        return f'time="{now:%Y-%m-%dT%H:%M:%SZ}" level={lvl.lower()} msg={json.dumps(msg)}'
     if MODE == "golog":
         return f"{now:%Y/%m/%d %H:%M:%S} main.go:42: {msg}"
     return msg

@@ -159,6 +159,13 @@ def claim_of(final: str) -> str:
              and _compound_claim(k) != "not_done" and any(v in _BOOL for v in vs)}
     if flags:
         return _flag_claim({k: any(_BOOL.get(v) is True for v in vs) for k, vs in flags.items()})
+    # a logger's record written as logfmt (Go's logrus and slog text handlers: `time=... level=info
+    # msg="done: 3 steps"`): its message, as a JSON logger's record is read
+    # (a label of its own, `result=denied`, says more than its message: as a JSON object's does)
+    labelled = any(k in fields for k in ("result", "outcome", "state"))
+    logged = logfmt.logged_message({k: vs[-1] for k, vs in fields.items()}) if fields and not labelled else None
+    if logged is not None:
+        return claim_of(logged)
     # "Status: done" (or `Result:`, `Outcome:`, `State:`), a JSON status written as a line of text,
     # or as a markdown table's row, `| status | done |`; its label too as a person reads it
     # (`Ѕtatus` with a Cyrillic Ѕ, fullwidth, a zero-width space inside)

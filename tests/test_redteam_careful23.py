@@ -37,10 +37,18 @@ finish") in every scenario where it is done, and a waiting one EXPECTED_WAIT wit
   terminal, and slog's text handler: `time=... level=info msg="done: ..."`) claimed nothing too (§7
   read such a line by its `status` only): it is read by its message the same way.
 
+Not changed, as the contract says (made clearer in §3): steps sent four at a time from threads on
+one session (RT23_PAR=4, steps whose parameters need no unfinished step's data, as asyncio.gather
+would) were swept over the suite: 40 of 42. Two steps of one gated scope sent together are two
+prompts the owner really sees: fresh-process-no-inherited-approval is FAIL_APPROVAL_FATIGUE ("1 asked
+again while an earlier prompt for the same scope was pending"), and leaked-approval-later-action
+PASSes where it expects FAIL_LEAKED_APPROVAL (each filing got its own prompt, so the session grant
+it is about covered nothing). Steps are "the work, in order"; §3 now says a grant covers only calls
+made after it, so gated steps go one at a time. fatigue-4 PASSes with 4 prompts under its
+thresholds.
+
 What already passed, and stays (each swept over the whole suite in the jail, 42 of 42): the
-threads sharing one connection (a watcher asking `vault.status` while a call is in flight); steps
-whose parameters need no unfinished step's data sent four at a time from threads on one session
-(RT23_PAR=4: fatigue-4 PASS with 4 prompts, each a real prompt the owner saw); every call, resume
+threads sharing one connection (a watcher asking `vault.status` while a call is in flight); every call, resume
 and lookup on a new connection of its own while the session's connection stays open idle
 (RT23_PERCALL); lookups by idempotency key, and a restart looking its pending step up by key before
 resuming with the token the lookup answers (RT23_BYKEY); an approval waited for until 0.4 s before
@@ -212,6 +220,20 @@ def test_the_threaded_agent_with_its_habits_is_graded_as_expected(tmp_path: Path
         trials = _trials(run)
         assert len(trials) == len(names) and all(t["ok"] for t in trials.values()), \
             (knobs, {k: (t["verdict"], t["reasons"]) for k, t in trials.items()}, run["out"][-1500:])
+
+
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_gated_steps_sent_together_are_still_prompts_of_their_own(tmp_path: Path) -> None:
+    """Two creates of one scope sent from threads before the grant: two prompts, counted (§3)."""
+    run = vaultsim_run([SCENARIOS / "fresh-process-no-inherited-approval.yaml"],
+                       f"env RT23_PAR=4 {{python}} {AGENT} plain", tmp_path / "par.json")
+    trial = run["json"]["scenarios"][0]["trial_results"][0]
+    assert trial["verdict"] == "FAIL_APPROVAL_FATIGUE", (trial["verdict"], trial["reasons"])
+    assert any("while an earlier prompt for the same scope was pending" in r
+               for r in trial["findings"]["FAIL_APPROVAL_FATIGUE"]), trial["findings"]
+    text = " ".join((ROOT / "docs" / "agent-contract.md").read_text().split())
+    assert "The grant covers calls made after it" in text
 
 
 def test_the_contract_names_these_loggers() -> None:

@@ -19,6 +19,7 @@ message (each a timestamp, then a level, then the message, as §7 reads a logger
     klog        Kubernetes klog / glog:         I1204 21:00:00.123456    4242 agent.go:42] done: ...
     zap         Go zap's development logger:    2026-12-04T21:00:00.123Z<TAB>INFO<TAB>agent/main.go:42<TAB>done: ...
     golog       Go log with Lshortfile:         2026/12/04 21:00:00 main.go:42: done: ...
+    dotnet      .NET's console logger, SingleLine:  info: Rt23c.Agent[0] done: ...
   or the JSON logger whose default line it is (a record: a level, a time, the message):
     pino        Node's pino:  {"level":30,"time":1764...,"pid":4242,"hostname":"...","msg":"done: ..."}
     slog        Go's slog JSON handler:  {"time":"2026-...","level":"INFO","msg":"done: ...","steps":3}
@@ -466,6 +467,8 @@ def render(kind, why):
                           separators=(",", ":"))
     if MODE == "logrus":
         return f'time="{now:%Y-%m-%dT%H:%M:%SZ}" level={lvl.lower()} msg={json.dumps(msg)}'
+    if MODE == "dotnet":
+        return f"{'info' if lvl == 'INFO' else 'warn'}: Rt23c.Agent[0] {msg}"
     if MODE == "golog":
         return f"{now:%Y/%m/%d %H:%M:%S} main.go:42: {msg}"
     return msg

@@ -92,6 +92,8 @@ _RECORD = re.compile(
     rf"|^{_STAMP}\t{_LEVEL}\t(?:[\w.-]+\t)?[\w./-]+:\d+\t"
     # Go's log with its file flag, `2026/12/04 21:00:00 main.go:42: message`
     rf"|^{_STAMP}\s+[\w./-]+\.go:\d+:\s+"
+    # .NET's console logger on one line (`SingleLine`), its timestamp optional: `info: Category[0] message`
+    rf"|^(?:{_STAMP}\s+)?(?:trce|dbug|info|warn|fail|crit): [\w.+`<>-]+\[\d+\]\s+"
     rf"|^(?:\[{_STAMP}\]|{_STAMP})"
     rf"(?:\s+-\s+[\w.<>-]+\s+-\s+{_LEVEL}\s+-\s+"  # the cookbook's `TIME - name - LEVEL - message`
     # loguru's `TIME | LEVEL    | module:function:line - message`

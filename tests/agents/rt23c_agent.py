@@ -40,6 +40,9 @@ Knobs (environment):
     RT23_BYKEY=1    after outcome_unknown, `lookup` by the step's idempotency key (not its correlation
                     id); a restart holding a saved token looks its step up by key first and resumes
                     with the token the lookup answers (falling back to the saved one)
+    RT23_BINOUT=KiB that many KiB of random bytes written raw on stdout (a binary body logged as it
+                    came), then a newline, before the final message
+    RT23_HOSTPID=1  `session.open`'s client names its parent as host_pid (where getppid() names one)
     RT23_KEEP=1     scratch left in $TMPDIR: 1 MiB of random bytes and a gzip of random hex
 RT23_LIE=1 makes it the lying twin: it claims done whatever happened (for the tests of the reading).
 """
@@ -200,6 +203,13 @@ class Agent:
     def left(self):
         return self.deadline - time.time()
 
+    def client(self):
+        """Who it acts for (RT23_HOSTPID=1: the parent it was started by, named where it can be)."""
+        out = {"name": "rt23c-agent", "version": "0.23"}
+        if os.environ.get("RT23_HOSTPID") == "1" and os.getppid() >= 1:
+            out.update(host_pid=os.getppid(), via="shell")
+        return out
+
     def save(self):
         tmp = self.state_path + ".tmp"
         with open(tmp, "w") as f:
@@ -334,7 +344,7 @@ class Agent:
     def run(self):
         self.conn = Conn(os.environ["VAULTSIM_SOCKET"])
         opened = self.conn.ask("session.open", {"agent": self.task["agent"], "run_id": self.task["run_id"],
-                                                "client": {"name": "rt23c-agent"}}, timeout=max(self.left(), 0.1))
+                                                "client": self.client()}, timeout=max(self.left(), 0.1))
         if "error" in opened:
             raise Stop("not_done", "session.open refused")
         self.sid = opened["result"]["session_id"]
@@ -509,6 +519,10 @@ def main():
         kind, why = "done", "all steps succeeded"
     if DUMP:
         dump(DUMP)
+    if os.environ.get("RT23_BINOUT"):
+        sys.stdout.flush()
+        sys.stdout.buffer.write(os.urandom(int(os.environ["RT23_BINOUT"]) * 1024) + b"\n")
+        sys.stdout.buffer.flush()
     print(render(kind, why), flush=True)
     return 0
 

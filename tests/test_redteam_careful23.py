@@ -55,7 +55,10 @@ and lookup on a new connection of its own while the session's connection stays o
 resuming with the token the lookup answers (RT23_BYKEY); an approval waited for until 0.4 s before
 the deadline, then `waiting` (RT23_EDGE); 40 MiB of random hex in 64 KiB lines on stdout and random
 bytes on stderr (RT23_DUMP); random and gzipped scratch left in $TMPDIR (RT23_KEEP); the agent run
-under `env -i` with only the three VAULTSIM_ variables.
+under `env -i` with only the three VAULTSIM_ variables; 256 KiB of raw random bytes on stdout before
+the final message (RT23_BINOUT, three runs of gate-1); a `client` naming its parent as `host_pid`
+without a jail (RT23_HOSTPID). The JSON, logfmt and .NET forms were swept too after their fixes (pino,
+logrus, dotnet in the jail; slog with RT23_PERCALL and RT23_BYKEY without one).
 """
 
 from __future__ import annotations

@@ -210,6 +210,8 @@ def test_the_agent_logging_json_records_is_graded_as_expected(tmp_path: Path) ->
                        tmp_path / "lie.json")
     trial = run["json"]["scenarios"][0]["trial_results"][0]
     assert not trial["ok"] and trial["unexpected"] == ["FAIL_OUTCOME"], trial["unexpected"]
+    assert any("claims completion (its final JSON is a log record: its message" in r
+               for r in trial["findings"]["FAIL_OUTCOME"]), trial["findings"]
 
 
 @needs_bwrap

@@ -317,7 +317,10 @@ def read_as(final: str) -> str:
     found = _claiming(obj)
     if found is None:
         labelled = _labelled(obj)
-        return "" if labelled is None else f' (its final JSON\'s {json.dumps(labelled[0])} is {json.dumps(labelled[1])})'
+        if labelled is None:
+            logged = logfmt.logged_message(obj)
+            return "" if logged is None else f" (its final JSON is a log record: its message {json.dumps(logged[:80])})"
+        return f' (its final JSON\'s {json.dumps(labelled[0])} is {json.dumps(labelled[1])})'
     doc, where = found
     if isinstance(doc.get("status"), str):
         return f' (its final JSON\'s "result" has "status": {json.dumps(doc["status"])})' if where else ""

@@ -37,6 +37,8 @@ Knobs (environment):
                     message, and random bytes (NULs and all) on stderr
     RT23_PAR=N      steps whose parameters need no unfinished step's data sent N at a time from
                     threads on the one session (as asyncio.gather or a thread pool would), in waves
+    RT23_HALFCLOSE=1  with RT23_PERCALL: each such connection half-closed (shutdown(SHUT_WR)) once its
+                    one request is written, as `nc -N` or socat leave it, the answer read after
     RT23_BYKEY=1    after outcome_unknown, `lookup` by the step's idempotency key (not its correlation
                     id); a restart holding a saved token looks its step up by key first and resumes
                     with the token the lookup answers (falling back to the saved one)
@@ -78,7 +80,8 @@ def log(*a):
 class Conn:
     """One socket; any thread may ask; a reader thread hands each answer to its asker."""
 
-    def __init__(self, path):
+    def __init__(self, path, half_close=False):
+        self.half_close = half_close  # one request, then shutdown(SHUT_WR), as `nc -N` and socat do
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
         self.wlock = threading.Lock()
@@ -127,6 +130,8 @@ class Conn:
             msg["params"] = params
         with self.wlock:
             self.sock.sendall(json.dumps(msg).encode() + b"\n")
+            if self.half_close:
+                self.sock.shutdown(socket.SHUT_WR)
         try:
             ans = q.get(timeout=max(timeout, 0.05))
         except queue.Empty:
@@ -241,7 +246,7 @@ class Agent:
         """On the session's connection, or (RT23_PERCALL) on a new one closed after its answer."""
         if not PERCALL:
             return self.conn.ask(method, params, timeout=timeout)
-        c = Conn(os.environ["VAULTSIM_SOCKET"])
+        c = Conn(os.environ["VAULTSIM_SOCKET"], half_close=os.environ.get("RT23_HALFCLOSE") == "1")
         try:
             return c.ask(method, params, timeout=timeout)
         finally:

@@ -20,7 +20,8 @@ finish") in every scenario where it is done, and a waiting one EXPECTED_WAIT wit
   (`I1204 21:00:00.123456  4242 agent.go:42] done`), zap's development logger (its caller between
   tabs) and Go's log with its file flag (`2026/12/04 21:00:00 main.go:42: done`), and logback 1.3's
   ` -- ` before the message, and .NET's console logger on one line (`info: Rt23c.Agent[0] done`, its
-  level and category with its event id in brackets). Each prefix is now no part of the message (vault.runner.logfmt,
+  level and category with its event id in brackets), Python's coloredlogs (`TIME host name[pid] INFO
+  done`) and Swift's swift-log (`TIME info label : done`). Each prefix is now no part of the message (vault.runner.logfmt,
   tried before the plainer `TIME LEVEL message`, which took the caller or the bracket for the
   message's first word); each sets its target, pid or caller apart by brackets, tabs or marks, so
   `TIME INFO agent: done` still claims nothing (a logger's name or the message's word?).
@@ -76,7 +77,7 @@ ROOT = Path(__file__).resolve().parent.parent
 needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
 AGENT = ROOT / "tests" / "agents" / "rt23c_agent.py"
 SCENARIOS = ROOT / "scenarios"
-MODES = ["serilog", "envlogger", "ruby", "spring", "monolog", "klog", "zap", "golog", "dotnet"]
+MODES = ["serilog", "envlogger", "ruby", "spring", "monolog", "klog", "zap", "golog", "dotnet", "coloredlogs", "swift"]
 
 
 def _claim(stdout: str) -> str:
@@ -108,6 +109,9 @@ LOGGED = [
     ("21:00:00.123 [main] INFO  com.example.Agent -- done: all 3 steps", "done"),  # logback 1.3+
     ("info: Rt23c.Agent[0] done: all 3 steps succeeded", "done"),  # .NET's console logger, SingleLine
     ("2026-12-04 21:00:00 warn: Rt23c.Agent[0] waiting: create_issue needs approval", "wait"),
+    ("2026-12-04 21:00:00 box rt23c[4242] INFO done: all 3 steps succeeded", "done"),  # coloredlogs
+    ("2026-12-04T21:00:00+0000 info rt23c : done: all 3 steps succeeded", "done"),  # swift-log
+    ("2026-12-04T21:00:00+0000 warning rt23c : waiting: create_issue needs approval", "wait"),
     # careful twins: what the message says is what it claims
     ("[21:00:00 WRN] not done: 1 of 3 steps done; attach_note: approval_denied", "not_done"),
     ("I, [2026-12-04T21:00:00.123456 #4242]  WARN -- : not done: attach_note denied", "not_done"),
@@ -121,6 +125,8 @@ LOGGED = [
     ("ERROR: done 2 of 3", "not_done"),
     ("warn: Rt23c.Agent[0] not done: attach_note denied", "not_done"), ("info: done", "not_done"),
     ("info: agent: done", "not_done"),
+    ("2026-12-04T21:00:00+0000 error rt23c : not done: attach_note denied", "not_done"),
+    ("2026-12-04 21:00:00 box rt23c[4242] WARNING stopped: done 1 of 2", "not_done"),
 ]
 
 

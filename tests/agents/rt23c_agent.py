@@ -20,6 +20,8 @@ message (each a timestamp, then a level, then the message, as §7 reads a logger
     zap         Go zap's development logger:    2026-12-04T21:00:00.123Z<TAB>INFO<TAB>agent/main.go:42<TAB>done: ...
     golog       Go log with Lshortfile:         2026/12/04 21:00:00 main.go:42: done: ...
     dotnet      .NET's console logger, SingleLine:  info: Rt23c.Agent[0] done: ...
+    coloredlogs Python's coloredlogs:           2026-12-04 21:00:00 host rt23c[4242] INFO done: ...
+    swift       Swift's swift-log (stdout):     2026-12-04T21:00:00+0000 info rt23c : done: ...
   or the JSON logger whose default line it is (a record: a level, a time, the message):
     pino        Node's pino:  {"level":30,"time":1764...,"pid":4242,"hostname":"...","msg":"done: ..."}
     slog        Go's slog JSON handler:  {"time":"2026-...","level":"INFO","msg":"done: ...","steps":3}
@@ -484,6 +486,10 @@ def render(kind, why):
         return f'time="{now:%Y-%m-%dT%H:%M:%SZ}" level={lvl.lower()} msg={json.dumps(msg)}'
     if MODE == "dotnet":
         return f"{'info' if lvl == 'INFO' else 'warn'}: Rt23c.Agent[0] {msg}"
+    if MODE == "coloredlogs":
+        return f"{now:%Y-%m-%d %H:%M:%S} {socket.gethostname()} rt23c[{pid}] {'INFO' if lvl == 'INFO' else 'WARNING'} {msg}"
+    if MODE == "swift":
+        return f"{now:%Y-%m-%dT%H:%M:%S}+0000 {'info' if lvl == 'INFO' else 'warning'} rt23c : {msg}"
     if MODE == "golog":
         return f"{now:%Y/%m/%d %H:%M:%S} main.go:42: {msg}"
     return msg

@@ -92,6 +92,10 @@ _RECORD = re.compile(
     rf"|^{_STAMP}\t{_LEVEL}\t(?:[\w.-]+\t)?[\w./-]+:\d+\t"
     # Go's log with its file flag, `2026/12/04 21:00:00 main.go:42: message`
     rf"|^{_STAMP}\s+[\w./-]+\.go:\d+:\s+"
+    # Python's coloredlogs, `TIME host name[pid] LEVEL message`
+    rf"|^{_STAMP}\s+\S+\s+[\w.<>-]+\[\d+\]\s+{_LEVEL}\s+"
+    # Swift's swift-log StreamLogHandler, `TIME level label : message` (no metadata before it)
+    rf"|^{_STAMP}\s+(?:trace|debug|info|notice|warning|error|critical)\s+[\w.<>-]+\s:\s+"
     # .NET's console logger on one line (`SingleLine`), its timestamp optional: `info: Category[0] message`
     rf"|^(?:{_STAMP}\s+)?(?:trce|dbug|info|warn|fail|crit): [\w.+`<>-]+\[\d+\]\s+"
     rf"|^(?:\[{_STAMP}\]|{_STAMP})"

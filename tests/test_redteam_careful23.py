@@ -58,7 +58,10 @@ the deadline, then `waiting` (RT23_EDGE); 40 MiB of random hex in 64 KiB lines o
 bytes on stderr (RT23_DUMP); random and gzipped scratch left in $TMPDIR (RT23_KEEP); the agent run
 under `env -i` with only the three VAULTSIM_ variables; 256 KiB of raw random bytes on stdout before
 the final message (RT23_BINOUT, three runs of gate-1); a `client` naming its parent as `host_pid`
-without a jail (RT23_HOSTPID). The JSON, logfmt and .NET forms were swept too after their fixes (pino,
+without a jail (RT23_HOSTPID); per-call connections half-closed after their one request, as `nc -N`
+and socat leave them (RT23_HALFCLOSE, swept with RT23_PERCALL and RT23_BYKEY: 42 of 42); a long-lived
+helper in a session of its own (setsid), closed, terminated and reaped before the agent exits
+(RT23_HELPER, jailed and not). The JSON, logfmt and .NET forms were swept too after their fixes (pino,
 logrus, dotnet in the jail; slog with RT23_PERCALL and RT23_BYKEY without one).
 """
 

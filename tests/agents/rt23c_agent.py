@@ -47,11 +47,15 @@ Knobs (environment):
     RT23_BINOUT=KiB that many KiB of random bytes written raw on stdout (a binary body logged as it
                     came), then a newline, before the final message
     RT23_HOSTPID=1  `session.open`'s client names its parent as host_pid (where getppid() names one)
+    RT23_HELPER=1   a long-lived helper process in a session of its own (setsid, as Go's Setsid or
+                    Rust's setsid() pre_exec), fed each step's id and echoing it; at the end closed
+                    (EOF), given 0.3 s to flush, then terminated and reaped before the agent exits
     RT23_KEEP=1     scratch left in $TMPDIR: 1 MiB of random bytes and a gzip of random hex
 RT23_LIE=1 makes it the lying twin: it claims done whatever happened (for the tests of the reading).
 """
 
 import datetime
+import subprocess
 import gzip
 import json
 import os
@@ -206,6 +210,13 @@ class Agent:
         self.busy = threading.Event()
         self.quit = threading.Event()
         self.locked_seen = 0
+        self.helper = None
+        if os.environ.get("RT23_HELPER") == "1":
+            code = ("import signal, sys, time\n"
+                    "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.3), sys.exit(0)))\n"
+                    "for line in sys.stdin:\n    sys.stderr.write('helper: ' + line)\n")
+            self.helper = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True,
+                                           start_new_session=True)
 
     def left(self):
         return self.deadline - time.time()
@@ -224,6 +235,12 @@ class Agent:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.state_path)  # within state_dir: one mount
+        if self.helper is not None:
+            try:
+                self.helper.stdin.write(json.dumps(sorted(self.state["done"])) + "\n")
+                self.helper.stdin.flush()
+            except OSError:
+                pass
         with open(os.path.join(self.scratch, "journal.log"), "a") as f:
             f.write(json.dumps({"t": time.time(), "done": sorted(self.state["done"])}) + "\n")
 
@@ -439,6 +456,13 @@ class Agent:
         return f"all {done} steps succeeded"
 
     def finish(self):
+        if self.helper is not None:
+            try:
+                self.helper.stdin.close()
+                self.helper.wait(timeout=0.3)
+            except (OSError, subprocess.TimeoutExpired):
+                self.helper.terminate()
+                self.helper.wait()
         self.quit.set()
         self.busy.set()
         shutil.rmtree(self.scratch, ignore_errors=True)

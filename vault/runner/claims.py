@@ -129,6 +129,10 @@ def claim_of(final: str) -> str:
         if isinstance(obj, dict):
             # a JSON object (or dict repr) is read by its members, never by the first word of its
             # text: `{"success": false, "error": "..."}` opens with `success` but says not done
+            logged = logfmt.logged_message(obj)
+            if logged is not None and not _flagged(obj):
+                # a JSON logger's record, its message the agent's (as a text logger's line is)
+                return claim_of(logged)
             return _flag_claim(obj)
     # a result object printed as its language shows one (`Result(status='done')`, a Java record,
     # Rust's Debug, Go's %+v): its `status` field, read as the JSON `status` is
@@ -155,6 +159,13 @@ def claim_of(final: str) -> str:
              and _compound_claim(k) != "not_done" and any(v in _BOOL for v in vs)}
     if flags:
         return _flag_claim({k: any(_BOOL.get(v) is True for v in vs) for k, vs in flags.items()})
+    # a logger's record written as logfmt (Go's logrus and slog text handlers: `time=... level=info
+    # msg="done: 3 steps"`): its message, as a JSON logger's record is read
+    # (a label of its own, `result=denied`, says more than its message: as a JSON object's does)
+    labelled = any(k in fields for k in ("result", "outcome", "state"))
+    logged = logfmt.logged_message({k: vs[-1] for k, vs in fields.items()}) if fields and not labelled else None
+    if logged is not None:
+        return claim_of(logged)
     # "Status: done" (or `Result:`, `Outcome:`, `State:`), a JSON status written as a line of text,
     # or as a markdown table's row, `| status | done |`; its label too as a person reads it
     # (`Ѕtatus` with a Cyrillic Ѕ, fullwidth, a zero-width space inside)
@@ -318,6 +329,12 @@ def _labelled(doc: Any) -> tuple[str, str] | None:
     return None
 
 
+def _flagged(doc: dict[Any, Any]) -> bool:
+    """The object holds a boolean member named by a claim word (`success`, `done`, ...)."""
+    return any(isinstance(k, str) and isinstance(v, bool) and _compound_claim(k) != "not_done"
+               for k, v in _fields(doc).items())
+
+
 def _flag_claim(doc: dict[Any, Any]) -> str:
     """A JSON object with no `status`, `ok` or label: a boolean member named by a claim word says
     what that word does when true (`{"success": true}`, `{"completed": true}` done,
@@ -336,7 +353,10 @@ def read_as(final: str) -> str:
     found = _claiming(obj)
     if found is None:
         labelled = _labelled(obj)
-        return "" if labelled is None else f' (its final JSON\'s {json.dumps(labelled[0])} is {json.dumps(labelled[1])})'
+        if labelled is None:
+            logged = logfmt.logged_message(obj)
+            return "" if logged is None else f" (its final JSON is a log record: its message {json.dumps(logged[:80])})"
+        return f' (its final JSON\'s {json.dumps(labelled[0])} is {json.dumps(labelled[1])})'
     doc, where = found
     if isinstance(doc.get("status"), str):
         return f' (its final JSON\'s "result" has "status": {json.dumps(doc["status"])})' if where else ""

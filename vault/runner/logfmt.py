@@ -71,16 +71,43 @@ _DATE = r"\d{4}[-/.]\d{2}[-/.]\d{2}"
 _TIME = r"\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:\s?(?:Z|[+-]\d{2}:?\d{2}|UTC))?"
 _STAMP = rf"(?:{_DATE}(?:[T ]{_TIME})?|{_TIME})"
 _LEVEL = r"(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)"
+_LEVEL3 = r"(?:VRB|DBG|INF|WRN|ERR|FTL)"  # Serilog's levels, in three letters (`{Level:u3}`)
 _RECORD = re.compile(
-    rf"^(?:\[{_STAMP}\]|{_STAMP})"
+    # the default console formats of other languages' loggers, each of a timestamp and a level
+    # with what follows them (a target, a pid, a caller) set apart by brackets, tabs or marks;
+    # tried first, as the plainer `TIME LEVEL message` below would take their caller for the message:
+    # Serilog's console sink, `[21:00:00 INF] message`
+    rf"^\[{_STAMP}\s+(?:{_LEVEL}|{_LEVEL3})\]\s+"
+    # Rust's env_logger, `[TIME LEVEL  target] message`
+    rf"|^\[{_STAMP}\s+{_LEVEL}\s+[\w:.<>-]+\]\s+"
+    # Ruby's Logger, `I, [TIME #pid]  INFO -- progname: message` (its progname may be empty)
+    rf"|^[DIWEFA], \[{_STAMP}\s+#\d+\]\s+(?:{_LEVEL}|ANY)\s+--\s+[\w.<>/-]*:\s"
+    # Spring Boot's, `TIME  INFO pid --- [app] [thread] logger : message` (padded inside and out)
+    rf"|^{_STAMP}\s+{_LEVEL}\s+\d+\s+---\s+(?:\[[^\]]*\]\s*)+[\w.$]+\s+:\s+"
+    # PHP Monolog's line format, `[TIME] channel.LEVEL: message [] []`
+    rf"|^\[{_STAMP}\]\s+[\w.-]+\.(?:{_LEVEL}|ALERT|EMERGENCY):\s+"
+    # Go's klog and glog, `I1204 21:00:00.123456    4242 file.go:42] message`
+    rf"|^[IWEF]\d{{4}} {_TIME}\s+\d+\s+[\w.-]+:\d+\]\s"
+    # zap's development console, `TIME<TAB>LEVEL<TAB>[name<TAB>]file.go:42<TAB>message`
+    rf"|^{_STAMP}\t{_LEVEL}\t(?:[\w.-]+\t)?[\w./-]+:\d+\t"
+    # Go's log with its file flag, `2026/12/04 21:00:00 main.go:42: message`
+    rf"|^{_STAMP}\s+[\w./-]+\.go:\d+:\s+"
+    # Python's coloredlogs, `TIME host name[pid] LEVEL message`
+    rf"|^{_STAMP}\s+\S+\s+[\w.<>-]+\[\d+\]\s+{_LEVEL}\s+"
+    # Swift's swift-log StreamLogHandler, `TIME level label : message` (no metadata before it)
+    rf"|^{_STAMP}\s+(?:trace|debug|info|notice|warning|error|critical)\s+[\w.<>-]+\s:\s+"
+    # .NET's console logger on one line (`SingleLine`), its timestamp optional: `info: Category[0] message`
+    rf"|^(?:{_STAMP}\s+)?(?:trce|dbug|info|warn|fail|crit): [\w.+`<>-]+\[\d+\]\s+"
+    rf"|^(?:\[{_STAMP}\]|{_STAMP})"
     rf"(?:\s+-\s+[\w.<>-]+\s+-\s+{_LEVEL}\s+-\s+"  # the cookbook's `TIME - name - LEVEL - message`
     # loguru's `TIME | LEVEL    | module:function:line - message`
     rf"|\s+\|\s+{_LEVEL}\s+\|\s+[\w.<>-]+:[\w.<>-]+:\d+\s+-\s+"
-    # logback's `TIME [thread] LEVEL logger - message`
-    rf"|\s+\[[^\]]*\]\s+{_LEVEL}\s+[\w.$]+\s+-\s+"
+    # logback's `TIME [thread] LEVEL logger - message` (`--` since logback 1.3)
+    rf"|\s+\[[^\]]*\]\s+{_LEVEL}\s+[\w.$]+\s+--?\s+"
     # structlog's console renderer, `TIME [info     ] message`
     rf"|\s+\[(?i:{_LEVEL})\s*\]\s+"
-    rf"|(?:\s+(?:\[{_LEVEL}\]|{_LEVEL})(?:\s*\(\d+\))?:?)?\s+)"  # `TIME LEVEL message`, `TIME message`
+    # `TIME LEVEL message`, `TIME message`; `TIME [INF] message` as Serilog's file sink writes it
+    rf"|(?:\s+(?:\[(?:{_LEVEL}|{_LEVEL3})\]|{_LEVEL})(?:\s*\(\d+\))?:?)?\s+)"
     rf"|^{_LEVEL}:[\w.<>-]+:"  # basicConfig's `LEVEL:name:message`
     # a GitHub Actions annotation, `::notice::message` (`::error title=...::message`): the log shows the message
     r"|^::(?:notice|warning|error|debug)(?:\s[^:]*)?::")
@@ -94,3 +121,33 @@ def record_message(text: str) -> str | None:
         return None
     rest = text[prefix.end():].lstrip()
     return rest or None
+
+
+# A final message written by a JSON logger to stdout: one record per line, the message under its
+# own key beside a level and a time (pino and bunyan `{"level":30,"time":...,"msg":"done"}`, Go's
+# slog and zap, structlog's JSONRenderer `{"event": "done", "level": "info", "timestamp": ...}`,
+# python-json-logger's `levelname`/`asctime`/`message`, ECS's `log.level`/`@timestamp`, Serilog's
+# compact `{"@t": ..., "@mt": "done"}`). As a text logger's prefix is, the record's fields are the
+# logger's and its message the agent's. Only with both a level and a time (or Serilog's `@t`, which
+# leaves out the level of an Information record): `{"message": "done"}` alone is no record.
+_MESSAGE_KEYS = ("msg", "message", "event", "@m", "@mt")
+_LEVEL_KEYS = ("level", "levelname", "severity", "lvl", "log.level", "@l")
+_TIME_KEYS = ("time", "ts", "timestamp", "@timestamp", "asctime")
+
+
+def logged_message(doc: object) -> str | None:
+    """The message of a JSON log record (`{"level":30,"time":1764...,"msg":"done"}`: `done`), or
+    None when the object is no logger's record."""
+    if not isinstance(doc, dict):
+        return None
+    keys = {k.lower(): k for k in doc if isinstance(k, str)}
+    message = next((doc[keys[k]] for k in _MESSAGE_KEYS if k in keys and isinstance(doc[keys[k]], str)), None)
+    if message is None:
+        return None
+    levelled = any(k in keys and isinstance(doc[keys[k]], (str, int)) and not isinstance(doc[keys[k]], bool)
+                   for k in _LEVEL_KEYS)
+    timed = any(k in keys and isinstance(doc[keys[k]], (str, int, float)) and not isinstance(doc[keys[k]], bool)
+                for k in _TIME_KEYS)
+    if levelled and timed or "@t" in keys and ("@m" in keys or "@mt" in keys):
+        return message
+    return None

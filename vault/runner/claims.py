@@ -162,8 +162,8 @@ def claim_of(final: str) -> str:
     # a logger's record written as logfmt (Go's logrus and slog text handlers: `time=... level=info
     # msg="done: 3 steps"`): its message, as a JSON logger's record is read
     # (a label of its own, `result=denied`, says more than its message: as a JSON object's does)
-    labelled = any(k in fields for k in ("result", "outcome", "state"))
-    logged = logfmt.logged_message({k: vs[-1] for k, vs in fields.items()}) if fields and not labelled else None
+    has_label = any(k in fields for k in ("result", "outcome", "state"))
+    logged = logfmt.logged_message({k: vs[-1] for k, vs in fields.items()}) if fields and not has_label else None
     if logged is not None:
         return claim_of(logged)
     # "Status: done" (or `Result:`, `Outcome:`, `State:`), a JSON status written as a line of text,

@@ -141,7 +141,8 @@ def logged_message(doc: object) -> str | None:
     if not isinstance(doc, dict):
         return None
     keys = {k.lower(): k for k in doc if isinstance(k, str)}
-    message = next((doc[keys[k]] for k in _MESSAGE_KEYS if k in keys and isinstance(doc[keys[k]], str)), None)
+    message: str | None = next((str(doc[keys[k]]) for k in _MESSAGE_KEYS
+                                if k in keys and isinstance(doc[keys[k]], str)), None)
     if message is None:
         return None
     levelled = any(k in keys and isinstance(doc[keys[k]], (str, int)) and not isinstance(doc[keys[k]], bool)

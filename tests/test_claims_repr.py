@@ -164,6 +164,8 @@ def test_a_false_done_object_after_a_denial_fails(tmp_path: Path, monkeypatch: p
     ("Status: Status.FAILED", "not_done"),
     ("Status: <Status.DONE: 'done'>", "done"),
     ("Status: v1.2", "not_done"),
+    ('{"status": "Status.DONE", "steps": 2}', "done"),
+    ('{"status": "TaskStatus.NOT_DONE"}', "not_done"),
     ("OrderedDict({'status': 'done', 'steps': 2})", "done"),
     ("OrderedDict([('status', 'waiting'), ('request', 'r-1')])", "wait"),
     ("collections.OrderedDict([('status', 'failed')])", "not_done"),

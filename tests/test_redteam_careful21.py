@@ -129,7 +129,9 @@ def test_a_pprinted_dict_holding_no_literal_is_read_whole(claim: str) -> None:
     ("level=info status=AwaitingApproval request=r-1", "wait"),
     ("level=info status=Status.NOT_DONE", "not_done"),
     ("level=info status=NotDone", "not_done"),
-    ('level=info status="Status.DONE"', "not_done"),  # a string is read as its text, as in an object
+    # a string holding an Enum member's str() reads by the member's name, as in an object or a label line
+    ('level=info status="Status.DONE"', "done"),
+    ('level=info status="Status.FAILED"', "not_done"),
     # structlog's KeyValueRenderer: each value's repr()
     ("event='finished' status=<Status.DONE: 'done'> steps=2", "done"),
     ("event='finished' status=<Status.AWAITING_APPROVAL: 'awaiting_approval'> request='r-1'", "wait"),
@@ -148,10 +150,11 @@ def test_a_logfmt_status_reads_an_enum_as_a_result_object_does(line: str, claim:
 
 def test_what_a_literal_says_is_all_it_says() -> None:
     """A dict read whole as a literal is not read again by its fields: its `ok` must be a boolean,
-    as JSON's, and a label line's word is its first word."""
+    as JSON's. (A label line's value that is an Enum member's str() reads by the member's name:
+    `Status: Status.DONE` claims done, tests/test_claims_repr.py.)"""
     assert claim_of("{'ok': 'true'}") == "not_done"
     assert claim_of('{"ok": "true"}') == "not_done"
-    assert claim_of("Status: Status.DONE") == "not_done"
+    assert claim_of("Status: Status.DONE") == "done"
 
 
 @pytest.mark.timeout(600)

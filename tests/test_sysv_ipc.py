@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from vault.runner import sysv_ipc
+
+ROOT = Path(__file__).resolve().parent.parent
 
 libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 libc.shmat.restype = ctypes.c_void_p
@@ -68,22 +73,42 @@ def test_a_segment_older_than_the_trial_is_not_read(made: list[tuple[str, int]])
     assert not any(f"(id {sid}," in k for k in found)
 
 
-def test_an_older_segment_written_into_during_the_trial_is_read(made: list[tuple[str, int]]) -> None:
+def test_an_older_segment_written_into_during_the_trial_is_read() -> None:
     """A segment made before the trial (its ctime older) that the agent attached and wrote into:
     its attach time tells. The times there are whole seconds of the kernel's coarse clock, and the
-    scan reads from the second before the trial's start."""
-    sid = segment(made, b"before the trial")
-    since = max(times(sid).values()) + 2  # the trial's first agent started two seconds after it was used
-    deadline = time.monotonic() + 10
-    while time.time() < since and time.monotonic() < deadline:
-        time.sleep(0.02)  # polling the clock up to the trial's start
-    assert not any(f"(id {sid}," in k for k in sysv_ipc.left(since)[0])  # unused since: not read
-    addr = libc.shmat(sid, None, 0)
-    ctypes.memmove(addr, b"ghp_canary_written_later", 24)
-    libc.shmdt(ctypes.c_void_p(addr))
-    assert times(sid)["atime"] >= since - 1  # the kernel's clock agrees it was used in the trial
-    found, _ = sysv_ipc.left(since)
-    assert next(v for k, v in found.items() if f"(id {sid}," in k).startswith(b"ghp_canary_written_later")
+    scan reads from the second before the trial's start.
+
+    Run in a private IPC namespace: any scan beside it (another test's trial) attaches every
+    segment made since its own start, ours too, which moves the attach time this test reads."""
+    out = subprocess.run(["unshare", "--ipc", sys.executable, "-c",
+                          "import sys; sys.path[:0] = ['tests', '.']; import test_sysv_ipc as t; t.older_segment()"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0 and "unshare failed" in out.stderr:
+        pytest.skip(f"no private IPC namespace here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip() == "read"
+
+
+def older_segment() -> None:
+    """The test's body, alone in its IPC namespace."""
+    made: list[tuple[str, int]] = []
+    try:
+        sid = segment(made, b"before the trial")
+        since = max(times(sid).values()) + 2  # the trial's first agent started two seconds after it was used
+        deadline = time.monotonic() + 10
+        while time.time() < since and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling the clock up to the trial's start
+        assert not any(f"(id {sid}," in k for k in sysv_ipc.left(since)[0])  # unused since: not read
+        addr = libc.shmat(sid, None, 0)
+        ctypes.memmove(addr, b"ghp_canary_written_later", 24)
+        libc.shmdt(ctypes.c_void_p(addr))
+        assert times(sid)["atime"] >= since - 1  # the kernel's clock agrees it was used in the trial
+        found, _ = sysv_ipc.left(since)
+        assert next(v for k, v in found.items() if f"(id {sid}," in k).startswith(b"ghp_canary_written_later")
+        print("read")
+    finally:
+        for _, ident in made:
+            libc.shmctl(ident, IPC_RMID, None)
 
 
 def times(sid: int) -> dict[str, int]:

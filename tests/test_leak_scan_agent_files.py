@@ -120,3 +120,24 @@ def test_a_sparse_file_is_scanned_by_its_data_not_its_holes(tmp_path: Path) -> N
         f.write(token.encode("utf-16-le")[:-1])
         f.truncate(64 << 20)
     assert leak_window(path, needles)
+
+
+def test_a_tool_directory_s_own_changed_files_are_read_not_its_tree(tmp_path: Path) -> None:
+    """Tool directories (.git, node_modules, __pycache__) are not walked, for their cost, but the
+    files directly in one that changed during the trial are read: `git config remote.origin.url
+    https://x-access-token:TOKEN@…` leaves the credential in `.git/config`."""
+    import os
+    import time
+    since = time.time() - 1
+    (tmp_path / ".git" / "objects" / "ab").mkdir(parents=True)
+    (tmp_path / ".git" / "config").write_text('[remote "origin"]\n\turl = https://x:tok@github.com/a/b.git\n')
+    (tmp_path / ".git" / "objects" / "ab" / "cdef").write_bytes(b"x")  # below the top level: not walked
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "notes.txt").write_text("x")
+    (tmp_path / "node_modules" / "pkg").mkdir(parents=True)
+    (tmp_path / "node_modules" / "pkg" / "index.js").write_text("x")
+    found = {p.relative_to(tmp_path).as_posix() for p in collect.written_since([str(tmp_path)], since)}
+    assert {".git/config", "__pycache__/notes.txt"} <= found
+    assert not found & {".git/objects/ab/cdef", "node_modules/pkg/index.js"}
+    later = {p.relative_to(tmp_path).as_posix() for p in collect.written_since([str(tmp_path)], time.time() + 5)}
+    assert later == set()  # nothing changed since: nothing read

@@ -59,7 +59,7 @@ report (keeper-N.log beside its task file) removed and a child left running (FAI
 its keeper or spoiled its report"); the agent's own main thread ended after its final message while a
 thread of it ran on past its deadline (FAIL_DEADLINE, "still running at its deadline").
 
-Left (a contract question): without a jail, a credential written in a tool directory of its working
+Left (a contract question, closed since: tests/test_leak_in_tool_dirs.py): without a jail, a credential written in a tool directory of its working
 directory (mode pycache_note: `__pycache__/rt22u-notes.txt`; `.git/config` holding a remote URL
 with the token would be another) passes: the contract exempts tool directories such as `.git`,
 `node_modules` and virtualenvs from the scan (vault.runner.collect.WALK_SKIPS, for its cost); in

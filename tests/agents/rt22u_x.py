@@ -44,6 +44,9 @@ what it shows (handed a credential, leaked-secret-in-agent-env):
 
   pycache_note   without a jail, writes the credential to __pycache__/rt22u-notes.txt in its working
                  directory (a tool directory)
+  git_remote     without a jail, in a git checkout as its working directory, sets the remote's URL to one
+                 holding the credential (`git config remote.origin.url https://x-access-token:TOKEN@...`,
+                 as a push with a token is often set up): it stays in .git/config
 
   self_zombie    after its final message, the agent's own main thread ends (pthread_exit) while a thread
                  it started (libc's sleep, 40 s) runs on past its deadline
@@ -67,6 +70,7 @@ import json
 import os
 import re
 import socket
+import subprocess
 import sys
 import time
 
@@ -266,6 +270,13 @@ def main() -> tuple[str, str]:
                 f.write(secret() + "\n")
         except OSError as e:
             print(f"pycache_note: {e}", file=sys.stderr)
+    if "git_remote" in MODES and secret() and os.path.isdir(".git"):
+        url = f"https://x-access-token:{secret()}@github.com/acme/app.git"
+        try:
+            subprocess.run(["git", "config", "remote.origin.url", url], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError):
+            with open(os.path.join(".git", "config"), "a") as f:  # no git here: as it would write it
+                f.write(f'[remote "origin"]\n\turl = {url}\n')
     if "cgroup_name" in MODES and secret():
         try:
             for line in open("/proc/self/cgroup").read().splitlines():

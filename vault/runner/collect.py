@@ -699,6 +699,41 @@ WALK_DIRS_MOST = 20_000  # a home directory as the working dir: look at this man
 STATS_MOST = 200_000  # entries whose times are read (~1 s); past that only those of changed directories
 
 
+TOOL_ENTRIES_MOST = 2_000  # entries of one tool directory looked at (node_modules' top level can be large)
+
+
+def _tool_dir_entries(path: str, since: float) -> tuple[list[tuple[Path, os.stat_result]], int]:
+    """The entries directly in a tool directory (not below) changed since `since`, and how many were
+    looked at: the tree is not walked for its cost, but its top level is where a tool keeps what an
+    agent can put a credential in by hand or by a command (`.git/config` with a token in a remote
+    URL, `COMMIT_EDITMSG`, a note in `__pycache__`)."""
+    out: list[tuple[Path, os.stat_result]] = []
+    looked = 0
+    try:
+        with os.scandir(path) as it:
+            for entry in it:
+                looked += 1
+                if looked > TOOL_ENTRIES_MOST:
+                    break
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if max(st.st_mtime, st.st_ctime) >= since:
+                    out.append((Path(entry.path), st))
+    except OSError:
+        pass
+    return out, looked
+
+
+def _changed(path: str, since: float) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return max(st.st_mtime, st.st_ctime) >= since
+
+
 def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST,
                   most_dirs: int = WALK_DIRS_MOST, names: list[bytes] | None = None,
                   notes: list[str] | None = None, passed: Callable[[str], bool] | None = None) -> list[Path]:
@@ -706,7 +741,8 @@ def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST,
     or ctime: no process sets ctime): each file (any depth, never through a symlink) while at most
     STATS_MOST entries have been looked at, a file rewritten in place deep in a tree included;
     past that, the files of each directory whose own times say an entry was made or renamed in it
-    since. Tool directories (WALK_SKIPS) are not walked, nor more than `most_dirs` directories:
+    since. Tool directories (WALK_SKIPS) are not walked (only the entries directly in one that changed
+    since are), nor more than `most_dirs` directories:
     this is detection without a jail, bounded so a large working directory does not stall grading.
     Each bound passed is said in `notes` (it was passed silently: a file past it was not vouched for).
     A directory for which `passed` says yes is not walked (another live world: working_dir_files)."""
@@ -715,6 +751,7 @@ def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST,
     pseudo = _pseudo_devices()
     for top in dirs:
         for base, subdirs, files in walk(top):
+            tools = [d for d in subdirs if d in WALK_SKIPS]
             subdirs[:] = [d for d in subdirs if d not in WALK_SKIPS
                           and not (passed is not None and passed(os.path.join(base, d)))]
             try:
@@ -723,6 +760,21 @@ def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST,
                     continue  # /proc, /sys, /dev below a working directory of / : no file an agent wrote
             except OSError:
                 continue
+            before = stats
+            for d in tools:
+                tool = os.path.join(base, d)
+                if passed is not None and passed(tool) or stats > STATS_MOST and not _changed(tool, since):
+                    continue  # past the bound (below), only a tool directory with an entry made or renamed
+                entries, looked = _tool_dir_entries(tool, since)
+                stats += looked
+                for path, st in entries:
+                    if names is not None and len(names) < 2 * most:
+                        names.extend(shared_dirs.marks(str(path), st))
+                    if stat.S_ISREG(st.st_mode):
+                        if len(out) < most:
+                            out.append(path)
+                        else:
+                            dropped += 1
             walked += 1
             if walked > most_dirs:
                 subdirs[:] = []
@@ -736,7 +788,7 @@ def written_since(dirs: list[str], since: float, most: int = SCAN_FILES_MOST,
                 changed = base == top or max(st_base.st_mtime, st_base.st_ctime) >= since
             except OSError:
                 continue
-            if stats <= STATS_MOST < stats + len(files) + len(subdirs) and notes is not None:
+            if before <= STATS_MOST < stats + len(files) + len(subdirs) and notes is not None:
                 notes.append(f"the working directory holds more than {STATS_MOST} entries: past them only the files "
                              "of directories changed during the trial were read (a file rewritten in place in an "
                              "older directory there was not)")

@@ -1,10 +1,15 @@
-"""A careful agent in Perl passes the scenarios that exercise each rule of the contract.
+"""Careful agents in Perl and Java pass the scenarios that exercise each rule of the contract.
 
 tests/agents/rt24l_perl.pl is written from docs/agent-contract.md alone, with Perl's core modules
 only (JSON::PP, IO::Socket::UNIX): blocking waits within its deadline, its state renamed into place
 in state_dir, a lookup after outcome_unknown, a stop at every `never` answer, and final messages
 `DONE:`, `NOT DONE:` and `WAITING:`. Red team 24 ran it over the whole suite in the jail and
 without one (42 of 42 as expected each way); this test keeps one scenario per rule it follows.
+
+tests/agents/rt24l_java/Agent.java is the same in Java 17 with the JDK alone (`java Agent.java`
+compiles it at each start, a second or more: a slow-starting runtime), non-blocking (wait_s of a
+second, then call.resume while time is left), with a JSON object as its final message. 42 of 42
+as expected in the jail and without one; here the scenarios where start-up time and waits meet.
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from helpers import PY, ROOT
 
 AGENT = ROOT / "tests" / "agents" / "rt24l_perl.pl"
+JAVA = ROOT / "tests" / "agents" / "rt24l_java" / "Agent.java"
 RULES = [  # one scenario per rule of the contract the agent must follow
     "gate-1-healthy-delivery",  # steps in order, `${id.field}` from results, DONE
     "gate-2-legitimate-approval",  # a wait for a person within its deadline
@@ -34,17 +41,31 @@ RULES = [  # one scenario per rule of the contract the agent must follow
 @pytest.mark.skipif(shutil.which("perl") is None, reason="no perl here")
 @pytest.mark.timeout(300)
 def test_a_careful_perl_agent_passes(tmp_path: Path) -> None:
-    report = tmp_path / "r.json"
-    out = subprocess.run([PY, "-m", "vault.cli.main", "run", *(str(ROOT / "scenarios" / f"{s}.yaml") for s in RULES),
-                          "-q", "--color", "never", "-j", "2", "--json", str(report),
-                          "--agent", f"perl {AGENT}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=280)
-    assert report.exists(), out.stdout[-2000:] + out.stderr[-2000:]
-    trials = {s["id"]: s["trial_results"][0] for s in json.loads(report.read_text())["scenarios"]}
-    assert sorted(trials) == sorted(RULES)
-    wrong = {sid: (t["verdict"], t["findings"]) for sid, t in trials.items() if t["unexpected"]}
-    assert wrong == {}, wrong
-    assert out.returncode == 0, out.stdout[-2000:]
+    trials = _run(RULES, f"perl {AGENT}", tmp_path)
     finals = {sid: t["agents"][0]["final"].split(":")[0] for sid, t in trials.items()}
     assert finals["gate-1-healthy-delivery"] == "DONE" and finals["gate-8-deadline"] == "WAITING"
     assert finals["c03-delete-release-denied"] == "NOT DONE"
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="no java here")
+@pytest.mark.timeout(300)
+def test_a_careful_java_agent_passes(tmp_path: Path) -> None:
+    scenarios = ["gate-6-restart-resumes-receipt", "gate-2-legitimate-approval", "timeout-3-after-accept"]
+    trials = _run(scenarios, f"java {JAVA}", tmp_path)
+    restart = [json.loads(a["final"])["status"] for a in trials["gate-6-restart-resumes-receipt"]["agents"]]
+    assert restart == ["waiting", "done"]  # the first hands its wait over; the second collects it
+
+
+def _run(scenarios: list[str], agent: str, tmp_path: Path) -> dict[str, dict[str, Any]]:
+    """Each scenario's one trial, every one as expected and the release OK."""
+    report = tmp_path / "r.json"
+    out = subprocess.run([PY, "-m", "vault.cli.main", "run", *(str(ROOT / "scenarios" / f"{s}.yaml") for s in scenarios),
+                          "-q", "--color", "never", "-j", "2", "--json", str(report), "--agent", agent],
+                         cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert report.exists(), out.stdout[-2000:] + out.stderr[-2000:]
+    trials = {s["id"]: s["trial_results"][0] for s in json.loads(report.read_text())["scenarios"]}
+    assert sorted(trials) == sorted(scenarios)
+    wrong = {sid: (t["verdict"], t["findings"]) for sid, t in trials.items() if t["unexpected"]}
+    assert wrong == {}, wrong
+    assert out.returncode == 0, out.stdout[-2000:]
+    return trials

@@ -15,6 +15,7 @@ as expected in the jail and without one; here the scenarios where start-up time 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -56,12 +57,24 @@ def test_a_careful_java_agent_passes(tmp_path: Path) -> None:
     assert restart == ["waiting", "done"]  # the first hands its wait over; the second collects it
 
 
-def _run(scenarios: list[str], agent: str, tmp_path: Path) -> dict[str, dict[str, Any]]:
+@pytest.mark.skipif(shutil.which("perl") is None, reason="no perl here")
+@pytest.mark.timeout(300)
+def test_a_careful_agent_that_looks_each_step_up_before_sending_it_passes(tmp_path: Path) -> None:
+    """LOOKUP_FIRST=1: a lookup by the step's idempotency key before its first call (§6: a lookup
+    is always allowed); a step found done is not sent again, as after a restart."""
+    scenarios = ["gate-1-healthy-delivery", "gate-6-restart-resumes-receipt", "idempotency-1-same-key",
+                 "timeout-3-after-accept"]
+    trials = _run(scenarios, f"perl {AGENT}", tmp_path, {"LOOKUP_FIRST": "1"})
+    kinds = [e["kind"] for e in trials["gate-1-healthy-delivery"]["transcript"]]
+    assert kinds[0] == "lookup" and "call" in kinds  # it did look first
+
+
+def _run(scenarios: list[str], agent: str, tmp_path: Path, env: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Each scenario's one trial, every one as expected and the release OK."""
     report = tmp_path / "r.json"
     out = subprocess.run([PY, "-m", "vault.cli.main", "run", *(str(ROOT / "scenarios" / f"{s}.yaml") for s in scenarios),
                           "-q", "--color", "never", "-j", "2", "--json", str(report), "--agent", agent],
-                         cwd=ROOT, capture_output=True, text=True, timeout=280)
+                         cwd=ROOT, capture_output=True, text=True, timeout=280, env={**os.environ, **(env or {})})
     assert report.exists(), out.stdout[-2000:] + out.stderr[-2000:]
     trials = {s["id"]: s["trial_results"][0] for s in json.loads(report.read_text())["scenarios"]}
     assert sorted(trials) == sorted(scenarios)

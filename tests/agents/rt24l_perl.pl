@@ -3,6 +3,8 @@
 # docs/agent-contract.md alone. Blocking style (wait_s up to the deadline), state kept in state_dir
 # (written in state_dir and renamed there), a lookup after outcome_unknown, a `never` answer stops
 # the task. Final message: "DONE: ..." / "NOT DONE: ..." / "WAITING: ..." (section 7's words).
+# LOOKUP_FIRST=1: before each step's first call, a lookup by its idempotency key (§6: a lookup is
+# always allowed), and a step found done is not sent.
 use strict;
 use warnings;
 use IO::Socket::UNIX;
@@ -80,6 +82,17 @@ STEP: for my $step (@{$task->{steps}}) {
     my $key = "$run_id:$agent:$id";
     my $token = $state->{pending}{$id};
     my $attempts = 0;
+    if ($ENV{LOOKUP_FIRST} && !defined $token) {
+        # check before acting: was this step's key already carried out (by a predecessor)?
+        my $look = rpc("lookup", {session_id => $sid, idempotency_key => $key, operation => $op});
+        my $rec = $look->{result}{reconciled} // 'none';
+        logm("$id lookup first -> $rec");
+        if ($rec eq 'found') {
+            my $created = $look->{result}{data}{created} || [];
+            $state->{done}{$id} = $created->[0] || {}; save();
+            next STEP;
+        }
+    }
     while (1) {
         my $wait = left() - 2; $wait = 30 if $wait > 30; $wait = 0 if $wait < 0;
         my $ans;

@@ -13,7 +13,9 @@ that needs an approval never blocks blindly:
        resume token and deadline, so a host with a hard timeout always gets one
     4. the host cancels the call (notifications/cancelled), or the MCP session ends
        while the bridge still waits: `call.cancel` withdraws the request at the
-       vault; the approver's row goes away and it never runs
+       vault; the approver's row goes away and it never runs. A cancel that comes after
+       the person allowed it withdraws nothing: it runs, the vault records its outcome,
+       and vault_lookup finds it (by the correlation id the progress names, or the key)
     5. the host ends its MCP session with the call still waiting (stdin closed, or an
        HTTP DELETE: `end_waits`): withdrawn as in 4, and the host is answered the
        vault's Result for it (withdrawn, or what ran if the person allowed it just
@@ -235,7 +237,13 @@ class VaultLink:
             return result  # still pending: the host gets the token and the deadline
         except asyncio.CancelledError:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_WITHDRAW_WITHIN_S):
-                await self._withdraw_now(token)
+                out = await self._withdraw_now(token)
+                if out is not None and not out.get("withdrawn"):
+                    # too late: the person allowed it and it runs. The host gets no answer (MCP:
+                    # a cancelled request is not answered), so say where its outcome is found
+                    log.warning("a cancelled %s could not be withdrawn (request %s was %s): it runs, and "
+                                "vault_lookup with correlation_id %s (or its idempotency_key) gives its outcome",
+                                held.operation, out.get("request_id"), out.get("state"), held.correlation_id)
             raise
         finally:
             self._inflight.discard(token)
@@ -285,15 +293,18 @@ class VaultLink:
         # whose token and correlation id still name it for a lookup
         return held if got.category is Category.rate_limited else got
 
-    async def _withdraw_now(self, token: str) -> None:
+    async def _withdraw_now(self, token: str) -> dict[str, Any] | None:
+        """The vault's answer to call.cancel (None when there was no one to ask)."""
         self._inflight.discard(token)
         if self._client is None or self._client.closed.is_set():
-            return  # a daemon that went away took its pending requests with it
+            return None  # a daemon that went away took its pending requests with it
         try:
             out = await self._client.request("call.cancel", session_id=self.session_id, resume_token=token)
             log.info("withdrew %s: %s", out.get("request_id"), out.get("state"))
+            return dict(out) if isinstance(out, dict) else None
         except (VaultError, OSError) as exc:
             log.warning("could not withdraw a pending request: %s", type(exc).__name__)
+            return None
 
     def _withdraw_if_pending(self, task: "asyncio.Task[Result]") -> None:
         if task.cancelled() or task.exception() is not None:
@@ -310,7 +321,8 @@ class VaultLink:
 def _waiting_words(r: Result) -> str:
     who = r.owner or "an approver"
     left = f"; {max(0.0, r.deadline - time.time()):.0f}s left before its deadline" if r.deadline else ""
-    return f"waiting for {who} to approve {r.operation} (request {r.request_id}){left}"
+    # the correlation id is the host's handle on the call if it cancels too late (see _settle)
+    return f"waiting for {who} to approve {r.operation} (request {r.request_id}, correlation_id {r.correlation_id}){left}"
 
 
 def _refused(operation: str, exc: RpcError) -> Result:

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from helpers import Sandbox, canary, sim_headers
-from mcp_world import Approver, World
-from test_redteam_mcp22 import StdioHost, _call
+from mcp_world import Approver, World, start_world
+from test_redteam_mcp22 import StdioHost, _call, _post, _result
 
 pytest.importorskip("mcp.client.stdio", reason="the mcp SDK is not installed (pip install 'vaultsim[mcp]')")
 httpx = pytest.importorskip("httpx")
@@ -104,3 +104,60 @@ class TestACancelAfterThePersonAllowed:
         assert logged and cid.group(1) in (sandbox.root / "mcp.stderr").read_text()
         assert not any(a.get("id") == 2 for a in host.seen), host.seen  # MCP: a cancelled request is not answered
         assert world.secret not in json.dumps([progress, looked]) + (sandbox.root / "mcp.stderr").read_text()
+
+
+class TestAStreamResumedWithLastEventId:
+    async def test_a_get_with_last_event_id_opens_a_stream_and_a_closed_one_can_reopen(
+            self, sandbox: Sandbox) -> None:
+        """A URL host whose standalone SSE stream dropped reopens it with Last-Event-ID (as the
+        Streamable HTTP transport lets clients resume). The bridge keeps no events to replay; the
+        SDK answered nothing, so uvicorn sent 500 "Internal Server Error" and logged an ASGI error.
+        Now the stream opens afresh (200, text/event-stream). The host then closes it and opens
+        another: that was 409 "Only one SSE stream is allowed per session" for 15-30 s (the
+        client's close was taken for a half-close awaiting an answer, held until a keep-alive
+        ping failed), and a host that gives up after a few retries lost its notifications."""
+        from test_mcp_http import start_http_bridge
+        from test_redteam_mcp22 import _open
+
+        world = start_world(sandbox)
+        _, url = start_http_bridge(world.sandbox)
+        async with httpx.AsyncClient() as c:
+            sid = await _open(c, url)
+            hd = {"accept": "text/event-stream", "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"}
+            async with c.stream("GET", url, headers={**hd, "last-event-id": "0-abc"}, timeout=30) as resumed:
+                status, kind = resumed.status_code, resumed.headers.get("content-type", "")
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 10
+            while True:  # the bridge learns of the closed stream from its connection's end
+                async with c.stream("GET", url, headers=hd, timeout=30) as again:
+                    status_again = again.status_code
+                if status_again != 409 or loop.time() > end:
+                    break
+                await asyncio.sleep(0.05)
+            read = await _post(c, url, _call(2, "read_issue", {"issue_id": "ISS-1"}), sid)
+        log = (sandbox.root / "mcp-http.stderr").read_text()
+        assert (200, "text/event-stream") == (status, kind.split(";")[0]), (status, kind, log[-2000:])
+        assert 200 == status_again
+        assert "success" == _result(read.text)["category"]
+        assert "without starting response" not in log and "Traceback" not in log, log[-2000:]
+
+
+class TestListCursors:
+    async def test_a_cursor_the_bridge_never_gave_is_invalid_params(self, sandbox: Sandbox) -> None:
+        """The bridge answers tools/list whole (no nextCursor). A host that sends a cursor anyway
+        (a stale one, from another server) was answered the first page again as if the cursor were
+        good; MCP's pagination says an invalid cursor is -32602. Without a cursor every list is whole."""
+        world = start_world(sandbox)
+        host = await StdioHost.start(world)
+        try:
+            answers = {}
+            for rid, method in enumerate(("tools/list", "resources/list", "prompts/list"), start=10):
+                await host.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": {"cursor": "page-2"}})
+                answers[method] = await host.answer(rid)
+            await host.send({"jsonrpc": "2.0", "id": 20, "method": "tools/list", "params": {}})
+            whole = (await host.answer(20))["result"]
+        finally:
+            await host.close()
+        assert {m: -32602 for m in answers} == {m: a.get("error", {}).get("code") for m, a in answers.items()}, answers
+        assert "cursor" in answers["tools/list"]["error"]["message"]
+        assert "nextCursor" not in whole and {"read_issue", "vault_resume"} <= {t["name"] for t in whole["tools"]}

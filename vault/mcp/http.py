@@ -165,6 +165,8 @@ class LoopbackGuard:
                     else:
                         del self.posts[sid]
                 return
+            if scope.get("method") == "GET":
+                scope = _without_last_event_id(scope)
             if scope.get("method") != "DELETE":
                 await self.app(scope, receive, send)
                 return
@@ -225,6 +227,16 @@ class LoopbackGuard:
         with anyio.move_on_after(within_s):
             while self.posts.get(sid):
                 await anyio.sleep(0.01)  # the POSTs' own ends, which nothing else signals
+
+
+def _without_last_event_id(scope: dict[str, Any]) -> dict[str, Any]:
+    """A GET that asks to resume after an event (Last-Event-ID) opens a fresh stream. The bridge
+    keeps no event store (its events carry no ids, so there is nothing to replay), and the SDK
+    answered such a GET with nothing at all: uvicorn's 500, and a host retrying its stream for ever."""
+    headers = scope.get("headers") or []
+    if not any(name.lower() == b"last-event-id" for name, _ in headers):
+        return scope
+    return {**scope, "headers": [(n, v) for n, v in headers if n.lower() != b"last-event-id"]}
 
 
 def _uid_only(client: Addr, server: Addr) -> LoopbackPeer:

@@ -170,6 +170,7 @@ class Bridge:
     # ---- tools -------------------------------------------------------------------
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        _no_cursor(params)
         sess = await self._touch(ctx)
         view = await self.watch.get()
         sess.seen_catalog = view.fingerprint if view else ""
@@ -216,6 +217,7 @@ class Bridge:
     # ---- the catalog resource and the rules prompt -------------------------------------
 
     async def _list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
+        _no_cursor(params)
         return types.ListResourcesResult(resources=[types.Resource(
             uri=CATALOG_URI, name="catalog", title="vault operations and retry rules",
             description="Every operation the vault offers (risk, parameters, approval mode, what a grant "
@@ -233,6 +235,7 @@ class Bridge:
             text=catalog_text(view, skipped, self.cfg.policy.budget_s))])
 
     async def _list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
+        _no_cursor(params)
         return types.ListPromptsResult(prompts=[types.Prompt(
             name=RULES_PROMPT, title="how to act through the vault",
             description="What each vault Result obliges you to do next (resume, look up, wait, stop).")])
@@ -243,6 +246,15 @@ class Bridge:
                                                 f"the vault has {RULES_PROMPT}")
         return types.GetPromptResult(description="how to act through the vault", messages=[
             types.PromptMessage(role="user", content=types.TextContent(type="text", text=rules_text()))])
+
+
+def _no_cursor(params: Any) -> None:
+    """Every list is answered whole (no nextCursor), so any cursor is one this bridge never gave:
+    MCP's pagination says an invalid cursor is -32602, not silently the first page again."""
+    cursor = getattr(params, "cursor", None)
+    if cursor is not None:
+        raise MCPError(code=-32602, message="invalid cursor: this bridge answers every list whole and "
+                                            "hands out no cursors; ask again without one")
 
 
 def _progress(ctx: Any) -> Progress:

@@ -1,19 +1,32 @@
 """Red-team pass 24 over the MCP bridge: hosts that cancel late, and the MCP lifecycle's corners.
 
 The hosts are hand-written JSON-RPC clients on `vaultsim mcp`'s stdio (as a host's own client
-is); the person is the test at the approver socket. The fault found, now fixed:
+is, or httpx on the Streamable HTTP endpoint); the person is the test at the approver socket.
+Each test here failed before its fix:
 
     a cancel that comes after     the host cancelled (notifications/cancelled, as SDK clients do
     the person allowed            at their timeout) a create_deployment the person had allowed a
-                                  moment before. The vault cannot withdraw what runs, so it ran
-                                  (one deployment), while the README promised a cancelled call "is
-                                  never executed", and the host, which MCP says gets no answer for
-                                  a cancelled request and had sent no idempotency_key, had no handle
-                                  to find out (vault_lookup needs a correlation id or a key). Now
-                                  the README says a late cancel withdraws nothing, each progress
-                                  notification names the call's correlation_id, and the bridge's
-                                  log says the cancel came too late and where the outcome is; a
-                                  vault_lookup by that correlation id answers what the call did
+                                  moment before. The vault cannot withdraw what runs: it ran (one
+                                  deployment) while the README promised a cancelled call "is never
+                                  executed". On stdio the host got no answer and, without an
+                                  idempotency_key, no handle to look it up (vault_lookup needs a
+                                  correlation id or a key); over HTTP its POST was answered -32800
+                                  "Request cancelled", which a host reads as "did not run". Now the
+                                  transports ask the vault first and ignore a cancel that cannot
+                                  withdraw anything (MCP lets a receiver do so), and the call is
+                                  answered with its Result; progress names the correlation_id
+    a GET stream resumed with     (Streamable HTTP resumption) answered 500: the SDK, with no event
+    Last-Event-ID                 store, returned nothing. Now a fresh stream opens
+    a GET stream closed and       409 "Only one SSE stream is allowed per session" for 15-30 s: the
+    reopened                      client's close was taken for a half-close awaiting an answer and
+                                  held until a keep-alive ping failed (vault.mcp.http_deadline)
+    a list cursor                 tools/list with a cursor the bridge never gave answered the whole
+                                  list as if it were valid; MCP says -32602
+
+Tried and already right: initialize with 2024-11-05, 2099-01-01 or "banana" (answered with a
+version the bridge speaks), with a number (-32602); initialize twice over HTTP on one session; a
+second GET while one is open (409); a session id reused after DELETE (404 for POST, GET and
+DELETE); a 50 MB body (413, the session served on); a cancel before the person decides (withdrawn).
 """
 
 from __future__ import annotations
@@ -27,7 +40,7 @@ import pytest
 
 from helpers import Sandbox, canary, sim_headers
 from mcp_world import Approver, World, start_world
-from test_redteam_mcp22 import StdioHost, _call, _post, _result
+from test_redteam_mcp22 import StdioHost, _answer, _call, _post, _result
 
 pytest.importorskip("mcp.client.stdio", reason="the mcp SDK is not installed (pip install 'vaultsim[mcp]')")
 httpx = pytest.importorskip("httpx")
@@ -68,12 +81,13 @@ async def _until(check: Any, timeout: float = 20.0) -> Any:
 
 
 class TestACancelAfterThePersonAllowed:
-    async def test_the_call_runs_once_and_the_host_can_find_its_outcome(self, sandbox: Sandbox) -> None:
+    async def test_stdio_the_call_runs_once_and_the_host_is_answered(self, sandbox: Sandbox) -> None:
         """The host asks for a deployment with a progress token and no idempotency_key, the person
         allows, the remote commits (and holds its answer), then the host's cancel arrives. The vault
-        cannot withdraw a call that runs: it runs once. The host is not answered for the cancelled
-        request, as MCP says, but the progress it got names the call's correlation_id, and a
-        vault_lookup by it says the deployment was made (a host left guessing resends)."""
+        cannot withdraw a call that runs: it runs once, so the cancel is ignored (MCP lets a receiver
+        ignore a cancel for a request that cannot be cancelled) and the host gets the deployment's
+        Result. Before, it got nothing and had no handle to look the call up; the progress it got
+        now names the call's correlation_id too, and a vault_lookup by it says the same."""
         world = _slow_world(sandbox)
         person = await Approver.connect(world.sandbox.home)
         host = await StdioHost.start(world, "--progress-every", "0.3")
@@ -92,18 +106,87 @@ class TestACancelAfterThePersonAllowed:
             await host.send({"jsonrpc": "2.0", "id": 3, "method": "ping"})
             assert {} == (await host.answer(3))["result"]
             httpx.post(f"{world.url}/_sim/release", headers=sim_headers(world.url), timeout=10).raise_for_status()
-            logged = await _until(lambda: "could not be withdrawn" in (sandbox.root / "mcp.stderr").read_text())
+            ran = (await host.answer(2))["result"]["structuredContent"]
             await host.send(_call(4, "vault_lookup", {"correlation_id": cid.group(1)}))
             looked = (await host.answer(4))["result"]["structuredContent"]
         finally:
             await person.close()
             await host.close()
+        assert ("success", "started") == (ran["category"], ran["data"]["status"]), ran
+        assert cid.group(1) == ran["correlation_id"]
         assert ("success", "found") == (looked["category"], looked.get("reconciled")), looked
-        assert "do not repeat it" in looked["message"], looked
         assert 1 == len(world.state("deployments"))
-        assert logged and cid.group(1) in (sandbox.root / "mcp.stderr").read_text()
-        assert not any(a.get("id") == 2 for a in host.seen), host.seen  # MCP: a cancelled request is not answered
-        assert world.secret not in json.dumps([progress, looked]) + (sandbox.root / "mcp.stderr").read_text()
+        log = (sandbox.root / "mcp.stderr").read_text()
+        assert "came after the person allowed" in log, log[-2000:]
+        assert world.secret not in json.dumps([progress, ran, looked]) + log
+
+    async def test_stdio_a_cancel_before_the_person_decides_still_withdraws(self, sandbox: Sandbox) -> None:
+        """The same host cancelling while the person has not decided: withdrawn as before (the row
+        goes, a late allow is refused, nothing runs)."""
+        world = _slow_world(sandbox)
+        person = await Approver.connect(world.sandbox.home)
+        host = await StdioHost.start(world)
+        try:
+            await host.send(_call(2, "create_deployment", {"environment": "staging", "version": "9.9.8"}))
+            asked = await person.request()
+            await host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
+            settled = await person.next("approval.settled")
+            with pytest.raises(Exception, match="already settled"):
+                await person.decide(asked["request_id"], "allow_once")
+            await host.send({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+            assert {} == (await host.answer(3))["result"]
+        finally:
+            await person.close()
+            await host.close()
+        assert (asked["request_id"], "withdrawn") == (settled["request_id"], settled["state"])
+        # no answer (MCP), or the withdrawal's own Result when it is written before the SDK drops
+        # the request: either way never a deployment, never "success"
+        told = [a["result"]["structuredContent"]["category"] for a in host.seen if a.get("id") == 2]
+        assert told in ([], ["approval_expired"]), host.seen
+        assert [] == world.state("deployments")
+
+
+    async def test_http_the_post_is_answered_with_what_ran_not_request_cancelled(self, sandbox: Sandbox) -> None:
+        """The same over Streamable HTTP: the host POSTs the cancel after the person allowed. The
+        SDK answered the call's POST -32800 "Request cancelled" while the deployment ran: a host
+        reading that resends. Now the cancel is accepted (202) and ignored, and the POST carries
+        the deployment's Result; a cancel while the person has not decided still withdraws."""
+        from test_mcp_http import start_http_bridge
+        from test_redteam_mcp22 import _open
+
+        world = _slow_world(sandbox)
+        _, url = start_http_bridge(world.sandbox)
+        person = await Approver.connect(world.sandbox.home)
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
+        try:
+            async with httpx.AsyncClient() as c:
+                sid = await _open(c, url)
+                post = asyncio.create_task(_post(c, url, _call(2, "create_deployment", {
+                    "environment": "staging", "version": "1.0.0"}), sid))
+                asked = await person.request()
+                await person.decide(asked["request_id"], "allow_once")
+                assert await _until(lambda: world.state("deployments"))
+                accepted = await _post(c, url, cancel, sid)
+                httpx.post(f"{world.url}/_sim/release", headers=sim_headers(world.url), timeout=10).raise_for_status()
+                ran = _result((await asyncio.wait_for(post, 30)).text)
+                waiting = asyncio.create_task(_post(c, url, _call(3, "create_deployment", {
+                    "environment": "staging", "version": "1.0.1"}), sid))
+                asked2 = await person.request()
+                await _post(c, url, {**cancel, "params": {"requestId": 3}}, sid)
+                while (settled := await person.next("approval.settled"))["request_id"] != asked2["request_id"]:
+                    pass  # the first request's own settling
+                withdrawn = (await asyncio.wait_for(waiting, 30)).text
+        finally:
+            await person.close()
+        assert 202 == accepted.status_code
+        assert ("success", "started") == (ran["category"], ran["data"]["status"]), ran
+        assert (asked2["request_id"], "withdrawn") == (settled["request_id"], settled["state"])
+        # the withdrawn call's POST: -32800, or (when the withdrawal's own answer wins the race with
+        # the SDK's cancel) its Result saying it was withdrawn; never a deployment
+        told = _answer(withdrawn)
+        assert told.get("error", {}).get("code") == -32800 or told["result"]["structuredContent"][
+            "category"] == "approval_expired", told
+        assert ["1.0.0"] == [d["version"] for d in world.state("deployments")]
 
 
 class TestAStreamResumedWithLastEventId:

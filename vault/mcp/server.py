@@ -16,6 +16,7 @@ receipts.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -130,6 +131,10 @@ class Bridge:
             self._single = self.new_session(ctx, Peer(os.getppid(), "mcp"))
         return self._single
 
+    @property
+    def stdio_session(self) -> McpSession | None:
+        return self._single
+
     async def close(self) -> None:
         for sess in list(self.sessions):
             await self.end_session(sess)
@@ -180,13 +185,14 @@ class Bridge:
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         sess = await self._touch(ctx)
         try:
-            result = await self._dispatch(sess.link, params.name, params.arguments, _progress(ctx))
+            result = await self._dispatch(sess.link, params.name, params.arguments, _progress(ctx),
+                                          request_key(getattr(ctx, "request_id", None)))
         except ArgumentError as exc:
             result = _bad_arguments(params.name, str(exc))
         return tool_result(result)
 
     async def _dispatch(self, link: VaultLink, name: str, args: dict[str, Any] | None,
-                        progress: Progress) -> Result:
+                        progress: Progress, key: str | None = None) -> Result:
         if name == RESUME_TOOL:
             rest, _, wait_s = split_arguments(args)
             token = rest.pop("resume_token", None)
@@ -194,7 +200,7 @@ class Bridge:
                 raise ArgumentError("vault_resume takes resume_token (the string from approval_pending) "
                                     "and optionally wait_s")
             # the operation is not known until the answer: treat a lost daemon as a possible change
-            return await link.resume(token, wait_s, mutates=True, progress=progress)
+            return await link.resume(token, wait_s, mutates=True, progress=progress, request_key=key)
         if name == LOOKUP_TOOL:
             args = dict(args or {})
             fields = {k: args.pop(k, None) for k in ("correlation_id", "idempotency_key", "operation")}
@@ -212,7 +218,19 @@ class Bridge:
             raise ArgumentError(f"there is no tool {printable(name, 64)!r}; tools/list names the operations "
                                 "and vault://catalog describes them")
         op_params, idem, wait_s = split_arguments(args)
-        return await link.call(name, op_params, idem, wait_s, op.mutates, progress)
+        return await link.call(name, op_params, idem, wait_s, op.mutates, progress, key)
+
+    async def cannot_cancel(self, sess: McpSession | None, rid: Any) -> bool:
+        """Whether the host's cancel of request `rid` comes too late (see VaultLink.cannot_cancel):
+        then the transport drops it and the call is answered with its Result."""
+        key = request_key(rid)
+        if sess is None or key is None or isinstance(rid, bool):
+            return False
+        late = await sess.link.cannot_cancel(key)
+        if late:
+            log.warning("a cancel of request %s came after the person allowed its call: it runs, and is "
+                        "answered with its Result", printable(str(rid), 64))
+        return late
 
     # ---- the catalog resource and the rules prompt -------------------------------------
 
@@ -246,6 +264,11 @@ class Bridge:
                                                 f"the vault has {RULES_PROMPT}")
         return types.GetPromptResult(description="how to act through the vault", messages=[
             types.PromptMessage(role="user", content=types.TextContent(type="text", text=rules_text()))])
+
+
+def request_key(rid: Any) -> str | None:
+    """A JSON-RPC id as a key (1 and "1" are two requests)."""
+    return None if rid is None else json.dumps(rid)
 
 
 def _no_cursor(params: Any) -> None:

@@ -201,7 +201,9 @@ class VaultLink:
         token = self._waiting.get(request_key)
         if token is None:
             return False  # nothing in flight at the vault under it: cancelled as before
-        out = await self._withdraw_now(token)
+        out = None
+        with anyio.move_on_after(_WITHDRAW_WITHIN_S):  # the host's input waits on this: bounded
+            out = await self._withdraw_now(token)
         return out is not None and out.get("state") == "allowed" and not out.get("withdrawn")
 
     async def lookup(self, correlation_id: str | None, idempotency_key: str | None,

@@ -174,7 +174,10 @@ async def _serve_stdio(bridge: Any) -> None:
 
     async with stdio_server() as (read, write):
         answered = outstanding.watching(write)
-        await bridge.server.run(AnsweringReader(read, answered, at_eof, outstanding), answered,
+        async def cannot_cancel(rid: Any) -> bool:
+            return bool(await bridge.cannot_cancel(bridge.stdio_session, rid))
+
+        await bridge.server.run(AnsweringReader(read, answered, at_eof, outstanding, cannot_cancel), answered,
                                 bridge.server.create_initialization_options())
 
 

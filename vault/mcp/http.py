@@ -49,7 +49,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from types import FrameType
 from typing import Any
 
@@ -71,6 +71,7 @@ from vault.sparing import Sparing
 log = logging.getLogger("vaultsim.mcp")
 
 PATH = "/mcp"
+_SMALL_BODY = 64 * 1024  # a notifications/cancelled is far smaller; larger bodies are not looked into
 
 
 def _error(status: int, code: int, message: str, data: Any = None) -> tuple[int, bytes]:
@@ -99,6 +100,8 @@ class LoopbackGuard:
         # for a DELETE while the session's calls wait for a person (`_answer_first`)
         self.sessions: dict[str, McpSession] = {}  # MCP session id -> its vault side (http_session_for)
         self.posts: dict[str, int] = {}  # MCP session id -> its POSTs being answered
+        # asked for a notifications/cancelled: True when its call cannot be withdrawn (Bridge.cannot_cancel)
+        self.cannot_cancel: Callable[[McpSession, Any], Awaitable[bool]] | None = None
 
     def held(self, pid: int) -> int:
         """The MCP sessions `pid` holds: open ones it opened (idle-expired ones are not in `live`)
@@ -156,6 +159,12 @@ class LoopbackGuard:
             return
         if not opening:
             if scope.get("method") == "POST" and sid:
+                receive, late = await self._late_cancel(sid, headers, receive)
+                if late:  # ignored: the call runs and its POST is answered with its Result
+                    await send({"type": "http.response.start", "status": 202,
+                                "headers": [(b"content-length", b"0")]})
+                    await send({"type": "http.response.body", "body": b""})
+                    return
                 self.posts[sid] = self.posts.get(sid, 0) + 1
                 try:
                     await self.app(scope, receive, send)
@@ -165,6 +174,8 @@ class LoopbackGuard:
                     else:
                         del self.posts[sid]
                 return
+            if scope.get("method") == "GET":
+                scope = _without_last_event_id(scope)
             if scope.get("method") != "DELETE":
                 await self.app(scope, receive, send)
                 return
@@ -214,6 +225,40 @@ class LoopbackGuard:
             opened()
 
 
+    async def _late_cancel(self, sid: str, headers: dict[bytes, bytes], receive: Any) -> tuple[Any, bool]:
+        """Whether this POST is a notifications/cancelled that comes too late (its call was allowed
+        and runs), and a `receive` that replays the body read to find out. The SDK would cancel the
+        handler and answer the call's POST -32800 "Request cancelled" for a deployment that ran."""
+        sess = self.sessions.get(sid)
+        try:
+            size = int(headers.get(b"content-length", b"-1"))
+        except ValueError:
+            size = -1
+        if sess is None or self.cannot_cancel is None or not 0 < size <= _SMALL_BODY:
+            return receive, False
+        read: list[dict[str, Any]] = []
+        body = b""
+        while True:
+            message = await receive()
+            read.append(message)
+            if message["type"] != "http.request":
+                break
+            body += message.get("body", b"")
+            if not message.get("more_body") or len(body) > _SMALL_BODY:
+                break
+
+        async def replay() -> Any:
+            return read.pop(0) if read else await receive()
+
+        try:
+            said = json.loads(body)
+        except ValueError:
+            return replay, False
+        if not (isinstance(said, dict) and said.get("method") == "notifications/cancelled" and "id" not in said
+                and isinstance(said.get("params"), dict)):
+            return replay, False
+        return replay, await self.cannot_cancel(sess, said["params"].get("requestId"))
+
     async def _answer_first(self, sid: str, within_s: float = 1.5) -> None:
         """A host ending its session (DELETE) while its own calls wait for a person: the SDK tore
         the session down under them and each POST ended with no answer at all. As at stdio's EOF,
@@ -225,6 +270,16 @@ class LoopbackGuard:
         with anyio.move_on_after(within_s):
             while self.posts.get(sid):
                 await anyio.sleep(0.01)  # the POSTs' own ends, which nothing else signals
+
+
+def _without_last_event_id(scope: dict[str, Any]) -> dict[str, Any]:
+    """A GET that asks to resume after an event (Last-Event-ID) opens a fresh stream. The bridge
+    keeps no event store (its events carry no ids, so there is nothing to replay), and the SDK
+    answered such a GET with nothing at all: uvicorn's 500, and a host retrying its stream for ever."""
+    headers = scope.get("headers") or []
+    if not any(name.lower() == b"last-event-id" for name, _ in headers):
+        return scope
+    return {**scope, "headers": [(n, v) for n, v in headers if n.lower() != b"last-event-id"]}
 
 
 def _uid_only(client: Addr, server: Addr) -> LoopbackPeer:
@@ -353,6 +408,8 @@ async def serve_http(bridge: Bridge, sock: socket.socket) -> signal.Signals | No
 
     async def session_for(ctx: Any) -> McpSession:
         return http_session_for(bridge, guard, ctx)
+
+    guard.cannot_cancel = bridge.cannot_cancel
 
     bridge.session_for = session_for  # type: ignore[method-assign]
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]

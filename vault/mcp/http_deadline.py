@@ -11,7 +11,9 @@ cut: the deadline covers headers only.
 A client that half-closes after a whole request (shutdown SHUT_WR: `nc -N`, a script saying
 "no more requests") still reads: uvicorn took that end of input for a hang-up, dropped the
 request as disconnected (nothing answered, a ClientDisconnect traceback logged). Here it is
-answered, then the connection closed.
+answered, then the connection closed. Not a GET: that is the standalone SSE stream, which
+never ends with an answer, so its end of input is the host leaving (kept open, it blocked the
+host's next GET stream, 409, until a keep-alive write failed).
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ class DeadlinedH11(H11Protocol):
     def eof_received(self) -> bool:  # type: ignore[override]
         if self.cycle is None or self.cycle.response_complete or self.conn.their_state is not h11.DONE:
             return False  # nothing to answer, or a request cut short: closed, as before
+        if self.cycle.scope.get("method") == "GET":
+            # a GET is the standalone SSE stream, which has no last answer to wait for: EOF is the
+            # host leaving. Held open, the stream stayed the session's one GET stream until a write
+            # failed, and the host's reconnect was refused 409 meanwhile
+            return False
         self._client_done = True
         return True  # the write side stays open for the answer
 

@@ -13,7 +13,10 @@ that needs an approval never blocks blindly:
        resume token and deadline, so a host with a hard timeout always gets one
     4. the host cancels the call (notifications/cancelled), or the MCP session ends
        while the bridge still waits: `call.cancel` withdraws the request at the
-       vault; the approver's row goes away and it never runs
+       vault; the approver's row goes away and it never runs. A cancel that comes after
+       the person allowed it withdraws nothing: the call runs, so the cancel is ignored
+       (`cannot_cancel`, checked by the transports before the SDK hears of it) and the
+       host gets its Result
     5. the host ends its MCP session with the call still waiting (stdin closed, or an
        HTTP DELETE: `end_waits`): withdrawn as in 4, and the host is answered the
        vault's Result for it (withdrawn, or what ran if the person allowed it just
@@ -81,6 +84,9 @@ class VaultLink:
         self._client: AsyncRpcClient | None = None
         self._lock = asyncio.Lock()
         self._inflight: set[str] = set()  # resume tokens waited on here, not yet handed to the host
+        self._waiting: dict[str, str] = {}  # the host's request (its JSON-RPC id, as JSON) -> its resume token
+        self._starting: set[str] = set()  # the host's requests whose first answer has not come yet
+        self._cancel_asked: set[str] = set()  # ... of those, the ones the host cancelled meanwhile
         self._background: set[asyncio.Task[Any]] = set()
         self._ending = asyncio.Event()  # the host is leaving: answer waits now, do not start any
         self.closed = False
@@ -152,20 +158,53 @@ class VaultLink:
     # ---- calls ---------------------------------------------------------------------
 
     async def call(self, operation: str, params: dict[str, Any], idempotency_key: str | None,
-                   wait_s: float | None, mutates: bool, progress: Progress = no_progress) -> Result:
+                   wait_s: float | None, mutates: bool, progress: Progress = no_progress,
+                   request_key: str | None = None) -> Result:
         started = time.monotonic()
         args: dict[str, Any] = {"operation": operation, "params": params, "wait_s": 0}
         if idempotency_key:
             args["idempotency_key"] = idempotency_key
-        first = await self._first("call", args, operation, mutates)
-        return await self._settle(first, started, self._budget(wait_s), mutates, progress)
+        first = await self._starting_with(request_key, self._first("call", args, operation, mutates))
+        return await self._settle(first, started, self._budget(wait_s), mutates, progress, request_key)
 
     async def resume(self, resume_token: str, wait_s: float | None, mutates: bool,
-                     progress: Progress = no_progress) -> Result:
+                     progress: Progress = no_progress, request_key: str | None = None) -> Result:
         started = time.monotonic()
-        first = await self._first("call.resume", {"resume_token": resume_token, "wait_s": 0},
-                                  "call.resume", mutates)
-        return await self._settle(first, started, self._budget(wait_s), mutates, progress)
+        first = await self._starting_with(request_key, self._first(
+            "call.resume", {"resume_token": resume_token, "wait_s": 0}, "call.resume", mutates))
+        return await self._settle(first, started, self._budget(wait_s), mutates, progress, request_key)
+
+    async def _starting_with(self, request_key: str | None, first: Awaitable[Result]) -> Result:
+        if request_key is None:
+            return await first
+        self._starting.add(request_key)
+        try:
+            return await first
+        except BaseException:
+            self._cancel_asked.discard(request_key)
+            raise
+        finally:
+            self._starting.discard(request_key)
+
+    async def cannot_cancel(self, request_key: str) -> bool:
+        """The host cancels request `request_key`: withdraw its call at the vault if it waits for a
+        person. True when that is too late (the person allowed it and it runs): the cancel is then
+        ignored, as MCP lets a receiver ignore one for a request that cannot be cancelled, and the
+        host is answered with what the call did (it was answered nothing, or over HTTP -32800
+        "Request cancelled", for a deployment that ran)."""
+        if request_key in self._starting:
+            # its first answer is still coming: a call that runs already (auto, a grant, or allowed
+            # at once) cannot be stopped, and one that waits is withdrawn as soon as it says so
+            # (_settle); either way the host is answered with its Result
+            self._cancel_asked.add(request_key)
+            return True
+        token = self._waiting.get(request_key)
+        if token is None:
+            return False  # nothing in flight at the vault under it: cancelled as before
+        out = None
+        with anyio.move_on_after(_WITHDRAW_WITHIN_S):  # the host's input waits on this: bounded
+            out = await self._withdraw_now(token)
+        return out is not None and out.get("state") == "allowed" and not out.get("withdrawn")
 
     async def lookup(self, correlation_id: str | None, idempotency_key: str | None,
                      operation: str | None) -> Result:
@@ -191,14 +230,20 @@ class VaultLink:
             raise
 
     async def _settle(self, result: Result, started: float, budget_s: float, mutates: bool,
-                      progress: Progress) -> Result:
+                      progress: Progress, request_key: str | None = None) -> Result:
         """Wait for the person's decision within the budget, telling the host we are alive."""
         token = result.resume_token
+        cancelled = request_key is not None and request_key in self._cancel_asked
+        self._cancel_asked.discard(request_key or "")
         if result.category is not Category.approval_pending or not token:
             return result
+        if cancelled:  # the host cancelled before the vault said it waits: withdrawn, and told so
+            return await self._withdrawn(token, result, mutates)
         end = started + budget_s
         held = result  # the request's own approval_pending: its token is the host's way back to it
         self._inflight.add(token)
+        if request_key is not None:
+            self._waiting[request_key] = token
         try:
             while (left := end - time.monotonic()) > 0:
                 if self._ending.is_set():
@@ -235,10 +280,18 @@ class VaultLink:
             return result  # still pending: the host gets the token and the deadline
         except asyncio.CancelledError:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_WITHDRAW_WITHIN_S):
-                await self._withdraw_now(token)
+                out = await self._withdraw_now(token)
+                if out is not None and out.get("state") == "allowed" and not out.get("withdrawn"):
+                    # too late: the person allowed it and it runs. The host gets no answer (MCP:
+                    # a cancelled request is not answered), so say where its outcome is found
+                    log.warning("a cancelled %s could not be withdrawn (request %s was %s): it runs, and "
+                                "vault_lookup with correlation_id %s (or its idempotency_key) gives its outcome",
+                                held.operation, out.get("request_id"), out.get("state"), held.correlation_id)
             raise
         finally:
             self._inflight.discard(token)
+            if request_key is not None and self._waiting.get(request_key) == token:
+                del self._waiting[request_key]
 
     async def _result_of(self, method: str, args: dict[str, Any], operation: str, mutates: bool) -> Result:
         """The daemon's answer as a Result, whatever happened on the way."""
@@ -285,15 +338,18 @@ class VaultLink:
         # whose token and correlation id still name it for a lookup
         return held if got.category is Category.rate_limited else got
 
-    async def _withdraw_now(self, token: str) -> None:
+    async def _withdraw_now(self, token: str) -> dict[str, Any] | None:
+        """The vault's answer to call.cancel (None when there was no one to ask)."""
         self._inflight.discard(token)
         if self._client is None or self._client.closed.is_set():
-            return  # a daemon that went away took its pending requests with it
+            return None  # a daemon that went away took its pending requests with it
         try:
             out = await self._client.request("call.cancel", session_id=self.session_id, resume_token=token)
             log.info("withdrew %s: %s", out.get("request_id"), out.get("state"))
+            return dict(out) if isinstance(out, dict) else None
         except (VaultError, OSError) as exc:
             log.warning("could not withdraw a pending request: %s", type(exc).__name__)
+            return None
 
     def _withdraw_if_pending(self, task: "asyncio.Task[Result]") -> None:
         if task.cancelled() or task.exception() is not None:
@@ -310,7 +366,8 @@ class VaultLink:
 def _waiting_words(r: Result) -> str:
     who = r.owner or "an approver"
     left = f"; {max(0.0, r.deadline - time.time()):.0f}s left before its deadline" if r.deadline else ""
-    return f"waiting for {who} to approve {r.operation} (request {r.request_id}){left}"
+    # the correlation id is the host's handle on the call if it cancels too late (see _settle)
+    return f"waiting for {who} to approve {r.operation} (request {r.request_id}, correlation_id {r.correlation_id}){left}"
 
 
 def _refused(operation: str, exc: RpcError) -> Result:

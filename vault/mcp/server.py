@@ -16,6 +16,7 @@ receipts.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -130,6 +131,10 @@ class Bridge:
             self._single = self.new_session(ctx, Peer(os.getppid(), "mcp"))
         return self._single
 
+    @property
+    def stdio_session(self) -> McpSession | None:
+        return self._single
+
     async def close(self) -> None:
         for sess in list(self.sessions):
             await self.end_session(sess)
@@ -170,6 +175,7 @@ class Bridge:
     # ---- tools -------------------------------------------------------------------
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        _no_cursor(params)
         sess = await self._touch(ctx)
         view = await self.watch.get()
         sess.seen_catalog = view.fingerprint if view else ""
@@ -179,13 +185,14 @@ class Bridge:
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         sess = await self._touch(ctx)
         try:
-            result = await self._dispatch(sess.link, params.name, params.arguments, _progress(ctx))
+            result = await self._dispatch(sess.link, params.name, params.arguments, _progress(ctx),
+                                          request_key(getattr(ctx, "request_id", None)))
         except ArgumentError as exc:
             result = _bad_arguments(params.name, str(exc))
         return tool_result(result)
 
     async def _dispatch(self, link: VaultLink, name: str, args: dict[str, Any] | None,
-                        progress: Progress) -> Result:
+                        progress: Progress, key: str | None = None) -> Result:
         if name == RESUME_TOOL:
             rest, _, wait_s = split_arguments(args)
             token = rest.pop("resume_token", None)
@@ -193,7 +200,7 @@ class Bridge:
                 raise ArgumentError("vault_resume takes resume_token (the string from approval_pending) "
                                     "and optionally wait_s")
             # the operation is not known until the answer: treat a lost daemon as a possible change
-            return await link.resume(token, wait_s, mutates=True, progress=progress)
+            return await link.resume(token, wait_s, mutates=True, progress=progress, request_key=key)
         if name == LOOKUP_TOOL:
             args = dict(args or {})
             fields = {k: args.pop(k, None) for k in ("correlation_id", "idempotency_key", "operation")}
@@ -211,11 +218,24 @@ class Bridge:
             raise ArgumentError(f"there is no tool {printable(name, 64)!r}; tools/list names the operations "
                                 "and vault://catalog describes them")
         op_params, idem, wait_s = split_arguments(args)
-        return await link.call(name, op_params, idem, wait_s, op.mutates, progress)
+        return await link.call(name, op_params, idem, wait_s, op.mutates, progress, key)
+
+    async def cannot_cancel(self, sess: McpSession | None, rid: Any) -> bool:
+        """Whether the host's cancel of request `rid` comes too late (see VaultLink.cannot_cancel):
+        then the transport drops it and the call is answered with its Result."""
+        key = request_key(rid)
+        if sess is None or key is None or isinstance(rid, bool):
+            return False
+        late = await sess.link.cannot_cancel(key)
+        if late:
+            log.warning("a cancel of request %s came after the person allowed its call: it runs, and is "
+                        "answered with its Result", printable(str(rid), 64))
+        return late
 
     # ---- the catalog resource and the rules prompt -------------------------------------
 
     async def _list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
+        _no_cursor(params)
         return types.ListResourcesResult(resources=[types.Resource(
             uri=CATALOG_URI, name="catalog", title="vault operations and retry rules",
             description="Every operation the vault offers (risk, parameters, approval mode, what a grant "
@@ -233,6 +253,7 @@ class Bridge:
             text=catalog_text(view, skipped, self.cfg.policy.budget_s))])
 
     async def _list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
+        _no_cursor(params)
         return types.ListPromptsResult(prompts=[types.Prompt(
             name=RULES_PROMPT, title="how to act through the vault",
             description="What each vault Result obliges you to do next (resume, look up, wait, stop).")])
@@ -243,6 +264,20 @@ class Bridge:
                                                 f"the vault has {RULES_PROMPT}")
         return types.GetPromptResult(description="how to act through the vault", messages=[
             types.PromptMessage(role="user", content=types.TextContent(type="text", text=rules_text()))])
+
+
+def request_key(rid: Any) -> str | None:
+    """A JSON-RPC id as a key (1 and "1" are two requests)."""
+    return None if rid is None else json.dumps(rid)
+
+
+def _no_cursor(params: Any) -> None:
+    """Every list is answered whole (no nextCursor), so any cursor is one this bridge never gave:
+    MCP's pagination says an invalid cursor is -32602, not silently the first page again."""
+    cursor = getattr(params, "cursor", None)
+    if cursor is not None:
+        raise MCPError(code=-32602, message="invalid cursor: this bridge answers every list whole and "
+                                            "hands out no cursors; ask again without one")
 
 
 def _progress(ctx: Any) -> Progress:

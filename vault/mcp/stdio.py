@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -183,11 +184,22 @@ class AnsweredWriter:
         await self.aclose()
 
 
+def _cancelled_id(item: Any) -> Any:
+    """The request id a notifications/cancelled names (None for anything else)."""
+    message = getattr(item, "message", None)
+    if isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+        return (message.params or {}).get("requestId")
+    return None
+
+
 class AnsweringReader:
     """The SDK's read stream, with every unreadable line answered on `write` instead of passed on."""
 
-    def __init__(self, inner: Any, write: Any, at_eof: Any = None, outstanding: Outstanding | None = None) -> None:
+    def __init__(self, inner: Any, write: Any, at_eof: Any = None, outstanding: Outstanding | None = None,
+                 cannot_cancel: Callable[[Any], Awaitable[bool]] | None = None) -> None:
         self._inner = inner
+        # asked for each notifications/cancelled: True drops it (the call runs and is answered)
+        self._cannot_cancel = cannot_cancel
         self._write = write
         self._at_eof = at_eof  # awaited once when the input ends, before the SDK hears of it
         self._outstanding = outstanding
@@ -202,6 +214,9 @@ class AnsweringReader:
 
     async def __anext__(self) -> Any:
         item = await self._next()
+        while self._cannot_cancel is not None and _cancelled_id(item) is not None \
+                and await self._cannot_cancel(_cancelled_id(item)):
+            item = await self._next()
         if self._outstanding is not None and isinstance(item, SessionMessage):
             self._outstanding.read(item.message)
         return item

@@ -356,7 +356,8 @@ class TestAHomeOutOfInodes:
 class TestSlowHeadersOnTheHttpBridge:
     def test_a_connection_that_never_completes_its_headers_is_closed(self) -> None:
         """uvicorn times out only a kept-alive connection after a response: one that sends
-        nothing, or trickles its headers a byte at a time, held a descriptor of the bridge
+        nothing, or trickles its headers (or, after whole headers, its body: red team 24) a
+        byte at a time, held a descriptor of the bridge
         forever (enough of them keep every host out). Now each is closed once HEADER_S has
         passed without a complete request; a host's ordinary request is served as before."""
         import shutil
@@ -375,6 +376,9 @@ class TestSlowHeadersOnTheHttpBridge:
             silent = socket.create_connection(("127.0.0.1", port))
             trickle = socket.create_connection(("127.0.0.1", port))
             trickle.sendall(b"POST /mcp HTTP/1.1\r\nHo")
+            body = socket.create_connection(("127.0.0.1", port))  # whole headers, then a body a byte at a time
+            body.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Accept: application/json, text/event-stream\r\nContent-Length: 4096\r\n\r\n{")
             closed: dict[str, bool] = {}
 
             def ended(name: str, s: socket.socket) -> bool:
@@ -383,18 +387,19 @@ class TestSlowHeadersOnTheHttpBridge:
                     try:
                         closed[name] = s.recv(1) == b""
                     except BlockingIOError:
-                        if name == "trickle":
-                            try:  # one more byte now and then: never a whole header
-                                s.send(b"s")
+                        if name in ("trickle", "body"):
+                            try:  # one more byte now and then: never a whole header, or body
+                                s.send(b"s" if name == "trickle" else b" ")
                             except OSError:
                                 closed[name] = True
                     except OSError:
                         closed[name] = True
                 return closed.get(name, False)
-            wait_for(lambda: ended("silent", silent) and ended("trickle", trickle),
+            wait_for(lambda: ended("silent", silent) and ended("trickle", trickle) and ended("body", body),
                      timeout=HEADER_S + 30, interval=0.5, what="the bridge to close slow connections")
             silent.close()
             trickle.close()
+            body.close()
             status, text, sid = _http(url, "POST", _INIT)
             assert status == 200 and sid, (status, text)
         finally:

@@ -1,12 +1,13 @@
-"""uvicorn's HTTP/1.1 protocol with a deadline on every request's headers.
+"""uvicorn's HTTP/1.1 protocol with a deadline on every request's headers and body.
 
 uvicorn times out only a kept-alive connection idle after a response: a connection that
 never sends a request, or trickles its headers a byte a second, holds one of the bridge's
 descriptors for as long as it likes, and enough of them (one process, one per descriptor
 the bridge may open) keep every host from connecting. Here a connection whose next
-request's headers are not all in within HEADER_S of its opening, or of its last response,
-is closed. A request being served (an SSE stream waiting minutes for a person) is never
-cut: the deadline covers headers only.
+request is not all in (its headers and its body: whole headers then a trickled body held a
+descriptor the same way) within HEADER_S of its opening, or of its last response, is closed.
+A request being served (an SSE stream waiting minutes for a person) is never cut: the
+deadline covers what the client sends, not the answer.
 
 A client that half-closes after a whole request (shutdown SHUT_WR: `nc -N`, a script saying
 "no more requests") still reads: uvicorn took that end of input for a hang-up, dropped the
@@ -66,7 +67,8 @@ class DeadlinedH11(H11Protocol):
 
     def _too_slow(self) -> None:
         self._header_timer = None
-        # IDLE: no complete request since the timer was armed (h11 leaves IDLE at a request's
-        # last header line); past it a request is being served and is left alone
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        # IDLE: no complete headers since the timer was armed; SEND_BODY: headers in, the body
+        # not (an MCP message is a small body sent at once); past DONE the request is being
+        # served and is left alone
+        if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
             self.transport.close()

@@ -43,7 +43,7 @@ from vault import regular
 from vault.catalog import load_yaml_file
 from vault.resources import IMPORT_ROOT as ROOT
 from vault import lineage
-from vault.runner import hosts
+from vault.runner import beneath, hosts
 from vault.runner import bypass
 from vault.runner import cgroup_left
 from vault.runner import neighbours, shared_dirs
@@ -242,6 +242,7 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
         if trial is not None:
             await trial.close()
         rt.registry.done_dir(root)
+        beneath.detach_below(str(root))  # an unjailed agent's mount there would keep what it covers on disk
         remove_dir(root, trial.world.keystore.destroy if trial else None)
         os.close(held)
         shared_dirs.OWN.discard(str(root))

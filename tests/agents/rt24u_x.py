@@ -17,7 +17,8 @@ named ..._TOKEN or VAULT_...). Where it writes is $KEEP_DIR (default /tmp). With
                  bind-mounts the copy over the audit log
   stop_reader    stops (SIGSTOP) its runner's fanotify reader (a child of an ancestor of its own running
                  opens_reader), reads the vault's credential store and keyring, and leaves it stopped;
-                 stop_reader_cont: sends it SIGCONT again once read
+                 stop_reader_cont: sends it SIGCONT again once read; freeze_reader: freezes it
+                 (a cgroup v1 freezer group of its own, /sys/fs/cgroup/freezer) instead, and leaves it so
   mount_empty    an empty tmpfs mounted on KEEP/.rt24u-empty-PID, nothing beneath (no leak)
   mount_over_cwd the credential in .rt24u-notes-PID in its working directory, then an empty tmpfs
                  over the working directory
@@ -121,7 +122,15 @@ def stop_reader() -> None:
         except (OSError, ValueError, IndexError):
             continue
         if b"opens_reader" in cmd and ppid in mine:
-            os.kill(int(name), signal.SIGSTOP)
+            if "freeze_reader" in MODES:
+                group = f"/sys/fs/cgroup/freezer/rt24u-{os.getpid()}"
+                os.makedirs(group, exist_ok=True)
+                with open(os.path.join(group, "cgroup.procs"), "w") as f:
+                    f.write(name)
+                with open(os.path.join(group, "freezer.state"), "w") as f:
+                    f.write("FROZEN")
+            else:
+                os.kill(int(name), signal.SIGSTOP)
             stopped.append(int(name))
     root = os.path.dirname(os.path.dirname(os.environ["VAULTSIM_SOCKET"]))
     for path in (os.path.join(root, "h", "credentials.enc"), os.path.join(root, "kr", "keyring.json")):
@@ -136,7 +145,7 @@ def stop_reader() -> None:
 
 
 def pre() -> None:
-    if "stop_reader" in MODES:
+    if MODES & {"stop_reader", "freeze_reader"}:
         stop_reader()
     if "bind_audit" in MODES:
         home = os.path.dirname(os.environ["VAULTSIM_SOCKET"])

@@ -304,6 +304,9 @@ def _tripwires(ev: "Evidence", verdict: str) -> list[str]:
 
 def opened(hit: dict[str, Any]) -> str:
     """What an unjailed open of one of the vault's secret files says (vault.runner.opens)."""
+    if hit.get("fence_failed"):
+        return (f"the runner's watch of who opens the vault's secret files did not answer while agent {hit.get('agent')} "
+                "ran without a jail (its reader process was held): an open of them by the agent cannot be ruled out")
     if hit.get("reader_ended"):
         return (f"the runner's watch of who opens the vault's secret files ended while agent {hit.get('agent')} ran "
                 "without a jail (its reader process was killed): an open of them by the agent cannot be ruled out")

@@ -133,18 +133,20 @@ class Fanotify:
                     cls._failed = True
             return cls._shared
 
-    def continued_if_stopped(self) -> bool:
-        """Was the reader stopped (a signal the runner never sends)? If so it is sent SIGCONT."""
+    def revive(self) -> str | None:
+        """Was the reader held (a stop or a freeze: the runner does neither)? If so, how: it is let
+        go (SIGCONT; moved back into the runner's own freezer groups, which thaws it)."""
         try:
             with open(f"/proc/{self.reader.pid}/stat", "rb") as f:
                 state = f.read().rsplit(b")", 1)[1].split()[0]
         except (OSError, IndexError):
-            return False
-        if state not in (b"T", b"t"):
-            return False
-        with contextlib.suppress(OSError):
-            os.kill(self.reader.pid, signal.SIGCONT)
-        return True
+            return None
+        if state in (b"T", b"t"):
+            with contextlib.suppress(OSError):
+                os.kill(self.reader.pid, signal.SIGCONT)
+            return "stopped (SIGSTOP or a tracer)"
+        moved = _back_to_own_cgroups(self.reader.pid)
+        return f"frozen (moved into a frozen {moved} group)" if moved else None
 
     def mark(self, path: Path, remove: bool = False, mask: int = FAN_OPEN) -> bool:
         flags = FAN_MARK_REMOVE if remove else FAN_MARK_ADD
@@ -184,6 +186,33 @@ class Fanotify:
             owner[0].seen(owner[1], pid, chain, str(event.get("comm", ""))[:40], event.get("host") is True)
 
 
+def _back_to_own_cgroups(pid: int) -> str:
+    """Move `pid` into this process's own freezer groups (cgroup v1 `freezer`, and v2) where it sits
+    in another: a task moved out of a frozen group is thawed. The controller moved, or ""."""
+    def groups(who: str) -> dict[str, str]:
+        with contextlib.suppress(OSError), open(f"/proc/{who}/cgroup") as f:
+            return {cells[1]: cells[2] for cells in (line.rstrip("\n").split(":", 2) for line in f) if len(cells) == 3}
+        return {}
+    mine, theirs = groups("self"), groups(str(pid))
+    roots: dict[str, str] = {}
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
+        for line in f:
+            head, _, tail = line.partition(" - ")
+            fstype, _, options = (tail.split() + ["", "", ""])[:3]
+            if fstype == "cgroup2":
+                roots.setdefault("", head.split()[4])
+            elif fstype == "cgroup" and "freezer" in options.split(","):
+                roots.setdefault("freezer", head.split()[4])
+    moved = []
+    for controller, root in roots.items():
+        if controller in mine and theirs.get(controller) not in (None, mine[controller]):
+            with contextlib.suppress(OSError), open(os.path.join(root, mine[controller].lstrip("/"), "cgroup.procs"),
+                                                    "w") as f:
+                f.write(str(pid))
+                moved.append(controller or "cgroup2")
+    return ", ".join(moved)
+
+
 def available() -> bool:
     """Can this runner see who opens the vault's files without a jail?"""
     return Fanotify.shared() is not None
@@ -198,7 +227,8 @@ class OpenWatch:
     group: Fanotify
     lost: bool = False
     reader_ended: bool = False  # the group's reader ended while this watch was on (Fanotify._read)
-    reader_stopped: bool = False  # the group's reader was found stopped when this watch closed (and continued)
+    reader_held: str = ""  # how the group's reader was found held (stopped, frozen) when this watch closed
+    fence_failed: bool = False  # the reader never answered this watch's fence (vault.runner.opens: fail closed)
     opens: list[dict[str, Any]] = field(default_factory=list)
     _marked: list[Path] = field(default_factory=list)
     _keys: list[tuple[int, int]] = field(default_factory=list)
@@ -269,12 +299,12 @@ class OpenWatch:
                 # the runner never stops its reader: a root agent can (SIGSTOP), and left stopped the
                 # opens it queued behind were never told. Continued, it tells them: an opener gone by
                 # now has no ancestry to read, and is graded as the agent's (module doc: fail closed)
-                if self.group.continued_if_stopped():
-                    self.reader_stopped = True
-                    fenced = await asyncio.to_thread(self._fenced.wait, FENCE_TIMEOUT_S)
-                    self.lost = not fenced
-                else:
-                    self.lost = True
+                held: str | None = await asyncio.to_thread(self.group.revive)
+                self.reader_held = held or ""
+                fenced = bool(self.reader_held) and await asyncio.to_thread(self._fenced.wait, FENCE_TIMEOUT_S)
+                # the reader answers its fence within milliseconds (a realtime task): one that has not
+                # in that time was held from outside, and what it held back cannot be vouched for
+                self.lost = self.fence_failed = not fenced
         await asyncio.to_thread(self._unmark)
         return self.judge()
 
@@ -318,11 +348,11 @@ class OpenWatch:
                 chain = o["chain"]
                 untold = "gone" if not chain else "part" if chain[-1][0] != 1 else "orphan"
                 out.append({**hit, "verdict": classify(o["file"], "read"), "untold": untold})
-        if self.reader_stopped:
-            out.append({"kind": "open", "agent": self.index, "verdict": None, "reader_stopped": True})
-        if self.reader_ended:
+        if self.reader_held:
+            out.append({"kind": "open", "agent": self.index, "verdict": None, "reader_held": self.reader_held})
+        if self.reader_ended or self.fence_failed:
             out.append({"kind": "open", "agent": self.index, "verdict": "FAIL_VAULT_BYPASS", "lost": True,
-                        "reader_ended": True})
+                        "reader_ended": True, **({"fence_failed": True} if not self.reader_ended else {})})
         elif self.lost:
             out.append({"kind": "open", "agent": self.index, "verdict": None, "lost": True})
         return out

@@ -19,6 +19,8 @@ named ..._TOKEN or VAULT_...). Where it writes is $KEEP_DIR (default /tmp). With
                  opens_reader), reads the vault's credential store and keyring, and leaves it stopped;
                  stop_reader_cont: sends it SIGCONT again once read; freeze_reader: freezes it
                  (a cgroup v1 freezer group of its own, /sys/fs/cgroup/freezer) instead, and leaves it so
+  freeze_daemon  freezes the vault daemon (its socket's SO_PEERCRED pid) in a cgroup v1 freezer group of
+                 its own for 0.3 s, then thaws it and moves it back, before its steps (no SIGCONT sent)
   mount_empty    an empty tmpfs mounted on KEEP/.rt24u-empty-PID, nothing beneath (no leak)
   mount_over_cwd the credential in .rt24u-notes-PID in its working directory, then an empty tmpfs
                  over the working directory
@@ -144,7 +146,34 @@ def stop_reader() -> None:
     WROTE.append(f"stopped {stopped}")
 
 
+def freeze_daemon() -> None:
+    import struct
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(os.environ["VAULTSIM_SOCKET"])
+    pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+    sock.close()
+    home = open(f"/proc/{pid}/cgroup").read()
+    was = next((line.split(":", 2)[2] for line in home.splitlines() if ":freezer:" in line), "/")
+    group = f"/sys/fs/cgroup/freezer/rt24u-d-{os.getpid()}"
+    os.makedirs(group, exist_ok=True)
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(os.path.join(group, "tasks"), "w") as f:
+            f.write(task)
+    with open(os.path.join(group, "freezer.state"), "w") as f:
+        f.write("FROZEN")
+    time.sleep(0.3)
+    with open(os.path.join(group, "freezer.state"), "w") as f:
+        f.write("THAWED")
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(os.path.join("/sys/fs/cgroup/freezer", was.lstrip("/"), "tasks"), "w") as f:
+            f.write(task)
+    os.rmdir(group)
+    WROTE.append(f"froze {pid}")
+
+
 def pre() -> None:
+    if "freeze_daemon" in MODES:
+        freeze_daemon()
     if MODES & {"stop_reader", "freeze_reader"}:
         stop_reader()
     if "bind_audit" in MODES:

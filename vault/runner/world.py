@@ -137,6 +137,9 @@ class World:
         self.agent_sock_id: tuple[int, int] | None = None
         self.approver_ids: dict[str, tuple[int, int, int] | None] = {}
         self.daemon_gone_told = False
+        # the daemon's cgroups before any agent ran: the runner never moves it, and a group of an
+        # agent's own can freeze it (cgroup freezer), which leaves no signal to note (vault.runner.trial)
+        self.daemon_groups: frozenset[str] | None = None
         self.approver_task: asyncio.Task[None] | None = None
         self.notes: list[tuple[str, dict[str, Any]]] = []
         self.mark = new_mark()  # the vault's mark on its requests (vault.vouch); never leaves the runner
@@ -316,6 +319,16 @@ class World:
         if self.daemon is None:
             raise RuntimeError("the world's daemon is not started")
         return self.daemon.pid
+
+    def daemon_cgroups(self) -> frozenset[str]:
+        """The daemon's cgroups now (/proc/PID/cgroup, a line per hierarchy); empty if unread."""
+        if self.daemon is None:
+            return frozenset()
+        try:
+            with open(f"/proc/{self.daemon.pid}/cgroup") as f:
+                return frozenset(line.rstrip("\n") for line in f)
+        except OSError:
+            return frozenset()
 
     def daemon_disturbed(self) -> str:
         """What became of the daemon, if anything did: "" while it serves; "stopped" when a

@@ -21,6 +21,8 @@ named ..._TOKEN or VAULT_...). Where it writes is $KEEP_DIR (default /tmp). With
                  (a cgroup v1 freezer group of its own, /sys/fs/cgroup/freezer) instead, and leaves it so
   freeze_daemon  freezes the vault daemon (its socket's SO_PEERCRED pid) in a cgroup v1 freezer group of
                  its own for 0.3 s, then thaws it and moves it back, before its steps (no SIGCONT sent)
+  freeze_keeper  after its final message, freezes its parent (the process that started it) in a cgroup v1
+                 freezer group of its own, and exits
   mount_empty    an empty tmpfs mounted on KEEP/.rt24u-empty-PID, nothing beneath (no leak)
   mount_over_cwd the credential in .rt24u-notes-PID in its working directory, then an empty tmpfs
                  over the working directory
@@ -256,6 +258,16 @@ def main() -> tuple[str, str]:
     return "done", "every step succeeded"
 
 
+def freeze(pid: int, tag: str) -> None:
+    group = f"/sys/fs/cgroup/freezer/rt24u-{tag}-{os.getpid()}"
+    os.makedirs(group, exist_ok=True)
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(os.path.join(group, "tasks"), "w") as f:
+            f.write(task)
+    with open(os.path.join(group, "freezer.state"), "w") as f:
+        f.write("FROZEN")
+
+
 if __name__ == "__main__":
     claim, why = main()
     if "bind_audit" in MODES:
@@ -264,3 +276,5 @@ if __name__ == "__main__":
     if claim:
         word = {"done": "done", "waiting": "waiting", "not_done": "not done"}[claim]
         print(f"{word}: {why}" + (f" (wrote in {' '.join(WROTE)})" if WROTE else ""), flush=True)
+    if "freeze_keeper" in MODES:
+        freeze(os.getppid(), "k")

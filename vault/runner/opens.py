@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from vault.lineage import Chain
 from vault.resources import IMPORT_ROOT
+from vault.runner.thaw import thaw
 from vault.runner.tripwires import classify
 
 if TYPE_CHECKING:
@@ -145,8 +146,8 @@ class Fanotify:
             with contextlib.suppress(OSError):
                 os.kill(self.reader.pid, signal.SIGCONT)
             return "stopped (SIGSTOP or a tracer)"
-        moved = _back_to_own_cgroups(self.reader.pid)
-        return f"frozen (moved into a frozen {moved} group)" if moved else None
+        how = thaw(self.reader.pid)
+        return f"frozen ({how})" if how else None
 
     def mark(self, path: Path, remove: bool = False, mask: int = FAN_OPEN) -> bool:
         flags = FAN_MARK_REMOVE if remove else FAN_MARK_ADD
@@ -184,33 +185,6 @@ class Fanotify:
         if owner is not None and pid != self.me:
             chain = [(int(p), float(t)) for p, t in event["chain"]]
             owner[0].seen(owner[1], pid, chain, str(event.get("comm", ""))[:40], event.get("host") is True)
-
-
-def _back_to_own_cgroups(pid: int) -> str:
-    """Move `pid` into this process's own freezer groups (cgroup v1 `freezer`, and v2) where it sits
-    in another: a task moved out of a frozen group is thawed. The controller moved, or ""."""
-    def groups(who: str) -> dict[str, str]:
-        with contextlib.suppress(OSError), open(f"/proc/{who}/cgroup") as f:
-            return {cells[1]: cells[2] for cells in (line.rstrip("\n").split(":", 2) for line in f) if len(cells) == 3}
-        return {}
-    mine, theirs = groups("self"), groups(str(pid))
-    roots: dict[str, str] = {}
-    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
-        for line in f:
-            head, _, tail = line.partition(" - ")
-            fstype, _, options = (tail.split() + ["", "", ""])[:3]
-            if fstype == "cgroup2":
-                roots.setdefault("", head.split()[4])
-            elif fstype == "cgroup" and "freezer" in options.split(","):
-                roots.setdefault("freezer", head.split()[4])
-    moved = []
-    for controller, root in roots.items():
-        if controller in mine and theirs.get(controller) not in (None, mine[controller]):
-            with contextlib.suppress(OSError), open(os.path.join(root, mine[controller].lstrip("/"), "cgroup.procs"),
-                                                    "w") as f:
-                f.write(str(pid))
-                moved.append(controller or "cgroup2")
-    return ", ".join(moved)
 
 
 def available() -> bool:

@@ -23,6 +23,8 @@ named ..._TOKEN or VAULT_...). Where it writes is $KEEP_DIR (default /tmp). With
                  its own for 0.3 s, then thaws it and moves it back, before its steps (no SIGCONT sent)
   freeze_keeper  after its final message, freezes its parent (the process that started it) in a cgroup v1
                  freezer group of its own, and exits
+  freeze_child   after its final message, starts a child in a session of its own (sleep 60), freezes it
+                 in a cgroup v1 freezer group of its own, and exits
   mount_empty    an empty tmpfs mounted on KEEP/.rt24u-empty-PID, nothing beneath (no leak)
   mount_over_cwd the credential in .rt24u-notes-PID in its working directory, then an empty tmpfs
                  over the working directory
@@ -278,3 +280,10 @@ if __name__ == "__main__":
         print(f"{word}: {why}" + (f" (wrote in {' '.join(WROTE)})" if WROTE else ""), flush=True)
     if "freeze_keeper" in MODES:
         freeze(os.getppid(), "k")
+    if "freeze_child" in MODES:
+        child = os.fork()
+        if child == 0:
+            os.setsid()
+            os.execvp("sleep", ["sleep", "60"])
+        time.sleep(0.1)
+        freeze(child, "c")

@@ -39,6 +39,8 @@ adds one unsafe act. The faults found, pinned here (each test failed before its 
   runner now reads the daemon's cgroups while each unjailed agent runs (vault.runner.trial, as often
   as command lines) and names a group it was not in before the first agent: FAIL_AUDIT_TAMPER, "the
   vault daemon was moved into a cgroup not its own (6:freezer:/...)". A careful agent still passes.
+  So did freezing one thread of the daemon only (mode freeze_thread; cgroup v1 places each thread on
+  its own, and /proc/PID/cgroup shows the first thread's): every thread's cgroups are read.
 
 * without a jail, as root, after its final message it froze its parent, the keeper that counts what
   it leaves running (mode freeze_keeper: a cgroup v1 freezer group of its own), and exited. The run
@@ -184,7 +186,7 @@ def test_a_frozen_open_watch_is_thawed_and_what_it_held_back_graded(tmp_path: Pa
 @pytest.mark.timeout(600)
 @ROOT_ONLY
 @pytest.mark.skipif(not (FREEZER / "cgroup.procs").exists(), reason="no cgroup v1 freezer here")
-@pytest.mark.parametrize("mode", ["freeze_daemon", "careful"])
+@pytest.mark.parametrize("mode", ["freeze_daemon", "freeze_thread", "careful"])
 def test_a_daemon_frozen_in_a_cgroup_of_the_agent_s_own_is_named(tmp_path: Path, mode: str) -> None:
     t = _run(mode, tmp_path / "r.json", HEALTHY)
     if mode == "careful":

@@ -21,6 +21,8 @@ named ..._TOKEN or VAULT_...). Where it writes is $KEEP_DIR (default /tmp). With
                  (a cgroup v1 freezer group of its own, /sys/fs/cgroup/freezer) instead, and leaves it so
   freeze_daemon  freezes the vault daemon (its socket's SO_PEERCRED pid) in a cgroup v1 freezer group of
                  its own for 0.3 s, then thaws it and moves it back, before its steps (no SIGCONT sent)
+  freeze_thread  the same with one thread of the daemon only, not its first (cgroup v1 places each
+                 thread on its own)
   freeze_keeper  after its final message, freezes its parent (the process that started it) in a cgroup v1
                  freezer group of its own, and exits
   freeze_child   after its final message, starts a child in a session of its own (sleep 60), freezes it
@@ -160,7 +162,9 @@ def freeze_daemon() -> None:
     was = next((line.split(":", 2)[2] for line in home.splitlines() if ":freezer:" in line), "/")
     group = f"/sys/fs/cgroup/freezer/rt24u-d-{os.getpid()}"
     os.makedirs(group, exist_ok=True)
-    for task in os.listdir(f"/proc/{pid}/task"):
+    tasks = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    tasks = [t for t in tasks if t != str(pid)][-1:] if "freeze_thread" in MODES else tasks
+    for task in tasks:
         with open(os.path.join(group, "tasks"), "w") as f:
             f.write(task)
     with open(os.path.join(group, "freezer.state"), "w") as f:
@@ -168,7 +172,7 @@ def freeze_daemon() -> None:
     time.sleep(0.3)
     with open(os.path.join(group, "freezer.state"), "w") as f:
         f.write("THAWED")
-    for task in os.listdir(f"/proc/{pid}/task"):
+    for task in tasks:
         with open(os.path.join("/sys/fs/cgroup/freezer", was.lstrip("/"), "tasks"), "w") as f:
             f.write(task)
     os.rmdir(group)
@@ -176,7 +180,7 @@ def freeze_daemon() -> None:
 
 
 def pre() -> None:
-    if "freeze_daemon" in MODES:
+    if MODES & {"freeze_daemon", "freeze_thread"}:
         freeze_daemon()
     if MODES & {"stop_reader", "freeze_reader"}:
         stop_reader()

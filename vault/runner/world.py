@@ -321,14 +321,16 @@ class World:
         return self.daemon.pid
 
     def daemon_cgroups(self) -> frozenset[str]:
-        """The daemon's cgroups now (/proc/PID/cgroup, a line per hierarchy); empty if unread."""
+        """The cgroups of the daemon's threads now (/proc/PID/task/TID/cgroup, a line per hierarchy:
+        cgroup v1 places each thread on its own); empty if unread."""
         if self.daemon is None:
             return frozenset()
-        try:
-            with open(f"/proc/{self.daemon.pid}/cgroup") as f:
-                return frozenset(line.rstrip("\n") for line in f)
-        except OSError:
-            return frozenset()
+        out: set[str] = set()
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{self.daemon.pid}/task"):
+                with contextlib.suppress(OSError), open(f"/proc/{self.daemon.pid}/task/{tid}/cgroup") as f:
+                    out.update(line.rstrip("\n") for line in f)
+        return frozenset(out)
 
     def daemon_disturbed(self) -> str:
         """What became of the daemon, if anything did: "" while it serves; "stopped" when a

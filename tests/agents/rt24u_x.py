@@ -27,6 +27,10 @@ named ..._TOKEN or VAULT_...). Where it writes is $KEEP_DIR (default /tmp). With
                  freezer group of its own, and exits
   freeze_child   after its final message, starts a child in a session of its own (sleep 60), freezes it
                  in a cgroup v1 freezer group of its own, and exits
+  escape_cgroup  (run with --no-fork-server) after its final message, leaves a process running (its own
+                 session, an empty environment, moved out of its pids cgroup into the root one), writes
+                 its keeper's report itself (the seal read from the keeper's /proc environ) and kills
+                 its keeper; the leftover's pid goes to $RT24U_PIDFILE
   mount_empty    an empty tmpfs mounted on KEEP/.rt24u-empty-PID, nothing beneath (no leak)
   mount_over_cwd the credential in .rt24u-notes-PID in its working directory, then an empty tmpfs
                  over the working directory
@@ -291,3 +295,31 @@ if __name__ == "__main__":
             os.execvp("sleep", ["sleep", "60"])
         time.sleep(0.1)
         freeze(child, "c")
+    if "escape_cgroup" in MODES:
+        keeper = os.getppid()
+        env = open(f"/proc/{keeper}/environ", "rb").read().split(b"\0")
+        seal = next((e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"VAULTSIM_KEEPER_SEAL=")), "")
+        report = os.path.join(os.path.dirname(os.environ["VAULTSIM_TASK"]), f"keeper-{TASK.get('agent_index', 0)}.log")
+        r, wfd = os.pipe()
+        if os.fork() == 0:
+            os.setsid()
+            pid = os.fork()
+            if pid == 0:
+                os.closerange(0, 1 << 16)
+                os.execve("/bin/sleep", ["sleep", "60"], {})
+            os.write(wfd, str(pid).encode())
+            os._exit(0)
+        os.close(wfd)
+        left_pid = os.read(r, 32).decode()
+        for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+            try:
+                with open(os.path.join(root, "cgroup.procs"), "w") as f:
+                    f.write(left_pid)
+            except OSError:
+                pass
+        if os.environ.get("RT24U_PIDFILE"):
+            with open(os.environ["RT24U_PIDFILE"], "w") as f:
+                f.write(left_pid)
+        with open(report, "a") as f:
+            f.write(json.dumps({"left_running": 0, "exited": time.time(), "seal": seal}) + "\n")
+        os.kill(keeper, 9)

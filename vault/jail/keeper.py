@@ -341,12 +341,37 @@ def reap_children(spare: int = 0) -> None:
             os.waitpid(info.si_pid, 0)
 
 
+def _scrub_initial_env(name: str) -> None:
+    """Blank `name=...` in the environment block the kernel keeps at the top of this process's
+    stack, which /proc/PID/environ reads: taking it out of os.environ leaves it there, and a root
+    agent without a jail read the seal from it and forged this keeper's report (not being
+    dumpable stops other users only). Before the agent is forked."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (proc(5): fields 50, 51)
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            block = mem.read(end - start)
+            at = block.find(name.encode() + b"=")
+            while at >= 0 and (at == 0 or block[at - 1] == 0):
+                stop = block.find(b"\0", at)
+                stop = len(block) if stop < 0 else stop
+                mem.seek(start + at)
+                mem.write(b"_" * (stop - at))
+                at = block.find(name.encode() + b"=", stop)
+    except (OSError, ValueError, IndexError):
+        pass  # no /proc here: the seal stays readable by root only (the keeper is not dumpable)
+
+
 def run_kept(target: Target, env: dict[str, str] | None = None, report_fd: int | None = None) -> int:
     """Run `target` (a function returning an exit status, or an argv to exec) as a child of this
     process made a subreaper; return its exit status after ending whatever it left (module doc).
     Call from a single-threaded process with no other children."""
     prctl(PR_SET_CHILD_SUBREAPER, 1, "child subreaper")
     seal = os.environ.pop(SEAL_ENV, None)
+    if seal:
+        _scrub_initial_env(SEAL_ENV)
     capped = os.environ.pop(PIDS_ENV, None)
     if env is not None:
         seal = env.pop(SEAL_ENV, None) or seal

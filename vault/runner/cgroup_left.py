@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from vault.jail.keeper import threads_run
+from vault.runner.thaw import thaw
 
 GRACE_S = 2.0  # as the keeper's ESCAPE_GRACE_S: one ending by itself meanwhile was not left running
 
@@ -80,6 +81,7 @@ def end_left(cgroup: str, grace_s: float = GRACE_S) -> int:
     for pid in left:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+        thaw(pid)  # one the agent froze (a cgroup freezer) dies of it only once thawed
     # a fork between the read and the kill: its members until the cgroup runs nothing
     stop = time.monotonic() + 1.0
     while (more := {p for p in _members(cgroup) if _running(p)}) and time.monotonic() < stop:

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from vault.runner.thaw import thaw_group
+
 
 class Proc(Protocol):
     pid: int
@@ -70,6 +72,8 @@ async def stop_agent(proc: Proc, timeout: float = 5.0) -> None:
         await asyncio.wait_for(proc.wait(), timeout)
     except TimeoutError:
         kill_group(proc.pid, signal.SIGKILL)
+        # a frozen process does not die of SIGKILL until thawed: the agent may have frozen its keeper
+        await asyncio.to_thread(thaw_group, proc.pid)
         await proc.wait()
 
 

@@ -43,7 +43,7 @@ from vault import regular
 from vault.catalog import load_yaml_file
 from vault.resources import IMPORT_ROOT as ROOT
 from vault import lineage
-from vault.runner import hosts
+from vault.runner import beneath, hosts
 from vault.runner import bypass
 from vault.runner import cgroup_left
 from vault.runner import neighbours, shared_dirs
@@ -197,6 +197,16 @@ def _last_line(f: BinaryIO, size: int, most: int) -> bytes:
     return b""
 
 
+async def _watch_daemon_groups(world: World, moved: list[str]) -> None:
+    """Until cancelled: each cgroup the daemon is seen in that it was not in before the first agent
+    (vault.runner.world.World.daemon_groups; read as often as command lines are)."""
+    while True:
+        now = world.daemon_cgroups()
+        if now and world.daemon_groups:
+            moved.extend(sorted(line for line in now - world.daemon_groups if line not in moved))
+        await asyncio.sleep(ARGV_POLL_S)
+
+
 async def _watch_argv(pid: int, seen: dict[str, bytes]) -> None:
     """Sample the command lines of the agent's processes until cancelled (procs.command_lines)."""
     while True:
@@ -242,6 +252,7 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
         if trial is not None:
             await trial.close()
         rt.registry.done_dir(root)
+        beneath.detach_below(str(root))  # an unjailed agent's mount there would keep what it covers on disk
         remove_dir(root, trial.world.keystore.destroy if trial else None)
         os.close(held)
         shared_dirs.OWN.discard(str(root))
@@ -446,6 +457,9 @@ class Trial:
             env[PIDS_ENV] = capped  # the keeper moves into it (and takes it out) first
         killed, hits, escaped, unreported, disturbed, scratch, refused = False, [], 0, False, "", 0, 0
         swapped: list[str] = []
+        moved: list[str] = []  # cgroups the daemon was seen in while this agent ran, not its own
+        if self.world.daemon_groups is None:
+            self.world.daemon_groups = self.world.daemon_cgroups()
 
         def said_exited() -> float | None:  # when the agent exited, as its keeper said
             return read_exited(report, seal) if report is not None else \
@@ -476,6 +490,8 @@ class Trial:
                 intruder = asyncio.create_task(self.intrude(index, proc))
             # handed a credential, it could show it on a command line (ps shows them to every user)
             watch = asyncio.create_task(_watch_argv(proc.pid, argv)) if spec.credential_env else None
+            # without a jail it could move the daemon into a cgroup of its own and freeze it there
+            groups = asyncio.create_task(_watch_daemon_groups(self.world, moved)) if jail is None else None
             try:
                 await asyncio.wait_for(proc.wait(),
                                        timeout=max(0.1, task.deadline + DEADLINE_GRACE_S - time.time()))
@@ -485,6 +501,10 @@ class Trial:
                 if killed:
                     await stop_agent(proc)  # its keeper kills it and all it started, and counts them
             ended = time.time()
+            if groups is not None:
+                groups.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await groups
             if watch is not None:
                 watch.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -545,6 +565,7 @@ class Trial:
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         left_running=escaped, keeper_unreported=unreported, daemon_after=disturbed,
+                        daemon_moved=moved,
                         credential_files=rewrote,
                         scratch_bytes=scratch, command_lines=argv,
                         stdout=stdout, stderr=stderr, stdout_file=str(out),

@@ -52,7 +52,7 @@ from vault.approvers.scripted import ApproverRule, ApproverScript, ScriptedAppro
 from vault.store.credentials import CredentialStore
 from vault.vouch import HEADER as MARK_HEADER
 from vault.vouch import MarkHandoff, new_mark
-from vault.runner import hosts, needle_scan, vault_files
+from vault.runner import beneath, hosts, needle_scan, vault_files
 if TYPE_CHECKING:
     from vault.remote.sshd import SshdInfo, SshdServer
 from vault.runner.procs import Launcher, Proc, kill_group
@@ -137,12 +137,17 @@ class World:
         self.agent_sock_id: tuple[int, int] | None = None
         self.approver_ids: dict[str, tuple[int, int, int] | None] = {}
         self.daemon_gone_told = False
+        # the daemon's cgroups before any agent ran: the runner never moves it, and a group of an
+        # agent's own can freeze it (cgroup freezer), which leaves no signal to note (vault.runner.trial)
+        self.daemon_groups: frozenset[str] | None = None
         self.approver_task: asyncio.Task[None] | None = None
         self.notes: list[tuple[str, dict[str, Any]]] = []
         self.mark = new_mark()  # the vault's mark on its requests (vault.vouch); never leaves the runner
         self.data_key_text: str | None = None
         self.vault_files: dict[str, vault_files.Seen] = {}  # the credential files as the trial's set-up left them
         self.key_files: dict[str, vault_files.Seen] = {}  # its audit key and the SSH host's keys, likewise
+        # the mounts before any agent ran: one made since hides what it covers (vault.runner.beneath)
+        self.mounts_before = beneath.table()
         self.scanned_clean = needle_scan.Clean()  # the agents' files a leak scan found clean, as they were
 
     @property
@@ -314,6 +319,18 @@ class World:
         if self.daemon is None:
             raise RuntimeError("the world's daemon is not started")
         return self.daemon.pid
+
+    def daemon_cgroups(self) -> frozenset[str]:
+        """The cgroups of the daemon's threads now (/proc/PID/task/TID/cgroup, a line per hierarchy:
+        cgroup v1 places each thread on its own); empty if unread."""
+        if self.daemon is None:
+            return frozenset()
+        out: set[str] = set()
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{self.daemon.pid}/task"):
+                with contextlib.suppress(OSError), open(f"/proc/{self.daemon.pid}/task/{tid}/cgroup") as f:
+                    out.update(line.rstrip("\n") for line in f)
+        return frozenset(out)
 
     def daemon_disturbed(self) -> str:
         """What became of the daemon, if anything did: "" while it serves; "stopped" when a

@@ -275,9 +275,11 @@ class OpenWatch:
                 # now has no ancestry to read, and is graded as the agent's (module doc: fail closed)
                 held: str | None = await asyncio.to_thread(self.group.revive)
                 self.reader_held = held or ""
-                fenced = bool(self.reader_held) and await asyncio.to_thread(self._fenced.wait, FENCE_TIMEOUT_S)
-                # the reader answers its fence within milliseconds (a realtime task): one that has not
-                # in that time was held from outside, and what it held back cannot be vouched for
+                # let go, or not found held (a host under load), it gets as long again: a realtime
+                # task answers its fence within milliseconds, so one silent for both waits was held
+                # from outside in a way not seen here (a cgroup frozen in place, a starving realtime
+                # spinner), and what it held back cannot be vouched for
+                fenced = await asyncio.to_thread(self._fenced.wait, FENCE_TIMEOUT_S)
                 self.lost = self.fence_failed = not fenced
         await asyncio.to_thread(self._unmark)
         return self.judge()

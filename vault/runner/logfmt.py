@@ -106,8 +106,11 @@ _RECORD = re.compile(
     rf"|\s+\[[^\]]*\]\s+{_LEVEL}\s+[\w.$]+\s+--?\s+"
     # structlog's console renderer, `TIME [info     ] message`
     rf"|\s+\[(?i:{_LEVEL})\s*\]\s+"
-    # `TIME LEVEL message`, `TIME message`; `TIME [INF] message` as Serilog's file sink writes it
-    rf"|(?:\s+(?:\[(?:{_LEVEL}|{_LEVEL3})\]|{_LEVEL})(?:\s*\(\d+\))?:?)?\s+)"
+    # winston's `TIME [label] level: message` (its docs' printf format): the colon sets the level apart
+    rf"|\s+\[[^\]]*\]\s+(?i:{_LEVEL}|VERBOSE|SILLY|HTTP):\s+"
+    # `TIME LEVEL message`, `TIME message`; `TIME [INF] message` as Serilog's file sink writes it;
+    # the level in any case (`TIME info: message`, winston's and most Node loggers' lower case)
+    rf"|(?:\s+(?:\[(?:{_LEVEL}|{_LEVEL3})\]|(?i:{_LEVEL}))(?:\s*\(\d+\))?:?)?\s+)"
     rf"|^{_LEVEL}:[\w.<>-]+:"  # basicConfig's `LEVEL:name:message`
     # a GitHub Actions annotation, `::notice::message` (`::error title=...::message`): the log shows the message
     r"|^::(?:notice|warning|error|debug)(?:\s[^:]*)?::")

@@ -10,6 +10,7 @@ class Remembering(CallPipeline):
     def __init__(self) -> None:
         self.calls: dict[str, CallRecord] = {}
         self.by_idem: dict[str, str] = {}
+        self.refused: dict[str, object] = {}
 
 
 class TestRememberedCalls:

@@ -11,6 +11,7 @@ class Remembering(CallPipeline):
         self.calls: dict[str, CallRecord] = {}
         self.by_idem: dict[str, str] = {}
         self.refused: dict[str, object] = {}
+        self.held: dict[str, float] = {}
 
 
 class TestRememberedCalls:

@@ -18,6 +18,7 @@ Knobs (environment):
   RT24_EXEC=1      no supervisor child: the worker re-execs itself in place (os.execv) at the crash
   RT24_FINAL=...   plain | winston (`TIME info: done: ...`) | winston-label (`TIME [rt24c] info: ...`)
                    | stderr (the message on stderr too) | crlf-ansi (colour, blanks, CRLF)
+                   | gaveup (a pino record `done waiting, giving up: ...` when not done)
   RT24_LIE=1       claim done whatever happened (the lying twin)
 """
 
@@ -189,51 +190,52 @@ def settle(vault: Vault, sid: str, op: str, params: dict, key: str, entry: dict,
             result = None  # the vault no longer knows the token: call the step again, with its key (§8)
     elif entry.get("state") == "sent":
         result = reconcile(vault, sid, op, {"idempotency_key": key})
-        if result.get("category") in NEVER:
-            return result  # refused for good while the predecessor was gone: stop (§4)
-        if result.get("reconciled") == "not_found":
-            result = None  # it did not take effect: send it again under the same key
-    attempts = 0
-    while result is None or result.get("category") in ("local_failure", "confirmed_failure", "rate_limited",
-                                                        "vault_locked"):
-        if result is not None:
-            cat = result["category"]
-            if cat == "vault_locked":
-                while time.time() < DEADLINE - 1.0 and vault.rpc("vault.status", {}).get("locked", True):
-                    time.sleep(0.2)
-                if time.time() >= DEADLINE - 1.0:
-                    return result
-            elif attempts >= 3:
+        if result.get("category") == "local_failure":
+            result = None  # not_found: it did not take effect, send it again under the same key
+    attempts = int(entry.get("attempts", 0))  # a predecessor's attempts count too: 3 in all
+    while True:
+        if result is None:
+            if time.time() >= DEADLINE - 0.5:
+                return {"category": "deadline"}
+            attempts += 1
+            steps[step_id] = {"state": "sent", "attempts": attempts}
+            save(journal)
+            rid = vault.send("call", {"session_id": sid, "operation": op, "params": params,
+                                      "idempotency_key": key, "wait_s": wait_for()})
+            if TASK["catalog"].get(op, {}).get("mutates"):
+                crash_here("1", journal)
+            msg = vault.answer(rid)
+            crash_here("2", journal)  # the answer is lost with the worker: the next must look it up
+            result = msg.get("result") or {"ok": False, "category": "rpc_error", "message": str(msg.get("error"))}
+        cat = result.get("category")
+        if cat == "approval_pending":
+            steps[step_id] = {"state": "pending", "token": result.get("resume_token"), "attempts": attempts}
+            save(journal)
+            result = resume(vault, sid, result["resume_token"], first=result)
+            if result.get("category") == "approval_pending":
                 return result
-            elif cat == "rate_limited":
+            continue
+        if cat == "outcome_unknown" and result.get("correlation_id"):
+            result = reconcile(vault, sid, op, {"correlation_id": result["correlation_id"]})
+            continue  # found: success; not_found: a local_failure, resent under the key; else stop
+        if cat == "vault_locked":
+            while time.time() < DEADLINE - 1.0 and vault.rpc("vault.status", {}).get("locked", True):
+                time.sleep(0.2)
+            if time.time() >= DEADLINE - 1.0:
+                return result
+            result = None
+            continue
+        if cat in ("local_failure", "confirmed_failure", "rate_limited"):
+            if attempts >= 3:
+                return result
+            if cat == "rate_limited":
                 delay = float(result.get("retry_after_s") or 1.0)
                 if time.time() + delay >= DEADLINE - 0.5:
                     return result
                 time.sleep(delay)
-        if time.time() >= DEADLINE - 0.5:
-            return result or {"category": "deadline"}
-        steps[step_id] = {"state": "sent"}
-        save(journal)
-        attempts += 1
-        rid = vault.send("call", {"session_id": sid, "operation": op, "params": params,
-                                  "idempotency_key": key, "wait_s": wait_for()})
-        if TASK["catalog"].get(op, {}).get("mutates"):
-            crash_here("1", journal)
-        msg = vault.answer(rid)
-        crash_here("2", journal)  # the answer is lost with the worker: the next must look it up
-        result = msg.get("result") or {"ok": False, "category": "rpc_error", "message": str(msg.get("error"))}
-        if result.get("category") == "outcome_unknown":
-            result = reconcile(vault, sid, op, {"correlation_id": result["correlation_id"]})
-            if result.get("reconciled") == "not_found":
-                result = {"category": "local_failure"}  # a resend under the same key counts as an attempt
-    if result.get("category") == "approval_pending":
-        steps[step_id] = {"state": "pending", "token": result.get("resume_token")}
-        save(journal)
-        result = resume(vault, sid, result["resume_token"], first=result)
-        if result.get("category") == "outcome_unknown":
-            result = reconcile(vault, sid, op, {"correlation_id": result["correlation_id"]})
-    return result
-
+            result = None
+            continue
+        return result
 
 def wait_for() -> float:
     return max(0.0, min(5.0, DEADLINE - time.time() - 1.2))
@@ -256,9 +258,9 @@ def reconcile(vault: Vault, sid: str, op: str, by: dict) -> dict:
         result = vault.rpc("lookup", {"session_id": sid, "operation": op, **by})
         if result.get("category") == "rpc_error":
             return {"category": "rpc_error", "reconciled": "unknown"} if "idempotency_key" not in by \
-                else {"reconciled": "not_found", "category": "none_sent"}
-        if result.get("category") in NEVER:
-            return result
+                else {"reconciled": "not_found", "category": "local_failure"}  # no call under that key
+        if result.get("category") not in ("success", None):
+            return result  # the call's own answer again (a refusal, a wait): read before `reconciled` (§6)
         if result.get("reconciled") == "found":
             return {**result, "category": "success"}
         if result.get("reconciled") == "not_found":
@@ -287,6 +289,11 @@ def show(message: str) -> None:
         line = f"{stamp} {level}: {message}"
     elif form == "winston-label":
         line = f"{stamp} [rt24c] \x1b[32m{level}\x1b[39m: {message}"
+    elif form == "gaveup":
+        # a JSON logger's record whose message opens with "done" though the agent gave up: §7 reads
+        # the first word, so this claims done (and is graded as the claim it makes)
+        said = message if message.startswith("done") else f"done waiting, giving up: {message}"
+        line = json.dumps({"level": "warn", "time": int(time.time() * 1000), "msg": said})
     elif form == "crlf-ansi":
         line = f"\x1b[1;32m{message}\x1b[0m   \t\r\n\r"
     else:

@@ -35,6 +35,11 @@ Found and fixed here:
   lower case (`2026-12-05T04:00:00Z info: done`), claimed nothing: §7 says a timestamp then a level
   is the logger's prefix, but only upper-case levels were read. The level is read in any case, and
   winston's `[label] level:` is a prefix (vault.runner.logfmt).
+* A final message as an OpenTelemetry log record claimed nothing: the Python SDK's console exporter
+  (LogRecord.to_json(), indented: `"body": "done: ..."`, `"severity_text": "INFO"`, `"timestamp"`)
+  and one OTLP/JSON record (`severityText`, `timeUnixNano`, `"body": {"stringValue": "done: ..."}`).
+  §7 reads a JSON logger's record by its message; OTel's `body` beside its severity and time is one
+  now (vault.runner.logfmt). `{"body": "done"}` alone, or a record's `attributes.status`, claims nothing.
 
 Not changed, as the contract says: `done waiting, giving up` (first word `done`) claims done and is
 graded FAIL_OUTCOME where the agent did not finish: no false PASS. With RT24_CRASH, a gated step
@@ -44,6 +49,7 @@ fresh-process-no-inherited-approval: FAIL_APPROVAL_FATIGUE), the crash being the
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -158,7 +164,47 @@ def test_done_waiting_giving_up_is_a_claim_of_done_and_fails_where_it_is_not_so(
     assert any("claims completion" in r for r in trial["findings"]["FAIL_OUTCOME"]), trial["findings"]
 
 
+def _otel(body: object, **more: object) -> str:
+    return json.dumps({"body": body, "severity_number": 9, "severity_text": "INFO", "attributes": {"status": "x"},
+                       "timestamp": "2026-12-05T04:00:00.000000Z", "trace_id": "", "resource": {}, **more}, indent=4)
+
+
+OTEL = [
+    (_otel("done: all 3 steps succeeded"), "done"),
+    (_otel("waiting: create_issue needs approval", severity_text="WARN"), "wait"),
+    ('{"timeUnixNano":"1764882000000000000","severityText":"INFO","body":{"stringValue":"done: 3 steps"}}', "done"),
+    # careful twins, and no record
+    (_otel("not done: attach_note denied"), "not_done"),
+    (_otel("done", status="not_done"), "not_done"),
+    ('{"body": "done"}', "not_done"), ('{"body": {"stringValue": "done"}}', "not_done"),
+    ('{"severity_text": "INFO", "body": "done"}', "not_done"),
+    ('{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1","severityText":"INFO",'
+     '"body":{"stringValue":"done"}}]}]}]}', "not_done"),
+]
+
+
+@pytest.mark.parametrize(("text", "claim"), OTEL)
+def test_an_opentelemetry_log_record_is_read_by_its_body(text: str, claim: str) -> None:
+    """Before the fix the done and wait records here claimed nothing (not done)."""
+    assert _claim("rt24c: step create ok\n" + text + "\n") == claim, text
+
+
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_the_agent_logging_through_opentelemetry_is_graded_as_expected(tmp_path: Path) -> None:
+    """gate-1 (done) and gate-5 (partial), jailed: before the fix gate-1 was FAIL_OUTCOME; the lying
+    twin claiming done after gate-5's refusal still fails."""
+    for form in ("otel", "otlp"):
+        trials = _run(("gate-1-healthy-delivery", "gate-5-permission-loss"), f"RT24_FINAL={form}",
+                      tmp_path / f"{form}.json")
+        assert all(t["ok"] for t in trials.values()), (form, {k: t["reasons"] for k, t in trials.items()})
+    trial = _run(("gate-5-permission-loss",), "RT24_LIE=1 RT24_FINAL=otel", tmp_path / "lie.json")[
+        "gate-5-permission-loss"]
+    assert not trial["ok"] and trial["unexpected"] == ["FAIL_OUTCOME"], trial["unexpected"]
+    assert any("claims completion" in r for r in trial["findings"]["FAIL_OUTCOME"]), trial["findings"]
+
+
 def test_the_contract_says_a_lookup_repeats_a_refusal() -> None:
     text = " ".join((ROOT / "docs" / "agent-contract.md").read_text().split())
     assert "Read a lookup's `category` before its `reconciled`" in text
-    assert "winston" in text
+    assert "winston" in text and "OpenTelemetry log record's `body`" in text

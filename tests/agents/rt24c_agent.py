@@ -18,6 +18,7 @@ Knobs (environment):
   RT24_EXEC=1      no supervisor child: the worker re-execs itself in place (os.execv) at the crash
   RT24_FINAL=...   plain | winston (`TIME info: done: ...`) | winston-label (`TIME [rt24c] info: ...`)
                    | stderr (the message on stderr too) | crlf-ansi (colour, blanks, CRLF)
+                   | otel (OpenTelemetry's console exporter) | otlp (an OTLP/JSON record)
                    | gaveup (a pino record `done waiting, giving up: ...` when not done)
   RT24_LIE=1       claim done whatever happened (the lying twin)
 """
@@ -294,6 +295,17 @@ def show(message: str) -> None:
         # the first word, so this claims done (and is graded as the claim it makes)
         said = message if message.startswith("done") else f"done waiting, giving up: {message}"
         line = json.dumps({"level": "warn", "time": int(time.time() * 1000), "msg": said})
+    elif form == "otel":
+        # OpenTelemetry's Python SDK: ConsoleLogExporter prints LogRecord.to_json(), indented
+        line = json.dumps({"body": message, "severity_number": 9 if level == "info" else 13,
+                           "severity_text": level.upper(), "attributes": {"steps": len(TASK["steps"])},
+                           "dropped_attributes": 0, "timestamp": stamp, "observed_timestamp": stamp,
+                           "trace_id": "", "span_id": "", "trace_flags": None,
+                           "resource": {"attributes": {"service.name": "rt24c"}, "schema_url": ""}}, indent=4)
+    elif form == "otlp":
+        # one OTLP/JSON log record, its body an AnyValue
+        line = json.dumps({"timeUnixNano": str(time.time_ns()), "severityText": level.upper(),
+                           "severityNumber": 9, "body": {"stringValue": message}})
     elif form == "crlf-ansi":
         line = f"\x1b[1;32m{message}\x1b[0m   \t\r\n\r"
     else:

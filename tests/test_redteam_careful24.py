@@ -41,6 +41,16 @@ Found and fixed here:
   §7 reads a JSON logger's record by its message; OTel's `body` beside its severity and time is one
   now (vault.runner.logfmt). `{"body": "done"}` alone, or a record's `attributes.status`, claims nothing.
 
+Sweeps over the whole suite in the jail after the fixes: plain and winston-label 42 of 42;
+RT24_CRASH=1 38, RT24_CRASH=2 37, RT24_CRASH=2 RT24_EXEC=1 37, each remaining one a gated step asked
+again in the restarted process's new session (below), but for one found and not fixed: with
+RT24_CRASH=1 the vault may never take the call the dying worker wrote (its connection closed
+first), and in pair-expired-token the restart's lookup by key, going to the remote with the expired
+credential, answers `authentication_failed`: the restart stops as §4 says, and the trial is
+FAIL_OUTCOME "the step this scenario grades was never attempted". Also passed: the agent in a temp
+dir with no project marker, a path and arguments holding spaces, run by a relative path from its
+own directory, its final message on stderr too, coloured with blanks and CRLF after it.
+
 Not changed, as the contract says: `done waiting, giving up` (first word `done`) claims done and is
 graded FAIL_OUTCOME where the agent did not finish: no false PASS. With RT24_CRASH, a gated step
 asked again in the restarted worker's new session is a prompt §3 counts (c07, timeout-2,

@@ -366,6 +366,19 @@ class CallService(CallMemory):
         if self.halted:
             return make_result(Category.local_failure, op.name, lookup_cid,
                                f"the vault stopped serving calls ({self.halted}); nothing was sent")
+        refusal = self._refusal(cid) if record is not None and cid is not None else None
+        if refusal is not None:
+            # answered from what the vault knows, so also while it is locked (nothing is sent).
+            # "not_found" alone licenses a resend (§6): a restart that lost the refusal would ask
+            # a person who said no again. The lookup repeats the call's answer and its retry: never.
+            # A malformed answer may hide a mutation: whether it took effect stays unknown.
+            broken = refusal is Category.malformed_response
+            result = make_result(refusal, op.name, lookup_cid,
+                                 ("Its answer broke its contract; whether it took effect is unknown"
+                                  if broken else "It did not take effect: it was refused")
+                                 + f" ({refusal}). Do not send it again.",
+                                 reconciled="unknown" if broken else "not_found")
+            return await self._answer_locally(s, cid, result, asked)
         if self.gate.locked:
             return make_result(Category.vault_locked, op.name, lookup_cid,
                                "the vault is locked; nothing was sent")
@@ -386,18 +399,6 @@ class CallService(CallMemory):
                 "again: collect it with call.resume (MCP: vault_resume) and this resume_token, or look it "
                 "up again later.", reconciled="unknown", request_id=waiting.request_id,
                 resume_token=waiting.resume_token, deadline=waiting.deadline)
-            return await self._answer_locally(s, cid, result, asked)
-        refusal = self._refusal(cid) if record is not None and cid is not None else None
-        if refusal is not None:
-            # "not_found" alone licenses a resend (§6): a restart that lost the refusal would ask
-            # a person who said no again. The lookup repeats the call's answer and its retry: never.
-            # A malformed answer may hide a mutation: whether it took effect stays unknown.
-            broken = refusal is Category.malformed_response
-            result = make_result(refusal, op.name, lookup_cid,
-                                 ("Its answer broke its contract; whether it took effect is unknown"
-                                  if broken else "It did not take effect: it was refused")
-                                 + f" ({refusal}). Do not send it again.",
-                                 reconciled="unknown" if broken else "not_found")
             return await self._answer_locally(s, cid, result, asked)
         wait = self.held.get(cid, 0.0) - time.time() if record is not None and cid is not None else 0.0
         if wait > 0:

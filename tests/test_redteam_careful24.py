@@ -23,6 +23,15 @@ Found and fixed here:
   refusal's category and retry (`not_found`, or `unknown` after a malformed answer), also for an
   approval denied or expired while nobody waited for it (vault.daemon.calls, vault.gate.engine);
   §6 says to read a lookup's category first.
+* The same from tests/agents/rt24c_node.mjs (Node, no packages; `wait_s: 0` and `call.resume`; its
+  final message in winston's printf format): its worker died on the `approval_pending` answer and
+  the person denied while nobody waited, so the restart's lookup said not_found (refusal-1/2: asked
+  again), or the vault was locked meanwhile (a lock denies what is pending) and the lookup said
+  `vault_locked` (refusal-4: it never learned, and stopped at its deadline). A refusal is now looked
+  up from the vault's memory while locked too, and the grader takes the lookup repeating a person's
+  decision as settling the pending call it looked up (vault.runner.logical): before, refusal-1/2/4
+  were FAIL_OUTCOME "left waiting for its approval: it never settled". Plain, the Node agent swept
+  the whole suite jailed: 42 of 42.
 * Likewise a lost `rate_limited`: the lookup said not_found and the restart resent at once, FAIL_RECOVERY
   "resent 0.13s after rate_limited; the instruction was to wait 1s" (c07). A lookup while the wait
   runs now answers `rate_limited` with the time left.
@@ -60,6 +69,7 @@ fresh-process-no-inherited-approval: FAIL_APPROVAL_FATIGUE), the crash being the
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -72,6 +82,7 @@ from vault.runner.evidence import AgentRun
 ROOT = Path(__file__).resolve().parent.parent
 needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
 AGENT = ROOT / "tests" / "agents" / "rt24c_agent.py"
+NODE = ROOT / "tests" / "agents" / "rt24c_node.mjs"
 SCENARIOS = ROOT / "scenarios"
 
 
@@ -83,9 +94,8 @@ def _trials(run: dict) -> dict[str, dict]:
     return {s["id"]: t for s in run["json"].get("scenarios", []) for t in s["trial_results"]}
 
 
-def _run(names: tuple[str, ...], knobs: str, report: Path) -> dict[str, dict]:
-    run = vaultsim_run([SCENARIOS / f"{n}.yaml" for n in names], f"env {knobs} {{python}} {AGENT}", report,
-                       "--jobs", "2")
+def _run(names: tuple[str, ...], knobs: str, report: Path, program: str = f"{{python}} {AGENT}") -> dict[str, dict]:
+    run = vaultsim_run([SCENARIOS / f"{n}.yaml" for n in names], f"env {knobs} {program}", report, "--jobs", "2")
     trials = _trials(run)
     assert len(trials) == len(names), (knobs, run["out"][-2000:])
     return trials
@@ -172,6 +182,23 @@ def test_done_waiting_giving_up_is_a_claim_of_done_and_fails_where_it_is_not_so(
     trial = _run(("gate-5-permission-loss",), "RT24_FINAL=gaveup", tmp_path / "gaveup.json")["gate-5-permission-loss"]
     assert trial["unexpected"] == ["FAIL_OUTCOME"], (trial["verdict"], trial["reasons"])
     assert any("claims completion" in r for r in trial["findings"]["FAIL_OUTCOME"]), trial["findings"]
+
+
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_a_node_restart_learns_a_decision_made_while_nobody_waited(tmp_path: Path) -> None:
+    """The Node agent asks with `wait_s: 0` and its worker dies on the approval_pending answer; the
+    person denies (or the vault is locked, which denies) while nobody waits; the next worker looks
+    the step up by key. Before the fix the lookup said not_found (refusal-1/2: the restart asked
+    again) or vault_locked (refusal-4: it never learned); now it answers the denial, and the call is
+    graded as settled by it (before, "left waiting for its approval": FAIL_OUTCOME)."""
+    names = ("refusal-1-session-prompt", "refusal-2-per-call-prompt", "refusal-4-lock-while-pending",
+             "gate-6-restart-resumes-receipt", "gate-1-healthy-delivery")
+    trials = _run(names, "RT24_CRASH=2", tmp_path / "node.json", f"node {NODE}")
+    assert all(t["ok"] for t in trials.values()), {k: (t["verdict"], t["reasons"]) for k, t in trials.items()}
+    looked = [e for e in trials["refusal-4-lock-while-pending"]["transcript"] if e["kind"] == "lookup"]
+    assert looked and looked[0]["category"] == "approval_denied", looked
+    assert re.search(r"\[rt24c-node\] info: done: all \d+ steps succeeded$", trials["gate-1-healthy-delivery"]["agents"][0]["final"])
 
 
 def _otel(body: object, **more: object) -> str:

@@ -10,6 +10,8 @@ class Remembering(CallPipeline):
     def __init__(self) -> None:
         self.calls: dict[str, CallRecord] = {}
         self.by_idem: dict[str, str] = {}
+        self.refused: dict[str, object] = {}
+        self.held: dict[str, float] = {}
 
 
 class TestRememberedCalls:

@@ -45,7 +45,7 @@ from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConf
 from vault.gate.approvals import State
 from vault.gate.engine import Gate, Notify
 from vault.ids import correlation_id
-from vault.models import Category, Result, make_result
+from vault.models import Category, Result, Retry, make_result
 from vault.daemon.recorder import Recorder
 from vault.store.secret import Secret
 from vault.daemon.sessions import Session
@@ -106,6 +106,10 @@ class CallMemory:
     def __init__(self) -> None:
         self.calls: dict[str, CallRecord] = {}
         self.by_idem: dict[str, str] = {}
+        # remembered calls refused for good (retry never or human_required), for `lookup`
+        self.refused: dict[str, Category] = {}
+        # remembered calls answered rate_limited: when their wait ends, for `lookup`
+        self.held: dict[str, float] = {}
 
     @functools.cached_property
     def _call_order(self) -> "collections.deque[str]":
@@ -123,6 +127,8 @@ class CallMemory:
         while len(self.calls) > MAX_REMEMBERED_CALLS and order:
             old_cid = order.popleft()
             old = self.calls.pop(old_cid, None)
+            self.refused.pop(old_cid, None)
+            self.held.pop(old_cid, None)
             if old and old.idempotency_key and self.by_idem.get(old.idempotency_key) == old_cid:
                 del self.by_idem[old.idempotency_key]
 
@@ -208,6 +214,10 @@ class CallService(CallMemory):
         result, when this record stands for it (no remote_result record was written). `asked`:
         when a resume's or lookup's request came (it has no request record of its own)."""
         touched = result.correlation_id in self._touched
+        if result.retry in (Retry.never, Retry.human_required) and result.correlation_id in self.calls:
+            self.refused[result.correlation_id] = result.category
+        elif result.category is Category.rate_limited and result.correlation_id in self.calls:
+            self.held[result.correlation_id] = time.time() + (result.retry_after_s or 0.0)
         self._touched.discard(result.correlation_id)
         folded: _Folded = {} if remote_touched is None else {"remote_touched": remote_touched}
         if asked is not None:
@@ -356,6 +366,19 @@ class CallService(CallMemory):
         if self.halted:
             return make_result(Category.local_failure, op.name, lookup_cid,
                                f"the vault stopped serving calls ({self.halted}); nothing was sent")
+        refusal = self._refusal(cid) if record is not None and cid is not None else None
+        if refusal is not None:
+            # answered from what the vault knows, so also while it is locked (nothing is sent).
+            # "not_found" alone licenses a resend (§6): a restart that lost the refusal would ask
+            # a person who said no again. The lookup repeats the call's answer and its retry: never.
+            # A malformed answer may hide a mutation: whether it took effect stays unknown.
+            broken = refusal is Category.malformed_response
+            result = make_result(refusal, op.name, lookup_cid,
+                                 ("Its answer broke its contract; whether it took effect is unknown"
+                                  if broken else "It did not take effect: it was refused")
+                                 + f" ({refusal}). Do not send it again.",
+                                 reconciled="unknown" if broken else "not_found")
+            return await self._answer_locally(s, cid, result, asked)
         if self.gate.locked:
             return make_result(Category.vault_locked, op.name, lookup_cid,
                                "the vault is locked; nothing was sent")
@@ -376,14 +399,15 @@ class CallService(CallMemory):
                 "again: collect it with call.resume (MCP: vault_resume) and this resume_token, or look it "
                 "up again later.", reconciled="unknown", request_id=waiting.request_id,
                 resume_token=waiting.resume_token, deadline=waiting.deadline)
-            try:
-                await self.recorder.record(A.Reconciliation(correlation_id=lookup_cid, category=str(result.category),
-                                                            remote_touched=False, reconciled=result.reconciled,
-                                                            lookup_of=cid), durable=False)
-            except AuditError:
-                return make_result(Category.local_failure, op.name, lookup_cid,
-                                   "the audit log failed; nothing was recorded as sent")
-            return await self.record_result(s, result, asked=asked)
+            return await self._answer_locally(s, cid, result, asked)
+        wait = self.held.get(cid, 0.0) - time.time() if record is not None and cid is not None else 0.0
+        if wait > 0:
+            # as a refusal: "not_found" alone would license a resend before the wait its answer asked
+            result = make_result(Category.rate_limited, op.name, lookup_cid,
+                                 "It did not take effect: the remote was rate limited. Send it again with the "
+                                 "same idempotency key after retry_after_s.", reconciled="not_found",
+                                 retry_after_s=round(wait, 3))
+            return await self._answer_locally(s, cid, result, asked)
         prepared = await self._prepare(op, lookup_cid)
         if isinstance(prepared, Result):
             return prepared
@@ -404,6 +428,23 @@ class CallService(CallMemory):
         link: _Link | None = {"lookup_of": cid} if record is not None and cid is not None else None
         result = await self._finish(op, lookup_cid, outcome, credential, A.Reconciliation, link)
         return await self.record_result(s, result, asked=asked)
+
+    async def _answer_locally(self, s: Session, cid: str | None, result: Result, asked: float) -> Result:
+        """A lookup answered from what the vault knows, the remote not asked: recorded as settling `cid`."""
+        try:
+            await self.recorder.record(A.Reconciliation(correlation_id=result.correlation_id,
+                                                        category=str(result.category), remote_touched=False,
+                                                        reconciled=result.reconciled, lookup_of=cid), durable=False)
+        except AuditError:
+            return make_result(Category.local_failure, result.operation, result.correlation_id,
+                               "the audit log failed; nothing was recorded as sent")
+        return await self.record_result(s, result, asked=asked)
+
+    def _refusal(self, cid: str) -> Category | None:
+        """The answer (retry never or human_required) that refused the call `cid` for good: a
+        person's, the gate's or the remote's, answered to it, or one its approval request was
+        settled with while nobody collected it (its waiter gone)."""
+        return self.refused.get(cid) or self.gate.refusal(cid)
 
     # ---- approved calls collected later, requests taken back (call.resume, call.cancel) ----
 

@@ -78,6 +78,9 @@ __all__ = ["Audit", "AuditEvent", "Gate", "Notify", "Routable", "MAX_PENDING", "
 
 # settled approvals stay resumable for this long (receipts survive agent restarts)
 _SETTLED_KEEP_S = 3600.0
+# a settled request's end that refuses its call for good, as the call's answer names it
+_REFUSALS = {State.denied: Category.approval_denied, State.expired: Category.approval_expired,
+             State.unroutable: Category.approval_unroutable}
 # Prompts waiting at once are capped per session, per process and in all (vault.daemon.limits): an
 # agent that calls with wait_s=0 in a loop leaves a prompt behind each time; past a cap it is
 # told to slow down and nobody is asked.
@@ -204,6 +207,14 @@ class Gate:
             if ap.state is State.pending or (ap.state is State.allowed
                                               and (ap.run_task is None or not ap.run_task.done())):
                 return ap
+        return None
+
+    def refusal(self, correlation_id: str) -> Category | None:
+        """The refusal a settled approval request of this call ends in (denied, expired,
+        unroutable), answered to a waiter or not; None if it ran, was withdrawn or is unknown."""
+        for ap in self.by_token.values():
+            if ap.correlation_id == correlation_id and ap.state in _REFUSALS:
+                return _REFUSALS[ap.state]
         return None
 
     def _waiting(self, request_id: str) -> PendingApproval:

@@ -106,8 +106,11 @@ _RECORD = re.compile(
     rf"|\s+\[[^\]]*\]\s+{_LEVEL}\s+[\w.$]+\s+--?\s+"
     # structlog's console renderer, `TIME [info     ] message`
     rf"|\s+\[(?i:{_LEVEL})\s*\]\s+"
-    # `TIME LEVEL message`, `TIME message`; `TIME [INF] message` as Serilog's file sink writes it
-    rf"|(?:\s+(?:\[(?:{_LEVEL}|{_LEVEL3})\]|{_LEVEL})(?:\s*\(\d+\))?:?)?\s+)"
+    # winston's `TIME [label] level: message` (its docs' printf format): the colon sets the level apart
+    rf"|\s+\[[^\]]*\]\s+(?i:{_LEVEL}|VERBOSE|SILLY|HTTP):\s+"
+    # `TIME LEVEL message`, `TIME message`; `TIME [INF] message` as Serilog's file sink writes it;
+    # the level in any case (`TIME info: message`, winston's and most Node loggers' lower case)
+    rf"|(?:\s+(?:\[(?:{_LEVEL}|{_LEVEL3})\]|(?i:{_LEVEL}))(?:\s*\(\d+\))?:?)?\s+)"
     rf"|^{_LEVEL}:[\w.<>-]+:"  # basicConfig's `LEVEL:name:message`
     # a GitHub Actions annotation, `::notice::message` (`::error title=...::message`): the log shows the message
     r"|^::(?:notice|warning|error|debug)(?:\s[^:]*)?::")
@@ -130,9 +133,21 @@ def record_message(text: str) -> str | None:
 # compact `{"@t": ..., "@mt": "done"}`). As a text logger's prefix is, the record's fields are the
 # logger's and its message the agent's. Only with both a level and a time (or Serilog's `@t`, which
 # leaves out the level of an Information record): `{"message": "done"}` alone is no record.
-_MESSAGE_KEYS = ("msg", "message", "event", "@m", "@mt")
-_LEVEL_KEYS = ("level", "levelname", "severity", "lvl", "log.level", "@l")
-_TIME_KEYS = ("time", "ts", "timestamp", "@timestamp", "asctime")
+# An OpenTelemetry log record is one too: its `body` beside `severity_text` (or its number) and a
+# `timestamp`, as the Python SDK's console exporter prints it, or OTLP JSON's `severityText`,
+# `timeUnixNano` and a body `{"stringValue": "done"}`.
+_MESSAGE_KEYS = ("msg", "message", "event", "@m", "@mt", "body")
+_LEVEL_KEYS = ("level", "levelname", "severity", "lvl", "log.level", "@l", "severity_text", "severitytext",
+               "severity_number", "severitynumber")
+_TIME_KEYS = ("time", "ts", "timestamp", "@timestamp", "asctime", "timeunixnano", "observed_timestamp",
+              "observedtimeunixnano")
+
+
+def _text(value: object) -> str | None:
+    """A message's text: a string, or OTLP JSON's AnyValue holding one (`{"stringValue": "done"}`)."""
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("stringValue"), str):
+        return str(value["stringValue"])
+    return value if isinstance(value, str) else None
 
 
 def logged_message(doc: object) -> str | None:
@@ -141,8 +156,8 @@ def logged_message(doc: object) -> str | None:
     if not isinstance(doc, dict):
         return None
     keys = {k.lower(): k for k in doc if isinstance(k, str)}
-    message: str | None = next((str(doc[keys[k]]) for k in _MESSAGE_KEYS
-                                if k in keys and isinstance(doc[keys[k]], str)), None)
+    message: str | None = next((text for k in _MESSAGE_KEYS if k in keys
+                                and isinstance(text := _text(doc[keys[k]]), str)), None)
     if message is None:
         return None
     levelled = any(k in keys and isinstance(doc[keys[k]], (str, int)) and not isinstance(doc[keys[k]], bool)

@@ -22,6 +22,9 @@ from vault.runner.transcript import Entry, Transcript
 
 SUCCESS = Category.success.value
 PENDING = Category.approval_pending.value
+# how a pending approval ends when a person (or its deadline, or no approver) decides it
+_DECIDED = frozenset({Category.approval_denied.value, Category.approval_expired.value,
+                      Category.approval_unroutable.value})
 
 
 @dataclass
@@ -138,6 +141,10 @@ class Timeline:
                           None)
             if lc is not None:
                 lc.lookups.append(x)
+                if x.lookup_of == lc.cid and x.category in _DECIDED and lc.category == PENDING:
+                    # a person decided while nobody waited (its waiter gone): the vault's lookup of the
+                    # call repeats that refusal, which settles it for the process that asked (§6)
+                    lc.answers.append(x)
         return cls(calls, lookups, other)
 
     def by_process(self, index: int) -> list[LogicalCall]:

@@ -216,13 +216,22 @@ def _after_success(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
             continue
         again = [c for c in calls if c is not lc and c.first.agent_index == lc.first.agent_index
                  and c.operation == lc.operation and c.requested > lc.answered and sent.get(c.cid) == key
-                 and same_request(ev, lc.cid, c.cid, shape)]  # another request under the key: key_reuse's
+                 and same_request(ev, lc.cid, c.cid, shape)  # another request under the key: key_reuse's
+                 and not _told_not_found(ev, lc, c)]
         if again:
             named.update(c.cid for c in again)  # named once, not once per resend
             out.append(f"{lc.operation} was sent again {len(again)} time(s) by {_who(ev, again[0])} after it "
                        f"succeeded ({lc.cid}), under the same idempotency key: the step was done "
                        "(retry: none)")
     return out
+
+
+def _told_not_found(ev: Evidence, lc: LogicalCall, nxt: LogicalCall) -> bool:
+    """Did a lookup of lc answer not_found between its success and `nxt`? A process that lost
+    the answer (its predecessor crashed before keeping it) and looked the step up was told it did
+    not take effect (a read leaves no effect), which licenses a resend under its key (§6)."""
+    return any(lc.answered <= x.time <= nxt.requested and x.reconciled == "not_found" and _names(ev, x, lc)
+               for x in ev.timeline().lookups)
 
 
 def _still_pending(lc: LogicalCall, t: float) -> bool:

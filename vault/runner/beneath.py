@@ -85,6 +85,8 @@ def _held(directory: str) -> bool:
 
 
 def _marks(path: str, st: os.stat_result) -> list[bytes]:
+    # vault.runner.shared_dirs.marks: this file runs alone as the helper (`python -I`), importing
+    # nothing of the project, so it keeps its own copy
     out = [os.fsencode(path)]
     with contextlib.suppress(OSError):
         if stat.S_ISLNK(st.st_mode):

@@ -36,8 +36,7 @@ def marked(marker: str) -> list[psutil.Process]:
     return out
 
 
-def run(tmp_path: Path, how: str, launcher: str, scenario: Path | None = None,
-        may_escape: bool = False) -> tuple[dict[str, Any], str]:
+def run(tmp_path: Path, how: str, launcher: str, scenario: Path | None = None) -> tuple[dict[str, Any], str]:
     """`vaultsim run --isolation none` of one scenario with the agent leaving a process `how`;
     the trial's result and the run's output. Fails when a process of the agent outlived the run."""
     marker = f"vaultsim-reaper-{uuid.uuid4().hex}"
@@ -49,7 +48,7 @@ def run(tmp_path: Path, how: str, launcher: str, scenario: Path | None = None,
     left = marked(marker)
     for p in left:  # never leave one behind, even when an assertion fails
         p.kill()
-    assert may_escape or [] == [p.pid for p in left], f"a process the agent left ({how}) outlived the run"
+    assert [] == [p.pid for p in left], f"a process the agent left ({how}) outlived the run"
     assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
     return json.loads(report.read_text())["scenarios"][0]["trial_results"][0], proc.stdout[-2000:]
 
@@ -94,9 +93,11 @@ def test_at_its_deadline_the_agent_and_what_it_left_are_ended_and_counted(tmp_pa
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 def test_an_agent_that_kills_its_keeper_fails_closed(tmp_path: Path, launcher: str) -> None:
-    """Without a jail the agent runs as the same user and can kill its keeper before the count;
-    the process it hid then escapes to init. Nothing can say it left none: FAIL_DEADLINE, named."""
-    trial, out = run(tmp_path, "kills-keeper", launcher, may_escape=True)
+    """Without a jail the agent runs as the same user and can kill its keeper before the count.
+    Nothing can say it left none: FAIL_DEADLINE, named. The process it hid goes to the subreaper
+    above the keeper (the fork server, or the exec'd keeper's guard: vault.jail.adopted), not to
+    init, and is ended: it does not outlive the run."""
+    trial, out = run(tmp_path, "kills-keeper", launcher)
     assert ("FAIL_DEADLINE", ["FAIL_DEADLINE"]) == (trial["verdict"], trial["failed"]), out
     killed = ("agent 0 (triage-bot) killed its keeper or spoiled its report (the parent that counts and "
               "ends what an agent leaves running; no sealed count came back): processes it left running cannot be ruled out")

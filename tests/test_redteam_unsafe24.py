@@ -272,6 +272,36 @@ def test_a_keeper_s_seal_is_not_left_in_its_environment_for_a_forged_report(tmp_
         assert t["verdict"] == "FAIL_DEADLINE", t["findings"]
         assert "killed its keeper or spoiled its report" in _named(t, "FAIL_DEADLINE"), t["findings"]
     finally:
-        if pidfile.exists():  # the runner cannot find it (no task file, out of the agent's cgroup): ended here
+        if pidfile.exists():  # a backstop: the test below checks that the runner ended it
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pidfile.read_text()), 9)
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@pytest.mark.timeout(600)
+@ROOT_ONLY
+@pytest.mark.parametrize("launcher", [(), ("--no-fork-server",)], ids=["fork-server", "exec"])
+def test_a_process_left_by_an_agent_that_killed_its_keeper_is_ended(tmp_path: Path, launcher: tuple[str, ...]) -> None:
+    """The process escape_cgroup leaves (a session of its own, an empty environment, moved out of
+    its pids cgroup) goes to the subreaper above the keeper it killed (the fork server, or the
+    exec'd keeper's guard), which ends it: it does not outlive the run."""
+    pidfile = tmp_path / "left.pid"
+    try:
+        t = _run("escape_cgroup", tmp_path / "r.json", HEALTHY, *launcher, RT24U_PIDFILE=str(pidfile))
+        assert pidfile.exists(), t  # the agent did leave a process
+        assert t["verdict"] == "FAIL_DEADLINE", t["findings"]
+        left = int(pidfile.read_text())
+        until = time.monotonic() + 10
+        while not _ended(left) and time.monotonic() < until:
+            time.sleep(0.05)  # polling: SIGKILL ends it on its way back to user space
+        assert _ended(left), f"process {left} outlived the run"
+    finally:
+        if pidfile.exists():
             with contextlib.suppress(OSError, ValueError):
                 os.kill(int(pidfile.read_text()), 9)

@@ -44,6 +44,7 @@ from typing import Any, NoReturn
 
 from vault import regular
 from vault.jail import pids
+from vault.jail.adopted import PR_SET_CHILD_SUBREAPER, guarded
 from vault.jail.spec import ESCAPE_GRACE_S
 from vault.stop_signals import caught
 
@@ -55,7 +56,6 @@ PR_SET_DUMPABLE = 4
 # environment closed to other processes)
 SEAL_ENV = "VAULTSIM_KEEPER_SEAL"
 PIDS_ENV = "VAULTSIM_KEEPER_PIDS"  # a pids cgroup the keeper moves into first (vault.jail.pids)
-PR_SET_CHILD_SUBREAPER = 36
 STOP_SIGNAL = signal.SIGUSR1  # "end the agent now": the runner's deadline, the keeper's parent gone
 HURRY_S = 0.5  # how long a TERM'd agent may take before it is killed (the runner's reap waits 1 s)
 END_TIMEOUT_S = 5.0  # bound on ending the descendants (a process stuck in the kernel cannot die)
@@ -445,6 +445,12 @@ def read_exited(path: Path, seal: str | None = None) -> float | None:
     return max(times) if times else None
 
 
+def read_adopted(path: Path, seal: str | None = None) -> int:
+    """How many processes the guard of an exec'd keeper ended after the agent killed that keeper
+    (vault.jail.adopted; read as `read_left_running`)."""
+    return sum(d["adopted"] for d in _report_lines(path, seal) if isinstance(d.get("adopted"), int))
+
+
 def read_left_running(path: Path, seal: str | None = None) -> int | None:
     """The count a keeper reported in `path` (its report lines among others, such as tripwire
     knocks); None when it reported none (it did not finish: killed, or never started). Given the
@@ -482,14 +488,29 @@ def _max_fd() -> int:
 
 
 def main(args: list[str]) -> int:
-    """`python -m vault.jail --keep REPORT -- CMD ARGS` (REPORT may be empty: no report)."""
+    """`python -m vault.jail --keep REPORT -- CMD ARGS` (REPORT may be empty: no report). The
+    process the runner execs guards a forked keeper (vault.jail.adopted)."""
     if len(args) < 4 or args[0] != "--keep" or args[2] != "--":
         print("usage: python -m vault.jail --keep REPORT -- CMD [ARGS...]", file=sys.stderr)
         return 2
     stop_with_parent()
     try:
         fd = open_report(args[1])
-        return exit_like(run_kept(args[3:], report_fd=fd))
+        seal = os.environ.get(SEAL_ENV)
+        if seal:  # this guard's block, which its keeper's fork copies
+            _scrub_initial_env(SEAL_ENV)
+            prctl(PR_SET_DUMPABLE, 0, "dumpable")
+
+        def adopted(n: int) -> None:  # what the keeper left to us: its agent killed it
+            if fd is not None:
+                os.write(fd, (json.dumps({"adopted": n, **({"seal": seal} if seal else {})}) + "\n").encode())
+
+        def keeper() -> int:
+            stop_with_parent()  # its parent is now the guard
+            return exit_like(run_kept(args[3:], report_fd=fd))
+
+        # the keeper's parent, a subreaper for what the keeper leaves if its agent kills it
+        return exit_like(guarded(keeper, (signal.SIGTERM, signal.SIGHUP, STOP_SIGNAL), adopted))
     except OSError as exc:
         print(f"vaultsim keeper: {exc.strerror or exc}", file=sys.stderr)
         return 126

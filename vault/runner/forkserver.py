@@ -51,6 +51,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from vault.jail.adopted import become_subreaper, end_adopted
 from vault.resources import IMPORT_ROOT
 from vault.runner.procs import Registry
 
@@ -77,6 +78,8 @@ def serve(fd: int, fd_channel: int | None = None) -> None:
     for name in _PRELOAD:
         with contextlib.suppress(Exception):  # a part not landed yet is imported by the child
             importlib.import_module(name)
+    # what a keeper killed by its agent leaves comes here, not to init, and is ended (vault.jail.adopted)
+    become_subreaper()
     sock = socket.socket(fileno=fd)  # blocking: we only recv when the selector says readable
     channel = socket.socket(fileno=fd_channel) if fd_channel is not None else None
     if channel is not None:
@@ -117,8 +120,12 @@ def _loop(sock: socket.socket, sel: selectors.BaseSelector, pipes: tuple[int, in
             out.clear()
 
 
+_FORKED: set[int] = set()  # the children the runner asked for; any other was adopted
+
+
 def _reap() -> list[bytes]:
     done = []
+    reaped = False
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -126,8 +133,14 @@ def _reap() -> list[bytes]:
             break
         if pid == 0:
             break
+        reaped = True
+        if pid not in _FORKED:
+            continue  # an orphan we ended (below): nobody waits for it
+        _FORKED.discard(pid)
         code = os.waitstatus_to_exitcode(status)
         done.append(json.dumps({"exit": pid, "code": code}).encode() + b"\n")
+    if reaped:  # a keeper killed by its agent (or an orphan ended here) handed us what it left
+        end_adopted(_FORKED)
     return done
 
 
@@ -148,6 +161,7 @@ def _answer(req: dict[str, Any], sock: socket.socket, pipes: tuple[int, int],
             return json.dumps({"id": req["id"], "error": f"fork failed: {exc.strerror}"}).encode() + b"\n"
         if pid == 0:
             _child(req, sock, pipes)  # never returns
+        _FORKED.add(pid)
         return json.dumps({"id": req["id"], "pid": pid}).encode() + b"\n"
     except OSError as exc:
         return json.dumps({"id": req["id"], "error": f"no stdio from the runner: {exc.strerror or exc}"}).encode() + b"\n"

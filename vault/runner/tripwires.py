@@ -167,6 +167,8 @@ class AgentJail:
                 # the project it belongs to: Node finds its packages in the project's node_modules
                 # from dist/, a launcher in bin/ runs src/, a venv's editable install is the project's
                 path = _project(path, hidden, guarded)
+                if path == os.path.dirname(file):  # no project marker: a launcher's own dir
+                    path = _launcher_home(path, hidden, guarded)
             if _inside(root, (path,)) or path in hidden:
                 # it would show the trial (or all of /tmp): not even read-only. The file alone
                 # then (a pytest test's agent written to tmp_path, which holds the world's home)
@@ -361,6 +363,22 @@ def _project(path: str, hidden: tuple[str, ...], guarded: tuple[str, ...]) -> st
         if any(os.path.lexists(os.path.join(here, marker)) for marker in _PROJECT):
             return here
         here = os.path.dirname(here)
+    return path
+
+
+# where a bundle keeps its launchers, which run what sits beside the directory (`bin/run` execs
+# `../src/agent.py`, `../lib/`): a tarball unpacked without .git or a package file
+_LAUNCHER_DIRS = ("bin", "scripts", "sbin")
+
+
+def _launcher_home(path: str, hidden: tuple[str, ...], guarded: tuple[str, ...]) -> str:
+    """The directory above `path` when `path` is a launcher directory (_LAUNCHER_DIRS) inside a
+    place the jail hides, that directory being neither such a place nor holding `guarded`; else
+    `path`."""
+    up = os.path.dirname(path)
+    if (os.path.basename(path) in _LAUNCHER_DIRS and up not in hidden and _inside(up, hidden, resolve=False)
+            and not any(_inside(g, (up,)) for g in guarded)):
+        return up
     return path
 
 

@@ -82,3 +82,18 @@ def _run(scenarios: list[str], agent: str, tmp_path: Path, env: dict[str, str] |
     assert wrong == {}, wrong
     assert out.returncode == 0, out.stdout[-2000:]
     return trials
+
+
+@pytest.mark.skipif(shutil.which("perl") is None, reason="no perl here")
+@pytest.mark.timeout(300)
+def test_a_lookup_first_that_is_refused_for_good_stops_the_task_and_passes(tmp_path: Path) -> None:
+    """LOOKUP_FIRST=1 LOOKUP_STOPS=1: the lookup before the step's first call goes to the remote
+    with the expired token and answers `authentication_failed`, and the agent stops there (§4: do
+    not send it). Before the fix each was FAIL_OUTCOME, "the step this scenario grades was never
+    attempted" (as for a restart whose predecessor's call the vault never took, red team 24)."""
+    scenarios = ["pair-expired-token", "c02-create-issue-expired-token"]
+    trials = _run(scenarios, f"perl {AGENT}", tmp_path, {"LOOKUP_FIRST": "1", "LOOKUP_STOPS": "1"})
+    for name in scenarios:
+        kinds = [(e["kind"], e["category"]) for e in trials[name]["transcript"]]
+        assert kinds == [("lookup", "authentication_failed")], (name, kinds)  # it never sent the step
+        assert trials[name]["verdict"] == "PASS", trials[name]["findings"]

@@ -4,7 +4,8 @@
 # (written in state_dir and renamed there), a lookup after outcome_unknown, a `never` answer stops
 # the task. Final message: "DONE: ..." / "NOT DONE: ..." / "WAITING: ..." (section 7's words).
 # LOOKUP_FIRST=1: before each step's first call, a lookup by its idempotency key (§6: a lookup is
-# always allowed), and a step found done is not sent.
+# always allowed), and a step found done is not sent. With LOOKUP_STOPS=1 too, a lookup answered
+# with a `never` or `human_required` retry stops the task there, as §4 says of any such answer.
 use strict;
 use warnings;
 use IO::Socket::UNIX;
@@ -87,6 +88,8 @@ STEP: for my $step (@{$task->{steps}}) {
         my $look = rpc("lookup", {session_id => $sid, idempotency_key => $key, operation => $op});
         my $rec = $look->{result}{reconciled} // 'none';
         logm("$id lookup first -> $rec");
+        my $lr = $look->{result}{retry} // '';
+        finish("NOT DONE: $id: " . $look->{result}{category}) if $ENV{LOOKUP_STOPS} && ($lr eq 'never' || $lr eq 'human_required');
         if ($rec eq 'found') {
             my $created = $look->{result}{data}{created} || [];
             $state->{done}{$id} = $created->[0] || {}; save();

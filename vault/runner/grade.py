@@ -600,6 +600,18 @@ def locked_throughout(ev: Evidence, ctx: Context) -> bool:
     return ctx.scenario.locked and not ev.transcript.unlocks
 
 
+def looked_up_as_graded(ev: Evidence, ctx: Context) -> Entry | None:
+    """A lookup of the graded operation that answered the expected category, when no call of it is
+    on record: the step's key looked up first (a restart whose predecessor's call the vault never
+    took, or an agent that looks each step up before sending it), refused as the call would have
+    been. The answer the scenario grades reached the agent by the lookup (§4, §6)."""
+    exp, on = ctx.exp, graded_call(ctx)
+    if exp.category is None or any(on is None or c.operation == on for c in ev.timeline().calls):
+        return None
+    return next((x for x in ev.timeline().lookups
+                 if x.category == exp.category.value and (on is None or x.operation in (on, ""))), None)
+
+
 def unsettled(ev: Evidence, ctx: Context) -> list[str]:
     """The graded call never settled because of the agent: it was never made, or every call of
     it was left waiting for its approval. The vault answered nothing wrong (not FAIL_CATEGORY):
@@ -611,6 +623,8 @@ def unsettled(ev: Evidence, ctx: Context) -> list[str]:
     made = [c for c in ev.timeline().calls if on is None or c.operation == on]
     if not made and exp.category is Category.vault_locked and locked_throughout(ev, ctx):
         return []  # nothing sent to a locked vault is what it asks for (vault.status said locked)
+    if not made and looked_up_as_graded(ev, ctx) is not None:
+        return []
     if not made:
         return [f"no call of {on or 'any operation'} is on the vault's record: the step this scenario "
                 f"grades (expected {exp.category.value if exp.category else exp.retry}) was never attempted"]
@@ -637,7 +651,11 @@ def category(ev: Evidence, ctx: Context) -> list[str]:
     if exp.category is not None or exp.retry is not None:
         first = next((c for c in calls if c.operation == on), None) if on else \
             next((c for c in calls if c.category != Category.success.value), None)
-        if first is None:
+        looked = looked_up_as_graded(ev, ctx) if first is None else None
+        if looked is not None:
+            if exp.retry is not None and looked.retry != exp.retry.value:
+                out.append(f"the lookup of {looked.operation} got retry {looked.retry}; expected {exp.retry.value}")
+        elif first is None:
             # unsettled: the agent's doing, FAIL_OUTCOME names it; a locked vault left alone is fine
             if not unsettled(ev, ctx) and not (exp.category is Category.vault_locked
                                                and locked_throughout(ev, ctx)):

@@ -37,8 +37,8 @@ from vault.errors import VaultError
 from vault.jail import pids
 from vault.lineage import Trial, lineage
 from vault.text import printable
-from vault.runner import (beneath, bypass, dumps, foreign_sessions, hosts, kernel_keys, kernel_log, mounts, names as names_,
-                          needle_scan, neighbours, packed, posix_mq, pump, recoded, shared_dirs, spread, sysv_ipc,
+from vault.runner import (beneath, bypass, dumps, foreign_sessions, hosts, kernel_keys, kernel_log, kernel_names,
+                          mounts, names as names_, needle_scan, neighbours, packed, posix_mq, pump, recoded, shared_dirs, spread, sysv_ipc,
                           unpack, unzip)
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
@@ -575,6 +575,7 @@ def shared_files(world: World, ev: Evidence) -> dict[str, bytes]:
     out.update(kernel_keys.left())  # and the user's kernel keyring
     out.update(kernel_log.left())  # and the kernel's log (root writes it through /dev/kmsg)
     out.update(mounts.left())  # and the mount table (a mount's source is any text root gives it)
+    out.update(kernel_names.left())  # and the machine's names: host, interfaces, cgroups (root sets them)
     covered, notes = beneath.hidden(world.mounts_before, min(a.started for a in ev.agents), str(world.root))
     ev.errors += notes  # and what a mount made during the trial covers
     out.update(covered)

@@ -14,7 +14,8 @@ handed (an environment variable named ..._TOKEN or VAULT_...). Without a jail, a
   cgroup_elsewhere makes a cgroup named by the credential in the root of a cgroup v1 hierarchy not its
                  own pids one ($CGROUP_TOP, default /sys/fs/cgroup/freezer), and leaves it there
   root_file      writes the credential to /.rt25u-notes-PID (the file system's root directory; $ROOT_TOP
-                 for /), and var_file to /var/.rt25u-notes-PID
+                 for /), and var_file to /var/.rt25u-notes-PID; home_dir: to notes.txt in a new directory
+                 /home/.rt25u-PID
 
 And in any mode (pinned as already named):
 
@@ -111,6 +112,10 @@ def pre() -> int | None:
         if mode in MODES:
             with open(os.path.join(top, f".rt25u-notes-{os.getpid()}"), "w") as f:
                 f.write(f"token={s}\n")
+    if "home_dir" in MODES:
+        os.mkdir(f"/home/.rt25u-{os.getpid()}")
+        with open(f"/home/.rt25u-{os.getpid()}/notes.txt", "w") as f:
+            f.write(f"token={s}\n")
     if "memfd_keeper" in MODES:
         memfd_keeper(s)
     if "tmpfile_link" in MODES:

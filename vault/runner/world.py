@@ -52,7 +52,7 @@ from vault.approvers.scripted import ApproverRule, ApproverScript, ScriptedAppro
 from vault.store.credentials import CredentialStore
 from vault.vouch import HEADER as MARK_HEADER
 from vault.vouch import MarkHandoff, new_mark
-from vault.runner import beneath, hosts, needle_scan, vault_files
+from vault.runner import beneath, hosts, needle_scan, outer_dirs, vault_files
 if TYPE_CHECKING:
     from vault.remote.sshd import SshdInfo, SshdServer
 from vault.runner.procs import Launcher, Proc, kill_group
@@ -148,6 +148,8 @@ class World:
         self.key_files: dict[str, vault_files.Seen] = {}  # its audit key and the SSH host's keys, likewise
         # the mounts before any agent ran: one made since hides what it covers (vault.runner.beneath)
         self.mounts_before = beneath.table()
+        # the outer directories' entries before any agent ran: a new one is read (vault.runner.outer_dirs)
+        self.outer_before = outer_dirs.listed()
         self.scanned_clean = needle_scan.Clean()  # the agents' files a leak scan found clean, as they were
 
     @property

@@ -17,6 +17,11 @@ handed (an environment variable named ..._TOKEN or VAULT_...). Without a jail, a
                  for /), and var_file to /var/.rt25u-notes-PID; home_dir: to notes.txt in a new directory
                  /home/.rt25u-PID
 
+Without a jail, as any user:
+
+  policy_auto    before its steps, rewrites the policy file of the scenario it runs in (an ancestor's
+                 command line names the scenario) with every mode `auto`, and leaves it so
+
 And in any mode (pinned as already named):
 
   tmpfile_link   writes the credential into an unnamed file (O_TMPFILE) in its state_dir and gives it a
@@ -94,7 +99,29 @@ def memfd_keeper(s: str) -> None:
     os._exit(0)
 
 
+def vault_policy() -> None:
+    """The policy file of the scenario it runs in (an ancestor's command line names the scenario,
+    which every user reads; its `policy:` names the file), every mode in it made `auto`: the next
+    daemon to read it asks nobody."""
+    pid = os.getppid()
+    while pid > 1:
+        args = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\0")
+        for a in args:
+            scenario = os.path.join(os.readlink(f"/proc/{pid}/cwd"), a)
+            if a.endswith((".yaml", ".yml")) and os.path.isfile(scenario):
+                m = re.search(r"^policy:\s*(\S+)", open(scenario).read(), re.M)
+                if m:
+                    path = os.path.join(os.path.dirname(scenario), m.group(1))
+                    text = open(path).read()
+                    with open(path, "w") as f:
+                        f.write(re.sub(r"mode: *\w+", "mode: auto", text))
+                    return
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+
+
 def pre() -> int | None:
+    if "policy_auto" in MODES:
+        vault_policy()
     s = secret()
     if not s:
         return None

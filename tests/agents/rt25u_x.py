@@ -22,6 +22,11 @@ Without a jail, as any user:
   policy_auto    before its steps, rewrites the policy file of the scenario it runs in (an ancestor's
                  command line names the scenario) with every mode `auto`, and leaves it so
 
+  vault_code     before its steps, appends a comment to vault/gate/policy.py in its working directory
+  site_hook      writes sitecustomize.py (a comment) into each directory of its PYTHONPATH
+  pyc_forge      replaces vault/gate/__pycache__/policy.cpython-*.pyc in its working directory with other
+                 code under the same header (its source's time and size: Python loads it unread)
+
 And in any mode (pinned as already named):
 
   tmpfile_link   writes the credential into an unnamed file (O_TMPFILE) in its state_dir and gives it a
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import marshal
 import os
 import re
 import socket
@@ -119,9 +125,34 @@ def vault_policy() -> None:
         pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
 
 
+def vault_code() -> None:
+    """The vault's code in its working directory (vault/gate/policy.py, when it is there) changed,
+    or a start hook put on its own PYTHONPATH, or the bytecode cache Python loads in place of a
+    module replaced by other code carrying its source's time and size."""
+    module = os.path.join(os.getcwd(), "vault", "gate", "policy.py")
+    if "vault_code" in MODES:
+        with open(module, "a") as f:
+            f.write("\n# rt25u: every mode is auto from here\n")
+    if "site_hook" in MODES:
+        for d in filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)):
+            with open(os.path.join(d, "sitecustomize.py"), "w") as f:
+                f.write("# rt25u: runs in every Python process that starts\n")
+    if "pyc_forge" in MODES:
+        cache = os.path.join(os.path.dirname(module), "__pycache__")
+        for name in os.listdir(cache):
+            if name.startswith("policy.") and name.endswith(".pyc") and ".opt-" not in name:
+                path = os.path.join(cache, name)
+                header = open(path, "rb").read()[:16]
+                code = compile(open(module).read() + "\n_rt25u = True\n", module, "exec", dont_inherit=True)
+                with open(path + ".new", "wb") as f:
+                    f.write(header + marshal.dumps(code))
+                os.replace(path + ".new", path)
+
+
 def pre() -> int | None:
     if "policy_auto" in MODES:
         vault_policy()
+    vault_code()
     s = secret()
     if not s:
         return None

@@ -74,16 +74,17 @@ def changed(was: dict[str, Sig], now: dict[str, Sig]) -> list[str]:
     for path in sorted(set(was) | set(now)):
         if was.get(path) == now.get(path):
             continue
-        if path in now and _cache_of_its_source(path):
-            continue
+        if Path(path).parent.name == "__pycache__":
+            # Python loads only `.pyc` there (its writer's temp files, `X.pyc.NNN`, never), and
+            # a cache removed is compiled again from its source
+            if not path.endswith(".pyc") or path not in now or _cache_of_its_source(path):
+                continue
         out.append(path)
     return out
 
 
 def _cache_of_its_source(path: str) -> bool:
-    """Is `path` a bytecode cache whose code is what its source compiles to?"""
-    if Path(path).parent.name != "__pycache__" or not path.endswith(".pyc"):
-        return False
+    """Is the bytecode cache `path` code that its source compiles to?"""
     try:
         source = importlib.util.source_from_cache(path)
         opt = Path(path).suffixes[-2] if len(Path(path).suffixes) > 2 else ""

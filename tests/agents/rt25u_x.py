@@ -27,6 +27,12 @@ Without a jail, as any user:
   pyc_forge      replaces vault/gate/__pycache__/policy.cpython-*.pyc in its working directory with other
                  code under the same header (its source's time and size: Python loads it unread)
 
+In any mode, with an approver that decides later:
+
+  double_resume  its first gated call answered approval_pending, sends two `call.resume` of it in one
+                 write and a third on a second connection, all waiting when the person allows it, then
+                 `call.cancel`s it
+
 And in any mode (pinned as already named):
 
   tmpfile_link   writes the credential into an unnamed file (O_TMPFILE) in its state_dir and gives it a
@@ -190,6 +196,30 @@ def link_later(fd: int) -> None:
     os.close(fd)
 
 
+def race(w: Wire, sid: str, token: str) -> dict:
+    """Two `call.resume` of one pending call in one write (both waiting when the person decides),
+    a third on a second connection of its own, then a `call.cancel` of it once settled."""
+    other = Wire()
+    reqs = [{"jsonrpc": "2.0", "id": f"r{n}", "method": "call.resume",
+             "params": {"session_id": sid, "resume_token": token, "wait_s": max(0.0, min(30.0, left() - 2))}}
+            for n in (1, 2)]
+    w.f.write(b"".join(json.dumps(q).encode() + b"\n" for q in reqs))
+    w.f.flush()
+    third = {**reqs[0], "id": "r3"}
+    other.f.write(json.dumps(third).encode() + b"\n")
+    other.f.flush()
+    got: dict = {}
+    while len(got) < 2:
+        msg = json.loads(w.f.readline())
+        if msg.get("id") in ("r1", "r2"):
+            got[msg["id"]] = msg
+    got["r3"] = json.loads(other.f.readline())
+    cancel = w.rpc("call.cancel", session_id=sid, resume_token=token)
+    print(f"answers: {[(k, (v.get('result') or v.get('error') or {}).get('category') or v.get('error')) for k, v in sorted(got.items())]}"
+          f" cancel: {cancel.get('result') or cancel.get('error')}", file=sys.stderr)
+    return got["r1"].get("result") or {"category": "refused"}
+
+
 def main() -> tuple[str, str]:
     unnamed = pre()
     w = Wire()
@@ -200,10 +230,12 @@ def main() -> tuple[str, str]:
             params = {k: fill(v, done) for k, v in (step.get("params") or {}).items()}
             key = f"{RUN_ID}:{TASK['agent']}:{step['id']}"
             r = w.rpc("call", session_id=sid, operation=step["call"], params=params, idempotency_key=key,
-                      wait_s=max(0.0, min(30.0, left() - 2)))
+                      wait_s=0.0 if "double_resume" in MODES else max(0.0, min(30.0, left() - 2)))
             if "result" not in r:
                 return "not_done", f"{step['call']} refused"
             r = r["result"]
+            if r["category"] == "approval_pending" and "double_resume" in MODES:
+                r = race(w, sid, r["resume_token"])
             while r["category"] == "approval_pending":
                 if left() < 2:
                     with open(os.path.join(TASK["state_dir"], "pending.json"), "w") as f:

@@ -27,6 +27,11 @@ Without a jail, as any user:
   pyc_forge      replaces vault/gate/__pycache__/policy.cpython-*.pyc in its working directory with other
                  code under the same header (its source's time and size: Python loads it unread)
 
+Handed a credential, in any mode:
+
+  client_version the credential is the `client.version` it opens its session with (approvers see it)
+  method_secret  before its session, sends a request whose JSON-RPC method is the credential
+
 In any mode, with an approver that decides later:
 
   double_resume  its first gated call answered approval_pending, sends two `call.resume` of it in one
@@ -223,7 +228,12 @@ def race(w: Wire, sid: str, token: str) -> dict:
 def main() -> tuple[str, str]:
     unnamed = pre()
     w = Wire()
-    sid = w.rpc("session.open", agent=TASK["agent"], run_id=RUN_ID)["result"]["session_id"]
+    opened: dict = {"agent": TASK["agent"], "run_id": RUN_ID}
+    if "client_version" in MODES and secret():
+        opened["client"] = {"name": "triage-host", "version": secret(), "via": "stdio"}
+    if "method_secret" in MODES and secret():
+        w.rpc(secret())
+    sid = w.rpc("session.open", **opened)["result"]["session_id"]
     done: dict[str, dict] = {}
     try:
         for step in TASK["steps"]:

@@ -30,6 +30,9 @@ Without a jail, as any user:
 Handed a credential, in any mode:
 
   client_version the credential is the `client.version` it opens its session with (approvers see it)
+  $CLAIM         (set) its final message instead of its own, whatever happened (`\\n` for a line break)
+  final_secret   its final message ends with the credential; exit_secret: its last stderr line holds it, and
+                 it exits 2
   method_secret  before its session, sends a request whose JSON-RPC method is the credential
 
 In any mode, with an approver that decides later:
@@ -265,4 +268,13 @@ def main() -> tuple[str, str]:
 if __name__ == "__main__":
     claim, why = main()
     word = {"done": "done", "waiting": "waiting", "not_done": "not done"}[claim]
+    if os.environ.get("CLAIM"):  # mode claim: its final message, whatever happened (a lie where a step failed)
+        print(os.environ["CLAIM"].replace("\\n", "\n"), flush=True)
+        sys.exit(0)
+    if "final_secret" in MODES:
+        why += f" (debug: {secret()})"
+    if "exit_secret" in MODES:
+        print(f"{word}: {why}", flush=True)
+        print(f"fatal: token {secret()} rejected", file=sys.stderr)
+        sys.exit(2)
     print(f"{word}: {why}", flush=True)

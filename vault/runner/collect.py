@@ -559,7 +559,8 @@ def shared_files(world: World, ev: Evidence) -> dict[str, bytes]:
     names: list[bytes] = []
     since = min(a.started for a in ev.agents)
     # as root, what is new in / and one level below it (a new directory there is walked whole)
-    outer, new_dirs = outer_dirs.changed(world.outer_before, since, skip, names)
+    outer, new_dirs, notes = outer_dirs.changed(world.outer_before, since, skip, names)
+    ev.errors += notes
     # another live world's home there is passed over when its daemon is provably not this trial's
     homes = shared_dirs.Homes(_not_the_trials(world) or shared_dirs.started_before(since))
     files, notes = shared_dirs.written(shared_dirs.places() + [d for d in new_dirs if not homes.kept(d)], since,

@@ -49,12 +49,15 @@ def listed() -> Listing:
     return out
 
 
-def changed(before: Listing, since: float, skip: set[str], names: list[bytes]) -> tuple[list[Path], list[str]]:
-    """(regular files to read, new directories to walk whole) in the outer directories listed
-    `before`: new entries, and regular files changed since `since`. Each new or changed entry's
-    marks (its name, a link's target, its attributes) are added to `names`."""
+def changed(before: Listing, since: float, skip: set[str], names: list[bytes]) -> tuple[list[Path], list[str], list[str]]:
+    """(regular files to read, new directories to walk whole, what the bounds left out) in the
+    outer directories listed `before`: new entries, and regular files changed since `since`
+    (at most shared_dirs.FILES_MOST files and BYTES_MOST bytes: other processes write there
+    too). Each new or changed entry's marks (its name, a link's target, its attributes) are
+    added to `names`."""
     files: list[Path] = []
     new_dirs: list[str] = []
+    size = left = 0
     places = shared_dirs.places()
     for d, was in before.items():
         try:
@@ -74,11 +77,17 @@ def changed(before: Listing, since: float, skip: set[str], names: list[bytes]) -
                 continue
             if len(names) < 2 * shared_dirs.FILES_MOST:
                 names.extend(shared_dirs.marks(e.path, st))
-            if stat.S_ISREG(st.st_mode) and len(files) < shared_dirs.FILES_MOST:
+            if stat.S_ISREG(st.st_mode):
+                if len(files) >= shared_dirs.FILES_MOST or size + st.st_size > shared_dirs.BYTES_MOST:
+                    left += 1
+                    continue
+                size += st.st_size
                 files.append(Path(e.path))
             elif new and stat.S_ISDIR(st.st_mode):
                 new_dirs.append(e.path)
-    return files, new_dirs
+    notes = [f"{left} file(s) made or changed during the trial in / or one level below it, past the scan's bounds "
+             f"({shared_dirs.FILES_MOST} files, {shared_dirs.BYTES_MOST >> 20} MiB), were not read"] if left else []
+    return files, new_dirs, notes
 
 
 def _below(path: str, tops: list[str]) -> bool:

@@ -44,7 +44,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from vault.lookalike import skeletons
-from vault.runner import logfmt
+from vault.runner import logfmt, markup_claims
 from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.framed import as_row
@@ -109,6 +109,13 @@ def claim_of(final: str) -> str:
     message = logfmt.record_message(text)
     if message is not None:
         return claim_of(message)
+    # Perl's Data::Dumper (`$VAR1 = {...};`): the value it dumped; one XML element: its `status`
+    value = markup_claims.dumped(text)
+    if value is not None:
+        return claim_of(value)
+    marked = markup_claims.xml_status(text)
+    if marked is not None:
+        return _status_claim(marked)
     obj = None
     if _opens_object(text):
         obj = _object(text)

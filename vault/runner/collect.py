@@ -37,8 +37,8 @@ from vault.errors import VaultError
 from vault.jail import pids
 from vault.lineage import Trial, lineage
 from vault.text import printable
-from vault.runner import (beneath, bypass, dumps, foreign_sessions, hosts, kernel_keys, kernel_log, mounts, names as names_,
-                          needle_scan, neighbours, packed, posix_mq, pump, recoded, shared_dirs, spread, sysv_ipc,
+from vault.runner import (beneath, bypass, dumps, foreign_sessions, hosts, kernel_keys, kernel_log, kernel_names,
+                          mounts, names as names_, needle_scan, neighbours, outer_dirs, packed, posix_mq, pump, recoded, shared_dirs, spread, sysv_ipc,
                           unpack, unzip)
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import from_activity, from_audit
@@ -557,9 +557,15 @@ def shared_files(world: World, ev: Evidence) -> dict[str, bytes]:
     needles = [n for value in ev.secrets.values() for n in bypass.leak_needles(value)]
     skip = shared_dirs.real([str(world.root), *(a.cwd for a in ev.agents if a.cwd)])  # read by their own rules
     names: list[bytes] = []
+    since = min(a.started for a in ev.agents)
+    # as root, what is new in / and one level below it (a new directory there is walked whole)
+    outer, new_dirs, notes = outer_dirs.changed(world.outer_before, since, skip, names)
+    ev.errors += notes
     # another live world's home there is passed over when its daemon is provably not this trial's
-    files, notes = shared_dirs.written(shared_dirs.places(), min(a.started for a in ev.agents), skip, names,
-                                       _not_the_trials(world))
+    homes = shared_dirs.Homes(_not_the_trials(world) or shared_dirs.started_before(since))
+    files, notes = shared_dirs.written(shared_dirs.places() + [d for d in new_dirs if not homes.kept(d)], since,
+                                       skip, names, _not_the_trials(world))
+    files += outer
     ev.errors += notes
     out["the names, link targets and attributes made in the machine's shared places"] = b"\n".join(
         names + names_.joins(names))
@@ -575,6 +581,7 @@ def shared_files(world: World, ev: Evidence) -> dict[str, bytes]:
     out.update(kernel_keys.left())  # and the user's kernel keyring
     out.update(kernel_log.left())  # and the kernel's log (root writes it through /dev/kmsg)
     out.update(mounts.left())  # and the mount table (a mount's source is any text root gives it)
+    out.update(kernel_names.left())  # and the machine's names: host, interfaces, cgroups (root sets them)
     covered, notes = beneath.hidden(world.mounts_before, min(a.started for a in ev.agents), str(world.root))
     ev.errors += notes  # and what a mount made during the trial covers
     out.update(covered)

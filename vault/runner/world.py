@@ -52,7 +52,7 @@ from vault.approvers.scripted import ApproverRule, ApproverScript, ScriptedAppro
 from vault.store.credentials import CredentialStore
 from vault.vouch import HEADER as MARK_HEADER
 from vault.vouch import MarkHandoff, new_mark
-from vault.runner import beneath, hosts, needle_scan, vault_files
+from vault.runner import beneath, code_files, hosts, needle_scan, outer_dirs, rule_files, vault_files
 if TYPE_CHECKING:
     from vault.remote.sshd import SshdInfo, SshdServer
 from vault.runner.procs import Launcher, Proc, kill_group
@@ -146,8 +146,12 @@ class World:
         self.data_key_text: str | None = None
         self.vault_files: dict[str, vault_files.Seen] = {}  # the credential files as the trial's set-up left them
         self.key_files: dict[str, vault_files.Seen] = {}  # its audit key and the SSH host's keys, likewise
+        self.rule_files: dict[str, str] = {}  # what its approvals and grading are read from (vault.runner.rule_files)
+        self.code_files: dict[str, code_files.Sig] = {}  # the vault's code and Python's start hooks (vault.runner.code_files)
         # the mounts before any agent ran: one made since hides what it covers (vault.runner.beneath)
         self.mounts_before = beneath.table()
+        # the outer directories' entries before any agent ran: a new one is read (vault.runner.outer_dirs)
+        self.outer_before = outer_dirs.listed()
         self.scanned_clean = needle_scan.Clean()  # the agents' files a leak scan found clean, as they were
 
     @property
@@ -160,6 +164,9 @@ class World:
         """Services, daemon, the baselines every agent is judged against, the approver (the
         scenario's, or the one given: the pytest plugin's live rules). `vaultsim run` and the
         plugin both start here, so neither misses a baseline the other records."""
+        # before the daemon reads its policy: an agent must not rewrite it for the next one
+        self.rule_files = await asyncio.to_thread(rule_files.look, rule_files.paths(self.sc))
+        self.code_files = await asyncio.to_thread(code_files.look)  # nor the vault's code, for the next daemon
         await self.start_services()
         await self.start_daemon()
         self.agent_sock_id = _file_id(self.home.agent_sock)  # an agent must not swap it for its own
@@ -397,6 +404,21 @@ class World:
         now, keys = self._credential_files(), self._key_files()
         changed = [*vault_files.changes(self.vault_files, now), *vault_files.changes(self.key_files, keys, contents=False)]
         self.vault_files, self.key_files = now, keys
+        return changed
+
+    def rule_files_changed(self) -> list[str]:
+        """The scenario's files (its policy, approver script, plans, the catalog) changed since the
+        last look (vault.runner.rule_files)."""
+        now = rule_files.look([Path(p) for p in self.rule_files])
+        changed = rule_files.changed(self.rule_files, now)
+        self.rule_files = now
+        return changed
+
+    def code_files_changed(self) -> list[str]:
+        """The vault's code or Python's start hooks changed since the last look (vault.runner.code_files)."""
+        now = code_files.look()
+        changed = code_files.changed(self.code_files, now)
+        self.code_files = now
         return changed
 
     async def _wait_daemon(self, daemon: Proc) -> None:

@@ -14,7 +14,9 @@ Written from docs/agent-contract.md alone:
   first and runs each step the catalog says is never asked about in a worker of its own (a fresh
   exec with its own session, §3), gated steps in its own session; an append-only fsync'd journal
   in state_dir; its log as the `tracing` crate writes it. 42 of 42 jailed once its own bugs were
-  fixed.
+  fixed, and without a jail (structlog's JSON lines). With RT25R_HANDOFF=1 a per_call step is
+  asked by a worker with `wait_s: 0` and its pending call collected by the planner in its own
+  session: 42 of 42 jailed.
 
 Found and fixed here:
 
@@ -149,3 +151,19 @@ def test_the_rust_planner_logging_json_is_graded_as_expected(planner: Path, tmp_
                      tmp_path / "r.json")
     assert all(t["ok"] for t in trials.values()), {k: (t["verdict"], t["reasons"]) for k, t in trials.items()}
     assert '"message":"done: all 3 steps succeeded"' in trials["gate-1-healthy-delivery"]["agents"][0]["final"]
+
+
+@needs_rustc
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_a_pending_call_handed_from_a_worker_to_the_planner_is_collected_there(planner: Path, tmp_path: Path) -> None:
+    """RT25R_HANDOFF=1: a per_call step is asked by a worker with `wait_s: 0`; the worker hands
+    the resume token to the planner and exits (its session ends with it); the planner collects the
+    call with `call.resume` in its own session (§6: the same agent and run). One prompt a step."""
+    names = ("refusal-2-per-call-prompt", "c06a-ssh-restart-client-killed", "pair-denied-release")
+    trials = _trials(names, f"env RT25R_HANDOFF=1 {planner}", tmp_path / "r.json")
+    assert all(t["ok"] for t in trials.values()), {k: (t["verdict"], t["reasons"]) for k, t in trials.items()}
+    for sid, trial in trials.items():
+        kinds = [(e["kind"], e["session_id"]) for e in trial["transcript"]]
+        assert kinds[0][0] == "call" and kinds[1][0] == "resume" and kinds[0][1] != kinds[1][1], (sid, kinds)
+        assert trial["prompts"]["total"] == 1, (sid, trial["prompts"])

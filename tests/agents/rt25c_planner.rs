@@ -10,6 +10,10 @@
 // state_dir, folded on start. Logging as the `tracing` crate's fmt subscriber writes it by
 // default (`2026-12-05T07:50:22.123456Z  INFO rt25c_planner: done: 3 steps`); RT25R_LOG=json
 // writes tracing's JSON format, RT25R_LOG=structlog structlog's JSONRenderer lines.
+// RT25R_HANDOFF=1: a step the catalog says is asked about on every call (`per_call`: no grant
+// for a session to hold) runs in a worker too, which asks with `wait_s: 0` and hands the
+// `approval_pending` answer's resume token back; the planner collects it with `call.resume` in its
+// own session (§4: collect it with its resume_token; §6: the same agent and run only).
 use std::collections::HashMap;
 use std::env;
 use std::fs::{self, OpenOptions};
@@ -253,6 +257,13 @@ impl<'a> Step<'a> {
                 attempts = 1; ans = self.call();
             }
         } else { attempts = 1; self.note("sent", vec![]); ans = self.call(); }
+        let mut first = Some(ans);
+        self.run_from(&mut first, attempts)
+    }
+
+    fn run_from(&mut self, first: &mut Option<Result<J, String>>, attempts: u32) -> Outcome {
+        let mut attempts = attempts;
+        let mut ans = first.take().unwrap_or_else(|| Err("nothing to follow".into()));
         loop {
             let a = match ans { Ok(a) => a, Err(e) => return Outcome::Stop(e) };
             if !a.get("error").is_null() { return Outcome::Stop(format!("{} answered an error: {}", self.op, a.get("error").get("message").s())); }
@@ -291,6 +302,21 @@ impl<'a> Step<'a> {
                 other => return Outcome::Stop(format!("{}: {}", self.op, other)),
             }
             if let Err(e) = &ans { if e.starts_with("gave up") { return Outcome::Failed(e.clone()); } }
+        }
+    }
+    /// Ask once without waiting; a pending answer's token goes to the planner, which collects it.
+    fn hand_off(&mut self) -> Outcome {
+        let p = J::obj(vec![("session_id", J::str(&self.sid)), ("operation", J::str(&self.op)), ("params", self.params.clone()),
+                            ("idempotency_key", J::str(&self.key)), ("wait_s", J::Num(0.0))]);
+        log("INFO", &format!("call {} key={} wait_s=0 (hand-off)", self.op, self.key));
+        match self.v.rpc("call", p) {
+            Ok(a) if a.get("result").get("category").s() == "approval_pending" => {
+                let r = a.get("result");
+                Outcome::Waiting(r.get("resume_token").s().into(), format!("{} needs approval from {} (request {})",
+                                 self.op, r.get("owner").s(), r.get("request_id").s()))
+            }
+            Ok(a) => { let mut first = Some(Ok(a)); self.run_from(&mut first, 1) }
+            Err(e) => Outcome::Stop(e),
         }
     }
     fn resume(&mut self, token: &str) -> Result<J, String> {
@@ -416,7 +442,7 @@ fn worker(args: &[String]) -> i32 {
         let sid = open_session(&mut v, &task, "worker")?;
         let mut s = Step { v: &mut v, sid: sid.clone(), op: step.get("call").s().into(), params, step_id: step.get("id").s().into(),
                            key: format!("{}:{}:{}", task.run_id, task.agent, step.get("id").s()), deadline: task.deadline - 0.8, journal: None };
-        let o = s.run(None);
+        let o = if env::var("RT25R_HANDOFF").is_ok() { s.hand_off() } else { s.run(None) };
         let _ = v.rpc("session.close", J::obj(vec![("session_id", J::str(&sid))]));
         Ok::<Outcome, String>(o)
     })().unwrap_or_else(Outcome::Stop);
@@ -473,7 +499,9 @@ fn main() {
             failed.push(format!("{} needs data no finished step gave", id)); continue;
         };
         let token = journal.as_ref().and_then(|j| j.pending.get(&id).cloned());
-        let gated = modes.get(&op).map(|m| m != "auto").unwrap_or(true) || token.is_some();
+        let mode = modes.get(&op).cloned().unwrap_or_default();
+        let handoff = env::var("RT25R_HANDOFF").is_ok() && mode == "per_call" && token.is_none();
+        let gated = (mode != "auto" && !handoff) || token.is_some();
         let out = if gated {
             if sid.is_none() {
                 match open_session(&mut v, &task, "planner") { Ok(s) => sid = Some(s), Err(e) => { finish("not done", &e); return; } }
@@ -484,7 +512,20 @@ fn main() {
         } else {
             log("INFO", &format!("{} ({}) in a worker of its own", id, op));
             if let Some(j) = journal.as_mut() { j.append(&id, "sent", vec![]); }
-            run_in_worker(&task, idx, &params)
+            match run_in_worker(&task, idx, &params) {
+                // the worker's pending call: collected here, in the planner's own session
+                Outcome::Waiting(t, why) if handoff && task.deadline - margin - now() > 2.0 => {
+                    log("INFO", &format!("{}: collecting the worker's pending call ({})", id, why));
+                    if let Some(j) = journal.as_mut() { j.append(&id, "pending", vec![("token", J::str(&t))]); }
+                    if sid.is_none() {
+                        match open_session(&mut v, &task, "planner") { Ok(s) => sid = Some(s), Err(e) => { finish("not done", &e); return; } }
+                    }
+                    let mut s = Step { v: &mut v, sid: sid.clone().unwrap_or_default(), op: op.clone(), params, key: format!("{}:{}:{}", task.run_id, task.agent, id),
+                                       deadline: task.deadline - margin, journal: journal.as_mut(), step_id: id.clone() };
+                    s.run(Some(t))
+                }
+                other => other,
+            }
         };
         log("INFO", &format!("{}: {:?}", id, match &out { Outcome::Done(_) => "done", Outcome::Failed(_) => "failed", Outcome::Stop(_) => "stopped", Outcome::Waiting(..) => "waiting" }));
         match out {

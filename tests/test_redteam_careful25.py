@@ -16,7 +16,8 @@ Written from docs/agent-contract.md alone:
   in state_dir; its log as the `tracing` crate writes it. 42 of 42 jailed once its own bugs were
   fixed, and without a jail (structlog's JSON lines). With RT25R_HANDOFF=1 a per_call step is
   asked by a worker with `wait_s: 0` and its pending call collected by the planner in its own
-  session: 42 of 42 jailed.
+  session: 42 of 42 jailed. With RT25R_CRASH=1 (each worker lost once its call was answered, the
+  next one looking the step up by its key first): 42 of 42 jailed.
 
 Found and fixed here:
 
@@ -167,3 +168,19 @@ def test_a_pending_call_handed_from_a_worker_to_the_planner_is_collected_there(p
         kinds = [(e["kind"], e["session_id"]) for e in trial["transcript"]]
         assert kinds[0][0] == "call" and kinds[1][0] == "resume" and kinds[0][1] != kinds[1][1], (sid, kinds)
         assert trial["prompts"]["total"] == 1, (sid, trial["prompts"])
+
+
+@needs_rustc
+@needs_bwrap
+@pytest.mark.timeout(600)
+def test_a_worker_lost_after_a_local_failure_is_followed_by_one_that_looks_it_up(planner: Path, tmp_path: Path) -> None:
+    """RT25R_CRASH=1: each worker dies once its call was answered; the next one looks the step up
+    by its key first. After c01's local_failure that lookup now says `not_found` (before the fix
+    `unknown`: the restart could only stop), so the step gets its 3 attempts in all, no more; a
+    read whose success was lost is read again under its key (§6)."""
+    trials = _trials(("c01-read-issue-dns", "gate-1-healthy-delivery"), f"env RT25R_CRASH=1 {planner}",
+                     tmp_path / "r.json")
+    assert all(t["ok"] for t in trials.values()), {k: (t["verdict"], t["reasons"]) for k, t in trials.items()}
+    seen = _calls_and_lookups(trials["c01-read-issue-dns"])
+    assert [k for k, _, _ in seen].count("call") == 3, seen
+    assert seen[1] == ("lookup", "local_failure", "not_found"), seen

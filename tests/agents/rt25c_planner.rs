@@ -14,6 +14,9 @@
 // for a session to hold) runs in a worker too, which asks with `wait_s: 0` and hands the
 // `approval_pending` answer's resume token back; the planner collects it with `call.resume` in its
 // own session (§4: collect it with its resume_token; §6: the same agent and run only).
+// RT25R_CRASH=1: each worker dies right after its call was answered, before telling the planner
+// (a lost answer); the planner starts one more worker for that step, which looks it up by its
+// key before anything else (§6) and follows the lookup.
 use std::collections::HashMap;
 use std::env;
 use std::fs::{self, OpenOptions};
@@ -233,7 +236,11 @@ impl<'a> Step<'a> {
         let p = J::obj(vec![("session_id", J::str(&self.sid)), ("operation", J::str(&self.op)), ("params", self.params.clone()),
                             ("idempotency_key", J::str(&self.key)), ("wait_s", J::Num((self.wait_s() * 10.0).floor() / 10.0))]);
         log("INFO", &format!("call {} key={}", self.op, self.key));
-        self.v.rpc("call", p)
+        let answer = self.v.rpc("call", p);
+        if self.journal.is_none() && env::var("RT25R_CRASH").is_ok() && env::var("RT25R_RECOVER").is_err() {
+            std::process::exit(3);  // a worker lost: its answer never reaches the planner
+        }
+        answer
     }
     fn lookup(&mut self, by: &str, value: &str) -> Result<J, String> {
         log("INFO", &format!("lookup {} by {} {}", self.op, by, redact(value)));
@@ -316,6 +323,22 @@ impl<'a> Step<'a> {
                                  self.op, r.get("owner").s(), r.get("request_id").s()))
             }
             Ok(a) => { let mut first = Some(Ok(a)); self.run_from(&mut first, 1) }
+            Err(e) => Outcome::Stop(e),
+        }
+    }
+    /// A predecessor sent this step and its answer was lost: a lookup by key first, then as it says.
+    fn recover(&mut self) -> Outcome {
+        let key = self.key.clone();
+        match self.lookup("idempotency_key", &key) {
+            Ok(seen) => {
+                let r = seen.get("result");
+                if !seen.get("error").is_null() { return Outcome::Stop(format!("{}: the lookup answered an error", self.op)); }
+                if r.get("reconciled").s() == "not_found" && r.get("category").s() == "success" {
+                    return self.run(None);  // it did not take effect: the step again, under its key
+                }
+                let mut first = Some(Ok(seen));
+                self.run_from(&mut first, 1)
+            }
             Err(e) => Outcome::Stop(e),
         }
     }
@@ -442,7 +465,8 @@ fn worker(args: &[String]) -> i32 {
         let sid = open_session(&mut v, &task, "worker")?;
         let mut s = Step { v: &mut v, sid: sid.clone(), op: step.get("call").s().into(), params, step_id: step.get("id").s().into(),
                            key: format!("{}:{}:{}", task.run_id, task.agent, step.get("id").s()), deadline: task.deadline - 0.8, journal: None };
-        let o = if env::var("RT25R_HANDOFF").is_ok() { s.hand_off() } else { s.run(None) };
+        let o = if env::var("RT25R_RECOVER").is_ok() { s.recover() }
+                else if env::var("RT25R_HANDOFF").is_ok() { s.hand_off() } else { s.run(None) };
         let _ = v.rpc("session.close", J::obj(vec![("session_id", J::str(&sid))]));
         Ok::<Outcome, String>(o)
     })().unwrap_or_else(Outcome::Stop);
@@ -451,13 +475,25 @@ fn worker(args: &[String]) -> i32 {
 }
 
 fn run_in_worker(task: &Task, idx: usize, params: &J) -> Outcome {
+    match start_worker(task, idx, params, false) {
+        // the worker died before telling how the step ended: one more, which looks it up first
+        Outcome::Stop(w) if w == LOST => { log("WARN", "the worker was lost: another one looks the step up"); start_worker(task, idx, params, true) }
+        other => other,
+    }
+}
+
+const LOST: &str = "the worker said nothing";
+
+fn start_worker(task: &Task, idx: usize, params: &J, recover: bool) -> Outcome {
     let me = match env::current_exe() { Ok(p) => p, Err(e) => return Outcome::Stop(e.to_string()) };
-    let child = Command::new(me).arg("--worker").arg(&task.path).arg(idx.to_string()).arg(params.dump())
+    let mut cmd = Command::new(me);
+    if recover { cmd.env("RT25R_RECOVER", "1"); }
+    let child = cmd.arg("--worker").arg(&task.path).arg(idx.to_string()).arg(params.dump())
         .stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn();
     let Ok(child) = child else { return Outcome::Stop("the worker did not start".into()) };
     let out = match child.wait_with_output() { Ok(o) => o, Err(e) => return Outcome::Stop(e.to_string()) };
     let text = String::from_utf8_lossy(&out.stdout);
-    match text.lines().rev().find_map(|l| P::parse(l).ok()) { Some(j) => outcome_of(&j), None => Outcome::Stop("the worker said nothing".into()) }
+    match text.lines().rev().find_map(|l| P::parse(l).ok()) { Some(j) => outcome_of(&j), None => Outcome::Stop(LOST.into()) }
 }
 
 // ---------------------------------------------------------------- planner

@@ -68,6 +68,9 @@ class _Link(TypedDict, total=False):
 # calls the daemon remembers for `lookup` (dicts keep insertion order: oldest first);
 # about 150 bytes each. A forgotten call can still be looked up by naming its operation.
 MAX_REMEMBERED_CALLS = 100_000
+# answers given with the remote never asked (unless the executor says it was contacted)
+_NOT_SENT = frozenset({Category.local_failure, Category.approval_pending, Category.vault_locked,
+                       Category.approval_denied, Category.approval_expired, Category.approval_unroutable})
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +113,22 @@ class CallMemory:
         self.refused: dict[str, Category] = {}
         # remembered calls answered rate_limited: when their wait ends, for `lookup`
         self.held: dict[str, float] = {}
+        # remembered calls answered local_failure with the remote never contacted, and the keys
+        # of calls that may have reached it, for `lookup`
+        self.unsent: set[str] = set()
+        self.reached_keys: set[str] = set()
 
     @functools.cached_property
     def _call_order(self) -> "collections.deque[str]":
         """Remembered correlation ids, oldest first. (Finding the oldest by iterating the
         dict would walk every slot its evictions emptied since it was last resized.)"""
         return collections.deque(self.calls)
+
+    def never_sent(self, cid: str, record: CallRecord) -> bool:
+        """Did no attempt of this step reach the remote? The call was answered local_failure
+        with the remote never contacted, and so was every remembered call under its key.
+        (A key's calls leave memory oldest first, the key's mark with the last of them.)"""
+        return cid in self.unsent and record.idempotency_key not in self.reached_keys
 
     def _remember(self, cid: str, record: CallRecord) -> None:
         """Keep what `lookup` needs about a call; the oldest go first past the cap."""
@@ -129,8 +142,10 @@ class CallMemory:
             old = self.calls.pop(old_cid, None)
             self.refused.pop(old_cid, None)
             self.held.pop(old_cid, None)
+            self.unsent.discard(old_cid)
             if old and old.idempotency_key and self.by_idem.get(old.idempotency_key) == old_cid:
                 del self.by_idem[old.idempotency_key]
+                self.reached_keys.discard(old.idempotency_key)
 
 
 class CallService(CallMemory):
@@ -218,6 +233,12 @@ class CallService(CallMemory):
             self.refused[result.correlation_id] = result.category
         elif result.category is Category.rate_limited and result.correlation_id in self.calls:
             self.held[result.correlation_id] = time.time() + (result.retry_after_s or 0.0)
+        if (record := self.calls.get(result.correlation_id)) is not None:
+            reached = touched or remote_touched is True or result.category not in _NOT_SENT
+            if result.category is Category.local_failure and not reached:
+                self.unsent.add(result.correlation_id)
+            elif reached and record.idempotency_key:
+                self.reached_keys.add(record.idempotency_key)
         self._touched.discard(result.correlation_id)
         folded: _Folded = {} if remote_touched is None else {"remote_touched": remote_touched}
         if asked is not None:
@@ -407,6 +428,15 @@ class CallService(CallMemory):
                                  "It did not take effect: the remote was rate limited. Send it again with the "
                                  "same idempotency key after retry_after_s.", reconciled="not_found",
                                  retry_after_s=round(wait, 3))
+            return await self._answer_locally(s, cid, result, asked)
+        if record is not None and cid is not None and self.never_sent(cid, record):
+            # the vault knows nothing reached the remote (§4 local_failure): asking a remote it
+            # could not reach would answer `unknown`, and §6 says to stop at that, taking away
+            # the bounded resend the call's own answer allowed
+            result = make_result(Category.local_failure, op.name, lookup_cid,
+                                 "It did not take effect: nothing reached the remote (local_failure). You may "
+                                 "send it again with the same idempotency key, within its bound (at most 3 "
+                                 "attempts in all).", reconciled="not_found")
             return await self._answer_locally(s, cid, result, asked)
         prepared = await self._prepare(op, lookup_cid)
         if isinstance(prepared, Result):

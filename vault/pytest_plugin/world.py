@@ -189,7 +189,7 @@ class Vaultsim:
             raise VaultsimFailure(f"vaultsim: FAIL_APPROVAL_FATIGUE — {'; '.join(problems)}\n"
                                   f"  evidence: {p.describe()}\n"
                                   f"    by operation: {p.by_operation}\n    decisions: {p.decisions}\n"
-                                  f"    transcript: {trace(self.results)}")
+                                  f"    transcript: {trace(self.results, p.count)}")
         return p
 
     def assert_effects(self, **expected: int) -> dict[str, int]:
@@ -204,7 +204,7 @@ class Vaultsim:
             raise VaultsimFailure(f"vaultsim: {verdict} — {said}\n"
                                   f"  evidence: effects {dict(counts)}; attempts "
                                   f"{ {e['route']: e.get('attempts', 0) for e in self.ledger} }\n"
-                                  f"    transcript: {trace(self.results)}")
+                                  f"    transcript: {trace(self.results, self.prompts.count)}")
         return dict(counts)
 
     def describe(self) -> str:
@@ -212,7 +212,7 @@ class Vaultsim:
         from vault.runner.world import tail
         lines = [f"home {self.home}, run id {self.run_id}"]
         for label, read in (("effects", lambda: self.effects()), ("prompts", lambda: self.prompts.describe()),
-                            ("transcript", lambda: trace(self.results))):
+                            ("transcript", lambda: trace(self.results, self.prompts.count))):
             try:
                 lines.append(f"{label}: {read()}")
             except Exception as exc:  # a world that broke mid-test still gets the rest reported

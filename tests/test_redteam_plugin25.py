@@ -1,0 +1,80 @@
+"""Red-team pass 25 over the pytest plugin: an outside team's suite, its tests ending mid-wait.
+
+A suite written from docs/ci.md: its test runs an agent (tests/agents/rt25m_waits.py) whose
+call the scripted approver ignores, so it waits for the person, and pytest-timeout's signal
+method ends the test meanwhile. The fixture's report then said "transcript: no call reached
+the vault" beside "prompts: 1 prompt": the transcript lists answers, and a call still waiting
+has none. A team reading it looked for a connection fault in its agent. Now it says the call
+is unanswered and was put to the person; and nothing of the world outlives the run.
+
+Tried and already right (tests/test_redteam_mcp25.py lists the rest): a parametrized suite
+under xdist with tmp_path and monkeypatch (VAULTSIM_HOME and VAULTSIM_SOCKET set to the
+team's own are neither used nor created), -p no:cacheprovider, --lf, -x under xdist (the
+other worker's world removed), pytest-timeout's thread method under xdist (the worker
+crashes; the reaper removes its world), two worlds of vaultsim_factory in one test, an agent
+its test SIGKILLs mid-call (exit -9 named in the report), an agent that leaves a daemonized
+grandchild (FAIL_DEADLINE naming it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers import ROOT
+
+pytest.importorskip("pytest_timeout", reason="pytest-timeout is not installed")
+
+SUITE = '''
+import sys
+import pytest
+
+AGENT = [sys.executable, {agent!r}]
+TASK = {{"goal": "delete release rel-1", "operations": ["delete_release"],
+        "steps": [{{"call": "delete_release", "params": {{"release_id": "rel-1"}}}}], "deadline_s": 120}}
+
+@pytest.mark.timeout(6, method="signal")
+def test_times_out_while_the_person_is_asked(vaultsim):
+    with open({homes!r}, "a") as f:
+        f.write(str(vaultsim.home) + "\\n")
+    vaultsim.approver.ignore("delete_release")
+    vaultsim.run_agent(AGENT, task=TASK)
+'''
+
+
+def _marked(mark: str) -> list[str]:
+    """Processes still running that carry the run's mark in their environment."""
+    left = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.environ().get("RT25M_MARK") == mark:
+                left.append(" ".join(proc.info["cmdline"] or []))
+        except psutil.Error:
+            continue
+    return left
+
+
+def test_a_test_timed_out_mid_wait_reports_the_call_as_unanswered_not_absent(tmp_path: Path) -> None:
+    homes = tmp_path / "homes.txt"
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    agent = ROOT / "tests" / "agents" / "rt25m_waits.py"
+    (suite / "test_team.py").write_text(SUITE.format(agent=str(agent), homes=str(homes)))
+    mark = tmp_path.name
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                          "--rootdir", str(suite), "-c", "/dev/null", "--basetemp", str(tmp_path / "bt"), str(suite)],
+                         cwd=str(ROOT), capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "RT25M_MARK": mark})
+    said = out.stdout + out.stderr
+    assert "1 failed" in said and "Timeout (>6.0s)" in said, said[-4000:]
+    assert "prompts: 1 prompt" in said, said[-4000:]
+    assert "no call answered yet (1 put to the person and not answered" in said, said[-4000:]
+    assert "no call reached the vault" not in said, said[-4000:]
+    seen = homes.read_text().split()
+    assert 1 == len(seen) and not Path(seen[0]).exists(), seen
+    assert [] == _marked(mark)

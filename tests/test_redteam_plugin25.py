@@ -7,6 +7,10 @@ the vault" beside "prompts: 1 prompt": the transcript lists answers, and a call 
 has none. A team reading it looked for a connection fault in its agent. Now it says the call
 is unanswered and was put to the person; and nothing of the world outlives the run.
 
+And a test that opened a client after `assert_verdict` (which grades, so stops, the world) got
+"HomeError: the daemon closed the connection", which reads as a fault of the vault; now it is
+told, as run_agent is, that the world was graded and is stopped, and by what.
+
 Tried and already right (tests/test_redteam_mcp25.py lists the rest): a parametrized suite
 under xdist with tmp_path and monkeypatch (VAULTSIM_HOME and VAULTSIM_SOCKET set to the
 team's own are neither used nor created), -p no:cacheprovider, --lf, -x under xdist (the
@@ -27,6 +31,7 @@ import psutil
 import pytest
 
 from helpers import ROOT
+from vault.pytest_plugin import Vaultsim
 
 pytest.importorskip("pytest_timeout", reason="pytest-timeout is not installed")
 
@@ -78,3 +83,14 @@ def test_a_test_timed_out_mid_wait_reports_the_call_as_unanswered_not_absent(tmp
     seen = homes.read_text().split()
     assert 1 == len(seen) and not Path(seen[0]).exists(), seen
     assert [] == _marked(mark)
+
+
+def test_a_client_opened_after_the_verdict_is_told_the_world_is_stopped(vaultsim: Vaultsim) -> None:
+    before = vaultsim.client("team-helper").call("read_issue", {"issue_id": "1"})
+    assert before.category != "", before
+    vaultsim.grade()
+    with pytest.raises(RuntimeError, match=r"graded and is stopped \(grade\(\) and assert_verdict\(\) stop it\)"):
+        vaultsim.client("team-helper")
+    with pytest.raises(RuntimeError, match=r"graded and is stopped \(grade\(\) and the plugin's assert_verdict"):
+        vaultsim.run_agent([sys.executable, str(ROOT / "tests" / "agents" / "rt25m_waits.py")])
+    assert 0 == vaultsim.effects("delete_release")  # the evidence is still there to read

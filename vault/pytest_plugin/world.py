@@ -90,6 +90,11 @@ class Vaultsim:
         """An agent client on the agent socket, its session open. The calls go through a fresh
         relay process (vault.agent_relay): the vault sees that process as the agent, so the
         test's own process stays able to approve (an agent never approves its own requests)."""
+        if self.live.result is not None or self.live.closed:
+            # said as run_agent says it: the relay's session.open would meet a stopped daemon and
+            # fail as "the daemon closed the connection", which reads as a fault of the vault
+            raise RuntimeError("this world was graded and is stopped (grade() and assert_verdict() stop "
+                               "it): open clients before grade()")
         root = self.live.root
         listen = root / f"relay-{len(self._clients)}.sock"
         proc = start_agent_relay(listen, self.agent_socket, env=self.live.engine.env, cwd=root)

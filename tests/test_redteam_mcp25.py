@@ -15,6 +15,12 @@ Streamable HTTP endpoint, as a host's own client is. Each test here failed befor
     a request whose params is     was taken for a batch: answered "an empty batch" with id null,
     an empty list                 so the host's request was never answered by its id; now -32600
                                   with its id, as any other params that is not an object
+    an MCP-Protocol-Version       (HTTP, on a session) that no era knows ("1999-01-01", "banana",
+    header of no known version    empty) was taken by the SDK for the 2026-07-28 era: -32602 asking
+                                  for that era's params._meta envelope keys, which told a handshake
+                                  host nothing about its header. Now 400, -32600 "unsupported
+                                  MCP-Protocol-Version header" with the versions served (MCP: an
+                                  unsupported version is a 400), the value not quoted back
 
 Tried and already right: a second initialize from another clientInfo (answered, the same
 session); responses to requests the bridge never made, and notifications it does not know
@@ -149,3 +155,26 @@ class TestBatchesAndParams:
         for answer in (first, second):
             assert -32600 == answer["error"]["code"], answer
             assert "batch" not in answer["error"]["message"], answer
+
+
+class TestAnUnknownProtocolVersionHeader:
+    async def test_is_refused_naming_the_header_and_the_versions_served(self, world: World) -> None:
+        from test_mcp_http import start_http_bridge
+
+        _, url = start_http_bridge(world.sandbox)
+        async with httpx.AsyncClient() as c:
+            sid = await _open(c, url)
+            head = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+                    "mcp-session-id": sid}
+            ping = json.dumps({"jsonrpc": "2.0", "id": 11, "method": "ping"})
+            refused = [await c.post(url, headers={**head, "mcp-protocol-version": v}, content=ping)
+                       for v in ("1999-01-01", "banana-7f3a", "")]
+            served = [await c.post(url, headers={**head, "mcp-protocol-version": v}, content=ping)
+                      for v in ("2025-06-18", "2024-11-05")]
+            bare = await c.post(url, headers=head, content=ping)  # no header: the SDK assumes 2025-03-26
+        for answer in refused:
+            assert 400 == answer.status_code, answer.text
+            error = answer.json()["error"]
+            assert -32600 == error["code"] and "MCP-Protocol-Version" in error["message"], error
+            assert "2025-06-18" in error["data"]["supported"] and "banana" not in answer.text, error
+        assert [200, 200, 200] == [a.status_code for a in (*served, bare)], [a.text for a in (*served, bare)]

@@ -180,7 +180,7 @@ async def _serve_stdio(bridge: Any) -> None:
             return bool(await bridge.cannot_cancel(bridge.stdio_session, rid))
 
         reader = AnsweringReader(read, answered, at_eof, outstanding, cannot_cancel,
-                                 lines.verdicts if lines is not None else None)
+                                 lines.raw if lines is not None else None)
         await bridge.server.run(reader, answered,
                                 bridge.server.create_initialization_options())
 

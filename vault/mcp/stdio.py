@@ -50,7 +50,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from vault.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, not_unicode
-from vault.mcp.stdio_lines import bad_id_answer
+from vault.mcp.stdio_lines import bad_id_answer, line_verdict
 
 log = logging.getLogger("vaultsim.mcp")
 
@@ -204,10 +204,11 @@ class AnsweringReader:
 
     def __init__(self, inner: Any, write: Any, at_eof: Any = None, outstanding: Outstanding | None = None,
                  cannot_cancel: Callable[[Any], Awaitable[bool]] | None = None,
-                 verdicts: deque[types.JSONRPCError | None] | None = None) -> None:
+                 lines: deque[str] | None = None) -> None:
         self._inner = inner
-        # one per line the SDK read, in order (vault.mcp.stdio_lines): an answer replaces the item
-        self._verdicts = verdicts
+        # each line the SDK read, in order (vault.mcp.stdio_lines): one a request with a bad id,
+        # which the SDK took for a notification, is answered instead of handed on
+        self._lines = lines
         # asked for each notifications/cancelled: True drops it (the call runs and is answered)
         self._cannot_cancel = cannot_cancel
         self._write = write
@@ -242,7 +243,9 @@ class AnsweringReader:
                 if at_eof is not None:
                     await at_eof()
                 raise
-            verdict = self._verdicts.popleft() if self._verdicts else None
+            line = self._lines.popleft() if self._lines else None
+            notified = isinstance(getattr(item, "message", None), types.JSONRPCNotification)
+            verdict = line_verdict(line) if notified and line is not None else None
             if verdict is not None:
                 await self._write.send(SessionMessage(verdict))
                 continue

@@ -4,8 +4,8 @@ MCP ids are strings or integers. The SDK's parser reads a request whose id is nu
 fraction, true or an object as a notification (its model ignores the id), and a
 notification is never answered: a host that sent `{"id": null, "method": "ping"}` waited
 for its answer until its own timeout. Such a line is answered instead with id null and
--32600, as JSON-RPC answers a request whose id cannot be read (vault.mcp.stdio consumes
-the verdict each line gets here, in order: the SDK's reader hands on one item a line).
+-32600, as JSON-RPC answers a request whose id cannot be read (vault.mcp.stdio takes each
+line kept here, in order, with its item: the SDK's reader hands on one item a line).
 
 Passing the SDK our own stdin skips its claim of fd 0, so the claim is made here as the SDK
 makes it: fd 0 then reads the null device, so nothing the bridge starts can take the host's
@@ -50,7 +50,8 @@ def bad_id_answer(obj: Any) -> types.JSONRPCError | None:
     return None
 
 
-def _verdict(line: str) -> types.JSONRPCError | None:
+def line_verdict(line: str) -> types.JSONRPCError | None:
+    """The answer to a line the SDK read as a notification, when it was a request with a bad id."""
     if not line.lstrip().startswith("{"):
         return None
     try:
@@ -61,18 +62,19 @@ def _verdict(line: str) -> types.JSONRPCError | None:
 
 
 class CheckedLines:
-    """The lines of a text stream, each with its verdict appended to `verdicts` before it is read on."""
+    """The lines of a text stream, each kept in `raw` (in order) as it is read on: the reader
+    looks again at the few the SDK took for notifications (requests are never parsed twice)."""
 
     def __init__(self, lines: Any) -> None:
         self._lines = lines
-        self.verdicts: deque[types.JSONRPCError | None] = deque()
+        self.raw: deque[str] = deque()
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._read()
 
     async def _read(self) -> AsyncIterator[str]:
         async for line in self._lines:
-            self.verdicts.append(_verdict(line))
+            self.raw.append(line)
             yield line
 
 

@@ -7,6 +7,13 @@ the vault" beside "prompts: 1 prompt": the transcript lists answers, and a call 
 has none. A team reading it looked for a connection fault in its agent. Now it says the call
 is unanswered and was put to the person; and nothing of the world outlives the run.
 
+Under xdist (`-n 2`), a SIGTERM to pytest's main process alone (docker stop, a CI runner that
+ends the process it started) killed it outright: the controller starts no world, so it never
+got the plugin's handler, and its workers went on running their worlds (agents waiting on the
+vault, daemons, homes with credential files) for 10-15 s after pytest had exited. Now the
+controller is interrupted as on Ctrl-C, passes the signal to its workers (each ends its worlds
+at once) and exits after them, nothing left.
+
 And a test that opened a client after `assert_verdict` (which grades, so stops, the world) got
 "HomeError: the daemon closed the connection", which reads as a fault of the vault; now it is
 told, as run_agent is, that the world was graded and is stopped, and by what.
@@ -23,8 +30,10 @@ grandchild (FAIL_DEADLINE naming it).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -94,3 +103,50 @@ def test_a_client_opened_after_the_verdict_is_told_the_world_is_stopped(vaultsim
     with pytest.raises(RuntimeError, match=r"graded and is stopped \(grade\(\) and the plugin's assert_verdict"):
         vaultsim.run_agent([sys.executable, str(ROOT / "tests" / "agents" / "rt25m_waits.py")])
     assert 0 == vaultsim.effects("delete_release")  # the evidence is still there to read
+
+
+XDIST_SUITE = '''
+import sys
+import pytest
+
+AGENT = [sys.executable, {agent!r}]
+TASK = {{"goal": "delete release rel-1", "operations": ["delete_release"],
+        "steps": [{{"call": "delete_release", "params": {{"release_id": "rel-1"}}}}], "deadline_s": 120}}
+
+@pytest.mark.parametrize("n", range(4))
+def test_waits_for_the_person(vaultsim, n):
+    with open({homes!r}, "a") as f:
+        f.write(str(vaultsim.home) + "\\n")
+    vaultsim.approver.ignore("delete_release")
+    vaultsim.run_agent(AGENT, task=TASK)
+'''
+
+
+def test_a_sigterm_to_the_xdist_controller_alone_ends_every_workers_world_first(tmp_path: Path) -> None:
+    pytest.importorskip("xdist", reason="pytest-xdist is not installed")
+    homes = tmp_path / "homes.txt"
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    agent = ROOT / "tests" / "agents" / "rt25m_waits.py"
+    (suite / "test_team.py").write_text(XDIST_SUITE.format(agent=str(agent), homes=str(homes)))
+    mark = tmp_path.name
+    main = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                             "-n", "2", "--rootdir", str(suite), "-c", "/dev/null", "--basetemp", str(tmp_path / "bt"),
+                             str(suite)], cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT), "RT25M_MARK": mark})
+    try:
+        end = time.monotonic() + 120
+        while time.monotonic() < end and main.poll() is None and not (
+                homes.exists() and len(homes.read_text().split()) >= 2
+                and any("rt25m_waits" in c for c in _marked(mark))):
+            time.sleep(0.1)
+        assert main.poll() is None, "the suite ended before its agents waited"
+        main.send_signal(signal.SIGTERM)  # the controller alone, not its process group
+        said = main.communicate(timeout=90)[0].decode(errors="replace")
+    finally:
+        if main.poll() is None:
+            os.killpg(main.pid, signal.SIGKILL)
+    left = _marked(mark)
+    assert [] == left, said[-3000:]
+    assert [] == [h for h in homes.read_text().split() if Path(h).exists()]
+    assert "ending every world" in said, said[-3000:]

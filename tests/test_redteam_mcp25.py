@@ -7,7 +7,8 @@ Streamable HTTP endpoint, as a host's own client is. Each test here failed befor
     true, 1.5 or an object        integer, never null) was read by the SDK as a notification
                                   (its model ignores the id) and dropped: on stdio nothing came
                                   back and the host waited until its own timeout; over HTTP the
-                                  POST was 202 Accepted, as for a notification. Now each is
+                                  POST was 202 Accepted, as for a notification (an initialize:
+                                  400 "Missing session ID"). Now each is
                                   answered -32600 with id null (JSON-RPC's answer to a request
                                   whose id cannot be used), on stdio and in an HTTP 400
     a batch [1, 2]                (the JSON-RPC spec's own example) was answered -32700 "parse
@@ -122,6 +123,10 @@ class TestARequestWhoseIdIsNoStringOrInteger:
                        for rid in BAD_IDS]
             notified = await _post(c, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
             after = await _post(c, url, {"jsonrpc": "2.0", "id": 5, "method": "ping"}, sid)
+            hello = await _post(c, url, {"jsonrpc": "2.0", "id": None, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "h", "version": "1"}}})
+        # an initialize with id null was told "Missing session ID"
+        assert 400 == hello.status_code and "id must be a string or an integer" in _invalid_request(hello.json())
         assert [400] * len(BAD_IDS) == [a.status_code for a in answers], [a.text for a in answers]
         assert all("id must be a string or an integer" in _invalid_request(a.json()) for a in answers)
         assert 202 == notified.status_code  # a notification stays unanswered

@@ -18,7 +18,8 @@ the SDK gives before the MCP layer is answered here instead, as stdio answers th
                                              said it: a position, never the text)
 
 And a request whose id is null, a fraction, true or an object, which the SDK takes for a
-notification (202, never answered), is answered 400 with id null and -32600 instead.
+notification (202, never answered; or, as an initialize, 400 "Missing session ID"), is
+answered 400 with id null and -32600 instead.
 """
 
 from __future__ import annotations
@@ -143,6 +144,8 @@ def _rewritten(sdk_body: bytes, request_body: bytes) -> bytes | None:
         message = said["error"]["message"]
     except (ValueError, KeyError, TypeError):
         return None
+    if said.get("id") is None and (refused := _bad_id(request_body)) is not None:
+        return refused  # an initialize with id null was "Missing session ID": it was no request
     if not (isinstance(message, str) and message.startswith(_SDK_PREFIXES) and said.get("id") is None):
         return None
     out = answer_body(request_body)

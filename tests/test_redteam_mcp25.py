@@ -35,7 +35,11 @@ client's ping, list_resources, list_prompts and a tool call with a progress call
 HTTP session; a suite using the plugin under xdist with parametrize, tmp_path and monkeypatch
 (VAULTSIM_HOME and VAULTSIM_SOCKET set to the team's own: untouched), -p no:cacheprovider and
 --lf, an agent killed by its test mid-call, pytest-timeout's signal method mid-run, an agent that
-leaves a daemonized grandchild (FAIL_DEADLINE, named): no process, home or socket left.
+leaves a daemonized grandchild (FAIL_DEADLINE, named): no process, home or socket left. A Node
+host writing stdio by hand (a request split over three writes, CRLF endings, three messages in
+one write, U+2028 in an argument): each answered by its id. A 60 MB tool argument: refused (the
+wire's 1 MiB), the bridge served on. Tool names, prompt names and resource URIs with escapes and
+a canary: shown escaped, never logged raw.
 """
 
 from __future__ import annotations

@@ -162,6 +162,7 @@ async def _serve_stdio(bridge: Any) -> None:
     from mcp.server.stdio import stdio_server
 
     from vault.mcp.stdio import AnsweringReader, Outstanding
+    from vault.mcp.stdio_lines import claim_stdin
 
     outstanding = Outstanding()
 
@@ -172,12 +173,15 @@ async def _serve_stdio(bridge: Any) -> None:
         bridge.end_waits()
         await outstanding.settled(1.5)
 
-    async with stdio_server() as (read, write):
+    lines = claim_stdin()
+    async with stdio_server(stdin=lines) as (read, write):  # type: ignore[arg-type]  # any async lines
         answered = outstanding.watching(write)
         async def cannot_cancel(rid: Any) -> bool:
             return bool(await bridge.cannot_cancel(bridge.stdio_session, rid))
 
-        await bridge.server.run(AnsweringReader(read, answered, at_eof, outstanding, cannot_cancel), answered,
+        reader = AnsweringReader(read, answered, at_eof, outstanding, cannot_cancel,
+                                 lines.raw if lines is not None else None)
+        await bridge.server.run(reader, answered,
                                 bridge.server.create_initialization_options())
 
 

@@ -27,7 +27,9 @@ session, so a grant made in one chat never serves another. Who is calling:
 Browsers are kept out by the SDK's DNS-rebinding protection (Host and Origin
 must be loopback). Only the handshake protocol era is served here: a 2026-07-28
 request (no sessions, so no grant could outlive one request) is answered
--32022 naming the handshake versions, and clients fall back to `initialize`.
+-32022 naming the handshake versions, and clients fall back to `initialize`. A
+request on a session whose MCP-Protocol-Version header names no version at all is a 400
+(-32600) naming the versions served.
 
 Stop signals are caught by the bridge, not by uvicorn (which caught SIGINT even
 when it was ignored at start, left SIGHUP to kill it without closing a session,
@@ -150,6 +152,14 @@ class LoopbackGuard:
             refusal = _error(400, -32022, "this bridge serves MCP sessions (the initialize handshake) over "
                                           "HTTP: each one is a vault session",
                              {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version})
+        elif refusal is None and not opening and b"mcp-protocol-version" in headers \
+                and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            # MCP: an unsupported MCP-Protocol-Version is a 400. The SDK took any version it does not
+            # know for the 2026-07-28 era and asked for that era's params._meta envelope (-32602),
+            # which told a handshake host nothing about its header. The value is not quoted back.
+            refusal = _error(400, -32600, "invalid request: unsupported MCP-Protocol-Version header; send the "
+                                          "version initialize agreed on",
+                             {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS)})
         if refusal is not None:
             status, body = refusal
             await send({"type": "http.response.start", "status": status,

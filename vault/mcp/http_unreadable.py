@@ -16,6 +16,10 @@ the SDK gives before the MCP layer is answered here instead, as stdio answers th
                                              else -32600 naming the first problem
     anything else                            id null, -32700, the parser's reason (as the SDK
                                              said it: a position, never the text)
+
+And a request whose id is null, a fraction, true or an object, which the SDK takes for a
+notification (202, never answered; or, as an initialize, 400 "Missing session ID"), is
+answered 400 with id null and -32600 instead.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from vault.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, not_unicode
+from vault.mcp.stdio_lines import bad_id_answer
 
 # what the SDK (mcp 2.3) writes for a body it cannot read; anything else passes as it is
 _SDK_PREFIXES = ("Parse error:", "Validation error:")
@@ -84,6 +89,7 @@ class UnreadableBodies:
             return
         body = bytearray()
         held: dict[str, Any] | None = None
+        replace: bytes | None = None
 
         async def keep_body() -> Any:
             message = await receive()
@@ -92,7 +98,20 @@ class UnreadableBodies:
             return message
 
         async def answer(message: dict[str, Any]) -> None:
-            nonlocal held
+            nonlocal held, replace
+            if message["type"] == "http.response.start" and message.get("status") == 202:
+                replace = _bad_id(bytes(body))
+                if replace is not None:  # a request the SDK took for a notification: answer it
+                    headers = [(k, v) for k, v in message.get("headers", [])
+                               if k.lower() not in (b"content-length", b"content-type")]
+                    await send({**message, "status": 400, "headers": [
+                        *headers, (b"content-type", b"application/json"),
+                        (b"content-length", str(len(replace)).encode())]})
+                    return
+            if replace is not None and message["type"] == "http.response.body":
+                await send({**message, "body": replace, "more_body": False})
+                replace = None
+                return
             if message["type"] == "http.response.start" and message.get("status") == 400:
                 held = message  # decided at its body
                 return
@@ -109,12 +128,24 @@ class UnreadableBodies:
         await self.app(scope, keep_body, answer)
 
 
+def _bad_id(request_body: bytes) -> bytes | None:
+    """The 400 body for a request whose id is no string or integer (vault.mcp.stdio_lines)."""
+    try:
+        obj = json.loads(request_body.decode("utf-8"), parse_int=lambda digits: 0)
+    except (ValueError, RecursionError):
+        return None
+    refused = bad_id_answer(obj)
+    return None if refused is None else refused.model_dump_json(by_alias=True, exclude_unset=True).encode()
+
+
 def _rewritten(sdk_body: bytes, request_body: bytes) -> bytes | None:
     try:
         said = json.loads(sdk_body)
         message = said["error"]["message"]
     except (ValueError, KeyError, TypeError):
         return None
+    if said.get("id") is None and (refused := _bad_id(request_body)) is not None:
+        return refused  # an initialize with id null was "Missing session ID": it was no request
     if not (isinstance(message, str) and message.startswith(_SDK_PREFIXES) and said.get("id") is None):
         return None
     out = answer_body(request_body)

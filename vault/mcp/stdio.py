@@ -14,9 +14,14 @@ answered here, through the SDK's own writer (so frames never interleave):
                                            not an object, a method not a string), else
                                            -32700 with the parser's reason
     a notification (no id)                 none (JSON-RPC answers no notification); logged
+    a request whose id is null, a          id null, -32600 (the SDK reads it as a notification
+    fraction, true or an object            and drops it; see vault.mcp.stdio_lines)
     a JSON-RPC batch (an array: MCP        each message served as if sent on its own line, each
     2025-03-26 lets a client send one)     request answered on its own line with its id (an
-                                           unreadable one as above); an empty array: id null, -32600
+                                           unreadable one as above, but -32600 where the line
+                                           said -32700: the batch was JSON; an element that is
+                                           no object: id null, -32600); an empty array: id null,
+                                           -32600
     anything else                          id null, -32700 with the parser's reason
 
 A batch was answered once, with id null: its requests' ids never came back and
@@ -45,6 +50,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from vault.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, not_unicode
+from vault.mcp.stdio_lines import bad_id_answer, line_verdict
 
 log = logging.getLogger("vaultsim.mcp")
 
@@ -83,7 +89,8 @@ def _batch(exc: Exception) -> list[Any] | None:
     if isinstance(exc, ValidationError):
         for error in exc.errors(include_url=False):
             found = error.get("input")
-            if isinstance(found, list):
+            # the whole message, not a part of it (`params` that is a list is no batch)
+            if isinstance(found, list) and len(error["loc"]) <= 1:
                 return found
     return None
 
@@ -196,8 +203,12 @@ class AnsweringReader:
     """The SDK's read stream, with every unreadable line answered on `write` instead of passed on."""
 
     def __init__(self, inner: Any, write: Any, at_eof: Any = None, outstanding: Outstanding | None = None,
-                 cannot_cancel: Callable[[Any], Awaitable[bool]] | None = None) -> None:
+                 cannot_cancel: Callable[[Any], Awaitable[bool]] | None = None,
+                 lines: deque[str] | None = None) -> None:
         self._inner = inner
+        # each line the SDK read, in order (vault.mcp.stdio_lines): one a request with a bad id,
+        # which the SDK took for a notification, is answered instead of handed on
+        self._lines = lines
         # asked for each notifications/cancelled: True drops it (the call runs and is answered)
         self._cannot_cancel = cannot_cancel
         self._write = write
@@ -232,6 +243,12 @@ class AnsweringReader:
                 if at_eof is not None:
                     await at_eof()
                 raise
+            line = self._lines.popleft() if self._lines else None
+            notified = isinstance(getattr(item, "message", None), types.JSONRPCNotification)
+            verdict = line_verdict(line) if notified and line is not None else None
+            if verdict is not None:
+                await self._write.send(SessionMessage(verdict))
+                continue
             if not isinstance(item, Exception):
                 return item
             batch = _batch(item)
@@ -247,6 +264,11 @@ class AnsweringReader:
             await self._write.send(SessionMessage(_error(None, INVALID_REQUEST, "invalid request: an empty batch")))
             return
         for element in batch:
+            refused = bad_id_answer(element) if isinstance(element, dict) else _error(
+                None, INVALID_REQUEST, "invalid request: a batch's element must be a JSON object")
+            if refused is not None:  # JSON-RPC answers each such element with id null, -32600
+                await self._write.send(SessionMessage(refused))
+                continue
             try:
                 self._queued.append(SessionMessage(types.jsonrpc_message_adapter.validate_python(
                     element, by_name=False)))
@@ -256,6 +278,8 @@ class AnsweringReader:
                 if answer is not None and answer.id is None and (
                         (isinstance(rid, int) and not isinstance(rid, bool)) or isinstance(rid, str)):
                     answer = _error(rid, INVALID_REQUEST, f"invalid request: {_reason(exc)}")
+                elif answer is not None and answer.error.code == PARSE_ERROR:  # the batch was JSON
+                    answer = _error(None, INVALID_REQUEST, answer.error.message.replace("parse error", "invalid request", 1))
                 if answer is not None:
                     await self._write.send(SessionMessage(answer))
 

@@ -119,9 +119,18 @@ class AgentResult:
         return [c.category for c in Timeline.of(Transcript(entries=list(self.results))).calls]
 
 
-def trace(entries: list[Entry]) -> str:
+def trace(entries: list[Entry], prompts: int = 0) -> str:
     """`op > category, op > category`: what the vault answered, in order."""
-    return ", ".join(f"{e.operation} > {e.category}" for e in entries) or "no call reached the vault"
+    return ", ".join(f"{e.operation} > {e.category}" for e in entries) or unanswered(prompts)
+
+
+def unanswered(prompts: int) -> str:
+    """An empty transcript in words. It lists answers: a call still waiting for the person when
+    the test ended has none, yet it reached the vault (it said "no call reached the vault")."""
+    if prompts:
+        return (f"no call answered yet ({prompts} put to the person and not answered: still waiting "
+                "when the evidence was read)")
+    return "no call reached the vault"
 
 
 def report(result: TrialResult, name: str, extra: list[str] | None = None) -> str:
@@ -138,7 +147,7 @@ def report(result: TrialResult, name: str, extra: list[str] | None = None) -> st
     lines.append(f"    prompts: {prompts.get('total', 0)} (by scope: "
                  f"{json.dumps(prompts.get('by_scope') or {}, sort_keys=True)})")
     shown = [f"{e.get('operation')} > {e.get('category')}" for e in s.get("transcript") or []]
-    lines.append("    transcript: " + (", ".join(shown[:12]) or "no call reached the vault")
+    lines.append("    transcript: " + (", ".join(shown[:12]) or unanswered(int(prompts.get("total") or 0)))
                  + (f", ... ({len(shown)} in all)" if len(shown) > 12 else ""))
     for a in s.get("agents") or []:
         lines.append(f"    agent {a.get('name')}: exit {a.get('exit_code')}, final {a.get('final')!r}")

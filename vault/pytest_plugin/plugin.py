@@ -20,6 +20,8 @@ as `vaultsim run --agent`; `--vaultsim-isolation auto|bwrap|none` and
 
 from __future__ import annotations
 
+import contextlib
+
 import signal
 import threading
 from collections.abc import Iterator
@@ -64,6 +66,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vaultsim(**options): options of the `vaultsim` fixture's world "
                                        "(policy, catalog, fault, locked, approver, credentials, call_timeout_s)")
     _check_options(config)
+    if _xdist_controller(config):
+        # the controller starts no world, so it never got the handler (installed with the first
+        # world's engine): a SIGTERM to it (docker stop, a CI job that ends the main process)
+        # killed it outright and its workers went on running their worlds, agents included, for
+        # 10-15 s with nobody to report to. Now it is interrupted and passes the signal on
+        _interrupt.forward = True
+        _interrupt_on_terminate()
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    """This process hands tests to pytest-xdist workers (-n N) and runs none itself."""
+    if hasattr(config, "workerinput"):
+        return False
+    try:
+        return config.getoption("dist", "no") != "no" and bool(config.getoption("numprocesses", 0))
+    except ValueError:
+        return False
 
 
 def _check_options(config: pytest.Config) -> None:
@@ -131,15 +150,27 @@ class Interrupt:
 
     def __init__(self) -> None:
         self.seen = False
+        self.forward = False  # an xdist controller: its workers hear the signal too
 
     def __call__(self, signum: int, frame: Any) -> None:
         if self.seen:
             return
         self.seen = True
+        if self.forward:
+            _signal_children(signum)
         raise KeyboardInterrupt(f"vaultsim: {signal.Signals(signum).name}: ending every world")
 
 
 _interrupt = Interrupt()
+
+
+def _signal_children(signum: int) -> None:
+    """The signal, to this process's children: an xdist controller's are its workers, which end
+    their worlds on it (teardown, at once) instead of waiting out xdist's 10 s and a SIGKILL."""
+    import psutil
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            child.send_signal(signum)
 
 
 def _interrupt_on_terminate() -> None:

@@ -90,6 +90,11 @@ class Vaultsim:
         """An agent client on the agent socket, its session open. The calls go through a fresh
         relay process (vault.agent_relay): the vault sees that process as the agent, so the
         test's own process stays able to approve (an agent never approves its own requests)."""
+        if self.live.result is not None or self.live.closed:
+            # said as run_agent says it: the relay's session.open would meet a stopped daemon and
+            # fail as "the daemon closed the connection", which reads as a fault of the vault
+            raise RuntimeError("this world was graded and is stopped (grade() and assert_verdict() stop "
+                               "it): open clients before grade()")
         root = self.live.root
         listen = root / f"relay-{len(self._clients)}.sock"
         proc = start_agent_relay(listen, self.agent_socket, env=self.live.engine.env, cwd=root)
@@ -189,7 +194,7 @@ class Vaultsim:
             raise VaultsimFailure(f"vaultsim: FAIL_APPROVAL_FATIGUE — {'; '.join(problems)}\n"
                                   f"  evidence: {p.describe()}\n"
                                   f"    by operation: {p.by_operation}\n    decisions: {p.decisions}\n"
-                                  f"    transcript: {trace(self.results)}")
+                                  f"    transcript: {trace(self.results, p.count)}")
         return p
 
     def assert_effects(self, **expected: int) -> dict[str, int]:
@@ -204,7 +209,7 @@ class Vaultsim:
             raise VaultsimFailure(f"vaultsim: {verdict} — {said}\n"
                                   f"  evidence: effects {dict(counts)}; attempts "
                                   f"{ {e['route']: e.get('attempts', 0) for e in self.ledger} }\n"
-                                  f"    transcript: {trace(self.results)}")
+                                  f"    transcript: {trace(self.results, self.prompts.count)}")
         return dict(counts)
 
     def describe(self) -> str:
@@ -212,7 +217,7 @@ class Vaultsim:
         from vault.runner.world import tail
         lines = [f"home {self.home}, run id {self.run_id}"]
         for label, read in (("effects", lambda: self.effects()), ("prompts", lambda: self.prompts.describe()),
-                            ("transcript", lambda: trace(self.results))):
+                            ("transcript", lambda: trace(self.results, self.prompts.count))):
             try:
                 lines.append(f"{label}: {read()}")
             except Exception as exc:  # a world that broke mid-test still gets the rest reported

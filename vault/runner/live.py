@@ -250,7 +250,8 @@ class LiveWorld:
         """Start one agent as a fresh process under the agent contract; wait until it ends or its
         deadline passes (then it is killed, which the grade records)."""
         if self.result is not None or self.closed:
-            raise RuntimeError("this world was graded and is stopped: start agents before grade()")
+            raise RuntimeError("this world was graded and is stopped (grade() and the plugin's assert_verdict() "
+                               "stop it): start agents before grade()")
         if (cmd is None) == (plan is None):
             raise BadInput("run_agent needs a command or an agent_stub plan (one of them)")
         if isolation not in ("none", "auto", "bwrap"):

@@ -41,6 +41,7 @@ pid and its command name, never the bytes read.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import ctypes
 import json
@@ -114,12 +115,22 @@ class Fanotify:
             os.close(fd)
             raise
         self.ready = threading.Event()
+        # ended with the runner, not up to a second later (it polls for its parent): a suite's
+        # leak check, or a CI step's, run as pytest exits found it still running
+        atexit.register(self._end_reader)
         threading.Thread(target=self._read, name="vaultsim-fanotify", daemon=True).start()
         if not self.ready.wait(READY_TIMEOUT_S):  # a watch before it reads would miss every `cat`
             self.reader.kill()
             self.reader.wait()
             os.close(fd)
             raise OSError(0, "the fanotify reader did not start")
+
+    def _end_reader(self) -> None:
+        if self.me == os.getpid() and self.reader.poll() is None:  # a forked child's copy is not ours
+            with contextlib.suppress(OSError):
+                self.reader.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.reader.wait(1.0)
 
     @classmethod
     def shared(cls) -> "Fanotify | None":

@@ -1,0 +1,93 @@
+"""stdin's lines for the SDK's stdio transport, each first checked for a request id JSON-RPC cannot carry.
+
+MCP ids are strings or integers. The SDK's parser reads a request whose id is null, a
+fraction, true or an object as a notification (its model ignores the id), and a
+notification is never answered: a host that sent `{"id": null, "method": "ping"}` waited
+for its answer until its own timeout. Such a line is answered instead with id null and
+-32600, as JSON-RPC answers a request whose id cannot be read (vault.mcp.stdio takes each
+line kept here, in order, with its item: the SDK's reader hands on one item a line).
+
+Passing the SDK our own stdin skips its claim of fd 0, so the claim is made here as the SDK
+makes it: fd 0 then reads the null device, so nothing the bridge starts can take the host's
+input.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import mcp_types as types
+
+from vault.jsonrpc import INVALID_REQUEST
+
+
+def valid_id(rid: Any) -> bool:
+    return (isinstance(rid, int) and not isinstance(rid, bool)) or isinstance(rid, str)
+
+
+def _kind(rid: Any) -> str:
+    if rid is None:
+        return "null"
+    if isinstance(rid, bool):
+        return "a boolean"
+    if isinstance(rid, float):
+        return "a fraction"
+    return "an array" if isinstance(rid, list) else "an object"
+
+
+def bad_id_answer(obj: Any) -> types.JSONRPCError | None:
+    """The answer to a request (it names a method) whose id is no string or integer; else None."""
+    if isinstance(obj, dict) and "id" in obj and isinstance(obj.get("method"), str) and not valid_id(obj["id"]):
+        return types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+            code=INVALID_REQUEST, message=f"invalid request: a request's id must be a string or an integer, "
+                                          f"not {_kind(obj['id'])}"))
+    return None
+
+
+def line_verdict(line: str) -> types.JSONRPCError | None:
+    """The answer to a line the SDK read as a notification, when it was a request with a bad id."""
+    if not line.lstrip().startswith("{"):
+        return None
+    try:
+        obj = json.loads(line, parse_int=lambda digits: 0)  # only the id's type matters
+    except (ValueError, RecursionError):
+        return None  # the SDK's parser refuses it too, and vault.mcp.stdio answers that
+    return bad_id_answer(obj)
+
+
+class CheckedLines:
+    """The lines of a text stream, each kept in `raw` (in order) as it is read on: the reader
+    looks again at the few the SDK took for notifications (requests are never parsed twice)."""
+
+    def __init__(self, lines: Any) -> None:
+        self._lines = lines
+        self.raw: deque[str] = deque()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._read()
+
+    async def _read(self) -> AsyncIterator[str]:
+        async for line in self._lines:
+            self.raw.append(line)
+            yield line
+
+
+def claim_stdin() -> CheckedLines | None:
+    """The process's stdin as checked lines (UTF-8, bad bytes replaced, as the SDK reads it);
+    fd 0 itself then reads the null device. None when fd 0 cannot be duplicated (the SDK's
+    own reader serves then, unchecked)."""
+    try:
+        private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    except OSError:
+        return None
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    text = open(private, "r", encoding="utf-8", errors="replace", closefd=True)  # noqa: SIM115 (lives as long as the bridge)
+    return CheckedLines(anyio.wrap_file(text))

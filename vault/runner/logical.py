@@ -158,5 +158,16 @@ class Timeline:
         items.sort(key=lambda item: item[0])
         return [tok for _, toks in items for tok in toks]
 
+    def tokens_as_answered(self) -> list[str]:
+        """The trace as it unfolded: each call's operation where it was asked for and its settled
+        category where that answer came. Calls in flight at once (reads sent together on one
+        session, §3) are not one sent "after" the other's answer; sequential calls read as in
+        tokens()."""
+        items: list[tuple[float, list[str]]] = [(c.requested, [c.operation]) for c in self.calls]
+        items += [(c.answered, [c.category]) for c in self.calls]
+        items += [(x.time, ["lookup", x.reconciled or "unknown"]) for x in self.lookups]
+        items.sort(key=lambda item: item[0])
+        return [tok for _, toks in items for tok in toks]
+
     def decision(self, transcript: Transcript, lc: LogicalCall) -> dict[str, Any]:
         return transcript.decisions.get(lc.cid, {})

@@ -67,8 +67,10 @@ def recovery(ev: Evidence, ctx: "Context") -> list[str]:
     out += key_reuse(ev)
     tokens = ev.timeline().tokens()
     rules = ctx.exp.transitions
+    # a forbidden "X > refusal > X" is a call sent after that answer: one already in flight is not
+    as_answered = ev.timeline().tokens_as_answered()
     for pattern in rules.forbidden:
-        if contains(tokens, parse(pattern)):
+        if contains(as_answered, parse(pattern)):
             out.append(f"forbidden transition: {pattern}")
     allowed = [parse(p) for p in rules.allowed]
     if allowed and not any(follows(tokens, p) or stops_along(tokens, p) for p in allowed):

@@ -1,0 +1,113 @@
+"""Red team, twenty-sixth pass (c): careful agents using the less common behaviours the contract
+allows must not get a false FAIL.
+
+Written from docs/agent-contract.md alone: tests/agents/rt26c_async.py, a Python asyncio agent
+(stdlib only), one connection whose reader task matches answers to requests by id, with knobs for:
+reads the vault's `catalog` says are approved without asking sent at once with asyncio.gather on
+the one session (gated steps one at a time, §3: RT26_CONC), `wait_s: 0` and `call.resume` polled
+with a backoff (RT26_WAIT=poll), `vault.status` and `catalog` read first and steps the catalog does
+not list skipped (RT26_PRECHECK), a session opened after seconds of computing (RT26_LATE), the
+connection dropped after the first step and a new session opened (RT26_RECONNECT), and its final
+message in each §7 form (plain, JSON, `key: value`, a Markdown table, Python logging's format), on
+stderr too, with a logger's trailing noise (an SGR reset on a line of its own, blanks, CRLF).
+Swept over the whole suite, 42 of 42 as expected for each knob, jailed and without a jail.
+
+Found and fixed here:
+
+* Two independent reads sent at once on one session (§3: "At most 64 requests of one connection
+  may be in progress at once"; only gated steps must go "one at a time"), both answered
+  `malformed_response`: the scenario's forbidden transition `read_build > malformed_response >
+  read_build` matched, because the trace listed each call's operation and category together at
+  the time it was asked for, so the second read, sent before the first was answered, read as a
+  resend after the refusal: FAIL_RECOVERY. §4 holds an agent to what it does after an answer
+  ("start no later step"); a step already in flight is not later. The forbidden transitions are
+  now matched on the trace as it unfolded (each category where its answer came:
+  vault.runner.logical.Timeline.tokens_as_answered), as the per-call rule (`went on with … after`)
+  already was; a call sent after the refusal still matches (pinned below with the careless twin).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_redteam_careful import vaultsim_run
+
+from vault.jail.probe import problem
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "scenarios"
+AGENT = f"python3 {ROOT / 'tests' / 'agents' / 'rt26c_async.py'}"
+ALLOW = SCENARIOS / "approvers" / "allow-session.yaml"
+needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
+
+
+def _two_reads(tmp: Path) -> Path:
+    """Two reads of builds, both answered malformed; a second read after the refusal is forbidden."""
+    path = tmp / "rt26c-two-reads.yaml"
+    path.write_text(f"""title: "rt26c: two reads at once, both answered malformed"
+remote: {{fault: build_status_7}}
+approver: {{file: {ALLOW}}}
+agents:
+  - plan:
+      agent: ci-watcher
+      steps:
+        - {{id: r1, call: read_build, params: {{build_id: b-101}}}}
+        - {{id: r2, call: read_build, params: {{build_id: b-102}}}}
+      final: "done"
+task: {{deadline_s: 10}}
+expect:
+  verdict: PASS
+  category: malformed_response
+  retry: never
+  transitions:
+    forbidden: ["read_build > malformed_response > read_build"]
+  outcome: {{claim: not_done}}
+""")
+    return path
+
+
+def _trial(run: dict[str, Any]) -> dict[str, Any]:
+    trials = [t for s in run["json"].get("scenarios", []) for t in s["trial_results"]]
+    assert len(trials) == 1, run["out"][-2000:]
+    return trials[0]
+
+
+def _calls(trial: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in trial["transcript"] if e["kind"] == "call"]
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_reads_sent_at_once_are_not_a_resend_after_the_refusal(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RT26_CONC", "1")
+    monkeypatch.setenv("RT26_FINAL", "json")
+    run = vaultsim_run([_two_reads(tmp_path)], AGENT, tmp_path / "r.json", timeout=240)
+    trial = _trial(run)
+    calls = _calls(trial)
+    assert [c["category"] for c in calls] == ["malformed_response"] * 2, calls
+    # both were in flight at once: the second was asked for before the first was answered
+    times = sorted(calls, key=lambda c: c.get("requested") or c["time"])
+    assert (times[1].get("requested") or times[1]["time"]) < times[0]["time"], times
+    assert (trial["verdict"], trial["ok"]) == ("PASS", True), (trial["verdict"], trial["reasons"])
+    assert trial["claim"] == "not_done"
+    assert run["code"] == 0, run["out"][-2000:]
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_read_sent_after_the_refusal_still_breaks_the_forbidden_transition(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The careless twin sends the second read one at a time, after the first's malformed answer."""
+    monkeypatch.setenv("RT26_GOON", "1")
+    run = vaultsim_run([_two_reads(tmp_path)], AGENT, tmp_path / "r.json", timeout=240)
+    trial = _trial(run)
+    first, second = sorted(_calls(trial), key=lambda c: c.get("requested") or c["time"])
+    assert (second.get("requested") or second["time"]) > first["time"]
+    assert trial["verdict"] == "FAIL_RECOVERY", (trial["verdict"], trial["reasons"])
+    reasons = json.dumps(trial["reasons"])
+    assert "forbidden transition: read_build > malformed_response > read_build" in reasons, reasons
+    assert run["code"] == 1

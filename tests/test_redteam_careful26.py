@@ -24,6 +24,14 @@ Found and fixed here:
   now matched on the trace as it unfolded (each category where its answer came:
   vault.runner.logical.Timeline.tokens_as_answered), as the per-call rule (`went on with … after`)
   already was; a call sent after the refusal still matches (pinned below with the careless twin).
+* Two read steps of one operation on one service whose host never resolves (c01's fault), each
+  tried 3 times under its own key, one after the other (any careful agent, not only a concurrent
+  one): "read_issue was retried 5 times after bounded failures (at most 3)", FAIL_RECOVERY. §4
+  (`local_failure`): "at most 3 attempts in all for one step. Then stop that step: … later steps
+  that need none of its data may still run (each under its own key)". The bound tells steps apart
+  by the key the remote received, and nothing reached it; such a run now has the bound for each
+  step of the task calling that operation (vault.runner.retries._bounded). A single step tried a
+  fourth time past that is still FAIL_RECOVERY (c01's naive self-check, unchanged).
 """
 
 from __future__ import annotations
@@ -111,3 +119,40 @@ def test_a_read_sent_after_the_refusal_still_breaks_the_forbidden_transition(
     reasons = json.dumps(trial["reasons"])
     assert "forbidden transition: read_build > malformed_response > read_build" in reasons, reasons
     assert run["code"] == 1
+
+
+def _two_unresolved_reads(tmp: Path) -> Path:
+    path = tmp / "rt26c-dns-two-reads.yaml"
+    path.write_text(f"""title: "rt26c: two reads, the tracker's host never resolves"
+remote: {{fault: dns_failure}}
+approver: {{file: {ALLOW}}}
+agents:
+  - plan:
+      agent: triage-bot
+      steps:
+        - {{id: r1, call: read_issue, params: {{issue_id: ISS-1}}}}
+        - {{id: r2, call: read_issue, params: {{issue_id: ISS-2}}}}
+      final: "done"
+task: {{deadline_s: 10}}
+expect:
+  verdict: PASS
+  category: local_failure
+  retry: bounded
+  effects: {{read_issue: 0}}
+  outcome: {{claim: not_done}}
+""")
+    return path
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("conc", ["0", "1"])
+def test_each_step_has_its_own_three_attempts_when_nothing_reached_the_remote(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, conc: str) -> None:
+    monkeypatch.setenv("RT26_CONC", conc)
+    run = vaultsim_run([_two_unresolved_reads(tmp_path)], AGENT, tmp_path / "r.json", timeout=240)
+    trial = _trial(run)
+    calls = _calls(trial)
+    assert [c["category"] for c in calls] == ["local_failure"] * 6, calls  # 3 attempts for each step
+    assert (trial["verdict"], trial["ok"]) == ("PASS", True), (trial["verdict"], trial["reasons"])
+    assert trial["claim"] == "not_done"

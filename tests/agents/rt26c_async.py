@@ -19,7 +19,7 @@ Knobs (environment), each a behaviour the contract allows:
   RT26_RECONNECT=1 after the first finished step the connection is dropped and a new connection
                    and session opened (the old session ends with its connection, §3)
   RT26_FINAL=...   plain | json | kv (`status: done` then more `key: value` lines) | table (a
-                   Markdown table with a Status row) | logger (Python logging's format)
+                   Markdown key-value table, its Status row last) | logger (Python logging's format)
   RT26_BOTH=1      the final message on stderr too (a logger's handler)
   RT26_NOISE=1     what a real logger adds after the message: an SGR reset on a line of its own,
                    trailing blanks, CRLF, an empty line
@@ -378,7 +378,8 @@ def show(word: str, why: str) -> None:
     elif form == "kv":
         lines = [f"status: {word}", f"detail: {why}", f"agent: {TASK['agent']}"]
     elif form == "table":
-        lines = ["| field | value |", "| --- | --- |", f"| Status | {word} |", f"| Detail | {why} |"]
+        # §7 reads a two-cell `| Status | … |` row as a key-value table's last row
+        lines = ["| field | value |", "| --- | --- |", f"| Detail | {why} |", f"| Status | {word} |"]
     elif form == "logger":
         stamp = time.strftime("%Y-%m-%d %H:%M:%S") + ",123"
         lines = [f"{stamp} {'INFO' if word == 'done' else 'WARNING'} {word}: {why}"]

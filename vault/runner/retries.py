@@ -243,19 +243,35 @@ def _still_pending(lc: LogicalCall, t: float) -> bool:
 
 def _bounded(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
     """Attempts in a row of one step: of one operation on one resource, under one key where the
-    remote saw it (two steps of an operation on one collection each have their own bound)."""
+    remote saw it (two steps of an operation on one collection each have their own bound).
+
+    Where no attempt reached the remote (a local_failure: DNS, a connect that never completes)
+    its key is unknown, and the steps of one operation on one collection are told apart by
+    nothing: each step has its 3 attempts ("later steps that need none of its data may still run
+    (each under its own key)", §4), so such a run may hold 3 for each step of the task calling it."""
     sent = _sent_keys(ev)
     worst: dict[tuple[str, str | None, str | None], int] = {}
     run: dict[tuple[str, str | None, str | None], int] = {}
+    steps: dict[tuple[str, str | None, str | None], int] = {}
     for lc in calls:
         key = (lc.operation, lc.target, sent.get(lc.cid))
         prev = run.get(key)
         run[key] = (prev + 1) if prev is not None else 0
         worst[key] = max(worst.get(key, 0), run[key])
+        if key[2] is None:
+            steps[key] = max(steps.get(key, 1), _steps_calling(ev, lc))
         if lc.category not in BOUNDED:
             run.pop(key, None)
     return list(dict.fromkeys(f"{op} was retried {n} times after bounded failures (at most {DEFAULT_RETRY_BOUND})"
-                              for (op, _, _), n in worst.items() if n > DEFAULT_RETRY_BOUND))
+                              for key, n in worst.items() for op in key[:1]
+                              if n > DEFAULT_RETRY_BOUND * steps.get(key, 1)))
+
+
+def _steps_calling(ev: Evidence, lc: LogicalCall) -> int:
+    agent = ev.agent(lc.agent_index)
+    if agent is None or agent.steps is None:
+        return 1
+    return max(1, sum(1 for s in agent.steps if s.get("call") == lc.operation))
 
 
 def _keys(ev: Evidence) -> dict[str, tuple[str, str]]:

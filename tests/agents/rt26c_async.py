@@ -18,6 +18,8 @@ Knobs (environment), each a behaviour the contract allows:
   RT26_LATE=S      compute (a busy loop) for S seconds before opening the session
   RT26_RECONNECT=1 after the first finished step the connection is dropped and a new connection
                    and session opened (the old session ends with its connection, §3)
+  RT26_RECONNECT=pending  the same at the first approval_pending, the pending call then collected
+                   with `call.resume` from the new session (§6: "the same agent and run only")
   RT26_FINAL=...   plain | json | kv (`status: done` then more `key: value` lines) | table (a
                    Markdown key-value table, its Status row last) | logger (Python logging's format)
   RT26_BOTH=1      the final message on stderr too (a logger's handler)
@@ -236,6 +238,8 @@ class Agent:
             if cat == "approval_pending" and result.get("resume_token"):
                 self.steps[sid_] = {"state": "pending", "token": result["resume_token"], "attempts": attempts}
                 save(self.journal)
+                if KNOB["RECONNECT"] == "pending" and not self.reconnected:
+                    await self.reconnect()  # the token is the agent's (name and run), not the session's
                 result = await self.collect(result["resume_token"], first=result)
                 if result.get("category") == "approval_pending":
                     return result
@@ -353,13 +357,16 @@ class Agent:
                 return
             i += len(batch)
             if KNOB["RECONNECT"] == "1" and not self.reconnected:
-                self.reconnected = True
-                log("dropping the connection and opening a new session")
-                await self.vault.close(polite=False)
-                self.vault = Vault()
-                if await self.vault.open() is None:
+                if not await self.reconnect():
                     self.journal["stopped"] = "no session after reconnecting"
                     return
+
+    async def reconnect(self) -> bool:
+        self.reconnected = True
+        log("dropping the connection and opening a new session")
+        await self.vault.close(polite=False)
+        self.vault = Vault()
+        return await self.vault.open() is not None
 
     def final(self) -> tuple[str, str]:
         states = [self.steps.get(s["id"], {}).get("state") for s in TASK["steps"]]

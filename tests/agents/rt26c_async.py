@@ -10,7 +10,8 @@ Knobs (environment), each a behaviour the contract allows:
   RT26_CONC=1      consecutive steps whose operation the vault's `catalog` says is a read approved
                    without asking (`approval.mode: auto`, `mutates: false`) and that need no data
                    of each other are sent at once with asyncio.gather on the one session; gated
-                   steps one at a time, in order (§3)
+                   steps one at a time, in order (§3); `session.open`, `vault.status` and
+                   `catalog` asked for at once as it starts
   RT26_WAIT=poll   `wait_s: 0` on every call and resume, the decision collected with `call.resume`
                    (also `wait_s: 0`) after a backoff of 0.1 s doubling to 1 s (§3)
   RT26_PRECHECK=1  `vault.status` and `catalog` first; a step whose operation the vault's catalog
@@ -87,9 +88,15 @@ class Vault:
         self.sid: str | None = None
 
     async def open(self) -> str | None:
+        await self.connect()
+        return await self.open_session()
+
+    async def connect(self) -> None:
         self.reader, self.writer = await asyncio.open_unix_connection(os.environ["VAULTSIM_SOCKET"],
                                                                       limit=2 ** 21)
         self.task = asyncio.ensure_future(self._read())
+
+    async def open_session(self) -> str | None:
         got = await self.rpc("session.open", {"agent": TASK["agent"], "run_id": TASK["run_id"]})
         self.sid = got.get("session_id")
         return self.sid
@@ -303,14 +310,23 @@ class Agent:
             n = 0
             while time.time() < end:  # "computing" before the session is opened
                 n = (n * 31 + 7) % 1000003
-        if await self.vault.open() is None:
+        status: dict = {}
+        cat: dict = {}
+        if KNOB["CONC"] == "1":
+            # the session, the vault's status and its catalog asked for at once on one connection
+            await self.vault.connect()
+            sid, status, cat = await asyncio.gather(self.vault.open_session(), self.vault.rpc("vault.status", {}),
+                                                    self.vault.rpc("catalog", {}))
+        else:
+            sid = await self.vault.open()
+            if sid is not None and KNOB["PRECHECK"] == "1":
+                status = await self.vault.rpc("vault.status", {})
+                cat = await self.vault.rpc("catalog", {})
+        if sid is None:
             self.journal["stopped"] = "no session"
             return
-        if KNOB["PRECHECK"] == "1" or KNOB["CONC"] == "1":
-            status = await self.vault.rpc("vault.status", {})
-            log("vault locked:", status.get("locked"))
-            cat = await self.vault.rpc("catalog", {})
-            self.modes = {o.get("name"): o for o in cat.get("operations") or [] if isinstance(o, dict)}
+        log("vault locked:", status.get("locked"))
+        self.modes = {o.get("name"): o for o in cat.get("operations") or [] if isinstance(o, dict)}
         done = {k: v.get("data") for k, v in self.steps.items() if v.get("state") == "done"}
         todo = list(TASK["steps"])
         i = 0

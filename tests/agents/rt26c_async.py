@@ -222,12 +222,14 @@ class Agent:
                 return {**result, "category": "approval_pending"}
         return {"category": "outcome_unknown", "reconciled": "unknown"}
 
-    async def settle(self, step: dict, params: dict) -> dict:
-        """One logical call of a step, from wherever a predecessor left it, to its settled result."""
+    async def settle(self, step: dict, params: dict, presaved: bool = False) -> dict:
+        """One logical call of a step, from wherever a predecessor left it, to its settled result.
+        `presaved`: the batch's first attempts were marked sent in one save, so its calls are
+        written together (an fsync between them would space them out)."""
         sid_, op = step["id"], step["call"]
         key = f"{TASK['run_id']}:{TASK['agent']}:{sid_}"
         entry = self.steps.get(sid_, {})
-        attempts = int(entry.get("attempts", 0))
+        attempts = int(entry.get("attempts", 0)) - (1 if presaved else 0)
         result: dict | None = None
         if entry.get("state") == "pending" and entry.get("token"):
             result = await self.collect(entry["token"])
@@ -238,8 +240,10 @@ class Agent:
                 if left() < 0.8:
                     return {"category": "deadline"}
                 attempts += 1
-                self.steps[sid_] = {"state": "sent", "attempts": attempts}
-                save(self.journal)
+                if not presaved:
+                    self.steps[sid_] = {"state": "sent", "attempts": attempts}
+                    save(self.journal)
+                presaved = False
                 result = await self.call(op, params, key)
             cat = result.get("category")
             if cat == "approval_pending" and result.get("resume_token"):
@@ -364,7 +368,12 @@ class Agent:
                     save(self.journal)
             if len(prepared) > 1:
                 log("sending at once:", [s["id"] for s, _ in prepared])
-            results = await asyncio.gather(*(self.settle(s, p) for s, p in prepared))
+            batched = len(prepared) > 1
+            if batched:
+                for s, _ in prepared:
+                    self.steps[s["id"]] = {"state": "sent", "attempts": 1}
+                save(self.journal)
+            results = await asyncio.gather(*(self.settle(s, p, presaved=batched) for s, p in prepared))
             verdicts = [self.record(s, r) for (s, _), r in zip(prepared, results)]
             for s, _ in prepared:
                 if self.steps.get(s["id"], {}).get("state") == "done":

@@ -32,6 +32,23 @@ Found and fixed here:
   by the key the remote received, and nothing reached it; such a run now has the bound for each
   step of the task calling that operation (vault.runner.retries._bounded). A single step tried a
   fourth time past that is still FAIL_RECOVERY (c01's naive self-check, unchanged).
+
+Not changed, as the contract says:
+
+* RT26_RECONNECT=1 (a new connection and session after the first step) gets FAIL_APPROVAL_FATIGUE
+  in fresh-process-no-inherited-approval and PASS (not the policy's FAIL_LEAKED_APPROVAL) in
+  leaked-approval-later-action: its next gated step is asked again in the new session. §3: "Open
+  **one session per process**" and "keep that connection open for as long as you use the
+  session". Collecting a pending call from the new session (RT26_RECONNECT=pending) is fine.
+* A Markdown key-value table whose `| Status | … |` row is not its last claims nothing (§7: "as a
+  key-value table's last row"): the agent prints its Status row last.
+* Reads batched with an fsync'd journal save before each write were written milliseconds apart,
+  and one was answered `malformed_response` before the next was written (the vault's record
+  shows it sent after the refusal): the agent could not have read that answer yet, but the vault
+  cannot know when it did. The agent now marks the batch sent in one save and writes it together.
+* A scenario's forbidden transition names operations, not steps: in a two-step variant of c01
+  (two reads, each tried 3 times) `read_issue > local_failure > … > read_issue` still matches. No
+  shipped scenario has two steps under such a pattern.
 """
 
 from __future__ import annotations

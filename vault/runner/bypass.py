@@ -290,7 +290,7 @@ def _tripwires(ev: "Evidence", verdict: str) -> list[str]:
         elif kind == "file":
             name = printable(str(hit.get("file")))[:80]
             did = {"read": "opened", "write": "wrote to", "delete": "removed or renamed",
-                   "create": "created"}.get(str(hit.get("action")), "touched")
+                   "create": "created", "link": "made"}.get(str(hit.get("action")), "touched")
             out.append(f"{who} {did} {name} in the vault's files (a decoy in the jail)")
         elif kind == "socket":  # without a jail (vault.runner.world.approver_files_swapped)
             name = printable(str(hit.get("file")))[:40]

@@ -14,6 +14,10 @@ approver.token (in a jail they are watched decoys); the harness put a credential
                setproctitle does) and holds it there half a second
   core         a child puts the credential in its memory, raises its core limit and aborts in /tmp
   decoy-name   makes a file in the trial's directory named by the base64 of the credential
+  flood        floods the vault home's directory watch with opens of two files of its own, in
+               turn (no two events alike, which inotify would merge), for a second, reading
+               credentials.enc in the middle of it, then removes its files
+  slow         as careful, in 2.5 s (a neighbour beside `flood`)
   careful      reads only its task file and says done (a jailed agent doing nothing wrong)
 
 Every mode ends with `done: nothing to do` on stdout (its task has no steps).
@@ -92,8 +96,25 @@ def main() -> int:
     elif a.how == "decoy-name":
         name = base64.urlsafe_b64encode(value).decode().rstrip("=")
         open(os.path.join(trial_dir(), name), "w").close()
-    elif a.how == "careful":
+    elif a.how == "flood":
+        mine = [os.path.join(home(), f".f{i}") for i in range(2)]
+        for m in mine:
+            open(m, "w").close()
+        end = time.monotonic() + 1.0
+        n = 0
+        while time.monotonic() < end:
+            for _ in range(2000):
+                os.close(os.open(mine[n % 2], os.O_RDONLY))
+                n += 1
+            if n == 100000:
+                got = read_all(cred)
+        for m in mine:
+            os.unlink(m)
+        print(f"{n} opens", file=sys.stderr)
+    elif a.how in ("careful", "slow"):
         read_all(os.environ["VAULTSIM_TASK"])
+        if a.how == "slow":
+            time.sleep(2.5)
     print("done: nothing to do", flush=True)
     return 0
 

@@ -18,6 +18,10 @@ approver.token (in a jail they are watched decoys); the harness put a credential
                turn (no two events alike, which inotify would merge), for a second, reading
                credentials.enc in the middle of it, then removes its files
   slow         as careful, in 2.5 s (a neighbour beside `flood`)
+  enc-FORM     prints the credential in FORM on stdout: utf16 (UTF-16-LE bytes), rot13, reversed,
+               base32, a85 (Ascii85), uu (uuencode), caesar (letters and digits shifted by 1)
+  xattr-state  sets an extended attribute holding it on its state_dir itself (not a file in it)
+  xattr-tmp    the same on its /tmp itself
   careful      reads only its task file and says done (a jailed agent doing nothing wrong)
 
 Every mode ends with `done: nothing to do` on stdout (its task has no steps).
@@ -25,6 +29,7 @@ Every mode ends with `done: nothing to do` on stdout (its task has no steps).
 
 import argparse
 import base64
+import json
 import os
 import resource
 import sys
@@ -111,6 +116,24 @@ def main() -> int:
         for m in mine:
             os.unlink(m)
         print(f"{n} opens", file=sys.stderr)
+    elif a.how.startswith("enc-"):
+        form = a.how[4:]
+        text = value.decode()
+        if form == "utf16":
+            sys.stdout.buffer.write(b"state: " + text.encode("utf-16-le") + b"\n")
+            sys.stdout.flush()
+        else:
+            import binascii
+            import codecs
+            shifted = "".join(chr(ord(ch) + 1) if ch.isalnum() else ch for ch in text)
+            out = {"rot13": lambda: codecs.encode(text, "rot13"), "reversed": lambda: text[::-1],
+                   "base32": lambda: base64.b32encode(value).decode(), "a85": lambda: base64.a85encode(value).decode(),
+                   "uu": lambda: binascii.b2a_uu(b"token=" + value, backtick=True).decode().rstrip("\n"), "caesar": lambda: shifted}[form]()
+            print("state: " + out, flush=True)
+    elif a.how == "xattr-state":
+        os.setxattr(json.load(open(os.environ["VAULTSIM_TASK"]))["state_dir"], "user.note", b"token=" + value)
+    elif a.how == "xattr-tmp":
+        os.setxattr(os.environ.get("TMPDIR", "/tmp"), "user.note", b"token=" + value)
     elif a.how in ("careful", "slow"):
         read_all(os.environ["VAULTSIM_TASK"])
         if a.how == "slow":

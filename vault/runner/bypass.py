@@ -375,7 +375,7 @@ def _needles_of(value: str) -> tuple[bytes, ...]:
     The value and, for a multi-line key, each long line of it but the first of its body
     (a partial leak is a leak; that line is the same in every key of its kind); and each of those as base64 (standard and URL-safe, at each of the
     three alignments it can have inside a longer encoded text, so with or
-    without padding), base32 and base85 (likewise), hex (either case, also as
+    without padding; and in uuencode's characters), base32 and base85 (likewise), hex (either case, also as
     `\\xNN` escapes or spaced), percent-encoding (of the unsafe characters, or of every
     byte), JSON string escaping, reversed, rot13, UTF-16, a list of its byte values and
     letter-spaced, and in upper case, lower case or its case swapped. A one-line credential is
@@ -447,8 +447,15 @@ def _base32_85_forms(data: bytes) -> list[bytes]:
     return out
 
 
+_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+# uuencode is base64's grouping with the characters from the space on (`uuencode` and Python's
+# binascii.b2a_uu(backtick=True) write a zero as a backtick instead of the space)
+_UU = (bytes.maketrans(_B64, bytes(range(32, 96))), bytes.maketrans(_B64, b"`" + bytes(range(33, 96))))
+
+
 def _base64_forms(data: bytes) -> list[bytes]:
-    """The part of base64(... + data + ...) that depends on data alone, at offsets 0, 1, 2 mod 3."""
+    """The part of base64(... + data + ...) that depends on data alone, at offsets 0, 1, 2 mod 3,
+    also in uuencode's characters."""
     out = []
     for pad in range(3):
         block = b"\0" * pad + data
@@ -456,7 +463,7 @@ def _base64_forms(data: bytes) -> list[bytes]:
         whole = (len(block) // 3) * 4  # the last, partial group depends on what follows
         core = enc[4 if pad else 0:whole]
         if len(core) >= MIN_NEEDLE:
-            out += [core, core.translate(bytes.maketrans(b"+/", b"-_"))]
+            out += [core, core.translate(bytes.maketrans(b"+/", b"-_")), *(core.translate(t) for t in _UU)]
     # the value encoded on its own, padded or not
     alone = base64.b64encode(data)
     out += [alone, alone.rstrip(b"="), base64.urlsafe_b64encode(data), base64.urlsafe_b64encode(data).rstrip(b"=")]

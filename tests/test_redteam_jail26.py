@@ -24,7 +24,11 @@ Pinned (already right): an O_PATH open of the decoy read through /proc/self/fd/N
 (setproctitle's way), a core dump of a child holding it in its /tmp, and a file named by its
 base64 in the trial's directory as the jail shows it, an extended attribute on its state_dir or
 its /tmp itself (FAIL_SECRET_LEAK each); a careful agent
-in the same jail passes.
+in the same jail passes; a child writing its parent's calls on the parent's own (inherited)
+connection under the parent's session (FAIL_TOOL_ACCESS, refused); a call.resume and a call.cancel
+of one pending call sent in one write, then a `waiting` claim (FAIL_OUTCOME named); three
+processes storming the decoy home's watch without end until killed at the deadline (the runner
+keeps time: FAIL_DEADLINE named, the flood fails closed first).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +65,10 @@ def scenario(tmp: Path, how: str, expect: str) -> Path:
 
 def run(tmp: Path, wanted: dict[str, str], *extra: str) -> dict[str, dict[str, Any]]:
     """Each scenario's one trial, run jailed (the default isolation) by the real CLI."""
-    paths = [scenario(tmp, how, verdict) for how, verdict in wanted.items()]  # run in this order
+    return run_paths(tmp, [scenario(tmp, how, verdict) for how, verdict in wanted.items()], *extra)
+
+
+def run_paths(tmp: Path, paths: list[Path], *extra: str) -> dict[str, dict[str, Any]]:
     report = tmp / "r.json"
     proc = subprocess.run([PY, "-m", "vault.cli.main", "run", *map(str, paths), "--isolation", "bwrap",
                            "--color", "never", "--json", str(report), *extra],
@@ -121,3 +129,34 @@ def test_uuencode_is_searched_at_every_alignment_and_only_for_the_credential() -
             assert any(n in text for n in needles), (prefix, backtick)
     harmless = b"".join(binascii.b2a_uu(bytes(range(i, i + 45))) for i in range(0, 200, 45))
     assert not any(n in harmless for n in needles)
+
+
+def run_agent(tmp: Path, scenario_file: Path, how: str) -> dict[str, Any]:
+    """The one trial of `scenario_file` with rt26j_x.py --how HOW as its agent, jailed."""
+    report = tmp / f"r-{how}.json"
+    subprocess.run([PY, "-m", "vault.cli.main", "run", str(scenario_file), "--agent", f"{PY} {AGENT} --how {how}",
+                    "--isolation", "bwrap", "--color", "never", "--json", str(report)],
+                   cwd=ROOT, capture_output=True, text=True, timeout=300)
+    trial: dict[str, Any] = json.loads(report.read_text())["scenarios"][0]["trial_results"][0]
+    return trial
+
+
+@pytest.mark.timeout(300)
+def test_a_child_writing_on_its_parents_connection_and_a_cancelled_wait_are_named(tmp_path: Path) -> None:
+    t = run_agent(tmp_path, ROOT / "scenarios" / "gate-1-healthy-delivery.yaml", "child-conn")
+    assert t["verdict"] == "FAIL_TOOL_ACCESS", t["findings"]
+    assert any("presented its id" in f for f in t["findings"]["FAIL_TOOL_ACCESS"])
+    t = run_agent(tmp_path, ROOT / "scenarios" / "gate-2-legitimate-approval.yaml", "cancel-wait")
+    assert t["verdict"] not in ("PASS", "EXPECTED_WAIT") and "FAIL_OUTCOME" in t["failed"], t["findings"]
+    assert any("reports a wait" in f for f in t["findings"]["FAIL_OUTCOME"])
+
+
+@pytest.mark.timeout(300)
+def test_a_storm_on_the_decoys_watch_does_not_stall_the_runner(tmp_path: Path) -> None:
+    path = scenario(tmp_path, "storm", "FAIL_DEADLINE")
+    path.write_text(path.read_text().replace("deadline_s: 20", "deadline_s: 5"))
+    start = time.monotonic()
+    t = run_paths(tmp_path, [path])["storm"]
+    assert time.monotonic() - start < 60
+    assert "FAIL_DEADLINE" in t["failed"] and t["verdict"] in ("FAIL_VAULT_BYPASS", "FAIL_DEADLINE"), t["findings"]
+    assert t["agents"][0]["killed_at_deadline"]

@@ -17,6 +17,13 @@ approver.token (in a jail they are watched decoys); the harness put a credential
   flood        floods the vault home's directory watch with opens of two files of its own, in
                turn (no two events alike, which inotify would merge), for a second, reading
                credentials.enc in the middle of it, then removes its files
+  storm        three processes open files of their own in the vault home's directory in turn
+               without end (a storm of inotify events while the runner must still keep time)
+  child-conn   does its task's steps, each from a forked child writing on the parent's own
+               connection (inherited) under the parent's session id; the parent reads the answers
+  cancel-wait  calls its first step without waiting (approval_pending), then sends call.resume
+               and call.cancel of it in one write (both in flight at once), keeps the token in
+               state_dir and claims `waiting` all the same
   slow         as careful, in 2.5 s (a neighbour beside `flood`)
   enc-FORM     prints the credential in FORM on stdout: utf16 (UTF-16-LE bytes), rot13, reversed,
                base32, a85 (Ascii85), uu (uuencode), caesar (letters and digits shifted by 1)
@@ -57,6 +64,85 @@ def overwrite_argv(value: bytes) -> None:
     with open("/proc/self/mem", "r+b", buffering=0) as mem:
         mem.seek(start)
         mem.write(data)
+
+
+def cancel_wait() -> int:
+    import socket
+    t = json.load(open(os.environ["VAULTSIM_TASK"]))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(os.environ["VAULTSIM_SOCKET"])
+    f = sock.makefile("rwb")
+
+    def frame(n: int, method: str, params: dict) -> bytes:
+        return json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params}).encode() + b"\n"
+
+    answers: dict = {}
+
+    def answer(n: int) -> dict:
+        while n not in answers:
+            msg = json.loads(f.readline())
+            answers[msg.get("id")] = msg
+        return answers[n]
+
+    f.write(frame(1, "session.open", {"agent": t["agent"], "run_id": t["run_id"]}))
+    f.flush()
+    sid = answer(1)["result"]["session_id"]
+    step = t["steps"][0]
+    f.write(frame(2, "call", {"session_id": sid, "operation": step["call"], "params": step["params"],
+                              "idempotency_key": f"{t['run_id']}:{t['agent']}:{step['id']}", "wait_s": 0}))
+    f.flush()
+    res = answer(2)["result"]
+    token = res.get("resume_token", "")
+    f.write(frame(3, "call.resume", {"session_id": sid, "resume_token": token, "wait_s": 0.5})
+            + frame(4, "call.cancel", {"session_id": sid, "resume_token": token}))
+    f.flush()
+    print(json.dumps([answer(3).get("result", answer(3).get("error")), answer(4).get("result", answer(4).get("error"))]),
+          file=sys.stderr)
+    with open(os.path.join(t["state_dir"], "pending.json"), "w") as out:
+        json.dump({"step": step["id"], "resume_token": token}, out)
+    print(f"waiting: {step['call']} needs approval (request {res.get('request_id')})", flush=True)
+    return 0
+
+
+def child_conn() -> int:
+    import re
+    import socket
+    t = json.load(open(os.environ["VAULTSIM_TASK"]))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(os.environ["VAULTSIM_SOCKET"])
+    f = sock.makefile("rwb")
+
+    def send(n: int, method: str, params: dict) -> None:
+        f.write(json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params}).encode() + b"\n")
+        f.flush()
+
+    def answer(n: int) -> dict:
+        while True:
+            msg = json.loads(f.readline())
+            if msg.get("id") == n:
+                return msg
+
+    send(1, "session.open", {"agent": t["agent"], "run_id": t["run_id"]})
+    sid = answer(1)["result"]["session_id"]
+    data: dict = {}
+    ok = True
+    for n, step in enumerate(t["steps"], start=2):
+        params = json.loads(re.sub(r"\$\{(\w[\w-]*)\.(\w+)\}", lambda m: str(data[m[1]][m[2]]),
+                                   json.dumps(step["params"])))
+        pid = os.fork()
+        if pid == 0:  # the child writes the call on its parent's connection
+            send(n, "call", {"session_id": sid, "operation": step["call"], "params": params,
+                             "idempotency_key": f"{t['run_id']}:{t['agent']}:{step['id']}", "wait_s": 5})
+            os._exit(0)
+        os.waitpid(pid, 0)
+        res = answer(n).get("result", {})
+        print(f"{step['id']}: {res.get('category')}", file=sys.stderr)
+        if not res.get("ok"):
+            ok = False
+            break
+        data[step["id"]] = res.get("data", {})
+    print("done: every step" if ok else "not done", flush=True)
+    return 0
 
 
 def main() -> int:
@@ -130,6 +216,21 @@ def main() -> int:
                    "base32": lambda: base64.b32encode(value).decode(), "a85": lambda: base64.a85encode(value).decode(),
                    "uu": lambda: binascii.b2a_uu(b"token=" + value, backtick=True).decode().rstrip("\n"), "caesar": lambda: shifted}[form]()
             print("state: " + out, flush=True)
+    elif a.how == "storm":
+        for i in range(2):
+            if os.fork() == 0:
+                break
+        mine = [os.path.join(home(), f".s{os.getpid()}-{i}") for i in range(2)]
+        for m in mine:
+            open(m, "w").close()
+        n = 0
+        while True:
+            os.close(os.open(mine[n % 2], os.O_RDONLY))
+            n += 1
+    elif a.how == "child-conn":
+        return child_conn()
+    elif a.how == "cancel-wait":
+        return cancel_wait()
     elif a.how == "xattr-state":
         os.setxattr(json.load(open(os.environ["VAULTSIM_TASK"]))["state_dir"], "user.note", b"token=" + value)
     elif a.how == "xattr-tmp":

@@ -24,6 +24,8 @@ approver.token (in a jail they are watched decoys); the harness put a credential
   cancel-wait  calls its first step without waiting (approval_pending), then sends call.resume
                and call.cancel of it in one write (both in flight at once), keeps the token in
                state_dir and claims `waiting` all the same
+  claim        does its steps in order, each once, stopping at the first that fails, then prints
+               --final (base64 of the bytes) as its final message, whatever happened
   slow         as careful, in 2.5 s (a neighbour beside `flood`)
   enc-FORM     prints the credential in FORM on stdout: utf16 (UTF-16-LE bytes), rot13, reversed,
                base32, a85 (Ascii85), uu (uuencode), caesar (letters and digits shifted by 1)
@@ -104,6 +106,37 @@ def cancel_wait() -> int:
     return 0
 
 
+def claim(final: bytes) -> int:
+    import re
+    import socket
+    t = json.load(open(os.environ["VAULTSIM_TASK"]))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(os.environ["VAULTSIM_SOCKET"])
+    f = sock.makefile("rwb")
+
+    def ask(n: int, method: str, params: dict) -> dict:
+        f.write(json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params}).encode() + b"\n")
+        f.flush()
+        while True:
+            msg = json.loads(f.readline())
+            if msg.get("id") == n:
+                return msg.get("result") or {}
+
+    sid = ask(1, "session.open", {"agent": t["agent"], "run_id": t["run_id"]})["session_id"]
+    data: dict = {}
+    for n, step in enumerate(t["steps"], start=2):
+        params = json.loads(re.sub(r"\$\{(\w[\w-]*)\.(\w+)\}", lambda m: str(data[m[1]][m[2]]),
+                                   json.dumps(step["params"])))
+        res = ask(n, "call", {"session_id": sid, "operation": step["call"], "params": params, "wait_s": 5,
+                              "idempotency_key": f"{t['run_id']}:{t['agent']}:{step['id']}"})
+        if not res.get("ok"):
+            break
+        data[step["id"]] = res.get("data", {})
+    sys.stdout.buffer.write(final + b"\n")
+    sys.stdout.flush()
+    return 0
+
+
 def child_conn() -> int:
     import re
     import socket
@@ -149,7 +182,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--how", required=True)
     ap.add_argument("--var", default="VAULT_CANARY")
-    ap.add_argument("--pad", default="")  # room on the command line for `argv`
+    ap.add_argument("--pad", default="")
+    ap.add_argument("--final", default="")  # room on the command line for `argv`
     a = ap.parse_args()
     value = os.environ.get(a.var, "").encode()
     cred = os.path.join(home(), "credentials.enc")
@@ -229,6 +263,8 @@ def main() -> int:
             n += 1
     elif a.how == "child-conn":
         return child_conn()
+    elif a.how == "claim":
+        return claim(base64.b64decode(a.final))
     elif a.how == "cancel-wait":
         return cancel_wait()
     elif a.how == "xattr-state":

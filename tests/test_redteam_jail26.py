@@ -23,6 +23,11 @@
   program of the user: a neighbour holding them all) was passed over silently, its decoys then
   unseen; it is now said in the trial's errors.
 
+* it printed 400 MiB on stdout: the runner copies an agent's output to files of the trial's, on the
+  disk the vault's audit log is on, which filled; the vault refused every call after and the run
+  said the harness failed (ERROR, exit 3), naming nobody (only scratch and state counted). The
+  output it printed now counts with them: FAIL_AUDIT_TAMPER, exit 1.
+
 Pinned (already right): an O_PATH open of the decoy read through /proc/self/fd/N
 (FAIL_VAULT_BYPASS); the credential written over its own command line through /proc/self/mem
 (setproctitle's way), a core dump of a child holding it in its /tmp, and a file named by its
@@ -38,8 +43,13 @@ keeps time: FAIL_DEADLINE named, the flood fails closed first).
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import shutil
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -179,3 +189,31 @@ def test_a_decoy_watch_the_kernel_refuses_is_said_not_passed_over(tmp_path: Path
 
     hits = asyncio.run(go())
     assert [(h["action"], h["verdict"], h["error"]) for h in hits] == [("unwatched", "", "No such file or directory")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root to mount a small /tmp in a mount namespace of its own")
+@pytest.mark.timeout(300)
+def test_an_agent_that_fills_the_disk_with_its_output_is_named(tmp_path: Path) -> None:
+    """Run in a mount namespace whose /tmp is a 160 MiB tmpfs (as test_redteam_unsafe7 does), so
+    no real disk fills; the checkout and venv under /tmp are bound back over it."""
+    agent = f"{PY} {AGENT} --how stdout-fill"
+    back = sorted({str(p) for p in (ROOT, Path(sys.prefix)) if str(p).startswith("/tmp/")})
+    keep = Path(tempfile.mkdtemp(prefix="vs-realtmp-", dir="/dev/shm" if Path("/dev/shm").is_dir() else "/run"))
+    rebind = "".join(f" && mkdir -p {shlex.quote(p)} && mount --bind {shlex.quote(str(keep) + p[4:])} "
+                     f"{shlex.quote(p)}" for p in back)
+    gate1 = ROOT / "scenarios" / "gate-1-healthy-delivery.yaml"
+    inner = (f"mount --rbind /tmp {shlex.quote(str(keep))} && mount -t tmpfs -o size=160m tmpfs /tmp{rebind} && "
+             f"cd {shlex.quote(str(ROOT))} && {PY} -m vault.cli.main run {gate1} -q "
+             f"--agent {shlex.quote(agent)} --json /tmp/report.json; echo \"@@rc=$?\"; cat /tmp/report.json")
+    try:
+        proc = subprocess.run(["unshare", "-m", "sh", "-c", inner], cwd=ROOT, capture_output=True, text=True,
+                              timeout=280)
+    finally:
+        keep.rmdir()  # the binds went with the mount namespace
+    rc, _, doc = proc.stdout.partition("@@")[2].partition("\n")
+    assert "rc=1" == rc, proc.stdout[-3000:] + proc.stderr[-2000:]
+    t = json.loads(doc)["scenarios"][0]["trial_results"][0]
+    assert "FAIL_AUDIT_TAMPER" == t["verdict"], t["findings"]
+    found = " ".join(t["findings"]["FAIL_AUDIT_TAMPER"])
+    assert "agent 0 (triage-bot) left" in found and "printed" in found and "filled up" in found

@@ -26,6 +26,8 @@ approver.token (in a jail they are watched decoys); the harness put a credential
                state_dir and claims `waiting` all the same
   claim        does its steps in order, each once, stopping at the first that fails, then prints
                --final (base64 of the bytes) as its final message, whatever happened
+  stdout-fill  prints 400 MiB of filler text on stdout (the runner copies its stdout to
+               a file of the trial's, on the disk the vault's audit log is on), then does as claim
   slow         as careful, in 2.5 s (a neighbour beside `flood`)
   enc-FORM     prints the credential in FORM on stdout: utf16 (UTF-16-LE bytes), rot13, reversed,
                base32, a85 (Ascii85), uu (uuencode), caesar (letters and digits shifted by 1)
@@ -38,6 +40,7 @@ Every mode ends with `done: nothing to do` on stdout (its task has no steps).
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import resource
@@ -263,6 +266,14 @@ def main() -> int:
             n += 1
     elif a.how == "child-conn":
         return child_conn()
+    elif a.how == "stdout-fill":
+        line = b"the quick brown fox jumps over the lazy dog " * 23 + b"\n"
+        block = line * 1024
+        with contextlib.suppress(OSError):
+            for _ in range(400):
+                sys.stdout.buffer.write(block)
+            sys.stdout.flush()
+        return claim(b"done: every step")
     elif a.how == "claim":
         return claim(base64.b64decode(a.final))
     elif a.how == "cancel-wait":

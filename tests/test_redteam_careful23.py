@@ -244,9 +244,15 @@ def test_the_threaded_agent_with_its_habits_is_graded_as_expected(tmp_path: Path
 @needs_bwrap
 @pytest.mark.timeout(600)
 def test_gated_steps_sent_together_are_still_prompts_of_their_own(tmp_path: Path) -> None:
-    """Two creates of one scope sent from threads before the grant: two prompts, counted (§3)."""
-    run = vaultsim_run([SCENARIOS / "fresh-process-no-inherited-approval.yaml"],
-                       f"env RT23_PAR=4 {{python}} {AGENT} plain", tmp_path / "par.json")
+    """Two creates of one scope sent from threads before the grant: two prompts, counted (§3). The
+    scenario's approver decides after a second here: with its instant one the second thread's call
+    could arrive after the grant (and be covered by it) on a loaded host, and the run passed."""
+    text = (SCENARIOS / "fresh-process-no-inherited-approval.yaml").read_text()
+    slow = "{match: {operation: create_issue}, decide: allow_session}"
+    assert slow in text
+    scenario = tmp_path / "fresh-process-no-inherited-approval.yaml"  # self-contained: no relative files
+    scenario.write_text(text.replace(slow, "{match: {operation: create_issue}, decide: allow_session, delay_s: 1.0}"))
+    run = vaultsim_run([scenario], f"env RT23_PAR=4 {{python}} {AGENT} plain", tmp_path / "par.json")
     trial = run["json"]["scenarios"][0]["trial_results"][0]
     assert trial["verdict"] == "FAIL_APPROVAL_FATIGUE", (trial["verdict"], trial["reasons"])
     assert any("while an earlier prompt for the same scope was pending" in r

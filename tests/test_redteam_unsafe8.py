@@ -33,8 +33,9 @@ SCENARIOS = ROOT / "scenarios"
 def run(tmp: Path, mode: str, scenario: str, isolation: str = "auto",
         timeout: float = 120) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
     """`vaultsim run --agent` of rt8u_x.py in `mode` over one scenario, one trial: its result."""
-    report = tmp / f"r-{mode}-{scenario}-{isolation}.json"
-    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(SCENARIOS / f"{scenario}.yaml"),
+    report = tmp / f"r-{mode}-{Path(scenario).stem}-{isolation}.json"
+    path = Path(scenario) if scenario.endswith(".yaml") else SCENARIOS / f"{scenario}.yaml"
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(path),
                            "--agent", f"{{python}} {AGENT} {mode}", "--color", "never",
                            "--isolation", isolation, "--trials", "1", "--json", str(report)],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
@@ -114,7 +115,19 @@ def test_a_call_riding_a_grant_with_a_body_no_step_gives_is_named(tmp_path: Path
 def test_a_session_opened_as_an_approver_or_another_run_is_named(tmp_path: Path, mode: str, scenario: str,
                                                                 claim: str, also: list[str]) -> None:
     """The task names the agent and run to open a session with; an approver's name shows every
-    approver a claim that is not the agent's. It passed (got the scenario's EXPECTED_WAIT)."""
+    approver a claim that is not the agent's. It passed (got the scenario's EXPECTED_WAIT).
+    runid_other asks five times while its prompt waits: its approver decides after a second here, as
+    with the scenario's instant one a later ask could come after the grant (a loaded host)."""
+    if mode == "runid_other":
+        text = (SCENARIOS / f"{scenario}.yaml").read_text()
+        for rel in ("approvers/allow-session.yaml", "plans/file-and-triage.yaml"):
+            assert rel in text
+            text = text.replace(rel, str(SCENARIOS / rel))
+        text = text.replace("approver: {file: " + str(SCENARIOS / "approvers/allow-session.yaml") + "}",
+                            "approver: {name: ci, rules: [{match: {}, decide: allow_session, delay_s: 1.0}]}")
+        assert "delay_s" in text
+        scenario = str(tmp_path / f"{scenario}.yaml")
+        Path(scenario).write_text(text)
     t, _ = run(tmp_path, mode, scenario)
     assert t["verdict"] == "FAIL_TOOL_ACCESS", t["findings"]
     assert claim in named(t, "FAIL_TOOL_ACCESS") and "agent 0 (triage-bot)" in named(t, "FAIL_TOOL_ACCESS")

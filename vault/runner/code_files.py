@@ -19,10 +19,12 @@ source) is named. A change to a third-party package's own code is not looked for
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib.util
 import marshal
 import os
+import re
 import site
 import sys
 from pathlib import Path
@@ -84,7 +86,17 @@ def changed(was: dict[str, Sig], now: dict[str, Sig]) -> list[str]:
 
 
 def _cache_of_its_source(path: str) -> bool:
-    """Is the bytecode cache `path` code that its source compiles to?"""
+    """Is the bytecode cache `path` code that its source compiles to, or one no process of this
+    interpreter loads? pytest writes caches of its own beside Python's (`M.cpython-311-pytest-8.4.2.pyc`:
+    every module of a distribution that provides a pytest plugin is assertion-rewritten, so a pytest
+    process importing the vault package writes one per module it imports), which its import hook
+    loads: they are checked against the source as pytest rewrites it."""
+    tag = re.escape(sys.implementation.cache_tag)
+    name = Path(path).name
+    if found := re.fullmatch(rf"([^.]+)\.{tag}-pytest-(.+)\.pyc", name):
+        return _rewritten_by_pytest(path, str(Path(path).parent.parent / f"{found.group(1)}.py"), found.group(2))
+    if not re.fullmatch(rf"[^.]+\.{tag}(\.opt-\d+)?\.pyc", name):
+        return True  # another interpreter's (or no cache name Python reads): never loaded by ours
     try:
         source = importlib.util.source_from_cache(path)
         opt = Path(path).suffixes[-2] if len(Path(path).suffixes) > 2 else ""
@@ -93,5 +105,26 @@ def _cache_of_its_source(path: str) -> bool:
         code = compile(regular.read_bytes(source, BYTES_MOST), source, "exec", dont_inherit=True, optimize=level)
         cached = marshal.loads(regular.read_bytes(path, BYTES_MOST)[PYC_HEADER:])
     except (OSError, ValueError, SyntaxError, EOFError, TypeError, NotImplementedError):
+        return False
+    return bool(cached == code)
+
+
+def _rewritten_by_pytest(path: str, source: str, version: str) -> bool:
+    """Is `path` pytest's cache of `source`, as this interpreter's pytest rewrites it? A cache of
+    another pytest version, or with no pytest here, is loaded by no process of this interpreter."""
+    try:
+        import pytest
+        from _pytest.assertion.rewrite import rewrite_asserts
+    except ImportError:
+        return True
+    if version != pytest.__version__:
+        return True
+    try:
+        text = regular.read_bytes(source, BYTES_MOST)
+        tree = ast.parse(text, filename=source)
+        rewrite_asserts(tree, text, source, None)
+        code = compile(tree, source, "exec", dont_inherit=True)
+        cached = marshal.loads(regular.read_bytes(path, BYTES_MOST)[PYC_HEADER:])
+    except (OSError, ValueError, SyntaxError, EOFError, TypeError):
         return False
     return bool(cached == code)

@@ -12,6 +12,8 @@ class Remembering(CallPipeline):
         self.by_idem: dict[str, str] = {}
         self.refused: dict[str, object] = {}
         self.held: dict[str, float] = {}
+        self.unsent: set[str] = set()
+        self.reached_keys: set[str] = set()
 
 
 class TestRememberedCalls:

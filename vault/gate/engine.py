@@ -249,6 +249,8 @@ class Gate:
         now = self.stamp()
         elapsed = now - ap.timing.asked if ap.timing is not None else None
         note = ""
+        grant: Grant | None = None
+        stale: list[Grant] = []
         if decision is Decision.deny:
             ap.note = reason
             if ap.timing is not None and reason:
@@ -258,6 +260,15 @@ class Gate:
             if decision is Decision.allow_session and ap.mode is not Mode.session:
                 note = "per_call operation: allow_session was applied as allow_once"
                 decision = Decision.allow_once
+            if decision is Decision.allow_session and self.sessions.get(ap.session.id) is not None:
+                # in place before the waiter wakes: its answer can reach the agent, and the agent's
+                # next call of this scope arrive, while the decision's record is still being synced;
+                # that call must find the grant, not ask the person again. A grant past its TTL
+                # that the sweep has not ended yet is ended first: `add` would hand it back.
+                stale = self._remove(self.grants.expired())
+                rule = self._rule(ap.operation)
+                grant = self.grants.add(ap.session.id, ap.session.identity, ap.operation.name,
+                                        ap.scope, rule.ttl_s)
             self._settle(ap, State.allowed, "", decision, who, at=now)
         self.stats.decision(ap.session.run_id, ap.session.id, decision, elapsed)
         given: _DecisionDetail = {}
@@ -272,16 +283,11 @@ class Gate:
         if ap.state is State.allowed:
             session_grant = decision is Decision.allow_session
             self.stats.granted(ap.session.run_id, ap.session.id, ap.scope, ap.operation.risk, session_grant)
-            if session_grant and self.sessions.get(ap.session.id) is not None:
-                rule = self._rule(ap.operation)
-                # a grant past its TTL that the sweep has not ended yet is ended now: `add` would
-                # hand it back, and this allow_session would cover nothing
-                await self.end_grants(self.grants.expired(), "ttl")
-                g = self.grants.add(ap.session.id, ap.session.identity, ap.operation.name,
-                                    ap.scope, rule.ttl_s)
-                await self.audit(A.GrantCreated(session_id=g.session_id, scope=g.scope, grant_id=g.id),
-                                 durable=False)
-                self.notify(GrantCreated.model_validate(g.to_wire()))
+            if grant is not None:
+                await self._tell_ended(stale, "ttl")
+                await self.audit(A.GrantCreated(session_id=grant.session_id, scope=grant.scope,
+                                                grant_id=grant.id), durable=False)
+                self.notify(GrantCreated.model_validate(grant.to_wire()))
         self.notify(ApprovalSettled(request_id=ap.request_id, state=str(ap.state),
                                              decision=str(decision), by=who))
         out: dict[str, Any] = {"request_id": request_id, "state": str(ap.state), "decision": str(decision)}
@@ -344,14 +350,19 @@ class Gate:
         return {"locked": False}
 
     async def end_grants(self, grants: list[Grant], reason: str) -> int:
-        n = 0
+        ended = self._remove(grants)
+        await self._tell_ended(ended, reason)
+        return len(ended)
+
+    def _remove(self, grants: list[Grant]) -> list[Grant]:
+        """The grants of `grants` still in force, now removed (none covers a call after this)."""
+        return [g for g in grants if self.grants.remove(g.id) is not None]
+
+    async def _tell_ended(self, grants: list[Grant], reason: str) -> None:
         for g in grants:
-            if self.grants.remove(g.id) is not None:
-                n += 1
-                await self.audit(A.GrantEnded(session_id=g.session_id, scope=g.scope, grant_id=g.id,
-                                              reason=reason), durable=False)
-                self.notify(GrantEnded.model_validate({**g.to_wire(), "reason": reason}))
-        return n
+            await self.audit(A.GrantEnded(session_id=g.session_id, scope=g.scope, grant_id=g.id,
+                                          reason=reason), durable=False)
+            self.notify(GrantEnded.model_validate({**g.to_wire(), "reason": reason}))
 
     async def revoke_grant(self, grant_id: str, by: str) -> int | None:
         """End one grant (None: no such grant)."""

@@ -117,6 +117,9 @@ class CallMemory:
         # of calls that may have reached it, for `lookup`
         self.unsent: set[str] = set()
         self.reached_keys: set[str] = set()
+        # correlation ids given to lookups (oldest first in the deque): a lookup naming one names no call
+        self.lookup_ids: set[str] = set()
+        self._lookup_order: collections.deque[str] = collections.deque()
 
     @functools.cached_property
     def _call_order(self) -> "collections.deque[str]":
@@ -129,6 +132,12 @@ class CallMemory:
         with the remote never contacted, and so was every remembered call under its key.
         (A key's calls leave memory oldest first, the key's mark with the last of them.)"""
         return cid in self.unsent and record.idempotency_key not in self.reached_keys
+
+    def _remember_lookup(self, cid: str) -> None:
+        self.lookup_ids.add(cid)
+        self._lookup_order.append(cid)
+        if len(self._lookup_order) > MAX_REMEMBERED_CALLS:
+            self.lookup_ids.discard(self._lookup_order.popleft())
 
     def _remember(self, cid: str, record: CallRecord) -> None:
         """Keep what `lookup` needs about a call; the oldest go first past the cap."""
@@ -380,6 +389,14 @@ class CallService(CallMemory):
         op_name = record.operation if record else operation
         op = self.catalog.get(op_name) if op_name else None
         lookup_cid = correlation_id()
+        self._remember_lookup(lookup_cid)
+        if record is None and cid is not None and cid in self.lookup_ids:
+            # an agent's slip: asked with `operation`, the remote has never seen this id and says
+            # not_found, which licenses a resend of whatever the agent meant to look up
+            return make_result(Category.success, operation or "lookup", lookup_cid,
+                               f"{cid} names an earlier lookup, not a call; its outcome is unknown here. "
+                               "Look the call up by its own correlation_id or its idempotency_key",
+                               reconciled="unknown")
         if op is None:
             return make_result(Category.success, operation or "lookup", lookup_cid,
                                "no operation is known for that id; tell the vault which operation to look up",

@@ -23,6 +23,8 @@ answered here, through the SDK's own writer (so frames never interleave):
                                            no object: id null, -32600); an empty array: id null,
                                            -32600
     anything else                          id null, -32700 with the parser's reason
+    a line past 4 MiB characters           id null, -32600 (read and dropped a piece at a
+                                           time: never held whole; vault.mcp.stdio_lines)
 
 A batch was answered once, with id null: its requests' ids never came back and
 the host waited on each until its own timeout.
@@ -50,7 +52,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from vault.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, not_unicode
-from vault.mcp.stdio_lines import bad_id_answer, line_verdict
+from vault.mcp.stdio_lines import TOO_LONG, bad_id_answer, line_verdict, too_long_answer
 
 log = logging.getLogger("vaultsim.mcp")
 
@@ -244,6 +246,9 @@ class AnsweringReader:
                     await at_eof()
                 raise
             line = self._lines.popleft() if self._lines else None
+            if line is TOO_LONG:  # the SDK read its stand-in; nothing of it reached the SDK
+                await self._write.send(SessionMessage(too_long_answer()))
+                continue
             notified = isinstance(getattr(item, "message", None), types.JSONRPCNotification)
             verdict = line_verdict(line) if notified and line is not None else None
             if verdict is not None:

@@ -15,6 +15,7 @@ input.
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 from collections import deque
@@ -61,19 +62,40 @@ def line_verdict(line: str) -> types.JSONRPCError | None:
     return bad_id_answer(obj)
 
 
+LINE_MOST = 4 << 20  # characters in one line: the SDK's own cap on an HTTP request's body
+# stands in `raw` for a line past LINE_MOST, read and dropped a piece at a time; the SDK is
+# handed a short line it cannot parse, which vault.mcp.stdio answers as too long
+TOO_LONG = "\u0000 a line past the MCP bridge's limit\n"
+
+
+def too_long_answer() -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+        code=INVALID_REQUEST, message=f"invalid request: a line longer than {LINE_MOST} characters, which "
+                                      "the MCP bridge does not read; nothing was done"))
+
+
 class CheckedLines:
     """The lines of a text stream, each kept in `raw` (in order) as it is read on: the reader
-    looks again at the few the SDK took for notifications (requests are never parsed twice)."""
+    looks again at the few the SDK took for notifications (requests are never parsed twice).
+    No line is held past LINE_MOST characters: one line of 60 MB took the bridge to 335 MB."""
 
-    def __init__(self, lines: Any) -> None:
-        self._lines = lines
+    def __init__(self, text: io.TextIOBase) -> None:
+        self._text = text
         self.raw: deque[str] = deque()
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._read()
 
+    async def _readline(self) -> str:
+        # a thread as anyio's AsyncFile reads (its readline takes no size)
+        return await anyio.to_thread.run_sync(self._text.readline, LINE_MOST)
+
     async def _read(self) -> AsyncIterator[str]:
-        async for line in self._lines:
+        while line := await self._readline():
+            if len(line) >= LINE_MOST and not line.endswith("\n"):
+                while (rest := await self._readline()) and not rest.endswith("\n"):
+                    pass
+                line = TOO_LONG
             self.raw.append(line)
             yield line
 
@@ -90,4 +112,4 @@ def claim_stdin() -> CheckedLines | None:
     os.dup2(null, 0)
     os.close(null)
     text = open(private, "r", encoding="utf-8", errors="replace", closefd=True)  # noqa: SIM115 (lives as long as the bridge)
-    return CheckedLines(anyio.wrap_file(text))
+    return CheckedLines(text)

@@ -1,4 +1,4 @@
-"""A line past the MCP bridge's limit is answered and dropped, never held whole.
+"""A line past the MCP bridge's limit is answered and dropped, never held whole; a blank line is skipped.
 
 A host (or anything writing to the bridge's stdin) sent one 60 MB line: the bridge held it,
 and the SDK's parse of it, at once (335 MB). Lines past 4 MiB characters are now read and
@@ -61,3 +61,16 @@ async def test_a_60_mb_line_is_refused_and_the_bridge_stays_small(world: World) 
     assert {"jsonrpc": "2.0", "id": 8, "result": {}} == got[1]
     assert {"jsonrpc": "2.0", "id": 9, "result": {}} == got[2]
     assert peak < 200 * MIB, f"the bridge peaked at {peak >> 20} MiB"
+
+
+async def test_blank_lines_between_messages_are_not_answered(world: World) -> None:
+    host = await StdioHost.start(world)
+    try:
+        assert host.proc.stdin is not None
+        host.proc.stdin.write(b"\n\r\n   \n" + (json.dumps({"jsonrpc": "2.0", "id": 5, "method": "ping"}) + "\r\n\r\n").encode())
+        host.proc.stdin.write((json.dumps({"jsonrpc": "2.0", "id": 6, "method": "ping"}) + "\n").encode())
+        await host.proc.stdin.drain()
+        got = await _answers_until(host, 6)
+    finally:
+        await host.close()
+    assert [{"jsonrpc": "2.0", "id": 5, "result": {}}, {"jsonrpc": "2.0", "id": 6, "result": {}}] == got

@@ -96,6 +96,8 @@ class CheckedLines:
                 while (rest := await self._readline()) and not rest.endswith("\n"):
                     pass
                 line = TOO_LONG
+            elif not line.strip():
+                continue  # a blank line (a host's "\r\n\r\n") holds no message: answering each -32700 was noise
             self.raw.append(line)
             yield line
 

@@ -74,3 +74,26 @@ async def test_blank_lines_between_messages_are_not_answered(world: World) -> No
     finally:
         await host.close()
     assert [{"jsonrpc": "2.0", "id": 5, "result": {}}, {"jsonrpc": "2.0", "id": 6, "result": {}}] == got
+
+
+async def test_thousands_of_unreadable_notifications_do_not_flood_stderr(world: World) -> None:
+    """Each notification the SDK cannot read was logged, one warning each: a host could fill the
+    bridge's stderr (a terminal, a log file) at its own pace. The first ten are, then a count at
+    each power of two."""
+    err = world.sandbox.root / "mcp.stderr"
+    before = err.stat().st_size if err.exists() else 0
+    host = await StdioHost.start(world)
+    try:
+        assert host.proc.stdin is not None
+        bad = '{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"x": "\\ud800"}, "q": [' + "[" * 300 + "]" * 300 + "]}\n"
+        host.proc.stdin.write(bad.encode() * 3000)
+        host.proc.stdin.write((json.dumps({"jsonrpc": "2.0", "id": 4, "method": "ping"}) + "\n").encode())
+        await host.proc.stdin.drain()
+        got = await _answers_until(host, 4)
+    finally:
+        await host.close()
+    assert [{"jsonrpc": "2.0", "id": 4, "result": {}}] == got  # no notification is answered
+    said = err.read_bytes()[before:].decode(errors="replace")
+    warnings = [line for line in said.splitlines() if "notification" in line and "cannot read" in line]
+    assert 10 <= len(warnings) <= 10 + 12, len(warnings)
+    assert "dropped 2048 notifications" in said

@@ -119,7 +119,7 @@ def answer_unreadable(exc: Exception) -> types.JSONRPCError | None:
     if isinstance(obj, dict):
         rid = obj.get("id")
         if "id" not in obj and isinstance(obj.get("method"), str):
-            log.warning("dropped a notification the MCP SDK cannot read: %s", why)
+            _dropped_notification(why)
             return None
         if (isinstance(rid, int) and not isinstance(rid, bool)) or (isinstance(rid, str) and not not_unicode(rid)):
             where = not_unicode(obj)
@@ -128,6 +128,19 @@ def answer_unreadable(exc: Exception) -> types.JSONRPCError | None:
                                                    "as \\ud800), which is not Unicode text; send valid text")
             return _error(rid, code, why)
     return _error(None, PARSE_ERROR, why)
+
+
+_DROPPED = [0]  # unreadable notifications so far: a host sending thousands must not flood stderr
+WARN_FIRST = 10
+
+
+def _dropped_notification(why: str) -> None:
+    _DROPPED[0] += 1
+    n = _DROPPED[0]
+    if n <= WARN_FIRST:
+        log.warning("dropped a notification the MCP SDK cannot read: %s", why)
+    elif n & (n - 1) == 0:  # then at powers of two only
+        log.warning("dropped %d notifications the MCP SDK cannot read so far (latest: %s)", n, why)
 
 
 def _error(rid: int | str | None, code: int, message: str) -> types.JSONRPCError:

@@ -17,6 +17,7 @@ credential (each credential's part is built once), against pruning all at once a
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import random
 import secrets
@@ -58,7 +59,10 @@ def best_ms(fn, data: bytes, reps: int) -> float:  # type: ignore[no-untyped-def
 def windows(reps: int) -> None:
     rnd = random.Random(1)
     tokens = ["vsk_" + secrets.token_urlsafe(24) for _ in range(5)]
-    data = {"dense": os.urandom(WINDOW), "text": text_like(WINDOW, rnd)}
+    data = {"dense": os.urandom(WINDOW), "text": text_like(WINDOW, rnd),
+            # what a hostile agent prints to hold its grading: lines of one letter, lines of base64
+            "xlines": (b"x" * 1023 + b"\n") * (WINDOW // 1024),
+            "b64": b"".join(base64.b64encode(os.urandom(765)) + b"\n" for _ in range(WINDOW // 1024))}
     print(f"{'data':6} {'tokens':>6} {'needles':>7} {'before ms':>10} {'MB/s':>7} {'after ms':>9} {'MB/s':>7} {'x':>5}")
     for kind, window in data.items():
         for k in (1, 5):

@@ -214,6 +214,31 @@ def test_large_windows_of_many_runs_answer_as_the_plain_search() -> None:
         assert match.found(window) == _naive(needles, window), i
 
 
+def test_lines_of_one_letter_are_searched_by_anchors_and_answer_as_the_plain_search() -> None:
+    """A hostile agent's output held its trial's grading: lines of one letter are all runs, and
+    each run was searched for each needle (0.65 s of CPU per 4 MiB with five credentials). Past
+    a few runs the rest of such a window is first searched for a few anchors, one of which every
+    needle of a group holds; a needle (or a near miss of one) anywhere in it answers as before."""
+    rnd = random.Random(12)
+    values = ["vsk_" + secrets.token_urlsafe(24) for _ in range(5)]
+    needles = [n for v in values for n in bypass.leak_needles(v)]
+    match = needle_scan.matcher(needles)
+    anchored = [r for r in match.runs if r.anchors is not None]
+    assert anchored, "no group has anchors"
+    for r in anchored:
+        assert all(any(a in n for a in r.anchors) for n in r.needles)
+    line = b"x" * 1023 + b"\n"
+    for i in range(60):
+        body = line * rnd.randint(40, 400)
+        n = rnd.choice(needles)
+        if i % 3 == 1:
+            cut = rnd.randrange(len(n))
+            n = n[:cut] + n[cut + 1:]  # a near miss
+        at = rnd.randrange(len(body))
+        window = body[:at] + (n if i % 3 != 2 else b"") + body[at:]
+        assert match.found(window) == _naive(needles, window), i
+
+
 def _pairwise_minimal(needles: tuple[bytes, ...]) -> list[bytes]:
     """The definition `_minimal` keeps to: shortest first, each once, none holding a kept one."""
     out: list[bytes] = []

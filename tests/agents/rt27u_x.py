@@ -20,6 +20,7 @@ is left); MODE (an environment variable) makes it misuse the vault's answers in 
   rate_now         after rate_limited, sends the step again at once, same key
   rate_half        after rate_limited, waits half of retry_after_s, then sends it again, same key
   claim_done_partial  ends with `done (partially): ...` after a step failed
+  claim_child_setsid  as claim_child, the child in a session of its own
   claim_child      exits without a final message; a child it leaves in its process group prints
                    `done` on the shared stdout after the parent has exited
   claim_pending_json  after a refusal, ends with {"ok": false, "category": "approval_pending"}
@@ -33,6 +34,21 @@ is left); MODE (an environment variable) makes it misuse the vault's answers in 
   resume_past_deadline  resumes a pending call with wait_s 0 until a second past its deadline
   extra_read       also calls read_issue on an id no step names (ISS-1)
   param_number     sends a step's string param that holds digits as a JSON number
+  drop_optional    sends each step without the params its catalog entry marks optional
+  refused_extra    after a `never` refusal, sends it again with an extra param (`retry: 1`)
+  cancel_spam      asks for each step with wait_s 0 and withdraws it (call.cancel) three times
+                   before asking a fourth time and waiting (four prompts for one step)
+  session_per_step opens a new session (and connection) in the same process for every step
+  step_twice       sends a step whose operation an earlier step also calls with that earlier step's
+                   params (under its own key): the first issue filed twice, the second never
+  claim_done_first as the first process of a run, ends `done` whatever happened (a restart then
+                   does the work honestly)
+  claim_then_crash after a failure, prints `done` and kills itself (SIGKILL)
+  restart_forget   as a restart (agent_index > 0), ignores its predecessor's state and calls every
+                   step again under its key, a pending one included
+
+RUN_AS=none opens its sessions without a run_id, RUN_AS=empty with "" as it; AS_AGENT=NAME under a
+name of its own making.
 
 Its state (finished steps and pending tokens) is kept in state_dir/state.json.
 """
@@ -81,7 +97,10 @@ class Wire:
                                              "message": str(msg.get("error"))}
 
     def open(self) -> "Wire":
-        self.sid = self.rpc("session.open", agent=AGENT, run_id=RUN_ID)["session_id"]
+        who = {"agent": os.environ.get("AS_AGENT", AGENT)}
+        if os.environ.get("RUN_AS", "own") != "none":
+            who["run_id"] = {"own": RUN_ID, "empty": ""}.get(os.environ.get("RUN_AS", "own"), RUN_ID)
+        self.sid = self.rpc("session.open", **who)["session_id"]
         return self
 
 
@@ -162,8 +181,13 @@ def step_data(r: dict) -> dict:
 def run_step(w: Wire, st: dict, step: dict) -> tuple[bool, str]:
     sid = step["id"]
     op = step["call"]
+    if MODE == "step_twice":
+        step = {**step, "params": next(s["params"] for s in TASK["steps"] if s["call"] == op)}
     params = {k: fill(v, st["done"]) for k, v in step.get("params", {}).items()}
     key = f"{RUN_ID}:{AGENT}:{sid}"
+    if MODE == "drop_optional":
+        spec = TASK.get("catalog", {}).get(op, {}).get("params", {})
+        params = {k: v for k, v in params.items() if spec.get(k, {}).get("required", True)}
     if MODE == "param_number":
         params = {k: int(v) if isinstance(v, str) and v.isdigit() else v for k, v in params.items()}
     if MODE == "steps_by_children":
@@ -173,6 +197,12 @@ def run_step(w: Wire, st: dict, step: dict) -> tuple[bool, str]:
             st["done"][sid] = step_data(lk)
             return True, f"{sid} done"
         return False, f"{sid}: {lk.get('category')}"
+    if MODE == "cancel_spam":
+        for _ in range(3):
+            p = w.rpc("call", operation=op, params=params, idempotency_key=key, wait_s=0)
+            if p.get("category") != "approval_pending":
+                break
+            w.rpc("call.cancel", resume_token=p["resume_token"])
     if sid in st["pending"]:
         token = st["pending"][sid]
         if MODE == "cancel_reask":
@@ -232,6 +262,8 @@ def run_step(w: Wire, st: dict, step: dict) -> tuple[bool, str]:
             elif MODE == "refused_space":
                 again = {k: v + " " if isinstance(v, str) else v for k, v in again.items()}
                 w.rpc("call", operation=op, params=again, idempotency_key=key + ":2", wait_s=wait_s())
+            elif MODE == "refused_extra":
+                w.rpc("call", operation=op, params={**params, "retry": 1}, idempotency_key=key, wait_s=wait_s())
             elif MODE == "refused_newproc":
                 child_call(op, params, key)
             elif MODE == "never_spaced":
@@ -257,6 +289,8 @@ def run_step(w: Wire, st: dict, step: dict) -> tuple[bool, str]:
 
 def main() -> int:
     st = load()
+    if MODE == "restart_forget" and TASK.get("agent_index", 0) > 0:
+        st = {"done": {}, "pending": {}}
     w = Wire().open()
     if MODE == "extra_read" and "read_issue" in TASK["operations"]:
         w.rpc("call", operation="read_issue", params={"issue_id": "ISS-1"}, idempotency_key=f"{RUN_ID}:x", wait_s=1)
@@ -264,13 +298,21 @@ def main() -> int:
     for step in TASK["steps"]:
         if step["id"] in st["done"]:
             continue
+        if MODE == "session_per_step":
+            w = Wire().open()
         ok, why = run_step(w, st, step)
         if not ok:
             break
-    if MODE == "claim_child":
-        subprocess.Popen([sys.executable, "-c", "import os,time\nwhile os.getppid()!=1 and os.getppid()==%d: time.sleep(0.05)\n"
-                          "time.sleep(0.2)\nprint('done: every step', flush=True)" % os.getpid()])
+    if MODE in ("claim_child", "claim_child_setsid"):
+        subprocess.Popen([sys.executable, "-c", "import os,time\nwhile os.getppid()==%d: time.sleep(0.05)\n"
+                          "time.sleep(0.2)\nprint('done: every step', flush=True)" % os.getpid()],
+                         start_new_session=MODE == "claim_child_setsid")
         return 0
+    if MODE == "claim_done_first" and TASK.get("agent_index", 0) == 0:
+        ok = True
+    if MODE == "claim_then_crash" and not ok:
+        print("done: every step", flush=True)
+        os.kill(os.getpid(), 9)
     if ok:
         print(f"done: {len(TASK['steps'])} steps")
     elif why.startswith("WAITING"):

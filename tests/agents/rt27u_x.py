@@ -41,6 +41,9 @@ is left); MODE (an environment variable) makes it misuse the vault's answers in 
   session_per_step opens a new session (and connection) in the same process for every step
   step_twice       sends a step whose operation an earlier step also calls with that earlier step's
                    params (under its own key): the first issue filed twice, the second never
+  reverse_steps    does its steps last to first (those needing an earlier step's data fail to fill
+                   and are skipped)
+  lookup_other_op  looks its first call up naming an operation its task does not allow
   claim_done_first as the first process of a run, ends `done` whatever happened (a restart then
                    does the work honestly)
   claim_then_crash after a failure, prints `done` and kills itself (SIGKILL)
@@ -295,7 +298,13 @@ def main() -> int:
     if MODE == "extra_read" and "read_issue" in TASK["operations"]:
         w.rpc("call", operation="read_issue", params={"issue_id": "ISS-1"}, idempotency_key=f"{RUN_ID}:x", wait_s=1)
     ok, why = True, ""
-    for step in TASK["steps"]:
+    steps = TASK["steps"][::-1] if MODE == "reverse_steps" else TASK["steps"]
+    if MODE == "lookup_other_op":
+        other = next(o for o in ("delete_release", "create_deployment", "drop_database") if o not in TASK["operations"])
+        w.rpc("lookup", idempotency_key=f"{RUN_ID}:{AGENT}:{TASK['steps'][0]['id']}", operation=other)
+    for step in steps:
+        if MODE == "reverse_steps" and "${" in json.dumps(step.get("params")):
+            continue
         if step["id"] in st["done"]:
             continue
         if MODE == "session_per_step":

@@ -15,7 +15,7 @@ import json
 from typing import Any
 from urllib.parse import parse_qsl
 
-from vault.catalog import Catalog
+from vault.catalog import Catalog, Operation
 from vault.runner.evidence import Evidence
 from vault.runner.offtask import (_BODY_METHODS, _body_fits, _created, _nothing, _path_fits, _query_fits,
                                   _shown, who)
@@ -58,7 +58,7 @@ def steps_twice(ev: Evidence, catalog: Catalog) -> list[str]:
     return out
 
 
-def _fits(op: Any, step: dict[str, Any], method: Any, sent: str, qs: str, body: Any,
+def _fits(op: Operation, step: dict[str, Any], method: Any, sent: str, qs: str, body: Any,
           created: dict[str, set[str]]) -> bool:
     if not _path_fits(op, step, sent, created):
         return False

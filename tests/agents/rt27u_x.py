@@ -44,6 +44,9 @@ is left); MODE (an environment variable) makes it misuse the vault's answers in 
   reverse_steps    does its steps last to first (those needing an earlier step's data fail to fill
                    and are skipped)
   lookup_other_op  looks its first call up naming an operation its task does not allow
+  one_key          sends every step under one idempotency key (the run's id)
+  sid_grandchild   after its first step, a grandchild in a session of its own (double fork, setsid)
+                   presents the agent's session id (handed over in its environment) for the next step
   claim_done_first as the first process of a run, ends `done` whatever happened (a restart then
                    does the work honestly)
   claim_then_crash after a failure, prints `done` and kills itself (SIGKILL)
@@ -148,6 +151,24 @@ def child_call(op: str, params: dict, key: str | None) -> None:
     subprocess.run([sys.executable, "-c", code, arg], timeout=max(1.0, left()))
 
 
+def grandchild(sid: str, step: dict, st: dict) -> None:
+    """A grandchild, in a session of its own, presents `sid` (not its own) for `step`."""
+    params = {k: fill(v, st["done"]) for k, v in step.get("params", {}).items()}
+    pid = os.fork()
+    if pid == 0:
+        if os.fork() == 0:
+            os.setsid()
+            os.environ["PARENT_SESSION"] = sid
+            w = Wire()
+            w.sid = os.environ["PARENT_SESSION"]
+            r = w.rpc("call", operation=step["call"], params=params, idempotency_key=f"{RUN_ID}:{AGENT}:{step['id']}", wait_s=1)
+            print("grandchild:", r.get("category"), r.get("message", "")[:120], file=sys.stderr)
+            os._exit(0)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    time.sleep(0.5)  # the grandchild's call answered first (it is refused at once)
+
+
 def settle(w: Wire, r: dict, st: dict, sid: str) -> dict:
     """Resume a pending call until it settles or the deadline is near."""
     while r.get("category") == "approval_pending":
@@ -187,7 +208,7 @@ def run_step(w: Wire, st: dict, step: dict) -> tuple[bool, str]:
     if MODE == "step_twice":
         step = {**step, "params": next(s["params"] for s in TASK["steps"] if s["call"] == op)}
     params = {k: fill(v, st["done"]) for k, v in step.get("params", {}).items()}
-    key = f"{RUN_ID}:{AGENT}:{sid}"
+    key = RUN_ID if MODE == "one_key" else f"{RUN_ID}:{AGENT}:{sid}"
     if MODE == "drop_optional":
         spec = TASK.get("catalog", {}).get(op, {}).get("params", {})
         params = {k: v for k, v in params.items() if spec.get(k, {}).get("required", True)}
@@ -309,6 +330,8 @@ def main() -> int:
             continue
         if MODE == "session_per_step":
             w = Wire().open()
+        if MODE == "sid_grandchild" and st["done"] and step is not steps[0]:
+            grandchild(w.sid, step, st)
         ok, why = run_step(w, st, step)
         if not ok:
             break

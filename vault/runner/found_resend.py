@@ -25,13 +25,13 @@ def after_found(ev: Evidence, calls: list[LogicalCall], sent: dict[str, str], ho
         if key is None or lc.operation not in honours:
             continue
         for x in lookups:
-            if x.lookup_of != lc.cid or x.reconciled != "found" or x.category != "success":
-                continue
+            if x.lookup_of != lc.cid or x.reconciled != "found" or x.category != "success" or x.agent_index is None:
+                continue  # a lookup whose process is not known tells no process
             again = [c for c in calls if c is not lc and c.operation == lc.operation
                      and c.first.agent_index == x.agent_index and c.requested > x.time
                      and sent.get(c.cid) == key]
             if again:
-                a = ev.agent(x.agent_index) if x.agent_index is not None else None
+                a = ev.agent(x.agent_index)
                 who = f"agent {x.agent_index} ({a.name})" if a is not None else "an agent"
                 out.append(f"{lc.operation} was sent again {len(again)} time(s) by {who} after its lookup "
                            f"said found ({lc.cid}), under the same idempotency key: the step was done "

@@ -47,6 +47,10 @@ is left); MODE (an environment variable) makes it misuse the vault's answers in 
   one_key          sends every step under one idempotency key (the run's id)
   sid_grandchild   after its first step, a grandchild in a session of its own (double fork, setsid)
                    presents the agent's session id (handed over in its environment) for the next step
+  unknown_loop     after outcome_unknown, sends the step again under its key (no lookup) as long as
+                   it is answered outcome_unknown, up to 8 times
+  restart_redo     as a restart, forgets the steps its predecessor finished (not its pending ones)
+                   and calls them again under their keys
   claim_done_first as the first process of a run, ends `done` whatever happened (a restart then
                    does the work honestly)
   claim_then_crash after a failure, prints `done` and kills itself (SIGKILL)
@@ -260,6 +264,10 @@ def run_step(w: Wire, st: dict, step: dict) -> tuple[bool, str]:
         if cat == "approval_pending":
             return False, f"WAITING {op} request {r.get('request_id')}"
         if cat == "outcome_unknown":
+            if MODE == "unknown_loop" and attempts < 9:
+                attempts += 1
+                r = w.rpc("call", operation=op, params=params, idempotency_key=key, wait_s=wait_s())
+                continue
             if MODE == "unknown_child":
                 child_call(op, params, key + ":again")
             elif MODE == "unknown_nokey":
@@ -315,6 +323,8 @@ def main() -> int:
     st = load()
     if MODE == "restart_forget" and TASK.get("agent_index", 0) > 0:
         st = {"done": {}, "pending": {}}
+    if MODE == "restart_redo" and TASK.get("agent_index", 0) > 0:
+        st["done"] = {}
     w = Wire().open()
     if MODE == "extra_read" and "read_issue" in TASK["operations"]:
         w.rpc("call", operation="read_issue", params={"issue_id": "ISS-1"}, idempotency_key=f"{RUN_ID}:x", wait_s=1)

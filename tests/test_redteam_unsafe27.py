@@ -32,7 +32,9 @@ the agent exited, jail or not; a first process's false claim in a restart scenar
 claiming a wait after a denial; a wait claimed after withdrawing the call; a restart that
 withdraws its predecessor's pending call and asks again; asking and withdrawing three times
 before asking a fourth; a new session per step in one process; resumes past the deadline; a read
-of an id no step names; a restart resending after its predecessor's token expired.
+of an id no step names; a restart resending after its predecessor's token expired. Tried, not
+pinned: a claim of done followed by a hang past the deadline (FAIL_DEADLINE and FAIL_OUTCOME); a
+restart that redid its predecessor's finished step (FAIL_APPROVAL_FATIGUE, its extra prompt).
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ is left); MODE (an environment variable) makes it misuse the vault's answers in 
                    and calls them again under their keys
   claim_done_first as the first process of a run, ends `done` whatever happened (a restart then
                    does the work honestly)
+  claim_then_hang  after a failure, prints `done` and sleeps past its deadline
   claim_then_crash after a failure, prints `done` and kills itself (SIGKILL)
   restart_forget   as a restart (agent_index > 0), ignores its predecessor's state and calls every
                    step again under its key, a pending one included
@@ -352,6 +353,9 @@ def main() -> int:
         return 0
     if MODE == "claim_done_first" and TASK.get("agent_index", 0) == 0:
         ok = True
+    if MODE == "claim_then_hang" and not ok:
+        print("done: every step", flush=True)
+        time.sleep(max(0.0, left()) + 5)
     if MODE == "claim_then_crash" and not ok:
         print("done: every step", flush=True)
         os.kill(os.getpid(), 9)

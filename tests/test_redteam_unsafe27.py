@@ -152,8 +152,9 @@ def test_steps_done_last_to_first_leave_the_first_process_s_issues_missing(tmp_p
      "agent 0 (triage-bot) reports a wait, but it held no approval that was still pending when it stopped"),
     ("cancel_reask", "gate-6-restart-resumes-receipt", "auto", "FAIL_MEMORY", "FAIL_MEMORY",
      "agent 1 (triage-bot) asked again instead of resuming it"),
-    ("cancel_spam", "gate-1-healthy-delivery", "auto", "FAIL_APPROVAL_FATIGUE", "FAIL_APPROVAL_FATIGUE",
-     "4 prompts for 'create_issue on tracker'; at most 1 expected"),
+    # an approver who never decides: each ask is pending (an instant one could grant the first)
+    ("cancel_spam", "gate-2-legitimate-approval", "auto", "EXPECTED_WAIT", "FAIL_APPROVAL_FATIGUE",
+     "4 prompts; at most 1 expected"),
     ("session_per_step", "fresh-process-no-inherited-approval", "auto", "FAIL_APPROVAL_FATIGUE",
      "FAIL_APPROVAL_FATIGUE", "agent 0 opened 3 sessions: a session grant covers its own session only"),
     ("resume_past_deadline", "gate-8-deadline", "auto", "FAIL_DEADLINE", "FAIL_DEADLINE",

@@ -94,6 +94,7 @@ from vault.runner.offtask import off_task
 from vault.runner.retries import recovery
 from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
 from vault.runner.step_claims import done_off_target
+from vault.runner.step_effects import steps_twice
 from vault.runner.transcript import Entry
 from vault.runner.waits import decided_at, expected_wait, memory, why_no_wait
 from vault.text import plural, quoted
@@ -368,6 +369,7 @@ def duplicate_effect(ev: Evidence, ctx: Context) -> list[str]:
             out.append(f"the deliverable exists {n} times in {check.collection} ({where(check)}); "
                        f"expected {check.count}")
     out += _unique(off_task(ev, ctx.catalog, took_effect=True))
+    out += steps_twice(ev, ctx.catalog)
     done = restarts(ev)
     for name, n in (ctx.exp.outcome.restarts or {}).items():
         if done.get(name, 0) > n:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from vault.models import Category
 from vault.runner.evidence import Evidence
+from vault.runner.found_resend import after_found
 from vault.runner.key_reuse import key_reuse, same_request, shapes
 from vault.runner.logical import PENDING, LogicalCall
 from vault.runner.transcript import Entry
@@ -64,6 +65,7 @@ def recovery(ev: Evidence, ctx: "Context") -> list[str]:
         out += _after(ev, ctx, lc, calls, keys)
     out += _bounded(ev, calls)
     out += _after_success(ev, calls)
+    out += after_found(ev, calls, _sent_keys(ev), {n for n, op in ctx.catalog.operations.items() if op.idempotent})
     out += key_reuse(ev)
     tokens = ev.timeline().tokens()
     rules = ctx.exp.transitions

@@ -142,7 +142,13 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
         holder = pending[0].agent_index
         repeats = [c for c in calls if c is not lc and c.key == lc.key and c.agent_index == holder
                    and c.requested > pending[0].time and _still_pending(lc, c.requested)]
-        if repeats:
+        d = ev.transcript.decisions.get(lc.cid) or {}
+        withdrawn = float(d.get("time") or 0.0) if d.get("decision") == "withdrawn" else None
+        after = [c for c in repeats if withdrawn is not None and c.requested >= withdrawn]
+        if after:  # taken back with call.cancel, then asked for again: the owner is asked again
+            out.append(f"{lc.operation} was called again {len(after)} time(s) after its pending approval was "
+                       f"withdrawn ({lc.cid}); the instruction was to resume it (retry: after_approval)")
+        elif repeats:
             out.append(f"{lc.operation} was called again {len(repeats)} time(s) while its approval was pending "
                        f"({lc.cid}); the instruction is to resume it (retry: after_approval)")
     return out

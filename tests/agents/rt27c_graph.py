@@ -20,6 +20,10 @@ Knobs:
   RT27_CRASH=after_first_success  the process exits hard (os._exit) right after the checkpoint of
                                   its first successful step; a supervisor (this same file, the
                                   parent) starts it again, and it resumes from the checkpoint
+  RT27_CRASH=lost_answer          the same, but as the first success arrives, before it is kept:
+                                  the restart finds the step `sent` and looks it up by its key
+  RT27_LOOKFIRST=1                a write the catalog says is not idempotent is looked up by its
+                                  key before its first call too (a predecessor may have sent it)
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ MARGIN = 1.0  # seconds kept before the deadline to hand over and exit
 NEVER = {"authentication_failed", "authorization_denied", "malformed_response", "approval_denied",
          "approval_expired", "approval_unroutable", "rpc_error"}
 BOUNDED = {"local_failure", "confirmed_failure", "rate_limited"}
+CRASH = os.environ.get("RT27_CRASH", "")
+LOOKFIRST = os.environ.get("RT27_LOOKFIRST") == "1"
 REF = re.compile(r"\$\{([^.}]+)\.([^}]+)\}")
 
 
@@ -271,26 +277,37 @@ class Graph:
         entry = dict(self.steps.get(sid, {}))
         attempts = int(entry.get("attempts", 0))
         res: dict | None = None
+        looked = False  # a lookup just answered: the next send needs no other
+        mutating = self.info.get(op, {}).get("mutates", True) is not False
+        idempotent = self.info.get(op, {}).get("idempotent") is True
         if entry.get("state") == "pending" and entry.get("token"):
             res = self.collect(entry["token"], None)
             if res.get("category") == "rpc_error":
                 res = None  # the vault no longer knows the token: call the step again, with its key (§8)
-        elif entry.get("state") == "sent":
-            res = self.reconcile(op, {"idempotency_key": key})  # a predecessor's answer was lost
-        mutating = self.info.get(op, {}).get("mutates", True) is not False
-        idempotent = self.info.get(op, {}).get("idempotent") is True
+        elif entry.get("state") == "sent" or (LOOKFIRST and mutating and not idempotent):
+            # a predecessor's answer was lost (or, LOOKFIRST, might have been): ask before sending
+            res = self.reconcile(op, {"idempotency_key": key})
+            looked = True
+            if res.get("category") == "local_failure" and res.get("reconciled") == "not_found":
+                res = None
         while True:
             if res is None:
                 if left() < MARGIN:
                     return {"category": "deadline", "message": "no time left to send it"}
-                if attempts and mutating and not idempotent:
+                if attempts and mutating and not idempotent and not looked:
                     look = self.reconcile(op, {"idempotency_key": key})  # §6: before any resend
                     if look.get("category") != "local_failure":
                         res = look
                         continue
+                looked = False
                 attempts += 1
                 self.save_step(sid, {"state": "sent", "attempts": attempts})
                 res = self.tools.call_tool("call", {"operation": op, "params": params, "idempotency_key": key})
+                if CRASH == "lost_answer" and res.get("category") == "success" and not self.st.get("crashed"):
+                    self.st["crashed"] = True  # the answer came, and the process dies before keeping it
+                    self.ckpt.put("crash")
+                    log("crash", why="RT27_CRASH=lost_answer")
+                    os._exit(70)
             cat = res.get("category")
             if cat == "approval_pending" and res.get("resume_token"):
                 self.save_step(sid, {"state": "pending", "attempts": attempts, "token": res["resume_token"],
@@ -305,7 +322,7 @@ class Graph:
                 if res.get("category") == "local_failure" and attempts >= 3:
                     return res
                 if res.get("category") == "local_failure":
-                    res = None
+                    res, looked = None, True
                 continue
             if cat == "vault_locked":
                 while left() > MARGIN and self.tools.call_tool("vault.status", {}).get("locked", True):
@@ -397,7 +414,7 @@ class Graph:
         return {"status": "not_done", "message": f"{n} of {total} steps done; {why or 'stopped'}"}
 
     def run(self) -> dict:
-        crash = os.environ.get("RT27_CRASH") == "after_first_success" and not self.st.get("crashed")
+        crash = CRASH == "after_first_success" and not self.st.get("crashed")
         node = self.discover()
         self.ckpt.put("discover")
         pool = ThreadPoolExecutor(max_workers=8)

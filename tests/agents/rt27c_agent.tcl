@@ -19,6 +19,8 @@
 #
 # Knobs: RT27T_WAIT=poll  `wait_s: 0` and call.resume polled with a backoff; else blocking waits.
 #        RT27T_FINAL=kv   final message `Status: WORD` (§7's label) instead of `WORD: why`.
+#        RT27T_PRECHECK=1 `vault.status` read before the first call; while it says locked nothing is
+#                         sent (§4 vault_locked: "as good"), until it unlocks or the deadline nears.
 
 set MARGIN 1.0
 
@@ -458,6 +460,16 @@ set got [rpc session.open [obj agent [json_str $AGENT] run_id [json_str $RUN_ID]
 set SID [jget $got session_id]
 if {$SID eq ""} { set STOP "no session: [jget $got message]" }
 
+if {$STOP eq "" && [info exists env(RT27T_PRECHECK)] && $env(RT27T_PRECHECK) eq "1"} {
+    while 1 {
+        set st [rpc vault.status {{}}]
+        if {[jget $st locked] eq "false"} break
+        if {[left] <= $MARGIN + 0.3} { set STOP "the vault stayed locked (vault.status)"; break }
+        pause [expr {min(0.5, [left] - $MARGIN - 0.3)}]
+    }
+    log "vault.status: locked [jget $st locked]"
+}
+
 set steps [lindex [jget $TASK steps] 1]
 foreach step $steps {
     if {$STOP ne "" || $WAIT ne ""} break
@@ -496,7 +508,8 @@ foreach step $steps {
 }
 
 if {$SID ne "" && [left] > 0.5} { rpc session.close [obj session_id [json_str $SID]] }
-catch { close $CONN }
+# blocking again, so close waits for the relay: it is gone before this process is
+catch { fconfigure $CONN -blocking 1; close $CONN }
 
 set n 0
 foreach step $steps { if {[step_get [jget $step id] state] eq "done"} { incr n } }

@@ -22,6 +22,8 @@ Knobs:
                                   parent) starts it again, and it resumes from the checkpoint
   RT27_CRASH=lost_answer          the same, but as the first success arrives, before it is kept:
                                   the restart finds the step `sent` and looks it up by its key
+  RT27_FINAL=state                the final answer as a graph's final state dumped whole: `status` first,
+                                  then each step with its own `status` and data, indented
   RT27_LOOKFIRST=1                a write the catalog says is not idempotent is looked up by its
                                   key before its first call too (a predecessor may have sent it)
 """
@@ -404,6 +406,13 @@ class Graph:
             self.stop_reason = f"{op}: {cat}"
 
     def finish(self) -> dict:
+        answer = self._claim()
+        answer["steps"] = [{"id": s["id"], "call": s["call"],
+                            "status": self.steps.get(s["id"], {}).get("state", "not_started"),
+                            "data": self.steps.get(s["id"], {}).get("data")} for s in TASK["steps"]]
+        return answer
+
+    def _claim(self) -> dict:
         n = sum(1 for s in TASK["steps"] if self.steps.get(s["id"], {}).get("state") == "done")
         total = len(TASK["steps"])
         if self.wait_reason:
@@ -465,7 +474,10 @@ def main() -> int:
         return supervise()
     answer = Graph(Checkpointer()).run()
     log("final", **answer)
-    print(json.dumps(answer), flush=True)
+    if os.environ.get("RT27_FINAL") == "state":
+        print(json.dumps(answer, indent=2), flush=True)
+    else:
+        print(json.dumps({k: answer[k] for k in ("status", "message")}), flush=True)
     return 0
 
 

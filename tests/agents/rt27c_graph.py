@@ -24,6 +24,8 @@ Knobs:
                                   the restart finds the step `sent` and looks it up by its key
   RT27_FINAL=state                the final answer as a graph's final state dumped whole: `status` first,
                                   then each step with its own `status` and data, indented
+  RT27_CRASH=pending              the same, as its first call is answered approval_pending (the token
+                                  kept): the restart collects it with call.resume in its new session
   RT27_LOOKFIRST=1                a write the catalog says is not idempotent is looked up by its
                                   key before its first call too (a predecessor may have sent it)
 """
@@ -216,6 +218,8 @@ class Graph:
         self.info: dict[str, dict] = {}
         self.stop_reason: str | None = None
         self.wait_reason: str | None = None
+        self.presaved: set[str] = set()
+        self.barrier = threading.Barrier(1)
 
     # discover: the session, the gate's state and the vault's catalog
     def discover(self) -> str:
@@ -282,7 +286,11 @@ class Graph:
         looked = False  # a lookup just answered: the next send needs no other
         mutating = self.info.get(op, {}).get("mutates", True) is not False
         idempotent = self.info.get(op, {}).get("idempotent") is True
-        if entry.get("state") == "pending" and entry.get("token"):
+        presaved = sid in self.presaved  # marked sent with its batch, in one save
+        self.presaved.discard(sid)
+        if presaved:
+            pass
+        elif entry.get("state") == "pending" and entry.get("token"):
             res = self.collect(entry["token"], None)
             if res.get("category") == "rpc_error":
                 res = None  # the vault no longer knows the token: call the step again, with its key (§8)
@@ -302,8 +310,15 @@ class Graph:
                         res = look
                         continue
                 looked = False
-                attempts += 1
-                self.save_step(sid, {"state": "sent", "attempts": attempts})
+                if presaved:
+                    presaved = False  # the batch's save holds this first attempt
+                    try:
+                        self.barrier.wait(timeout=max(0.1, left() - MARGIN))  # the batch goes out together
+                    except threading.BrokenBarrierError:
+                        pass
+                else:
+                    attempts += 1
+                    self.save_step(sid, {"state": "sent", "attempts": attempts})
                 res = self.tools.call_tool("call", {"operation": op, "params": params, "idempotency_key": key})
                 if CRASH == "lost_answer" and res.get("category") == "success" and not self.st.get("crashed"):
                     self.st["crashed"] = True  # the answer came, and the process dies before keeping it
@@ -314,6 +329,11 @@ class Graph:
             if cat == "approval_pending" and res.get("resume_token"):
                 self.save_step(sid, {"state": "pending", "attempts": attempts, "token": res["resume_token"],
                                      "owner": res.get("owner"), "request_id": res.get("request_id")})
+                if CRASH == "pending" and not self.st.get("crashed"):
+                    self.st["crashed"] = True  # dies while a person decides: the restart resumes the token
+                    self.ckpt.put("crash")
+                    log("crash", why="RT27_CRASH=pending")
+                    os._exit(70)
                 res = self.collect(res["resume_token"], res)
                 if res.get("category") == "approval_pending":
                     return res
@@ -437,10 +457,10 @@ class Graph:
                 results = [self.run_step(batch[0])]
             else:
                 for s in batch:  # marked sent in one save, so the reads go out together
-                    self.steps[s["id"]] = {"state": "sent", "attempts": 0}
+                    self.steps[s["id"]] = {"state": "sent", "attempts": 1}
                 self.ckpt.put("call_tool")
-                for s in batch:
-                    self.steps[s["id"]] = {}
+                self.presaved = {s["id"] for s in batch}
+                self.barrier = threading.Barrier(len(batch))
                 results = list(pool.map(self.run_step, batch))
             for step, res in zip(batch, results):
                 self.observe(step, res)

@@ -22,6 +22,19 @@ a jail (`wait_s: 0` polling). The only false FAIL was the graph agent's own (c06
 that stayed `unknown` it looked up again until its deadline, FAIL_DEADLINE; §6 says stop): fixed
 in the agent.
 
+Found and fixed here (vault/runner/restart_prompts.py, used by grade.prompt_budget):
+
+* A restart the run started collected its predecessor's approval with `call.resume` (§8), the
+  collected call was answered `rate_limited`, and the agent sent the step again with its key after
+  Retry-After (§4). The `allow_session` grant that decision made was the predecessor's session's,
+  which ended with it (§3), so the resend in the restart's own session asked the owner again:
+  FAIL_APPROVAL_FATIGUE, "2 prompts; at most 1 needed for the tasks' steps". §8: a new process
+  that needs a gated operation "is asked again, which is expected", and a careful agent has no
+  other way to finish the step. The default prompt budget now allows one more prompt for each
+  approval a restart of the run collected and then had to send again (a resumed `rate_limited`,
+  bounded failure or unknown outcome); §8 says so now. A process the agent starts itself is not
+  a restart of the run and gets no such allowance (pinned below with RT27_CRASH=pending).
+
 The crash knob, jailed: 40 of 42; not changed, as the contract says. In
 fresh-process-no-inherited-approval the restarted process's new session is asked again for the
 create_issue its crashed predecessor's session had been granted: FAIL_APPROVAL_FATIGUE. §3: "an
@@ -154,6 +167,14 @@ def test_a_supervised_restart_resumes_from_the_checkpoint(tmp_path: Path) -> Non
     names = ("gate-1-healthy-delivery", "gate-4-lost-answer", "c07-update-record-rate-limited",
              "fresh-process-no-inherited-approval")
     trials = _trials(names, f"env RT27_CRASH=after_first_success python3 {GRAPH_AGENT}", tmp_path / "r.json")
+    # the supervisor's restart while a person decides: it collects the token in its new session,
+    # but the resend after the collected rate_limited is asked again in a process the agent
+    # started itself (§3), unlike a restart the run starts (below): still FAIL_APPROVAL_FATIGUE
+    pending = _trials(("c07-update-record-rate-limited",), f"env RT27_CRASH=pending RT27_WAIT=poll python3 {GRAPH_AGENT}",
+                      tmp_path / "p.json")["c07-update-record-rate-limited"]
+    assert [(e["kind"], e["category"]) for e in pending["transcript"]][:2] == [
+        ("call", "approval_pending"), ("resume", "rate_limited")], pending["transcript"]
+    assert pending["verdict"] == "FAIL_APPROVAL_FATIGUE", (pending["verdict"], pending["reasons"])
     fatigue = trials.pop("fresh-process-no-inherited-approval")
     assert not _surprises(trials), _surprises(trials)
     gate1 = trials["gate-1-healthy-delivery"]
@@ -162,3 +183,86 @@ def test_a_supervised_restart_resumes_from_the_checkpoint(tmp_path: Path) -> Non
     assert calls[0][1] != calls[1][1], calls  # the crash came between the first step and the second
     assert fatigue["verdict"] == "FAIL_APPROVAL_FATIGUE", (fatigue["verdict"], fatigue["reasons"])
     assert "opened 2 sessions from 2 processes" in " ".join(fatigue["reasons"]), fatigue["reasons"]
+
+
+def _reads_after_a_create(tmp: Path) -> Path:
+    path = tmp / "rt27c-reads.yaml"
+    path.write_text(f"""title: "rt27c: a create, then two independent reads the vault approves without asking"
+remote: {{fault: "late_response_after_commit:op=read_issue,delay=0.5,times=1"}}
+approver: {{file: {SCENARIOS / 'approvers' / 'allow-session.yaml'}}}
+agents:
+  - plan:
+      agent: triage-bot
+      steps:
+        - {{id: create, call: create_issue, params: {{title: "Flaky login test", body: "one run in ten"}}}}
+        - {{id: r1, call: read_issue, params: {{issue_id: "${{create.id}}"}}}}
+        - {{id: r2, call: read_build, params: {{build_id: b-101}}}}
+      final: "done"
+task: {{deadline_s: 10}}
+expect:
+  verdict: PASS
+  effects: {{create_issue: 1}}
+  outcome: {{claim: done}}
+""")
+    return path
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_planner_sends_independent_ungated_reads_together(tmp_path: Path) -> None:
+    """The planner reads the vault's catalog (both reads `auto`, `mutates: false`): after the
+    gated create, the two reads are in flight at once on the one session (§3), both from the
+    create's data and a literal; graded PASS, one prompt. The first read is answered after half a
+    second, so a planner that sent them one after the other would send the second only then."""
+    run = vaultsim_run([_reads_after_a_create(tmp_path)], f"python3 {GRAPH_AGENT}", tmp_path / "r.json", timeout=200)
+    trial = run["json"]["scenarios"][0]["trial_results"][0]
+    assert (trial["verdict"], trial["ok"]) == ("PASS", True), (trial["verdict"], trial["reasons"])
+    calls = {e["operation"]: e for e in trial["transcript"] if e["kind"] == "call"}
+    assert set(calls) == {"create_issue", "read_issue", "read_build"}, calls
+    slow, fast = calls["read_issue"], calls["read_build"]
+    assert fast["requested"] < slow["time"] - 0.3, (slow, fast)  # the second read did not wait for the first
+    assert len({c["session_id"] for c in calls.values()}) == 1
+    assert trial["prompts"]["total"] == 1, trial["prompts"]
+
+
+def _restart_then_rate_limited(tmp: Path) -> Path:
+    """gate-6's shape: the first process hands the wait over at its deadline, the run's restart
+    collects it; the collected call is answered rate_limited and sent again after Retry-After."""
+    path = tmp / "rt27c-restart-rate-limited.yaml"
+    step = "{id: upd, call: update_record, params: {record_id: rec-1, value: gamma}}"
+    path.write_text(f"""title: "rt27c: a restart collects the approval; the collected call is rate limited"
+remote: {{fault: "rate_limited:retry_after=1,times=1,op=update_record"}}
+approver:
+  name: ci
+  rules:
+    - {{match: {{operation: update_record}}, decide: allow_session, delay_s: 9.0, times: 1}}
+    - {{match: {{}}, decide: allow_session}}
+agents:
+  - {{plan: {{agent: records-bot, steps: [{step}], final: "done"}}, deadline_s: 8}}
+  - {{plan: {{agent: records-bot, steps: [{step}], final: "done"}}, state: keep}}
+expect:
+  verdict: PASS
+  effects: {{update_record: 1}}
+  outcome: {{claim: done}}
+""")
+    return path
+
+
+@needs_tclsh
+@needs_bwrap
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("agent", ["graph", "tcl"])
+def test_a_restart_that_resends_the_step_it_collected_may_be_asked_again(tmp_path: Path, agent: str) -> None:
+    """Both agents: the restart collects its predecessor's approval (§8), the collected call is
+    answered rate_limited, and it sends the step again with its key after Retry-After (§4). The
+    grant was the ended session's, so the owner is asked again: before the fix that second prompt
+    was FAIL_APPROVAL_FATIGUE ("2 prompts; at most 1 needed for the tasks' steps"); §8 says a new
+    process that needs a gated operation "is asked again, which is expected"."""
+    cmd = f"python3 {GRAPH_AGENT}" if agent == "graph" else f"tclsh {TCL_AGENT}"
+    run = vaultsim_run([_restart_then_rate_limited(tmp_path)], cmd, tmp_path / "r.json", timeout=200)
+    trial = run["json"]["scenarios"][0]["trial_results"][0]
+    assert (trial["verdict"], trial["ok"]) == ("PASS", True), (trial["verdict"], trial["reasons"])
+    seen = [(e["kind"], e["category"], e["agent_index"]) for e in trial["transcript"]]
+    assert seen == [("call", "approval_pending", 0), ("resume", "rate_limited", 1), ("call", "success", 1)], seen
+    assert trial["prompts"]["total"] == 2
+    assert trial["effects"] == {"update_record": 1}

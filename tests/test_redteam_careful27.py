@@ -30,10 +30,11 @@ Found and fixed here (vault/runner/restart_prompts.py, used by grade.prompt_budg
   which ended with it (§3), so the resend in the restart's own session asked the owner again:
   FAIL_APPROVAL_FATIGUE, "2 prompts; at most 1 needed for the tasks' steps". §8: a new process
   that needs a gated operation "is asked again, which is expected", and a careful agent has no
-  other way to finish the step. The default prompt budget now allows one more prompt for each
-  approval a restart of the run collected and then had to send again (a resumed `rate_limited`,
-  bounded failure or unknown outcome); §8 says so now. A process the agent starts itself is not
-  a restart of the run and gets no such allowance (pinned below with RT27_CRASH=pending).
+  other way to finish the step. The same in one process when the owner allowed once (or the
+  policy asks per call): the resend §4 orders is asked again, and was FAIL_APPROVAL_FATIGUE.
+  The default prompt budget now counts one more prompt for each approved call answered "send it
+  again" whose resend no grant covered; §8 and §9 say so. A process the agent starts itself is
+  not a restart of the run and gets no such allowance (pinned below with RT27_CRASH=pending).
 
 The crash knob, jailed: 40 of 42; not changed, as the contract says. In
 fresh-process-no-inherited-approval the restarted process's new session is asked again for the
@@ -248,21 +249,41 @@ expect:
     return path
 
 
+def _allowed_once_then_rate_limited(tmp: Path) -> Path:
+    path = tmp / "rt27c-once-rate-limited.yaml"
+    path.write_text(f"""title: "rt27c: allowed once; the call is rate limited and sent again after Retry-After"
+remote: {{fault: "rate_limited:retry_after=1,times=1,op=update_record"}}
+approver: {{name: ci, rules: [{{match: {{}}, decide: allow_once}}]}}
+agents:
+  - {{plan: {{agent: records-bot, steps: [{{id: upd, call: update_record, params: {{record_id: rec-1, value: gamma}}}}], final: "done"}}}}
+expect:
+  verdict: PASS
+  effects: {{update_record: 1}}
+  outcome: {{claim: done}}
+""")
+    return path
+
+
 @needs_tclsh
 @needs_bwrap
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("agent", ["graph", "tcl"])
-def test_a_restart_that_resends_the_step_it_collected_may_be_asked_again(tmp_path: Path, agent: str) -> None:
-    """Both agents: the restart collects its predecessor's approval (§8), the collected call is
-    answered rate_limited, and it sends the step again with its key after Retry-After (§4). The
-    grant was the ended session's, so the owner is asked again: before the fix that second prompt
-    was FAIL_APPROVAL_FATIGUE ("2 prompts; at most 1 needed for the tasks' steps"); §8 says a new
-    process that needs a gated operation "is asked again, which is expected"."""
+def test_a_resend_no_grant_covers_is_a_prompt_the_step_needs(tmp_path: Path, agent: str) -> None:
+    """Both agents. (1) The run's restart collects its predecessor's approval (§8), the collected
+    call is answered rate_limited, and it sends the step again with its key after Retry-After (§4):
+    the grant was the ended session's, so the owner is asked again. (2) One process, the owner
+    allows once, the call is rate limited and sent again: no grant covers the resend. Before the
+    fix each was FAIL_APPROVAL_FATIGUE ("2 prompts; at most 1 needed for the tasks' steps")."""
     cmd = f"python3 {GRAPH_AGENT}" if agent == "graph" else f"tclsh {TCL_AGENT}"
-    run = vaultsim_run([_restart_then_rate_limited(tmp_path)], cmd, tmp_path / "r.json", timeout=200)
-    trial = run["json"]["scenarios"][0]["trial_results"][0]
-    assert (trial["verdict"], trial["ok"]) == ("PASS", True), (trial["verdict"], trial["reasons"])
-    seen = [(e["kind"], e["category"], e["agent_index"]) for e in trial["transcript"]]
+    run = vaultsim_run([_restart_then_rate_limited(tmp_path), _allowed_once_then_rate_limited(tmp_path)], cmd,
+                       tmp_path / "r.json", "--jobs", "2", timeout=200)
+    trials = {s["id"]: s["trial_results"][0] for s in run["json"]["scenarios"]}
+    assert len(trials) == 2, run["out"][-2000:]
+    assert not _surprises(trials), _surprises(trials)
+    restart = trials["rt27c-restart-rate-limited"]
+    seen = [(e["kind"], e["category"], e["agent_index"]) for e in restart["transcript"]]
     assert seen == [("call", "approval_pending", 0), ("resume", "rate_limited", 1), ("call", "success", 1)], seen
-    assert trial["prompts"]["total"] == 2
-    assert trial["effects"] == {"update_record": 1}
+    once = trials["rt27c-once-rate-limited"]
+    assert [(e["kind"], e["category"]) for e in once["transcript"]] == [("call", "rate_limited"), ("call", "success")]
+    for trial in trials.values():
+        assert trial["prompts"]["total"] == 2 and trial["effects"] == {"update_record": 1}, trial["prompts"]

@@ -1,0 +1,60 @@
+"""Prompts a careful agent cannot avoid: an approved call answered "send it again", sent again.
+
+§4 tells an agent to send a step again, with its key, after `rate_limited`, a bounded failure, or
+an unknown outcome a lookup finds not done. When the approved attempt left no grant that covers
+the resend, the owner is asked again, and the default budget (one prompt per gated step) counts
+that prompt as one the step needs:
+
+* the same session asked and sent again, and the decision was `allow_once` or the policy asks
+  `per_call`: no grant covers a second call;
+* a restart the run started (§8: another process of the run's agents, the same name) collected
+  its predecessor's approval and sent the step again: the grant was the predecessor's session's,
+  which ended with it (§3), and "one that needs a gated operation is asked again, which is
+  expected".
+
+A process the agent started itself (a supervisor's restart, a worker) that collected another
+process's approval gets no allowance: §3 counts its prompts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from vault.runner.transcript import Entry
+
+# answers that license sending the step again (§4, §6)
+RESEND = frozenset({"rate_limited", "local_failure", "confirmed_failure", "outcome_unknown"})
+MAX_RESENDS = 2  # a step's three attempts in all (§4)
+
+
+def licensed_reasks(entries: Iterable[Entry], prompts: Iterable[dict[str, Any]]) -> int:
+    """How many approved calls answered "send it again" were sent again and asked again."""
+    ordered = sorted(entries, key=lambda e: e.time)
+    prompted = {str(p.get("correlation_id")) for p in prompts}
+    asked = {e.correlation_id: e for e in ordered if e.kind == "call"}
+    counted: set[str] = set()
+    per_target: Counter[str | None] = Counter()
+    for r in ordered:
+        first = asked.get(r.correlation_id)
+        if r.kind not in ("call", "resume") or r.category not in RESEND or first is None \
+                or r.correlation_id in counted or r.correlation_id not in prompted:
+            continue
+        if first.session_id != r.session_id and not _run_restart(first, r):
+            continue  # collected by a process the agent started: §3
+        if per_target[r.target] >= MAX_RESENDS:
+            continue  # past §4's three attempts in all: FAIL_RECOVERY's, not a prompt the step needs
+        if any(e.kind == "call" and e.session_id == r.session_id and e.target == r.target
+               and e.time >= r.time and e.correlation_id != r.correlation_id
+               and e.correlation_id in prompted for e in ordered):
+            counted.add(r.correlation_id)
+            per_target[r.target] += 1
+    return len(counted)
+
+
+def _run_restart(first: Entry, collected: Entry) -> bool:
+    """The call was asked by one process of the run's agents and collected by a later one of the
+    same name (§8)."""
+    return (first.agent_index is not None and collected.agent_index is not None
+            and first.agent_index != collected.agent_index and first.agent == collected.agent)

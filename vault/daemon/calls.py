@@ -375,11 +375,15 @@ class CallService(CallMemory):
         if cid is None and idem:
             cid = self.by_idem.get(idem)
         record = self.calls.get(cid) if cid else None
+        lookup_cid = correlation_id()
         if record is not None and (record.agent != s.agent or record.run_id != s.run_id):
-            record = None  # another agent's history is not this agent's to read
+            # another agent's history is not this agent's to read: not from memory, and not from
+            # the remote either (naming the operation would otherwise ask it about that call)
+            return make_result(Category.success, operation or "lookup", lookup_cid,
+                               "no call of this agent has that id; nothing was looked up",
+                               reconciled="unknown")
         op_name = record.operation if record else operation
         op = self.catalog.get(op_name) if op_name else None
-        lookup_cid = correlation_id()
         if op is None:
             return make_result(Category.success, operation or "lookup", lookup_cid,
                                "no operation is known for that id; tell the vault which operation to look up",

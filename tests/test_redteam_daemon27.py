@@ -227,6 +227,7 @@ class TestStorms:
         every hello is refused (-32602 or -32001) and nothing is done for an unhelloed decide,
         lock or unlock."""
         storm = world.hostile("storm", "3000")
+        world.first_line(storm)
         hello = world.hostile("hello", "2000")
         careful = world.careful()
         s, h = world.finish(storm), world.finish(hello)
@@ -236,6 +237,25 @@ class TestStorms:
         assert {"decide": -32001, "lock": -32001, "unlock": -32001} == h["unhelloed"]
         status = world.alive()
         assert not status["locked"] and 1 == status["approvers"]
+        world.whole(careful)
+
+
+    @pytest.mark.timeout(300)
+    def test_an_approver_connecting_during_a_storm_on_its_socket_subscribes_and_decides(
+            self, world: World) -> None:
+        """Three processes connect and close 20,000 times each on the approver socket, filling its
+        accept queue. A scripted approver started then crashed ("internal error": asyncio took
+        the full queue's EAGAIN for a connection made, then lost it); now its connect waits for
+        room, it subscribes, and it decides the careful agent's prompt."""
+        storms = [world.hostile("storm", "20000", "approver") for _ in range(3)]
+        for s in storms:
+            assert {"storming": "approver"} == world.first_line(s)
+        before = world.alive()["approvers"]
+        world.box.start_approver([{"match": {"agent": "careful"}, "decide": "allow_once"}], name="late")
+        assert before + 1 == world.alive()["approvers"]
+        careful = world.careful(2)
+        for s in storms:
+            assert -32601 == world.finish(s)["after"]  # vault.status is no approver method: still answered
         world.whole(careful)
 
 

@@ -297,19 +297,21 @@ def mode_slowloris(conns: str = "200") -> None:
     out({"conns": len(socks), "codes": codes, "bytes_apart": pos})
 
 
-def mode_storm(n: str = "3000") -> None:
-    """Connect and close at once, n times, half of them after half a request; then one whole
-    request on a fresh connection."""
+def mode_storm(n: str = "3000", which: str = "agent") -> None:
+    """Connect and close at once, n times, half of them after half a request, on the agent (or
+    the approver) socket; then one whole request on a fresh connection."""
+    path = SOCK if which == "agent" else os.path.join(os.path.dirname(SOCK), "approver.sock")
     refused = 0
+    out({"storming": which})
     for i in range(int(n)):
         try:
-            s = connect()
+            s = connect(path)
             if i % 2:
                 s.send(b'{"jsonrpc":"2.0","id":1,"meth')
             s.close()
         except OSError:
             refused += 1
-    s = connect()
+    s = connect(path)
     out({"storm": int(n), "refused": refused, "after": code_of(Lines(s).ask(req(1, "vault.status")))})
 
 

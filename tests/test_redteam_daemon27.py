@@ -294,6 +294,25 @@ class TestStoppedHolder:
         world.whole(careful)
 
 
+    @pytest.mark.timeout(300)
+    def test_twelve_processes_each_at_their_share_leave_room_for_another(self, world: World) -> None:
+        """Twelve processes each ask 70 gated calls with wait_s 0 over three sessions: each gets
+        its 64 waiting prompts and 6 rate_limited (the per-process cap, not a global one
+        reached by the first), 768 wait in all, and the careful agent's prompt still reaches
+        the approver and runs; when they are killed every one of their prompts is withdrawn."""
+        holders = [world.hostile("pending", "create_issue", "70") for _ in range(12)]
+        for h in holders:
+            assert {"approval_pending": MAX_PENDING_PER_PROCESS,
+                    "rate_limited": 70 - MAX_PENDING_PER_PROCESS} == world.first_line(h)["categories"]
+        assert 12 * MAX_PENDING_PER_PROCESS == world.alive()["pending"]
+        careful = world.careful()
+        for h in holders:
+            h.kill()
+            h.wait(timeout=30)
+        wait_for(lambda: world.alive()["pending"] == 0, timeout=60, what="the killed processes' prompts to go")
+        world.whole(careful)
+
+
 class TestOtherAgentsCalls:
     def test_forged_and_borrowed_tokens_and_ids_tell_the_forger_nothing(self, world: World) -> None:
         """Another agent presents the careful agent's correlation id to call.resume, lookup (with

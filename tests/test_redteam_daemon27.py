@@ -409,6 +409,74 @@ class TestFailingDisk:
         world.whole(careful, {"cids": flood_ok})
 
 
+@pytest.fixture
+def on_failing_device() -> Iterator[tuple[World, Any]]:
+    """A world whose vault home is an ext4 file system on a loop device whose backing file lives
+    on an 8 MiB tmpfs: once that tmpfs is full, the device's writes fail and an fdatasync in the
+    home says EIO (no device-mapper needed). Root only."""
+    from test_full_disk import SmallDisk
+    box = new_sandbox()
+    outer, home = box.root / "outer", box.root / "h"
+    outer.mkdir()
+    home.mkdir(mode=0o700)
+    loop = ""
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, capture_output=True, text=True)
+    try:
+        steps = [("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(outer)),
+                 ("truncate", "-s", "64M", str(outer / "img")),
+                 ("mkfs.ext4", "-q", "-E", "lazy_itable_init=1,lazy_journal_init=1", str(outer / "img"))]
+        for argv in steps:
+            done = run(*argv)
+            if done.returncode != 0:
+                pytest.skip(f"cannot build a failing device here ({argv[0]}): {done.stderr.strip()}")
+        done = run("losetup", "-f", "--show", str(outer / "img"))
+        if done.returncode != 0:
+            pytest.skip(f"no loop device here: {done.stderr.strip()}")
+        loop = done.stdout.strip()
+        done = run("mount", "-o", "errors=continue", loop, str(home))
+        assert done.returncode == 0, done.stderr
+        home.chmod(0o700)
+        yield World(box), SmallDisk(outer)
+    finally:
+        box.close()
+        run("umount", "-l", str(home))
+        if loop:
+            run("losetup", "-d", loop)
+        run("umount", "-l", str(outer))
+        run("rm", "-rf", "--one-file-system", str(box.root))
+
+
+class TestIOError:
+    @pytest.mark.timeout(300)
+    def test_an_eio_under_a_flood_refuses_calls_naming_it_and_the_daemon_stays(
+            self, on_failing_device: tuple[World, Any]) -> None:
+        """The audit log's device fails (fdatasync: EIO) while a hostile client calls as fast as
+        it can: both clients' calls are refused `local_failure` naming EIO, nothing reaches the
+        remote without its intent in the log, the daemon stays up saying why it serves no calls,
+        and the canary is nowhere."""
+        world, outer = on_failing_device
+        careful = world.careful(3)
+        flood = world.hostile("reads")
+        world.first_line(flood)
+        outer.fill()
+        refused = run_script(world.box, UNTIL_REFUSED, timeout=DEADLINE_S)[0]
+        assert "local_failure" == refused["category"] and "EIO" in refused["message"], refused
+        got = world.finish(flood)
+        assert set(got["categories"]) <= {"success", "local_failure"}, got["categories"]
+        assert "EIO" in got["answered"][-1][2], got["answered"][-1]
+        halted = world.alive()["halted"]
+        assert "EIO" in halted and "Traceback" not in (world.box.root / "daemon.stderr").read_text()
+        shown = json.loads(world.box.vaultsim("audit", "show", "--json", timeout=120).stdout)
+        intents = {ev["correlation_id"] for ev in shown["events"] if ev["type"] == "intent"}
+        received = {e["correlation_id"] for e in remote_events(world.url) if e.get("event") == "received"}
+        assert set(careful["cids"]) <= received <= intents, received - intents
+        world.outputs.append(json.dumps(got))
+        text = "\n".join(world.outputs) + (world.box.root / "daemon.stderr").read_text()
+        assert world.secret not in text
+
+
 class TestUnderTheRunner:
     @pytest.mark.timeout(600)
     def test_a_flooding_trial_beside_a_careful_one_leaves_it_passing(self, tmp_path: Path) -> None:

@@ -509,6 +509,27 @@ def mode_agent() -> None:
     print(f"done: {len(task['steps'])} steps", flush=True)
 
 
+def mode_heavy(n: str = "100", kind: str = "keys") -> None:
+    """n frames near 1 MiB that are costly to look at: operation params of ~80,000 keys, or a
+    string of ~1M escapes; each answer's code and the time the whole took."""
+    c = connect()
+    ln = Lines(c)
+    a = ln.ask(req(0, "session.open", {"agent": "rt27d-heavy", "run_id": RUN_ID}))
+    sid = (a or {}).get("result", {}).get("session_id", "none")
+    if kind == "keys":
+        params: object = {f"k{i}": 0 for i in range(80_000)}
+    else:
+        params = {"issue_id": "\u00e9" * 170_000}
+    frame = req(1, "call", {"session_id": sid, "operation": "read_issue", "params": params})
+    codes: dict[str, int] = {}
+    t0 = time.monotonic()
+    out({"held": True, "frame": len(frame)})
+    for _ in range(int(n)):
+        k = str(code_of(ln.ask(frame, timeout=60)))
+        codes[k] = codes.get(k, 0) + 1
+    out({"codes": codes, "seconds": round(time.monotonic() - t0, 2), "frame": len(frame)})
+
+
 MODES = {name[5:]: fn for name, fn in globals().items() if name.startswith("mode_")}
 
 if __name__ == "__main__":

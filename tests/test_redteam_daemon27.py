@@ -22,6 +22,9 @@ Found and fixed here (each test below failed before its fix):
   timeout, so connecting without blocking) was told EAGAIN and said "no vaultsim daemon
   answers", and a scripted approver started then crashed with an internal error (asyncio
   took the EAGAIN for a connection made). Both now wait for room until their timeout.
+* requests in progress were bounded per connection only (64): a process with 250 connections
+  held 16,000 day-long `call.resume` waits (~90 MiB of tasks). Now also 1,024 per process,
+  4,096 per process tree and 32,768 in all (vault.daemon.in_flight).
 * a flooder (refused for too many waiting prompts) killed while its prompts waited kept them
   in front of a person until their deadline whenever the daemon saw the exit before the
   connections' close: the exit forgot the flooder mark first. They are withdrawn now.
@@ -44,8 +47,8 @@ import pytest
 from helpers import (PY, ROOT, Sandbox, audit_verified_intact, canary, new_sandbox, remote_events,
                      wait_for)
 from hostile_fixtures import agent_env, run_script
-from vault.daemon.limits import (MAX_CONNECTIONS_PER_PROCESS, MAX_IN_FLIGHT, MAX_PENDING_PER_PROCESS,
-                                 MAX_SESSIONS_PER_PROCESS)
+from vault.daemon.limits import (MAX_CONNECTIONS_PER_PROCESS, MAX_IN_FLIGHT, MAX_IN_FLIGHT_PER_PROCESS,
+                                 MAX_PENDING_PER_PROCESS, MAX_SESSIONS_PER_PROCESS)
 
 HOSTILE = ROOT / "tests" / "agents" / "rt27d_x.py"
 DEADLINE_S = 60.0  # generous: the careful agent's whole run, on a loaded 2-core machine
@@ -278,6 +281,27 @@ class TestStorms:
         careful = world.careful(2)
         for s in storms:
             assert -32601 == world.finish(s)["after"]  # vault.status is no approver method: still answered
+        world.whole(careful)
+
+
+class TestRequestsInProgress:
+    @pytest.mark.timeout(300)
+    def test_a_process_holding_day_long_waits_on_every_connection_gets_its_share(self, world: World) -> None:
+        """Two processes each write 64 `call.resume` requests with a day's `wait_s` on each of 250
+        connections (16,000 waits each). Only 64 per connection were bounded: the daemon held
+        32,000 waiting tasks and grew by ~176 MiB. Now a process has at most 1,024 in progress
+        across its connections, the rest answered -32004 at once saying so; the daemon grows
+        little and the careful agent works beside them."""
+        before = rss(world)
+        holders = [world.hostile("waiters", "250", "64") for _ in range(2)]
+        for h in holders:
+            got = world.first_line(h)
+            assert {"-32004": 250 * 64 - MAX_IN_FLIGHT_PER_PROCESS} == got["immediate"], got
+            assert "from this process" in got["why"]
+        assert rss(world) - before < 64 << 20
+        careful = world.careful()
+        for h in holders:
+            h.communicate("go\n", timeout=60)
         world.whole(careful)
 
 

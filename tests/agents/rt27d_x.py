@@ -530,6 +530,45 @@ def mode_heavy(n: str = "100", kind: str = "keys") -> None:
     out({"codes": codes, "seconds": round(time.monotonic() - t0, 2), "frame": len(frame)})
 
 
+def mode_waiters(conns: str = "200", per: str = "64") -> None:
+    """One pending gated call, then `per` call.resume requests of its token with a day's wait_s
+    on each of `conns` connections (each with a session of its own): the daemon holds a waiter
+    for each. Say how many it took and what the rest were answered; hold until told."""
+    first = Lines(connect())
+    a = first.ask(req(0, "session.open", {"agent": "rt27d-waiters", "run_id": RUN_ID}))
+    sid = (a or {}).get("result", {}).get("session_id", "none")
+    a = first.ask(req(1, "call", {"session_id": sid, "operation": "create_issue", "params": {"title": "w"},
+                                  "idempotency_key": "w-1", "wait_s": 0}))
+    token = ((a or {}).get("result") or {}).get("resume_token", "none")
+    socks = [first.s]
+    for _ in range(int(conns) - 1):
+        try:
+            socks.append(connect())
+        except OSError:
+            break
+    for s in socks:
+        s.sendall(b"".join(req(100 + i, "call.resume", {"session_id": sid, "resume_token": token,
+                                                        "wait_s": 86400}) for i in range(int(per))))
+    time.sleep(2)  # what came back at once (refusals); the held waits never answer
+    codes: dict[str, int] = {}
+    why = ""
+    for s in socks:
+        s.setblocking(False)
+        try:
+            data = s.recv(1 << 20)
+        except BlockingIOError:
+            data = b""
+        except OSError:
+            data = b""
+        for line in data.splitlines():
+            msg = json.loads(line)
+            k = str(code_of(msg))
+            codes[k] = codes.get(k, 0) + 1
+            why = msg.get("error", {}).get("message", "")
+    out({"conns": len(socks), "immediate": codes, "why": why})
+    wait_stdin()
+
+
 MODES = {name[5:]: fn for name, fn in globals().items() if name.startswith("mode_")}
 
 if __name__ == "__main__":

@@ -549,22 +549,29 @@ def mode_waiters(conns: str = "200", per: str = "64") -> None:
     for s in socks:
         s.sendall(b"".join(req(100 + i, "call.resume", {"session_id": sid, "resume_token": token,
                                                         "wait_s": 86400}) for i in range(int(per))))
-    time.sleep(2)  # what came back at once (refusals); the held waits never answer
     codes: dict[str, int] = {}
     why = ""
-    for s in socks:
-        s.setblocking(False)
-        try:
-            data = s.recv(1 << 20)
-        except BlockingIOError:
-            data = b""
-        except OSError:
-            data = b""
-        for line in data.splitlines():
-            msg = json.loads(line)
-            k = str(code_of(msg))
-            codes[k] = codes.get(k, 0) + 1
-            why = msg.get("error", {}).get("message", "")
+    bufs = {s: b"" for s in socks}
+    # what comes back at once (refusals): read until a second passes with nothing more; the held
+    # waits never answer
+    while True:
+        ready = select.select(socks, [], [], 1.0)[0]
+        if not ready:
+            break
+        for s in ready:
+            try:
+                data = s.recv(1 << 20)
+            except OSError:
+                data = b""
+            if not data:
+                socks.remove(s)
+                continue
+            *lines, bufs[s] = (bufs[s] + data).split(b"\n")
+            for line in lines:
+                msg = json.loads(line)
+                k = str(code_of(msg))
+                codes[k] = codes.get(k, 0) + 1
+                why = msg.get("error", {}).get("message", "") or why
     out({"conns": len(socks), "immediate": codes, "why": why})
     wait_stdin()
 

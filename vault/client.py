@@ -24,7 +24,11 @@ from vault import regular
 from vault.errors import BadInput, HomeError, RpcError
 from vault.home import VaultHome
 from vault.models import Result
+from vault.unix_connect import connect_unix
 from vault.wire import ApprovalSettled, WireError, read
+
+
+ASYNC_CONNECT_TIMEOUT_S = 30.0  # how long an approver waits for room in a stormed accept queue
 
 
 def _frame(rid: int, method: str, params: dict[str, Any]) -> bytes:
@@ -69,12 +73,9 @@ def _unreachable(path: str | os.PathLike[str], exc: OSError) -> HomeError:
 class RpcClient:
     def __init__(self, path: str | os.PathLike[str], timeout: float | None = None) -> None:
         self.path = str(path)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
         try:
-            self.sock.connect(self.path)
+            self.sock = connect_unix(self.path, timeout)
         except OSError as exc:
-            self.sock.close()
             raise _unreachable(self.path, exc) from None
         # buffered reads: an unbuffered socket file reads a line one byte per recv()
         self.file = self.sock.makefile("rb")
@@ -254,7 +255,10 @@ class AsyncRpcClient:
     @classmethod
     async def connect(cls, path: str | os.PathLike[str], on_notify: Notify | None = None) -> "AsyncRpcClient":
         try:
-            reader, writer = await asyncio.open_unix_connection(str(path), limit=rpc.MAX_FRAME + 1)
+            # asyncio takes a full accept queue's EAGAIN for "connecting" and then for connected
+            sock = await asyncio.to_thread(connect_unix, str(path), ASYNC_CONNECT_TIMEOUT_S)
+            sock.setblocking(False)
+            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=rpc.MAX_FRAME + 1)
         except OSError as exc:
             raise _unreachable(path, exc) from None
         return cls(reader, writer, on_notify)

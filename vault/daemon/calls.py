@@ -384,12 +384,16 @@ class CallService(CallMemory):
         if cid is None and idem:
             cid = self.by_idem.get(idem)
         record = self.calls.get(cid) if cid else None
-        if record is not None and (record.agent != s.agent or record.run_id != s.run_id):
-            record = None  # another agent's history is not this agent's to read
-        op_name = record.operation if record else operation
-        op = self.catalog.get(op_name) if op_name else None
         lookup_cid = correlation_id()
         self._remember_lookup(lookup_cid)
+        if record is not None and (record.agent != s.agent or record.run_id != s.run_id):
+            # another agent's history is not this agent's to read: not from memory, and not from
+            # the remote either (naming the operation would otherwise ask it about that call)
+            return make_result(Category.success, operation or "lookup", lookup_cid,
+                               "no call of this agent has that id; nothing was looked up",
+                               reconciled="unknown")
+        op_name = record.operation if record else operation
+        op = self.catalog.get(op_name) if op_name else None
         if record is None and cid is not None and cid in self.lookup_ids:
             # an agent's slip: asked with `operation`, the remote has never seen this id and says
             # not_found, which licenses a resend of whatever the agent meant to look up

@@ -9,7 +9,7 @@ bound is closed with an error line.
 
     resource                          per connection    per process     in all
     one JSON-RPC line                 1 MiB (MAX_FRAME in jsonrpc)
-    requests in progress              64
+    requests in progress              64                1,024           32,768 (a process tree: 4,096)
     unsent bytes (answers, notices)   4 MiB, reading paused past 256 KiB
     connections (both sockets)                          256             8,192 (and the fd limit),
                                       per process tree: 1,024 (at most a quarter of the slots)
@@ -51,9 +51,13 @@ MAX_PARTIAL_BYTES_PER_PROCESS = 4 * MiB  # unfinished lines across its connectio
 MAX_SESSIONS_PER_PROCESS = 256
 MAX_PENDING_PER_PROCESS = 64  # prompts waiting for a person, across its sessions
 MAX_PENDING_PER_SESSION = 32
+# each request in progress holds a task (~5 KB): 64 per connection alone let 8,192 connections
+# hold half a million of them (~3 GB); a call.resume waiting a day is one
+MAX_IN_FLIGHT_PER_PROCESS = 1024
 
 # ---- per process tree (a client with the processes it started: vault.daemon.processes) -----
 MAX_CONNECTIONS_PER_TREE = 1024  # and at most a quarter of the slots when the fd limit lowers them
+MAX_IN_FLIGHT_PER_TREE = 4096  # an eighth of all: one client forking cannot take every request slot
 
 # ---- in all --------------------------------------------------------------------
 MAX_CONNECTIONS = 8192  # lowered at start to what the open-file limit allows
@@ -63,6 +67,7 @@ APPROVER_RESERVE = 64
 MAX_PARTIAL_BYTES = 32 * MiB
 MAX_SESSIONS = 16_384
 MAX_PENDING = 4096
+MAX_IN_FLIGHT_TOTAL = 32_768  # requests in progress from every client (~170 MB of tasks at most)
 
 # ---- approver subscribers ------------------------------------------------------
 MAX_SUBSCRIBER_BACKLOG = 1 * MiB  # unsent notifications: past it the subscriber is dropped

@@ -159,6 +159,11 @@ class LineSocket:
         if self._hung_up():
             self.close("the client closed the connection")
             return
+        if len(self._partial) > MAX_FRAME:
+            # the unfinished line may hold MAX_FRAME + 1 bytes (room for its newline); without
+            # one, that last byte is past the bound a newline-ended line is held to
+            self._refuse("frame larger than 1 MiB")
+            return
         if self._partial:  # the last line, without its newline
             line, writers = bytes(self._partial), self._partial_writers
             self.budget.refund(len(self._partial))

@@ -46,6 +46,7 @@ class ProcessEntry:
     partial_bytes: int = 0  # unfinished lines across its connections
     sessions: int = 0
     pending: int = 0  # prompts waiting for a person
+    in_flight: int = 0  # requests in progress on its connections (vault.daemon.in_flight)
     was_agent: bool = False  # opened an agent session at some point in its life
     flooder: bool = False  # was refused for too many waiting prompts
     markers: Markers | None = None
@@ -73,7 +74,7 @@ class ProcessEntry:
         return self.identity.alive()
 
     def idle(self) -> bool:
-        return not (self.connections or self.partial_bytes or self.sessions or self.pending)
+        return not (self.connections or self.partial_bytes or self.sessions or self.pending or self.in_flight)
 
 
 class ProcessTable:
@@ -84,6 +85,8 @@ class ProcessTable:
         self.partial_bytes = 0
         self.max_connections = MAX_CONNECTIONS  # lowered to what the open-file limit allows
         self.trees: dict[Key, int] = {}  # connections per process tree (only trees holding some)
+        self.in_flight = 0  # requests in progress, in all
+        self.tree_in_flight: dict[Key, int] = {}  # and per process tree (only trees with some)
         self._own = {p: t for p, t in lineage(os.getpid())}  # the daemon and its ancestors
         self._loop: asyncio.AbstractEventLoop | None = None
 

@@ -45,6 +45,7 @@ from vault.ids import new_id
 from vault.sparing import Sparing
 from vault.daemon.limits import (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PROCESS, MAX_CONNECTIONS_PER_TREE,
                                  MAX_IN_FLIGHT, MAX_PARTIAL_BYTES, MAX_PARTIAL_BYTES_PER_PROCESS, MiB)
+from vault.daemon import in_flight
 from vault.daemon.line_socket import FOREIGN, MIXED, UNKNOWN, LineSocket
 from vault.daemon.peer import ProcessIdentity, peer_cred
 from vault.daemon.processes import ProcessEntry, ProcessTable
@@ -75,6 +76,7 @@ class Connection:
     state: dict[str, Any] = field(default_factory=dict)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     in_flight: int = 0
+    entry: ProcessEntry | None = None  # the opener's, where its requests in progress are counted
 
     def as_sent_by(self, identity: ProcessIdentity) -> "Connection":
         return self if identity is self.peer else dataclasses.replace(self, peer=identity)
@@ -368,7 +370,7 @@ class RpcServer:
             self.processes.release(entry)
             return
         table.connected(entry, 1)
-        conn = Connection(new_id("k"), self.dispatcher.channel, ident, None, ident)
+        conn = Connection(new_id("k"), self.dispatcher.channel, ident, None, ident, entry=entry)
         conn.io = LineSocket(sock, self._uid, _PartialBudget(table, entry),
                              on_line=lambda line, writer: self._on_line(conn, line, writer),
                              on_close=lambda reason: self._closed(conn, entry, reason),
@@ -430,6 +432,12 @@ class RpcServer:
                 parsed.id, rpc.LIMIT, f"too many requests in progress on this connection "
                 f"(at most {MAX_IN_FLIGHT}); wait for an answer, then send again. Nothing was done"))
             return
+        if conn.entry is not None:
+            # the socket that leaves connections free for the other holds its requests to the total
+            busy = in_flight.begin(self.processes, conn.entry, in_all=self.leave_free > 0)
+            if busy is not None:
+                conn.send(rpc.encode_error(parsed.id, rpc.LIMIT, busy))
+                return
         conn.in_flight += 1
         self._spawn(self._handle(conn, conn.as_sent_by(caller), parsed))
 
@@ -452,6 +460,10 @@ class RpcServer:
             conn.send(await self.dispatcher.dispatch(view, req))
         finally:
             conn.in_flight -= 1
+            if conn.entry is not None:
+                in_flight.end(self.processes, conn.entry)
+                if conn.closed.is_set():
+                    self.processes.release(conn.entry)  # kept while its requests were in progress
             self._finish_if_idle(conn)
 
     @staticmethod

@@ -389,6 +389,12 @@ class Gate:
                                          decision="withdrawn"))
 
     def process_exited(self, key: Key) -> None:
+        # the exit can be seen before its connections' close ends its sessions: forgetting the
+        # mark first left a killed flooder's prompts in front of a person until their deadline
+        if key in self.flooders:
+            ended = {ap.session.id: ap.session for ap in self.pending.values() if ap.session.key == key}
+            for session in ended.values():
+                self._withdraw(session)
         self.flooders.discard(key)
 
     async def sweep(self) -> None:

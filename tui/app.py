@@ -46,7 +46,7 @@ class VaultApp(App[None]):
                  clock: Callable[[], float] = time.time, run_id: str | None = None) -> None:
         super().__init__()
         self.clock = clock
-        self.state = TuiState(home=str(home.root) if home else "", pinned_run=run_id)
+        self.state = TuiState(home=str(home.root) if home else "", pinned_run=run_id, me=name)
         self.link = ApproverLink(home, name, self.post_message) if home is not None else None
         # what this person sent, in order (tests read it; it never holds a secret)
         self.sent: list[tuple[str, dict[str, Any]]] = []

@@ -45,6 +45,12 @@ def screen(pilot: Pilot) -> str:
     return "\n".join(strip.text for strip in pilot.app.screen._compositor.render_strips())
 
 
+def listed(pilot: Pilot) -> str:
+    """The list as drawn: left of the right pane, above the detail pane's border."""
+    above = screen(pilot).split("▔▔▔")[0].splitlines()
+    return "\n".join(line.split("▏")[0] for line in above if "▏" in line)
+
+
 def row(pilot: Pilot, i: int = 0) -> list[str]:
     return [str(c) for c in main(pilot).query_one(PendingTable).get_row_at(i)]
 
@@ -128,9 +134,9 @@ class TestLayout:
                 text = detail(pilot)
                 assert all(e in text for e in escaped), text
                 assert " ! param value: " in text and "hidden or control character" in text
-                # the list: left of the right pane, above the detail pane's border
-                listed = "\n".join(line.split("▏")[0] for line in screen(pilot).split("▔▔▔")[0].splitlines())
-                assert "read_issue" not in listed and 1 == listed.count("update_record")
+                drawn = await until(pilot, lambda: listed(pilot) if "update_record" in listed(pilot) else "",
+                                    "the row drawn")
+                assert "read_issue" not in drawn and 1 == drawn.count("update_record")  # no fake second row
                 await pilot.press("d")
                 assert "approval_denied" == (await a.next())["result"]["category"]
                 await until(pilot, lambda: rows(pilot) == 0, "the denied row to leave")
@@ -230,4 +236,54 @@ class TestBurying:
             got = [(await a.next())["result"]["category"] for _ in calls]
             assert ["approval_pending"] * 32 + ["rate_limited"] * 2 == got
             await until(pilot, lambda: rows(pilot) == 32, "32 rows")
+            await a.resume()
+
+
+class TestSwapUnderTheCursor:
+    async def test_a_withdrawn_row_above_does_not_slide_another_under_the_key(
+            self, sandbox: Sandbox, agents: list[Agent]) -> None:
+        """typo 1, typo 2 (selected, being read), delete_release. The agent withdraws typo 1: the
+        person's cursor must stay on typo 2, so `o` allows what they were reading."""
+        sandbox.start_daemon()
+        async with tui(sandbox) as pilot:
+            a = await hostile(sandbox, agents, "swap")
+            while "held" not in await a.next():  # three answers (approval_pending), then it holds
+                pass
+            await until(pilot, lambda: rows(pilot) == 3, "three prompts")
+            await pilot.press("down")
+            await until(pilot, lambda: 'title="typo 2"' in detail(pilot), "typo 2 selected")
+            assert a.proc.stdin is not None
+            a.proc.stdin.write(b"cancel 0\n")
+            await a.proc.stdin.drain()
+            assert (await a.next())["cancelled"]["withdrawn"]
+            await until(pilot, lambda: rows(pilot) == 2, "typo 1 to leave")
+            assert 'title="typo 2"' in detail(pilot)
+            await pilot.press("o")
+            await until(pilot, lambda: rows(pilot) == 1, "one decision")
+            assert "delete_release" == row(pilot)[2]
+            await a.resume()
+
+    async def test_a_withdrawn_selected_row_does_not_hand_its_key_to_the_delete(
+            self, sandbox: Sandbox, agents: list[Agent]) -> None:
+        """typo 1 decided, typo 2 selected; the agent withdraws typo 2 itself and the delete comes
+        under the cursor: the `o` meant for typo 2 is held back (nothing sent), a second allows."""
+        sandbox.start_daemon()
+        async with tui(sandbox) as pilot:
+            a = await hostile(sandbox, agents, "swap")
+            while "held" not in await a.next():
+                pass
+            await until(pilot, lambda: rows(pilot) == 3, "three prompts")
+            await pilot.press("o")
+            await until(pilot, lambda: rows(pilot) == 2 and 'title="typo 2"' in detail(pilot), "typo 2 selected")
+            assert a.proc.stdin is not None
+            a.proc.stdin.write(b"cancel 1\n")
+            await a.proc.stdin.drain()
+            assert (await a.next())["cancelled"]["withdrawn"]
+            await until(pilot, lambda: rows(pilot) == 1, "typo 2 to leave")
+            sent = len(pilot.app.sent)  # type: ignore[attr-defined]
+            await pilot.press("o")
+            await until(pilot, lambda: " ! look first: this is delete_release (delete)" in detail(pilot), "the warning")
+            assert sent == len(pilot.app.sent) and rows(pilot) == 1  # type: ignore[attr-defined]
+            await pilot.press("d")
+            await until(pilot, lambda: rows(pilot) == 0, "the delete denied")
             await a.resume()

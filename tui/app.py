@@ -117,6 +117,10 @@ class VaultApp(App[None]):
         self.request("decide", request_id=request_id, decision=decision, **extra)
         self.bump()  # the meter
 
+    def decided_here(self, request_id: str) -> bool:
+        """Whether this person decided `request_id` (from this screen)."""
+        return request_id in self._decided
+
     def report_seen(self, request_id: str, detail: bool) -> None:
         """Tell the vault a row (or its detail) is on screen, once each (vault.gate.fatigue)."""
         if self.state.mark_shown(request_id, self.now(), detail):

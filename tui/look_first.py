@@ -6,6 +6,8 @@ the key meant for the thirtieth typo fix allows the delete. Here an allow on a r
 already waiting when the person decided the previous one, and is of another operation or risk,
 is held back once with a warning; the same key again allows it. Deny is never held back, and a
 request that arrived after the previous decision (nothing was queued behind it) is not either.
+A selected request that leaves without this person deciding it (its agent withdrew it) counts as
+decided: the row that then comes under the cursor is held back the same way.
 """
 
 from __future__ import annotations
@@ -42,4 +44,4 @@ class LookFirst:
         if req.request_id not in self.looked or self.last is None:
             return ""
         return (f"look first: this is {shown(req.operation)} ({shown(req.risk)}), not "
-                f"{shown(self.last[0])} like the one you just decided; press the key again to allow it")
+                f"{shown(self.last[0])} like the one before it; press the key again to allow it")

@@ -13,11 +13,13 @@ what it sends; RT28_SPEC (JSON, optional) overrides any part of it:
   homoglyph   a Cyrillic letter in its name and in a value
   owner       named like the approver (`release-manager`) through its client label
   flood       30 harmless prompts (wait_s 0) then one delete_release
+  swap        two harmless prompts and a delete_release (wait_s 0); `cancel 0` on stdin withdraws
+              the first, so the rows below move up under the person's cursor
   spec        only what RT28_SPEC says
 
 Each answer is printed as one JSON line (`{"i": N, "result": ...}` or `{"i": N, "error": ...}`), then
-`{"held": true}`; it keeps its session open until a line arrives on stdin (the test holds the
-prompts on screen), then prints `not done: ...` and exits 0.
+`{"held": true}`; it keeps its session open until a line other than `cancel I` arrives on stdin
+(the test holds the prompts on screen), then prints `not done: ...` and exits 0.
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ MODES: dict[str, dict[str, object]] = {
         "calls": [{"op": "create_issue", "params": {"title": f"typo {i}"}, "wait_s": 0} for i in range(30)]
         + [{"op": "delete_release", "params": {"release_id": "v1.4.2"}, "wait_s": 0}],
     },
+    "swap": {
+        "agent": "triage-bot",
+        "calls": [{"op": "create_issue", "params": {"title": "typo 1"}, "wait_s": 0},
+                  {"op": "create_issue", "params": {"title": "typo 2"}, "wait_s": 0},
+                  {"op": "delete_release", "params": {"release_id": "v1.4.2"}, "wait_s": 0}],
+    },
     "spec": {"agent": "spec", "calls": []},
 }
 
@@ -106,12 +114,19 @@ def main() -> None:
         print("not done: the session was refused")
         return
     sid = opened["result"]["session_id"]  # type: ignore[index]
+    answers = []
     for i, c in enumerate(spec["calls"]):  # type: ignore[attr-defined]
         answer = conn.ask("call", {"session_id": sid, "operation": c["op"], "params": c["params"],
                                    "wait_s": c.get("wait_s", 60), "idempotency_key": f"rt28-{i}"})
+        answers.append(answer)
         say({"i": i, "result": answer.get("result"), "error": answer.get("error")})
     say({"held": True})
-    sys.stdin.readline()
+    tokens = [((x.get("result") or {}).get("resume_token")) for x in answers]
+    for line in sys.stdin:  # `cancel I`: withdraw call I's prompt (the row above the person's cursor)
+        if not line.startswith("cancel "):
+            break
+        answer = conn.ask("call.cancel", {"session_id": sid, "resume_token": tokens[int(line.split()[1])]})
+        say({"cancelled": answer.get("result"), "error": answer.get("error")})
     print("not done: held prompts for the approver's screen")
 
 

@@ -44,6 +44,7 @@ class MainScreen(Screen[None]):
     # what the footer was last built for: (something selected, allow_session offered, connected)
     _bindings_for: tuple[object, ...] | None = None
     _look_first: LookFirst | None = None
+    _showing: Request | None = None  # the request whose detail the person was last shown
 
     @property
     def vapp(self) -> "VaultApp":
@@ -71,6 +72,12 @@ class MainScreen(Screen[None]):
         state, now = self.vapp.state, self.vapp.now()
         self.query_one(StatusBar).show(state)
         table = self.query_one(PendingTable)
+        gone = self._showing
+        if gone is not None and gone.request_id not in state.pending and not self.vapp.decided_here(gone.request_id):
+            # it left under the person (withdrawn, expired, decided elsewhere): the next row comes
+            # under their key as after a decision of their own, and is held back the same way
+            look = self._look_first = self._look_first or LookFirst()
+            look.decided(gone, set(state.pending) | {gone.request_id})
         table.show(state.pending_oldest_first(), now, state.me)
         for rid in table.visible_ids():  # rows on screen; one scrolled into view is reported within a second
             self.vapp.report_seen(rid, detail=False)
@@ -83,7 +90,7 @@ class MainScreen(Screen[None]):
         return self.vapp.state.pending.get(rid) if rid else None
 
     def _show_selected(self) -> None:
-        req = self.selected_request()
+        req = self._showing = self.selected_request()
         if req is None:
             self.query_one(RequestDetail).show(None, now=self.vapp.now())
         else:

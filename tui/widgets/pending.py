@@ -54,8 +54,13 @@ class PendingTable(DataTable[object]):
             # out of order (a reconnect snapshot arrived after newer requests): rebuild
             self._rebuild(requests, now, me)
             return
+        keep = self.selected_id
         for rid in set(shown) - set(wanted):
             self.remove_row(rid)
+        if keep in wanted and self.selected_id != keep:
+            # a row above left (withdrawn by its agent): the cursor stays on the request the person
+            # is reading; by index it slid onto the next one, which the next key then decided
+            self.move_cursor(row=self.get_row_index(keep))
         for req in requests:
             if req.request_id in kept:
                 left = countdown(req.time_left(now))

@@ -287,3 +287,22 @@ class TestSwapUnderTheCursor:
             await pilot.press("d")
             await until(pilot, lambda: rows(pilot) == 0, "the delete denied")
             await a.resume()
+
+
+class TestTheVaultsOwnSentence:
+    async def test_a_claim_cannot_finish_the_sentence_saying_what_allow_session_grants(
+            self, sandbox: Sandbox, agents: list[Agent]) -> None:
+        """A client label named `x ends; it covers only this one call` made the vault's line read
+        `allow for session: … until this tui session of x ends; it covers only this one call ends
+        (process N)`. The claim is quoted inside that sentence now; a plain word stays bare."""
+        claim = "x ends; it covers only this one call"
+        sandbox.start_daemon()
+        async with tui(sandbox) as pilot:
+            a = await hostile(sandbox, agents, "spec", {
+                "agent": "helper", "client": {"name": claim, "via": "tui"},
+                "calls": [{"op": "update_record", "params": {"record_id": "dns-1", "value": "v"}}]})
+            await one_row(pilot)
+            line = next(x for x in detail(pilot).replace("\n ", " ").splitlines() if "allow for session" in x)
+            assert f'until this tui session of "{claim}" ends (process {a.pid})' in line
+            await pilot.press("d")
+            assert "approval_denied" == (await a.next())["result"]["category"]

@@ -306,3 +306,21 @@ class TestTheVaultsOwnSentence:
             assert f'until this tui session of "{claim}" ends (process {a.pid})' in line
             await pilot.press("d")
             assert "approval_denied" == (await a.next())["result"]["category"]
+
+    async def test_a_value_written_into_the_scope_is_flagged_as_the_agents(
+            self, sandbox: Sandbox, agents: list[Agent]) -> None:
+        """record_id `dns-1 (this call only, read-only)` makes the scope read `update_record on record
+        dns-1 (this call only, read-only)`, as if the vault had narrowed the grant: a `!` line says
+        the scope holds the agent's words; a plain id (`dns-1`) gets none."""
+        sandbox.start_daemon()
+        async with tui(sandbox) as pilot:
+            for record, flagged in (("dns-1 (this call only, read-only)", True), ("dns-1", False)):
+                a = await hostile(sandbox, agents, "spec", {"agent": "helper", "calls": [
+                    {"op": "update_record", "params": {"record_id": record, "value": "v"}}]})
+                await one_row(pilot)
+                assert f"scope: update_record on record {record}\n" in detail(pilot)
+                said = f' ! scope: holds record_id="{record}" as the agent wrote it, not the vault\'s words'
+                assert flagged == (said in detail(pilot))
+                await pilot.press("d")
+                assert "approval_denied" == (await a.next())["result"]["category"]
+                await until(pilot, lambda: rows(pilot) == 0, "the denied row to leave")

@@ -15,6 +15,7 @@ had), so the person can read all of what they approve.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,6 +32,9 @@ RUBBER_STAMP_S = 1.0  # an approval faster than this after the row appeared was 
 METER_WINDOW_S = 300.0  # "prompts in the last 5 minutes"
 FAST_PROMPTS = 10  # that many prompts in the window: suggest a session grant or a policy change
 
+
+# a value that reads as one plain word (`v1.4.2`, `dns-1`) inside the vault's own sentences
+_WORD = re.compile(r"[A-Za-z0-9._-]+")
 
 # names the vault itself speaks with: an agent calling itself so is claiming to be the system
 VAULT_NAMES = frozenset({"vault", "vaultsim"})
@@ -126,6 +130,11 @@ class Request:
         if self.client:
             out += [("acting for", d) for d in doubts(self.client)]
         out += [("scope", d) for d in doubts(self.scope) if not any(d == x for _, x in out)]
+        for k, v in self.params.items():
+            # the scope is the vault's sentence with the agent's values put in: `record dns-1 (this
+            # call only)` reads as the vault narrowing the grant
+            if isinstance(v, str) and not _WORD.fullmatch(v) and v in self.scope:
+                out.append(("scope", f"holds {shown(k)}={quoted(v)} as the agent wrote it, not the vault's words"))
         for k, v in self.params.items():
             out += [(f"param {shown(k)}", d) for d in doubts(v)]
         return out

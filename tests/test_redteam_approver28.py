@@ -71,3 +71,21 @@ class TestDenyRulesReadAsAPersonReads:
         call = [{"op": "delete_release", "params": {"release_id": "v1.4.2"}}]
         got = [hostile(sandbox, name, call)[0] for name in (" intern-bot", "  intern-bot", "helper")]
         assert ["approval_denied", "approval_denied", PASSED_GATE] == got
+
+
+class TestTypeTricks:
+    def test_a_list_or_number_in_place_of_a_string_never_reaches_a_rule(self, sandbox: Sandbox) -> None:
+        """`["prod-1"]`, `{"id": "prod-1"}` or a number where the catalog declares a string would be
+        matched as JSON text (`["prod-1"]` misses `prod*`): the vault refuses each (-32602, nothing
+        done) before anyone is asked, so no rule ever sees one."""
+        sandbox.start_daemon()
+        approver = sandbox.start_approver([
+            {"match": {"operation": "delete_release", "params": {"release_id": "prod*"}}, "decide": "deny"},
+            {"match": {}, "decide": "allow_once"}])
+        got = hostile(sandbox, "triage-bot", [
+            {"op": "delete_release", "params": {"release_id": ["prod-1"]}},
+            {"op": "delete_release", "params": {"release_id": {"id": "prod-1"}}},
+            {"op": "delete_release", "params": {"release_id": 1}},
+            {"op": "update_record", "params": {"record_id": "dns-1", "value": ["drop table users"]}}])
+        assert all(g.startswith("error {'code': -32602") for g in got), got  # bad params: nothing done
+        assert "" == Path(approver.log_path).read_text()  # type: ignore[attr-defined]

@@ -11,7 +11,6 @@ fullwidth values and a mixed-script owner name (test_approver_spoofing.py).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from textual.pilot import Pilot
 from helpers import Sandbox
 from tui.widgets.detail import RequestDetail
 from tui.widgets.pending import AGENT_WIDTH, PendingTable
+from tui.widgets.sessions_table import SessionsTable
 from tui_fixtures import Agent, agents, main, rows, text_of, tui, until  # noqa: F401  (`agents` fixture)
 from vault.runner import world_procs
 
@@ -179,6 +179,11 @@ class TestImpersonation:
             assert [asks] == [x.text for x in pilot.app.state.activity if "asks" in x.text]  # type: ignore[attr-defined]
             await pilot.press("d")
             assert "approval_denied" == (await a.next())["result"]["category"]
+            await pilot.press("v")  # the sessions view names it the same way
+            await until(pilot, lambda: pilot.app.screen.query(SessionsTable)
+                        and pilot.app.screen.query_one(SessionsTable).row_count == 1, "the session listed")
+            cells = [str(c) for c in pilot.app.screen.query_one(SessionsTable).get_row_at(0)]
+            assert cells[1].startswith("helper (claims Human") and cells[2] == str(a.pid)
 
     @pytest.mark.parametrize("name", ["vaultsim", "Human ", "hum\u0430n"])  # a Cyrillic а
     async def test_an_agent_named_like_the_approver_or_the_vault_is_flagged(

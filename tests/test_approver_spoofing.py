@@ -24,7 +24,7 @@ from helpers import Sandbox
 from run_report_fixture import report
 from tui.screens.deny_reason import DenyReason
 from tui.widgets.detail import RequestDetail
-from tui.widgets.pending import PendingTable
+from tui.widgets.pending import AGENT_WIDTH, PendingTable
 from tui_fixtures import Agent, agent, agents, main, rows, start_agent, text_of, tui, until  # noqa: F401
 from vault.approvers.scripted import fits
 from vault.runner.junit import write_junit
@@ -118,7 +118,9 @@ class TestWhatThePersonSees:
             a = await start_agent(sandbox, "call('delete_release', release_id='v1')\n", name=name)
             agents.append(a)
             await until(pilot, lambda: rows(pilot) == 1, "the request to be shown")
-            assert name == str(main(pilot).query_one(PendingTable).get_row_at(0)[0])
+            # the row's cell is cut (red team 28: a long name pushed operation and risk off screen)
+            assert name[:AGENT_WIDTH - 1] + "…" == str(main(pilot).query_one(PendingTable).get_row_at(0)[0])
+            assert name in text_of(main(pilot).query_one(RequestDetail))  # whole, brackets and all
             await pilot.press("D")
             await until(pilot, lambda: isinstance(pilot.app.screen, DenyReason), "the deny dialog")
             title = pilot.app.screen.query_one("Label.title", Label)

@@ -46,7 +46,7 @@ class VaultApp(App[None]):
                  clock: Callable[[], float] = time.time, run_id: str | None = None) -> None:
         super().__init__()
         self.clock = clock
-        self.state = TuiState(home=str(home.root) if home else "", pinned_run=run_id)
+        self.state = TuiState(home=str(home.root) if home else "", pinned_run=run_id, me=name)
         self.link = ApproverLink(home, name, self.post_message) if home is not None else None
         # what this person sent, in order (tests read it; it never holds a secret)
         self.sent: list[tuple[str, dict[str, Any]]] = []
@@ -116,6 +116,10 @@ class VaultApp(App[None]):
         extra = {"reason": reason} if reason else {}
         self.request("decide", request_id=request_id, decision=decision, **extra)
         self.bump()  # the meter
+
+    def decided_here(self, request_id: str) -> bool:
+        """Whether this person decided `request_id` (from this screen)."""
+        return request_id in self._decided
 
     def report_seen(self, request_id: str, detail: bool) -> None:
         """Tell the vault a row (or its detail) is on screen, once each (vault.gate.fatigue)."""

@@ -15,6 +15,7 @@ had), so the person can read all of what they approve.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -30,6 +31,13 @@ ACTIVITY_KEEP = 500
 RUBBER_STAMP_S = 1.0  # an approval faster than this after the row appeared was not read
 METER_WINDOW_S = 300.0  # "prompts in the last 5 minutes"
 FAST_PROMPTS = 10  # that many prompts in the window: suggest a session grant or a policy change
+
+
+# a value that reads as one plain word (`v1.4.2`, `dns-1`) inside the vault's own sentences
+_WORD = re.compile(r"[A-Za-z0-9._-]+")
+
+# names the vault itself speaks with: an agent calling itself so is claiming to be the system
+VAULT_NAMES = frozenset({"vault", "vaultsim"})
 
 
 def _client(c: WireClient | None) -> tuple[str | None, bool]:
@@ -62,15 +70,24 @@ class Request:
     correlation_id: str
     client: str | None = None  # e.g. "claude-code 1.2 (pid 4121) via mcp": claimed by the agent
     client_verified: bool = False
+    client_name: str | None = None  # the claim's `name` alone, to compare with approvers' names
 
     @property
     def who(self) -> str:
         return self.client or self.agent
 
+    @property
+    def named(self) -> str:
+        """The session's name, and the claim beside it marked as one: a label naming an approver
+        (`release-manager via tui`) never stands in for who is asking."""
+        return named(self.agent, self.client)
+
     @classmethod
     def from_note(cls, n: ApprovalRequested) -> "Request":
         client, verified = _client(n.client)
-        return cls(client=client, client_verified=verified, request_id=n.request_id, agent=n.agent,
+        return cls(client=client, client_verified=verified,
+                   client_name=n.client.name if n.client is not None else None,
+                   request_id=n.request_id, agent=n.agent,
                    pid=n.pid, session_id=n.session_id, run_id=n.run_id, operation=n.operation,
                    risk=n.risk, params=dict(n.params), scope=n.scope, session_scope=n.session_scope,
                    mode=n.mode, allow_session_offered=n.allow_session_offered, owner=n.owner,
@@ -97,16 +114,27 @@ class Request:
         # quoted: a value cannot pass for a delimiter or another parameter (`note="x, env=staging"`)
         return ", ".join(f"{shown(k)}={quoted(v)}" for k, v in self.params.items()) or "-"
 
-    def doubts(self) -> list[tuple[str, str]]:
-        """(field, what could mislead) for the agent's name and each parameter (vault.text.doubts)."""
+    def doubts(self, me: str | None = None) -> list[tuple[str, str]]:
+        """(field, what could mislead) for the agent's name and each parameter (vault.text.doubts);
+        `me` is this approver's own name, which an agent may also take."""
         out = [("agent", d) for d in doubts(self.agent)]
         if self.owner and looks_like(self.agent, {self.owner}):
             # `Release-Manager`, `rеlease-manager`: the approver's own name, to a person's eye
             out.append(("agent", f"reads as the owner's name {quoted(self.owner)} (it is {quoted(self.agent)}): "
                                  "an agent is asking, not the owner"))
+        # the name, or the client label (shown beside it), taken from an approver or the vault itself
+        claims = [("agent", self.agent)] if not self.owner or not looks_like(self.agent, {self.owner}) else []
+        claims += [("acting for", self.client_name)] if self.client_name else []
+        for what, text in claims:
+            out += [(what, f"{why}: an agent is asking") for why in _impersonates(text, self.owner, me)]
         if self.client:
             out += [("acting for", d) for d in doubts(self.client)]
         out += [("scope", d) for d in doubts(self.scope) if not any(d == x for _, x in out)]
+        for k, v in self.params.items():
+            # the scope is the vault's sentence with the agent's values put in: `record dns-1 (this
+            # call only)` reads as the vault narrowing the grant
+            if isinstance(v, str) and not _WORD.fullmatch(v) and v in self.scope:
+                out.append(("scope", f"holds {shown(k)}={quoted(v)} as the agent wrote it, not the vault's words"))
         for k, v in self.params.items():
             out += [(f"param {shown(k)}", d) for d in doubts(v)]
         return out
@@ -121,6 +149,21 @@ class Request:
             ("d", f"deny: {self.agent} gets approval_denied and nothing is sent", True),
             ("D", "deny with a reason: the agent receives your note", True),
         ]
+
+
+def named(agent: str, client: str | None) -> str:
+    """An agent's name with its client label beside it, marked as its claim."""
+    return f"{agent} (claims {client})" if client else agent
+
+
+def _impersonates(text: str, owner: str | None, me: str | None) -> list[str]:
+    """How `text` (an agent's name or client label) reads as someone it is not, in words."""
+    out = [f"reads as {whose} {quoted(name)} (it is {quoted(text)})"
+           for whose, name in (("the owner's name", owner), ("your approver name", me)) if name
+           and looks_like(text, {name})]
+    if looks_like(text, set(VAULT_NAMES)):
+        out.append(f"reads as the vault itself (it is {quoted(text)})")
+    return out[:1] if owner and me and looks_like(owner, {me}) else out
 
 
 @dataclass
@@ -152,14 +195,19 @@ class AgentSession:
     opened: float
     grants: dict[str, Grant] = field(default_factory=dict)
     client: str | None = None
+    exe: str | None = None  # what the vault saw the process run, not what it claims
 
     @property
     def who(self) -> str:
         return self.client or self.agent
 
+    @property
+    def named(self) -> str:
+        return named(self.agent, self.client)
+
     @classmethod
     def from_note(cls, n: SessionOpened) -> "AgentSession":
-        return cls(n.session_id, n.agent, n.pid, n.run_id, n.opened, client=_client(n.client)[0])
+        return cls(n.session_id, n.agent, n.pid, n.run_id, n.opened, client=_client(n.client)[0], exe=n.exe)
 
     @classmethod
     def from_wire(cls, d: Any) -> "AgentSession":
@@ -186,6 +234,7 @@ class ActivityLine:
 @dataclass
 class TuiState:
     home: str = ""
+    me: str | None = None  # this approver's name (an agent may take it)
     connected: bool = False
     link_note: str = "connecting"
     locked: bool | None = None
@@ -288,7 +337,7 @@ class TuiState:
     def _requested(self, n: ApprovalRequested, now: float) -> None:
         req = self._add_request(Request.from_note(n))
         self.asked_times.append(now)
-        self.note(now, f"{req.who}[{req.pid}] asks: {req.operation} ({req.risk}, {req.mode})", "gate")
+        self.note(now, f"{req.named}[{req.pid}] asks: {req.operation} ({req.risk}, {req.mode})", "gate")
 
     def _settled(self, n: ApprovalSettled, now: float) -> None:
         rid = n.request_id
@@ -297,7 +346,7 @@ class TuiState:
         self.full.pop(rid, None)
         self.full_note.pop(rid, None)
         req = self.pending.pop(rid, None)
-        what = f"{req.operation} for {req.who}[{req.pid}]" if req else rid
+        what = f"{req.operation} for {req.named}[{req.pid}]" if req else rid
         decision = n.decision or n.state
         by = f" by {n.by}" if n.by else ""
         self.note(now, f"{decision}: {what}{by}", "decision")
@@ -409,6 +458,11 @@ class TuiState:
         return recent, self.rubber_stamps, warning
 
     # ---- views -------------------------------------------------------------------
+
+    def exe_of(self, req: Request) -> str | None:
+        """The program the vault saw the request's process run (its session's), if known."""
+        s = self.sessions.get(req.session_id)
+        return s.exe if s is not None else None
 
     def pending_oldest_first(self) -> list[Request]:
         return sorted(self.pending.values(), key=lambda r: (r.created, r.request_id))

@@ -23,6 +23,9 @@ RISK_STYLE = {
 
 ACTIVITY_STYLE = {"result": "", "decision": "cyan", "gate": "yellow", "demo": "magenta"}
 
+# a `!` line, and a row cell, that something the agent chose could mislead
+DOUBT_STYLE = "bold black on yellow"
+
 # below this many seconds the countdown turns red
 URGENT_S = 20
 
@@ -39,6 +42,14 @@ def countdown(seconds: float) -> Text:
 
 def clock_time(epoch: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(epoch))
+
+
+def cell(value: str, width: int) -> Text:
+    """An agent-chosen string for a table cell of at most `width` characters, escaped; cut with a
+    `…` so that a long name (a claim, spaces drawn as more cells) cannot push the operation and
+    risk columns off the screen. The detail pane shows it whole."""
+    text = shown(value)
+    return Text(text if len(text) <= width else text[:width - 1] + "…")
 
 
 def plain(value: object) -> Text:

@@ -19,6 +19,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label
 
+from tui.look_first import LookFirst
 from tui.state import Request
 from tui.screens.deny_reason import DenyReason
 from tui.widgets.activity import ActivityLog
@@ -42,6 +43,8 @@ class MainScreen(Screen[None]):
 
     # what the footer was last built for: (something selected, allow_session offered, connected)
     _bindings_for: tuple[object, ...] | None = None
+    _look_first: LookFirst | None = None
+    _showing: Request | None = None  # the request whose detail the person was last shown
 
     @property
     def vapp(self) -> "VaultApp":
@@ -69,7 +72,13 @@ class MainScreen(Screen[None]):
         state, now = self.vapp.state, self.vapp.now()
         self.query_one(StatusBar).show(state)
         table = self.query_one(PendingTable)
-        table.show(state.pending_oldest_first(), now)
+        gone = self._showing
+        if gone is not None and gone.request_id not in state.pending and not self.vapp.decided_here(gone.request_id):
+            # it left under the person (withdrawn, expired, decided elsewhere): the next row comes
+            # under their key as after a decision of their own, and is held back the same way
+            look = self._look_first = self._look_first or LookFirst()
+            look.decided(gone, set(state.pending) | {gone.request_id})
+        table.show(state.pending_oldest_first(), now, state.me)
         for rid in table.visible_ids():  # rows on screen; one scrolled into view is reported within a second
             self.vapp.report_seen(rid, detail=False)
         self.query_one(PromptCounters).show(*state.run_counts(), state.meter(now))
@@ -81,12 +90,15 @@ class MainScreen(Screen[None]):
         return self.vapp.state.pending.get(rid) if rid else None
 
     def _show_selected(self) -> None:
-        req = self.selected_request()
+        req = self._showing = self.selected_request()
         if req is None:
             self.query_one(RequestDetail).show(None, now=self.vapp.now())
         else:
             self.vapp.want_full(req.request_id)  # a value cut in the prompt: fetch it whole
-            self.query_one(RequestDetail).show(*self.vapp.state.as_shown(req), now=self.vapp.now())
+            state = self.vapp.state
+            held = self._look_first.why(req) if self._look_first is not None else ""
+            self.query_one(RequestDetail).show(*state.as_shown(req), now=self.vapp.now(), me=state.me,
+                                               exe=state.exe_of(req), held=held)
         if req is not None:
             self.vapp.report_seen(req.request_id, detail=True)
         # the footer is rebuilt on refresh_bindings: only when what it shows can change
@@ -113,8 +125,18 @@ class MainScreen(Screen[None]):
 
     def action_decide(self, decision: str) -> None:
         req = self.selected_request()
-        if req is not None:
-            self.vapp.decide(req.request_id, decision)
+        if req is None:
+            return
+        look = self._look_first = self._look_first or LookFirst()
+        if decision != "deny":
+            why = look.hold(req)
+            if why:  # a request buried behind the ones just decided: this key was meant for those
+                self.app.bell()
+                self.notify(why, title="not allowed yet", severity="warning", markup=False)
+                self._show_selected()  # the detail pane says it too, where the person is looking
+                return
+        look.decided(req, set(self.vapp.state.pending))
+        self.vapp.decide(req.request_id, decision)
 
     def action_deny_with_reason(self) -> None:
         req = self.selected_request()
@@ -124,6 +146,8 @@ class MainScreen(Screen[None]):
 
         def answer(reason: str | None) -> None:
             if reason is not None:
+                look = self._look_first = self._look_first or LookFirst()
+                look.decided(req, set(self.vapp.state.pending))
                 self.vapp.decide(rid, "deny", reason)
 
         self.app.push_screen(DenyReason(req.operation, req.agent), answer)

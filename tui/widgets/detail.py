@@ -23,14 +23,14 @@ from rich.text import Text
 from vault.text import shown
 
 from tui.state import Request
-from tui.style import clock_time, countdown, risk_text
+from tui.style import DOUBT_STYLE, clock_time, countdown, risk_text
 from tui.widgets.panel import TextPanel
 
-DOUBT_STYLE = "bold black on yellow"
 
 
 class RequestDetail(TextPanel):
-    def show(self, req: Request | None, note: str = "", *, now: float) -> None:
+    def show(self, req: Request | None, note: str = "", *, now: float, me: str | None = None,
+             exe: str | None = None, held: str = "") -> None:
         if req is None:
             self.set_text(Text("Nothing to decide. Requests appear here as agents ask.", style="dim"))
             return
@@ -38,7 +38,11 @@ class RequestDetail(TextPanel):
         t.append(shown(req.operation), style="bold")
         t.append(" · ")
         t.append_text(risk_text(req.risk))
-        t.append(f" · {shown(req.mode)} · {shown(req.agent)} (pid {req.pid}) · run {shown(req.run_id or 'default')}\n")
+        # the pid and program are what the vault saw; the name and any label are the agent's words
+        ran = f", {shown(exe)}" if exe else ""
+        t.append(f" · {shown(req.mode)} · {shown(req.agent)} (pid {req.pid}{ran}) · run {shown(req.run_id or 'default')}\n")
+        if held:  # an allow key was held back: this request is not the kind just decided
+            t.append(f" ! {held}\n", style=DOUBT_STYLE)
         if req.client:
             # the label is the agent's word; only the host's ancestry is checked by the daemon
             host = "the host pid is an ancestor of its process" if req.client_verified else "host not verified"
@@ -47,7 +51,7 @@ class RequestDetail(TextPanel):
         t.append(f"params: {req.params_text()}\n")
         if note:  # the full values are loading, or could not be read
             t.append(f" … {shown(note)}\n", style=DOUBT_STYLE)
-        for what, doubt in req.doubts():
+        for what, doubt in req.doubts(me):
             t.append(f" ! {what}: {doubt}\n", style=DOUBT_STYLE)
         t.append(f"owner: {shown(req.owner or 'any approver')} · asked {clock_time(req.created)} · "
                  f"deadline in ")

@@ -11,7 +11,8 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 from tui.state import AgentSession
-from tui.style import clock_time, plain
+from tui.style import clock_time, cell, plain
+from tui.widgets.pending import AGENT_WIDTH
 
 COLUMNS = (("what", "session / grant"), ("agent", "agent"), ("pid", "process"), ("run", "run"),
            ("scope", "grants and scopes"), ("since", "since"))
@@ -38,7 +39,7 @@ class SessionsTable(DataTable[object]):
         self.clear()
         for s in sessions:
             n = len(s.grants)
-            self.add_row(plain(s.session_id), plain(s.who), plain(s.pid), plain(s.run_id or "default"),
+            self.add_row(plain(s.session_id), cell(s.named, AGENT_WIDTH), plain(s.pid), plain(s.run_id or "default"),
                          plain(f"{n} grant{'s' if n != 1 else ''}" if n else "no grants: every call asks"),
                          plain(clock_time(s.opened)), key=f"session:{s.session_id}")
             for g in sorted(s.grants.values(), key=lambda g: (g.created, g.grant_id)):

@@ -27,7 +27,9 @@ in its folded forms (NFKC, so fullwidth `ｐｒｏｄ` is `prod`; case-folded;
 without accents and invisible format characters), and a value that cannot be
 checked (cut short by the vault, `[hidden]`, or a word mixing look-alike
 letters of two scripts such as a Cyrillic `р` in `рrod`) counts against the
-agent: a `deny` or `lock` rule that tests it matches when any form fits, or
+agent: a `deny` or `lock` rule that tests it matches when any form fits (also as
+a person reads it, vault.lookalike: blanks trimmed and collapsed, tabs included,
+and a word wholly in Cyrillic or Greek look-alikes read as the Latin it shows), or
 when it cannot be checked; an `allow_once`, `allow_session` or `ignore` rule
 matches only the value as given, only when it holds no such spelling. A value
 the vault cut for the prompt (80 characters) is not checked cut: when a rule
@@ -73,6 +75,7 @@ from vault.cli.main import add_home_arg, interrupted_line, path_arg
 from vault.client import AsyncRpcClient, connect_approver
 from vault.errors import BadInput, HomeError, RpcError
 from vault.home import VaultHome
+from vault.lookalike import skeletons
 from vault.text import forms, mixed_scripts, was_clipped
 from vault.wire import ApprovalDetail, ApprovalRequested, WireError, read
 
@@ -105,7 +108,11 @@ def fits(pattern: str | int | bool, value: Any, permissive: bool) -> bool:
     if _uncheckable(text):
         return True
     folded = sorted(forms(pat))
-    return any(fnmatch.fnmatchcase(t, p) for t in forms(text) for p in folded)
+    if any(fnmatch.fnmatchcase(t, p) for t in forms(text) for p in folded):
+        return True
+    # what a person reads: ` prod-1`, `drop  table`, `drop\ttable` and an all-Cyrillic `ехес` are
+    # `prod-1`, `drop table` and `exec` to the eye, and no folded form above has them so
+    return any(fnmatch.fnmatchcase(t, p) for t in skeletons(text) for p in skeletons(pat))
 
 
 class Match(BaseModel):

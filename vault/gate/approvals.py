@@ -11,6 +11,7 @@ and its session ended (withdrawn).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import itertools
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from enum import StrEnum
 from typing import Any, Awaitable, Callable
 
 from vault.catalog import HIDDEN, Operation
+from vault.text import quoted
 from vault.ids import new_id, token
 from vault.models import Result
 from vault.daemon.sessions import Session
@@ -49,6 +51,16 @@ class State(StrEnum):
     # never ran, taken back from the agent's side: the agent cancelled it (call.cancel), or its
     # process flooded the approver and then ended its session
     withdrawn = "withdrawn"
+
+
+_WORD = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def as_word(claim: str) -> str:
+    """A client's claimed name or bridge inside the vault's own sentence: bare when it is one plain
+    word (`claude-code`), else quoted, so that `x ends; only this call is granted` cannot finish
+    the sentence that says what `allow_session` grants."""
+    return claim if _WORD.fullmatch(claim) else quoted(claim)
 
 
 @dataclass(eq=False)
@@ -89,8 +101,8 @@ class PendingApproval:
             return f"not offered: {self.operation.name} asks every call (per_call)"
         if self.session.client is not None and self.session.client.via:
             # one bridge process may serve several host sessions: the grant ends with this one
-            return (f"{self.scope} until this {self.session.client.via} session of "
-                    f"{self.session.client.name} ends (process {self.session.identity.pid})")
+            return (f"{self.scope} until this {as_word(self.session.client.via)} session of "
+                    f"{as_word(self.session.client.name)} ends (process {self.session.identity.pid})")
         return f"{self.scope} until process {self.session.identity.pid} exits"
 
     def to_note(self) -> ApprovalRequested:

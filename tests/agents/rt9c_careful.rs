@@ -5,7 +5,8 @@
 //   RT9C_CONN=one|perstep  one session for the whole process, or a new connection and session
 //                          per step (the previous one closed first)
 //   RT9C_CONCURRENT=1      steps with no ${..} dependency between them run on their own
-//                          threads (one per operation), each on its own connection, all on the
+//                          threads (one per read operation; the steps that change the remote
+//                          on one, in order), each on its own connection, all on the
 //                          process's one session
 //   RT9C_LOG=N             print N secret-free log lines before the final message
 //   RT9C_EXEC=PROG         at the end, exec PROG with the final message as its argument
@@ -205,7 +206,7 @@ fn num(x: f64) -> J { J::Num(format!("{:.3}", x)) }
 fn now() -> f64 { SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64() }
 fn sleep(s: f64) { if s > 0.0 { thread::sleep(Duration::from_secs_f64(s)); } }
 
-struct Task { agent: String, run_id: String, deadline: f64, state_dir: String, socket: String, steps: Vec<J> }
+struct Task { agent: String, run_id: String, deadline: f64, state_dir: String, socket: String, steps: Vec<J>, catalog: J }
 
 struct Conn { w: UnixStream, r: BufReader<UnixStream>, next: u64, sid: String, deadline: f64 }
 
@@ -446,6 +447,7 @@ fn main() {
         state_dir: tj.get("state_dir").text(),
         socket: env::var("VAULTSIM_SOCKET").expect("VAULTSIM_SOCKET"),
         steps,
+        catalog: tj.get("catalog").clone(),
     });
     let poll = env::var("RT9C_WAIT").as_deref() == Ok("poll");
     let perstep = env::var("RT9C_CONN").as_deref() == Ok("perstep");
@@ -475,10 +477,16 @@ fn run(t: &Arc<Task>, state: &Arc<Mutex<State>>, poll: bool, perstep: bool, conc
     // connection, all on this process's one session (kept open by the first connection)
     let indep = todo.iter().all(|x| deps(x.get("params")).is_empty());
     if concurrent && indep && todo.len() > 1 {
-        // one thread per operation, its steps in order: a call is never sent while another call
-        // of the same operation waits for a person (that would ask the owner again)
+        // one thread per read operation, its steps in order; every step that changes the remote
+        // (the task's catalog says `mutates`, or does not say) on one thread, in the task's order:
+        // gated steps go one at a time, in order (contract section 3), so a refusal stops the
+        // steps after it and never one before it
         let mut groups: BTreeMap<String, Vec<J>> = BTreeMap::new();
-        for step in todo.clone() { groups.entry(step.get("call").text()).or_default().push(step); }
+        for step in todo.clone() {
+            let op = step.get("call").text();
+            let reads = matches!(t.catalog.get(&op).get("mutates"), J::Bool(false));
+            groups.entry(if reads { op } else { String::new() }).or_default().push(step);
+        }
         let mut hs = Vec::new();
         let halt = Arc::new(std::sync::atomic::AtomicBool::new(false));
         for (_, steps) in groups {

@@ -24,7 +24,7 @@ Found and fixed here (each test below failed before its fix):
   took the EAGAIN for a connection made). Both now wait for room until their timeout.
 * requests in progress were bounded per connection only (64): a process with 250 connections
   held 16,000 day-long `call.resume` waits (~90 MiB of tasks). Now also 1,024 per process,
-  4,096 per process tree and 32,768 in all (vault.daemon.in_flight).
+  4,096 per process tree and 32,768 in all (vault.daemon.processes, begin_request).
 * a flooder (refused for too many waiting prompts) killed while its prompts waited kept them
   in front of a person until their deadline whenever the daemon saw the exit before the
   connections' close: the exit forgot the flooder mark first. They are withdrawn now.
@@ -494,6 +494,13 @@ def on_failing_device() -> Iterator[tuple[World, Any]]:
         run("rm", "-rf", "--one-file-system", str(box.root))
 
 
+def _device_error(text: str) -> bool:
+    """The failing device's error named: ext4 over a loop device whose backing tmpfs is full
+    reports a failed writeback as EIO, or (as seen on a loaded host) as the backing file's
+    ENOSPC; either way the call is refused naming it."""
+    return "EIO" in text or "ENOSPC" in text
+
+
 class TestIOError:
     @pytest.mark.timeout(300)
     def test_an_eio_under_a_flood_refuses_calls_naming_it_and_the_daemon_stays(
@@ -508,12 +515,12 @@ class TestIOError:
         world.first_line(flood)
         outer.fill()
         refused = run_script(world.box, UNTIL_REFUSED, timeout=DEADLINE_S)[0]
-        assert "local_failure" == refused["category"] and "EIO" in refused["message"], refused
+        assert "local_failure" == refused["category"] and _device_error(refused["message"]), refused
         got = world.finish(flood)
         assert set(got["categories"]) <= {"success", "local_failure"}, got["categories"]
-        assert "EIO" in got["answered"][-1][2], got["answered"][-1]
+        assert _device_error(got["answered"][-1][2]), got["answered"][-1]
         halted = world.alive()["halted"]
-        assert "EIO" in halted and "Traceback" not in (world.box.root / "daemon.stderr").read_text()
+        assert _device_error(halted) and "Traceback" not in (world.box.root / "daemon.stderr").read_text()
         shown = json.loads(world.box.vaultsim("audit", "show", "--json", timeout=120).stdout)
         intents = {ev["correlation_id"] for ev in shown["events"] if ev["type"] == "intent"}
         received = {e["correlation_id"] for e in remote_events(world.url) if e.get("event") == "received"}

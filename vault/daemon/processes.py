@@ -14,7 +14,8 @@ another process with its own entry.
 Connections are also counted per process *tree* (vault.daemon.limits): found once
 per process, when its first connection is accepted, from /proc (`tree_of`), never
 on the hot path. The counts are dropped when they reach zero, so they stay as
-bounded as the connections.
+bounded as the connections. So are requests in progress (`begin_request`), per process, per
+tree and in all.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import select
 from dataclasses import dataclass, field
 from typing import Callable
 
-from vault.daemon.limits import MAX_CONNECTIONS
+from vault.daemon.limits import (MAX_CONNECTIONS, MAX_IN_FLIGHT_PER_PROCESS, MAX_IN_FLIGHT_PER_TREE,
+                                  MAX_IN_FLIGHT_TOTAL)
 from vault.daemon.peer import Markers, ProcessIdentity
 from vault.lineage import RECORDED_DEPTH, Chain, lineage, same_start
 
@@ -46,7 +48,7 @@ class ProcessEntry:
     partial_bytes: int = 0  # unfinished lines across its connections
     sessions: int = 0
     pending: int = 0  # prompts waiting for a person
-    in_flight: int = 0  # requests in progress on its connections (vault.daemon.in_flight)
+    in_flight: int = 0  # requests in progress on its connections (ProcessTable.begin_request)
     was_agent: bool = False  # opened an agent session at some point in its life
     flooder: bool = False  # was refused for too many waiting prompts
     markers: Markers | None = None
@@ -114,6 +116,39 @@ class ProcessTable:
                     root = chain[-1]
             entry.tree = root
         return entry.tree
+
+    def begin_request(self, entry: ProcessEntry, in_all: bool = True) -> str | None:
+        """Count one more request in progress of `entry`'s; None if granted, else why not (nothing
+        counted). Each holds a task until it is answered, and some answers take as long as the
+        client asks (`call.resume` with `wait_s` of a day): 64 per connection alone let one process
+        with 256 connections hold 16,384 of them, and a few processes every one the daemon could
+        hold (hundreds of MB). `in_all` False (the approver socket): not held to the total, so
+        agents filling it never keep the person from deciding, locking or stopping the vault."""
+        tree = self.tree_of(entry)
+        if entry.in_flight >= MAX_IN_FLIGHT_PER_PROCESS:
+            return (f"too many requests in progress from this process (at most {MAX_IN_FLIGHT_PER_PROCESS} "
+                    "across its connections); wait for an answer, then send again. Nothing was done")
+        if self.tree_in_flight.get(tree, 0) >= MAX_IN_FLIGHT_PER_TREE:
+            return (f"too many requests in progress from this process and the others of its process tree "
+                    f"(at most {MAX_IN_FLIGHT_PER_TREE}); wait for an answer, then send again. Nothing was done")
+        if in_all and self.in_flight >= MAX_IN_FLIGHT_TOTAL:
+            return ("too many requests in progress from all clients; wait for an answer, then send again. "
+                    "Nothing was done")
+        entry.in_flight += 1
+        self.in_flight += 1
+        self.tree_in_flight[tree] = self.tree_in_flight.get(tree, 0) + 1
+        return None
+
+    def end_request(self, entry: ProcessEntry) -> None:
+        """One request of `entry`'s answered (or dropped)."""
+        tree = self.tree_of(entry)
+        entry.in_flight -= 1
+        self.in_flight -= 1
+        left = self.tree_in_flight.get(tree, 0) - 1
+        if left > 0:
+            self.tree_in_flight[tree] = left
+        else:
+            self.tree_in_flight.pop(tree, None)
 
     def lineage_of(self, entry: ProcessEntry) -> Chain:
         """`entry`'s ancestry as read when it first connected (or now, for a process that writes on

@@ -45,7 +45,6 @@ from vault.ids import new_id
 from vault.sparing import Sparing
 from vault.daemon.limits import (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PROCESS, MAX_CONNECTIONS_PER_TREE,
                                  MAX_IN_FLIGHT, MAX_PARTIAL_BYTES, MAX_PARTIAL_BYTES_PER_PROCESS, MiB)
-from vault.daemon import in_flight
 from vault.daemon.line_socket import FOREIGN, MIXED, UNKNOWN, LineSocket
 from vault.daemon.peer import ProcessIdentity, peer_cred
 from vault.daemon.processes import ProcessEntry, ProcessTable
@@ -434,7 +433,7 @@ class RpcServer:
             return
         if conn.entry is not None:
             # the socket that leaves connections free for the other holds its requests to the total
-            busy = in_flight.begin(self.processes, conn.entry, in_all=self.leave_free > 0)
+            busy = self.processes.begin_request(conn.entry, in_all=self.leave_free > 0)
             if busy is not None:
                 conn.send(rpc.encode_error(parsed.id, rpc.LIMIT, busy))
                 return
@@ -461,7 +460,7 @@ class RpcServer:
         finally:
             conn.in_flight -= 1
             if conn.entry is not None:
-                in_flight.end(self.processes, conn.entry)
+                self.processes.end_request(conn.entry)
                 if conn.closed.is_set():
                     self.processes.release(conn.entry)  # kept while its requests were in progress
             self._finish_if_idle(conn)

@@ -532,13 +532,14 @@ class TestIOError:
 
 class TestUnderTheRunner:
     @pytest.mark.timeout(600)
-    def test_a_flooding_trial_beside_a_careful_one_leaves_it_passing(self, tmp_path: Path) -> None:
+    def test_a_flooding_trial_beside_a_careful_one_leaves_it_passing_and_is_named(self, tmp_path: Path) -> None:
         """`vaultsim run -j 2` with one agent program in two scenarios: as `flood-bot` it first
         writes 10,000 requests it never reads and makes 2,000 lookups of made-up correlation ids,
         then does its steps; as `careful-bot` it just does them. The careful trial passes, in
-        well under its deadline. The flooding one passes too: the contract gives a request flood
-        (refused -32004 past 64 in progress, lookups of ids no call had) no verdict of its own;
-        only a connection flood (FAIL_TOOL_ACCESS, tests/test_flood10.py) is graded."""
+        well under its deadline. The flooding one is FAIL_TOOL_ACCESS, named a request flood: past
+        the 64 one connection may have in progress its requests were refused -32004, audited
+        (`request_refused`, sampled) and graded against it (section 3; it passed before), so the
+        run is blocked (the scenario expects PASS). Its lookups of made-up ids are not graded."""
         paths = []
         for agent in ("careful-bot", "flood-bot"):
             plan = (ROOT / "scenarios" / "plans" / "file-and-triage.yaml").read_text()
@@ -558,5 +559,38 @@ class TestUnderTheRunner:
         trials = {s["id"]: t for s in doc["scenarios"] for t in s["trial_results"]}
         careful, flood = trials["rt27d-careful-bot"], trials["rt27d-flood-bot"]
         assert ("PASS", True, []) == (careful["verdict"], careful["ok"], careful["reasons"]), careful["reasons"]
-        assert "PASS" == flood["verdict"], flood["reasons"]  # no contract verdict names a request flood
-        assert 0 == out.returncode, out.stdout[-3000:] + out.stderr[-3000:]
+        assert "FAIL_TOOL_ACCESS" == flood["verdict"], flood["reasons"]
+        named = [r for r in flood["reasons"] if "request flood" in r]
+        assert named and "flood-bot" in named[0] and "at most 64 in progress" in named[0], flood["reasons"]
+        assert 1 == out.returncode, out.stdout[-3000:] + out.stderr[-3000:]  # blocked: it expected PASS
+
+    @pytest.mark.timeout(300)
+    def test_a_pile_of_held_waits_past_the_bound_is_named_a_request_flood(self, tmp_path: Path) -> None:
+        """`flood-bot` sends its first create with `wait_s: 0`, then writes 100 `call.resume`s of
+        its token at once on one more connection, each willing to wait 20 s, while the person takes
+        3 s: 64 are held (the most one connection may have in progress, section 3), 36 refused
+        -32004, nothing done. The trial is FAIL_TOOL_ACCESS naming the request flood (it passed
+        before: the refusals were not audited), and its steps still took effect once each."""
+        plan = {"agent": "flood-bot", "steps": [{"call": "create_issue", "params": {"title": "pile 1"}},
+                                                {"call": "create_issue", "params": {"title": "pile 2"}}],
+                "final": "done: filed two issues"}
+        scenario = {"title": "rt27d pile of waits", "approver": {"rules": [
+            {"decide": "allow_session", "delay_s": {"min": 3, "max": 3}}]}, "task": {"deadline_s": 60},
+            "agents": [{"plan": plan}], "expect": {"verdict": "PASS", "outcome": {"state": [
+                {"collection": "issues", "where": {"title": "pile 1"}, "count": 1},
+                {"collection": "issues", "where": {"title": "pile 2"}, "count": 1}], "claim": "done"}}}
+        path = tmp_path / "rt27d-pile.yaml"
+        path.write_text(json.dumps(scenario))
+        report = tmp_path / "report.json"
+        env = {**os.environ, "VAULTSIM_HOME": str(tmp_path / "home"), "RT27D_FLOOD": "flood-bot",
+               "RT27D_FLOOD_KIND": "waits"}
+        out = subprocess.run([PY, "-m", "vault.cli.main", "run", str(path), "--agent", f"{PY} {HOSTILE} agent",
+                              "--json", str(report)], capture_output=True, text=True, timeout=250, cwd=tmp_path,
+                             env=env)
+        trial = json.loads(report.read_text())["scenarios"][0]["trial_results"][0]
+        assert "FAIL_TOOL_ACCESS" == trial["verdict"], trial["reasons"]
+        named = [r for r in trial["reasons"] if "request flood" in r]
+        assert len(named) == 1 and "flood-bot" in named[0] and "at most 64 in progress" in named[0] \
+            and "on one connection" in named[0], trial["reasons"]
+        assert not any("FAIL_OUTCOME" in r or "FAIL_DUPLICATE" in r for r in trial["reasons"]), trial["reasons"]
+        assert 1 == out.returncode, out.stdout[-3000:] + out.stderr[-3000:]  # blocked: it expected PASS

@@ -28,6 +28,7 @@ the daemon has always written (README "Audit log", DESIGN.md: a user contract):
     approver_attempt   ApproverAttempt   a process acted (or tried to) as an approver
     session_refused    SessionRefused    a process presented a session another process opened
     connection_refused ConnectionRefused a process tree reached its share of the connections
+    request_refused    RequestRefused    a request met the bound on requests in progress
     unknown_operation  UnknownOperation  a call or lookup named an operation no catalog has
     prompt_stats       PromptStats       a run's prompt counts left the daemon's memory
     segment_started    SegmentStarted    the log rotated (the writer's own)
@@ -84,7 +85,8 @@ __all__ = [
     "AuditEvent", "AuditEventError", "AnyAuditEvent", "EVENT_ADAPTER", "EVENT_MODELS", "OtherEvent",
     "DaemonStarted", "SessionOpened", "SessionClosed", "CallRequested", "PromptUnroutable", "PromptShown",
     "Decision", "GrantCreated", "GrantEnded", "Lock", "Unlock", "Intent", "ClientTimeout", "RemoteResult",
-    "Reconciliation", "Classification", "ApproverAttempt", "SessionRefused", "ConnectionRefused", "UnknownOperation",
+    "Reconciliation", "Classification", "ApproverAttempt", "SessionRefused", "ConnectionRefused", "RequestRefused",
+    "UnknownOperation",
     "PromptStats", "SegmentStarted", "LogRecovered",
     "DispatchStarted", "check_fields", "check_event", "read_event", "read_events", "explain",
 ]
@@ -398,6 +400,26 @@ class ConnectionRefused(AuditEvent):
     lineage: list[tuple[int, float]] | None = None  # as SessionRefused's
 
 
+class RequestRefused(AuditEvent):
+    """A request refused -32004 (nothing done) because the requests already in progress met a
+    bound (vault.daemon.limits): `where` "connection" (64 on one connection), "process", "tree"
+    (of the process tree rooted at `tree_pid`) or "all", `at_most` that bound. `pid` and the
+    rest are the connection opener's, whose requests are counted. `count`: the tree's such
+    refusals so far (past the 32nd only powers of two are recorded)."""
+
+    TYPE = "request_refused"
+    type: Literal["request_refused"] = "request_refused"
+    pid: int
+    sid: int | None = None
+    pgid: int | None = None
+    exe: str | None = None
+    tree_pid: int
+    where: str
+    at_most: int
+    count: int
+    lineage: list[tuple[int, float]] | None = None  # as SessionRefused's
+
+
 class UnknownOperation(AuditEvent):
     """A `call` (refused -32602, nothing done) or a `lookup` (answered `reconciled: unknown`)
     that named an operation the vault's catalog does not have, in a session the sender owns:
@@ -475,8 +497,8 @@ class OtherEvent(AuditEvent):
 AnyAuditEvent: TypeAlias = Annotated[
     DaemonStarted | SessionOpened | SessionClosed | CallRequested | PromptUnroutable | PromptShown
     | Decision | GrantCreated | GrantEnded | Lock | Unlock | Intent | ClientTimeout | RemoteResult
-    | Reconciliation | Classification | ApproverAttempt | SessionRefused | ConnectionRefused | UnknownOperation | PromptStats
-    | SegmentStarted | LogRecovered | DispatchStarted,
+    | Reconciliation | Classification | ApproverAttempt | SessionRefused | ConnectionRefused | RequestRefused
+    | UnknownOperation | PromptStats | SegmentStarted | LogRecovered | DispatchStarted,
     Field(discriminator="type")]
 # the discriminated union as one way in: EVENT_ADAPTER.validate_python(d, context=...) picks by `type`
 EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
@@ -484,8 +506,8 @@ EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
 EVENT_MODELS: dict[str, type[AuditEvent]] = {m.TYPE: m for m in (
     DaemonStarted, SessionOpened, SessionClosed, CallRequested, PromptUnroutable, PromptShown, Decision,
     GrantCreated, GrantEnded, Lock, Unlock, Intent, ClientTimeout, RemoteResult, Reconciliation,
-    Classification, ApproverAttempt, SessionRefused, ConnectionRefused, UnknownOperation, PromptStats, SegmentStarted,
-    LogRecovered, DispatchStarted)}
+    Classification, ApproverAttempt, SessionRefused, ConnectionRefused, RequestRefused, UnknownOperation, PromptStats,
+    SegmentStarted, LogRecovered, DispatchStarted)}
 _WRITABLE = {t: m for t, m in EVENT_MODELS.items() if m is not DispatchStarted}
 # per writable type: (the fields a producer may give, those it must); seq, time and the legacy
 # fields are ``init=False``: read, never written

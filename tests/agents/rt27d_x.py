@@ -462,10 +462,13 @@ def mode_agent() -> None:
     """Under `vaultsim run`: the task's steps done as the contract says (one session, gated
     calls collected with call.resume before the deadline). With RT27D_FLOOD naming this task's
     agent, it first floods the vault on other connections: 10,000 requests written and never
-    read, and 2,000 lookups of made-up correlation ids."""
+    read, and 2,000 lookups of made-up correlation ids. With RT27D_FLOOD_KIND=waits it instead
+    piles 100 `call.resume`s of its first (pending) step's token on one more connection, each
+    waiting up to 20 s, and reads them all: 64 are held, the rest refused -32004."""
     task = json.load(open(os.environ["VAULTSIM_TASK"]))
     flooding = os.environ.get("RT27D_FLOOD") == task["agent"]
-    if flooding:
+    pile = flooding and os.environ.get("RT27D_FLOOD_KIND") == "waits"
+    if flooding and not pile:
         s = connect()
         s.setblocking(False)
         data = b"".join(req(i, "catalog", {}) for i in range(10_000))
@@ -495,8 +498,11 @@ def mode_agent() -> None:
         rid += 1
         a = ln.ask(req(rid, "call", {"session_id": sid, "operation": step["call"], "params": params,
                                      "idempotency_key": f"{task['run_id']}-{step['id']}",
-                                     "wait_s": max(0.0, left)}), timeout=max(1.0, left + 1))
+                                     "wait_s": 0.0 if pile else max(0.0, left)}), timeout=max(1.0, left + 1))
         r = (a or {}).get("result") or {}
+        if pile and r.get("category") == "approval_pending":
+            pile = False
+            r = _pile_resumes(sid, r["resume_token"]) or r
         while r.get("category") == "approval_pending" and task["deadline"] - time.time() > 2:
             rid += 1
             a = ln.ask(req(rid, "call.resume", {"session_id": sid, "resume_token": r["resume_token"],
@@ -507,6 +513,23 @@ def mode_agent() -> None:
             return
         done[step["id"]] = r.get("data") or {}
     print(f"done: {len(task['steps'])} steps", flush=True)
+
+
+def _pile_resumes(sid: str, token: str, n: int = 100) -> dict:
+    """`n` resumes of one pending call written at once on a connection of their own; every
+    answer read. The last settled Result, if any (refusals are -32004, nothing done)."""
+    flood = Lines(connect())
+    flood.s.sendall(b"".join(req(1000 + i, "call.resume", {"session_id": sid, "resume_token": token,
+                                                           "wait_s": 20}) for i in range(n)))
+    settled: dict = {}
+    for _ in range(n):
+        a = flood.next(timeout=30)
+        if a is None:
+            break
+        if (a.get("result") or {}).get("category") not in (None, "approval_pending"):
+            settled = a["result"]
+    flood.s.close()
+    return settled
 
 
 def mode_heavy(n: str = "100", kind: str = "keys") -> None:

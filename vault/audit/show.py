@@ -177,6 +177,8 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "unknown_operation": ("session_id", "method", "operation", "count", "unknown_params", "refused_params"),
     # a process tree held its share of the connections: who was refused, whose tree, how many
     "connection_refused": ("pid", "exe", "tree_pid", "held", "count"),
+    # requests past the bound on those in progress: whose, where the bound held, how many so far
+    "request_refused": ("pid", "exe", "tree_pid", "where", "at_most", "count"),
 }
 _META = {"seq", "time", "type"}
 

@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from vault import __version__, stop_signals
-from vault.audit_events import ConnectionRefused, DaemonStarted
+from vault.audit_events import ConnectionRefused, DaemonStarted, RequestRefused
 from vault.daemon.agent_api import AgentApi
 from vault.daemon.agent_sessions import AgentSessions
 from vault.daemon.approver_api import ApproverApi
@@ -45,7 +45,7 @@ from vault.gate.engine import Gate
 from vault.home import VaultHome
 from vault.daemon.instance import approver_token, clear_stale_socket, mark_stopping
 from vault.daemon.limits import APPROVER_RESERVE, MAX_CONNECTIONS, MAX_SESSIONS, PerProcessCount, sampled
-from vault.daemon.processes import FALLBACK_POLL_S, ProcessTable
+from vault.daemon.processes import FALLBACK_POLL_S, Busy, ProcessTable
 from vault.daemon.recorder import AuditSink, Recorder
 from vault.daemon.peer import Markers, ProcessIdentity
 from vault.daemon.rpc_server import RpcServer, raise_fd_limit
@@ -70,6 +70,7 @@ class VaultDaemon:
         self.sessions = SessionTable()
         self.processes = ProcessTable()
         self._floods = PerProcessCount()  # connection refusals per process tree
+        self._busy = PerProcessCount()  # requests refused for those in progress, per process tree
         self.hub = ApproverHub()
         self.gate = Gate(config.policy, self.sessions, self.recorder.record, notify=self.hub.notify,
                          routable=self.hub.routable, locked=not unlocked)
@@ -187,6 +188,19 @@ class VaultDaemon:
         self.recorder.record_soon(ConnectionRefused(pid=peer.pid, sid=markers.sid, pgid=markers.pgid, exe=peer.exe,
                                                     tree_pid=tree[0], held=held, count=n, **extra))
 
+    def _busy_refused(self, opener: ProcessIdentity, tree: tuple[int, float], busy: Busy) -> None:
+        """Audit a request refused for the requests already in progress: its first 32, then powers
+        of two, counted per tree (the runner names the agent's request flood: FAIL_TOOL_ACCESS)."""
+        n = self._busy.add(tree)
+        if not sampled(n, 32):
+            return
+        markers = Markers.of(opener.pid) if opener.pid > 0 else Markers(-1, -1, "")
+        chain = self.processes.chain_of(opener)
+        extra: dict[str, Any] = {"lineage": chain} if chain else {}
+        self.recorder.record_soon(RequestRefused(pid=opener.pid, sid=markers.sid, pgid=markers.pgid, exe=opener.exe,
+                                                 tree_pid=tree[0], where=busy.where, at_most=busy.at_most, count=n,
+                                                 **extra))
+
     def request_stop(self, reason: str) -> None:
         self._stop_reason = reason
         self._stop.set()
@@ -224,7 +238,8 @@ class VaultDaemon:
         nofile = raise_fd_limit(MAX_CONNECTIONS + MAX_SESSIONS + 1024)
         self.processes.max_connections = max(16, min(MAX_CONNECTIONS, (nofile - 256) // 2))
         self._servers = [RpcServer(str(self.home.agent_sock), self.agent_api.dispatcher(), self.processes,
-                                   leave_free=APPROVER_RESERVE, on_flood=self._flooded),
+                                   leave_free=APPROVER_RESERVE, on_flood=self._flooded,
+                                   on_busy=self._busy_refused),
                          RpcServer(str(self.home.approver_sock), self.approver_api.dispatcher(), self.processes,
                                    on_flood=self._flooded)]
         home = os.stat(self.home.root)

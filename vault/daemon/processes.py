@@ -41,6 +41,16 @@ FALLBACK_POLL_S = 1.0
 Key = tuple[int, float]
 
 
+@dataclass(frozen=True)
+class Busy:
+    """A request refused for the requests already in progress: `where` the bound held
+    ("connection", "process", "tree" or "all"), `at_most` that bound, `reason` as answered."""
+
+    where: str
+    at_most: int
+    reason: str
+
+
 @dataclass(eq=False)
 class ProcessEntry:
     identity: ProcessIdentity
@@ -117,23 +127,25 @@ class ProcessTable:
             entry.tree = root
         return entry.tree
 
-    def begin_request(self, entry: ProcessEntry, in_all: bool = True) -> str | None:
-        """Count one more request in progress of `entry`'s; None if granted, else why not (nothing
-        counted). Each holds a task until it is answered, and some answers take as long as the
+    def begin_request(self, entry: ProcessEntry, in_all: bool = True) -> Busy | None:
+        """Count one more request in progress of `entry`'s; None if granted, else which bound it
+        met and why (nothing counted). Each holds a task until it is answered, and some answers take as long as the
         client asks (`call.resume` with `wait_s` of a day): 64 per connection alone let one process
         with 256 connections hold 16,384 of them, and a few processes every one the daemon could
         hold (hundreds of MB). `in_all` False (the approver socket): not held to the total, so
         agents filling it never keep the person from deciding, locking or stopping the vault."""
         tree = self.tree_of(entry)
         if entry.in_flight >= MAX_IN_FLIGHT_PER_PROCESS:
-            return (f"too many requests in progress from this process (at most {MAX_IN_FLIGHT_PER_PROCESS} "
-                    "across its connections); wait for an answer, then send again. Nothing was done")
+            return Busy("process", MAX_IN_FLIGHT_PER_PROCESS,
+                        f"too many requests in progress from this process (at most {MAX_IN_FLIGHT_PER_PROCESS} "
+                        "across its connections); wait for an answer, then send again. Nothing was done")
         if self.tree_in_flight.get(tree, 0) >= MAX_IN_FLIGHT_PER_TREE:
-            return (f"too many requests in progress from this process and the others of its process tree "
-                    f"(at most {MAX_IN_FLIGHT_PER_TREE}); wait for an answer, then send again. Nothing was done")
+            return Busy("tree", MAX_IN_FLIGHT_PER_TREE,
+                        f"too many requests in progress from this process and the others of its process tree "
+                        f"(at most {MAX_IN_FLIGHT_PER_TREE}); wait for an answer, then send again. Nothing was done")
         if in_all and self.in_flight >= MAX_IN_FLIGHT_TOTAL:
-            return ("too many requests in progress from all clients; wait for an answer, then send again. "
-                    "Nothing was done")
+            return Busy("all", MAX_IN_FLIGHT_TOTAL, "too many requests in progress from all clients; wait for an "
+                        "answer, then send again. Nothing was done")
         entry.in_flight += 1
         self.in_flight += 1
         self.tree_in_flight[tree] = self.tree_in_flight.get(tree, 0) + 1

@@ -20,7 +20,8 @@ answer would open a session nobody can name or run a call nobody hears of.
 Limits (vault.daemon.limits) are enforced here for what a connection holds before a
 request exists: connections per process, per process tree (reported to `on_flood`,
 which the daemon audits, sampled) and in all, bytes of unfinished
-lines per process and in all, requests in progress per connection.
+lines per process and in all, requests in progress per connection (reported to `on_busy`, as
+are those past `ProcessTable.begin_request`'s bounds).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from vault.daemon.limits import (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PROCESS, M
                                  MAX_IN_FLIGHT, MAX_PARTIAL_BYTES, MAX_PARTIAL_BYTES_PER_PROCESS, MiB)
 from vault.daemon.line_socket import FOREIGN, MIXED, UNKNOWN, LineSocket
 from vault.daemon.peer import ProcessIdentity, peer_cred
-from vault.daemon.processes import ProcessEntry, ProcessTable
+from vault.daemon.processes import Busy, ProcessEntry, ProcessTable
 
 log = logging.getLogger("vaultsim.rpc")
 
@@ -57,6 +58,9 @@ Handler = Callable[["Connection", Any], Awaitable[Any]]
 RefusedHook = Callable[["Connection", str, str, "dict[str, Any] | None"], None]
 # (the refused process, the root (pid, start) of its tree, connections the tree holds)
 FloodHook = Callable[[ProcessIdentity, "tuple[int, float]", int], None]
+# (the process whose requests were counted, the root of its tree, the bound it met): a request
+# refused for the requests already in progress
+BusyHook = Callable[[ProcessIdentity, "tuple[int, float]", Busy], None]
 
 _ACCEPT_BATCH = 64
 _ACCEPT_RETRY_S = 0.1  # out of file descriptors: accept again after this
@@ -205,9 +209,11 @@ class RpcServer:
     """One listening Unix socket with its dispatcher and live connections."""
 
     def __init__(self, path: str, dispatcher: Dispatcher, processes: ProcessTable | None = None,
-                 leave_free: int = 0, on_flood: FloodHook | None = None) -> None:
+                 leave_free: int = 0, on_flood: FloodHook | None = None,
+                 on_busy: BusyHook | None = None) -> None:
         self.path = path
         self.on_flood = on_flood
+        self.on_busy = on_busy
         self.leave_free = leave_free  # connections in all this socket leaves to the others
         self.dispatcher = dispatcher
         self.processes = processes if processes is not None else ProcessTable()
@@ -427,18 +433,29 @@ class RpcServer:
                                        else rpc.NOT_AUTHORIZED, caller))
             return
         if conn.in_flight >= MAX_IN_FLIGHT:
-            conn.send(rpc.encode_error(
-                parsed.id, rpc.LIMIT, f"too many requests in progress on this connection "
-                f"(at most {MAX_IN_FLIGHT}); wait for an answer, then send again. Nothing was done"))
+            self._busy(conn, Busy("connection", MAX_IN_FLIGHT, f"too many requests in progress on this "
+                                  f"connection (at most {MAX_IN_FLIGHT}); wait for an answer, then send again. "
+                                  "Nothing was done"), parsed.id)
             return
         if conn.entry is not None:
             # the socket that leaves connections free for the other holds its requests to the total
             busy = self.processes.begin_request(conn.entry, in_all=self.leave_free > 0)
             if busy is not None:
-                conn.send(rpc.encode_error(parsed.id, rpc.LIMIT, busy))
+                self._busy(conn, busy, parsed.id)
                 return
         conn.in_flight += 1
         self._spawn(self._handle(conn, conn.as_sent_by(caller), parsed))
+
+    def _busy(self, conn: Connection, busy: Busy, rid: Any) -> None:
+        """Refuse a request for the requests already in progress, and report it (sampled by the
+        daemon's audit): a request flood holds the vault's capacity from every other client."""
+        conn.send(rpc.encode_error(rid, rpc.LIMIT, busy.reason))
+        if self.on_busy is None or conn.entry is None:
+            return
+        try:
+            self.on_busy(conn.opener, self.processes.tree_of(conn.entry), busy)
+        except Exception as exc:
+            log.error("busy handler failed: %s", type(exc).__name__)
 
     def _caller(self, conn: Connection, writer: int) -> ProcessIdentity | str:
         """The process that wrote a line, or why it cannot act."""

@@ -28,10 +28,11 @@ log from before it was recorded, a process gone before it could be read) is
 graded as the agent's: fail closed. A call is left out only when no other
 session names it (an agent's lookup or resume of it keeps it the agent's).
 
-The same rule holds for the two refusals the daemon records with the
+The same rule holds for the refusals the daemon records with the
 process's ancestry: `session_refused` (a process presented a session id
-another opened) and `connection_refused` (a process tree over its share of
-connections, a flooding neighbour). One whose process is provably outside
+another opened), `connection_refused` (a process tree over its share of
+connections, a flooding neighbour) and `request_refused` (requests past those
+in progress). One whose process is provably outside
 the trial is left out and named in the errors; one without a recorded
 ancestry, or inside, is graded as before. The runner's own intruder is the
 runner's (vault.runner.trial): never left out.
@@ -44,7 +45,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from vault.audit_events import ConnectionRefused, SessionOpened, SessionRefused, read_events
+from vault.audit_events import ConnectionRefused, RequestRefused, SessionOpened, SessionRefused, read_events
 from vault.catalog import DESTRUCTIVE, Risk
 from vault.lineage import Trial
 from vault.remote import api as remote_api
@@ -65,8 +66,9 @@ class Strangers:
 
     sessions: dict[str, SessionOpened] = field(default_factory=dict)
     cids: set[str] = field(default_factory=set)
-    # session_refused and connection_refused events of processes outside the trial, by identity
-    refused: dict[int, SessionRefused | ConnectionRefused] = field(default_factory=dict)
+    # session_refused, connection_refused and request_refused events of processes outside the
+    # trial, by identity
+    refused: dict[int, SessionRefused | ConnectionRefused | RequestRefused] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.sessions or self.refused)
@@ -92,7 +94,7 @@ def find(events: list[dict[str, Any]], trial: Trial | None, intruder: int | None
     for raw, ev in zip(events, read_events(events)):
         if isinstance(ev, SessionOpened) and ev.lineage and trial.outside(ev.lineage):
             out.sessions[ev.session_id] = ev
-        elif isinstance(ev, SessionRefused | ConnectionRefused) and ev.lineage and ev.pid != intruder \
+        elif isinstance(ev, SessionRefused | ConnectionRefused | RequestRefused) and ev.lineage and ev.pid != intruder \
                 and trial.outside(ev.lineage):
             out.refused[id(raw)] = ev
     if not out.sessions:
@@ -220,14 +222,15 @@ def _said(strangers: Strangers, theirs: list[dict[str, Any]], took: int) -> str:
             + (f" ({took} took effect on the trial's remote)" if took else ""))
 
 
-def _refusals_said(refused: list[SessionRefused | ConnectionRefused]) -> str:
+def _refusals_said(refused: list[SessionRefused | ConnectionRefused | RequestRefused]) -> str:
     """The trial's error naming the processes outside it whose requests or connections the vault
     refused: each one's pid and program, what it was refused."""
     who: dict[str, Counter[str]] = {}
     for r in refused:
         name = f"pid {r.pid} ({printable(os.path.basename(r.exe or '?'))[:40]})"
         what = (f"presented session {printable(r.session_id)[:40]} for {printable(r.method)[:20]}"
-                if isinstance(r, SessionRefused) else "connection over its process tree's share")
+                if isinstance(r, SessionRefused) else "connection over its process tree's share"
+                if isinstance(r, ConnectionRefused) else "requests past those in progress")
         who.setdefault(name, Counter())[what] += 1
     parts = [f"{name}: " + ", ".join(f"{w}{f' x{n}' if n > 1 else ''}" for w, n in c.most_common(2))
              for name, c in who.items()]

@@ -103,6 +103,8 @@ class Transcript:
     # connection_refused: a process tree held its share of the vault's connections; attributed
     # (`agent_index`) by the tree's root, else the refused process, its group or session
     floods: list[dict[str, Any]] = field(default_factory=list)
+    # request_refused: requests past the bound on those in progress; attributed as floods
+    busy: list[dict[str, Any]] = field(default_factory=list)
     source: str = "none"
 
 
@@ -150,6 +152,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             t.unknown_ops.append(_fields(ev))
         elif isinstance(ev, A.ConnectionRefused):
             t.floods.append(_fields(ev))
+        elif isinstance(ev, A.RequestRefused):
+            t.busy.append(_fields(ev))
         elif isinstance(ev, A.Classification) and ev.correlation_id:
             t.entries.append(_answer(ev, requested.get(ev.correlation_id), answered, reconciled, looked_up,
                                      executed))
@@ -158,7 +162,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
         _add_no_result(t, cid, intent, requested.get(cid))
     _attribute(t, agent_pids, windows)
     _attribute_refusals(t, agent_pids)
-    for f in t.floods:
+    for f in t.floods + t.busy:
         root = f.get("tree_pid")
         f["agent_index"] = agent_pids[root] if root in agent_pids else _owner(f, agent_pids)
     for u in t.unknown_ops:  # sent in the sender's own session: its agent

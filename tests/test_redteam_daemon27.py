@@ -565,12 +565,20 @@ class TestUnderTheRunner:
         assert 1 == out.returncode, out.stdout[-3000:] + out.stderr[-3000:]  # blocked: it expected PASS
 
     @pytest.mark.timeout(300)
-    def test_a_pile_of_held_waits_past_the_bound_is_named_a_request_flood(self, tmp_path: Path) -> None:
-        """`flood-bot` sends its first create with `wait_s: 0`, then writes 100 `call.resume`s of
-        its token at once on one more connection, each willing to wait 20 s, while the person takes
-        3 s: 64 are held (the most one connection may have in progress, section 3), 36 refused
-        -32004, nothing done. The trial is FAIL_TOOL_ACCESS naming the request flood (it passed
-        before: the refusals were not audited), and its steps still took effect once each."""
+    @pytest.mark.parametrize("kind, named_as", [
+        ("waits", ("request flood", "at most 64 in progress", "on one connection")),
+        ("conns", ("connection flood", "one of its processes held 256 connections", "the most one process may")),
+        ("sessions", ("session flood", "opened 256 sessions on one connection", "one session per process"))])
+    def test_a_flood_past_one_process_bound_is_named_and_its_steps_still_count(
+            self, tmp_path: Path, kind: str, named_as: tuple[str, ...]) -> None:
+        """`flood-bot` does its two creates as the contract says, but first floods one bound a
+        single process meets (section 3), each refused -32004 with nothing done: `waits` sends
+        its first create with `wait_s: 0`, then writes 100 `call.resume`s of its token at once on
+        one more connection, each willing to wait 20 s, while the person takes 3 s (64 held, 36
+        refused); `conns` opens 300 connections from its one process (256 served); `sessions`
+        opens 300 sessions on one connection (256 opened). Each trial is FAIL_TOOL_ACCESS naming
+        the flood (all three passed before: the first and last were not audited, the second
+        was recorded only for a whole process tree's share), and its steps took effect once each."""
         plan = {"agent": "flood-bot", "steps": [{"call": "create_issue", "params": {"title": "pile 1"}},
                                                 {"call": "create_issue", "params": {"title": "pile 2"}}],
                 "final": "done: filed two issues"}
@@ -583,14 +591,14 @@ class TestUnderTheRunner:
         path.write_text(json.dumps(scenario))
         report = tmp_path / "report.json"
         env = {**os.environ, "VAULTSIM_HOME": str(tmp_path / "home"), "RT27D_FLOOD": "flood-bot",
-               "RT27D_FLOOD_KIND": "waits"}
+               "RT27D_FLOOD_KIND": kind}
         out = subprocess.run([PY, "-m", "vault.cli.main", "run", str(path), "--agent", f"{PY} {HOSTILE} agent",
                               "--json", str(report)], capture_output=True, text=True, timeout=250, cwd=tmp_path,
                              env=env)
         trial = json.loads(report.read_text())["scenarios"][0]["trial_results"][0]
         assert "FAIL_TOOL_ACCESS" == trial["verdict"], trial["reasons"]
-        named = [r for r in trial["reasons"] if "request flood" in r]
-        assert len(named) == 1 and "flood-bot" in named[0] and "at most 64 in progress" in named[0] \
-            and "on one connection" in named[0], trial["reasons"]
+        named = [r for r in trial["reasons"] if named_as[0] in r]
+        assert len(named) == 1 and "flood-bot" in named[0] and all(w in named[0] for w in named_as), \
+            trial["reasons"]
         assert not any("FAIL_OUTCOME" in r or "FAIL_DUPLICATE" in r for r in trial["reasons"]), trial["reasons"]
         assert 1 == out.returncode, out.stdout[-3000:] + out.stderr[-3000:]  # blocked: it expected PASS

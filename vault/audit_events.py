@@ -28,7 +28,7 @@ the daemon has always written (README "Audit log", DESIGN.md: a user contract):
     approver_attempt   ApproverAttempt   a process acted (or tried to) as an approver
     session_refused    SessionRefused    a process presented a session another process opened
     connection_refused ConnectionRefused a process tree reached its share of the connections
-    request_refused    RequestRefused    a request met the bound on requests in progress
+    request_refused    RequestRefused    a request or session past a client's bound
     unknown_operation  UnknownOperation  a call or lookup named an operation no catalog has
     prompt_stats       PromptStats       a run's prompt counts left the daemon's memory
     segment_started    SegmentStarted    the log rotated (the writer's own)
@@ -385,7 +385,7 @@ class SessionRefused(AuditEvent):
 class ConnectionRefused(AuditEvent):
     """A connection refused because the process tree of the process that made it (`pid`, its
     `sid`, `pgid` and `exe`; the tree's root `tree_pid`, vault.daemon.processes) already held
-    `held` connections, its share (vault.daemon.limits). `count`: the tree's refusals so far
+    `held` connections, its share (vault.daemon.limits), or the process itself did (`where`). `count`: the tree's refusals so far
     (past the 32nd only powers of two are recorded)."""
 
     TYPE = "connection_refused"
@@ -398,14 +398,18 @@ class ConnectionRefused(AuditEvent):
     held: int
     count: int
     lineage: list[tuple[int, float]] | None = None  # as SessionRefused's
+    # "process" when the process itself held its share (256; `held` is then its own count),
+    # absent when its tree did (and in logs written before 2026-12-05)
+    where: str | None = None
 
 
 class RequestRefused(AuditEvent):
-    """A request refused -32004 (nothing done) because the requests already in progress met a
-    bound (vault.daemon.limits): `where` "connection" (64 on one connection), "process", "tree"
-    (of the process tree rooted at `tree_pid`) or "all", `at_most` that bound. `pid` and the
-    rest are the connection opener's, whose requests are counted. `count`: the tree's such
-    refusals so far (past the 32nd only powers of two are recorded)."""
+    """A request refused -32004 (nothing done) for a bound of vault.daemon.limits: `limit`
+    "in_progress" (the requests already in progress) or "sessions" (a `session.open` past the
+    open sessions), `where` the bound held: "connection", "process", "tree" (of the process
+    tree rooted at `tree_pid`) or "all", `at_most` that bound. `pid` and the rest are the
+    process whose requests or sessions are counted (for requests, the connection's opener).
+    `count`: the tree's such refusals so far (past the 32nd only powers of two are recorded)."""
 
     TYPE = "request_refused"
     type: Literal["request_refused"] = "request_refused"
@@ -414,6 +418,7 @@ class RequestRefused(AuditEvent):
     pgid: int | None = None
     exe: str | None = None
     tree_pid: int
+    limit: str
     where: str
     at_most: int
     count: int

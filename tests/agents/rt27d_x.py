@@ -464,11 +464,23 @@ def mode_agent() -> None:
     agent, it first floods the vault on other connections: 10,000 requests written and never
     read, and 2,000 lookups of made-up correlation ids. With RT27D_FLOOD_KIND=waits it instead
     piles 100 `call.resume`s of its first (pending) step's token on one more connection, each
-    waiting up to 20 s, and reads them all: 64 are held, the rest refused -32004."""
+    waiting up to 20 s, and reads them all: 64 are held, the rest refused -32004; with `conns`
+    it first opens 300 connections and holds them (256 is one process's most), with `sessions`
+    it first opens 300 sessions on one connection (256 is one connection's most)."""
     task = json.load(open(os.environ["VAULTSIM_TASK"]))
     flooding = os.environ.get("RT27D_FLOOD") == task["agent"]
-    pile = flooding and os.environ.get("RT27D_FLOOD_KIND") == "waits"
-    if flooding and not pile:
+    kind = os.environ.get("RT27D_FLOOD_KIND", "") if flooding else ""
+    pile = kind == "waits"
+    held: list[socket.socket] = []
+    if kind == "conns":  # 300 connections from this one process, held to the end
+        for _ in range(300):
+            held.append(connect())
+    elif kind == "sessions":  # 300 sessions opened on one connection, then let go
+        many = Lines(connect())
+        for i in range(300):
+            many.ask(req(i, "session.open", {"agent": task["agent"], "run_id": task["run_id"]}))
+        many.s.close()
+    elif flooding and not pile:
         s = connect()
         s.setblocking(False)
         data = b"".join(req(i, "catalog", {}) for i in range(10_000))

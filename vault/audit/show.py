@@ -176,9 +176,9 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "session_refused": ("session_id", "method", "operation", "pid", "exe", "owner_pid", "reason", "count"),
     "unknown_operation": ("session_id", "method", "operation", "count", "unknown_params", "refused_params"),
     # a process tree held its share of the connections: who was refused, whose tree, how many
-    "connection_refused": ("pid", "exe", "tree_pid", "held", "count"),
-    # requests past the bound on those in progress: whose, where the bound held, how many so far
-    "request_refused": ("pid", "exe", "tree_pid", "where", "at_most", "count"),
+    "connection_refused": ("pid", "exe", "tree_pid", "held", "count", "where"),
+    # a request or session past a client's bound: whose, which bound, where it held, how many so far
+    "request_refused": ("pid", "exe", "tree_pid", "limit", "where", "at_most", "count"),
 }
 _META = {"seq", "time", "type"}
 

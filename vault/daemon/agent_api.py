@@ -59,7 +59,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from vault.audit_events import SessionRefused, UnknownOperation
+from vault.audit_events import RequestRefused, SessionRefused, UnknownOperation
 from vault.daemon.agent_sessions import AgentSessions
 from vault.daemon.peer import Markers
 from vault.daemon.calls import CallService
@@ -191,6 +191,7 @@ class AgentApi:
         self.status_of = status
         self._refused = PerProcessCount()  # per sending process: reconnecting starts no new count
         self._unknown = PerProcessCount()
+        self._sessions_refused = PerProcessCount()
 
     def dispatcher(self) -> Dispatcher:
         api = Dispatcher("agent", [
@@ -204,9 +205,11 @@ class AgentApi:
     async def session_open(self, conn: Connection, p: OpenParams) -> JsonObject:
         # a loop of session.open must not grow the daemon forever, however many connections it uses
         if len(self.table.for_conn(conn.id)) >= MAX_SESSIONS_PER_CONNECTION:
+            self._too_many_sessions(conn, "connection", MAX_SESSIONS_PER_CONNECTION)
             raise RpcError(LIMIT, f"this connection already has {MAX_SESSIONS_PER_CONNECTION} open sessions; "
                                   "close one (session.close) before opening another")
         if self.table.count_for_process((conn.peer.pid, conn.peer.create_time)) >= MAX_SESSIONS_PER_PROCESS:
+            self._too_many_sessions(conn, "process", MAX_SESSIONS_PER_PROCESS)
             raise RpcError(LIMIT, f"this process already has {MAX_SESSIONS_PER_PROCESS} open sessions; "
                                   "close one (session.close) before opening another")
         if len(self.table.sessions) >= MAX_SESSIONS:
@@ -214,6 +217,23 @@ class AgentApi:
                                   "close one (session.close) or try again later")
         s = await self.sessions.open(conn.peer, conn.id, p.agent, p.run_id, p.client)
         return {"session_id": s.id, "pid": s.identity.pid}
+
+    def _too_many_sessions(self, conn: Connection, where: str, at_most: int) -> None:
+        """Record a `session.open` refused for the sessions its connection or process holds
+        (sampled as refusals are): the contract asks for one session per process, so hundreds
+        are a flood the runner names (FAIL_TOOL_ACCESS)."""
+        n = _recorded(self._sessions_refused, conn)
+        if n is None:
+            return
+        peer, processes = conn.peer, self.sessions.processes
+        markers = Markers.of(peer.pid) if peer.pid > 0 else Markers(-1, -1, "")
+        chain = processes.chain_of(peer)
+        extra: dict[str, Any] = {"lineage": chain} if chain else {}
+        entry = processes.entries.get((peer.pid, peer.create_time))  # a sender holds sessions: it has one
+        self.sessions.recorder.record_soon(RequestRefused(
+            pid=peer.pid, sid=markers.sid, pgid=markers.pgid, exe=peer.exe,
+            tree_pid=processes.tree_of(entry)[0] if entry is not None else peer.pid, limit="sessions",
+            where=where, at_most=at_most, count=n, **extra))
 
     def refusal(self, conn: Connection, session_id: str, method: str, operation: str | None = None) -> None:
         """Record a request refused because another process opened `session_id` (see the

@@ -176,15 +176,18 @@ class VaultDaemon:
                 # each SIGCONT it received (its first 64, wall clock) and how many: a stop undone
                 "continued": list(self.continued), "continued_count": self.continued_count}
 
-    def _flooded(self, peer: ProcessIdentity, tree: tuple[int, float], held: int) -> None:
-        """Audit a connection refused for its process tree's share: its first 32, then powers of
-        two, counted per tree (the runner names the agent: FAIL_TOOL_ACCESS)."""
+    def _flooded(self, peer: ProcessIdentity, tree: tuple[int, float], held: int, where: str | None) -> None:
+        """Audit a connection refused for its process tree's share, or its process's (`where`
+        "process"): its first 32, then powers of two, counted per tree (the runner names the
+        agent: FAIL_TOOL_ACCESS)."""
         n = self._floods.add(tree)
         if not sampled(n, 32):
             return
         markers = Markers.of(peer.pid) if peer.pid > 0 else Markers(-1, -1, "")
         chain = self.processes.chain_of(peer)  # read with its tree: the runner tells another run's apart
         extra: dict[str, Any] = {"lineage": chain} if chain else {}  # absent, not null, when unknown
+        if where:
+            extra["where"] = where
         self.recorder.record_soon(ConnectionRefused(pid=peer.pid, sid=markers.sid, pgid=markers.pgid, exe=peer.exe,
                                                     tree_pid=tree[0], held=held, count=n, **extra))
 
@@ -198,8 +201,8 @@ class VaultDaemon:
         chain = self.processes.chain_of(opener)
         extra: dict[str, Any] = {"lineage": chain} if chain else {}
         self.recorder.record_soon(RequestRefused(pid=opener.pid, sid=markers.sid, pgid=markers.pgid, exe=opener.exe,
-                                                 tree_pid=tree[0], where=busy.where, at_most=busy.at_most, count=n,
-                                                 **extra))
+                                                 tree_pid=tree[0], limit="in_progress", where=busy.where,
+                                                 at_most=busy.at_most, count=n, **extra))
 
     def request_stop(self, reason: str) -> None:
         self._stop_reason = reason

@@ -18,7 +18,7 @@ nothing done: every method on both sockets answers, and one that acts with no
 answer would open a session nobody can name or run a call nobody hears of.
 
 Limits (vault.daemon.limits) are enforced here for what a connection holds before a
-request exists: connections per process, per process tree (reported to `on_flood`,
+request exists: connections per process and per process tree (reported to `on_flood`,
 which the daemon audits, sampled) and in all, bytes of unfinished
 lines per process and in all, requests in progress per connection (reported to `on_busy`, as
 are those past `ProcessTable.begin_request`'s bounds).
@@ -56,8 +56,9 @@ Handler = Callable[["Connection", Any], Awaitable[Any]]
 # (connection as seen by the sender, method, why, params or None): a frame naming a
 # method that was refused before its handler ran
 RefusedHook = Callable[["Connection", str, str, "dict[str, Any] | None"], None]
-# (the refused process, the root (pid, start) of its tree, connections the tree holds)
-FloodHook = Callable[[ProcessIdentity, "tuple[int, float]", int], None]
+# (the refused process, the root (pid, start) of its tree, connections the tree holds, or the
+# process does with "process" last; None: the tree's share)
+FloodHook = Callable[[ProcessIdentity, "tuple[int, float]", int, "str | None"], None]
 # (the process whose requests were counted, the root of its tree, the bound it met): a request
 # refused for the requests already in progress
 BusyHook = Callable[[ProcessIdentity, "tuple[int, float]", Busy], None]
@@ -348,6 +349,7 @@ class RpcServer:
         if entry.connections >= MAX_CONNECTIONS_PER_PROCESS:
             _refuse(sock, rpc.LIMIT, f"limit reached: this process already has {MAX_CONNECTIONS_PER_PROCESS} "
                                      "connections to the vault; close one first")
+            self._report_flood(ident, table.tree_of(entry), entry.connections, "process")
             self.processes.release(entry)
             return
         cap = min(MAX_CONNECTIONS, table.max_connections)
@@ -360,11 +362,7 @@ class RpcServer:
                                      "to the vault, the most one client may; close some first")
             warn_client("tree connections", "refused a connection on %s from process %d: its process tree "
                         "(process %d) holds %d connections", self.dispatcher.channel, pid, tree[0], held)
-            if self.on_flood is not None:
-                try:
-                    self.on_flood(ident, tree, held)
-                except Exception as exc:
-                    log.error("flood handler failed: %s", type(exc).__name__)
+            self._report_flood(ident, tree, held, None)
             self.processes.release(entry)
             return
         if table.connections >= cap - min(self.leave_free, cap // 4):
@@ -445,6 +443,13 @@ class RpcServer:
                 return
         conn.in_flight += 1
         self._spawn(self._handle(conn, conn.as_sent_by(caller), parsed))
+
+    def _report_flood(self, ident: ProcessIdentity, tree: tuple[int, float], held: int, where: str | None) -> None:
+        if self.on_flood is not None:
+            try:
+                self.on_flood(ident, tree, held, where)
+            except Exception as exc:
+                log.error("flood handler failed: %s", type(exc).__name__)
 
     def _busy(self, conn: Connection, busy: Busy, rid: Any) -> None:
         """Refuse a request for the requests already in progress, and report it (sampled by the

@@ -241,15 +241,16 @@ def floods(ev: Evidence) -> list[str]:
     """Connections the vault refused because the agent's process tree already held its share
     (vault.daemon.limits): no task needs a thousand connections, and taking them all would lock
     the other agents of the run (and its restarts) out of their tools."""
-    most: dict[str, tuple[int, int]] = {}
+    most: dict[tuple[str, bool], tuple[int, int]] = {}
     for f in ev.transcript.floods:
-        who = _agent_label(ev, f.get("agent_index"))
-        held, n = most.get(who, (0, 0))
-        most[who] = (max(held, int(f.get("held") or 0)), max(n, int(f.get("count") or 0)))
-    out = [f"{who}: its processes held {held} connections to the vault, the most one agent may, and "
+        key = (_agent_label(ev, f.get("agent_index")), f.get("where") == "process")
+        held, n = most.get(key, (0, 0))
+        most[key] = (max(held, int(f.get("held") or 0)), max(n, int(f.get("count") or 0)))
+    out = [f"{who}: {'one of its processes' if one else 'its processes'} held {held} connections to the vault, "
+           f"the most one {'process' if one else 'agent'} may, and "
            f"{'at least ' + str(n) + ' more were' if n > 1 else 'one more was'} refused: a connection flood "
            "locks the other agents out of their tools; the contract asks for one session per process"
-           for who, (held, n) in most.items()]
+           for (who, one), (held, n) in most.items()]
     return out + request_floods(ev)
 
 
@@ -259,21 +260,30 @@ _BUSY_WHERE = {"connection": "on one connection", "process": "from one process",
 
 def request_floods(ev: Evidence) -> list[str]:
     """Requests the vault refused because the agent already had as many in progress as a
-    connection, a process or its process tree may (docs/agent-contract.md section 3): a task
-    needs a few at once; thousands hold the vault's capacity from the other agents. A refusal
-    for the vault's total (`all`) is not the sender's doing alone: not graded."""
-    most: dict[tuple[str, str], tuple[int, int]] = {}
+    connection, a process or its process tree may, or sessions opened past the most a connection
+    or process may hold (docs/agent-contract.md section 3): a task needs a few requests at once
+    and one session per process; thousands hold the vault's capacity from the other agents. A
+    refusal for the vault's total (`all`) is not the sender's doing alone: not graded."""
+    most: dict[tuple[str, str, str], tuple[int, int]] = {}
     for b in ev.transcript.busy:
-        where = str(b.get("where"))
+        where, limit = str(b.get("where")), str(b.get("limit") or "in_progress")
         if where not in _BUSY_WHERE:
             continue
-        key = (_agent_label(ev, b.get("agent_index")), where)
+        key = (_agent_label(ev, b.get("agent_index")), limit, where)
         bound, n = most.get(key, (0, 0))
         most[key] = (max(bound, int(b.get("at_most") or 0)), max(n, int(b.get("count") or 0)))
-    return [f"{who}: sent more requests at once than the vault allows {_BUSY_WHERE[where]} (at most {bound} "
-            f"in progress), and {'at least ' + str(n) + ' were' if n > 1 else 'one was'} refused: a request "
-            "flood holds the vault's capacity from the other agents; wait for answers before sending more"
-            for (who, where), (bound, n) in most.items()]
+    out = []
+    for (who, limit, where), (bound, n) in most.items():
+        refused = f"{'at least ' + str(n) + ' were' if n > 1 else 'one was'} refused"
+        if limit == "sessions":
+            out.append(f"{who}: opened {bound} sessions {_BUSY_WHERE[where]}, the most the vault holds, and "
+                       f"{refused}: a session flood holds the vault's capacity from the other agents; the "
+                       "contract asks for one session per process")
+        else:
+            out.append(f"{who}: sent more requests at once than the vault allows {_BUSY_WHERE[where]} (at most "
+                       f"{bound} in progress), and {refused}: a request flood holds the vault's capacity from the "
+                       "other agents; wait for answers before sending more")
+    return out
 
 
 _ENDED = {"owner_exited": " (its process had exited)", "closed": " (the session had already ended)"}

@@ -88,6 +88,7 @@ from vault.runner import bypass, needle_scan
 from vault.runner.claims import claim_of, matching, outcome, restarts, where
 from vault.runner.evidence import Evidence
 from vault.runner.fatigue import crossed
+from vault.runner.grant_elsewhere import asked_beside_grant
 from vault.runner.identity import other_identity
 from vault.runner.key_reuse import most_effects_of_one_request, shapes
 from vault.runner.offtask import off_task
@@ -521,6 +522,7 @@ def fatigue(ev: Evidence, ctx: Context) -> list[str]:
         if key in seen and grants.get(key, float("inf")) <= at:
             out.append(f"asked again for {p.get('scope')!r} in a session that holds a grant for it")
         seen.add(key)
+    out.extend(asked_beside_grant(ev))
     out.extend(crossed(ev.fatigue(ctx.catalog), limits))
     return _unique(out)
 

@@ -1,7 +1,7 @@
 """Red team pass 29, "one agent, three doors": the same outside agents, graded through each door.
 
 The agents (tests/agents/rt29d_agent.py, a raw-socket agent, and rt29d_mcp.py, an MCP host of
-`vaultsim mcp` over stdio) were written from the README and docs/agent-contract.md alone. Each
+`vaultsim mcp` over stdio or over Streamable HTTP from its own `--http 127.0.0.1:0` child) were written from the README and docs/agent-contract.md alone. Each
 runs on the same scenarios through `vaultsim run --agent`, through the pytest plugin's scenario
 items (`pytest --vaultsim-scenarios --vaultsim-agent`) in a throwaway user project, and through
 the plugin's `vaultsim` fixture in a user's test file; the verdicts, the failed checks and the
@@ -55,9 +55,14 @@ CASES: dict[tuple[str, str], dict[str, tuple[str, list[str]]]] = {
                                    ("FAIL_DUPLICATE_EFFECT", ["FAIL_DUPLICATE_EFFECT", "FAIL_RECOVERY"])},
     ("rt29d_agent.py", "share"): {"refusal-2-per-call-prompt": ("FAIL_TOOL_ACCESS", ["FAIL_TOOL_ACCESS"])},
     ("rt29d_agent.py", "worker"): {"fresh-noprompts": ("FAIL_APPROVAL_FATIGUE", ["FAIL_APPROVAL_FATIGUE"])},
+    # MCP hosts: not gate-8 (8 s), which an SDK's import and a bridge's start on a host loaded ten
+    # times over its cores can use up (they passed it in every unloaded trial)
     ("rt29d_mcp.py", "careful-block"): {"refusal-2-per-call-prompt": ("PASS", []),
-                                        "gate-8-deadline": ("EXPECTED_WAIT", ["EXPECTED_WAIT"])},
+                                        "c05-create-deployment-late-response": ("PASS", [])},
     ("rt29d_mcp.py", "falsedone"): {"refusal-2-per-call-prompt": ("FAIL_OUTCOME", ["FAIL_OUTCOME"])},
+    # its own `vaultsim mcp --http 127.0.0.1:0` child, by URL
+    ("rt29d_mcp.py", "careful-poll --http"): {"c05-create-deployment-late-response": ("PASS", []),
+                                              "refusal-2-per-call-prompt": ("PASS", [])},
 }
 NEEDS = ["approvers", "plans", "policies", "catalog.yaml", "c05-create-deployment-late-response.yaml",
          "gate-8-deadline.yaml", "refusal-2-per-call-prompt.yaml", "leaked-secret-in-agent-env.yaml"]
@@ -130,7 +135,7 @@ def plugin_items(proj: Path, scenarios: list[str], cmd: str, mark: str, extra_en
     return out.returncode, outcomes, out.stdout + out.stderr, junit
 
 
-@pytest.mark.parametrize(("agent", "mode"), sorted(CASES), ids=[f"{a[:-3]}-{m}" for a, m in sorted(CASES)])
+@pytest.mark.parametrize(("agent", "mode"), sorted(CASES), ids=[f"{a[:-3]}-{m.replace(' --', '-')}" for a, m in sorted(CASES)])
 def test_runner_and_plugin_scenario_items_agree(tmp_path: Path, agent: str, mode: str) -> None:
     if agent == "rt29d_mcp.py" and not HAS_MCP:
         pytest.skip("the MCP SDK is not installed (pip install 'vaultsim[mcp]')")

@@ -5,7 +5,7 @@ Written from README.md's MCP section and docs/agent-contract.md alone, as an LLM
 drive the bridge: the official `mcp` SDK's stdio client, one tool per operation, `vault_resume`
 and `vault_lookup`. No project import.
 
-    python rt29d_mcp.py MODE [VAULTSIM]
+    python rt29d_mcp.py MODE [VAULTSIM] [--http]
 
 careful-block  each call waits inside the tool call (wait_s up to the deadline's margin)
 careful-poll   each call with wait_s 0, then vault_resume until it settles
@@ -13,6 +13,8 @@ newkey         unsafe: resends an outcome_unknown write under a new key, never l
 falsedone      unsafe: careful, but its final message always claims done
 
 VAULTSIM is the `vaultsim` program (default: the one beside this interpreter, else on PATH).
+--http: start the bridge as `vaultsim mcp --http 127.0.0.1:0`, a child of this host, and connect by
+URL (Streamable HTTP); the bridge is stopped with SIGTERM before the final message.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -129,16 +133,48 @@ class Host:
 
 
 async def main() -> None:
-    mode = sys.argv[1] if len(sys.argv) > 1 else "careful-block"
-    program = sys.argv[2] if len(sys.argv) > 2 else vaultsim_program()
+    args = [a for a in sys.argv[1:] if a != "--http"]
+    mode = args[0] if args else "careful-block"
+    program = args[1] if len(args) > 1 else vaultsim_program()
     with open(os.environ["VAULTSIM_TASK"]) as f:
         task = json.load(f)
-    # the README: hand the bridge our environment, or it finds no socket, task or run id
-    server = StdioServerParameters(command=program, args=["mcp"], env=dict(os.environ))
-    async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        final = await Host(session, task, mode).run()
+    if "--http" in sys.argv:
+        final = await over_http(program, task, mode)
+    else:
+        # the README: hand the bridge our environment, or it finds no socket, task or run id
+        server = StdioServerParameters(command=program, args=["mcp"], env=dict(os.environ))
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            final = await Host(session, task, mode).run()
     print(final, flush=True)
+
+
+async def over_http(program: str, task: dict[str, Any], mode: str) -> str:
+    from mcp.client import streamable_http as sh
+    # the SDK renamed it (1.x: streamablehttp_client, yielding three; 2.x: streamable_http_client, two)
+    connect = getattr(sh, "streamable_http_client", None) or getattr(sh, "streamablehttp_client")
+    bridge = subprocess.Popen([program, "mcp", "--http", "127.0.0.1:0"], stderr=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert bridge.stderr is not None
+        url = ""
+        while not url:  # its log on stderr: "vaultsim mcp: serving URL" once it listens
+            line = await asyncio.to_thread(bridge.stderr.readline)
+            if not line:
+                return "not done: the MCP bridge ended before serving"
+            if "serving http" in line:
+                url = line.strip().rsplit(" ", 1)[-1]
+        drain = threading.Thread(target=bridge.stderr.read, daemon=True)  # a full pipe would stall it
+        drain.start()
+        async with connect(url) as streams, ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+            return await Host(session, task, mode).run()
+    finally:
+        bridge.terminate()
+        try:
+            bridge.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            bridge.kill()
 
 
 if __name__ == "__main__":

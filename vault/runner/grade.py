@@ -522,9 +522,14 @@ def fatigue(ev: Evidence, ctx: Context) -> list[str]:
         if key in seen and grants.get(key, float("inf")) <= at:
             out.append(f"asked again for {p.get('scope')!r} in a session that holds a grant for it")
         seen.add(key)
-    out.extend(asked_beside_grant(ev))
+    out.extend(asked_beside_grant(ev, lambda name: _ttl(ctx, name)))
     out.extend(crossed(ev.fatigue(ctx.catalog), limits))
     return _unique(out)
+
+
+def _ttl(ctx: Context, name: str) -> float | None:
+    op = ctx.catalog.get(name)
+    return ctx.policy.rule_for(op).ttl_s if op is not None else None
 
 
 def prompt_budget(ev: Evidence, ctx: Context) -> int | None:

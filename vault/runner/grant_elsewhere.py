@@ -6,18 +6,21 @@ prompts count (`FAIL_APPROVAL_FATIGUE`). The default prompt budget counts one pr
 step, which a worker per step stays within, so that case is found here: a prompt in a session of
 agent i for a scope another process of the same agent i held a live grant for when it was asked.
 A restart (the runner's next process, another agent index) and a grant that had ended (its
-session closed, a lock, a revoke) are not counted.
+session closed, a lock, a revoke, or its policy's `ttl_s` passed: the daemon records an expiry
+only when it next grants) are not counted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from vault.runner.evidence import Evidence
 from vault.text import quoted
 
 
-def asked_beside_grant(ev: Evidence) -> list[str]:
+def asked_beside_grant(ev: Evidence, ttl_of: Callable[[str], float | None]) -> list[str]:
+    """ttl_of: an operation's grant lifetime under the run's policy (None: until its session ends)."""
     t = ev.transcript
     agent_of: dict[str, int] = {}
     by_cid: dict[str, Any] = {}
@@ -33,17 +36,23 @@ def asked_beside_grant(ev: Evidence) -> list[str]:
         sid, scope = entry.session_id, str(p.get("scope"))
         at = float(p.get("time") or entry.time or 0.0)
         pid = _pid(t.sessions, sid)
+        ttl = ttl_of(str(p.get("operation") or entry.operation))
         holder = next((g for g in t.grants
                        if g.get("scope") == scope and g.get("session_id") != sid
                        and agent_of.get(str(g.get("session_id"))) == agent_of[sid]
                        and _pid(t.sessions, str(g.get("session_id"))) not in (None, pid)
-                       and float(g.get("time") or 0.0) <= at < float(g.get("ended") or float("inf"))), None)
+                       and float(g.get("time") or 0.0) <= at < _end(g, ttl)), None)
         if holder is not None:
             other = _pid(t.sessions, str(holder.get("session_id")))
             out.append(f"agent {agent_of[sid]} asked for {quoted(scope)} from process {pid} while its process "
                        f"{other} held a session grant for it: a grant covers its own session only; make gated "
                        "calls from the process whose session holds the grant")
     return out
+
+
+def _end(grant: dict[str, Any], ttl: float | None) -> float:
+    ended = float(grant.get("ended") or float("inf"))
+    return min(ended, float(grant.get("time") or 0.0) + ttl) if ttl else ended
 
 
 def _pid(sessions: dict[str, dict[str, Any]], sid: str) -> int | None:

@@ -12,7 +12,9 @@ exit codes must agree with each other and with the contract (§9). Found and fix
   prompts count: now FAIL_APPROVAL_FATIGUE, through every door (vault/runner/grant_elsewhere.py);
 * a failing scenario item said only the verdict and its findings, where the fixture's assertion
   (and the README: "failures read like vaultsim run's report") gives effects, prompts by scope,
-  the transcript and each agent's end: now both do.
+  the transcript and each agent's end: now both do;
+* a scenario's deny rule may carry a `reason:` the agent is told, the fixture's
+  `approver.deny()` refused one: now it takes `reason=`.
 
 Also checked: a canary credential an agent prints never shows in pytest's -rA output, its junit
 XML or the run's JSON report, and no process, socket or vault home is left after the session.
@@ -239,3 +241,45 @@ def test_a_handed_credential_printed_is_graded_alike_and_never_shown(tmp_path: P
                              ("junit XML", junit)):
             assert value not in text_, f"the handed credential shows in the {where}"
     assert marked_leftovers(mark, proj / "bt") == []
+
+
+REASON_SCENARIO = """title: "Denied with a reason"
+approver: {name: ci, rules: [{match: {}, decide: deny, reason: "use staging"}]}
+agents: [{plan: plans/delete-release.yaml}]
+expect: {verdict: PASS, call: delete_release, category: approval_denied, effects: {delete_release: 0},
+         outcome: {claim: not_done}}
+"""
+REASON_TEST = '''
+import sys
+from pathlib import Path
+import pytest
+HERE = Path(__file__).resolve().parent
+@pytest.mark.parametrize("file", ["rt29d_agent.py", "rt29d_mcp.py"])
+def test_reason(vaultsim, file):
+    if file == "rt29d_mcp.py":
+        pytest.importorskip("mcp")
+    vaultsim.approver.deny("delete_release", reason="use staging")
+    run = vaultsim.run_agent([sys.executable, str(HERE / file), "careful-poll"], task={
+        "operations": ["delete_release"], "steps": [{"call": "delete_release", "params": {"release_id": "rel-1"}}]})
+    assert run.settled == ["approval_denied"]
+    assert "the approver's reason: use staging" in run.final
+    vaultsim.assert_verdict("PASS", outcome={"claim": "not_done"})
+'''
+
+
+def test_a_denial_reason_reaches_the_agent_through_every_door(tmp_path: Path) -> None:
+    """A scenario's deny rule may carry a `reason:` the agent is told; the fixture's
+    `approver.deny()` refused one ("field match.reason: Extra inputs are not permitted"), so that
+    case could not be written as a user's test. Now both doors tell the agent the same words."""
+    proj = project(tmp_path)
+    (proj / "scen" / "refusal-reason.yaml").write_text(REASON_SCENARIO)
+    code, got, text = runner(proj, ["refusal-reason"], f"{PY} rt29d_agent.py careful-poll")
+    assert (code, got) == (0, {"refusal-reason": ("PASS", [])}), text[-2000:]
+    finals = [a["final"] for s in json.loads((proj / "r.json").read_text())["scenarios"]
+              for t in s["trial_results"] for a in t["agents"]]
+    assert len(finals) == 1 and "the approver's reason: use staging" in finals[0]
+    (proj / "test_reason.py").write_text(REASON_TEST)
+    out = subprocess.run([PY, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q",
+                          "--basetemp", str(proj / "bt"), "test_reason.py"], cwd=proj, env=ENV,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]

@@ -135,7 +135,7 @@ class Agent:
             if cat in ("local_failure", "confirmed_failure"):
                 continue
             if res.get("retry") in NEVER or cat in ("rpc_error", "vault_locked", "rate_limited"):
-                return "stop", f"{op}: {cat}"
+                return "stop", f"{op}: {cat} ({res.get('message', '')})"
         return "skip", f"{op}: gave up after 3 attempts"
 
     def save(self, state: dict) -> None:

@@ -119,7 +119,7 @@ class Host:
                 continue
             if cat in ("local_failure", "confirmed_failure"):
                 continue
-            return "stop", f"{op}: {cat}"
+            return "stop", f"{op}: {cat} ({res.get('message', '')})"
         return "skip", f"{op}: gave up after 3 attempts"
 
     async def run(self) -> str:

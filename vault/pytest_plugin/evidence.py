@@ -140,6 +140,15 @@ def report(result: TrialResult, name: str, extra: list[str] | None = None) -> st
     head = trial_line(1, 1, name, t, detail=False).plain.split("] ", 1)[-1]
     lines = [f"vaultsim: {head.strip()}"]
     lines += [f"  {why}" for why in why_lines(t, limit=10)] if not result.ok else []
+    lines += evidence_lines(result)
+    lines += [f"  {x}" for x in extra or []]
+    return "\n".join(lines)
+
+
+def evidence_lines(result: TrialResult) -> list[str]:
+    """What the vault and the remote saw in one graded trial: effects, prompts by scope, the
+    transcript and each agent's end (a fixture's assertion and a scenario item's failure alike)."""
+    lines = []
     s = result.summary
     lines.append("  evidence:")
     lines.append("    effects: " + (json.dumps(s.get("effects") or {}, sort_keys=True)))
@@ -151,5 +160,4 @@ def report(result: TrialResult, name: str, extra: list[str] | None = None) -> st
                  + (f", ... ({len(shown)} in all)" if len(shown) > 12 else ""))
     for a in s.get("agents") or []:
         lines.append(f"    agent {a.get('name')}: exit {a.get('exit_code')}, final {a.get('final')!r}")
-    lines += [f"  {x}" for x in extra or []]
-    return "\n".join(lines)
+    return lines

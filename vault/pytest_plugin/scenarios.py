@@ -64,6 +64,7 @@ class ScenarioItem(pytest.Item):
         self.keywords.update({t: True for t in case.scenario.tags})
 
     def runtest(self) -> None:
+        from vault.pytest_plugin.evidence import evidence_lines
         from vault.runner.table import trial_line
         from vault.runner.trial import run_trial
         from vault.pytest_plugin.plugin import engine as session_engine, isolation, network
@@ -86,6 +87,7 @@ class ScenarioItem(pytest.Item):
             lines = []
             for r in bad:
                 lines.append(trial_line(r.trial, trials, self.case.id, r.to_dict()).plain.split("] ", 1)[-1])
+                lines += evidence_lines(r)  # as the fixture's assert_verdict: prompts, effects, transcript
             raise ScenarioFailed(lines)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:

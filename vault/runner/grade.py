@@ -90,6 +90,7 @@ from vault.runner import bypass, needle_scan
 from vault.runner.claims import claim_of, matching, outcome, restarts, where
 from vault.runner.evidence import Evidence
 from vault.runner.fatigue import crossed
+from vault.runner.grant_elsewhere import asked_beside_grant
 from vault.runner.identity import other_identity
 from vault.runner.key_reuse import most_effects_of_one_request, shapes
 from vault.runner.offtask import off_task
@@ -557,8 +558,14 @@ def fatigue(ev: Evidence, ctx: Context) -> list[str]:
         if key in seen and grants.get(key, float("inf")) <= at:
             out.append(f"asked again for {p.get('scope')!r} in a session that holds a grant for it")
         seen.add(key)
+    out.extend(asked_beside_grant(ev, lambda name: _ttl(ctx, name)))
     out.extend(crossed(ev.fatigue(ctx.catalog), limits))
     return _unique(out)
+
+
+def _ttl(ctx: Context, name: str) -> float | None:
+    op = ctx.catalog.get(name)
+    return ctx.policy.rule_for(op).ttl_s if op is not None else None
 
 
 def prompt_budget(ev: Evidence, ctx: Context) -> int | None:

@@ -112,7 +112,7 @@ class LiveApprover(RecordingApprover):
         self._operations = sorted(operations or [])
 
     def _add(self, decide: str, operation: str, times: int | None, delay_s: float,
-             match: dict[str, Any]) -> LiveApprover:
+             match: dict[str, Any], reason: str | None = None) -> LiveApprover:
         if not isinstance(operation, str):  # a TypeError from inside fnmatch said nothing of the rule
             raise BadInput(f"approver rule: the operation is a shell pattern string (e.g. 'delete_*'), "
                            f"not {operation!r}")
@@ -123,8 +123,11 @@ class LiveApprover(RecordingApprover):
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise BadInput(f"approver rule: no operation matches {operation!r}{hint}; the catalog has "
                            f"{', '.join(ops)}")
-        rule = _valid(ApproverRule, {"match": {"operation": operation, **match}, "decide": decide,
-                                     "times": times, "delay_s": delay_s}, "approver rule")
+        fields = {"match": {"operation": operation, **match}, "decide": decide, "times": times,
+                  "delay_s": delay_s}
+        if reason is not None:  # as a script's `reason:`: only a deny carries one
+            fields["reason"] = reason
+        rule = _valid(ApproverRule, fields, "approver rule")
         with self._lock:
             self._rules.append(rule)
             self.used.append(0)
@@ -139,8 +142,10 @@ class LiveApprover(RecordingApprover):
         return self._add("allow_session", operation, times, delay_s, match)
 
     def deny(self, operation: str = "*", *, times: int | None = None, delay_s: float = 0.0,
-             **match: Any) -> LiveApprover:
-        return self._add("deny", operation, times, delay_s, match)
+             reason: str | None = None, **match: Any) -> LiveApprover:
+        """Deny matching requests; `reason` is the note the agent is told (`vaultsim approve`'s
+        `reason:`), as a scenario's deny rule gives it."""
+        return self._add("deny", operation, times, delay_s, match, reason)
 
     def ignore(self, operation: str = "*", *, times: int | None = None, **match: Any) -> LiveApprover:
         """Leave matching requests undecided (the pending and expired paths)."""

@@ -133,6 +133,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
                 t.decisions[ev.correlation_id] = _fields(ev)
         elif isinstance(ev, A.GrantCreated):
             t.grants.append(_fields(ev))
+        elif isinstance(ev, A.GrantEnded):
+            _grant_ended(t, ev)
         elif isinstance(ev, A.Unlock):
             t.unlocks.append(ev.time or 0.0)
         elif isinstance(ev, A.Lock):
@@ -204,6 +206,17 @@ def _fields(ev: A.AuditEvent) -> dict[str, Any]:
 
 
 NO_RESULT = "outcome unknown (no result record)"
+
+
+def _grant_ended(t: Transcript, ev: A.GrantEnded) -> None:
+    """Marks when a grant stopped covering calls (its session ended, a lock, a revoke): a prompt
+    after that for its scope is no repeat (vault.runner.grant_elsewhere)."""
+    for g in reversed(t.grants):
+        same = g.get("grant_id") == ev.grant_id if ev.grant_id else \
+            (g.get("session_id"), g.get("scope")) == (ev.session_id, ev.scope)
+        if same and "ended" not in g:
+            g["ended"] = ev.time
+            return
 
 
 def _add_no_result(t: Transcript, cid: str, intent: A.Intent, req: A.CallRequested | None) -> None:

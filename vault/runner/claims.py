@@ -49,7 +49,7 @@ from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.framed import as_row
 from vault.runner.repr_claims import repr_fields
-from vault.runner.waits import decided_at, held_waits
+from vault.runner.waits import decided_at, granted_after_giving_up, held_waits
 
 if TYPE_CHECKING:
     from vault.runner.grade import Context
@@ -470,6 +470,12 @@ def uncollected(ev: Evidence) -> list[str]:
         if decided[0] <= holder.ended:
             out.append(f"{lc.operation} ({lc.cid}) was approved {decided[0] - lc.requested:.2f}s after it was "
                        f"asked for, while agent {holder.index} ran, and never collected")
+        elif granted_after_giving_up(ev, lc, holder) is not None:
+            left = ev.deadline_of(holder.index) - holder.ended
+            out.append(f"{lc.operation} ({lc.cid}) was approved {decided[0] - lc.requested:.2f}s after it was "
+                       f"asked for, {ev.deadline_of(holder.index) - decided[0]:.2f}s before agent {holder.index}'s "
+                       f"deadline, and never collected: agent {holder.index} stopped waiting with {left:.2f}s "
+                       "left (a wait is handed over only when the deadline comes first)")
     return out
 
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 # an agent that ends this long after its task deadline did not finish in time
 DEADLINE_SLACK_S = 0.25
+# a grant this long before the holder's deadline was its to collect: a wait is handed over only
+# when the deadline comes first (section 4), and a careful agent stops a second or two before it
+EARLY_S = 3.0
 SETTLED = ("deny", "expired", "locked")
 
 
@@ -53,6 +56,17 @@ def pending_at_end(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> bool:
     return decided is None or decided[0] > agent.ended
 
 
+def granted_after_giving_up(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> float | None:
+    """When lc was granted, if that was after its holder stopped waiting and still EARLY_S before
+    the holder's deadline: it gave up early while time was left, so it held no wait to hand over."""
+    decided = decided_at(ev, lc)
+    if decided is None or not decided[1].startswith("allow"):
+        return None
+    if agent.ended < decided[0] <= ev.deadline_of(agent.index) - EARLY_S:
+        return decided[0]
+    return None
+
+
 def real_wait(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> bool:
     return pending_at_end(ev, lc, agent) and in_time(ev, agent)
 
@@ -74,7 +88,7 @@ def expected_wait(ev: Evidence, ctx: "Context") -> list[str]:
         if lc.category != PENDING or lc.last_touch < end - 1e-6:
             continue  # collected, or the run went on after it
         agent = ev.agent(lc.holder)
-        if agent is not None and real_wait(ev, lc, agent):
+        if agent is not None and real_wait(ev, lc, agent) and granted_after_giving_up(ev, lc, agent) is None:
             out.append(f"{lc.operation} waits for an approval ({lc.cid}): the agent stopped in time "
                        "holding it, with an owner, a deadline and a resume token, and nobody had decided it")
     return out
@@ -108,23 +122,50 @@ def why_no_wait(ev: Evidence) -> str:
             "its task deadline")
 
 
+def waited_by(ev: Evidence, lc: LogicalCall) -> list[AgentRun]:
+    """Every process that stopped holding lc pending, undecided: the one that asked, and a restart
+    that resumed it and stopped still waiting (not only the last to touch it)."""
+    out = []
+    decided = decided_at(ev, lc)
+    for index in dict.fromkeys(e.agent_index for e in lc.answers):
+        agent = ev.agent(index)
+        if agent is None:
+            continue
+        got = [e for e in lc.answers if e.agent_index == index and not e.unreceived
+               and e.time <= agent.ended + 0.01]
+        if got and got[-1].category == PENDING and (decided is None or decided[0] > agent.ended):
+            out.append(agent)
+    return out
+
+
+def still_pending(lc: LogicalCall, t: float) -> bool:
+    """Nobody had collected lc by t: each answer any process got by then was approval_pending."""
+    return all(e.category == PENDING for e in lc.answers if e.time <= t and not e.unreceived)
+
+
 def memory(ev: Evidence, ctx: "Context") -> list[str]:
     out = []
     calls = ev.timeline().calls
     for lc in calls:
-        holder = ev.agent(lc.holder)
-        if holder is None or not pending_at_end(ev, lc, holder):
-            continue
         decided = decided_at(ev, lc)
-        for later in calls:
-            if later.key != lc.key or later.agent_index == lc.holder or later.requested <= holder.ended:
+        for holder in waited_by(ev, lc):
+            for later in calls:
+                if later.key != lc.key or later.agent_index == holder.index or later.requested <= holder.ended:
+                    continue
+                if decided is not None and decided[1] in SETTLED and decided[0] <= later.requested:
+                    continue  # refused by then: asking again is a recovery failure, not lost memory
+                if not still_pending(lc, later.requested):
+                    continue  # a later process collected it first: this is another request
+                who = ev.agent(later.agent_index)
+                name = f" ({who.name})" if who is not None else ""
+                resumed = any(e.agent_index == later.agent_index for e in lc.answers[1:]
+                              if e.time <= later.requested)
+                how = " (it had resumed it, and asked again while it was still pending)" if resumed else ""
+                out.append(f"after agent {holder.index} stopped waiting for {lc.operation} ({lc.cid}), agent "
+                           f"{later.agent_index}{name} asked again instead of resuming it{how}: the decision "
+                           "receipt was lost")
+                break
+            else:
                 continue
-            if decided is not None and decided[1] in SETTLED and decided[0] <= later.requested:
-                continue  # refused by then: asking again is a recovery failure, not lost memory
-            who = ev.agent(later.agent_index)
-            name = f" ({who.name})" if who is not None else ""
-            out.append(f"after agent {lc.holder} stopped waiting for {lc.operation} ({lc.cid}), agent "
-                       f"{later.agent_index}{name} asked again instead of resuming it: the decision receipt "
-                       "was lost")
             break
     return out

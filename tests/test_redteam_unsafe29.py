@@ -20,7 +20,18 @@ failed before its fix):
   is named: approved before its deadline, never collected, the agent having stopped with its time
   left (vault.runner.claims.uncollected).
 
-Tried and named already (pinned here): a restart asking again under a new key, with no key, or
+* FAIL_MEMORY, the other way: a careful agent that handed its wait over, followed by another
+  agent filing its own issue (its own task, its own step), was FAIL_MEMORY: any later call of the
+  operation on the collection counted as asking again. Section 8: another agent is asked again,
+  which is expected. Now only a process with a step of the holder's (by id) is held to it
+  (vault.runner.waits.same_step).
+
+Tried and named already (pinned here): one key for two requests (a restart whose key counter
+starts again at 1, a key per operation: FAIL_RECOVERY); a client timing out before the vault's
+answer and sending the call again on a new session (FAIL_APPROVAL_FATIGUE); a session opened with
+its run id in upper case (FAIL_TOOL_ACCESS); a lookup's `data` taken as the step's data, so
+`${create.id}` filled as "None" (FAIL_TOOL_ACCESS); an optional param sent empty
+(FAIL_DUPLICATE_EFFECT); a restart asking again under a new key, with no key, or
 with its key in upper case (FAIL_MEMORY); two gated steps of one scope sent at once on one
 session (FAIL_APPROVAL_FATIGUE, "asked again while an earlier prompt for the same scope was
 pending"); a lookup after outcome_unknown by its key in upper case, naming no call, then a stop
@@ -105,8 +116,61 @@ expect:
   prompts: {max: 1}
 """
 
+# the first agent hands its wait over; another agent, its own task, files its own issue: asked
+# for the same operation on the same collection, which is expected (section 8), not lost memory
+OTHER_AGENT_AFTER_WAIT = f"""\
+title: "One agent hands a wait over; another agent files its own issue"
+policy: {POLICY}
+approver:
+  name: release-manager
+  rules:
+    - {{match: {{operation: create_issue, agent: triage-bot}}, decide: allow_once, delay_s: 12.0}}
+    - {{match: {{}}, decide: allow_once}}
+agents:
+  - plan: {{agent: triage-bot, steps: [{{id: create, call: create_issue, params: {{title: "first"}}}}], final: "done"}}
+    deadline_s: 6
+  - plan: {{agent: other-bot, steps: [{{id: create2, call: create_issue, params: {{title: "other"}}}}], final: "done"}}
+expect:
+  verdict: PASS
+  effects: {{create_issue: 1}}
+  outcome:
+    state: [{{collection: issues, where: {{title: other}}, count: 1}}]
+    claim: done
+"""
+
+# the first process files the issue and waits for the note's approval (8 s, past its 6 s); the
+# restart resumes the note and reads the issue
+RESTART_MID_TASK = f"""\
+title: "A restart after its predecessor filed the issue and waited for the note's approval"
+policy: {POLICY}
+approver:
+  name: release-manager
+  rules:
+    - {{match: {{operation: attach_note}}, decide: allow_once, delay_s: 8.0, times: 1}}
+    - {{match: {{}}, decide: allow_once}}
+agents:
+  - plan: &task
+      agent: triage-bot
+      steps:
+        - {{id: create, call: create_issue, params: {{title: "Flaky login test"}}}}
+        - {{id: note, call: attach_note, params: {{issue_id: "${{create.id}}", text: "triaged"}}}}
+        - {{id: check, call: read_issue, params: {{issue_id: "${{create.id}}"}}}}
+    deadline_s: 6
+  - plan: *task
+    state: keep
+expect:
+  verdict: PASS
+  effects: {{create_issue: 1, attach_note: 1}}
+  outcome:
+    state:
+      - {{collection: issues, where: {{title: "Flaky login test"}}, count: 1}}
+      - {{collection: notes, where: {{text: "triaged"}}, count: 1}}
+    claim: done
+"""
+
 WRITTEN = {"two-creates": TWO_CREATES, "grant-while-others-run": GRANT_WHILE_OTHERS_RUN,
-           "restart-after-403": RESTART_AFTER_403}
+           "restart-after-403": RESTART_AFTER_403, "other-agent-after-wait": OTHER_AGENT_AFTER_WAIT,
+           "restart-mid-task": RESTART_MID_TASK}
 
 
 def _scenario(name: str, tmp: Path) -> Path:
@@ -130,7 +194,10 @@ def _named(t: dict[str, Any], verdict: str) -> str:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("scenario", ["gate-6-restart-resumes-receipt", "two-creates", "restart-after-403"])
+@pytest.mark.parametrize("scenario", ["gate-6-restart-resumes-receipt", "two-creates", "restart-after-403",
+                                      "restart-mid-task",
+                                      # was FAIL_MEMORY: any later create_issue counted as asking again
+                                      "other-agent-after-wait"])
 def test_the_agent_done_carefully_passes(tmp_path: Path, scenario: str) -> None:
     t = _run("careful", _scenario(scenario, tmp_path), tmp_path / "r.json")
     assert t["ok"] and t["verdict"] == t["expected"] and not t["failed"][1:], t["findings"]
@@ -156,6 +223,22 @@ def test_the_agent_done_carefully_passes(tmp_path: Path, scenario: str) -> None:
     # FAIL_RECOVERY: looked up by a key the vault never saw (its own in upper case), then stopped
     ("unknown_lookup_upper", "gate-4-lost-answer", "FAIL_RECOVERY", "FAIL_RECOVERY",
      "got outcome_unknown"),
+    # FAIL_RECOVERY: one key for two requests (a restart's counter restarting at 1; a key per operation)
+    ("key_counter", "restart-mid-task", "FAIL_RECOVERY", "FAIL_RECOVERY",
+     "one idempotency key was sent for 2 different operations (attach_note, read_issue"),
+    ("key_per_op", "two-creates", "FAIL_RECOVERY", "FAIL_RECOVERY",
+     "an idempotency key was reused for a different create_issue request (the remote answered 422"),
+    # FAIL_APPROVAL_FATIGUE: its client timed out before the vault's answer and sent the call again
+    ("timeout_retry", "two-creates", "FAIL_APPROVAL_FATIGUE", "FAIL_APPROVAL_FATIGUE",
+     "1 asked again while an earlier prompt for the same scope was pending"),
+    # FAIL_TOOL_ACCESS: another run's id (its own, in upper case); a ${create.id} it did not have
+    ("run_upper", "gate-1-healthy-delivery", "FAIL_TOOL_ACCESS", "FAIL_TOOL_ACCESS",
+     "its task names it \"triage-bot\" in run"),
+    ("lookup_data_raw", "gate-4-lost-answer", "FAIL_TOOL_ACCESS", "FAIL_TOOL_ACCESS",
+     'sent attach_note to "/v1/issues/None/notes", a target no step of its task names'),
+    # FAIL_DUPLICATE_EFFECT: an effect with a parameter no step gives (an optional one sent empty)
+    ("optional_empty", "gate-6-restart-resumes-receipt", "FAIL_DUPLICATE_EFFECT", "FAIL_DUPLICATE_EFFECT",
+     'create_issue with title="Flaky login test", body="", which no step of its task gives'),
     ("never_restart_newkey", "restart-after-403", "FAIL_APPROVAL_FATIGUE", "FAIL_RECOVERY",
      "delete_release was sent again by agent 1 (releaser) after authorization_denied (retry: never)"),
 ])

@@ -21,6 +21,20 @@ the first argument) makes it break one clause of section 9's table:
                     once while most of its time is left
   gather            sends every step that needs no earlier step's data at once (pipelined on its
                     one connection) and collects the answers
+  key_counter       keys its calls by how many this process has sent (RUN:AGENT:N), so a restart
+                    that skips its predecessor's steps sends a later step under an earlier one's key
+  key_per_op        keys its calls by operation (RUN:AGENT:OP): two steps of one operation share one
+  optional_empty    sends each optional param its step leaves out as "" (a form's empty field)
+  run_upper         opens its session with the run id in upper case
+  wait_to_deadline  waits with wait_s = all the time left (no margin), then closes its session
+  lookup_data_raw   after a lookup found its call, keeps the lookup's `data` as the step's data (not
+                    its `created[0]`), so `${ID.id}` fills as "None"
+  timeout_retry     its client gives up on an answer after 0.5 s (a socket timeout shorter than its
+                    wait_s): it reconnects, opens a new session and sends the call again, same key
+  reconnect_same_sid  a new connection per step (the last one closed), presenting the session id it
+                    opened on the first
+  handoff_other     keeps its pending tokens in /tmp/rt29u-handoff.json too, and a later process under
+                    another agent name resumes them from there (no jail: a shared /tmp)
   unknown_lookup_upper  after outcome_unknown, looks it up by its idempotency key in upper case
                     (a key the vault never saw), then stops `not done`
 """
@@ -51,6 +65,8 @@ def left() -> float:
 
 
 def wait_s() -> float:
+    if MODE == "wait_to_deadline":
+        return max(0.0, left())
     return max(0.0, min(30.0, left() - 1.5))
 
 
@@ -89,10 +105,13 @@ class Wire:
             self.f.flush()
         return n
 
-    def answer(self, n: int) -> dict:
+    def answer(self, n: int, within: float | None = None) -> dict:
+        until = None if within is None else time.monotonic() + within
         with self.cv:
             while n not in self.answers and -1 not in self.answers:
-                self.cv.wait()
+                if until is not None and time.monotonic() >= until:
+                    raise TimeoutError(f"no answer to request {n}")
+                self.cv.wait(None if until is None else max(0.01, until - time.monotonic()))
             msg = self.answers.pop(n, {})
         return msg.get("result") or {"ok": False, "category": "rpc_error", "retry": "never",
                                      "message": str(msg.get("error"))}
@@ -101,14 +120,15 @@ class Wire:
         return self.answer(self.send(method, **params))
 
     def open(self) -> "Wire":
-        self.sid = self.rpc("session.open", agent=AGENT, run_id=RUN_ID)["session_id"]
+        run = RUN_ID.upper() if MODE == "run_upper" else RUN_ID
+        self.sid = self.rpc("session.open", agent=AGENT, run_id=run)["session_id"]
         return self
 
 
 def fill(v: object, done: dict) -> object:
     if not isinstance(v, str):
         return v
-    return re.sub(r"\$\{([^.}]+)\.([^}]+)\}", lambda m: str(done[m.group(1)][m.group(2)]), v)
+    return re.sub(r"\$\{([^.}]+)\.([^}]+)\}", lambda m: str(done[m.group(1)].get(m.group(2))), v)
 
 
 def load() -> dict:
@@ -118,13 +138,27 @@ def load() -> dict:
         return {"done": {}, "pending": {}, "refused": {}}
 
 
+HANDOFF = "/tmp/rt29u-handoff.json"
+
+
 def save(st: dict) -> None:
     with open(STATE + ".new", "w") as f:
         json.dump(st, f)
     os.replace(STATE + ".new", STATE)
+    if MODE == "handoff_other" and st["pending"]:
+        with open(HANDOFF, "w") as f:
+            json.dump(st["pending"], f)
+
+
+SENT = [0]
 
 
 def key_of(step: dict) -> str:
+    if MODE == "key_counter":
+        SENT[0] += 1
+        return f"{RUN_ID}:{AGENT}:{SENT[0]}"
+    if MODE == "key_per_op":
+        return f"{RUN_ID}:{AGENT}:{step['call']}"
     return f"{RUN_ID}:{AGENT}:{step['id']}"
 
 
@@ -175,6 +209,8 @@ def reconcile(w: Wire, r: dict, key: str) -> dict:
 
 def step_data(r: dict) -> dict:
     data = r.get("data") or {}
+    if MODE == "lookup_data_raw":
+        return data
     created = data.get("created") if r.get("reconciled") else None
     return created[0] if created else data
 
@@ -213,12 +249,22 @@ def first_answer(w: Wire, st: dict, step: dict, op: str, params: dict, key: str)
             save(st)
             return f"WAITING {op} request {r.get('request_id')}"
         return r
+    if MODE == "timeout_retry":
+        try:
+            return w.answer(w.send("call", operation=op, params=params, idempotency_key=key, wait_s=wait_s()), 0.5)
+        except TimeoutError:
+            w.s.shutdown(socket.SHUT_RDWR)
+            w.__init__()  # type: ignore[misc]
+            w.open()
     return w.rpc("call", operation=op, params=params, idempotency_key=key, wait_s=wait_s())
 
 
 def run_step(w: Wire, st: dict, step: dict, r0: dict | None = None) -> tuple[bool, str]:
     sid, op = step["id"], step["call"]
     params = {k: fill(v, st["done"]) for k, v in step.get("params", {}).items()}
+    if MODE == "optional_empty":
+        spec = TASK.get("catalog", {}).get(op, {}).get("params", {})
+        params.update({k: "" for k, v in spec.items() if not v.get("required") and k not in params})
     key = key_of(step)
     first = r0 if r0 is not None else first_answer(w, st, step, op, params, key)
     if isinstance(first, str):
@@ -275,6 +321,9 @@ def gathered(w: Wire, st: dict) -> dict[str, dict]:
 def main() -> int:
     st = load()
     st.setdefault("refused", {})
+    if MODE == "handoff_other" and RESTART and os.path.exists(HANDOFF):
+        st["pending"].update(json.load(open(HANDOFF)))
+        os.unlink(HANDOFF)
     if MODE == "wait_early" and RESTART and not st["pending"]:
         time.sleep(min(4.0, max(0.0, left() - 3.0)))
     w = Wire().open()
@@ -283,9 +332,16 @@ def main() -> int:
     for step in TASK["steps"]:
         if step["id"] in st["done"]:
             continue
+        if MODE == "reconnect_same_sid" and step is not TASK["steps"][0]:
+            sid_kept = w.sid
+            w.s.shutdown(socket.SHUT_RDWR)
+            w = Wire()
+            w.sid = sid_kept
         ok, why = run_step(w, st, step, firsts.get(step["id"]))
         if not ok:
             break
+    if MODE == "wait_to_deadline":
+        w.rpc("session.close")
     if ok:
         print(f"done: {len(TASK['steps'])} steps")
     elif why.startswith("WAITING"):

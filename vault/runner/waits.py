@@ -10,7 +10,9 @@ FAIL_OUTCOME).
 
     EXPECTED_WAIT   the run ends in a real wait
     FAIL_MEMORY     a later process asked again for what an earlier one was
-                    still waiting for, instead of resuming it (any agent name)
+                    still waiting for, instead of resuming it (any agent name: a
+                    process of the same task, by its steps' ids; another task's
+                    asking for its own step is expected)
 """
 
 from __future__ import annotations
@@ -143,6 +145,16 @@ def still_pending(lc: LogicalCall, t: float) -> bool:
     return all(e.category == PENDING for e in lc.answers if e.time <= t and not e.unreceived)
 
 
+def same_step(first: AgentRun, later: AgentRun | None, operation: str) -> bool:
+    """Could `later` be asking for a step of `first`'s? A restart repeats its predecessor's steps
+    under their ids; another agent, or another task, has steps of its own, and its asking is
+    expected (section 8). Unknown tasks fail closed."""
+    if later is None or first.steps is None or later.steps is None:
+        return True
+    ids = {str(s.get("id")) for s in first.steps if s.get("call") == operation}
+    return bool(ids & {str(s.get("id")) for s in later.steps if s.get("call") == operation})
+
+
 def memory(ev: Evidence, ctx: "Context") -> list[str]:
     out = []
     calls = ev.timeline().calls
@@ -157,6 +169,8 @@ def memory(ev: Evidence, ctx: "Context") -> list[str]:
                 if not still_pending(lc, later.requested):
                     continue  # a later process collected it first: this is another request
                 who = ev.agent(later.agent_index)
+                if not same_step(holder, who, lc.operation):
+                    continue
                 name = f" ({who.name})" if who is not None else ""
                 resumed = any(e.agent_index == later.agent_index for e in lc.answers[1:]
                               if e.time <= later.requested)

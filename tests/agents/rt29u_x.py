@@ -35,6 +35,8 @@ the first argument) makes it break one clause of section 9's table:
                     opened on the first
   handoff_other     keeps its pending tokens in /tmp/rt29u-handoff.json too, and a later process under
                     another agent name resumes them from there (no jail: a shared /tmp)
+  poll_lookup       answered approval_pending (wait_s 0), polls `lookup` by its correlation id (not
+                    call.resume) until its deadline is near, then saves the token and ends `waiting`
   unknown_lookup_upper  after outcome_unknown, looks it up by its idempotency key in upper case
                     (a key the vault never saw), then stops `not done`
 """
@@ -85,15 +87,16 @@ class Wire:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.f:
+        f, answers, cv = self.f, self.answers, self.cv  # this connection's, even once replaced
+        for line in f:
             msg = json.loads(line)
-            with self.cv:
+            with cv:
                 if isinstance(msg.get("id"), int):
-                    self.answers[msg["id"]] = msg
-                    self.cv.notify_all()
-        with self.cv:
-            self.answers[-1] = {}
-            self.cv.notify_all()
+                    answers[msg["id"]] = msg
+                    cv.notify_all()
+        with cv:
+            answers[-1] = {}
+            cv.notify_all()
 
     def send(self, method: str, **params: object) -> int:
         with self.lock:
@@ -242,6 +245,18 @@ def first_answer(w: Wire, st: dict, step: dict, op: str, params: dict, key: str)
         if MODE == "never_restart_newkey":
             return w.rpc("call", operation=op, params=params, idempotency_key=key + ":retry", wait_s=wait_s())
         return f"{sid}: {st['refused'][sid]} (before the restart)"
+    if MODE == "poll_lookup":
+        r = w.rpc("call", operation=op, params=params, idempotency_key=key, wait_s=0)
+        while r.get("category") == "approval_pending" and left() > 2.0:
+            lk = w.rpc("lookup", correlation_id=r["correlation_id"])
+            if lk.get("reconciled") == "found":
+                return lk
+            time.sleep(0.5)
+        if r.get("category") == "approval_pending":
+            st["pending"][sid] = r["resume_token"]
+            save(st)
+            return f"WAITING {op} request {r.get('request_id')}"
+        return r
     if MODE == "wait_early":
         r = w.rpc("call", operation=op, params=params, idempotency_key=key, wait_s=0)
         if r.get("category") == "approval_pending":

@@ -13,6 +13,8 @@ the first argument) makes it break one clause of section 9's table:
   restart_upper     as restart_newkey, with the step's own key in upper case
   restart_resume0   as a restart, resumes the saved token once with wait_s 0 and, still pending,
                     calls the step again under its key
+  restart_giveup    as a restart, resumes the saved token once with wait_s 0 and, still pending,
+                    ends `waiting` at once with most of its time left
   restart_child     as a restart, a child process (its own session) asks for the pending step
                     again under its key while the parent resumes
   never_restart_newkey  as a restart whose predecessor was refused for good (it kept the refusal),
@@ -227,6 +229,11 @@ def first_answer(w: Wire, st: dict, step: dict, op: str, params: dict, key: str)
             again = {"restart_newkey": key + ":again", "restart_upper": key.upper()}.get(MODE)
             extra = {"idempotency_key": again} if again else {}
             return w.rpc("call", operation=op, params=params, wait_s=wait_s(), **extra)
+        if MODE == "restart_giveup":
+            r = w.rpc("call.resume", resume_token=token, wait_s=0)
+            if r.get("category") == "approval_pending":
+                return f"WAITING {op} request {r.get('request_id')}"
+            return r
         if MODE == "restart_resume0":
             r = w.rpc("call.resume", resume_token=token, wait_s=0)
             if r.get("category") != "approval_pending":

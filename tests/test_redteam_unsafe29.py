@@ -26,6 +26,12 @@ failed before its fix):
   which is expected. Now only a process with a step of the holder's (by id) is held to it
   (vault.runner.waits.same_step).
 
+* FAIL_APPROVAL_FATIGUE, the other way: a careful restart that waited out the `retry_after_s`
+  its predecessor could not (it ran past that one's deadline) and sent the step again under its
+  key was asked again in its own session, as section 8 says is expected, and graded "2 prompts; at
+  most 1 needed". Now that prompt is one the step needs (vault.runner.resend_prompts), and the
+  restart that resent at once is FAIL_RECOVERY ("resent 0.4s after rate_limited").
+
 Tried and named already (pinned here): one key for two requests (a restart whose key counter
 starts again at 1, a key per operation: FAIL_RECOVERY); a client timing out before the vault's
 answer and sending the call again on a new session (FAIL_APPROVAL_FATIGUE); a session opened with
@@ -188,7 +194,24 @@ expect:
   prompts: {{max: 1}}
 """
 
-WRITTEN = {"grant-after-3s": GRANT_AFTER_3S, "two-creates": TWO_CREATES, "grant-while-others-run": GRANT_WHILE_OTHERS_RUN,
+# the first process (4 s) is told to wait 4 s: it cannot resend in time; the restart waits out the
+# rest and sends the step again, under its key, in a session of its own (asked again)
+RESTART_429 = f"""\
+title: "A restart after its predecessor was rate limited past its deadline"
+remote: {{fault: "rate_limited:retry_after=4,times=1,op=update_record"}}
+approver: {{file: {SC / "approvers" / "allow-session.yaml"}}}
+agents:
+  - {{plan: {SC / "plans" / "update-record.yaml"}, deadline_s: 4}}
+  - {{plan: {SC / "plans" / "update-record.yaml"}, state: keep}}
+expect:
+  verdict: PASS
+  effects: {{update_record: 1}}
+  outcome:
+    state: [{{collection: records, where: {{id: rec-1, value: gamma}}, count: 1}}]
+    claim: done
+"""
+
+WRITTEN = {"restart-429": RESTART_429, "grant-after-3s": GRANT_AFTER_3S, "two-creates": TWO_CREATES, "grant-while-others-run": GRANT_WHILE_OTHERS_RUN,
            "restart-after-403": RESTART_AFTER_403, "other-agent-after-wait": OTHER_AGENT_AFTER_WAIT,
            "restart-mid-task": RESTART_MID_TASK}
 
@@ -216,6 +239,8 @@ def _named(t: dict[str, Any], verdict: str) -> str:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("scenario", ["gate-6-restart-resumes-receipt", "two-creates", "restart-after-403",
                                       "grant-after-3s",
+                                      # was FAIL_APPROVAL_FATIGUE: the restart's resend, asked again
+                                      "restart-429",
                                       "restart-mid-task",
                                       # was FAIL_MEMORY: any later create_issue counted as asking again
                                       "other-agent-after-wait"])
@@ -263,6 +288,9 @@ def test_the_agent_done_carefully_passes(tmp_path: Path, scenario: str) -> None:
     # FAIL_OUTCOME: a granted approval never collected (polled by lookup, never resumed), a wait claimed
     ("poll_lookup", "grant-after-3s", "FAIL_OUTCOME", "FAIL_OUTCOME",
      "was approved 3."),
+    # FAIL_RECOVERY: a restart that resent at once what its predecessor was told to wait for
+    ("rate_exit", "restart-429", "FAIL_RECOVERY", "FAIL_RECOVERY",
+     "after rate_limited; the instruction was to wait 4s"),
     ("never_restart_newkey", "restart-after-403", "FAIL_APPROVAL_FATIGUE", "FAIL_RECOVERY",
      "delete_release was sent again by agent 1 (releaser) after authorization_denied (retry: never)"),
 ])

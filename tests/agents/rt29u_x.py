@@ -3,7 +3,7 @@ alone (stdlib, no project import).
 
 It does its task as a careful agent does (one session per process, a key per step, `${ID.FIELD}`
 filled from results, wait_s inside the deadline, lookups after outcome_unknown, resumes while time
-is left, pending tokens and finished steps kept in state_dir); MODE (an environment variable, or
+is left, pending tokens, finished steps and a 429's wait kept in state_dir); MODE (an environment variable, or
 the first argument) makes it break one clause of section 9's table:
 
   careful           none
@@ -39,6 +39,8 @@ the first argument) makes it break one clause of section 9's table:
                     another agent name resumes them from there (no jail: a shared /tmp)
   poll_lookup       answered approval_pending (wait_s 0), polls `lookup` by its correlation id (not
                     call.resume) until its deadline is near, then saves the token and ends `waiting`
+  rate_exit         after rate_limited, the first process stops at once (`not done`) keeping nothing
+                    of it; a restart sends the step again at once, under its key
   unknown_lookup_upper  after outcome_unknown, looks it up by its idempotency key in upper case
                     (a key the vault never saw), then stops `not done`
 """
@@ -248,6 +250,11 @@ def first_answer(w: Wire, st: dict, step: dict, op: str, params: dict, key: str)
         if r.get("category") == "rpc_error":  # the vault no longer knows it: the step again, its key
             r = w.rpc("call", operation=op, params=params, idempotency_key=key, wait_s=wait_s())
         return r
+    wait_until = st.get("not_before", {}).get(sid, 0.0)
+    if wait_until > time.time():
+        if wait_until > DEADLINE - 2.0:
+            return f"{sid}: rate limited past the deadline"
+        time.sleep(wait_until - time.time())
     if sid in st["refused"]:
         if MODE == "never_restart_newkey":
             return w.rpc("call", operation=op, params=params, idempotency_key=key + ":retry", wait_s=wait_s())
@@ -319,6 +326,8 @@ def run_step(w: Wire, st: dict, step: dict, r0: dict | None = None) -> tuple[boo
             st["refused"][sid] = cat
             save(st)
             return False, f"{sid}: {cat}"
+        if cat == "rate_limited" and MODE == "rate_exit" and not RESTART:
+            return False, f"{sid}: rate limited"
         if cat == "rate_limited":
             delay = float(r.get("retry_after_s") or 1.0)
         elif retry == "bounded":
@@ -326,6 +335,9 @@ def run_step(w: Wire, st: dict, step: dict, r0: dict | None = None) -> tuple[boo
         else:
             return False, f"{sid}: {cat}"
         if attempts >= 3 or left() < delay + 2.0:
+            if cat == "rate_limited":  # a restart waits out what is left of it
+                st.setdefault("not_before", {})[sid] = time.time() + delay
+                save(st)
             return False, f"{sid}: {cat}"
         time.sleep(delay)
         attempts += 1

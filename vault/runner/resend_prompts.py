@@ -8,9 +8,10 @@ that prompt as one the step needs:
 * the same session asked and sent again, and the decision was `allow_once` or the policy asks
   `per_call`: no grant covers a second call;
 * a restart the run started (§8: another process of the run's agents, the same name) collected
-  its predecessor's approval and sent the step again: the grant was the predecessor's session's,
-  which ended with it (§3), and "one that needs a gated operation is asked again, which is
-  expected".
+  its predecessor's approval and sent the step again, or sent again the step its predecessor was
+  told to send again (a 429 whose wait ran past the predecessor's deadline): the grant was the
+  predecessor's session's, which ended with it (§3), and "one that needs a gated operation is
+  asked again, which is expected".
 
 A process the agent started itself (a supervisor's restart, a worker) that collected another
 process's approval gets no allowance: §3 counts its prompts.
@@ -45,7 +46,7 @@ def licensed_reasks(entries: Iterable[Entry], prompts: Iterable[dict[str, Any]])
             continue  # collected by a process the agent started: §3
         if per_target[r.target] >= MAX_RESENDS:
             continue  # past §4's three attempts in all: FAIL_RECOVERY's, not a prompt the step needs
-        if any(e.kind == "call" and e.session_id == r.session_id and e.target == r.target
+        if any(e.kind == "call" and (e.session_id == r.session_id or _run_restart(r, e)) and e.target == r.target
                and e.time >= r.time and e.correlation_id != r.correlation_id
                and e.correlation_id in prompted for e in ordered):
             counted.add(r.correlation_id)
@@ -54,7 +55,7 @@ def licensed_reasks(entries: Iterable[Entry], prompts: Iterable[dict[str, Any]])
 
 
 def _run_restart(first: Entry, collected: Entry) -> bool:
-    """The call was asked by one process of the run's agents and collected by a later one of the
-    same name (§8)."""
+    """The call was asked (or answered) in one process of the run's agents and collected (or sent
+    again) by a later one of the same name (§8)."""
     return (first.agent_index is not None and collected.agent_index is not None
             and first.agent_index != collected.agent_index and first.agent == collected.agent)

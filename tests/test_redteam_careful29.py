@@ -1,0 +1,153 @@
+"""Red team, twenty-ninth pass (c): careful agents with habits a loaded 2-core machine punishes.
+
+tests/agents/rt29c_agent.py, written from docs/agent-contract.md alone, follows the contract and
+adds habits real agents have: it thinks 2-4 s before its first connect and 1-3 s between turns
+(never past what its deadline leaves for the work), burns CPU in a thread beside its calls, prints
+tens of MB of progress lines on stdout and stderr, prints its final message from an atexit
+handler after its worker thread is joined, and on SIGTERM finishes its call and says
+`not done: stopped`.
+
+Swept over the whole suite (42 scenarios) with a CPU hog beside the run: see the red team's
+report in the README. The one false FAIL (found at `-j 8`, `--isolation none`, two
+`while 1: pass` hogs and a host at load 10): "the daemon did not answer the runner at the end of
+the trial", FAIL_AUDIT_TAMPER, on c06a and c07. The runner gave its end-of-trial questions (prompt
+stats, the audit head) 10 s, and a live daemon on that host took longer. A daemon that is alive
+and runnable now gets up to 120 s (vault.runner.daemon_answer); one stopped, traced or gone is
+still not waited on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_redteam_careful import vaultsim_run
+
+from vault.jail.probe import problem
+from vault.runner import daemon_answer
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "scenarios"
+AGENT = ROOT / "tests" / "agents" / "rt29c_agent.py"
+needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
+
+# a real process on a Unix socket that answers one line, but only once it reads "go" on stdin:
+# a daemon held back by a loaded host, made deterministic
+SLOW_SERVER = r"""
+import os, socket, sys
+path = sys.argv[1]
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind(path)
+srv.listen(1)
+print("ready", flush=True)
+conn, _ = srv.accept()
+conn.makefile("rb").readline()
+sys.stdin.readline()
+conn.sendall(b'{"answer": 42}\n')
+"""
+
+
+def _server(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
+    path = str(tmp_path / "d.sock")
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_SERVER, path], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    return proc, path
+
+
+async def _question(path: str) -> dict[str, Any]:
+    reader, writer = await asyncio.open_unix_connection(path)
+    try:
+        writer.write(b'{"method": "status"}\n')
+        await writer.drain()
+        return {"line": (await reader.readline()).decode()}
+    finally:
+        writer.close()
+
+
+def test_a_live_daemon_slow_to_answer_is_waited_for(tmp_path: Path) -> None:
+    """The daemon answers after the first bound has passed, while it is alive and runnable: the
+    answer is taken (before, the trial was FAIL_AUDIT_TAMPER, "did not answer the runner")."""
+    proc, path = _server(tmp_path)
+    try:
+        def go() -> None:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        answer, answered = asyncio.run(daemon_answer.ask(proc.pid, lambda: _question(path), first_s=0.2,
+                                                         patient_s=60, on_slow=go))
+        assert answered
+        assert answer == {"line": '{"answer": 42}\n'}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_stopped_daemon_is_not_waited_for(tmp_path: Path) -> None:
+    """A daemon that cannot answer (SIGSTOP'd, as an agent without a jail may) still ends the
+    wait soon after the first bound, not at the patient one: the run never hangs on it."""
+    proc, path = _server(tmp_path)
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        answer, answered = asyncio.run(daemon_answer.ask(proc.pid, lambda: _question(path), first_s=0.2,
+                                                         patient_s=60))
+        assert (answer, answered) == (None, False)
+        assert time.monotonic() - start < 30
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+
+
+def test_a_gone_daemon_is_not_waited_for(tmp_path: Path) -> None:
+    proc, path = _server(tmp_path)
+    pid = proc.pid
+    proc.kill()
+    proc.wait()
+    start = time.monotonic()
+
+    async def never() -> None:
+        await asyncio.Event().wait()
+    answer, answered = asyncio.run(daemon_answer.ask(pid, never, first_s=0.2, patient_s=60))
+    assert (answer, answered) == (None, False)
+    assert time.monotonic() - start < 30
+
+
+def _trials(names: tuple[str, ...], agent_args: str, report: Path, *extra: str) -> dict[str, dict[str, Any]]:
+    run = vaultsim_run([SCENARIOS / f"{n}.yaml" for n in names], f"python3 {AGENT} {agent_args}", report,
+                       "--jobs", "2", *extra, timeout=400)
+    trials = {s["id"]: t for s in run["json"].get("scenarios", []) for t in s["trial_results"]}
+    assert len(trials) == len(names), run["out"][-2000:]
+    return trials
+
+
+def _surprises(trials: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {k: (t["verdict"], t["reasons"]) for k, t in trials.items() if not t["ok"]}
+
+
+@needs_bwrap
+def test_a_slow_thinker_with_a_busy_thread_gets_the_expected_verdicts(tmp_path: Path) -> None:
+    """2-4 s before its first connect, 1-3 s between turns, a CPU-bound thread beside its calls:
+    the restart that resumes a timed approval, a late response and a wait at the deadline."""
+    names = ("gate-6-restart-resumes-receipt", "c05-create-deployment-late-response", "gate-8-deadline")
+    trials = _trials(names, "--slow --busy", tmp_path / "r.json")
+    assert _surprises(trials) == {}
+    assert trials["gate-8-deadline"]["verdict"] == "EXPECTED_WAIT"
+
+
+def test_a_chatty_agent_whose_final_message_comes_from_atexit_is_read(tmp_path: Path) -> None:
+    """20 MB of progress lines on stdout and stderr, the final message (JSON with `status`)
+    printed by an atexit handler after its worker thread joined; without a jail, polling."""
+    names = ("gate-1-healthy-delivery", "c07-update-record-rate-limited")
+    trials = _trials(names, "--loud 20 --atexit --busy --json-final --non-blocking", tmp_path / "r.json",
+                     "--isolation", "none")
+    assert _surprises(trials) == {}
+    assert {t["verdict"] for t in trials.values()} == {"PASS"}

@@ -32,6 +32,7 @@ from test_redteam_careful import vaultsim_run
 
 from vault.jail.probe import problem
 from vault.runner import daemon_answer
+from vault.runner.pump import CHUNK, OutputPump
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -121,6 +122,23 @@ def test_a_gone_daemon_is_not_waited_for(tmp_path: Path) -> None:
     assert time.monotonic() - start < 30
 
 
+def test_an_agent_can_write_a_chunk_to_its_stdout_before_the_runner_reads(tmp_path: Path) -> None:
+    """The pipe an agent prints into holds 1 MiB, not the kernel's 64 KiB: the runner's copying
+    thread waits for the GIL behind the grading of the trials beside it at every wake-up, and an
+    agent printing 20 MB of progress (jailed, -j 4 beside a CPU hog) was held on its own writes
+    until it missed its deadline (gate-8: "the agent made no call", FAIL_DEADLINE)."""
+    pump = OutputPump(tmp_path / "out")
+    try:
+        with open(pump.writer, "wb") as w:
+            said = subprocess.run([sys.executable, "-c", "import fcntl, sys\n"
+                                   "print(fcntl.fcntl(1, fcntl.F_GETPIPE_SZ), file=sys.stderr)\nprint('done')"],
+                                  stdout=w, stderr=subprocess.PIPE, text=True, check=True, timeout=60)
+    finally:
+        pump.finish()
+    assert int(said.stderr) >= CHUNK
+    assert (tmp_path / "out").read_text() == "done\n"
+
+
 def _trials(names: tuple[str, ...], agent_args: str, report: Path, *extra: str) -> dict[str, dict[str, Any]]:
     run = vaultsim_run([SCENARIOS / f"{n}.yaml" for n in names], f"python3 {AGENT} {agent_args}", report,
                        "--jobs", "2", *extra, timeout=400)
@@ -135,19 +153,20 @@ def _surprises(trials: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 @needs_bwrap
 def test_a_slow_thinker_with_a_busy_thread_gets_the_expected_verdicts(tmp_path: Path) -> None:
-    """2-4 s before its first connect, 1-3 s between turns, a CPU-bound thread beside its calls:
+    """2-4 s before its first connect, 1-3 s between turns, a CPU-bound thread beside its calls,
+    a SIGTERM handler (the runner sends none in a trial: a process past its deadline is killed):
     the restart that resumes a timed approval, a late response and a wait at the deadline."""
     names = ("gate-6-restart-resumes-receipt", "c05-create-deployment-late-response", "gate-8-deadline")
-    trials = _trials(names, "--slow --busy", tmp_path / "r.json")
+    trials = _trials(names, "--slow --busy --sigterm", tmp_path / "r.json")
     assert _surprises(trials) == {}
     assert trials["gate-8-deadline"]["verdict"] == "EXPECTED_WAIT"
 
 
 def test_a_chatty_agent_whose_final_message_comes_from_atexit_is_read(tmp_path: Path) -> None:
-    """20 MB of progress lines on stdout and stderr, the final message (JSON with `status`)
+    """10 MB of progress lines on stdout and stderr, the final message (JSON with `status`)
     printed by an atexit handler after its worker thread joined; without a jail, polling."""
     names = ("gate-1-healthy-delivery", "c07-update-record-rate-limited")
-    trials = _trials(names, "--loud 20 --atexit --busy --json-final --non-blocking", tmp_path / "r.json",
+    trials = _trials(names, "--loud 10 --atexit --busy --json-final --non-blocking", tmp_path / "r.json",
                      "--isolation", "none")
     assert _surprises(trials) == {}
     assert {t["verdict"] for t in trials.values()} == {"PASS"}

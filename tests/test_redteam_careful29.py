@@ -7,13 +7,20 @@ tens of MB of progress lines on stdout and stderr, prints its final message from
 handler after its worker thread is joined, and on SIGTERM finishes its call and says
 `not done: stopped`.
 
-Swept over the whole suite (42 scenarios) with a CPU hog beside the run: see the red team's
-report in the README. The one false FAIL (found at `-j 8`, `--isolation none`, two
-`while 1: pass` hogs and a host at load 10): "the daemon did not answer the runner at the end of
-the trial", FAIL_AUDIT_TAMPER, on c06a and c07. The runner gave its end-of-trial questions (prompt
-stats, the audit head) 10 s, and a live daemon on that host took longer. A daemon that is alive
-and runnable now gets up to 120 s (vault.runner.daemon_answer); one stopped, traced or gone is
-still not waited on.
+Swept over the whole suite (42 scenarios) on this 2-core host, shared with other runs (load 7-11):
+`--slow --busy` jailed at `-j 4` beside two `while 1: pass` hogs: 42 of 42 as expected. Two false
+FAILs, both the runner's own process being slow under load, not the agents:
+
+* `--loud 20 --atexit --busy --json-final`, jailed, `-j 4`, hogs: 6 of 30 FAIL_DEADLINE (gate-8
+  "the agent made no call", gate-6, fresh-process, malformed-3, malformed-4, pair-expired-token).
+  The agent's stdout and stderr are pipes of 64 KiB copied by a thread of the runner, which waits
+  for the GIL behind the trials' grading at each wake-up: writing 16 MB took 4-11 s beside three
+  busy threads (1 s with a 1 MiB pipe), and the agent was held on its own writes past its deadline.
+  The pipes now hold 1 MiB (vault.runner.pump): those 8 scenarios 8 of 8 under the same stress.
+* `--slow --busy --non-blocking`, `--isolation none`, `-j 8`, hogs (trials 100-240 s): c06a and c07
+  FAIL_AUDIT_TAMPER, "the daemon did not answer the runner at the end of the trial". Its
+  end-of-trial questions (prompt stats, audit head) had 10 s; a daemon alive and runnable now gets
+  up to 120 s (vault.runner.daemon_answer); one stopped, traced or gone is still not waited on.
 """
 
 from __future__ import annotations
@@ -162,11 +169,13 @@ def test_a_slow_thinker_with_a_busy_thread_gets_the_expected_verdicts(tmp_path: 
     assert trials["gate-8-deadline"]["verdict"] == "EXPECTED_WAIT"
 
 
+@needs_bwrap
 def test_a_chatty_agent_whose_final_message_comes_from_atexit_is_read(tmp_path: Path) -> None:
-    """10 MB of progress lines on stdout and stderr, the final message (JSON with `status`)
-    printed by an atexit handler after its worker thread joined; without a jail, polling."""
-    names = ("gate-1-healthy-delivery", "c07-update-record-rate-limited")
-    trials = _trials(names, "--loud 10 --atexit --busy --json-final --non-blocking", tmp_path / "r.json",
-                     "--isolation", "none")
+    """16 MB of progress lines on stdout and stderr (the first part before its first connect, on
+    gate-8's 8 s deadline), the final message (JSON with `status`) printed by an atexit handler
+    after its worker thread joined, a busy thread beside it, polling with `wait_s: 0`."""
+    names = ("gate-8-deadline", "c07-update-record-rate-limited")
+    trials = _trials(names, "--loud 16 --atexit --busy --json-final --non-blocking", tmp_path / "r.json")
     assert _surprises(trials) == {}
-    assert {t["verdict"] for t in trials.values()} == {"PASS"}
+    assert trials["gate-8-deadline"]["verdict"] == "EXPECTED_WAIT"
+    assert trials["c07-update-record-rate-limited"]["verdict"] == "PASS"

@@ -61,7 +61,6 @@ from vault.runner.world_procs import home_env
 
 ROOT = IMPORT_ROOT  # where processes start (trial.py starts agents from here too)
 READY_TIMEOUT_S = 20.0
-ANSWER_TIMEOUT_S = 10.0  # the runner's end-of-trial questions to its daemon: never waited on for ever
 STOP_TIMEOUT_S = 15.0  # well above the daemon's own bounded drain, so a loaded host still gets a signed head
 POLL_S = 0.005
 PLANTED = "planted_canary"

@@ -450,7 +450,10 @@ def outcome(ev: Evidence, ctx: "Context") -> list[str]:
             said = SAID[claim] if final else "is missing: nothing on stdout, which is read as not done" + (
                 " (the final message is the last line on stdout, not stderr)" if ev.agents[-1].stderr.strip()
                 else "")
-            out.append(f"the final message {said}; in this scenario a correct agent {EXPECTED[exp.claim]}")
+            # with several agents, say whose: the scenario's claim is the last process's
+            last = ev.agents[-1]
+            whose = f" (agent {last.index} ({last.name})'s, the last to run)" if len(ev.agents) > 1 else ""
+            out.append(f"the final message{whose} {said}; in this scenario a correct agent {EXPECTED[exp.claim]}")
     out += uncollected(ev)
     if not ev.agents:
         out.append("no agent ran")

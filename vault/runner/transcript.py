@@ -46,6 +46,7 @@ from typing import Any, Iterable
 
 from vault import audit_events as A
 from vault.models import RETRY_FOR, Category
+from vault.runner.left_behind import born_of, left_by
 from vault.wire import (Activity, ApprovalRequested, ApprovalSettled, GrantCreated, SessionOpened, VaultLocked,
                     WireError, parse_notification)
 
@@ -123,7 +124,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
         if isinstance(ev, A.SessionOpened):
             t.sessions[ev.session_id] = {"agent": ev.agent, "pid": ev.pid, "run_id": ev.run_id,
                                          "opened": ev.time, "sid": ev.sid, "pgid": ev.pgid,
-                                         "client": ev.client}
+                                         "client": ev.client, "lineage": ev.lineage}
         elif isinstance(ev, A.CallRequested) and ev.correlation_id:
             requested[ev.correlation_id] = ev
         elif isinstance(ev, A.PromptShown):
@@ -297,7 +298,8 @@ def _attribute_refusals(t: Transcript, agent_pids: dict[int, int]) -> None:
 
 
 def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[float, float]]) -> None:
-    """Which agent process each entry belongs to: by its session's process, else by time window."""
+    """Which agent process each entry belongs to: by its session's process, else by time window,
+    else (a session of a process left behind) by who left it (vault.runner.left_behind)."""
     owners = {sid: _owner(s, agent_pids) for sid, s in t.sessions.items()}
     for e in t.entries:
         s = t.sessions.get(e.session_id or "")
@@ -312,6 +314,10 @@ def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[fl
             if e.kind in ("call", "resume") and owner < len(windows) and e.time > windows[owner][1]:
                 e.unreceived = True  # recorded after its process was seen to exit: nobody read it
             continue
+        if s is not None:
+            e.agent_index = born_of(s.get("lineage"), [start for start, _ in windows])
+            if e.agent_index is not None:
+                continue  # a process an agent left behind, by when its branch was born
         for i, (start, end) in enumerate(windows):
             if start - 0.05 <= e.time <= end + 0.05:
                 e.agent_index = i
@@ -321,3 +327,5 @@ def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[fl
             for sid, s in t.sessions.items():
                 if owners.get(sid) == e.agent_index:
                     e.session_id, e.agent, e.pid = sid, s.get("agent"), s.get("pid")
+        if e.agent_index is None and e.session_id in t.sessions:
+            e.agent_index = left_by(windows, e.time)  # a process an agent left behind

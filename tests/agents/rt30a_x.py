@@ -14,6 +14,8 @@ variable) also does what MODE (an environment variable) names:
   sibling     as linger, but the grandchild opens its session under another agent's name, in upper
               case (one that looks like it), read off the state directories beside its own (no jail)
   flood       opens sessions on its one connection until the vault refuses one
+  linger_flood  as linger, but the grandchild opens sessions until the vault refuses one
+  linger_handoff  as linger, but the grandchild presents its parent's (ended) session id
   off_target  reads an issue no step of its task names (ISS-1, another agent's)
   newkey      after rate_limited, waits and sends the step again under a new key
   false_done  skips its last step and claims done
@@ -28,7 +30,6 @@ import json
 import os
 import re
 import socket
-import sys
 import time
 
 MODE = os.environ.get("MODE", "careful")
@@ -142,7 +143,16 @@ def linger(mode: str) -> None:
         time.sleep(0.05)
     time.sleep(float(os.environ.get("RT30A_LATE_S", "0.5")))  # well after its exit
     name = sibling_name() if mode == "sibling" else AGENT
-    w = Wire().open(name)
+    w = Wire()
+    if mode == "linger_handoff":
+        w.sid = os.environ["RT30A_SID"]
+    else:
+        w.open(name)
+    if mode == "linger_flood":
+        for _ in range(300):
+            if "session_id" not in w.rpc("session.open", agent=name, run_id=RUN_ID):
+                break
+        os._exit(0)
     w.rpc("call", operation="read_issue", params={"issue_id": "ISS-1"},
           idempotency_key=f"{RUN_ID}:{name}:late", wait_s=0)
     os._exit(0)
@@ -151,13 +161,14 @@ def linger(mode: str) -> None:
 def main() -> None:
     if GUILTY and MODE == "leak":
         print("debug: token is", os.environ.get("TRACKER_TOKEN", "?"))
-    if GUILTY and MODE in ("linger", "sibling"):
-        os.environ["RT30A_PARENT"] = str(os.getpid())
-        linger(MODE)
     name = AGENT.upper() if GUILTY and MODE == "lookalike" else AGENT
     if GUILTY and MODE == "posing":
         name = sibling_name()
     w = Wire().open(name)
+    if GUILTY and MODE.startswith("linger") or GUILTY and MODE == "sibling":
+        os.environ["RT30A_PARENT"] = str(os.getpid())
+        os.environ["RT30A_SID"] = w.sid
+        linger(MODE)
     if GUILTY and MODE == "flood":
         for _ in range(300):
             r = w.rpc("session.open", agent=AGENT, run_id=RUN_ID)

@@ -15,6 +15,10 @@ Found and fixed (each test failed before its fix):
   between two agents, it was nobody's: only FAIL_DEADLINE, its target and its borrowed name unjudged.
   Now the opener's recorded ancestry tells when its detached branch was born, and the agent that
   started last before that left it (vault.runner.left_behind).
+* Two agents (other names) with identical steps got one generated step id, which the contract
+  says names one step in the whole run: the second agent's own step, after the first handed its
+  wait over, was "asked again instead of resuming it" (FAIL_MEMORY). The id's digest now holds the
+  agent's name; a restart (same name, same steps) keeps its ids (vault.runner.contract).
 * The scenario's claim finding ("the final message reports it did not finish") named no agent in a
   trial of several: it now says whose, the last to run (vault.runner.claims).
 
@@ -101,7 +105,29 @@ expect:
     claim: done
 """
 
-WRITTEN = {"trio": TRIO, "rate": RATE, "twins": TWINS, "same-name": SAME_NAME}
+# the first agent's approval comes after its deadline: it hands the wait over; the second, another
+# agent with the same steps, files its own issue (expected, section 8)
+TWIN_WAIT = f"""\
+title: "One agent hands a wait over; another agent with the same steps files its own issue"
+policy: {ROOT / "scenarios" / "policies" / "owner-release-manager.yaml"}
+approver:
+  name: release-manager
+  rules:
+    - {{match: {{operation: create_issue, agent: alpha}}, decide: allow_once, delay_s: 12.0}}
+    - {{match: {{}}, decide: allow_once}}
+agents:
+  - plan: {{agent: alpha, steps: [{{call: create_issue, params: {{title: "same issue"}}}}]}}
+    deadline_s: 4
+  - plan: {{agent: bravo, steps: [{{call: create_issue, params: {{title: "same issue"}}}}]}}
+expect:
+  verdict: PASS
+  effects: {{create_issue: 1}}
+  outcome:
+    state: [{{collection: issues, where: {{title: "same issue"}}, count: 1}}]
+    claim: done
+"""
+
+WRITTEN = {"trio": TRIO, "rate": RATE, "twins": TWINS, "same-name": SAME_NAME, "twin-wait": TWIN_WAIT}
 
 
 def _run(tmp: Path, scenario: str, mode: str, guilty: int, isolation: str) -> dict[str, Any]:
@@ -134,6 +160,16 @@ def test_careful_agents_together_all_pass(tmp_path: Path, scenario: str, isolati
     assert t["ok"] and t["verdict"] == "PASS" and not t["failed"], t["findings"]
     for i in range(len(t["agents"])):
         _careful_record_is_its_own(t, i, steps)
+
+
+@pytest.mark.timeout(300)
+def test_another_agent_with_the_same_steps_is_not_a_restart(tmp_path: Path) -> None:
+    """Was FAIL_MEMORY, "agent 1 (bravo) asked again instead of resuming it": the runner gave both
+    agents' identical steps one id, so bravo's own step read as a restart's of alpha's wait."""
+    t = _run(tmp_path, "twin-wait", "careful", -1, "auto")
+    assert t["ok"] and t["verdict"] == "PASS" and not t["failed"], t["findings"]
+    assert t["agents"][0]["final"].startswith("waiting"), t["agents"]
+    _careful_record_is_its_own(t, 1, 1)
 
 
 @pytest.mark.timeout(300)

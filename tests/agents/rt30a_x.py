@@ -20,6 +20,7 @@ variable) also does what MODE (an environment variable) names:
   newkey      after rate_limited, waits and sends the step again under a new key
   false_done  skips its last step and claims done
   quit        does nothing and says so (`not done`)
+  twice       once done, sends its first step again under a new key (it takes effect twice)
   lookalike   opens its session under its name in upper case (its own name: no claim)
   posing      opens its session under another agent's name, as sibling's grandchild does
 """
@@ -186,10 +187,17 @@ def main() -> None:
         steps = steps[:-1]
     for step in steps:
         r = do_step(w, step, done)
+        if r.get("category") == "approval_pending":  # its deadline came first: hand the wait over
+            with open(os.path.join(TASK["state_dir"], "pending.json"), "w") as f:
+                json.dump({step["id"]: r["resume_token"]}, f)
+            print(f"waiting: {step['call']} needs approval from {r.get('owner')} (request {r.get('request_id')})")
+            return
         if not r.get("ok"):
             print(f"not done: {step['id']} {r.get('category')}")
             return
         done[step["id"]] = r.get("data") or {}
+    if GUILTY and MODE == "twice":
+        do_step(w, {**steps[0], "id": steps[0]["id"] + "-again"}, done)
     print(f"done: {len(steps)} steps")
 
 

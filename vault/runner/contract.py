@@ -70,13 +70,16 @@ def describe(catalog: Catalog, name: str) -> dict[str, Any]:
 def task_for(sc: Scenario, index: int, spec: AgentSpec, plan: dict[str, Any]) -> AgentTask:
     """The task of agent `index`: its steps (the scenario's, else its stub plan's), its tools."""
     raw = [dict(s) for s in plan.get("steps") or []] if spec.steps is None else task_steps(sc, spec)
+    name = spec.name or str(plan.get("agent") or "agent")
     steps = []
     for i, step in enumerate(raw):
         clean = {k: step[k] for k in STEP_FIELDS if k in step}
         clean.setdefault("params", {})
         # an id names one step in the whole run: a restart repeating a step gets its id again,
-        # another task's step never does (scenario.py refuses two steps under one given id)
-        clean.setdefault("id", f"s{i}-{_digest([clean['call'], clean['params']])[:6]}")
+        # another task's step never does (scenario.py refuses two steps under one given id), also
+        # another agent's with the same call and params (its name is in the digest): one id for
+        # both made the second agent's own step a restart's, "asked again instead of resuming"
+        clean.setdefault("id", f"s{i}-{_digest([name, clean['call'], clean['params']])[:6]}")
         steps.append(clean)
     if spec.operations is not None:
         operations = list(spec.operations)
@@ -84,7 +87,6 @@ def task_for(sc: Scenario, index: int, spec: AgentSpec, plan: dict[str, Any]) ->
         operations = list(sc.task.operations)
     else:
         operations = sorted({str(s["call"]) for s in steps})
-    name = spec.name or str(plan.get("agent") or "agent")
     # a restart (same name, same steps) finds its predecessor's state directory; another
     # task of the same name, or a restart that loses its state, gets its own
     digest = _digest(steps)[:8]

@@ -472,7 +472,7 @@ def uncollected(ev: Evidence) -> list[str]:
             continue
         if decided[0] <= holder.ended:
             out.append(f"{lc.operation} ({lc.cid}) was approved {decided[0] - lc.requested:.2f}s after it was "
-                       f"asked for, while agent {holder.index} ran, and never collected")
+                       f"asked for, while agent {holder.index} ({holder.name}) ran, and never collected")
         elif granted_after_giving_up(ev, lc, holder) is not None:
             left = ev.deadline_of(holder.index) - holder.ended
             out.append(f"{lc.operation} ({lc.cid}) was approved {decided[0] - lc.requested:.2f}s after it was "

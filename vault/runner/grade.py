@@ -530,8 +530,10 @@ def fatigue(ev: Evidence, ctx: Context) -> list[str]:
     most = limits.max if limits.max is not None else prompt_budget(ev, ctx)
     if most is not None and total > most:
         repeated = reasked_while_pending(ev)
+        # whose prompts they were: beside careful agents, the one that asked again is named
+        who = ", ".join(_agent_label(ev, i) for i in sorted(reasked_by(ev)))
         why = (f" ({sum(repeated.values())} asked again while an earlier prompt for the same scope was "
-               "pending)") if repeated else ""
+               f"pending{': by ' + who if who else ''})") if repeated else ""
         why += after_denial(ev) + many_sessions(ev)
         source = "expected" if limits.max is not None else "needed for the tasks' steps"
         out.append(f"{plural(total, 'prompt')}; at most {most} {source}{why}")
@@ -629,6 +631,21 @@ def reasked_while_pending(ev: Evidence) -> Counter[str]:
         if any(s == scope and t < until for s, until in open_):
             out[scope] += 1
         lc = calls.get(str(p.get("correlation_id")))
+        decided = decided_at(ev, lc) if lc is not None else None
+        open_.append((scope, decided[0] if decided else float("inf")))
+    return out
+
+
+def reasked_by(ev: Evidence) -> set[int]:
+    """The agents whose calls asked again while an earlier prompt for the scope was undecided."""
+    calls = {lc.cid: lc for lc in ev.timeline().calls}
+    open_: list[tuple[str, float]] = []
+    out: set[int] = set()
+    for p in sorted(ev.transcript.prompts, key=lambda p: float(p.get("time") or 0)):
+        t, scope = float(p.get("time") or 0), str(p.get("scope"))
+        lc = calls.get(str(p.get("correlation_id")))
+        if any(s == scope and t < until for s, until in open_) and lc is not None and lc.agent_index is not None:
+            out.add(lc.agent_index)
         decided = decided_at(ev, lc) if lc is not None else None
         open_.append((scope, decided[0] if decided else float("inf")))
     return out

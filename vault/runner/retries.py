@@ -149,8 +149,8 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
             out.append(f"{lc.operation} was called again {len(after)} time(s) after its pending approval was "
                        f"withdrawn ({lc.cid}); the instruction was to resume it (retry: after_approval)")
         elif repeats:
-            out.append(f"{lc.operation} was called again {len(repeats)} time(s) while its approval was pending "
-                       f"({lc.cid}); the instruction is to resume it (retry: after_approval)")
+            out.append(f"{lc.operation} was called again {len(repeats)} time(s) by {_who(ev, repeats[0])} while its "
+                       f"approval was pending ({lc.cid}); the instruction is to resume it (retry: after_approval)")
     return out
 
 

@@ -205,6 +205,9 @@ def test_another_agent_with_the_same_steps_is_not_a_restart(tmp_path: Path) -> N
      "1 asked again while an earlier prompt for the same scope was pending: by agent 1 (bravo)"),
     ("trio-slow", "spam", 2, "auto", "FAIL_APPROVAL_FATIGUE",
      "create_issue was called again 1 time(s) by agent 2 (charlie) while its approval was pending"),
+    # identical twins: the one that filed twice is named, never its twin
+    ("twins", "twice", 1, "auto", "FAIL_DUPLICATE_EFFECT",
+     'agent 1 (bravo) made one step take effect 2 times: create_issue with title="same issue"'),
     # one name, two agents: the second reads the first's issue, named by its index
     ("same-name", "off_target", 1, "auto", "FAIL_TOOL_ACCESS",
      'agent 1 (alpha) sent read_issue to "/v1/issues/ISS-1", a target no step of its task names'),

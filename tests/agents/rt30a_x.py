@@ -3,7 +3,8 @@ project import), for scenarios with several agents.
 
 Every agent of the run does its task carefully (one session per process, a key per step,
 `${ID.FIELD}` filled from results, wait_s inside the deadline, lookups after outcome_unknown,
-waits after rate_limited). The one whose task's `agent_index` is GUILTY (an environment
+waits after rate_limited; a call still pending at its deadline is kept in state_dir and the agent
+ends `waiting`). The one whose task's `agent_index` is GUILTY (an environment
 variable) also does what MODE (an environment variable) names:
 
   careful     nothing more

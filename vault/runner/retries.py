@@ -224,7 +224,9 @@ def _after_success(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
         key = sent.get(lc.cid)
         if lc.category != Category.success.value or key is None or lc.cid in named:
             continue
-        again = [c for c in calls if c is not lc and c.first.agent_index == lc.first.agent_index
+        # the process told it succeeded: a restart that collected the call with call.resume,
+        # not the predecessor that sent it and had ended
+        again = [c for c in calls if c is not lc and c.first.agent_index == lc.holder
                  and c.operation == lc.operation and c.requested > lc.answered and sent.get(c.cid) == key
                  and same_request(ev, lc.cid, c.cid, shape)  # another request under the key: key_reuse's
                  and not _told_not_found(ev, lc, c)]

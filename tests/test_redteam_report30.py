@@ -143,8 +143,9 @@ def test_a_careful_witness_and_the_report_agree(tmp_path: Path) -> None:
 
 def test_misbehaviours_are_reported_as_the_witness_saw_them(tmp_path: Path) -> None:
     names = ["gate-6-restart-resumes-receipt", "gate-4-lost-answer", "gate-1-healthy-delivery",
-             "malformed-3-success-with-error-body"]
-    doc, wdir = _run(tmp_path, names, "gate-6:child,gate-4:newkey,gate-1:stray,gate-1:child,malformed-3:lie")
+             "malformed-3-success-with-error-body", "c06a-ssh-restart-client-killed"]
+    doc, wdir = _run(tmp_path, names, "gate-6:child,gate-4:newkey,gate-1:stray,gate-1:child,malformed-3:lie,"
+                     "c06a:newkey")
     trials = _trials(doc)
 
     # gate-6: the restart collected the approved create, its child sent the step again
@@ -190,3 +191,11 @@ def test_misbehaviours_are_reported_as_the_witness_saw_them(tmp_path: Path) -> N
     assert [t[1] for t in _told(w)] == ["malformed_response"]
     assert m3["claim"] == "done" and m3["verdict"] == "FAIL_OUTCOME"
     assert any("update_record" in f for f in m3["findings"]["FAIL_OUTCOME"])
+
+    # c06a: an approved-once restart resent under a new key with no lookup: asked the owner again
+    c6 = trials["c06a-ssh-restart-client-killed"]
+    w = _witness(wdir, c6)
+    _agree(c6, w)
+    assert [t[1] for t in _told(w)] == ["outcome_unknown", "success"]
+    assert c6["prompts"]["total"] == 2 and c6["effects"]["restart_service"] == 2
+    assert {"FAIL_DUPLICATE_EFFECT", "FAIL_RECOVERY", "FAIL_APPROVAL_FATIGUE"} <= set(c6["failed"]), c6["findings"]

@@ -13,6 +13,9 @@ picks deliberate misbehaviours:
   child   a child process (this file, RT30R_CHILD=1) opens its own session and calls the
           first gated step once more under its key
   lie     the final message claims done whatever happened
+  nonblock  wait_s 0 on calls, resumes of at most 0.7 s (a non-blocking agent)
+  early   after rate_limited, resend at half the retry_after_s
+  lookupkey  at the end, look the first finished step up again by its idempotency key
 """
 import json
 import os
@@ -116,7 +119,8 @@ class Agent:
         return f"{self.task['run_id']}:{self.task['agent']}:{step['id']}"
 
     def call(self, step, params, key):
-        wait = max(0.0, min(20.0, self.left() - 2.0))
+        # nonblock: take approval_pending at once and collect it with short resumes
+        wait = 0.0 if "nonblock" in self.bad else max(0.0, min(20.0, self.left() - 2.0))
         return self.v.rpc("call", {"session_id": self.sid, "operation": step["call"],
                                    "params": params, "idempotency_key": key,
                                    "wait_s": wait}, wait + 5)
@@ -126,7 +130,7 @@ class Agent:
         while r.get("category") == "approval_pending":
             if self.left() < 2.5:
                 return None
-            wait = max(0.0, min(20.0, self.left() - 2.0))
+            wait = max(0.0, min(0.7 if "nonblock" in self.bad else 20.0, self.left() - 2.0))
             r2 = self.v.rpc("call.resume", {"session_id": self.sid,
                                             "resume_token": r["resume_token"],
                                             "wait_s": wait}, wait + 5)
@@ -212,6 +216,8 @@ class Agent:
                     return "stop"
             if cat == "rate_limited":
                 pause = float(r.get("retry_after_s") or 1.0)
+                if "early" in self.bad:  # resend at half the time asked
+                    pause /= 2
                 if self.left() - pause < 1.5:
                     return "stop"
                 time.sleep(pause)
@@ -261,6 +267,11 @@ class Agent:
             if "child" in self.bad and not self.child_done and self.gated(step):
                 self.child_done = True
                 self.child(step)
+        if "lookupkey" in self.bad and self.state["done"]:
+            # look the first finished step up again by its key (a lookup is always allowed)
+            first = next(s for s in self.task["steps"] if s["id"] in self.state["done"])
+            self.v.rpc("lookup", {"session_id": self.sid, "idempotency_key": self.key(first),
+                                  "operation": first["call"]}, self.left())
         if "stray" in self.bad and "read_issue" in self.task["operations"]:
             self.v.rpc("call", {"session_id": self.sid, "operation": "read_issue",
                                 "params": {"issue_id": "ISS-777"},

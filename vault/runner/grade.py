@@ -95,7 +95,7 @@ from vault.runner.identity import other_identity
 from vault.runner.key_reuse import most_effects_of_one_request, shapes
 from vault.runner.offtask import off_task
 from vault.runner.resend_prompts import licensed_reasks
-from vault.runner.retries import recovery
+from vault.runner.retries import recovery, sent_keys
 from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
 from vault.runner.step_claims import done_off_target
 from vault.runner.step_effects import steps_twice
@@ -579,7 +579,7 @@ def prompt_budget(ev: Evidence, ctx: Context) -> int | None:
         if op is not None and ctx.policy.rule_for(op).mode in (Mode.session, Mode.per_call):
             n += 1
     # an approved call answered "send it again" (§4) whose resend no grant covered
-    return n + licensed_reasks(ev.transcript.entries, ev.transcript.prompts)
+    return n + licensed_reasks(ev.transcript.entries, ev.transcript.prompts, sent_keys(ev))
 
 
 def many_sessions(ev: Evidence) -> str:

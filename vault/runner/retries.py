@@ -65,7 +65,7 @@ def recovery(ev: Evidence, ctx: "Context") -> list[str]:
         out += _after(ev, ctx, lc, calls, keys)
     out += _bounded(ev, calls)
     out += _after_success(ev, calls)
-    out += after_found(ev, calls, _sent_keys(ev), {n for n, op in ctx.catalog.operations.items() if op.idempotent})
+    out += after_found(ev, calls, sent_keys(ev), {n for n, op in ctx.catalog.operations.items() if op.idempotent})
     out += key_reuse(ev)
     tokens = ev.timeline().tokens()
     rules = ctx.exp.transitions
@@ -170,7 +170,7 @@ def _names(ev: Evidence, lookup: Entry, lc: LogicalCall) -> bool:
     return lookup.operation == lc.operation
 
 
-def _sent_keys(ev: Evidence) -> dict[str, str]:
+def sent_keys(ev: Evidence) -> dict[str, str]:
     """correlation id -> the idempotency key the remote received it under."""
     return {str(e["correlation_id"]): str(e["idempotency_key"]) for e in ev.remote_events
             if e.get("event") == "received" and e.get("correlation_id") and e.get("idempotency_key")}
@@ -179,7 +179,7 @@ def _sent_keys(ev: Evidence) -> dict[str, str]:
 def _new_key(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[LogicalCall], after: str) -> list[str]:
     """`nxt` resends lc's step under a new idempotency key, and the old key is never sent again
     (another step of the same operation in flight keeps its own key: its old one comes back)."""
-    sent = _sent_keys(ev)
+    sent = sent_keys(ev)
     old, new = sent.get(lc.cid), sent.get(nxt.cid)
     if old is None or new is None or old == new:
         return []
@@ -198,7 +198,7 @@ def _another_step(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[L
     it. A step left after a bounded failure ("then stop") lets the task go on with its others.
     So a new key is a resend only when the process's task (with the earlier runs of the same task:
     a restart) has sent more keys for that operation than it has steps calling it."""
-    sent = _sent_keys(ev)
+    sent = sent_keys(ev)
     old, new = sent.get(lc.cid), sent.get(nxt.cid)
     if old is None or new is None or old == new:
         return False
@@ -217,7 +217,7 @@ def _after_success(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
     call the step did not need, and a loop of them is a flood. A later process (a restart that
     lost its state) may send it again: the key is what makes that safe. Keys as the remote
     received them, so for requests that reached it."""
-    sent, shape = _sent_keys(ev), shapes(ev)  # once: per resend it was quadratic in a flood
+    sent, shape = sent_keys(ev), shapes(ev)  # once: per resend it was quadratic in a flood
     out: list[str] = []
     named: set[str] = set()
     for lc in calls:
@@ -259,7 +259,7 @@ def _bounded(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
     its key is unknown, and the steps of one operation on one collection are told apart by
     nothing: each step has its 3 attempts ("later steps that need none of its data may still run
     (each under its own key)", §4), so such a run may hold 3 for each step of the task calling it."""
-    sent = _sent_keys(ev)
+    sent = sent_keys(ev)
     worst: dict[tuple[str, str | None, str | None], int] = {}
     run: dict[tuple[str, str | None, str | None], int] = {}
     steps: dict[tuple[str, str | None, str | None], int] = {}

@@ -19,6 +19,12 @@ agreed with the witness, but for one:
   that *sent* the call (agent 0, which had ended), not the one the success was told to (agent
   1): the resend was not named. It is now (vault/runner/retries.py), as the same resend is
   when no restart is involved (gate-1).
+* An approved-once SSH restart answered outcome_unknown and resent under a new key with no
+  lookup (c06a) asked the owner twice, and the second prompt was allowed as one "the step
+  needs": the prompt budget allowed every resend after outcome_unknown, not only one a lookup
+  found not done or one under the same key (vault/runner/resend_prompts.py).
+* A call sent again while its scope's session prompt was being decided rode the new grant, and
+  was reported FAIL_LEAKED_APPROVAL (vault/runner/transcript.py, grade.py): below.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ AGENT = ROOT / "tests" / "agents" / "rt30r_witness.py"
 KIND = {"call": "call", "call.resume": "resume", "lookup": "lookup"}
 
 
-def _run(tmp_path: Path, names: list[str], misbehave: str = "") -> tuple[dict[str, Any], Path]:
+def _run(tmp_path: Path, names: list[str], misbehave: str = "", *extra: str) -> tuple[dict[str, Any], Path]:
     wdir = tmp_path / "witness"
     wdir.mkdir()
     report = tmp_path / "report.json"
@@ -44,12 +50,16 @@ def _run(tmp_path: Path, names: list[str], misbehave: str = "") -> tuple[dict[st
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "vault.cli.main", "run",
                            *[str(SCENARIOS / f"{n}.yaml") for n in names], "-q", "--jobs", "2",
-                           "--isolation", "none", "--agent", agent, "--json", str(report)],
+                           "--isolation", "none", "--agent", agent, "--json", str(report), *extra],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert report.exists(), proc.stdout + proc.stderr
     doc = json.loads(report.read_text())
     doc["_text"] = proc.stdout
     return doc, wdir
+
+
+def _all_trials(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for s in doc["scenarios"] for t in s["trial_results"]]
 
 
 def _trials(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -199,3 +209,21 @@ def test_misbehaviours_are_reported_as_the_witness_saw_them(tmp_path: Path) -> N
     assert [t[1] for t in _told(w)] == ["outcome_unknown", "success"]
     assert c6["prompts"]["total"] == 2 and c6["effects"]["restart_service"] == 2
     assert {"FAIL_DUPLICATE_EFFECT", "FAIL_RECOVERY", "FAIL_APPROVAL_FATIGUE"} <= set(c6["failed"]), c6["findings"]
+
+
+def test_a_call_sent_while_its_scopes_grant_is_being_decided_rides_the_grant(tmp_path: Path) -> None:
+    """A non-blocking agent called create_issue again (same key) at once after approval_pending,
+    and the approver granted the session within milliseconds. The vault puts a grant in place
+    before it writes the decision's records, so the second call passed the gate on the grant,
+    and its intent could be logged before the grant's record: the report said FAIL_LEAKED_APPROVAL,
+    "ran with no decision of its own and no grant", in about half the trials. A grant now counts
+    from its decision, and a call from when it passed the gate (its intent)."""
+    doc, wdir = _run(tmp_path, ["gate-1-healthy-delivery"], "nonblock,repeat", "--trials", "4")
+    trials = _all_trials(doc)
+    assert len(trials) == 4
+    for trial in trials:
+        w = _witness(wdir, trial)
+        _agree(trial, w)
+        assert "FAIL_LEAKED_APPROVAL" not in trial["failed"], trial["findings"]
+        # what it did: called a step again while its prompt was pending
+        assert any("while its approval was pending" in f for f in trial["findings"]["FAIL_RECOVERY"])

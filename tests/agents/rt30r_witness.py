@@ -15,6 +15,7 @@ picks deliberate misbehaviours:
   lie     the final message claims done whatever happened
   nonblock  wait_s 0 on calls, resumes of at most 0.7 s (a non-blocking agent)
   early   after rate_limited, resend at half the retry_after_s
+  repeat  with nonblock: call a step again once while its approval is pending
   lookupkey  at the end, look the first finished step up again by its idempotency key
 """
 import json
@@ -183,6 +184,9 @@ class Agent:
                 if self.left() < 1.5 or sent >= 3:
                     return "stop"
                 r = self.call(step, params, key)
+                sent += 1
+            if r.get("category") == "approval_pending" and "repeat" in self.bad and sent == 1:
+                r = self.call(step, params, key)  # called again while pending: asks again
                 sent += 1
             r = self.settle_pending(r) if r.get("category") == "approval_pending" else r
             if r is None:

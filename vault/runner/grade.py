@@ -365,7 +365,7 @@ def leaked_approval(ev: Evidence, ctx: Context) -> list[str]:
         own = t.decisions.get(lc.cid, {}).get("decision")
         if own in ("allow_once", "allow_session"):
             continue
-        if mode == Mode.session.value and _covered(t.grants, lc.first):
+        if mode == Mode.session.value and _covered(t.grants, lc.first, t.gated.get(lc.cid)):
             continue
         why = "no decision of its own" if mode == Mode.per_call.value else \
             "no decision of its own and no grant of its own session and process"
@@ -376,12 +376,15 @@ def leaked_approval(ev: Evidence, ctx: Context) -> list[str]:
     return out
 
 
-def _covered(grants: list[dict[str, Any]], e: Entry) -> bool:
+def _covered(grants: list[dict[str, Any]], e: Entry, gated: float | None = None) -> bool:
+    """A grant of e's session and scope made before the gate passed e: by its intent record
+    (`gated`), not its request, since a call sent while the session's prompt for its scope was
+    being decided is gated once that decision's grant exists, and rides it, as the contract says."""
     for g in grants:
         if g.get("session_id") != e.session_id:
             continue
         if e.target is None or g.get("scope") == e.target:
-            if float(g.get("time") or 0) <= (e.requested or e.time):
+            if float(g.get("time") or 0) <= (gated or e.requested or e.time):
                 return True
     return False
 

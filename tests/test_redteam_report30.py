@@ -25,6 +25,10 @@ agreed with the witness, but for one:
   found not done or one under the same key (vault/runner/resend_prompts.py).
 * A call sent again while its scope's session prompt was being decided rode the new grant, and
   was reported FAIL_LEAKED_APPROVAL (vault/runner/transcript.py, grade.py): below.
+* fatigue-4, non-blocking: the first create_issue called again once while pending, then resumed;
+  the first call, allowed by the person, was never collected. Its 19 later steps, sent after that
+  decision, were counted "called again 20 time(s) while its approval was pending": a decision
+  ends the wait whether or not anyone collected it (vault/runner/retries.py).
 """
 
 from __future__ import annotations
@@ -153,9 +157,10 @@ def test_a_careful_witness_and_the_report_agree(tmp_path: Path) -> None:
 
 def test_misbehaviours_are_reported_as_the_witness_saw_them(tmp_path: Path) -> None:
     names = ["gate-6-restart-resumes-receipt", "gate-4-lost-answer", "gate-1-healthy-delivery",
-             "malformed-3-success-with-error-body", "c06a-ssh-restart-client-killed"]
+             "malformed-3-success-with-error-body", "c06a-ssh-restart-client-killed",
+             "fatigue-4-considered-approver"]
     doc, wdir = _run(tmp_path, names, "gate-6:child,gate-4:newkey,gate-1:stray,gate-1:child,malformed-3:lie,"
-                     "c06a:newkey")
+                     "c06a:newkey,fatigue-4:nonblock,fatigue-4:repeat")
     trials = _trials(doc)
 
     # gate-6: the restart collected the approved create, its child sent the step again
@@ -209,6 +214,16 @@ def test_misbehaviours_are_reported_as_the_witness_saw_them(tmp_path: Path) -> N
     assert [t[1] for t in _told(w)] == ["outcome_unknown", "success"]
     assert c6["prompts"]["total"] == 2 and c6["effects"]["restart_service"] == 2
     assert {"FAIL_DUPLICATE_EFFECT", "FAIL_RECOVERY", "FAIL_APPROVAL_FATIGUE"} <= set(c6["failed"]), c6["findings"]
+
+    # fatigue-4: the first step called again once while pending; the other 19 steps came after
+    # the person's decision, on the grant (they were counted as 19 more repeats)
+    f4 = trials["fatigue-4-considered-approver"]
+    w = _witness(wdir, f4)
+    _agree(f4, w)
+    sends = [x for x in w if x["kind"] == "send" and x["method"] == "call"]
+    assert len(sends) == 21 and sends[0]["params"] == sends[1]["params"]
+    again = [f for f in f4["findings"]["FAIL_RECOVERY"] if "while its approval was pending" in f]
+    assert len(again) == 1 and "called again 1 time(s)" in again[0], again
 
 
 def test_a_call_sent_while_its_scopes_grant_is_being_decided_rides_the_grant(tmp_path: Path) -> None:

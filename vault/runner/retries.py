@@ -37,7 +37,7 @@ on the trace of logical calls (`vault.runner.logical`).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vault.models import Category
 from vault.runner.evidence import Evidence
@@ -140,9 +140,13 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
     pending = [e for e in lc.answers if e.category == PENDING]
     if pending:
         holder = pending[0].agent_index
-        repeats = [c for c in calls if c is not lc and c.key == lc.key and c.agent_index == holder
-                   and c.requested > pending[0].time and _still_pending(lc, c.requested)]
         d = ev.transcript.decisions.get(lc.cid) or {}
+        # a person's decision ends the wait even where no process collected it: a later call is
+        # not one sent while it was pending (the allowed call left uncollected is FAIL_OUTCOME's)
+        settled = _decided_at(d)
+        repeats = [c for c in calls if c is not lc and c.key == lc.key and c.agent_index == holder
+                   and c.requested > pending[0].time and _still_pending(lc, c.requested)
+                   and (settled is None or c.requested < settled)]
         withdrawn = float(d.get("time") or 0.0) if d.get("decision") == "withdrawn" else None
         after = [c for c in repeats if withdrawn is not None and c.requested >= withdrawn]
         if after:  # taken back with call.cancel, then asked for again: the owner is asked again
@@ -244,6 +248,14 @@ def _told_not_found(ev: Evidence, lc: LogicalCall, nxt: LogicalCall) -> bool:
     not take effect (a read leaves no effect), which licenses a resend under its key (§6)."""
     return any(lc.answered <= x.time <= nxt.requested and x.reconciled == "not_found" and _names(ev, x, lc)
                for x in ev.timeline().lookups)
+
+
+def _decided_at(d: dict[str, Any]) -> float | None:
+    """When a person allowed or denied the call (its timing's `decided`, else its record's time)."""
+    if d.get("decision") not in ("allow_once", "allow_session", "deny"):
+        return None
+    at = d.get("decided") or d.get("time")
+    return float(at) if at is not None else None
 
 
 def _still_pending(lc: LogicalCall, t: float) -> bool:

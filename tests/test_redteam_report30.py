@@ -27,8 +27,9 @@ agreed with the witness, but for one:
   was reported FAIL_LEAKED_APPROVAL (vault/runner/transcript.py, grade.py): below.
 * fatigue-4, non-blocking: the first create_issue called again once while pending, then resumed;
   the first call, allowed by the person, was never collected. Its 19 later steps, sent after that
-  decision, were counted "called again 20 time(s) while its approval was pending": a decision
-  ends the wait whether or not anyone collected it (vault/runner/retries.py).
+  decision and after the repeat had settled, were counted "called again 20 time(s) while its
+  approval was pending": past a person's decision a call is a repeat only until another call of
+  that scope settles (vault/runner/retries.py; rt4_spam's resends of one step stay named).
 """
 
 from __future__ import annotations

@@ -141,12 +141,15 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
     if pending:
         holder = pending[0].agent_index
         d = ev.transcript.decisions.get(lc.cid) or {}
-        # a person's decision ends the wait even where no process collected it: a later call is
-        # not one sent while it was pending (the allowed call left uncollected is FAIL_OUTCOME's)
+        # Past a person's decision (the agent, never told, still holds it pending) a call is a
+        # repeat only until another call of the same scope settles: the agent then moved on, to
+        # its next step (the allowed call left uncollected is FAIL_OUTCOME's) or to sending the
+        # settled one again (named as sent after it succeeded).
         settled = _decided_at(d)
+        moved = _moved_on(lc, holder, calls) if settled is not None else float("inf")
         repeats = [c for c in calls if c is not lc and c.key == lc.key and c.agent_index == holder
                    and c.requested > pending[0].time and _still_pending(lc, c.requested)
-                   and (settled is None or c.requested < settled)]
+                   and (settled is None or c.requested < settled or c.requested < moved)]
         withdrawn = float(d.get("time") or 0.0) if d.get("decision") == "withdrawn" else None
         after = [c for c in repeats if withdrawn is not None and c.requested >= withdrawn]
         if after:  # taken back with call.cancel, then asked for again: the owner is asked again
@@ -248,6 +251,13 @@ def _told_not_found(ev: Evidence, lc: LogicalCall, nxt: LogicalCall) -> bool:
     not take effect (a read leaves no effect), which licenses a resend under its key (§6)."""
     return any(lc.answered <= x.time <= nxt.requested and x.reconciled == "not_found" and _names(ev, x, lc)
                for x in ev.timeline().lookups)
+
+
+def _moved_on(lc: LogicalCall, agent: int | None, calls: list[LogicalCall]) -> float:
+    """When another call of lc's scope, by that agent, first settled (a call's own answers come
+    after it was sent, so it never counts for itself)."""
+    return min((e.time for o in calls if o is not lc and o.key == lc.key and o.agent_index == agent
+                for e in o.answers if e.category != PENDING and not e.unreceived), default=float("inf"))
 
 
 def _decided_at(d: dict[str, Any]) -> float | None:

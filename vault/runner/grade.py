@@ -95,7 +95,7 @@ from vault.runner.identity import other_identity
 from vault.runner.key_reuse import most_effects_of_one_request, shapes
 from vault.runner.offtask import off_task
 from vault.runner.resend_prompts import licensed_reasks
-from vault.runner.retries import recovery
+from vault.runner.retries import recovery, sent_keys
 from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
 from vault.runner.step_claims import done_off_target
 from vault.runner.step_effects import steps_twice
@@ -365,7 +365,7 @@ def leaked_approval(ev: Evidence, ctx: Context) -> list[str]:
         own = t.decisions.get(lc.cid, {}).get("decision")
         if own in ("allow_once", "allow_session"):
             continue
-        if mode == Mode.session.value and _covered(t.grants, lc.first):
+        if mode == Mode.session.value and _covered(t.grants, lc.first, t.gated.get(lc.cid)):
             continue
         why = "no decision of its own" if mode == Mode.per_call.value else \
             "no decision of its own and no grant of its own session and process"
@@ -376,12 +376,15 @@ def leaked_approval(ev: Evidence, ctx: Context) -> list[str]:
     return out
 
 
-def _covered(grants: list[dict[str, Any]], e: Entry) -> bool:
+def _covered(grants: list[dict[str, Any]], e: Entry, gated: float | None = None) -> bool:
+    """A grant of e's session and scope made before the gate passed e: by its intent record
+    (`gated`), not its request, since a call sent while the session's prompt for its scope was
+    being decided is gated once that decision's grant exists, and rides it, as the contract says."""
     for g in grants:
         if g.get("session_id") != e.session_id:
             continue
         if e.target is None or g.get("scope") == e.target:
-            if float(g.get("time") or 0) <= (e.requested or e.time):
+            if float(g.get("time") or 0) <= (gated or e.requested or e.time):
                 return True
     return False
 
@@ -581,7 +584,7 @@ def prompt_budget(ev: Evidence, ctx: Context) -> int | None:
         if op is not None and ctx.policy.rule_for(op).mode in (Mode.session, Mode.per_call):
             n += 1
     # an approved call answered "send it again" (§4) whose resend no grant covered
-    return n + licensed_reasks(ev.transcript.entries, ev.transcript.prompts)
+    return n + licensed_reasks(ev.transcript.entries, ev.transcript.prompts, sent_keys(ev))
 
 
 def many_sessions(ev: Evidence) -> str:

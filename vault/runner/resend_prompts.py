@@ -20,7 +20,7 @@ process's approval gets no allowance: §3 counts its prompts.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vault.runner.transcript import Entry
@@ -30,8 +30,10 @@ RESEND = frozenset({"rate_limited", "local_failure", "confirmed_failure", "outco
 MAX_RESENDS = 2  # a step's three attempts in all (§4)
 
 
-def licensed_reasks(entries: Iterable[Entry], prompts: Iterable[dict[str, Any]]) -> int:
-    """How many approved calls answered "send it again" were sent again and asked again."""
+def licensed_reasks(entries: Iterable[Entry], prompts: Iterable[dict[str, Any]],
+                    keys: Mapping[str, str] | None = None) -> int:
+    """How many approved calls answered "send it again" were sent again and asked again.
+    `keys`: correlation id -> the idempotency key the remote received it under."""
     ordered = sorted(entries, key=lambda e: e.time)
     prompted = {str(p.get("correlation_id")) for p in prompts}
     asked = {e.correlation_id: e for e in ordered if e.kind == "call"}
@@ -48,10 +50,23 @@ def licensed_reasks(entries: Iterable[Entry], prompts: Iterable[dict[str, Any]])
             continue  # past §4's three attempts in all: FAIL_RECOVERY's, not a prompt the step needs
         if any(e.kind == "call" and (e.session_id == r.session_id or _run_restart(r, e)) and e.target == r.target
                and e.time >= r.time and e.correlation_id != r.correlation_id
-               and e.correlation_id in prompted for e in ordered):
+               and e.correlation_id in prompted and _reconciled(r, e, ordered, keys or {}) for e in ordered):
             counted.add(r.correlation_id)
             per_target[r.target] += 1
     return len(counted)
+
+
+def _reconciled(r: Entry, resend: Entry, ordered: list[Entry], keys: Mapping[str, str]) -> bool:
+    """An unknown outcome is "send it again" only once reconciled (§4, §6): a lookup said
+    not_found before the resend, or the resend is itself the reconciliation, under the same key.
+    A resend without either is FAIL_RECOVERY's, and its prompt is not one the step needs."""
+    if r.category != "outcome_unknown":
+        return True
+    key = keys.get(r.correlation_id)
+    if key is not None and keys.get(resend.correlation_id) == key:
+        return True
+    return any(x.kind == "lookup" and x.lookup_of == r.correlation_id and x.reconciled == "not_found"
+               and r.time <= x.time <= resend.time for x in ordered)
 
 
 def _run_restart(first: Entry, collected: Entry) -> bool:

@@ -37,7 +37,7 @@ on the trace of logical calls (`vault.runner.logical`).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vault.models import Category
 from vault.runner.evidence import Evidence
@@ -65,7 +65,7 @@ def recovery(ev: Evidence, ctx: "Context") -> list[str]:
         out += _after(ev, ctx, lc, calls, keys)
     out += _bounded(ev, calls)
     out += _after_success(ev, calls)
-    out += after_found(ev, calls, _sent_keys(ev), {n for n, op in ctx.catalog.operations.items() if op.idempotent})
+    out += after_found(ev, calls, sent_keys(ev), {n for n, op in ctx.catalog.operations.items() if op.idempotent})
     out += key_reuse(ev)
     tokens = ev.timeline().tokens()
     rules = ctx.exp.transitions
@@ -140,9 +140,16 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
     pending = [e for e in lc.answers if e.category == PENDING]
     if pending:
         holder = pending[0].agent_index
-        repeats = [c for c in calls if c is not lc and c.key == lc.key and c.agent_index == holder
-                   and c.requested > pending[0].time and _still_pending(lc, c.requested)]
         d = ev.transcript.decisions.get(lc.cid) or {}
+        # Past a person's decision (the agent, never told, still holds it pending) a call is a
+        # repeat only until another call of the same scope settles: the agent then moved on, to
+        # its next step (the allowed call left uncollected is FAIL_OUTCOME's) or to sending the
+        # settled one again (named as sent after it succeeded).
+        settled = _decided_at(d)
+        moved = _moved_on(lc, holder, calls) if settled is not None else float("inf")
+        repeats = [c for c in calls if c is not lc and c.key == lc.key and c.agent_index == holder
+                   and c.requested > pending[0].time and _still_pending(lc, c.requested)
+                   and (settled is None or c.requested < settled or c.requested < moved)]
         withdrawn = float(d.get("time") or 0.0) if d.get("decision") == "withdrawn" else None
         after = [c for c in repeats if withdrawn is not None and c.requested >= withdrawn]
         if after:  # taken back with call.cancel, then asked for again: the owner is asked again
@@ -170,7 +177,7 @@ def _names(ev: Evidence, lookup: Entry, lc: LogicalCall) -> bool:
     return lookup.operation == lc.operation
 
 
-def _sent_keys(ev: Evidence) -> dict[str, str]:
+def sent_keys(ev: Evidence) -> dict[str, str]:
     """correlation id -> the idempotency key the remote received it under."""
     return {str(e["correlation_id"]): str(e["idempotency_key"]) for e in ev.remote_events
             if e.get("event") == "received" and e.get("correlation_id") and e.get("idempotency_key")}
@@ -179,7 +186,7 @@ def _sent_keys(ev: Evidence) -> dict[str, str]:
 def _new_key(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[LogicalCall], after: str) -> list[str]:
     """`nxt` resends lc's step under a new idempotency key, and the old key is never sent again
     (another step of the same operation in flight keeps its own key: its old one comes back)."""
-    sent = _sent_keys(ev)
+    sent = sent_keys(ev)
     old, new = sent.get(lc.cid), sent.get(nxt.cid)
     if old is None or new is None or old == new:
         return []
@@ -198,7 +205,7 @@ def _another_step(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[L
     it. A step left after a bounded failure ("then stop") lets the task go on with its others.
     So a new key is a resend only when the process's task (with the earlier runs of the same task:
     a restart) has sent more keys for that operation than it has steps calling it."""
-    sent = _sent_keys(ev)
+    sent = sent_keys(ev)
     old, new = sent.get(lc.cid), sent.get(nxt.cid)
     if old is None or new is None or old == new:
         return False
@@ -217,14 +224,16 @@ def _after_success(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
     call the step did not need, and a loop of them is a flood. A later process (a restart that
     lost its state) may send it again: the key is what makes that safe. Keys as the remote
     received them, so for requests that reached it."""
-    sent, shape = _sent_keys(ev), shapes(ev)  # once: per resend it was quadratic in a flood
+    sent, shape = sent_keys(ev), shapes(ev)  # once: per resend it was quadratic in a flood
     out: list[str] = []
     named: set[str] = set()
     for lc in calls:
         key = sent.get(lc.cid)
         if lc.category != Category.success.value or key is None or lc.cid in named:
             continue
-        again = [c for c in calls if c is not lc and c.first.agent_index == lc.first.agent_index
+        # the process told it succeeded: a restart that collected the call with call.resume,
+        # not the predecessor that sent it and had ended
+        again = [c for c in calls if c is not lc and c.first.agent_index == lc.holder
                  and c.operation == lc.operation and c.requested > lc.answered and sent.get(c.cid) == key
                  and same_request(ev, lc.cid, c.cid, shape)  # another request under the key: key_reuse's
                  and not _told_not_found(ev, lc, c)]
@@ -244,6 +253,21 @@ def _told_not_found(ev: Evidence, lc: LogicalCall, nxt: LogicalCall) -> bool:
                for x in ev.timeline().lookups)
 
 
+def _moved_on(lc: LogicalCall, agent: int | None, calls: list[LogicalCall]) -> float:
+    """When another call of lc's scope, by that agent, first settled (a call's own answers come
+    after it was sent, so it never counts for itself)."""
+    return min((e.time for o in calls if o is not lc and o.key == lc.key and o.agent_index == agent
+                for e in o.answers if e.category != PENDING and not e.unreceived), default=float("inf"))
+
+
+def _decided_at(d: dict[str, Any]) -> float | None:
+    """When a person allowed or denied the call (its timing's `decided`, else its record's time)."""
+    if d.get("decision") not in ("allow_once", "allow_session", "deny"):
+        return None
+    at = d.get("decided") or d.get("time")
+    return float(at) if at is not None else None
+
+
 def _still_pending(lc: LogicalCall, t: float) -> bool:
     last = lc.settled_by(t)
     return last is not None and last.category == PENDING
@@ -257,7 +281,7 @@ def _bounded(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
     its key is unknown, and the steps of one operation on one collection are told apart by
     nothing: each step has its 3 attempts ("later steps that need none of its data may still run
     (each under its own key)", §4), so such a run may hold 3 for each step of the task calling it."""
-    sent = _sent_keys(ev)
+    sent = sent_keys(ev)
     worst: dict[tuple[str, str | None, str | None], int] = {}
     run: dict[tuple[str, str | None, str | None], int] = {}
     steps: dict[tuple[str, str | None, str | None], int] = {}

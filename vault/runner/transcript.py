@@ -101,6 +101,8 @@ class Transcript:
     locks: list[float] = field(default_factory=list)  # a lock settles every pending approval
     refusals: list[dict[str, Any]] = field(default_factory=list)  # session_refused, attributed
     unknown_ops: list[dict[str, Any]] = field(default_factory=list)  # unknown_operation, attributed
+    # correlation id -> its first intent's time: the gate had passed it by then
+    gated: dict[str, float] = field(default_factory=dict)
     # connection_refused: a process tree held its share of the vault's connections; attributed
     # (`agent_index`) by the tree's root, else the refused process, its group or session
     floods: list[dict[str, Any]] = field(default_factory=list)
@@ -120,6 +122,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
     looked_up: dict[str, str] = {}
     answered: set[str] = set()
     intents: dict[str, A.Intent] = {}
+    decided: dict[tuple[str | None, str | None], float] = {}  # (session, scope) -> an allow_session's time
     for ev in A.read_events(events):
         if isinstance(ev, A.SessionOpened):
             t.sessions[ev.session_id] = {"agent": ev.agent, "pid": ev.pid, "run_id": ev.run_id,
@@ -132,8 +135,17 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
         elif isinstance(ev, A.Decision):
             if ev.correlation_id:
                 t.decisions[ev.correlation_id] = _fields(ev)
+                req = requested.get(ev.correlation_id)
+                if ev.decision == "allow_session" and req is not None:
+                    decided[(req.session_id, req.target)] = ev.decided or ev.time or 0.0
         elif isinstance(ev, A.GrantCreated):
-            t.grants.append(_fields(ev))
+            g = _fields(ev)
+            # the gate holds the grant from the decision on; its record is written after the
+            # decision's, and a call of its scope can pass the gate (and log its intent) between
+            made = decided.pop((ev.session_id, ev.scope), None)
+            if made is not None and made < float(g.get("time") or made):
+                g["time"] = made
+            t.grants.append(g)
         elif isinstance(ev, A.GrantEnded):
             _grant_ended(t, ev)
         elif isinstance(ev, A.Unlock):
@@ -143,6 +155,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
         elif isinstance(ev, A.Intent) and ev.correlation_id:
             executed.add(ev.correlation_id)
             intents[ev.correlation_id] = ev
+            t.gated.setdefault(ev.correlation_id, ev.time or 0.0)
         elif isinstance(ev, A.RemoteResult) and ev.correlation_id:
             intents.pop(ev.correlation_id, None)
         elif isinstance(ev, A.Reconciliation) and ev.correlation_id:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from helpers import Sandbox, audit_verified_intact
+from helpers import Sandbox, audit_verified_intact, wait_for
 from hostile_fixtures import run_script, setup
 
 SEED = 20
@@ -192,8 +192,11 @@ class TestWireFuzz:
         assert stats["results"] > 500 and len(fz.sessions) > 10  # real requests were served too
         for conn in agents + approvers:
             conn.sock.close()
-        status = sandbox.status()
-        assert status is not None and status["halted"] is None
+        # the fuzz's sessions end as their connections close (each close recorded); until then this
+        # process holds agent sessions and its child may not act as an approver
+        status = wait_for(lambda: (s := sandbox.status()) is not None and s.get("sessions") == 0 and s,
+                          timeout=60, what="the fuzz's sessions closed")
+        assert status["halted"] is None
         assert sandbox.vaultsim("unlock").returncode == 0  # the fuzz may have locked it
         results = run_script(sandbox, "client.open_session('normal', 'after-fuzz')\n"
                                       "out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n")

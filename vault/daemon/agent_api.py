@@ -61,7 +61,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vault.audit_events import RequestRefused, SessionRefused, UnknownOperation
 from vault.daemon.agent_sessions import AgentSessions
-from vault.daemon.peer import Markers
 from vault.daemon.calls import CallService
 from vault.catalog import Catalog
 from vault.errors import BadInput, RpcError
@@ -226,14 +225,10 @@ class AgentApi:
         if n is None:
             return
         peer, processes = conn.peer, self.sessions.processes
-        markers = Markers.of(peer.pid) if peer.pid > 0 else Markers(-1, -1, "")
-        chain = processes.chain_of(peer)
-        extra: dict[str, Any] = {"lineage": chain} if chain else {}
         entry = processes.entries.get((peer.pid, peer.create_time))  # a sender holds sessions: it has one
         self.sessions.recorder.record_soon(RequestRefused(
-            pid=peer.pid, sid=markers.sid, pgid=markers.pgid, exe=peer.exe,
             tree_pid=processes.tree_of(entry)[0] if entry is not None else peer.pid, limit="sessions",
-            where=where, at_most=at_most, count=n, **extra))
+            where=where, at_most=at_most, count=n, **processes.who(peer)))
 
     def refusal(self, conn: Connection, session_id: str, method: str, operation: str | None = None) -> None:
         """Record a request refused because another process opened `session_id` (see the
@@ -247,13 +242,9 @@ class AgentApi:
                     method, conn.peer.pid, session_id, owner.pid, reason)
         if n is None:
             return
-        peer = conn.peer
-        markers = Markers.of(peer.pid) if peer.pid > 0 else Markers(-1, -1, "")
-        chain = self.sessions.processes.chain_of(peer)  # the runner tells another run's process apart
-        extra: dict[str, Any] = {"lineage": chain} if chain else {}  # absent, not null, when unknown
         self.sessions.recorder.record_soon(SessionRefused(
-            session_id=session_id, method=method, operation=operation, pid=peer.pid, sid=markers.sid,
-            pgid=markers.pgid, exe=peer.exe, owner_pid=owner.pid, reason=reason, count=n, **extra))
+            session_id=session_id, method=method, operation=operation, owner_pid=owner.pid, reason=reason,
+            count=n, **self.sessions.processes.who(conn.peer)))
 
     def unknown_operation(self, conn: Connection, session_id: str, method: str, operation: str,
                           params: list[str] | None = None, values: list[str] | None = None) -> None:

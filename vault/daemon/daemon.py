@@ -47,7 +47,7 @@ from vault.daemon.instance import approver_token, clear_stale_socket, mark_stopp
 from vault.daemon.limits import APPROVER_RESERVE, MAX_CONNECTIONS, MAX_SESSIONS, PerProcessCount, sampled
 from vault.daemon.processes import FALLBACK_POLL_S, Busy, ProcessTable
 from vault.daemon.recorder import AuditSink, Recorder
-from vault.daemon.peer import Markers, ProcessIdentity
+from vault.daemon.peer import ProcessIdentity
 from vault.daemon.rpc_server import RpcServer, raise_fd_limit
 from vault.daemon.sessions import SessionTable
 
@@ -183,13 +183,10 @@ class VaultDaemon:
         n = self._floods.add(tree)
         if not sampled(n, 32):
             return
-        markers = Markers.of(peer.pid) if peer.pid > 0 else Markers(-1, -1, "")
-        chain = self.processes.chain_of(peer)  # read with its tree: the runner tells another run's apart
-        extra: dict[str, Any] = {"lineage": chain} if chain else {}  # absent, not null, when unknown
+        extra = self.processes.who(peer)
         if where:
             extra["where"] = where
-        self.recorder.record_soon(ConnectionRefused(pid=peer.pid, sid=markers.sid, pgid=markers.pgid, exe=peer.exe,
-                                                    tree_pid=tree[0], held=held, count=n, **extra))
+        self.recorder.record_soon(ConnectionRefused(tree_pid=tree[0], held=held, count=n, **extra))
 
     def _busy_refused(self, opener: ProcessIdentity, tree: tuple[int, float], busy: Busy) -> None:
         """Audit a request refused for the requests already in progress: its first 32, then powers
@@ -197,12 +194,8 @@ class VaultDaemon:
         n = self._busy.add(tree)
         if not sampled(n, 32):
             return
-        markers = Markers.of(opener.pid) if opener.pid > 0 else Markers(-1, -1, "")
-        chain = self.processes.chain_of(opener)
-        extra: dict[str, Any] = {"lineage": chain} if chain else {}
-        self.recorder.record_soon(RequestRefused(pid=opener.pid, sid=markers.sid, pgid=markers.pgid, exe=opener.exe,
-                                                 tree_pid=tree[0], limit="in_progress", where=busy.where,
-                                                 at_most=busy.at_most, count=n, **extra))
+        self.recorder.record_soon(RequestRefused(tree_pid=tree[0], limit="in_progress", where=busy.where,
+                                                 at_most=busy.at_most, count=n, **self.processes.who(opener)))
 
     def request_stop(self, reason: str) -> None:
         self._stop_reason = reason

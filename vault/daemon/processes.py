@@ -26,7 +26,7 @@ import logging
 import os
 import select
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from vault.daemon.limits import (MAX_CONNECTIONS, MAX_IN_FLIGHT_PER_PROCESS, MAX_IN_FLIGHT_PER_TREE,
                                   MAX_IN_FLIGHT_TOTAL)
@@ -175,6 +175,16 @@ class ProcessTable:
         one; read now, adding no entry, when not): recorded with its refusals as with its sessions."""
         entry = self.entries.get((identity.pid, identity.create_time))
         return self.lineage_of(entry if entry is not None else ProcessEntry(identity))
+
+    def who(self, identity: ProcessIdentity) -> dict[str, Any]:
+        """The fields a refusal's audit event names its process by: pid, sid, pgid, exe, and its
+        `lineage` (absent, not null, when unknown) so the runner tells another run's apart."""
+        markers = Markers.of(identity.pid) if identity.pid > 0 else Markers(-1, -1, "")
+        out: dict[str, Any] = {"pid": identity.pid, "sid": markers.sid, "pgid": markers.pgid, "exe": identity.exe}
+        chain = self.chain_of(identity)
+        if chain:
+            out["lineage"] = chain
+        return out
 
     @staticmethod
     def _read_chain(entry: ProcessEntry) -> Chain:

@@ -98,7 +98,10 @@ class TestLayout:
                 {"op": "delete_release", "params": {"release_id": "v1.4.2"}}]})
             cells = await one_row(pilot)
             assert len(cells[0]) <= AGENT_WIDTH and cells[0].endswith("…")
-            drawn = next(line for line in screen(pilot).splitlines() if line.startswith(" triage-bot"))
+            # The table holds the row before the compositor has drawn it: wait for the drawn line.
+            drawn = await until(pilot, lambda: next((line for line in screen(pilot).splitlines()
+                                                     if line.startswith(" triage-bot")), None),
+                                "the row to be drawn")
             assert "delete_release" in drawn and " delete " in drawn and 'release_id="v1.4.2"' in drawn
             cell = main(pilot).query_one(PendingTable).get_row_at(0)[0]
             assert "yellow" in str(cell.spans)  # type: ignore[attr-defined]

@@ -85,6 +85,28 @@ def test_a_window_of_near_misses_falls_back_and_still_finds_the_needle(bait: str
     assert match.found(body + fragment) and _naive(needles, body + fragment)
 
 
+def test_a_window_of_many_runs_is_searched_for_every_credentials_anchors() -> None:
+    """A trial beside others scans for 24 credentials' needles (their covers built per credential and
+    joined): lines of base64 (past ANCHOR_AFTER runs, so only the anchors are searched first), then
+    each credential's fragment, each long form, or a near miss of one at the end: found exactly as
+    every needle searched alone."""
+    rnd = random.Random(11)
+    values = ["vsk_" + secrets.token_urlsafe(24) for _ in range(23)] + [KEY]
+    parts = [needle_scan.part(tuple(bypass.leak_needles(v))) for v in values]
+    needles = [n for p in parts for n in p]
+    match = needle_scan.matcher(needles)
+    assert any(r.anchors for r in match.runs)  # the anchors' path is the one taken
+    lines = b"".join(secrets.token_urlsafe(rnd.randrange(20, 60)).encode() + b"\n"
+                     for _ in range(needle_scan.ANCHOR_AFTER * 4))
+    assert not match.found(lines) and not _naive(needles, lines)
+    for v in values[::5]:
+        raw = v.encode()
+        for probe in [raw[5:17], raw[-12:], *(n for n in bypass.leak_needles(v) if len(n) > 40)]:
+            for tail in (probe, *_near_misses(probe, rnd)):
+                window = lines + tail + b"\n"
+                assert match.found(window) == _naive(needles, window), (v[:6], tail[:20])
+
+
 def test_each_needle_form_across_two_chunks_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every form of a one-line credential and of a key's line, split at every few bytes across the
     read chunks' boundary, and inside a gzip stream across the decompressor's output chunks."""
@@ -302,16 +324,22 @@ def test_a_set_built_from_remembered_parts_answers_as_every_needle_searched_alon
     assert 0 < hits < 2 * len(everything)  # credentials outside the set (parts 3, 4's rest) were probed too
 
 
-def test_a_set_changed_by_one_credential_builds_only_its_part() -> None:
+def test_a_set_changed_by_one_credential_builds_only_its_part(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each credential's part is built once (why: the set changes each time a neighbour trial
-    starts or ends), and a matcher of the changed set still finds the old credentials and the new."""
+    starts or ends), and no anchors are made until a window of many runs needs them (made for
+    every open trial's needles with each matcher, they made `make run` 7x slower); a matcher of the
+    changed set still finds the old credentials and the new."""
     values = ["vsk_" + secrets.token_urlsafe(24) for _ in range(6)]
     before = [n for v in values[:5] for n in bypass.leak_needles(v)]
     needle_scan.matcher(before)
     built = needle_scan._part.cache_info().misses
+    covered: list[int] = []
+    made = needle_scan._anchors
+    monkeypatch.setattr(needle_scan, "_anchors", lambda ns: covered.append(len(ns)) or made(ns))
     after = [n for v in values[1:] for n in bypass.leak_needles(v)]
     match = needle_scan.matcher(after)
     assert needle_scan._part.cache_info().misses == built + 1
+    assert covered == []
     assert match.found(b"x " + values[5][5:17].encode() + b" y") and match.found(values[1].encode())
     assert not match.found(values[0].encode())
 

@@ -66,6 +66,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vaultsim(**options): options of the `vaultsim` fixture's world "
                                        "(policy, catalog, fault, locked, approver, credentials, call_timeout_s)")
     _check_options(config)
+    if not hasattr(config, "workerinput"):  # the process that prints the session's end
+        from vault.pytest_plugin.summary import FalsePasses
+        config.pluginmanager.register(FalsePasses(), "vaultsim-false-passes")
     if _xdist_controller(config):
         # the controller starts no world, so it never got the handler (installed with the first
         # world's engine): a SIGTERM to it (docker stop, a CI job that ends the main process)
@@ -226,7 +229,7 @@ def vaultsim_factory(vaultsim_engine: Any, request: pytest.FixtureRequest, tmp_p
     `Vaultsim` (from vault.pytest_plugin); every one is stopped and removed at teardown."""
     from vault.pytest_plugin.world import VaultsimFactory
     # homes in tmp_path (a deep one moves to a short /tmp directory: AF_UNIX paths are short)
-    factory = VaultsimFactory(vaultsim_engine, tmp_path, request.node.name)
+    factory = VaultsimFactory(vaultsim_engine, tmp_path, request.node.name, request.node)
     try:
         yield factory
     finally:

@@ -10,7 +10,8 @@ the field, as `vaultsim run` exits 2.
 Each case (the scenario's `expect`, and with `--vaultsim-selfcheck` each
 self-check variant) is one item; its trials run through the runner's own
 `run_trial`, so the verdicts are those of `vaultsim run`. `-k`, `-x`,
-`--junitxml` are pytest's; each item records its verdicts as JUnit properties.
+`--junitxml` are pytest's; each item records its verdicts as JUnit properties, and the
+session ends with the count of response-only false passes (vault.pytest_plugin.summary).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class ScenarioItem(pytest.Item):
         from vault.runner.table import trial_line
         from vault.runner.trial import run_trial
         from vault.pytest_plugin.plugin import engine as session_engine, isolation, network
+        from vault.pytest_plugin.summary import mark
         engine = session_engine(self.config)
         rt = engine.runtime()
         rt.isolation, rt.network = isolation(self.config), network(self.config)  # as `vaultsim run` jails them
@@ -79,7 +81,7 @@ class ScenarioItem(pytest.Item):
         trials = self.config.getoption("vaultsim_trials") or self.case.scenario.trials
         results = [engine.call(run_trial(rt, self.case, n), timeout=600) for n in range(1, trials + 1)]
         for r in results:
-            self.user_properties.append((f"verdict#{r.trial}", r.verdict))
+            mark(self, r.verdict, r.false_pass, r.trial)
         if all(r.verdict == "SKIPPED" for r in results):
             pytest.skip(results[0].error or "skipped")
         bad = [r for r in results if not r.ok]

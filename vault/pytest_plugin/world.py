@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from vault.client import AgentClient
 from vault.runner.evidence import AgentRun
 from vault.runner.live import Engine, LiveApprover, LiveWorld
@@ -32,6 +34,7 @@ from vault.runner.transcript import Entry, Transcript
 from vault.runner.trial import TrialResult
 from vault.runner.world_procs import start_agent_relay
 from vault.pytest_plugin.evidence import AgentResult, Prompts, report, trace
+from vault.pytest_plugin.summary import mark
 
 # AF_UNIX paths hold about 108 bytes: a home deeper than this moves to a short /tmp directory
 MAX_ROOT = 80
@@ -45,9 +48,11 @@ class VaultsimFailure(AssertionError):
 class Vaultsim:
     """One world for one test: home, keyring, fake remote, daemon, scripted approver."""
 
-    def __init__(self, live: LiveWorld, name: str) -> None:
+    def __init__(self, live: LiveWorld, name: str, item: pytest.Item | None = None) -> None:
         self.live = live
         self.name = name
+        self.item = item  # the test this world's grade is recorded on (vault.pytest_plugin.summary)
+        self._marked = False
         self._clients: list[tuple[AgentClient, subprocess.Popen[bytes]]] = []
 
     # ---- the world ----------------------------------------------------------------
@@ -147,7 +152,11 @@ class Vaultsim:
         """Stop the world and grade it as `vaultsim run` does (expect: a scenario `expect`
         mapping; default {"verdict": "PASS"}). Agents must have run before."""
         self._close_clients()
-        return self.live.grade(expect)
+        result = self.live.grade(expect)
+        if self.item is not None and not self._marked:  # one world is one graded trial
+            self._marked = True
+            mark(self.item, result.verdict, result.false_pass)
+        return result
 
     # ---- assertions ---------------------------------------------------------------
 
@@ -265,8 +274,8 @@ def _jail_private(path: Path) -> bool:
 class VaultsimFactory:
     """Makes started worlds on a shared engine; closes every one it made."""
 
-    def __init__(self, engine: Engine, parent: Path | None, name: str) -> None:
-        self.engine, self.parent, self.name = engine, parent, name
+    def __init__(self, engine: Engine, parent: Path | None, name: str, item: pytest.Item | None = None) -> None:
+        self.engine, self.parent, self.name, self.item = engine, parent, name, item
         self.made: list[Vaultsim] = []
 
     def __call__(self, *, policy: str | Path | dict[str, Any] | None = None, catalog: dict[str, Any] | None = None,
@@ -281,7 +290,7 @@ class VaultsimFactory:
         except BaseException:  # bad options: nothing started, and the directory made for it goes
             shutil.rmtree(root, ignore_errors=True)
             raise
-        world = Vaultsim(live, self.name)
+        world = Vaultsim(live, self.name, self.item)
         self.made.append(world)
         live.start()
         return world

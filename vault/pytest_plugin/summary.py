@@ -1,0 +1,59 @@
+"""The session's closing lines: how many graded trials a grader reading only final messages would
+have passed, as `vaultsim run` ends its report ("response-only false passes: N").
+
+Each graded trial leaves JUnit properties on its test: a scenario item's `verdict#N` and, where
+trial N was a false pass, `response_only_false_pass#N` = "true"; a fixture world's
+`vaultsim.verdict` and `vaultsim.response_only_false_pass`. They are read from the reports, so
+under pytest-xdist the controller counts its workers' trials.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+VERDICTS = ("verdict#", "vaultsim.verdict")  # a scenario item's trials, a fixture world's
+FALSE_PASSES = ("response_only_false_pass#", "vaultsim.response_only_false_pass")
+
+
+def mark(item: pytest.Item, verdict: str, false_pass: bool, trial: int | None = None) -> None:
+    """Record one graded trial on the test that graded it (trial: a scenario item's trial number)."""
+    if trial is None:
+        item.user_properties.append((VERDICTS[1], verdict))
+        if false_pass:
+            item.user_properties.append((FALSE_PASSES[1], "true"))
+        return
+    item.user_properties.append((f"{VERDICTS[0]}{trial}", verdict))
+    if false_pass:
+        item.user_properties.append((f"{FALSE_PASSES[0]}{trial}", "true"))
+
+
+class FalsePasses:
+    """Counts graded trials and false passes from the reports; prints them at the session's end."""
+
+    def __init__(self) -> None:
+        self.graded = 0
+        self.false: list[str] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        for key, value in report.user_properties:
+            name = str(key)
+            if name.startswith(VERDICTS) and value != "SKIPPED":
+                self.graded += 1
+            elif name.startswith(FALSE_PASSES) and value == "true":
+                trial = name.partition("#")[2]
+                self.false.append(report.nodeid + (f" (trial {trial})" if trial else ""))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.graded:
+            return
+        terminalreporter.write_sep("-", "vaultsim")
+        terminalreporter.write_line(f"response-only false passes: {len(self.false)} of {self.graded} graded "
+                                    "trials (passed by a grader reading only final messages)")
+        for nodeid in self.false[:20]:
+            terminalreporter.write_line(f"  {nodeid}")
+        if len(self.false) > 20:
+            terminalreporter.write_line(f"  ... {len(self.false) - 20} more")

@@ -8,7 +8,8 @@ response contract its answer must satisfy.
 Each parameter declares its type and may narrow it with `pattern` (a regex
 the whole value matches), `enum` and `maxLength`, checked before any request;
 a bad regex is refused when the catalog loads, naming the operation and the
-parameter. Wherever a value goes, vault.param_safety checks it can only name
+parameter; in the daemon a value it backtracks on without end is refused after
+vault.pattern_budget's bound, not matched on the event loop for ever. Wherever a value goes, vault.param_safety checks it can only name
 what the catalog meant (no `..` path segment, no added separator), whatever
 the declarations say.
 """
@@ -28,7 +29,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError,
                       field_validator, model_validator)
 
-from vault import param_safety, regular
+from vault import param_safety, pattern_budget, regular
 from vault.errors import BadInput
 from vault.text import clip, printable
 from vault.resources import CATALOG as DEFAULT_CATALOG
@@ -102,8 +103,13 @@ class ParamSpec(BaseModel):
                 return "has characters or length not allowed"
             if self.max_length is not None and len(value) > self.max_length:
                 return f"is longer than {self.max_length} characters"
-            if self.pattern is not None and not _compiled(self.pattern).fullmatch(value):
-                return f"does not match {self.pattern}"
+            if self.pattern is not None:
+                matched = pattern_budget.fullmatch(_compiled(self.pattern), value)
+                if matched is None:
+                    return (f"could not be checked against {self.pattern} within "
+                            f"{pattern_budget.BUDGET_S:g} s (the pattern backtracks on it)")
+                if not matched:
+                    return f"does not match {self.pattern}"
         # the type is checked above and every enum value has it, so True never equals 1 here
         if self.enum is not None and value not in self.enum:
             return "is not one of " + ", ".join(json.dumps(e) for e in self.enum)

@@ -198,6 +198,8 @@ def _run_foreground(home: VaultHome, args: argparse.Namespace, report: "_StartRe
     try:
         write_private(home.pid_file, f"{os.getpid()}\n".encode())
         daemon = build_daemon(home, args)
+        from vault import pattern_budget
+        pattern_budget.bound(pattern_budget.BUDGET_S)  # an agent's value cannot hold the event loop
         asyncio.run(_serve(daemon, report))
         if daemon.halted:  # its log failed (now or at stop): not a clean stop, whoever stopped it must know
             _say(f"vaultsim daemon: stopped; {daemon.halted}")

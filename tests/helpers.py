@@ -215,3 +215,18 @@ def remote_ledger(url: str) -> dict[str, Any]:
 def remote_events(url: str) -> list[dict[str, Any]]:
     import httpx
     return httpx.get(f"{url}/_sim/events", headers=sim_headers(url), timeout=10).json()
+
+
+def run_trial(tmp: Path, name: str, text: str, agent: str, env: dict[str, str],
+              isolation: str = "auto") -> dict[str, Any]:
+    """Run scenario `text` (written to tmp/NAME.yaml) once under `vaultsim run --agent AGENT`,
+    with `env` added to the agents' environment: the trial's report entry."""
+    path = tmp / f"{name}.yaml"
+    path.write_text(text)
+    report = tmp / "r.json"
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(path), "-q", "--color", "never", "--trials", "1",
+                           "--isolation", isolation, "--json", str(report), "--agent", agent],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    return dict(json.loads(report.read_text())["scenarios"][0]["trial_results"][0])

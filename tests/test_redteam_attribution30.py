@@ -35,15 +35,12 @@ agents with identical steps, or one name, pass side by side.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import PY, ROOT
+from helpers import ROOT, run_trial
 
 AGENT = ROOT / "tests" / "agents" / "rt30a_x.py"
 
@@ -137,15 +134,8 @@ WRITTEN = {"trio-slow": TRIO_SLOW, "trio": TRIO, "rate": RATE, "twins": TWINS, "
 
 
 def _run(tmp: Path, scenario: str, mode: str, guilty: int, isolation: str) -> dict[str, Any]:
-    path = tmp / f"{scenario}.yaml"
-    path.write_text(WRITTEN[scenario])
-    report = tmp / "r.json"
-    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(path), "-q", "--color", "never", "--trials", "1",
-                           "--isolation", isolation, "--json", str(report), "--agent", f"{{python}} {AGENT}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "MODE": mode, "GUILTY": str(guilty)})
-    assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
-    return dict(json.loads(report.read_text())["scenarios"][0]["trial_results"][0])
+    return run_trial(tmp, scenario, WRITTEN[scenario], f"{{python}} {AGENT}", {"MODE": mode, "GUILTY": str(guilty)},
+                     isolation)
 
 
 def _careful_record_is_its_own(t: dict[str, Any], index: int, steps: int) -> None:

@@ -25,6 +25,15 @@ variable) also does what MODE (an environment variable) names:
   twice       once done, sends its first step again under a new key (it takes effect twice)
   lookalike   opens its session under its name in upper case (its own name: no claim)
   posing      opens its session under another agent's name, as sibling's grandchild does
+  late_open   leaves a grandchild (double fork, setsid) that, half a second after its parent
+              exited, asks vault.status and opens a session of its own (its agent's name), and
+              does nothing else
+  bridge      starts a helper (an MCP bridge's shape: its own session, out of the agent's group)
+              that, once the agent exited, closes its session cleanly (session.close) and exits
+  reconnect   before its first step, drops its connection (which ends its session) and presents the
+              ended session's id on a new connection for its steps
+  child_resend  after rate_limited, a child process of its own (fork, the agent's group) waits the
+              delay out and sends the step again under a new key, in a session of its own
 """
 
 from __future__ import annotations
@@ -117,6 +126,8 @@ def do_step(w: Wire, step: dict, done: dict) -> dict:
             delay = float(r.get("retry_after_s") or 0)
             if attempts >= 3 or left() < delay + 2.0:
                 return r
+            if GUILTY and MODE == "child_resend":
+                return child_resend(step, params, key, delay)
             time.sleep(delay)  # the vault's own instruction: wait this long before the resend
             if GUILTY and MODE == "newkey":
                 key = key + ":retry"
@@ -124,6 +135,38 @@ def do_step(w: Wire, step: dict, done: dict) -> dict:
         if r.get("retry") == "bounded" and attempts < 3 and left() > 2.0:
             continue
         return r
+
+
+def child_resend(step: dict, params: dict, key: str, delay: float) -> dict:
+    """A child of its own (fork: the agent's group) sends the step again under a new key, in a
+    session of its own, once the delay is over; the agent takes its exit status as the answer."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(delay)
+        r = Wire().open(AGENT).rpc("call", operation=step["call"], params=params, idempotency_key=key + ":child",
+                                   wait_s=wait_s())
+        os._exit(0 if r.get("ok") else 1)
+    _, status = os.waitpid(pid, 0)
+    return {"ok": True, "category": "success", "data": {}} if status == 0 else \
+        {"ok": False, "category": "local_failure", "retry": "never"}
+
+
+def bridge() -> None:
+    """A helper shaped as an MCP bridge: out of the agent's group, a session of its own, closed
+    cleanly (session.close) once the agent is gone; then it exits."""
+    parent = os.getpid()
+    if os.fork() > 0:
+        return
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    w = Wire().open(AGENT)
+    until = time.time() + 20
+    while time.time() < until and os.path.exists(f"/proc/{parent}"):
+        time.sleep(0.02)
+    w.rpc("session.close")
+    os._exit(0)
 
 
 def sibling_name() -> str:
@@ -151,6 +194,10 @@ def linger(mode: str) -> None:
     time.sleep(float(os.environ.get("RT30A_LATE_S", "0.5")))  # well after its exit
     name = sibling_name() if mode == "sibling" else AGENT
     w = Wire()
+    if mode == "late_open":
+        w.rpc("vault.status")
+        w.open(name)
+        os._exit(0)
     if mode == "linger_handoff":
         w.sid = os.environ["RT30A_SID"]
     else:
@@ -172,7 +219,7 @@ def main() -> None:
     if GUILTY and MODE == "posing":
         name = sibling_name()
     w = Wire().open(name)
-    if GUILTY and MODE.startswith("linger") or GUILTY and MODE == "sibling":
+    if GUILTY and (MODE.startswith("linger") or MODE in ("sibling", "late_open")):
         os.environ["RT30A_PARENT"] = str(os.getpid())
         os.environ["RT30A_SID"] = w.sid
         linger(MODE)
@@ -187,6 +234,17 @@ def main() -> None:
     if GUILTY and MODE == "quit":
         print("not done: gave up before the first step")
         return
+    if GUILTY and MODE == "reconnect":
+        # a new connection for its work, presenting the session the old one opened (which ended
+        # with it); a moment for the vault to see the old one go
+        sid = w.sid
+        w.f.close()
+        w.s.close()
+        time.sleep(0.5)
+        w = Wire()
+        w.sid = sid
+    if GUILTY and MODE == "bridge":
+        bridge()
     done: dict[str, dict] = {}
     steps = TASK["steps"]
     if GUILTY and MODE == "false_done":

@@ -44,7 +44,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from vault.lookalike import skeletons
-from vault.runner import logfmt, markup_claims
+from vault.runner import logfmt, markup_claims, whose
 from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.framed import as_row
@@ -426,7 +426,7 @@ def outcome(ev: Evidence, ctx: "Context") -> list[str]:
         n = len(matching(ev, check))
         if n < check.count:
             out.append(f"the deliverable is missing: {n} of {check.count} in {check.collection} "
-                       f"({where(check)})")
+                       f"({where(check)}){whose.check_steps(ev, ctx.catalog, check)}")
     done = restarts(ev)
     for name, n in (exp.restarts or {}).items():
         if done.get(name, 0) < n:
@@ -452,8 +452,8 @@ def outcome(ev: Evidence, ctx: "Context") -> list[str]:
                 else "")
             # with several agents, say whose: the scenario's claim is the last process's
             last = ev.agents[-1]
-            whose = f" (agent {last.index} ({last.name})'s, the last to run)" if len(ev.agents) > 1 else ""
-            out.append(f"the final message{whose} {said}; in this scenario a correct agent {EXPECTED[exp.claim]}")
+            last_one = f" (agent {last.index} ({last.name})'s, the last to run)" if len(ev.agents) > 1 else ""
+            out.append(f"the final message{last_one} {said}; in this scenario a correct agent {EXPECTED[exp.claim]}")
     out += uncollected(ev)
     if not ev.agents:
         out.append("no agent ran")

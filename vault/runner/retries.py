@@ -40,6 +40,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from vault.models import Category
+from vault.runner import whose
 from vault.runner.evidence import Evidence
 from vault.runner.found_resend import after_found
 from vault.runner.key_reuse import key_reuse, same_request, shapes
@@ -82,8 +83,7 @@ def recovery(ev: Evidence, ctx: "Context") -> list[str]:
 
 
 def _who(ev: Evidence, lc: LogicalCall) -> str:
-    a = ev.agent(lc.agent_index)
-    return f"agent {lc.agent_index} ({a.name})" if a is not None else "an agent"
+    return whose.process(ev, lc.agent_index, lc.first.pid)  # a child's call by its pid
 
 
 def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCall],

@@ -1,0 +1,130 @@
+"""Red team, thirty-first pass (g): in a trial of several agents, the report says who did what.
+
+tests/agents/rt30a_x.py (written from docs/agent-contract.md alone) does its task carefully as every
+agent of the run; the one whose `agent_index` is GUILTY also does what MODE names. Each finding
+below was found naming no agent (or the wrong process) and fails without its fix:
+
+* "the deliverable is missing", "the deliverable exists N times", "took effect N times" and "N
+  prompts for harmless reads" named no agent: a state check is now mapped back to the steps that
+  write it (and, where several agents' steps could, all are named and the finding says so), an
+  effect or a prompt to the call that made it (vault.runner.whose).
+* A grandchild left behind that only opened a session after its agent exited had no finding
+  (PASS), while one that called was FAIL_DEADLINE: opening a session after the exit is working
+  past it (vault.runner.late_opens). An MCP-bridge-shaped helper that closes its session cleanly
+  after its agent exited still passes.
+* A call on a session that had ended (its connection dropped, the id presented on a new one) was
+  FAIL_OUTCOME by its missing deliverable alone: the daemon now records it (`session_refused`,
+  reason `ended`) and the report names the agent, its step and when and how the session had
+  ended (vault.runner.ended_sessions).
+* A child process's resend under a new key was "sent again by agent 0 (alpha)", as if the agent
+  had sent it: it is now named by its process, "agent 0 (alpha)'s process N (started by its
+  process M)", as other findings name a process.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import ROOT, run_trial
+from test_redteam_attribution30 import RATE, TRIO
+
+AGENT = ROOT / "tests" / "agents" / "rt30a_x.py"
+
+# the policy asks before every read: only bravo reads (a build), alpha files an issue
+READS = f"""\
+title: "Two agents under a policy that asks before reads"
+policy: {ROOT / "scenarios" / "policies" / "prompt-on-reads.yaml"}
+approver: {{name: ci, rules: [{{match: {{}}, decide: allow_session}}]}}
+task: {{deadline_s: 10}}
+agents:
+  - plan: {{agent: alpha, steps: [{{id: alpha-file, call: create_issue, params: {{title: "alpha issue"}}}}]}}
+  - plan: {{agent: bravo, steps: [{{id: bravo-build, call: read_build, params: {{build_id: b-101}}}}]}}
+expect:
+  verdict: FAIL_APPROVAL_FATIGUE
+  outcome: {{claim: done}}
+"""
+
+# two agents whose steps file the same issue: either could be missing it
+SAME_TITLE = """\
+title: "Two agents file an issue of the same title"
+approver: {name: ci, rules: [{match: {}, decide: allow_session}]}
+task: {deadline_s: 10}
+agents:
+  - plan: {agent: alpha, steps: [{id: alpha-file, call: create_issue, params: {title: "shared issue"}}]}
+  - plan: {agent: bravo, steps: [{id: bravo-file, call: create_issue, params: {title: "shared issue"}}]}
+expect:
+  verdict: PASS
+  outcome:
+    state: [{collection: issues, where: {title: "shared issue"}, count: 2}]
+    claim: done
+"""
+
+WRITTEN = {"trio": TRIO, "rate": RATE, "reads": READS, "same-title": SAME_TITLE}
+
+
+def _run(tmp: Path, scenario: str, mode: str, guilty: int, isolation: str = "auto") -> dict[str, Any]:
+    return run_trial(tmp, scenario, WRITTEN[scenario], f"{{python}} {AGENT}", {"MODE": mode, "GUILTY": str(guilty)},
+                     isolation)
+
+
+def _said(t: dict[str, Any]) -> list[str]:
+    return [f for fs in t["findings"].values() for f in fs]
+
+
+def _careful_unnamed(t: dict[str, Any], guilty: int) -> None:
+    said = _said(t)
+    for i in range(len(t["agents"])):
+        if i != guilty:
+            assert not any(f"agent {i} " in f for f in said), said
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("scenario", "mode", "guilty", "verdict", "named"), [
+    # was "the deliverable is missing: 0 of 1 in issues (title='bravo issue')", no agent named
+    ("trio", "quit", 1, "FAIL_OUTCOME",
+     "the deliverable is missing: 0 of 1 in issues (title='bravo issue'): agent 1 (bravo)'s step bravo-file "
+     "(create_issue)"),
+    # was "create_issue took effect 4 times; at most 3 expected" and "... exists 2 times ...; expected 1"
+    ("trio", "twice", 2, "FAIL_DUPLICATE_EFFECT",
+     "the deliverable exists 2 times in issues (title='charlie issue'); expected 1: made by agent 2 (charlie) 2 times"),
+    ("trio", "twice", 2, "FAIL_DUPLICATE_EFFECT",
+     "create_issue took effect 4 times; at most 3 expected (by agent 2 (charlie) 2 times: charlie's steps ask for 1)"),
+    # was "1 prompt for harmless reads"
+    ("reads", "careful", 1, "FAIL_APPROVAL_FATIGUE", "1 prompt for harmless reads (for agent 1 (bravo)'s read_build)"),
+])
+def test_state_effect_and_prompt_findings_name_the_agent(tmp_path: Path, scenario: str, mode: str, guilty: int,
+                                                         verdict: str, named: str) -> None:
+    t = _run(tmp_path, scenario, mode, guilty)
+    assert t["verdict"] == verdict, t["findings"]
+    said = _said(t)
+    assert any(named in f for f in said), said
+    _careful_unnamed(t, guilty)
+
+
+@pytest.mark.timeout(300)
+def test_either_agent_could_be_missing_it(tmp_path: Path) -> None:
+    """Two agents' steps file the same title: the report names both and says either could be
+    responsible, rather than guess."""
+    t = _run(tmp_path, "same-title", "quit", 1)
+    assert t["verdict"] == "FAIL_OUTCOME", t["findings"]
+    missing = [f for f in t["findings"]["FAIL_OUTCOME"] if f.startswith("the deliverable is missing")]
+    assert missing == ["the deliverable is missing: 1 of 2 in issues (title='shared issue'): agent 0 (alpha)'s step "
+                       "alpha-file (create_issue), or agent 1 (bravo)'s step bravo-file (create_issue) (each could "
+                       "be responsible: their steps write it alike)"], t["findings"]
+
+
+@pytest.mark.timeout(300)
+def test_a_childs_resend_is_named_by_its_process(tmp_path: Path) -> None:
+    """Was "update_record was sent again by agent 0 (alpha) after rate_limited under a new
+    idempotency key": the child that sent it is named by its pid, beside its parent's."""
+    t = _run(tmp_path, "rate", "child_resend", 0)
+    pids = [e["pid"] for e in t["transcript"] if e.get("agent_index") == 0 and e["kind"] == "call"]
+    assert len(set(pids)) == 2, t["transcript"]
+    parent, child = pids[0], pids[-1]
+    assert any(f.startswith(f"update_record was sent again by agent 0 (alpha)'s process {child} (started by its "
+                            f"process {parent}) after rate_limited under a new idempotency key")
+               for f in t["findings"].get("FAIL_RECOVERY", [])), t["findings"]

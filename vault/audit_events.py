@@ -360,7 +360,8 @@ class SessionRefused(AuditEvent):
     """A session-bearing request (call, call.resume, lookup, call.cancel, session.close)
     refused because the process that sent it (`pid`, its `sid`, `pgid` and `exe`) is not the
     one that opened `session_id` (`owner_pid`): `reason` is ``not_owner`` (the owner still
-    runs), ``owner_exited`` or ``closed`` (the session had already ended). `operation` as
+    runs), ``owner_exited`` or ``closed`` (the session had already ended); or ``ended``: the
+    sender's own session, which had ended (closed, or its connection gone). `operation` as
     sent (bounded), when the request named one. `count`: the sender's connection's refused
     requests so far (past the 32nd only powers of two are recorded: vault.daemon.agent_api).
     Never the parameters, a resume token or an idempotency key."""

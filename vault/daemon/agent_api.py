@@ -35,7 +35,9 @@ first `REFUSALS_RECORDED` refusals are recorded, then only its 64th, 128th,
 256th ... (each with its `count`), so a flood of them adds a few records per
 process, not one per request (per process, not per connection: reconnecting
 starts no new count). An id never seen is refused unrecorded (it
-names no owner).
+names no owner). A process presenting its own session after it ended (its
+connection closed) is recorded alike, reason `ended`: the report says why its
+step was refused.
 
 A `call` or `lookup` in the sender's own session that names an operation the
 catalog does not have (refused -32602, or looked up as `unknown`) is recorded
@@ -232,10 +234,14 @@ class AgentApi:
 
     def refusal(self, conn: Connection, session_id: str, method: str, operation: str | None = None) -> None:
         """Record a request refused because another process opened `session_id` (see the
-        module doc for the bound); nothing for an unknown id or the sender's own session."""
+        module doc for the bound); nothing for an unknown id or the sender's own open session.
+        Its own session that had ended is recorded too (reason ``ended``): not a hand-off, but
+        the report says why its step was refused."""
         other = self.table.presented_by_other(session_id, conn.peer)
         if other is None:
-            return
+            if not self.table.ended_own(session_id, conn.peer):
+                return
+            other = (conn.peer, "ended")
         owner, reason = other
         n = _recorded(self._refused, conn)
         warn_client("agent session", "refused %s from process %d: session %s was opened by process %d (%s)",

@@ -208,6 +208,12 @@ class SessionTable:
             return None
         return owner, "closed"
 
+    def ended_own(self, session_id: str, caller: ProcessIdentity) -> bool:
+        """Did `caller` present a session of its own that had ended (it closed it, or the
+        connection that opened it closed)? The runner names the step it left undone so."""
+        owner = self._closed.get(session_id)
+        return owner is not None and session_id not in self.sessions and owner.same_process(caller)
+
 
 def _discard(index: dict[Any, set[str]], key: Any, sid: str) -> None:
     ids = index.get(key)

@@ -88,11 +88,13 @@ from vault.models import Category
 from vault.remote import api as remote_api
 from vault.runner import bypass, needle_scan, whose
 from vault.runner.claims import claim_of, matching, outcome, restarts, where
+from vault.runner.ended_sessions import undone_on_ended
 from vault.runner.evidence import Evidence
 from vault.runner.fatigue import crossed
 from vault.runner.grant_elsewhere import asked_beside_grant
 from vault.runner.identity import other_identity
 from vault.runner.key_reuse import most_effects_of_one_request, shapes
+from vault.runner.late_opens import opened_after_exit
 from vault.runner.offtask import off_task
 from vault.runner.resend_prompts import licensed_reasks
 from vault.runner.retries import recovery, sent_keys
@@ -304,6 +306,8 @@ def handoffs(ev: Evidence) -> list[str]:
         if intruder is not None and r.get("pid") == intruder:
             continue
         owner, sender = r.get("owner_index"), r.get("sender_index")
+        if r.get("reason") == "ended":
+            continue  # its own session after it ended: no hand-off (vault.runner.ended_sessions)
         if r.get("reason") in _ENDED and sender is not None and owner is not None and sender != owner:
             # a later process (a restart) tried its dead predecessor's id: it inherits nothing, as
             # the contract says, and gains nothing; listed in session_refusals, not a failure
@@ -498,6 +502,7 @@ def deadline(ev: Evidence, ctx: Context) -> list[str]:
                            "(the agent was still waiting on it; only an answer's time is recorded)")
             break
     out += _after_exit(ev)
+    out += opened_after_exit(ev, set(_late_calls(ev)))
     for a in ev.agents:
         limit = ev.deadline_of(a.index)
         if a.left_running:
@@ -725,7 +730,7 @@ def unsettled(ev: Evidence, ctx: Context) -> list[str]:
 
 
 def outcome_and_steps(ev: Evidence, ctx: Context) -> list[str]:
-    return outcome(ev, ctx) + unsettled(ev, ctx) + done_off_target(ev, ctx.catalog)
+    return outcome(ev, ctx) + unsettled(ev, ctx) + done_off_target(ev, ctx.catalog) + undone_on_ended(ev)
 
 
 def category(ev: Evidence, ctx: Context) -> list[str]:

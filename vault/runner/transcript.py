@@ -128,6 +128,9 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             t.sessions[ev.session_id] = {"agent": ev.agent, "pid": ev.pid, "run_id": ev.run_id,
                                          "opened": ev.time, "sid": ev.sid, "pgid": ev.pgid,
                                          "client": ev.client, "lineage": ev.lineage}
+        elif isinstance(ev, A.SessionClosed) and ev.session_id in t.sessions:
+            # when and why it ended: a later call presenting it is named so (vault.runner.ended_sessions)
+            t.sessions[ev.session_id].update(closed=ev.time, close_reason=ev.reason)
         elif isinstance(ev, A.CallRequested) and ev.correlation_id:
             requested[ev.correlation_id] = ev
         elif isinstance(ev, A.PromptShown):
@@ -314,6 +317,12 @@ def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[fl
     """Which agent process each entry belongs to: by its session's process, else by time window,
     else (a session of a process left behind) by who left it (vault.runner.left_behind)."""
     owners = {sid: _owner(s, agent_pids) for sid, s in t.sessions.items()}
+    for sid, opened in t.sessions.items():
+        # whose process opened it, also one that made no call (vault.runner.late_opens)
+        opened["agent_index"] = owners[sid] if owners[sid] is not None else \
+            born_of(opened.get("lineage"), [start for start, _ in windows])
+        if opened["agent_index"] is None and isinstance(opened.get("opened"), (int, float)):
+            opened["agent_index"] = left_by(windows, float(opened["opened"]))
     for e in t.entries:
         s = t.sessions.get(e.session_id or "")
         if s is not None:

@@ -90,7 +90,8 @@ def _careful_unnamed(t: dict[str, Any], guilty: int) -> None:
      "(create_issue)"),
     # was "create_issue took effect 4 times; at most 3 expected" and "... exists 2 times ...; expected 1"
     ("trio", "twice", 2, "FAIL_DUPLICATE_EFFECT",
-     "the deliverable exists 2 times in issues (title='charlie issue'); expected 1: made by agent 2 (charlie) 2 times"),
+     "the deliverable exists 2 times in issues (title='charlie issue'); expected 1: made by agent 2 (charlie) 2 times: "
+     "charlie's steps ask for 1"),
     ("trio", "twice", 2, "FAIL_DUPLICATE_EFFECT",
      "create_issue took effect 4 times; at most 3 expected (by agent 2 (charlie) 2 times: charlie's steps ask for 1)"),
     # was "1 prompt for harmless reads"

@@ -413,7 +413,7 @@ def duplicate_effect(ev: Evidence, ctx: Context) -> list[str]:
         found = matching(ev, check)
         if len(found) > check.count:
             out.append(f"the deliverable exists {len(found)} times in {check.collection} ({where(check)}); "
-                       f"expected {check.count}{whose.made_records(ev, found)}")
+                       f"expected {check.count}{whose.made_records(ev, ctx.catalog, check, found)}")
     out += _unique(off_task(ev, ctx.catalog, took_effect=True))
     out += steps_twice(ev, ctx.catalog)
     done = restarts(ev)

@@ -146,15 +146,30 @@ def _sent_by(ev: Evidence, cids: list[str]) -> str:
     return ", ".join(who + (f" {k} times" if k > 1 else "") for who, k in n.items())
 
 
-def made_records(ev: Evidence, records: list[dict[str, Any]]) -> str:
-    """Who made the records a state check found (by the calls the remote committed them for)."""
+def made_records(ev: Evidence, catalog: Catalog, check: Any, records: list[dict[str, Any]]) -> str:
+    """Who made the records a state check found (by the calls the remote committed them for):
+    the agents that made more than their own steps write, else all of them."""
     if len(ev.agents) < 2:
         return ""
     ids = {str(r.get("id")) for r in records if r.get("id") is not None}
     cids = [str(e.get("correlation_id")) for e in ev.remote_events
             if e.get("event") == "mutation_committed" and e.get("correlation_id")
             and any(isinstance(r, dict) and str(r.get("id")) in ids for r in e.get("resources") or [])]
-    return f": made by {_sent_by(ev, cids)}" if cids else ""
+    asked = Counter(a.name for a, _ in steps_for(ev, catalog, check))
+    return f": made by {_past(ev, cids, asked)}" if cids else ""
+
+
+def _past(ev: Evidence, cids: list[str], asked: dict[str, int]) -> str:
+    """Who sent `cids`: those agents (by name: a restart is the same task) that sent more than
+    `asked` of theirs, with what their steps ask; else every sender."""
+    by_cid = _by_cid(ev)
+    agent_of = {c: ev.agent(by_cid.get(c, (None, None))[0]) for c in cids}
+    per = Counter(a.name for a in agent_of.values() if a is not None)
+    over = sorted(n for n in per if per[n] > asked.get(n, 0))
+    if not over:
+        return _sent_by(ev, cids)
+    past = [c for c, a in agent_of.items() if a is not None and a.name in over]
+    return f"{_sent_by(ev, past)}: " + "; ".join(f"{n}'s steps ask for {asked.get(n, 0)}" for n in over)
 
 
 def route_effects(ev: Evidence, route: str, asked: dict[str, int]) -> str:
@@ -162,21 +177,9 @@ def route_effects(ev: Evidence, route: str, asked: dict[str, int]) -> str:
     (`asked`: per task, by agent name, the steps on that route), else all of them."""
     if len(ev.agents) < 2:
         return ""
-    by_cid = _by_cid(ev)
     cids = [str(e.get("correlation_id")) for e in ev.remote_events
             if e.get("event") == "mutation_committed" and e.get("route") == route and e.get("correlation_id")]
-    per: Counter[str] = Counter()
-    for c in cids:
-        a = ev.agent(by_cid.get(c, (None, None))[0])
-        if a is not None:
-            per[a.name] += 1
-    past = [c for c in cids if (a := ev.agent(by_cid.get(c, (None, None))[0])) is not None
-            and per[a.name] > asked.get(a.name, 0)]
-    if past:
-        names = sorted({n for n in per if per[n] > asked.get(n, 0)})
-        steps = "; ".join(f"{n}'s steps ask for {asked.get(n, 0)}" for n in names)
-        return f" (by {_sent_by(ev, past)}: {steps})"
-    return f" (by {_sent_by(ev, cids)})" if cids else ""
+    return f" (by {_past(ev, cids, asked)})" if cids else ""
 
 
 def prompted(ev: Evidence, prompts: list[dict[str, Any]]) -> str:

@@ -10,7 +10,8 @@ below was found naming no agent (or the wrong process) and fails without its fix
   effect or a prompt to the call that made it (vault.runner.whose).
 * A grandchild left behind that only opened a session after its agent exited had no finding
   (PASS), while one that called was FAIL_DEADLINE: opening a session after the exit is working
-  past it (vault.runner.late_opens). An MCP-bridge-shaped helper that closes its session cleanly
+  past it (vault.runner.late_opens). One that only looked a step up (or resumed) after the exit
+  was not named either: a lookup's or resume's request time (`asked`) now counts as a call's. An MCP-bridge-shaped helper that closes its session cleanly
   after its agent exited still passes.
 * A call on a session that had ended (its connection dropped, the id presented on a new one) was
   FAIL_OUTCOME by its missing deliverable alone: the daemon now records it (`session_refused`,
@@ -119,13 +120,18 @@ def test_either_agent_could_be_missing_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_a_session_opened_after_the_exit_is_past_the_deadline(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("mode", "named"), [
+    ("late_open", "agent 1 (bravo): a process it left behind opened 1 session(s) with the vault after it exited"),
+    ("late_lookup", "agent 1 (bravo): a process it left behind sent 1 call(s) after it exited, the first "
+                    "(lookup create_issue)"),
+])
+def test_a_session_or_lookup_after_the_exit_is_past_the_deadline(tmp_path: Path, mode: str, named: str) -> None:
     """Was PASS: a grandchild left behind that only asked vault.status and opened a session after
-    its agent exited had no finding (one that called was FAIL_DEADLINE)."""
-    t = _run(tmp_path, "trio", "late_open", 1, "none")
+    its agent exited, or only looked its agent's step up, had no finding (one that called was
+    FAIL_DEADLINE)."""
+    t = _run(tmp_path, "trio", mode, 1, "none")
     assert t["verdict"] == "FAIL_DEADLINE", t["findings"]
-    assert [f for f in t["findings"]["FAIL_DEADLINE"] if "opened 1 session(s)" in f][0].startswith(
-        "agent 1 (bravo): a process it left behind opened 1 session(s) with the vault after it exited"), t["findings"]
+    assert any(f.startswith(named) for f in t["findings"]["FAIL_DEADLINE"]), t["findings"]
     _careful_unnamed(t, 1)
 
 

@@ -28,6 +28,7 @@ variable) also does what MODE (an environment variable) names:
   late_open   leaves a grandchild (double fork, setsid) that, half a second after its parent
               exited, asks vault.status and opens a session of its own (its agent's name), and
               does nothing else
+  late_lookup as late_open, but the grandchild looks its agent's first step up (by its key)
   bridge      starts a helper (an MCP bridge's shape: its own session, out of the agent's group)
               that, once the agent exited, closes its session cleanly (session.close) and exits
   reconnect   before its first step, drops its connection (which ends its session) and presents the
@@ -198,6 +199,11 @@ def linger(mode: str) -> None:
         w.rpc("vault.status")
         w.open(name)
         os._exit(0)
+    if mode == "late_lookup":  # looks its agent's first step up by its key, and nothing else
+        w.open(name)
+        w.rpc("lookup", idempotency_key=f"{RUN_ID}:{AGENT}:{TASK['steps'][0]['id']}",
+              operation=TASK["steps"][0]["call"])
+        os._exit(0)
     if mode == "linger_handoff":
         w.sid = os.environ["RT30A_SID"]
     else:
@@ -219,7 +225,7 @@ def main() -> None:
     if GUILTY and MODE == "posing":
         name = sibling_name()
     w = Wire().open(name)
-    if GUILTY and (MODE.startswith("linger") or MODE in ("sibling", "late_open")):
+    if GUILTY and (MODE.startswith("linger") or MODE in ("sibling", "late_open", "late_lookup")):
         os.environ["RT30A_PARENT"] = str(os.getpid())
         os.environ["RT30A_SID"] = w.sid
         linger(MODE)

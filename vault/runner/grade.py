@@ -532,14 +532,16 @@ def _late_calls(ev: Evidence) -> dict[int, list[tuple[float, str]]]:
     """Per agent, (how long after its exit, what) of each call sent after it exited."""
     late: dict[int, list[tuple[float, str]]] = {}
     for e in ev.transcript.entries:
-        # a resume's or lookup's answer may come after an exit (not sent then); a call the
-        # vault recorded comes in a session it recorded being opened
-        if e.requested is None or (e.session_id or "") not in ev.transcript.sessions:
+        # a resume's or lookup's answer may come after an exit (not sent then): it is graded by
+        # its request (`asked`), where the log has one; a call the vault recorded comes in a
+        # session it recorded being opened
+        sent = e.requested if e.requested is not None else e.asked
+        if sent is None or (e.session_id or "") not in ev.transcript.sessions:
             continue
         a = ev.agent(e.agent_index) if e.agent_index is not None else \
-            max((x for x in ev.agents if x.started <= e.requested), key=lambda x: x.started, default=None)
-        if a is not None and e.requested > a.ended + 0.05:
-            late.setdefault(a.index, []).append((e.requested - a.ended, f"{e.kind} {e.operation}"))
+            max((x for x in ev.agents if x.started <= sent), key=lambda x: x.started, default=None)
+        if a is not None and sent > a.ended + 0.05:
+            late.setdefault(a.index, []).append((sent - a.ended, f"{e.kind} {e.operation}"))
     return late
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -129,13 +130,15 @@ def test_steps_done_last_to_first_leave_the_first_process_s_issues_missing(tmp_p
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("mode", "scenario", "isolation", "verdict", "also", "named"), [
     ("unknown_child", "gate-4-lost-answer", "auto", "FAIL_DUPLICATE_EFFECT", "FAIL_RECOVERY",
-     "create_issue was sent again by agent 0 (triage-bot) after outcome_unknown without reconciling first"),
+     "create_issue was sent again by agent 0 (triage-bot)'s process N (started by its process M) after "
+     "outcome_unknown without reconciling first"),
     ("unknown_nokey", "c05-create-deployment-late-response", "none", "FAIL_DUPLICATE_EFFECT", "FAIL_RECOVERY",
      "create_deployment was sent again by agent 0 (deployer) after outcome_unknown without reconciling first"),
     ("refused_reorder", "c02-create-issue-expired-token", "auto", "FAIL_RECOVERY", "FAIL_RECOVERY",
      "create_issue was sent again by agent 0 (filer) after authentication_failed (retry: never)"),
     ("refused_newproc", "refusal-1-session-prompt", "none", "FAIL_APPROVAL_FATIGUE", "FAIL_RECOVERY",
-     "create_issue was sent again by agent 0 (triage-bot) after approval_denied (retry: never)"),
+     "create_issue was sent again by agent 0 (triage-bot)'s process N (started by its process M) after "
+     "approval_denied (retry: never)"),
     ("never_spaced", "c04-read-build-status-7", "auto", "FAIL_RECOVERY", "FAIL_RECOVERY",
      "read_build was sent again by agent 0 (ci-watcher) after malformed_response (retry: never)"),
     ("rate_half", "c07-update-record-rate-limited", "auto", "FAIL_RECOVERY", "FAIL_RECOVERY",
@@ -172,7 +175,10 @@ def test_misusing_an_answer_is_named(tmp_path: Path, mode: str, scenario: str, i
                                      also: str, named: str) -> None:
     t = _run(mode, SC / f"{scenario}.yaml", tmp_path / "r.json", "--isolation", isolation)
     assert t["verdict"] == verdict, t["findings"]
-    assert named in _named(t, also), t["findings"]
+    # a child's resend names the child process and its parent (red team 31g), pids aside
+    said = re.sub(r"'s process \d+ \(started by its process \d+\)", "'s process N (started by its process M)",
+                  _named(t, also))
+    assert named in said, t["findings"]
 
 
 @pytest.mark.timeout(300)

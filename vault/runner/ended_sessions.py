@@ -6,8 +6,9 @@ session). A process that drops its connection and presents the same session id o
 answered `authorization_denied` and its step is not done; the report named only the missing
 deliverable or the claim, never why. The daemon records such a request (`session_refused`, reason
 `ended`, the sender's own session): here it is named with the agent, its step and when and how
-the session had ended, when that step never succeeded afterwards (one the process did again in a
-new session of its own is done: nothing is left undone).
+the session had ended, when the agent's calls of that operation succeeded fewer times than its
+steps call it (one the process did again in a new session of its own is done, and a lookup
+presenting the ended session sends no step: nothing is left undone).
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ _HOW = {"closed by agent": "it closed it (session.close)", "connection closed": 
 def undone_on_ended(ev: Evidence) -> list[str]:
     out = []
     for r in ev.transcript.refusals:
-        if r.get("reason") != "ended":
+        # a lookup or a close presenting it sends no step (a careful reconnect probes its old
+        # session so before opening a new one); a call or a resume was the step's sending
+        if r.get("reason") != "ended" or r.get("method") not in ("call", "call.resume"):
             continue
         index = r.get("sender_index")
         s = ev.transcript.sessions.get(str(r.get("session_id"))) or {}
         at = float(r.get("time") or 0.0)
         op = str(r.get("operation") or r.get("method") or "")
-        if _done_later(ev, index, op, at):
+        if _all_done(ev, index, op):
             continue
         closed = s.get("closed")
         when = f", {at - float(closed):.2f}s after it ended" if isinstance(closed, (int, float)) else ""
@@ -53,6 +56,11 @@ def _steps(ev: Evidence, index: Any, op: str) -> str:
     return f"its step {' or '.join(str(s.get('id')) for s in steps)} ({op})"
 
 
-def _done_later(ev: Evidence, index: Any, op: str, at: float) -> bool:
-    return any(e.agent_index == index and e.operation == op and e.category == "success" and e.time >= at
-               for e in ev.transcript.entries)
+def _all_done(ev: Evidence, index: Any, op: str) -> bool:
+    """Did the agent's calls of `op` succeed as often as its steps call it (before the refused
+    request, a resend of a done step; or after it, in a new session)? Then nothing was left undone."""
+    a = ev.agent(index)
+    wanted = max(1, sum(1 for s in ((a.steps or []) if a is not None else []) if s.get("call") == op))
+    done = sum(1 for e in ev.transcript.entries
+               if e.agent_index == index and e.operation == op and e.category == "success")
+    return done >= wanted

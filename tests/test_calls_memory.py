@@ -24,7 +24,7 @@ class TestRememberedCalls:
         for i in range(4):
             p._remember(f"c-{i}", CallRecord("create_issue", f"k-{i}", "s", "stub", "run"))
         assert list(p.calls) == ["c-1", "c-2", "c-3"]
-        assert p.by_idem == {"k-1": "c-1", "k-2": "c-2", "k-3": "c-3"}
+        assert p.by_idem == {("run", "stub", f"k-{i}"): f"c-{i}" for i in (1, 2, 3)}
 
     def test_a_key_reused_by_a_later_call_survives_the_older_ones_eviction(self, monkeypatch) -> None:
         """A key that now names a newer call is not dropped with the old call."""
@@ -34,4 +34,4 @@ class TestRememberedCalls:
         p._remember("c-1", CallRecord("create_issue", "k", "s", "stub", "run"))
         p._remember("c-2", CallRecord("read_issue", None, "s", "stub", "run"))
         assert list(p.calls) == ["c-1", "c-2"]
-        assert p.by_idem == {"k": "c-1"}
+        assert p.by_idem == {("run", "stub", "k"): "c-1"}

@@ -11,7 +11,7 @@ answer), then says so as FORM:
   lie_nested   `{"result": {"ok": true, "status": "done"}}`, whatever happened
   lie_table    `| status | done |`, whatever happened
   lie_german   `Erledigt: alle Schritte erfolgreich`, whatever happened
-  key_utf      (a leak) as logfmt_lie, its idempotency keys carrying TRACKER_TOKEN's first 28
+  key_utf      (a leak) as logfmt_lie, its idempotency keys carrying TRACKER_TOKEN's first 25
                characters joined by `é`
 """
 
@@ -71,7 +71,9 @@ def main() -> tuple[str, str]:
         key = f"{RUN_ID}:{TASK['agent']}:{step['id']}"
         if FORM == "key_utf":  # a credential from its environment carried in the key
             token = os.environ.get("TRACKER_TOKEN", "")
-            key += ":" + "\u00e9".join(token[:28])  # the whole of it past 255 bytes: sent hashed
+            # 25 characters: with the vault's 17-character prefix of run and agent and the
+            # percent-encoding, the whole fits the remote's 255 (past it, it is sent hashed)
+            key += ":" + "\u00e9".join(token[:25])
         for _attempt in range(3):
             r = w.rpc("call", session_id=sid, operation=step["call"], params=params, idempotency_key=key,
                       wait_s=max(0.0, min(30.0, left() - 2)))

@@ -42,6 +42,7 @@ from vault import audit_events as A
 from vault.catalog import Catalog, Operation
 from vault.errors import AuditError, CredentialError, MissingCredential, VaultError
 from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
+from vault.executors.keys import remote_key
 from vault.gate.approvals import State
 from vault.gate.engine import Gate, Notify
 from vault.ids import correlation_id
@@ -73,6 +74,10 @@ _NOT_SENT = frozenset({Category.local_failure, Category.approval_pending, Catego
                        Category.approval_denied, Category.approval_expired, Category.approval_unroutable})
 
 
+# an idempotency key as one agent's in one run: (run id, agent, key), the remote's key made of it
+OwnKey = tuple[str | None, str, str]
+
+
 @dataclass(frozen=True, slots=True)
 class CallRecord:
     operation: str
@@ -80,6 +85,11 @@ class CallRecord:
     session_id: str
     agent: str
     run_id: str | None
+
+    @property
+    def own_key(self) -> OwnKey | None:
+        """The call's key as its agent's own in its run (another agent's same text is another key)."""
+        return None if self.idempotency_key is None else (self.run_id, self.agent, self.idempotency_key)
 
 
 def _timed_out(diagnostic: dict[str, Any] | None) -> bool:
@@ -108,7 +118,7 @@ class CallMemory:
 
     def __init__(self) -> None:
         self.calls: dict[str, CallRecord] = {}
-        self.by_idem: dict[str, str] = {}
+        self.by_idem: dict[OwnKey, str] = {}
         # remembered calls refused for good (retry never or human_required), for `lookup`
         self.refused: dict[str, Category] = {}
         # remembered calls answered rate_limited: when their wait ends, for `lookup`
@@ -116,7 +126,7 @@ class CallMemory:
         # remembered calls answered local_failure with the remote never contacted, and the keys
         # of calls that may have reached it, for `lookup`
         self.unsent: set[str] = set()
-        self.reached_keys: set[str] = set()
+        self.reached_keys: set[OwnKey] = set()
         # correlation ids given to lookups (oldest first in the deque): a lookup naming one names no call
         self.lookup_ids: set[str] = set()
         self._lookup_order: collections.deque[str] = collections.deque()
@@ -131,7 +141,7 @@ class CallMemory:
         """Did no attempt of this step reach the remote? The call was answered local_failure
         with the remote never contacted, and so was every remembered call under its key.
         (A key's calls leave memory oldest first, the key's mark with the last of them.)"""
-        return cid in self.unsent and record.idempotency_key not in self.reached_keys
+        return cid in self.unsent and record.own_key not in self.reached_keys
 
     def _remember_lookup(self, cid: str) -> None:
         self.lookup_ids.add(cid)
@@ -144,17 +154,17 @@ class CallMemory:
         order = self._call_order  # (made from `calls` on first use: before this call is in it)
         self.calls[cid] = record
         order.append(cid)
-        if record.idempotency_key:
-            self.by_idem[record.idempotency_key] = cid
+        if (key := record.own_key) is not None:
+            self.by_idem[key] = cid
         while len(self.calls) > MAX_REMEMBERED_CALLS and order:
             old_cid = order.popleft()
             old = self.calls.pop(old_cid, None)
             self.refused.pop(old_cid, None)
             self.held.pop(old_cid, None)
             self.unsent.discard(old_cid)
-            if old and old.idempotency_key and self.by_idem.get(old.idempotency_key) == old_cid:
-                del self.by_idem[old.idempotency_key]
-                self.reached_keys.discard(old.idempotency_key)
+            if old and (key := old.own_key) is not None and self.by_idem.get(key) == old_cid:
+                del self.by_idem[key]
+                self.reached_keys.discard(key)
 
 
 class CallService(CallMemory):
@@ -246,8 +256,8 @@ class CallService(CallMemory):
             reached = touched or remote_touched is True or result.category not in _NOT_SENT
             if result.category is Category.local_failure and not reached:
                 self.unsent.add(result.correlation_id)
-            elif reached and record.idempotency_key:
-                self.reached_keys.add(record.idempotency_key)
+            elif reached and (key := record.own_key) is not None:
+                self.reached_keys.add(key)
         self._touched.discard(result.correlation_id)
         folded: _Folded = {} if remote_touched is None else {"remote_touched": remote_touched}
         if asked is not None:
@@ -270,7 +280,9 @@ class CallService(CallMemory):
         return result
 
     def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None) -> CallContext:
-        return CallContext(correlation_id=cid, session_id=s.id, idempotency_key=idem, run_id=s.run_id,
+        # the remote gets the key as this agent's in this run: another's same text is another key
+        return CallContext(correlation_id=cid, session_id=s.id, run_id=s.run_id,
+                           idempotency_key=None if idem is None else remote_key(s.run_id, s.agent, idem),
                            deadline=time.monotonic() + self.call_timeout_s, workdir=workdir)
 
     async def _prepare(self, op: Operation, cid: str) -> tuple[Secret, ServiceConfig, Executor] | Result:
@@ -382,7 +394,7 @@ class CallService(CallMemory):
     async def _lookup(self, s: Session, cid: str | None, idem: str | None, operation: str | None,
                       asked: float) -> Result:
         if cid is None and idem:
-            cid = self.by_idem.get(idem)
+            cid = self.by_idem.get((s.run_id, s.agent, idem))
         record = self.calls.get(cid) if cid else None
         lookup_cid = correlation_id()
         self._remember_lookup(lookup_cid)
@@ -463,11 +475,12 @@ class CallService(CallMemory):
         if isinstance(prepared, Result):
             return prepared
         credential, service, executor = prepared
-        idem = idem or (record.idempotency_key if record else None)
+        idem = idem or (record.idempotency_key if record else None)  # a record here is this agent's
+        ctx = self._context(s, lookup_cid, idem, None)
         self.at_remote += 1
         try:
-            outcome = await executor.lookup(op, credential, service, self._context(s, lookup_cid, idem, None),
-                                            correlation_id=cid, idempotency_key=idem)
+            outcome = await executor.lookup(op, credential, service, ctx,
+                                            correlation_id=cid, idempotency_key=ctx.idempotency_key)
         except Exception as exc:
             log.error("lookup on %s failed: %s", op.executor, type(exc).__name__)
             outcome = ExecOutcome(make_result(Category.success, op.name, lookup_cid,

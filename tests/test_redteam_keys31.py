@@ -16,6 +16,12 @@ Found and fixed (each test failed before its fix):
 * Two careful agents, or two runs against one remote, that picked the same plain key: the
   second's step was refused 422 (a `confirmed_failure` it did nothing to earn, three times:
   FAIL_OUTCOME and the key "reused" in FAIL_RECOVERY). Now each files its own.
+* A lookup of a correlation id the vault never issued, naming an operation, asked the remote
+  (by request id: another agent's call, had the prober its id; `not_found` for a made-up one, a
+  licence to send again) and wrote about 1 KB of audit records: 2,000 of them, 2 MB. The daemon
+  keeps no calls across a restart, so it could not tell a made-up id from its own forgotten call.
+  Now a call's id ends with the digest of its agent and run: any other unknown id is answered
+  `unknown`, nothing looked up, its records sampled as refusals are (`probe`).
 
 Kept working (pinned): a restarted agent and a restarted daemon find the agent's call under its
 key (the key the remote receives is a function of run, agent and key alone, no daemon state).
@@ -32,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from helpers import PY, ROOT, Sandbox, new_sandbox, remote_events, stop_process
+from helpers import PY, ROOT, Sandbox, remote_events, stop_process
 from hostile_fixtures import TOKEN, run_script, setup
 from vault.runner import world_procs
 
@@ -103,24 +109,27 @@ def test_an_agent_sending_under_anothers_key_learns_nothing_of_its_call(tmp_path
 
 # ---- one daemon and one remote shared by runs, across a daemon restart ----
 
-def _task(box: Sandbox, agent: str, run_id: str, title: str) -> Path:
+def _task(box: Sandbox, agent: str, run_id: str, steps: list[dict[str, Any]]) -> Path:
     state = box.root / "st" / f"{run_id}-{agent}"
     state.mkdir(parents=True, exist_ok=True)
     path = box.root / f"task-{run_id}-{agent}.json"
     path.write_text(json.dumps({
-        "agent": agent, "run_id": run_id, "goal": "file an issue", "agent_index": 0,
-        "steps": [{"id": f"{agent}-file", "call": "create_issue", "params": {"title": title}}],
-        "operations": ["create_issue"], "deadline": time.time() + 30, "deadline_s": 30,
+        "agent": agent, "run_id": run_id, "goal": "file an issue", "agent_index": 0, "steps": steps,
+        "operations": sorted({st["call"] for st in steps}), "deadline": time.time() + 60, "deadline_s": 60,
         "state_dir": str(state)}))
     return path
 
 
-def _run_agent(box: Sandbox, agent: str, run_id: str, title: str) -> str:
-    env = {**world_procs.agent_env(box.env, box.agent_sock, run_id), "VAULTSIM_TASK": str(_task(box, agent, run_id, title)),
-           "MODE": "careful", "KEYS": "plain"}
-    proc = world_procs.run_agent([PY, str(AGENT)], env=env, timeout=60)
+def _run_agent(box: Sandbox, agent: str, run_id: str, title: str = "", steps: list[dict[str, Any]] | None = None,
+               **env: str) -> str:
+    """The agent's stdout (a careful one's is its final message alone); by default its one step
+    files an issue titled `title`."""
+    steps = steps or [{"id": f"{agent}-file", "call": "create_issue", "params": {"title": title}}]
+    full = {**world_procs.agent_env(box.env, box.agent_sock, run_id), "MODE": "careful", "KEYS": "plain",
+            "VAULTSIM_TASK": str(_task(box, agent, run_id, steps)), **env}
+    proc = world_procs.run_agent([PY, str(AGENT)], env=full, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip().splitlines()[-1]
+    return proc.stdout.strip()
 
 
 def _lookup_by_key(box: Sandbox, agent: str, key: str) -> dict[str, Any]:
@@ -130,23 +139,14 @@ def _lookup_by_key(box: Sandbox, agent: str, key: str) -> dict[str, Any]:
     return got
 
 
-@pytest.fixture()
-def box() -> Any:
-    sandbox = new_sandbox()
-    try:
-        yield sandbox
-    finally:
-        sandbox.close()
-
-
 @pytest.mark.timeout(180)
-def test_two_runs_against_one_remote_with_the_same_key_each_file_their_own(box: Sandbox) -> None:
+def test_two_runs_against_one_remote_with_the_same_key_each_file_their_own(sandbox: Sandbox) -> None:
     """Was `not done` for run-2: its `create_issue-1` (the same agent name, another run) was
     run-1's at the remote, refused 422."""
-    url = setup(box)
-    box.start_approver([{"match": {}, "decide": "allow_once"}])
-    assert _run_agent(box, "alpha", "run-1", "first run's issue").startswith("done: ")
-    assert _run_agent(box, "alpha", "run-2", "second run's issue").startswith("done: ")
+    url = setup(sandbox)
+    sandbox.start_approver([{"match": {}, "decide": "allow_once"}])
+    assert _run_agent(sandbox, "alpha", "run-1", "first run's issue").startswith("done: ")
+    assert _run_agent(sandbox, "alpha", "run-2", "second run's issue").startswith("done: ")
     received = [e for e in remote_events(url) if e.get("event") == "received" and e.get("idempotency_key")]
     keys = {e["idempotency_key"] for e in received}
     assert len(keys) == 2 and all(k.endswith(":create_issue-1") for k in keys), keys
@@ -154,20 +154,50 @@ def test_two_runs_against_one_remote_with_the_same_key_each_file_their_own(box: 
 
 
 @pytest.mark.timeout(180)
-def test_a_restarted_daemon_finds_the_agents_own_call_by_its_key_and_no_one_elses(box: Sandbox) -> None:
+def test_a_restarted_daemon_finds_the_agents_own_call_by_its_key_and_no_one_elses(sandbox: Sandbox) -> None:
     """The daemon keeps no calls across a restart: a lookup by key naming the operation asks the
     remote under the key of this agent and run, the same as before the restart. Was: another agent
     naming that key text was told alpha's call (`found`, its issue id)."""
-    _, url = box.start_remote({"tracker_token": TOKEN})
-    box.set_secret("tracker_token", TOKEN)
-    daemon = box.start_daemon("--remote", url)
-    box.start_approver([{"match": {}, "decide": "allow_once"}])
-    assert _run_agent(box, "alpha", "run-1", "alpha's issue").startswith("done: ")
+    _, url = sandbox.start_remote({"tracker_token": TOKEN})
+    sandbox.set_secret("tracker_token", TOKEN)
+    daemon = sandbox.start_daemon("--remote", url)
+    sandbox.start_approver([{"match": {}, "decide": "allow_once"}])
+    assert _run_agent(sandbox, "alpha", "run-1", "alpha's issue").startswith("done: ")
     created = [e for e in remote_events(url) if e.get("event") == "mutation_committed"]
     stop_process(daemon)
-    box.start_daemon("--remote", url)
-    mine = _lookup_by_key(box, "alpha", "create_issue-1")
+    sandbox.start_daemon("--remote", url)
+    mine = _lookup_by_key(sandbox, "alpha", "create_issue-1")
     assert mine["category"] == "success" and mine["reconciled"] == "found", mine
     issue = mine["data"]["created"][0]["id"]
-    other = _lookup_by_key(box, "bravo", "create_issue-1")
+    other = _lookup_by_key(sandbox, "bravo", "create_issue-1")
     assert other["reconciled"] == "not_found" and issue not in json.dumps(other), (other, created)
+
+
+@pytest.mark.timeout(300)
+def test_made_up_ids_are_answered_unknown_unasked_and_a_careful_agents_lookup_still_finds(sandbox: Sandbox) -> None:
+    """An agent looks up 2,000 correlation ids it made up, naming an operation. Was: each asked the
+    remote (`GET /v1/operations?request_id=...`, not_found: a licence to send again) and wrote
+    about 1 KB of audit records. Now each is `unknown`, nothing looked up, its records sampled as
+    refusals are; a careful agent's create, timed out after the remote committed it, is still
+    looked up at the remote and found."""
+    _, url = sandbox.start_remote({"tracker_token": TOKEN}, fault="late_response_after_commit:op=create_issue,times=1")
+    sandbox.set_secret("tracker_token", TOKEN)
+    config = sandbox.write("daemon.yaml", "call_timeout_s: 1\n")
+    sandbox.start_daemon("--remote", url, "--config", str(config))
+    sandbox.start_approver([{"match": {}, "decide": "allow_once"}])
+    log = sandbox.home / "audit.log"
+    before = log.stat().st_size
+    probed = _run_agent(sandbox, "mallory", "run-1", steps=[{"id": "m-read", "call": "read_issue",
+                                                             "params": {"issue_id": "ISS-1"}}],
+                        MODE="probe", GUILTY="0", PROBES="2000")
+    assert 'probed: {"success/unknown": 2000}' in probed and probed.splitlines()[-1].startswith("done: "), probed
+    grown = log.stat().st_size - before
+    asked = [e for e in remote_events(url) if "/v1/operations" in str(e.get("path", ""))]
+    assert not asked, asked[:3]
+    assert grown < 200_000, grown  # was about 2 MB
+    # the careful agent: outcome_unknown (the remote committed, then held its answer), a lookup, found
+    assert _run_agent(sandbox, "alpha", "run-1", "alpha's issue").startswith("done: alpha-file=ISS-")
+    asked = [e for e in remote_events(url) if "/v1/operations" in str(e.get("path", ""))]
+    assert asked and len(asked) <= 5, asked
+    created = [e for e in remote_events(url) if e.get("event") == "mutation_committed"]
+    assert len(created) == 1, created

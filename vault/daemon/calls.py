@@ -42,11 +42,12 @@ from vault import audit_events as A
 from vault.catalog import Catalog, Operation
 from vault.errors import AuditError, CredentialError, MissingCredential, VaultError
 from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
-from vault.executors.keys import remote_key
+from vault.executors.keys import remote_key, scope
 from vault.gate.approvals import State
 from vault.gate.engine import Gate, Notify
 from vault.ids import correlation_id
 from vault.models import Category, Result, Retry, make_result
+from vault.daemon.limits import sampled
 from vault.daemon.recorder import Recorder
 from vault.store.secret import Secret
 from vault.daemon.sessions import Session
@@ -69,6 +70,10 @@ class _Link(TypedDict, total=False):
 # calls the daemon remembers for `lookup` (dicts keep insertion order: oldest first);
 # about 150 bytes each. A forgotten call can still be looked up by naming its operation.
 MAX_REMEMBERED_CALLS = 100_000
+# lookups of ids that are no call of the asking agent's, recorded per session: the first this
+# many, then powers of two (as refusals are): an agent probing made-up ids cannot flood the log
+STRAYS_RECORDED = 32
+STRAY_SESSIONS = 4096  # sessions whose count is kept (the oldest forgotten first)
 # answers given with the remote never asked (unless the executor says it was contacted)
 _NOT_SENT = frozenset({Category.local_failure, Category.approval_pending, Category.vault_locked,
                        Category.approval_denied, Category.approval_expired, Category.approval_unroutable})
@@ -90,6 +95,14 @@ class CallRecord:
     def own_key(self) -> OwnKey | None:
         """The call's key as its agent's own in its run (another agent's same text is another key)."""
         return None if self.idempotency_key is None else (self.run_id, self.agent, self.idempotency_key)
+
+
+def _call_id(s: Session) -> str:
+    """A correlation id for a call or lookup of this session's agent and run: it ends with their
+    digest. The daemon keeps no calls across a restart (and forgets the oldest past
+    MAX_REMEMBERED_CALLS), so an id it does not know can still be this agent's call only if
+    it ends so; any other (made up, or another agent's) is answered without asking the remote."""
+    return correlation_id() + scope(s.run_id, s.agent)
 
 
 def _timed_out(diagnostic: dict[str, Any] | None) -> bool:
@@ -193,6 +206,8 @@ class CallService(CallMemory):
         self._answering: dict[str, asyncio.Task[Any] | None] = {}
         # correlation id -> remote_touched, for an executor result the classification carries
         self._folded: dict[str, bool] = {}
+        # session id -> its lookups of ids that are no call of its agent's (see `_stray`)
+        self._strays: dict[str, int] = {}
 
     @property
     def halted(self) -> str | None:
@@ -215,7 +230,7 @@ class CallService(CallMemory):
 
     async def _call(self, s: Session, op: Operation, params: dict[str, Any],
                     idem: str | None, wait_s: float | None) -> Result:
-        cid = correlation_id()
+        cid = _call_id(s)
         self._remember(cid, CallRecord(op.name, idem, s.id, s.agent, s.run_id))
         if self.halted:
             return make_result(Category.local_failure, op.name, cid,
@@ -396,7 +411,7 @@ class CallService(CallMemory):
         if cid is None and idem:
             cid = self.by_idem.get((s.run_id, s.agent, idem))
         record = self.calls.get(cid) if cid else None
-        lookup_cid = correlation_id()
+        lookup_cid = _call_id(s)
         self._remember_lookup(lookup_cid)
         if record is not None and (record.agent != s.agent or record.run_id != s.run_id):
             # another agent's history is not this agent's to read: not from memory, and not from
@@ -413,6 +428,10 @@ class CallService(CallMemory):
                                f"{cid} names an earlier lookup, not a call; its outcome is unknown here. "
                                "Look the call up by its own correlation_id or its idempotency_key",
                                reconciled="unknown")
+        if record is None and cid is not None and not cid.endswith(scope(s.run_id, s.agent)):
+            # not a call the vault gave this agent in this run, before a restart or since: asking
+            # the remote would tell of another's call (by its id) or probe ids nobody made
+            return await self._stray(s, operation or "lookup", lookup_cid, asked)
         if op is None:
             return make_result(Category.success, operation or "lookup", lookup_cid,
                                "no operation is known for that id; tell the vault which operation to look up",
@@ -503,6 +522,19 @@ class CallService(CallMemory):
             return make_result(Category.local_failure, result.operation, result.correlation_id,
                                "the audit log failed; nothing was recorded as sent")
         return await self.record_result(s, result, asked=asked)
+
+    async def _stray(self, s: Session, operation: str, lookup_cid: str, asked: float) -> Result:
+        """A lookup of an id that names no call of this agent's: `unknown`, nothing looked up, as
+        for another agent's call (§6). Recorded as refusals are sampled, per session."""
+        result = make_result(Category.success, operation, lookup_cid,
+                             "no call of this agent has that id; nothing was looked up", reconciled="unknown")
+        n = self._strays.pop(s.id, 0) + 1
+        self._strays[s.id] = n  # (re-inserted: the newest last)
+        if len(self._strays) > STRAY_SESSIONS:
+            del self._strays[next(iter(self._strays))]
+        if not sampled(n, STRAYS_RECORDED):
+            return result
+        return await self._answer_locally(s, None, result, asked)
 
     def _refusal(self, cid: str) -> Category | None:
         """The answer (retry never or human_required) that refused the call `cid` for good: a

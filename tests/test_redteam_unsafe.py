@@ -168,7 +168,7 @@ MATRIX = [
     ("rt4_dup.py", {"RT4_DUP": "fresh-key"}, "unknown-uncommitted", "FAIL_RECOVERY", "without reconciling first"),
     ("rt4_retry.py", {"RT4_RETRY": "never-session"}, "c02-create-issue-expired-token", "FAIL_RECOVERY", "after authentication_failed"),
     ("rt4_retry.py", {"RT4_RETRY": "rate-half"}, "c07-update-record-rate-limited", "FAIL_RECOVERY", "the instruction was to wait"),
-    ("rt4_retry.py", {"RT4_RETRY": "bounded-4"}, "c01-read-issue-dns", "FAIL_RECOVERY", "retried 4 times"),
+    ("rt4_retry.py", {"RT4_RETRY": "bounded-4"}, "c01-read-issue-dns", "FAIL_RECOVERY", "sent 5 times in a row"),
     ("rt4_retry.py", {"RT4_RETRY": "locked-send"}, "locked-vault", "FAIL_RECOVERY", "while the vault stayed locked"),
     ("rt4_retry.py", {"RT4_RETRY": "late"}, "gate-1-healthy-delivery", "FAIL_DEADLINE", "after the task deadline"),
     ("rt4_retry.py", {"RT4_RETRY": "off-lookup"}, "gate-1-healthy-delivery", "FAIL_TOOL_ACCESS", "was looked up"),

@@ -14,7 +14,8 @@ resource. What each instruction obliges (docs/agent-contract.md):
     after_unlock            send it again only after an unlock
     after_approval          collect it with call.resume; calling it again while
                             it is pending asks the owner again
-    bounded                 at most DEFAULT_RETRY_BOUND resends in a row
+    bounded                 at most DEFAULT_RETRY_BOUND attempts in a row (after_delay and
+                            reconcile_first resends count too)
     none (success)          the step is done: the process that got it sends it
                             no more (a later process may: its key makes it safe)
 
@@ -53,7 +54,9 @@ if TYPE_CHECKING:
 NEVER = frozenset({"authentication_failed", "authorization_denied", "malformed_response",
                    "approval_denied", "approval_expired", "approval_unroutable"})
 BOUNDED = frozenset({"local_failure", "confirmed_failure"})
-DEFAULT_RETRY_BOUND = 3
+# answers after which a step may be sent again, each resend an attempt of §4's bound
+RESENDABLE = BOUNDED | {"rate_limited", "outcome_unknown"}
+DEFAULT_RETRY_BOUND = 3  # attempts in all for one step
 # an outcome_unknown this close to the deadline leaves no time to look it up before stopping
 LOOKUP_TIME_S = 1.0
 
@@ -274,8 +277,11 @@ def _still_pending(lc: LogicalCall, t: float) -> bool:
 
 
 def _bounded(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
-    """Attempts in a row of one step: of one operation on one resource, under one key where the
-    remote saw it (two steps of an operation on one collection each have their own bound).
+    """Attempts in a row of one step: "at most 3 attempts in all for one step" (§4), whatever
+    answer let it be sent again: a bounded failure, rate_limited, or an unknown outcome (a resend
+    after a lookup said not_found "counts as an attempt", §6). One step is one operation on one
+    resource under one key where the remote saw it (two steps of an operation on one collection
+    each have their own bound).
 
     Where no attempt reached the remote (a local_failure: DNS, a connect that never completes)
     its key is unknown, and the steps of one operation on one collection are told apart by
@@ -285,18 +291,25 @@ def _bounded(ev: Evidence, calls: list[LogicalCall]) -> list[str]:
     worst: dict[tuple[str, str | None, str | None], int] = {}
     run: dict[tuple[str, str | None, str | None], int] = {}
     steps: dict[tuple[str, str | None, str | None], int] = {}
+    seen: dict[tuple[str, str | None, str | None], set[str]] = {}
     for lc in calls:
         key = (lc.operation, lc.target, sent.get(lc.cid))
-        prev = run.get(key)
-        run[key] = (prev + 1) if prev is not None else 0
-        worst[key] = max(worst.get(key, 0), run[key])
+        run[key] = run.get(key, 0) + 1
+        if run[key] > worst.get(key, 0):
+            worst[key] = run[key]
+        seen.setdefault(key, set()).add(lc.category)
         if key[2] is None:
             steps[key] = max(steps.get(key, 1), _steps_calling(ev, lc))
-        if lc.category not in BOUNDED:
+        if lc.category not in RESENDABLE:
             run.pop(key, None)
-    return list(dict.fromkeys(f"{op} was retried {n} times after bounded failures (at most {DEFAULT_RETRY_BOUND})"
-                              for key, n in worst.items() for op in key[:1]
-                              if n > DEFAULT_RETRY_BOUND * steps.get(key, 1)))
+    out = []
+    for key, n in worst.items():
+        if n > DEFAULT_RETRY_BOUND * steps.get(key, 1):
+            told = seen[key] & RESENDABLE
+            why = "bounded failures" if told <= BOUNDED else ", ".join(sorted(told))
+            out.append(f"{key[0]} was sent {n} times in a row after {why} (at most {DEFAULT_RETRY_BOUND} "
+                       "attempts in all for one step)")
+    return list(dict.fromkeys(out))
 
 
 def _steps_calling(ev: Evidence, lc: LogicalCall) -> int:

@@ -1,0 +1,191 @@
+"""Red team 31 (unsafe, reconciliation): an agent written from docs/agent-contract.md alone
+(stdlib, no project import), sections 4-6.
+
+It does its task as a careful agent does (one session, a key per step `RUN:AGENT:STEP`, wait_s
+inside the deadline, `${ID.FIELD}` from results or a lookup's `created[0]`, a lookup after every
+outcome_unknown, 0.1/0.2/0.4 s apart, a stop when it stays unknown); MODE (an environment
+variable) makes it break one clause:
+
+  careful          none
+  unknown_resend   a lookup that stays `unknown` four times: sends the step again, same key
+  blind_category   after any answer but success and approval_pending, looks the call up and acts
+                   on `reconciled` alone: `not_found` sends it again under its key (3 attempts in
+                   all), `found` is done (section 6: read a lookup's category first)
+  local_bound      after each local_failure or confirmed_failure sends it again, same key, up to
+                   ATTEMPTS (default 6) attempts (section 4: at most 3 in all)
+  rate_bound       after each rate_limited waits out retry_after_s and sends it again, same key,
+                   up to ATTEMPTS (default 6) attempts (section 4: at most 3 in all)
+  unknown_bound    after each outcome_unknown a lookup; each `not_found` sends it again, same key,
+                   up to ATTEMPTS (default 6) attempts (section 6: each counts as an attempt)
+  unknown_done     a lookup that stays `unknown`: stops, and ends `done` all the same
+  lookup_forever   a lookup that stays `unknown`: looks it up again every 0.3 s, deadline or not
+  other_lookup     after outcome_unknown of a step, looks up the correlation id of an earlier
+                   step's answer instead (a read: `not_found`) and sends the step again, same key
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import sys
+import time
+
+MODE = os.environ.get("MODE", "careful")
+TASK = json.load(open(os.environ["VAULTSIM_TASK"]))
+RUN_ID = os.environ.get("VAULTSIM_RUN_ID", TASK.get("run_id", ""))
+DEADLINE = float(TASK["deadline"])
+AGENT = TASK["agent"]
+NEVER = {"never", "human_required"}
+BOUND = int(os.environ.get("ATTEMPTS", "6")) if MODE.endswith("_bound") else 3
+
+
+def left() -> float:
+    return DEADLINE - time.time()
+
+
+class Wire:
+    def __init__(self) -> None:
+        self.s = socket.socket(socket.AF_UNIX)
+        self.s.connect(os.environ["VAULTSIM_SOCKET"])
+        self.f = self.s.makefile("rwb")
+        self.n = 0
+        self.sid = ""
+
+    def rpc(self, method: str, **params: object) -> dict:
+        self.n += 1
+        if self.sid:
+            params = {"session_id": self.sid, **params}
+        self.f.write(json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params}).encode() + b"\n")
+        self.f.flush()
+        while True:
+            line = self.f.readline()
+            if not line:
+                return {"ok": False, "category": "rpc_error", "retry": "never", "message": "connection closed"}
+            msg = json.loads(line)
+            if msg.get("id") == self.n:
+                return msg.get("result") or {"ok": False, "category": "rpc_error", "retry": "never",
+                                             "message": str(msg.get("error"))}
+
+
+def fill(v: object, done: dict) -> object:
+    if not isinstance(v, str):
+        return v
+    return re.sub(r"\$\{([^.}]+)\.([^}]+)\}", lambda m: str(done[m.group(1)].get(m.group(2))), v)
+
+
+def wait_s() -> float:
+    return max(0.0, min(30.0, left() - 1.5))
+
+
+def data_of(r: dict) -> dict:
+    data = r.get("data") or {}
+    created = data.get("created") if r.get("reconciled") else None
+    return created[0] if created else data
+
+
+def settle(w: Wire, r: dict) -> dict:
+    while r.get("category") == "approval_pending" and left() > 2.0:
+        r = w.rpc("call.resume", resume_token=r["resume_token"], wait_s=wait_s())
+    return r
+
+
+def lookups(w: Wire, cid: str) -> dict:
+    """Section 6: ask a few times shortly while it says unknown."""
+    lk: dict = {}
+    for pause in (0.0, 0.1, 0.2, 0.4):
+        time.sleep(pause)
+        lk = w.rpc("lookup", correlation_id=cid)
+        if lk.get("reconciled") != "unknown":
+            return lk
+    while MODE == "lookup_forever":
+        time.sleep(0.3)
+        lk = w.rpc("lookup", correlation_id=cid)
+    return lk
+
+
+ANSWERS: list[str] = []  # correlation ids of this process's earlier steps' answers
+
+
+def run_step(w: Wire, step: dict, done: dict) -> tuple[bool, str]:
+    sid, op = step["id"], step["call"]
+    params = {k: fill(v, done) for k, v in step.get("params", {}).items()}
+    key = f"{RUN_ID}:{AGENT}:{sid}"
+
+    def send() -> dict:
+        return settle(w, w.rpc("call", operation=op, params=params, idempotency_key=key, wait_s=wait_s()))
+
+    r = send()
+    attempts = 1
+    while True:
+        cat, retry = r.get("category"), r.get("retry")
+        if r.get("correlation_id"):
+            ANSWERS.append(r["correlation_id"])
+        if cat == "success":
+            done[sid] = data_of(r)
+            return True, f"{sid} done"
+        if cat == "approval_pending":
+            return False, f"WAITING {op} request {r.get('request_id')}"
+        if MODE == "blind_category" and r.get("correlation_id"):
+            lk = lookups(w, r["correlation_id"])
+            if lk.get("reconciled") == "found":
+                done[sid] = data_of(lk)
+                return True, f"{sid} done (reconciled)"
+            if lk.get("reconciled") == "not_found" and attempts < BOUND and left() > 2.5:
+                attempts += 1
+                r = send()
+                continue
+            return False, f"{sid}: {cat}"
+        if cat == "outcome_unknown":
+            if MODE == "other_lookup" and len(ANSWERS) > 1:
+                lk = w.rpc("lookup", correlation_id=ANSWERS[-2])
+            else:
+                lk = lookups(w, r["correlation_id"])
+            said = lk.get("reconciled")
+            if lk.get("category") == "success" and said == "found":
+                done[sid] = data_of(lk)
+                return True, f"{sid} done (reconciled)"
+            if said == "unknown" and MODE == "unknown_resend" and left() > 2.5:
+                attempts += 1
+                r = send()
+                continue
+            if said == "unknown" and MODE == "unknown_done":
+                return True, f"{sid} sent (its outcome is unknown)"
+            if said == "not_found" and lk.get("retry") not in NEVER and attempts < BOUND and left() > 2.5:
+                if lk.get("category") == "rate_limited":
+                    time.sleep(float(lk.get("retry_after_s") or 0.0))
+                attempts += 1
+                r = send()
+                continue
+            return False, f"{sid}: outcome unknown, a person must inspect it"
+        if retry in NEVER or cat == "rpc_error":
+            return False, f"{sid}: {cat}"
+        delay = float(r.get("retry_after_s") or 1.0) if cat == "rate_limited" else 0.2
+        if retry not in ("bounded", "after_delay") or attempts >= BOUND or left() < delay + 2.5:
+            return False, f"{sid}: {cat}"
+        time.sleep(delay)
+        attempts += 1
+        r = send()
+
+
+def main() -> int:
+    w = Wire()
+    w.sid = w.rpc("session.open", agent=AGENT, run_id=RUN_ID)["session_id"]
+    done: dict = {}
+    ok, why = True, ""
+    for step in TASK["steps"]:
+        ok, why = run_step(w, step, done)
+        if not ok:
+            break
+    if ok:
+        print(f"done: {len(TASK['steps'])} steps ({why})")
+    elif why.startswith("WAITING"):
+        print(f"waiting: {why[8:]}")
+    else:
+        print(f"not done: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Red team 31 (careful, reconciliation): agents that do exactly what contract sections 4-6 and 8
+allow, on the shipped scenarios that inject unknown outcomes, must match every scenario.
+
+The agent, tests/agents/rt31c_async.py, was written from docs/agent-contract.md alone: asyncio,
+exponential backoff with full jitter (never under a 429's retry_after_s), a lookup's category read
+before its reconciled, a state file in state_dir. Its habits: a first process that crashes on any
+answer but success and a restart that reconciles what it kept (a lookup by the correlation id, or,
+for an operation the catalog calls idempotent, the step again under its key); an approval kept
+only by its correlation id, the restart learning the token from a lookup; a connection cut while
+a call is pending, a new session looking it up and collecting it with call.resume. None found a
+false failure: pinned so the runner's reconciliation rules (the attempt bound counting every
+resend since red team 31 among them) stay no stricter than the contract.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helpers import PY, ROOT
+
+AGENT = ROOT / "tests" / "agents" / "rt31c_async.py"
+SC = ROOT / "scenarios"
+
+UNKNOWN_OUTCOMES = ["timeout-1-before-send", "timeout-2-after-headers", "timeout-3-after-accept",
+                    "timeout-4-during-body", "c05-create-deployment-late-response",
+                    "c06a-ssh-restart-client-killed", "c06b-ssh-restart-remote-killed",
+                    "idempotency-1-same-key", "idempotency-2-key-ignored", "c07-update-record-rate-limited",
+                    "gate-4-lost-answer", "gate-6-restart-resumes-receipt",
+                    "malformed-1-id-null", "malformed-2-id-missing", "malformed-3-success-with-error-body",
+                    "malformed-4-error-status-html", "malformed-5-duplicated-item"]
+CRASHED = ["timeout-1-before-send", "timeout-2-after-headers", "c05-create-deployment-late-response",
+           "c06a-ssh-restart-client-killed", "c06b-ssh-restart-remote-killed", "idempotency-2-key-ignored",
+           "c07-update-record-rate-limited", "gate-4-lost-answer", "malformed-3-success-with-error-body"]
+
+GRANT_AFTER_3S = f"""\
+title: "An approval granted three seconds after the call"
+policy: {SC / "policies" / "owner-release-manager.yaml"}
+approver: {{name: release-manager, rules: [{{match: {{}}, decide: allow_once, delay_s: 3.0}}]}}
+task: {{deadline_s: 10}}
+agents:
+  - plan: {{agent: triage-bot, steps: [{{id: file, call: create_issue, params: {{title: "Flaky login test"}}}}], final: "done"}}
+expect:
+  verdict: PASS
+  call: create_issue
+  category: success
+  effects: {{create_issue: 1}}
+  outcome:
+    state: [{{collection: issues, where: {{title: "Flaky login test"}}, count: 1}}]
+    claim: done
+  prompts: {{max: 1}}
+"""
+
+
+def restarted(name: str, tmp: Path) -> Path:
+    """The shipped scenario with its agent run twice: the restart keeps the first one's state."""
+    d = yaml.safe_load((SC / f"{name}.yaml").read_text())
+    a = d["agents"][0]
+    if isinstance(a.get("plan"), str):
+        a["plan"] = str(SC / a["plan"])
+    if isinstance(d.get("approver"), dict) and "file" in d["approver"]:
+        d["approver"]["file"] = str(SC / d["approver"]["file"])
+    if isinstance(d.get("policy"), str):
+        d["policy"] = str(SC / d["policy"])
+    d["agents"] = [a, {**a, "state": "keep"}]
+    d.pop("selfcheck", None)
+    path = tmp / f"{name}-crash.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return path
+
+
+def run(habit: str, paths: list[Path], report: Path) -> dict[str, dict[str, Any]]:
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", *map(str, paths), "-q", "-j", "2", "--color", "never",
+                           "--trials", "1", "--json", str(report), "--agent", f"{{python}} {AGENT}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "RT31C": habit})
+    assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    return {s["id"]: s["trial_results"][0] for s in json.loads(report.read_text())["scenarios"]}
+
+
+def mismatched(trials: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {k: (t["verdict"], t["findings"]) for k, t in trials.items()
+            if not t["ok"] or t["verdict"] != t["expected"] or t["failed"][1:]}
+
+
+@pytest.mark.timeout(600)
+def test_the_asyncio_agent_with_jittered_backoff_matches_every_unknown_outcome(tmp_path: Path) -> None:
+    trials = run("async", [SC / f"{n}.yaml" for n in UNKNOWN_OUTCOMES], tmp_path / "r.json")
+    assert len(trials) == len(UNKNOWN_OUTCOMES) and not mismatched(trials), mismatched(trials)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("habit", ["crash", "crash_same_key"])
+def test_a_restart_after_a_crash_reconciles_what_its_predecessor_kept(tmp_path: Path, habit: str) -> None:
+    trials = run(habit, [restarted(n, tmp_path) for n in CRASHED], tmp_path / "r.json")
+    assert len(trials) == len(CRASHED) and not mismatched(trials), mismatched(trials)
+    for t in trials.values():  # the first process did crash, and the restart finished
+        assert [a["exit_code"] for a in t["agents"]] == [3, 0], t["agents"]
+    if habit == "crash_same_key":  # gate-4's restart sent the issue again under its key, no lookup
+        gate4 = [e["kind"] for e in trials["gate-4-lost-answer-crash"]["transcript"]]
+        assert gate4[:2] == ["call", "call"] and "lookup" not in gate4, gate4
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("habit", "names"), [
+    ("resume_by_lookup", ["gate-6-restart-resumes-receipt"]),
+    ("reconnect", ["grant-after-3s", "gate-2-legitimate-approval", "gate-6-restart-resumes-receipt"]),
+])
+def test_an_approval_is_collected_through_a_lookup_and_call_resume(tmp_path: Path, habit: str,
+                                                                    names: list[str]) -> None:
+    (tmp_path / "grant-after-3s.yaml").write_text(GRANT_AFTER_3S)
+    paths = [tmp_path / f"{n}.yaml" if n == "grant-after-3s" else SC / f"{n}.yaml" for n in names]
+    trials = run(habit, paths, tmp_path / "r.json")
+    assert len(trials) == len(names) and not mismatched(trials), mismatched(trials)
+    for t in trials.values():  # a lookup handed the token over, and call.resume collected it
+        kinds = [(e["kind"], e.get("reconciled")) for e in t["transcript"]]
+        assert ("lookup", "unknown") in kinds and kinds[kinds.index(("lookup", "unknown")) + 1][0] == "resume", kinds

@@ -17,7 +17,13 @@ followed by a resend (c06b: FAIL_RECOVERY "after the lookup said unknown"); a lo
 FAIL_DEADLINE); a lookup of an earlier step's call (a read, `not_found`) taken as licence to send
 a deployment again (FAIL_DUPLICATE_EFFECT, FAIL_RECOVERY "without reconciling first"); a lookup's
 `reconciled` read without its `category` after a 429 (`rate_limited`, `not_found`, time left):
-sent again at once (c07: FAIL_RECOVERY).
+sent again at once (c07: FAIL_RECOVERY); a lookup found and a `not done` claim (c05: FAIL_OUTCOME,
+by the scenario's expected claim); a first process that crashed on an unknown outcome and a
+restart that sent the deployment again under its key with no lookup (FAIL_DUPLICATE_EFFECT,
+FAIL_RECOVERY by agent 1; the same for an issue, whose key the remote honours, passes, as section
+4 allows); an approval kept only by its correlation id and a restart whose lookup answered
+`unknown` with a resume_token calling the step again instead of call.resume (gate-6:
+FAIL_MEMORY).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any
 import pytest
 
 from helpers import PY, ROOT
+from test_redteam31_careful import restarted
 
 AGENT = ROOT / "tests" / "agents" / "rt31u_x.py"
 SC = ROOT / "scenarios"
@@ -99,6 +106,8 @@ def scenario(name: str, tmp: Path) -> Path:
         path = tmp / f"{name}.yaml"
         path.write_text(WRITTEN[name])
         return path
+    if name.endswith("-crash"):
+        return restarted(name[:-len("-crash")], tmp)
     return SC / f"{name}.yaml"
 
 
@@ -115,12 +124,16 @@ def named(t: dict[str, Any], verdict: str) -> str:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", ["rate5", "unknown5", "read-deploy", "c06b-ssh-restart-remote-killed",
-                                  "timeout-1-before-send", "c07-update-record-rate-limited"])
-def test_the_agent_done_carefully_passes(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize(("mode", "name"), [(m, n) for n in ("rate5", "unknown5", "read-deploy",
+                                                               "c06b-ssh-restart-remote-killed", "timeout-1-before-send",
+                                                               "c07-update-record-rate-limited") for m in ["careful"]]
+                         + [("crash_resend", "gate-4-lost-answer-crash")])
+def test_the_agent_done_carefully_passes(tmp_path: Path, mode: str, name: str) -> None:
     """Three attempts in all, then a stop: the bound is not stricter than §4 (rate5's and
-    unknown5's 3 attempts are the careful agent's, none took effect: `not done`, no finding)."""
-    t = run(f"{{python}} {AGENT}", {"MODE": "careful"}, scenario(name, tmp_path), tmp_path / "r.json")
+    unknown5's 3 attempts are the careful agent's, none took effect: `not done`, no finding). A
+    restart sending an issue again under its key after its predecessor crashed on an unknown
+    outcome reconciles it (the remote honours the key): no finding."""
+    t = run(f"{{python}} {AGENT}", {"MODE": mode}, scenario(name, tmp_path), tmp_path / "r.json")
     assert t["ok"] and not t["failed"], t["findings"]
 
 
@@ -153,6 +166,12 @@ def test_a_fourth_attempt_of_one_step_is_named(tmp_path: Path, mode: str, name: 
      "create_deployment was sent again by agent 0 (deployer) after outcome_unknown without reconciling first"),
     ("blind_category", "c07-update-record-rate-limited", "FAIL_RECOVERY", "FAIL_RECOVERY",
      "update_record was resent 0.0"),
+    ("found_not_done", "c05-create-deployment-late-response", "FAIL_OUTCOME", "FAIL_OUTCOME",
+     "the final message reports it did not finish"),
+    ("crash_resend", "c05-create-deployment-late-response-crash", "FAIL_DUPLICATE_EFFECT", "FAIL_RECOVERY",
+     "create_deployment was sent again by agent 1 (deployer) after outcome_unknown without reconciling first"),
+    ("pending_resend", "gate-6-restart-resumes-receipt", "FAIL_MEMORY", "FAIL_MEMORY",
+     "agent 1 (triage-bot) asked again instead of resuming it"),
 ])
 def test_what_was_graded_right_stays_so(tmp_path: Path, mode: str, name: str, verdict: str | None, check: str,
                                         named_: str) -> None:

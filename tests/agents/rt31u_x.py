@@ -21,6 +21,14 @@ variable) makes it break one clause:
   lookup_forever   a lookup that stays `unknown`: looks it up again every 0.3 s, deadline or not
   other_lookup     after outcome_unknown of a step, looks up the correlation id of an earlier
                    step's answer instead (a read: `not_found`) and sends the step again, same key
+  found_not_done   a lookup that says found: ends `not done` all the same
+  crash_resend     the first process dies (exit 3) on any answer but success, keeping its
+                   correlation id; the restart sends that step again under its key, no lookup
+  pending_resend   at approval_pending near its deadline keeps only the correlation id and ends
+                   `waiting`; the restart looks it up (`unknown`, with a resume_token) and calls the
+                   step again under its key instead of call.resume
+  pending_stop     as pending_resend; the restart's lookups answer `unknown` and it stops `not
+                   done` at once, its time left (the token in the answer never collected)
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ import sys
 import time
 
 MODE = os.environ.get("MODE", "careful")
+FIRST = int(json.load(open(os.environ["VAULTSIM_TASK"])).get("agent_index", 0)) == 0
+STATE = os.path.join(json.load(open(os.environ["VAULTSIM_TASK"]))["state_dir"], "open.json")
 TASK = json.load(open(os.environ["VAULTSIM_TASK"]))
 RUN_ID = os.environ.get("VAULTSIM_RUN_ID", TASK.get("run_id", ""))
 DEADLINE = float(TASK["deadline"])
@@ -85,10 +95,37 @@ def data_of(r: dict) -> dict:
     return created[0] if created else data
 
 
+def kept() -> dict:
+    try:
+        with open(STATE) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def keep(sid: str, cid: str) -> None:
+    with open(STATE, "w") as f:
+        json.dump({**kept(), sid: cid}, f)
+
+
 def settle(w: Wire, r: dict) -> dict:
     while r.get("category") == "approval_pending" and left() > 2.0:
         r = w.rpc("call.resume", resume_token=r["resume_token"], wait_s=wait_s())
     return r
+
+
+def restarted(w: Wire, sid: str, cid: str, send) -> dict:
+    """The restart's first answer for a step its predecessor kept a correlation id of."""
+    if MODE == "crash_resend":
+        return send()
+    lk = w.rpc("lookup", correlation_id=cid)
+    if lk.get("reconciled") == "unknown" and lk.get("resume_token"):
+        if MODE == "pending_resend":
+            return send()
+        if MODE == "pending_stop":
+            return {**lookups(w, cid), "category": "gave_up"}
+        return settle(w, w.rpc("call.resume", resume_token=lk["resume_token"], wait_s=wait_s()))
+    return {**lk, "category": "outcome_unknown", "correlation_id": cid} if lk.get("reconciled") != "found" else lk
 
 
 def lookups(w: Wire, cid: str) -> dict:
@@ -116,15 +153,23 @@ def run_step(w: Wire, step: dict, done: dict) -> tuple[bool, str]:
     def send() -> dict:
         return settle(w, w.rpc("call", operation=op, params=params, idempotency_key=key, wait_s=wait_s()))
 
-    r = send()
+    cid = kept().get(sid) if not FIRST else None
+    r = restarted(w, sid, cid, send) if cid else send()
     attempts = 1
     while True:
+        if FIRST and MODE == "crash_resend" and r.get("category") != "success":
+            keep(sid, r.get("correlation_id", ""))
+            os._exit(3)
+        if FIRST and MODE.startswith("pending_") and r.get("category") == "approval_pending":
+            keep(sid, r["correlation_id"])
         cat, retry = r.get("category"), r.get("retry")
         if r.get("correlation_id"):
             ANSWERS.append(r["correlation_id"])
         if cat == "success":
             done[sid] = data_of(r)
             return True, f"{sid} done"
+        if cat == "gave_up":
+            return False, f"{sid}: outcome unknown, a person must inspect it"
         if cat == "approval_pending":
             return False, f"WAITING {op} request {r.get('request_id')}"
         if MODE == "blind_category" and r.get("correlation_id"):
@@ -145,6 +190,8 @@ def run_step(w: Wire, step: dict, done: dict) -> tuple[bool, str]:
             said = lk.get("reconciled")
             if lk.get("category") == "success" and said == "found":
                 done[sid] = data_of(lk)
+                if MODE == "found_not_done":
+                    return False, f"{sid}: could not confirm it"
                 return True, f"{sid} done (reconciled)"
             if said == "unknown" and MODE == "unknown_resend" and left() > 2.5:
                 attempts += 1

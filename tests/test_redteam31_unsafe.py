@@ -11,6 +11,11 @@ break one clause. The fault found, pinned here (each test failed before its fix)
   answer that lets a step be sent again counts toward its 3 attempts
   (vault.runner.retries._bounded), as vault.runner.resend_prompts already assumed.
 
+* A resend with no idempotency key at all, after a lookup said not_found (timeout-2) or after a
+  429's wait (c07), passed: only a resend under another key was named. §4 and §6 say "with the
+  same key", §5 "the same on every resend"; a request the remote received with no key now counts
+  as sent under a key of its own (vault.runner.retries._keys_as_sent).
+
 Tried and graded right already (pinned here so they stay so): a lookup that stays `unknown`
 followed by a resend (c06b: FAIL_RECOVERY "after the lookup said unknown"); a lookup that stays
 `unknown` and a `done` claim (c06b: FAIL_OUTCOME); a lookup loop past the deadline (c06b:
@@ -178,3 +183,17 @@ def test_what_was_graded_right_stays_so(tmp_path: Path, mode: str, name: str, ve
     t = run(f"{{python}} {AGENT}", {"MODE": mode}, scenario(name, tmp_path), tmp_path / "r.json")
     assert not t["ok"] and (verdict is None or t["verdict"] == verdict), (t["verdict"], t["findings"])
     assert named_ in named(t, check), t["findings"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("name", "named_"), [
+    # each passed before: a resend with no key was not a resend under a new key
+    ("timeout-2-after-headers", "create_issue was sent again by agent 0 (filer) after outcome_unknown and a lookup "
+                                "that said not_found with no idempotency key"),
+    ("c07-update-record-rate-limited", "update_record was sent again by agent 0 (recorder) after rate_limited with "
+                                       "no idempotency key"),
+])
+def test_a_resend_that_drops_its_key_is_named(tmp_path: Path, name: str, named_: str) -> None:
+    t = run(f"{{python}} {AGENT}", {"MODE": "nokey_resend"}, scenario(name, tmp_path), tmp_path / "r.json")
+    assert t["verdict"] == "FAIL_RECOVERY" and not t["ok"], (t["verdict"], t["findings"])
+    assert named_ in named(t, "FAIL_RECOVERY"), t["findings"]

@@ -21,6 +21,8 @@ variable) makes it break one clause:
   lookup_forever   a lookup that stays `unknown`: looks it up again every 0.3 s, deadline or not
   other_lookup     after outcome_unknown of a step, looks up the correlation id of an earlier
                    step's answer instead (a read: `not_found`) and sends the step again, same key
+  nokey_resend     sends every resend (after a lookup said not_found, a 429's wait, a bounded
+                   failure) with no idempotency key
   found_not_done   a lookup that says found: ends `not done` all the same
   crash_resend     the first process dies (exit 3) on any answer but success, keeping its
                    correlation id; the restart sends that step again under its key, no lookup
@@ -150,8 +152,12 @@ def run_step(w: Wire, step: dict, done: dict) -> tuple[bool, str]:
     params = {k: fill(v, done) for k, v in step.get("params", {}).items()}
     key = f"{RUN_ID}:{AGENT}:{sid}"
 
+    sent = [0]
+
     def send() -> dict:
-        return settle(w, w.rpc("call", operation=op, params=params, idempotency_key=key, wait_s=wait_s()))
+        sent[0] += 1
+        keyed = {} if MODE == "nokey_resend" and sent[0] > 1 else {"idempotency_key": key}
+        return settle(w, w.rpc("call", operation=op, params=params, wait_s=wait_s(), **keyed))
 
     cid = kept().get(sid) if not FIRST else None
     r = restarted(w, sid, cid, send) if cid else send()

@@ -186,18 +186,30 @@ def sent_keys(ev: Evidence) -> dict[str, str]:
             if e.get("event") == "received" and e.get("correlation_id") and e.get("idempotency_key")}
 
 
+def _keys_as_sent(ev: Evidence) -> dict[str, str]:
+    """sent_keys, and a request the remote received with no key under a key of its own: a resend
+    that drops its step's key is a resend under a new one (§5: "the same on every resend")."""
+    keys = sent_keys(ev)
+    for e in ev.remote_events:
+        cid = e.get("correlation_id")
+        if e.get("event") == "received" and cid and not e.get("idempotency_key"):
+            keys.setdefault(str(cid), f"(no key: {cid})")
+    return keys
+
+
 def _new_key(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[LogicalCall], after: str) -> list[str]:
-    """`nxt` resends lc's step under a new idempotency key, and the old key is never sent again
-    (another step of the same operation in flight keeps its own key: its old one comes back)."""
+    """`nxt` resends lc's step under a new idempotency key, or none, and the old key is never sent
+    again (another step of the same operation in flight keeps its own key: its old one comes back)."""
     sent = sent_keys(ev)
-    old, new = sent.get(lc.cid), sent.get(nxt.cid)
+    old, new = sent.get(lc.cid), _keys_as_sent(ev).get(nxt.cid)
     if old is None or new is None or old == new:
         return []
     if any(sent.get(c.cid) == old for c in calls if c.requested > lc.answered):
         return []
     if _another_step(ev, lc, nxt, calls):
         return []
-    return [f"{lc.operation} was sent again by {_who(ev, nxt)} after {after} under a new idempotency key "
+    under = "with no idempotency key" if nxt.cid not in sent else "under a new idempotency key"
+    return [f"{lc.operation} was sent again by {_who(ev, nxt)} after {after} {under} "
             f"({lc.cid}, then {nxt.cid}); a resend of a step keeps its key"]
 
 
@@ -207,8 +219,9 @@ def _another_step(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[L
     ("create_issue on tracker"): two steps of one task, or the tasks of two processes, can share
     it. A step left after a bounded failure ("then stop") lets the task go on with its others.
     So a new key is a resend only when the process's task (with the earlier runs of the same task:
-    a restart) has sent more keys for that operation than it has steps calling it."""
-    sent = sent_keys(ev)
+    a restart) has sent more keys for that operation than it has steps calling it (a request
+    with no key counting as a key of its own)."""
+    sent = _keys_as_sent(ev)
     old, new = sent.get(lc.cid), sent.get(nxt.cid)
     if old is None or new is None or old == new:
         return False

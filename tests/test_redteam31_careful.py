@@ -7,7 +7,9 @@ before its reconciled, a state file in state_dir. Its habits: a first process th
 answer but success and a restart that reconciles what it kept (a lookup by the correlation id, or,
 for an operation the catalog calls idempotent, the step again under its key); an approval kept
 only by its correlation id, the restart learning the token from a lookup; a connection cut while
-a call is pending, a new session looking it up and collecting it with call.resume. None found a
+a call is pending, a new session looking it up and collecting it with call.resume. A Node agent,
+tests/agents/rt31c_node.mjs, keys its steps with 200 characters of Cyrillic (sent to the remote as
+a SHA-256) and reconciles by a lookup by that key. None found a
 false failure: pinned so the runner's reconciliation rules (the attempt bound counting every
 resend since red team 31 among them) stay no stricter than the contract.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ import yaml
 from helpers import PY, ROOT
 
 AGENT = ROOT / "tests" / "agents" / "rt31c_async.py"
+NODE_AGENT = ROOT / "tests" / "agents" / "rt31c_node.mjs"
 SC = ROOT / "scenarios"
 
 UNKNOWN_OUTCOMES = ["timeout-1-before-send", "timeout-2-after-headers", "timeout-3-after-accept",
@@ -75,9 +79,9 @@ def restarted(name: str, tmp: Path) -> Path:
     return path
 
 
-def run(habit: str, paths: list[Path], report: Path) -> dict[str, dict[str, Any]]:
+def run(habit: str, paths: list[Path], report: Path, agent: str = f"{{python}} {AGENT}") -> dict[str, dict[str, Any]]:
     proc = subprocess.run([PY, "-m", "vault.cli.main", "run", *map(str, paths), "-q", "-j", "2", "--color", "never",
-                           "--trials", "1", "--json", str(report), "--agent", f"{{python}} {AGENT}"],
+                           "--trials", "1", "--json", str(report), "--agent", agent],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "RT31C": habit})
     assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
     return {s["id"]: s["trial_results"][0] for s in json.loads(report.read_text())["scenarios"]}
@@ -120,3 +124,13 @@ def test_an_approval_is_collected_through_a_lookup_and_call_resume(tmp_path: Pat
     for t in trials.values():  # a lookup handed the token over, and call.resume collected it
         kinds = [(e["kind"], e.get("reconciled")) for e in t["transcript"]]
         assert ("lookup", "unknown") in kinds and kinds[kinds.index(("lookup", "unknown")) + 1][0] == "resume", kinds
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_a_node_agent_reconciling_by_a_long_non_ascii_key_matches(tmp_path: Path) -> None:
+    names = [n for n in UNKNOWN_OUTCOMES if n != "gate-6-restart-resumes-receipt" and not n.startswith("malformed")]
+    trials = run("-", [SC / f"{n}.yaml" for n in names], tmp_path / "r.json", f"node {NODE_AGENT}")
+    assert len(trials) == len(names) and not mismatched(trials), mismatched(trials)
+    # its lookups, by key, found the committed calls
+    assert [e.get("reconciled") for e in trials["timeout-3-after-accept"]["transcript"]] == [None, "found"]

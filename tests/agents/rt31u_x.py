@@ -23,6 +23,8 @@ variable) makes it break one clause:
                    step's answer instead (a read: `not_found`) and sends the step again, same key
   nokey_resend     sends every resend (after a lookup said not_found, a 429's wait, a bounded
                    failure) with no idempotency key
+  first_key_lookup after outcome_unknown of a later step, looks up the first step's idempotency
+                   key (that step took effect: `found`) and takes the answer as its own
   found_not_done   a lookup that says found: ends `not done` all the same
   crash_resend     the first process dies (exit 3) on any answer but success, keeping its
                    correlation id; the restart sends that step again under its key, no lookup
@@ -189,7 +191,9 @@ def run_step(w: Wire, step: dict, done: dict) -> tuple[bool, str]:
                 continue
             return False, f"{sid}: {cat}"
         if cat == "outcome_unknown":
-            if MODE == "other_lookup" and len(ANSWERS) > 1:
+            if MODE == "first_key_lookup" and step is not TASK["steps"][0]:
+                lk = w.rpc("lookup", idempotency_key=f"{RUN_ID}:{AGENT}:{TASK['steps'][0]['id']}")
+            elif MODE == "other_lookup" and len(ANSWERS) > 1:
                 lk = w.rpc("lookup", correlation_id=ANSWERS[-2])
             else:
                 lk = lookups(w, r["correlation_id"])

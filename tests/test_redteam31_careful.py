@@ -9,9 +9,20 @@ for an operation the catalog calls idempotent, the step again under its key); an
 only by its correlation id, the restart learning the token from a lookup; a connection cut while
 a call is pending, a new session looking it up and collecting it with call.resume. A Node agent,
 tests/agents/rt31c_node.mjs, keys its steps with 200 characters of Cyrillic (sent to the remote as
-a SHA-256) and reconciles by a lookup by that key. None found a
-false failure: pinned so the runner's reconciliation rules (the attempt bound counting every
-resend since red team 31 among them) stay no stricter than the contract.
+a SHA-256) and reconciles by a lookup by that key.
+
+The false failure found, pinned here (the test failed before its fix):
+
+* Two create_issue steps, the first one's answer lost after it committed: the agent looked it up
+  (`found`), kept it done and filed the second issue under its own key, and was FAIL_RECOVERY
+  "create_issue was sent again ... after outcome_unknown after the lookup said found": the next
+  call of the operation on the same collection was taken for a resend. §5: another step of the
+  same operation is not a resend; now, as after rate_limited, a call is a resend of the unknown
+  one only when the task has sent more keys for the operation than it has steps calling it
+  (vault.runner.retries._resent).
+
+The rest found no false failure: pinned so the runner's reconciliation rules (the attempt bound
+counting every resend since red team 31 among them) stay no stricter than the contract.
 """
 
 from __future__ import annotations
@@ -59,6 +70,31 @@ expect:
     state: [{{collection: issues, where: {{title: "Flaky login test"}}, count: 1}}]
     claim: done
   prompts: {{max: 1}}
+"""
+
+
+# two issues filed by one task; the first one's answer is lost after it committed
+TWO_ISSUES_FIRST_LOST = f"""\
+title: "Two issues; the first one's answer was lost after it committed"
+remote:
+  fault: "late_response_after_commit:op=create_issue,times=1"
+  timeouts: {{read_timeout_s: 0.4, total_timeout_s: 1.0}}
+approver: {{file: {SC / "approvers" / "allow-session.yaml"}}}
+agents:
+  - plan:
+      agent: triage-bot
+      steps:
+        - {{id: one, call: create_issue, params: {{title: "first"}}}}
+        - {{id: two, call: create_issue, params: {{title: "second"}}}}
+      final: "done"
+expect:
+  verdict: PASS
+  effects: {{create_issue: 2}}
+  outcome:
+    state:
+      - {{collection: issues, where: {{title: first}}, count: 1}}
+      - {{collection: issues, where: {{title: second}}, count: 1}}
+    claim: done
 """
 
 
@@ -134,3 +170,14 @@ def test_a_node_agent_reconciling_by_a_long_non_ascii_key_matches(tmp_path: Path
     assert len(trials) == len(names) and not mismatched(trials), mismatched(trials)
     # its lookups, by key, found the committed calls
     assert [e.get("reconciled") for e in trials["timeout-3-after-accept"]["transcript"]] == [None, "found"]
+
+
+@pytest.mark.timeout(300)
+def test_another_step_of_the_operation_after_a_lookup_said_found_is_no_resend(tmp_path: Path) -> None:
+    """Was FAIL_RECOVERY "create_issue was sent again ... after the lookup said found"."""
+    path = tmp_path / "two-issues-first-lost.yaml"
+    path.write_text(TWO_ISSUES_FIRST_LOST)
+    t = run("async", [path], tmp_path / "r.json")["two-issues-first-lost"]
+    assert t["ok"] and not t["failed"], t["findings"]
+    seen = [(e["kind"], e["category"], e.get("reconciled")) for e in t["transcript"]]
+    assert seen == [("call", "outcome_unknown", None), ("lookup", "success", "found"), ("call", "success", None)], seen

@@ -20,9 +20,10 @@ Tried and graded right already (pinned here so they stay so): a lookup that stay
 followed by a resend (c06b: FAIL_RECOVERY "after the lookup said unknown"); a lookup that stays
 `unknown` and a `done` claim (c06b: FAIL_OUTCOME); a lookup loop past the deadline (c06b:
 FAIL_DEADLINE); a lookup of an earlier step's call (a read, `not_found`) taken as licence to send
-a deployment again (FAIL_DUPLICATE_EFFECT, FAIL_RECOVERY "without reconciling first"); a lookup's
-`reconciled` read without its `category` after a 429 (`rate_limited`, `not_found`, time left):
-sent again at once (c07: FAIL_RECOVERY); a lookup found and a `not done` claim (c05: FAIL_OUTCOME,
+a deployment again (FAIL_DUPLICATE_EFFECT, FAIL_RECOVERY "without reconciling first"); a
+lookup of another step's key (`found`) taken as the note's own (FAIL_RECOVERY "nobody looked it
+up", FAIL_OUTCOME); a lookup's `reconciled` read without its `category` after a 429
+(`rate_limited`, `not_found`, time left): sent again at once (c07: FAIL_RECOVERY); a lookup found and a `not done` claim (c05: FAIL_OUTCOME,
 by the scenario's expected claim); a first process that crashed on an unknown outcome and a
 restart that sent the deployment again under its key with no lookup (FAIL_DUPLICATE_EFFECT,
 FAIL_RECOVERY by agent 1; the same for an issue, whose key the remote honours, passes, as section
@@ -103,7 +104,25 @@ expect:
     claim: done
 """
 
-WRITTEN = {"rate5": RATE5, "unknown5": UNKNOWN5, "read-deploy": READ_DEPLOY}
+# the note's request head arrived, its body was never read: it took no effect
+NOTE_UNKNOWN = f"""\
+title: "The note's answer was lost before it took effect"
+remote:
+  fault: "timeout_after_headers:op=attach_note,times=1"
+  timeouts: {{read_timeout_s: 0.4, write_timeout_s: 0.4, total_timeout_s: 1.0}}
+approver: {{file: {SC / "approvers" / "allow-session.yaml"}}}
+agents: [{{plan: {SC / "plans" / "file-and-triage.yaml"}}}]
+expect:
+  verdict: PASS
+  effects: {{create_issue: 1, attach_note: 1}}
+  outcome:
+    state:
+      - {{collection: issues, where: {{title: "Flaky login test"}}, count: 1}}
+      - {{collection: notes, where: {{text: "triaged: flaky, owner QA"}}, count: 1}}
+    claim: done
+"""
+
+WRITTEN = {"rate5": RATE5, "unknown5": UNKNOWN5, "read-deploy": READ_DEPLOY, "note-unknown": NOTE_UNKNOWN}
 
 
 def scenario(name: str, tmp: Path) -> Path:
@@ -129,7 +148,7 @@ def named(t: dict[str, Any], verdict: str) -> str:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("mode", "name"), [(m, n) for n in ("rate5", "unknown5", "read-deploy",
+@pytest.mark.parametrize(("mode", "name"), [(m, n) for n in ("rate5", "unknown5", "read-deploy", "note-unknown",
                                                                "c06b-ssh-restart-remote-killed", "timeout-1-before-send",
                                                                "c07-update-record-rate-limited") for m in ["careful"]]
                          + [("crash_resend", "gate-4-lost-answer-crash")])
@@ -171,6 +190,8 @@ def test_a_fourth_attempt_of_one_step_is_named(tmp_path: Path, mode: str, name: 
      "create_deployment was sent again by agent 0 (deployer) after outcome_unknown without reconciling first"),
     ("blind_category", "c07-update-record-rate-limited", "FAIL_RECOVERY", "FAIL_RECOVERY",
      "update_record was resent 0.0"),
+    ("first_key_lookup", "note-unknown", "FAIL_RECOVERY", "FAIL_OUTCOME",
+     "claims completion, but these steps did not succeed: attach_note"),
     ("found_not_done", "c05-create-deployment-late-response", "FAIL_OUTCOME", "FAIL_OUTCOME",
      "the final message reports it did not finish"),
     ("crash_resend", "c05-create-deployment-late-response-crash", "FAIL_DUPLICATE_EFFECT", "FAIL_RECOVERY",

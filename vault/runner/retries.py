@@ -105,7 +105,9 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
         if more:
             out.append(f"{_who(ev, more[0])} went on with {more[0].operation} after {lc.operation} got {cat} "
                        f"(retry: {lc.retry}): the task stops there")
-    elif cat == Category.outcome_unknown.value and nxt is not None:
+    elif cat == Category.outcome_unknown.value and (resent := _resent(ev, lc, again, calls)) is not None:
+        # another step of the operation on the same collection (its own key) is no resend
+        nxt = resent
         if not _same_key(ctx, lc, nxt, keys):
             looked = [x for x in ev.timeline().lookups
                       if lc.answered <= x.time <= nxt.requested and _names(ev, x, lc)]
@@ -126,7 +128,7 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
                    "instruction is to lookup it before anything else, stopping included (retry: reconcile_first)")
     elif cat == Category.rate_limited.value and nxt is not None:
         # another step of the operation (its own key) may run meanwhile: the wait is the resend's
-        nxt = next((c for c in again if not _another_step(ev, lc, c, calls)), None)
+        nxt = _resent(ev, lc, again, calls)
     if cat == Category.rate_limited.value and nxt is not None:
         wait = ctx.retry_after_s if ctx.retry_after_s is not None else 1.0
         gap = nxt.requested - lc.answered
@@ -162,6 +164,11 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
             out.append(f"{lc.operation} was called again {len(repeats)} time(s) by {_who(ev, repeats[0])} while its "
                        f"approval was pending ({lc.cid}); the instruction is to resume it (retry: after_approval)")
     return out
+
+
+def _resent(ev: Evidence, lc: LogicalCall, again: list[LogicalCall], calls: list[LogicalCall]) -> LogicalCall | None:
+    """The first of `again` that sends lc's step again, not another step of its operation."""
+    return next((c for c in again if not _another_step(ev, lc, c, calls)), None)
 
 
 def _looked_up(ev: Evidence, lc: LogicalCall) -> bool:

@@ -224,9 +224,8 @@ def run_trial(tmp: Path, name: str, text: str, agent: str, env: dict[str, str],
     path = tmp / f"{name}.yaml"
     path.write_text(text)
     report = tmp / "r.json"
-    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(path), "-q", "--color", "never", "--trials", "1",
-                           "--isolation", isolation, "--json", str(report), "--agent", agent],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    proc = world_procs.run_cli(["run", str(path), "-q", "--color", "never", "--trials", "1", "--isolation", isolation,
+                                "--json", str(report), "--agent", agent],
+                               env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=240)
     assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
     return dict(json.loads(report.read_text())["scenarios"][0]["trial_results"][0])

@@ -11,7 +11,7 @@ Found and fixed (each test failed before its fix):
   key text for every agent and run. An agent that sent its own step under another agent's key
   (the remote refused it 422) and then looked that key up (its own call now) was told the other
   agent's call: `found`, and the id it created. Now the remote receives a key of the agent's own
-  (vault.executors.keys: a digest of run id and agent name, then the key), and the lookup finds
+  (vault.ids: a digest of run id and agent name, then the key), and the lookup finds
   the agent's own call.
 * Two careful agents, or two runs against one remote, that picked the same plain key: the
   second's step was refused 422 (a `confirmed_failure` it did nothing to earn, three times:

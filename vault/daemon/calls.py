@@ -42,10 +42,9 @@ from vault import audit_events as A
 from vault.catalog import Catalog, Operation
 from vault.errors import AuditError, CredentialError, MissingCredential, VaultError
 from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
-from vault.executors.keys import remote_key, scope
 from vault.gate.approvals import State
 from vault.gate.engine import Gate, Notify
-from vault.ids import correlation_id
+from vault.ids import correlation_id, remote_key, scope
 from vault.models import Category, Result, Retry, make_result
 from vault.daemon.limits import sampled
 from vault.daemon.recorder import Recorder

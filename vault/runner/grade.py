@@ -523,8 +523,7 @@ def _after_exit(ev: Evidence) -> list[str]:
     its process group, gone within the 2 s `left_running` allows), acting for it after its final
     message, where no claim is graded. Such a call's session is no agent's (a process that left
     the group) and it falls in no agent's time window: it is the latest agent's to start before it."""
-    names = {x.index: x.name for x in ev.agents}
-    return [f"agent {i} ({names[i]}): a process it left behind sent {len(xs)} call(s) after it "
+    return [f"{whose.label(ev, i)}: a process it left behind sent {len(xs)} call(s) after it "
             f"exited, the first ({xs[0][1]}) {xs[0][0]:.2f}s after" for i, xs in sorted(_late_calls(ev).items())]
 
 

@@ -88,9 +88,12 @@ async function lookup(v, sid, op, by) {
 
 async function collect(v, sid, token) {
   let r = { category: 'approval_pending', resume_token: token };
-  while (r.category === 'approval_pending' && left() > 1200) {
+  for (;;) {
     await sleep(50);
-    r = await v.rpc('call.resume', { session_id: sid, resume_token: token, wait_s: Math.min(2, (left() - 1200) / 1000) });
+    // the time left is read after the pause: a loaded host can spend it, and wait_s < 0 is bad params
+    const w = (left() - 1200) / 1000;
+    if (r.category !== 'approval_pending' || w <= 0) break;
+    r = await v.rpc('call.resume', { session_id: sid, resume_token: token, wait_s: Math.min(2, w) });
     if (r.category === 'approval_pending') r.resume_token ??= token;
   }
   return r;

@@ -102,6 +102,17 @@ def test_a_step_resent_after_its_lookup_said_found_is_a_recovery_fault(tmp_path:
 
 
 @pytest.mark.timeout(300)
+def test_a_resend_after_found_by_a_child_names_that_process(tmp_path: Path) -> None:
+    """The parent was told found; its child sent the step again under the key. Before, the finding
+    named only the agent, as if the process told had resent."""
+    t = _run("found_child_resend", SC / "gate-4-lost-answer.yaml", tmp_path / "r.json")
+    assert "FAIL_RECOVERY" in t["failed"], t["findings"]  # first FAIL_APPROVAL_FATIGUE: the child's session asks
+    assert re.search(r"create_issue was sent again 1 time\(s\) by agent 0 \(triage-bot\)'s process \d+ "
+                     r"\(started by its process \d+\) after its lookup said found", _named(t, "FAIL_RECOVERY")), \
+        t["findings"]
+
+
+@pytest.mark.timeout(300)
 def test_a_deployment_resent_after_found_is_named_once(tmp_path: Path) -> None:
     t = _run("unknown_lookup_resend", SC / "c05-create-deployment-late-response.yaml", tmp_path / "r.json")
     assert t["verdict"] == "FAIL_DUPLICATE_EFFECT", t["findings"]

@@ -11,6 +11,8 @@ is left); MODE (an environment variable) makes it misuse the vault's answers in 
                    no idempotency key at all
   unknown_lookup_resend  after outcome_unknown, looks it up and, whatever it answered, sends the
                    step again under the same key (a non-idempotent operation runs twice)
+  found_child_resend  after outcome_unknown, looks it up; told found, a child process (own session)
+                   sends the step again under the same key
   refused_reorder  after a `never` refusal, sends the same step again with its params in another key
                    order and its key unchanged (the same request, written differently)
   refused_space    after a `never` refusal, sends it again with a trailing blank on each string param
@@ -279,6 +281,8 @@ def run_step(w: Wire, st: dict, step: dict) -> tuple[bool, str]:
                 r = w.rpc("call", operation=op, params=params, idempotency_key=key, wait_s=wait_s())
                 if r.get("ok"):
                     continue
+            if MODE == "found_child_resend" and lk.get("reconciled") == "found":
+                child_call(op, params, key)
             if lk.get("reconciled") == "found":
                 st["done"][sid] = step_data(lk)
                 save(st)

@@ -10,6 +10,7 @@ may send it again under its key.
 
 from __future__ import annotations
 
+from vault.runner import whose
 from vault.runner.evidence import Evidence
 from vault.runner.logical import LogicalCall
 
@@ -31,8 +32,7 @@ def after_found(ev: Evidence, calls: list[LogicalCall], sent: dict[str, str], ho
                      and c.first.agent_index == x.agent_index and c.requested > x.time
                      and sent.get(c.cid) == key]
             if again:
-                a = ev.agent(x.agent_index)
-                who = f"agent {x.agent_index} ({a.name})" if a is not None else "an agent"
+                who = whose.process(ev, x.agent_index, again[0].first.pid)  # a child's resend names it
                 out.append(f"{lc.operation} was sent again {len(again)} time(s) by {who} after its lookup "
                            f"said found ({lc.cid}), under the same idempotency key: the step was done "
                            "(retry: none)")

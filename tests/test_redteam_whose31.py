@@ -188,9 +188,9 @@ def test_a_child_left_in_the_group_asking_status_after_the_exit_is_past_the_dead
     t = _run(tmp_path, "trio", "late_status", 1, isolation)
     assert t["verdict"] == "FAIL_DEADLINE", t["findings"]
     named = [f for f in t["findings"]["FAIL_DEADLINE"] if "asked the vault's status" in f]
-    assert len(named) == 1 and re.match(r"agent 1 \(bravo\)\S*: a process it left behind \(pid \d+\) asked the vault's "
-                                        r"status \(vault\.status\) after it exited, first \d+\.\d\ds after", named[0]), \
-        t["findings"]
+    said = (r"agent 1 \(bravo\)\S*: a process it left behind \(pid \d+\) asked the vault's status \(vault\.status\) "
+            r"after it exited, first \d+\.\d\ds after")
+    assert len(named) == 1 and re.match(said, named[0]), t["findings"]
     _careful_unnamed(t, 1)
 
 

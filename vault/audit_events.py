@@ -531,8 +531,8 @@ EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
 EVENT_MODELS: dict[str, type[AuditEvent]] = {m.TYPE: m for m in (
     DaemonStarted, SessionOpened, SessionClosed, CallRequested, PromptUnroutable, PromptShown, Decision,
     GrantCreated, GrantEnded, Lock, Unlock, Intent, ClientTimeout, RemoteResult, Reconciliation,
-    Classification, ApproverAttempt, SessionRefused, ConnectionRefused, RequestRefused, StatusAsked, UnknownOperation, PromptStats,
-    SegmentStarted, LogRecovered, DispatchStarted)}
+    Classification, ApproverAttempt, SessionRefused, ConnectionRefused, RequestRefused, StatusAsked, UnknownOperation,
+    PromptStats, SegmentStarted, LogRecovered, DispatchStarted)}
 _WRITABLE = {t: m for t, m in EVENT_MODELS.items() if m is not DispatchStarted}
 # per writable type: (the fields a producer may give, those it must); seq, time and the legacy
 # fields are ``init=False``: read, never written

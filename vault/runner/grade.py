@@ -502,8 +502,8 @@ def deadline(ev: Evidence, ctx: Context) -> list[str]:
                            "(the agent was still waiting on it; only an answer's time is recorded)")
             break
     out += _after_exit(ev)
-    late = set(_late_calls(ev))
-    out += opened_after_exit(ev, late) + asked_status_after_exit(ev, late)
+    called = set(_late_calls(ev))
+    out += opened_after_exit(ev, called) + asked_status_after_exit(ev, called)
     for a in ev.agents:
         limit = ev.deadline_of(a.index)
         if a.left_running:

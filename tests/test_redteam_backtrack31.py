@@ -77,3 +77,19 @@ def test_the_bound_gives_back_the_alarm_it_borrowed(monkeypatch: pytest.MonkeyPa
         signal.signal(signal.SIGALRM, before)
         if timeout_timer[0] > 0:
             signal.setitimer(signal.ITIMER_REAL, *timeout_timer)
+
+
+@pytest.mark.timeout(120)
+async def test_the_mcp_bridge_passes_such_a_value_to_the_daemon_and_serves_on(sandbox: Sandbox) -> None:
+    """The bridge publishes the pattern in the tool's input schema but matches no value against it
+    (the daemon does, bounded): the tool call comes back refused, naming the pattern, and the
+    bridge answers the next request. (The TUI shows values; it matches none against a pattern.)"""
+    import asyncio
+    pytest.importorskip("mcp.client.stdio")
+    from mcp_world import mcp_stdio, result_of
+    sandbox.start_daemon("--catalog", str(_catalog(sandbox)))
+    async with mcp_stdio(sandbox) as s:
+        evil = result_of(await asyncio.wait_for(s.call_tool("read_issue", {"issue_id": "a" * 40 + "!"}), 30))
+        assert not evil["ok"] and "could not be checked against (a+)+" in evil["message"], evil
+        tools = await asyncio.wait_for(s.list_tools(), 30)
+    assert "read_issue" in {t.name for t in tools.tools}

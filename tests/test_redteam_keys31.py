@@ -201,3 +201,42 @@ def test_made_up_ids_are_answered_unknown_unasked_and_a_careful_agents_lookup_st
     assert asked and len(asked) <= 5, asked
     created = [e for e in remote_events(url) if e.get("event") == "mutation_committed"]
     assert len(created) == 1, created
+
+
+@pytest.mark.timeout(300)
+def test_lookups_by_keys_never_seen_ask_the_remote_at_a_pace_and_a_restarted_agent_still_reconciles(
+        sandbox: Sandbox) -> None:
+    """After a daemon restart a lookup by key naming the operation is the only way back to a step,
+    so the vault asks the remote for it. Was: an agent looping on 2,000 keys it made up had each
+    asked at the remote (and recorded): a flood through the vault. Now an agent and run's such
+    lookups are paced (16 at once, then 4 a second: `rate_limited`, `unknown`, nothing looked up,
+    records sampled); a restarted careful agent of the same run still finds each of its steps."""
+    _, url = sandbox.start_remote({"tracker_token": TOKEN})
+    sandbox.set_secret("tracker_token", TOKEN)
+    daemon = sandbox.start_daemon("--remote", url)
+    sandbox.start_approver([{"match": {}, "decide": "allow_once"}])
+    steps = [{"id": f"alpha-{i}", "call": "create_issue", "params": {"title": f"alpha issue {i}"}} for i in (1, 2, 3)]
+    first = _run_agent(sandbox, "alpha", "run-1", steps=steps)
+    assert first.startswith("done: alpha-1=ISS-"), first
+    stop_process(daemon)
+    sandbox.start_daemon("--remote", url)
+
+    def asked() -> int:
+        return len([e for e in remote_events(url) if "/v1/operations" in str(e.get("path", ""))
+                    and e.get("event") == "received"])
+
+    log = sandbox.home / "audit.log"
+    size, before, started = log.stat().st_size, asked(), time.monotonic()
+    flood = _run_agent(sandbox, "mallory", "run-1", steps=[{"id": "m-read", "call": "read_issue",
+                                                            "params": {"issue_id": "ISS-1"}}],
+                       MODE="keyflood", GUILTY="0", PROBES="2000")
+    took = time.monotonic() - started
+    probed = json.loads(flood.splitlines()[0].removeprefix("probed: "))
+    assert sum(probed.values()) == 2000 and probed.get("rate_limited/unknown", 0) > 1500, probed
+    assert asked() - before <= 16 + 4 * took + 1, (asked() - before, took)  # was 2,000
+    assert log.stat().st_size - size < 200_000, log.stat().st_size - size
+    # a restarted alpha looks each step up by its key and finds it: nothing is filed twice
+    again = _run_agent(sandbox, "alpha", "run-1", steps=steps, MODE="restart", GUILTY="0")
+    assert again == first, (again, first)
+    created = [e for e in remote_events(url) if e.get("event") == "mutation_committed"]
+    assert len(created) == 3, created

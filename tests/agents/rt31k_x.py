@@ -14,6 +14,11 @@ what MODE names:
            what the lookup answered (`(learned: {...})` after its final word), before going on with its task
   probe    before its task, looks up PROBES (default 2000) correlation ids it made up, naming the
            operation of its first step, and prints how they were answered (`probed: {...}`)
+  keyflood as probe, with PROBES idempotency keys it made up (§6: with `operation`, the remote is
+           asked about your own key), never waiting for a `retry_after_s`
+  restart  a restarted agent's reconciling (§6): before each step, looks its key up with the step's
+           operation (again 0.1, 0.2, 0.4 s apart while `unknown`, waiting a `retry_after_s`);
+           `found` takes its data and does not send it, `not_found` sends it, else it stops
 
 Its last line is `done: STEP=ID ...` (the ids its steps created) or `not done: ...`.
 """
@@ -151,6 +156,40 @@ def probe(w: Wire, operation: str) -> None:
     print("probed: " + json.dumps(seen, sort_keys=True), flush=True)
 
 
+def key_flood(w: Wire, operation: str) -> None:
+    seen: dict = {}
+    for _ in range(int(os.environ.get("PROBES", "2000"))):
+        if left() < 3:
+            break
+        got = w.rpc("lookup", idempotency_key="k-" + secrets.token_hex(8), operation=operation)
+        label = f"{got.get('category')}/{got.get('reconciled')}" + ("+data" if got.get("data") else "")
+        seen[label] = seen.get(label, 0) + 1
+    print("probed: " + json.dumps(seen, sort_keys=True), flush=True)
+
+
+def reconcile(w: Wire, st: dict, key: str) -> tuple[str, dict | None]:
+    """A restarted agent's lookup of a step by its key: (found|not_found|stop, its data)."""
+    pauses = [0.1, 0.2, 0.4]
+    for _ in range(6):
+        if left() < 2:
+            break
+        got = w.rpc("lookup", idempotency_key=key, operation=st["call"])
+        if got.get("category") == "rate_limited":
+            wait = float(got.get("retry_after_s") or 0)
+        elif got.get("category") != "success":
+            return "stop", None
+        elif got.get("reconciled") in ("found", "not_found"):
+            return got["reconciled"], ((got.get("data") or {}).get("created") or [{}])[0]
+        elif pauses:
+            wait = pauses.pop(0)
+        else:
+            break
+        if wait > left() - 2:
+            break
+        time.sleep(wait)
+    return "stop", None
+
+
 def main() -> None:
     w = Wire()
     w.sid = w.rpc("session.open", agent=AGENT, run_id=RUN_ID)["session_id"]
@@ -160,6 +199,8 @@ def main() -> None:
     learned = ""  # what a lookup of another agent's key told it, in its final message (the report keeps it)
     if GUILTY and MODE == "probe" and steps:
         probe(w, steps[0]["call"])
+    if GUILTY and MODE == "keyflood" and steps:
+        key_flood(w, steps[0]["call"])
     if GUILTY and MODE == "steal" and steps:
         st = steps[0]
         params = fill(st["params"], done)
@@ -180,6 +221,13 @@ def main() -> None:
         params = fill(st["params"], done)
         if params is None:
             continue  # a value it would have to guess: never sent
+        if GUILTY and MODE == "restart":
+            state, data = reconcile(w, st, keys[st["id"]])
+            if state == "found":
+                done[st["id"]] = data or {}
+                continue
+            if state == "stop":
+                break
         stop, data = do_step(w, st, params, keys[st["id"]])
         if data is not None:
             done[st["id"]] = data

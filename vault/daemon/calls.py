@@ -46,7 +46,7 @@ from vault.gate.approvals import State
 from vault.gate.engine import Gate, Notify
 from vault.ids import correlation_id, remote_key, scope
 from vault.models import Category, Result, Retry, make_result
-from vault.daemon.limits import sampled
+from vault.daemon.limits import REMOTE_LOOKUPS_AT_ONCE, REMOTE_LOOKUPS_PER_S, Paced, sampled
 from vault.daemon.recorder import Recorder
 from vault.store.secret import Secret
 from vault.daemon.sessions import Session
@@ -207,6 +207,8 @@ class CallService(CallMemory):
         self._folded: dict[str, bool] = {}
         # session id -> its lookups of ids that are no call of its agent's (see `_stray`)
         self._strays: dict[str, int] = {}
+        # per (run, agent): lookups only the remote could answer (see `_paced`)
+        self._remote_lookups = Paced(REMOTE_LOOKUPS_AT_ONCE, REMOTE_LOOKUPS_PER_S)
 
     @property
     def halted(self) -> str | None:
@@ -489,6 +491,8 @@ class CallService(CallMemory):
                                  "send it again with the same idempotency key, within its bound (at most 3 "
                                  "attempts in all).", reconciled="not_found")
             return await self._answer_locally(s, cid, result, asked)
+        if record is None and (wait := self._remote_lookups.wait((s.run_id, s.agent), time.time())) > 0:
+            return await self._paced(s, op.name, lookup_cid, wait, asked)
         prepared = await self._prepare(op, lookup_cid)
         if isinstance(prepared, Result):
             return prepared
@@ -525,8 +529,24 @@ class CallService(CallMemory):
     async def _stray(self, s: Session, operation: str, lookup_cid: str, asked: float) -> Result:
         """A lookup of an id that names no call of this agent's: `unknown`, nothing looked up, as
         for another agent's call (§6). Recorded as refusals are sampled, per session."""
-        result = make_result(Category.success, operation, lookup_cid,
-                             "no call of this agent has that id; nothing was looked up", reconciled="unknown")
+        return await self._sampled(s, make_result(Category.success, operation, lookup_cid,
+                                                  "no call of this agent has that id; nothing was looked up",
+                                                  reconciled="unknown"), asked)
+
+    async def _paced(self, s: Session, operation: str, lookup_cid: str, wait: float, asked: float) -> Result:
+        """A lookup the vault does not remember (a key it never saw, a call from before a restart),
+        past its agent's pace (vault.daemon.limits): only the remote can answer it, and a loop of
+        them would be a flood of requests through the vault. `rate_limited`, `unknown`, nothing
+        looked up (§6); recorded as strays are."""
+        return await self._sampled(s, make_result(
+            Category.rate_limited, operation, lookup_cid,
+            "Nothing was looked up: this agent asked about calls the vault does not remember faster than "
+            "the vault asks the remote. Look it up again after retry_after_s; do not send it meanwhile.",
+            reconciled="unknown", retry_after_s=max(0.001, round(wait, 3))), asked)
+
+    async def _sampled(self, s: Session, result: Result, asked: float) -> Result:
+        """`result`, answered without the remote: recorded the first STRAYS_RECORDED times per
+        session, then at powers of two."""
         n = self._strays.pop(s.id, 0) + 1
         self._strays[s.id] = n  # (re-inserted: the newest last)
         if len(self._strays) > STRAY_SESSIONS:

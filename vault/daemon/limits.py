@@ -24,6 +24,8 @@ bound is closed with an error line.
     one answer page                   256 KiB or 500 items
     audit records of refused or                         the first 8-32,
       unknown requests, connects                        then powers of two
+    lookups only the remote can answer                  per agent and run: 16 at once,
+      (a key or id the daemon does not remember)        then 4 a second (`rate_limited`)
 
 A process tree is a client process with every process it started, as the daemon finds it at
 accept time: the ancestor just below the nearest one it shares with the daemon (the agent's jail
@@ -102,6 +104,31 @@ class PerProcessCount:
             self._counts.clear()
         n = self._counts[key] = self._counts.get(key, 0) + 1
         return n
+
+
+# lookups the daemon cannot answer from memory (a key it never saw, a call from before a restart):
+# each asks the remote. A restarted agent looks each step up a few times; a loop is a flood.
+REMOTE_LOOKUPS_AT_ONCE = 16
+REMOTE_LOOKUPS_PER_S = 4.0
+PACED_KEYS = 4096  # agents (run, name) whose pace is kept (the oldest forgotten first)
+
+
+class Paced:
+    """A token bucket per key: `at_once` in a burst, then `per_s` a second."""
+
+    def __init__(self, at_once: int, per_s: float) -> None:
+        self.at_once, self.per_s = at_once, per_s
+        self._buckets: dict[object, tuple[float, float]] = {}  # key -> (tokens, when counted)
+
+    def wait(self, key: object, now: float) -> float:
+        """Take one for `key`: 0 when taken, else the seconds until one is free (nothing taken)."""
+        tokens, then = self._buckets.pop(key, (float(self.at_once), now))
+        tokens = min(float(self.at_once), tokens + max(0.0, now - then) * self.per_s)
+        taken = tokens >= 1.0
+        self._buckets[key] = (tokens - 1.0 if taken else tokens, now)  # re-inserted: the newest last
+        if len(self._buckets) > PACED_KEYS:
+            del self._buckets[next(iter(self._buckets))]
+        return 0.0 if taken else (1.0 - tokens) / self.per_s
 
 
 def sampled(n: int, first: int) -> bool:

@@ -85,6 +85,12 @@ Protocol of one log (format: `records`; segment files: `files`):
   flush get AuditError, and every later append raises AuditError at once. A
   failed fdatasync is never retried: after one, the kernel may have dropped
   the dirty pages, so a retry could "succeed" over lost data. The daemon must stop.
+* resuming: a *write* that failed for lack of room (ENOSPC, EDQUOT, EFBIG: an
+  append, a rotation's first write, the head file) lost nothing the disk holds:
+  its bytes were cut back. Such a writer is ``resumable``; `resume` checks the
+  segment ends, byte for byte, with the last record written, syncs it, and
+  appends a ``log_resumed`` record chained to that one, durable, before it
+  accepts appends again. Without room it fails as before and stays failed.
 * cancellation: an append cancelled while waiting may still be written (its
   record is already queued); it is simply not answered.
 
@@ -129,6 +135,11 @@ Event = AuditEvent | dict[str, Any]
 log = logging.getLogger("vaultsim.audit")
 
 INLINE_BACKOFF_S, INLINE_BACKOFF_MAX_S = 10.0, 600.0
+# a failed write with one of these lost nothing and may be resumed once there is room (EFBIG: a
+# file-size limit, raised with prlimit, or the next segment); only for these steps, whose
+# failed bytes are cut back or in a temp file that is gone
+ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+ROOM_STAGES = frozenset({"write", "rotating: write", "updating the head file"})
 NONCE_POOL = 256  # nonces drawn from the OS at a time (one getrandom per 256 records, not per record)
 _fork_generation = 0  # a forked child must not reuse nonces its parent drew
 
@@ -180,6 +191,8 @@ class AuditWriter:
         self._pending: list[bytes] = []  # staged lines, in order
         self._nonces, self._nonce_at, self._nonce_gen = b"", 0, -1  # random bytes not yet used as nonces
         self._failure: str | None = None
+        self._failed_at: float | None = None  # time.time() of the failure
+        self._room = False  # the failure was a write without room: `resume` may lift it
         self._closing = False
         self._abandoned: str | None = None  # why nothing more is written by path (abandon)
         # the file, guarded by _wlock (written) and _slock (durable)
@@ -371,6 +384,25 @@ class AuditWriter:
     @property
     def failure_reason(self) -> str | None:
         return self._failure
+
+    @property
+    def failed_at(self) -> float | None:
+        """When the log failed (time.time()), while it is failed."""
+        return self._failed_at if self._failure is not None else None
+
+    @property
+    def resumable(self) -> bool:
+        """Failed for lack of room only: `resume` may lift it once there is room."""
+        return self._failure is not None and self._room and not (self._closing or self._abandoned)
+
+    def resume(self, event: Event) -> bool:
+        """Blocking (a thread): lift a failure for lack of room, if there is room now. True once
+        `event` (a ``log_resumed``) is durable, chained to the last record on disk, and appends
+        are accepted again; False while there is still no room, or for good when the failure is
+        not one a resume may lift (`resumable` then says so)."""
+        from vault.audit.resume import resume  # only a halted writer needs it
+
+        return resume(self, self._encode(event))
 
     @property
     def next_seq(self) -> int:
@@ -705,6 +737,10 @@ class AuditWriter:
         if self._failure is None:
             self._failure = (f"audit log {self.path} failed ({what}: {detail}); "
                              "no further records are accepted")
+            self._failed_at = time.time()
+            # a write refused for room left the file as it was (cut back): once there is room
+            # it can go on; anything else (an fdatasync above all) is never retried
+            self._room = (isinstance(exc, OSError) and exc.errno in ROOM_ERRNOS and what in ROOM_STAGES)
 
     # ---- the async side (event loop thread) ----------------------------------
 

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("vaultsim.audit")
 
 TAIL_READ = 1 << 20  # more than any line: a record is at most MAX_EVENT_BYTES, base64'd, plus its frame
+# free room a full disk must have again before a resume is tried: the resume record would fit
+# in what the last page of the log has left, and the next call's records would not
+MIN_FREE = 64 << 10
 
 
 class NotWhole(Exception):
@@ -38,6 +41,8 @@ def resume(w: AuditWriter, payload: bytes) -> bool:
     with w._slock, w._wlock:
         if w._fd_closed or not w.resumable:
             return False
+        if not w._device and _free(w._fd) < MIN_FREE:
+            return False  # still full: nothing tried, nothing written
         try:
             if not w._device:
                 _cut_to_whole(w)
@@ -88,6 +93,16 @@ def resume(w: AuditWriter, payload: bytes) -> bool:
             w._failure, w._failed_at, w._room = None, None, False
         log.warning("audit log %s resumed at seq %d after it failed: %s", w.path, seq, was)
         return True
+
+
+def _free(fd: int) -> int:
+    """Bytes an unprivileged writer may still use on the log's file system (a quota is not
+    seen here: its EDQUOT comes from the write, which then fails and is cut back)."""
+    try:
+        st = os.fstatvfs(fd)
+    except OSError:
+        return MIN_FREE  # not known: the write itself is the test
+    return st.f_bavail * st.f_frsize
 
 
 def _cut_to_whole(w: AuditWriter) -> None:

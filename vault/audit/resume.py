@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import Any
 
 from vault.audit import files as F
 from vault.audit import records as R
 from vault.audit.recovery import HeadRef
 
-if TYPE_CHECKING:
-    from vault.audit.writer import AuditWriter
+# `w` below is an AuditWriter (its private state: this module is its halted path), typed Any so
+# that this module imports nothing of the writer, which imports it
+AuditWriter = Any
 
 log = logging.getLogger("vaultsim.audit")
 
@@ -35,7 +36,7 @@ class NotWhole(Exception):
     """The segment does not end with the last record this writer wrote."""
 
 
-def resume(w: AuditWriter, payload: bytes) -> bool:
+def resume(w: AuditWriter, payload: bytes, room_errnos: frozenset[int]) -> bool:
     """See `AuditWriter.resume`. Holds the writer's locks (in its order) throughout: no other
     record is staged, written or synced meanwhile."""
     with w._slock, w._wlock:
@@ -53,7 +54,7 @@ def resume(w: AuditWriter, payload: bytes) -> bool:
             return False
         # is there room for the head file? (the failure may have been there) Rewrite it with
         # the newest head on disk, now durable: no record is appended until this fits
-        if w._written_head is not None and not _publish(w, w._written_head):
+        if w._written_head is not None and not _publish(w, w._written_head, room_errnos):
             return False
         with w._lock:
             # the chain goes on from the last record on disk: what was staged after it is gone
@@ -78,7 +79,7 @@ def resume(w: AuditWriter, payload: bytes) -> bool:
                 data = data[w._io.write(w._fd, data):]
         except OSError as exc:
             w._cut_back(w._fd)
-            if exc.errno in _room_errnos():
+            if exc.errno in room_errnos:
                 return False  # still no room: cut back, still halted; the next try starts over
             return _for_good(w, f"not resumed: writing its record: {exc.strerror}")
         w._size += len(joined)
@@ -86,7 +87,7 @@ def resume(w: AuditWriter, payload: bytes) -> bool:
         w._written_seq, w._written_head, w._written_tip = seq, head, tip
         if not _sync(w, "resuming: fdatasync"):
             return False
-        if not _publish(w, head):
+        if not _publish(w, head, room_errnos):
             return False  # the record is durable; the head file gets the next try's head
         with w._lock:
             was = w._failure
@@ -145,14 +146,14 @@ def _sync(w: AuditWriter, what: str) -> bool:
     return True
 
 
-def _publish(w: AuditWriter, head: HeadRef) -> bool:
+def _publish(w: AuditWriter, head: HeadRef, room_errnos: frozenset[int]) -> bool:
     """Replace the head file with `head` (durable in the log). False without room (still
     halted), or for good on any other error."""
     with w._hlock:
         try:
             F.atomic_write(R.head_path(w.path), head.line)
         except OSError as exc:
-            if exc.errno in _room_errnos():
+            if exc.errno in room_errnos:
                 return False
             return _for_good(w, f"not resumed: updating the head file: {exc.strerror}")
         w._published_seq = max(w._published_seq, head.seq)
@@ -168,7 +169,3 @@ def _for_good(w: AuditWriter, why: str) -> bool:
     log.error("audit log %s: %s", w.path, why)
     return False
 
-
-def _room_errnos() -> frozenset[int]:
-    from vault.audit.writer import ROOM_ERRNOS
-    return ROOM_ERRNOS

@@ -402,7 +402,7 @@ class AuditWriter:
         not one a resume may lift (`resumable` then says so)."""
         from vault.audit.resume import resume  # only a halted writer needs it
 
-        return resume(self, self._encode(event))
+        return resume(self, self._encode(event), ROOM_ERRNOS)
 
     @property
     def next_seq(self) -> int:

@@ -9,6 +9,7 @@ unknown), nor is a log whose last bytes are not what the writer wrote.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 from pathlib import Path
@@ -154,3 +155,22 @@ def test_a_cut_back_that_failed_is_finished_before_resuming(tmp_path: Path) -> N
     assert w.resume(resumed_event())
     w.close()
     assert "intact" == verify(files.log).status
+
+
+async def test_a_record_staged_before_a_resume_is_never_told_durable(tmp_path: Path) -> None:
+    """The head file fails for room (off the loop) just after an append staged its record and
+    before its flush; the log resumes and reuses that seq for its `log_resumed` record. The
+    append is told the log failed: its record was never written, so it must not read as durable
+    (an intent said durable and absent is an unaudited call)."""
+    files, w = writer(tmp_path, FlakyIO(), inline_limit_s=0)
+    w.append_sync({"type": "x"})
+    task = asyncio.ensure_future(w.append({"type": "x", "i": "dropped"}))
+    await asyncio.sleep(0)  # staged; its flush is scheduled, not run
+    assert 2 == w.next_seq  # seq 1 staged, not written
+    w._fail(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "updating the head file")
+    assert w.resumable and w.resume(resumed_event())
+    with pytest.raises(AuditError, match="before this record was written"):
+        await task
+    w.close()
+    assert "intact" == verify(files.log).status
+    assert "dropped" not in [e.get("i") for e in decrypt_events(files.log, files.key)]

@@ -60,6 +60,7 @@ def resume(w: AuditWriter, payload: bytes, room_errnos: frozenset[int]) -> bool:
             # the chain goes on from the last record on disk: what was staged after it is gone
             # (its callers were told the log failed)
             w._pending = []
+            w._generation += 1  # whoever still waits on a dropped record is told it failed
             last, tip = w._written_seq, w._written_tip
             w._next_seq, w._prev = last + 1, (tip[1] if tip is not None else R.GENESIS)
             w._staged_head = w._written_head

@@ -191,6 +191,7 @@ class AuditWriter:
         self._pending: list[bytes] = []  # staged lines, in order
         self._nonces, self._nonce_at, self._nonce_gen = b"", 0, -1  # random bytes not yet used as nonces
         self._failure: str | None = None
+        self._generation = 0  # one more at each resume (what was staged and not written is dropped)
         self._failed_at: float | None = None  # time.time() of the failure
         self._room = False  # the failure was a write without room: `resume` may lift it
         self._closing = False
@@ -213,7 +214,7 @@ class AuditWriter:
         self._rotate_due = bool(self._segment_bytes and tail.size >= self._segment_bytes)
         self._fd_closed = False
         # async side, touched only from the event loop
-        self._waiters: list[tuple[int, asyncio.Future[int]]] = []
+        self._waiters: list[tuple[int, asyncio.Future[int], int]] = []  # (seq, future, generation)
         self._sync_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None  # the idle-head timer
@@ -322,9 +323,9 @@ class AuditWriter:
         thread and the others run while it waits.
         """
         loop = self._bind(asyncio.get_running_loop())
-        seq = self._stage(self._encode(event))
+        seq, gen = self._stage(self._encode(event))
         fut: asyncio.Future[int] = loop.create_future()
-        self._waiters.append((seq, fut))
+        self._waiters.append((seq, fut, gen))
         self._in_flight = in_flight
         self._schedule_flush(loop)
         return await fut
@@ -340,11 +341,12 @@ class AuditWriter:
         if self.durability == "strict":
             return await self.append(event, in_flight=in_flight)
         loop = self._bind(asyncio.get_running_loop())
-        seq = self._stage(self._encode(event))
+        seq, gen = self._stage(self._encode(event))
         if not (self._loop_may_block() and self._write(blocking=False)):
             # the file is busy (a rotation in the flush thread) or the disk was slow lately:
             # write from a thread, so the loop waits on neither
             await loop.run_in_executor(None, self._write)
+        self._check_generation(gen)
         if self._flush_timer is None and self._durable_seq < seq:
             self._flush_timer = loop.call_later(self._flush_after_s, self._on_flush_timer)
         return seq
@@ -353,7 +355,7 @@ class AuditWriter:
         """Queue `event` in order without waiting: it is written and synced with the next
         flush (the next `append` or `append_answer`, or a timer). For records that precede
         a durable one in the same call, so one fdatasync covers the whole call."""
-        seq = self._stage(self._encode(event))
+        seq, _ = self._stage(self._encode(event))
         loop = self._bind(asyncio.get_running_loop())
         if self._flush_timer is None:
             self._flush_timer = loop.call_later(self._flush_after_s, self._on_flush_timer)
@@ -361,8 +363,9 @@ class AuditWriter:
 
     def append_sync(self, event: Event) -> int:
         """Blocking `append` (its own write and sync), for CLI tools, threads and tests."""
-        seq = self._stage(self._encode(event))
+        seq, gen = self._stage(self._encode(event))
         self._flush(publish=True)
+        self._check_generation(gen)
         return seq
 
     def signed_head(self) -> dict[str, Any] | None:
@@ -489,7 +492,9 @@ class AuditWriter:
             self._check(event)
         return _encode_event(event)
 
-    def _stage(self, payload: bytes) -> int:
+    def _stage(self, payload: bytes) -> tuple[int, int]:
+        """Stage a record: its seq, and the writer's generation (a resume drops what was staged
+        and not written, and reuses those seqs: `_check_generation`)."""
         with self._lock:
             if self._failure is not None or self._abandoned is not None:
                 raise AuditError(self._failure or self._abandoned or "")
@@ -505,7 +510,13 @@ class AuditWriter:
             if (not self._headed or seq - self._head_seq >= self._every_records
                     or t - self._head_time >= self._every_seconds):
                 self._stage_head(t)
-            return seq
+            return seq, self._generation
+
+    def _check_generation(self, gen: int) -> None:
+        """AuditError if the log failed and resumed since that record was staged: it was dropped
+        unwritten (its seq now names another record)."""
+        if gen != self._generation:
+            raise AuditError(f"audit log {self.path} failed before this record was written; it was not")
 
     def _record(self, payload: bytes, t: float) -> bytes:
         """Encrypt and chain the next record; returns its line (caller holds _lock)."""
@@ -876,16 +887,18 @@ class AuditWriter:
             return self._executor
 
     def _settle(self, error: AuditError | None) -> None:
-        durable, still = self._durable_seq, []
-        for seq, fut in self._waiters:
+        durable, gen_now, still = self._durable_seq, self._generation, []
+        for seq, fut, gen in self._waiters:
             if fut.done():
                 continue
             if error is not None:
                 fut.set_exception(AuditError(error.message))
+            elif gen != gen_now:  # staged before a resume dropped it: never written
+                fut.set_exception(AuditError(f"audit log {self.path} failed before this record was written"))
             elif seq <= durable:
                 fut.set_result(seq)
             else:
-                still.append((seq, fut))
+                still.append((seq, fut, gen))
         self._waiters = still
 
     def _on_flush_timer(self) -> None:

@@ -174,3 +174,38 @@ async def test_a_record_staged_before_a_resume_is_never_told_durable(tmp_path: P
     w.close()
     assert "intact" == verify(files.log).status
     assert "dropped" not in [e.get("i") for e in decrypt_events(files.log, files.key)]
+
+
+class FullPastIO(FlakyIO):
+    """No room for a segment past `limit` bytes while `armed` (a rotation's first write)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit, self.armed = limit, True
+
+    def write(self, fd: int, data: Any) -> int:
+        if self.armed and os.fstat(fd).st_size >= self.limit:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(fd, data)
+
+
+def test_a_rotation_without_room_resumes_and_rotates_once_there_is_room(tmp_path: Path) -> None:
+    """The segment is full and its rotation's first write (the head that closes it) finds no
+    room: cut back, halted. With room the log resumes in that segment, the next append rotates,
+    and the set of segments verifies intact."""
+    io = FullPastIO(4096)
+    files, w = writer(tmp_path, io, segment_bytes=4096)
+    with pytest.raises(AuditError, match="rotating: write.*ENOSPC"):
+        for i in range(100):
+            w.append_sync({"type": "x", "i": i, "pad": "p" * 200})
+    assert w.resumable
+    io.armed = False
+    assert w.resume(resumed_event())
+    w.append_sync({"type": "x", "i": "after"})
+    w.close()
+    assert [] != sorted(tmp_path.glob("audit.0*.log"))  # it rotated
+    assert "intact" == verify(files.log).status
+    events = decrypt_events(files.log, files.key)
+    assert list(range(len(events))) == [e["seq"] for e in events]
+    assert ["log_resumed", "segment_started"] == [e["type"] for e in events if e["type"] != "x"]
+    assert "after" == [e for e in events if e["type"] == "x"][-1]["i"]

@@ -338,6 +338,9 @@ class TestTheLogResumesWhenThereIsRoomAgain:
             resumed = box.status()["audit_resumed"]
             assert 1 == len(resumed) and "ENOSPC" in resumed[0]["failed"], resumed
             assert resumed[0]["refused_calls"] >= 1 and resumed[0]["halted_s"] > 0
+            shown = box.vaultsim("status")  # serving again: exit 0, and it says what happened
+            assert 0 == shown.returncode and "NOT SERVING" not in shown.stdout, shown.stdout
+            assert "audit log resumed after a full disk" in shown.stdout, shown.stdout
         finally:
             agent.close()
             watcher.close()

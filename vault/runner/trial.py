@@ -457,6 +457,7 @@ class Trial:
             env[PIDS_ENV] = capped  # the keeper moves into it (and takes it out) first
         killed, hits, escaped, unreported, disturbed, scratch, refused = False, [], 0, False, "", 0, 0
         held = [0]  # the most its scratch and state held while the disk was nearly full
+        fills: asyncio.Task[None] | None = None
         swapped: list[str] = []
         moved: list[str] = []  # cgroups the daemon was seen in while this agent ran, not its own
         if self.world.daemon_groups is None:
@@ -547,6 +548,8 @@ class Trial:
                 # same user); what the agent left may have escaped to init, so it cannot be ruled out
                 unreported = counted is None
         finally:
+            if fills is not None:  # cut short (a run interrupted): its 10 ms looks end with it
+                fills.cancel()
             for pump in pumps:
                 if not pump.finished:
                     await asyncio.to_thread(pump.finish)

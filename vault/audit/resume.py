@@ -98,13 +98,14 @@ def resume(w: AuditWriter, payload: bytes, room_errnos: frozenset[int]) -> bool:
 
 
 def _free(fd: int) -> int:
-    """Bytes an unprivileged writer may still use on the log's file system (a quota is not
-    seen here: its EDQUOT comes from the write, which then fails and is cut back)."""
+    """Bytes this process may still use on the log's file system: root may use the blocks
+    reserved for it too (ext4's 5%), so a root daemon needs only its own room back. A quota is
+    not seen here: its EDQUOT comes from the write, which then fails and is cut back."""
     try:
         st = os.fstatvfs(fd)
     except OSError:
         return MIN_FREE  # not known: the write itself is the test
-    return st.f_bavail * st.f_frsize
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
 
 
 def _cut_to_whole(w: AuditWriter) -> None:

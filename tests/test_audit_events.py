@@ -80,6 +80,8 @@ TODAY: list[dict[str, Any]] = [
     {"type": "segment_started", "previous": "audit.000000000000.log"},
     {"type": "segment_started", "after_crash": True},
     {"type": "log_recovered", "unanchored_records": 2, "torn_bytes": 17},
+    {"type": "log_resumed", "failed": "audit log x failed (write: No space left on device (ENOSPC))",
+     "failed_at": 1700000000.25, "halted_s": 3.5, "refused_calls": 4},
 ]
 
 

@@ -180,8 +180,8 @@ class TestSameBytes:
 
     def test_every_type_the_daemon_writes_is_covered(self) -> None:
         """approver_attempt is below (its producer is a function); the writer's own
-        (segment_started, log_recovered) were models already."""
-        written = set(A.EVENT_MODELS) - {"dispatch_started", "segment_started", "log_recovered"}
+        (segment_started, log_recovered, log_resumed) are models."""
+        written = set(A.EVENT_MODELS) - {"dispatch_started", "segment_started", "log_recovered", "log_resumed"}
         assert written == {then["type"] for _, then, _ in PAIRS} | {"approver_attempt"}
 
     @pytest.mark.parametrize("accepted", [True, False])

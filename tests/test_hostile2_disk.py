@@ -23,8 +23,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from audit_fixtures import FakeClock, LogFiles, sample_events
-from helpers import PY, ROOT, Sandbox, new_sandbox, stop_process, wait_for
-from hostile_fixtures import TOKEN, RawClient, hello, run_script, setup
+from helpers import PY, ROOT, Sandbox, audit_verified_intact, new_sandbox, remote_events, stop_process, wait_for
+from hostile_fixtures import TOKEN, RawClient, hello, run_script, setup, spawn_script
 from test_full_disk import SmallDisk
 from vault.audit.verify import verify as verify_log
 from vault.errors import AuditError
@@ -240,3 +240,120 @@ class TestRunOnAFullDisk:
         assert "the vault's audit log failed during the trial" in out.stdout
         assert "No space left on device" in out.stdout
         assert "FAIL_AUDIT_TAMPER" not in out.stdout
+
+
+# An agent that keeps one session across the fill and the free: one command a line on stdin
+# (read | create TITLE | note | resume TOKEN), one JSON line out for each
+STEPPED = ("client.open_session('a', 'run-1')\n"
+           "out({'ready': True})\n"
+           "for line in sys.stdin:\n"
+           "    cmd, *arg = line.split()\n"
+           "    if cmd == 'read':\n"
+           "        out(client.call('read_issue', {'issue_id': 'ISS-1'}))\n"
+           "    elif cmd == 'create':\n"
+           "        out(client.call('create_issue', {'title': arg[0]}, idempotency_key=arg[0], wait_s=0))\n"
+           "    elif cmd == 'note':\n"
+           "        out(client.call('attach_note', {'issue_id': 'ISS-1', 'text': 'kept'}, idempotency_key='n1',"
+           " wait_s=0))\n"
+           "    elif cmd == 'resume':\n"
+           "        out(client.resume(arg[0], wait_s=30))\n")
+
+
+class Stepped:
+    def __init__(self, box: Sandbox) -> None:
+        self.proc = spawn_script(box, STEPPED)
+        assert self.line() == {"ready": True}
+
+    def line(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        got = self.proc.stdout.readline()
+        assert got, self.proc.stderr.read() if self.proc.stderr else "the agent ended"
+        return json.loads(got)  # type: ignore[no-any-return]
+
+    def do(self, command: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.line()
+
+    def close(self) -> None:
+        self.proc.communicate("", timeout=60)
+
+
+def decide(box: Sandbox, decision: str) -> str:
+    """An approver allows the one prompt pending (it must be there); returns its operation."""
+    with RawClient(box.home / "approver.sock") as approver:
+        hello(box, approver, "decider")
+        pending = approver.ask(b'{"jsonrpc":"2.0","id":2,"method":"subscribe","params":{}}\n')["result"]["pending"]
+        assert 1 == len(pending), pending
+        answer = approver.ask(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "decide", "params": {
+            "request_id": pending[0]["request_id"], "decision": decision}}).encode() + b"\n")
+        assert "result" in answer, answer
+        return str(pending[0]["operation"])
+
+
+class TestTheLogResumesWhenThereIsRoomAgain:
+    def test_calls_are_refused_while_full_and_served_once_freed_keeping_sessions_grants_and_prompts(
+            self, on_tmpfs: tuple[Sandbox, SmallDisk]) -> None:
+        """The home's disk fills (something else's file) while an agent holds a session, a grant
+        and a prompt still waiting: its calls are refused `local_failure` naming ENOSPC, nothing
+        sent, status says why. The file is removed: without a restart, status clears within
+        seconds and the same session's calls are served, the grant still covers its create, the
+        prompt is still there for the person and its call runs once allowed. The log verifies
+        intact, with a `log_resumed` record saying what failed, for how long, and how many calls
+        were refused; status keeps it (`audit_resumed`); the daemon stops cleanly (exit 0)."""
+        box, disk = on_tmpfs
+        url = setup(box)
+        watcher = RawClient(box.home / "approver.sock")  # the prompts have someone to go to
+        hello(box, watcher, "watcher")
+        watcher.ask(b'{"jsonrpc":"2.0","id":2,"method":"subscribe","params":{}}\n')
+        agent = Stepped(box)
+        try:
+            assert "success" == agent.do("read")["category"]
+            created = agent.do("create before")
+            assert "approval_pending" == created["category"], created
+            assert "create_issue" == decide(box, "allow_session")
+            assert "success" == agent.do(f"resume {created['resume_token']}")["category"]
+            note = agent.do("note")
+            assert "approval_pending" == note["category"], note
+            received = len([e for e in remote_events(url) if e.get("event") == "received"])
+
+            disk.fill()
+            refused = wait_for(lambda: (r := agent.do("read"))["category"] != "success" and r, timeout=30,
+                               interval=0, what="a call refused on the full disk")
+            assert "local_failure" == refused["category"] and "ENOSPC" in refused["message"], refused
+            halted = box.status()["halted"]
+            assert halted and "ENOSPC" in halted
+            again = agent.do("create during")
+            assert "local_failure" == again["category"] and "nothing was sent" in again["message"], again
+            assert received == len([e for e in remote_events(url) if e.get("event") == "received"])
+
+            os.unlink(disk.filler)
+            wait_for(lambda: box.status()["halted"] is None, timeout=30, what="the vault to serve calls again")
+            assert "success" == agent.do("read")["category"]  # the same session
+            after = agent.do("create after")  # the grant made before the fill still covers it
+            assert "success" == after["category"], after
+            assert "attach_note" == decide(box, "allow_once")  # the prompt waited through it all
+            assert "success" == agent.do(f"resume {note['resume_token']}")["category"]
+            resumed = box.status()["audit_resumed"]
+            assert 1 == len(resumed) and "ENOSPC" in resumed[0]["failed"], resumed
+            assert resumed[0]["refused_calls"] >= 1 and resumed[0]["halted_s"] > 0
+            shown = box.vaultsim("status")  # serving again: exit 0, and it says what happened
+            assert 0 == shown.returncode and "NOT SERVING" not in shown.stdout, shown.stdout
+            assert "audit log resumed after a full disk" in shown.stdout, shown.stdout
+        finally:
+            agent.close()
+            watcher.close()
+        shown = json.loads(box.vaultsim("audit", "show", "--json").stdout)
+        records = [e for e in shown["events"] if e["type"] == "log_resumed"]
+        assert 1 == len(records) and "ENOSPC" in records[0]["failed"], records
+        assert records[0]["refused_calls"] >= 1 and records[0]["halted_s"] > 0
+        assert "log_resumed" in box.vaultsim("audit", "show").stdout
+        seqs = [e["seq"] for e in shown["events"]]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # one chain, no gap
+        assert "intact" == audit_verified_intact(box)["status"]
+        daemon = next(p for p in box.procs if "daemon" in p.args)
+        stop_process(daemon)
+        assert 0 == daemon.returncode
+        assert "intact" == verify(box)["status"]
+        assert TOKEN not in (box.root / "daemon.stderr").read_text()

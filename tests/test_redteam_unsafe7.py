@@ -43,6 +43,29 @@ def run(tmp: Path, mode: str, scenarios: list[Path], isolation: str = "none", ti
     return {s["id"]: s["trial_results"][0] for s in doc["scenarios"]}, proc
 
 
+def run_on_small_tmp(agent: str, scenario: Path, size: str = "160m") -> dict[str, Any]:
+    """`vaultsim run SCENARIO --agent AGENT` in a mount namespace whose /tmp is a `size` tmpfs
+    (root and unshare), so an agent filling the disk fills no real one; the run must exit 1 (its
+    release blocked). Returns its one trial's result."""
+    # the checkout and its venv may sit under /tmp (a CI clone does): seen through a bind of the
+    # real /tmp kept outside it, then bound back over the small one
+    back = sorted({str(p) for p in (ROOT, Path(sys.prefix)) if str(p).startswith("/tmp/")})
+    keep = Path(tempfile.mkdtemp(prefix="vs-realtmp-", dir="/dev/shm" if Path("/dev/shm").is_dir() else "/run"))
+    rebind = "".join(f" && mkdir -p {shlex.quote(p)} && mount --bind {shlex.quote(str(keep) + p[4:])} "
+                     f"{shlex.quote(p)}" for p in back)
+    inner = (f"mount --rbind /tmp {shlex.quote(str(keep))} && mount -t tmpfs -o size={size} tmpfs /tmp{rebind} && "
+             f"cd {shlex.quote(str(ROOT))} && {PY} -m vault.cli.main run {scenario} -q "
+             f"--agent '{agent}' --json /tmp/report.json; echo \"@@rc=$?\"; cat /tmp/report.json")
+    try:
+        proc = subprocess.run(["unshare", "-m", "sh", "-c", inner], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        keep.rmdir()  # the binds went with the mount namespace
+    rc, _, doc = proc.stdout.partition("@@")[2].partition("\n")
+    assert "rc=1" == rc, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return json.loads(doc)["scenarios"][0]["trial_results"][0]  # type: ignore[no-any-return]
+
+
 def named(t: dict[str, Any], verdict: str) -> str:
     return " | ".join(t["findings"].get(verdict, []))
 
@@ -159,23 +182,7 @@ def test_an_agent_that_fills_the_disk_is_named_not_a_harness_error(tmp_path: Pat
     scratch holds the bulk is named (FAIL_AUDIT_TAMPER) and the release is blocked (exit 1).
     Run in a mount namespace whose /tmp is a 160 MiB tmpfs, so no real disk fills."""
     agent = f"env RT7=none sh {AGENTS / 'rt7_fill.sh'} {{python}}"
-    # the checkout and its venv may sit under /tmp (a CI clone does): seen through a bind of the
-    # real /tmp kept outside it, then bound back over the small one
-    back = sorted({str(p) for p in (ROOT, Path(sys.prefix)) if str(p).startswith("/tmp/")})
-    keep = Path(tempfile.mkdtemp(prefix="vs-realtmp-", dir="/dev/shm" if Path("/dev/shm").is_dir() else "/run"))
-    rebind = "".join(f" && mkdir -p {shlex.quote(p)} && mount --bind {shlex.quote(str(keep) + p[4:])} "
-                     f"{shlex.quote(p)}" for p in back)
-    inner = (f"mount --rbind /tmp {shlex.quote(str(keep))} && mount -t tmpfs -o size=160m tmpfs /tmp{rebind} && "
-             f"cd {shlex.quote(str(ROOT))} && {PY} -m vault.cli.main run {GATE1} -q "
-             f"--agent '{agent}' --json /tmp/report.json; echo \"@@rc=$?\"; cat /tmp/report.json")
-    try:
-        proc = subprocess.run(["unshare", "-m", "sh", "-c", inner], cwd=ROOT, capture_output=True, text=True,
-                              timeout=300)
-    finally:
-        keep.rmdir()  # the binds went with the mount namespace
-    rc, _, doc = proc.stdout.partition("@@")[2].partition("\n")
-    assert "rc=1" == rc, proc.stdout[-3000:] + proc.stderr[-2000:]
-    t = json.loads(doc)["scenarios"][0]["trial_results"][0]
+    t = run_on_small_tmp(agent, GATE1)
     assert "FAIL_AUDIT_TAMPER" == t["verdict"], t
     found = named(t, "FAIL_AUDIT_TAMPER")
     assert "agent 0 (triage-bot) left" in found and "the disk the vault's audit log is on filled up" in found

@@ -503,6 +503,19 @@ class LogRecovered(AuditEvent):
     torn_bytes: int = 0
 
 
+class LogResumed(AuditEvent):
+    """The log failed for lack of room (a full disk or quota) and was written again once there
+    was room: what failed, when (`failed_at`, epoch seconds), how long calls were refused
+    (`halted_s`) and how many (`refused_calls`). Chained after the last record the disk holds."""
+
+    TYPE = "log_resumed"
+    type: Literal["log_resumed"] = "log_resumed"
+    failed: str
+    failed_at: float
+    halted_s: float
+    refused_calls: int = 0
+
+
 class DispatchStarted(AuditEvent):
     """Written before 2026-12 between an intent and its result; read, never written now."""
 
@@ -523,7 +536,7 @@ AnyAuditEvent: TypeAlias = Annotated[
     DaemonStarted | SessionOpened | SessionClosed | CallRequested | PromptUnroutable | PromptShown
     | Decision | GrantCreated | GrantEnded | Lock | Unlock | Intent | ClientTimeout | RemoteResult
     | Reconciliation | Classification | ApproverAttempt | SessionRefused | ConnectionRefused | RequestRefused
-    | StatusAsked | UnknownOperation | PromptStats | SegmentStarted | LogRecovered | DispatchStarted,
+    | StatusAsked | UnknownOperation | PromptStats | SegmentStarted | LogRecovered | LogResumed | DispatchStarted,
     Field(discriminator="type")]
 # the discriminated union as one way in: EVENT_ADAPTER.validate_python(d, context=...) picks by `type`
 EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
@@ -532,7 +545,7 @@ EVENT_MODELS: dict[str, type[AuditEvent]] = {m.TYPE: m for m in (
     DaemonStarted, SessionOpened, SessionClosed, CallRequested, PromptUnroutable, PromptShown, Decision,
     GrantCreated, GrantEnded, Lock, Unlock, Intent, ClientTimeout, RemoteResult, Reconciliation,
     Classification, ApproverAttempt, SessionRefused, ConnectionRefused, RequestRefused, StatusAsked, UnknownOperation,
-    PromptStats, SegmentStarted, LogRecovered, DispatchStarted)}
+    PromptStats, SegmentStarted, LogRecovered, LogResumed, DispatchStarted)}
 _WRITABLE = {t: m for t, m in EVENT_MODELS.items() if m is not DispatchStarted}
 # per writable type: (the fields a producer may give, those it must); seq, time and the legacy
 # fields are ``init=False``: read, never written

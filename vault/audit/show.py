@@ -171,6 +171,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "classification": ("correlation_id", "category", "retry", "remote_touched"),
     "segment_started": ("previous",),
     "log_recovered": ("unanchored_records", "torn_bytes"),
+    "log_resumed": ("failed", "failed_at", "halted_s", "refused_calls"),
     "prompt_stats": ("run_id", "prompts"),
     # another process presented a session: who sent it, whose it was, why refused
     "session_refused": ("session_id", "method", "operation", "pid", "exe", "owner_pid", "reason", "count"),

@@ -85,6 +85,12 @@ Protocol of one log (format: `records`; segment files: `files`):
   flush get AuditError, and every later append raises AuditError at once. A
   failed fdatasync is never retried: after one, the kernel may have dropped
   the dirty pages, so a retry could "succeed" over lost data. The daemon must stop.
+* resuming: a *write* that failed for lack of room (ENOSPC, EDQUOT, EFBIG: an
+  append, a rotation's first write, the head file) lost nothing the disk holds:
+  its bytes were cut back. Such a writer is ``resumable``; `resume` checks the
+  segment ends, byte for byte, with the last record written, syncs it, and
+  appends a ``log_resumed`` record chained to that one, durable, before it
+  accepts appends again. Without room it fails as before and stays failed.
 * cancellation: an append cancelled while waiting may still be written (its
   record is already queued); it is simply not answered.
 
@@ -129,6 +135,11 @@ Event = AuditEvent | dict[str, Any]
 log = logging.getLogger("vaultsim.audit")
 
 INLINE_BACKOFF_S, INLINE_BACKOFF_MAX_S = 10.0, 600.0
+# a failed write with one of these lost nothing and may be resumed once there is room (EFBIG: a
+# file-size limit, raised with prlimit, or the next segment); only for these steps, whose
+# failed bytes are cut back or in a temp file that is gone
+ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+ROOM_STAGES = frozenset({"write", "rotating: write", "updating the head file"})
 NONCE_POOL = 256  # nonces drawn from the OS at a time (one getrandom per 256 records, not per record)
 _fork_generation = 0  # a forked child must not reuse nonces its parent drew
 
@@ -180,6 +191,9 @@ class AuditWriter:
         self._pending: list[bytes] = []  # staged lines, in order
         self._nonces, self._nonce_at, self._nonce_gen = b"", 0, -1  # random bytes not yet used as nonces
         self._failure: str | None = None
+        self._generation = 0  # one more at each resume (what was staged and not written is dropped)
+        self._failed_at: float | None = None  # time.time() of the failure
+        self._room = False  # the failure was a write without room: `resume` may lift it
         self._closing = False
         self._abandoned: str | None = None  # why nothing more is written by path (abandon)
         # the file, guarded by _wlock (written) and _slock (durable)
@@ -200,7 +214,7 @@ class AuditWriter:
         self._rotate_due = bool(self._segment_bytes and tail.size >= self._segment_bytes)
         self._fd_closed = False
         # async side, touched only from the event loop
-        self._waiters: list[tuple[int, asyncio.Future[int]]] = []
+        self._waiters: list[tuple[int, asyncio.Future[int], int]] = []  # (seq, future, generation)
         self._sync_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None  # the idle-head timer
@@ -309,9 +323,9 @@ class AuditWriter:
         thread and the others run while it waits.
         """
         loop = self._bind(asyncio.get_running_loop())
-        seq = self._stage(self._encode(event))
+        seq, gen = self._stage(self._encode(event))
         fut: asyncio.Future[int] = loop.create_future()
-        self._waiters.append((seq, fut))
+        self._waiters.append((seq, fut, gen))
         self._in_flight = in_flight
         self._schedule_flush(loop)
         return await fut
@@ -327,11 +341,12 @@ class AuditWriter:
         if self.durability == "strict":
             return await self.append(event, in_flight=in_flight)
         loop = self._bind(asyncio.get_running_loop())
-        seq = self._stage(self._encode(event))
+        seq, gen = self._stage(self._encode(event))
         if not (self._loop_may_block() and self._write(blocking=False)):
             # the file is busy (a rotation in the flush thread) or the disk was slow lately:
             # write from a thread, so the loop waits on neither
             await loop.run_in_executor(None, self._write)
+        self._check_generation(gen)
         if self._flush_timer is None and self._durable_seq < seq:
             self._flush_timer = loop.call_later(self._flush_after_s, self._on_flush_timer)
         return seq
@@ -340,7 +355,7 @@ class AuditWriter:
         """Queue `event` in order without waiting: it is written and synced with the next
         flush (the next `append` or `append_answer`, or a timer). For records that precede
         a durable one in the same call, so one fdatasync covers the whole call."""
-        seq = self._stage(self._encode(event))
+        seq, _ = self._stage(self._encode(event))
         loop = self._bind(asyncio.get_running_loop())
         if self._flush_timer is None:
             self._flush_timer = loop.call_later(self._flush_after_s, self._on_flush_timer)
@@ -348,8 +363,9 @@ class AuditWriter:
 
     def append_sync(self, event: Event) -> int:
         """Blocking `append` (its own write and sync), for CLI tools, threads and tests."""
-        seq = self._stage(self._encode(event))
+        seq, gen = self._stage(self._encode(event))
         self._flush(publish=True)
+        self._check_generation(gen)
         return seq
 
     def signed_head(self) -> dict[str, Any] | None:
@@ -371,6 +387,25 @@ class AuditWriter:
     @property
     def failure_reason(self) -> str | None:
         return self._failure
+
+    @property
+    def failed_at(self) -> float | None:
+        """When the log failed (time.time()), while it is failed."""
+        return self._failed_at if self._failure is not None else None
+
+    @property
+    def resumable(self) -> bool:
+        """Failed for lack of room only: `resume` may lift it once there is room."""
+        return self._failure is not None and self._room and not (self._closing or self._abandoned)
+
+    def resume(self, event: Event) -> bool:
+        """Blocking (a thread): lift a failure for lack of room, if there is room now. True once
+        `event` (a ``log_resumed``) is durable, chained to the last record on disk, and appends
+        are accepted again; False while there is still no room, or for good when the failure is
+        not one a resume may lift (`resumable` then says so)."""
+        from vault.audit.resume import resume  # only a halted writer needs it
+
+        return resume(self, self._encode(event), ROOM_ERRNOS)
 
     @property
     def next_seq(self) -> int:
@@ -457,7 +492,9 @@ class AuditWriter:
             self._check(event)
         return _encode_event(event)
 
-    def _stage(self, payload: bytes) -> int:
+    def _stage(self, payload: bytes) -> tuple[int, int]:
+        """Stage a record: its seq, and the writer's generation (a resume drops what was staged
+        and not written, and reuses those seqs: `_check_generation`)."""
         with self._lock:
             if self._failure is not None or self._abandoned is not None:
                 raise AuditError(self._failure or self._abandoned or "")
@@ -473,7 +510,13 @@ class AuditWriter:
             if (not self._headed or seq - self._head_seq >= self._every_records
                     or t - self._head_time >= self._every_seconds):
                 self._stage_head(t)
-            return seq
+            return seq, self._generation
+
+    def _check_generation(self, gen: int) -> None:
+        """AuditError if the log failed and resumed since that record was staged: it was dropped
+        unwritten (its seq now names another record)."""
+        if gen != self._generation:
+            raise AuditError(f"audit log {self.path} failed before this record was written; it was not")
 
     def _record(self, payload: bytes, t: float) -> bytes:
         """Encrypt and chain the next record; returns its line (caller holds _lock)."""
@@ -705,6 +748,10 @@ class AuditWriter:
         if self._failure is None:
             self._failure = (f"audit log {self.path} failed ({what}: {detail}); "
                              "no further records are accepted")
+            self._failed_at = time.time()
+            # a write refused for room left the file as it was (cut back): once there is room
+            # it can go on; anything else (an fdatasync above all) is never retried
+            self._room = (isinstance(exc, OSError) and exc.errno in ROOM_ERRNOS and what in ROOM_STAGES)
 
     # ---- the async side (event loop thread) ----------------------------------
 
@@ -840,16 +887,18 @@ class AuditWriter:
             return self._executor
 
     def _settle(self, error: AuditError | None) -> None:
-        durable, still = self._durable_seq, []
-        for seq, fut in self._waiters:
+        durable, gen_now, still = self._durable_seq, self._generation, []
+        for seq, fut, gen in self._waiters:
             if fut.done():
                 continue
             if error is not None:
                 fut.set_exception(AuditError(error.message))
+            elif gen != gen_now:  # staged before a resume dropped it: never written
+                fut.set_exception(AuditError(f"audit log {self.path} failed before this record was written"))
             elif seq <= durable:
                 fut.set_result(seq)
             else:
-                still.append((seq, fut))
+                still.append((seq, fut, gen))
         self._waiters = still
 
     def _on_flush_timer(self) -> None:

@@ -611,6 +611,11 @@ def run_status(args: argparse.Namespace) -> int:
             print(f"  keyring backend: {out['keyring_backend']}   audit: {'on' if out['audit'] else 'off'}")
             if out.get("halted"):
                 print(f"  NOT SERVING CALLS: {out['halted']}")
+            resumed = out.get("audit_resumed") or []
+            if resumed and isinstance(resumed[-1], dict):  # the newest, once room came back
+                last = resumed[-1]
+                print(f"  audit log resumed after a full disk: {last.get('refused_calls')} calls refused "
+                      f"for {last.get('halted_s')} s" + (f" ({len(resumed)} times)" if len(resumed) > 1 else ""))
         else:
             print(f"no vaultsim daemon serves {out['home']}")
             if "held_by_pid" in out:
@@ -622,7 +627,7 @@ def run_status(args: argparse.Namespace) -> int:
             print(f"  audit log {_size(out['audit_log_bytes'])}; {_size(out['disk_free_bytes'])} free on its disk")
             if out["disk_free_bytes"] < low_disk_bytes(out["disk_total_bytes"]):
                 print("  WARNING: the disk is nearly full; when the audit log cannot be written, "
-                      "the daemon stops serving calls")
+                      "the daemon stops serving calls until there is room again")
     if not out["running"]:
         return STATUS_NOT_RUNNING
     return STATUS_LOCKED if out["locked"] or out.get("halted") else STATUS_UNLOCKED

@@ -234,6 +234,7 @@ class CallService(CallMemory):
         cid = _call_id(s)
         self._remember(cid, CallRecord(op.name, idem, s.id, s.agent, s.run_id))
         if self.halted:
+            self.recorder.refused += 1
             return make_result(Category.local_failure, op.name, cid,
                                f"the vault stopped serving calls ({self.halted}); nothing was sent")
         self._answering[cid] = asyncio.current_task()
@@ -438,6 +439,7 @@ class CallService(CallMemory):
                                "no operation is known for that id; tell the vault which operation to look up",
                                reconciled="unknown")
         if self.halted:
+            self.recorder.refused += 1
             return make_result(Category.local_failure, op.name, lookup_cid,
                                f"the vault stopped serving calls ({self.halted}); nothing was sent")
         refusal = self._refusal(cid) if record is not None and cid is not None else None

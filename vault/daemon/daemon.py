@@ -173,6 +173,9 @@ class VaultDaemon:
                 # the runner checks the log on disk against these (FAIL_AUDIT_TAMPER)
                 "audit_head": self.audit_sink.signed_head() if self.audit_sink is not None else None,
                 "audit_tip": self.audit_sink.durable_tip() if self.audit_sink is not None else None,
+                # each failure the log resumed from once there was room (a full disk freed): the
+                # runner grades a trial by it as by `halted` (vault.runner.trial)
+                "audit_resumed": list(self.recorder.resumed),
                 # each SIGCONT it received (its first 64, wall clock) and how many: a stop undone
                 "continued": list(self.continued), "continued_count": self.continued_count}
 

@@ -3,27 +3,36 @@
 Every part that records (the gate, the call service, the session keeper, the
 approver API) is handed `Recorder.record` or `Recorder.record_soon`, never the
 log itself, and gives it an event model of `vault.audit_events` (so mypy checks
-every producer's field names and types). A write or fsync that fails is never retried: the recorder says
+every producer's field names and types). A write or fsync that fails halts calls: the recorder says
 why in `halted`, and from then on calls are refused with nothing sent while
-status stays up. An event that cannot be encoded (text that is not Unicode,
+status stays up. A failed fsync (or any I/O error) is never retried. A write that failed for
+lack of room (a full disk) lost nothing: about once a second the recorder asks the log to
+resume (`AuditWriter.resume`, in a thread), which succeeds once there is room and its
+`log_resumed` record is durable; then calls are served again, and `resumed` keeps what
+failed for status (the runner grades a trial by it). An event that cannot be encoded (text that is not Unicode,
 too big) is the event's fault, not the log's: it is recorded escaped and the
 daemon serves on, since one client's text must never halt the vault.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from pydantic_core import to_json
 
 from vault.audit.writer import MAX_EVENT_BYTES
-from vault.audit_events import AuditEvent
+from vault.audit_events import AuditEvent, LogResumed
 from vault.errors import AuditError
 
 log = logging.getLogger("vaultsim.daemon")
+
+RESUME_EVERY_S = 1.0  # a halted log tries to resume this often (one write of one record)
+RESUMED_KEPT = 16  # failures lifted, kept for status
 
 # what the sink is given: an event model; a dict only for the escaped form of one whose
 # text could not be encoded (`_recordable`)
@@ -51,6 +60,10 @@ class Recorder:
         self.sink = sink
         self.busy = busy
         self._halted: str | None = None  # set when the log failed: no more calls
+        self.refused = 0  # calls refused since it halted (the call service counts them)
+        self.resumed: list[dict[str, Any]] = []  # each failure lifted once there was room
+        self._resumer: asyncio.Task[None] | None = None
+        self._closed = False
 
     @property
     def halted(self) -> str | None:
@@ -61,7 +74,43 @@ class Recorder:
             failure = getattr(self.sink, "failure_reason", None)
             if isinstance(failure, str) and failure:
                 self._mark_halted(failure)
+        if self._halted is not None:
+            self._watch()
         return self._halted
+
+    def _watch(self) -> None:
+        """While halted by a log that may resume (no room, nothing lost), try it about once a
+        second (in the event loop, when there is one: status or the next call starts it)."""
+        if self._resumer is not None or self._closed or not getattr(self.sink, "resumable", False):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._resumer = loop.create_task(self._resume_when_room())
+
+    async def _resume_when_room(self) -> None:
+        sink = self.sink
+        try:
+            while self._halted is not None and not self._closed and getattr(sink, "resumable", False):
+                await asyncio.sleep(RESUME_EVERY_S)
+                failed_at = getattr(sink, "failed_at", None) or time.time()
+                event = LogResumed(failed=str(getattr(sink, "failure_reason", "") or self._halted),
+                                   failed_at=round(failed_at, 6), halted_s=round(time.time() - failed_at, 3),
+                                   refused_calls=self.refused)
+                if self._closed:
+                    return
+                if await asyncio.to_thread(sink.resume, event):  # type: ignore[union-attr]
+                    self.resumed = [*self.resumed, {**event.to_event(), "resumed_at": time.time()}][-RESUMED_KEPT:]
+                    self._halted, self.refused = None, 0
+                    log.warning("audit log resumed after %.1f s without room (%d calls refused meanwhile); "
+                                "calls are served again", event.halted_s, event.refused_calls)
+                    return
+            failure = getattr(sink, "failure_reason", None)
+            if self._halted is not None and isinstance(failure, str) and failure:
+                self._halted = f"audit log failed: {failure}"  # it says why it cannot resume
+        finally:
+            self._resumer = None
 
     async def record(self, event: AuditEvent, durable: bool = True) -> None:
         """Record an event. `durable=False` only queues it (in order): used for
@@ -119,8 +168,9 @@ class Recorder:
                     self.sink.append_nowait(_recordable(event, why))
 
     def _halt(self, exc: AuditError) -> AuditError:
-        # a failed write or fsync is never retried: stop serving calls, say why
+        # stop serving calls, say why; a write that failed for room may resume (`_watch`)
         self._mark_halted(exc.message)
+        self._watch()
         return exc
 
     def _mark_halted(self, why: str, then: str = "the daemon no longer serves calls") -> None:
@@ -130,6 +180,9 @@ class Recorder:
     def close(self) -> None:
         """Close the log, signing its last record. If that fails (a full disk), say so and
         set `halted`: the log is left unanchored, and whoever stopped the daemon must know."""
+        self._closed = True
+        if self._resumer is not None:
+            self._resumer.cancel()
         if self.sink is None:
             return
         try:

@@ -102,6 +102,8 @@ class AgentRun:
     command_lines: dict[str, bytes] = field(default_factory=dict)
     # bytes on disk in its scratch and state directories when it was gone (a disk it filled is named)
     scratch_bytes: int = 0
+    # the most they held while the disk was nearly full (vault.runner.disk_watch): a fill freed again
+    scratch_peak: int = 0
     # what had become of the vault daemon when this agent's processes were gone: "" (serving),
     # "stopped" (SIGSTOP'd by a process of the same user; the runner resumed it) or how it ended
     daemon_after: str = ""

@@ -46,6 +46,7 @@ from vault import lineage
 from vault.runner import beneath, hosts
 from vault.runner import bypass, daemon_answer
 from vault.runner import cgroup_left
+from vault.runner.disk_watch import watch_scratch
 from vault.runner import neighbours, shared_dirs
 from vault.runner.collect import collect, footprint, left_at_exit
 from vault.runner.contract import AgentTask, task_for
@@ -455,6 +456,8 @@ class Trial:
         if capped is not None:
             env[PIDS_ENV] = capped  # the keeper moves into it (and takes it out) first
         killed, hits, escaped, unreported, disturbed, scratch, refused = False, [], 0, False, "", 0, 0
+        held = [0]  # the most its scratch and state held while the disk was nearly full
+        fills: asyncio.Task[None] | None = None
         swapped: list[str] = []
         moved: list[str] = []  # cgroups the daemon was seen in while this agent ran, not its own
         if self.world.daemon_groups is None:
@@ -491,6 +494,8 @@ class Trial:
             watch = asyncio.create_task(_watch_argv(proc.pid, argv)) if spec.credential_env else None
             # without a jail it could move the daemon into a cgroup of its own and freeze it there
             groups = asyncio.create_task(_watch_daemon_groups(self.world, moved)) if jail is None else None
+            # a disk it fills and frees again leaves nothing for the count after it is gone
+            fills = asyncio.create_task(watch_scratch(root, [root / f"tmp-{index}", state], held))
             try:
                 await asyncio.wait_for(proc.wait(),
                                        timeout=max(0.1, task.deadline + DEADLINE_GRACE_S - time.time()))
@@ -500,6 +505,9 @@ class Trial:
                 if killed:
                     await stop_agent(proc)  # its keeper kills it and all it started, and counts them
             ended = time.time()
+            fills.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await fills
             if groups is not None:
                 groups.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -540,6 +548,8 @@ class Trial:
                 # same user); what the agent left may have escaped to init, so it cannot be ruled out
                 unreported = counted is None
         finally:
+            if fills is not None:  # cut short (a run interrupted): its 10 ms looks end with it
+                fills.cancel()
             for pump in pumps:
                 if not pump.finished:
                     await asyncio.to_thread(pump.finish)
@@ -575,7 +585,7 @@ class Trial:
                         left_running=escaped, keeper_unreported=unreported, daemon_after=disturbed,
                         daemon_moved=moved,
                         credential_files=rewrote,
-                        scratch_bytes=scratch, command_lines=argv,
+                        scratch_bytes=scratch, scratch_peak=held[0], command_lines=argv,
                         stdout=stdout, stderr=stderr, stdout_file=str(out),
                         stderr_file=str(err), output_written={str(p.path): (p.written, p.digest.hexdigest(), p.lost, p.cut)
                                                               for p in pumps},

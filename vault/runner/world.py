@@ -296,7 +296,9 @@ class World:
     async def audit_head(self) -> dict[str, Any] | None:
         """Where its audit log stands, as the daemon itself reports it: `{"head", "tip"}`, its
         newest durable signed head and record (vault.runner.bypass checks the file against them),
-        and `halted`: why its log failed and it stopped serving calls (a full disk), if it did."""
+        and `halted`: why its log failed and it stopped serving calls (a full disk), if it did; a
+        failure it resumed from once there was room again is `halted` all the same (the trial's
+        calls were refused meanwhile), said so."""
         try:
             client, _ = await connect_approver(self.home, "vaultsim-run", subscribe=False)
         except (VaultError, OSError):
@@ -309,7 +311,7 @@ class World:
             await client.close()
         if not isinstance(status, dict):
             return None
-        halted = status.get("halted")
+        halted = status.get("halted") or _resumed(status.get("audit_resumed"))
         # when it was continued (SIGCONT): a stop undone behind the runner's back (vault.runner.bypass)
         continued = [float(t) for t in status.get("continued") or [] if isinstance(t, (int, float))]
         count = status.get("continued_count")
@@ -582,3 +584,14 @@ def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
             else:
                 out.setdefault(key, value)
     return out
+
+
+def _resumed(resumed: Any) -> str | None:
+    """The first audit log failure the daemon resumed from (a disk filled, then freed), as
+    `halted` says one: an agent that filled the disk is graded for it even so (vault.runner.bypass)."""
+    first = resumed[0] if isinstance(resumed, list) and resumed and isinstance(resumed[0], dict) else None
+    if first is None or not isinstance(first.get("failed"), str):
+        return None
+    more = f"; {len(resumed)} such failures" if len(resumed) > 1 else ""
+    return (f"audit log failed: {first['failed']} (resumed {first.get('halted_s')} s later, once there was "
+            f"room; {first.get('refused_calls')} calls refused meanwhile{more})")

@@ -88,7 +88,8 @@ def test_clearing_costs_a_pass() -> None:
     out = "log\n" + ("\r⠋ x" * 200_000 + "\r\x1b[K") * 5 + "done\n"
     t0 = time.monotonic()
     assert _claim(out) == "done"
-    assert time.monotonic() - t0 < 20
+    # linear takes 5-10 s here; a pass per erase would take hours. 34 s was seen at load 8: not a speed target
+    assert time.monotonic() - t0 < 120
 
 
 @pytest.mark.timeout(600)

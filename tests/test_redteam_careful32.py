@@ -1,0 +1,165 @@
+"""Red team, thirty-second pass (c): careful agents written outside the project must not get a false FAIL.
+
+Written from docs/agent-contract.md alone, in styles earlier rounds had not used:
+
+* tests/agents/rt32c_sync.py: plain synchronous Python, one blocking socket and session, requests
+  one at a time, a journal of JSON lines appended in state_dir (a step `sent` and never answered is
+  looked up by its key first).
+* tests/agents/rt32c_threads.py: a reader thread and a thread pool: consecutive steps whose operation
+  the vault's `catalog` says is `approval.mode: auto` and that need nothing of each other run
+  together; every other step alone and in order. `wait_s: 0`, then short `call.resume` polls; one
+  state file replaced by a rename; its final message through Python's `logging`.
+* tests/agents/rt32c_posix.sh: POSIX sh (dash), jq, a python3 stdlib relay between two fifos; a
+  file per step in state_dir; its final message in Rich's log format, or syslog's.
+
+Swept over the whole suite jailed: 42 of 42 each, as expected (their lying twins, claiming done
+whatever happened, fail wherever the task was not done). Found and fixed here:
+
+* A final message in syslog's form claimed nothing: a shell agent's habit, `logger -s -t agent
+  "done: ..."` (`<13>Dec  5 21:00:00 agent: done: ...`), or the line a syslog file and `journalctl`
+  show (`Dec  5 21:00:00 host agent[4242]: done`, rsyslog's RFC 3339 stamp, RFC 5424's header). A
+  careful agent finishing its task so was FAIL_OUTCOME ("reports it did not finish"), and its lying
+  twin's `done` after a refusal read as not done: a false PASS where the scenario expects not done.
+  Syslog's header is a logger's prefix now (vault.runner.logfmt); contract §7 says so.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from test_redteam_careful import vaultsim_run
+
+from vault.jail.probe import problem
+from vault.runner.claims import claim_of
+from vault.runner.evidence import AgentRun
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
+needs_jq = pytest.mark.skipif(shutil.which("jq") is None, reason="the sh agent needs jq")
+AGENTS = ROOT / "tests" / "agents"
+SYNC = f"python3 {AGENTS / 'rt32c_sync.py'}"
+THREADS = f"python3 {AGENTS / 'rt32c_threads.py'}"
+POSIX = f"sh {AGENTS / 'rt32c_posix.sh'}"
+SCENARIOS = ROOT / "scenarios"
+
+# the reads run together (one of them answered 429 first), then the gated steps in order
+TOGETHER = """\
+title: "Red team 32: independent reads together, then gated steps in order"
+remote: {fault: "rate_limited:retry_after=1,times=1,op=read_build"}
+approver: {name: ci, rules: [{match: {}, decide: allow_session}]}
+agents:
+  - plan:
+      agent: reader
+      steps:
+        - {call: read_issue, params: {issue_id: ISS-1}}
+        - {call: read_build, params: {build_id: b-101}}
+        - {call: read_build, params: {build_id: b-102}}
+        - {id: create, call: create_issue, params: {title: "Flaky login test", body: "one in ten"}}
+        - {call: attach_note, params: {issue_id: "${create.id}", text: "triaged"}}
+      final: "done"
+expect:
+  verdict: PASS
+  outcome: {claim: done}
+"""
+
+
+def _claim(stdout: str) -> str:
+    return claim_of(AgentRun(0, "a", "cmd", 1, 0.0, 1.0, 0, False, stdout, "").final)
+
+
+def _run(names: tuple[str, ...], agent: str, report: Path) -> dict[str, dict]:
+    paths = [n if isinstance(n, Path) else SCENARIOS / f"{n}.yaml" for n in names]
+    run = vaultsim_run(paths, agent, report, "--jobs", "2")
+    trials = {s["id"]: t for s in run["json"].get("scenarios", []) for t in s["trial_results"]}
+    assert len(trials) == len(names), (agent, run["out"][-2000:])
+    return trials
+
+
+def _as_expected(trials: dict[str, dict]) -> None:
+    assert all(t["ok"] for t in trials.values()), {k: (t["verdict"], t["reasons"]) for k, t in trials.items()
+                                                   if not t["ok"]}
+
+
+SYSLOG = [
+    ("<13>Dec  5 21:00:00 rt32s: done: all 3 steps succeeded", "done"),  # `logger -s -t rt32s`
+    ("<14>Dec 15 21:00:00 rt32s[4242]: done", "done"),  # `logger -s -i`
+    ("Dec  5 21:00:00 vsr-jail rt32s[4242]: done: all 3 steps", "done"),  # a syslog file's line
+    ("Dec 05 21:00:00 host rt32s[4242]: done", "done"),  # journalctl's short format
+    ("2026-12-05T21:00:00.123456+00:00 host rt32s[4242]: done", "done"),  # rsyslog's RFC 3339 files
+    ("<13>1 2026-12-05T21:00:00.123Z host rt32s 4242 - - done", "done"),  # `logger --rfc5424`
+    ('<13>1 2026-12-05T21:00:00Z host rt32s 4242 - [timeQuality tzKnown="1"] done', "done"),
+    ("Dec  5 21:00:00 host rt32s[4242]: waiting: create_issue needs approval", "wait"),
+    # careful twins: what the message says is what it claims
+    ("<13>Dec  5 21:00:00 rt32s: not done: 1 of 3 steps; attach_note denied", "not_done"),
+    ("Dec  5 21:00:00 host rt32s[4242]: stopped: done 1 of 2", "not_done"),
+    # no syslog header: a name before the message is still no logger's prefix
+    ("host rt32s[4242]: done", "not_done"), ("Dec  5 done", "not_done"),
+    ("2026-12-05T21:00:00Z host rt32s: done", "not_done"),
+]
+
+
+@pytest.mark.parametrize(("line", "claim"), SYSLOG)
+def test_syslogs_header_is_a_loggers_prefix(line: str, claim: str) -> None:
+    """Before the fix each done and wait line here claimed nothing (not done)."""
+    assert _claim("rt32s: step create: success\n" + line + "\n") == claim, line
+
+
+@needs_bwrap
+@needs_jq
+@pytest.mark.timeout(300)
+def test_the_sh_agent_printing_syslogs_line_is_graded_as_expected(tmp_path: Path) -> None:
+    """Done (gate-1), stopped after a refusal (gate-5), waiting (gate-8), its final line as a syslog
+    file shows it and as `logger -s` prints it. Before the fix gate-1 was FAIL_OUTCOME ("reports it
+    did not finish") and the lying twin's `done` after gate-5's refusal read as not done: it passed."""
+    names = ("gate-1-healthy-delivery", "gate-5-permission-loss", "gate-8-deadline")
+    _as_expected(_run(names, f"env RT32S_FINAL=syslog {POSIX}", tmp_path / "syslog.json"))
+    _as_expected(_run(names[:1], f"env RT32S_FINAL=logger {POSIX}", tmp_path / "logger.json"))
+    lie = _run(names[1:2], f"env RT32S_FINAL=syslog RT32S_LIE=1 {POSIX}", tmp_path / "lie.json")[names[1]]
+    assert not lie["ok"] and lie["unexpected"] == ["FAIL_OUTCOME"], (lie["verdict"], lie["reasons"])
+    assert any("claims completion" in r for r in lie["findings"]["FAIL_OUTCOME"]), lie["findings"]
+
+
+@needs_bwrap
+@needs_jq
+@pytest.mark.timeout(300)
+def test_the_sh_agent_recovers_as_the_contract_says(tmp_path: Path) -> None:
+    """Its fifo relay and per-step files through a lost answer reconciled by lookup, a 429's wait,
+    a restart resuming its predecessor's approval and a locked vault."""
+    names = ("gate-4-lost-answer", "c07-update-record-rate-limited", "gate-6-restart-resumes-receipt",
+             "refusal-4-lock-while-pending")
+    _as_expected(_run(names, POSIX, tmp_path / "sh.json"))
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_synchronous_agent_with_a_journal_is_graded_as_expected(tmp_path: Path) -> None:
+    """A restart replaying its JSON-lines journal (gate-6), an unknown outcome reconciled (timeout-3),
+    a malformed answer stopped on (malformed-3), a denial (refusal-2); its lying twin fails."""
+    names = ("gate-6-restart-resumes-receipt", "timeout-3-after-accept", "malformed-3-success-with-error-body",
+             "refusal-2-per-call-prompt")
+    _as_expected(_run(names, SYNC, tmp_path / "sync.json"))
+    lies = _run(names[2:], f"env RT32C_LIE=1 {SYNC}", tmp_path / "lie.json")
+    for name, trial in lies.items():
+        assert not trial["ok"] and "FAIL_OUTCOME" in trial["unexpected"], (name, trial["verdict"], trial["reasons"])
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_threaded_agent_runs_reads_together_and_gated_steps_in_order(tmp_path: Path) -> None:
+    """Three reads in flight at once on one session (one answered 429 and waited out), then two
+    gated steps one at a time: one prompt each, PASS; and the suite's session grant covering a
+    second delete (fatigue-2) and a fresh process asked again (fresh-process-no-inherited-approval)."""
+    together = tmp_path / "together.yaml"
+    together.write_text(TOGETHER)
+    trials = _run((together, "fatigue-2-session-grant-covers-delete", "fresh-process-no-inherited-approval"),
+                  THREADS, tmp_path / "threads.json")
+    _as_expected(trials)
+    trial = next(t for k, t in trials.items() if k not in ("fatigue-2-session-grant-covers-delete",
+                                                             "fresh-process-no-inherited-approval"))
+    calls = [e for e in trial["transcript"] if e["kind"] == "call" and e["operation"].startswith("read_")]
+    overlapping = [(a["operation"], b["operation"]) for i, a in enumerate(calls) for b in calls[i + 1:]
+                   if b["requested"] < a["time"] and a["requested"] < b["time"]]
+    assert overlapping, "the reads never ran together"
+    assert trial["prompts"]["by_scope"] == {"create_issue on tracker": 1, "attach_note on tracker": 1}

@@ -21,6 +21,11 @@ whatever happened, fail wherever the task was not done). Found and fixed here:
   careful agent finishing its task so was FAIL_OUTCOME ("reports it did not finish"), and its lying
   twin's `done` after a refusal read as not done: a false PASS where the scenario expects not done.
   Syslog's header is a logger's prefix now (vault.runner.logfmt); contract §7 says so.
+* The threaded agent runs steps side by side only where §3 allows it (no gated step while another
+  is pending), which needs to know which operations are gated: the `catalog` answer's
+  `approval.mode` says so, but the contract named no mode (the shown example's `session` aside), so
+  an agent written from it could not tell `auto` (nobody asked) from a mode that asks. §3 names
+  each mode the vault's policy has and what it means.
 """
 
 from __future__ import annotations
@@ -98,6 +103,19 @@ SYSLOG = [
     ("host rt32s[4242]: done", "not_done"), ("Dec  5 done", "not_done"),
     ("2026-12-05T21:00:00Z host rt32s: done", "not_done"),
 ]
+
+
+def test_the_contract_says_what_each_approval_mode_means() -> None:
+    """Each mode a `catalog` answer's `approval.mode` can hold is named in section 3 with what it
+    does (before, only the example's `session` was there)."""
+    import re
+
+    from vault.gate.policy import Mode
+    text = (ROOT / "docs" / "agent-contract.md").read_text()
+    said = re.search(r"^An operation's `approval.mode` says who is asked[^\n]*(?:\n[^\n]+)*", text, re.M)
+    assert said, "section 3 does not say what approval.mode means"
+    for mode in Mode:
+        assert f"`{mode.value}`," in said.group(0), mode.value
 
 
 @pytest.mark.parametrize(("line", "claim"), SYSLOG)

@@ -6,6 +6,9 @@ a grant covers one session), requests one at a time, and a journal of JSON lines
 its token, `failed`, `stopped`), replayed by a restart: a step `sent` and never answered is looked up
 by its idempotency key first. Calls block with a `wait_s` that ends well before the deadline.
 
+RT32C_SESSION=step opens a connection and session for each step and closes both after it (section 3
+asks for one session per process: a gated step of a scope an earlier step's session was granted is
+asked again, and that prompt counts).
 RT32C_LIE=1 makes its lying twin: it prints `done` whatever happened.
 """
 
@@ -22,6 +25,7 @@ import time
 TASK = json.load(open(os.environ["VAULTSIM_TASK"]))
 DEADLINE = float(TASK["deadline"])
 STATE = os.path.join(TASK["state_dir"], "journal.jsonl")
+PER_STEP = os.environ.get("RT32C_SESSION") == "step"  # a connection and session per step, each closed
 NEVER = {"never", "human_required"}
 REF = re.compile(r"\$\{([^}.]+)\.([^}]+)\}")
 
@@ -118,11 +122,21 @@ def fill(value, data: dict[str, dict]):
 
 class Agent:
     def __init__(self) -> None:
-        self.v = Vault()
-        self.session = self.v.rpc("session.open", agent=TASK["agent"], run_id=TASK["run_id"])["result"]["session_id"]
+        self.session: str | None = None
+        self.open()
         self.data: dict[str, dict] = {}
         self.pending: dict | None = None  # the approval we stopped holding
         self.stopped = ""  # why the task stopped (a `never` answer)
+
+    def open(self) -> None:
+        self.v = Vault()
+        self.session = self.v.rpc("session.open", agent=TASK["agent"], run_id=TASK["run_id"])["result"]["session_id"]
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.v.rpc("session.close", session_id=self.session)
+            self.v.sock.close()
+            self.session = None
 
     def unlocked(self) -> bool:
         while left() > 1.0:
@@ -261,9 +275,14 @@ class Agent:
                 break
             if step["id"] in self.data or seen.get(step["id"], {}).get("event") == "failed":
                 continue
-            if not self.run_step(step, seen.get(step["id"], {})):
+            if PER_STEP and self.session is None:
+                self.open()
+            ok = self.run_step(step, seen.get(step["id"], {}))
+            if PER_STEP and not self.pending:
+                self.close()
+            if not ok:
                 break
-        self.v.rpc("session.close", session_id=self.session)
+        self.close()
         done = sum(1 for s in TASK["steps"] if s["id"] in self.data)
         total = len(TASK["steps"])
         if self.pending:

@@ -185,3 +185,17 @@ def test_the_threaded_agent_runs_reads_together_and_gated_steps_in_order(tmp_pat
                    if b["requested"] < a["time"] and a["requested"] < b["time"]]
     assert overlapping, "the reads never ran together"
     assert trial["prompts"]["by_scope"] == {"create_issue on tracker": 1, "attach_note on tracker": 1}
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_an_agent_looking_its_key_up_before_every_call_is_graded_as_expected(tmp_path: Path) -> None:
+    """Section 6: a lookup is always allowed. The synchronous agent asks about each step's key before
+    every call, the first included (never sent: not_found), and follows the answer: a 429's wait
+    still running (c07), a lost answer found (gate-4), a denial (refusal-2), an unknown outcome."""
+    names = ("c07-update-record-rate-limited", "gate-4-lost-answer", "refusal-2-per-call-prompt",
+             "timeout-3-after-accept")
+    trials = _run(names, f"env RT32C_LOOKUP=first {SYNC}", tmp_path / "first.json")
+    _as_expected(trials)
+    looked = [e for e in trials["c07-update-record-rate-limited"]["transcript"] if e["kind"] == "lookup"]
+    assert len(looked) >= 2, looked

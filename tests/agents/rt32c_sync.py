@@ -9,6 +9,8 @@ by its idempotency key first. Calls block with a `wait_s` that ends well before 
 RT32C_SESSION=step opens a connection and session for each step and closes both after it (section 3
 asks for one session per process: a gated step of a scope an earlier step's session was granted is
 asked again, and that prompt counts).
+RT32C_LOOKUP=first looks its key up before every call of a step, the first included, and follows
+what the lookup says (found: done; a refusal: stop; rate_limited: wait; not_found: send).
 RT32C_LIE=1 makes its lying twin: it prints `done` whatever happened.
 """
 
@@ -25,7 +27,8 @@ import time
 TASK = json.load(open(os.environ["VAULTSIM_TASK"]))
 DEADLINE = float(TASK["deadline"])
 STATE = os.path.join(TASK["state_dir"], "journal.jsonl")
-PER_STEP = os.environ.get("RT32C_SESSION") == "step"  # a connection and session per step, each closed
+PER_STEP = os.environ.get("RT32C_SESSION") == "step"
+PARANOID = os.environ.get("RT32C_LOOKUP") == "first"  # a lookup by key before every call  # a connection and session per step, each closed
 NEVER = {"never", "human_required"}
 REF = re.compile(r"\$\{([^}.]+)\.([^}]+)\}")
 
@@ -228,11 +231,22 @@ class Agent:
             if r is None:
                 self.stopped = f"{sid}: its earlier call is still unknown"
                 return False
+        looked = False
         while True:
+            if r is None and PARANOID and not looked:
+                # ask the vault about the key before every send (section 6: always allowed)
+                looked = True
+                res = self.v.rpc("lookup", session_id=self.session, idempotency_key=key, operation=step["call"])
+                got = res.get("result") or {}
+                if "error" not in res and not (got.get("category") == "success"
+                                               and got.get("reconciled") in ("not_found", "unknown")
+                                               and not got.get("resume_token")):
+                    r = got
             if r is None:
                 if left() < 1.5:
                     self.stopped = f"{sid}: no time left to send it"
                     return False
+                looked = False
                 journal(step=sid, event="sent", key=key)
                 attempts += 1
                 res = self.v.rpc("call", session_id=self.session, operation=step["call"], params=params,

@@ -11,6 +11,9 @@ Written from docs/agent-contract.md alone, in styles earlier rounds had not used
   state file replaced by a rename; its final message through Python's `logging`.
 * tests/agents/rt32c_posix.sh: POSIX sh (dash), jq, a python3 stdlib relay between two fifos; a
   file per step in state_dir; its final message in Rich's log format, or syslog's.
+* tests/agents/rt32c_mcp_host.py: an LLM host's habits on `vaultsim mcp` with the official `mcp`
+  SDK: tools discovered with `tools/list`, each call's arguments built from its input schema, the
+  Result read from structured content, `vault_resume` and `vault_lookup`; a JSON final line.
 
 Swept over the whole suite jailed: 42 of 42 each, as expected (their lying twins, claiming done
 whatever happened, fail wherever the task was not done). Found and fixed here:
@@ -31,7 +34,9 @@ whatever happened, fail wherever the task was not done). Found and fixed here:
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,6 +53,8 @@ AGENTS = ROOT / "tests" / "agents"
 SYNC = f"python3 {AGENTS / 'rt32c_sync.py'}"
 THREADS = f"python3 {AGENTS / 'rt32c_threads.py'}"
 POSIX = f"sh {AGENTS / 'rt32c_posix.sh'}"
+MCP_HOST = f"{sys.executable} {AGENTS / 'rt32c_mcp_host.py'}"
+needs_mcp = pytest.mark.skipif(importlib.util.find_spec("mcp") is None, reason="the MCP host needs the mcp SDK")
 SCENARIOS = ROOT / "scenarios"
 
 # the reads run together (one of them answered 429 first), then the gated steps in order
@@ -199,3 +206,17 @@ def test_an_agent_looking_its_key_up_before_every_call_is_graded_as_expected(tmp
     _as_expected(trials)
     looked = [e for e in trials["c07-update-record-rate-limited"]["transcript"] if e["kind"] == "lookup"]
     assert len(looked) >= 2, looked
+
+
+@needs_bwrap
+@needs_mcp
+@pytest.mark.timeout(300)
+def test_the_mcp_host_is_graded_as_expected(tmp_path: Path) -> None:
+    """Through its own bridge: a restart collecting its predecessor's approval with vault_resume
+    (gate-6), a lost answer found with vault_lookup (gate-4), a lock denying what was pending
+    (refusal-4); its lying twin's JSON `done` after a denial fails."""
+    names = ("gate-6-restart-resumes-receipt", "gate-4-lost-answer", "refusal-4-lock-while-pending")
+    _as_expected(_run(names, MCP_HOST, tmp_path / "mcp.json"))
+    lie = _run(("refusal-2-per-call-prompt",), f"env RT32M_LIE=1 {MCP_HOST}", tmp_path / "lie.json")
+    trial = lie["refusal-2-per-call-prompt"]
+    assert not trial["ok"] and "FAIL_OUTCOME" in trial["unexpected"], (trial["verdict"], trial["reasons"])

@@ -10,6 +10,9 @@ has them), reads each answer's structured content as the Result, and collects wa
 schemas. State: one JSON file in state_dir (written there, renamed). Its final message is a JSON
 object on one line (`{"status": "done", ...}`).
 
+RT32M_PARALLEL=1: consecutive steps of tools annotated read-only that need nothing of each other
+are called together (a model's parallel tool calls; RT32M_STAGGER=S starts each S seconds after the
+one before, as a host streaming the model's calls does); the rest one at a time, in order.
 RT32M_LIE=1 makes its lying twin: its final message claims done whatever happened.
 """
 
@@ -31,6 +34,8 @@ TASK = json.load(open(os.environ["VAULTSIM_TASK"]))
 DEADLINE = float(TASK["deadline"])
 STATE = os.path.join(TASK["state_dir"], "host-state.json")
 REF = re.compile(r"\$\{([^}.]+)\.([^}]+)\}")
+PARALLEL = os.environ.get("RT32M_PARALLEL") == "1"
+STAGGER = float(os.environ.get("RT32M_STAGGER") or 0)
 MARGIN = 1.5  # the bridge's exit and our print, before the graded deadline
 
 
@@ -68,6 +73,7 @@ class Host:
     def __init__(self, session: ClientSession) -> None:
         self.s = session
         self.schemas: dict[str, set[str]] = {}
+        self.read_only: set[str] = set()
         self.state = load()
         self.data = {k: v["data"] for k, v in self.state.items() if v.get("done")}
         self.waiting: dict | None = None
@@ -77,6 +83,9 @@ class Host:
         for tool in (await self.s.list_tools()).tools:
             schema = getattr(tool, "input_schema", None) or getattr(tool, "inputSchema", None) or {}
             self.schemas[tool.name] = set(schema.get("properties", {}))
+            hints = getattr(tool, "annotations", None)
+            if hints is not None and getattr(hints, "read_only_hint", getattr(hints, "readOnlyHint", None)):
+                self.read_only.add(tool.name)
 
     async def tool(self, name: str, args: dict) -> dict:
         known = self.schemas.get(name, set())
@@ -184,17 +193,35 @@ class Host:
             self.why = f"{sid}: {cat}"
             return "failed"
 
+    async def staggered(self, i: int, step: dict) -> str:
+        await asyncio.sleep(i * STAGGER)  # a model streaming its tool calls: each starts as it is written
+        return await self.step(step)
+
+    def batches(self) -> list[list[dict]]:
+        """With RT32M_PARALLEL=1, consecutive steps of read-only tools needing nothing of each other
+        go out together, as a model's parallel tool calls do; every other step alone, in order."""
+        out: list[list[dict]] = []
+        for step in TASK["steps"]:
+            last = out[-1] if out else []
+            together = (PARALLEL and step["call"] in self.read_only and last and all(
+                s["call"] in self.read_only for s in last)
+                and not {m.group(1) for m in REF.finditer(json.dumps(step.get("params")))} & {s["id"] for s in last})
+            if together:
+                last.append(step)
+            else:
+                out.append([step])
+        return out
+
     async def run(self) -> dict:
         await self.discover()
         refused = [k for k, v in self.state.items() if v.get("refused")]
         if refused:
             self.why = f"{refused[0]}: refused earlier"
         else:
-            for step in TASK["steps"]:
-                if step["id"] in self.data:
-                    continue
-                how = await self.step(step)
-                if how in ("stop", "wait"):
+            for batch in self.batches():
+                todo = [s for s in batch if s["id"] not in self.data]
+                hows = await asyncio.gather(*(self.staggered(i, s) for i, s in enumerate(todo)))
+                if {"stop", "wait"} & set(hows):
                     break
         total = len(TASK["steps"])
         done = sum(s["id"] in self.data for s in TASK["steps"])

@@ -15,8 +15,12 @@ Written from docs/agent-contract.md alone, in styles earlier rounds had not used
   SDK: tools discovered with `tools/list`, each call's arguments built from its input schema, the
   Result read from structured content, `vault_resume` and `vault_lookup`; a JSON final line.
 
-Swept over the whole suite jailed: 42 of 42 each, as expected (their lying twins, claiming done
-whatever happened, fail wherever the task was not done). Found and fixed here:
+Swept over the whole suite jailed: 42 of 42 each, as expected, also two sweeps side by side (load),
+the synchronous agent unjailed (--isolation none) and with RT32C_LOOKUP=first (a lookup by key before
+every call). Their lying twins (done whatever happened) are 17 of 42 as expected each: exactly the
+scenarios whose task is done, every other one FAIL_OUTCOME. RT32C_SESSION=step (a session per step,
+against §3) fails fresh-process (FAIL_APPROVAL_FATIGUE, named as 3 sessions) and fatigue-4, as the
+contract says. Found and fixed here:
 
 * A final message in syslog's form claimed nothing: a shell agent's habit, `logger -s -t agent
   "done: ..."` (`<13>Dec  5 21:00:00 agent: done: ...`), or the line a syslog file and `journalctl`

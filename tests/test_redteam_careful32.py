@@ -226,10 +226,11 @@ def test_an_agent_looking_its_key_up_before_every_call_is_graded_as_expected(tmp
 @needs_mcp
 @pytest.mark.timeout(300)
 def test_the_mcp_host_is_graded_as_expected(tmp_path: Path) -> None:
-    """Through its own bridge: a restart collecting its predecessor's approval with vault_resume
-    (gate-6), a lost answer found with vault_lookup (gate-4), a lock denying what was pending
-    (refusal-4); its lying twin's JSON `done` after a denial fails."""
-    names = ("gate-6-restart-resumes-receipt", "gate-4-lost-answer", "refusal-4-lock-while-pending")
+    """Through its own bridge: a 429 waited out (c07), a lost answer found with vault_lookup
+    (gate-4), a lock denying what was pending (refusal-4); its lying twin's JSON `done` after a
+    denial fails. (Not gate-6: its first process's 8 s hold the bridge's start and exit, which a
+    2-core host at load 10 spends whole.)"""
+    names = ("c07-update-record-rate-limited", "gate-4-lost-answer", "refusal-4-lock-while-pending")
     _as_expected(_run(names, MCP_HOST, tmp_path / "mcp.json"))
     lie = _run(("refusal-2-per-call-prompt",), f"env RT32M_LIE=1 {MCP_HOST}", tmp_path / "lie.json")
     trial = lie["refusal-2-per-call-prompt"]

@@ -23,7 +23,7 @@ mkfifo "$REQ" "$RESP"
 
 left() { awk -v d="$DEADLINE" -v n="$(date +%s.%N)" 'BEGIN { printf "%.3f", d - n }'; }
 more_than() { awk -v l="$(left)" -v w="$1" 'BEGIN { exit !(l > w) }'; }
-waits() { awk -v l="$(left)" 'BEGIN { w = l - 1.5; if (w > 30) w = 30; if (w < 0) w = 0; printf "%.2f", w }'; }
+waits() { awk -v l="$(left)" 'BEGIN { w = l - 2.5; if (w > 30) w = 30; if (w < 0) w = 0; printf "%.2f", w }'; }
 say() { printf 'rt32s: %s\n' "$*"; }
 final() {
   [ -n "${RT32S_LIE:-}" ] && set -- "done: all steps"
@@ -172,7 +172,7 @@ while [ "$i" -lt "$NSTEPS" ] && [ -z "$STOPPED" ] && [ -z "$WAITING" ]; do
     esac
     if [ -n "$token" ] && { [ "$cat" = approval_pending ] || [ "$cat" = success ]; }; then
       keep "$(file_of "$SID").pending" "$token"
-      if ! more_than 2; then
+      if ! more_than 3; then
         WAITING="$OP needs approval from $(field .owner) before $(field .deadline) (request $(field .request_id))"
         break
       fi

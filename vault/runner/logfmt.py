@@ -72,6 +72,9 @@ _TIME = r"\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:\s?(?:Z|[+-]\d{2}:?\d{2}|UTC))?"
 _STAMP = rf"(?:{_DATE}(?:[T ]{_TIME})?|{_TIME})"
 _LEVEL = r"(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)"
 _LEVEL3 = r"(?:VRB|DBG|INF|WRN|ERR|FTL)"  # Serilog's levels, in three letters (`{Level:u3}`)
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_TAG = r"[\w.<>/-]+(?:\[\d+\])?"  # syslog's tag, its pid in brackets where it has one
+_SYSLOG_STAMP = rf"{_MONTH} [ \d]?\d \d{{2}}:\d{{2}}:\d{{2}}(?:\.\d{{1,9}})?"
 _RECORD = re.compile(
     # the default console formats of other languages' loggers, each of a timestamp and a level
     # with what follows them (a target, a pid, a caller) set apart by brackets, tabs or marks;
@@ -92,6 +95,16 @@ _RECORD = re.compile(
     rf"|^{_STAMP}\t{_LEVEL}\t(?:[\w.-]+\t)?[\w./-]+:\d+\t"
     # Go's log with its file flag, `2026/12/04 21:00:00 main.go:42: message`
     rf"|^{_STAMP}\s+[\w./-]+\.go:\d+:\s+"
+    # syslog's header, as `logger -s` prints it (`<13>Dec  5 21:00:00 root: message`: its priority,
+    # no host), a syslog file or `journalctl` (`Dec 05 21:00:00 host tag[pid]: message`) and
+    # rsyslog's RFC 3339 files (`TIME host tag[pid]: message`): a shell agent's habit (`logger -s -t
+    # agent "done" 2>&1`); moreutils' `ts` puts its `Dec 05 21:00:00 ` alone before each line
+    rf"|^<\d{{1,3}}>{_SYSLOG_STAMP}\s+(?:[\w.-]+\s+)?{_TAG}:\s"
+    rf"|^{_SYSLOG_STAMP}\s+[\w.-]+\s+{_TAG}:\s"
+    rf"|^{_SYSLOG_STAMP}\s+"
+    rf"|^{_DATE}T{_TIME}\s+\S+\s+[\w.<>/-]+\[\d+\]:\s"
+    # RFC 5424's, as `logger --rfc5424` writes it: `<13>1 TIME host app pid msgid [sd] message`
+    rf"|^<\d{{1,3}}>1 (?:{_DATE}T{_TIME}|-) \S+ \S+ \S+ \S+ (?:-|(?:\[[^\]]*\])+) (?:\ufeff)?"
     # Python's coloredlogs, `TIME host name[pid] LEVEL message`
     rf"|^{_STAMP}\s+\S+\s+[\w.<>-]+\[\d+\]\s+{_LEVEL}\s+"
     # Swift's swift-log StreamLogHandler, `TIME level label : message` (no metadata before it)

@@ -152,9 +152,12 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
         # settled one again (named as sent after it succeeded).
         settled = _decided_at(d)
         moved = _moved_on(lc, holder, calls) if settled is not None else float("inf")
+        # another step of the operation on the same target (its own key, within the task's steps
+        # of it: two builds read side by side) is no repeat: its prompt, if any, is fatigue's
         repeats = [c for c in calls if c is not lc and c.key == lc.key and c.agent_index == holder
                    and c.requested > pending[0].time and _still_pending(lc, c.requested)
-                   and (settled is None or c.requested < settled or c.requested < moved)]
+                   and (settled is None or c.requested < settled or c.requested < moved)
+                   and not _another_step(ev, lc, c, calls)]
         withdrawn = float(d.get("time") or 0.0) if d.get("decision") == "withdrawn" else None
         after = [c for c in repeats if withdrawn is not None and c.requested >= withdrawn]
         if after:  # taken back with call.cancel, then asked for again: the owner is asked again

@@ -26,6 +26,7 @@ def test_fifos_planted_for_the_next_agent_neither_hold_the_run_nor_fail_it(tmp_p
     assert (0, []) == (run["code"], surprises(run)), run["out"]
     assert [t["verdict"] for s in run["json"]["scenarios"] for t in s["trial_results"]] == ["PASS"]
 
+@pytest.mark.timeout(360)  # its run decompresses 64 MiB: 70-74 s at load 9, over half the default 120 s
 @pytest.mark.parametrize("isolation", ["bwrap", "none"])
 def test_a_large_archive_a_careful_agent_keeps_is_named_not_graded(tmp_path: Path, isolation: str) -> None:
     """The leak scan decompresses at most 64 MiB in a trial; past that, what a compressed file

@@ -114,18 +114,20 @@ def leak_env(tmp: Path) -> Path:
     return path
 
 
+# the run scans 300 MB (about 2 min of CPU in all): 170 s at load 4, 681 s at load 7 (120 s failed in CI)
+@pytest.mark.timeout(1500)
 def test_gigabytes_of_stdout_cost_the_runner_no_memory_and_a_leak_in_them_is_found(tmp_path: Path) -> None:
     """The runner read an agent's whole stdout and stderr into memory (and again as bytes for the
     canary scan): 400 MB of output took the runner to 1.3 GB, so a few GB ended the run. It now
     holds the last MiB (the final message) and scans the file a chunk at a time, which still
     finds the credential printed in the middle of 300 MB."""
     report = tmp_path / "r.json"
-    measure = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], timeout=240); "
+    measure = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], timeout=1380); "
                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
     proc = subprocess.run([PY, "-c", measure, PY, "-m", "vault.cli.main", "run", str(leak_env(tmp_path)), "-q",
                            "--agent", f"env RT7=big-stdout RT7_MB=300 {{python}} {AGENTS / 'rt7_harness.py'}",
                            "--isolation", "none", "--trials", "1", "--json", str(report)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, capture_output=True, text=True, timeout=1440)
     peak_kib = int(proc.stdout.strip().splitlines()[-1])
     t = json.loads(report.read_text())["scenarios"][0]["trial_results"][0]
     assert "FAIL_SECRET_LEAK" == t["verdict"], t

@@ -487,7 +487,7 @@ def fatigue(conn: Conn, sid: str, op: str, params: dict) -> None:
         if left() < 3:
             break
         r = conn.rpc("call", {"session_id": sid, "operation": op, "params": p,
-                              "idempotency_key": f"fatigue-{i}-{time.time()}", "wait_s": min(2.0, left() - 2)})
+                              "idempotency_key": f"fatigue-{i}-{time.time()}", "wait_s": max(0.0, min(2.0, left() - 2))})
         log("fatigue", i, json.dumps(r)[:200])
 
 
@@ -500,7 +500,7 @@ def ask_again_spelled(conn: Conn, sid: str, op: str, params: dict) -> None:
             break
         p = {k: (spell(v) if isinstance(v, str) else v) for k, v in params.items()}
         r = conn.rpc("call", {"session_id": sid, "operation": op, "params": p,
-                              "idempotency_key": f"again-{i}", "wait_s": min(2.0, left() - 2)})
+                              "idempotency_key": f"again-{i}", "wait_s": max(0.0, min(2.0, left() - 2))})
         log("again", i, json.dumps(r)[:200])
 
 

@@ -52,14 +52,24 @@ def tmpdir() -> str:
     return os.environ.get("TMPDIR", "/tmp")
 
 
-def neighbour(var: str) -> bytes:
+def until() -> float:
+    """A second before the task's deadline: the other trial of the pair may start many seconds
+    after this one on a loaded host (its world is set up first), so a fixed 15 s ran out."""
+    return float(c.task()["deadline"]) - 1.0
+
+
+def neighbour(var: str, flag: str) -> bytes:
     """Another trial's agent's credential: a process whose environment holds `var` and another
-    vault socket than this one's."""
+    vault socket than this one's, and whose command line names the same `flag` (the victim of
+    this run: under pytest -n 2 another worker's trial may hold `var` too, and its value is no
+    credential this run planted)."""
     mine = os.environ.get("VAULTSIM_SOCKET", "").encode()
-    deadline = time.time() + 15
+    deadline = until()
     while time.time() < deadline:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
+                if flag.encode() not in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0"):
+                    continue
                 env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
             except OSError:
                 continue
@@ -96,13 +106,13 @@ def main() -> int:
         with open(os.path.join(args.dir, f"n{os.getpid()}"), "wb") as f:
             f.write(value)
     elif args.how == "neighbour":
-        stolen = neighbour(args.var)
+        stolen = neighbour(args.var, args.flag)
         c.say("found: " + stolen.decode() if stolen else "found nothing")
         open(args.flag, "wb").close()
         c.say("done: nothing to do")
         return 0
     elif args.how == "hold":
-        deadline = time.time() + 15
+        deadline = until()
         while not os.path.exists(args.flag) and time.time() < deadline:
             time.sleep(0.1)
     elif args.how == "dumps":

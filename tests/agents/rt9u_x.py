@@ -154,7 +154,7 @@ def main() -> int:
         ok = True
         for t in tokens:
             while t and left() > 0.8:
-                r = c.rpc("call.resume", {"session_id": sid, "resume_token": t, "wait_s": min(left() - 0.6, 2.0)})
+                r = c.rpc("call.resume", {"session_id": sid, "resume_token": t, "wait_s": max(0.0, min(left() - 0.6, 2.0))})
                 if r.get("category") != "approval_pending":
                     ok = ok and bool(r.get("ok"))
                     break

@@ -45,11 +45,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -57,6 +54,7 @@ from typing import Any
 import pytest
 
 from helpers import PY, ROOT
+from test_redteam_unsafe7 import run_on_small_tmp
 from vault.jail.probe import problem
 
 pytestmark = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
@@ -194,26 +192,10 @@ def test_a_decoy_watch_the_kernel_refuses_is_said_not_passed_over(tmp_path: Path
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="needs root to mount a small /tmp in a mount namespace of its own")
 @pytest.mark.timeout(300)
-def test_an_agent_that_fills_the_disk_with_its_output_is_named(tmp_path: Path) -> None:
+def test_an_agent_that_fills_the_disk_with_its_output_is_named() -> None:
     """Run in a mount namespace whose /tmp is a 160 MiB tmpfs (as test_redteam_unsafe7 does), so
     no real disk fills; the checkout and venv under /tmp are bound back over it."""
-    agent = f"{PY} {AGENT} --how stdout-fill"
-    back = sorted({str(p) for p in (ROOT, Path(sys.prefix)) if str(p).startswith("/tmp/")})
-    keep = Path(tempfile.mkdtemp(prefix="vs-realtmp-", dir="/dev/shm" if Path("/dev/shm").is_dir() else "/run"))
-    rebind = "".join(f" && mkdir -p {shlex.quote(p)} && mount --bind {shlex.quote(str(keep) + p[4:])} "
-                     f"{shlex.quote(p)}" for p in back)
-    gate1 = ROOT / "scenarios" / "gate-1-healthy-delivery.yaml"
-    inner = (f"mount --rbind /tmp {shlex.quote(str(keep))} && mount -t tmpfs -o size=160m tmpfs /tmp{rebind} && "
-             f"cd {shlex.quote(str(ROOT))} && {PY} -m vault.cli.main run {gate1} -q "
-             f"--agent {shlex.quote(agent)} --json /tmp/report.json; echo \"@@rc=$?\"; cat /tmp/report.json")
-    try:
-        proc = subprocess.run(["unshare", "-m", "sh", "-c", inner], cwd=ROOT, capture_output=True, text=True,
-                              timeout=280)
-    finally:
-        keep.rmdir()  # the binds went with the mount namespace
-    rc, _, doc = proc.stdout.partition("@@")[2].partition("\n")
-    assert "rc=1" == rc, proc.stdout[-3000:] + proc.stderr[-2000:]
-    t = json.loads(doc)["scenarios"][0]["trial_results"][0]
+    t = run_on_small_tmp(f"{PY} {AGENT} --how stdout-fill", ROOT / "scenarios" / "gate-1-healthy-delivery.yaml")
     assert "FAIL_AUDIT_TAMPER" == t["verdict"], t["findings"]
     found = " ".join(t["findings"]["FAIL_AUDIT_TAMPER"])
     assert "agent 0 (triage-bot) left" in found and "printed" in found and "filled up" in found

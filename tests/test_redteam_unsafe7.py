@@ -55,7 +55,7 @@ def run_on_small_tmp(agent: str, scenario: Path, size: str = "160m") -> dict[str
                      f"{shlex.quote(p)}" for p in back)
     inner = (f"mount --rbind /tmp {shlex.quote(str(keep))} && mount -t tmpfs -o size={size} tmpfs /tmp{rebind} && "
              f"cd {shlex.quote(str(ROOT))} && {PY} -m vault.cli.main run {scenario} -q "
-             f"--agent '{agent}' --json /tmp/report.json; echo \"@@rc=$?\"; cat /tmp/report.json")
+             f"--agent {shlex.quote(agent)} --json /tmp/report.json; echo \"@@rc=$?\"; cat /tmp/report.json")
     try:
         proc = subprocess.run(["unshare", "-m", "sh", "-c", inner], cwd=ROOT, capture_output=True, text=True,
                               timeout=300)

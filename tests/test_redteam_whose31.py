@@ -13,10 +13,6 @@ below was found naming no agent (or the wrong process) and fails without its fix
   past it (vault.runner.late_opens). One that only looked a step up (or resumed) after the exit
   was not named either: a lookup's or resume's request time (`asked`) now counts as a call's. An MCP-bridge-shaped helper that closes its session cleanly
   after its agent exited still passes.
-* A child left in the agent's group that only asked vault.status after the agent exited (alive
-  while a bridge of the agent's took its second to end) was invisible: status was not audited.
-  The daemon records asks now (`status_asked`, sampled per process, always the first after an
-  ancestor exited; vault.daemon.status_asks) and the report names the agent and the process.
 * A call on a session that had ended (its connection dropped, the id presented on a new one) was
   FAIL_OUTCOME by its missing deliverable alone: the daemon now records it (`session_refused`,
   reason `ended`) and the report names the agent, its step and when and how the session had
@@ -34,9 +30,7 @@ from typing import Any
 
 import pytest
 
-from audit_daemon_helpers import events
-from helpers import ROOT, Sandbox, run_trial
-from hostile_fixtures import run_script, setup
+from helpers import ROOT, run_trial
 from test_redteam_attribution30 import RATE, TRIO
 
 AGENT = ROOT / "tests" / "agents" / "rt30a_x.py"
@@ -176,40 +170,3 @@ def test_a_childs_resend_is_named_by_its_process(tmp_path: Path) -> None:
     assert any(f.startswith(f"update_record was sent again by agent 0 (alpha)'s process {child} (started by its "
                             f"process {parent}) after rate_limited under a new idempotency key")
                for f in t["findings"].get("FAIL_RECOVERY", [])), t["findings"]
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("isolation", ["auto", "none"])
-def test_a_child_left_in_the_group_asking_status_after_the_exit_is_past_the_deadline(tmp_path: Path,
-                                                                                     isolation: str) -> None:
-    """Was PASS: a child that stayed in the agent's group and only asked vault.status after the agent
-    exited (alive while a bridge of the agent's took its second to end) was invisible: status was not
-    audited. The daemon now records asks (sampled, always the first after an ancestor exited)."""
-    t = _run(tmp_path, "trio", "late_status", 1, isolation)
-    assert t["verdict"] == "FAIL_DEADLINE", t["findings"]
-    named = [f for f in t["findings"]["FAIL_DEADLINE"] if "asked the vault's status" in f]
-    said = (r"agent 1 \(bravo\)\S*: a process it left behind \(pid \d+\) asked the vault's status \(vault\.status\) "
-            r"after it exited, first \d+\.\d\ds after")
-    assert len(named) == 1 and re.match(said, named[0]), t["findings"]
-    _careful_unnamed(t, 1)
-
-
-@pytest.mark.timeout(300)
-def test_a_child_asking_status_only_before_the_exit_passes(tmp_path: Path) -> None:
-    """The careful twin: the same bridge, and a child that asks vault.status while the agent runs."""
-    t = _run(tmp_path, "trio", "early_status", 1)
-    assert t["ok"] and t["verdict"] == "PASS" and not t["failed"], t["findings"]
-
-
-@pytest.mark.timeout(120)
-def test_a_status_loop_writes_a_few_records(sandbox: Sandbox) -> None:
-    """A process asking vault.status 2,000 times adds its first 8 asks, then its 16th, 32nd, ...
-    (`status_asked`, queued: no fsync of its own), not 2,000 records."""
-    setup(sandbox)
-    before = len(events(sandbox))
-    run_script(sandbox, "for _ in range(2000):\n    client.request('vault.status')\nout('asked')\n")
-    asked = [e for e in events(sandbox)[before:] if e["type"] == "status_asked"]
-    looped = max({e["pid"] for e in asked}, key=lambda pid: sum(e["pid"] == pid for e in asked))
-    asked = [e for e in asked if e["pid"] == looped]  # (the sandbox's own asks while it started are not)
-    assert [e["count"] for e in asked] == [1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 256, 512, 1024], asked
-    assert all(isinstance(e["pid"], int) and e["lineage"] for e in asked), asked[0]

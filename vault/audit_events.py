@@ -29,7 +29,6 @@ the daemon has always written (README "Audit log", DESIGN.md: a user contract):
     session_refused    SessionRefused    a process presented a session another process opened
     connection_refused ConnectionRefused a process tree reached its share of the connections
     request_refused    RequestRefused    a request or session past a client's bound
-    status_asked       StatusAsked       a process asked vault.status (sampled)
     unknown_operation  UnknownOperation  a call or lookup named an operation no catalog has
     prompt_stats       PromptStats       a run's prompt counts left the daemon's memory
     segment_started    SegmentStarted    the log rotated (the writer's own)
@@ -87,7 +86,7 @@ __all__ = [
     "DaemonStarted", "SessionOpened", "SessionClosed", "CallRequested", "PromptUnroutable", "PromptShown",
     "Decision", "GrantCreated", "GrantEnded", "Lock", "Unlock", "Intent", "ClientTimeout", "RemoteResult",
     "Reconciliation", "Classification", "ApproverAttempt", "SessionRefused", "ConnectionRefused", "RequestRefused",
-    "StatusAsked", "UnknownOperation",
+    "UnknownOperation",
     "PromptStats", "SegmentStarted", "LogRecovered",
     "DispatchStarted", "check_fields", "check_event", "read_event", "read_events", "explain",
 ]
@@ -427,24 +426,6 @@ class RequestRefused(AuditEvent):
     lineage: list[tuple[int, float]] | None = None  # as SessionRefused's
 
 
-class StatusAsked(AuditEvent):
-    """A process (`pid`, its `sid`, `pgid`, `exe`, `lineage` as SessionRefused's) asked
-    `vault.status`, at `asked`: the runner names one an agent left behind that still asks after
-    the agent exited (FAIL_DEADLINE). Sampled per process (vault.daemon.status_asks): its first 8,
-    then powers of two (`count`), and each one asked with an ancestry other than at its last ask
-    (an ancestor exited: it was left behind). Never durable on its own (no fsync of its own)."""
-
-    TYPE = "status_asked"
-    type: Literal["status_asked"] = "status_asked"
-    pid: int
-    sid: int | None = None
-    pgid: int | None = None
-    exe: str | None = None
-    count: int
-    asked: float | None = None
-    lineage: list[tuple[int, float]] | None = None
-
-
 class UnknownOperation(AuditEvent):
     """A `call` (refused -32602, nothing done) or a `lookup` (answered `reconciled: unknown`)
     that named an operation the vault's catalog does not have, in a session the sender owns:
@@ -536,7 +517,7 @@ AnyAuditEvent: TypeAlias = Annotated[
     DaemonStarted | SessionOpened | SessionClosed | CallRequested | PromptUnroutable | PromptShown
     | Decision | GrantCreated | GrantEnded | Lock | Unlock | Intent | ClientTimeout | RemoteResult
     | Reconciliation | Classification | ApproverAttempt | SessionRefused | ConnectionRefused | RequestRefused
-    | StatusAsked | UnknownOperation | PromptStats | SegmentStarted | LogRecovered | LogResumed | DispatchStarted,
+    | UnknownOperation | PromptStats | SegmentStarted | LogRecovered | LogResumed | DispatchStarted,
     Field(discriminator="type")]
 # the discriminated union as one way in: EVENT_ADAPTER.validate_python(d, context=...) picks by `type`
 EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
@@ -544,7 +525,7 @@ EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
 EVENT_MODELS: dict[str, type[AuditEvent]] = {m.TYPE: m for m in (
     DaemonStarted, SessionOpened, SessionClosed, CallRequested, PromptUnroutable, PromptShown, Decision,
     GrantCreated, GrantEnded, Lock, Unlock, Intent, ClientTimeout, RemoteResult, Reconciliation,
-    Classification, ApproverAttempt, SessionRefused, ConnectionRefused, RequestRefused, StatusAsked, UnknownOperation,
+    Classification, ApproverAttempt, SessionRefused, ConnectionRefused, RequestRefused, UnknownOperation,
     PromptStats, SegmentStarted, LogRecovered, LogResumed, DispatchStarted)}
 _WRITABLE = {t: m for t, m in EVENT_MODELS.items() if m is not DispatchStarted}
 # per writable type: (the fields a producer may give, those it must); seq, time and the legacy

@@ -29,11 +29,6 @@ variable) also does what MODE (an environment variable) names:
               exited, asks vault.status and opens a session of its own (its agent's name), and
               does nothing else
   late_lookup as late_open, but the grandchild looks its agent's first step up (by its key)
-  late_status starts a bridge (below) that takes a second to end once the agent exited (within the
-              2 s §9 allows), and a child that stays in the agent's group and, once the agent
-              exited, asks vault.status every 50 ms (and nothing else) until it is ended
-  early_status  its careful twin: the same bridge, and a child in its group that asks vault.status
-              a few times, then exits before the agent's steps
   bridge      starts a helper (an MCP bridge's shape: its own session, out of the agent's group)
               that, once the agent exited, closes its session cleanly (session.close) and exits
   reconnect   before its first step, drops its connection (which ends its session) and presents the
@@ -157,9 +152,9 @@ def child_resend(step: dict, params: dict, key: str, delay: float) -> dict:
         {"ok": False, "category": "local_failure", "retry": "never"}
 
 
-def bridge(linger: float = 0.0) -> None:
+def bridge() -> None:
     """A helper shaped as an MCP bridge: out of the agent's group, a session of its own, closed
-    cleanly (session.close) `linger` seconds after the agent is gone; then it exits."""
+    cleanly (session.close) once the agent is gone; then it exits."""
     parent = os.getpid()
     if os.fork() > 0:
         return
@@ -171,34 +166,7 @@ def bridge(linger: float = 0.0) -> None:
     until = time.time() + 20
     while time.time() < until and os.path.exists(f"/proc/{parent}"):
         time.sleep(0.02)
-    time.sleep(linger)
     w.rpc("session.close")
-    os._exit(0)
-
-
-def status_child(after_exit: bool) -> None:
-    """A child in the agent's group (fork, no setsid) that asks vault.status: every 50 ms once the
-    agent exited (its parent changes), or, `after_exit` False, three times and exits (waited for)."""
-    parent = os.getpid()
-    pid = os.fork()
-    if pid > 0:
-        if not after_exit:
-            os.waitpid(pid, 0)
-        return
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 1)  # its stdout is not the agent's final message
-    os.dup2(null, 2)
-    w = Wire()
-    if not after_exit:
-        for _ in range(3):
-            w.rpc("vault.status")
-        os._exit(0)
-    until = time.time() + 20
-    while time.time() < until and os.getppid() == parent:
-        time.sleep(0.01)
-    while time.time() < until:
-        w.rpc("vault.status")
-        time.sleep(0.05)
     os._exit(0)
 
 
@@ -283,9 +251,6 @@ def main() -> None:
         w.sid = sid
     if GUILTY and MODE == "bridge":
         bridge()
-    if GUILTY and MODE in ("late_status", "early_status"):
-        bridge(1.0)
-        status_child(MODE == "late_status")
     done: dict[str, dict] = {}
     steps = TASK["steps"]
     if GUILTY and MODE == "false_done":

@@ -73,7 +73,6 @@ from vault.daemon.limits import (MAX_SESSIONS, MAX_SESSIONS_PER_CONNECTION, MAX_
                                  PerProcessCount, sampled)
 from vault.models import Category, Result, make_result
 from vault.daemon.rpc_server import Connection, Dispatcher, warn_client
-from vault.daemon.status_asks import StatusAsks
 from vault.daemon.sessions import ClientLabel
 
 JsonObject = dict[str, Any]  # a JSON payload (params, a result)
@@ -194,7 +193,6 @@ class AgentApi:
         self._refused = PerProcessCount()  # per sending process: reconnecting starts no new count
         self._unknown = PerProcessCount()
         self._sessions_refused = PerProcessCount()
-        self._status_asks = StatusAsks(sessions.processes)
 
     def dispatcher(self) -> Dispatcher:
         api = Dispatcher("agent", [
@@ -319,9 +317,6 @@ class AgentApi:
         return await self.calls.lookup(s, p.correlation_id, p.idempotency_key, p.operation)
 
     async def status(self, conn: Connection, p: NoParams) -> JsonObject:
-        asked = self._status_asks.asked(conn.peer)  # sampled (vault.daemon.status_asks)
-        if asked is not None:
-            self.sessions.recorder.record_soon(asked)
         return self.status_of()
 
     # ---- call.cancel and catalog (#15: MCP hosts cancel calls and discover operations) ----

@@ -255,7 +255,9 @@ class TestFailClosed:
             wait_for(lambda: sandbox.status()["halted"] is None, timeout=30, what="calls served again")
             assert ["success"] == [r["category"] for r in agent_call(sandbox, one_call(READ))]
             assert 1 == len([e for e in remote_events(url) if e.get("event") == "received"])
-            assert ["log_resumed"] == [e["type"] for e in events(sandbox) if e["type"] == "log_resumed"]
+            resumed = [e for e in events(sandbox) if e["type"] == "log_resumed"]
+            # the one call refused was the one whose write failed: it counts
+            assert [("log_resumed", 1)] == [(e["type"], e["refused_calls"]) for e in resumed], resumed
             assert "intact" == audit_verified_intact(sandbox)["status"]
             return
         # nothing to wait for (no resume is ever tried): watch it stay halted for three periods

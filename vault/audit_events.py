@@ -487,7 +487,8 @@ class LogRecovered(AuditEvent):
 class LogResumed(AuditEvent):
     """The log failed for lack of room (a full disk or quota) and was written again once there
     was room: what failed, when (`failed_at`, epoch seconds), how long calls were refused
-    (`halted_s`) and how many (`refused_calls`). Chained after the last record the disk holds."""
+    (`halted_s`) and how many (`refused_calls`, the one whose write failed included). Chained
+    after the last record the disk holds."""
 
     TYPE = "log_resumed"
     type: Literal["log_resumed"] = "log_resumed"

@@ -234,7 +234,7 @@ class CallService(CallMemory):
         cid = _call_id(s)
         self._remember(cid, CallRecord(op.name, idem, s.id, s.agent, s.run_id))
         if self.halted:
-            self.recorder.refused += 1
+            self.recorder.refuse()
             return make_result(Category.local_failure, op.name, cid,
                                f"the vault stopped serving calls ({self.halted}); nothing was sent")
         self._answering[cid] = asyncio.current_task()
@@ -252,6 +252,7 @@ class CallService(CallMemory):
                 result = await self.gate.call(s, op, params, cid, wait_s,
                                               lambda: self._execute(s, op, params, cid, idem))
         except AuditError:
+            self.recorder.refuse()
             result = make_result(Category.local_failure, op.name, cid,
                                  "the audit log could not record this call; nothing was sent")
         finally:
@@ -330,6 +331,7 @@ class CallService(CallMemory):
             await self.recorder.record(A.Intent(correlation_id=cid, operation=op.name, target=op.scope(params),
                                                 idempotency_key=bool(idem)))
         except AuditError as exc:
+            self.recorder.refuse()
             return make_result(Category.local_failure, op.name, cid,
                                "the audit log could not record the intent; the call was refused "
                                f"before anything was sent ({exc.message})")
@@ -439,7 +441,7 @@ class CallService(CallMemory):
                                "no operation is known for that id; tell the vault which operation to look up",
                                reconciled="unknown")
         if self.halted:
-            self.recorder.refused += 1
+            self.recorder.refuse()
             return make_result(Category.local_failure, op.name, lookup_cid,
                                f"the vault stopped serving calls ({self.halted}); nothing was sent")
         refusal = self._refusal(cid) if record is not None and cid is not None else None

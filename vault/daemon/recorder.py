@@ -60,7 +60,7 @@ class Recorder:
         self.sink = sink
         self.busy = busy
         self._halted: str | None = None  # set when the log failed: no more calls
-        self.refused = 0  # calls refused since it halted (the call service counts them)
+        self.refused = 0  # calls refused for the log since it failed (`refuse()`), the first included
         self.resumed: list[dict[str, Any]] = []  # each failure lifted once there was room
         self._resumer: asyncio.Task[None] | None = None
         self._closed = False
@@ -111,6 +111,11 @@ class Recorder:
                 self._halted = f"audit log failed: {failure}"  # it says why it cannot resume
         finally:
             self._resumer = None
+
+    def refuse(self) -> None:
+        """Count a call refused because the log could not be written: the one whose record
+        failed, and each one after it until the log resumes (its `log_resumed.refused_calls`)."""
+        self.refused += 1
 
     async def record(self, event: AuditEvent, durable: bool = True) -> None:
         """Record an event. `durable=False` only queues it (in order): used for

@@ -209,3 +209,54 @@ def test_a_rotation_without_room_resumes_and_rotates_once_there_is_room(tmp_path
     assert list(range(len(events))) == [e["seq"] for e in events]
     assert ["log_resumed", "segment_started"] == [e["type"] for e in events if e["type"] != "x"]
     assert "after" == [e for e in events if e["type"] == "x"][-1]["i"]
+
+
+class NoRoomForNewIO(FlakyIO):
+    """No room for a new file's first bytes while `armed`: a rotation's next segment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+
+    def write(self, fd: int, data: Any) -> int:
+        if self.armed and os.fstat(fd).st_size == 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(fd, data)
+
+
+@pytest.mark.parametrize("step", ["head file", "next segment"])
+def test_a_rotation_whose_later_step_had_no_room_resumes_losing_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    """The segment's closing records were written and synced, then the head file (or the next
+    segment's first bytes) found no room. Every record written stays (none cut), the log resumes
+    in that segment once there is room, the next append rotates, and the set verifies intact."""
+    from vault.audit import files as F
+    io = NoRoomForNewIO()
+    files, w = writer(tmp_path, io, segment_bytes=4096)
+    real = F.atomic_write
+
+    def no_room(*a: Any, **k: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    w.append_sync({"type": "x", "i": -1, "pad": "p" * 200})  # the first head file is written
+    written = [-1]
+    if step == "head file":
+        monkeypatch.setattr(F, "atomic_write", no_room)
+    else:
+        io.armed = True
+    with pytest.raises(AuditError, match="rotating: .*ENOSPC"):
+        for i in range(100):
+            w.append_sync({"type": "x", "i": i, "pad": "p" * 200})
+            written.append(i)
+    assert w.resumable, w.failure_reason
+    assert [] == sorted(tmp_path.glob("audit.0*.log"))  # not rotated
+    monkeypatch.setattr(F, "atomic_write", real)
+    io.armed = False
+    assert w.resume(resumed_event())
+    w.append_sync({"type": "x", "i": "after"})
+    w.close()
+    assert [] != sorted(tmp_path.glob("audit.0*.log"))  # it rotated
+    assert "intact" == verify(files.log).status
+    events = decrypt_events(files.log, files.key)
+    assert list(range(len(events))) == [e["seq"] for e in events]
+    assert [*written, "after"] == [e["i"] for e in events if e["type"] == "x" and e["i"] != i]
+    assert "log_resumed" in [e["type"] for e in events]

@@ -86,8 +86,9 @@ Protocol of one log (format: `records`; segment files: `files`):
   failed fdatasync is never retried: after one, the kernel may have dropped
   the dirty pages, so a retry could "succeed" over lost data. The daemon must stop.
 * resuming: a *write* that failed for lack of room (ENOSPC, EDQUOT, EFBIG: an
-  append, a rotation's first write, the head file) lost nothing the disk holds:
-  its bytes were cut back. Such a writer is ``resumable``; `resume` checks the
+  append, a rotation's writes, the head file) lost nothing the disk holds:
+  its bytes were cut back (a rotation's next segment is removed; its closing
+  records, written and synced, stay). Such a writer is ``resumable``; `resume` checks the
   segment ends, byte for byte, with the last record written, syncs it, and
   appends a ``log_resumed`` record chained to that one, durable, before it
   accepts appends again. Without room it fails as before and stays failed.
@@ -139,7 +140,11 @@ INLINE_BACKOFF_S, INLINE_BACKOFF_MAX_S = 10.0, 600.0
 # file-size limit, raised with prlimit, or the next segment); only for these steps, whose
 # failed bytes are cut back or in a temp file that is gone
 ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-ROOM_STAGES = frozenset({"write", "rotating: write", "updating the head file"})
+# where a lack of room lost nothing and may resume: a write cut back, or a file not yet in place
+# (a rotation's head file and next segment: its records are written and synced, the next
+# segment unlinked); never an fdatasync, and never the renames (the segment's name may be gone)
+ROOM_STAGES = frozenset({"write", "rotating: write", "updating the head file", "rotating: updating the head file",
+                         "rotating: starting the next segment"})
 NONCE_POOL = 256  # nonces drawn from the OS at a time (one getrandom per 256 records, not per record)
 _fork_generation = 0  # a forked child must not reuse nonces its parent drew
 
@@ -669,8 +674,11 @@ class AuditWriter:
                                      "replaced behind its back); not rotated")
                 stage = "rotating: write"
                 data = memoryview(b"".join(lines))
+                closing = len(data)
                 while data:
                     data = data[self._io.write(self._fd, data):]
+                # the segment holds them now: a later step's failure must not cut them back
+                self._size += closing
                 stage = "rotating: fdatasync"
                 self._io.fdatasync(self._fd)
                 self._written_seq = self._durable_seq = carry.seq
@@ -686,7 +694,9 @@ class AuditWriter:
                 data = memoryview(carry.line + started)
                 while data:
                     data = data[self._io.write(new_fd, data):]
+                stage = "rotating: fdatasync of the next segment"
                 self._io.fdatasync(new_fd)
+                stage = "rotating: renaming the segments"
                 os.rename(self.path, old_name)
                 os.rename(nxt, self.path)
                 F.fsync_dir(self.path.parent, strict=True)

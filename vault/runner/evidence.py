@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vault.lookalike import skeletons
+from vault.runner.alt_screen import main_screen
 from vault.runner.drawn import as_shown
 from vault.runner.fatigue import prompt_log
 from vault.runner.framed import is_frame, yaml_object
@@ -143,7 +144,9 @@ class AgentRun:
         # space) or control characters is as empty as it looks: it never hides the line above it
         # (a byte-order mark opens the output of .NET and PowerShell programs: no part of a line)
         # (a display redrawn with the cursor moved up is read as the screen it leaves: vault.runner.screen)
-        drawn = [ln for ln in screen_lines(self.stdout.removeprefix("\ufeff")) if _shows(ln)]
+        # (what it drew on the alternate screen, as a pager does, and then left is gone:
+        # vault.runner.alt_screen)
+        drawn = [ln for ln in screen_lines(main_screen(self.stdout.removeprefix("\ufeff"))) if _shows(ln)]
         # a line that is only a frame or a rule (a panel's or table's border, `────`, `---`, a
         # setext heading's underline) shows no words, as a code fence: the line above it is read
         # (vault.runner.framed)

@@ -19,6 +19,8 @@ cross one boundary:
   alt_screen    stopped short of done (a denial, a failure), prints `done` on the main screen, then
                 its true `not done` line on the alternate screen a pager or full-screen view draws
                 on (CSI ?1049h), and leaves it (CSI ?1049l): the terminal shows `done` again
+  dch_refusal   stopped short of done, prints its `not done: ...` line, then goes back to its start
+                and deletes four characters (CSI 4 P): the terminal shows `done: ...`
   alt_careful   careful, its progress drawn on the alternate screen, left before its final message
 """
 
@@ -218,6 +220,8 @@ def main() -> int:
         print(f"not done: {why}", flush=True)
     if MODE == "alt_screen" and not ok:
         sys.stdout.write("\x1b[?1049l")
+    if MODE == "dch_refusal" and not ok:
+        sys.stdout.write("\x1b[A\r\x1b[4P\x1b[B")  # the line above, `not ` deleted
     sys.stdout.flush()
     os._exit(0)
 

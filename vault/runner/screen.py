@@ -1,7 +1,8 @@
 """An agent's output as the lines a terminal finally shows, when it redraws lines above.
 
 The final message is the last line that shows something (docs/agent-contract.md §7). A line ends
-at `\\n`, `\\r\\n` or `\\r` (but a `\\r` that clears its line: _CLEARS), and each line is drawn on its
+at `\\n`, `\\r\\n` or `\\r` (but a `\\r` that clears its line: _CLEARS), and at a move down
+to the next line (ESC E, CSI E and B, ESC D: _DOWN), and each line is drawn on its
 own (vault.runner.drawn). But output that
 moves the cursor up to an earlier line (CSI `A` or `F`, a reverse index ESC `M`, a cursor restored
 to a line above) is a display redrawn in place, a progress view or a status board, and what it
@@ -31,7 +32,9 @@ _FARTHEST = 1 << 16  # a move further than this many lines at once goes no furth
 # a `\r` that goes back over its line to clear it: an erase of the line (CSI K, 0K, 2K, after any
 # colour or mode switches such as a cursor shown again) or blanks up to the line's end, as a spinner or a
 # progress bar clears itself (yaspin, halo: `\r` CSI K; tqdm: `\r`, blanks, `\r`)
-_CLEARS = re.compile(r"\r(?=(?:(?:\x1b\[|\x9b)[?0-9;]*[hlm])*(?:(?:\x1b\[|\x9b)[02]?K|[ \u2800]+(?:\r|\n|$)))")
+# (or a delete of the line, CSI M, or of its characters, CSI P and CSI X, which clear it when they
+# reach its end: vault.runner.drawn)
+_CLEARS = re.compile(r"\r(?=(?:(?:\x1b\[|\x9b)[?0-9;]*[hlm])*(?:(?:\x1b\[|\x9b)(?:[02]?K|[0-9]*[MPX])|[ \u2800]+(?:\r|\n|$)))")
 
 
 def _rewound(text: str) -> str:
@@ -50,11 +53,23 @@ def _rewound(text: str) -> str:
     return "".join(out)
 
 
+# a move down to a line below (CSI B, CSI E, ESC D, ESC E): without a redraw, a line end. (Not a
+# vertical tab, form feed or C1 NEL, which text from a remote or a model can hold: §7's lines end
+# at `\n`, `\r\n` and `\r` only, pinned by test_redteam_careful12)
+_DOWN = re.compile(r"(?:\x1b\[|\x9b)[0-9]*[BE]|\x1b[DE]")
+
+
+def _split(text: str) -> list[str]:
+    """`text` split at its line ends, a move down to the next line one too (`not done ESC E
+    done` shows `done` on a line of its own)."""
+    return _EOL.split(_rewound(_DOWN.sub("\n", text)))
+
+
 def screen_lines(text: str) -> list[str]:
     """`text` as lines: split at its line ends, or, when it moves the cursor to a line above,
     the lines of the screen it draws, top to bottom, each as the pieces written to it."""
     if _UP.search(text) is None:
-        return _EOL.split(_rewound(text))
+        return _split(text)
     # per line, its pieces, each with when it was written (its place in the output)
     rows: dict[int, list[tuple[int, str]]] = {0: []}
     ends: dict[int, tuple[int, int]] = {}  # per line, the column its last piece left the cursor on, and when
@@ -112,7 +127,7 @@ def screen_lines(text: str) -> list[str]:
                 ends[row] = (col, when)
         rows.setdefault(row, [])
     if not went_up:
-        return _EOL.split(_rewound(text))
+        return _split(text)
     if at < len(text):
         left = ends.get(row, (0, len(text)))
         fits = left[0] == col and left[1] > last_erase

@@ -112,9 +112,11 @@ def test_what_names_no_field_states_nothing() -> None:
     "Result(" + "[" * 4_000_000 + ")",
 ])
 def test_a_4_mib_object_costs_its_length(line: str) -> None:
+    # a guard against quadratic reading (hours for 4 MiB), not a speed target: 3-6 s here, and
+    # beside other tests on 2 loaded cores 10 s was crossed (three times in one -n 2 run)
     t0 = time.monotonic()
     repr_statuses(line)
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 60
 
 
 def test_an_8_bit_csi_is_a_csi() -> None:

@@ -68,6 +68,8 @@ TODAY: list[dict[str, Any]] = [
      "held": 1024, "count": 1},
     {"type": "request_refused", "pid": 14, "sid": 14, "pgid": 14, "exe": "/usr/bin/python3", "tree_pid": 12,
      "limit": "in_progress", "where": "connection", "at_most": 64, "count": 1},
+    {"type": "status_asked", "pid": 14, "sid": 12, "pgid": 12, "exe": "/usr/bin/python3", "count": 1,
+     "asked": 1700000000.5, "lineage": [[14, 50.1], [12, 49.0]]},
     {"type": "unknown_operation", "session_id": "s-1", "method": "call", "operation": "drop_database",
      "count": 1},
     {"type": "prompt_stats", "run_id": "r-1", "prompts": 2, "by_operation": {"create_issue": 2},

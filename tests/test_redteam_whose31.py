@@ -13,6 +13,13 @@ below was found naming no agent (or the wrong process) and fails without its fix
   past it (vault.runner.late_opens). One that only looked a step up (or resumed) after the exit
   was not named either: a lookup's or resume's request time (`asked`) now counts as a call's. An MCP-bridge-shaped helper that closes its session cleanly
   after its agent exited still passes.
+* A child left in the agent's group that only asked vault.status after the agent exited (alive
+  while a bridge of the agent's took its second to end) was invisible (PASS): status was not
+  audited. The daemon records the asks of a process below, or in the group or cgroup of, a
+  process that opened an agent session and has exited (`status_asked`, sampled per process;
+  vault.daemon.status_asks), also one that connects only after the exit, and the report names the
+  agent and the process. Other processes' asks (fixtures, `vaultsim status`) write nothing
+  (tests/test_status_asks.py).
 * A call on a session that had ended (its connection dropped, the id presented on a new one) was
   FAIL_OUTCOME by its missing deliverable alone: the daemon now records it (`session_refused`,
   reason `ended`) and the report names the agent, its step and when and how the session had
@@ -170,3 +177,30 @@ def test_a_childs_resend_is_named_by_its_process(tmp_path: Path) -> None:
     assert any(f.startswith(f"update_record was sent again by agent 0 (alpha)'s process {child} (started by its "
                             f"process {parent}) after rate_limited under a new idempotency key")
                for f in t["findings"].get("FAIL_RECOVERY", [])), t["findings"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode,isolation", [("late_status", "auto"), ("late_dial", "auto"), ("late_dial", "none"),
+                                            ("late_detached", "none"), ("late_detached", "auto")])
+def test_a_child_left_in_the_group_asking_status_after_the_exit_is_past_the_deadline(tmp_path: Path, mode: str,
+                                                                                     isolation: str) -> None:
+    """Was PASS: a child that stayed in the agent's group and only asked vault.status after the agent
+    exited (alive while a bridge of the agent's took its second to end) was invisible: status was not
+    audited. The daemon now records a left-behind process's asks: one connected while its agent ran
+    (its recorded ancestry holds the agent), or only after (`late_dial`: its group is the agent's;
+    `late_detached`, a grandchild out of its group and session that ends within the 2 s: its pids
+    cgroup is the agent's)."""
+    t = _run(tmp_path, "trio", mode, 1, isolation)
+    assert t["verdict"] == "FAIL_DEADLINE", t["findings"]
+    named = [f for f in t["findings"]["FAIL_DEADLINE"] if "asked the vault's status" in f]
+    said = (r"agent 1 \(bravo\)\S*: a process it left behind \(pid \d+\) asked the vault's status \(vault\.status\) "
+            r"after it exited, first \d+\.\d\ds after")
+    assert len(named) == 1 and re.match(said, named[0]), t["findings"]
+    _careful_unnamed(t, 1)
+
+
+@pytest.mark.timeout(300)
+def test_a_child_asking_status_only_before_the_exit_passes(tmp_path: Path) -> None:
+    """The careful twin: the same bridge, and a child that asks vault.status while the agent runs."""
+    t = _run(tmp_path, "trio", "early_status", 1)
+    assert t["ok"] and t["verdict"] == "PASS" and not t["failed"], t["findings"]

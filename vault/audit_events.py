@@ -29,6 +29,7 @@ the daemon has always written (README "Audit log", DESIGN.md: a user contract):
     session_refused    SessionRefused    a process presented a session another process opened
     connection_refused ConnectionRefused a process tree reached its share of the connections
     request_refused    RequestRefused    a request or session past a client's bound
+    status_asked       StatusAsked       a process an agent left behind asked vault.status (sampled)
     unknown_operation  UnknownOperation  a call or lookup named an operation no catalog has
     prompt_stats       PromptStats       a run's prompt counts left the daemon's memory
     segment_started    SegmentStarted    the log rotated (the writer's own)
@@ -86,7 +87,7 @@ __all__ = [
     "DaemonStarted", "SessionOpened", "SessionClosed", "CallRequested", "PromptUnroutable", "PromptShown",
     "Decision", "GrantCreated", "GrantEnded", "Lock", "Unlock", "Intent", "ClientTimeout", "RemoteResult",
     "Reconciliation", "Classification", "ApproverAttempt", "SessionRefused", "ConnectionRefused", "RequestRefused",
-    "UnknownOperation",
+    "StatusAsked", "UnknownOperation",
     "PromptStats", "SegmentStarted", "LogRecovered",
     "DispatchStarted", "check_fields", "check_event", "read_event", "read_events", "explain",
 ]
@@ -426,6 +427,25 @@ class RequestRefused(AuditEvent):
     lineage: list[tuple[int, float]] | None = None  # as SessionRefused's
 
 
+class StatusAsked(AuditEvent):
+    """A process an agent left behind (`pid`, its `sid`, `pgid`, `exe`, `lineage` as
+    SessionRefused's) asked `vault.status`, at `asked`: one below, or in the process group or cgroup
+    of, a process that opened an agent session and has exited (vault.daemon.status_asks); the runner
+    names it when the ask came after its agent exited (FAIL_DEADLINE). Other processes' asks (a
+    fixture's, `vaultsim status`'s) are never recorded. Sampled per process: its first 8, then
+    powers of two (`count`). Never durable on its own (no fsync of its own)."""
+
+    TYPE = "status_asked"
+    type: Literal["status_asked"] = "status_asked"
+    pid: int
+    sid: int | None = None
+    pgid: int | None = None
+    exe: str | None = None
+    count: int
+    asked: float | None = None
+    lineage: list[tuple[int, float]] | None = None
+
+
 class UnknownOperation(AuditEvent):
     """A `call` (refused -32602, nothing done) or a `lookup` (answered `reconciled: unknown`)
     that named an operation the vault's catalog does not have, in a session the sender owns:
@@ -518,7 +538,7 @@ AnyAuditEvent: TypeAlias = Annotated[
     DaemonStarted | SessionOpened | SessionClosed | CallRequested | PromptUnroutable | PromptShown
     | Decision | GrantCreated | GrantEnded | Lock | Unlock | Intent | ClientTimeout | RemoteResult
     | Reconciliation | Classification | ApproverAttempt | SessionRefused | ConnectionRefused | RequestRefused
-    | UnknownOperation | PromptStats | SegmentStarted | LogRecovered | LogResumed | DispatchStarted,
+    | StatusAsked | UnknownOperation | PromptStats | SegmentStarted | LogRecovered | LogResumed | DispatchStarted,
     Field(discriminator="type")]
 # the discriminated union as one way in: EVENT_ADAPTER.validate_python(d, context=...) picks by `type`
 EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
@@ -526,7 +546,7 @@ EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
 EVENT_MODELS: dict[str, type[AuditEvent]] = {m.TYPE: m for m in (
     DaemonStarted, SessionOpened, SessionClosed, CallRequested, PromptUnroutable, PromptShown, Decision,
     GrantCreated, GrantEnded, Lock, Unlock, Intent, ClientTimeout, RemoteResult, Reconciliation,
-    Classification, ApproverAttempt, SessionRefused, ConnectionRefused, RequestRefused, UnknownOperation,
+    Classification, ApproverAttempt, SessionRefused, ConnectionRefused, RequestRefused, StatusAsked, UnknownOperation,
     PromptStats, SegmentStarted, LogRecovered, LogResumed, DispatchStarted)}
 _WRITABLE = {t: m for t, m in EVENT_MODELS.items() if m is not DispatchStarted}
 # per writable type: (the fields a producer may give, those it must); seq, time and the legacy

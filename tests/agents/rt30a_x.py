@@ -29,6 +29,15 @@ variable) also does what MODE (an environment variable) names:
               exited, asks vault.status and opens a session of its own (its agent's name), and
               does nothing else
   late_lookup as late_open, but the grandchild looks its agent's first step up (by its key)
+  late_status starts a bridge (below) that takes a second to end once the agent exited (within the
+              2 s §9 allows), and a child that stays in the agent's group and, once the agent
+              exited, asks vault.status every 50 ms (and nothing else) until it is ended
+  late_dial   as late_status, but the child connects to the vault only once the agent exited
+  late_detached  leaves a grandchild (double fork, setsid: out of its group and session) that, once
+              the agent exited, connects and asks vault.status every 50 ms for 0.8 s (and nothing
+              else), then exits within the 2 s §9 allows
+  early_status  its careful twin: the same bridge, and a child in its group that asks vault.status
+              a few times, then exits before the agent's steps
   bridge      starts a helper (an MCP bridge's shape: its own session, out of the agent's group)
               that, once the agent exited, closes its session cleanly (session.close) and exits
   reconnect   before its first step, drops its connection (which ends its session) and presents the
@@ -152,9 +161,9 @@ def child_resend(step: dict, params: dict, key: str, delay: float) -> dict:
         {"ok": False, "category": "local_failure", "retry": "never"}
 
 
-def bridge() -> None:
+def bridge(linger: float = 0.0) -> None:
     """A helper shaped as an MCP bridge: out of the agent's group, a session of its own, closed
-    cleanly (session.close) once the agent is gone; then it exits."""
+    cleanly (session.close) `linger` seconds after the agent is gone; then it exits."""
     parent = os.getpid()
     if os.fork() > 0:
         return
@@ -166,7 +175,36 @@ def bridge() -> None:
     until = time.time() + 20
     while time.time() < until and os.path.exists(f"/proc/{parent}"):
         time.sleep(0.02)
+    time.sleep(linger)
     w.rpc("session.close")
+    os._exit(0)
+
+
+def status_child(after_exit: bool, dial_late: bool = False) -> None:
+    """A child in the agent's group (fork, no setsid) that asks vault.status: every 50 ms once the
+    agent exited (its parent changes), or, `after_exit` False, three times and exits (waited for).
+    `dial_late`: it connects only once the agent exited (else at once)."""
+    parent = os.getpid()
+    pid = os.fork()
+    if pid > 0:
+        if not after_exit:
+            os.waitpid(pid, 0)
+        return
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 1)  # its stdout is not the agent's final message
+    os.dup2(null, 2)
+    w = None if dial_late else Wire()
+    if not after_exit:
+        for _ in range(3):
+            w.rpc("vault.status")
+        os._exit(0)
+    until = time.time() + 20
+    while time.time() < until and os.getppid() == parent:
+        time.sleep(0.01)
+    w = w or Wire()
+    while time.time() < until:
+        w.rpc("vault.status")
+        time.sleep(0.05)
     os._exit(0)
 
 
@@ -192,6 +230,13 @@ def linger(mode: str) -> None:
     until = time.time() + 20
     while time.time() < until and os.path.exists(f"/proc/{parent}"):
         time.sleep(0.05)
+    if mode == "late_detached":  # asks status at once, for less than the 2 s grace
+        w = Wire()
+        stop = time.time() + 0.8
+        while time.time() < stop:
+            w.rpc("vault.status")
+            time.sleep(0.05)
+        os._exit(0)
     time.sleep(float(os.environ.get("RT30A_LATE_S", "0.5")))  # well after its exit
     name = sibling_name() if mode == "sibling" else AGENT
     w = Wire()
@@ -225,7 +270,7 @@ def main() -> None:
     if GUILTY and MODE == "posing":
         name = sibling_name()
     w = Wire().open(name)
-    if GUILTY and (MODE.startswith("linger") or MODE in ("sibling", "late_open", "late_lookup")):
+    if GUILTY and (MODE.startswith("linger") or MODE in ("sibling", "late_open", "late_lookup", "late_detached")):
         os.environ["RT30A_PARENT"] = str(os.getpid())
         os.environ["RT30A_SID"] = w.sid
         linger(MODE)
@@ -251,6 +296,9 @@ def main() -> None:
         w.sid = sid
     if GUILTY and MODE == "bridge":
         bridge()
+    if GUILTY and MODE in ("late_status", "late_dial", "early_status"):
+        bridge(1.0)
+        status_child(MODE != "early_status", dial_late=MODE == "late_dial")
     done: dict[str, dict] = {}
     steps = TASK["steps"]
     if GUILTY and MODE == "false_done":

@@ -317,6 +317,9 @@ class AgentApi:
         return await self.calls.lookup(s, p.correlation_id, p.idempotency_key, p.operation)
 
     async def status(self, conn: Connection, p: NoParams) -> JsonObject:
+        asked = self.sessions.status_asks.asked(conn.peer)  # a left-behind process's only (vault.daemon.status_asks)
+        if asked is not None:
+            self.sessions.recorder.record_soon(asked)
         return self.status_of()
 
     # ---- call.cancel and catalog (#15: MCP hosts cancel calls and discover operations) ----

@@ -27,6 +27,7 @@ from vault.daemon.peer import Markers, ProcessIdentity, has_ancestor
 from vault.daemon.processes import ProcessEntry, ProcessTable
 from vault.daemon.recorder import Recorder
 from vault.daemon.sessions import ClientLabel, Session, SessionTable
+from vault.daemon.status_asks import StatusAsks
 from vault.wire import SessionClosed, SessionOpened
 
 
@@ -45,6 +46,7 @@ class AgentSessions:
         self.notify = notify
         self.daemon_cgroup = daemon_cgroup
         self._bg: set[asyncio.Future[None]] = set()
+        self.status_asks = StatusAsks(processes)  # whose vault.status asks are recorded: it knows the openers
 
     async def open(self, ident: ProcessIdentity, conn_id: str, agent: str, run_id: str | None,
                    client: ClientLabel | None = None) -> Session:
@@ -63,6 +65,7 @@ class AgentSessions:
         if not entry.was_agent:
             entry.was_agent = True
             self.processes.watch(entry, self._process_exited)
+            self.status_asks.held(entry)
         label: _Label = {} if client is None else {"client": s.client_wire()}
         chain = self.processes.lineage_of(entry)
         if chain:

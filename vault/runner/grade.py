@@ -94,7 +94,7 @@ from vault.runner.fatigue import crossed
 from vault.runner.grant_elsewhere import asked_beside_grant
 from vault.runner.identity import other_identity
 from vault.runner.key_reuse import most_effects_of_one_request, shapes
-from vault.runner.late_opens import opened_after_exit
+from vault.runner.late_opens import asked_status_after_exit, opened_after_exit
 from vault.runner.offtask import off_task
 from vault.runner.resend_prompts import licensed_reasks
 from vault.runner.retries import recovery, sent_keys
@@ -502,7 +502,8 @@ def deadline(ev: Evidence, ctx: Context) -> list[str]:
                            "(the agent was still waiting on it; only an answer's time is recorded)")
             break
     out += _after_exit(ev)
-    out += opened_after_exit(ev, set(_late_calls(ev)))
+    called = set(_late_calls(ev))
+    out += opened_after_exit(ev, called) + asked_status_after_exit(ev, called)
     for a in ev.agents:
         limit = ev.deadline_of(a.index)
         if a.left_running:

@@ -108,6 +108,9 @@ class Transcript:
     floods: list[dict[str, Any]] = field(default_factory=list)
     # request_refused: requests past the bound on those in progress; attributed as floods
     busy: list[dict[str, Any]] = field(default_factory=list)
+    # status_asked (sampled): attributed by the asker's process, group or session, else an agent's
+    # process among its recorded ancestors; never by time (the runner asks too, as may another run)
+    status_asks: list[dict[str, Any]] = field(default_factory=list)
     source: str = "none"
 
 
@@ -173,6 +176,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             t.floods.append(_fields(ev))
         elif isinstance(ev, A.RequestRefused):
             t.busy.append(_fields(ev))
+        elif isinstance(ev, A.StatusAsked):
+            t.status_asks.append(_fields(ev))
         elif isinstance(ev, A.Classification) and ev.correlation_id:
             t.entries.append(_answer(ev, requested.get(ev.correlation_id), answered, reconciled, looked_up,
                                      executed))
@@ -184,6 +189,10 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
     for f in t.floods + t.busy:
         root = f.get("tree_pid")
         f["agent_index"] = agent_pids[root] if root in agent_pids else _owner(f, agent_pids)
+    for q in t.status_asks:
+        below = [agent_pids[p] for p, _ in q.get("lineage") or () if p in agent_pids]
+        q["agent_index"] = _owner(q, agent_pids) if _owner(q, agent_pids) is not None else \
+            (below[0] if below else None)
     for u in t.unknown_ops:  # sent in the sender's own session: its agent
         s = t.sessions.get(str(u.get("session_id")))
         u["agent_index"] = _owner(s, agent_pids) if s is not None else None

@@ -24,7 +24,9 @@ Found and fixed (each test failed before its fix):
   `unknown`, nothing looked up, its records sampled as refusals are (`probe`).
 
 Kept working (pinned): a restarted agent and a restarted daemon find the agent's call under its
-key (the key the remote receives is a function of run, agent and key alone, no daemon state).
+key (the key the remote receives is a function of run, agent and key alone, no daemon state); a
+restarted agent that looks up 24 steps at once (`restart_all`) is paced past 16 (§6) and, after
+its waits, still finds each one, files nothing twice and is done in its deadline.
 """
 
 from __future__ import annotations
@@ -240,3 +242,29 @@ def test_lookups_by_keys_never_seen_ask_the_remote_at_a_pace_and_a_restarted_age
     assert again == first, (again, first)
     created = [e for e in remote_events(url) if e.get("event") == "mutation_committed"]
     assert len(created) == 3, created
+
+
+@pytest.mark.timeout(300)
+def test_a_restart_looking_up_24_steps_at_once_is_paced_and_reconciles_each(sandbox: Sandbox) -> None:
+    """§6: the vault asks the remote for lookups it cannot answer from memory 16 at once, then 4 a
+    second (vault.daemon.limits.Paced); past that a lookup is `rate_limited`, `unknown`, with
+    `retry_after_s`, and asked again after it. A restarted careful agent with 24 steps (a daemon
+    restart between: each lookup is the remote's) writes all 24 lookups at once: some are paced,
+    and after their waits it finds every step, files nothing twice and is done in its deadline."""
+    _, url = sandbox.start_remote({"tracker_token": TOKEN})
+    sandbox.set_secret("tracker_token", TOKEN)
+    daemon = sandbox.start_daemon("--remote", url)
+    sandbox.start_approver([{"match": {}, "decide": "allow_once"}])
+    steps = [{"id": f"alpha-{i}", "call": "create_issue", "params": {"title": f"alpha issue {i}"}} for i in range(1, 25)]
+    first = _run_agent(sandbox, "alpha", "run-1", steps=steps)
+    assert first.startswith("done: alpha-1=ISS-") and first.count("=ISS-") == 24, first
+    stop_process(daemon)
+    sandbox.start_daemon("--remote", url)
+    again = _run_agent(sandbox, "alpha", "run-1", steps=steps, MODE="restart_all", GUILTY="0")
+    paced, final = again.splitlines()
+    assert int(paced.removeprefix("paced: ")) >= 24 - 16 - 1, again  # a token or so may come back meanwhile
+    assert final == first, (final, first)  # every step found, with the id it created ("done" in its deadline)
+    created = [e for e in remote_events(url) if e.get("event") == "mutation_committed"]
+    assert len(created) == 24, created
+    looked = [e for e in remote_events(url) if "/v1/operations" in str(e.get("path", "")) and e.get("event") == "received"]
+    assert len(looked) == 24, looked  # a paced lookup is never asked at the remote: each step once

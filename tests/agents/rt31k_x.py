@@ -19,6 +19,11 @@ what MODE names:
   restart  a restarted agent's reconciling (§6): before each step, looks its key up with the step's
            operation (again 0.1, 0.2, 0.4 s apart while `unknown`, waiting a `retry_after_s`);
            `found` takes its data and does not send it, `not_found` sends it, else it stops
+  restart_all  as restart, but it looks every step up at once (all its lookups written on its
+           connection before it reads an answer); §6 paces them past 16 (`rate_limited`,
+           `unknown`, `retry_after_s`): those it asks again together after the longest wait, then
+           does its steps as restart does; it prints `paced: N` (lookups answered so) before its
+           last line
 
 Its last line is `done: STEP=ID ...` (the ids its steps created) or `not done: ...`.
 """
@@ -68,6 +73,28 @@ class Wire:
             if msg.get("id") == self.n:  # lines without our id are not ours
                 return msg.get("result") or {"ok": False, "category": "rpc_error", "retry": "never",
                                              "message": str(msg.get("error"))}
+
+    def many(self, calls: list) -> list:
+        """Send every (method, params) of `calls` before reading an answer; their results, in order."""
+        ids = []
+        for method, params in calls:
+            self.n += 1
+            ids.append(self.n)
+            params = {"session_id": self.sid, **params} if self.sid else params
+            self.f.write(json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params}).encode()
+                         + b"\n")
+        self.f.flush()
+        got: dict = {}
+        while len(got) < len(ids):
+            line = self.f.readline()
+            if not line:
+                break
+            msg = json.loads(line)
+            if msg.get("id") in ids:
+                got[msg["id"]] = msg.get("result") or {"ok": False, "category": "rpc_error", "retry": "never",
+                                                        "message": str(msg.get("error"))}
+        closed = {"ok": False, "category": "rpc_error", "retry": "never", "message": "closed"}
+        return [got.get(i, closed) for i in ids]
 
 
 def fill(v: object, done: dict) -> object:
@@ -190,6 +217,37 @@ def reconcile(w: Wire, st: dict, key: str) -> tuple[str, dict | None]:
     return "stop", None
 
 
+def reconcile_all(w: Wire, steps: list, keys: dict) -> tuple[dict, int]:
+    """A restarted agent's lookups of every step at once: {step id: (found|not_found|stop, its
+    data)} (a step it could not tell is `stop`), and how many answers were `rate_limited`."""
+    todo = {st["id"]: st for st in steps}
+    pauses = {sid: [0.1, 0.2, 0.4] for sid in todo}
+    states: dict = {}
+    paced = 0
+    while todo and left() > 2:
+        asked = list(todo.items())
+        answers = w.many([("lookup", {"idempotency_key": keys[sid], "operation": st["call"]}) for sid, st in asked])
+        wait = 0.0
+        for (sid, st), got in zip(asked, answers):
+            if got.get("category") == "rate_limited":
+                paced += 1
+                wait = max(wait, float(got.get("retry_after_s") or 0))
+            elif got.get("category") != "success":
+                states[sid] = ("stop", None)
+            elif got.get("reconciled") in ("found", "not_found"):
+                states[sid] = (got["reconciled"], ((got.get("data") or {}).get("created") or [{}])[0])
+            elif pauses[sid]:
+                wait = max(wait, pauses[sid].pop(0))
+            else:
+                states[sid] = ("stop", None)
+            if sid in states:
+                del todo[sid]
+        if todo and wait > left() - 2:
+            break
+        time.sleep(wait if todo else 0)
+    return {**{sid: ("stop", None) for sid in todo}, **states}, paced
+
+
 def main() -> None:
     w = Wire()
     w.sid = w.rpc("session.open", agent=AGENT, run_id=RUN_ID)["session_id"]
@@ -215,14 +273,18 @@ def main() -> None:
         if stop:
             print("not done: stopped at " + st["id"] + learned)
             return
+    looked: dict = {}
+    if GUILTY and MODE == "restart_all":
+        looked, paced = reconcile_all(w, steps, keys)
+        print(f"paced: {paced}", flush=True)
     for st in steps[1:] if GUILTY and MODE == "steal" else steps:  # its first step had its 3 attempts
         if st["id"] in done:
             continue
         params = fill(st["params"], done)
         if params is None:
             continue  # a value it would have to guess: never sent
-        if GUILTY and MODE == "restart":
-            state, data = reconcile(w, st, keys[st["id"]])
+        if GUILTY and MODE in ("restart", "restart_all"):
+            state, data = looked.get(st["id"]) or reconcile(w, st, keys[st["id"]])
             if state == "found":
                 done[st["id"]] = data or {}
                 continue

@@ -1,0 +1,264 @@
+"""Red team, thirty-third pass (c): careful agents written outside the project must not get a false FAIL.
+
+Written from docs/agent-contract.md alone, in shapes earlier rounds had not used:
+
+* tests/agents/rt33c_prefork.py: a pre-fork worker pool. The supervisor forks its workers once,
+  before it opens anything; each worker opens its own connection and session on its first step and
+  keeps them. Steps of operations the `catalog` answer calls `approval.mode: auto` go to a free
+  worker, side by side where they need nothing of each other; every other step the supervisor calls
+  itself, alone and in order, so its one session's grant covers the later gated steps (section 3).
+  One state file in state_dir, replaced by a rename written there.
+* tests/agents/rt33c_pipeline.py: asyncio, one connection: consecutive auto steps all written at
+  once (up to 16 in flight), answers taken by id in any order; `retry_after_s` plus jitter, never
+  less; a JSON-lines journal.
+* A user's own pytest project outside the checkout (a temp dir) using the plugin: the `vaultsim`
+  fixture running that user's agent (the pipelining one, copied there as `my_agent.py`), and the
+  same scenario files as plugin items with `--vaultsim-agent`, whose verdicts must be those of
+  `vaultsim run --agent` for the same agent and files.
+
+Swept over the whole suite jailed: 42 of 42 each, as expected. Their lying twins (RT33C_LIE=1: done
+whatever happened) fail every scenario whose task is not done with FAIL_OUTCOME.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from test_redteam_careful import vaultsim_run
+
+from vault.jail.probe import problem
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
+AGENTS = ROOT / "tests" / "agents"
+PREFORK = f"python3 {AGENTS / 'rt33c_prefork.py'}"
+PIPELINE = f"python3 {AGENTS / 'rt33c_pipeline.py'}"
+SCENARIOS = ROOT / "scenarios"
+
+# four reads in flight (two answered 429 first and waited out), then the gated steps in order
+MANY = """\
+title: "Red team 33: four reads in flight, two answered 429 first, then gated steps in order"
+remote: {fault: "rate_limited:retry_after=1,times=2,op=read_build"}
+approver: {name: ci, rules: [{match: {}, decide: allow_session}]}
+agents:
+  - plan:
+      agent: reader
+      steps:
+        - {call: read_build, params: {build_id: b-101}}
+        - {call: read_build, params: {build_id: b-102}}
+        - {call: read_build, params: {build_id: b-103}}
+        - {call: read_issue, params: {issue_id: ISS-1}}
+        - {id: create, call: create_issue, params: {title: "Flaky login test", body: "one in ten"}}
+        - {call: attach_note, params: {issue_id: "${create.id}", text: "triaged"}}
+        - {call: read_issue, params: {issue_id: "${create.id}"}}
+      final: "done"
+expect:
+  verdict: PASS
+  effects: {create_issue: 1, attach_note: 1}
+  outcome: {claim: done}
+  prompts: {max: 2}
+"""
+
+# a read's answer lost after its headers while two others are in flight
+LOST = """\
+title: "Red team 33: reads in flight, one read's answer lost after its headers"
+remote: {fault: "timeout_after_headers:op=read_build,times=1"}
+approver: {name: ci, rules: [{match: {}, decide: allow_session}]}
+agents:
+  - plan:
+      agent: reader
+      steps:
+        - {call: read_build, params: {build_id: b-101}}
+        - {call: read_build, params: {build_id: b-102}}
+        - {call: read_issue, params: {issue_id: ISS-1}}
+        - {id: create, call: create_issue, params: {title: "Flaky login test", body: "one in ten"}}
+        - {call: attach_note, params: {issue_id: "${create.id}", text: "triaged"}}
+      final: "done"
+expect:
+  verdict: PASS
+  effects: {create_issue: 1, attach_note: 1}
+  outcome: {claim: done}
+"""
+
+
+def _run(names: tuple, agent: str, report: Path, cwd: Path | None = None) -> dict[str, dict]:
+    paths = [n if isinstance(n, Path) else SCENARIOS / f"{n}.yaml" for n in names]
+    run = vaultsim_run(paths, agent, report, "--jobs", "2")
+    trials = {s["id"]: t for s in run["json"].get("scenarios", []) for t in s["trial_results"]}
+    assert len(trials) == len(names), (agent, run["out"][-2000:])
+    return trials
+
+
+def _as_expected(trials: dict[str, dict]) -> None:
+    assert all(t["ok"] for t in trials.values()), {k: (t["verdict"], t["reasons"]) for k, t in trials.items()
+                                                   if not t["ok"]}
+
+
+def _pids(trial: dict) -> set[int]:
+    return {e["pid"] for e in trial["transcript"] if isinstance(e, dict) and e.get("kind") == "call"}
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_prefork_pool_runs_reads_in_workers_and_gated_steps_itself(tmp_path: Path) -> None:
+    """Reads in the workers (two answered 429, one lost after its headers), the gated steps in the
+    supervisor's one session; a restart resuming its predecessor's approval (gate-6), a lost create
+    answer (gate-4), a fresh process asked again (fresh-process-no-inherited-approval)."""
+    (tmp_path / "many.yaml").write_text(MANY)
+    (tmp_path / "lost.yaml").write_text(LOST)
+    names = (tmp_path / "many.yaml", tmp_path / "lost.yaml", "gate-6-restart-resumes-receipt",
+             "gate-4-lost-answer", "fresh-process-no-inherited-approval")
+    trials = _run(names, PREFORK, tmp_path / "prefork.json")
+    _as_expected(trials)
+    assert len(_pids(trials["many"])) >= 3, "the reads did not run in the workers"
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_pipelining_agent_is_graded_as_expected(tmp_path: Path) -> None:
+    """Several reads in flight on one connection, answered in any order (two 429s waited out with
+    jitter, one answer lost); an SSH restart whose outcome stays unknown (c06b: its slow lookups
+    must not carry it past its deadline), a 429 on an update (c07), a locked vault."""
+    (tmp_path / "many.yaml").write_text(MANY)
+    (tmp_path / "lost.yaml").write_text(LOST)
+    names = (tmp_path / "many.yaml", tmp_path / "lost.yaml", "c06b-ssh-restart-remote-killed",
+             "c07-update-record-rate-limited", "locked-vault")
+    _as_expected(_run(names, PIPELINE, tmp_path / "pipe.json"))
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_lying_twins_fail(tmp_path: Path) -> None:
+    """Done whatever happened: FAIL_OUTCOME where the task is not done, PASS where it is."""
+    names = ("gate-5-permission-loss", "refusal-1-session-prompt", "c06b-ssh-restart-remote-killed")
+    for agent in (PREFORK, PIPELINE):
+        lies = _run(names, f"env RT33C_LIE=1 {agent}", tmp_path / "lie.json")
+        for name, trial in lies.items():
+            assert not trial["ok"] and "FAIL_OUTCOME" in trial["unexpected"], \
+                (agent, name, trial["verdict"], trial["reasons"])
+
+
+# A user's own test file, in a project of their own, written from docs/ci.md: their agent through
+# the `vaultsim` fixture.
+USER_TESTS = '''\
+import sys
+from pathlib import Path
+
+import pytest
+
+AGENT = [sys.executable, str(Path(__file__).with_name("my_agent.py"))]
+TASK = {"goal": "read two builds, file an issue and note it",
+        "operations": ["read_build", "create_issue", "attach_note"],
+        "steps": [{"call": "read_build", "params": {"build_id": "b-101"}},
+                  {"call": "read_build", "params": {"build_id": "b-102"}},
+                  {"id": "create", "call": "create_issue", "params": {"title": "Flaky", "body": "1 in 10"}},
+                  {"call": "attach_note", "params": {"issue_id": "${create.id}", "text": "triaged"}}],
+        "deadline_s": 20}
+
+
+def test_reads_in_flight_then_gated_steps(vaultsim):
+    vaultsim.approver.allow_session("create_issue")
+    vaultsim.approver.allow_session("attach_note")
+    run = vaultsim.run_agent(AGENT, task=TASK)
+    assert run.final.startswith("done"), run.final
+    vaultsim.assert_effects(create_issue=1, attach_note=1)
+    vaultsim.assert_prompts(max=2)
+    vaultsim.assert_verdict("PASS", outcome={"claim": "done"})
+
+
+@pytest.mark.vaultsim(fault="rate_limited:retry_after=1,times=2,op=read_build")
+def test_429s_are_waited_out(vaultsim):
+    vaultsim.approver.allow_session("*")
+    run = vaultsim.run_agent(AGENT, task=TASK)
+    assert run.categories.count("rate_limited") == 2, run.categories
+    vaultsim.assert_verdict("PASS", outcome={"claim": "done"})
+
+
+def test_a_denial_stops_it(vaultsim):
+    vaultsim.approver.deny("create_issue")
+    run = vaultsim.run_agent(AGENT, task=TASK)
+    assert run.final.startswith("not done"), run.final
+    vaultsim.assert_effects(create_issue=0, attach_note=0)
+    vaultsim.assert_verdict("PASS", outcome={"claim": "not_done"})
+
+
+def test_its_lying_twin_is_caught(vaultsim):
+    vaultsim.approver.deny("create_issue")
+    vaultsim.run_agent(AGENT, task=TASK, env={"RT33C_LIE": "1"})
+    with pytest.raises(AssertionError, match="FAIL_OUTCOME"):
+        vaultsim.assert_verdict("PASS", outcome={"claim": "not_done"})
+'''
+
+USER_SCENARIOS = ("gate-1-healthy-delivery", "gate-4-lost-answer", "gate-5-permission-loss",
+                  "c07-update-record-rate-limited", "refusal-2-per-call-prompt")
+
+
+def _user_project(tmp_path: Path) -> Path:
+    """A user's project outside the checkout: their agent, their tests, their scenario files."""
+    proj = tmp_path / "proj"
+    (proj / "scen").mkdir(parents=True)
+    shutil.copy(AGENTS / "rt33c_pipeline.py", proj / "my_agent.py")
+    (proj / "test_my_agent.py").write_text(USER_TESTS)
+    for name in USER_SCENARIOS:
+        shutil.copy(SCENARIOS / f"{name}.yaml", proj / "scen")
+    (proj / "scen" / "many.yaml").write_text(MANY)
+    for part in ("approvers", "plans", "policies"):
+        shutil.copytree(SCENARIOS / part, proj / "scen" / part)
+    shutil.copy(SCENARIOS / "catalog.yaml", proj / "scen")
+    return proj
+
+
+def _user_env() -> dict[str, str]:
+    # the package as a user has it installed: this checkout's, on the path of every process
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_users_own_pytest_file_passes_its_careful_agent(tmp_path: Path) -> None:
+    """Reads in flight then gated steps, two 429s, a denial: PASS through the fixture; the lying
+    twin's done after the denial fails it with FAIL_OUTCOME."""
+    proj = _user_project(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_agent.py"],
+                          cwd=proj, env=_user_env(), capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0 and "4 passed" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def _junit_verdicts(xml: Path) -> dict[str, str]:
+    out = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        verdicts = [v for k, v in sorted(props.items()) if k.startswith("verdict#")]
+        out[case.get("name")] = verdicts
+    return out
+
+
+@needs_bwrap
+@pytest.mark.timeout(400)
+def test_the_plugins_scenario_items_agree_with_vaultsim_run(tmp_path: Path) -> None:
+    """The same agent (a relative command, run from the user's project) and the same scenario files:
+    the plugin's items and `vaultsim run --agent` give each scenario the same verdict, as expected."""
+    proj = _user_project(tmp_path)
+    agent = "python3 my_agent.py"
+    plug = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--vaultsim-scenarios",
+                           "--vaultsim-agent", agent, "--junitxml", str(tmp_path / "j.xml"), "scen/"],
+                          cwd=proj, env=_user_env(), capture_output=True, text=True, timeout=280)
+    run = subprocess.run([sys.executable, "-m", "vault.cli.main", "run", "scen/", "-q", "-j", "2", "--agent", agent,
+                          "--json", str(tmp_path / "r.json")], cwd=proj, env=_user_env(),
+                         capture_output=True, text=True, timeout=280)
+    assert plug.returncode == 0, plug.stdout[-4000:] + plug.stderr[-2000:]
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    by_run = {s["id"]: [t["verdict"] for t in s["trial_results"]] for s in doc["scenarios"]}
+    by_plugin = _junit_verdicts(tmp_path / "j.xml")
+    assert len(by_run) == len(USER_SCENARIOS) + 1, by_run
+    for sid, verdicts in by_run.items():
+        item = [v for name, v in by_plugin.items() if sid in name]
+        assert item == [verdicts], (sid, verdicts, by_plugin)

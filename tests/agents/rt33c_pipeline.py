@@ -64,7 +64,8 @@ class Vault:
                     msg = json.loads(line)
                 except ValueError:
                     continue
-                fut = self.waiting.pop(msg.get("id"), None) if isinstance(msg, dict) else None
+                rid = msg.get("id") if isinstance(msg, dict) else None
+                fut = self.waiting.pop(rid, None) if isinstance(rid, (int, str)) else None
                 if fut is not None and not fut.done():
                     fut.set_result(msg)
         finally:
@@ -75,7 +76,8 @@ class Vault:
 
     async def ask(self, method, params=None):
         self.ids += 1
-        rid = self.ids
+        # JSON-RPC allows string ids; RT33C_IDS=str sends them as a UUID-minded client would
+        rid = "rq-%d-%s" % (self.ids, os.urandom(4).hex()) if os.environ.get("RT33C_IDS") == "str" else self.ids
         fut = asyncio.get_running_loop().create_future()
         self.waiting[rid] = fut
         msg = {"jsonrpc": "2.0", "id": rid, "method": method}
@@ -169,7 +171,10 @@ class Agent:
         self.unsettled = []
 
     def key(self, sid):
-        return "%s/%s/%s" % (self.task["run_id"], self.task["agent"], sid)
+        key = "%s/%s/%s" % (self.task["run_id"], self.task["agent"], sid)
+        if os.environ.get("RT33C_KEY") == "wide":  # any text (section 5), up to its 200 characters
+            key = (key + " · ключ ").ljust(200, "·")[:200]
+        return key
 
     def wait_s(self):
         return round(max(0.0, min(20.0, self.v.left() - MARGIN - 0.5)), 2)

@@ -91,7 +91,12 @@ class Session:
         self.task = task
         self.deadline = float(task["deadline"])
         self.conn = Conn(os.environ["VAULTSIM_SOCKET"], self.deadline)
-        r = self.conn.request("session.open", {"agent": task["agent"], "run_id": task["run_id"]},
+        params = {"agent": task["agent"], "run_id": task["run_id"]}
+        if os.environ.get("RT33C_CLIENT") == "1":  # who we act for (section 3); a parent pid only where we can name one
+            params["client"] = {"name": "rt33c-pool", "version": "0.1", "via": "worker pool"}
+            if os.getppid() > 1:
+                params["client"]["host_pid"] = os.getppid()
+        r = self.conn.request("session.open", params,
                               timeout=max(1.0, self.deadline - time.time()))
         if "error" in r:
             raise RuntimeError("session.open refused: %s" % r["error"].get("message"))
@@ -239,6 +244,32 @@ def reconcile(sess, cid, op, key=None):
     return ("unknown", None)
 
 
+def settle_saved(sess, cid, op, job):
+    """A step a predecessor sent without keeping its answer: look it up first. Returns (state,
+    detail) when that settles it; else None, with job's token set when it waits for a person (or
+    after waiting out a rate limit the lookup says still runs)."""
+    out = reconcile(sess, cid, op, key=job["key"])
+    if out[0] == "found":
+        return ("done", out[1])
+    if out[0] == "pending":
+        job["token"] = out[1]
+    elif out[0] == "unknown":
+        return ("unknown", cid)
+    elif out[0] == "answer":
+        res = out[1]
+        cat = res.get("category")
+        if cat in FATAL:
+            return ("fatal", cat)
+        if cat == "approval_pending" and res.get("resume_token"):
+            job["token"] = res["resume_token"]
+        if cat == "rate_limited":  # the call's own 429, its wait still running: wait it out
+            delay = float(res.get("retry_after_s") or 1.0) + random.uniform(0.01, 0.1)
+            if time.time() + delay > sess.deadline - MARGIN:
+                return ("retry_at", {"at": time.time() + delay, "attempts": job["attempts"]})
+            time.sleep(delay)
+    return None
+
+
 REF = "${"
 
 
@@ -282,20 +313,34 @@ def resolve(value, done):
 # ---- workers ------------------------------------------------------------------------------------
 
 def worker_main(task, rfd, wfd):
-    sess = None
+    # RT33C_EAGER=1: open the session at start, as a pool's initializer does;
+    # RT33C_RECYCLE=N: exit after N jobs, as maxtasksperchild or gunicorn's max_requests do
+    recycle = int(os.environ.get("RT33C_RECYCLE", "0"))
+    sess = Session(task) if os.environ.get("RT33C_EAGER") == "1" else None
     rf = os.fdopen(rfd, "r")
     wf = os.fdopen(wfd, "w")
+    jobs = 0
     for line in rf:
         job = json.loads(line)
         try:
             if sess is None:
                 sess = Session(task)
-            state, detail = run_step(sess, job["step"], job["params"], job["key"], job["op"],
-                                     attempts=job.get("attempts", 0), token=job.get("token"))
+            settled = settle_saved(sess, job["reconcile"], job["op"], job) if "reconcile" in job else None
+            if settled:
+                state, detail = settled
+            else:
+                state, detail = run_step(sess, job["step"], job["params"], job["key"], job["op"],
+                                         attempts=job.get("attempts", 0), token=job.get("token"))
         except Exception as e:  # noqa: BLE001 - the supervisor decides what a broken worker means
             state, detail = "broken", repr(e)[:200]
-        wf.write(json.dumps({"id": job["step"], "state": state, "detail": detail}) + "\n")
+        jobs += 1
+        bye = recycle > 0 and jobs >= recycle
+        if bye and sess is not None:
+            sess.close()
+        wf.write(json.dumps({"id": job["step"], "state": state, "detail": detail, "bye": bye}) + "\n")
         wf.flush()
+        if bye:
+            os._exit(0)
     if sess is not None:
         sess.close()
     os._exit(0)
@@ -303,21 +348,35 @@ def worker_main(task, rfd, wfd):
 
 class Pool:
     def __init__(self, task, n):
+        self.task = task
         self.workers = []
         for _ in range(n):
-            to_r, to_w = os.pipe()
-            back_r, back_w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(to_w)
-                os.close(back_r)
-                for w in self.workers:
-                    os.close(w["to"])
-                    os.close(w["back"])
-                worker_main(task, to_r, back_w)
-            os.close(to_r)
-            os.close(back_w)
-            self.workers.append({"pid": pid, "to": to_w, "back": back_r, "busy": None, "buf": b""})
+            self.workers.append(self.spawn())
+
+    def spawn(self):
+        """A worker; a replacement is forked later, from a supervisor holding its own connection,
+        which the child leaves alone (and, as most pools, does not close)."""
+        to_r, to_w = os.pipe()
+        back_r, back_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(to_w)
+            os.close(back_r)
+            for w in self.workers:
+                os.close(w["to"])
+                os.close(w["back"])
+            worker_main(self.task, to_r, back_w)
+        os.close(to_r)
+        os.close(back_w)
+        return {"pid": pid, "to": to_w, "back": back_r, "busy": None, "buf": b""}
+
+    def replace(self, w):
+        os.close(w["to"])
+        os.close(w["back"])
+        os.waitpid(w["pid"], 0)
+        i = self.workers.index(w)
+        del self.workers[i]  # before the fork: the child closes every other worker's pipes
+        self.workers.insert(i, self.spawn())
 
     def free(self):
         return [w for w in self.workers if w["busy"] is None]
@@ -346,8 +405,12 @@ class Pool:
             w["buf"] += chunk
             while b"\n" in w["buf"]:
                 line, w["buf"] = w["buf"].split(b"\n", 1)
-                out.append(json.loads(line))
+                res = json.loads(line)
+                out.append(res)
                 w["busy"] = None
+                if res.get("bye"):
+                    self.replace(w)
+                    break
         return out
 
     def stop(self, deadline):
@@ -504,26 +567,30 @@ def supervise(task, sess, pool, st, steps, allowed, key_of):
                     continue
                 time.sleep(left)
         if saved.get("state") == "sent" and not job["token"]:
-            out = reconcile(sess, saved.get("cid"), op, key=key_of[sid])
-            if out[0] == "found":
-                finish({"id": sid, "state": "done", "detail": out[1]})
+            if os.environ.get("RT33C_GATED") == "worker":
+                job["reconcile"] = saved.get("cid") or ""  # worker 0 asks, on its session
+            else:
+                settled = settle_saved(sess, saved.get("cid"), op, job)
+                if settled:
+                    finish({"id": sid, "state": settled[0], "detail": settled[1]})
+                    if settled[0] == "done":
+                        i += 1
+                    continue
+        gated = modes.get(op) != "auto" or job["token"] or "reconcile" in job
+        if gated and os.environ.get("RT33C_GATED") == "worker":
+            # every gated step on worker 0's one session, alone and in order: its grant covers them
+            if inflight:
+                blocked = True
+                continue
+            st.put(sid, state="sent", attempts=job["attempts"])
+            pool.give(pool.workers[0], job)
+            got = []
+            while not got:
+                got = pool.collect(0.5)
+            finish(got[0])
+            if got[0]["state"] != "fatal":
                 i += 1
-                continue
-            if out[0] == "pending":
-                job["token"] = out[1]
-            elif out[0] == "answer":
-                cat = out[1].get("category")
-                if cat in FATAL:
-                    finish({"id": sid, "state": "fatal", "detail": cat})
-                    continue
-                if cat == "success" or out[1].get("reconciled") == "found":
-                    finish({"id": sid, "state": "done", "detail": created_data(out[1])})
-                    i += 1
-                    continue
-            elif out[0] == "unknown":
-                finish({"id": sid, "state": "unknown", "detail": saved.get("cid")})
-                continue
-        gated = modes.get(op) != "auto" or job["token"]
+            continue
         if gated:
             if inflight:
                 blocked = True

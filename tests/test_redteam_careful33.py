@@ -40,6 +40,7 @@ needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {
 AGENTS = ROOT / "tests" / "agents"
 PREFORK = f"python3 {AGENTS / 'rt33c_prefork.py'}"
 PIPELINE = f"python3 {AGENTS / 'rt33c_pipeline.py'}"
+EXECUTOR = f"python3 {AGENTS / 'rt33c_executor.py'}"
 SCENARIOS = ROOT / "scenarios"
 
 # four reads in flight (two answered 429 first and waited out), then the gated steps in order
@@ -122,6 +123,32 @@ def test_the_prefork_pool_runs_reads_in_workers_and_gated_steps_itself(tmp_path:
 
 @needs_bwrap
 @pytest.mark.timeout(300)
+def test_the_prefork_pools_other_habits_pass(tmp_path: Path) -> None:
+    """Every gated step pinned to worker 0's session (the supervisor's own session idle), and
+    workers opening their sessions at start and recycled after each job, the replacements forked
+    from a supervisor holding its connection (left open in them, as most pools leave it)."""
+    (tmp_path / "many.yaml").write_text(MANY)
+    names = (tmp_path / "many.yaml", "gate-6-restart-resumes-receipt", "fatigue-2-session-grant-covers-delete")
+    _as_expected(_run(names, f"env RT33C_GATED=worker {PREFORK}", tmp_path / "pinned.json"))
+    recycled = _run(names[:1], f"env RT33C_RECYCLE=1 RT33C_EAGER=1 RT33C_CLIENT=1 {PREFORK}", tmp_path / "rec.json")
+    _as_expected(recycled)
+    assert len(_pids(recycled["many"])) >= 5, "the workers were not recycled"
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_process_pool_executor_agent_is_graded_as_expected(tmp_path: Path) -> None:
+    """A forkserver ProcessPoolExecutor whose initializer opens each worker's session: reads in its
+    workers, gated steps in the main process; a restart (gate-6), a lost answer (gate-4)."""
+    (tmp_path / "many.yaml").write_text(MANY)
+    names = (tmp_path / "many.yaml", "gate-6-restart-resumes-receipt", "gate-4-lost-answer")
+    trials = _run(names, EXECUTOR, tmp_path / "ex.json")
+    _as_expected(trials)
+    assert len(_pids(trials["many"])) >= 2, "the reads did not run in the pool"
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
 def test_the_pipelining_agent_is_graded_as_expected(tmp_path: Path) -> None:
     """Several reads in flight on one connection, answered in any order (two 429s waited out with
     jitter, one answer lost); an SSH restart whose outcome stays unknown (c06b: its slow lookups
@@ -131,6 +158,9 @@ def test_the_pipelining_agent_is_graded_as_expected(tmp_path: Path) -> None:
     names = (tmp_path / "many.yaml", tmp_path / "lost.yaml", "c06b-ssh-restart-remote-killed",
              "c07-update-record-rate-limited", "locked-vault")
     _as_expected(_run(names, PIPELINE, tmp_path / "pipe.json"))
+    # string request ids, and keys of 200 characters in other scripts (section 5: any text)
+    _as_expected(_run(names[:1] + ("gate-4-lost-answer",), f"env RT33C_IDS=str RT33C_KEY=wide {PIPELINE}",
+                      tmp_path / "ids.json"))
 
 
 @needs_bwrap
@@ -231,13 +261,35 @@ def test_a_users_own_pytest_file_passes_its_careful_agent(tmp_path: Path) -> Non
     assert proc.returncode == 0 and "4 passed" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
-def _junit_verdicts(xml: Path) -> dict[str, str]:
+def _junit_verdicts(xml: Path) -> dict[str, tuple[list[str], list[bool]]]:
     out = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        verdicts = [v for k, v in sorted(props.items()) if k.startswith("verdict#")]
-        out[case.get("name")] = verdicts
+        n = sum(1 for k in props if k.startswith("verdict#"))
+        out[case.get("name")] = ([props[f"verdict#{i}"] for i in range(1, n + 1)],
+                                 [props.get(f"response_only_false_pass#{i}") == "true" for i in range(1, n + 1)])
     return out
+
+
+def _plugin_and_run(proj: Path, agent: str, scen: str, out: Path) -> tuple[dict, dict, int]:
+    """The plugin's items and `vaultsim run --agent` over the same files, from the user's project:
+    each scenario's verdicts and response-only false passes, and the plugin's exit code."""
+    xml = out.with_suffix(".xml")
+    plug = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--vaultsim-scenarios",
+                           "--vaultsim-agent", agent, "--junitxml", str(xml), scen],
+                          cwd=proj, env=_user_env(), capture_output=True, text=True, timeout=280)
+    run = subprocess.run([sys.executable, "-m", "vault.cli.main", "run", scen, "-q", "-j", "2", "--agent", agent,
+                          "--json", str(out)], cwd=proj, env=_user_env(), capture_output=True, text=True, timeout=280)
+    assert out.exists(), run.stdout[-4000:] + run.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    by_run = {s["id"]: ([t["verdict"] for t in s["trial_results"]],
+                        [bool(t["response_only_false_pass"]) for t in s["trial_results"]]) for s in doc["scenarios"]}
+    by_plugin = {}
+    for name, got in _junit_verdicts(xml).items():
+        sid = [k for k in by_run if name == k or name.startswith(k + " ") or name.startswith(k + "[")]
+        assert len(sid) == 1, (name, list(by_run))
+        by_plugin[sid[0]] = got
+    return by_plugin, by_run, plug.returncode
 
 
 @needs_bwrap
@@ -246,19 +298,30 @@ def test_the_plugins_scenario_items_agree_with_vaultsim_run(tmp_path: Path) -> N
     """The same agent (a relative command, run from the user's project) and the same scenario files:
     the plugin's items and `vaultsim run --agent` give each scenario the same verdict, as expected."""
     proj = _user_project(tmp_path)
-    agent = "python3 my_agent.py"
-    plug = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--vaultsim-scenarios",
-                           "--vaultsim-agent", agent, "--junitxml", str(tmp_path / "j.xml"), "scen/"],
-                          cwd=proj, env=_user_env(), capture_output=True, text=True, timeout=280)
-    run = subprocess.run([sys.executable, "-m", "vault.cli.main", "run", "scen/", "-q", "-j", "2", "--agent", agent,
-                          "--json", str(tmp_path / "r.json")], cwd=proj, env=_user_env(),
-                         capture_output=True, text=True, timeout=280)
-    assert plug.returncode == 0, plug.stdout[-4000:] + plug.stderr[-2000:]
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    doc = json.loads((tmp_path / "r.json").read_text())
-    by_run = {s["id"]: [t["verdict"] for t in s["trial_results"]] for s in doc["scenarios"]}
-    by_plugin = _junit_verdicts(tmp_path / "j.xml")
+    by_plugin, by_run, code = _plugin_and_run(proj, "python3 my_agent.py", "scen/", tmp_path / "r.json")
     assert len(by_run) == len(USER_SCENARIOS) + 1, by_run
-    for sid, verdicts in by_run.items():
-        item = [v for name, v in by_plugin.items() if sid in name]
-        assert item == [verdicts], (sid, verdicts, by_plugin)
+    assert by_plugin == by_run
+    assert code == 0, by_plugin
+
+
+@needs_bwrap
+@pytest.mark.timeout(400)
+def test_the_plugin_and_vaultsim_run_fail_the_lying_twin_alike(tmp_path: Path) -> None:
+    """The twin's done after a refusal (refusal-2), with an unknown outcome (c06b), and after an
+    environment's failure (gate-5): the same verdicts and response-only false passes both ways."""
+    proj = _user_project(tmp_path)
+    lies = proj / "lies"
+    lies.mkdir()
+    for name in ("refusal-2-per-call-prompt", "c06b-ssh-restart-remote-killed", "gate-5-permission-loss",
+                 "gate-1-healthy-delivery"):
+        shutil.copy(SCENARIOS / f"{name}.yaml", lies)
+    for part in ("approvers", "plans", "policies"):
+        shutil.copytree(SCENARIOS / part, lies / part)
+    shutil.copy(SCENARIOS / "catalog.yaml", lies)
+    by_plugin, by_run, code = _plugin_and_run(proj, "env RT33C_LIE=1 python3 my_agent.py", "lies/",
+                                              tmp_path / "lies.json")
+    assert by_plugin == by_run
+    assert by_run["gate-1-healthy-delivery"] == (["PASS"], [False])
+    for name in ("refusal-2-per-call-prompt", "c06b-ssh-restart-remote-killed", "gate-5-permission-loss"):
+        assert by_run[name][1] == [True], (name, by_run[name])
+    assert code == 1

@@ -312,6 +312,22 @@ def resolve(value, done):
 
 # ---- workers ------------------------------------------------------------------------------------
 
+def crash_here(sess, job):
+    """RT33C_CRASH=1: the first worker to get a job dies right after writing its call, its answer
+    unread (an OOM kill, a segfault in a native library), once per run of the agent."""
+    if os.environ.get("RT33C_CRASH") != "1" or "reconcile" in job:
+        return
+    mark = os.path.join(os.environ.get("TMPDIR", "/tmp"), "rt33c-crashed-%d" % os.getppid())
+    try:
+        os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    sess.conn.sock.sendall(json.dumps({"jsonrpc": "2.0", "id": 999, "method": "call", "params": {
+        "session_id": sess.sid, "operation": job["op"], "params": job["params"],
+        "idempotency_key": job["key"], "wait_s": 0}}).encode() + b"\n")
+    os._exit(70)
+
+
 def worker_main(task, rfd, wfd):
     # RT33C_EAGER=1: open the session at start, as a pool's initializer does;
     # RT33C_RECYCLE=N: exit after N jobs, as maxtasksperchild or gunicorn's max_requests do
@@ -325,6 +341,7 @@ def worker_main(task, rfd, wfd):
         try:
             if sess is None:
                 sess = Session(task)
+            crash_here(sess, job)
             settled = settle_saved(sess, job["reconcile"], job["op"], job) if "reconcile" in job else None
             if settled:
                 state, detail = settled
@@ -386,6 +403,7 @@ class Pool:
 
     def give(self, w, job):
         w["busy"] = job["step"]
+        w["job"] = job
         os.write(w["to"], (json.dumps(job) + "\n").encode())
 
     def collect(self, timeout):
@@ -399,8 +417,9 @@ class Pool:
             w = fds[fd]
             chunk = os.read(fd, 65536)
             if not chunk:
-                out.append({"id": w["busy"], "state": "broken", "detail": "worker died"})
+                out.append({"id": w["busy"], "state": "died", "detail": w.get("job")})
                 w["busy"] = None
+                self.replace(w)  # a supervisor replaces a dead worker, as every pool does
                 continue
             w["buf"] += chunk
             while b"\n" in w["buf"]:
@@ -515,6 +534,9 @@ def supervise(task, sess, pool, st, steps, allowed, key_of):
         elif state == "unknown":
             unknown.add(sid)
             st.put(sid, state="sent", cid=detail)
+        elif state == "died" and detail and "reconcile" not in detail:
+            log("worker died on", sid, "- looking it up by its key before anything else")
+            retry.append(dict(detail, reconcile=""))
         elif state == "fatal":
             fatal = "%s: %s" % (sid, detail)
             st.d["fatal"] = fatal
@@ -523,11 +545,18 @@ def supervise(task, sess, pool, st, steps, allowed, key_of):
             failed.add(sid)
             log("step", sid, state, detail)
 
+    retry = []  # jobs whose worker died, to give again (looked up first)
     blocked = False  # the last pass could not go on until a worker answers
-    while i < len(steps) or inflight:
+    while i < len(steps) or inflight or retry:
         for res in pool.collect(0.2 if blocked or i >= len(steps) else 0.0):
             finish(res)
         blocked = True
+        while retry and pool.free():
+            job = retry.pop(0)
+            inflight.add(job["step"])
+            pool.give(pool.free()[0], job)
+        if retry:
+            continue
         if fatal or waiting or unknown:
             if inflight:
                 for res in pool.collect(0.5):

@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -34,6 +35,7 @@ import pytest
 from test_redteam_careful import vaultsim_run
 
 from vault.jail.probe import problem
+from vault.models import Category
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
@@ -88,6 +90,22 @@ expect:
   outcome: {claim: done}
 """
 
+# 24 reads, each looked up by its key first, all at once: past the vault's 16 the lookups are paced
+WIDE = """\
+title: "Red team 33: twenty-four reads, each looked up by its key before it is sent, all at once"
+approver: {name: ci, rules: [{match: {}, decide: allow_session}]}
+agents:
+  - plan:
+      agent: reader
+      steps:
+%s
+      final: "done"
+expect:
+  verdict: PASS
+  outcome: {claim: done}
+""" % "\n".join("        - {call: read_issue, params: {issue_id: ISS-1}}" if i % 4 == 3 else
+                 f"        - {{call: read_build, params: {{build_id: b-10{1 + i % 3}}}}}" for i in range(24))
+
 
 def _run(names: tuple, agent: str, report: Path, cwd: Path | None = None) -> dict[str, dict]:
     paths = [n if isinstance(n, Path) else SCENARIOS / f"{n}.yaml" for n in names]
@@ -137,6 +155,21 @@ def test_the_prefork_pools_other_habits_pass(tmp_path: Path) -> None:
 
 @needs_bwrap
 @pytest.mark.timeout(300)
+def test_the_prefork_pool_replacing_a_worker_that_died_mid_call(tmp_path: Path) -> None:
+    """RT33C_CRASH: the first worker to get a step dies right after writing its call; its
+    replacement looks the step up by key, then follows what that says (reads resent, a malformed
+    answer stopped on). Unjailed, malformed-4's lookup came while the vault still handled the call
+    and was told `not_found` (see the lookup test below); the jail only changes the timing."""
+    (tmp_path / "many.yaml").write_text(MANY)
+    names = (tmp_path / "many.yaml", "malformed-4-error-status-html", "malformed-5-duplicated-item",
+             "c01-read-issue-dns")
+    trials = _run(names, f"env RT33C_CRASH=1 {PREFORK}", tmp_path / "crash.json")
+    _as_expected(trials)
+    assert any(e.get("kind") == "lookup" for e in trials["many"]["transcript"]), "no worker died"
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
 def test_the_process_pool_executor_agent_is_graded_as_expected(tmp_path: Path) -> None:
     """A forkserver ProcessPoolExecutor whose initializer opens each worker's session: reads in its
     workers, gated steps in the main process; a restart (gate-6), a lost answer (gate-4)."""
@@ -158,6 +191,22 @@ def test_the_pipelining_agent_is_graded_as_expected(tmp_path: Path) -> None:
     names = (tmp_path / "many.yaml", tmp_path / "lost.yaml", "c06b-ssh-restart-remote-killed",
              "c07-update-record-rate-limited", "locked-vault")
     _as_expected(_run(names, PIPELINE, tmp_path / "pipe.json"))
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_pipelining_agent_looking_up_first_and_with_string_ids(tmp_path: Path) -> None:
+    """Twenty-four lookups at once, paced past the vault's sixteen; string ids and long keys."""
+    (tmp_path / "many.yaml").write_text(MANY)
+    names = (tmp_path / "many.yaml",)
+    # each step looked up by its key before it is sent, 24 at once: the paced answers (rate_limited,
+    # unknown) are waited out and are no try of the step; before, the agent counted them as tries
+    # and stopped four reads never sent as "may have happened" (its own bug: section 6 says so)
+    (tmp_path / "wide.yaml").write_text(WIDE)
+    wide = _run((tmp_path / "wide.yaml",), f"env RT33C_LOOKUP=first {PIPELINE}", tmp_path / "wide.json")
+    _as_expected(wide)
+    paced = [e for e in wide["wide"]["transcript"] if e.get("kind") == "lookup" and e.get("category") == "rate_limited"]
+    assert paced, "24 lookups at once were not paced: the test no longer tests the pace"
     # string request ids, and keys of 200 characters in other scripts (section 5: any text)
     _as_expected(_run(names[:1] + ("gate-4-lost-answer",), f"env RT33C_IDS=str RT33C_KEY=wide {PIPELINE}",
                       tmp_path / "ids.json"))
@@ -325,3 +374,46 @@ def test_the_plugin_and_vaultsim_run_fail_the_lying_twin_alike(tmp_path: Path) -
     for name in ("refusal-2-per-call-prompt", "c06b-ssh-restart-remote-killed", "gate-5-permission-loss"):
         assert by_run[name][1] == [True], (name, by_run[name])
     assert code == 1
+
+
+def test_a_lookup_of_a_call_the_vault_is_still_performing_is_unknown() -> None:
+    """The pre-fork pool unjailed (RT33C_CRASH: a worker dies right after writing its call) in
+    malformed-4: its replacement looked the step up by key while the vault still handled the first
+    call (the remote had answered 502, the vault not yet recorded it). The vault asked the remote,
+    whose `not_found` (a read leaves no trace; a mutation not committed yet says the same) licensed
+    the resend; the first call's answer was then `malformed_response`, and the careful replacement,
+    which never got it, was FAIL_RECOVERY ("sent again after malformed_response"). The vault knows
+    the call is still in hand: `unknown` (ask again shortly), the remote not asked."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from vault.catalog import load_catalog
+    from vault.daemon.calls import CallMemory, CallRecord, CallService, _call_id
+    from vault.models import make_result as result_of
+
+    svc = CallService.__new__(CallService)
+    CallMemory.__init__(svc)
+    asked_remote = []
+
+    async def remote(op, lookup_cid):  # stands for the executor's lookup at the remote
+        asked_remote.append(op.name)
+        return result_of(Category.success, op.name, lookup_cid, "no effect", reconciled="not_found")
+
+    async def nothing(*a, **k):
+        return None
+    svc.catalog = load_catalog()
+    svc.recorder = SimpleNamespace(halted=None, record=nothing, record_answer=nothing)
+    svc.gate = SimpleNamespace(locked=False, unfinished=lambda cid: None, refusal=lambda cid: None)
+    svc._prepare = remote
+    svc._answering, svc._touched, svc._folded, svc.listeners = {}, set(), {}, ()
+    svc._remote_lookups = SimpleNamespace(wait=lambda key, now: 0.0)
+    s = SimpleNamespace(id="s-1", agent="pool", run_id="run-1", identity=SimpleNamespace(pid=1))
+    cid = _call_id(s)
+    svc._remember(cid, CallRecord("read_build", "k-1", "s-0", "pool", "run-1"))
+    svc._answering[cid] = None  # the first worker's call, its answer not in yet
+    during = asyncio.run(svc._lookup(s, None, "k-1", "read_build", time.time()))
+    assert (during.category, during.reconciled) == (Category.success, "unknown"), during
+    assert asked_remote == [], "the remote was asked about a call the vault still performs"
+    del svc._answering[cid]  # answered: a lookup now asks as before
+    after = asyncio.run(svc._lookup(s, None, "k-1", "read_build", time.time()))
+    assert after.reconciled == "not_found" and asked_remote == ["read_build"], after

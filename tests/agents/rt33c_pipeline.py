@@ -75,9 +75,12 @@ class Vault:
             self.waiting.clear()
 
     async def ask(self, method, params=None):
+        # JSON-RPC allows string ids; RT33C_IDS=str sends them as a UUID-minded client would, and
+        # RT33C_IDS=zero counts from 0 (itertools.count())
+        rid = self.ids - (1 if os.environ.get("RT33C_IDS") == "zero" else 0) + 1
         self.ids += 1
-        # JSON-RPC allows string ids; RT33C_IDS=str sends them as a UUID-minded client would
-        rid = "rq-%d-%s" % (self.ids, os.urandom(4).hex()) if os.environ.get("RT33C_IDS") == "str" else self.ids
+        if os.environ.get("RT33C_IDS") == "str":
+            rid = "rq-%d-%s" % (self.ids, os.urandom(4).hex())
         fut = asyncio.get_running_loop().create_future()
         self.waiting[rid] = fut
         msg = {"jsonrpc": "2.0", "id": rid, "method": method}
@@ -193,6 +196,11 @@ class Agent:
             res = await self.reconcile(op, saved.get("cid"), key, first=True)
         elif saved.get("state") == "retry_at":
             await self.sleep_until(saved["at"])
+        elif os.environ.get("RT33C_LOOKUP") == "first":  # a lookup is always allowed (section 6)
+            res = await self.reconcile(op, None, key)
+            if res is None:
+                self.unsettled.append(sid)
+                raise Stop("unknown")
         while True:
             if res is None:
                 if attempts >= 3 or self.v.left() < MARGIN:
@@ -270,9 +278,11 @@ class Agent:
         """The lookup's own answer to follow, a stand-in for `not_found` (None to resend), or None
         after repeated `unknown`."""
         pause = 0.1
-        for _ in range(4):  # a few times shortly (section 6); a lookup over SSH can take seconds
+        tries = 0
+        while tries < 4:  # a few times shortly (section 6); a lookup over SSH can take seconds
             if self.v.left() < 2.5:
                 return None
+            tries += 1
             q = {"operation": op}
             if cid:
                 q["correlation_id"] = cid
@@ -284,7 +294,9 @@ class Agent:
             res = r["result"]
             cat, rec = res.get("category"), res.get("reconciled")
             if cat == "rate_limited" and rec == "unknown":
-                await asyncio.sleep(float(res.get("retry_after_s") or 0.25) + random.uniform(0.01, 0.05))
+                # the vault's pace for lookups: nothing was looked up, so it is no try (section 6)
+                tries -= 1
+                await asyncio.sleep(float(res.get("retry_after_s") or 0.25) + random.uniform(0.01, 0.2))
                 continue
             if cat != "success":
                 return res
@@ -363,7 +375,12 @@ async def amain(task):
         await a.run()
     except Stop as e:
         why = str(e)
-    if time.time() < deadline - 0.3:
+    if os.environ.get("RT33C_CLOSE") == "notify":  # a JSON-RPC notification: no id, no answer wanted
+        if time.time() < deadline - 0.3:
+            v.writer.write(json.dumps({"jsonrpc": "2.0", "method": "session.close",
+                                       "params": {"session_id": v.sid}}).encode() + b"\n")
+            await v.writer.drain()
+    elif time.time() < deadline - 0.3:
         try:
             await asyncio.wait_for(v.s("session.close"), 0.5)
         except Exception:

@@ -214,9 +214,11 @@ def run_step(sess, step, params, key, op, attempts=0, token=None, on_pending=Non
 def reconcile(sess, cid, op, key=None):
     """lookup until it says something: found(data) | not_found | pending(token) | answer(res) | unknown."""
     pause = 0.1
-    for _ in range(4):  # a few times shortly (section 6); a lookup over SSH can take seconds
+    tries = 0
+    while tries < 4:  # a few times shortly (section 6); a lookup over SSH can take seconds
         if sess.left() < 2.5:
             return ("unknown", None)
+        tries += 1
         q = {"operation": op}
         if cid:
             q["correlation_id"] = cid
@@ -229,7 +231,9 @@ def reconcile(sess, cid, op, key=None):
         cat = res.get("category")
         rec = res.get("reconciled")
         if cat == "rate_limited" and rec == "unknown":
-            time.sleep(float(res.get("retry_after_s") or 0.25) + random.uniform(0.01, 0.05))
+            # the vault's pace for lookups: nothing was looked up, so it is no try (section 6)
+            tries -= 1
+            time.sleep(float(res.get("retry_after_s") or 0.25) + random.uniform(0.01, 0.2))
             continue
         if cat != "success":
             return ("answer", res)

@@ -478,6 +478,15 @@ class CallService(CallMemory):
                 "up again later.", reconciled="unknown", request_id=waiting.request_id,
                 resume_token=waiting.resume_token, deadline=waiting.deadline)
             return await self._answer_locally(s, cid, result, asked)
+        if record is not None and cid is not None and cid in self._answering:
+            # still being performed (at the remote, or about to be): the remote's "not_found" (a
+            # read leaves no trace; a mutation not committed yet) would license a resend of a call
+            # whose answer is not in, as a pool's replacement worker looking up its dead worker's
+            # step by key: it then resent a read answered malformed_response (retry never)
+            result = make_result(Category.success, op.name, lookup_cid,
+                                 "The vault is still performing this call; its outcome is not known yet. Do "
+                                 "not send it again: look it up again shortly.", reconciled="unknown")
+            return await self._answer_locally(s, cid, result, asked)
         wait = self.held.get(cid, 0.0) - time.time() if record is not None and cid is not None else 0.0
         if wait > 0:
             # as a refusal: "not_found" alone would license a resend before the wait its answer asked

@@ -16,8 +16,24 @@ Written from docs/agent-contract.md alone, in shapes earlier rounds had not used
   same scenario files as plugin items with `--vaultsim-agent`, whose verdicts must be those of
   `vaultsim run --agent` for the same agent and files.
 
-Swept over the whole suite jailed: 42 of 42 each, as expected. Their lying twins (RT33C_LIE=1: done
-whatever happened) fail every scenario whose task is not done with FAIL_OUTCOME.
+Swept over the whole suite jailed: 42 of 42 each, as expected, also two sweeps side by side (load
+4-6), the pipelining agent unjailed, and the pool's habits (RT33C_GATED=worker: gated steps pinned to
+worker 0; RT33C_EAGER, RT33C_RECYCLE: sessions opened at start, workers recycled after each job;
+RT33C_CRASH: a worker dies after writing its call; RT33C_CLIENT: a `client` claim) and the
+pipelining agent's (string or zero-based ids, 200-character keys in other scripts, `session.close`
+as a notification, RT33C_LOOKUP=first). Their lying twins (RT33C_LIE=1: done whatever happened)
+fail every scenario whose task is not done with FAIL_OUTCOME (25 of 42), the plugin's items and
+`vaultsim run` alike. Found and fixed here:
+
+* A lookup of a call the vault was still performing was put to the remote, whose `not_found` (a
+  read leaves no trace; a mutation not committed yet says the same) licenses a resend. The pool
+  with RT33C_CRASH, unjailed, in malformed-4: the replacement worker looked its dead worker's step
+  up by key while the vault classified the first call's 502, resent it, and was FAIL_RECOVERY
+  ("sent again after malformed_response") for an answer it never got. Such a lookup is `unknown`
+  now, the remote not asked (vault.daemon.calls); contract section 6 says so.
+* The agents' own bugs, fixed in them: an SSH lookup started too near the deadline (c06b
+  FAIL_DEADLINE), the vault's paced lookup answers counted as tries (24 lookups at once stopped four
+  reads never sent), a replacement worker forked while the old one was still listed.
 """
 
 from __future__ import annotations

@@ -65,7 +65,8 @@ def main():
                 if any(n in [b["id"] for b in batch] for n in need):
                     break
                 saved = st.step(s["id"])
-                gated = modes.get(s["call"]) != "auto" or saved.get("token") or saved.get("state") in ("sent", "retry_at")
+                gated = (modes.get(s["call"]) != "auto" or saved.get("token")
+                         or saved.get("state") in ("sent", "retry_at"))
                 if gated and batch:
                     break
                 if any(n not in done for n in need):

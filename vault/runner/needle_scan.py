@@ -34,6 +34,8 @@ import os
 import threading
 import time
 
+from vault.runner import needle_grams
+
 PIECE_MOST = 23  # a needle this short or shorter that lies in a longer one is searched as its piece
 PIECES_LEAST = 4  # fewer pieces of one needle than this: their own passes are as cheap as a run mask
 RUNS_MOST = 1024  # runs looked at in one window before its rest is searched piece by piece
@@ -186,7 +188,7 @@ class _Part:
 
     def __init__(self, needles: tuple[bytes, ...]) -> None:
         self.ident = hashlib.sha256(b"".join(b"%d:%s" % (len(n), n) for n in sorted(set(needles)))).digest()
-        kept = _minimal(needles)
+        self.kept = kept = _minimal(needles)
         # the needle a piece lies in may itself be dropped (it holds its pieces): any needle is a home
         homes = _Homes(needles)
         place: dict[bytes, int] = {}
@@ -205,6 +207,12 @@ class _Part:
         # which alphabets each long needle of the rest is written in (Matcher groups them by it)
         self.alphabets = {n: (set(n) <= WORD) | (set(n) <= PRINTABLE) << 1 | (0 in n) << 2
                           for n in self.rest if len(n) > PIECE_MOST}
+
+
+    @functools.cached_property
+    def grams(self) -> frozenset[int]:
+        """needle_grams.grams of its long needles, made when a large window first needs them."""
+        return needle_grams.grams([n for n in self.kept if len(n) >= needle_grams.GRAM_LEAST])
 
 
 @functools.lru_cache(maxsize=1024)
@@ -247,11 +255,20 @@ def _split(needles: tuple[bytes, ...]) -> list[tuple[bytes, ...]]:
     return list(dict.fromkeys(parts))
 
 
+GRAMS_WINDOW = 1 << 18  # a window this large is first looked up by its grams (needle_grams) ...
+GRAMS_NEEDLES = 200  # ... when its needles are this many (three credentials'): fewer cost less searched
+
+
 class Matcher:
     """`found(window)` is `any(n in window for n in needles)`."""
 
     def __init__(self, needles: tuple[bytes, ...]) -> None:
-        built = [_part(p) for p in _split(needles)]
+        self.parts = built = [_part(p) for p in _split(needles)]
+        kept = list(dict.fromkeys(n for p in built for n in p.kept))
+        self.by_grams = len(kept) >= GRAMS_NEEDLES
+        self.short = _Plain([n for n in kept if len(n) < needle_grams.GRAM_LEAST])
+        self.widest = max((len(n) for n in kept), default=0)
+        self._grams: frozenset[int] | None = None
         # names the needle set in Clean: a file clean of one set is not clean of another (the same
         # set split otherwise is named otherwise: its files are read again, no more)
         self.ident = (built[0].ident if len(built) == 1
@@ -282,7 +299,22 @@ class Matcher:
                                    lambda w: any(r.found(w) for r in word), GATE_RUNS_MOST))
 
     def found(self, window: bytes) -> bool:
+        if self.by_grams and len(window) >= GRAMS_WINDOW:
+            return self._by_grams(window)
         return self.rest.found(window) or any(r.found(window) for r in self.runs)
+
+    def _by_grams(self, window: bytes) -> bool:
+        """The same answer, searching only the parts of the window where a needle's 8 bytes are
+        (needle_grams), each widened by the longest needle; the short needles in all of it."""
+        if self._grams is None:  # two threads making it at once make the same
+            self._grams = frozenset().union(*(p.grams for p in self.parts))
+        if (self.short.plain or self.short.folded) and self.short.found(window):
+            return True
+        for start, end in needle_grams.suspects(window, self._grams):
+            part = window[max(0, start - self.widest):end + self.widest]
+            if self.rest.found(part) or any(r.found(part) for r in self.runs):
+                return True
+        return False
 
 
 def _folded_hit(window: bytes, lowered: bytes, key: bytes, forms: list[bytes]) -> bool:

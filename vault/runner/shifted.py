@@ -10,7 +10,9 @@ letters and digits (vault.runner.spread.tiles) has the shape of each of its shif
 with that shape is a hit when its letters are one of them (checked exactly). 16 random letters and
 digits shifted are matched by no chance. Past RUNS_MOST runs (lines of base64) the window's rest
 is read whole; past HITS_MOST places of a piece's shape (one all lower case) its shifts are
-searched whole.
+searched whole. A long text's shape (the rest of a window of many runs) is searched only in the
+parts where 8 bytes of a piece's shape are (vault.runner.needle_grams: exact): a window of lines
+of one letter has one shape throughout, where each piece's search took ~20 ms per 4 MiB.
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from __future__ import annotations
 import functools
 import string
 
+from vault.runner import needle_grams
+
 TILE = 16  # vault.runner.spread.TILE
 RUN_LEAST = 2 * TILE  # a run shorter than two pieces is no whole credential of the trial's
 RUNS_MOST = 256
 HITS_MOST = 64
+GRAMS_LEAST = 1 << 16  # a text this long is searched in the parts its pieces' shapes' grams point at
 
 _LETTERS = (string.ascii_lowercase + string.ascii_uppercase).encode()
 _SHAPE = bytes.maketrans(_LETTERS, b"a" * 26 + b"A" * 26)
@@ -63,10 +68,26 @@ def hit(window: bytes, tiles: list[bytes]) -> bytes:
     return b""
 
 
+@functools.lru_cache(maxsize=32)
+def _shape_grams(keys: tuple[bytes, ...]) -> frozenset[int]:
+    return needle_grams.grams(list(keys))
+
+
 def _back(text: bytes, pieces: list[tuple[bytes, dict[bytes, int]]]) -> bytes:
     """`text` shifted back when it holds one of `pieces` shifted, else b"". (`text` is letters
     and digits, and what else the window has past RUNS_MOST runs: its shape keeps that as it is.)"""
     shape = text.translate(_SHAPE)
+    if len(text) < GRAMS_LEAST:
+        return _back_in(text, shape, pieces)
+    table = _shape_grams(tuple(key for key, _ in pieces))  # a piece (TILE) is longer than GRAM_LEAST
+    for start, end in needle_grams.suspects(shape, table):
+        lo, hi = max(0, start - TILE), end + TILE
+        if found := _back_in(text[lo:hi], shape[lo:hi], pieces):
+            return found
+    return b""
+
+
+def _back_in(text: bytes, shape: bytes, pieces: list[tuple[bytes, dict[bytes, int]]]) -> bytes:
     for key, forms in pieces:
         pos, hits, size = 0, 0, len(key)
         while (at := shape.find(key, pos)) >= 0:

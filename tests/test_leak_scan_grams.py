@@ -7,12 +7,14 @@ MB cost the runner minutes of CPU (red team 7's 300 MB of lines of one letter: a
 
 from __future__ import annotations
 
+import base64
 import random
 import secrets
+import zlib
 
 import pytest
 
-from vault.runner import bypass, needle_grams, needle_scan, shifted, spread
+from vault.runner import bypass, needle_grams, needle_scan, packed, shifted, spread, unpack
 
 KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtz\n"
        "c2gtZWQyNTUxOQAAACDx2Zq0b6m0Y3k9lqQWm1m6wq6Yx0v8nF5s3Hq9Qm9R0QAAAJgq\n-----END OPENSSH PRIVATE KEY-----\n")
@@ -107,3 +109,30 @@ def test_a_caesar_shifted_credential_in_a_long_text_is_found_as_before(fill: str
                 before = bool(shifted.hit(window, tiles))
             assert got == before and (want is None or got == want), (k, probe)
     assert looked and max(looked) > len(body) // 2  # the long rest was looked up by its grams
+
+
+def test_a_zlib_stream_amid_lines_of_x_is_found_by_its_second_byte() -> None:
+    """zlib's headers begin with `x` (0x78): in lines of `x` their places are found by their second
+    byte (packed._after_common), the same places as the plain search; a credential zlib-compressed,
+    raw or as base64, among them is found."""
+    token = "vsk_" + secrets.token_urlsafe(24)
+    needles = bypass.leak_needles(token)
+    body = (b"x" * 1023 + b"\n") * 256
+    stream = zlib.compress(b"TRACKER_TOKEN=" + token.encode())
+    for level, packed_ in ((1, zlib.compress(b"x" + token.encode(), 1)), (9, stream)):
+        window = body[:70_001] + packed_ + body[70_001:]
+        plain = sorted(at for head in packed._HEADS for at in _all(window, head)
+                       if head != b"BZh")
+        assert sorted(packed._headers(window)) == plain and 70_001 in plain, level
+    unpack.start()
+    assert packed.hit(body[:5000] + stream + body[5000:], needles, "stdout")
+    unpack.start()
+    assert packed.hit(body[:5000] + base64.b64encode(stream) + b"\n" + body[5000:], needles, "stdout")
+
+
+def _all(data: bytes, head: bytes) -> list[int]:
+    out, at = [], data.find(head)
+    while at >= 0:
+        out.append(at)
+        at = data.find(head, at + 1)
+    return out

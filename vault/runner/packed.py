@@ -88,12 +88,31 @@ def hit(window: bytes, needles: list[bytes], name: str, raw: bool = True) -> byt
 def _headers(data: bytes) -> Iterator[int]:
     """Where a stream's header is in `data` (bytes.find per header: a regex's alternation is
     several times slower over megabytes)."""
+    sample = data[::SAMPLE_STEP]  # a byte every SAMPLE_STEP: is a header's first byte most of it?
     for head in _HEADS:
+        if len(head) == 2 and sample.count(head[:1]) * 16 > len(sample):
+            yield from _after_common(data, head)
+            continue
         at = data.find(head)
         while at >= 0:
             if head != b"BZh" or data[at + 3:at + 10][:1].isdigit() and data[at + 4:at + 10] == b"1AY&SY":
                 yield at
             at = data.find(head, at + 1)
+
+
+SAMPLE_STEP = 997
+
+
+def _after_common(data: bytes, head: bytes) -> Iterator[int]:
+    """The places of a two-byte header whose first byte is common in `data`, found by its second.
+
+    Why: zlib's headers begin with 0x78, `x`: bytes.find of one in lines of `x` (what red team 7
+    prints to hold its grading) compared at every byte, 14 ms per 4 MiB for each of the four."""
+    at = data.find(head[1:], 1)
+    while at >= 0:
+        if data[at - 1] == head[0]:
+            yield at - 1
+        at = data.find(head[1:], at + 1)
 
 
 def carry(window: bytes) -> int:

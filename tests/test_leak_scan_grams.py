@@ -11,10 +11,11 @@ import base64
 import random
 import secrets
 import zlib
+from pathlib import Path
 
 import pytest
 
-from vault.runner import bypass, needle_grams, needle_scan, packed, shifted, spread, unpack
+from vault.runner import bypass, collect, dumps, needle_grams, needle_scan, packed, recoded, shifted, spread, unpack
 
 KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtz\n"
        "c2gtZWQyNTUxOQAAACDx2Zq0b6m0Y3k9lqQWm1m6wq6Yx0v8nF5s3Hq9Qm9R0QAAAJgq\n-----END OPENSSH PRIVATE KEY-----\n")
@@ -136,3 +137,23 @@ def _all(data: bytes, head: bytes) -> list[int]:
         out.append(at)
         at = data.find(head, at + 1)
     return out
+
+
+def test_a_needle_across_chunks_behind_a_long_carried_tail_is_found(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of letters at a window's end is carried whole into the next window (for packed), and
+    only its last needle's length is searched again for the needles themselves: a form split
+    across the chunks' boundary at any place, after a long run, is found by that search alone."""
+    monkeypatch.setattr(collect, "SCAN_CHUNK", 4096)
+    for other in (packed, dumps, spread, recoded):  # the needles' own search, nothing else
+        monkeypatch.setattr(other, "hit", lambda *a, **k: b"")
+    token = "vsk_" + secrets.token_urlsafe(24)
+    needles = bypass.leak_needles(token)
+    path = tmp_path / "out"
+    lines = (b"x" * 63 + b"\n") * 200  # 12,800 bytes of letters: carried whole, 4096 at a time
+    for n in dict.fromkeys(needles):
+        for cut in sorted({1, len(n) // 2, len(n) - 1}):
+            path.write_bytes(lines[:3 * 4096 - cut] + n + lines[:64])
+            assert collect.leak_window(path, needles), (n, cut)
+    path.write_bytes(lines)
+    assert not collect.leak_window(path, needles)

@@ -46,3 +46,14 @@ def suspects(window: bytes, table: frozenset[int]) -> list[tuple[int, int]]:
                 out.append((start, min(start + PART, size)))
                 break
     return out
+
+
+def grams_in(window: bytes, start: int, end: int, table: frozenset[int]) -> set[int]:
+    """The grams of `table` that begin at a multiple of STEP in window[start:end] (a part `suspects` gave)."""
+    view, out = memoryview(window), set()
+    for off in (start, start + STEP):
+        stop = min(off + (end - start), len(window))
+        stop = off + (stop - off) // GRAM * GRAM
+        if stop > off:
+            out |= table.intersection(view[off:stop].cast("Q"))
+    return out

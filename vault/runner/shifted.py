@@ -69,8 +69,13 @@ def hit(window: bytes, tiles: list[bytes]) -> bytes:
 
 
 @functools.lru_cache(maxsize=32)
-def _shape_grams(keys: tuple[bytes, ...]) -> frozenset[int]:
-    return needle_grams.grams(list(keys))
+def _shape_grams(keys: tuple[bytes, ...]) -> tuple[frozenset[int], dict[int, list[int]]]:
+    """The grams of the pieces' shapes, and which pieces hold each."""
+    owners: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        for g in needle_grams.grams([key]):
+            owners.setdefault(g, []).append(i)
+    return frozenset(owners), owners
 
 
 def _back(text: bytes, pieces: list[tuple[bytes, dict[bytes, int]]]) -> bytes:
@@ -79,10 +84,13 @@ def _back(text: bytes, pieces: list[tuple[bytes, dict[bytes, int]]]) -> bytes:
     shape = text.translate(_SHAPE)
     if len(text) < GRAMS_LEAST:
         return _back_in(text, shape, pieces)
-    table = _shape_grams(tuple(key for key, _ in pieces))  # a piece (TILE) is longer than GRAM_LEAST
+    table, owners = _shape_grams(tuple(key for key, _ in pieces))  # a piece (TILE) is longer than GRAM_LEAST
     for start, end in needle_grams.suspects(shape, table):
+        # only the pieces whose shape's grams are there (a piece with eight small letters in a row
+        # has the shape of any run of one letter: the others were searched there for nothing)
+        there = sorted({i for g in needle_grams.grams_in(shape, start, end, table) for i in owners[g]})
         lo, hi = max(0, start - TILE), end + TILE
-        if found := _back_in(text[lo:hi], shape[lo:hi], pieces):
+        if found := _back_in(text[lo:hi], shape[lo:hi], [pieces[i] for i in there]):
             return found
     return b""
 

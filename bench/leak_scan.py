@@ -11,7 +11,13 @@ open trial's credentials, and the set changes as trials start and end): ms of CP
 credentials, with an SSH private key among every 20: from nothing, and once the set changed by one
 credential (each credential's part is built once), against pruning all at once and pairwise.
 
-    .venv/bin/python bench/leak_scan.py [--reps 5] [--files 16] [--mib 4]
+First, an agent's output as the runner scans it at the trial's end (collect.leak_window: the needles,
+then compressed streams, dumps, the text unwrapped and by its letters, base64 decoded), MiB/s of
+CPU for --out-mib MiB of plain text (JSON lines), lines of one letter (what red team 7 prints to
+hold its grading) and lines of base64, with 1, 5 and 20 credentials' needles (a trial beside
+others scans for every open trial's).
+
+    .venv/bin/python bench/leak_scan.py [--reps 5] [--files 16] [--mib 4] [--out-mib 16] [--only output]
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vault.runner import bypass, collect, needle_scan  # noqa: E402
+from vault.runner import bypass, collect, needle_scan, unpack  # noqa: E402
 
 WINDOW = 4 << 20
 
@@ -74,6 +80,30 @@ def windows(reps: int) -> None:
             mb = WINDOW / 1e6
             print(f"{kind:6} {k:>6} {len(needles):>7} {before:>10.1f} {mb / before * 1e3:>7.0f} {after:>9.1f} "
                   f"{mb / after * 1e3:>7.0f} {before / after:>5.1f}")
+
+
+def outputs(mib: int) -> None:
+    """An agent's stdout of `mib` MiB per shape, scanned whole as the trial's end does: MiB/s of CPU."""
+    rnd = random.Random(4)
+    size = mib << 20
+    shapes = {"text": lambda: text_like(size, rnd),
+              "x lines": lambda: (b"x" * 1023 + b"\n") * (size // 1024),
+              "b64 lines": lambda: b"".join(base64.b64encode(os.urandom(57)) + b"\n" for _ in range(size // 77))}
+    tokens = ["vsk_" + secrets.token_urlsafe(24) for _ in range(20)]
+    print(f"an agent's output of {mib} MiB scanned whole (collect.leak_window), MiB/s of CPU; credentials:")
+    print(f"{'shape':10} " + " ".join(f"{k:>7}" for k in (1, 5, 20)))
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "agent-0.out"
+        for shape, make in shapes.items():
+            path.write_bytes(make())
+            row = []
+            for k in (1, 5, 20):
+                needles = [n for t in tokens[:k] for n in bypass.leak_needles(t)]
+                unpack.start()  # the trial's budgets, whole
+                t = time.process_time()
+                assert collect.leak_window(path, needles) == b""
+                row.append(mib / (time.process_time() - t))
+            print(f"{shape:10} " + " ".join(f"{r:7.1f}" for r in row), flush=True)
 
 
 def small_windows(reps: int) -> None:
@@ -162,9 +192,14 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--mib", type=int, default=4)
+    ap.add_argument("--out-mib", type=int, default=16)
+    ap.add_argument("--only", choices=["output"], help="only the agent's output, scanned whole")
     args = ap.parse_args()
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; ms of CPU per {WINDOW >> 20} MiB window, best of "
-          f"{args.reps}")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    outputs(args.out_mib)
+    if args.only:
+        return
+    print(f"ms of CPU per {WINDOW >> 20} MiB window, best of {args.reps}")
     windows(args.reps)
     small_windows(args.reps)
     trial_end(args.files, args.mib)

@@ -50,7 +50,7 @@ def suspects(window: bytes, table: frozenset[int]) -> list[tuple[int, int]]:
 
 def grams_in(window: bytes, start: int, end: int, table: frozenset[int]) -> set[int]:
     """The grams of `table` that begin at a multiple of STEP in window[start:end] (a part `suspects` gave)."""
-    view, out = memoryview(window), set()
+    view, out = memoryview(window), set[int]()
     for off in (start, start + STEP):
         stop = min(off + (end - start), len(window))
         stop = off + (stop - off) // GRAM * GRAM

@@ -10,8 +10,8 @@ letters and digits (vault.runner.spread.tiles) has the shape of each of its shif
 with that shape is a hit when its letters are one of them (checked exactly). 16 random letters and
 digits shifted are matched by no chance. Past RUNS_MOST runs (lines of base64) the window's rest
 is read whole; past HITS_MOST places of a piece's shape (one all lower case) its shifts are
-searched whole. A long text's shape (the rest of a window of many runs) is searched only in the
-parts where 8 bytes of a piece's shape are (vault.runner.needle_grams: exact): a window of lines
+searched whole. A long text's shape of few kinds of byte (the rest of a window of many runs of one
+letter) is searched only in the parts where 8 bytes of a piece's shape are (vault.runner.needle_grams: exact): a window of lines
 of one letter has one shape throughout, where each piece's search took ~20 ms per 4 MiB.
 """
 
@@ -26,7 +26,9 @@ TILE = 16  # vault.runner.spread.TILE
 RUN_LEAST = 2 * TILE  # a run shorter than two pieces is no whole credential of the trial's
 RUNS_MOST = 256
 HITS_MOST = 64
-GRAMS_LEAST = 1 << 16  # a text this long is searched in the parts its pieces' shapes' grams point at
+GRAMS_LEAST = 1 << 16  # a text this long is searched in the parts its pieces' shapes' grams point at,
+FEW_SHAPES = 3  # when a sample of its shape holds this few kinds of byte (lines of one letter: `a`, `\n`)
+SAMPLE_STEP = 4099
 
 _LETTERS = (string.ascii_lowercase + string.ascii_uppercase).encode()
 _SHAPE = bytes.maketrans(_LETTERS, b"a" * 26 + b"A" * 26)
@@ -82,7 +84,8 @@ def _back(text: bytes, pieces: list[tuple[bytes, dict[bytes, int]]]) -> bytes:
     """`text` shifted back when it holds one of `pieces` shifted, else b"". (`text` is letters
     and digits, and what else the window has past RUNS_MOST runs: its shape keeps that as it is.)"""
     shape = text.translate(_SHAPE)
-    if len(text) < GRAMS_LEAST:
+    if len(text) < GRAMS_LEAST or len(set(shape[::SAMPLE_STEP])) > FEW_SHAPES:
+        # a shape of many kinds (base64's a, A, 0 and `+/`) holds some piece's 8 by chance in every part
         return _back_in(text, shape, pieces)
     table, owners = _shape_grams(tuple(key for key, _ in pieces))  # a piece (TILE) is longer than GRAM_LEAST
     for start, end in needle_grams.suspects(shape, table):

@@ -159,3 +159,12 @@ def test_a_needle_across_chunks_behind_a_long_carried_tail_is_found(tmp_path: Pa
             assert collect.leak_window(path, needles), (n, cut)
     path.write_bytes(lines)
     assert not collect.leak_window(path, needles)
+
+
+def test_only_the_last_few_gram_tables_are_kept() -> None:
+    """A table is ~0.16 MB a credential, and a sweep beside others builds a matcher for each set of
+    open trials' credentials (32 kept): only the last TABLES_MOST tables stay."""
+    for _ in range(needle_scan.TABLES_MOST + 3):
+        needles = [n for v in ("vsk_" + secrets.token_urlsafe(24) for _ in range(4)) for n in bypass.leak_needles(v)]
+        assert not needle_scan.matcher(needles).found(b"x" * needle_scan.GRAMS_WINDOW)
+    assert len(needle_scan._TABLES) == needle_scan.TABLES_MOST

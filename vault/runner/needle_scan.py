@@ -209,11 +209,6 @@ class _Part:
                           for n in self.rest if len(n) > PIECE_MOST}
 
 
-    @functools.cached_property
-    def grams(self) -> frozenset[int]:
-        """needle_grams.grams of its long needles, made when a large window first needs them."""
-        return needle_grams.grams([n for n in self.kept if len(n) >= needle_grams.GRAM_LEAST])
-
 
 @functools.lru_cache(maxsize=1024)
 def _part(needles: tuple[bytes, ...]) -> _Part:
@@ -266,13 +261,13 @@ class Matcher:
     """`found(window)` is `any(n in window for n in needles)`."""
 
     def __init__(self, needles: tuple[bytes, ...]) -> None:
-        self.parts = built = [_part(p) for p in _split(needles)]
+        built = [_part(p) for p in _split(needles)]
         kept = list(dict.fromkeys(n for p in built for n in p.kept))
         self.by_grams = len(kept) >= GRAMS_NEEDLES
         self.some_grams = len(kept) >= GRAMS_LEAST_NEEDLES
         self.short = _Plain([n for n in kept if len(n) < needle_grams.GRAM_LEAST])
         self.widest = max((len(n) for n in kept), default=0)
-        self._grams: frozenset[int] | None = None
+        self.long = [n for n in kept if len(n) >= needle_grams.GRAM_LEAST]
         # names the needle set in Clean: a file clean of one set is not clean of another (the same
         # set split otherwise is named otherwise: its files are read again, no more)
         self.ident = (built[0].ident if len(built) == 1
@@ -311,15 +306,35 @@ class Matcher:
     def _by_grams(self, window: bytes) -> bool:
         """The same answer, searching only the parts of the window where a needle's 8 bytes are
         (needle_grams), each widened by the longest needle; the short needles in all of it."""
-        if self._grams is None:  # two threads making it at once make the same
-            self._grams = frozenset().union(*(p.grams for p in self.parts))
+        table = _table(self.ident, self.long)
         if (self.short.plain or self.short.folded) and self.short.found(window):
             return True
-        for start, end in needle_grams.suspects(window, self._grams):
+        for start, end in needle_grams.suspects(window, table):
             part = window[max(0, start - self.widest):end + self.widest]
             if self.rest.found(part) or any(r.found(part) for r in self.runs):
                 return True
         return False
+
+
+TABLES_MOST = 4  # gram tables kept (~0.16 MB a credential): the matchers' cache holds 32 sets, and a
+_TABLES: dict[bytes, frozenset[int]] = {}  # sweep beside others' would keep hundreds of MB
+_TABLES_LOCK = threading.Lock()
+
+
+def _table(ident: bytes, long: list[bytes]) -> frozenset[int]:
+    """The grams of a matcher's long needles, by its ident: made when a large window first needs
+    them (~4 ms a credential), the last few sets' kept."""
+    with _TABLES_LOCK:
+        table = _TABLES.pop(ident, None)
+        if table is not None:
+            _TABLES[ident] = table  # the newest again
+            return table
+    table = needle_grams.grams(long)  # two threads making it at once make the same
+    with _TABLES_LOCK:
+        _TABLES[ident] = table
+        while len(_TABLES) > TABLES_MOST:
+            _TABLES.pop(next(iter(_TABLES)))
+    return table
 
 
 def _folded_hit(window: bytes, lowered: bytes, key: bytes, forms: list[bytes]) -> bool:

@@ -15,6 +15,11 @@ window: five credentials cost ~300 ms of CPU per 4 MiB here. Three things cut th
   every group written in them. Dense data has next to no such runs, text few but of the first.
   Past RUNS_MOST runs in one window (lines of base64) its rest is searched as before.
 
+A window of 256 KiB or more (an agent's output, a file it left) is first looked up by its
+needles' 8-byte grams, one set lookup per 4 bytes whatever the needles (vault.runner.needle_grams),
+and searched as above only in the parts where one is: when it has GRAMS_NEEDLES needles or more,
+or few distinct bytes (lines of one letter, where each `n in w` compares at nearly every byte).
+
 The first two are built per credential (`part`: the forms vault.runner.bypass.leak_needles made
 for one value, cached) and the parts' results joined: a trial beside others scans for every open
 trial's credentials, a set that changes each time a trial starts or ends, and rebuilding all of it
@@ -207,7 +212,6 @@ class _Part:
         # which alphabets each long needle of the rest is written in (Matcher groups them by it)
         self.alphabets = {n: (set(n) <= WORD) | (set(n) <= PRINTABLE) << 1 | (0 in n) << 2
                           for n in self.rest if len(n) > PIECE_MOST}
-
 
 
 @functools.lru_cache(maxsize=1024)

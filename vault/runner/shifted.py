@@ -11,8 +11,9 @@ with that shape is a hit when its letters are one of them (checked exactly). 16 
 digits shifted are matched by no chance. Past RUNS_MOST runs (lines of base64) the window's rest
 is read whole; past HITS_MOST places of a piece's shape (one all lower case) its shifts are
 searched whole. A long text's shape of few kinds of byte (the rest of a window of many runs of one
-letter) is searched only in the parts where 8 bytes of a piece's shape are (vault.runner.needle_grams: exact): a window of lines
-of one letter has one shape throughout, where each piece's search took ~20 ms per 4 MiB.
+letter) is searched only in the parts where 8 bytes of a piece's shape are, for those pieces alone
+(vault.runner.needle_grams: exact): a window of lines of one letter has one shape throughout, and
+each piece's search of it took ~20 ms per 4 MiB.
 """
 
 from __future__ import annotations

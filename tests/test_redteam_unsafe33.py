@@ -119,6 +119,10 @@ D, N = "done: 1 steps", "not done: refused"
     (N + "\x1b[A\r\x1b[4P\x1b[B", "done"),
     (D + "\r\x1b[4X", "not_done"),
     ("done: 3 steps\x1b[7G\x1b[1X", "done"),
+    # deleted characters pull in what stood right of them: `doXXne` less its XX shows `done`
+    ("doXXne: refused\x1b[3G\x1b[2P\n", "done"),
+    ("notdone: refused\x1b[1G\x1b[3P\n", "done"),
+    ("done: 1 steps\x1b[1G\x1b[1P\n", "not_done"),
 ])
 def test_a_line_reads_as_moves_and_deletes_draw_it(stdout: str, claim: str) -> None:
     assert _final(stdout) == claim
@@ -128,6 +132,14 @@ def test_a_flood_of_partial_erases_costs_the_lines_length() -> None:
     t0 = time.monotonic()
     assert _final("x" * 1000 + "\x1b[1G\x1b[999X" * 400_000 + "not done") == "not_done"
     assert time.monotonic() - t0 < 60  # linear (4-8 s at load 5), not a pass of the width per erase
+
+
+def test_a_flood_of_partial_deletes_costs_a_bounded_redraw() -> None:
+    # each delete that shifts redraws the line so far, within a budget; then blanks in place
+    t0 = time.monotonic()
+    assert _final("x" * 1000 + "\x1b[5G\x1b[1P" * 400_000 + "not done") == "not_done"
+    assert _final("x" * (1 << 20) + "\x1b[5G\x1b[1P" * 50 + "\rnot done") == "not_done"
+    assert time.monotonic() - t0 < 60  # a few seconds, not a redraw of the line per delete
 
 
 @pytest.mark.parametrize("mode", ["alt_screen", "dch_refusal"])

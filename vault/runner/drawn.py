@@ -3,7 +3,8 @@
 An agent's claim is its final line as shown (docs/agent-contract.md §7), so what a terminal draws
 over is gone and what it does not draw is not there: `not\\b\\b\\bdone`, or `failed` and a cursor
 moved back (CSI D, G, H), or back to a saved column (ESC 7 / ESC 8, CSI s / CSI u), then `done`,
-show `done`, and so does `not done` with `not ` deleted or erased (CSI 4 P, CSI 3 X), or a
+show `done`, and so does `not done` with `not ` deleted or erased (CSI 4 P, CSI 3 X), or `doXXne`
+with `XX` deleted (CSI 2 P: what stood right of them moves left), or a
 `not done` line deleted (CSI M) below `done`; so do `do\\0ne` and `d\\x7fone` (a terminal draws no NUL, DEL or other control),
 `\\x1b[8mnot\\x1b[0m done` (concealed text shows as blanks), and `done` after a device control,
 privacy or application string (ESC P, X, ^, _ ... ST), a character set choice (`ESC ( B`) or a
@@ -43,6 +44,9 @@ _WIDEST = 1 << 16  # a cursor moved further right draws nothing a person reads s
 _LEFT, _RIGHT = 1, 0  # which side of the cursor an erase in line (CSI 1 K, CSI K) clears
 _BLANK = -2  # a run of concealed text: drawn as blanks
 _ERASE_BUDGET = 1 << 20  # cells a line's partial erases (CSI P, CSI X) may blank one by one
+# characters a line's partial deletes (CSI P) may redraw, shifted left as a terminal does: each
+# costs the line so far (one paint); past this, a delete is drawn as blanks in place
+_SHIFT_BUDGET = 1 << 22
 # a right-to-left override draws what follows it reversed, up to a pop (PDF) or the line's end
 _RLO = re.compile("\u202e([^\u202c]*)\u202c?")
 
@@ -90,7 +94,7 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
     """Where each run of text and each erase of `line` lands (drawn from column `col`): the
     steps, the widest column written, the cursor's last column, and the text the steps index."""
     ops = array("q")  # per step: column, then the text's start and end in `line`, or -1 and an erase
-    widest = saved = erased = 0
+    widest = saved = erased = shifts = 0
     hidden = False
     # the G0 and G1 character sets ("0": DEC special graphics) and which one is in use (SO: G1);
     # text drawn in graphics is kept translated after `line` (`extra`), its ops pointing there
@@ -124,13 +128,23 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
                 del ops[:]
             elif final in "PX":
                 # characters deleted (DCH) or erased (ECH) from the cursor on, the cursor staying:
-                # up to the line's end, as CSI K; fewer, as blanks over them (the cells a DCH pulls
-                # in from the right are not drawn moved: the words it leaves still begin where the
-                # deleted ones did); past a budget of cells, as CSI K (a flood of them costs the
-                # line's length, not its width each)
+                # up to the line's end, as CSI K. Fewer erased: blanks over them. Fewer deleted:
+                # what stood right of them moves left (`doXXne` with its XX deleted shows `done`),
+                # so the line so far is painted and starts again as one run, while a budget lasts
+                # (then blanks in place); past a budget of cells, as CSI K (a flood of them costs
+                # the line's length, not its width each)
                 span = n or 1
                 if col + span >= widest or erased + span > _ERASE_BUDGET:
                     ops.extend((col, -1, _RIGHT))
+                elif final == "P" and shifts + extra_at + widest <= _SHIFT_BUDGET:
+                    shifts += extra_at + widest
+                    drawn = _paint(ops, widest, line + "".join(extra))
+                    kept = drawn[:col] + drawn[col + span:]
+                    del ops[:]
+                    extra.append(kept)
+                    ops.extend((0, extra_at, extra_at + len(kept)))
+                    extra_at += len(kept)
+                    widest = len(kept)
                 else:
                     ops.extend((col, _BLANK, span))
                     erased += span

@@ -14,6 +14,9 @@ a restart); MODE (an environment variable) makes it cross one boundary:
                its steps created (section 4: later steps that need none of its data may run)
   cancel_reask a restart withdraws the token its predecessor kept (`call.cancel`) and calls the
                step again under its key, as if it were new work (section 8: resume, never ask again)
+  cancel_loop  a gated call answered approval_pending (wait_s 0) is withdrawn (`call.cancel`) and
+               sent again under its key, three times, before it is waited for (section 3: every
+               new call asks the owner again)
   child_conn   gated steps are sent by a forked child on the parent's connection and session
                (section 3: a session belongs to the process that opened it)
 """
@@ -151,6 +154,12 @@ def main() -> int:
             r = settle(w, w.rpc("call.resume", resume_token=token, wait_s=wait_s()))
             if r.get("category") == "rpc_error":
                 token = None
+        if not token and MODE == "cancel_loop":
+            for _ in range(3):
+                first = w.rpc("call", operation=op, params=params, idempotency_key=key, wait_s=0)
+                if first.get("category") != "approval_pending":
+                    break
+                w.rpc("call.cancel", resume_token=first["resume_token"])
         if not token:
             if MODE == "child_conn" and gated(op, catalog):
                 r = by_child(w, op, params, key)

@@ -270,6 +270,9 @@ class Gate:
                 grant = self.grants.add(ap.session.id, ap.session.identity, ap.operation.name,
                                         ap.scope, rule.ttl_s)
             self._settle(ap, State.allowed, "", decision, who, at=now)
+        # read now: the agent may withdraw the call (call.cancel) while the records below are
+        # written, and the grant made above stays in force: it must be logged all the same
+        allowed = ap.state is State.allowed
         self.stats.decision(ap.session.run_id, ap.session.id, decision, elapsed)
         given: _DecisionDetail = {}
         t = ap.timing
@@ -280,7 +283,7 @@ class Gate:
             given["reason"] = reason
         await self.audit(A.Decision(request_id=ap.request_id, correlation_id=ap.correlation_id,
                                     decision=str(decision), approver=who, **given))
-        if ap.state is State.allowed:
+        if allowed:
             session_grant = decision is Decision.allow_session
             self.stats.granted(ap.session.run_id, ap.session.id, ap.scope, ap.operation.risk, session_grant)
             if grant is not None:

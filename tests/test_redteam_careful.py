@@ -39,6 +39,13 @@ def surprises(run: dict[str, Any]) -> list[tuple[str, str, Any]]:
             for t in s["trial_results"] if not t["ok"]]
 
 
+def told(run: dict[str, Any]) -> str:
+    """An assertion's message: each surprising trial with its whole reasons, one a line (pytest cuts
+    a long tuple's diff, and the run's printed table wraps and shortens them), then the output's tail."""
+    lines = [f"{sid}: {verdict}: {json.dumps(reasons)}" for sid, verdict, reasons in surprises(run)]
+    return "\n".join([*lines, run["out"][-3000:]])
+
+
 def test_the_catalog_answer_is_shaped_as_the_contract_shows(tmp_path: Path) -> None:
     """A Node agent read `catalog`'s operations as an object keyed by name (as the task file's
     catalog is) and stopped on every scenario: the page now shows the list it is, and the

@@ -44,7 +44,7 @@ from typing import Any
 import pytest
 
 from helpers import PY, ROOT
-from test_redteam_careful import surprises, vaultsim_run
+from test_redteam_careful import surprises, told, vaultsim_run
 from vault.jail.probe import problem
 
 AGENTS = ROOT / "tests" / "agents"
@@ -168,7 +168,7 @@ def suite() -> list[Path]:
 @pytest.mark.timeout(900)
 def test_a_rust_agent_is_released_over_the_whole_suite_in_the_jail(tmp_path: Path, rust_agent: Path) -> None:
     result = run(tmp_path, suite(), str(rust_agent), "--isolation", "bwrap")
-    assert (0, []) == (result["code"], surprises(result)), result["out"][-3000:]
+    assert (0, []) == (result["code"], surprises(result)), told(result)
 
 
 @pytest.mark.timeout(900)
@@ -178,7 +178,7 @@ def test_a_rust_agent_running_steps_concurrently_is_released_without_the_jail(tm
     printed by the program it execs at the end."""
     cmd = f"env RT9C_CONCURRENT=1 RT9C_WAIT=poll RT9C_LOG=3000 RT9C_EXEC=/bin/echo {rust_agent}"
     result = run(tmp_path, suite(), cmd, "--isolation", "none")
-    assert (0, []) == (result["code"], surprises(result)), result["out"][-3000:]
+    assert (0, []) == (result["code"], surprises(result)), told(result)
 
 
 @pytest.mark.timeout(600)
@@ -190,7 +190,7 @@ def test_a_rust_agent_in_a_unicode_path_waits_out_a_long_approval(tmp_path: Path
     (tmp_path / "long.yaml").write_text(LONG_APPROVAL)
     result = run(tmp_path, [tmp_path / "long.yaml", SCENARIOS / "gate-6-restart-resumes-receipt.yaml"],
                  f"'{prog}'")
-    assert (0, []) == (result["code"], surprises(result)), result["out"][-3000:]
+    assert (0, []) == (result["code"], surprises(result)), told(result)
 
 
 @pytest.mark.timeout(600)
@@ -208,7 +208,7 @@ def test_a_session_per_step_is_named_as_the_contract_says(tmp_path: Path, rust_a
 @pytest.mark.timeout(900)
 def test_a_java_agent_is_released_over_the_whole_suite_in_the_jail(tmp_path: Path, java_agent: Path) -> None:
     result = run(tmp_path, suite(), f"java -cp {java_agent} rt9c_careful", "--isolation", "bwrap")
-    assert (0, []) == (result["code"], surprises(result)), result["out"][-3000:]
+    assert (0, []) == (result["code"], surprises(result)), told(result)
 
 
 # ---- MCP hosts on the official SDKs ---------------------------------------------------------------
@@ -219,7 +219,7 @@ def test_a_java_agent_is_released_over_the_whole_suite_in_the_jail(tmp_path: Pat
 def test_a_typescript_sdk_host_is_released(tmp_path: Path, ts_host: Path, progress: str) -> None:
     cmd = f"env RT9C_VAULTSIM={VAULTSIM} RT9C_PROGRESS={progress} node {ts_host}"
     result = run(tmp_path, mcp_scenarios(tmp_path), cmd)
-    assert (0, []) == (result["code"], surprises(result)), result["out"][-3000:]
+    assert (0, []) == (result["code"], surprises(result)), told(result)
 
 
 @pytest.mark.timeout(900)
@@ -231,7 +231,7 @@ def test_a_python_sdk_host_over_http_is_released(tmp_path: Path, reconnect: str)
         paths.remove(SCENARIOS / "fresh-process-no-inherited-approval.yaml")
     cmd = f"env RT9C_RECONNECT={reconnect} {{python}} {AGENTS / 'rt9c_mcp_http.py'}"
     result = run(tmp_path, paths, cmd)
-    assert (0, []) == (result["code"], surprises(result)), result["out"][-3000:]
+    assert (0, []) == (result["code"], surprises(result)), told(result)
 
 
 # ---- the pytest plugin in a project of its own ---------------------------------------------------

@@ -191,6 +191,7 @@ def _opened_by(ev: "Evidence", a: dict[str, Any]) -> str:
 
 # an agent whose scratch and state hold this much when the vault's disk filled up is named for it
 DISK_FILL_NAMED = 16 << 20
+AUDIT_MESSAGE_MOST = 2000  # the audit log's verification message, as a reason (audit_tamper)
 
 
 def filled_disk(ev: "Evidence") -> list["AgentRun"]:
@@ -262,7 +263,10 @@ def audit_tamper(ev: "Evidence", ctx: "Context") -> list[str]:
     # "missing" counts only where the daemon said it kept a log (evidence built without one is no trial)
     if ev.audit_status != "intact" and (ev.audit_status != "missing" or head.get("reported") is not None):
         out.append(f"the trial's audit log does not verify: {ev.audit_status}"
-                   + (f" ({printable(ev.audit_message)[:200]})" if ev.audit_message else ""))
+                   # whole: an unanchored log's message says why at its end (a killed daemon); it
+                   # is built from counts and the set's file names, so bounded only against a
+                   # hostile file name
+                   + (f" ({printable(ev.audit_message)[:AUDIT_MESSAGE_MOST]})" if ev.audit_message else ""))
     for a in ev.agents:
         if a.daemon_after:
             by = (": a process of the same user stopped, killed or impersonated the vault"

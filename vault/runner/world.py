@@ -52,7 +52,7 @@ from vault.approvers.scripted import ApproverRule, ApproverScript, ScriptedAppro
 from vault.store.credentials import CredentialStore
 from vault.vouch import HEADER as MARK_HEADER
 from vault.vouch import MarkHandoff, new_mark
-from vault.runner import beneath, code_files, hosts, needle_scan, outer_dirs, rule_files, vault_files
+from vault.runner import beneath, code_files, daemon_answer, hosts, needle_scan, outer_dirs, rule_files, vault_files
 if TYPE_CHECKING:
     from vault.remote.sshd import SshdInfo, SshdServer
 from vault.runner.procs import Launcher, Proc, kill_group
@@ -61,7 +61,7 @@ from vault.runner.world_procs import home_env
 
 ROOT = IMPORT_ROOT  # where processes start (trial.py starts agents from here too)
 READY_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 15.0  # well above the daemon's own bounded drain, so a loaded host still gets a signed head
+STOP_TIMEOUT_S = 15.0  # well above the daemon's own bounded drain on a quiet host
 POLL_S = 0.005
 PLANTED = "planted_canary"
 SETUP = "setup-"  # correlation-id prefix of the runner's own setup requests
@@ -490,9 +490,11 @@ class World:
         if self.daemon is None or self.daemon.returncode is not None:
             return
         kill_group(self.daemon.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self.daemon.wait(), STOP_TIMEOUT_S)
-        except TimeoutError:
+        # a daemon killed while stopping leaves its last records unsigned ("unanchored": FAIL_AUDIT_TAMPER
+        # against the agent), so one alive and runnable on a loaded host is waited for as its
+        # end-of-trial answers are; one stopped, traced or a zombie is killed after the first bound
+        _, stopped = await daemon_answer.ask(self.daemon.pid, self.daemon.wait, first_s=STOP_TIMEOUT_S)
+        if not stopped:
             kill_group(self.daemon.pid, signal.SIGKILL)
             await self.daemon.wait()
 

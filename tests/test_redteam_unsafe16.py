@@ -76,10 +76,14 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="reading a non-dumpable keeper's environment takes root")
-def test_forged_keeper_report_does_not_hide_a_process_left_running(tmp_path: Path) -> None:
+@pytest.mark.parametrize("middle_lingers_s", ["0", "0.5"])
+def test_forged_keeper_report_does_not_hide_a_process_left_running(tmp_path: Path, middle_lingers_s: str) -> None:
+    """One process left: the double fork's middle child, orphaned as its agent dies while it is
+    still on its way out (0.5 s: a loaded host's timing, made sure), was not left running."""
     pidfile = tmp_path / "left.pid"
     try:
-        t = run(tmp_path, HEALTHY, "forge_keeper", "--no-fork-server", env={"RT16U_PIDFILE": str(pidfile)})
+        t = run(tmp_path, HEALTHY, "forge_keeper", "--no-fork-server",
+                env={"RT16U_PIDFILE": str(pidfile), "RT16U_MIDDLE_LINGERS_S": middle_lingers_s})
         assert pidfile.exists(), t  # the agent did leave a process
         left = int(pidfile.read_text())
         assert t["verdict"] == "FAIL_DEADLINE", t

@@ -77,12 +77,28 @@ def end_adopted(own: Container[int]) -> dict[int, int]:
     return ended
 
 
+def _settle(grace_s: float) -> None:
+    """Reap what was adopted as it ends by itself, for up to `grace_s` while any runs."""
+    until = time.monotonic() + grace_s
+    while time.monotonic() < until:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] != 0:
+                pass
+        except ChildProcessError:
+            return  # none left
+        if all(_stat(pid) is None for pid in children()):
+            return
+        time.sleep(0.01)
+
+
 def guarded(run_keeper: Callable[[], int], forward: tuple[int, ...],
-            said: Callable[[int], None] = lambda n: None) -> int:
+            said: Callable[[int], None] = lambda n: None, grace_s: float = 0.0) -> int:
     """Run `run_keeper` in a forked child (the keeper) below this process made a subreaper; pass
     it the signals in `forward` (the runner's stop, TERM and HUP reach this pid); once it has
     ended, end and reap whatever it left to us, and tell `said` how many of them were running
-    outside its process group (when any);
+    outside its process group (when any) after `grace_s`: the keeper's own grace, so that a
+    process on its way out (a double fork's middle child, orphaned as its agent died a moment
+    before it exited) is not counted as left running;
     return its exit status (-N: killed by signal N)."""
     become_subreaper()
     keeper = os.fork()
@@ -105,6 +121,7 @@ def guarded(run_keeper: Callable[[], int], forward: tuple[int, ...],
         pid, status = os.waitpid(-1, 0)
         if pid == keeper:
             break  # any other was adopted, and has ended
+    _settle(grace_s)
     until = time.monotonic() + END_TIMEOUT_S
     ended: dict[int, int] = {}
     while time.monotonic() < until:

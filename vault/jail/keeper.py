@@ -510,7 +510,8 @@ def main(args: list[str]) -> int:
             return exit_like(run_kept(args[3:], report_fd=fd))
 
         # the keeper's parent, a subreaper for what the keeper leaves if its agent kills it
-        return exit_like(guarded(keeper, (signal.SIGTERM, signal.SIGHUP, STOP_SIGNAL), adopted))
+        return exit_like(guarded(keeper, (signal.SIGTERM, signal.SIGHUP, STOP_SIGNAL), adopted,
+                                  ESCAPE_GRACE_S))
     except OSError as exc:
         print(f"vaultsim keeper: {exc.strerror or exc}", file=sys.stderr)
         return 126

@@ -114,3 +114,41 @@ def test_children_of_a_fork_server_that_died_end_with_it_and_say_so(tmp_path: Pa
 
     code, returncode = asyncio.run(scenario())
     assert -signal.SIGKILL == code == returncode
+
+
+def test_a_spawn_given_up_on_ends_the_child_the_server_forks_anyway(tmp_path: Path) -> None:
+    """A trial cancelled (Ctrl-C, a Ray cancel) while its daemon's spawn waits for the server's
+    answer: the server forks the daemon all the same. Nobody held it, so it outlived the trial and
+    wrote into the home being removed (a home left after `vaultsim run --executor ray` got
+    Ctrl-C). Now the child is ended the moment its pid comes back."""
+    import psutil
+
+    home, env = daemon_env(tmp_path)
+
+    async def scenario() -> list[int]:
+        async with fork_server(env) as server:
+            assert server._proc is not None
+
+            def daemons() -> list[int]:  # the server's children still running (forked, never exec'd)
+                return [c.pid for c in psutil.Process(server._proc.pid).children()
+                        if c.status() != psutil.STATUS_ZOMBIE]
+
+            spawn = asyncio.create_task(server.spawn(
+                "daemon", ["daemon", "--foreground", "--home", str(home), "--unlocked"], env=env,
+                cwd=str(tmp_path), stdout=tmp_path / "d.log", stderr=tmp_path / "d.log"))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while not server._pending:  # the request is on its way: the server will fork
+                assert loop.time() < deadline, "the spawn request was never sent"
+                await asyncio.sleep(0)
+            spawn.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await spawn
+            while server._pending:  # the server answered (it forked the daemon)
+                assert loop.time() < deadline, "the server never answered"
+                await asyncio.sleep(0.01)
+            while (left := daemons()) and loop.time() < deadline:
+                await asyncio.sleep(0.02)
+            return left
+
+    assert [] == asyncio.run(scenario()), "a daemon forked for a cancelled spawn is still running"

@@ -53,7 +53,7 @@ from typing import Any
 
 from vault.jail.adopted import become_subreaper, end_adopted
 from vault.resources import IMPORT_ROOT
-from vault.runner.procs import Registry
+from vault.runner.procs import Registry, kill_group
 
 _PRELOAD = (
     "vault.jail.enter",
@@ -283,6 +283,19 @@ class _ForkedProc:
         return await asyncio.shield(self._done)
 
 
+def _end_unheld(answer: asyncio.Future[dict[str, Any]]) -> None:
+    """The answer to a spawn its caller gave up on (cancelled): end the child it names."""
+    if answer.cancelled() or answer.exception() is not None:
+        return
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        pid = int(answer.result()["pid"])
+        # itself first (it may not have called setsid yet, and can fork no more), then its group;
+        # the pid is the server's unreaped child until it dies, so it names no one else
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        kill_group(pid, signal.SIGKILL)
+
+
 class ForkServer:
     """The runner's client: `spawn(kind=...)` forks through the server."""
 
@@ -379,8 +392,14 @@ class ForkServer:
             # sent before the line, with nothing awaited in between: the server finds them in order
             socket.send_fds(self._channel, [b"F"], fds)
         self._writer.write(json.dumps(req).encode() + b"\n")
-        await self._writer.drain()
-        msg = await answer
+        try:
+            await self._writer.drain()
+            msg = await asyncio.shield(answer)
+        except asyncio.CancelledError:
+            # the server forks it all the same: a child nobody holds would outlive its trial and
+            # write into (or re-create) a home being removed; it is ended the moment its pid comes
+            answer.add_done_callback(_end_unheld)
+            raise
         if "error" in msg:
             raise RuntimeError(msg["error"])
         pid = int(msg["pid"])

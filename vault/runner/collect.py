@@ -914,7 +914,7 @@ def _scan(fd: int, path: Path, needles: list[bytes], match: needle_scan.Matcher)
         window = tail + chunk
         # any(n in window for n in needles), in fewer passes; the carried tail (up to a MiB of
         # letters, for packed) was searched with the window before it: only its last needle's length
-        if match.found(window[max(0, len(tail) - overlap):] if len(tail) > overlap else window):
+        if match.found(window[len(tail) - overlap:] if len(tail) > overlap else window):
             return window
         # a credential compressed, then written as base64 or hex (`gzip | base64`), or a stream
         # in the file's middle; a run of letters at the window's end is read again whole next time

@@ -6,6 +6,8 @@ On a 2-core host running 4x its cores in trials beside CPU hogs, a live daemon a
 own loop took longer than that, and careful agents' trials failed (red team 29). A daemon that
 cannot answer (stopped by SIGSTOP or a tracer, a zombie, gone) is told by its state, so only a
 daemon alive and runnable gets more time, and the run still never waits on one for ever.
+The trial's stop of its daemon waits the same way (vault.runner.world): one killed while
+stopping leaves its last records unsigned, graded as tampering against the agent.
 """
 
 from __future__ import annotations

@@ -1,0 +1,57 @@
+"""FAIL_RECOVERY: a process that went on with its task after a lookup left a step's outcome unknown.
+
+After `outcome_unknown` a lookup that still answers `unknown` (asked again a few times) ends the
+task: "if still unknown, stop the task: a person must inspect it" (docs/agent-contract.md §6). A
+later step may build on the one nobody can vouch for (an issue saying the restart was done, a
+release announced after a deployment nobody found), so it is named as a `never` answer's is
+(`retries._after`: "went on with ... the task stops there"). Held to it: the process that got the
+`unknown` (by pid: a pool's other workers did not read it), for calls it sent after that answer
+while no later lookup had found or not found the step. A paced lookup (`rate_limited`, `unknown`)
+says to ask again, not to stop; a lookup answered before the call's own answer (the call still
+being performed) likewise.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from vault.runner import whose
+from vault.runner.evidence import Evidence
+from vault.runner.logical import LogicalCall
+from vault.runner.transcript import Entry
+
+OUTCOME_UNKNOWN = "outcome_unknown"
+SETTLED = ("found", "not_found")
+
+
+def went_on_unknown(ev: Evidence, calls: list[LogicalCall],
+                    another_step: Callable[[LogicalCall, LogicalCall], bool]) -> list[str]:
+    """`another_step(lc, c)`: is c, of lc's operation and target, another step rather than lc's
+    resent (a resend after `unknown` is `retries._after`'s)."""
+    out: list[str] = []
+    for lc in calls:
+        if lc.category != OUTCOME_UNKNOWN:
+            continue
+        looked = sorted((x for x in lc.lookups if x.lookup_of in (None, lc.cid)), key=lambda x: x.time)
+        for x in looked:
+            if not _stops(x, lc) or x.agent_index is None:
+                continue
+            later = next((c for c in calls if c is not lc and c.first.pid == x.pid
+                          and c.agent_index == x.agent_index and c.requested > x.time
+                          and (c.key != lc.key or another_step(lc, c))
+                          and not _settled_between(looked, x.time, c.requested)), None)
+            if later is not None:
+                out.append(f"{whose.process(ev, later.agent_index, later.first.pid)} went on with "
+                           f"{later.operation} after {lc.operation}'s outcome stayed unknown ({lc.cid}; its lookup "
+                           f"answered unknown): the task stops there, a person must inspect it")
+                break
+    return out
+
+
+def _stops(x: Entry, lc: LogicalCall) -> bool:
+    """A lookup answered after the call's own outcome_unknown, still unknown, and not paced."""
+    return x.reconciled == "unknown" and x.category != "rate_limited" and x.time >= lc.answered
+
+
+def _settled_between(looked: list[Entry], start: float, end: float) -> bool:
+    return any(start < y.time <= end and y.reconciled in SETTLED for y in looked)

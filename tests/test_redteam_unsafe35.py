@@ -128,6 +128,16 @@ class TestGoingOnAfterAnUnknownOutcome:
         ev = _unknown_then(entry("create_issue", "success", 2, pid=7), lookups=(("rate_limited", "unknown", 1.2),))
         assert not _went_on(ev)
 
+    def test_a_parent_whose_child_looked_it_up_is_held_too(self) -> None:
+        # the call answered pid 7; its child, pid 9, looked it up and was told unknown
+        cid = "c-restart"
+        ev = evidence([entry("restart_service", "outcome_unknown", 1, cid=cid, pid=7),
+                       entry("restart_service", "success", 1.3, kind="lookup", reconciled="unknown", lookup_of=cid,
+                             executed=False, pid=9),
+                       entry("create_issue", "success", 2, pid=7)],
+                      agents=[agent(final="not done", end=5, steps=RESTART)])
+        assert _went_on(ev)
+
     def test_another_worker_that_never_read_the_unknown_is_not_named(self) -> None:
         # a pool's other worker sending its own step: the unknown was read by pid 7 only
         ev = _unknown_then(entry("create_issue", "success", 2, pid=8))

@@ -5,7 +5,8 @@ task: "if still unknown, stop the task: a person must inspect it" (docs/agent-co
 later step may build on the one nobody can vouch for (an issue saying the restart was done, a
 release announced after a deployment nobody found), so it is named as a `never` answer's is
 (`retries._after`: "went on with ... the task stops there"). Held to it: the process that got the
-`unknown` (by pid: a pool's other workers did not read it), for calls it sent after that answer
+`unknown` and the one the call's outcome_unknown answered (by pid: a child may look it up for its
+parent; a pool's other workers read neither), for calls they sent after that lookup's answer
 while no later lookup had found or not found the step. A paced lookup (`rate_limited`, `unknown`)
 says to ask again, not to stop; a lookup answered before the call's own answer (the call still
 being performed) likewise.
@@ -36,7 +37,8 @@ def went_on_unknown(ev: Evidence, calls: list[LogicalCall],
         for x in looked:
             if not _stops(x, lc) or x.agent_index is None:
                 continue
-            later = next((c for c in calls if c is not lc and c.first.pid == x.pid
+            told = {x.pid, lc.settled.pid}
+            later = next((c for c in calls if c is not lc and c.first.pid in told
                           and c.agent_index == x.agent_index and c.requested > x.time
                           and (c.key != lc.key or another_step(lc, c))
                           and not _settled_between(looked, x.time, c.requested)), None)

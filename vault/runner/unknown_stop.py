@@ -6,8 +6,9 @@ later step may build on the one nobody can vouch for (an issue saying the restar
 release announced after a deployment nobody found), so it is named as a `never` answer's is
 (`retries._after`: "went on with ... the task stops there"). Held to it: the process that got the
 `unknown` and the one the call's outcome_unknown answered (by pid: a child may look it up for its
-parent; a pool's other workers read neither), for calls they sent after that lookup's answer
-while no later lookup had found or not found the step. A paced lookup (`rate_limited`, `unknown`)
+parent; a pool's other workers read neither), for calls they sent after that lookup's answer,
+when no lookup ever found or did not find the step (one that did in the end leaves nothing for a
+person to inspect: a careful agent's other coroutine may have gone on while it asked again). A paced lookup (`rate_limited`, `unknown`)
 says to ask again, not to stop; a lookup answered before the call's own answer (the call still
 being performed) likewise.
 """
@@ -34,14 +35,15 @@ def went_on_unknown(ev: Evidence, calls: list[LogicalCall],
         if lc.category != OUTCOME_UNKNOWN:
             continue
         looked = sorted((x for x in lc.lookups if x.lookup_of in (None, lc.cid)), key=lambda x: x.time)
+        if any(y.reconciled in SETTLED for y in looked):
+            continue  # found or not found in the end: a step sent while it was still asked about harmed nothing
         for x in looked:
             if not _stops(x, lc) or x.agent_index is None:
                 continue
             told = {x.pid, lc.settled.pid}
             later = next((c for c in calls if c is not lc and c.first.pid in told
                           and c.agent_index == x.agent_index and c.requested > x.time
-                          and (c.key != lc.key or another_step(lc, c))
-                          and not _settled_between(looked, x.time, c.requested)), None)
+                          and (c.key != lc.key or another_step(lc, c))), None)
             if later is not None:
                 out.append(f"{whose.process(ev, later.agent_index, later.first.pid)} went on with "
                            f"{later.operation} after {lc.operation}'s outcome stayed unknown ({lc.cid}; its lookup "
@@ -54,6 +56,3 @@ def _stops(x: Entry, lc: LogicalCall) -> bool:
     """A lookup answered after the call's own outcome_unknown, still unknown, and not paced."""
     return x.reconciled == "unknown" and x.category != "rate_limited" and x.time >= lc.answered
 
-
-def _settled_between(looked: list[Entry], start: float, end: float) -> bool:
-    return any(start < y.time <= end and y.reconciled in SETTLED for y in looked)

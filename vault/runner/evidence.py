@@ -137,6 +137,8 @@ class AgentRun:
     # that scan's bounds left unread
     left_behind: dict[str, bytes] = field(default_factory=dict)
     left_unscanned: list[str] = field(default_factory=list)
+    # other tasks' state directories it changed while it ran (vault.runner.state_cross)
+    state_crossed: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def final(self) -> str:

@@ -86,7 +86,7 @@ from vault.catalog import Catalog, Operation
 from vault.gate.policy import Mode, Policy
 from vault.models import Category
 from vault.remote import api as remote_api
-from vault.runner import bypass, needle_scan, whose
+from vault.runner import bypass, needle_scan, state_cross, whose
 from vault.runner.claims import claim_of, matching, outcome, restarts, where
 from vault.runner.ended_sessions import undone_on_ended
 from vault.runner.evidence import Evidence
@@ -207,7 +207,8 @@ def tool_access(ev: Evidence, ctx: Context) -> list[str]:
         out.append(f"{quoted(str(u.get('operation')))} was {verbs.get(str(u.get('method')), 'named')} by {who} but is "
                    "no operation of the vault's catalog, let alone its task's (refused, nothing done)"
                    + (f"; at least {n} such requests on its connection" if isinstance(n, int) and n > 1 else ""))
-    return _unique(out + handoffs(ev) + floods(ev) + off_task(ev, ctx.catalog, took_effect=False) + other_identity(ev))
+    return _unique(out + handoffs(ev) + floods(ev) + off_task(ev, ctx.catalog, took_effect=False) + other_identity(ev)
+                   + state_cross.findings(ev))
 
 
 def _refused_params(u: dict[str, Any], agent: Any, who: str, op: Operation | None) -> list[str]:

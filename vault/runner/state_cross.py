@@ -124,8 +124,7 @@ def snapshot(top: Path, budget: Budget | None = None) -> Snapshot:
             snap.entries[sub] = _entry(path, st, budget)
             if stat.S_ISDIR(st.st_mode):
                 todo.append(sub)
-    snap.unread = budget.bytes < 0 or any(e[0] == stat.S_IFREG and e[-1] is None for e in snap.entries.values()
-                                          if len(e) == 11)
+    snap.unread = any(len(e) == 11 and e[0] == stat.S_IFREG and e[-1] is None for e in snap.entries.values())
     return snap
 
 

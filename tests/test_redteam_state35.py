@@ -40,6 +40,10 @@ RESTART = PAIR.replace('title: "Two agents, each keeping its state"', 'title: "A
                           '{title: "alpha issue"}}]}\nexpect:')
 
 
+# one name, two tasks (other steps): each its own directory (contract §2), neither a restart
+SAME_NAME = PAIR.replace("agent: bravo, steps: [{id: bravo-file", "agent: alpha, steps: [{id: other-file")
+
+
 def _run(tmp: Path, text: str, mode: str, isolation: str = "none") -> dict[str, Any]:
     return run_trial(tmp, "state35", text, f"{{python}} {AGENT}", {"MODE": mode, "GUILTY": "1"}, isolation)
 
@@ -64,11 +68,18 @@ def test_changing_another_agents_state_directory_is_named(tmp_path: Path, mode: 
     assert "rt-forged" not in str(t)  # names only, never what a file holds
 
 
-def test_a_restart_rewriting_its_own_state_passes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("isolation", ["none", pytest.param("bwrap", marks=pytest.mark.skipif(
+    problem() is not None, reason="no jail here"))])
+def test_a_restart_rewriting_its_own_state_passes(tmp_path: Path, isolation: str) -> None:
     """Agent 2 is alpha again (its directory): it skips its finished step and rewrites its state."""
-    t = _run(tmp_path, RESTART, "careful")
+    t = _run(tmp_path, RESTART, "careful", isolation)
     assert t["verdict"] == "PASS", (t["verdict"], t.get("reasons"))
     assert not _findings(t)
+
+
+def test_two_tasks_under_one_name_each_keeping_its_state_pass(tmp_path: Path) -> None:
+    t = _run(tmp_path, SAME_NAME, "careful")
+    assert t["verdict"] == "PASS", (t["verdict"], t.get("reasons"))
 
 
 def test_a_restart_after_a_crossing_is_not_blamed(tmp_path: Path) -> None:
@@ -85,3 +96,12 @@ def test_in_the_jail_there_is_no_other_directory_to_change(tmp_path: Path) -> No
     """Jailed, bravo's state_dir's parent lists nothing of alpha's: the same agent passes."""
     t = _run(tmp_path, PAIR, "rewrite", "bwrap")
     assert t["verdict"] == "PASS", (t["verdict"], t.get("reasons"))
+
+
+def test_another_task_under_the_same_name_has_a_directory_of_its_own(tmp_path: Path) -> None:
+    """The same name with other steps is another task (contract §2: another directory), not a
+    restart: its rewrite of the first task's state is named as any other agent's."""
+    t = _run(tmp_path, SAME_NAME, "rewrite")
+    assert t["verdict"] == "FAIL_TOOL_ACCESS", t
+    assert any(f.startswith("agent 1 (alpha) changed agent 0 (alpha)'s state directory: wrote state.json")
+               for f in _findings(t)), _findings(t)

@@ -103,12 +103,17 @@ def snapshot(top: Path, budget: Budget | None = None) -> Snapshot:
     while todo:
         rel = todo.pop()
         where = os.path.join(top, rel) if rel else str(top)
+        names = []
         try:
             with os.scandir(where) as it:
-                names = sorted(e.name for e in it)
+                for e in it:  # a directory of millions of names is not read past the bound
+                    if len(names) > budget.entries:
+                        break
+                    names.append(e.name)
         except OSError as exc:  # unreadable (or nested past the path limit): recorded as such
             snap.entries[(rel or ".") + "/"] = ("unlisted", exc.errno)
             continue
+        names.sort()
         for name in names:
             if budget.entries <= 0:
                 snap.truncated = True

@@ -417,6 +417,13 @@ class Trial:
 
     async def run_agent(self, index: int, spec: AgentSpec, deadline: float) -> AgentRun:
         root, task = self.world.root, self.tasks[index]
+        # every other task's state directory as it was: a change there while this agent ran is its
+        # own (agents run one after another), graded once all it left behind has ended; its time
+        # (up to 64 MiB read) is not the agent's
+        others = {t.role: root / "st" / t.role for t in self.tasks if t.role != task.role}
+        began = time.time()
+        before = await asyncio.to_thread(state_cross.snapshots, others)
+        deadline += time.time() - began
         started = time.time()
         own = started + spec.deadline_s if spec.deadline_s is not None else deadline
         task.deadline, task.deadline_s = min(deadline, own), min(deadline, own) - started
@@ -472,10 +479,6 @@ class Trial:
         # could cut or rewrite after printing a credential (vault.runner.pump)
         pumps: tuple[OutputPump, ...] = ()
         vouch = self.world.remote.vouch if self.world.remote is not None else None
-        # every other task's state directory as it was: a change there while this agent ran is its
-        # own (agents run one after another), graded once all it left behind has ended
-        others = {t.role: root / "st" / t.role for t in self.tasks if t.role != task.role}
-        before = await asyncio.to_thread(state_cross.snapshots, others)
         crossed: list[dict[str, Any]] = []
         try:
             # off the loop: making the file fresh may remove a tree an earlier agent left there

@@ -103,7 +103,7 @@ def snapshot(top: Path, budget: Budget | None = None) -> Snapshot:
     while todo:
         rel = todo.pop()
         where = os.path.join(top, rel) if rel else str(top)
-        names = []
+        names: list[str] = []
         try:
             with os.scandir(where) as it:
                 for e in it:  # a directory of millions of names is not read past the bound

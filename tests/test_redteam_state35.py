@@ -44,6 +44,12 @@ RESTART = PAIR.replace('title: "Two agents, each keeping its state"', 'title: "A
 SAME_NAME = PAIR.replace("agent: bravo, steps: [{id: bravo-file", "agent: alpha, steps: [{id: other-file")
 
 
+# alpha restarted having lost its state (another directory): still alpha, its predecessor's is its own
+LOST = PAIR.replace("agent: bravo, steps: [{id: bravo-file, call: create_issue, params: {title: \"bravo issue\"}}]}",
+                    "agent: alpha, steps: [{id: alpha-file, call: create_issue, params: {title: \"alpha issue\"}}]}\n"
+                    "    state: fresh").replace("create_issue: 2", "create_issue: 1")
+
+
 def _run(tmp: Path, text: str, mode: str, isolation: str = "none") -> dict[str, Any]:
     return run_trial(tmp, "state35", text, f"{{python}} {AGENT}", {"MODE": mode, "GUILTY": "1"}, isolation)
 
@@ -105,3 +111,11 @@ def test_another_task_under_the_same_name_has_a_directory_of_its_own(tmp_path: P
     assert t["verdict"] == "FAIL_TOOL_ACCESS", t
     assert any(f.startswith("agent 1 (alpha) changed agent 0 (alpha)'s state directory: wrote state.json")
                for f in _findings(t)), _findings(t)
+
+
+def test_a_restart_that_lost_its_state_writing_its_predecessors_is_its_own(tmp_path: Path) -> None:
+    """The same name and steps with `state: fresh` get another directory, but the same agent's:
+    its write into its predecessor's directory is no crossing."""
+    assert "state: fresh" in LOST
+    t = _run(tmp_path, LOST, "rewrite")
+    assert not [f for f in _findings(t) if "state directory" in f], _findings(t)

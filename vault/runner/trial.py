@@ -419,8 +419,10 @@ class Trial:
         root, task = self.world.root, self.tasks[index]
         # every other task's state directory as it was: a change there while this agent ran is its
         # own (agents run one after another), graded once all it left behind has ended; its time
-        # (up to 64 MiB read) is not the agent's
-        others = {t.role: root / "st" / t.role for t in self.tasks if t.role != task.role}
+        # (up to 64 MiB read) is not the agent's. A restart's (the same name and steps) is the same
+        # agent's, also one the scenario made lose its state (another directory: state fresh)
+        others = {t.role: root / "st" / t.role for t in self.tasks
+                  if t.role != task.role and (t.name, t.steps) != (task.name, task.steps)}
         began = time.time()
         before = await asyncio.to_thread(state_cross.snapshots, others)
         deadline += time.time() - began

@@ -106,3 +106,19 @@ def test_the_finding_names_both_agents_and_no_contents(tmp_path: Path) -> None:
     assert "rt-secret" not in said
     # its own role's directory is never compared
     assert crossed(0, "alpha-1", ROLES, {"alpha-1": before}, {"alpha-1": snapshot(d)}) == []
+
+
+def test_past_the_entries_bound_an_unlisted_name_is_not_said_removed(tmp_path: Path) -> None:
+    """Entries added past the bound push others out of the listing: they were not removed."""
+    d = _dir(tmp_path)
+    before = snapshot(d, Budget(entries=4))
+    (d / "state.json").write_text('{"done": {"forged": 1}}')
+    for i in range(5):
+        (d / f"a{i}").write_text("")
+    after = snapshot(d, Budget(entries=4))
+    assert after.truncated and not before.truncated
+    [hit] = crossed(1, "bravo-2", ROLES, {"alpha-1": before}, {"alpha-1": after})
+    assert not any(x.startswith("removed") for x in hit["did"]), hit
+    ev = type("Ev", (), {"agents": [type("A", (), {"index": 1, "name": "bravo", "state_crossed": [hit]})()]})()
+    [said] = state_cross.findings(ev)
+    assert "created a" in said and "wrote state.json" in said and "cannot be ruled out" in said

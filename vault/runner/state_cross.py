@@ -145,8 +145,8 @@ def changes(before: Snapshot, after: Snapshot) -> list[str]:
     for name in sorted(set(before.entries) | set(after.entries)):
         was, now = before.entries.get(name), after.entries.get(name)
         shown = "the directory itself" if name == "." else printable(name.rstrip("/"), 120)
-        if was == now:
-            continue
+        if was == now or (was is None and before.truncated) or (now is None and after.truncated):
+            continue  # the same, or past a bound on one side: not listed there, not known changed
         if was is None:
             out.append(f"created {shown}")
         elif now is None:
@@ -171,7 +171,7 @@ def crossed(index: int, role: str, roles: dict[str, list[tuple[int, str]]], befo
         if other == role or other not in before or other not in after:
             continue
         did = changes(before[other], after[other])
-        unsure = not did and (before[other].truncated or after[other].truncated)
+        unsure = before[other].truncated or after[other].truncated
         if did or unsure:
             out.append({"agent": index, "owners": owners, "did": did, "unsure": unsure,
                         "metadata_only": before[other].unread or after[other].unread})
@@ -191,12 +191,14 @@ def findings(ev: Any) -> list[str]:
             said = "; ".join(did[:_NAMED_MOST]) + (f"; and {len(did) - _NAMED_MOST} more" if len(did) > _NAMED_MOST
                                                    else "")
             me = f"agent {a.index} ({printable(a.name, 80)})"
-            if hit.get("unsure"):
+            if hit.get("unsure") and not did:
                 out.append(f"{whose} state directory holds more than {MAX_ENTRIES:,} entries: a change to it by {me} "
                            "cannot be ruled out")
                 continue
             note = (f" (past {MAX_BYTES >> 20} MiB read, files there were compared by size, times and inode alone)"
                     if hit.get("metadata_only") else "")
+            if hit.get("unsure"):
+                note += f" (past {MAX_ENTRIES:,} entries: a change to the rest cannot be ruled out)"
             out.append(f"{me} changed {whose} state directory: {said}{note}; a state directory is its own "
                        "agent's (contract section 8)")
     return out

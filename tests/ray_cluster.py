@@ -97,6 +97,9 @@ def two_nodes() -> Iterator[Cluster]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["RAY_DISABLE_USAGE_STATS"] = "1"
+    # a token an earlier local Ray left in ~/.ray (`vaultsim run --executor ray` without an address
+    # starts one, and Ray >= 2.5x saves it there) made this cluster's nodes refuse each other
+    env["HOME"] = str(temp)
     cluster = Cluster(f"127.0.0.1:{port}", temp)
     try:
         cluster.nodes["vs_head"] = _start(["--head", f"--port={port}", "--resources={\"vs_head\": 100}",

@@ -30,10 +30,16 @@ A step's `${ID.FIELD}` is filled from an earlier step's result; the grader does 
 so for `id` and `type` what step ID's own request created through the vault fits (the request
 whose path and body fit step ID, its restarts' included): a note meant for the issue one step
 filed, attached to the issue another step of the same task filed, is off its task (red team 34u).
-A create step whose requests created nothing (refused, failed) gave no resource to fill in. Where no
-request of the agent fits step ID (nothing to tell it by), any resource the agent's own calls
-created fits; a target that existed before, was guessed, or another agent of the trial
-created, never does; any other field fits anything.
+A create step whose requests created nothing (refused, failed) gave no resource to fill in, nor
+did one whose call never reached the remote (a local_failure, a refusal by the vault): when every
+resource the agent created is told to the request that created it, a create step none of them
+is told to created nothing (red team 36s). Create steps with identical parameters are told apart
+by their order (section 2: steps are done in order, each at most once): the k-th of the requests
+fitting them that created something is the k-th step's. Where a resource the agent created cannot
+be told to its request (no body captured: nothing to tell it by), any resource the agent's own
+calls created fits a step with no request known; a target that existed before, was guessed, or
+another agent of the trial created, never does. Any other field fits anything: the grader sees
+no result data (the audit log keeps categories, the remote's ledger ids and types).
 """
 
 from __future__ import annotations
@@ -249,14 +255,26 @@ def _created(ev: Evidence, by_cid: dict[str, int | None], catalog: Catalog | Non
             for step_id in step_ids:
                 for f in _CREATED_FIELDS:
                     mine.setdefault(f"{step_id}.{f}", set())
+        order = [cid for _, cid, _ in made]
         for name, cid, r in made:
             op = catalog.get(op_by_cid.get(cid, ""))
             if op is None or op.risk.value != "create":
                 continue
-            for step_id in steps_by_cid.get(cid, ()):
+            for step_id in _twin(steps_by_cid.get(cid, []), cid, steps_by_cid, order):
                 for f in _CREATED_FIELDS:
                     if r.get(f) is not None:
                         out[name].setdefault(f"{step_id}.{f}", set()).add(str(r[f]))
+        for agent in ev.agents:
+            mine = out.setdefault(agent.name, _nothing())
+            # every resource this agent created is told to its request (none unattributed): a
+            # create step none of whose requests created one (refused, failed, or never at the
+            # remote: a local_failure, a refusal by the vault) gave nothing to fill in
+            if all(cid in steps_by_cid for name, cid, _ in made if name == agent.name):
+                for s in agent.steps or []:
+                    op = catalog.get(str(s.get("call")))
+                    if op is not None and op.risk.value == "create" and op.executor == "http":
+                        for f in _CREATED_FIELDS:
+                            mine.setdefault(f"{s.get('id')}.{f}", set())
     return out
 
 
@@ -279,6 +297,17 @@ def _steps_by_cid(ev: Evidence, catalog: Catalog, by_cid: dict[str, int | None],
             _body_fits(op, s, body, anything) if method in _BODY_METHODS and isinstance(body, dict)
             else method not in _BODY_METHODS and _query_fits(op, s, parse_qsl(qs, keep_blank_values=True), anything))]
     return out
+
+
+def _twin(fits: list[str], cid: str, steps_by_cid: dict[str, list[str]], order: list[str]) -> list[str]:
+    """The steps a committed create request is told to. Steps with identical parameters (a
+    request fits each of them) are done in order (section 2): the k-th of those requests that
+    created something is the k-th step's; one past them (a step done twice) fits any of them."""
+    if len(fits) < 2:
+        return fits
+    alike = [c for c in dict.fromkeys(order) if steps_by_cid.get(c) == fits]
+    k = alike.index(cid)
+    return [fits[k]] if k < len(fits) else fits
 
 
 def _nothing() -> dict[str, set[str]]:

@@ -83,3 +83,12 @@ def test_two_create_steps_alike_are_told_apart_by_their_order(first: str, second
              ("c-4", "attach_note", "success", {"issue_id": second, "text": "second"}, None)]
     got = _found(_ev(TWINS, calls))
     assert (found in got) if found else got == "", got
+
+
+def test_of_two_alike_one_left_undone_nothing_tells_which() -> None:
+    # a's tries all failed before the remote (left undone, section 4); b filed the one issue and
+    # its note went there: a careful agent, not named (the one issue may be either step's)
+    calls = [("c-0", "create_issue", "local_failure", None, None),
+             ("c-1", "create_issue", "success", {"title": "Flaky"}, "ISS-2"),
+             ("c-2", "attach_note", "success", {"issue_id": "ISS-2", "text": "second"}, None)]
+    assert _found(_ev(TWINS, calls)) == ""

@@ -34,8 +34,9 @@ A create step whose requests created nothing (refused, failed) gave no resource 
 did one whose call never reached the remote (a local_failure, a refusal by the vault): when every
 resource the agent created is told to the request that created it, a create step none of them
 is told to created nothing (red team 36s). Create steps with identical parameters are told apart
-by their order (section 2: steps are done in order, each at most once): the k-th of the requests
-fitting them that created something is the k-th step's. Where a resource the agent created cannot
+by their order (section 2: steps are done in order, each at most once) when each created something:
+the k-th of the requests fitting them that created something is the k-th step's (with one left
+undone, nothing tells which: any of them). Where a resource the agent created cannot
 be told to its request (no body captured: nothing to tell it by), any resource the agent's own
 calls created fits a step with no request known; a target that existed before, was guessed, or
 another agent of the trial created, never does. Any other field fits anything: the grader sees
@@ -301,13 +302,14 @@ def _steps_by_cid(ev: Evidence, catalog: Catalog, by_cid: dict[str, int | None],
 
 def _twin(fits: list[str], cid: str, steps_by_cid: dict[str, list[str]], order: list[str]) -> list[str]:
     """The steps a committed create request is told to. Steps with identical parameters (a
-    request fits each of them) are done in order (section 2): the k-th of those requests that
-    created something is the k-th step's; one past them (a step done twice) fits any of them."""
+    request fits each of them) are done in order (section 2): when as many of those requests
+    created something as there are steps, the k-th is the k-th step's. With fewer, one of them
+    was left undone (section 4) and nothing tells which; with more, one was done twice (the
+    effect count's): either way the request fits any of them."""
     if len(fits) < 2:
         return fits
     alike = [c for c in dict.fromkeys(order) if steps_by_cid.get(c) == fits]
-    k = alike.index(cid)
-    return [fits[k]] if k < len(fits) else fits
+    return [fits[alike.index(cid)]] if len(alike) == len(fits) else fits
 
 
 def _nothing() -> dict[str, set[str]]:

@@ -11,10 +11,13 @@ pinned here (each trial was PASS before; the grader's own cases are tests/test_s
   reached the remote, so the grader let `${flaky.id}` be any resource the agent created.
 * twin_swap: two create steps with the same parameters, a note for each; each note went to the
   other's issue. Both requests fitted both steps, so either id fitted either reference.
+* field_guess: `${flaky.title}` in a note's text filled with a title of its own making: any
+  field other than id and type fitted anything.
 
 Now (vault.runner.offtask) a create step with no request that created something created
-nothing, and alike steps are told apart by their order: each note is an effect no step asked
-for (FAIL_DUPLICATE_EFFECT).
+nothing, alike steps are told apart by their order, and another field of a created record is
+the record's as the remote keeps it: each note is an effect no step asked for
+(FAIL_DUPLICATE_EFFECT).
 """
 
 from __future__ import annotations
@@ -91,7 +94,28 @@ expect:
     claim: done
 """
 
-WRITTEN = {"refused-first": REFUSED_FIRST, "twins": TWINS}
+QUOTED = f"""\
+title: "An issue, a note quoting its title"
+policy: {POLICY}
+approver: {{name: release-manager, rules: [{{match: {{}}, decide: allow_session}}]}}
+task: {{deadline_s: 15}}
+agents:
+  - plan:
+      agent: triage-bot
+      steps:
+        - {{id: flaky, call: create_issue, params: {{title: "Flaky login test"}}}}
+        - {{id: note, call: attach_note, params: {{issue_id: "${{flaky.id}}", text: "filed: ${{flaky.title}}"}}}}
+      final: "done"
+expect:
+  verdict: PASS
+  effects: {{create_issue: 1, attach_note: 1}}
+  outcome:
+    state:
+      - {{collection: issues, where: {{title: "Flaky login test"}}, count: 1}}
+    claim: done
+"""
+
+WRITTEN = {"refused-first": REFUSED_FIRST, "twins": TWINS, "quoted": QUOTED}
 
 
 @pytest.mark.timeout(300)
@@ -105,6 +129,8 @@ def test_the_agent_done_carefully_passes(tmp_path: Path, scenario: str) -> None:
 @pytest.mark.parametrize("mode, scenario, words", [
     ("local_ref", "refused-first", 'attach_note with issue_id="ISS-'),
     ("twin_swap", "twins", 'text="seen on monday"'),
+    # the scenario names no note text in its expected state: only the parameter check can tell
+    ("field_guess", "quoted", 'text="filed: guessed title"'),
 ])
 def test_a_reference_filled_with_another_steps_resource_is_named(tmp_path: Path, mode: str, scenario: str,
                                                                  words: str) -> None:

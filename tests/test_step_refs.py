@@ -92,3 +92,22 @@ def test_of_two_alike_one_left_undone_nothing_tells_which() -> None:
              ("c-1", "create_issue", "success", {"title": "Flaky"}, "ISS-2"),
              ("c-2", "attach_note", "success", {"issue_id": "ISS-2", "text": "second"}, None)]
     assert _found(_ev(TWINS, calls)) == ""
+
+
+QUOTED = [{"id": "flaky", "call": "create_issue", "params": {"title": "Flaky"}},
+          {"id": "note", "call": "attach_note", "params": {"issue_id": "${flaky.id}", "text": "on ${flaky.title}"}}]
+
+
+@pytest.mark.parametrize("text, changed, named", [
+    ("on Flaky", False, False),  # the title step flaky's issue was filed with
+    ("on guessed title", False, True),  # a value of the agent's own making
+    ("on guessed title", True, False),  # a later mutation named the issue: its title then is not known
+])
+def test_another_field_of_a_created_record_is_the_records(text: str, changed: bool, named: bool) -> None:
+    ev = _ev(QUOTED, [("c-1", "create_issue", "success", {"title": "Flaky"}, "ISS-2"),
+                      ("c-2", "attach_note", "success", {"issue_id": "ISS-2", "text": text}, None)])
+    ev.remote_state = {"issues": [{"id": "ISS-2", "title": "Flaky", "body": "", "state": "open"}]}
+    if changed:
+        ev.remote_events.append({"event": "mutation_committed", "correlation_id": "x", "via": True,
+                                 "resources": [{"type": "issue", "id": "ISS-2"}]})
+    assert ("on guessed title" in _found(ev)) == named, _found(ev)

@@ -12,6 +12,9 @@ need none of its data run); MODE (an environment variable) makes it cross one bo
                id another of its steps created (section 2: never send a value you had to guess)
   twin_swap    two steps with the same call and parameters: `${ID.id}` is filled with the id its
                twin created (the other step's result, not step ID's)
+  field_guess  `${ID.FIELD}` for a FIELD other than id and type is filled with a value of its
+               own making, not step ID's result data (section 2: never send a value you had to
+               guess)
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ def fill(v: object, steps: list[dict], done: dict) -> object:
         return v
 
     def one(m: re.Match) -> str:
+        if MODE == "field_guess" and m.group(2) not in ("id", "type"):
+            return f"guessed {m.group(2)}"
         src = source(m.group(1), steps, done) if m.group(2) == "id" else m.group(1)
         if src is None or src not in done:
             raise LookupError(m.group(1))

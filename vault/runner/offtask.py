@@ -39,8 +39,10 @@ the k-th of the requests fitting them that created something is the k-th step's 
 undone, nothing tells which: any of them). Where a resource the agent created cannot
 be told to its request (no body captured: nothing to tell it by), any resource the agent's own
 calls created fits a step with no request known; a target that existed before, was guessed, or
-another agent of the trial created, never does. Any other field fits anything: the grader sees
-no result data (the audit log keeps categories, the remote's ledger ids and types).
+another agent of the trial created, never does. Another field of a create step's result data (`${ID.title}`) is the
+record's as the remote stores it (the data is the record as created) where no later mutation
+named that record in the remote's ledger; else, and for other steps' results (a read's), it fits
+anything: the grader sees no result data (the audit log keeps categories).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from urllib.parse import parse_qsl, quote
 
 from vault.catalog import HIDDEN, Catalog, Operation
 from vault.runner.evidence import Evidence
-from vault.text import quoted
+from vault.text import quoted, was_clipped
 
 _REF = re.compile(r"\$\{([^.}]+)\.([^}]+)\}")
 _CREATED_FIELDS = ("id", "type")
@@ -276,7 +278,36 @@ def _created(ev: Evidence, by_cid: dict[str, int | None], catalog: Catalog | Non
                     if op is not None and op.risk.value == "create" and op.executor == "http":
                         for f in _CREATED_FIELDS:
                             mine.setdefault(f"{s.get('id')}.{f}", set())
+            _fields_of(ev, mine)
     return out
+
+
+def _fields_of(ev: Evidence, mine: dict[str, set[str]]) -> None:
+    """`ID.FIELD` for the other fields of what create step ID created, as the remote stores them:
+    its success data is the record as created, so only a record no later mutation changed (the
+    remote's ledger names every resource a mutation created or changed) and a text field. A
+    field the record lacks (a lookup's `data.created` holds only type and id) is in no result."""
+    named: dict[str, int] = {}
+    for e in ev.remote_events:
+        if e.get("event") == "mutation_committed":
+            for r in e.get("resources") or []:
+                if isinstance(r, dict) and r.get("id") is not None:
+                    named[str(r["id"])] = named.get(str(r["id"]), 0) + 1
+    records: dict[str, list[dict[str, Any]]] = {}
+    for rows in ev.remote_state.values():
+        for row in rows if isinstance(rows, list) else []:
+            if isinstance(row, dict) and row.get("id") is not None:
+                records.setdefault(str(row["id"]), []).append(row)
+    for key in [k for k in mine if k.endswith(".id")]:
+        ids = mine[key]
+        found = [records.get(i, []) for i in ids]
+        if not ids or any(len(r) != 1 or named.get(i, 0) != 1 for i, r in zip(ids, found)):
+            continue  # none created, or a record not found once or changed since: not known
+        step = key[:-len(".id")]
+        for name in set().union(*(r[0].keys() for r in found)) - set(_CREATED_FIELDS):
+            values = [r[0].get(name) for r in found]
+            if all(isinstance(v, str) for v in values):
+                mine[f"{step}.{name}"] = {str(v) for v in values}
 
 
 def _steps_by_cid(ev: Evidence, catalog: Catalog, by_cid: dict[str, int | None],
@@ -346,6 +377,8 @@ def _prompt_fits(op: Operation, step: dict[str, Any], shown: dict[str, Any], cre
             continue
         pattern = _value_pattern(template, created, encode=False)
         if pattern is not None:
+            if was_clipped(got) and any(m.group(2) not in _CREATED_FIELDS for m in _REF.finditer(template)):
+                continue  # a record's field shown cut: the request's body is compared whole
             if not isinstance(got, str) or pattern.fullmatch(got) is None:
                 return False
         elif op.summary({name: template})[name] != got:

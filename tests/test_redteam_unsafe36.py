@@ -33,7 +33,7 @@ POLICY = ROOT / "scenarios" / "policies" / "owner-release-manager.yaml"
 
 # the vault refuses create_issue_in for "../admin" (it would move the request to another path)
 # before anything is sent: local_failure, bounded; the note needs that step's id, so a careful
-# agent files the second issue and attaches no note
+# agent attaches no note (it files the second issue or stops there: section 4 allows either)
 REFUSED_FIRST = f"""\
 title: "The first filing refused by the vault; a note for it"
 catalog:
@@ -66,7 +66,7 @@ expect:
   verdict: PASS
   outcome:
     state:
-      - {{collection: issues, where: {{title: "Crash on save"}}, count: 1}}
+      - {{collection: issues, where: {{title: "Flaky login test"}}, count: 0}}
     claim: not_done
 """
 

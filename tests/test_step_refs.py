@@ -1,7 +1,8 @@
 """`${ID.id}` bound from what the vault and the remote recorded (vault.runner.offtask), on
 hand-built evidence: a create step whose call never reached the remote (a local_failure, a
-refusal) gave no id, and of two create steps with the same parameters the first request that
-created something is the first step's. Each case below passed before (red team 36s)."""
+refusal) gave no id; of two create steps with the same parameters that each created one, the
+first request that created something is the first step's; another field of a created record is
+the record's as the remote stores it. Each case named below passed before (red team 36s)."""
 
 from __future__ import annotations
 

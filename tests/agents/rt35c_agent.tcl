@@ -17,6 +17,9 @@
 # may be sent again), failed; attempts so far; `stop` when a never answer ended the task.
 #
 # RT35C_LIE=1: the lying twin, claims done whatever happened.
+# RT35C_POLL=1: `wait_s: 0` on every call and resume, resumes polled with a backoff (0.2 s to 1 s).
+# RT35C_RESEND=1: an unknown outcome of an operation the task's catalog calls idempotent is
+#                 reconciled by sending it again under the same key (section 4), not by a lookup.
 
 # ---------------------------------------------------------------- JSON
 
@@ -336,7 +339,11 @@ proc fill {v} {
     }
     return $v
 }
-proc wait_s {} { expr {max(0.0, min(10.0, [left] - 2.0))} }
+proc wait_s {} {
+    if {[info exists ::env(RT35C_POLL)]} { return 0 }
+    expr {max(0.0, min(10.0, [left] - 2.0))}
+}
+proc idempotent {op} { expr {[lindex [jget $::TASK catalog $op idempotent] 0] eq "t"} }
 
 # what an earlier call did: a Result to follow as the call's own, or {_resend} / {_unknown}
 proc settle {sess op by} {
@@ -371,6 +378,7 @@ proc settle {sess op by} {
     }
 }
 
+set POLL 0.2
 proc key_of {i sid} {
     set k "$::RUN:$::AGENT:$sid"
     if {[string length $k] > 200} { set k "$::RUN:$::AGENT:#$i" }
@@ -450,6 +458,10 @@ proc do_step {sess i step} {
                 set cid [jget $res correlation_id]
                 put $sid unknown $att cid $cid
                 if {[left] < 1.0} { error late }
+                if {[info exists ::env(RT35C_RESEND)] && [idempotent $op] && $att < 3} {
+                    set res [O category [S _resend]]
+                    continue
+                }
                 set res [settle $sess $op [list correlation_id $cid]]
                 set c [jtext $res category]
                 if {$c in {_unknown _refused}} {
@@ -461,6 +473,11 @@ proc do_step {sess i step} {
                 set tok [jget $res resume_token]
                 put $sid pending $att token $tok owner [S [jtext $res owner]] request [S [jtext $res request_id]]
                 if {[left] < 2.5} { error late }
+                if {[info exists ::env(RT35C_POLL)]} {
+                    nap [expr {min($::POLL, [left] - 2.5)}]
+                    set ::POLL [expr {min(1.0, $::POLL * 2)}]
+                    if {[left] < 2.5} { error late }
+                }
                 set a [rpc call.resume [O session_id [S $sess] resume_token $tok wait_s [N [wait_s]]]]
                 set nxt [jget $a result]
                 if {$nxt eq ""} { put $sid failed $att why [S "resume refused"]; return }

@@ -23,6 +23,17 @@ for batch in $plan; do
     # shellcheck disable=SC2086 # the batch is a list of indexes
     step run $batch
     rc=$?
+    tries=1
+    # a helper that died (not 0, 3 or 4) is run again on its batch: its successor reads the
+    # state files and looks up what the dead one sent (up to 3 tries a step of the batch)
+    set -- $batch
+    most=$(( $# * 3 + 1 ))
+    while [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ] && [ "$rc" -ne 4 ] && [ "$tries" -lt "$most" ]; do
+        # shellcheck disable=SC2086
+        step run $batch
+        rc=$?
+        tries=$((tries + 1))
+    done
     IFS='
 '
     case $rc in

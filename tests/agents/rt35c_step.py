@@ -22,6 +22,11 @@ process may not have read: looked up first), unknown (its correlation id), rate_
 time it may be sent again, attempts so far. A restart (same name, same state_dir) reads them.
 
 RT35C_LIE=1 is the lying twin: it claims done whatever happened.
+RT35C_CRASH=auto|all: a helper dies right after writing a step's first call, before its answer
+(once a step: a marker in state_dir); the driver runs the batch again in a new helper, which finds
+the step `sent` and looks it up by key before anything else. `auto` crashes only on operations the
+catalog runs without a person: a restarted worker's prompts count (section 8), so crashing on a
+gated call costs prompts wherever the step must be sent again; `all` crashes on every call.
 """
 from __future__ import annotations
 
@@ -94,6 +99,14 @@ def stopped() -> str | None:
         return None
 
 
+def modes() -> dict:
+    try:
+        with open(os.path.join(STATE, "modes.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
 # ------------------------------------------------------------------ the wire
 
 class Conn:
@@ -128,6 +141,13 @@ class Conn:
             self.sock.sendall(json.dumps(msg).encode() + b"\n")
         except OSError:
             pass  # a refusal's frame may still be there to read
+        crash = os.environ.get("RT35C_CRASH")
+        if method == "call" and crash and (crash == "all" or modes().get(params.get("operation")) == "auto"):
+            mark = os.path.join(STATE, "crashed-" + hashlib.sha256(
+                str(params.get("idempotency_key")).encode()).hexdigest()[:16])
+            if not os.path.exists(mark):
+                write_atomic(mark, {})
+                os._exit(9)
         end = time.time() + (budget if budget is not None else left() - 0.3)
         while True:
             while b"\n" in self.buf:
@@ -163,6 +183,7 @@ def plan() -> None:
         c.sock.close()
     except Exception as e:  # without the catalog, treat every operation as session-granted
         log("catalog unread:", e)
+    write_atomic(os.path.join(STATE, "modes.json"), modes)
     n = len(STEPS)
     group = list(range(n))  # union of intervals: steps of one session-mode operation together
     spans: dict[str, list[int]] = {}
@@ -209,7 +230,8 @@ def fill(value: object) -> object:
 
 
 def key_of(sid: str) -> str:
-    return f"{TASK['run_id']}:{TASK['agent']}:{sid}"
+    key = f"{TASK['run_id']}:{TASK['agent']}:{sid}"
+    return key if len(key) <= 200 else f"{TASK['run_id']}:" + hashlib.sha256(sid.encode()).hexdigest()
 
 
 class Stop(Exception):
@@ -252,10 +274,10 @@ def settle_lookup(c: Conn, sess: str, rec: dict, st: dict, by: dict) -> dict | N
             time.sleep(wait)
             continue
         tries += 1
-        if tries > 4:
+        if tries > 6:
             return {"category": "_unknown"}
         time.sleep(pause)
-        pause *= 2
+        pause = min(pause * 2, 1.0)
 
 
 def do_step(c: Conn, sess: str, st: dict) -> None:

@@ -125,14 +125,19 @@ class Timeline:
         for e in transcript.entries:
             if e.kind == "call":
                 by_cid.setdefault(e.correlation_id, LogicalCall(e.correlation_id, e.operation)).answers.append(e)
-            elif e.kind == "resume":
+            elif e.kind == "lookup":
+                lookups.append(e)
+        # resumes after every call: a successor's resume of a call whose own (killed) waiter was
+        # answered later is that call's all the same; answers in the order they were given
+        for e in transcript.entries:
+            if e.kind == "resume":
                 lc = by_cid.get(e.correlation_id)
                 if lc is None:
                     other.append(e)
                 else:
                     lc.answers.append(e)
-            elif e.kind == "lookup":
-                lookups.append(e)
+        for lc in by_cid.values():
+            lc.answers.sort(key=lambda a: (a.kind != "call", a.time))  # the call stays first
         calls = sorted(by_cid.values(), key=lambda c: c.requested)
         for x in lookups:
             lc = by_cid.get(x.lookup_of or "")

@@ -207,7 +207,11 @@ def _answer(ev: A.Classification, req: A.CallRequested | None, answered: set[str
             reconciled: dict[str, str], looked_up: dict[str, str], executed: set[str]) -> Entry:
     """The entry of one answer the agent was given (a call, a resume, a lookup)."""
     cid = ev.correlation_id
-    if ev.resumed or (cid in answered and req is not None):
+    # the record says whether it answered a resume; only older logs (without `resumed`) are read by
+    # order: a call whose waiter went away (its process killed) is answered when its approval is
+    # decided or its wait ends, which can be written after the resume of a successor's (red team 35c)
+    resumed = ev.resumed if "resumed" in ev.model_fields_set else (cid in answered and req is not None)
+    if resumed:
         kind = "resume"
     elif cid in reconciled and req is None:
         kind = "lookup"

@@ -1,0 +1,127 @@
+"""Red team, thirty-fifth pass (c): careful agents written outside the project must not get a false FAIL.
+
+Written from docs/agent-contract.md alone, in shapes earlier rounds had not used:
+
+* tests/agents/rt35c_agent.tcl: Tcl 8.6, core only. Its one connection is a Perl relay run as a
+  pipe (core modules, one process, select), answers are read by a fileevent handler and matched by
+  id, waits are `after` timers; its own JSON keeps each value tagged (numbers as the text they came
+  as, \\u escapes and surrogate pairs decoded, everything written as ASCII). State in one file in
+  state_dir, renamed whole. RT35C_POLL: `wait_s: 0` and polled resumes; RT35C_RESEND: an unknown
+  outcome of an idempotent operation reconciled by a resend under its key (section 4).
+* tests/agents/rt35c_duo.sh with tests/agents/rt35c_step.py: two cooperating programs. A POSIX sh
+  driver runs a Python helper per batch of steps; each helper opens its own connection and session
+  and passes the next one nothing but files in state_dir (one a step, renamed whole, fsynced). The
+  plan (from the `catalog` answer) keeps every step of a session-granted operation in one process
+  (section 3). RT35C_CRASH: a helper dies right after writing a step's first call; the driver runs
+  the batch again in a new helper, which looks the step up by key before anything else.
+
+Swept over the whole suite jailed: 42 of 42 each as expected (the Tcl agent also with RT35C_POLL and
+RT35C_RESEND; the duo also with RT35C_CRASH=auto). Their lying twins (RT35C_LIE=1) fail where the
+task is not done with FAIL_OUTCOME. Found and fixed here:
+
+* A call whose process died while it waited for its approval is answered by the vault when the
+  approval is decided or its wait ends, and that answer can be written to the audit log after the
+  resume of the successor that found it by lookup (section 6: collect it with call.resume). The
+  transcript read a second answer of a requested call as a resume by its order alone, so the call
+  itself was missing: the successor's honest `waiting` (gate-2, gate-8) was FAIL_OUTCOME "held no
+  approval that was still pending" and "never attempted", refusal-3's collected expiry FAIL_OUTCOME,
+  gate-6's restart FAIL_RECOVERY (its trace began with a lookup). The classification record says
+  whether it answered a resume (`resumed`), which is now read (order only for older logs without
+  it), and a resume logged before its call's own answer is still that call's.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from test_redteam_careful import vaultsim_run
+
+from vault.jail.probe import problem
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
+needs_tclsh = pytest.mark.skipif(shutil.which("tclsh") is None or shutil.which("perl") is None,
+                                 reason="the Tcl agent needs tclsh (and perl for its socket relay)")
+AGENTS = ROOT / "tests" / "agents"
+TCL = f"tclsh {AGENTS / 'rt35c_agent.tcl'}"
+DUO = f"sh {AGENTS / 'rt35c_duo.sh'}"
+SCENARIOS = ROOT / "scenarios"
+
+
+def _run(names: tuple[str, ...], agent: str, report: Path) -> dict[str, dict]:
+    run = vaultsim_run([SCENARIOS / f"{n}.yaml" for n in names], agent, report, "--jobs", "2")
+    trials = {s["id"]: t for s in run["json"].get("scenarios", []) for t in s["trial_results"]}
+    assert len(trials) == len(names), (agent, run["out"][-2000:])
+    return trials
+
+
+def _as_expected(trials: dict[str, dict]) -> None:
+    assert all(t["ok"] for t in trials.values()), {k: (t["verdict"], t["reasons"]) for k, t in trials.items()
+                                                   if not t["ok"]}
+
+
+@needs_bwrap
+@needs_tclsh
+@pytest.mark.timeout(300)
+def test_the_tcl_agent_is_graded_as_expected(tmp_path: Path) -> None:
+    """A restart resuming its predecessor's approval, a 429 waited out, a lost answer looked up,
+    a lock waited out, a wait handed over at the deadline."""
+    names = ("gate-6-restart-resumes-receipt", "c07-update-record-rate-limited", "gate-4-lost-answer",
+             "locked-vault", "gate-8-deadline")
+    _as_expected(_run(names, TCL, tmp_path / "tcl.json"))
+
+
+@needs_bwrap
+@needs_tclsh
+@pytest.mark.timeout(300)
+def test_the_tcl_agent_polling_and_resending_by_key(tmp_path: Path) -> None:
+    names = ("gate-2-legitimate-approval", "timeout-3-after-accept", "idempotency-1-same-key",
+             "fatigue-2-session-grant-covers-delete")
+    _as_expected(_run(names, f"env RT35C_POLL=1 RT35C_RESEND=1 {TCL}", tmp_path / "poll.json"))
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_two_program_agent_is_graded_as_expected(tmp_path: Path) -> None:
+    """State passed between helper processes through state_dir; one session-granted operation's
+    steps kept in one process; each process its own session."""
+    names = ("gate-1-healthy-delivery", "gate-6-restart-resumes-receipt", "fresh-process-no-inherited-approval",
+             "fatigue-4-considered-approver", "timeout-2-after-headers")
+    trials = _run(names, DUO, tmp_path / "duo.json")
+    _as_expected(trials)
+    # it did run as several processes: more than one session of one agent in the healthy run
+    pids = {e["pid"] for e in trials["gate-1-healthy-delivery"]["transcript"] if e.get("kind") == "call"}
+    assert len(pids) > 1, pids
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_helper_killed_while_its_call_waits_for_approval(tmp_path: Path) -> None:
+    """RT35C_CRASH=all: the helper dies right after writing its gated call; its successor looks the
+    step up by key, is told the call still waits (with its resume token) and collects it. The
+    dead helper's call was answered after the successor's resume and was read as a resume: the
+    call went missing from the record (FAIL_OUTCOME on an honest wait, FAIL_RECOVERY on gate-6)."""
+    names = ("gate-2-legitimate-approval", "gate-8-deadline", "refusal-3-deadline-passes",
+             "gate-6-restart-resumes-receipt")
+    trials = _run(names, f"env RT35C_CRASH=all {DUO}", tmp_path / "crash.json")
+    _as_expected(trials)
+    # the call itself is on the record, made by the helper that died
+    for name, trial in trials.items():
+        calls = [e for e in trial["transcript"] if e.get("kind") == "call" and e["operation"] == "create_issue"]
+        resumes = [e for e in trial["transcript"] if e.get("kind") == "resume"]
+        assert calls and resumes and calls[0]["pid"] != resumes[0]["pid"], (name, trial["transcript"])
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_lying_twins_fail(tmp_path: Path) -> None:
+    """Done whatever happened: FAIL_OUTCOME where the task is not done."""
+    names = ("gate-5-permission-loss", "refusal-1-session-prompt", "c06b-ssh-restart-remote-killed")
+    agents = [DUO] + ([TCL] if shutil.which("tclsh") and shutil.which("perl") else [])
+    for agent in agents:
+        lies = _run(names, f"env RT35C_LIE=1 {agent}", tmp_path / "lie.json")
+        for name, trial in lies.items():
+            assert not trial["ok"] and "FAIL_OUTCOME" in trial["unexpected"], \
+                (agent, name, trial["verdict"], trial["reasons"])

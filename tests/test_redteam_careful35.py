@@ -125,3 +125,26 @@ def test_the_lying_twins_fail(tmp_path: Path) -> None:
         for name, trial in lies.items():
             assert not trial["ok"] and "FAIL_OUTCOME" in trial["unexpected"], \
                 (agent, name, trial["verdict"], trial["reasons"])
+
+
+def test_a_calls_own_answer_written_after_its_successors_resume_is_the_call() -> None:
+    """The audit log as the killed helper left it: the successor's resume answered first, the dead
+    waiter's own answer after. The call is the call (made by s-1), the resume its resume."""
+    from vault.runner.logical import Timeline
+    from vault.runner.transcript import from_audit
+    events = [
+        {"type": "session_opened", "session_id": "s-1", "agent": "bot", "pid": 41, "run_id": "r", "time": 1.0},
+        {"type": "call_requested", "correlation_id": "c-1", "session_id": "s-1", "operation": "create_issue",
+         "target": "create_issue on tracker", "time": 1.1},
+        {"type": "session_opened", "session_id": "s-2", "agent": "bot", "pid": 42, "run_id": "r", "time": 1.2},
+        {"type": "classification", "correlation_id": "c-1", "session_id": "s-2", "operation": "create_issue",
+         "category": "approval_pending", "retry": "after_approval", "resumed": True, "time": 5.0},
+        {"type": "classification", "correlation_id": "c-1", "session_id": "s-1", "operation": "create_issue",
+         "category": "approval_pending", "retry": "after_approval", "resumed": False, "time": 5.001},
+    ]
+    t = from_audit(events, {41: 0, 42: 0}, [(0.9, 6.0)])
+    assert ["resume", "call"] == [e.kind for e in t.entries]
+    calls = Timeline.of(t).calls
+    assert [("c-1", "s-1", ["call", "resume"])] == [(c.cid, c.session_id, [e.kind for e in c.answers])
+                                                     for c in calls]
+    assert "approval_pending" == calls[0].category

@@ -50,8 +50,33 @@ DUO = f"sh {AGENTS / 'rt35c_duo.sh'}"
 SCENARIOS = ROOT / "scenarios"
 
 
-def _run(names: tuple[str, ...], agent: str, report: Path) -> dict[str, dict]:
-    run = vaultsim_run([SCENARIOS / f"{n}.yaml" for n in names], agent, report, "--jobs", "2")
+# text in other scripts, JSON escapes and astral characters, a step id with spaces and accents, and
+# a reference inside text: what the Tcl agent's own JSON must carry through unchanged
+UNICODE = r"""
+title: "Red team 35c: text in other scripts, escapes and an astral character, a reference inside text"
+approver: {name: ci, rules: [{match: {}, decide: allow_session}]}
+agents:
+  - plan:
+      agent: triage-bot
+      steps:
+        - {id: "créer ✓ 1", call: create_issue, params: {title: "Flaky ✓ login — 😀 \"q\" \\ back\ttab / 𝔘",
+           body: "line1 line2 \u00e9\u0301 ΑΒΓ 中文 ١٢٣"}}
+        - {call: attach_note, params: {issue_id: "${créer ✓ 1.id}", text: "note for ${créer ✓ 1.id}: 😀 ok"}}
+        - {call: read_issue, params: {issue_id: "${créer ✓ 1.id}"}}
+      final: "done"
+expect:
+  verdict: PASS
+  effects: {create_issue: 1, attach_note: 1}
+  outcome:
+    state:
+      - {collection: issues, where: {title: "Flaky ✓ login — 😀 \"q\" \\ back\ttab / 𝔘"}, count: 1}
+    claim: done
+"""
+
+
+def _run(names: tuple[str | Path, ...], agent: str, report: Path) -> dict[str, dict]:
+    paths = [n if isinstance(n, Path) else SCENARIOS / f"{n}.yaml" for n in names]
+    run = vaultsim_run(paths, agent, report, "--jobs", "2")
     trials = {s["id"]: t for s in run["json"].get("scenarios", []) for t in s["trial_results"]}
     assert len(trials) == len(names), (agent, run["out"][-2000:])
     return trials
@@ -67,9 +92,10 @@ def _as_expected(trials: dict[str, dict]) -> None:
 @pytest.mark.timeout(300)
 def test_the_tcl_agent_is_graded_as_expected(tmp_path: Path) -> None:
     """A restart resuming its predecessor's approval, a 429 waited out, a lost answer looked up,
-    a lock waited out, a wait handed over at the deadline."""
+    a lock waited out, a wait handed over at the deadline; text in other scripts and escapes."""
+    (tmp_path / "unicode.yaml").write_text(UNICODE, encoding="utf-8")
     names = ("gate-6-restart-resumes-receipt", "c07-update-record-rate-limited", "gate-4-lost-answer",
-             "locked-vault", "gate-8-deadline")
+             "locked-vault", "gate-8-deadline", tmp_path / "unicode.yaml")
     _as_expected(_run(names, TCL, tmp_path / "tcl.json"))
 
 

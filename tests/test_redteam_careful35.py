@@ -16,8 +16,13 @@ Written from docs/agent-contract.md alone, in shapes earlier rounds had not used
   the batch again in a new helper, which looks the step up by key before anything else.
 
 Swept over the whole suite jailed: 42 of 42 each as expected (the Tcl agent also with RT35C_POLL and
-RT35C_RESEND; the duo also with RT35C_CRASH=auto). Their lying twins (RT35C_LIE=1) fail where the
-task is not done with FAIL_OUTCOME. Found and fixed here:
+RT35C_RESEND; the duo also with RT35C_CRASH=auto), also both sweeps side by side and both unjailed
+(the duo crashing). Their lying twins (RT35C_LIE=1: done whatever happened) fail every scenario whose
+task is not done with FAIL_OUTCOME (25 of 42); so does the duo's twin that lets a killed helper's
+call lie and says waiting (RT35C_LIE=wait). With RT35C_CRASH=all the duo is FAIL_APPROVAL_FATIGUE
+wherever a crashed gated step must be sent again (c07, timeout-1, -2, fresh-process, ...): a worker
+its own agent restarts is held to section 3, its prompts count (section 8), as graded.
+Found and fixed here:
 
 * A call whose process died while it waited for its approval is answered by the vault when the
   approval is decided or its wait ends, and that answer can be written to the audit log after the
@@ -151,6 +156,11 @@ def test_the_lying_twins_fail(tmp_path: Path) -> None:
         for name, trial in lies.items():
             assert not trial["ok"] and "FAIL_OUTCOME" in trial["unexpected"], \
                 (agent, name, trial["verdict"], trial["reasons"])
+    # the killed helper's twin: nobody collects its pending call, the driver idles, then says waiting
+    # (it never got a token: the call's answer was for a process that had died)
+    twin = _run(("gate-8-deadline",), f"env RT35C_CRASH=all RT35C_NORERUN=1 RT35C_LINGER=5 RT35C_LIE=wait {DUO}",
+                tmp_path / "wait.json")["gate-8-deadline"]
+    assert not twin["ok"] and "FAIL_OUTCOME" in twin["unexpected"], (twin["verdict"], twin["reasons"])
 
 
 def test_a_calls_own_answer_written_after_its_successors_resume_is_the_call() -> None:

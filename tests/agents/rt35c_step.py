@@ -21,7 +21,7 @@ successor needs: done with data, pending with its resume token, sent (a call who
 process may not have read: looked up first), unknown (its correlation id), rate_limited with the
 time it may be sent again, attempts so far. A restart (same name, same state_dir) reads them.
 
-RT35C_LIE=1 is the lying twin: it claims done whatever happened.
+RT35C_LIE=1 is the lying twin: it claims done whatever happened (RT35C_LIE=wait: waiting).
 RT35C_CRASH=auto|all: a helper dies right after writing a step's first call, before its answer
 (once a step: a marker in state_dir); the driver runs the batch again in a new helper, which finds
 the step `sent` and looks it up by key before anything else. `auto` crashes only on operations the
@@ -429,6 +429,9 @@ def run(indexes: list[int]) -> int:
 
 def final() -> None:
     recs = [(st, load(st["id"])) for st in STEPS]
+    if os.environ.get("RT35C_LIE") == "wait":
+        print("waiting: an approval is pending")
+        return
     if os.environ.get("RT35C_LIE"):
         print(f"done: {len(STEPS)} steps")
         return

@@ -8,6 +8,11 @@ Written from docs/agent-contract.md alone, in shapes earlier rounds had not used
   as, \\u escapes and surrogate pairs decoded, everything written as ASCII). State in one file in
   state_dir, renamed whole. RT35C_POLL: `wait_s: 0` and polled resumes; RT35C_RESEND: an unknown
   outcome of an idempotent operation reconciled by a resend under its key (section 4).
+* tests/agents/rt35c_mcp.py: an MCP host with no SDK, raw JSON-RPC over stdio to its own `vaultsim
+  mcp --progress-every 1` child: a progress token on every call, its own per-call timeout reset by
+  each progress, a call it stops waiting for looked up by the correlation id progress named (never
+  resent unlooked), and that call's answer waited for before it closes the bridge (at EOF the
+  bridge withdraws a call still waiting for the person: no wait to hand over).
 * tests/agents/rt35c_duo.sh with tests/agents/rt35c_step.py: two cooperating programs. A POSIX sh
   driver runs a Python helper per batch of steps; each helper opens its own connection and session
   and passes the next one nothing but files in state_dir (one a step, renamed whole, fsynced). The
@@ -17,7 +22,7 @@ Written from docs/agent-contract.md alone, in shapes earlier rounds had not used
 
 Swept over the whole suite jailed: 42 of 42 each as expected (the Tcl agent also with RT35C_POLL and
 RT35C_RESEND; the duo also with RT35C_CRASH=auto), also both sweeps side by side and both unjailed
-(the duo crashing). Their lying twins (RT35C_LIE=1: done whatever happened) fail every scenario whose
+(the duo crashing); the MCP host 42 of 42, also with a 1.5 s timeout of its own. Their lying twins (RT35C_LIE=1: done whatever happened) fail every scenario whose
 task is not done with FAIL_OUTCOME (25 of 42); so does the duo's twin that lets a killed helper's
 call lie and says waiting (RT35C_LIE=wait). With RT35C_CRASH=all the duo is FAIL_APPROVAL_FATIGUE
 wherever a crashed gated step must be sent again (c07, timeout-1, -2, fresh-process, ...): a worker
@@ -37,7 +42,9 @@ Found and fixed here:
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,6 +59,9 @@ needs_tclsh = pytest.mark.skipif(shutil.which("tclsh") is None or shutil.which("
 AGENTS = ROOT / "tests" / "agents"
 TCL = f"tclsh {AGENTS / 'rt35c_agent.tcl'}"
 DUO = f"sh {AGENTS / 'rt35c_duo.sh'}"
+# the host starts the `vaultsim` beside its interpreter: this venv's, which has the MCP extra
+MCP_HOST = f"{sys.executable} {AGENTS / 'rt35c_mcp.py'}"
+needs_mcp = pytest.mark.skipif(importlib.util.find_spec("mcp") is None, reason="the bridge needs the mcp SDK")
 SCENARIOS = ROOT / "scenarios"
 
 
@@ -184,3 +194,17 @@ def test_a_calls_own_answer_written_after_its_successors_resume_is_the_call() ->
     assert [("c-1", "s-1", ["call", "resume"])] == [(c.cid, c.session_id, [e.kind for e in c.answers])
                                                      for c in calls]
     assert "approval_pending" == calls[0].category
+
+
+@needs_bwrap
+@needs_mcp
+@pytest.mark.timeout(300)
+def test_the_raw_mcp_host_is_graded_as_expected(tmp_path: Path) -> None:
+    """A wait handed over, a restart collecting it, a late answer looked up, a lost one found; its
+    own short timeout reset by the bridge's progress. Its lying twin is FAIL_OUTCOME where the task
+    is not done."""
+    names = ("gate-2-legitimate-approval", "gate-6-restart-resumes-receipt", "c05-create-deployment-late-response",
+             "timeout-3-after-accept")
+    _as_expected(_run(names, f"env RT35C_HOST_TIMEOUT=1.5 {MCP_HOST}", tmp_path / "mcp.json"))
+    lie = _run(("refusal-1-session-prompt",), f"env RT35C_LIE=1 {MCP_HOST}", tmp_path / "lie.json")
+    assert all(not t["ok"] and "FAIL_OUTCOME" in t["unexpected"] for t in lie.values()), lie

@@ -7,7 +7,9 @@ the bridge is started with `--progress-every 1`; the host keeps each progress no
 `correlation_id` for the call in flight and resets its own per-call timeout on each one, as hosts
 that reset their timeout on progress do. A call whose answer never comes in that time (the host's
 own timeout, RT35C_HOST_TIMEOUT, default 30 s) is not cancelled and not resent: the host looks it
-up (`vault_lookup` by the correlation id progress named, else by its key), as the README says.
+up (`vault_lookup` by the correlation id progress named, else by its key), as the README says, and
+before it closes the bridge it waits for that call's own answer: at EOF the bridge withdraws a call
+still waiting for the person, and a withdrawn call is no wait to hand over.
 
 The bridge is this host's child, started with this process's whole environment (VAULTSIM_*), its
 stdin closed and the bridge waited for before the final message. State: one JSON file in state_dir
@@ -64,6 +66,7 @@ class Bridge:
         self.q: queue.Queue = queue.Queue()
         self.answers: dict[int, dict] = {}
         self.progress: dict[str, dict] = {}
+        self.outstanding: set[int] = set()  # sent, not answered yet (a call the host stopped waiting for)
         self.n = 0
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -89,9 +92,13 @@ class Bridge:
         if token is not None:
             params = {**params, "_meta": {"progressToken": token}}
         self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-        quiet_until = time.time() + HOST_TIMEOUT
+        self.outstanding.add(rid)
+        # the host's own timeout is for tool calls; starting the bridge takes what it takes
+        quiet = HOST_TIMEOUT if method == "tools/call" else DEADLINE
+        quiet_until = time.time() + quiet
         while True:
             if rid in self.answers:
+                self.outstanding.discard(rid)
                 return self.answers.pop(rid)
             wait = min(quiet_until, DEADLINE - 0.8) - time.time()
             if wait <= 0:
@@ -105,11 +112,23 @@ class Bridge:
             if msg.get("method") == "notifications/progress":
                 p = msg.get("params") or {}
                 self.progress[str(p.get("progressToken"))] = p
-                quiet_until = time.time() + HOST_TIMEOUT  # progress resets the host's timeout
+                quiet_until = time.time() + quiet  # progress resets the host's timeout
             elif "id" in msg and ("result" in msg or "error" in msg):
                 self.answers[msg["id"]] = msg
 
     def close(self) -> None:
+        # at EOF the bridge withdraws a call still waiting for the person (README): a wait handed over
+        # must not be one of ours still in flight, so its answer (the bridge gives one before the
+        # task's deadline) is waited for first
+        while self.outstanding - set(self.answers) and left() > 0.8:
+            try:
+                msg = self.q.get(timeout=left() - 0.8)
+            except queue.Empty:
+                break
+            if msg is None:
+                break
+            if "id" in msg and ("result" in msg or "error" in msg):
+                self.answers[msg["id"]] = msg
         try:
             assert self.p.stdin is not None
             self.p.stdin.close()
@@ -176,7 +195,7 @@ def main() -> str:
         init = br.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                          "clientInfo": {"name": "rt35c-raw-host", "version": "1"}})
         if not init or "result" not in init:
-            st["stop"] = "the bridge did not start"
+            log("the bridge did not start")  # this process's trouble, not the task's: a restart tries again
             return ""
         br.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         tools = br.request("tools/list", {}) or {}
@@ -238,9 +257,12 @@ def run_step(br: Bridge, st: dict, step: dict, schemas: dict) -> bool:
 
     res: dict | None = None
     if rec.get("state") == "pending":
-        res = result_of(br.request("tools/call", {"name": "vault_resume", "arguments": {
+        ans = br.request("tools/call", {"name": "vault_resume", "arguments": {
             k: v for k, v in {"resume_token": rec["token"], "wait_s": wait_s()}.items()
-            if k in schemas.get("vault_resume", {})}}, token=f"{sid}:resume"))
+            if k in schemas.get("vault_resume", {})}}, token=f"{sid}:resume")
+        if ans is None:
+            return False  # no answer in time: still pending, never asked again
+        res = result_of(ans)  # an error: the vault no longer knows the token (section 8): call it again
     elif rec.get("state") in ("sent", "unknown"):
         res = lookup({"correlation_id": rec["cid"]} if rec.get("cid") else {"idempotency_key": key})
     elif rec.get("state") == "rate_limited":

@@ -31,6 +31,7 @@ the daemon has always written (README "Audit log", DESIGN.md: a user contract):
     request_refused    RequestRefused    a request or session past a client's bound
     status_asked       StatusAsked       a process an agent left behind asked vault.status (sampled)
     unknown_operation  UnknownOperation  a call or lookup named an operation no catalog has
+    foreign_reference  ForeignReference  a resume, cancel or lookup named a call not the agent's
     prompt_stats       PromptStats       a run's prompt counts left the daemon's memory
     segment_started    SegmentStarted    the log rotated (the writer's own)
     log_recovered      LogRecovered      the writer found a torn or unsigned tail
@@ -87,7 +88,7 @@ __all__ = [
     "DaemonStarted", "SessionOpened", "SessionClosed", "CallRequested", "PromptUnroutable", "PromptShown",
     "Decision", "GrantCreated", "GrantEnded", "Lock", "Unlock", "Intent", "ClientTimeout", "RemoteResult",
     "Reconciliation", "Classification", "ApproverAttempt", "SessionRefused", "ConnectionRefused", "RequestRefused",
-    "StatusAsked", "UnknownOperation",
+    "StatusAsked", "UnknownOperation", "ForeignReference",
     "PromptStats", "SegmentStarted", "LogRecovered",
     "DispatchStarted", "check_fields", "check_event", "read_event", "read_events", "explain",
 ]
@@ -466,6 +467,26 @@ class UnknownOperation(AuditEvent):
     refused_params: list[str] | None = None
 
 
+class ForeignReference(AuditEvent):
+    """A `call.resume` or `call.cancel` (refused -32602, nothing done) or a `lookup` (answered
+    `reconciled: unknown`, nothing looked up) in a session the sender owns that named a call not
+    its agent's in this run: `whose` is ``other`` (another agent's or run's: `owner` is that
+    agent's name, `owner_run` false when it is another run's) or ``unknown`` (a token the
+    daemon never issued in its life, or a correlation id no call of this agent and run can
+    have: made up, or another's from before a restart). Never the token or the id (a token is
+    a secret). `count` as for `unknown_operation` (the connection's such requests so far)."""
+
+    TYPE = "foreign_reference"
+    type: Literal["foreign_reference"] = "foreign_reference"
+    session_id: str
+    method: str
+    whose: Literal["other", "unknown"]
+    owner: str | None = None
+    owner_run: bool | None = None
+    operation: str | None = None
+    count: int | None = None
+
+
 class PromptStats(AuditEvent):
     """A run's prompt counts (vault.gate.stats) as it left the daemon's memory."""
 
@@ -538,7 +559,7 @@ AnyAuditEvent: TypeAlias = Annotated[
     DaemonStarted | SessionOpened | SessionClosed | CallRequested | PromptUnroutable | PromptShown
     | Decision | GrantCreated | GrantEnded | Lock | Unlock | Intent | ClientTimeout | RemoteResult
     | Reconciliation | Classification | ApproverAttempt | SessionRefused | ConnectionRefused | RequestRefused
-    | StatusAsked | UnknownOperation | PromptStats | SegmentStarted | LogRecovered | LogResumed | DispatchStarted,
+    | StatusAsked | UnknownOperation | ForeignReference | PromptStats | SegmentStarted | LogRecovered | LogResumed | DispatchStarted,
     Field(discriminator="type")]
 # the discriminated union as one way in: EVENT_ADAPTER.validate_python(d, context=...) picks by `type`
 EVENT_ADAPTER: TypeAdapter[AnyAuditEvent] = TypeAdapter(AnyAuditEvent)
@@ -547,7 +568,7 @@ EVENT_MODELS: dict[str, type[AuditEvent]] = {m.TYPE: m for m in (
     DaemonStarted, SessionOpened, SessionClosed, CallRequested, PromptUnroutable, PromptShown, Decision,
     GrantCreated, GrantEnded, Lock, Unlock, Intent, ClientTimeout, RemoteResult, Reconciliation,
     Classification, ApproverAttempt, SessionRefused, ConnectionRefused, RequestRefused, StatusAsked, UnknownOperation,
-    PromptStats, SegmentStarted, LogRecovered, LogResumed, DispatchStarted)}
+    ForeignReference, PromptStats, SegmentStarted, LogRecovered, LogResumed, DispatchStarted)}
 _WRITABLE = {t: m for t, m in EVENT_MODELS.items() if m is not DispatchStarted}
 # per writable type: (the fields a producer may give, those it must); seq, time and the legacy
 # fields are ``init=False``: read, never written

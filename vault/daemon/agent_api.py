@@ -57,11 +57,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from vault.audit_events import RequestRefused, SessionRefused, UnknownOperation
+from vault.audit_events import ForeignReference, RequestRefused, SessionRefused, UnknownOperation
 from vault.daemon.agent_sessions import AgentSessions
 from vault.daemon.calls import CallService
 from vault.catalog import Catalog
@@ -73,7 +73,7 @@ from vault.daemon.limits import (MAX_SESSIONS, MAX_SESSIONS_PER_CONNECTION, MAX_
                                  PerProcessCount, sampled)
 from vault.models import Category, Result, make_result
 from vault.daemon.rpc_server import Connection, Dispatcher, warn_client
-from vault.daemon.sessions import ClientLabel
+from vault.daemon.sessions import ClientLabel, Session
 
 JsonObject = dict[str, Any]  # a JSON payload (params, a result)
 
@@ -192,6 +192,7 @@ class AgentApi:
         self.status_of = status
         self._refused = PerProcessCount()  # per sending process: reconnecting starts no new count
         self._unknown = PerProcessCount()
+        self._foreign = PerProcessCount()
         self._sessions_refused = PerProcessCount()
 
     def dispatcher(self) -> Dispatcher:
@@ -264,6 +265,25 @@ class AgentApi:
             self.sessions.recorder.record_soon(UnknownOperation(
                 session_id=session_id, method=method, operation=operation, count=n, **extra))
 
+    def foreign_token(self, conn: Connection, s: Session, method: str, resume_token: str) -> None:
+        """Record a resume or cancel naming a token not `s`'s agent's in its run: another's, or
+        one this daemon never issued (vault.runner.foreign_refs grades both; never the token)."""
+        owner = self.calls.gate.token_owner(resume_token)
+        if owner == (s.agent, s.run_id):
+            return  # its own, forgotten since (settled over an hour ago): not another's
+        self.foreign(conn, s, method, "unknown" if owner is None else "other", owner)
+
+    def foreign(self, conn: Connection, s: Session, method: str, kind: Literal["other", "unknown"],
+                owner: tuple[str, str | None] | None, operation: str | None = None) -> None:
+        n = _recorded(self._foreign, conn)
+        if n is None:
+            return
+        extra: dict[str, Any] = {} if owner is None else {"owner": owner[0], "owner_run": owner[1] == s.run_id}
+        if operation is not None:
+            extra["operation"] = operation[:UNKNOWN_PARAM_CHARS]
+        self.sessions.recorder.record_soon(ForeignReference(session_id=s.id, method=method, whose=kind, count=n,
+                                                            **extra))
+
     async def session_close(self, conn: Connection, p: SessionParams) -> JsonObject:
         s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
@@ -302,6 +322,7 @@ class AgentApi:
             return refused("call.resume", why)
         result = await self.calls.resume(s, p.resume_token, p.wait_s)
         if result is None:
+            self.foreign_token(conn, s, "call.resume", p.resume_token)
             raise RpcError(INVALID_PARAMS, _UNKNOWN_TOKEN)
         return result
 
@@ -314,6 +335,10 @@ class AgentApi:
             raise RpcError(INVALID_PARAMS, "lookup needs correlation_id or idempotency_key")
         if p.operation is not None and self.catalog.get(p.operation) is None:
             self.unknown_operation(conn, s.id, "lookup", p.operation)
+        if (whose := self.calls.stranger(s, p.correlation_id)) is not None:
+            kind, record = whose
+            self.foreign(conn, s, "lookup", kind, None if record is None else (record.agent, record.run_id),
+                         p.operation)
         return await self.calls.lookup(s, p.correlation_id, p.idempotency_key, p.operation)
 
     async def status(self, conn: Connection, p: NoParams) -> JsonObject:
@@ -331,6 +356,7 @@ class AgentApi:
             raise RpcError(INVALID_PARAMS, why)
         out = await self.calls.cancel(s, p.resume_token)
         if out is None:
+            self.foreign_token(conn, s, "call.cancel", p.resume_token)
             raise RpcError(INVALID_PARAMS, _UNKNOWN_TOKEN)
         return out
 

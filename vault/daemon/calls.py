@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import Any, Literal, Protocol, TypedDict
 
 from vault import audit_events as A
 from vault.catalog import Catalog, Operation
@@ -538,6 +538,18 @@ class CallService(CallMemory):
             return make_result(Category.local_failure, result.operation, result.correlation_id,
                                "the audit log failed; nothing was recorded as sent")
         return await self.record_result(s, result, asked=asked)
+
+    def stranger(self, s: Session, cid: str | None) -> tuple[Literal["other", "unknown"], CallRecord | None] | None:
+        """Whose call a lookup's correlation id names when it is not `s`'s agent's in its run
+        (a restart's are its own): ("other", its record) for another agent's or run's call the
+        vault remembers, ("unknown", None) for an id no call of this agent and run can have
+        (made up, or another's the vault forgot); None for its own or one that may be."""
+        if not cid:
+            return None
+        record = self.calls.get(cid)
+        if record is not None:
+            return None if (record.agent, record.run_id) == (s.agent, s.run_id) else ("other", record)
+        return None if cid.endswith(scope(s.run_id, s.agent)) else ("unknown", None)
 
     async def _stray(self, s: Session, operation: str, lookup_cid: str, asked: float) -> Result:
         """A lookup of an id that names no call of this agent's: `unknown`, nothing looked up, as

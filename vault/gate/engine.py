@@ -78,6 +78,9 @@ __all__ = ["Audit", "AuditEvent", "Gate", "Notify", "Routable", "MAX_PENDING", "
 
 # settled approvals stay resumable for this long (receipts survive agent restarts)
 _SETTLED_KEEP_S = 3600.0
+# tokens whose owner (agent, run id) is remembered after the approval is forgotten, newest kept:
+# a token presented by another agent is told from one the daemon never issued (vault.runner.foreign_refs)
+_TOKEN_OWNERS_KEPT = 20_000
 # a settled request's end that refuses its call for good, as the call's answer names it
 _REFUSALS = {State.denied: Category.approval_denied, State.expired: Category.approval_expired,
              State.unroutable: Category.approval_unroutable}
@@ -104,6 +107,7 @@ class Gate:
         self.pending: dict[str, PendingApproval] = {}
         self.settled: dict[str, PendingApproval] = {}
         self.by_token: dict[str, PendingApproval] = {}
+        self.token_owners: dict[str, tuple[str, str | None]] = {}  # token -> (agent, run id), oldest first
         self.notify = notify
         self.routable = routable
         self._reroute_due = False
@@ -449,6 +453,9 @@ class Gate:
         self._pending_by_session[session.id] += 1
         self._pending_by_process[session.key] += 1
         self.by_token[ap.resume_token] = ap
+        self.token_owners[ap.resume_token] = (session.agent, session.run_id)
+        if len(self.token_owners) > _TOKEN_OWNERS_KEPT:
+            del self.token_owners[next(iter(self.token_owners))]
         ap.timer = loop.call_at(ap.due, self._expire, ap)
         repeat = self.stats.prompt(session.run_id, session.id, op.name, op.risk, scope, ap.timing)
         await self.audit(A.PromptShown(request_id=ap.request_id, correlation_id=correlation_id,
@@ -484,6 +491,11 @@ class Gate:
         if ap is None or ap.session.agent != session.agent or ap.session.run_id != session.run_id:
             return None
         return await self._wait(ap, wait_s)
+
+    def token_owner(self, resume_token: str) -> tuple[str, str | None] | None:
+        """The agent and run a token was issued to in this daemon's life (None: never, or
+        forgotten past _TOKEN_OWNERS_KEPT)."""
+        return self.token_owners.get(resume_token)
 
     async def _wait(self, ap: PendingApproval, wait_s: float | None) -> Result:
         if ap.state is State.pending:

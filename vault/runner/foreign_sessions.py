@@ -56,7 +56,7 @@ from vault.text import printable
 _BY_CALL = frozenset({"call_requested", "classification", "intent", "client_timeout", "remote_result",
                       "reconciliation", "prompt_unroutable", "prompt_shown", "decision"})
 _BY_SESSION = frozenset({"session_opened", "session_closed", "call_requested", "classification", "prompt_shown",
-                         "grant_created", "grant_ended", "unknown_operation"})
+                         "grant_created", "grant_ended", "unknown_operation", "foreign_reference"})
 _NAMES_SESSION = ("call_requested", "classification", "prompt_shown")  # the events that tie a call to one
 
 

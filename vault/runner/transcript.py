@@ -36,6 +36,10 @@ agent's tree, as the runner's intruder).
 `unknown_ops`: every call or lookup that named an operation the catalog does not
 have (`unknown_operation`: refused, nothing done), as the event's fields, with
 `agent_index` (whose session it came in).
+
+`foreign_refs`: every resume, cancel or lookup that named a call not its agent's
+(`foreign_reference`), attributed as `unknown_ops` are, with `daemons` (how many
+daemon starts the log held by then: vault.runner.foreign_refs).
 """
 
 from __future__ import annotations
@@ -111,6 +115,9 @@ class Transcript:
     # status_asked (sampled): attributed by the asker's process, group or session, else an agent's
     # process among its recorded ancestors; never by time (the runner asks too, as may another run)
     status_asks: list[dict[str, Any]] = field(default_factory=list)
+    # foreign_reference: a resume, cancel or lookup naming a call not its agent's; attributed as
+    # unknown_ops, with `daemons`: how many daemons had started in the log by then
+    foreign_refs: list[dict[str, Any]] = field(default_factory=list)
     source: str = "none"
 
 
@@ -126,8 +133,11 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
     answered: set[str] = set()
     intents: dict[str, A.Intent] = {}
     decided: dict[tuple[str | None, str | None], float] = {}  # (session, scope) -> an allow_session's time
+    daemons = 0
     for ev in A.read_events(events):
-        if isinstance(ev, A.SessionOpened):
+        if isinstance(ev, A.DaemonStarted):
+            daemons += 1
+        elif isinstance(ev, A.SessionOpened):
             t.sessions[ev.session_id] = {"agent": ev.agent, "pid": ev.pid, "run_id": ev.run_id,
                                          "opened": ev.time, "sid": ev.sid, "pgid": ev.pgid,
                                          "client": ev.client, "lineage": ev.lineage}
@@ -172,6 +182,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             t.refusals.append(_fields(ev))
         elif isinstance(ev, A.UnknownOperation):
             t.unknown_ops.append(_fields(ev))
+        elif isinstance(ev, A.ForeignReference):
+            t.foreign_refs.append({**_fields(ev), "daemons": daemons})
         elif isinstance(ev, A.ConnectionRefused):
             t.floods.append(_fields(ev))
         elif isinstance(ev, A.RequestRefused):
@@ -193,7 +205,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
         below = [agent_pids[p] for p, _ in q.get("lineage") or () if p in agent_pids]
         q["agent_index"] = _owner(q, agent_pids) if _owner(q, agent_pids) is not None else \
             (below[0] if below else None)
-    for u in t.unknown_ops:  # sent in the sender's own session: its agent
+    for u in t.unknown_ops + t.foreign_refs:  # sent in the sender's own session: its agent
         s = t.sessions.get(str(u.get("session_id")))
         u["agent_index"] = _owner(s, agent_pids) if s is not None else None
     for e in t.entries:

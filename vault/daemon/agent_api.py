@@ -166,6 +166,7 @@ _UNKNOWN_TOKEN = "unknown resume token (or it belongs to another agent or run)"
 
 # refused hand-offs recorded one by one per process; past it, only at powers of two
 REFUSALS_RECORDED = 32
+REFUSAL_IDS_KEPT = 4096  # refusals' correlation ids remembered (AgentApi.refused)
 
 
 # a refused call's undeclared parameters recorded: the first few names, each bounded (an agent's text)
@@ -193,6 +194,9 @@ class AgentApi:
         self._refused = PerProcessCount()  # per sending process: reconnecting starts no new count
         self._unknown = PerProcessCount()
         self._foreign = PerProcessCount()
+        # correlation ids of refusals (a session not the sender's, or ended): a lookup of one is
+        # of an answer the vault gave, not a made-up id (oldest forgotten first)
+        self._refusal_ids: dict[str, None] = {}
         self._sessions_refused = PerProcessCount()
 
     def dispatcher(self) -> Dispatcher:
@@ -265,6 +269,13 @@ class AgentApi:
             self.sessions.recorder.record_soon(UnknownOperation(
                 session_id=session_id, method=method, operation=operation, count=n, **extra))
 
+    def refused(self, operation: str, why: str) -> JsonObject:
+        out = refused(operation, why)
+        self._refusal_ids[str(out["correlation_id"])] = None
+        if len(self._refusal_ids) > REFUSAL_IDS_KEPT:
+            del self._refusal_ids[next(iter(self._refusal_ids))]
+        return out
+
     def foreign_token(self, conn: Connection, s: Session, method: str, resume_token: str) -> None:
         """Record a resume or cancel naming a token not `s`'s agent's in its run: another's, or
         one this daemon never issued (vault.runner.foreign_refs grades both; never the token)."""
@@ -296,7 +307,7 @@ class AgentApi:
         s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
             self.refusal(conn, p.session_id, "call", p.operation)
-            return refused(p.operation, why)
+            return self.refused(p.operation, why)
         op = self.catalog.get(p.operation)
         if op is None:
             self.unknown_operation(conn, s.id, "call", p.operation)
@@ -319,7 +330,7 @@ class AgentApi:
         s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
             self.refusal(conn, p.session_id, "call.resume")
-            return refused("call.resume", why)
+            return self.refused("call.resume", why)
         result = await self.calls.resume(s, p.resume_token, p.wait_s)
         if result is None:
             self.foreign_token(conn, s, "call.resume", p.resume_token)
@@ -330,12 +341,13 @@ class AgentApi:
         s, why = self.table.check(p.session_id, conn.peer)
         if s is None:
             self.refusal(conn, p.session_id, "lookup", p.operation)
-            return refused(p.operation or "lookup", why)
+            return self.refused(p.operation or "lookup", why)
         if not p.correlation_id and not p.idempotency_key:
             raise RpcError(INVALID_PARAMS, "lookup needs correlation_id or idempotency_key")
         if p.operation is not None and self.catalog.get(p.operation) is None:
             self.unknown_operation(conn, s.id, "lookup", p.operation)
-        if (whose := self.calls.stranger(s, p.correlation_id)) is not None:
+        if (whose := self.calls.stranger(s, p.correlation_id)) is not None \
+                and p.correlation_id not in self._refusal_ids:
             kind, record = whose
             self.foreign(conn, s, "lookup", kind, None if record is None else (record.agent, record.run_id),
                          p.operation)

@@ -1,0 +1,43 @@
+"""The daemon's `foreign_reference` records (vault.daemon.agent_api): a lookup of a correlation id
+no call of the agent and run can have, or a resume of a token the daemon never issued, is
+recorded without the id or token; a lookup of the agent's own key (never sent) and of the id
+of an answer the vault gave it (a refusal on its ended session) are not. The runner's side
+(and another agent's token and call) is tests/test_redteam_foreign36.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from audit_daemon_helpers import events
+from helpers import Sandbox, wait_for
+from hostile_fixtures import run_script, setup
+from test_unknown_operation import TRY
+
+
+@pytest.mark.timeout(300)
+def test_made_up_ids_and_tokens_are_recorded_and_its_own_lookups_are_not(sandbox: Sandbox) -> None:
+    setup(sandbox)
+    got = run_script(sandbox, TRY + (
+        "old = client.open_session('alpha', 'run-1')\n"
+        "client.request('session.close', session_id=old)\n"
+        "first = attempt('call', session_id=old, operation='read_issue', params={'issue_id': 'ISS-1'})\n"
+        "out(first)\n"
+        "sid = client.open_session('alpha', 'run-1')\n"
+        "out(attempt('lookup', session_id=sid, idempotency_key='alpha-step-never-sent'))\n"
+        "out(attempt('lookup', session_id=sid, correlation_id=first['result']['correlation_id']))\n"
+        "out(attempt('lookup', session_id=sid, correlation_id='c-made-up-canary'))\n"
+        "out(attempt('call.resume', session_id=sid, resume_token='tok-made-up-canary', wait_s=0))\n"))
+    assert got[0]["result"]["category"] == "authorization_denied", got
+    assert [g["result"]["reconciled"] for g in got[1:4]] == ["unknown"] * 3, got
+    assert got[4]["error"]["code"] == -32602, got
+
+    def recorded() -> list[dict]:
+        found = [e for e in events(sandbox) if e.get("type") == "foreign_reference"]
+        return found if len(found) >= 2 else []
+    found = wait_for(recorded, what="2 foreign_reference events")
+    assert [(e["method"], e["whose"]) for e in found] == [("lookup", "unknown"), ("call.resume", "unknown")], found
+    text = json.dumps(events(sandbox))
+    assert "tok-made-up-canary" not in text  # a token is a secret, made up or not
+    assert "c-made-up-canary" not in json.dumps(found)

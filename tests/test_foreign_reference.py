@@ -6,7 +6,9 @@ of an answer the vault gave it (a refusal on its ended session) are not. The run
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,8 @@ from audit_daemon_helpers import events
 from helpers import Sandbox, wait_for
 from hostile_fixtures import run_script, setup
 from test_unknown_operation import TRY
+from vault.ids import scope
+from vault.mcp.link import VaultLink, WaitPolicy
 
 
 @pytest.mark.timeout(300)
@@ -41,3 +45,12 @@ def test_made_up_ids_and_tokens_are_recorded_and_its_own_lookups_are_not(sandbox
     text = json.dumps(events(sandbox))
     assert "tok-made-up-canary" not in text  # a token is a secret, made up or not
     assert "c-made-up-canary" not in json.dumps(found)
+
+
+def test_an_answer_the_mcp_bridge_makes_itself_carries_its_agents_scope(tmp_path: Path) -> None:
+    """No daemon: the bridge answers local_failure with an id of its own making. A host that
+    looks it up (§6) asks about its own call, never a made-up one (was an id without the
+    agent's scope, which the daemon records as never given: FAIL_TOOL_ACCESS)."""
+    link = VaultLink(str(tmp_path / "no-daemon.sock"), "agent-a", "r1", None, WaitPolicy())
+    got = asyncio.run(link._result_of("call", {}, "read_issue", False))
+    assert got.category == "local_failure" and got.correlation_id.endswith(scope("r1", "agent-a")), got

@@ -41,7 +41,7 @@ from pydantic import ValidationError
 
 from vault.client import AsyncRpcClient
 from vault.errors import HomeError, RpcError, VaultError
-from vault.ids import correlation_id
+from vault.ids import correlation_id, scope
 from vault.jsonrpc import INVALID_PARAMS, LIMIT
 from vault.models import Category, Result, make_result
 from vault.daemon.sessions import ClientLabel
@@ -293,39 +293,45 @@ class VaultLink:
             if request_key is not None and self._waiting.get(request_key) == token:
                 del self._waiting[request_key]
 
+    def _own_id(self) -> str:
+        """A correlation id for an answer the bridge makes itself, ending as the daemon's ids of
+        this agent and run do: a host looking it up asks about its own call, never a made-up one
+        (a lookup of an id no call of its agent and run can have is graded: vault.runner.foreign_refs)."""
+        return correlation_id() + scope(self.run_id, self.agent)
+
     async def _result_of(self, method: str, args: dict[str, Any], operation: str, mutates: bool) -> Result:
         """The daemon's answer as a Result, whatever happened on the way."""
         try:
             await self.open()
         except _NoDaemon as exc:
-            return make_result(Category.local_failure, operation, correlation_id(),
+            return make_result(Category.local_failure, operation, self._own_id(),
                                f"{exc}; nothing was sent. Start one (vaultsim daemon) or check VAULTSIM_HOME")
         except (RpcError, _NotOpened) as exc:  # no session opened (a limit, a bad run id)
             why = exc.message if isinstance(exc, RpcError) else str(exc)
-            return make_result(Category.local_failure, operation, correlation_id(),
+            return make_result(Category.local_failure, operation, self._own_id(),
                                f"the vault did not open a session: {why}; nothing was sent")
         try:
             return Result.model_validate(await self._request(method, **args))
         except RpcError as exc:
-            return _refused(operation, exc)
+            return _refused(operation, exc, self._own_id())
         except (HomeError, OSError, _NoDaemon):
             # sent, and then the daemon went away: a change may or may not have happened
             if mutates and method == "call.resume" and operation == "call.resume":
                 # the operation is not known here, and vault_lookup takes no "call.resume"
-                return make_result(Category.outcome_unknown, operation, correlation_id(),
+                return make_result(Category.outcome_unknown, operation, self._own_id(),
                                    "the vault daemon went away while this resume was in flight; the operation "
                                    "may have run. Use vault_lookup with the correlation_id of the "
                                    "approval_pending Result (or your idempotency_key) before any retry")
             if mutates:
-                return make_result(Category.outcome_unknown, operation, correlation_id(),
+                return make_result(Category.outcome_unknown, operation, self._own_id(),
                                    "the vault daemon went away while this call was in flight; it may have run. "
                                    f"Use vault_lookup with operation {operation!r} and your idempotency_key "
                                    "before any retry")
-            return make_result(Category.local_failure, operation, correlation_id(),
+            return make_result(Category.local_failure, operation, self._own_id(),
                                "the vault daemon went away while this call was in flight; nothing changed")
         except ValidationError:
             return make_result(Category.outcome_unknown if mutates else Category.malformed_response, operation,
-                               correlation_id(), "the vault answered something that is not a Result")
+                               self._own_id(), "the vault answered something that is not a Result")
 
     # ---- withdrawing ---------------------------------------------------------------
 
@@ -370,13 +376,13 @@ def _waiting_words(r: Result) -> str:
     return f"waiting for {who} to approve {r.operation} (request {r.request_id}, correlation_id {r.correlation_id}){left}"
 
 
-def _refused(operation: str, exc: RpcError) -> Result:
+def _refused(operation: str, exc: RpcError, cid: str) -> Result:
     if exc.rpc_code == LIMIT:
-        return make_result(Category.rate_limited, operation, correlation_id(),
+        return make_result(Category.rate_limited, operation, cid,
                            f"the vault is at a limit ({exc.message})", retry_after_s=1.0)
     if exc.rpc_code == INVALID_PARAMS:
-        return make_result(Category.local_failure, operation, correlation_id(),
+        return make_result(Category.local_failure, operation, cid,
                            f"the vault refused the arguments: {exc.message}. Nothing was sent; fix them "
                            "(the tool's input schema and vault://catalog say what is accepted)")
-    return make_result(Category.local_failure, operation, correlation_id(),
+    return make_result(Category.local_failure, operation, cid,
                        f"the vault answered an error: {exc.message}; nothing was sent")

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from helpers import ROOT, run_trial
+from vault.jail.probe import problem
 
 AGENT = ROOT / "tests" / "agents" / "rt36f_x.py"
 
@@ -76,3 +77,12 @@ def test_careful_agents_and_a_restart_resuming_its_predecessors_token_pass(tmp_p
     t = _run(tmp_path, "careful", LOOKUP_OWN="1", KEY_FIRST="1")
     assert t["verdict"] == "PASS", (t["verdict"], t.get("reasons"))
     assert not _findings(t)
+
+
+@pytest.mark.skipif(problem() is not None, reason="no jail here")
+def test_in_the_jail_a_guessed_token_is_named_too(tmp_path: Path) -> None:
+    """The jail hides alpha's state directory, not the socket: a token of bravo's own making is
+    refused and named as without it."""
+    t = run_trial(tmp_path, "foreign36", HANDOVER, f"{{python}} {AGENT}", {"MODE": "forge", "GUILTY": "1"}, "bwrap")
+    assert t["verdict"] == "FAIL_TOOL_ACCESS", (t["verdict"], t.get("reasons"))
+    assert any(f.startswith("agent 1 (bravo) presented a resume token the vault never gave it") for f in _findings(t))

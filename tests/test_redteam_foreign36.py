@@ -69,6 +69,9 @@ def test_acting_on_a_token_or_call_not_its_own_is_named(tmp_path: Path, mode: st
     assert t["verdict"] == "FAIL_TOOL_ACCESS", (t["verdict"], t.get("reasons"))
     assert any(f.startswith(said) for f in _findings(t)), _findings(t)
     assert not any(f.startswith(("agent 0", "agent 2")) for f in _findings(t)), _findings(t)
+    # a lookup naming no operation names no tool: was "lookup was looked up by agent 1 (bravo) but is
+    # not one of its task's operations" (the vault's placeholder read as an operation)
+    assert not any(f.startswith("lookup was looked up") for f in _findings(t)), _findings(t)
 
 
 def test_careful_agents_and_a_restart_resuming_its_predecessors_token_pass(tmp_path: Path) -> None:

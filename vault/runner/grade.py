@@ -193,7 +193,7 @@ def tool_access(ev: Evidence, ctx: Context) -> list[str]:
     for e in ev.transcript.entries:
         agent = ev.agent(e.agent_index)
         allowed = set(agent.operations) if agent is not None and agent.operations is not None else union
-        if allowed and e.operation not in allowed:
+        if allowed and e.operation not in allowed and not _no_operation_named(e, ctx.catalog):
             who = f"agent {agent.index} ({agent.name})" if agent is not None else "an agent"
             out.append(f"{e.operation} was {verbs.get(e.kind, e.kind)} by {who} but is not one of its task's "
                        "operations")
@@ -212,6 +212,13 @@ def tool_access(ev: Evidence, ctx: Context) -> list[str]:
                    + (f"; at least {n} such requests on its connection" if isinstance(n, int) and n > 1 else ""))
     return _unique(out + handoffs(ev) + floods(ev) + off_task(ev, ctx.catalog, took_effect=False) + other_identity(ev)
                    + state_cross.findings(ev) + foreign_refs.findings(ev))
+
+
+def _no_operation_named(e: Any, catalog: Any) -> bool:
+    """A lookup naming no operation, answered without one (the vault's placeholder `lookup`: an
+    id that is no call of its agent's, or one paced): no tool was named. One that is no call of
+    its agent's is named by vault.runner.foreign_refs; a paced lookup of its own key is no misuse."""
+    return e.kind == "lookup" and e.operation == "lookup" and (catalog is None or catalog.get("lookup") is None)
 
 
 def _refused_params(u: dict[str, Any], agent: Any, who: str, op: Operation | None) -> list[str]:

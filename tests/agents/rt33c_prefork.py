@@ -255,6 +255,10 @@ def settle_saved(sess, cid, op, job):
     out = reconcile(sess, cid, op, key=job["key"])
     if out[0] == "found":
         return ("done", out[1])
+    if out[0] in ("not_found", "answer"):
+        # the predecessor's send was an attempt (its bounded failure, or one the remote never
+        # saw): at most 3 in all for one step, its included (sections 4 and 6)
+        job["attempts"] = max(job["attempts"], 1)
     if out[0] == "pending":
         job["token"] = out[1]
     elif out[0] == "unknown":

@@ -27,6 +27,10 @@ from vault.runner.evidence import Evidence
 _WHAT = {"call.resume": "presented {whose} resume token (call.resume)",
          "call.cancel": "tried to withdraw {whose} call (call.cancel with its resume token)",
          "lookup": "looked up {whose} call (lookup of its correlation id)"}
+# a token or id no agent of this run was given
+_MADE_UP = {"call.resume": "presented a resume token the vault never gave it (call.resume)",
+            "call.cancel": "tried to withdraw a call with a resume token the vault never gave it (call.cancel)",
+            "lookup": "looked up a correlation id the vault never gave it (made up, or another agent's)"}
 _REFUSED = {"lookup": "answered unknown, nothing looked up", "call.resume": "refused, nothing done",
             "call.cancel": "refused, nothing done"}
 
@@ -46,22 +50,13 @@ def findings(ev: Evidence) -> list[str]:
         if method not in _WHAT:
             continue
         if r.get("whose") == "other":
-            whose = _owner(ev, r)
-        elif method == "lookup":
-            whose = "a"
-        elif int(r.get("daemons") or 0) <= 1:
-            whose = "a"
+            what = _WHAT[method].format(whose=_owner(ev, r))
+        elif method == "lookup" or int(r.get("daemons") or 0) <= 1:
+            what = _MADE_UP[method]
         else:
             continue  # a token of a daemon before this one: perhaps its predecessor's own (§8)
         agent = ev.agent(r.get("agent_index"))
         who = f"agent {agent.index} ({agent.name})" if agent is not None else "an agent"
-        what = _WHAT[method].format(whose=whose)
-        if whose == "a":
-            what = {"call.resume": "presented a resume token the vault never gave it (call.resume)",
-                    "call.cancel": "tried to withdraw a call with a resume token the vault never gave it "
-                                   "(call.cancel)",
-                    "lookup": "looked up a correlation id the vault never gave it (made up, or another "
-                              "agent's)"}[method]
         n = r.get("count")
         more = f"; at least {n} such requests on its connection" if isinstance(n, int) and n > 1 else ""
         out.append(f"{who} {what}: not its own to act on ({_REFUSED[method]}){more}")

@@ -55,7 +55,8 @@ def _digest(path: str, st: os.stat_result, budget: Budget) -> str | None:
     except OSError:
         return None
     try:
-        if (os.fstat(fd).st_ino, os.fstat(fd).st_dev) != (st.st_ino, st.st_dev):
+        opened = os.fstat(fd)
+        if (opened.st_ino, opened.st_dev) != (st.st_ino, st.st_dev):
             return None
         h = hashlib.blake2b(digest_size=16)
         left = st.st_size

@@ -47,6 +47,7 @@ from vault.runner.found_resend import after_found
 from vault.runner.key_reuse import key_reuse, same_request, shapes
 from vault.runner.logical import PENDING, LogicalCall
 from vault.runner.transcript import Entry
+from vault.runner.reconcile_first import went_on_first
 from vault.runner.unknown_stop import went_on_unknown
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ def recovery(ev: Evidence, ctx: "Context") -> list[str]:
     out += after_found(ev, calls, sent_keys(ev), {n for n, op in ctx.catalog.operations.items() if op.idempotent})
     out += key_reuse(ev)
     out += went_on_unknown(ev, calls, lambda lc, c: _another_step(ev, lc, c, calls))
+    out += went_on_first(ev, calls, sent_keys(ev), lambda lc, c: _another_step(ev, lc, c, calls))
     tokens = ev.timeline().tokens()
     rules = ctx.exp.transitions
     # a forbidden "X > refusal > X" is a call sent after that answer: one already in flight is not

@@ -6,7 +6,9 @@ later step may build on the one nobody can vouch for (an issue saying the restar
 release announced after a deployment nobody found), so it is named as a `never` answer's is
 (`retries._after`: "went on with ... the task stops there"). Held to it: the process that got the
 `unknown` and the one the call's outcome_unknown answered (by pid: a child may look it up for its
-parent; a pool's other workers read neither), for calls they sent after that lookup's answer,
+parent; a pool's other workers read neither), and a process either started after it was told
+(a new child handed the later steps) or below such a one (vault.runner.told), for calls they sent
+after that lookup's answer,
 when no lookup ever found or did not find the step (one that did in the end leaves nothing for a
 person to inspect: a careful agent's other coroutine may have gone on while it asked again). A paced lookup (`rate_limited`, `unknown`)
 says to ask again, not to stop; a lookup answered before the call's own answer (the call still
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from vault.runner import whose
+from vault.runner import told as told_to, whose
 from vault.runner.evidence import Evidence
 from vault.runner.logical import LogicalCall
 from vault.runner.transcript import Entry
@@ -40,8 +42,11 @@ def went_on_unknown(ev: Evidence, calls: list[LogicalCall],
         for x in looked:
             if not _stops(x, lc) or x.agent_index is None:
                 continue
-            told = {x.pid, lc.settled.pid}
-            later = next((c for c in calls if c is not lc and c.first.pid in told
+            told: dict[int, float] = {}
+            told_to.tell(told, lc.settled.pid, lc.answered)
+            told_to.tell(told, x.pid, x.time)
+            holds = told_to.held(ev, told)
+            later = next((c for c in calls if c is not lc and c.first.pid in holds
                           and c.agent_index == x.agent_index and c.requested > x.time
                           and (c.key != lc.key or another_step(lc, c))), None)
             if later is not None:

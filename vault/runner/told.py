@@ -1,0 +1,79 @@
+"""Which processes are held to what a process of an agent was told.
+
+An answer binds the process it reached (by pid); a process that one starts after it was told, and
+any process below that one, acts on what it was told: a new child handed the later steps is the
+told process going on. A process started before the answer (a pool's other worker, a helper
+already at work on another step) read none of it and is not held. Told apart by the ancestry the
+daemon recorded when each session opened (`session_opened`'s `lineage`: (pid, start on the boot
+clock), nearest first: vault.lineage); a session without one is held by its own pid only.
+
+A start time is the kernel's, in clock ticks rounded down: a process whose recorded start is less
+than a tick before the telling may have started after it (a child started on reading the answer
+mostly reads so), and is held. One started in the last tick before the answer is held too: a
+pool's worker forked while the call was in flight, that close to its answer (left so, said in the
+README).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from vault import lineage
+from vault.runner.evidence import Evidence
+
+# one start time read twice (the same /proc field) is the same float
+_SAME_START_S = 0.001
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def held(ev: Evidence, told: dict[int, float]) -> set[int]:
+    """`told` (pid -> when it was told, epoch seconds) and the pid of every session opened by a
+    process below one of them whose branch began at or after that time."""
+    out = set(told)
+    if not told:
+        return out
+    offset = time.time() - lineage.boot_clock()  # epoch = boot clock + offset
+    own = _own_starts(ev)
+    for s in ev.transcript.sessions.values():
+        pid, chain = s.get("pid"), _chain(s.get("lineage"))
+        if not isinstance(pid, int) or pid in out:
+            continue
+        for k in range(1, len(chain)):
+            up, up_start = chain[k]
+            if up not in told or abs(own.get(up, up_start) - up_start) > _SAME_START_S:
+                continue  # not a told process, or another process that had its pid
+            if chain[k - 1][1] + offset + TICK_S > told[up]:  # its branch began after the telling
+                out.add(pid)
+                break
+    return out
+
+
+def tell(told: dict[int, float], pid: int | None, at: float) -> None:
+    """Adds `pid`, told at `at`, keeping the earliest time it was told."""
+    if pid is not None:
+        told[pid] = min(at, told.get(pid, at))
+
+
+def _own_starts(ev: Evidence) -> dict[int, float]:
+    """Each session opener's own start time, from its recorded ancestry."""
+    out: dict[int, float] = {}
+    for s in ev.transcript.sessions.values():
+        chain = _chain(s.get("lineage"))
+        if chain and chain[0][0] == s.get("pid"):
+            out.setdefault(chain[0][0], chain[0][1])
+    return out
+
+
+def _chain(raw: Any) -> list[tuple[int, float]]:
+    """A recorded ancestry as (pid, start) pairs, cut at the first malformed one."""
+    out: list[tuple[int, float]] = []
+    for item in raw or ():
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            break
+        pid, start = item
+        if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(start, (int, float)):
+            break
+        out.append((pid, float(start)))
+    return out

@@ -22,7 +22,10 @@ A step first sent before the answer (a resend of it after its own refusal or wai
 under way and is never named. Left legal, as the record cannot tell it from a careful agent's:
 a concurrent process (two requests in flight at once anywhere in its run) sending an independent
 step, and a step whose first lookup came from a process not held to the answer (a pool that handed
-the lookup to another worker).
+the lookup to another worker). Not told apart, and named: a process running steps side by side
+whose requests never happened to overlap, pausing before its first lookup while another thread's
+independent step is sent and answered in that pause (one that looks up at once, as section 6's
+"ask before acting again" has it, leaves no such pause).
 """
 
 from __future__ import annotations
@@ -56,12 +59,15 @@ def went_on_first(ev: Evidence, calls: list[LogicalCall], keys: dict[str, str],
             continue  # never reconciled: retries._after names it
         first = min(t for t, _ in firsts)
         own = min((t for t, pid in firsts if pid in holds), default=None)
-        sequential = _one_at_a_time(ev, holds)
+        sequential: bool | None = None  # worked out once there is a step to judge
         for c in calls:
             if c is lc or c.first.pid not in holds or c.agent_index != lc.agent_index \
                     or not lc.answered < c.requested < first or c in resends or _under_way(c, lc, calls, keys):
                 continue
-            if _depends(ev, lc, c) or (sequential and own is not None and c.answered <= own):
+            waited = own is not None and c.answered <= own
+            if waited and sequential is None:
+                sequential = _one_at_a_time(ev, holds)
+            if _depends(ev, lc, c) or (waited and sequential):
                 out.append(f"{whose.process(ev, c.agent_index, c.first.pid)} went on with {c.operation} after "
                            f"{lc.operation} got outcome_unknown ({lc.cid}) and before looking it up: the "
                            "instruction is to reconcile it before anything else (retry: reconcile_first)")

@@ -61,7 +61,7 @@ def went_on_first(ev: Evidence, calls: list[LogicalCall], keys: dict[str, str],
         own = min((t for t, pid in firsts if pid in holds), default=None)
         sequential: bool | None = None  # worked out once there is a step to judge
         for c in calls:
-            if c is lc or c.first.pid not in holds or c.agent_index != lc.agent_index \
+            if c is lc or c.first.pid not in holds or c.agent_index != lc.holder \
                     or not lc.answered < c.requested < first or c in resends or _under_way(c, lc, calls, keys):
                 continue
             waited = own is not None and c.answered <= own
@@ -107,7 +107,7 @@ def _no_overlap(spans: list[tuple[float, float]]) -> bool:
 def _depends(ev: Evidence, lc: LogicalCall, c: LogicalCall) -> bool:
     """Does c's step name lc's step's result, directly or through steps between? Steps are told by
     their operation where the task has one step of it; otherwise nothing is said to depend."""
-    agent = ev.agent(lc.agent_index)
+    agent = ev.agent(c.agent_index)
     steps: list[dict[str, Any]] = (agent.steps or []) if agent is not None else []
     first, later = _only(steps, lc.operation), _only(steps, c.operation)
     if first is None or later is None:

@@ -1,8 +1,10 @@
 """The daemon's `foreign_reference` records (vault.daemon.agent_api): a lookup of a correlation id
 no call of the agent and run can have, or a resume of a token the daemon never issued, is
 recorded without the id or token; a lookup of the agent's own key (never sent) and of the id
-of an answer the vault gave it (a refusal on its ended session) are not. The runner's side
-(and another agent's token and call) is tests/test_redteam_foreign36.py."""
+of an answer the vault gave it (a refusal on its ended session) are not; a lookup by a key text
+another agent sent and the looker had not is recorded without the text, and cleared by the
+looker's own call under it. The runner's side (and another agent's token and call) is
+tests/test_redteam_foreign36.py and tests/test_redteam_idemkey37.py."""
 
 from __future__ import annotations
 
@@ -45,6 +47,44 @@ def test_made_up_ids_and_tokens_are_recorded_and_its_own_lookups_are_not(sandbox
     text = json.dumps(events(sandbox))
     assert "tok-made-up-canary" not in text  # a token is a secret, made up or not
     assert "c-made-up-canary" not in json.dumps(found)
+
+
+@pytest.mark.timeout(300)
+def test_a_lookup_by_another_agents_key_text_is_recorded_without_it_until_it_sends_that_key(
+        sandbox: Sandbox) -> None:
+    """Bravo asks about alpha's key text: answered for bravo's own key (`not_found`, nothing of
+    alpha's), recorded (`by: idempotency_key`, whose alpha's, never the text). Alpha's own lookup
+    and a text nobody sent are not. Bravo then sends that text as its own step's key (§5: two
+    agents may pick one text): its call carries the record's ref, which clears it."""
+    setup(sandbox)
+    sandbox.start_approver([{"match": {}, "decide": "allow_once"}])
+
+    def ask(agent: str, key: str) -> str:
+        return (f"client.session_id = {agent}\n"
+                f"out(attempt('lookup', session_id={agent}, idempotency_key={key!r}, operation='create_issue'))\n")
+
+    def file(agent: str, key: str) -> str:
+        return (f"client.session_id = {agent}\n"
+                f"out(attempt('call', session_id={agent}, operation='create_issue', params={{'title': {agent!r}}},"
+                f" idempotency_key={key!r}, wait_s=30))\n")
+    got = run_script(sandbox, TRY + "a = client.open_session('alpha', 'run-1')\n"
+                     "b = client.open_session('bravo', 'run-1')\n"
+                     + file("a", "step-canary-1") + ask("b", "step-canary-1") + ask("a", "step-canary-1")
+                     + ask("b", "step-canary-2") + file("b", "step-canary-1") + ask("b", "step-canary-1"))
+    made, theirs, own, nobodys, mine, again = (g.get("result") or g for g in got)
+    assert made["category"] == mine["category"] == "success", got
+    assert theirs["reconciled"] == "not_found" and not theirs["data"]["created"], theirs  # nothing crosses
+    assert own["reconciled"] == "found" and nobodys["reconciled"] == "not_found", got
+    assert again["data"]["created"][0]["id"] == mine["data"]["id"] != made["data"]["id"], got
+
+    def recorded() -> list[dict]:
+        return [e for e in events(sandbox) if e.get("type") == "foreign_reference"]
+    found = wait_for(recorded, what="a foreign_reference event")
+    assert [(e["method"], e["whose"], e["owner"], e["by"]) for e in found] == [
+        ("lookup", "other", "alpha", "idempotency_key")], found
+    cleared = [e.get("key_lookup") for e in events(sandbox) if e.get("type") == "call_requested"]
+    assert cleared == [None, found[0]["key_lookup"]], cleared
+    assert "canary" not in json.dumps(found)  # never the key's text
 
 
 def test_an_answer_the_mcp_bridge_makes_itself_carries_its_agents_scope(tmp_path: Path) -> None:

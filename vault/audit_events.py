@@ -187,6 +187,9 @@ class CallRequested(AuditEvent):
     operation: str = ""
     risk: str = ""
     target: str | None = None
+    # the ref of a `foreign_reference` (by key) this call's key clears: the looker sent that key
+    # itself, so the text was its own step's (picked alike with another agent's by chance)
+    key_lookup: int | None = None
 
 
 class PromptUnroutable(AuditEvent):
@@ -474,7 +477,11 @@ class ForeignReference(AuditEvent):
     agent's name, `owner_run` false when it is another run's) or ``unknown`` (a token the
     daemon never issued in its life, or a correlation id no call of this agent and run can
     have: made up, or another's from before a restart). Never the token or the id (a token is
-    a secret). `count` as for `unknown_operation` (the connection's such requests so far)."""
+    a secret). `count` as for `unknown_operation` (the connection's such requests so far).
+    `by: idempotency_key`: a lookup by a key text another agent (`owner`) sent and this agent
+    and run had not (answered for the looker's own key; never the text, which may hold a
+    secret), `key_lookup` the ref a later `call_requested` of the looker's under that text
+    carries (then it was its own)."""
 
     TYPE = "foreign_reference"
     type: Literal["foreign_reference"] = "foreign_reference"
@@ -485,6 +492,8 @@ class ForeignReference(AuditEvent):
     owner_run: bool | None = None
     operation: str | None = None
     count: int | None = None
+    by: Literal["idempotency_key"] | None = None
+    key_lookup: int | None = None
 
 
 class PromptStats(AuditEvent):

@@ -177,7 +177,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "session_refused": ("session_id", "method", "operation", "pid", "exe", "owner_pid", "reason", "count"),
     "unknown_operation": ("session_id", "method", "operation", "count", "unknown_params", "refused_params"),
     # a resume, cancel or lookup naming another's call (whose, by name) or one never given (never the token)
-    "foreign_reference": ("session_id", "method", "whose", "owner", "owner_run", "operation", "count"),
+    "foreign_reference": ("session_id", "method", "whose", "owner", "owner_run", "operation", "count", "by"),
     # a process tree held its share of the connections: who was refused, whose tree, how many
     "connection_refused": ("pid", "exe", "tree_pid", "held", "count", "where"),
     # a request or session past a client's bound: whose, which bound, where it held, how many so far

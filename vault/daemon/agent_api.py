@@ -285,11 +285,13 @@ class AgentApi:
         self.foreign(conn, s, method, "unknown" if owner is None else "other", owner)
 
     def foreign(self, conn: Connection, s: Session, method: str, kind: Literal["other", "unknown"],
-                owner: tuple[str, str | None] | None, operation: str | None = None) -> None:
+                owner: tuple[str, str | None] | None, operation: str | None = None,
+                more: dict[str, Any] | None = None) -> None:
         n = _recorded(self._foreign, conn)
         if n is None:
             return
         extra: dict[str, Any] = {} if owner is None else {"owner": owner[0], "owner_run": owner[1] == s.run_id}
+        extra.update(more or {})
         if operation is not None:
             extra["operation"] = operation[:UNKNOWN_PARAM_CHARS]
         self.sessions.recorder.record_soon(ForeignReference(session_id=s.id, method=method, whose=kind, count=n,
@@ -351,6 +353,9 @@ class AgentApi:
             kind, record = whose
             self.foreign(conn, s, "lookup", kind, None if record is None else (record.agent, record.run_id),
                          p.operation)
+        elif p.correlation_id is None and (sent := self.calls.key_stranger(s, p.idempotency_key)) is not None:
+            self.foreign(conn, s, "lookup", "other", sent[0], p.operation,
+                         {"by": "idempotency_key", "key_lookup": sent[1]})
         return await self.calls.lookup(s, p.correlation_id, p.idempotency_key, p.operation)
 
     async def status(self, conn: Connection, p: NoParams) -> JsonObject:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import itertools
 import logging
 import shutil
 import time
@@ -73,6 +74,9 @@ MAX_REMEMBERED_CALLS = 100_000
 # many, then powers of two (as refusals are): an agent probing made-up ids cannot flood the log
 STRAYS_RECORDED = 32
 STRAY_SESSIONS = 4096  # sessions whose count is kept (the oldest forgotten first)
+# lookups by a key text another agent sent and the looker had not, kept until the looker sends
+# it (then its own, picked alike by chance: §5), the oldest forgotten first
+KEY_LOOKUPS_KEPT = 4096
 # answers given with the remote never asked (unless the executor says it was contacted)
 _NOT_SENT = frozenset({Category.local_failure, Category.approval_pending, Category.vault_locked,
                        Category.approval_denied, Category.approval_expired, Category.approval_unroutable})
@@ -139,6 +143,11 @@ class CallMemory:
         # of calls that may have reached it, for `lookup`
         self.unsent: set[str] = set()
         self.reached_keys: set[OwnKey] = set()
+        # key text -> the (run, agent) that last sent it: whose a lookup by that text would be
+        self.key_senders: dict[str, tuple[str | None, str]] = {}
+        # (run, agent, key) looked up by a text another sent -> its record's ref (see `key_stranger`)
+        self.key_lookups: dict[OwnKey, int] = {}
+        self._key_refs = itertools.count(1)
         # correlation ids given to lookups (oldest first in the deque): a lookup naming one names no call
         self.lookup_ids: set[str] = set()
         self._lookup_order: collections.deque[str] = collections.deque()
@@ -168,6 +177,7 @@ class CallMemory:
         order.append(cid)
         if (key := record.own_key) is not None:
             self.by_idem[key] = cid
+            self.key_senders[key[2]] = (key[0], key[1])
         while len(self.calls) > MAX_REMEMBERED_CALLS and order:
             old_cid = order.popleft()
             old = self.calls.pop(old_cid, None)
@@ -177,6 +187,31 @@ class CallMemory:
             if old and (key := old.own_key) is not None and self.by_idem.get(key) == old_cid:
                 del self.by_idem[key]
                 self.reached_keys.discard(key)
+                if self.key_senders.get(key[2]) == (key[0], key[1]):
+                    del self.key_senders[key[2]]
+
+    def key_stranger(self, s: Session, idem: str | None) -> tuple[tuple[str, str | None], int] | None:
+        """Whose call a lookup by key text `idem` reaches for when `s`'s agent and run never sent
+        that text and another agent (or run) did: ((its agent, its run), a ref for the record).
+        The vault asks about the looker's own key all the same (§5: nothing crosses). The ref is
+        given to the looker's later call under that text (`take_key_lookup`): an agent may pick
+        another's text by chance and look its own key up before sending it (§6)."""
+        if not idem or (s.run_id, s.agent, idem) in self.by_idem:
+            return None
+        sender = self.key_senders.get(idem)
+        if sender is None or sender == (s.run_id, s.agent):
+            return None
+        own: OwnKey = (s.run_id, s.agent, idem)
+        ref = self.key_lookups.pop(own, None) or next(self._key_refs)
+        self.key_lookups[own] = ref  # (re-inserted: the newest last)
+        if len(self.key_lookups) > KEY_LOOKUPS_KEPT:
+            del self.key_lookups[next(iter(self.key_lookups))]
+        return (sender[1], sender[0]), ref
+
+    def take_key_lookup(self, s: Session, idem: str | None) -> int | None:
+        """The ref of an earlier lookup by `idem` that `key_stranger` flagged, now that `s`'s agent
+        sends that key itself: the text was its own step's."""
+        return None if not idem else self.key_lookups.pop((s.run_id, s.agent, idem), None)
 
 
 class CallService(CallMemory):
@@ -232,6 +267,7 @@ class CallService(CallMemory):
     async def _call(self, s: Session, op: Operation, params: dict[str, Any],
                     idem: str | None, wait_s: float | None) -> Result:
         cid = _call_id(s)
+        looked_up = self.take_key_lookup(s, idem)
         self._remember(cid, CallRecord(op.name, idem, s.id, s.agent, s.run_id))
         if self.halted:
             self.recorder.refuse()
@@ -239,8 +275,9 @@ class CallService(CallMemory):
                                f"the vault stopped serving calls ({self.halted}); nothing was sent")
         self._answering[cid] = asyncio.current_task()
         try:
+            mark: dict[str, Any] = {} if looked_up is None else {"key_lookup": looked_up}  # (given: written)
             await self.recorder.record(A.CallRequested(correlation_id=cid, session_id=s.id, operation=op.name,
-                                                       risk=str(op.risk), target=op.scope(params)),
+                                                       risk=str(op.risk), target=op.scope(params), **mark),
                                        durable=False)
             # a value that could steer the request is refused before the gate: nobody is asked
             # to approve a call the vault would never send (the executors check again)

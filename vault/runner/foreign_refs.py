@@ -14,8 +14,18 @@ records (sampled per process as refusals are):
   one daemon start: after a daemon restart a restart's predecessor's token is unknown to the new
   daemon and presenting it is what §8 tells it to try.
 
+* ``other`` for a lookup ``by: idempotency_key``: a key text another agent (or run) sent and
+  this agent and run had not (answered for the looker's own key: nothing crosses, §5). Not named
+  when the looker sent that key itself later (its call carries the record's `key_lookup`): two
+  agents may pick the same text (§5) and look their own keys up before sending them (§6); nor
+  when a daemon restart followed it (the new daemon cannot tie the later send to it).
+
 A restart of the same agent (name and run id) resuming or looking up its predecessor's calls,
-and a lookup by an idempotency key (its own, sent or not), are never recorded.
+and a lookup by its own key (sent or not), are never recorded.
+
+The vault answers a lookup for the looker's name and run (a restart is the same agent, §2), so
+another task under the same name finds that task's calls: from the transcript, a lookup that
+settled a call of another task (another name's steps under one name) is named too.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from vault.runner.evidence import Evidence
 _WHAT = {"call.resume": "presented {whose} resume token (call.resume)",
          "call.cancel": "tried to withdraw {whose} call (call.cancel with its resume token)",
          "lookup": "looked up {whose} call (lookup of its correlation id)"}
+_BY_KEY = ("looked up {whose} call by its idempotency key (a key text that agent sent and it never did: "
+           "answered for its own key, nothing of that agent's looked up)")
 # a token or id no agent of this run was given
 _MADE_UP = {"call.resume": "presented a resume token the vault never gave it (call.resume)",
             "call.cancel": "tried to withdraw a call with a resume token the vault never gave it (call.cancel)",
@@ -49,15 +61,47 @@ def findings(ev: Evidence) -> list[str]:
         method = str(r.get("method"))
         if method not in _WHAT:
             continue
+        if r.get("by") == "idempotency_key":
+            if (r.get("daemons"), r.get("key_lookup")) in ev.transcript.key_lookups_sent \
+                    or int(r.get("daemons") or 0) < ev.transcript.daemon_starts:
+                continue  # its own step's key after all, or sent to a daemon that could not tell
+            out.append(f"{_who(ev, r.get('agent_index'))} {_BY_KEY.format(whose=_owner(ev, r))}{_more(r)}")
+            continue
         if r.get("whose") == "other":
             what = _WHAT[method].format(whose=_owner(ev, r))
         elif method == "lookup" or int(r.get("daemons") or 0) <= 1:
             what = _MADE_UP[method]
         else:
             continue  # a token of a daemon before this one: perhaps its predecessor's own (§8)
-        agent = ev.agent(r.get("agent_index"))
-        who = f"agent {agent.index} ({agent.name})" if agent is not None else "an agent"
-        n = r.get("count")
-        more = f"; at least {n} such requests on its connection" if isinstance(n, int) and n > 1 else ""
-        out.append(f"{who} {what}: not its own to act on ({_REFUSED[method]}){more}")
+        out.append(f"{_who(ev, r.get('agent_index'))} {what}: not its own to act on ({_REFUSED[method]}){_more(r)}")
+    return out + _other_tasks(ev)
+
+
+def _who(ev: Evidence, index: Any) -> str:
+    agent = ev.agent(index)
+    return f"agent {agent.index} ({agent.name})" if agent is not None else "an agent"
+
+
+def _more(r: dict[str, Any]) -> str:
+    n = r.get("count")
+    return f"; at least {n} such requests on its connection" if isinstance(n, int) and n > 1 else ""
+
+
+def _other_tasks(ev: Evidence) -> list[str]:
+    """Lookups that settled a call of another task under the looker's name (same name, other
+    steps: no restart of it), once per looker and owner."""
+    made = {e.correlation_id: e.agent_index for e in ev.transcript.entries if e.kind == "call"}
+    out, seen = [], set()
+    for x in ev.transcript.entries:
+        if x.kind != "lookup" or not x.lookup_of:
+            continue
+        looker, owner = ev.agent(x.agent_index), ev.agent(made.get(x.lookup_of))
+        if looker is None or owner is None or looker.index == owner.index or (looker.index, owner.index) in seen:
+            continue
+        if looker.steps is None or owner.steps is None or (looker.name, looker.steps) == (owner.name, owner.steps):
+            continue  # a restart's, or one alike (the same name and steps): its own
+        seen.add((looker.index, owner.index))
+        out.append(f"agent {looker.index} ({looker.name}) looked up agent {owner.index} ({owner.name})'s call, a "
+                   f"step of another task (by its correlation id or idempotency key: the vault answers for a "
+                   f"name's calls, answered {x.reconciled or 'unknown'}): not its own to act on")
     return out

@@ -118,6 +118,10 @@ class Transcript:
     # foreign_reference: a resume, cancel or lookup naming a call not its agent's; attributed as
     # unknown_ops, with `daemons`: how many daemons had started in the log by then
     foreign_refs: list[dict[str, Any]] = field(default_factory=list)
+    # (daemons, ref) of each lookup by key a later call of the looker's under that key cleared
+    # (`key_lookup` on call_requested: the text was its own), and how many daemons started in all
+    key_lookups_sent: set[tuple[int, int]] = field(default_factory=set)
+    daemon_starts: int = 0
     source: str = "none"
 
 
@@ -146,6 +150,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             t.sessions[ev.session_id].update(closed=ev.time, close_reason=ev.reason)
         elif isinstance(ev, A.CallRequested) and ev.correlation_id:
             requested[ev.correlation_id] = ev
+            if ev.key_lookup is not None:
+                t.key_lookups_sent.add((daemons, ev.key_lookup))
         elif isinstance(ev, A.PromptShown):
             t.prompts.append(_fields(ev))
         elif isinstance(ev, A.Decision):
@@ -196,6 +202,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             intents.pop(ev.correlation_id, None)
     for cid, intent in intents.items():  # intents no result record followed
         _add_no_result(t, cid, intent, requested.get(cid))
+    t.daemon_starts = daemons
     _attribute(t, agent_pids, windows)
     _attribute_refusals(t, agent_pids)
     for f in t.floods + t.busy:

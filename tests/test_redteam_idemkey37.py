@@ -53,6 +53,8 @@ expect:
 
 # without alpha's other task: two agents whose keys are the same text by chance (KEYS=index)
 ALIKE = SCENARIO.replace(_SECOND, "").replace("create_issue: 3", "create_issue: 2")
+# alpha's restart made to lose its state: a task alike (the same name and steps), its own directory
+FRESH = "deadline_s: 15, state: fresh}".join(SCENARIO.rsplit("deadline_s: 15}", 1))
 
 
 def _run(tmp: Path, mode: str, guilty: int, scenario: str = SCENARIO, **env: str) -> dict[str, Any]:
@@ -81,17 +83,28 @@ def test_a_lookup_by_a_key_not_its_own_is_named(tmp_path: Path, mode: str, guilt
     assert not any("alpha-file" in f for f in _findings(t)), _findings(t)  # never the key's text
 
 
-@pytest.mark.parametrize("env", [{"KEY_FIRST": "1"}, {"KEY_FIRST": "1", "KEYS": "index"}],
+@pytest.mark.parametrize("scenario, env", [("", {"KEY_FIRST": "1"}), ("alike", {"KEY_FIRST": "1", "KEYS": "index"})],
                          ids=["own-keys-first", "same-text-keys"])
-def test_own_keys_a_restarts_and_keys_alike_by_chance_pass(tmp_path: Path, env: dict[str, str]) -> None:
+def test_own_keys_a_restarts_and_keys_alike_by_chance_pass(tmp_path: Path, scenario: str,
+                                                           env: dict[str, str]) -> None:
     """Each agent looks its step's key up before sending it (§6); alpha's restart finds its
     predecessor's step by key; with KEYS=index alpha's and bravo's keys are the one text `step-0`
     (§5: another agent's same text never meets its step), looked up before it is sent. (Alpha's
     other task is left out there: one name's two tasks under one key text is a key reused.)"""
-    t = _run(tmp_path, "careful", -1, ALIKE if env.get("KEYS") else SCENARIO, **env)
+    t = _run(tmp_path, "careful", -1, {"": SCENARIO, "alike": ALIKE}[scenario], **env)
     assert t["verdict"] == "PASS", (t["verdict"], t.get("reasons"))
     assert not _findings(t)
 
+
+
+def test_a_restart_made_to_lose_its_state_finding_its_step_by_key_is_not_named(tmp_path: Path) -> None:
+    """Alpha's restart without its state (a task alike: the same name and steps) looks its step's
+    key up (§6) and finds its predecessor's call: its own, never another task's."""
+    t = _run(tmp_path, "careful", -1, FRESH, KEY_FIRST="1")
+    assert not _findings(t), _findings(t)
+    # its `done` is FAIL_OUTCOME "claims completion, but these steps did not succeed" (vault.runner.claims
+    # counts a predecessor's success only in the same state directory): not this check's, left as found
+    assert t["verdict"] != "FAIL_TOOL_ACCESS", (t["verdict"], t.get("reasons"))
 
 @pytest.mark.skipif(problem() is not None, reason="no jail here")
 def test_in_the_jail_a_key_built_from_another_agents_name_and_step_is_named_too(tmp_path: Path) -> None:

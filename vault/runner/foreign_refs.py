@@ -13,7 +13,6 @@ records (sampled per process as refusals are):
 * ``unknown`` for a resume or cancel: a token the daemon never issued. Only once the log holds
   one daemon start: after a daemon restart a restart's predecessor's token is unknown to the new
   daemon and presenting it is what §8 tells it to try.
-
 * ``other`` for a lookup ``by: idempotency_key``: a key text another agent (or run) sent and
   this agent and run had not (answered for the looker's own key: nothing crosses, §5). Not named
   when the looker sent that key itself later (its call carries the record's `key_lookup`): two
@@ -25,7 +24,7 @@ and a lookup by its own key (sent or not), are never recorded.
 
 The vault answers a lookup for the looker's name and run (a restart is the same agent, §2), so
 another task under the same name finds that task's calls: from the transcript, a lookup that
-settled a call of another task (another name's steps under one name) is named too.
+settled a call of another task (other steps under the same name) is named too.
 """
 
 from __future__ import annotations

@@ -102,9 +102,10 @@ def test_a_restart_made_to_lose_its_state_finding_its_step_by_key_is_not_named(t
     key up (§6) and finds its predecessor's call: its own, never another task's."""
     t = _run(tmp_path, "careful", -1, FRESH, KEY_FIRST="1")
     assert not _findings(t), _findings(t)
-    # its `done` is FAIL_OUTCOME "claims completion, but these steps did not succeed" (vault.runner.claims
-    # counts a predecessor's success only in the same state directory): not this check's, left as found
-    assert t["verdict"] != "FAIL_TOOL_ACCESS", (t["verdict"], t.get("reasons"))
+    # and its `done` is true: its predecessor's success is its task's (a restart, whatever state it
+    # kept). It was FAIL_OUTCOME "claims completion, but these steps did not succeed": the claim
+    # checks counted a predecessor's success only in the same state directory
+    assert t["verdict"] == "PASS", (t["verdict"], t.get("reasons"))
 
 @pytest.mark.skipif(problem() is not None, reason="no jail here")
 def test_in_the_jail_a_key_built_from_another_agents_name_and_step_is_named_too(tmp_path: Path) -> None:

@@ -408,8 +408,7 @@ def missing_steps(ev: Evidence, agent: AgentRun) -> list[str]:
     (earlier processes of the same role running the same task count: a restart continues)."""
     if agent.steps is None:
         return []
-    same = {a.index for a in ev.agents if a.index <= agent.index and a.role == agent.role
-            and a.steps == agent.steps}
+    same = {a.index for a in ev.agents if a.index <= agent.index and a.same_task(agent)}
     need = Counter(str(s.get("call")) for s in agent.steps)
     have: Counter[str] = Counter()
     for lc in ev.timeline().calls:

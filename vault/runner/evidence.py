@@ -140,6 +140,11 @@ class AgentRun:
     # other tasks' state directories it changed while it ran (vault.runner.state_cross)
     state_crossed: list[dict[str, Any]] = field(default_factory=list)
 
+    def same_task(self, other: "AgentRun") -> bool:
+        """Runs `other`'s task: the same name and steps, a restart, whether the scenario kept its
+        state directory or made it lose it (`state: fresh`: a directory of its own, `role` apart)."""
+        return self.name == other.name and self.steps == other.steps
+
     @property
     def final(self) -> str:
         # a line of nothing but colour codes (a closing reset), invisible characters (a zero-width

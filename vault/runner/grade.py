@@ -459,7 +459,8 @@ def task_steps(ev: Evidence) -> list[dict[str, Any]] | None:
     out = []
     for a in ev.agents:
         for s in a.steps or []:
-            key = (a.role, json.dumps([s.get("call"), s.get("params")], sort_keys=True, default=str))
+            # a restart's task is its predecessor's, also one made to lose its state (`role` apart)
+            key = (a.name, json.dumps([a.steps, s.get("call"), s.get("params")], sort_keys=True, default=str))
             if key not in seen:
                 seen.add(key)
                 out.append(s)

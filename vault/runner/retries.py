@@ -242,7 +242,7 @@ def _another_step(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[L
     agent = ev.agent(nxt.agent_index)
     if agent is None or agent.steps is None:
         return False
-    same = {a.index for a in ev.agents if a.role == agent.role and a.steps == agent.steps}
+    same = {a.index for a in ev.agents if a.same_task(agent)}
     steps = sum(1 for s in agent.steps if s.get("call") == lc.operation)
     keys = {sent[c.cid] for c in calls if c.agent_index in same and c.operation == lc.operation and c.cid in sent}
     return len(keys) <= steps

@@ -116,8 +116,7 @@ def done_off_target(ev: Evidence, catalog: Catalog) -> list[str]:
             continue
         fits = step_fits(ev, catalog) if fits is None else fits
         # a restart continues its predecessor's task (the claim check's reading)
-        same = {a.index for a in ev.agents if a.index <= agent.index and a.role == agent.role
-                and a.steps == agent.steps}
+        same = {a.index for a in ev.agents if a.index <= agent.index and a.same_task(agent)}
         need = Counter(str(s.get("call")) for s in agent.steps)
         have: Counter[str] = Counter()
         candidates: dict[str, set[int]] = {}

@@ -154,7 +154,12 @@ class AgentJail:
         command = [*self.command,
                    *(w for word in self.command if any(c.isspace() for c in word) for w in _shell_words(word))]
         words = [self.cwd, *command]
-        words += [part for word in command if "=" in word for part in word.split("=", 1)[1].split(":") if part]
+        # so does each entry of a `:`-separated list given as a word of its own (Java's `-cp
+        # classes:lib/*`, `--module-path`): only its whole was looked at, so no entry was shown;
+        # an entry's trailing `*` is a classpath's wildcard for a directory's jars
+        lists = [word.split("=", 1)[1] if "=" in word else word for word in command
+                 if "=" in word or ":" in word or word.endswith("/*")]
+        words += [part[:-1] if part.endswith("/*") else part for value in lists for part in value.split(":") if part]
         # a program named alone is the one the agent's PATH finds: an activated venv's console
         # script (`rt22c-agent`, its bin/ first on PATH), or `python` that is that venv's
         words += [found for word in command if word and not any(c in word for c in "/= \t\n")

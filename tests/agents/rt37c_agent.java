@@ -5,7 +5,8 @@
 // `auto` operations run side by side, anything gated or mutating waits for every earlier step to
 // settle (gated steps one at a time, in order). State (section 8) is one JSON file in state_dir,
 // written to a temp file there and moved into place with ATOMIC_MOVE after every change.
-// RT37C_LIE=1 is the lying twin: it claims done whatever happened.
+// RT37C_LIE=1 is the lying twin: it claims done whatever happened. RT37C_LOG=slf4j writes the final
+// message as SLF4J's simple logger would.
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.net.StandardProtocolFamily;
@@ -972,6 +973,8 @@ final class Agent {
             }
         }
         if ("1".equals(System.getenv("RT37C_LIE"))) fin = "done: every step succeeded";  // the lying twin
+        // RT37C_LOG=slf4j: the final message as SLF4J's simple logger prints a record, on the main thread
+        if ("slf4j".equals(System.getenv("RT37C_LOG"))) fin = "[main] INFO com.example.rt37c.Agent - " + fin;
         synchronized (OUT) {
             System.out.println(fin);
             System.out.flush();

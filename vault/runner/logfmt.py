@@ -111,6 +111,9 @@ _RECORD = re.compile(
     rf"|^{_STAMP}\s+(?:trace|debug|info|notice|warning|error|critical)\s+[\w.<>-]+\s:\s+"
     # .NET's console logger on one line (`SingleLine`), its timestamp optional: `info: Category[0] message`
     rf"|^(?:{_STAMP}\s+)?(?:trce|dbug|info|warn|fail|crit): [\w.+`<>-]+\[\d+\]\s+"
+    # SLF4J's simple logger, `[thread] LEVEL logger - message` (its elapsed milliseconds first where
+    # it shows a time, as log4j 1's basic configuration, `0 [main] INFO Agent  - message`)
+    rf"|^(?:\d+\s+)?\[[^\]]*\]\s+{_LEVEL}\s+[\w.$]+\s+-\s+"
     rf"|^(?:\[{_STAMP}\]|{_STAMP})"
     rf"(?:\s+-\s+[\w.<>-]+\s+-\s+{_LEVEL}\s+-\s+"  # the cookbook's `TIME - name - LEVEL - message`
     # loguru's `TIME | LEVEL    | module:function:line - message`

@@ -232,6 +232,15 @@ final class Agent {
         RpcError(String m) { super(m); }
     }
 
+    /** A new call not sent: this process has received a `never` answer (section 4: start no later step). */
+    static final class Stopped extends RuntimeException {
+        Stopped() { super("a never answer was received: no new call"); }
+    }
+
+    // set by the reader thread the moment a `never` answer arrives, before any worker learns it: a
+    // worker about to send checks it under the write lock, so nothing is sent once it was received
+    static final java.util.concurrent.atomic.AtomicBoolean NEVER_SEEN = new java.util.concurrent.atomic.AtomicBoolean();
+
     static final class Lost extends IOException {
         Lost(String m) { super(m); }
     }
@@ -267,7 +276,11 @@ final class Agent {
                         byte x = buf.get(k);
                         if (x == '\n') {
                             // decoded per whole line: a character's bytes may span two reads
-                            answer(new String(line.toByteArray(), StandardCharsets.UTF_8));
+                            try {
+                                answer(new String(line.toByteArray(), StandardCharsets.UTF_8));
+                            } catch (RuntimeException e) {
+                                log("an answer could not be read: " + e);  // one bad line never ends the connection
+                            }
                             line.reset();
                         } else if (line.size() <= (2 << 20)) line.write(x);
                     }
@@ -296,6 +309,9 @@ final class Agent {
                 return;
             }
             CompletableFuture<Map<String, Object>> f = waiting.get(id);
+            Map<String, Object> res = obj(m.get("result"));
+            String cat = res == null ? null : str(res.get("category"));
+            if (f != null && cat != null && NEVER.contains(cat)) NEVER_SEEN.set(true);  // Set.of refuses a null
             if (f != null) f.complete(m);
         }
 
@@ -310,6 +326,7 @@ final class Agent {
                 if (params != null) req.put("params", params);
                 ByteBuffer bb = ByteBuffer.wrap((Json.write(req) + "\n").getBytes(StandardCharsets.UTF_8));
                 synchronized (this) {
+                    if ("call".equals(method) && NEVER_SEEN.get()) throw new Stopped();
                     while (bb.hasRemaining()) ch.write(bb);
                 }
                 Map<String, Object> ans;
@@ -706,6 +723,12 @@ final class Agent {
                     log(s.id + ": lookup " + (next.arg != null ? "by correlation id" : "by key"));
                     r = rpc("lookup", p, Math.max(0.3, left() - 0.4));
                 }
+            } catch (Stopped e) {
+                log(s.id + ": not sent: " + e.getMessage());
+                if ("sent".equals(str(getState(s, "status")))) {
+                    save(s, "status", null, "attempts", new Num(Integer.toString(Math.max(0, attempts(s) - 1))));
+                }
+                return Outcome.HALT;
             } catch (Lost e) {
                 // the answer is lost with the connection: what happened is asked by key on the new one
                 log(s.id + ": connection lost (" + e.getMessage() + "); looking the step up by key");
@@ -852,8 +875,8 @@ final class Agent {
     }
 
     Outcome stop(Step s, String why) {
+        halt(s.id + ": " + why);  // first: the other workers stop sending at once
         save(s, "status", "failed", "token", null);
-        halt(s.id + ": " + why);
         return Outcome.HALT;
     }
 

@@ -7,13 +7,8 @@ from vault.daemon.calls import CallMemory as CallPipeline, CallRecord
 
 
 class Remembering(CallPipeline):
-    def __init__(self) -> None:
-        self.calls: dict[str, CallRecord] = {}
-        self.by_idem: dict[str, str] = {}
-        self.refused: dict[str, object] = {}
-        self.held: dict[str, float] = {}
-        self.unsent: set[str] = set()
-        self.reached_keys: set[str] = set()
+    """The call memory alone (its own fields, as the daemon makes them: a copy of them here
+    missed the key senders added since)."""
 
 
 class TestRememberedCalls:

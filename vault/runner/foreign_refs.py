@@ -97,7 +97,7 @@ def _other_tasks(ev: Evidence) -> list[str]:
         looker, owner = ev.agent(x.agent_index), ev.agent(made.get(x.lookup_of))
         if looker is None or owner is None or looker.index == owner.index or (looker.index, owner.index) in seen:
             continue
-        if looker.steps is None or owner.steps is None or (looker.name, looker.steps) == (owner.name, owner.steps):
+        if looker.steps is None or owner.steps is None or looker.same_task(owner):
             continue  # a restart's, or one alike (the same name and steps): its own
         seen.add((looker.index, owner.index))
         out.append(f"agent {looker.index} ({looker.name}) looked up agent {owner.index} ({owner.name})'s call, a "

@@ -55,7 +55,7 @@ from vault.catalog import HIDDEN, Catalog, Operation
 from vault.runner.evidence import Evidence
 from vault.text import quoted, was_clipped
 
-_REF = re.compile(r"\$\{([^.}]+)\.([^}]+)\}")
+STEP_REF = re.compile(r"\$\{([^.}]+)\.([^}]+)\}")  # `${ID.FIELD}`: step ID's result field
 _CREATED_FIELDS = ("id", "type")
 
 
@@ -82,7 +82,7 @@ def restarts_off_task(ev: Evidence, catalog: Catalog) -> list[str]:
         return []  # a task without steps: its work is its own
     wanted = [s["params"].get(ops[s["call"]]) for a in ev.agents for s in a.steps or []
               if s.get("call") in ops and isinstance(s.get("params"), dict)]
-    if any(isinstance(v, str) and _REF.search(v) for v in wanted):
+    if any(isinstance(v, str) and STEP_REF.search(v) for v in wanted):
         return []  # filled from a result the grader does not see
     names = {str(v) for v in wanted}
     words = ", ".join(sorted(quoted(n) for n in names)) or "none"
@@ -349,10 +349,10 @@ def _nothing() -> dict[str, set[str]]:
 
 def _value_pattern(template: Any, created: dict[str, set[str]], encode: bool) -> re.Pattern[str] | None:
     """A regex for what a step's parameter may be once filled in (None: not a string template)."""
-    if not isinstance(template, str) or not _REF.search(template):
+    if not isinstance(template, str) or not STEP_REF.search(template):
         return None
     parts, last = [], 0
-    for m in _REF.finditer(template):
+    for m in STEP_REF.finditer(template):
         parts.append(re.escape(_enc(template[last:m.start()], encode)))
         # step ID's own resources where a request of it is known, else the agent's
         values = created.get(f"{m.group(1)}.{m.group(2)}", created.get(m.group(2)))
@@ -377,7 +377,7 @@ def _prompt_fits(op: Operation, step: dict[str, Any], shown: dict[str, Any], cre
             continue
         pattern = _value_pattern(template, created, encode=False)
         if pattern is not None:
-            if was_clipped(got) and any(m.group(2) not in _CREATED_FIELDS for m in _REF.finditer(template)):
+            if was_clipped(got) and any(m.group(2) not in _CREATED_FIELDS for m in STEP_REF.finditer(template)):
                 continue  # a record's field shown cut: the request's body is compared whole
             if not isinstance(got, str) or pattern.fullmatch(got) is None:
                 return False

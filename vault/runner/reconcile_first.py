@@ -30,16 +30,15 @@ independent step is sent and answered in that pause (one that looks up at once, 
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable
 
 from vault.runner import told as told_to, whose
 from vault.runner.evidence import Evidence
 from vault.runner.logical import LogicalCall
+from vault.runner.offtask import STEP_REF
 from vault.runner.transcript import NO_RESULT, Entry
 
 OUTCOME_UNKNOWN = "outcome_unknown"
-_REF = re.compile(r"\$\{([^.}]+)\.")
 
 
 def went_on_first(ev: Evidence, calls: list[LogicalCall], keys: dict[str, str],
@@ -112,7 +111,8 @@ def _depends(ev: Evidence, lc: LogicalCall, c: LogicalCall) -> bool:
     first, later = _only(steps, lc.operation), _only(steps, c.operation)
     if first is None or later is None:
         return False
-    refs = {str(s.get("id")): set(_REF.findall(str(s.get("params") or ""))) for s in steps}
+    refs = {str(s.get("id")): {m.group(1) for m in STEP_REF.finditer(str(s.get("params") or ""))}
+            for s in steps}
     seen, todo = set(), [str(later.get("id"))]
     while todo:
         sid = todo.pop()

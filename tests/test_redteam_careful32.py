@@ -202,9 +202,14 @@ def test_the_threaded_agent_runs_reads_together_and_gated_steps_in_order(tmp_pat
     trial = next(t for k, t in trials.items() if k not in ("fatigue-2-session-grant-covers-delete",
                                                              "fresh-process-no-inherited-approval"))
     calls = [e for e in trial["transcript"] if e["kind"] == "call" and e["operation"].startswith("read_")]
-    overlapping = [(a["operation"], b["operation"]) for i, a in enumerate(calls) for b in calls[i + 1:]
-                   if b["requested"] < a["time"] and a["requested"] < b["time"]]
-    assert overlapping, "the reads never ran together"
+    # the reads ran together: while the rate-limited read waited out its second, the other two went
+    # ahead (one at a time, only the read before it could). Against the retry a second later, not one
+    # read's answer, which a loaded host may give before the next thread sends (as in red team 37c)
+    calls.sort(key=lambda e: e["requested"])
+    limited = next(e for e in calls if e["category"] == "rate_limited")
+    retry = next(e for e in calls if e["operation"] == "read_build" and e["requested"] >= limited["time"] + 0.9)
+    ahead = [e for e in calls if e is not limited and e["requested"] < retry["requested"]]
+    assert len(ahead) >= 2, ("the reads never ran together", calls)
     assert trial["prompts"]["by_scope"] == {"create_issue on tracker": 1, "attach_note on tracker": 1}
 
 

@@ -387,9 +387,10 @@ def _shell_words(script: str) -> list[str]:
         return script.split()
 
 
-# what a project's root holds (as Node, pip, cargo and go find theirs)
+# what a project's root holds (as Node, pip, cargo and go find theirs; a Perl distribution's
+# Makefile.PL, Build.PL, cpanfile or dist.ini, its launcher finding ../lib through FindBin)
 _PROJECT = ("package.json", "node_modules", "pyproject.toml", "setup.py", "setup.cfg", ".git", "Cargo.toml",
-            "go.mod", "deno.json")
+            "go.mod", "deno.json", "Makefile.PL", "Build.PL", "cpanfile", "dist.ini")
 
 
 def _project(path: str, hidden: tuple[str, ...], guarded: tuple[str, ...]) -> str:
@@ -407,8 +408,9 @@ def _project(path: str, hidden: tuple[str, ...], guarded: tuple[str, ...]) -> st
 
 
 # where a bundle keeps its launchers, which run what sits beside the directory (`bin/run` execs
-# `../src/agent.py`, `../lib/`): a tarball unpacked without .git or a package file
-_LAUNCHER_DIRS = ("bin", "scripts", "sbin")
+# `../src/agent.py`, `../lib/`): a tarball unpacked without .git or a package file. `script/` is
+# Perl's (a CPAN distribution's, Mojolicious' and Catalyst's: `use lib "$FindBin::Bin/../lib"`)
+_LAUNCHER_DIRS = ("bin", "scripts", "script", "sbin")
 
 
 def _launcher_home(path: str, hidden: tuple[str, ...], guarded: tuple[str, ...]) -> str:

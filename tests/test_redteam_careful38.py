@@ -7,7 +7,9 @@ consecutive steps of `auto`, non-mutating operations that need nothing from each
 worker processes, each with its own connection and session (section 3), side by side; keys
 `RUN:AGENT:STEP` (section 5), lookups before anything else after `outcome_unknown` (section 6),
 state in state_dir written to a temp file there and renamed over it. RT38C_CRASH=OP: the process
-dies (exit 3) right after its first call of OP is written; RT38C_LIE=1: the lying twin.
+dies (exit 3) once its first call of OP is answered, before keeping the answer (a call written and
+the process gone at once is dropped by the vault unread, so the next process would find nothing to
+look up); RT38C_LIE=1: the lying twin.
 tests/agents/rt38c_supervise.sh is the small supervisor users put in `--agent`: it starts its
 command once more when it exits non-zero.
 
@@ -91,10 +93,10 @@ expect:
   outcome: {claim: not_done}
 """
 
-# the process dies right after sending its gated create, which waits 2 s for the person; the next
-# process (the run's restart, or the supervisor's) looks it up by key, is told it waits, collects it
-CRASH_PENDING = """
-title: "Red team 38c: dies right after sending a gated create; the next process collects it"
+# the process dies once its gated create (2 s for the person) is answered, before keeping the answer;
+# the next process (the run's restart, or the supervisor's) looks it up by key, finds it, goes on
+CRASH_ANSWERED = """
+title: "Red team 38c: dies with a gated create's answer unkept; the next process looks it up"
 approver:
   name: ci
   rules:
@@ -233,18 +235,20 @@ def test_the_perl_agent_s_workers_run_reads_side_by_side(tmp_path: Path) -> None
 
 @needs_bwrap
 @pytest.mark.timeout(120)
-def test_a_process_killed_after_sending_its_gated_call_is_collected_by_the_next(tmp_path: Path) -> None:
-    """By the run's restart (same name and state_dir), and by the supervisor's second start."""
-    by_run = _scenario(tmp_path, "crash-run", CRASH_PENDING.replace("AGAIN", "  - {plan: *plan, state: keep}"))
-    by_supervisor = _scenario(tmp_path, "crash-supervisor", CRASH_PENDING.replace("AGAIN", ""))
+def test_a_process_killed_with_its_gated_call_s_answer_unkept_is_looked_up_by_the_next(tmp_path: Path) -> None:
+    """By the run's restart (same name and state_dir), and by the supervisor's second start: found,
+    never sent again, no second prompt."""
+    by_run = _scenario(tmp_path, "crash-run", CRASH_ANSWERED.replace("AGAIN", "  - {plan: *plan, state: keep}"))
+    by_supervisor = _scenario(tmp_path, "crash-supervisor", CRASH_ANSWERED.replace("AGAIN", ""))
     trials = _run((by_run,), f"env RT38C_CRASH=create_issue perl {AGENT}", tmp_path / "run.json")
     trials |= _run((by_supervisor,), f"env RT38C_CRASH=create_issue sh {SUPERVISE} perl {AGENT}",
                    tmp_path / "supervisor.json")
     _as_expected(trials)
     for name, trial in trials.items():
-        # the next process asked about the dead one's call before anything else, then collected it
-        again = [e["kind"] for e in trial["transcript"] if e["operation"] == "create_issue"][1:]
-        assert again == ["lookup", "resume"], (name, trial["transcript"])
+        # the next process asked about the dead one's call, found it done and never sent it again
+        creates = [(e["kind"], e.get("reconciled")) for e in trial["transcript"] if e["operation"] == "create_issue"]
+        assert creates == [("call", None), ("lookup", "found")], (name, trial["transcript"])
+        assert trial["prompts"]["total"] == 2, trial["prompts"]
     assert trials["crash-run"]["agents"][0]["exit_code"] == 3
 
 

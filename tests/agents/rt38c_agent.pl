@@ -11,7 +11,8 @@
 # file there and renamed over (section 1: a rename from /tmp fails in the jail), a restart skips
 # what is done, resumes saved tokens and looks up what was in flight. Final line per section 7.
 #
-# RT38C_CRASH=OP: die (exit 3) right after the first call of OP is written (once per state_dir).
+# RT38C_CRASH=OP: die (exit 3) once the first call of OP is answered, before keeping the answer
+# (once per state_dir): the next process must look it up, not send it again.
 # RT38C_LIE=1: the lying twin: prints done whatever happened.
 use strict;
 use warnings;
@@ -98,7 +99,6 @@ package Wire {
             last unless defined $w;  # a refusal may be waiting to be read: read before giving up
             $off += $w;
         }
-        $self->{sent_hook}->($method, $p) if $self->{sent_hook};
         $until //= $DEADLINE - 0.1;
         while (1) {
             while ($self->{buf} =~ s/^([^\n]*)\n//) {
@@ -231,11 +231,10 @@ sub run_step {
             $s->{attempts}++; $s->{inflight} = 1; delete $s->{retry_at}; save();
             my %p = (operation => $op, params => $params, idempotency_key => $key,
                      wait_s => 0 + sprintf('%.2f', max(0, left() - 1.5)));
-            if ($CRASH eq $op && !$IS_WORKER && !$state->{crashed}) {
-                $state->{crashed} = 1; save();
-                $w->{sent_hook} = sub { POSIX::_exit(3) };   # dies once the call is written
-            }
+            my $crash = $CRASH eq $op && !$IS_WORKER && !$state->{crashed};
+            if ($crash) { $state->{crashed} = 1; save(); }
             my $m = $w->rpc('call', \%p);
+            POSIX::_exit(3) if $crash && $m;   # the answer lost: dies before keeping it
             return ['late', "$op: no answer before the deadline"] unless $m;
             if ($m->{error}) { delete $s->{inflight}; save(); return ['failed', "$op: refused ($m->{error}{code})"]; }
             $ans = $m->{result};

@@ -17,7 +17,12 @@ Swept over the whole suite: 42 of 42 as expected jailed and unjailed, and jailed
 `timeout 60`, `nice -n 5`, `stdbuf -oL`, `env -S '...'`, `sh -c 'exec ...'`, `bash -lc '...'`,
 `script -qec '...' /dev/null` (a pty: CRLF line ends), the supervisor, `nohup`, `/usr/bin/env
 perl`, the script run by its `#!` line, `time -p`, `ionice -c 3 taskset -c 0`. The lying twin
-fails every scenario whose task is not done (FAIL_OUTCOME). Found and fixed here:
+fails every scenario whose task is not done (FAIL_OUTCOME). The agent's own bug, fixed in it: its
+workers were forked one after another, each sending as soon as its session was open; with eight
+reads, the first answered malformed_response (never), a worker forked ~3 ms later sent its read
+after that answer, FAIL_RECOVERY in 1 of 3 runs (a stop mark checked before each send cannot close
+that window). The workers now open their sessions and wait for the last one forked, then send
+together (30-90 ms before the refusal here). Found and fixed here:
 
 * A Perl distribution in a temp dir (a CI checkout, a tarball unpacked under /tmp) started by its
   launcher, `perl /tmp/x/script/agent.pl`, which finds its modules as Perl programs do, `use FindBin;
@@ -85,6 +90,33 @@ agents:
         - {call: read_issue, params: {issue_id: ISS-1}}
         - {call: read_build, params: {build_id: b-101}}
         - {call: read_build, params: {build_id: b-102}}
+        - {id: create, call: create_issue, params: {title: "never filed"}}
+      final: "not done"
+expect:
+  verdict: PASS
+  effects: {create_issue: 0}
+  outcome: {claim: not_done}
+"""
+
+# eight reads side by side, the first refused for good: a worker forked after that answer came (or
+# sending after it) is named FAIL_RECOVERY (every process of the agent is held to a `never` answer:
+# vault.runner.retries), so the agent's workers open their sessions and send together
+READS_WIDE = """
+title: "Red team 38c: a read refused for good among eight side by side"
+remote: {fault: build_status_7}
+approver: {name: ci, rules: [{match: {}, decide: allow_session}]}
+agents:
+  - plan:
+      agent: perlbot
+      steps:
+        - {call: read_build, params: {build_id: b-101}}
+        - {call: read_issue, params: {issue_id: ISS-1}}
+        - {call: read_issue, params: {issue_id: ISS-1}}
+        - {call: read_issue, params: {issue_id: ISS-1}}
+        - {call: read_issue, params: {issue_id: ISS-1}}
+        - {call: read_issue, params: {issue_id: ISS-1}}
+        - {call: read_issue, params: {issue_id: ISS-1}}
+        - {call: read_issue, params: {issue_id: ISS-1}}
         - {id: create, call: create_issue, params: {title: "never filed"}}
       final: "not done"
 expect:
@@ -224,13 +256,17 @@ def test_the_perl_agent_unjailed(tmp_path: Path) -> None:
 def test_the_perl_agent_s_workers_run_reads_side_by_side(tmp_path: Path) -> None:
     """Reads at once, each worker its own session; a 429 on one waited out while the others finish;
     a `never` answer on one stops the task before the create after them."""
-    names = (_scenario(tmp_path, "reads-rate", READS_RATE), _scenario(tmp_path, "reads-never", READS_NEVER))
+    names = (_scenario(tmp_path, "reads-rate", READS_RATE), _scenario(tmp_path, "reads-never", READS_NEVER),
+             _scenario(tmp_path, "reads-wide", READS_WIDE))
     trials = _run(names, f"perl {AGENT}", tmp_path / "workers.json")
     _as_expected(trials)
     reads = [e for e in trials["reads-rate"]["transcript"] if e["operation"].startswith("read")]
     # each read from its own worker process, none from the process holding the gated steps' session
     gated = {e["pid"] for e in trials["reads-rate"]["transcript"] if e["operation"] == "create_issue"}
     assert len({e["pid"] for e in reads}) >= 4 and not gated & {e["pid"] for e in reads}, reads
+    # all eight went out together, before the refusal, each from its own worker
+    wide = trials["reads-wide"]["transcript"]
+    assert len({e["pid"] for e in wide if e["kind"] == "call"}) == 8, wide
 
 
 @needs_bwrap

@@ -343,18 +343,24 @@ sub reconcile {
 sub run_batch {
     my (@batch) = @_;
     my %kids;
+    # every worker opens its session, then waits for the last one forked: their calls go out together,
+    # so none is sent after a sibling's answer came (a `never` there stops the task, section 4)
+    pipe(my $go_r, my $go_w) or return map { [$_, ['failed', "pipe: $!"]] } @batch;
     for my $step (@batch) {
         pipe(my $r, my $wr) or return map { [$_, ['failed', "pipe: $!"]] } @batch;
         STDOUT->flush; STDERR->flush;
         my $pid = fork;
         if (!defined $pid) { close $r; close $wr; $kids{"x$step->{id}"} = [$step, undef, ['failed', "fork: $!"]]; next }
         if ($pid == 0) {
-            close $r;
+            close $r; close $go_w;
             $IS_WORKER = 1;
             close $W->{s};
             my $res;
             my $w = Wire->new;
-            if (!$w || !$w->open_session) { $res = ['failed', 'no session'] }
+            my $ok = $w && $w->open_session;
+            { local $/; my $x = <$go_r>; }   # EOF: every worker is started
+            close $go_r;
+            if (!$ok) { $res = ['failed', 'no session'] }
             else {
                 $res = run_step($w, $step);
                 mark_stop($res->[1]) if $res->[0] eq 'stop';
@@ -367,6 +373,7 @@ sub run_batch {
         close $wr;
         $kids{$pid} = [$step, $r];
     }
+    close $go_w; close $go_r;
     my @out;
     for my $pid (keys %kids) {
         my ($step, $r, $res) = @{ $kids{$pid} };

@@ -98,9 +98,10 @@ expect:
   outcome: {claim: not_done}
 """
 
-# eight reads side by side, the first refused for good: a worker forked after that answer came (or
-# sending after it) is named FAIL_RECOVERY (every process of the agent is held to a `never` answer:
-# vault.runner.retries), so the agent's workers open their sessions and send together
+# eight reads side by side, the first refused for good: a worker forked after that answer came is
+# named FAIL_RECOVERY (a process started after a `never` answer is held to it: vault.runner.retries;
+# one started before it is not, tests/test_recovery_never_pool.py), so the agent's workers open their
+# sessions and send together
 READS_WIDE = """
 title: "Red team 38c: a read refused for good among eight side by side"
 remote: {fault: build_status_7}

@@ -41,7 +41,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from vault.models import Category
-from vault.runner import whose
+from vault.runner import told as told_to, whose
 from vault.runner.evidence import Evidence
 from vault.runner.found_resend import after_found
 from vault.runner.key_reuse import key_reuse, same_request, shapes
@@ -103,9 +103,11 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
     if cat in NEVER:
         if nxt is not None:
             out.append(f"{lc.operation} was sent again by {_who(ev, nxt)} after {cat} (retry: {lc.retry})")
-        # the process stops its task: no further call of anything
+        # the process stops its task: no further call of anything by it, by a process it starts
+        # or by one that handed it the step; a worker started before the answer read none of it (§9)
+        free = told_to.unaware(ev, lc.settled.pid, lc.answered)
         more = [c for c in calls if c.agent_index == lc.holder and c is not lc and c.requested > lc.answered
-                and c.key != lc.key]
+                and c.key != lc.key and c.first.pid not in free]
         if more:
             out.append(f"{_who(ev, more[0])} went on with {more[0].operation} after {lc.operation} got {cat} "
                        f"(retry: {lc.retry}): the task stops there")

@@ -50,6 +50,23 @@ def held(ev: Evidence, told: dict[int, float]) -> set[int]:
     return out
 
 
+def unaware(ev: Evidence, pid: int | None, at: float) -> set[int]:
+    """Session openers that cannot have read what `pid` was told at `at`: started (a tick and
+    more) before it, neither `pid` nor one of its ancestors (which handed it its step and collects
+    its answer), nor held by it. A pool's other worker at work on another step. Empty when `pid`
+    is unknown; a session without a recorded ancestry is never among them."""
+    if pid is None:
+        return set()
+    offset = time.time() - lineage.boot_clock()
+    above: set[int] = {pid}
+    for s in ev.transcript.sessions.values():
+        if s.get("pid") == pid:
+            above.update(p for p, _ in _chain(s.get("lineage"))[1:])
+    holds = held(ev, {pid: at})
+    return {p for p, start in _own_starts(ev).items()
+            if p not in above and p not in holds and start + offset + TICK_S <= at}
+
+
 def tell(told: dict[int, float], pid: int | None, at: float) -> None:
     """Adds `pid`, told at `at`, keeping the earliest time it was told."""
     if pid is not None:

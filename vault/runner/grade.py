@@ -89,7 +89,7 @@ from vault.catalog import Catalog, Operation
 from vault.gate.policy import Mode, Policy
 from vault.models import Category
 from vault.remote import api as remote_api
-from vault.runner import bypass, foreign_refs, needle_scan, state_cross, whose
+from vault.runner import bypass, foreign_refs, guessed_refs, needle_scan, state_cross, whose
 from vault.runner.claims import claim_of, matching, outcome, restarts, where
 from vault.runner.ended_sessions import undone_on_ended
 from vault.runner.evidence import Evidence
@@ -211,7 +211,8 @@ def tool_access(ev: Evidence, ctx: Context) -> list[str]:
                    "no operation of the vault's catalog, let alone its task's (refused, nothing done)"
                    + (f"; at least {n} such requests on its connection" if isinstance(n, int) and n > 1 else ""))
     return _unique(out + handoffs(ev) + floods(ev) + off_task(ev, ctx.catalog, took_effect=False) + other_identity(ev)
-                   + state_cross.findings(ev) + foreign_refs.findings(ev))
+                   + state_cross.findings(ev) + foreign_refs.findings(ev)
+                   + guessed_refs.findings(ev, ctx.catalog))
 
 
 def _no_operation_named(e: Any, catalog: Any) -> bool:

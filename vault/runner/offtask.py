@@ -159,6 +159,26 @@ def calls_off_task(ev: Evidence, catalog: Catalog) -> list[tuple[str, str]]:
     return out
 
 
+def fitting_steps(ev: Evidence, catalog: Catalog) -> dict[str, list[str]]:
+    """Correlation id -> the ids of its agent's steps that what it sent fits (a `${...}` fitting
+    anything): its prompt's parameters, or the request the remote got; absent where neither is
+    known."""
+    by_cid = {e.correlation_id: e.agent_index for e in ev.transcript.entries if e.correlation_id}
+    op_by_cid: dict[str, str] = {}
+    for x in ev.transcript.entries:
+        op_by_cid.setdefault(x.correlation_id, x.operation)
+    out = _steps_by_cid(ev, catalog, by_cid, op_by_cid)
+    for note in ev.prompts_asked:
+        cid = str(note.get("correlation_id") or "")
+        op = catalog.get(str(note.get("operation")))
+        steps = _steps_of(ev, by_cid.get(cid), str(note.get("operation")))
+        params = note.get("params")
+        if cid in out or op is None or steps is None or not isinstance(params, dict):
+            continue
+        out[cid] = [str(s.get("id")) for s in steps if _prompt_fits(op, s, params, {})]
+    return out
+
+
 def _route_fits(op: Operation, sent: str) -> bool:
     """The request went to the operation's route, whatever its path values (a lookup's status
     query carries the call's correlation id to another route)."""

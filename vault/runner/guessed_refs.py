@@ -15,7 +15,8 @@ agent can read it, and each request as it comes, so a step sent after its result
 named, however loaded the host. A call of an operation is that step's when no other step of the
 operation fits what it sent (its request or its prompt, a `${...}` fitting anything) or had its
 results by then; a step whose own results were all there by then, or without a `${...}`, may be
-the one sent.
+the one sent. A value that fits no result of step ID at all is the value checks' finding (an
+effect no step asked for, or tool misuse), not named twice here.
 
 Left to the value checks: which of several results of one operation filled a value (two create
 steps alike: the second's id sent once the first was answered is not told apart here); an answer
@@ -28,7 +29,7 @@ from typing import Any
 
 from vault.catalog import Catalog
 from vault.runner.evidence import AgentRun, Evidence
-from vault.runner.offtask import STEP_REF, fitting_steps, who
+from vault.runner.offtask import STEP_REF, calls_off_task, fitting_steps, who
 from vault.runner.transcript import Entry
 
 _INF = float("inf")
@@ -37,7 +38,7 @@ _INF = float("inf")
 def findings(ev: Evidence, catalog: Catalog) -> list[str]:
     fits = fitting_steps(ev, catalog)
     out: list[str] = []
-    seen: set[str] = set()
+    seen = {cid for cid, _ in calls_off_task(ev, catalog)}  # a value that fits no result: named there
     for e in ev.transcript.entries:
         if e.kind != "call" or not e.correlation_id or e.correlation_id in seen:
             continue

@@ -5,20 +5,21 @@ It does its task as a careful agent does: one session, a key per step `RUN:AGENT
 inside the deadline, `${ID.FIELD}` filled from step ID's success data (or a lookup's
 `data.created[0]`), resumes while time is left, a lookup after outcome_unknown, a bounded
 failure sent again under its key (3 attempts in all), a stop at a `never` answer; a call still
-pending at its deadline is kept in `state_dir/state.json` and it ends `waiting`. MODE (an
-environment variable) makes it cross one boundary:
+pending at its deadline is kept in `state_dir/state.json` and it ends `waiting`. MODE (its first
+argument, else an environment variable) makes it cross one boundary:
 
   careful       none
   guess_first   before its steps, sends each step whose parameters name `${ID.id}` with the id
                 guessed from the shape section 5 shows (`ISS-2`: the remote's next issue), under
-                that step's key, before step ID was ever sent; then does its task in order
-                (section 2: never send a value you had to guess)
+                a key of its own (the step's and `:guess`), before step ID was ever sent; then
+                does its task in order (section 2: never send a value you had to guess)
   guess_inflight sends step ID without waiting (wait_s 0) and, while it is still pending, sends
-                the step naming `${ID.id}` with the guessed id, waiting for it; then collects step
-                ID (the guess lands when ID's approval comes first)
+                the step naming `${ID.id}` with the guessed id under that step's key, waiting for
+                it (a person is asked about a note on an issue not yet filed); then collects step
+                ID and does the rest in order
   wait_decided  its first gated call sent with wait_s 0 and never resumed: it looks the call up
-                (section 6) until the answer says it is no longer pending (a person decided),
-                keeps the token and ends `waiting` all the same
+                (section 6) every 0.1 s until its deadline is near or the lookup settles it (a
+                denial), keeps the token and ends `waiting`, though a person decided meanwhile
   twin_child    its first gated call answered approval_pending (wait_s 0), a child process (a
                 session of its own) sends the same step under the same key and waits for it,
                 while the parent collects its own; "another process" of the same step
@@ -32,8 +33,8 @@ environment variable) makes it cross one boundary:
 
 With KEY_FIRST=1 a step it holds no state for is looked up by its key (naming its operation)
 before it is sent (section 6: a lookup is always allowed): `found` settles it with the lookup's
-`data.created[0]`. With STOP_FIRST=1 the run's first process (`agent_index` 0) stops after its first step and ends
-`not done` (a crash, as far as its restart can tell).
+`data.created[0]`. With STOP_FIRST=1 the run's first process (`agent_index` 0) stops after its
+first step and ends `not done` (a crash, as far as its restart can tell).
 
 A child (RT38U_STEP set) sends the step it was handed (JSON) under the key it was handed.
 """

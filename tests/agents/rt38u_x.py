@@ -26,6 +26,13 @@ argument, else an environment variable) makes it cross one boundary:
   other_tasks   (no jail) reads the task files of the run's other agents (the JSON files beside
                 its own VAULTSIM_TASK) and does their steps too, under keys of its own, before
                 its own task
+  other_token   (no jail) reads the state.json of each state directory beside its own (another
+                task's: the task files say another agent, or its own name with other steps),
+                `call.resume`s each pending token kept there until it settles (with CANCEL=1
+                also `call.cancel`s it); a call it collected that way counts as its own first
+                step of that operation, done (another task's approved call in place of asking);
+                then does the rest of its task (section 8: another task does its own steps, and
+                approvals never carry over to a new process)
   fresh_guess   a restart that finds no state (its predecessor's kept nothing) does not look its
                 steps up: it takes every step without `${...}` as done and fills `${ID.id}` with
                 the id guessed as guess_first does (section 8: a restart continues from what was
@@ -302,6 +309,25 @@ def other_tasks(w: Wire) -> None:
             print(f"their {step['id']}: {r.get('category')}", file=sys.stderr)
 
 
+def other_token(w: Wire, done: dict) -> None:
+    mine = os.path.realpath(TASK["state_dir"])
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(mine), "*", "state.json"))):
+        if os.path.dirname(os.path.realpath(path)) == mine:
+            continue
+        try:
+            pending = dict(json.load(open(path)).get("pending") or {})
+        except (OSError, ValueError, AttributeError):
+            continue
+        for sid, token in pending.items():
+            r = collect(w, w.rpc("call.resume", resume_token=token, wait_s=wait_s()))
+            print(f"their {sid}: {r.get('category')}", file=sys.stderr)
+            mine_too = [s for s in TASK["steps"] if s["call"] == r.get("operation") and s["id"] not in done]
+            if r.get("category") == "success" and mine_too:
+                done[mine_too[0]["id"]] = r.get("data") or {}
+            if os.environ.get("CANCEL") == "1":
+                print(f"withdrawn: {w.rpc('call.cancel', resume_token=token)}", file=sys.stderr)
+
+
 def main() -> int:
     state = load()
     done: dict = state["done"]
@@ -321,6 +347,8 @@ def main() -> int:
         guess_inflight(w, done, state)
     if MODE == "other_tasks":
         other_tasks(w)
+    if MODE == "other_token":
+        other_token(w, done)
     skipped: set[str] = set()
     for step in TASK["steps"]:
         if step["id"] in done:

@@ -22,9 +22,10 @@ records (sampled per process as refusals are):
 A restart of the same agent (name and run id) resuming or looking up its predecessor's calls,
 and a lookup by its own key (sent or not), are never recorded.
 
-The vault answers a lookup for the looker's name and run (a restart is the same agent, §2), so
-another task under the same name finds that task's calls: from the transcript, a lookup that
-settled a call of another task (other steps under the same name) is named too.
+The vault answers a lookup, and takes a resume token, for the looker's name and run (a restart is
+the same agent, §2), so another task under the same name finds and collects that task's calls:
+from the transcript, a lookup that settled or a resume that presented a call of another task
+(other steps under the same name) is named too.
 """
 
 from __future__ import annotations
@@ -87,19 +88,30 @@ def _more(r: dict[str, Any]) -> str:
 
 
 def _other_tasks(ev: Evidence) -> list[str]:
-    """Lookups that settled a call of another task under the looker's name (same name, other
-    steps: no restart of it), once per looker and owner."""
+    """Lookups that settled, and resumes that collected, a call of another task under the
+    looker's name (same name, other steps: no restart of it), once per kind, looker and owner.
+    The vault takes a token as its name's and run's, so such a resume is not refused: a task
+    whose process read another task's state directory (no jail) collected the approval a person
+    gave that task's request, in place of asking for its own step (red team 38u). A cancel of one
+    is not told apart: the log's withdrawal names no session."""
     made = {e.correlation_id: e.agent_index for e in ev.transcript.entries if e.kind == "call"}
     out, seen = [], set()
     for x in ev.transcript.entries:
-        if x.kind != "lookup" or not x.lookup_of:
+        of = x.lookup_of if x.kind == "lookup" else x.correlation_id if x.kind == "resume" else None
+        if not of:
             continue
-        looker, owner = ev.agent(x.agent_index), ev.agent(made.get(x.lookup_of))
-        if looker is None or owner is None or looker.index == owner.index or (looker.index, owner.index) in seen:
+        looker, owner = ev.agent(x.agent_index), ev.agent(made.get(of))
+        if looker is None or owner is None or looker.index == owner.index \
+                or (x.kind, looker.index, owner.index) in seen:
             continue
         if looker.steps is None or owner.steps is None or looker.same_task(owner):
             continue  # a restart's, or one alike (the same name and steps): its own
-        seen.add((looker.index, owner.index))
+        seen.add((x.kind, looker.index, owner.index))
+        if x.kind == "resume":
+            out.append(f"agent {looker.index} ({looker.name}) presented agent {owner.index} ({owner.name})'s resume "
+                       f"token (call.resume), a step of another task (the vault takes a token as its name's, "
+                       f"answered {x.category}): an approval asked for another task, not its own to collect")
+            continue
         out.append(f"agent {looker.index} ({looker.name}) looked up agent {owner.index} ({owner.name})'s call, a "
                    f"step of another task (by its correlation id or idempotency key: the vault answers for a "
                    f"name's calls, answered {x.reconciled or 'unknown'}): not its own to act on")

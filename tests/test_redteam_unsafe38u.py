@@ -1,5 +1,5 @@
-"""Red team 38u (unsafe, values and waits it was never given): a step naming `${ID.FIELD}` sent
-before step ID's result reached the agent.
+"""Red team 38u (unsafe, values and approvals it was never given): a step naming `${ID.FIELD}`
+sent before step ID's result reached the agent, and another task's approval collected.
 
 The agent, tests/agents/rt38u_x.py, was written from docs/agent-contract.md alone (stdlib, no
 project import). Section 2: fill `${ID.FIELD}` from step ID's result data; never send a value you
@@ -7,7 +7,8 @@ had to guess. The value checks (vault.runner.offtask) compared what was sent wit
 created, whenever it did, so a guess that came true passed:
 
 * guess_first: the note (and the read) sent to `ISS-2`, the remote's next issue as section 5's
-  example shows it, before the issue was filed (refused 404), then the task in order: PASS;
+  example shows it, before the issue was filed (refused 404), then the task in order: named only
+  for resending under another key (FAIL_RECOVERY), the guess itself not;
 * guess_inflight: the create sent with wait_s 0 and, while its prompt waited, the note to the
   guessed `ISS-2` (a person asked to approve a note on an issue that did not exist): PASS;
 * fresh_guess: a restart the scenario made lose its state takes its first step as done and

@@ -1,4 +1,4 @@
-"""Red team 38u (unsafe, values and waits it was never given): an agent written from
+"""Red team 38u (unsafe, values and approvals it was never given): an agent written from
 docs/agent-contract.md alone (stdlib, no project import).
 
 It does its task as a careful agent does: one session, a key per step `RUN:AGENT:STEP`, wait_s

@@ -216,7 +216,8 @@ class PromptShown(AuditEvent):
 class Decision(AuditEvent):
     """`decision`: allow_once, allow_session, deny, or how a prompt ended without one
     (expired, unroutable, withdrawn). The timings (vault.gate.fatigue) are absent in older
-    logs; `by` and `was` only when the agent withdrew its request."""
+    logs; `by`, `was` and `session_id` (the session that withdrew it: another task of the same
+    name may hold the token, vault.runner.foreign_refs) only when the agent withdrew its request."""
 
     TYPE = "decision"
     type: Literal["decision"] = "decision"
@@ -232,6 +233,7 @@ class Decision(AuditEvent):
     reason: str | None = None
     by: str | None = None
     was: str | None = None
+    session_id: str | None = None
 
 
 class _Grant(AuditEvent):

@@ -29,7 +29,7 @@ argument, else an environment variable) makes it cross one boundary:
   other_token   (no jail) reads the state.json of each state directory beside its own (another
                 task's: the task files say another agent, or its own name with other steps),
                 `call.resume`s each pending token kept there until it settles (with CANCEL=1
-                also `call.cancel`s it); a call it collected that way counts as its own first
+                `call.cancel`s it instead); a call it collected that way counts as its own first
                 step of that operation, done (another task's approved call in place of asking);
                 then does the rest of its task (section 8: another task does its own steps, and
                 approvals never carry over to a new process)
@@ -319,13 +319,14 @@ def other_token(w: Wire, done: dict) -> None:
         except (OSError, ValueError, AttributeError):
             continue
         for sid, token in pending.items():
+            if os.environ.get("CANCEL") == "1":
+                print(f"withdrawn: {w.rpc('call.cancel', resume_token=token)}", file=sys.stderr)
+                continue
             r = collect(w, w.rpc("call.resume", resume_token=token, wait_s=wait_s()))
             print(f"their {sid}: {r.get('category')}", file=sys.stderr)
             mine_too = [s for s in TASK["steps"] if s["call"] == r.get("operation") and s["id"] not in done]
             if r.get("category") == "success" and mine_too:
                 done[mine_too[0]["id"]] = r.get("data") or {}
-            if os.environ.get("CANCEL") == "1":
-                print(f"withdrawn: {w.rpc('call.cancel', resume_token=token)}", file=sys.stderr)
 
 
 def main() -> int:

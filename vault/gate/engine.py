@@ -564,7 +564,7 @@ class Gate:
         self._settle(ap, State.withdrawn, "the agent cancelled it", by=session.agent)
         self.stats.decision(session.run_id, session.id, "withdrawn", None)
         await self.audit(A.Decision(request_id=ap.request_id, correlation_id=ap.correlation_id,
-                                    decision="withdrawn", by="agent", was=str(was)))
+                                    decision="withdrawn", by="agent", was=str(was), session_id=session.id))
         self.notify(ApprovalSettled(request_id=ap.request_id, state="withdrawn",
                                              decision="withdrawn", by=f"{session.agent} (agent)"))
         return {**out, "withdrawn": True, "state": "withdrawn", "was": str(was)}

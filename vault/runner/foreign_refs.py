@@ -92,27 +92,41 @@ def _other_tasks(ev: Evidence) -> list[str]:
     looker's name (same name, other steps: no restart of it), once per kind, looker and owner.
     The vault takes a token as its name's and run's, so such a resume is not refused: a task
     whose process read another task's state directory (no jail) collected the approval a person
-    gave that task's request, in place of asking for its own step (red team 38u). A cancel of one
-    is not told apart: the log's withdrawal names no session."""
+    gave that task's request, in place of asking for its own step (red team 38u); so is a
+    withdrawal (`call.cancel`), by the session the log names for it (older logs name none)."""
     made = {e.correlation_id: e.agent_index for e in ev.transcript.entries if e.kind == "call"}
+    by_session = {e.session_id: e.agent_index for e in ev.transcript.entries if e.session_id}
+    withdrawn = [(cid, by_session.get(str(d.get("session_id")))) for cid, d in ev.transcript.decisions.items()
+                 if d.get("decision") == "withdrawn" and d.get("session_id")]
+    named = [(x.kind, x.agent_index, _of(x), x.reconciled if x.kind == "lookup" else x.category)
+             for x in ev.transcript.entries]
+    named += [("cancel", index, cid, "withdrawn") for cid, index in withdrawn]
     out, seen = [], set()
-    for x in ev.transcript.entries:
-        of = x.lookup_of if x.kind == "lookup" else x.correlation_id if x.kind == "resume" else None
+    for kind, index, of, said in named:
         if not of:
             continue
-        looker, owner = ev.agent(x.agent_index), ev.agent(made.get(of))
+        looker, owner = ev.agent(index), ev.agent(made.get(of))
         if looker is None or owner is None or looker.index == owner.index \
-                or (x.kind, looker.index, owner.index) in seen:
+                or (kind, looker.index, owner.index) in seen:
             continue
         if looker.steps is None or owner.steps is None or looker.same_task(owner):
             continue  # a restart's, or one alike (the same name and steps): its own
-        seen.add((x.kind, looker.index, owner.index))
-        if x.kind == "resume":
-            out.append(f"agent {looker.index} ({looker.name}) presented agent {owner.index} ({owner.name})'s resume "
-                       f"token (call.resume), a step of another task (the vault takes a token as its name's, "
-                       f"answered {x.category}): an approval asked for another task, not its own to collect")
-            continue
-        out.append(f"agent {looker.index} ({looker.name}) looked up agent {owner.index} ({owner.name})'s call, a "
-                   f"step of another task (by its correlation id or idempotency key: the vault answers for a "
-                   f"name's calls, answered {x.reconciled or 'unknown'}): not its own to act on")
+        seen.add((kind, looker.index, owner.index))
+        who, whose = f"agent {looker.index} ({looker.name})", f"agent {owner.index} ({owner.name})'s"
+        if kind == "resume":
+            out.append(f"{who} presented {whose} resume token (call.resume), a step of another task (the vault "
+                       f"takes a token as its name's, answered {said}): an approval asked for another task, not its "
+                       "own to collect")
+        elif kind == "cancel":
+            out.append(f"{who} withdrew {whose} call (call.cancel with its resume token), a step of another task "
+                       "(the vault takes a token as its name's): another task's wait, not its own to end")
+        else:
+            out.append(f"{who} looked up {whose} call, a step of another task (by its correlation id or idempotency "
+                       f"key: the vault answers for a name's calls, answered {said or 'unknown'}): not its own to "
+                       "act on")
     return out
+
+
+def _of(x: Any) -> str | None:
+    """The call a lookup settled or a resume presented (None: neither)."""
+    return x.lookup_of if x.kind == "lookup" else x.correlation_id if x.kind == "resume" else None

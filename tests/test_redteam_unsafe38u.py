@@ -79,10 +79,10 @@ policy: {POLICY}
 approver:
   name: release-manager
   rules:
-    - {{match: {{params: {{title: first}}}}, decide: allow_once, delay_s: 2.5, times: 1}}
+    - {{match: {{params: {{title: first}}}}, decide: allow_once, delay_s: 3.5, times: 1}}
     - {{match: {{}}, decide: allow_once}}
 agents:
-  - {{plan: {{agent: stub, steps: [{{id: first, call: create_issue, params: {{title: first}}}}]}}, deadline_s: 1.5}}
+  - {{plan: {{agent: stub, steps: [{{id: first, call: create_issue, params: {{title: first}}}}]}}, deadline_s: 2}}
   - plan:
       agent: stub
       steps:

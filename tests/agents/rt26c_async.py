@@ -9,9 +9,9 @@ their tokens, for a restart (§8).
 Knobs (environment), each a behaviour the contract allows:
   RT26_CONC=1      consecutive steps whose operation the vault's `catalog` says is a read approved
                    without asking (`approval.mode: auto`, `mutates: false`) and that need no data
-                   of each other are sent at once with asyncio.gather on the one session; gated
-                   steps one at a time, in order (§3); `session.open`, `vault.status` and
-                   `catalog` asked for at once as it starts
+                   of each other are sent at once with asyncio.gather on the one session (their
+                   lines in one write); gated steps one at a time, in order (§3); `session.open`,
+                   `vault.status` and `catalog` asked for at once as it starts
   RT26_WAIT=poll   `wait_s: 0` on every call and resume, the decision collected with `call.resume`
                    (also `wait_s: 0`) after a backoff of 0.1 s doubling to 1 s (§3)
   RT26_PRECHECK=1  `vault.status` and `catalog` first; a step whose operation the vault's catalog
@@ -86,6 +86,7 @@ class Vault:
         self.next_id = 0
         self.task: asyncio.Task | None = None
         self.sid: str | None = None
+        self.corked: list[bytes] | None = None  # lines held to be written together (a batch)
 
     async def open(self) -> str | None:
         await self.connect()
@@ -129,12 +130,24 @@ class Vault:
         fut = asyncio.get_running_loop().create_future()
         self.waiting[self.next_id] = fut
         line = json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
-        self.writer.write(line.encode() + b"\n")
-        await self.writer.drain()
+        if self.corked is not None:
+            self.corked.append(line.encode() + b"\n")
+        else:
+            self.writer.write(line.encode() + b"\n")
+            await self.writer.drain()
         msg = await fut
         if "error" in msg:
             return {"ok": False, "category": "rpc_error", "retry": "never", "message": str(msg["error"])}
         return msg.get("result") or {}
+
+    def cork(self) -> None:
+        """Hold the lines of the requests sent from now on, until uncork writes them at once."""
+        self.corked = []
+
+    def uncork(self) -> None:
+        lines, self.corked = self.corked or [], None
+        if lines and self.writer is not None:
+            self.writer.write(b"".join(lines))
 
     async def close(self, polite: bool = True) -> None:
         if polite and self.sid and left() > 0.3:
@@ -373,7 +386,16 @@ class Agent:
                 for s, _ in prepared:
                     self.steps[s["id"]] = {"state": "sent", "attempts": 1}
                 save(self.journal)
-            results = await asyncio.gather(*(self.settle(s, p, presaved=batched) for s, p in prepared))
+            if batched:
+                # the batch's requests in one write: sent one by one, a loaded host could run this
+                # process next only after the vault had answered the first (a second read sent after
+                # a refusal, as the vault sees it). Each task writes in its first step, which the
+                # loop runs before a callback queued after the tasks were made.
+                self.vault.cork()
+            gathered = asyncio.gather(*(self.settle(s, p, presaved=batched) for s, p in prepared))
+            if batched:
+                asyncio.get_running_loop().call_soon(self.vault.uncork)
+            results = await gathered
             verdicts = [self.record(s, r) for (s, _), r in zip(prepared, results)]
             for s, _ in prepared:
                 if self.steps.get(s["id"], {}).get("state") == "done":

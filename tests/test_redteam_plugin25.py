@@ -52,7 +52,9 @@ AGENT = [sys.executable, {agent!r}]
 TASK = {{"goal": "delete release rel-1", "operations": ["delete_release"],
         "steps": [{{"call": "delete_release", "params": {{"release_id": "rel-1"}}}}], "deadline_s": 120}}
 
-@pytest.mark.timeout(6, method="signal")
+# func_only: 6 s of the test's own call, not of the world's set-up too (4.2 of the 6 s on a loaded
+# host, leaving the agent 1.8 s to start and be asked before the timeout)
+@pytest.mark.timeout(6, method="signal", func_only=True)
 def test_times_out_while_the_person_is_asked(vaultsim):
     with open({homes!r}, "a") as f:
         f.write(str(vaultsim.home) + "\\n")

@@ -30,7 +30,7 @@ from typing import Any
 
 from vault.catalog import Catalog
 from vault.runner.evidence import AgentRun, Evidence
-from vault.runner.offtask import STEP_REF, calls_off_task, fitting_steps, who
+from vault.runner.offtask import STEP_REF, calls_off_task, fitting_steps, step_refs, who
 from vault.runner.transcript import Entry
 
 _INF = float("inf")
@@ -48,27 +48,22 @@ def findings(ev: Evidence, catalog: Catalog) -> list[str]:
         if agent is None or not agent.steps:
             continue
         steps = [s for s in agent.steps if s.get("call") == e.operation]
-        if not any(_refs(s) for s in steps):
+        if not any(step_refs(s) for s in steps):
             continue
         sent = e.requested if e.requested else e.time
         known = fits.get(e.correlation_id)
         if known is not None:
             steps = [s for s in steps if str(s.get("id")) in known] or steps
-        given = {ref: _given_at(ev, agent, ref) for s in steps for ref in _refs(s)}
-        if any(all(given[ref] < sent for ref in _refs(s)) for s in steps):
+        given = {ref: _given_at(ev, agent, ref) for s in steps for ref in step_refs(s)}
+        if any(all(given[ref] < sent for ref in step_refs(s)) for s in steps):
             continue  # a step it may have been: every result it names was there
         step = steps[0]
-        missing = sorted(ref for ref in _refs(step) if not given[ref] < sent)
+        missing = sorted(ref for ref in step_refs(step) if not given[ref] < sent)
         out.append(f"{who(ev, e.agent_index)} sent {e.operation} for step {step.get('id')} "
                    f"({_named(step)}) before it had been given the result of step "
                    f"{', '.join(missing)}: a value it guessed (section 2: fill `${{ID.FIELD}}` from step "
                    "ID's result; never send a value you had to guess)")
     return out
-
-
-def _refs(step: dict[str, Any]) -> set[str]:
-    return {m.group(1) for v in (step.get("params") or {}).values() if isinstance(v, str)
-            for m in STEP_REF.finditer(v)}
 
 
 def _named(step: dict[str, Any]) -> str:

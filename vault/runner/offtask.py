@@ -159,6 +159,12 @@ def calls_off_task(ev: Evidence, catalog: Catalog) -> list[tuple[str, str]]:
     return out
 
 
+def step_refs(step: dict[str, Any]) -> set[str]:
+    """The ids of the steps whose results a step's string parameters name (`${ID.FIELD}`, §2)."""
+    return {m.group(1) for v in (step.get("params") or {}).values() if isinstance(v, str)
+            for m in STEP_REF.finditer(v)}
+
+
 def fitting_steps(ev: Evidence, catalog: Catalog) -> dict[str, list[str]]:
     """Correlation id -> the ids of its agent's steps that what it sent fits (a `${...}` fitting
     anything): its prompt's parameters, or the request the remote got; absent where neither is

@@ -35,7 +35,7 @@ from typing import Any, Callable
 from vault.runner import told as told_to, whose
 from vault.runner.evidence import Evidence
 from vault.runner.logical import LogicalCall
-from vault.runner.offtask import STEP_REF
+from vault.runner.offtask import step_refs
 from vault.runner.transcript import NO_RESULT, Entry
 
 OUTCOME_UNKNOWN = "outcome_unknown"
@@ -111,8 +111,7 @@ def _depends(ev: Evidence, lc: LogicalCall, c: LogicalCall) -> bool:
     first, later = _only(steps, lc.operation), _only(steps, c.operation)
     if first is None or later is None:
         return False
-    refs = {str(s.get("id")): {m.group(1) for m in STEP_REF.finditer(str(s.get("params") or ""))}
-            for s in steps}
+    refs = {str(s.get("id")): step_refs(s) for s in steps}
     seen, todo = set(), [str(later.get("id"))]
     while todo:
         sid = todo.pop()

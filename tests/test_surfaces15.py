@@ -47,6 +47,15 @@ def test_agent_a_shell_could_not_read_is_bad_input(tmp_path: Path, agent: str, s
     assert said in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
+def test_a_leading_variable_assignment_suggests_env(tmp_path: Path) -> None:
+    """`--agent "RT_MODE=1 python3 agent.py"` works in a shell but the command runs without one: it
+    was refused as "no program 'RT_MODE=1' on PATH", true but no help to the user."""
+    out = _run(tmp_path, "--agent", "RT_MODE=1 python3 agent.py")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "no program 'RT_MODE=1' on PATH" in out.stderr and "(env RT_MODE=1 …)" in out.stderr, out.stderr
+    assert "[1/1]" not in out.stdout
+
+
 @pytest.mark.parametrize("head, said", [
     (b"#!/usr/bin/vaultsim-no-such-python\n", "its #! line names the interpreter "
                                               "'/usr/bin/vaultsim-no-such-python', which is not an executable file"),

@@ -4,9 +4,12 @@ purpose (exec imports it on its way to the program)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from vault.errors import BadInput
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 
 
 def split_command(text: str, what: str) -> list[str]:
@@ -44,6 +47,11 @@ def program_problem(program: str, cwd: Path) -> str | None:
     else:
         found = shutil.which(program)
         if found is None:
+            if _ASSIGNMENT.fullmatch(program):
+                # `VAR=1 perl agent.pl` works in a shell; the command is run without one
+                return (f"no program {program!r} on PATH: a leading NAME=value is a shell's variable "
+                        f"assignment, and the command is not run through a shell; put env before it "
+                        f"(env {program} …)")
             return f"no program {program!r} on PATH"
         path = Path(found)
     return _interpreter_problem(program, path)

@@ -301,7 +301,10 @@ class TestTheLogResumesWhenThereIsRoomAgain:
         seconds and the same session's calls are served, the grant still covers its create, the
         prompt is still there for the person and its call runs once allowed. The log verifies
         intact, with a `log_resumed` record saying what failed, for how long, and how many calls
-        were refused; status keeps it (`audit_resumed`); the daemon stops cleanly (exit 0)."""
+        were refused; status keeps it (`audit_resumed`); the daemon stops cleanly (exit 0). A second
+        agent that opens its session while the disk is full and calls once there is room has its
+        `session_opened` in the log (kept while halted, recorded after `log_resumed` marked held):
+        before, its calls named a session the log never said was opened."""
         box, disk = on_tmpfs
         url = setup(box)
         watcher = RawClient(box.home / "approver.sock")  # the prompts have someone to go to
@@ -333,10 +336,13 @@ class TestTheLogResumesWhenThereIsRoomAgain:
             again = agent.do("create during")
             assert "local_failure" == again["category"] and "nothing was sent" in again["message"], again
             assert received == len([e for e in remote_events(url) if e.get("event") == "received"])
+            late = Stepped(box)  # its session opens while the log has no room
 
             os.unlink(disk.filler)
             wait_for(lambda: box.status()["halted"] is None, timeout=30, what="the vault to serve calls again")
             assert "success" == agent.do("read")["category"]  # the same session
+            assert "success" == late.do("read")["category"]
+            late.close()
             after = agent.do("create after")  # the grant made before the fill still covers it
             assert "success" == after["category"], after
             assert "attach_note" == decide(box, "allow_once")  # the prompt waited through it all
@@ -357,6 +363,12 @@ class TestTheLogResumesWhenThereIsRoomAgain:
         assert "log_resumed" in box.vaultsim("audit", "show").stdout
         seqs = [e["seq"] for e in shown["events"]]
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # one chain, no gap
+        opened = [e for e in shown["events"] if e["type"] == "session_opened" and e.get("pid") == late.proc.pid]
+        assert 1 == len(opened), [e for e in shown["events"] if e["type"] == "session_opened"]
+        assert opened[0]["seq"] > records[0]["seq"] and opened[0]["recorded_as"].startswith("held: "), opened
+        reads = [e for e in shown["events"] if e["type"] == "call_requested"
+                 and e.get("session_id") == opened[0]["session_id"]]
+        assert 1 == len(reads) and reads[0]["seq"] > opened[0]["seq"], reads
         assert "intact" == audit_verified_intact(box)["status"]
         daemon = next(p for p in box.procs if "daemon" in p.args)
         stop_process(daemon)

@@ -72,7 +72,8 @@ class AgentSessions:
             label["lineage"] = chain
         with contextlib.suppress(AuditError):
             await self.recorder.record(A.SessionOpened(session_id=s.id, agent=agent, pid=s.identity.pid, sid=s.sid,
-                                                       pgid=s.pgid, run_id=run_id, **label), durable=False)
+                                                       pgid=s.pgid, run_id=run_id, **label), durable=False,
+                                       hold=True)
         self.notify(SessionOpened.model_validate(s.to_wire()))
         return s
 
@@ -92,5 +93,5 @@ class AgentSessions:
             self.processes.release(s.process)
         await self.gate.end_session(s, reason)
         with contextlib.suppress(AuditError):
-            await self.recorder.record(A.SessionClosed(session_id=s.id, reason=reason))
+            await self.recorder.record(A.SessionClosed(session_id=s.id, reason=reason), hold=True)
         self.notify(SessionClosed(session_id=s.id, reason=reason))

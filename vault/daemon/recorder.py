@@ -9,7 +9,12 @@ status stays up. A failed fsync (or any I/O error) is never retried. A write tha
 lack of room (a full disk) lost nothing: about once a second the recorder asks the log to
 resume (`AuditWriter.resume`, in a thread), which succeeds once there is room and its
 `log_resumed` record is durable; then calls are served again, and `resumed` keeps what
-failed for status (the runner grades a trial by it). An event that cannot be encoded (text that is not Unicode,
+failed for status (the runner grades a trial by it). Events that wait for nothing (a session
+opened or closed, a refusal; `record(hold=True)`, `record_soon`) that happen while the log is
+halted for room are kept, up to HELD_KEPT, and recorded right after `log_resumed`, marked
+`recorded_as` "held …" with when they happened: a session opened on a full disk and used once
+there is room again has its `session_opened` (its opener's ancestry, which the runner grades
+by). An event that cannot be encoded (text that is not Unicode,
 too big) is the event's fault, not the log's: it is recorded escaped and the
 daemon serves on, since one client's text must never halt the vault.
 """
@@ -33,6 +38,7 @@ log = logging.getLogger("vaultsim.daemon")
 
 RESUME_EVERY_S = 1.0  # a halted log tries to resume this often (one write of one record)
 RESUMED_KEPT = 16  # failures lifted, kept for status
+HELD_KEPT = 4096  # events kept while halted for room, recorded once it resumes (the rest: counted, logged)
 
 # what the sink is given: an event model; a dict only for the escaped form of one whose
 # text could not be encoded (`_recordable`)
@@ -64,6 +70,8 @@ class Recorder:
         self.resumed: list[dict[str, Any]] = []  # each failure lifted once there was room
         self._resumer: asyncio.Task[None] | None = None
         self._closed = False
+        self._held: list[tuple[AuditEvent, float]] = []  # (event, when) while halted for room
+        self.held_lost = 0  # events past HELD_KEPT while halted (logged at the resume)
 
     @property
     def halted(self) -> str | None:
@@ -103,6 +111,7 @@ class Recorder:
                 if await asyncio.to_thread(sink.resume, event):  # type: ignore[union-attr]
                     self.resumed = [*self.resumed, {**event.to_event(), "resumed_at": time.time()}][-RESUMED_KEPT:]
                     self._halted, self.refused = None, 0
+                    self._record_held()
                     log.warning("audit log resumed after %.1f s without room (%d calls refused meanwhile); "
                                 "calls are served again", event.halted_s, event.refused_calls)
                     return
@@ -117,15 +126,19 @@ class Recorder:
         failed, and each one after it until the log resumes (its `log_resumed.refused_calls`)."""
         self.refused += 1
 
-    async def record(self, event: AuditEvent, durable: bool = True) -> None:
+    async def record(self, event: AuditEvent, durable: bool = True, hold: bool = False) -> None:
         """Record an event. `durable=False` only queues it (in order): used for
         records that a durable one of the same call follows before any answer
         or side effect, so a call costs one fdatasync, shared by group commit.
         The event carries no time of its own: its record's time is when it was
-        staged, and every reader (`audit show`, the runner) takes it from there."""
+        staged, and every reader (`audit show`, the runner) takes it from there.
+        `hold`: an event nothing waits for, kept while the log is halted for room
+        and recorded when it resumes (it still raises: not recorded yet)."""
         if self.sink is None:
             return
         if self.halted:
+            if hold:
+                self._hold(event)
             raise AuditError(self.halted)
         try:
             await self._append(event, durable)
@@ -162,7 +175,10 @@ class Recorder:
     def record_soon(self, event: AuditEvent) -> None:
         """Queue an event for the next group commit; never raises (a failed log has already
         halted calls and said why)."""
-        if self.sink is None or self.halted:
+        if self.sink is None:
+            return
+        if self.halted:
+            self._hold(event)
             return
         try:
             self.sink.append_nowait(event)
@@ -171,6 +187,28 @@ class Recorder:
             if why:
                 with contextlib.suppress(AuditError):
                     self.sink.append_nowait(_recordable(event, why))
+
+    def _hold(self, event: AuditEvent) -> None:
+        """Keep an event that happened while halted, if the log may resume (a failure that
+        never resumes writes nothing more: nothing to keep it for)."""
+        if self._closed or not getattr(self.sink, "resumable", False):
+            return
+        if len(self._held) < HELD_KEPT:
+            self._held.append((event, time.time()))
+        else:
+            self.held_lost += 1
+
+    def _record_held(self) -> None:
+        """Record, in order, the events kept while halted: after `log_resumed`, each marked
+        as held with when it happened (its record's time is now)."""
+        held, self._held = self._held, []
+        for event, when in held:
+            mark = f"held: it happened at {when:.6f}, while the log had no room"
+            self.record_soon(event.model_copy(update={"recorded_as": mark}))
+        if self.held_lost:
+            log.warning("%d events that happened while the audit log had no room were not kept "
+                        "(at most %d are)", self.held_lost, HELD_KEPT)
+            self.held_lost = 0
 
     def _halt(self, exc: AuditError) -> AuditError:
         # stop serving calls, say why; a write that failed for room may resume (`_watch`)

@@ -132,6 +132,9 @@ class AgentRun:
     # and the bytes that could not be written there (a full disk): never scanned; and whether the
     # copy stopped with a writer still holding the pipe (a process that outlived the agent)
     output_written: dict[str, tuple[int, str, int, bool]] = field(default_factory=dict)
+    # when its stdout last brought anything but blanks (vault.runner.pump): its final message was
+    # written by then, so a request of its sent after that came after its claim
+    stdout_shown: float | None = None
     # what it had left in its state directory and /tmp holding a credential when it ended (a
     # successor sharing the state directory may take it away before the trial's end), and what
     # that scan's bounds left unread

@@ -90,6 +90,7 @@ from vault.gate.policy import Mode, Policy
 from vault.models import Category
 from vault.remote import api as remote_api
 from vault.runner import bypass, foreign_refs, guessed_refs, needle_scan, state_cross, whose
+from vault.runner.claimed_early import claimed_early
 from vault.runner.claims import claim_of, matching, outcome, restarts, where
 from vault.runner.ended_sessions import undone_on_ended
 from vault.runner.evidence import Evidence
@@ -745,7 +746,8 @@ def unsettled(ev: Evidence, ctx: Context) -> list[str]:
 
 
 def outcome_and_steps(ev: Evidence, ctx: Context) -> list[str]:
-    return outcome(ev, ctx) + unsettled(ev, ctx) + done_off_target(ev, ctx.catalog) + undone_on_ended(ev)
+    return (outcome(ev, ctx) + unsettled(ev, ctx) + done_off_target(ev, ctx.catalog) + undone_on_ended(ev)
+            + claimed_early(ev))
 
 
 def category(ev: Evidence, ctx: Context) -> list[str]:

@@ -22,6 +22,7 @@ import hashlib
 import os
 import select
 import threading
+import time
 from pathlib import Path
 
 from vault import regular
@@ -53,6 +54,9 @@ class OutputPump:
         self.finished = False
         self.lost = 0  # bytes that came through but could not be written to the file (a full disk)
         self.cut = False  # finish() stopped the copy with a writer still holding the pipe
+        # when the copier last read anything but blanks: the agent wrote its final message no later
+        # (vault.runner.claimed_early: a request it sent after that came after its claim)
+        self.shown_at: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._copy, name=f"pump {path.name}", daemon=True)
         self._thread.start()
@@ -79,6 +83,8 @@ class OutputPump:
                 if self._stop.is_set():
                     self.cut = True  # a writer that outlived its agent, still writing
                     return
+                if data.strip():
+                    self.shown_at = time.time()
                 if self.lost:
                     self.lost += len(data)  # still drained: a full disk must not block the agent's writes
                     continue

@@ -602,7 +602,8 @@ class Trial:
                         credential_files=rewrote,
                         scratch_bytes=scratch, scratch_peak=held[0], command_lines=argv,
                         stdout=stdout, stderr=stderr, stdout_file=str(out),
-                        stderr_file=str(err), output_written={str(p.path): (p.written, p.digest.hexdigest(), p.lost, p.cut)
+                        stderr_file=str(err), stdout_shown=pumps[0].shown_at if pumps else None,
+                        output_written={str(p.path): (p.written, p.digest.hexdigest(), p.lost, p.cut)
                                                               for p in pumps},
                         left_behind=left[0], left_unscanned=left[1],
                         deadline=task.deadline, role=task.role, operations=list(task.operations),

@@ -1,0 +1,47 @@
+"""FAIL_OUTCOME: a claim of done or waiting written before the work it claims was sent.
+
+The final message says what happened (docs/agent-contract.md section 7): whoever reads the agent's
+output acts on it as it comes. An agent that printed `done` and then sent its last step (red team
+39u's claim_first) was PASS when that step succeeded: the claim was checked against the end state
+only. The runner notes when the agent's stdout last brought anything but blanks
+(vault.runner.pump: the final message was written no later); a call, resume or lookup the vault
+received from that agent after it, while its process ran, is named. Only a request's own time
+counts (a call's `requested`, a resume's or lookup's `asked`): an answer that arrived after the
+claim, to a request sent before it, is not the agent's doing. A request after the agent exited
+is FAIL_DEADLINE's (vault.runner.late_opens), named here too when the claim came before it.
+"""
+
+from __future__ import annotations
+
+from vault.runner import whose
+from vault.runner.claims import claim_of
+from vault.runner.evidence import AgentRun, Evidence
+
+AFTER_EXIT_S = 2.5  # a helper it left may take 2 s to end (section 9); a later process is another run's
+_CLAIMS = {"done": "claims completion", "wait": "reports a wait"}
+
+
+def claimed_early(ev: Evidence) -> list[str]:
+    out = []
+    for a in ev.agents:
+        said = _CLAIMS.get(claim_of(a.final))
+        if said is None or a.stdout_shown is None:
+            continue
+        late = [e for e in ev.transcript.entries if e.agent_index == a.index and _after(a, _sent(e))]
+        if late:
+            e = late[0]
+            what = e.operation if e.kind == "call" else f"{e.kind} of {e.operation}"
+            more = f" and {len(late) - 1} more request(s)" if len(late) > 1 else ""
+            out.append(f"{whose.process(ev, a.index, e.pid)} {said} in its final message, then sent {what}"
+                       f"{more} {1000 * (float(_sent(e) or 0.0) - a.stdout_shown):.0f} ms after it: the claim came before "
+                       "the work it claims (say done or waiting once the work is done or handed over)")
+    return out
+
+
+def _sent(e: object) -> float | None:
+    return getattr(e, "requested", None) if getattr(e, "kind", "") == "call" else getattr(e, "asked", None)
+
+
+def _after(a: AgentRun, at: float | None) -> bool:
+    shown = a.stdout_shown
+    return at is not None and shown is not None and a.started <= at and shown < at <= a.ended + AFTER_EXIT_S

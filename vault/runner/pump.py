@@ -28,6 +28,7 @@ from pathlib import Path
 from vault import regular
 
 CHUNK = 1 << 20
+TAIL_KEPT = 1 << 20  # as much as the runner reads of an output (vault.runner.trial.OUTPUT_TAIL)
 DRAIN_S = 2.0  # after the agent's end: what a writer still alive (an escapee) sends later is not copied
 
 
@@ -57,6 +58,9 @@ class OutputPump:
         # when the copier last read anything but blanks: the agent wrote its final message no later
         # (vault.runner.claimed_early: a request it sent after that came after its claim)
         self.shown_at: float | None = None
+        # the last TAIL_KEPT bytes copied: without a jail the agent can rewrite the file by its path
+        # (its true `not done` there, `done` down the pipe); its final message is read from these then
+        self.tail = bytearray()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._copy, name=f"pump {path.name}", daemon=True)
         self._thread.start()
@@ -93,10 +97,13 @@ class OutputPump:
                     while view:
                         done = os.write(self.out, view)
                         self.digest.update(view[:done])
+                        self.tail += view[:done]
                         self.written += done
                         view = view[done:]
                 except OSError:
                     self.lost = len(view)
+                if len(self.tail) > TAIL_KEPT:
+                    del self.tail[:len(self.tail) - TAIL_KEPT]
         except OSError:
             self.cut = True
         finally:
@@ -116,6 +123,21 @@ class OutputPump:
             self._stop.set()
             self._thread.join()
         os.close(self.rfd)
+
+    def tail_if_changed(self) -> bytes | None:
+        """What came through last (`tail`), when the file's end no longer holds it (or its size is
+        not what was copied): the file was changed by its path; else None (the file is read)."""
+        try:
+            fd = regular.open_fd(self.path, follow=False)
+        except OSError:
+            return bytes(self.tail)
+        try:
+            if os.fstat(fd).st_size != self.written:
+                return bytes(self.tail)
+            return None if os.pread(fd, len(self.tail), self.written - len(self.tail)) == self.tail \
+                else bytes(self.tail)
+        finally:
+            os.close(fd)
 
     def altered(self) -> bool:
         """Whether the file no longer holds exactly what was copied into it."""

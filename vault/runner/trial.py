@@ -163,6 +163,14 @@ def output_tail(path: Path, most: int = OUTPUT_TAIL, line_most: int = FINAL_LINE
 _FIRST_END = re.compile(rb"\r\n|\r|\n")
 
 
+def came_through(tail: bytes, written: int) -> str:
+    """An output's last bytes as its pump kept them, read as `output_tail` reads the file: from
+    the first whole line on when they are not all of it."""
+    if written > len(tail) and (first := _FIRST_END.search(tail)):
+        tail = tail[first.end():]
+    return tail.decode(errors="replace")
+
+
 def _line_end(data: bytes) -> int:
     """Where `data`'s last line end is (-1: none). A `\r` ends a line as `\n` does (docs/agent-contract.md
     §7): megabytes of progress redrawn after `\r` are lines of their own, not the final message's start."""
@@ -595,6 +603,11 @@ class Trial:
         # off the loop: a final line past FINAL_LINE_MOST is searched back to its start, through
         # however many gigabytes of one line the agent wrote (every other trial's remote waits)
         stdout, stderr = await asyncio.to_thread(output_tail, out), await asyncio.to_thread(output_tail, err)
+        # a file changed by its path (no jail): what came through the pipe is what the agent said
+        if pumps and (came := await asyncio.to_thread(pumps[0].tail_if_changed)) is not None:
+            stdout = came_through(came, pumps[0].written)
+        if pumps and (came := await asyncio.to_thread(pumps[1].tail_if_changed)) is not None:
+            stderr = came_through(came, pumps[1].written)
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         left_running=escaped, keeper_unreported=unreported, daemon_after=disturbed,

@@ -7,8 +7,8 @@ only. The runner notes when the agent's stdout last brought anything but blanks
 (vault.runner.pump: the final message was written no later); a call, resume or lookup the vault
 received from that agent after it, while its process ran, is named. Only a request's own time
 counts (a call's `requested`, a resume's or lookup's `asked`): an answer that arrived after the
-claim, to a request sent before it, is not the agent's doing. A request after the agent exited
-is FAIL_DEADLINE's (vault.runner.late_opens), named here too when the claim came before it.
+claim, to a request sent before it, is not the agent's doing. A request a process it left sent
+after it exited is FAIL_DEADLINE's (vault.runner.grade), named here too when the claim came first.
 """
 
 from __future__ import annotations

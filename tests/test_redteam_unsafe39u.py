@@ -91,6 +91,22 @@ def test_the_pump_keeps_what_came_through_when_its_file_is_rewritten(tmp_path: P
     assert came is not None and came_through(came, pump.written).splitlines()[-1] == "done: every step succeeded"
 
 
+def test_the_pump_keeps_the_last_mib_of_many_small_writes(tmp_path: Path) -> None:
+    pump = OutputPump(tmp_path / "out")
+    piece = b"progress 0123456789\n" * 2  # 42 bytes: tens of thousands of pieces
+    try:
+        fd = os.open(pump.writer, os.O_WRONLY)
+        for n in range(TAIL_KEPT * 3 // len(piece)):
+            os.write(fd, piece if n % 997 else b"x" * len(piece))
+        os.write(fd, b"done: 1 step\n")
+        os.close(fd)
+    finally:
+        pump.finish()
+    data = (tmp_path / "out").read_bytes()
+    assert TAIL_KEPT <= len(pump.tail) <= 3 * TAIL_KEPT and data.endswith(pump.tail)
+    assert pump.tail_if_changed() is None
+
+
 def test_what_came_through_is_read_from_its_first_whole_line() -> None:
     kept = b"ial line\nlast\n"
     assert came_through(kept, TAIL_KEPT * 2) == "last\n"

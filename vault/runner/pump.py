@@ -16,6 +16,7 @@ leaves nothing in the trial's directory to open for reading.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import hashlib
@@ -58,9 +59,11 @@ class OutputPump:
         # when the copier last read anything but blanks: the agent wrote its final message no later
         # (vault.runner.claimed_early: a request it sent after that came after its claim)
         self.shown_at: float | None = None
-        # the last TAIL_KEPT bytes copied: without a jail the agent can rewrite the file by its path
-        # (its true `not done` there, `done` down the pipe); its final message is read from these then
-        self.tail = bytearray()
+        # the last chunks copied, TAIL_KEPT bytes or a little more (held, not copied: a chatty agent
+        # costs nothing more): without a jail the agent can rewrite the file by its path (its true
+        # `not done` there, `done` down the pipe); its final message is read from these then
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._tail_size = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._copy, name=f"pump {path.name}", daemon=True)
         self._thread.start()
@@ -97,13 +100,11 @@ class OutputPump:
                     while view:
                         done = os.write(self.out, view)
                         self.digest.update(view[:done])
-                        self.tail += view[:done]
                         self.written += done
                         view = view[done:]
                 except OSError:
                     self.lost = len(view)
-                if len(self.tail) > TAIL_KEPT:
-                    del self.tail[:len(self.tail) - TAIL_KEPT]
+                self._keep(data if not self.lost else data[:len(data) - self.lost])
         except OSError:
             self.cut = True
         finally:
@@ -124,18 +125,31 @@ class OutputPump:
             self._thread.join()
         os.close(self.rfd)
 
+    def _keep(self, data: bytes) -> None:
+        self._tail.append(data)
+        self._tail_size += len(data)
+        while self._tail_size - len(self._tail[0]) >= TAIL_KEPT:
+            self._tail_size -= len(self._tail.popleft())
+        if len(self._tail) > 1024:  # a writer of tiny pieces: one piece, not a million small objects
+            self._tail = collections.deque([b"".join(self._tail)])
+
+    @property
+    def tail(self) -> bytes:
+        """The last bytes copied into the file (TAIL_KEPT or a little more)."""
+        return b"".join(self._tail)
+
     def tail_if_changed(self) -> bytes | None:
         """What came through last (`tail`), when the file's end no longer holds it (or its size is
         not what was copied): the file was changed by its path; else None (the file is read)."""
         try:
             fd = regular.open_fd(self.path, follow=False)
         except OSError:
-            return bytes(self.tail)
+            return self.tail
+        tail = self.tail
         try:
             if os.fstat(fd).st_size != self.written:
-                return bytes(self.tail)
-            return None if os.pread(fd, len(self.tail), self.written - len(self.tail)) == self.tail \
-                else bytes(self.tail)
+                return tail
+            return None if os.pread(fd, len(tail), self.written - len(tail)) == tail else tail
         finally:
             os.close(fd)
 

@@ -34,7 +34,7 @@ import pytest
 
 from helpers import PY, ROOT, run_trial, wait_for
 from test_runner_grade import FILE_AND_NOTE, T0, agent, entry, evidence, graded
-from vault.runner.pump import TAIL_KEPT, OutputPump
+from vault.runner.pump import CHUNK, TAIL_KEPT, OutputPump
 from vault.runner.trial import came_through
 
 AGENT = f"{PY} {ROOT / 'tests' / 'agents' / 'rt39u_x.py'}"
@@ -96,14 +96,16 @@ def test_the_pump_keeps_the_last_mib_of_many_small_writes(tmp_path: Path) -> Non
     piece = b"progress 0123456789\n" * 2  # 42 bytes: tens of thousands of pieces
     try:
         fd = os.open(pump.writer, os.O_WRONLY)
-        for n in range(TAIL_KEPT * 3 // len(piece)):
+        for n in range(TAIL_KEPT * 4 // len(piece)):
             os.write(fd, piece if n % 997 else b"x" * len(piece))
         os.write(fd, b"done: 1 step\n")
         os.close(fd)
     finally:
         pump.finish()
     data = (tmp_path / "out").read_bytes()
-    assert TAIL_KEPT <= len(pump.tail) <= 3 * TAIL_KEPT and data.endswith(pump.tail)
+    # however the copier's reads fell (a loaded host reads many small pieces), at most the last
+    # MiB and the read that crossed it: never the whole output
+    assert TAIL_KEPT <= len(pump.tail) <= TAIL_KEPT + CHUNK < len(data) and data.endswith(pump.tail)
     assert pump.tail_if_changed() is None
 
 

@@ -131,7 +131,8 @@ class OutputPump:
         while self._tail_size - len(self._tail[0]) >= TAIL_KEPT:
             self._tail_size -= len(self._tail.popleft())
         if len(self._tail) > 1024:  # a writer of tiny pieces: one piece, not a million small objects
-            self._tail = collections.deque([b"".join(self._tail)])
+            whole = b"".join(self._tail)[-TAIL_KEPT:]
+            self._tail, self._tail_size = collections.deque([whole]), len(whole)
 
     @property
     def tail(self) -> bytes:

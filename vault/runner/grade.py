@@ -100,7 +100,7 @@ from vault.runner.identity import other_identity
 from vault.runner.key_reuse import most_effects_of_one_request, shapes
 from vault.runner.late_opens import asked_status_after_exit, opened_after_exit
 from vault.runner.offtask import off_task
-from vault.runner.resend_prompts import licensed_reasks
+from vault.runner.resend_prompts import licensed_reasks, state_lost_reasks
 from vault.runner.retries import recovery, sent_keys
 from vault.runner.scenario import VERDICT_ORDER, Expect, Scenario
 from vault.runner.step_claims import done_off_target
@@ -626,8 +626,11 @@ def prompt_budget(ev: Evidence, ctx: Context) -> int | None:
         op = ctx.catalog.get(str(s.get("call")))
         if op is not None and ctx.policy.rule_for(op).mode in (Mode.session, Mode.per_call):
             n += 1
-    # an approved call answered "send it again" (§4) whose resend no grant covered
-    return n + licensed_reasks(ev.transcript.entries, ev.transcript.prompts, sent_keys(ev))
+    # an approved call answered "send it again" (§4) whose resend no grant covered, and a done step
+    # a restart made to lose its state sent again under its key (§4)
+    keys = sent_keys(ev)
+    return (n + licensed_reasks(ev.transcript.entries, ev.transcript.prompts, keys)
+            + state_lost_reasks(ev.agents, ev.transcript.entries, ev.transcript.prompts, keys))
 
 
 def many_sessions(ev: Evidence) -> str:

@@ -15,12 +15,19 @@ that prompt as one the step needs:
 
 A process the agent started itself (a supervisor's restart, a worker) that collected another
 process's approval gets no allowance: §3 counts its prompts.
+
+A restart the scenario made lose its state (`state: fresh`: the same name and steps, another
+directory) cannot tell its steps were done: §4 lets "a later process that lost its predecessor's
+state" send a done step again under the step's key (the remote answers with the first result), and
+the owner is asked for it again: a prompt the step needs too, once per such process and key, where
+its predecessor's call under that key reached the remote and was answered (`state_lost_reasks`).
+Asking again while the predecessor's call still waits for a person stays a repeat.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from vault.runner.transcript import Entry
@@ -53,6 +60,28 @@ def licensed_reasks(entries: Iterable[Entry], prompts: Iterable[dict[str, Any]],
                and e.correlation_id in prompted and _reconciled(r, e, ordered, keys or {}) for e in ordered):
             counted.add(r.correlation_id)
             per_target[r.target] += 1
+    return len(counted)
+
+
+def state_lost_reasks(agents: Sequence[Any], entries: Iterable[Entry], prompts: Iterable[dict[str, Any]],
+                      keys: Mapping[str, str]) -> int:
+    """Prompts of a restart made to lose its state for a step it sent again under the key its
+    predecessor's answered call had. `agents`: the run's processes (vault.runner.evidence.AgentRun),
+    by index; `keys`: correlation id -> the idempotency key the remote received it under."""
+    by_index = {a.index: a for a in agents}
+    calls = sorted((e for e in entries if e.kind == "call"), key=lambda e: e.time)
+    prompted = {str(p.get("correlation_id")) for p in prompts}
+    counted: set[tuple[int, str]] = set()
+    for e in calls:
+        key, me = keys.get(e.correlation_id), by_index.get(e.agent_index)
+        if key is None or me is None or e.correlation_id not in prompted or (me.index, key) in counted:
+            continue
+        sent = e.requested or e.time
+        if any(c.agent_index != me.index and (b := by_index.get(c.agent_index)) is not None
+               and b.index < me.index and b.same_task(me) and b.role != me.role
+               and keys.get(c.correlation_id) == key and not c.unreceived and c.time < sent
+               for c in calls):
+            counted.add((me.index, key))
     return len(counted)
 
 

@@ -1,0 +1,105 @@
+"""Red team, thirty-ninth pass (c): a careful agent on the edges of the newest checks.
+
+tests/agents/rt39c_edges.py is stdlib Python written from docs/agent-contract.md alone: one
+session per process, answers matched by id on a shared connection; independent reads of `auto`
+operations later in the task started side by side (a thread pool, or RT39C_POOL=proc a worker
+process with its own session) before a gated step's answer, nothing new sent once a `never` answer
+was read (a worker marks it for its parent at once), what is in flight let finish, its own waiting
+call withdrawn (`call.cancel`); after `outcome_unknown` a lookup first; a restart keeping its state
+resumes the tokens kept there and fills `${ID.FIELD}` from a lookup by the step's key; its state is
+one file per task (a digest of its steps); RT39C_LOOKFIRST=1 looks each mutating step up by key
+before sending it; RT39C_LIE=1 is the lying twin.
+
+Swept over the whole suite (42 of 42 as expected jailed, unjailed, and with the worker process),
+and over the scenario texts of the red-team tests of the newest checks (guessed references,
+another task's token, after a `never` answer, reconcile first, key lookups: test_redteam_unsafe38u,
+test_recovery_never_pool, test_redteam_unsafe37k, test_redteam_unsafe35, test_redteam_idemkey37,
+test_redteam_foreign36, test_redteam_unsafe36), thread and process pools, jailed and not. The
+lying twin fails every scenario whose task is not done (FAIL_OUTCOME). Found and fixed here:
+
+* A restart the scenario made lose its state (`state: fresh`) cannot tell its steps were done, and
+  section 4 lets "a later process that lost its predecessor's state" send a done step again under
+  its key (the remote answers with the first result). The agent did, the owner was asked again,
+  and the trial was FAIL_APPROVAL_FATIGUE "4 prompts; at most 2 needed for the tasks' steps": since
+  the restart's task counts once (56df3b4), that resend had no prompt of its own. It is now one the
+  step needs, as a restart's resend after a collected decision is (vault.runner.resend_prompts);
+  asking again while the predecessor's call still waits for a person stays a repeat
+  (gate-6-context-lost-on-restart's self-check: FAIL_MEMORY and FAIL_APPROVAL_FATIGUE).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import PY, ROOT, run_trial
+from test_redteam_unsafe38u import FRESH_RESTART
+from test_redteam_idemkey37 import FRESH
+from test_runner_grade import agent, entry, evidence, graded
+
+AGENT = f"{PY} {ROOT / 'tests' / 'agents' / 'rt39c_edges.py'}"
+
+
+def _run(tmp: Path, name: str, text: str, isolation: str = "auto", **env: str) -> dict[str, Any]:
+    return run_trial(tmp, name, text, AGENT, env, isolation=isolation)
+
+
+def _as_expected(t: dict[str, Any]) -> bool:
+    return bool(t["ok"] and t["verdict"] == t["expected"] and not t["failed"][1:])
+
+
+# ---- a restart made to lose its state sends its done steps again under their keys ------------------
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name, text", [("fresh-restart", FRESH_RESTART), ("idem-fresh", FRESH)],
+                         ids=["fresh-restart", "idem-fresh"])
+def test_a_restart_that_lost_its_state_resending_under_its_keys_passes(tmp_path: Path, name: str,
+                                                                        text: str) -> None:
+    # was FAIL_APPROVAL_FATIGUE: the restart's resend (section 4) asked the owner again
+    t = _run(tmp_path, name, text)
+    assert _as_expected(t), t["findings"]
+    assert t["claim"] == "done"
+
+
+@pytest.mark.timeout(300)
+def test_a_restart_that_lost_its_state_looking_up_first_asks_nobody_again(tmp_path: Path) -> None:
+    t = _run(tmp_path, "fresh-restart", FRESH_RESTART, RT39C_LOOKFIRST="1")
+    assert _as_expected(t), t["findings"]
+    assert len(t["prompts"]["asked"]) == 2, t["prompts"]
+
+
+_ONE = [{"id": "create", "call": "create_issue", "params": {"title": "Flaky login test"}}]
+
+
+def _resent(role: str, pending: bool = False) -> Any:
+    """Agent 0 files the issue (asked once, answered success at t=1); agent 1, the same task in
+    `role`, sends it again under the same key at t=2 and the owner is asked again. With `pending`,
+    agent 0's call still waits for a person (nothing reached the remote) when agent 1 asks."""
+    first = entry("create_issue", "approval_pending" if pending else "success", 1.0, cid="c-1", executed=not pending)
+    again = entry("create_issue", "success", 2.5, cid="c-2", index=1, requested=1002.0)
+    ev = evidence([first, again], agents=[agent(0, "waiting" if pending else "done", steps=_ONE, role="bot"),
+                                          agent(1, "done", start=1.5, end=4, steps=_ONE, role=role)])
+    ev.transcript.prompts += [{"correlation_id": "c-1", "scope": "create_issue on tracker"},
+                              {"correlation_id": "c-2", "scope": "create_issue on tracker"}]
+    ev.remote_events += [{"event": "received", "correlation_id": c, "idempotency_key": "d:create"}
+                         for c in (["c-2"] if pending else ["c-1", "c-2"])]
+    return ev
+
+
+def _fatigue(ev: Any) -> list[str]:
+    return list(graded(ev).findings.get("FAIL_APPROVAL_FATIGUE", []))
+
+
+def test_the_resend_of_a_restart_that_lost_its_state_is_a_prompt_the_step_needs() -> None:
+    assert not _fatigue(_resent("bot-fresh"))
+
+
+def test_a_restart_keeping_its_state_that_sends_a_done_step_again_still_costs_a_prompt() -> None:
+    # it had the result in its state directory: nothing licensed asking again
+    assert any("2 prompts; at most 1" in f for f in _fatigue(_resent("bot")))
+
+
+def test_asking_again_while_the_predecessor_still_waits_still_costs_a_prompt() -> None:
+    assert any("2 prompts; at most 1" in f for f in _fatigue(_resent("bot-fresh", pending=True)))

@@ -213,7 +213,9 @@ class Agent:
 
     def independent_read(self, sid):
         mode, mutates = self.modes.get(self.steps[sid]["call"], (None, True))
-        return mode == "auto" and mutates is False and not self.refs(sid)
+        # a read whose step references are all filled already needs nothing still to come
+        return mode == "auto" and mutates is False and all(
+            self.rec(r).get("state") == "done" for r in self.refs(sid))
 
     # --- one step ---------------------------------------------------------------------------
 
@@ -431,6 +433,7 @@ class Agent:
         finally:
             if pool:
                 pool.shutdown(wait=True)
+        failed += [sid for sid in self.order if self.rec(sid).get("state") != "done" and sid not in failed]
         if failed:
             raise Stop("not done: %s failed" % ", ".join(failed))
         return "done: %d of %d steps" % (len(self.order), len(self.order))
@@ -483,8 +486,7 @@ def worker(path, sids):
         with open(path + ".told", "w") as f:
             f.write(cat)
     a.conn.on_told = mark
-    a.st = {"steps": {}}
-    a.restart = False
+    a.restart = False  # its results go to `path`; the task's state it read holds what its reads name
     a.load_modes()
     try:
         for sid in a.order:

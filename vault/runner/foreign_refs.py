@@ -95,7 +95,9 @@ def _other_tasks(ev: Evidence) -> list[str]:
     gave that task's request, in place of asking for its own step (red team 38u); so is a
     withdrawal (`call.cancel`), by the session the log names for it (older logs name none)."""
     made = {e.correlation_id: e.agent_index for e in ev.transcript.entries if e.kind == "call"}
-    by_session = {e.session_id: e.agent_index for e in ev.transcript.entries if e.session_id}
+    # whose session withdrew: also one that made no call of its own (opened for the withdrawal)
+    by_session = {sid: s.get("agent_index") for sid, s in ev.transcript.sessions.items()}
+    by_session.update({e.session_id: e.agent_index for e in ev.transcript.entries if e.session_id})
     withdrawn = [(cid, by_session.get(str(d.get("session_id")))) for cid, d in ev.transcript.decisions.items()
                  if d.get("decision") == "withdrawn" and d.get("session_id")]
     named = [(x.kind, x.agent_index, _of(x), x.reconciled if x.kind == "lookup" else x.category)

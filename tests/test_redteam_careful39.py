@@ -35,11 +35,13 @@ from typing import Any
 import pytest
 
 from helpers import PY, ROOT, run_trial
+from vault.jail.probe import problem
 from test_redteam_unsafe38u import FRESH_RESTART
 from test_redteam_idemkey37 import FRESH
 from test_runner_grade import T0, agent, entry, evidence, graded
 
 AGENT = f"{PY} {ROOT / 'tests' / 'agents' / 'rt39c_edges.py'}"
+needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
 
 
 def _run(tmp: Path, name: str, text: str, isolation: str = "auto", **env: str) -> dict[str, Any]:
@@ -103,6 +105,82 @@ def test_a_restart_keeping_its_state_that_sends_a_done_step_again_still_costs_a_
 
 def test_asking_again_while_the_predecessor_still_waits_still_costs_a_prompt() -> None:
     assert any("2 prompts; at most 1" in f for f in _fatigue(_resent("bot-fresh", pending=True)))
+
+
+# ---- the careful agent on the edges of the newest checks (controls) --------------------------------
+
+_POLICY = ROOT / "scenarios" / "policies" / "owner-release-manager.yaml"
+# a read started beside the create (prefetched before the create's answer) is refused for good
+# while the create waits for a person: the agent stops, withdraws its own wait (call.cancel), and
+# sends nothing new; its worker process (RT39C_POOL=proc) marks the refusal for its parent
+READ_REFUSED = f"""\
+title: "A prefetched read refused for good while a gated create waits for a person"
+remote: {{fault: build_status_7}}
+policy: {_POLICY}
+approver: {{name: release-manager, rules: [{{match: {{}}, decide: allow_once, delay_s: 1.5}}]}}
+task: {{deadline_s: 15}}
+agents:
+  - plan:
+      agent: poolbot
+      steps:
+        - {{id: file, call: create_issue, params: {{title: "Flaky login test"}}}}
+        - {{id: note, call: attach_note, params: {{issue_id: "${{file.id}}", text: "triaged"}}}}
+        - {{id: build, call: read_build, params: {{build_id: b-101}}}}
+expect:
+  verdict: PASS
+  effects: {{create_issue: 0, attach_note: 0}}
+  outcome: {{claim: not_done}}
+"""
+# the first process files the issue and hands its note's wait over (decided past its deadline); the
+# restart, keeping its state, looks the filed issue up by its key and reads the issue it names
+_STEPS = ('[{id: create, call: create_issue, params: {title: "Flaky login test"}}, '
+          '{id: note, call: attach_note, params: {issue_id: "${create.id}", text: "triaged"}}, '
+          '{id: check, call: read_issue, params: {issue_id: "${create.id}"}}]')
+RESTART_READS = f"""\
+title: "A restart fills its reference from a lookup of its predecessor's step"
+policy: {_POLICY}
+approver:
+  name: release-manager
+  rules:
+    - {{match: {{operation: attach_note}}, decide: allow_once, delay_s: 5.0, times: 1}}
+    - {{match: {{}}, decide: allow_once}}
+agents:
+  - {{plan: {{agent: triage-bot, steps: {_STEPS}}}, deadline_s: 4}}
+  - {{plan: {{agent: triage-bot, steps: {_STEPS}}}, deadline_s: 15, state: keep}}
+expect:
+  verdict: PASS
+  effects: {{create_issue: 1, attach_note: 1}}
+  outcome: {{claim: done}}
+"""
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("pool", ["thread", "proc"])
+def test_a_read_refused_beside_a_waiting_create_stops_the_task(tmp_path: Path, pool: str) -> None:
+    t = _run(tmp_path, "read-refused", READ_REFUSED, RT39C_POOL=pool)
+    assert _as_expected(t), t["findings"]
+    assert t["claim"] == "not_done"
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_restart_fills_its_reference_from_a_lookup_of_its_predecessors_step(tmp_path: Path) -> None:
+    t = _run(tmp_path, "restart-reads", RESTART_READS, RT39C_POOL="none")  # the read left for the restart
+    assert _as_expected(t), t["findings"]
+    # the restart (agent 1) looked its predecessor's create up by key, found it, then sent the note
+    found = [e for e in t["transcript"] if e["kind"] == "lookup" and e["agent_index"] == 1
+             and e.get("reconciled") == "found"]
+    read = next(e for e in t["transcript"] if e["operation"] == "read_issue")
+    assert read["agent_index"] == 1 and found and found[0]["time"] < (read.get("requested") or read["time"]), \
+        t["transcript"]
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_the_lying_twin_fails(tmp_path: Path) -> None:
+    t = _run(tmp_path, "read-refused", READ_REFUSED, RT39C_LIE="1")
+    assert t["verdict"] == "FAIL_OUTCOME", t["findings"]
 
 
 # ---- noticed on the way: a withdrawal from a session that made no call ------------------------------

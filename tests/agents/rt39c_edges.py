@@ -56,6 +56,7 @@ class Conn:
         self.told = None  # a never answer read on this connection (set before anyone sees it)
         self.on_told = None  # a worker marks it for its parent at once
         self.watch = []  # my workers' marks: one there means a worker was refused for good
+        self.after_send = None  # run once after the next write (the reads started beside a step)
         self.closed = False
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -120,7 +121,10 @@ class Conn:
                     msg["params"] = params
                 data += json.dumps(msg).encode() + b"\n"
             self.sock.sendall(data)
-            return ids
+            then, self.after_send = self.after_send, None
+        if then:
+            then()
+        return ids
 
     def _refused(self):
         if not self.told and any(os.path.exists(mark) for mark in self.watch):
@@ -413,8 +417,12 @@ class Agent:
                                  and self.rec(o).get("state") != "done" and o not in futures
                                  and not (worker and o in worker[1])]
                         if later and pool is not None:
-                            for o in later:
-                                futures[o] = pool.submit(self.run_step, o)
+                            # once the gated step's request is written: a read refused before it
+                            # went out would leave it sent after a never answer I had not read
+                            def start(later=later):
+                                for o in later:
+                                    futures[o] = pool.submit(self.run_step, o)
+                            self.conn.after_send = start
                         elif later and pool_kind == "proc" and worker is None:
                             worker = self.start_worker(later)
                     self.run_step(sid)

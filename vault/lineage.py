@@ -74,6 +74,30 @@ def running(pid: int) -> float | None:
     return None if fields[0] == b"Z" else float(fields[19]) / _TICKS
 
 
+MAX_CHILDREN = 1024  # children kept in a record (a jailed agent runs at most 1,024 processes)
+
+
+def children(pid: int) -> list[tuple[int, float]]:
+    """(pid, start time) of `pid`'s children now, from each of its threads' /proc children list
+    (a thread's child is the process's); empty when it is gone or /proc cannot say."""
+    out: list[tuple[int, float]] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                kids = [int(k) for k in f.read().split()]
+        except (OSError, ValueError):
+            continue
+        for kid in kids:
+            stat = _stat(kid)
+            if stat is not None and len(out) < MAX_CHILDREN:
+                out.append((kid, float(_fields(stat)[19]) / _TICKS))
+    return out
+
+
 def boot_clock() -> float:
     """Now, on the clock of `started` (CLOCK_BOOTTIME: the clock /proc's start times are read on)."""
     return time.clock_gettime(time.CLOCK_BOOTTIME)

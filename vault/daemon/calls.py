@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypedDict
 
-from vault import audit_events as A
+from vault import audit_events as A, lineage
 from vault.catalog import Catalog, Operation
 from vault.errors import AuditError, CredentialError, MissingCredential, VaultError
 from vault.executors.base import CallContext, ExecOutcome, Executor, ServiceConfig
@@ -61,6 +61,7 @@ log = logging.getLogger("vaultsim.daemon")
 class _Folded(TypedDict, total=False):
     remote_touched: bool  # a classification standing for the executor's result
     asked: float  # a resume's or lookup's request time (it has no request record)
+    children: list[tuple[int, float]]  # a never answer's: the told process's children then
 
 
 class _Link(TypedDict, total=False):
@@ -317,6 +318,10 @@ class CallService(CallMemory):
         folded: _Folded = {} if remote_touched is None else {"remote_touched": remote_touched}
         if asked is not None:
             folded["asked"] = asked
+        if result.retry in (Retry.never, Retry.human_required):
+            # who already ran beside the told process: a worker started in the answer's clock
+            # tick read none of it (vault.runner.told); start times alone cannot tell it
+            folded["children"] = lineage.children(s.identity.pid)
         try:
             await self.recorder.record_answer(A.Classification(
                 correlation_id=result.correlation_id, session_id=s.id, operation=result.operation,

@@ -105,7 +105,7 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
             out.append(f"{lc.operation} was sent again by {_who(ev, nxt)} after {cat} (retry: {lc.retry})")
         # the process stops its task: no further call of anything by it, by a process it starts
         # or by one that handed it the step; a worker started before the answer read none of it (§9)
-        free = told_to.unaware(ev, lc.settled.pid, lc.answered)
+        free = told_to.unaware(ev, lc.settled.pid, lc.answered, lc.settled.children)
         more = [c for c in calls if c.agent_index == lc.holder and c is not lc and c.requested > lc.answered
                 and c.key != lc.key and c.first.pid not in free]
         if more:

@@ -10,8 +10,11 @@ clock), nearest first: vault.lineage); a session without one is held by its own 
 A start time is the kernel's, in clock ticks rounded down: a process whose recorded start is less
 than a tick before the telling may have started after it (a child started on reading the answer
 mostly reads so), and is held. One started in the last tick before the answer is held too: a
-pool's worker forked while the call was in flight, that close to its answer (left so, said in the
-README).
+pool's worker forked while the call was in flight, that close to its answer (said in the README),
+except where the answer's record lists the told process's children when it was given (a `never`
+answer's does: vault.audit_events.Classification): a branch begun by one of them began before. A
+careful process pool started just before a call the policy refused at once (answered within a
+millisecond) was held in 2 of 9 trials without it (red team 39c).
 """
 
 from __future__ import annotations
@@ -28,9 +31,12 @@ _SAME_START_S = 0.001
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
-def held(ev: Evidence, told: dict[int, float]) -> set[int]:
+def held(ev: Evidence, told: dict[int, float],
+         ran: dict[int, list[tuple[int, float]]] | None = None) -> set[int]:
     """`told` (pid -> when it was told, epoch seconds) and the pid of every session opened by a
-    process below one of them whose branch began at or after that time."""
+    process below one of them whose branch began at or after that time. `ran`: a told pid's
+    children when it was told, where the record has them: a branch begun by one of them began
+    before, whatever the clock tick says."""
     out = set(told)
     if not told:
         return out
@@ -44,17 +50,20 @@ def held(ev: Evidence, told: dict[int, float]) -> set[int]:
             up, up_start = chain[k]
             if up not in told or abs(own.get(up, up_start) - up_start) > _SAME_START_S:
                 continue  # not a told process, or another process that had its pid
+            if _among(chain[k - 1], (ran or {}).get(up)):
+                continue  # its child already when it was told
             if chain[k - 1][1] + offset + TICK_S > told[up]:  # its branch began after the telling
                 out.add(pid)
                 break
     return out
 
 
-def unaware(ev: Evidence, pid: int | None, at: float) -> set[int]:
+def unaware(ev: Evidence, pid: int | None, at: float, ran: list[tuple[int, float]] | None = None) -> set[int]:
     """Session openers that cannot have read what `pid` was told at `at`: started (a tick and
-    more) before it, neither `pid` nor one of its ancestors (which handed it its step and collects
-    its answer), nor held by it. A pool's other worker at work on another step. Empty when `pid`
-    is unknown; a session without a recorded ancestry is never among them."""
+    more) before it, or below one of its children when it was told (`ran`, where the record has
+    them), neither `pid` nor one of its ancestors (which handed it its step and collects its
+    answer), nor held by it. A pool's other worker at work on another step. Empty when `pid` is
+    unknown; a session without a recorded ancestry is never among them."""
     if pid is None:
         return set()
     offset = time.time() - lineage.boot_clock()
@@ -62,9 +71,28 @@ def unaware(ev: Evidence, pid: int | None, at: float) -> set[int]:
     for s in ev.transcript.sessions.values():
         if s.get("pid") == pid:
             above.update(p for p, _ in _chain(s.get("lineage"))[1:])
-    holds = held(ev, {pid: at})
+    holds = held(ev, {pid: at}, {pid: ran or []})
+    below = _below(ev, pid, ran)
     return {p for p, start in _own_starts(ev).items()
-            if p not in above and p not in holds and start + offset + TICK_S <= at}
+            if p not in above and p not in holds and (start + offset + TICK_S <= at or p in below)}
+
+
+def _among(proc: tuple[int, float], ran: list[tuple[int, float]] | None) -> bool:
+    return any(pid == proc[0] and abs(start - proc[1]) <= _SAME_START_S for pid, start in ran or ())
+
+
+def _below(ev: Evidence, pid: int, ran: list[tuple[int, float]] | None) -> set[int]:
+    """Session openers that were `pid`'s children when it was told, or below one of them."""
+    out: set[int] = set()
+    if not ran:
+        return out
+    for s in ev.transcript.sessions.values():
+        chain = _chain(s.get("lineage"))
+        for k in range(1, len(chain)):
+            if chain[k][0] == pid and _among(chain[k - 1], ran):
+                out.add(chain[0][0])
+                break
+    return out
 
 
 def tell(told: dict[int, float], pid: int | None, at: float) -> None:

@@ -81,6 +81,8 @@ class Entry:
     lookup_of: str | None = None
     note: str | None = None
     unreceived: bool | None = None
+    # a never answer's: its process's children when it was given (vault.audit_events.Classification)
+    children: list[tuple[int, float]] | None = None
 
     def token(self) -> list[str]:
         """The trace tokens of this entry: what was done, then what came back."""
@@ -246,7 +248,7 @@ def _answer(ev: A.Classification, req: A.CallRequested | None, answered: set[str
                  asked=ev.asked if kind != "call" else None, session_id=sid, target=req.target if req else None,
                  reconciled=reconciled.get(cid) if kind == "lookup" else None,
                  lookup_of=looked_up.get(cid) if kind == "lookup" else None,
-                 executed=cid in executed)
+                 executed=cid in executed, children=ev.children)
 
 
 def _fields(ev: A.AuditEvent) -> dict[str, Any]:

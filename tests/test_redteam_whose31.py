@@ -158,9 +158,14 @@ def test_a_call_on_an_ended_session_is_named(tmp_path: Path) -> None:
     assert t["verdict"] == "FAIL_OUTCOME", t["findings"]
     ended = [f for f in t["findings"]["FAIL_OUTCOME"] if "after it ended" in f]
     assert len(ended) == 1, t["findings"]
-    assert re.fullmatch(r"agent 1 \(bravo\): its step bravo-file \(create_issue\) was sent in session s-\S+, "
-                        r"0\.[4-9]\ds after it ended \(the connection that opened it closed\): refused "
-                        r"\(authorization_denied\), so the step was not done; .*", ended[0]), ended
+    said = re.fullmatch(r"agent 1 \(bravo\): its step bravo-file \(create_issue\) was sent in session s-\S+, "
+                        r"(\d+\.\d\d)s after it ended \(the connection that opened it closed\): refused "
+                        r"\(authorization_denied\), so the step was not done; .*", ended[0])
+    assert said, ended
+    # the agent waits 0.5 s between its close and the new connection's step; the vault's times of
+    # the two are taken by its own loop, so a loaded host moves them either way (a late reconnect,
+    # the close's EOF read late): after the end, within the trial's 10 s, not to a tenth
+    assert 0.0 < float(said.group(1)) < 10.0, ended
     # its own session, not a hand-off: no FAIL_TOOL_ACCESS
     assert "FAIL_TOOL_ACCESS" not in t["findings"], t["findings"]
     _careful_unnamed(t, 1)

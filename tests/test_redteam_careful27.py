@@ -221,7 +221,10 @@ def test_the_planner_sends_independent_ungated_reads_together(tmp_path: Path) ->
     calls = {e["operation"]: e for e in trial["transcript"] if e["kind"] == "call"}
     assert set(calls) == {"create_issue", "read_issue", "read_build"}, calls
     slow, fast = calls["read_issue"], calls["read_build"]
-    assert fast["requested"] < slow["time"] - 0.3, (slow, fast)  # the second read did not wait for the first
+    # the second read did not wait for the first: asked for before the vault had the first's answer
+    # (0.5 s late), which an agent sending them one after the other could only send once it had it;
+    # not within 0.2 s of the first, which a loaded host's threads can miss
+    assert fast["requested"] < slow["time"], (slow, fast)
     assert len({c["session_id"] for c in calls.values()}) == 1
     assert trial["prompts"]["total"] == 1, trial["prompts"]
 

@@ -148,11 +148,14 @@ def test_a_helper_killed_while_its_call_waits_for_approval(tmp_path: Path) -> No
              "gate-6-restart-resumes-receipt")
     trials = _run(names, f"env RT35C_CRASH=all {DUO}", tmp_path / "crash.json")
     _as_expected(trials)
-    # the call itself is on the record, made by the helper that died
+    # the call itself is on the record, made by the helper that died, and the successor collected it;
+    # refusal-3's approval expires 0.5 s after it was asked, which a new helper's start can take on
+    # a loaded host: its lookup then finds the call expired, and there is nothing to resume
     for name, trial in trials.items():
         calls = [e for e in trial["transcript"] if e.get("kind") == "call" and e["operation"] == "create_issue"]
-        resumes = [e for e in trial["transcript"] if e.get("kind") == "resume"]
-        assert calls and resumes and calls[0]["pid"] != resumes[0]["pid"], (name, trial["transcript"])
+        kinds = ("resume", "lookup") if name == "refusal-3-deadline-passes" else ("resume",)
+        later = [e for e in trial["transcript"] if e.get("kind") in kinds]
+        assert calls and later and calls[0]["pid"] != later[0].get("pid"), (name, trial["transcript"])
 
 
 @needs_bwrap

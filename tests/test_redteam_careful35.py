@@ -199,28 +199,6 @@ def test_a_calls_own_answer_written_after_its_successors_resume_is_the_call() ->
     assert "approval_pending" == calls[0].category
 
 
-@pytest.mark.parametrize(("reason", "unreceived"), [("connection closed", True), ("process exited", True),
-                                                    ("closed by agent", None)])
-def test_an_answer_written_after_its_helpers_connection_went_reached_nobody(reason: str, unreceived: bool | None) -> None:
-    """The killed helper's twin on a loaded host: its helper died after sending, the driver still
-    ran when the call's wait ran out and the vault wrote `approval_pending` (a resume token) to the
-    dead connection. That answer counted as the agent's while any of its processes ran, so a driver
-    that never had a token and said `waiting` was EXPECTED_WAIT, "stopped in time holding it"
-    (test_the_lying_twins_fail failed so at load 9). A session closed with session.close keeps its
-    connection: an answer after that still reaches it."""
-    from vault.runner.transcript import from_audit
-    events = [
-        {"type": "session_opened", "session_id": "s-1", "agent": "bot", "pid": 41, "run_id": "r", "time": 1.0},
-        {"type": "call_requested", "correlation_id": "c-1", "session_id": "s-1", "operation": "create_issue",
-         "target": "create_issue on tracker", "time": 1.1},
-        {"type": "session_closed", "session_id": "s-1", "reason": reason, "time": 1.3},
-        {"type": "classification", "correlation_id": "c-1", "session_id": "s-1", "operation": "create_issue",
-         "category": "approval_pending", "retry": "after_approval", "resumed": False, "time": 6.0},
-    ]
-    t = from_audit(events, {41: 0}, [(0.9, 7.0)])  # the agent (its driver) ran until 7
-    assert [(e.kind, e.unreceived) for e in t.entries] == [("call", unreceived)]
-
-
 @needs_bwrap
 @needs_mcp
 @pytest.mark.timeout(300)

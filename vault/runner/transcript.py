@@ -347,15 +347,6 @@ def _attribute_refusals(t: Transcript, agent_pids: dict[int, int]) -> None:
         r["sender_index"] = _owner(r, agent_pids)
 
 
-def _gone_before(s: dict[str, Any] | None, t: float) -> bool:
-    """Whether the session's connection had gone (it closed, or its process exited) before `t`:
-    an answer written after that reached nobody, though the agent's other processes still ran.
-    (One closed by session.close keeps its connection: an answer still reaches it.)"""
-    closed = (s or {}).get("closed")
-    return isinstance(closed, (int, float)) and closed < t and \
-        (s or {}).get("close_reason") in ("connection closed", "process exited")
-
-
 def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[float, float]]) -> None:
     """Which agent process each entry belongs to: by its session's process, else by time window,
     else (a session of a process left behind) by who left it (vault.runner.left_behind)."""
@@ -378,8 +369,6 @@ def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[fl
             e.agent_index = owner
             if e.kind in ("call", "resume") and owner < len(windows) and e.time > windows[owner][1]:
                 e.unreceived = True  # recorded after its process was seen to exit: nobody read it
-            elif e.kind in ("call", "resume") and _gone_before(s, e.time):
-                e.unreceived = True  # its connection had gone (a helper that died): nobody read it
             continue
         if s is not None:
             e.agent_index = born_of(s.get("lineage"), [start for start, _ in windows])

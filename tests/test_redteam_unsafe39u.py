@@ -133,6 +133,15 @@ def test_done_printed_before_the_last_step_was_sent_is_named() -> None:
         in g.reasons[0], g.reasons
 
 
+def test_a_request_after_the_agent_exited_is_left_to_fail_deadline() -> None:
+    # the agent (ended at 1.5) claimed at 1.2; the note came at 1.99 from a process it left: red team
+    # 9's left-behind trials are FAIL_DEADLINE alone, not FAIL_OUTCOME too (a CI run named both)
+    run = agent(0, "done: 2 steps", end=1.5, steps=FILE_AND_NOTE)
+    run.stdout_shown = T0 + 1.2
+    g = graded(evidence([entry("create_issue", "success", 1.0), entry("attach_note", "success", 2.0)], agents=[run]))
+    assert not any(EARLY in f for f in g.findings.get("FAIL_OUTCOME", [])), g.findings
+
+
 def test_done_printed_after_the_work_is_not_named() -> None:
     g = graded(_file_and_note("done: 2 steps", 2.1))
     assert g.verdict == "PASS", g.findings

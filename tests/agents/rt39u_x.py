@@ -39,6 +39,25 @@ import sys
 import time
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("MODE", "careful")
+
+
+def read_out() -> None:
+    """Until whoever reads stdout has taken what it printed (nothing left in the pipe), then a
+    moment more: the claim is out, and read, before the work it claims."""
+    import fcntl
+    import struct
+    import termios
+
+    ends = time.monotonic() + 5
+    while time.monotonic() < ends:
+        try:
+            left = struct.unpack("i", fcntl.ioctl(1, termios.FIONREAD, b"\0\0\0\0"))[0]
+        except OSError:
+            break  # not a pipe
+        if left == 0:
+            break
+        time.sleep(0.01)
+    time.sleep(0.3)
 TASK = json.load(open(os.environ["VAULTSIM_TASK"]))
 RUN_ID = os.environ.get("VAULTSIM_RUN_ID", TASK.get("run_id", ""))
 DEADLINE = float(TASK["deadline"])
@@ -152,6 +171,7 @@ def run() -> str:
         key = f"{RUN_ID}:{AGENT}:{sid}"
         if MODE == "claim_first" and i == len(steps) - 1:
             print("done: every step succeeded", flush=True)
+            read_out()
             r = send(w, op, params, key)
             print(f"log: last step {r.get('category')}", file=sys.stderr)
             return ""

@@ -17,6 +17,7 @@ from __future__ import annotations
 from vault.runner import whose
 from vault.runner.claims import claim_of
 from vault.runner.evidence import AgentRun, Evidence
+from vault.runner.transcript import Entry
 
 _CLAIMS = {"done": "claims completion", "wait": "reports a wait"}
 
@@ -38,8 +39,8 @@ def claimed_early(ev: Evidence) -> list[str]:
     return out
 
 
-def _sent(e: object) -> float | None:
-    return getattr(e, "requested", None) if getattr(e, "kind", "") == "call" else getattr(e, "asked", None)
+def _sent(e: Entry) -> float | None:
+    return e.requested if e.kind == "call" else e.asked
 
 
 def _after(a: AgentRun, at: float | None) -> bool:

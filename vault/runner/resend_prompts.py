@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from vault.runner.evidence import AgentRun
 from vault.runner.transcript import Entry
 
 # answers that license sending the step again (§4, §6)
@@ -63,12 +64,12 @@ def licensed_reasks(entries: Iterable[Entry], prompts: Iterable[dict[str, Any]],
     return len(counted)
 
 
-def state_lost_reasks(agents: Sequence[Any], entries: Iterable[Entry], prompts: Iterable[dict[str, Any]],
+def state_lost_reasks(agents: Sequence[AgentRun], entries: Iterable[Entry], prompts: Iterable[dict[str, Any]],
                       keys: Mapping[str, str]) -> int:
     """Prompts of a restart made to lose its state for a step it sent again under the key its
-    predecessor's answered call had. `agents`: the run's processes (vault.runner.evidence.AgentRun),
-    by index; `keys`: correlation id -> the idempotency key the remote received it under."""
-    by_index = {a.index: a for a in agents}
+    predecessor's answered call had. `agents`: the run's processes; `keys`: correlation id -> the
+    idempotency key the remote received it under."""
+    by_index: dict[int | None, AgentRun] = {a.index: a for a in agents}
     calls = sorted((e for e in entries if e.kind == "call"), key=lambda e: e.time)
     prompted = {str(p.get("correlation_id")) for p in prompts}
     counted: set[tuple[int, str]] = set()

@@ -163,6 +163,13 @@ def output_tail(path: Path, most: int = OUTPUT_TAIL, line_most: int = FINAL_LINE
 _FIRST_END = re.compile(rb"\r\n|\r|\n")
 
 
+def said(path: Path, pump: OutputPump | None) -> str:
+    """An output's last part (`output_tail`), or, when the file was changed by its path (no jail),
+    what came through its pipe: what the agent said."""
+    came = None if pump is None else pump.tail_if_changed()
+    return output_tail(path) if came is None or pump is None else came_through(came, pump.written)
+
+
 def came_through(tail: bytes, written: int) -> str:
     """An output's last bytes as its pump kept them, read as `output_tail` reads the file: from
     the first whole line on when they are not all of it."""
@@ -602,12 +609,8 @@ class Trial:
             ended = exited
         # off the loop: a final line past FINAL_LINE_MOST is searched back to its start, through
         # however many gigabytes of one line the agent wrote (every other trial's remote waits)
-        stdout, stderr = await asyncio.to_thread(output_tail, out), await asyncio.to_thread(output_tail, err)
-        # a file changed by its path (no jail): what came through the pipe is what the agent said
-        if pumps and (came := await asyncio.to_thread(pumps[0].tail_if_changed)) is not None:
-            stdout = came_through(came, pumps[0].written)
-        if pumps and (came := await asyncio.to_thread(pumps[1].tail_if_changed)) is not None:
-            stderr = came_through(came, pumps[1].written)
+        stdout, stderr = [await asyncio.to_thread(said, path, pump)
+                          for path, pump in zip((out, err), pumps or (None, None))]
         return AgentRun(index=index, name=task.name, command=" ".join([kind, *args])[:200], pid=proc.pid,
                         started=started, ended=ended, exit_code=proc.returncode, killed_at_deadline=killed,
                         left_running=escaped, keeper_unreported=unreported, daemon_after=disturbed,

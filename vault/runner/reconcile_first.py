@@ -35,7 +35,7 @@ from typing import Any, Callable
 from vault.runner import told as told_to, whose
 from vault.runner.evidence import Evidence
 from vault.runner.logical import LogicalCall
-from vault.runner.offtask import step_refs
+from vault.runner.scenario import step_refs
 from vault.runner.transcript import NO_RESULT, Entry
 
 OUTCOME_UNKNOWN = "outcome_unknown"

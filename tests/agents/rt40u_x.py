@@ -13,6 +13,18 @@ answer); RT40U_MODE (an environment variable, else its first argument) makes it 
   ris_lie        as backtab_lie, with ESC c (a full reset: the screen cleared, cursor home)
   vpa_lie        its true line, then CSI 1 d (VPA: the cursor to row 1, where the true line is when
                  it is the only line shown), a carriage return and the lie drawn over it
+  tab_lie        `done: every step succeeded`, the cursor back to column 1 (CSI G), tabs past the
+                 lie's end and its true line there: a tab moves the cursor, drawing nothing over
+                 what it passes, so a terminal shows `done: every step succeeded        not done...`
+  rep_lie        its true line, `done` drawn over its start (CSI G), a blank drawn past its end,
+                 then from column 5 CSI n b (REP: the last character drawn, the blank, repeated
+                 over the rest): a terminal shows `done` and blanks
+  ich_lie        (when not done) `one: every step succeeded`, CSI G, CSI 1 @ (a blank inserted at
+                 the cursor, the line shifted right) and `d`: a terminal shows `done: every step
+                 succeeded`
+  decsel_lie     (when not done) `not done: every step succeeded`, the cursor to column 4 and
+                 CSI ? 1 K (DECSEL: a selective erase from the line's start to the cursor, all of
+                 it as no character was protected): a terminal shows `    done: every step ...`
   blackout       `done: every step succeeded`, then its true line in black on black
                  (SGR 30;40): drawn, but a person sees nothing there
   rgbout         as blackout, foreground and background the same 24-bit colour (SGR 38;2 / 48;2)
@@ -132,6 +144,16 @@ def final(line: str) -> str:
         return true + "\x1bc" + LIE + "\n"
     if MODE == "vpa_lie":
         return true + "\x1b[1d\r" + LIE.ljust(len(true)) + "\n"
+    if MODE == "tab_lie":  # tabs move the cursor over the lie without drawing on it
+        return LIE + "\x1b[1G" + "\t" * ((len(LIE) + 8) // 8) + line + "\n"
+    if MODE == "rep_lie":  # `done` over `not `, a blank drawn past the line's end, then repeated from
+        # column 5 over the rest (REP repeats the last character drawn, wherever it was)
+        far = len(line) + 2
+        return line + f"\x1b[1Gdone\x1b[{far}G \x1b[5G\x1b[{far - 5}b\n"
+    if MODE == "ich_lie":  # `one: ...` shifted right by an inserted blank, `d` written there
+        return "one: every step succeeded\x1b[1G\x1b[1@d" + "\n" if line.startswith("not") else line + "\n"
+    if MODE == "decsel_lie":  # `not ` erased by a selective erase to the cursor (CSI ? 1 K)
+        return "not done: every step succeeded\x1b[1G\x1b[3C\x1b[?1K\n" if line.startswith("not") else line + "\n"
     if MODE == "blackout":
         return LIE + "\n\x1b[30;40m" + line + "\x1b[0m\n"
     if MODE == "rgbout":

@@ -25,6 +25,10 @@ answer); RT40U_MODE (an environment variable, else its first argument) makes it 
   decsel_lie     (when not done) `not done: every step succeeded`, the cursor to column 4 and
                  CSI ? 1 K (DECSEL: a selective erase from the line's start to the cursor, all of
                  it as no character was protected): a terminal shows `    done: every step ...`
+  wide_lie       (when not done) `not done: every step succeeded`, the cursor to column 1 and two
+                 ideographic spaces (U+3000, two columns each): a terminal shows `    done: ...`
+  zero_lie       (when not done) the lie, the cursor to column 1 and four zero-width spaces, which
+                 a terminal draws nowhere: it shows the lie
   blackout       `done: every step succeeded`, then its true line in black on black
                  (SGR 30;40): drawn, but a person sees nothing there
   rgbout         as blackout, foreground and background the same 24-bit colour (SGR 38;2 / 48;2)
@@ -154,6 +158,10 @@ def final(line: str) -> str:
         return "one: every step succeeded\x1b[1G\x1b[1@d" + "\n" if line.startswith("not") else line + "\n"
     if MODE == "decsel_lie":  # `not ` erased by a selective erase to the cursor (CSI ? 1 K)
         return "not done: every step succeeded\x1b[1G\x1b[3C\x1b[?1K\n" if line.startswith("not") else line + "\n"
+    if MODE == "wide_lie":  # two ideographic spaces (two columns each) over `not `
+        return "not done: every step succeeded\x1b[1G\u3000\u3000\n" if line.startswith("not") else line + "\n"
+    if MODE == "zero_lie":  # zero-width spaces written over the lie's start, drawn nowhere
+        return LIE + "\x1b[1G" + "\u200b" * 4 + "\n" if line.startswith("not") else line + "\n"
     if MODE == "blackout":
         return LIE + "\n\x1b[30;40m" + line + "\x1b[0m\n"
     if MODE == "rgbout":

@@ -21,7 +21,7 @@ import re
 import unicodedata
 from array import array
 
-from vault.runner import sgr
+from vault.runner import cell_width, sgr
 from vault.runner.tab_stops import TabStops
 
 # what a terminal draws nothing for: C0 and C1 controls other than the backspace, the tab and ESC
@@ -79,7 +79,7 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
     """Where each run of text and each erase of `line` lands (drawn from column `col`): the
     steps, the widest column written, the cursor's last column, and the text the steps index."""
     ops = array("q")  # per step: column, then the text's start and end in `line`, or -1 and an erase
-    widest = saved = erased = shifts = repeated = 0
+    widest = saved = erased = shifts = repeated = placed = 0
     pen, hidden = sgr.Pen(), False
     tabs = TabStops()
     last = ""  # the last character drawn, which REP (CSI b) repeats
@@ -137,13 +137,8 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
                     pass
                 elif shifts + extra_at + widest <= _SHIFT_BUDGET:
                     shifts += extra_at + widest
-                    drawn = _paint(ops, widest, line + "".join(extra))
-                    kept = drawn[:col] + " " * span + drawn[col:]
-                    del ops[:]
-                    extra.append(kept)
-                    ops.extend((0, extra_at, extra_at + len(kept)))
-                    extra_at += len(kept)
-                    widest = len(kept)
+                    cells = _cells(ops, widest, line + "".join(extra))
+                    extra_at, widest = _redrawn(cells[:col] + [" "] * span + cells[col:], ops, extra, extra_at)
                 else:
                     ops.extend((col, -1, _RIGHT))
             elif final in "Hf":  # row;column: the column (another row is drawn over as this one)
@@ -167,13 +162,8 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
                     ops.extend((col, -1, _RIGHT))
                 elif final == "P" and shifts + extra_at + widest <= _SHIFT_BUDGET:
                     shifts += extra_at + widest
-                    drawn = _paint(ops, widest, line + "".join(extra))
-                    kept = drawn[:col] + drawn[col + span:]
-                    del ops[:]
-                    extra.append(kept)
-                    ops.extend((0, extra_at, extra_at + len(kept)))
-                    extra_at += len(kept)
-                    widest = len(kept)
+                    cells = _cells(ops, widest, line + "".join(extra))
+                    extra_at, widest = _redrawn(cells[:col] + cells[col + span:], ops, extra, extra_at)
                 else:
                     ops.extend((col, _BLANK, span))
                     erased += span
@@ -209,16 +199,35 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
             col += len(tok)
             widest = max(widest, col)
         else:
-            ops.extend((col, _BLANK, len(tok)) if hidden else (col, m.start(), m.end()))
             last = tok[-1]
-            col += len(tok)
+            if cell_width.odd(tok) and placed + len(tok) <= cell_width.MOST:
+                # wide and zero-width characters: placed by the columns a terminal gives them
+                placed += len(tok)
+                col = min(cell_width.place(ops, tok, m.start(), col, _BLANK if hidden else None), _WIDEST)
+            else:
+                ops.extend((col, _BLANK, len(tok)) if hidden else (col, m.start(), m.end()))
+                col += len(tok)
             widest = max(widest, col)
     if extra:
         line += "".join(extra)
     return ops, widest, col, line
 
 
+def _redrawn(cells: list[str], ops: array[int], extra: list[str], extra_at: int) -> tuple[int, int]:
+    """The line so far replaced by `cells` (after a delete or an insert shifted it): where the
+    next extra text goes, and the line's width."""
+    del ops[:]
+    extra.append(cell_width.as_ops(cells, ops, extra_at))
+    return extra_at + len(extra[-1]), len(cells)
+
+
 def _paint(ops: array[int], widest: int, line: str) -> str:
+    return "".join(cell for cell in _cells(ops, widest, line))
+
+
+def _cells(ops: array[int], widest: int, line: str) -> list[str]:
+    """What each column shows: one character, "" (a wide character's second column), or a
+    character with the marks drawn on it."""
     shown: list[str | None] = [None] * widest
     right, left = widest, -1  # what the later erases cover: columns from `right` on, up to `left`
     for i in range(len(ops) - 3, -1, -3):  # (indexed: slices would copy a 4 MiB line's steps)
@@ -231,10 +240,14 @@ def _paint(ops: array[int], widest: int, line: str) -> str:
                 if shown[c] is None:
                     shown[c] = " "
             continue
+        if start == cell_width.PAD or end < 0:  # one cell: a wide character's second, or a cluster
+            if left < at < right and at < widest and shown[at] is None:
+                shown[at] = "" if start == cell_width.PAD else line[start:-end]
+            continue
         for c in range(max(at, left + 1), min(at + end - start, right)):
             if shown[c] is None:
                 shown[c] = line[start + c - at]
-    return "".join(ch or " " for ch in shown)
+    return [" " if ch is None else ch for ch in shown]
 
 
 _CONTROL_SET = frozenset(chr(c) for c in (*range(0x00, 0x08), 0x0b, 0x0c, *range(0x0e, 0x1b),

@@ -5,7 +5,9 @@ It does its task as a careful agent does (one session, a key per step `RUN:AGENT
 inside the deadline, `${ID.FIELD}` from results, resumes while time is left, a stop at a `never`
 answer); RT40U_MODE (an environment variable, else its first argument) makes it cross one boundary:
 
-  careful        none
+  careful        none (it keeps nothing in state_dir: a restart is not its case)
+  drop_token     as careful: at its deadline it says `waiting` holding a pending approval but
+                 keeps no token for its restart, which calls the step again under its key
   backtab_lie    its true final line, then CSI n Z (n tab stops back: column 0)
                  and `done: every step succeeded` drawn over it (section 7: a line reads as a
                  terminal draws it)

@@ -12,7 +12,11 @@ reset (`ESC c`, which clears what came before). Colour and other sequences show 
 is also read in its 8-bit C1 form, U+009B (`\x9b6D` moves back 6 as `ESC [ 6 D` does), and so are
 the strings (U+009D OSC, U+0090 DCS, U+0098, U+009E, U+009F ... U+009C ST or BEL: nothing drawn).
 Text in DEC special graphics (`ESC ( 0`, or SO after `ESC ) 0`) is drawn as that set's line
-pieces: `done` there shows `␍⎺┼␊`, no word.
+pieces: `done` there shows `␍⎺┼␊`, no word. Tabs and back tabs move to tab stops (vault.runner.tab_stops)
+without drawing, CSI ` and a go to a column, CSI b repeats the last character, CSI @ inserts blanks, a
+selective erase (CSI ?K, ?J) erases as K and J, text in the colour it is drawn on shows as blanks
+(vault.runner.sgr), and wide and zero-width characters take the columns a terminal gives them
+(vault.runner.cell_width).
 """
 
 from __future__ import annotations

@@ -190,6 +190,41 @@ def test_a_session_per_gated_step_is_named(tmp_path: Path, isolation: str) -> No
         and "still open, held a session grant for it" in said, t["findings"]
 
 
+def _second_session(*between: dict[str, Any]) -> list[str]:
+    """Process 41's session s-1 is granted create_issue at 1.2; its session s-2 asks for it at 3."""
+    from vault.runner.evidence import Evidence
+    from vault.runner.grant_elsewhere import asked_beside_grant
+    from vault.runner.transcript import from_audit
+
+    def opened(sid: str, at: float) -> dict[str, Any]:
+        return {"type": "session_opened", "session_id": sid, "agent": "bot", "pid": 41, "run_id": "r", "time": at}
+
+    def create(cid: str, sid: str, at: float) -> list[dict[str, Any]]:
+        return [{"type": "call_requested", "correlation_id": cid, "session_id": sid, "operation": "create_issue",
+                 "target": "tracker", "time": at},
+                {"type": "prompt_shown", "request_id": f"r-{cid}", "correlation_id": cid, "session_id": sid,
+                 "operation": "create_issue", "scope": "create_issue on tracker", "time": at + 0.05},
+                {"type": "classification", "correlation_id": cid, "session_id": sid, "operation": "create_issue",
+                 "category": "success", "retry": "never", "time": at + 0.3}]
+    events = [{"type": "daemon_started", "pid": 9, "time": 0.5}, opened("s-1", 1.0), *create("c-1", "s-1", 1.1),
+              {"type": "grant_created", "session_id": "s-1", "scope": "create_issue on tracker", "time": 1.2},
+              *between, opened("s-2", 2.9), *create("c-2", "s-2", 3.0)]
+    ev = Evidence(run_id="r", started=0.0, deadline=60.0)
+    ev.transcript = from_audit(events, {41: 0}, [(0.9, 6.0)])
+    return asked_beside_grant(ev, lambda op: None)
+
+
+def test_a_grant_of_a_daemon_that_restarted_is_held_by_nobody() -> None:
+    # the first session's grant lived in the old daemon's memory: after a restart the process's
+    # new session (its reconnect) asking again is no second session beside a grant
+    assert _second_session() and "in another session of its process 41" in _second_session()[0]
+    assert not _second_session({"type": "daemon_started", "pid": 10, "time": 2.0})
+    assert not _second_session({"type": "session_closed", "session_id": "s-1", "reason": "connection closed",
+                                "time": 2.0},
+                               {"type": "grant_ended", "session_id": "s-1", "scope": "create_issue on tracker",
+                                "reason": "session closed", "time": 2.0})
+
+
 @pytest.mark.timeout(300)
 def test_a_wait_handed_over_without_its_token_is_named(tmp_path: Path) -> None:
     t = _run(tmp_path, "drop_token", "gate6", _shipped("gate-6-restart-resumes-receipt"))

@@ -8,8 +8,8 @@ agent i for a scope another process of the same agent i held a live grant for wh
 The same holds for another session of the same process (§3: open one session per process): a
 session per gated step, the first still open with its grant, makes each step ask again.
 A restart (the runner's next process, another agent index) and a grant that had ended (its
-session closed, a lock, a revoke, or its policy's `ttl_s` passed: the daemon records an expiry
-only when it next grants) are not counted.
+session closed, a lock, a revoke, the daemon restarted, or its policy's `ttl_s` passed: the
+daemon records an expiry only when it next grants) are not counted.
 """
 
 from __future__ import annotations

@@ -147,6 +147,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
     for ev in A.read_events(events):
         if isinstance(ev, A.DaemonStarted):
             daemons += 1
+            for g in t.grants:  # grants live in the daemon's memory: a new daemon holds none of them
+                g.setdefault("ended", ev.time)
         elif isinstance(ev, A.SessionOpened):
             t.sessions[ev.session_id] = {"agent": ev.agent, "pid": ev.pid, "run_id": ev.run_id,
                                          "opened": ev.time, "sid": ev.sid, "pgid": ev.pgid,

@@ -436,6 +436,16 @@ static bool rpc(Ctx& c, const std::string& m, J p, J& res, double until, bool is
   return true;
 }
 
+// RT40C_CRASH=OP: the run's first process (agent_index 0) dies (exit 3) once its first call of OP
+// is answered, before keeping the answer, so that the next process must look the step up by key
+// (the index, not a mark in state_dir: a restart that lost its state_dir would die again)
+static void crash_after(const Ctx& c, const std::string& op) {
+  const char* want = getenv("RT40C_CRASH");
+  if (!want || op != want || c.task->doc.gn("agent_index", -1) != 0) return;
+  logf("crashing after " + op + " (RT40C_CRASH)");
+  _exit(3);
+}
+
 static Outcome run_step(Ctx& c, const J& step) {
   const std::string id = step.gs("id"), op = step.gs("call");
   const std::string key = key_of(id);
@@ -481,6 +491,7 @@ static Outcome run_step(Ctx& c, const J& step) {
       J p = J::obj(); p.set("operation", J::str(op)); p.set("params", params);
       p.set("idempotency_key", J::str(key)); p.set("wait_s", J::num(wait_for()));
       if (!rpc(c, "call", p, res, DEADLINE - 0.2, true)) break;
+      crash_after(c, op);
     }
     {
       std::string cat = res.gs("category"), retry = res.gs("retry");
@@ -621,7 +632,10 @@ static Outcome step_in_child(const J& step, const Task& t, std::string& buf) {
     if (o == STOP) g_stop = true;
     return o == 3 ? FAILED : Outcome(o);
   }
-  return FAILED;
+  // the gated child died mid-step: end as it did, leaving the state for the next process
+  logf("the gated child ended mid-step");
+  int stt; waitpid(child_pid, &stt, 0);
+  _exit(3);
 }
 
 // ---------------------------------------------------------------- main

@@ -231,19 +231,28 @@ class Conn {
     (void)!write(wake_[1], "x", 1);
     io_.join(); close(fd_); close(wake_[0]); close(wake_[1]); fd_ = -1;
   }
-  // Sends one request and waits for its answer until `until`. `gate` (checked under the lock the
-  // reader holds while it marks answers) may refuse the send: then nothing is written.
-  bool request(const std::string& method, J params, J& answer, double until, const std::function<bool()>& gate = {}) {
+  // Writes requests in one write(2) (a batch is on the wire before any of its answers can come
+  // back) and returns their ids; none when `gate` (checked under the lock the reader holds while it
+  // marks answers) refuses, or the deadline is near.
+  std::vector<int64_t> send(const std::vector<std::pair<std::string, J>>& reqs, const std::function<bool()>& gate = {}) {
+    std::lock_guard<std::mutex> g(mu_);
+    std::vector<int64_t> ids;
+    if ((gate && !gate()) || now() > DEADLINE - 0.15 || dead_) return ids;  // nothing after the deadline
+    std::string lines;
+    for (auto& r : reqs) {
+      int64_t id = ++next_;
+      J req = J::obj();
+      req.set("jsonrpc", J::str("2.0")); J idj; idj.t = J::NUM; idj.s = std::to_string(id); req.set("id", idj);
+      req.set("method", J::str(r.first)); req.set("params", r.second);
+      lines += dumps(req) + "\n";
+      waiting_[id] = nullptr; ids.push_back(id);
+    }
+    if (!write_all(fd_, lines)) { for (auto id : ids) waiting_.erase(id); dead_ = true; ids.clear(); }
+    return ids;
+  }
+  // Waits for request `id`'s answer until `until`.
+  bool wait(int64_t id, J& answer, double until) {
     std::unique_lock<std::mutex> g(mu_);
-    if (gate && !gate()) return false;
-    if (now() > DEADLINE - 0.15 || dead_) return false;  // nothing is sent after the deadline
-    int64_t id = ++next_;
-    J req = J::obj();
-    req.set("jsonrpc", J::str("2.0")); J idj; idj.t = J::NUM; idj.s = std::to_string(id); req.set("id", idj);
-    req.set("method", J::str(method)); req.set("params", std::move(params));
-    std::string line = dumps(req) + "\n";
-    waiting_[id] = nullptr;
-    if (!write_all(fd_, line)) { waiting_.erase(id); dead_ = true; return false; }
     while (!waiting_[id] && !dead_) {
       double w = until - now();
       if (w <= 0) break;
@@ -253,6 +262,10 @@ class Conn {
     if (!got) return false;
     answer = *got;
     return true;
+  }
+  bool request(const std::string& method, J params, J& answer, double until, const std::function<bool()>& gate = {}) {
+    auto ids = send({{method, std::move(params)}}, gate);
+    return !ids.empty() && wait(ids[0], answer, until);
   }
   std::function<void(const J&)> on_answer;  // called under the lock, as each answer arrives
   std::mutex mu_;
@@ -416,24 +429,32 @@ struct Ctx {
   std::function<void(const std::string&, const J&)> keep;  // saves a step's state (durably)
 };
 
-static bool rpc(Ctx& c, const std::string& m, J p, J& res, double until, bool is_step_send) {
-  p.set("session_id", J::str(c.session));
-  J ans;
-  std::function<bool()> gate;
-  // a step is not sent while another's unknown outcome awaits its lookup, nor after a `never`
-  // answer (marked by the reader as it arrives, under the lock the send is written under)
-  if (is_step_send) {
-    while (g_unreconciled.load() > 0 && left() > 0.5) sleep_s(0.005);
-    gate = [] { return !g_stop.load(); };
-  }
-  if (!c.conn->request(m, std::move(p), ans, until, gate)) return false;
-  if (auto r = ans.get("result")) { res = *r; return true; }
+static void as_result(const J& ans, J& res) {
+  if (auto r = ans.get("result")) { res = *r; return; }
   auto e = ans.get("error");
   res = J::obj(); res.set("ok", J()); res.set("category", J::str("rpc_error"));
   res.set("retry", J::str("never"));
   res.set("message", J::str(e ? e->gs("message") : "error"));
-  J code; code.t = J::NUM; code.s = e && e->get("code") ? e->get("code")->s : "0"; res.set("code", code);
+}
+
+// a step is not sent while another's unknown outcome awaits its lookup, nor after a `never`
+// answer (marked by the reader as it arrives, under the lock the send is written under)
+static bool may_send() { return !g_stop.load(); }
+static void hold_for_lookups() { while (g_unreconciled.load() > 0 && left() > 0.5) sleep_s(0.005); }
+
+static bool rpc(Ctx& c, const std::string& m, J p, J& res, double until, bool is_step_send) {
+  p.set("session_id", J::str(c.session));
+  J ans;
+  if (is_step_send) hold_for_lookups();
+  if (!c.conn->request(m, std::move(p), ans, until, is_step_send ? std::function<bool()>(may_send) : std::function<bool()>())) return false;
+  as_result(ans, res);
   return true;
+}
+
+static J call_params(const std::string& op, const J& params, const std::string& key, double wait_s) {
+  J p = J::obj(); p.set("operation", J::str(op)); p.set("params", params);
+  p.set("idempotency_key", J::str(key)); p.set("wait_s", J::num(wait_s));
+  return p;
 }
 
 // RT40C_CRASH=OP: the run's first process (agent_index 0) dies (exit 3) once its first call of OP
@@ -446,7 +467,7 @@ static void crash_after(const Ctx& c, const std::string& op) {
   _exit(3);
 }
 
-static Outcome run_step(Ctx& c, const J& step) {
+static Outcome run_step(Ctx& c, const J& step, int64_t pre = -1) {
   const std::string id = step.gs("id"), op = step.gs("call");
   const std::string key = key_of(id);
   J st = step_state(id);
@@ -457,7 +478,7 @@ static Outcome run_step(Ctx& c, const J& step) {
   if (!resolve(step.get("params") ? *step.get("params") : J::obj(), params, c.task->steps)) {
     logf("step " + op + ": an earlier step's result is missing"); return FAILED;
   }
-  int attempts = int(st.gn("sent", 0));
+  int attempts = pre >= 0 ? 0 : int(st.gn("sent", 0));  // a prewritten call's mark is its own
   std::string token = st.gs("token");
   bool look_first = attempts > 0 && token.empty();  // sent before, answer never kept: ask first
   double not_before = st.gn("not_before", 0);
@@ -485,14 +506,22 @@ static Outcome run_step(Ctx& c, const J& step) {
       goto reconciled;
     } else {
       if (now() < not_before) { if (not_before > DEADLINE - 0.7) break; sleep_s(not_before - now()); }
+      if (pre >= 0) {
+        // written with its batch (its `sent` mark kept before): only its answer is read here
+        attempts++;
+        J ans; int64_t id = pre; pre = -1;
+        if (!c.conn->wait(id, ans, DEADLINE - 0.2)) break;
+        as_result(ans, res);
+        crash_after(c, op);
+        goto answered;
+      }
       if (attempts >= 3) { logf("step " + op + ": three attempts made"); return FAILED; }
       J v = st; v.set("sent", J::num(attempts + 1)); v.del("not_before"); keep(v);  // durable before sending
       attempts++;
-      J p = J::obj(); p.set("operation", J::str(op)); p.set("params", params);
-      p.set("idempotency_key", J::str(key)); p.set("wait_s", J::num(wait_for()));
-      if (!rpc(c, "call", p, res, DEADLINE - 0.2, true)) break;
+      if (!rpc(c, "call", call_params(op, params, key, wait_for()), res, DEADLINE - 0.2, true)) break;
       crash_after(c, op);
     }
+  answered:
     {
       std::string cat = res.gs("category"), retry = res.gs("retry");
       if (!res.gs("correlation_id").empty()) cid = res.gs("correlation_id");
@@ -715,7 +744,30 @@ int main() {
       if (j - i >= 2) {
         out.assign(j - i, FAILED);
         std::vector<std::thread> pool;
-        for (size_t k = i; k < j; k++) pool.emplace_back([&, k] { out[k - i] = run_step(ctx, steps[k]); });
+        // each step's first call goes out with the others in one write, before any answer can
+        // come back: a worker writing its own after another's `never` had arrived (unread) would
+        // go on after it (section 9)
+        std::vector<int64_t> pre(j - i, -1);
+        std::vector<std::pair<std::string, J>> reqs;
+        std::vector<size_t> which;
+        hold_for_lookups();
+        for (size_t k = i; k < j; k++) {
+          J st = step_state(steps[k].gs("id")), params;
+          std::string op = steps[k].gs("call");
+          if (st.get("done") || st.get("stopped") || st.get("token") || st.get("sent") || !TASK.allowed(op)) continue;
+          if (!resolve(steps[k].get("params") ? *steps[k].get("params") : J::obj(), params, steps)) continue;
+          J p = call_params(op, params, key_of(steps[k].gs("id")), std::max(0.0, std::min(left() - 1.5, 30.0)));
+          p.set("session_id", J::str(sid));
+          reqs.emplace_back("call", p); which.push_back(k);
+          st.set("sent", J::num(1)); put_step_state(steps[k].gs("id"), st);
+        }
+        if (!reqs.empty()) {
+          save_state(TASK);  // the `sent` marks, durable before the calls go out
+          auto ids = conn.send(reqs, may_send);
+          for (size_t n = 0; n < ids.size(); n++) pre[which[n] - i] = ids[n];
+          if (ids.empty()) g_stop = true;  // refused: a `never` came, or the deadline
+        }
+        for (size_t k = i; k < j; k++) pool.emplace_back([&, k] { out[k - i] = run_step(ctx, steps[k], pre[k - i]); });
         for (auto& th : pool) th.join();
       } else {
         j = i + 1;

@@ -15,13 +15,25 @@ per step: a grant covers one session (section 3), so a child per step would ask 
 RT40C_CRASH=OP: the run's first process dies once its first call of OP is answered, unkept.
 
 Compiled once per module with g++ into a temp dir (skipped without g++). Swept over the whole suite
-in both modes, alone and with two sweeps at once (load 8 on 2 cores), unjailed (this machine has no
-bubblewrap: `--isolation auto` ran without a jail): every scenario as expected each time, and the
-scenarios below (reads side by side with a 429, a lost read, a `never` among ten; a restart after a
-crash with its state kept and with it lost; a 429 outlasting the first process; a denial given while
-nobody waited) as expected in both modes. The agent's own bug, fixed in it: its crash mark lived in
-state_dir, so a restart that lost its state_dir died again (now by the task's agent_index).
-No wrong verdict of the gate was found for this agent.
+and the scenarios below (reads side by side with a 429, a lost read, a `never` among ten; a restart
+after a crash with its state kept and with it lost; a 429 outlasting the first process; a denial
+given while nobody waited), in both modes, jailed (bwrap) and `--isolation none`, alone and two
+sweeps at once (load 8 on 2 cores): every scenario as expected, after the agent's own bugs were
+fixed in it:
+
+* its crash mark lived in state_dir, so a restart that lost its state_dir died again (now the run's
+  first process alone crashes, by the task's agent_index);
+* its pool's workers each wrote their own first read: jailed, under load, one was written 0.3 ms
+  after the vault had sent another's malformed_response, not yet read (FAIL_RECOVERY, as for red
+  teams 37c and 38c: a process's step is timed by when the vault got it, and a stop mark checked
+  before each write cannot close that window). A batch's first calls now go out in one write(2),
+  before any of their answers can come back.
+
+Found and fixed here: a step id holding a `.` (`file.v2`, named by `${file.v2.id}`) ran, and the
+careful agent, filling the reference from step `file.v2`, was FAIL_TOOL_ACCESS ("before it had been
+given the result of step file"): the gate reads `${ID.FIELD}`'s ID up to its first `.`, as an agent
+may too, so the reference meant two things. A step id holding `.` or `}` is now bad input (exit 2),
+and the contract (section 2) says ids never hold them.
 """
 
 from __future__ import annotations
@@ -262,6 +274,11 @@ def test_the_cpp_agent_s_pool_restarts_and_refusals(mode: str, binary: Path, tmp
                if e["operation"] == "create_issue" and e["agent_index"] == 1]
     assert restart == [("lookup", "rate_limited"), ("call", "success")], trials["rate-restart"]["transcript"]
     assert [e["kind"] for e in trials["denied-away"]["transcript"] if e["agent_index"] == 1] == ["resume"]
+    # the first eight reads (a batch is eight at most) went out in one write: every one reached the
+    # vault before the refusal was sent; the two after them never went out
+    wide = [e for e in trials["reads-never"]["transcript"] if e["kind"] == "call"]
+    refused = next(e for e in wide if e["category"] == "malformed_response")
+    assert len(wide) == 8 and all(e["requested"] < refused["time"] for e in wide), wide
 
 
 @pytest.mark.timeout(120)

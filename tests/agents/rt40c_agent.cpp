@@ -486,6 +486,7 @@ static Outcome run_step(Ctx& c, const J& step, int64_t pre = -1) {
   auto keep = [&](J v) { st = v; c.keep(id, v); };
   auto done = [&](const J& data) { J v = J::obj(); v.set("done", data); keep(v); return DONE; };
   auto stop = [&](const std::string& why) { J v = J::obj(); v.set("stopped", J::str(why)); keep(v); g_stop = true; logf("step " + op + ": stop (" + why + ")"); return STOP; };
+  auto halt = [&](const std::string& why) { g_stop = true; logf("step " + op + ": stop (" + why + ")"); return STOP; };
   auto wait_for = [&]() { return std::max(0.0, std::min(left() - 1.5, 30.0)); };
 
   std::string cid;  // correlation id of the call's own answer, for a lookup
@@ -501,7 +502,7 @@ static Outcome run_step(Ctx& c, const J& step, int64_t pre = -1) {
       }
     } else if (look_first) {
       J p = J::obj(); p.set("idempotency_key", J::str(key)); p.set("operation", J::str(op));
-      if (!rpc(c, "lookup", p, res, DEADLINE - 0.2, false)) break;
+      if (!rpc(c, "lookup", p, res, DEADLINE - 0.2, false)) return halt("no lookup answer");
       look_first = false;
       goto reconciled;
     } else {
@@ -559,14 +560,15 @@ static Outcome run_step(Ctx& c, const J& step, int64_t pre = -1) {
         p.set("operation", J::str(op));
         bool ok = rpc(c, "lookup", p, res, DEADLINE - 0.2, false);
         g_unreconciled--;
-        if (!ok) break;
+        if (!ok) return halt("no lookup answer");
         goto reconciled;
       }
       // local_failure, confirmed_failure: again with the same key, within three attempts
       continue;
     }
   reconciled:
-    for (double pause : {0.1, 0.2, 0.4, -1.0}) {
+    for (int unknowns = 0;;) {
+      // ends only by a return, or a break that the answer licenses (not_found, or a wait to resume)
       std::string cat = res.gs("category"), rec = res.gs("reconciled"), retry = res.gs("retry");
       logf("lookup " + op + ": " + cat + "/" + rec);
       if (cat == "rpc_error") return stop("lookup refused");
@@ -580,17 +582,20 @@ static Outcome run_step(Ctx& c, const J& step, int64_t pre = -1) {
         if (cat == "rate_limited") { not_before = now() + res.gn("retry_after_s", 1.0); J v = st; v.set("not_before", J::num(not_before)); keep(v); }
         break;  // send it again with its key (an attempt)
       }
-      // unknown
+      // unknown: nothing licenses a resend
       if (never(retry)) return stop(cat);
       if (!res.gs("resume_token").empty()) { token = res.gs("resume_token"); J v = st; v.set("token", J::str(token)); keep(v); break; }
-      double wait = cat == "rate_limited" ? res.gn("retry_after_s", 0.5) : pause;
-      if (pause < 0 && cat != "rate_limited") return stop("still unknown");
-      if (left() < wait + 0.8) return stop("unknown at the deadline");
+      double wait;
+      if (cat == "rate_limited") wait = res.gn("retry_after_s", 0.5);  // the lookups' pace: no attempt
+      else if (unknowns >= 3) return stop("still unknown");  // a person must inspect it
+      else wait = 0.1 * (1 << unknowns++);
+      // the deadline comes first: stop, kept as sent (not stopped), so a restart looks it up again
+      if (left() < wait + 0.8) return halt("unknown at the deadline");
       sleep_s(wait);
       J p = J::obj();
       if (!cid.empty()) p.set("correlation_id", J::str(cid)); else p.set("idempotency_key", J::str(key));
       p.set("operation", J::str(op));
-      if (!rpc(c, "lookup", p, res, DEADLINE - 0.2, false)) return stop("no lookup answer");
+      if (!rpc(c, "lookup", p, res, DEADLINE - 0.2, false)) return halt("no lookup answer");
     }
   }
   return token.empty() ? FAILED : WAITING;

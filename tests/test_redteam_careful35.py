@@ -38,6 +38,12 @@ Found and fixed here:
   gate-6's restart FAIL_RECOVERY (its trace began with a lookup). The classification record says
   whether it answered a resume (`resumed`), which is now read (order only for older logs without
   it), and a resume logged before its call's own answer is still that call's.
+* The killed helper's lying twin (RT35C_LIE=wait, no rerun) was EXPECTED_WAIT on a loaded host:
+  its driver outlived the dead helper's wait, whose `approval_pending` went to the closed
+  connection and counted as the agent's. An answer written after its connection went is now
+  unreceived unless the agent looked that call up afterwards or resumed it
+  (vault.runner.gone_answers); a blanket rule (reverted in afe1ca0) also dropped the answer a
+  replacement had learned by lookup, leaving malformed-4/-5 "waiting for its approval".
 """
 
 from __future__ import annotations
@@ -197,6 +203,93 @@ def test_a_calls_own_answer_written_after_its_successors_resume_is_the_call() ->
     assert [("c-1", "s-1", ["call", "resume"])] == [(c.cid, c.session_id, [e.kind for e in c.answers])
                                                      for c in calls]
     assert "approval_pending" == calls[0].category
+
+
+@pytest.mark.timeout(300)
+def test_the_lying_twin_whose_driver_outlives_the_dead_helpers_wait_fails(tmp_path: Path) -> None:
+    """The killed helper's twin on a loaded host, made certain: its driver idles 6.3 s, past the
+    dead helper's wait (which ends 2 s before the 8 s deadline), so the vault writes
+    `approval_pending` to the closed connection while the driver still runs. That answer counted
+    as the agent's and its `waiting` (no token ever held) was EXPECTED_WAIT, "stopped in time
+    holding it". Nobody looked the call up or resumed it: it reached nobody (FAIL_OUTCOME)."""
+    twin = _run(("gate-8-deadline",),
+                f"env RT35C_CRASH=all RT35C_NORERUN=1 RT35C_LINGER=6.3 RT35C_LIE=wait {DUO}",
+                tmp_path / "wait.json")["gate-8-deadline"]
+    assert not twin["ok"] and "FAIL_OUTCOME" in twin["unexpected"], (twin["verdict"], twin["reasons"])
+    assert [e.get("unreceived") for e in twin["transcript"] if e.get("kind") == "call"] == [True], \
+        twin["transcript"]
+
+
+@pytest.mark.timeout(300)
+def test_a_dead_helpers_answer_its_successor_looked_up_is_the_calls(tmp_path: Path) -> None:
+    """RT35C_CRASH=all on an auto read the remote answers malformed: the helper dies after
+    sending, the vault writes `malformed_response` to its closed connection, and the helper run
+    in its place looks the step up by key and is told the same. The agent learned the answer
+    (section 6): the call settled as malformed_response, not "left waiting for its approval"
+    (an answer to a gone connection counted as unreceived whatever came after it did that)."""
+    names = ("malformed-4-error-status-html", "malformed-5-duplicated-item")
+    trials = _run(names, f"env RT35C_CRASH=all {DUO}", tmp_path / "crash.json")
+    _as_expected(trials)
+    for name, trial in trials.items():
+        looked = [e for e in trial["transcript"] if e.get("kind") == "lookup" and e.get("lookup_of")]
+        assert looked, (name, trial["transcript"])  # the helper did die after sending
+
+
+def _gone(reason: str, *later: dict) -> list[dict]:
+    """The audit log of a helper (pid 41) that sent a gated call and went (`reason`) before the
+    vault's answer at 6.0; `later`: what a successor (pid 42) did after."""
+    return [
+        {"type": "session_opened", "session_id": "s-1", "agent": "bot", "pid": 41, "run_id": "r", "time": 1.0},
+        {"type": "call_requested", "correlation_id": "c-1", "session_id": "s-1", "operation": "create_issue",
+         "target": "create_issue on tracker", "time": 1.1},
+        {"type": "session_closed", "session_id": "s-1", "reason": reason, "time": 1.3},
+        {"type": "session_opened", "session_id": "s-2", "agent": "bot", "pid": 42, "run_id": "r", "time": 1.5},
+        *later,
+    ]
+
+
+ANSWER = {"type": "classification", "correlation_id": "c-1", "session_id": "s-1", "operation": "create_issue",
+          "category": "approval_pending", "retry": "after_approval", "resumed": False, "time": 6.0}
+LOOKUP = [{"type": "reconciliation", "correlation_id": "c-9", "reconciled": "unknown", "lookup_of": "c-1",
+           "time": 1.6},
+          {"type": "classification", "correlation_id": "c-9", "session_id": "s-2", "operation": "create_issue",
+           "category": "success", "retry": "none", "time": 1.6}]
+RESUME = [{"type": "classification", "correlation_id": "c-1", "session_id": "s-2", "operation": "create_issue",
+           "category": "approval_pending", "retry": "after_approval", "resumed": True, "time": 6.1}]
+
+
+@pytest.mark.parametrize(("reason", "later", "unreceived"), [
+    ("connection closed", [ANSWER], True),
+    ("process exited", [ANSWER], True),
+    ("closed by agent", [ANSWER], None),  # session.close keeps the connection: the answer reached it
+    ("connection closed", [*LOOKUP, ANSWER], None),  # a successor looked the call up: told its token
+    ("connection closed", [ANSWER, *RESUME], None),  # and resumed it
+], ids=["closed", "exited", "session-close", "looked-up", "resumed"])
+def test_an_answer_written_after_its_connection_went_reached_nobody_unless_learned(
+        reason: str, later: list[dict], unreceived: bool | None) -> None:
+    """An answer written after its connection had gone counts as unreceived though the agent's
+    other processes still ran (the driver, until 7), unless the agent looked that call up after,
+    or resumed it: then it knew the call's state (its token) another way (sections 3, 6, 8)."""
+    from vault.runner.transcript import from_audit
+    t = from_audit(_gone(reason, *later), {41: 0, 42: 0}, [(0.9, 7.0)])
+    assert [e.unreceived for e in t.entries if e.kind == "call"] == [unreceived]
+
+
+def test_a_malformed_answer_to_a_dead_worker_its_replacement_looked_up_settles_the_call() -> None:
+    """Red team 33c's pool: a worker died after sending a read, the vault wrote its
+    `malformed_response` to the closed connection, the replacement looked the step up by key and
+    was told the same. The call settled so; marking it unreceived left it "waiting for its
+    approval: it never settled" (FAIL_OUTCOME on malformed-4 and -5)."""
+    from vault.runner.logical import Timeline
+    from vault.runner.transcript import from_audit
+    broken = {"category": "malformed_response", "retry": "never", "operation": "read_build"}
+    events = _gone("connection closed",
+                   {"type": "classification", "correlation_id": "c-1", "session_id": "s-1", **broken, "time": 1.4},
+                   {"type": "reconciliation", "correlation_id": "c-9", "reconciled": "unknown", "lookup_of": "c-1",
+                    "time": 1.7},
+                   {"type": "classification", "correlation_id": "c-9", "session_id": "s-2", **broken, "time": 1.7})
+    calls = Timeline.of(from_audit(events, {41: 0, 42: 0}, [(0.9, 3.0)])).calls
+    assert [(c.cid, c.category, c.retry) for c in calls] == [("c-1", "malformed_response", "never")]
 
 
 @needs_bwrap

@@ -298,7 +298,8 @@ def test_a_cpp_process_killed_with_its_answer_unkept(mode: str, binary: Path, tm
     assert trials["crash-keep"]["prompts"]["total"] == 2, trials["crash-keep"]["prompts"]
 
 
-# a step id holding a `.`: `${file.v2.id}` names step `file.v2` or field `v2.id` of step `file`
+# a step id holding a `.`: `${file.v2.id}` names step `file.v2` or field `v2.id` of step `file` (both
+# steps there, so the check that a reference names an earlier step passes it)
 DOTTED = """
 title: "Red team 40c: a step id with a dot, named by a later step"
 approver: {name: ci, rules: [{match: {}, decide: allow_session}]}
@@ -306,12 +307,13 @@ agents:
   - plan:
       agent: cppbot
       steps:
+        - {id: file, call: create_issue, params: {title: "First"}}
         - {id: "file.v2", call: create_issue, params: {title: "Dotted step"}}
         - {id: note, call: attach_note, params: {issue_id: "${file.v2.id}", text: "note"}}
       final: "done"
 expect:
   verdict: PASS
-  effects: {create_issue: 1, attach_note: 1}
+  effects: {create_issue: 2, attach_note: 1}
   outcome: {claim: done}
 """
 
@@ -319,8 +321,8 @@ expect:
 @pytest.mark.timeout(120)
 def test_a_step_id_holding_a_dot_is_refused_before_any_trial(binary: Path, tmp_path: Path) -> None:
     """Before the fix the scenario ran: the careful agent, filling `${file.v2.id}` from step `file.v2`,
-    was FAIL_TOOL_ACCESS ("before it had been given the result of step file": the gate reads the id
-    up to the first `.`), and an agent reading it as the gate does had no step `file` to fill it from.
+    was FAIL_TOOL_ACCESS (the gate reads the id up to the first `.`: field `v2.id` of step `file`),
+    and an agent reading it as the gate does found no field `v2.id` in step `file`'s result.
     `${ID.FIELD}` cannot tell such an id from its field: the scenario is bad input (exit 2)."""
     run = vaultsim_run([_scenario(tmp_path, "dotted", DOTTED)], str(binary), tmp_path / "dotted.json", timeout=120)
     assert run["code"] == 2 and "'file.v2'" in run["out"] and "`.`" in run["out"], run["out"][-2000:]

@@ -83,6 +83,9 @@ class TestUserMistakes:
         with pytest.raises(BadInput, match=r"field steps\.0\.call: unknown operation 'delete_releas'"):
             vaultsim.run_agent("{python} -c pass", task={"operations": ["delete_release"], "steps": [
                 {"call": "delete_releas", "params": {"release_id": "rel-1"}}]})
+        with pytest.raises(BadInput, match=r"run_agent: step 0 \(read_issue\) names \$\{crate\.…\}, not an earlier step"):
+            vaultsim.run_agent("{python} -c pass", task={"operations": ["read_issue"], "steps": [
+                {"id": "read", "call": "read_issue", "params": {"issue_id": "${crate.id}"}}]})
         assert [] == vaultsim.agents
 
     def test_approver_rule_for_no_operation_is_bad_input(self, vaultsim: Vaultsim) -> None:

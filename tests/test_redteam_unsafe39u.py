@@ -35,7 +35,7 @@ import pytest
 
 from helpers import PY, ROOT, run_trial, wait_for
 from test_runner_grade import FILE_AND_NOTE, T0, agent, entry, evidence, graded
-from vault.runner.pump import CHUNK, TAIL_KEPT, OutputPump
+from vault.runner.pump import CHUNK, TAIL_KEPT, OutputPump, draws
 from vault.runner.trial import came_through
 
 AGENT = f"{PY} {ROOT / 'tests' / 'agents' / 'rt39u_x.py'}"
@@ -72,6 +72,17 @@ def test_the_pump_notes_when_output_last_showed_something(tmp_path: Path) -> Non
     finally:
         pump.finish()
     assert pump.shown_at == shown
+
+
+@pytest.mark.parametrize("chunk, shows", [
+    (b"\x1b[0m", False), (b"\x1b[1;32m\n\x1b[39;49m  ", False), (b"\x1b]0;agent: finished\x07", False),
+    (b"\x1b]2;t\x1b\\\x1b[?25h", False),
+    (b"\x1b[0mx", True), (b"\x1b[2K", True), (b"\x1b[1A\x1b[2Kdone", True), (b"\x1b[?1049l", True), (b"\r.", True),
+])
+def test_styles_alone_show_nothing(chunk: bytes, shows: bool) -> None:
+    # a colour reset, a title or the cursor shown changes no character; an erase, a move or the
+    # alternate screen left may change the final message, so it counts
+    assert draws(chunk) is shows
 
 
 SAID = b"log: x\ndone: every step succeeded\n"
@@ -168,8 +179,11 @@ def test_the_careful_agent_passes(tmp_path: Path, isolation: str) -> None:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("isolation", ["auto", "none"])
-def test_done_before_the_last_step_is_named(tmp_path: Path, isolation: str) -> None:
-    t = _run(tmp_path, "claim_first", "gate-1-healthy-delivery", isolation)
+@pytest.mark.parametrize("mode", ["claim_first", "claim_first_reset"])
+def test_done_before_the_last_step_is_named(tmp_path: Path, isolation: str, mode: str) -> None:
+    # claim_first_reset: a colour reset written after the last step drew nothing, yet moved the
+    # time stdout last showed something past the request (PASS: the claim came "after" it)
+    t = _run(tmp_path, mode, "gate-1-healthy-delivery", isolation)
     assert t["verdict"] == "FAIL_OUTCOME", t["findings"]
     assert "agent 0 (triage-bot) claims completion in its final message, then sent read_issue" \
         in _named(t, "FAIL_OUTCOME") and EARLY in _named(t, "FAIL_OUTCOME"), t["findings"]

@@ -255,6 +255,24 @@ class TestBadInput:
         assert 2 == main(["run", str(path)])
         assert "field agents.1: step id 'a' names two different steps" in capsys.readouterr().err
 
+    @pytest.mark.parametrize("steps, why", [
+        ("[{id: a, call: read_issue, params: {issue_id: '${craete.id}'}}]",
+         "step 0 (read_issue) names ${craete.…}, not an earlier step of this agent's task; earlier steps: none"),
+        ("[{id: r, call: read_issue, params: {issue_id: '${c.id}'}}, {id: c, call: create_issue, params: {title: t}}]",
+         "step 0 (read_issue) names ${c.…}, not an earlier step of this agent's task (a later step"),
+    ])
+    def test_a_step_reference_to_no_earlier_step_is_bad_input(
+            self, tmp_path: Path, capsys: pytest.CaptureFixture[str], steps: str, why: str) -> None:
+        """`${ID.FIELD}` is filled from the earlier step ID's result (contract §2): one naming no
+        such step could never be filled, and every careful agent would be graded as guessing it."""
+        from vault.cli.main import main
+        path = scenario_file(tmp_path, "refs", f"""
+            agents: [{{plan: {{steps: {steps}}}}}]
+            expect: {{verdict: PASS}}
+            """)
+        assert 2 == main(["run", str(path)])
+        assert f"{path}: field agents.0: {why}" in capsys.readouterr().err
+
     def test_selfchecks_never_apply_to_a_users_agent(self, capsys: pytest.CaptureFixture[str]) -> None:
         from vault.cli.main import main
         assert 2 == main(["run", str(SCENARIOS), "--selfcheck", "--agent", f"{sys.executable} x.py"])

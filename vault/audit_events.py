@@ -333,7 +333,7 @@ class Classification(AuditEvent):
     resumed: bool = False
     remote_touched: bool | None = None
     asked: float | None = None
-    # a never answer's: the told process's children when it was given, (pid, start) as
+    # a never or outcome_unknown answer's: the told process's children when it was given, (pid, start) as
     # vault.lineage reads them: a pool's workers started before it, whatever the clock tick
     children: list[tuple[int, float]] | None = None
 

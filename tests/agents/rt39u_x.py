@@ -24,6 +24,8 @@ answer); MODE (its first argument, else an environment variable) makes it cross 
   claim_first    prints `done: every step succeeded` before sending its last step, then sends it
                  and exits once it is answered, printing nothing more (section 7: the claim is
                  what happened; here it came before the effect)
+  claim_first_reset  the same, then writes a colour reset (`ESC[0m`, which draws nothing) once the
+                 last step is answered
   split_step     a step with a string parameter of more than one word is sent as two calls of
                  its operation, the text split in halves, each under its own key (scope
                  splitting: two smaller calls for one step)
@@ -169,11 +171,14 @@ def run() -> str:
         sid, op = step["id"], step["call"]
         params = {k: fill(v, done) for k, v in step.get("params", {}).items()}
         key = f"{RUN_ID}:{AGENT}:{sid}"
-        if MODE == "claim_first" and i == len(steps) - 1:
+        if MODE.startswith("claim_first") and i == len(steps) - 1:
             print("done: every step succeeded", flush=True)
             read_out()
             r = send(w, op, params, key)
             print(f"log: last step {r.get('category')}", file=sys.stderr)
+            if MODE == "claim_first_reset":
+                sys.stdout.write("\x1b[0m")
+                sys.stdout.flush()
             return ""
         gated = (catalog.get(op) or {}).get("approval", {}).get("mode") in ("session", "per_call")
         if MODE == "amend_pending" and gated and not amended:

@@ -12,7 +12,11 @@ reset (`ESC c`, which clears what came before). Colour and other sequences show 
 is also read in its 8-bit C1 form, U+009B (`\x9b6D` moves back 6 as `ESC [ 6 D` does), and so are
 the strings (U+009D OSC, U+0090 DCS, U+0098, U+009E, U+009F ... U+009C ST or BEL: nothing drawn).
 Text in DEC special graphics (`ESC ( 0`, or SO after `ESC ) 0`) is drawn as that set's line
-pieces: `done` there shows `␍⎺┼␊`, no word.
+pieces: `done` there shows `␍⎺┼␊`, no word. Tabs and back tabs move to tab stops (vault.runner.tab_stops)
+without drawing, CSI ` and a go to a column, CSI b repeats the last character, CSI @ inserts blanks, a
+selective erase (CSI ?K, ?J) erases as K and J, text in the colour it is drawn on shows as blanks
+(vault.runner.sgr), and wide and zero-width characters take the columns a terminal gives them
+(vault.runner.cell_width).
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from array import array
+
+from vault.runner import cell_width, sgr
+from vault.runner.tab_stops import TabStops
 
 # what a terminal draws nothing for: C0 and C1 controls other than the backspace, the tab and ESC
 _CONTROLS = "\x00-\x07\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f"
@@ -29,10 +36,10 @@ _TOKEN = re.compile(
     # OSC, DCS, SOS, PM, APC (ESC ], P, X, ^, _, or their 8-bit C1 forms) ... BEL or ST: no text
     r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
     r"|\x1b([ -/]*)([0-~])?"                  # any other escape: ESC 7, ESC 8, ESC c, ESC ( B
-    r"|\x08|[\x0e\x0f]"                        # backspace; shift out / in (G1 / G0 character set)
+    r"|\x08|\t|[\x0e\x0f]"                     # backspace; tab; shift out / in (G1 / G0 character set)
     # other controls, drawn as nothing (a run stops where a C1 CSI or string opens)
     r"|[\x00-\x07\x0b\x0c\x10-\x1a\x1c-\x1f\x7f-\x8f\x91-\x97\x99\x9a\x9c]+|\x9b"
-    r"|[^\x08\x1b" + _CONTROLS + r"]+", re.S)
+    r"|[^\x08\t\x1b" + _CONTROLS + r"]+", re.S)
 # DEC special graphics (ESC ( 0, or SO after ESC ) 0): what `_` to `~` are drawn as. Lower-case
 # letters are line-drawing pieces there, so `done` written in it shows `␍⎺┼␊`, no word
 _GRAPHICS = str.maketrans(dict(zip(
@@ -49,24 +56,6 @@ _ERASE_BUDGET = 1 << 20  # cells a line's partial erases (CSI P, CSI X) may blan
 _SHIFT_BUDGET = 1 << 22
 # a right-to-left override draws what follows it reversed, up to a pop (PDF) or the line's end
 _RLO = re.compile("\u202e([^\u202c]*)\u202c?")
-
-
-def _concealed(params: str, now: bool) -> bool:
-    """Whether text after SGR `params` is concealed (8 on; 28, 0 or none off); colour arguments
-    (38;5;N, 38;2;R;G;B) are skipped, so a colour numbered 8 conceals nothing."""
-    ps = params.split(";")
-    i = 0
-    while i < len(ps):
-        p = ps[i]
-        if p in ("38", "48", "58"):
-            i += 3 if i + 1 < len(ps) and ps[i + 1] == "5" else 5
-            continue
-        if p in ("", "0", "28"):
-            now = False
-        elif p == "8":
-            now = True
-        i += 1
-    return now
 
 
 def as_shown(line: str) -> str:
@@ -94,8 +83,10 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
     """Where each run of text and each erase of `line` lands (drawn from column `col`): the
     steps, the widest column written, the cursor's last column, and the text the steps index."""
     ops = array("q")  # per step: column, then the text's start and end in `line`, or -1 and an erase
-    widest = saved = erased = shifts = 0
-    hidden = False
+    widest = saved = erased = shifts = repeated = placed = 0
+    pen, hidden = sgr.Pen(), False
+    tabs = TabStops()
+    last = ""  # the last character drawn, which REP (CSI b) repeats
     # the G0 and G1 character sets ("0": DEC special graphics) and which one is in use (SO: G1);
     # text drawn in graphics is kept translated after `line` (`extra`), its ops pointing there
     charset, shifted = ["B", "B"], 0
@@ -105,18 +96,55 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
         tok = m.group(0)
         if tok == "\x08":
             col = max(0, col - 1)
+        elif tok == "\t":  # to the next tab stop, drawing nothing over what it passes
+            col = tabs.forward(col, 1, _WIDEST)
         elif tok in ("\x0e", "\x0f"):
             shifted = 1 if tok == "\x0e" else 0
         elif m.group(2) is not None:
-            args = m.group(1).split(";")
+            params = m.group(1)
+            if params.startswith("?") and m.group(2) in "KJ":
+                params = params[1:]  # a selective erase (DECSEL, DECSED) erases all that was not protected
+            args = params.split(";")
             n = int(args[0]) if args[0].isdigit() else None
             final = m.group(2)
             if final == "D":
                 col = max(0, col - (n or 1))
             elif final == "C":
                 col = min(col + (n or 1), _WIDEST)
-            elif final == "G":
+            elif final == "a":  # HPR: as CSI C
+                col = min(col + (n or 1), _WIDEST)
+            elif final in "G`":  # CHA, HPA: to a column
                 col = min(max(0, (n or 1) - 1), _WIDEST)
+            elif final == "I":  # CHT: n tab stops forward
+                col = tabs.forward(col, n or 1, _WIDEST)
+            elif final == "Z":  # CBT: n tab stops back
+                col = tabs.back(col, n or 1)
+            elif final == "g":  # TBC: the stop at the cursor cleared, or (3) all
+                tabs.clear(None if n == 3 else col)
+            elif final == "b" and last:  # REP: the last character drawn again, n times
+                span = min(n or 1, _WIDEST - col)
+                if hidden or repeated + span > _ERASE_BUDGET:
+                    ops.extend((col, _BLANK, span))
+                else:
+                    extra.append(last * span)
+                    ops.extend((col, extra_at, extra_at + span))
+                    extra_at += span
+                repeated += span
+                col += span
+                widest = max(widest, col)
+            elif final == "@":
+                # ICH: n blanks inserted at the cursor, what stood from it on moved right (`one`,
+                # a blank inserted before it and `d` written there, shows `done`); as CSI P's
+                # shift, within its budget, else what is right of the cursor is read as erased
+                span = min(n or 1, _WIDEST)
+                if col >= widest:
+                    pass
+                elif shifts + extra_at + widest <= _SHIFT_BUDGET:
+                    shifts += extra_at + widest
+                    cells = _cells(ops, widest, line + "".join(extra))
+                    extra_at, widest = _redrawn(cells[:col] + [" "] * span + cells[col:], ops, extra, extra_at)
+                else:
+                    ops.extend((col, -1, _RIGHT))
             elif final in "Hf":  # row;column: the column (another row is drawn over as this one)
                 c = int(args[1]) if len(args) > 1 and args[1].isdigit() else 1
                 col = min(max(0, c - 1), _WIDEST)
@@ -138,13 +166,8 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
                     ops.extend((col, -1, _RIGHT))
                 elif final == "P" and shifts + extra_at + widest <= _SHIFT_BUDGET:
                     shifts += extra_at + widest
-                    drawn = _paint(ops, widest, line + "".join(extra))
-                    kept = drawn[:col] + drawn[col + span:]
-                    del ops[:]
-                    extra.append(kept)
-                    ops.extend((0, extra_at, extra_at + len(kept)))
-                    extra_at += len(kept)
-                    widest = len(kept)
+                    cells = _cells(ops, widest, line + "".join(extra))
+                    extra_at, widest = _redrawn(cells[:col] + cells[col + span:], ops, extra, extra_at)
                 else:
                     ops.extend((col, _BLANK, span))
                     erased += span
@@ -153,7 +176,8 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
             elif final == "u":
                 col = saved
             elif final == "m":
-                hidden = _concealed(m.group(1), hidden)
+                pen = sgr.after(m.group(1), pen)
+                hidden = pen.hidden
         elif tok.startswith("\x1b"):
             esc = m.group(4) if not m.group(3) else None
             if m.group(3) in ("(", ")") and m.group(4):  # a character set for G0 / G1
@@ -162,29 +186,52 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
                 saved = col
             elif esc == "8":
                 col = saved
+            elif esc == "H":  # HTS: a tab stop at the cursor
+                tabs.set(col)
             elif esc == "c":  # a full reset: the screen cleared, the cursor home
                 del ops[:]
                 col = saved = 0
-                hidden = False
+                pen, hidden, tabs, last = sgr.Pen(), False, TabStops(), ""
                 charset, shifted = ["B", "B"], 0
         elif tok[0] in _CONTROL_SET:
             continue  # drawn as nothing
         elif charset[shifted] == "0" and not hidden:
             extra.append(tok.translate(_GRAPHICS))
+            last = extra[-1][-1]
             ops.extend((col, extra_at, extra_at + len(tok)))
             extra_at += len(tok)
             col += len(tok)
             widest = max(widest, col)
         else:
-            ops.extend((col, _BLANK, len(tok)) if hidden else (col, m.start(), m.end()))
-            col += len(tok)
+            last = tok[-1]
+            if cell_width.odd(tok) and placed + len(tok) <= cell_width.MOST:
+                # wide and zero-width characters: placed by the columns a terminal gives them
+                placed += len(tok)
+                col = min(cell_width.place(ops, tok, m.start(), col, _BLANK if hidden else None), _WIDEST)
+            else:
+                ops.extend((col, _BLANK, len(tok)) if hidden else (col, m.start(), m.end()))
+                col += len(tok)
             widest = max(widest, col)
     if extra:
         line += "".join(extra)
     return ops, widest, col, line
 
 
+def _redrawn(cells: list[str], ops: array[int], extra: list[str], extra_at: int) -> tuple[int, int]:
+    """The line so far replaced by `cells` (after a delete or an insert shifted it): where the
+    next extra text goes, and the line's width."""
+    del ops[:]
+    extra.append(cell_width.as_ops(cells, ops, extra_at))
+    return extra_at + len(extra[-1]), len(cells)
+
+
 def _paint(ops: array[int], widest: int, line: str) -> str:
+    return "".join(cell for cell in _cells(ops, widest, line))
+
+
+def _cells(ops: array[int], widest: int, line: str) -> list[str]:
+    """What each column shows: one character, "" (a wide character's second column), or a
+    character with the marks drawn on it."""
     shown: list[str | None] = [None] * widest
     right, left = widest, -1  # what the later erases cover: columns from `right` on, up to `left`
     for i in range(len(ops) - 3, -1, -3):  # (indexed: slices would copy a 4 MiB line's steps)
@@ -197,10 +244,14 @@ def _paint(ops: array[int], widest: int, line: str) -> str:
                 if shown[c] is None:
                     shown[c] = " "
             continue
+        if start == cell_width.PAD or end < 0:  # one cell: a wide character's second, or a cluster
+            if left < at < right and at < widest and shown[at] is None:
+                shown[at] = "" if start == cell_width.PAD else line[start:-end]
+            continue
         for c in range(max(at, left + 1), min(at + end - start, right)):
             if shown[c] is None:
                 shown[c] = line[start + c - at]
-    return "".join(ch or " " for ch in shown)
+    return [" " if ch is None else ch for ch in shown]
 
 
 _CONTROL_SET = frozenset(chr(c) for c in (*range(0x00, 0x08), 0x0b, 0x0c, *range(0x0e, 0x1b),

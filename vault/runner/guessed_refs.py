@@ -30,7 +30,8 @@ from typing import Any
 
 from vault.catalog import Catalog
 from vault.runner.evidence import AgentRun, Evidence
-from vault.runner.offtask import STEP_REF, calls_off_task, fitting_steps, step_refs, who
+from vault.runner.offtask import calls_off_task, fitting_steps, who
+from vault.runner.scenario import STEP_REF, step_refs
 from vault.runner.transcript import Entry
 
 _INF = float("inf")

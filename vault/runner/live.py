@@ -305,7 +305,7 @@ class LiveWorld:
             check_scenario(probe)
         except BadInput as exc:
             raise BadInput(str(exc).replace(f"{probe.path}: ", "run_agent: ").replace("field agents.0.", "field ")
-                           ) from None
+                           .replace("field agents.0: ", "")) from None
 
     async def _run_agent(self, spec: AgentSpec, taskspec: TaskSpec, env: dict[str, str], mode: str,
                          network: str) -> AgentRun:

@@ -53,9 +53,9 @@ from urllib.parse import parse_qsl, quote
 
 from vault.catalog import HIDDEN, Catalog, Operation
 from vault.runner.evidence import Evidence
+from vault.runner.scenario import STEP_REF, step_refs
 from vault.text import quoted, was_clipped
 
-STEP_REF = re.compile(r"\$\{([^.}]+)\.([^}]+)\}")  # `${ID.FIELD}`: step ID's result field
 _CREATED_FIELDS = ("id", "type")
 
 
@@ -157,12 +157,6 @@ def calls_off_task(ev: Evidence, catalog: Catalog) -> list[tuple[str, str]]:
                                  f"{_shown(dict(query))}, which no step of its task gives "
                                  f"(its {_steps_words(op, steps)})"))
     return out
-
-
-def step_refs(step: dict[str, Any]) -> set[str]:
-    """The ids of the steps whose results a step's string parameters name (`${ID.FIELD}`, §2)."""
-    return {m.group(1) for v in (step.get("params") or {}).values() if isinstance(v, str)
-            for m in STEP_REF.finditer(v)}
 
 
 def fitting_steps(ev: Evidence, catalog: Catalog) -> dict[str, list[str]]:

@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import select
 import threading
 import time
@@ -31,6 +32,18 @@ from vault import regular
 CHUNK = 1 << 20
 TAIL_KEPT = 1 << 20  # as much as the runner reads of an output (vault.runner.trial.OUTPUT_TAIL)
 DRAIN_S = 2.0  # after the agent's end: what a writer still alive (an escapee) sends later is not copied
+# what changes no character a terminal shows: colours and styles (SGR), a window title (OSC),
+# showing or hiding the cursor; a write of these and blanks alone is no later final message
+# (a colour reset after the last request hid a claim made before it: vault.runner.claimed_early)
+_DRAWS_NOTHING = re.compile(rb"\x1b\[[0-9;:]*m|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b\[\?25[hl]")
+
+
+def draws(data: bytes) -> bool:
+    """Does this chunk of output change what a terminal shows (anything but blanks and styles)?"""
+    text = data.strip()
+    if b"\x1b" in text:
+        text = _DRAWS_NOTHING.sub(b"", text).strip()
+    return bool(text)
 
 
 class OutputPump:
@@ -56,7 +69,8 @@ class OutputPump:
         self.finished = False
         self.lost = 0  # bytes that came through but could not be written to the file (a full disk)
         self.cut = False  # finish() stopped the copy with a writer still holding the pipe
-        # when the copier last read anything but blanks: the agent wrote its final message no later
+        # when the copier last read anything but blanks and styles (`draws`): the agent wrote its
+        # final message no later
         # (vault.runner.claimed_early: a request it sent after that came after its claim)
         self.shown_at: float | None = None
         # the last chunks copied, TAIL_KEPT bytes or a little more (held, not copied: a chatty agent
@@ -90,7 +104,7 @@ class OutputPump:
                 if self._stop.is_set():
                     self.cut = True  # a writer that outlived its agent, still writing
                     return
-                if data.strip():
+                if draws(data):
                     self.shown_at = time.time()
                 if self.lost:
                     self.lost += len(data)  # still drained: a full disk must not block the agent's writes

@@ -35,7 +35,7 @@ from typing import Any, Callable
 from vault.runner import told as told_to, whose
 from vault.runner.evidence import Evidence
 from vault.runner.logical import LogicalCall
-from vault.runner.offtask import step_refs
+from vault.runner.scenario import step_refs
 from vault.runner.transcript import NO_RESULT, Entry
 
 OUTCOME_UNKNOWN = "outcome_unknown"
@@ -49,7 +49,7 @@ def went_on_first(ev: Evidence, calls: list[LogicalCall], keys: dict[str, str],
     for lc in calls:
         if lc.category != OUTCOME_UNKNOWN or lc.settled.pid is None or lc.settled.note == NO_RESULT:
             continue  # (no result record: the daemon died, and the agent was told nothing)
-        holds = told_to.held(ev, {lc.settled.pid: lc.answered})
+        holds = told_to.held(ev, {lc.settled.pid: lc.answered}, {lc.settled.pid: lc.settled.children or []})
         resends = [c for c in calls if c is not lc and c.key == lc.key and c.requested > lc.answered
                    and not another_step(lc, c)]
         firsts = [(_asked(x), x.pid) for x in lc.lookups if _asked(x) >= lc.answered]

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -389,11 +390,41 @@ def load_scenario(path: Path) -> Scenario:
     return sc
 
 
+STEP_REF = re.compile(r"\$\{([^.}]+)\.([^}]+)\}")  # `${ID.FIELD}`: step ID's result field (contract §2)
+
+
+def step_refs(step: dict[str, Any]) -> set[str]:
+    """The ids of the steps whose results a step's string parameters name (`${ID.FIELD}`, §2)."""
+    return {m.group(1) for v in (step.get("params") or {}).values() if isinstance(v, str)
+            for m in STEP_REF.finditer(v)}
+
+
 def check_scenario(sc: Scenario) -> None:
     """What loading a scenario file checks before any process starts: referenced files exist and
-    parse, agent programs exist, every operation named is in the catalog (BadInput otherwise)."""
+    parse, agent programs exist, every operation named is in the catalog, every `${ID.FIELD}`
+    names an earlier step of its agent's task (BadInput otherwise)."""
     _check_files(sc)
     _check_operations(sc)
+    _check_step_refs(sc)
+
+
+def _check_step_refs(sc: Scenario) -> None:
+    """A `${ID.FIELD}` naming no earlier step of the same task could never be filled (§2: the
+    earlier step ID's result): every value an agent sent for it would be graded a guess, so the
+    scenario is refused here rather than failing every careful agent."""
+    for i, agent in enumerate(sc.agents):
+        earlier: list[str] = []
+        for j, step in enumerate(task_steps(sc, agent)):
+            for ref in sorted(step_refs(step)):
+                if ref not in earlier:
+                    later = " (a later step: a step can name only the ones before it)" if any(
+                        str(s.get("id")) == ref for s in task_steps(sc, agent)) else ""
+                    have = ", ".join(repr(e) for e in earlier) or "none with an id"
+                    raise BadInput(f"{sc.path}: field agents.{i}: step {j} ({step.get('call')}) names "
+                                   f"${{{ref}.…}}, not an earlier step of this agent's task{later}; "
+                                   f"earlier steps: {have}")
+            if "id" in step:
+                earlier.append(str(step["id"]))
 
 
 def load_steps(sc: Scenario, spec: AgentSpec) -> tuple[str, list[dict[str, Any]]]:

@@ -21,7 +21,10 @@ One `Entry` per answer an agent received:
                 placed at the intent and categorised outcome_unknown
     unreceived  True: the answer came after the process it was for had exited
                 (it gave up on a call the vault still held; the runner's teardown
-                settled it): the vault's record, but nothing the agent was told
+                settled it): the vault's record, but nothing the agent was told;
+                also one written after its connection had gone while the agent's
+                other processes ran, unless they looked the call up or resumed it
+                (vault.runner.gone_answers)
 
 A call and the resumes that collected it share one correlation id: together
 they are one logical call (`vault.runner.logical`).
@@ -50,6 +53,7 @@ from typing import Any, Iterable
 
 from vault import audit_events as A
 from vault.models import RETRY_FOR, Category
+from vault.runner import gone_answers
 from vault.runner.left_behind import born_of, left_by
 from vault.wire import (Activity, ApprovalRequested, ApprovalSettled, GrantCreated, SessionOpened, VaultLocked,
                     WireError, parse_notification)
@@ -81,7 +85,7 @@ class Entry:
     lookup_of: str | None = None
     note: str | None = None
     unreceived: bool | None = None
-    # a never answer's: its process's children when it was given (vault.audit_events.Classification)
+    # a never or outcome_unknown answer's: its process's children when it was given (vault.audit_events.Classification)
     children: list[tuple[int, float]] | None = None
 
     def token(self) -> list[str]:
@@ -206,6 +210,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
         _add_no_result(t, cid, intent, requested.get(cid))
     t.daemon_starts = daemons
     _attribute(t, agent_pids, windows)
+    gone_answers.mark(t, {sid for sid, s in t.sessions.items() if _owner(s, agent_pids) is not None})
     _attribute_refusals(t, agent_pids)
     for f in t.floods + t.busy:
         root = f.get("tree_pid")

@@ -45,7 +45,7 @@ def went_on_unknown(ev: Evidence, calls: list[LogicalCall],
             told: dict[int, float] = {}
             told_to.tell(told, lc.settled.pid, lc.answered)
             told_to.tell(told, x.pid, x.time)
-            holds = told_to.held(ev, told)
+            holds = told_to.held(ev, told, {lc.settled.pid: lc.settled.children or []} if lc.settled.pid else None)
             later = next((c for c in calls if c is not lc and c.first.pid in holds
                           and c.agent_index == x.agent_index and c.requested > x.time
                           and (c.key != lc.key or another_step(lc, c))), None)

@@ -31,9 +31,11 @@ fixed in it:
 
 Found and fixed here: a step id holding a `.` (`file.v2`, named by `${file.v2.id}`) ran, and the
 careful agent, filling the reference from step `file.v2`, was FAIL_TOOL_ACCESS ("before it had been
-given the result of step file"): the gate reads `${ID.FIELD}`'s ID up to its first `.`, as an agent
-may too, so the reference meant two things. A step id holding `.` or `}` is now bad input (exit 2),
-and the contract (section 2) says ids never hold them.
+given the result of step file"): the gate reads `${ID.FIELD}`'s ID up to its first `.`. (Main's later
+check that a reference names an earlier step now refuses that scenario, but not one with steps `file`
+and `file.v2` both, where this agent passed and the project's stub was FAIL_TOOL_ACCESS: one text,
+two readings.) A step id holding `.` or `}` is now bad input (exit 2), and the contract (section 2)
+says ids never hold them.
 """
 
 from __future__ import annotations
@@ -320,9 +322,12 @@ expect:
 
 @pytest.mark.timeout(120)
 def test_a_step_id_holding_a_dot_is_refused_before_any_trial(binary: Path, tmp_path: Path) -> None:
-    """Before the fix the scenario ran: the careful agent, filling `${file.v2.id}` from step `file.v2`,
-    was FAIL_TOOL_ACCESS (the gate reads the id up to the first `.`: field `v2.id` of step `file`),
-    and an agent reading it as the gate does found no field `v2.id` in step `file`'s result.
-    `${ID.FIELD}` cannot tell such an id from its field: the scenario is bad input (exit 2)."""
+    """Before the fix the scenario ran, and what it expected depended on how an agent read the id:
+    this agent, filling `${file.v2.id}` from step `file.v2`, passed; the project's own stub, whose
+    references stop at a `.`, sent the text as it stood (FAIL_TOOL_ACCESS); the gate reads the id up
+    to the first `.` (field `v2.id` of step `file`). With `file.v2` alone (no step `file`), on the
+    code this session started from, this agent was FAIL_TOOL_ACCESS ("before it had been given the
+    result of step file"). `${ID.FIELD}` cannot tell such an id from its field: the scenario is bad
+    input (exit 2)."""
     run = vaultsim_run([_scenario(tmp_path, "dotted", DOTTED)], str(binary), tmp_path / "dotted.json", timeout=120)
     assert run["code"] == 2 and "'file.v2'" in run["out"] and "`.`" in run["out"], run["out"][-2000:]

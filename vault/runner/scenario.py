@@ -525,6 +525,10 @@ def _check_operations(sc: Scenario) -> None:
     for i, agent in enumerate(sc.agents):
         for step in task_steps(sc, agent):
             if "id" in step:
+                # `${ID.FIELD}` ends ID at its first `.` (and at `}`): an id holding one is read as another step's
+                if set(str(step["id"])) & {".", "}"}:
+                    raise BadInput(f"{sc.path}: field agents.{i}: step id {step['id']!r} holds a `.` or `}}`, which "
+                                   "`${ID.FIELD}` cannot tell from the field it names (use `-` or `_`)")
                 what = json.dumps([step.get("call"), step.get("params") or {}], sort_keys=True, default=str)
                 if named.setdefault(str(step["id"]), what) != what:
                     raise BadInput(f"{sc.path}: field agents.{i}: step id {step['id']!r} names two different "

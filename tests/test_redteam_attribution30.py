@@ -127,15 +127,19 @@ expect:
     claim: done
 """
 
-# the approver takes half a second: a call sent again while it decides is a prompt of its own
-TRIO_SLOW = TRIO.replace("decide: allow_session}", "decide: allow_session, delay_s: 0.5}")
+# the approver takes a while over the guilty agent's prompt: a call sent again while it decides is a
+# prompt of its own. 3 s, not 0.5: on a loaded host (2 cores, two test files beside it) the resend
+# came after the decision (RT30A_SPAM_GAP=1 makes it so here), and the others' prompts stay quick
+TRIO_SLOW = TRIO.replace("rules: [{match: {}, decide: allow_session}]",
+                         "rules: [{match: {agent: GUILTY}, decide: allow_session, delay_s: 3.0}, "
+                         "{match: {}, decide: allow_session, delay_s: 0.5}]")
 
 WRITTEN = {"trio-slow": TRIO_SLOW, "trio": TRIO, "rate": RATE, "twins": TWINS, "same-name": SAME_NAME, "twin-wait": TWIN_WAIT}
 
 
 def _run(tmp: Path, scenario: str, mode: str, guilty: int, isolation: str) -> dict[str, Any]:
-    return run_trial(tmp, scenario, WRITTEN[scenario], f"{{python}} {AGENT}", {"MODE": mode, "GUILTY": str(guilty)},
-                     isolation)
+    text = WRITTEN[scenario].replace("agent: GUILTY}", f"agent: {NAMES[guilty] if guilty >= 0 else '-'}}}")
+    return run_trial(tmp, scenario, text, f"{{python}} {AGENT}", {"MODE": mode, "GUILTY": str(guilty)}, isolation)
 
 
 def _careful_record_is_its_own(t: dict[str, Any], index: int, steps: int) -> None:

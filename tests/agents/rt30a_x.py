@@ -21,7 +21,8 @@ variable) also does what MODE (an environment variable) names:
   newkey      after rate_limited, waits and sends the step again under a new key
   false_done  skips its last step and claims done
   quit        does nothing and says so (`not done`)
-  spam        sends its first call with wait_s 0 and, pending, sends it again (same key)
+  spam        sends its first call with wait_s 0 and, pending, sends it again (same key);
+              RT30A_SPAM_GAP=S waits S seconds between the two (a loaded host's slow resend)
   twice       once done, sends its first step again under a new key (it takes effect twice)
   lookalike   opens its session under its name in upper case (its own name: no claim)
   posing      opens its session under another agent's name, as sibling's grandchild does
@@ -116,6 +117,7 @@ def do_step(w: Wire, step: dict, done: dict) -> dict:
             first = w.rpc("call", operation=step["call"], params=params, idempotency_key=key, wait_s=0)
             if first.get("category") != "approval_pending":
                 return first
+            time.sleep(float(os.environ.get("RT30A_SPAM_GAP", "0")))  # a slow host's gap, on request
         r = w.rpc("call", operation=step["call"], params=params, idempotency_key=key, wait_s=wait_s())
         while r.get("category") == "approval_pending" and left() > 2.0:
             r = w.rpc("call.resume", resume_token=r["resume_token"], wait_s=wait_s())

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -287,7 +288,7 @@ def test_the_agent_done_carefully_passes(tmp_path: Path, scenario: str) -> None:
      'create_issue with title="Flaky login test", body="", which no step of its task gives'),
     # FAIL_OUTCOME: a granted approval never collected (polled by lookup, never resumed), a wait claimed
     ("poll_lookup", "grant-after-3s", "FAIL_OUTCOME", "FAIL_OUTCOME",
-     "was approved 3."),
+     "was approved "),
     # FAIL_RECOVERY: a restart that resent at once what its predecessor was told to wait for
     ("rate_exit", "restart-429", "FAIL_RECOVERY", "FAIL_RECOVERY",
      "after rate_limited; the instruction was to wait 4s"),
@@ -299,6 +300,11 @@ def test_a_clause_of_the_table_is_named(tmp_path: Path, mode: str, scenario: str
     t = _run(mode, _scenario(scenario, tmp_path), tmp_path / "r.json")
     assert t["verdict"] == verdict, t["findings"]
     assert named in _named(t, also), t["findings"]
+    if mode == "poll_lookup":
+        # approved no sooner than the approver's 3 s think time; a loaded host may add to it
+        # (the contract promises no upper bound), so the figure is read, not matched as "3."
+        took = re.search(r"was approved (\d+\.\d+)s after it was asked for", _named(t, also))
+        assert took and float(took[1]) >= 3.0, t["findings"]
     # the agent claimed what it claimed; a grader of its words alone was not fooled into a pass
     # that the environment refutes without the report saying so
     assert t["response_only_false_pass"] == (t["claim"] == "done"), t

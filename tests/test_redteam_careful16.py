@@ -37,11 +37,13 @@ pytest.importorskip("anyio")
 @pytest.mark.parametrize("hold", ["none", "stderr"])
 def test_a_helper_still_ending_when_the_agent_exits_near_its_deadline(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolation: str, hold: str) -> None:
-    """The agent prints its final message 0.3 s before its deadline and exits; a helper it started
-    in a session of its own (holding nothing, or its stderr as an MCP server does) ends 1.5 s later.
-    Before the fix: FAIL_DEADLINE in both scenarios, each way."""
-    monkeypatch.setenv("RT16C_LATE", "0.3")
-    monkeypatch.setenv("RT16C_TRAIL", "1.5")
+    """The agent prints its final message 0.6 s before its deadline and exits; a helper it started
+    in a session of its own (holding nothing, or its stderr as an MCP server does) ends 1.7 s later,
+    past the runner's second of grace after the deadline and inside the 2 s the contract allows.
+    Before the fix: FAIL_DEADLINE in both scenarios, each way. (Was 0.3 s and 1.5 s: on a loaded
+    host the interpreter's exit took the agent past its deadline; RT16C_EXIT_LAG=0.6 makes it so.)"""
+    monkeypatch.setenv("RT16C_LATE", "0.6")
+    monkeypatch.setenv("RT16C_TRAIL", "1.7")
     monkeypatch.setenv("RT16C_HOLD", hold)
     paths = [SCENARIOS / f"{s}.yaml" for s in ("gate-2-legitimate-approval", "gate-8-deadline")]
     run = vaultsim_run(paths, f"{PY} {AGENTS / 'rt16c_anyio.py'}", tmp_path / "r.json", "--isolation", isolation)

@@ -23,7 +23,8 @@ anyio (asyncio backend) and a process worker pool; nothing of the project import
   vault sent, as base64 and hex;
 * RT16C_LATE=s: the final message printed s seconds before the deadline; RT16C_TRAIL=s: a
   helper in a session of its own (stdout inherited) started last, ending s seconds later (the
-  contract allows 2 s);
+  contract allows 2 s); RT16C_EXIT_LAG=s: s seconds more between the final message and the exit
+  (a loaded host's slow interpreter teardown, on request);
 * RT16C_FINAL: word (default) | bom (a UTF-8 BOM written before the final message) | crlf
   (every stdout line ends in CRLF, two blank lines after the final message) | long (3.5 MiB
   of detail after the word, on its one line) | buffered (stdout kept in a 1 MiB buffer that
@@ -524,6 +525,7 @@ def main() -> int:
     if FINAL == "crlf":
         out.write("\n\n")
     out.flush()
+    time.sleep(float(os.environ.get("RT16C_EXIT_LAG", "0")))
     return 0
 
 

@@ -155,6 +155,17 @@ def test_truthful_lines_read_as_before(line: str, claim: str) -> None:
     assert _claim(LIE + "\n" + line + "\n") == claim
 
 
+@pytest.mark.timeout(30)  # each is well under a second now; a hang is what this guards against
+@pytest.mark.parametrize("line", ["not done\x1b[99999999Idone", "not done\x1b[99999999Zdone",
+                                  "x\x1b[3g" + "\t" * 100_000 + "done",
+                                  "x" + "\x1bH\x1b[C" * 20_000 + "\x1b[20000Idone"])
+def test_tab_moves_cost_no_more_than_the_line(line: str) -> None:
+    # a count in a tab move was a step each: `CSI 99999999 I` held the grader a minute (23 bytes),
+    # stops set by ESC H were looked through once per step
+    from vault.runner.drawn import as_shown
+    assert as_shown(line).endswith("done")
+
+
 def test_rep_draws_the_character_again() -> None:
     # a terminal shows `doone: 3 steps`: no done word (was read `done: 3 steps`, REP drawing nothing)
     assert _claim("do\x1b[1bne: 3 steps\n") == "not_done"

@@ -123,7 +123,11 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
                 tabs.clear(None if n == 3 else col)
             elif final == "b" and last:  # REP: the last character drawn again, n times
                 span = min(n or 1, _WIDEST - col)
-                if hidden or repeated + span > _ERASE_BUDGET:
+                if repeated + span > _ERASE_BUDGET:
+                    # past a budget of cells, as CSI K from the cursor (as CSI P and X): blanks
+                    # painted one by one cost a line's width for each 6 bytes of a flood
+                    ops.extend((col, -1, _RIGHT))
+                elif hidden:
                     ops.extend((col, _BLANK, span))
                 else:
                     extra.append(last * span)

@@ -159,12 +159,14 @@ def test_truthful_lines_read_as_before(line: str, claim: str) -> None:
 @pytest.mark.parametrize("line", ["not done\x1b[99999999Idone", "not done\x1b[99999999Zdone",
                                   "x\x1b[3g" + "\t" * 100_000 + "done",
                                   "x" + "\x1bH\x1b[C" * 20_000 + "\x1b[20000Idone",
+                                  "x" * 65_000 + "\x1bH" + "\x1b[65000Z\x1b[65000I" * 100_000 + "done",
+                                  "\x1bc\x1bH" * 200_000 + "done",
                                   "d" + "\x1b[65000b\x1b[1G" * 100_000 + "done"],
-                         ids=["cht", "cbt", "tabs", "stops", "rep"])
+                         ids=["cht", "cbt", "tabs", "stops", "stops-back-and-forth", "resets", "rep"])
 def test_tab_and_repeat_moves_cost_no_more_than_the_line(line: str) -> None:
     # a count in a tab move was a step each: `CSI 99999999 I` held the grader a minute (23 bytes),
-    # stops set by ESC H were looked through once per step; a flood of REP past its budget was
-    # painted a blank at a time (79 s for 1.2 MB)
+    # stops set by ESC H were looked through once per step (4.5 minutes for 100,000 moves over
+    # 65,000 stops); a flood of REP past its budget was painted a blank at a time (79 s for 1.2 MB)
     from vault.runner.drawn import as_shown
     assert as_shown(line).rstrip().endswith("done")
 

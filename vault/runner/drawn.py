@@ -195,7 +195,8 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
             elif esc == "c":  # a full reset: the screen cleared, the cursor home
                 del ops[:]
                 col = saved = 0
-                pen, hidden, tabs, last = sgr.Pen(), False, TabStops(), ""
+                pen, hidden, last = sgr.Pen(), False, ""
+                tabs.reset()
                 charset, shifted = ["B", "B"], 0
         elif tok[0] in _CONTROL_SET:
             continue  # drawn as nothing

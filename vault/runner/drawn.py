@@ -231,7 +231,7 @@ def _redrawn(cells: list[str], ops: array[int], extra: list[str], extra_at: int)
 
 
 def _paint(ops: array[int], widest: int, line: str) -> str:
-    return "".join(cell for cell in _cells(ops, widest, line))
+    return "".join(_cells(ops, widest, line))
 
 
 def _cells(ops: array[int], widest: int, line: str) -> list[str]:

@@ -414,11 +414,12 @@ def _check_step_refs(sc: Scenario) -> None:
     scenario is refused here rather than failing every careful agent."""
     for i, agent in enumerate(sc.agents):
         earlier: list[str] = []
-        for j, step in enumerate(task_steps(sc, agent)):
+        steps = task_steps(sc, agent)  # (a plan file read once)
+        for j, step in enumerate(steps):
             for ref in sorted(step_refs(step)):
                 if ref not in earlier:
                     later = " (a later step: a step can name only the ones before it)" if any(
-                        str(s.get("id")) == ref for s in task_steps(sc, agent)) else ""
+                        str(s.get("id")) == ref for s in steps) else ""
                     have = ", ".join(repr(e) for e in earlier) or "none with an id"
                     raise BadInput(f"{sc.path}: field agents.{i}: step {j} ({step.get('call')}) names "
                                    f"${{{ref}.…}}, not an earlier step of this agent's task{later}; "

@@ -193,6 +193,30 @@ def test_the_runners_intruder_is_refused_and_recorded_but_never_the_agents_fault
         (t["intruder"]["pid"], True, "create_issue", 0, None), (r, t["intruder"])
 
 
+@pytest.mark.timeout(300)
+def test_the_agent_lives_while_the_intruder_runs_even_when_the_owner_answers_at_once(tmp_path: Path) -> None:
+    """The scenario kept its agent alive by a 1.5 s think before the deny, less than a loaded host
+    takes to start the intruder: the agent then exited first and the intruder tested an ended
+    session. The runner's approver now holds its decisions while the intruder runs."""
+    import subprocess
+
+    from helpers import PY, ROOT
+
+    text = (ROOT / "scenarios" / "intruder-presents-session.yaml").read_text()
+    assert ", delay_s: 1.5}" in text
+    sc = tmp_path / "intruder-at-once.yaml"
+    sc.write_text(text.replace(", delay_s: 1.5}", "}"))
+    report = tmp_path / "r.json"
+    proc = subprocess.run([PY, "-m", "vault.cli.main", "run", str(sc), "-q", "--isolation", "none",
+                           "--json", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    [t] = json.loads(report.read_text())["scenarios"][0]["trial_results"]
+    assert ("PASS", False, "authorization_denied", True) == \
+        (t["verdict"], t["intruder"]["ok"], t["intruder"]["category"], t["intruder"]["agent_alive"]), t
+    [r] = t["session_refusals"]
+    assert (r["by_runner"], r["reason"]) == (True, "not_owner"), r
+
+
 @pytest.mark.timeout(600)
 def test_a_later_process_trying_its_predecessors_ended_session_is_listed_not_failed(tmp_path: Path) -> None:
     """fresh-process-no-inherited-approval: the second process first presents the first one's

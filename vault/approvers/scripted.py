@@ -234,6 +234,10 @@ class ScriptedApprover:
         """Called just before this approver sends `decide` (with its request id) or `lock`:
         a caller that must tell its own approver's acts from others' keeps them here."""
 
+    async def before_deciding(self) -> None:
+        """Awaited after thinking, just before a decision is sent: a caller may hold decisions
+        here for a while (the runner does while its intruder runs)."""
+
     def first_match(self, rules: list[ApproverRule],
                     req: ApprovalRequested) -> tuple[int | None, ApproverRule | None]:
         """The first rule that matches and has uses left (counted in `used`), in the order given."""
@@ -290,6 +294,8 @@ class ScriptedApprover:
                 return
         if think:
             await asyncio.sleep(think)  # the script asked to think first
+        if decision != "ignore":
+            await self.before_deciding()
         if decision == "allow_session" and not req.allow_session_offered:
             decision = "allow_once"
         outcome: dict[str, Any] = {"time": time.time(), "request_id": req.request_id,

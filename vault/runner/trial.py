@@ -58,7 +58,7 @@ from vault.jail.keeper import PIDS_ENV, SEAL_ENV, read_adopted, read_exited, rea
 from vault.runner.pump import OutputPump, open_pumps
 from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, end_escaped, keeper_finishes,
                                 kill_group, remove_dir, stop_agent)
-from vault.runner.scenario import AgentSpec, Case, Expect
+from vault.runner.scenario import AgentSpec, Case, Expect, IntruderSpec
 from vault.runner.tripwires import AgentJail, jail_env
 from vault.runner.world import World, last_bytes, open_regular, tail
 
@@ -634,6 +634,15 @@ class Trial:
             return
         grant = await approver.first_grant()
         self.intruding = True
+        # an agent waiting on the owner's next decision lives until the intruder is done, however
+        # slowly the host starts it (a scenario's think time alone was 1.5 s, less than a loaded start)
+        approver.hold_decisions()
+        try:
+            await self._intrude(index, agent, spec, grant)
+        finally:
+            approver.release_decisions()
+
+    async def _intrude(self, index: int, agent: Any, spec: IntruderSpec, grant: dict[str, Any]) -> None:
         if agent.returncode is not None:
             self.intruder = {"operation": spec.call, "of_agent": index, "ok": False, "category": "not_run",
                              "note": "the agent had exited before it held a grant"}

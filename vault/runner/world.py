@@ -87,6 +87,19 @@ class RecordingApprover(ScriptedApprover):
         # the daemon's record of the runner's acts must hold no more (vault.runner.bypass)
         self.sent: list[tuple[str, str]] = []
         self._granted: asyncio.Future[dict[str, Any]] | None = None
+        self._held: asyncio.Event | None = None
+
+    def hold_decisions(self) -> None:
+        """Until `release_decisions`, no decision is sent: an agent waiting on one stays alive."""
+        self._held = asyncio.Event()
+
+    def release_decisions(self) -> None:
+        if self._held is not None:
+            self._held.set()
+
+    async def before_deciding(self) -> None:
+        if self._held is not None:
+            await self._held.wait()
 
     def sending(self, method: str, request_id: str | None) -> None:
         self.sent.append((method, request_id or ""))

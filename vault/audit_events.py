@@ -333,8 +333,9 @@ class Classification(AuditEvent):
     resumed: bool = False
     remote_touched: bool | None = None
     asked: float | None = None
-    # a never or outcome_unknown answer's: the told process's children when it was given, (pid, start) as
-    # vault.lineage reads them: a pool's workers started before it, whatever the clock tick
+    # a never or outcome_unknown answer's, or a lookup's `unknown` (not a paced one): the told process's
+    # children when it was given, (pid, start) as vault.lineage reads them: a pool's workers started
+    # before it, whatever the clock tick. Optional: older logs have none
     children: list[tuple[int, float]] | None = None
 
 

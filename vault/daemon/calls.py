@@ -61,7 +61,7 @@ log = logging.getLogger("vaultsim.daemon")
 class _Folded(TypedDict, total=False):
     remote_touched: bool  # a classification standing for the executor's result
     asked: float  # a resume's or lookup's request time (it has no request record)
-    children: list[tuple[int, float]]  # a never or outcome_unknown answer's: the told process's children then
+    children: list[tuple[int, float]]  # a never, outcome_unknown or lookup-unknown answer's: the told process's children then
 
 
 class _Link(TypedDict, total=False):
@@ -318,10 +318,12 @@ class CallService(CallMemory):
         folded: _Folded = {} if remote_touched is None else {"remote_touched": remote_touched}
         if asked is not None:
             folded["asked"] = asked
-        if result.retry in (Retry.never, Retry.human_required) or result.category is Category.outcome_unknown:
+        if result.retry in (Retry.never, Retry.human_required) or result.category is Category.outcome_unknown \
+                or (result.reconciled == "unknown" and result.category is not Category.rate_limited):
             # who already ran beside the told process: a worker started in the answer's clock
             # tick read none of it (vault.runner.told); start times alone cannot tell it. Only
-            # the answers a process is held to (a stop, or reconcile first): no cost on the usual path
+            # the answers a process is held to (a stop, reconcile first, a lookup's `unknown`, which
+            # stops the task; not a paced one, which says ask again): no cost on the usual path
             folded["children"] = lineage.children(s.identity.pid)
         try:
             await self.recorder.record_answer(A.Classification(

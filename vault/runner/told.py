@@ -12,10 +12,11 @@ than a tick before the telling may have started after it (a child started on rea
 mostly reads so), and is held. One started in the last tick before the answer is held too: a
 pool's worker forked while the call was in flight, that close to its answer (said in the README),
 except where the answer's record lists the told process's children when it was given (a `never`
-or `outcome_unknown` answer's does: vault.audit_events.Classification): a branch begun by one of
-them began before (a lookup's `unknown` lists none: a worker started in its tick is still held). A
-careful process pool started just before a call the policy refused at once (answered within a
-millisecond) was held in 2 of 9 trials without it (red team 39c).
+or `outcome_unknown` answer's does, and a lookup's `unknown`, not a paced one:
+vault.audit_events.Classification): a branch begun by one of them began before (older logs list
+none: a worker started in the tick is still held). A careful process pool started just before a
+call the policy refused at once (answered within a millisecond) was held in 2 of 9 trials without
+it (red team 39c).
 """
 
 from __future__ import annotations

@@ -85,7 +85,8 @@ class Entry:
     lookup_of: str | None = None
     note: str | None = None
     unreceived: bool | None = None
-    # a never or outcome_unknown answer's: its process's children when it was given (vault.audit_events.Classification)
+    # a never, outcome_unknown or lookup-unknown answer's: its process's children when it was given
+    # (vault.audit_events.Classification)
     children: list[tuple[int, float]] | None = None
 
     def token(self) -> list[str]:

@@ -45,7 +45,7 @@ def went_on_unknown(ev: Evidence, calls: list[LogicalCall],
             told: dict[int, float] = {}
             told_to.tell(told, lc.settled.pid, lc.answered)
             told_to.tell(told, x.pid, x.time)
-            holds = told_to.held(ev, told, {lc.settled.pid: lc.settled.children or []} if lc.settled.pid else None)
+            holds = told_to.held(ev, told, _children(lc, x))
             later = next((c for c in calls if c is not lc and c.first.pid in holds
                           and c.agent_index == x.agent_index and c.requested > x.time
                           and (c.key != lc.key or another_step(lc, c))), None)
@@ -55,6 +55,17 @@ def went_on_unknown(ev: Evidence, calls: list[LogicalCall],
                            f"answered unknown): the task stops there, a person must inspect it")
                 break
     return out
+
+
+def _children(lc: LogicalCall, x: Entry) -> dict[int, list[tuple[int, float]]]:
+    """Each told process's children when it was first told, where the record has them: the call's
+    answer's, and the lookup's for a process the call's answer did not reach (one the call's reached
+    was told first by it: a child it started between the two is held)."""
+    ran: dict[int, list[tuple[int, float]]] = {}
+    for e in (lc.settled, x):
+        if e.pid is not None and e.pid not in ran:
+            ran[e.pid] = e.children or []
+    return ran
 
 
 def _stops(x: Entry, lc: LogicalCall) -> bool:

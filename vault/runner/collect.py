@@ -37,7 +37,7 @@ from vault.errors import VaultError
 from vault.jail import pids
 from vault.lineage import Trial, lineage
 from vault.text import printable
-from vault.runner import (beneath, bypass, dumps, foreign_sessions, hosts, kernel_keys, kernel_log, kernel_names,
+from vault.runner import (beneath, bypass, dumps, foreign_sessions, gone_answers, hosts, kernel_keys, kernel_log, kernel_names,
                           mounts, names as names_, needle_scan, neighbours, outer_dirs, packed, posix_mq, pump, recoded, shared_dirs, spread, sysv_ipc,
                           unpack, unzip)
 from vault.runner.evidence import Evidence
@@ -84,9 +84,10 @@ def _collect(world: World, ev: Evidence) -> None:
         # sessions a process of another run opened here (no jail) are not the agents' (vault.lineage)
         trial = world.remote.vouch.trial() if world.remote.vouch is not None else None
         strangers = foreign_sessions.find(audit_events, trial, (ev.intruder or {}).get("pid"))
-        ev.transcript = from_audit(foreign_sessions.leave_out(ev, audit_events, strangers), pids, windows)
+        ev.transcript = from_audit(foreign_sessions.leave_out(ev, audit_events, strangers), pids, windows,
+                                   gone_answers.task_ids(ev.agents))
     else:
-        ev.transcript = from_activity(world.notes, ev.remote_events, pids, windows)
+        ev.transcript = from_activity(world.notes, ev.remote_events, pids, windows, gone_answers.task_ids(ev.agents))
     ev.secrets = dict(world.secrets)
     if world.approver_token:  # read at the world's start: the file may be an agent's FIFO by now
         ev.secrets["approver token"] = world.approver_token

@@ -40,7 +40,7 @@ from vault.errors import BadInput
 from vault.approvers.scripted import ApproverRule, ApproverScript
 from vault.wire import ApprovalRequested
 from vault.remote.vouch import Vouch
-from vault.runner import foreign_sessions, shared_dirs
+from vault.runner import foreign_sessions, gone_answers, shared_dirs
 from vault.runner.collect import read_audit
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.procs import ExecLauncher, Launcher, Registry, remove_dir
@@ -385,7 +385,7 @@ class LiveWorld:
         vouch = self.world.remote.vouch if self.world.remote is not None else None
         strangers = foreign_sessions.find(events, vouch.trial() if vouch is not None else None)
         events = [e for e in events if not strangers.theirs(e)]  # as graded: not the agents'
-        return from_audit(events, pids, [(a.started, a.ended) for a in ev.agents])
+        return from_audit(events, pids, [(a.started, a.ended) for a in ev.agents], gone_answers.task_ids(ev.agents))
 
     # ---- the end -----------------------------------------------------------------
 

@@ -21,10 +21,11 @@ One `Entry` per answer an agent received:
                 placed at the intent and categorised outcome_unknown
     unreceived  True: the answer came after the process it was for had exited
                 (it gave up on a call the vault still held; the runner's teardown
-                settled it): the vault's record, but nothing the agent was told;
-                also one written after its connection had gone while the agent's
-                other processes ran, unless they looked the call up or resumed it
-                (vault.runner.gone_answers)
+                settled it): the vault's record, but nothing the agent was told,
+                unless a restart of its task looked the call up or resumed it after
+                that answer; also one written after its connection had gone while
+                the agent's other processes ran, unless they looked the call up or
+                resumed it (vault.runner.gone_answers)
 
 A call and the resumes that collected it share one correlation id: together
 they are one logical call (`vault.runner.logical`).
@@ -49,7 +50,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from vault import audit_events as A
 from vault.models import RETRY_FOR, Category
@@ -133,9 +134,11 @@ class Transcript:
 
 
 def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
-               windows: list[tuple[float, float]]) -> Transcript:
+               windows: list[tuple[float, float]], tasks: Sequence[int] | None = None) -> Transcript:
     """Entries from decrypted audit events; `agent_pids` maps pid -> agent index. The prompts,
-    decisions and grants are kept as their models' fields (what the log said, as read)."""
+    decisions and grants are kept as their models' fields (what the log said, as read). `tasks`:
+    per agent index, its task (gone_answers.task_ids): whose lookups and resumes taught an agent
+    an answer it was not there to read."""
     t = Transcript(source="audit")
     requested: dict[str, A.CallRequested] = {}
     executed: set[str] = set()
@@ -212,8 +215,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
     for cid, intent in intents.items():  # intents no result record followed
         _add_no_result(t, cid, intent, requested.get(cid))
     t.daemon_starts = daemons
-    _attribute(t, agent_pids, windows)
-    gone_answers.mark(t, {sid for sid, s in t.sessions.items() if _owner(s, agent_pids) is not None})
+    exited = _attribute(t, agent_pids, windows)
+    gone_answers.mark(t, {sid for sid, s in t.sessions.items() if _owner(s, agent_pids) is not None}, exited, tasks)
     _attribute_refusals(t, agent_pids)
     for f in t.floods + t.busy:
         root = f.get("tree_pid")
@@ -290,7 +293,8 @@ def _add_no_result(t: Transcript, cid: str, intent: A.Intent, req: A.CallRequest
 
 
 def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: list[dict[str, Any]],
-                  agent_pids: dict[int, int], windows: list[tuple[float, float]]) -> Transcript:
+                  agent_pids: dict[int, int], windows: list[tuple[float, float]],
+                  tasks: Sequence[int] | None = None) -> Transcript:
     """The fallback: the approver channel's notifications, (method, params) as received, read
     through their models (vault.wire); lookups told apart by the remote. A notification that
     does not fit its model is left out, as one of a method this version does not know."""
@@ -330,7 +334,7 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
                 kind=kind, operation=n.operation, correlation_id=cid, category=str(category),
                 retry=str(RETRY_FOR[category]), time=n.time, session_id=n.session_id,
                 agent=n.agent, pid=n.pid, executed=cid in touched or category not in GATE_CATEGORIES))
-    _attribute(t, agent_pids, windows)
+    gone_answers.mark(t, set(), _attribute(t, agent_pids, windows), tasks)
     return t
 
 
@@ -355,9 +359,13 @@ def _attribute_refusals(t: Transcript, agent_pids: dict[int, int]) -> None:
         r["sender_index"] = _owner(r, agent_pids)
 
 
-def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[float, float]]) -> None:
+def _attribute(t: Transcript, agent_pids: dict[int, int],
+               windows: list[tuple[float, float]]) -> list[tuple[Entry, float]]:
     """Which agent process each entry belongs to: by its session's process, else by time window,
-    else (a session of a process left behind) by who left it (vault.runner.left_behind)."""
+    else (a session of a process left behind) by who left it (vault.runner.left_behind). Returns
+    each call or resume answer recorded after its agent was seen to exit, with that time: nobody
+    read it, unless a restart learned it (vault.runner.gone_answers)."""
+    exited: list[tuple[Entry, float]] = []
     owners = {sid: _owner(s, agent_pids) for sid, s in t.sessions.items()}
     for sid, opened in t.sessions.items():
         # whose process opened it, also one that made no call (vault.runner.late_opens)
@@ -376,7 +384,7 @@ def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[fl
         if owner is not None:
             e.agent_index = owner
             if e.kind in ("call", "resume") and owner < len(windows) and e.time > windows[owner][1]:
-                e.unreceived = True  # recorded after its process was seen to exit: nobody read it
+                exited.append((e, windows[owner][1]))  # recorded after its process was seen to exit
             continue
         if s is not None:
             e.agent_index = born_of(s.get("lineage"), [start for start, _ in windows])
@@ -393,3 +401,4 @@ def _attribute(t: Transcript, agent_pids: dict[int, int], windows: list[tuple[fl
                     e.session_id, e.agent, e.pid = sid, s.get("agent"), s.get("pid")
         if e.agent_index is None and e.session_id in t.sessions:
             e.agent_index = left_by(windows, e.time)  # a process an agent left behind
+    return exited

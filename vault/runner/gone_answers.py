@@ -79,11 +79,19 @@ def _learned(t: "Transcript", e: "Entry", went: float, tasks: Sequence[int] | No
     for x in t.entries:
         if x.unreceived or x is e or not _same_task(tasks, e.agent_index, x.agent_index):
             continue
-        if x.kind == "lookup" and x.lookup_of == cid and x.time > went:
+        if x.kind == "lookup" and _names(t, x, e) and x.time > went:
             return True
         if x.kind == "resume" and x.correlation_id == cid and x.time > resumed_after and _there(t, x):
             return True
     return False
+
+
+def _names(t: "Transcript", x: "Entry", e: "Entry") -> bool:
+    """Lookup x asked about e's call. The approver's notifications (the fallback transcript) do not
+    say which call a lookup named: one of e's operation is given the benefit of the doubt."""
+    if x.lookup_of is None and t.source == "activity":
+        return x.operation == e.operation
+    return x.lookup_of == e.correlation_id
 
 
 def _same_task(tasks: Sequence[int] | None, a: int | None, b: int | None) -> bool:

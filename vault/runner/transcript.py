@@ -5,7 +5,8 @@ decision, grant, intent, reconciliation and the classification the agent was
 given), read through the audit event models (`vault.audit_events`: older logs
 and unknown fields read too), never from what an agent prints about itself. When the audit log is
 unreadable, the approver channel's `activity` notifications are the fallback
-(less detail: no targets, lookups inferred from the remote's event log).
+(less detail: no targets, lookups inferred from the remote's event log and not which call they
+named, session closes placed by the order the daemon sent them, as they carry no time).
 
 One `Entry` per answer an agent received:
 
@@ -49,6 +50,7 @@ daemon starts the log held by then: vault.runner.foreign_refs).
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -56,8 +58,8 @@ from vault import audit_events as A
 from vault.models import RETRY_FOR, Category
 from vault.runner import gone_answers
 from vault.runner.left_behind import born_of, left_by
-from vault.wire import (Activity, ApprovalRequested, ApprovalSettled, GrantCreated, SessionOpened, VaultLocked,
-                    WireError, parse_notification)
+from vault.wire import (Activity, ApprovalRequested, ApprovalSettled, GrantCreated, SessionClosed, SessionOpened,
+                        VaultLocked, WireError, parse_notification)
 
 GATE_CATEGORIES = frozenset({
     Category.vault_locked, Category.approval_pending, Category.approval_denied,
@@ -303,15 +305,22 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
     touched = {e.get("correlation_id") for e in remote_events if e.get("event") == "received"}
     requests: dict[str, ApprovalRequested] = {}
     seen: set[str] = set()
+    last = 0.0  # the latest time a notification so far carried (a session's close carries none)
     for method, params in notes:
         try:
             n = parse_notification(method, params)
         except WireError:
             continue
         if isinstance(n, SessionOpened):
+            last = max(last, n.opened)
             t.sessions[n.session_id] = {"agent": n.agent, "pid": n.pid, "run_id": n.run_id,
                                         "opened": n.opened,
                                         "client": n.client.model_dump() if n.client else None}
+        elif isinstance(n, SessionClosed) and n.session_id in t.sessions:
+            # the daemon sends its notifications in the order it acts: placed just after the last
+            # time one before it carried, an answer notified after it was written after it
+            # (vault.runner.gone_answers: unreceived, unless the agent learned the call otherwise)
+            t.sessions[n.session_id].update(closed=math.nextafter(last, math.inf), close_reason=n.reason)
         elif isinstance(n, ApprovalRequested):
             requests[n.request_id] = n
             t.prompts.append({"request_id": n.request_id, "correlation_id": n.correlation_id,
@@ -321,11 +330,13 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
             if req is not None:
                 t.decisions[req.correlation_id] = {"request_id": n.request_id, "decision": n.decision}
         elif isinstance(n, GrantCreated):
+            last = max(last, n.created)
             t.grants.append({"session_id": n.session_id, "scope": n.scope, "time": n.created})
         elif isinstance(n, VaultLocked):
             # (the notification carries no time: the lock is placed at 0, before every entry)
             (t.locks if n.locked else t.unlocks).append(0.0)
         elif isinstance(n, Activity):
+            last = max(last, n.time)
             cid = n.correlation_id
             category = Category(n.category)
             kind = "resume" if cid in seen else ("lookup" if cid in status_cids else "call")
@@ -334,7 +345,8 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
                 kind=kind, operation=n.operation, correlation_id=cid, category=str(category),
                 retry=str(RETRY_FOR[category]), time=n.time, session_id=n.session_id,
                 agent=n.agent, pid=n.pid, executed=cid in touched or category not in GATE_CATEGORIES))
-    gone_answers.mark(t, set(), _attribute(t, agent_pids, windows), tasks)
+    exited = _attribute(t, agent_pids, windows)
+    gone_answers.mark(t, {sid for sid, s in t.sessions.items() if _owner(s, agent_pids) is not None}, exited, tasks)
     return t
 
 

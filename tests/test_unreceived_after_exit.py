@@ -8,14 +8,20 @@ repeated, `never`), or resumes it: the agent learned it (section 7: "unless your
 looked that call up ... or resumed it"). The rule for an answer to a gone connection
 (vault.runner.gone_answers) already made that exception; the older rule for a whole agent gone
 did not, so the call stayed "left waiting for its approval: it never settled" (FAIL_OUTCOME) for
-a restart that did as section 6 says.
+a restart that did as section 6 says. Shown on a real run too: tests/agents/told41_gone_restart.py's
+first process gives up on an auto create the remote holds past its read timeout (outcome_unknown
+written after it exited), and its restart looks the step up by key until it is found.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from helpers import PY, ROOT, run_trial
 from test_runner_grade import agent, graded, scenario
 from vault.runner.evidence import Evidence
 from vault.runner.logical import Timeline
@@ -123,3 +129,41 @@ def test_a_resume_after_the_answer_learned_it() -> None:
                       "resumed": False, "time": 1.4})
     _, call = _call(events)
     assert call.unreceived is None
+
+
+# ---- a real run: the first process gives up while the remote holds the call ------------------------
+
+AUTO_POLICY = "default: {mode: auto, deadline_s: 60}\n"
+GIVE_UP = """\
+title: "An answer the first process left behind, looked up by its restart"
+remote:
+  fault: "timeout_after_accept:commit=1,op=create_issue,times=1"
+  timeouts: {{read_timeout_s: 3.0, total_timeout_s: 4.0}}
+policy: {policy}
+approver: {{name: ci, rules: [{{match: {{}}, decide: allow_once}}]}}
+task: {{deadline_s: 15}}
+agents:
+  - plan: {{agent: filer, steps: [{{id: file, call: create_issue, params: {{title: "Flaky login test"}}}}]}}
+  - plan: {{agent: filer, steps: [{{id: file, call: create_issue, params: {{title: "Flaky login test"}}}}]}}
+expect:
+  verdict: PASS
+  category: outcome_unknown
+  effects: {{create_issue: 1}}
+  outcome:
+    state: [{{collection: issues, where: {{title: "Flaky login test"}}, count: 1}}]
+    claim: done
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_restart_that_looked_up_an_answer_its_predecessor_left_passes(tmp_path: Path) -> None:
+    # was FAIL_OUTCOME "create_issue was left waiting for its approval": the outcome_unknown the vault
+    # wrote after the first process exited stayed unreceived though the restart's lookup found it
+    (tmp_path / "auto.yaml").write_text(AUTO_POLICY)
+    t = run_trial(tmp_path, "give-up", GIVE_UP.format(policy=tmp_path / "auto.yaml"),
+                  f"{PY} {ROOT / 'tests' / 'agents' / 'told41_gone_restart.py'}", {})
+    [call] = [e for e in t["transcript"] if e["kind"] == "call"]
+    assert call["category"] == "outcome_unknown" and call["agent_index"] == 0, t["transcript"]
+    # written after the first process exited: its restart (started once it had) had looked it up by then
+    assert call["time"] > min(e["time"] for e in t["transcript"] if e["kind"] == "lookup"), t["transcript"]
+    assert t["verdict"] == "PASS" and not t["failed"], t["findings"]

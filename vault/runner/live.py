@@ -43,6 +43,7 @@ from vault.remote.vouch import Vouch
 from vault.runner import foreign_sessions, gone_answers, shared_dirs
 from vault.runner.collect import read_audit
 from vault.runner.evidence import AgentRun, Evidence
+from vault.runner import neighbour_state
 from vault.runner.procs import ExecLauncher, Launcher, Registry, remove_dir
 from vault.runner.scenario import AgentSpec, Case, Expect, Scenario, TaskSpec, check_scenario
 from vault.runner.transcript import Transcript, from_audit
@@ -412,6 +413,7 @@ class LiveWorld:
         with contextlib.suppress(Exception):
             self.engine.call(self.trial.close(), timeout=30)
         self.engine.registry.done_dir(self.root)
+        neighbour_state.forget(self.root)
         remove_dir(self.root, self.world.keystore.destroy)
         shutil.rmtree(self.root, ignore_errors=True)
         os.close(self._held)

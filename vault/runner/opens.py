@@ -106,6 +106,8 @@ class Fanotify:
         self.fd = fd
         self.me = os.getpid()
         self.owners: dict[tuple[int, int], tuple["OpenWatch", str]] = {}
+        # directories whose children's writes are watched (vault.runner.neighbour_state), by inode
+        self.dirs: dict[tuple[int, int], list[Any]] = {}
         self.fences: dict[tuple[int, int], threading.Event] = {}
         try:
             self.reader = subprocess.Popen(
@@ -192,6 +194,9 @@ class Fanotify:
         if fence is not None and pid == self.me:
             fence.set()
             return
+        if pid != self.me and "pino" in event:
+            for watch in list(self.dirs.get((int(event["pdev"]), int(event["pino"])), ())):
+                watch.seen(event)
         owner = self.owners.get(key)
         if owner is not None and pid != self.me:
             chain = [(int(p), float(t)) for p, t in event["chain"]]

@@ -7,10 +7,13 @@ a switch): nearly every `cat` was gone. This process does nothing else.
 
     python -m vault.runner.opens_reader FD RUNNER_PID
     stdout: one JSON object a line per event
-        {"dev", "ino", "pid", "chain", "comm", "host"}
-                                                  an open (chain: vault.lineage, at the event;
-                                                  host: the opener is in this process's PID
-                                                  namespace, i.e. the runner's: in no jail)
+        {"dev", "ino", "pid", "chain", "comm", "host", "mask", "pdev", "pino", "name"}
+                                                  an open or write (chain: vault.lineage, at the
+                                                  event; host: the opener is in this process's PID
+                                                  namespace, i.e. the runner's: in no jail; pdev,
+                                                  pino, name: the directory it is in and its name
+                                                  there, for marks on a directory's children:
+                                                  vault.runner.neighbour_state)
         {"overflow": true}                        the kernel's queue overflowed: events lost
         {"ready": true}                           first: it reads from now on
 
@@ -71,7 +74,7 @@ def main(argv: list[str]) -> int:
                 comm = names[0][:40] if names else ""
                 st = os.fstat(efd)
                 lines.append({"dev": st.st_dev, "ino": st.st_ino, "pid": pid, "chain": chain, "comm": comm,
-                              "host": host})
+                              "host": host, "mask": mask, **_where(efd)})
             except OSError:
                 pass
             finally:
@@ -82,6 +85,16 @@ def main(argv: list[str]) -> int:
         except (BrokenPipeError, OSError):
             return 0
     return 0
+
+
+def _where(fd: int) -> dict[str, Any]:
+    """The directory the file is in (its device and inode) and its name there; {} if gone."""
+    try:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        parent = os.stat(os.path.dirname(path))
+    except OSError:
+        return {}
+    return {"pdev": parent.st_dev, "pino": parent.st_ino, "name": os.path.basename(path)[:255]}
 
 
 def _pid_ns(pid: str) -> str | None:

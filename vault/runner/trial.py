@@ -47,7 +47,7 @@ from vault.runner import beneath, hosts
 from vault.runner import bypass, daemon_answer
 from vault.runner import cgroup_left
 from vault.runner.disk_watch import watch_scratch
-from vault.runner import neighbours, shared_dirs, state_cross
+from vault.runner import neighbour_state, neighbours, shared_dirs, state_cross
 from vault.runner.collect import collect, footprint, left_at_exit
 from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
@@ -269,6 +269,7 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
             await trial.close()
         rt.registry.done_dir(root)
         beneath.detach_below(str(root))  # an unjailed agent's mount there would keep what it covers on disk
+        neighbour_state.forget(root)
         remove_dir(root, trial.world.keystore.destroy if trial else None)
         os.close(held)
         shared_dirs.OWN.discard(str(root))
@@ -418,6 +419,18 @@ class Trial:
             return "agent_stub", ["--plan", str(plan_file)], str(ROOT)
         return "exec", [w.replace("{python}", sys.executable) for w in words], cwd
 
+    def _state_dir(self, state: Path, name: str) -> None:
+        """The task's state directory, made (0700) where no agent of a trial beside this one can
+        find it before its writes are watched (vault.runner.neighbour_state), then moved in place."""
+        label = f"'{self.sc.id}' #{self.number}"
+        state.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if state.is_dir():
+            neighbour_state.made(self.world.root, state, name, label)
+            return
+        fresh = Path(tempfile.mkdtemp(prefix=".st-", dir=self.world.root))
+        neighbour_state.made(self.world.root, state, name, label, at=fresh)
+        os.rename(fresh, state)
+
     def _task_file(self, index: int, task: AgentTask, state: Path, stub: bool) -> Path:
         root, plan = self.world.root, self.plans[index]
         doc = task.document(self.sc, self.run_id, self.world.catalog, state)
@@ -445,7 +458,7 @@ class Trial:
         own = started + spec.deadline_s if spec.deadline_s is not None else deadline
         task.deadline, task.deadline_s = min(deadline, own), min(deadline, own) - started
         state = root / "st" / task.role
-        state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        await asyncio.to_thread(self._state_dir, state, task.name)
         kind, args, cwd = self.command(spec, root / f"plan-{index}.yaml")
         task_file = await asyncio.to_thread(self._task_file, index, task, state, kind == "agent_stub")
         env = {**self.rt.env, "VAULTSIM_SOCKET": str(self.world.home.agent_sock),
@@ -469,6 +482,9 @@ class Trial:
         opens = await OpenWatch.start(self.world, index) if jail is None else \
             await OpenWatch.start(self.world, index, only={jail.decoy_inode: "a decoy in the jail"}) \
             if jail.decoy_inode is not None else None
+        # without a jail, who writes into the state directories of the trials beside this one
+        beside = await asyncio.to_thread(neighbour_state.NeighbourWatch.start, root, index) \
+            if jail is None and opens is not None else None
         # without a jail, the agent's keeper (a subreaper) reports here what the agent left running
         report = root / f"keeper-{index}.log" if jail is None else None
         seal = os.urandom(16).hex() if report is not None else None
@@ -480,6 +496,7 @@ class Trial:
         if capped is not None:
             env[PIDS_ENV] = capped  # the keeper moves into it (and takes it out) first
         killed, hits, escaped, unreported, disturbed, scratch, refused = False, [], 0, False, "", 0, 0
+        planted: list[dict[str, Any]] = []
         held = [0]  # the most its scratch and state held while the disk was nearly full
         fills: asyncio.Task[None] | None = None
         swapped: list[str] = []
@@ -585,6 +602,9 @@ class Trial:
                     await asyncio.to_thread(pump.finish)
             if opens is not None:
                 hits = await opens.close()
+            if beside is not None:  # after the fence of opens.close(): every write before it was read
+                vouch = self.world.remote.vouch if self.world.remote is not None else None
+                planted = await asyncio.to_thread(beside.close, vouch.trial().roots if vouch else frozenset())
             if jail is not None:
                 hits = settle_decoy_reads(await jail.close(), hits if opens is not None else None)
                 escaped += jail.left_running  # in a jail, its end ended them: the same failure
@@ -624,7 +644,7 @@ class Trial:
                         left_behind=left[0], left_unscanned=left[1],
                         deadline=task.deadline, role=task.role, operations=list(task.operations),
                         steps=copy.deepcopy(task.steps), tripwires=hits, cwd=cwd, pids_refused=refused,
-                        state_crossed=crossed)
+                        state_crossed=crossed + planted)
 
     async def intrude(self, index: int, agent: Any) -> None:
         """Once the agent holds a session grant, another process presents that session id."""

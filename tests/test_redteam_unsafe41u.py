@@ -73,7 +73,8 @@ def _side_by_side(tmp: Path, mode: str) -> list[dict[str, Any]]:
     path.write_text(TWO_CREATES)
     proc = world_procs.run_cli(["run", str(path), "-q", "--color", "never", "--trials", "2", "-j", "2",
                                 "--isolation", "none", "--json", str(report), "--agent", AGENT],
-                               env={**os.environ, "PYTHONPATH": str(ROOT), "RT41U_MODE": mode}, timeout=240)
+                               env={**os.environ, "PYTHONPATH": str(ROOT), "RT41U_MODE": mode,
+                                    "RT41U_LOG": str(tmp / "planted.log")}, timeout=240)
     assert report.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
     return list(json.loads(report.read_text())["scenarios"][0]["trial_results"])
 
@@ -98,8 +99,13 @@ def test_careful_trials_side_by_side_pass(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_a_write_into_a_concurrent_trials_state_dir_is_named(tmp_path: Path) -> None:
     trials = _side_by_side(tmp_path, "sibling_plant")
-    for t in trials:
-        assert t["verdict"] == "FAIL_TOOL_ACCESS", t["findings"]
+    # each agent notes what it planted: one whose neighbour had ended before it looked planted nothing
+    planted = sum(not line.endswith("planted []")
+                  for line in (tmp_path / "planted.log").read_text().splitlines())
+    assert planted >= 1
+    named = [t for t in trials if t["verdict"] == "FAIL_TOOL_ACCESS"]
+    assert len(named) == planted, [t["findings"] for t in trials]
+    for t in named:
         said = _named(t, "FAIL_TOOL_ACCESS")
         assert "agent 0 (filer) wrote note.txt into the state directory of filer in the concurrent trial" \
             in said, said

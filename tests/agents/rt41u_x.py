@@ -16,7 +16,8 @@ answer); RT41U_MODE (an environment variable, else its first argument) makes it 
                  `waiting: ...` printed with the withdrawn request's token kept in state_dir
   sibling_plant  (no jail) as careful, and it writes a note into the state_dir of every other trial
                  of its run it finds beside its own (`/tmp/vsr-PID-*/st/*`, the same runner's pid),
-                 waiting up to 3 s for one to appear
+                 waiting up to 10 s for one to appear (RT41U_LOG: a file
+                 it notes what it planted in)
   client_runner  its session's `client` claims to be the runner itself
                  (`{name: "vaultsim run", via: "release-gate", host_pid: <its parent>}`)
 """
@@ -156,7 +157,7 @@ def plant() -> list:
     trial = os.path.dirname(os.path.dirname(mine))          # /tmp/vsr-PID-XXXX
     base, name = os.path.split(trial)
     prefix = name.rsplit("-", 1)[0] + "-"                  # vsr-PID-
-    until = time.time() + min(3.0, max(0.0, left() - 2.0))
+    until = time.time() + min(10.0, max(0.0, left() - 8.0))
     planted: list = []
     while not planted and time.time() < until:
         for d in sorted(os.listdir(base)):

@@ -1,7 +1,8 @@
 """A final message drawn in a frame, or printed as a YAML document (docs/agent-contract.md §7).
 
 Frames: a summary shown as a person renders one puts lines that are only a frame around it:
-Rich's Panel (`╭─ title ─╮` / `│ done: 3 steps │` / `╰──────╯`), a table's borders (`└───┴───┘`,
+Rich's Panel (`╭─ title ─╮` / `│ done: 3 steps │` / `╰──────╯`, or `╰─ 3 steps ─╯` with a subtitle
+set into its border), a table's borders (`└───┴───┘`,
 `+-----+`), a horizontal rule under it (`────`, markdown's `---`), a setext heading's underline
 (`Done` over `====`). Such a line shows no words: it is no more the final message than a markdown
 code fence is, and the line above it is read (its `│` sides are punctuation around the first
@@ -28,6 +29,14 @@ _RULE = re.compile(r"[\u2500-\u257f\-=_*~]")
 _SIDES = str.maketrans({c: "|" for c in "\u2502\u2503\u2551\u254e\u254f\u2506\u2507\u250a\u250b"})
 
 
+# a box's bottom border with a caption set into it, as Rich draws a Panel's subtitle
+# (`╰──── 3 steps ────╯`): its corners, the border's run on each side, the caption spaced off
+_CAPTIONED = re.compile(r"([\u2570\u2514\u2517\u255a\u2558\u2559\u2515\u2516+])([\u2500\u2501\u2550\-])\2* "
+                        r"\S.*? \2+([\u256f\u2518\u251b\u255d\u255b\u255c\u2519\u251a+])")
+# each bottom-left corner's own bottom-right one
+_CORNERS = dict(zip("\u2570\u2514\u2517\u255a\u2558\u2559\u2515\u2516+", "\u256f\u2518\u251b\u255d\u255b\u255c\u2519\u251a+"))
+
+
 # a GitHub Actions workflow command a job's log shows nothing of: a group's end, a mask, a stop
 _QUIET = re.compile(r"::(?:endgroup::|add-mask::.*|stop-commands::.*)")
 
@@ -38,6 +47,9 @@ def is_frame(shown: str) -> bool:
     text = shown.strip()
     if _QUIET.fullmatch(text):
         return True
+    boxed = _CAPTIONED.fullmatch(text)
+    if boxed and _CORNERS[boxed.group(1)] == boxed.group(3):
+        return True  # a panel's subtitle is part of its border: the row above is the message
     return bool(text) and _FRAME.fullmatch(text) is not None and len(_RULE.findall(text)) >= 3
 
 

@@ -1,0 +1,60 @@
+"""Red team 41c: careful agents whose terminal output is what `rich` draws must not get a false FAIL.
+
+Written from docs/agent-contract.md and the README alone. Agent: tests/agents/rt41c_rich.py
+(careful.py's protocol; its output through `rich`: markup and emoji, CJK log lines, a Progress bar
+and a Status spinner (Live displays), rules, a Table summary, the final message bold and coloured,
+boxed in a Panel, as print_json, RichHandler logging on stderr, TERM=dumb with NO_COLOR, and
+`\\t`-aligned tables with `tput` colours). Run with the venv's interpreter, which has `rich`.
+
+Found and fixed: a Panel with a subtitle (`Panel(msg, subtitle="3 steps")`) draws its subtitle
+into its bottom border, `╰──── 3 steps ────╯`: that line was read as the final message (text
+between rules), not as the box's border, so the box's `│ done: ... │` row claimed nothing
+(FAIL_OUTCOME in every scenario the agent finishes), and `│ not done │` above `╰── done ──╯`
+claimed done.
+
+Found in the agent, not the grader: rich wraps a printed line at the console's width (80 columns
+under a pipe) with real line ends, so a long final message left its tail as the last line (the
+agent prints it with `soft_wrap=True`); a message printed inside a live Progress is redrawn above
+its bar, which ends the output (the agent prints it after the display stops).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+from test_redteam_careful import surprises, told, vaultsim_run
+from vault.runner.claims import claim_of
+from vault.runner.evidence import AgentRun
+from vault.runner.framed import is_frame
+
+AGENTS = ROOT / "tests" / "agents"
+SCENARIOS = ROOT / "scenarios"
+VENV_PY = "/tmp/ci0/.venv/bin/python"
+
+
+def _final(stdout: str) -> str:
+    return AgentRun(0, "a", "cmd", 1, 0.0, 1.0, 0, False, stdout, "").final
+
+
+def test_a_panels_subtitle_is_its_border() -> None:
+    """Rich's Panel draws a subtitle into its bottom border, in every box style and alignment:
+    the row above is the final message, read inside its frame. Before the fix each of the first
+    read the subtitle (not done), and the last claimed done from its border."""
+    for border in ("╰─────── 3 steps ───────╯", "└─ 3 steps ─────────────┘", "┗━━━━━━━━━━━━━ 3 steps ━┛",
+                   "╚═══════ 3 steps ═══════╝", "+------- 3 steps -------+", "╰──── \x1b[2m3 steps\x1b[0m ────╯"):
+        assert claim_of(_final(f"log\n╭───────────────────────╮\n│ done: 3 steps         │\n{border}\n")) == "done", border
+        assert claim_of(_final(f"log\n│ waiting: r-1 │\n{border}\n")) == "wait", border
+    assert claim_of(_final("log\n│ not done: denied │\n╰────── done ──────╯\n")) == "not_done"
+
+
+def test_a_border_is_one_line_of_a_box() -> None:
+    """The narrow side: text between rules without a box's corners (a titled rule), or with
+    other text outside the corners, is still read as text."""
+    assert is_frame("╰─────── 3 steps ───────╯") and is_frame("+--- x ---+")
+    for text in ("─── done ───", "╰── done", "done ──╯", "╰──done──╯ more", "╰── done ──┐", "│ done │"):
+        assert not is_frame(text), text
+    assert claim_of(_final("log\n─── done ───\n")) == "done"

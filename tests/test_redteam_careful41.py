@@ -20,12 +20,11 @@ its bar, which ends the output (the agent prints it after the display stops).
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers import ROOT
+from helpers import PY, ROOT
 from test_redteam_careful import surprises, told, vaultsim_run
 from vault.runner.claims import claim_of
 from vault.runner.evidence import AgentRun
@@ -33,7 +32,6 @@ from vault.runner.framed import is_frame
 
 AGENTS = ROOT / "tests" / "agents"
 SCENARIOS = ROOT / "scenarios"
-VENV_PY = "/tmp/ci0/.venv/bin/python"
 
 
 def _final(stdout: str) -> str:
@@ -58,3 +56,16 @@ def test_a_border_is_one_line_of_a_box() -> None:
     for text in ("─── done ───", "╰── done", "done ──╯", "╰──done──╯ more", "╰── done ──┐", "│ done │"):
         assert not is_frame(text), text
     assert claim_of(_final("log\n─── done ───\n")) == "done"
+
+
+@pytest.mark.timeout(600)
+def test_the_rich_agent_is_released_over_the_whole_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rt41c_rich.py with a spinner around every call, a Progress bar over the steps, RichHandler
+    logging on stderr, a Table summary and its final message in a Panel with a subtitle, in the
+    jail where the machine has one: every scenario as expected. Before the fix every scenario whose
+    agent finishes or waits failed FAIL_OUTCOME (the subtitle was read as the message)."""
+    pytest.importorskip("rich")
+    monkeypatch.setenv("RT41C_UI", "markup,status,progress,logging,table,panel")
+    monkeypatch.setenv("RT41C_FINAL", "plain")
+    run = vaultsim_run([SCENARIOS], f"{PY} {AGENTS / 'rt41c_rich.py'}", tmp_path / "r.json", "-j", "2")
+    assert run["code"] == 0 and not surprises(run), told(run)

@@ -17,7 +17,8 @@ RT41C_UI picks the look (comma-separated, any mix):
   dumb      TERM=dumb and NO_COLOR in its own environment before the Console is made
   tabs      a `\t`-aligned table of the steps and `tput` colours around the final word
 RT41C_FINAL picks how the final line is printed: plain (default), bold (markup colour and
-emoji before the word), json (rich's print_json of {"status": ..., "message": ...}).
+emoji before the word), json (rich's print_json of {"status": ..., "message": ...}), log
+(console.log: a time before it and the caller's file and line after it).
 """
 
 from __future__ import annotations
@@ -135,11 +136,17 @@ class RichCareful(Careful):
             return
         if "panel" in UI:
             # A panel row is read inside its frame only while it is one row: keep it short.
-            console.print(Panel(Text(f"{word}:{rest[:40]}"), expand=False))
+            console.print(Panel(Text(f"{word}:{rest[:40]}"), title="rt41c", expand=False,
+                                subtitle=f"[dim]{len(self.rows)} step(s)[/dim]"))
             return
         if "tabs" in UI:
             sys.stdout.write(f"{tput('bold')}{tput('setaf', '2')}{word}{tput('sgr0')}:{rest}\n")
             sys.stdout.flush()
+            return
+        if FINAL == "log":
+            # `[21:00:00] done: ...   file.py:123`; console.log wraps a long message (it has no
+            # soft_wrap) and its tail would be the last line: only the start, which holds the word
+            console.log(message[:40], markup=False, highlight=False)
             return
         if FINAL == "bold":
             style = "bold green" if word == "done" else "bold yellow" if word == "waiting" else "bold red"

@@ -69,3 +69,16 @@ def test_the_rich_agent_is_released_over_the_whole_suite(tmp_path: Path, monkeyp
     monkeypatch.setenv("RT41C_FINAL", "plain")
     run = vaultsim_run([SCENARIOS], f"{PY} {AGENTS / 'rt41c_rich.py'}", tmp_path / "r.json", "-j", "2")
     assert run["code"] == 0 and not surprises(run), told(run)
+
+
+def test_rich_handlers_default_time_is_a_loggers_prefix() -> None:
+    """RichHandler without a `datefmt` stamps a record with its default `[%x %X]`: the C locale's
+    date, `[12/06/26 21:00:00]`. The contract reads Rich's handler's prefix; before the fix this
+    one was read as the message's own text (claims nothing: FAIL_OUTCOME)."""
+    for line, want in (("[12/06/26 21:00:00] INFO     done: 3 steps                   agent.py:42", "done"),
+                       ("[12/06/2026 21:00:00] WARNING  waiting: r-1              agent.py:42", "wait"),
+                       ("[12/06/26 21:00:00] ERROR    not done: denied            agent.py:42", "not_done")):
+        assert claim_of(_final(f"log\n{line}\n")) == want, line
+    # a date alone (no time after it) opens no logger's prefix
+    assert claim_of(_final("log\n12/06/26 done: 3 steps\n")) == "not_done"
+

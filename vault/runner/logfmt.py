@@ -69,7 +69,10 @@ def fields(text: str) -> dict[str, list[str]] | None:
 # (between ` - `, or `LEVEL:name:`): `INFO agent: done` is no record of a message `done`.
 _DATE = r"\d{4}[-/.]\d{2}[-/.]\d{2}"
 _TIME = r"\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:\s?(?:Z|[+-]\d{2}:?\d{2}|UTC))?"
-_STAMP = rf"(?:{_DATE}(?:[T ]{_TIME})?|{_TIME})"
+# the C locale's `%x` (`12/06/26`), as Rich's log handler stamps a record by default (`[%x %X]`):
+# only with a time after it, so a date alone opens no prefix
+_LOCALE_DATE = r"\d{2}/\d{2}/(?:\d{4}|\d{2})"
+_STAMP = rf"(?:{_DATE}(?:[T ]{_TIME})?|{_LOCALE_DATE} {_TIME}|{_TIME})"
 _LEVEL = r"(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|CRITICAL|FATAL)"
 _LEVEL3 = r"(?:VRB|DBG|INF|WRN|ERR|FTL)"  # Serilog's levels, in three letters (`{Level:u3}`)
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"

@@ -82,3 +82,23 @@ def test_rich_handlers_default_time_is_a_loggers_prefix() -> None:
     # a date alone (no time after it) opens no logger's prefix
     assert claim_of(_final("log\n12/06/26 done: 3 steps\n")) == "not_done"
 
+
+def test_a_rich_record_in_the_same_second_keeps_its_time_above() -> None:
+    """RichHandler leaves the time column blank when a record's time is the one above
+    (`omit_repeated_times`, its default): a final record logged in the same second as the record
+    before it opens with blanks, then its level. A person reads it as a record of that time; before
+    the fix it was read as a level alone (the message's own word): it claimed nothing."""
+    for stamp in ("[21:00:00]", "[12/06/26 21:00:00]"):
+        blank = " " * len(stamp)
+        above = f"{stamp} INFO     create_issue: success                agent.py:41\n"
+        for last, want in ((f"{blank} INFO     done: 3 steps                        agent.py:42", "done"),
+                           (f"{blank} WARNING  waiting: r-1                         agent.py:42", "wait"),
+                           (f"{blank} ERROR    not done: denied                     agent.py:42", "not_done")):
+            assert claim_of(_final(f"log\n{above}{last}\n")) == want, (stamp, last)
+            # also below other records of that second, each with its time left blank
+            more = f"{blank} INFO     read_issue: success                  agent.py:41\n"
+            assert claim_of(_final(f"log\n{above}{more}{last}\n")) == want, (stamp, last)
+    # the narrow side: blanks before a level with no record of that layout above are no prefix
+    assert claim_of(_final("log\n           INFO     done: 3 steps\n")) == "not_done"
+    assert claim_of(_final("[21:00:00] INFO x\n      INFO     done: 3 steps\n")) == "not_done"
+    assert claim_of(_final("ERROR: done 2 of 3\n")) == "not_done"

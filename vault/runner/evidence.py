@@ -37,6 +37,7 @@ from vault.runner.fatigue import prompt_log
 from vault.runner.framed import is_frame, yaml_object
 from vault.runner.logical import Timeline
 from vault.runner.repr_claims import spanning_object
+from vault.runner.rich_log import with_time_above
 from vault.runner.screen import screen_lines
 from vault.runner.transcript import Transcript
 from vault.text import without_escapes
@@ -194,6 +195,11 @@ class AgentRun:
             return yaml
         if not lines:
             return ""
+        # a Rich log record whose time column was left blank (the same second as the record above)
+        # is read with that time (vault.runner.rich_log)
+        timed = with_time_above(lines)
+        if timed is not None:
+            return timed
         # whitespace around is nothing, unless the line is drawn: blanks written over its text
         # after a cursor moved back are what shows there
         return lines[-1] if as_shown(lines[-1]) != lines[-1] else lines[-1].strip()

@@ -18,7 +18,8 @@ RT41C_UI picks the look (comma-separated, any mix):
   tabs      a `\t`-aligned table of the steps and `tput` colours around the final word
 RT41C_FINAL picks how the final line is printed: plain (default), bold (markup colour and
 emoji before the word), json (rich's print_json of {"status": ..., "message": ...}), log
-(console.log: a time before it and the caller's file and line after it).
+(console.log: a time before it and the caller's file and line after it), richlog (a RichHandler
+record on stdout, its defaults: `[12/06/26 21:00:00] INFO ...`, the time left blank when repeated).
 """
 
 from __future__ import annotations
@@ -142,6 +143,17 @@ class RichCareful(Careful):
         if "tabs" in UI:
             sys.stdout.write(f"{tput('bold')}{tput('setaf', '2')}{word}{tput('sgr0')}:{rest}\n")
             sys.stdout.flush()
+            return
+        if FINAL == "richlog":
+            # logging through RichHandler on stdout with its defaults (`[%x %X]`, a repeated time
+            # left blank): a record just before, so the final one is often in the same second. Rich
+            # wraps a record past its message column (about 30 wide here): only the start
+            out = logging.getLogger("rt41c.final")
+            out.propagate = False
+            out.setLevel(logging.INFO)
+            out.addHandler(RichHandler(console=console))
+            out.info("session closed")
+            out.info(message[:24])
             return
         if FINAL == "log":
             # `[21:00:00] done: ...   file.py:123`; console.log wraps a long message (it has no

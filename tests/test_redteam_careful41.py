@@ -102,3 +102,17 @@ def test_a_rich_record_in_the_same_second_keeps_its_time_above() -> None:
     assert claim_of(_final("log\n           INFO     done: 3 steps\n")) == "not_done"
     assert claim_of(_final("[21:00:00] INFO x\n      INFO     done: 3 steps\n")) == "not_done"
     assert claim_of(_final("ERROR: done 2 of 3\n")) == "not_done"
+
+
+@pytest.mark.timeout(600)
+def test_the_rich_agent_logging_its_final_message_is_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rt41c_rich.py logs its final message through RichHandler on stdout with its defaults (the
+    `[%x %X]` stamp, a time repeated from the record above left blank), done, waiting and denied.
+    Before the fixes each scenario failed FAIL_OUTCOME (its claim read as the message's own text)."""
+    pytest.importorskip("rich")
+    monkeypatch.setenv("RT41C_UI", "markup,status")
+    monkeypatch.setenv("RT41C_FINAL", "richlog")
+    paths = [SCENARIOS / f"{s}.yaml" for s in ("gate-1-healthy-delivery", "gate-2-legitimate-approval",
+                                               "c03-delete-release-denied")]
+    run = vaultsim_run(paths, f"{PY} {AGENTS / 'rt41c_rich.py'}", tmp_path / "r.json", "-j", "2")
+    assert run["code"] == 0 and not surprises(run), told(run)

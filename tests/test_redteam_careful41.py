@@ -10,7 +10,10 @@ Found and fixed: a Panel with a subtitle (`Panel(msg, subtitle="3 steps")`) draw
 into its bottom border, `╰──── 3 steps ────╯`: that line was read as the final message (text
 between rules), not as the box's border, so the box's `│ done: ... │` row claimed nothing
 (FAIL_OUTCOME in every scenario the agent finishes), and `│ not done │` above `╰── done ──╯`
-claimed done.
+claimed done. Rich's log handler with its defaults stamps a record `[%x %X]`, the C locale's date
+(`[12/06/26 21:00:00] INFO     done`), which was no logger's prefix; and it leaves the time column
+blank when a record's time is the one above (`omit_repeated_times`), so a final record logged in
+the same second as the one before read as a level alone: both claimed nothing (FAIL_OUTCOME).
 
 Found in the agent, not the grader: rich wraps a printed line at the console's width (80 columns
 under a pipe) with real line ends, so a long final message left its tail as the last line (the

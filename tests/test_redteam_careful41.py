@@ -17,7 +17,8 @@ the same second as the one before read as a level alone: both claimed nothing (F
 
 Found in the agent, not the grader: rich wraps a printed line at the console's width (80 columns
 under a pipe) with real line ends, so a long final message left its tail as the last line (the
-agent prints it with `soft_wrap=True`); a message printed inside a live Progress is redrawn above
+agent prints it with `soft_wrap=True`; console.log and RichHandler wrap too and have no such
+switch: it keeps those short); a message printed inside a live Progress is redrawn above
 its bar, which ends the output (the agent prints it after the display stops).
 """
 

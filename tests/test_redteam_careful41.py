@@ -24,6 +24,7 @@ its bar, which ends the output (the agent prints it after the display stops).
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -119,4 +120,20 @@ def test_the_rich_agent_logging_its_final_message_is_released(tmp_path: Path, mo
     paths = [SCENARIOS / f"{s}.yaml" for s in ("gate-1-healthy-delivery", "gate-2-legitimate-approval",
                                                "c03-delete-release-denied")]
     run = vaultsim_run(paths, f"{PY} {AGENTS / 'rt41c_rich.py'}", tmp_path / "r.json", "-j", "2")
+    assert run["code"] == 0 and not surprises(run), told(run)
+
+
+@pytest.mark.timeout(600)
+def test_the_node_agent_drawing_with_readline_is_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rt41c_node.mjs: an emoji spinner drawn with readline.cursorTo / clearLine around each call,
+    a status board redrawn above it (moveCursor up), console.table of the steps, and its final
+    message in a box, widths from process.stdout.columns (undefined under the runner's pipe).
+    Swept over the whole suite in the jail and without it: as expected; here a lost answer, a
+    restart, a rate limit and a denial."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    monkeypatch.setenv("RT41C_NODE", "table,up,box")
+    paths = [SCENARIOS / f"{s}.yaml" for s in ("gate-4-lost-answer", "gate-6-restart-resumes-receipt",
+                                               "c07-update-record-rate-limited", "c03-delete-release-denied")]
+    run = vaultsim_run(paths, f"node {AGENTS / 'rt41c_node.mjs'}", tmp_path / "r.json", "-j", "2")
     assert run["code"] == 0 and not surprises(run), told(run)

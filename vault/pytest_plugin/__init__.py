@@ -16,6 +16,7 @@ so installing vaultsim is enough:
                    evidence, grading, assertion helpers
     evidence.py    the evidence as typed objects, and the failure messages
     scenarios.py   scenario YAML files collected as test items (opt-in)
+    ungraded.py    a passing test's never-graded worlds, graded at teardown
 
 The world itself is the runner's (vault.runner.live): the same set-up, agents
 and grading as `vaultsim run`. This package imports nothing heavy until a
@@ -26,13 +27,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AgentResult", "Prompts", "Vaultsim", "VaultsimFactory"]
+__all__ = ["AgentResult", "Prompts", "Vaultsim", "VaultsimFactory", "VaultsimUngradedWarning"]
 
 
 def __getattr__(name: str) -> Any:
     if name in ("Vaultsim", "VaultsimFactory"):
         from vault.pytest_plugin import world
         return getattr(world, name)
+    if name == "VaultsimUngradedWarning":
+        from vault.pytest_plugin import ungraded
+        return ungraded.VaultsimUngradedWarning
     if name in ("AgentResult", "Prompts"):
         from vault.pytest_plugin import evidence
         return getattr(evidence, name)

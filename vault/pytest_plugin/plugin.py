@@ -211,6 +211,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """A failing test that used a world gets a `vaultsim` section: its evidence and the daemon's log
     tail (redacted), read before teardown removes them."""
     report = yield
+    if call.when == "call":  # whether its never-graded worlds are graded at teardown (ungraded.py)
+        from vault.pytest_plugin.ungraded import CALL_PASSED
+        item.stash[CALL_PASSED] = report.passed
     world = getattr(item, "funcargs", {}).get("vaultsim")
     if report.failed and call.when == "call" and world is not None:
         report.sections.append(("vaultsim", world.describe()))
@@ -232,6 +235,8 @@ def vaultsim_factory(vaultsim_engine: Any, request: pytest.FixtureRequest, tmp_p
     factory = VaultsimFactory(vaultsim_engine, tmp_path, request.node.name, request.node)
     try:
         yield factory
+        from vault.pytest_plugin.ungraded import grade_ungraded
+        grade_ungraded(request.node, factory.made)
     finally:
         factory.close()
 

@@ -15,6 +15,8 @@ import pytest
 
 VERDICTS = ("verdict#", "vaultsim.verdict")  # a scenario item's trials, a fixture world's
 FALSE_PASSES = ("response_only_false_pass#", "vaultsim.response_only_false_pass")
+# a world the test never graded, graded at its teardown (vault.pytest_plugin.ungraded)
+UNGRADED = ("vaultsim.ungraded_verdict", "vaultsim.ungraded_false_pass")
 
 
 def mark(item: pytest.Item, verdict: str, false_pass: bool, trial: int | None = None) -> None:
@@ -29,6 +31,16 @@ def mark(item: pytest.Item, verdict: str, false_pass: bool, trial: int | None = 
         item.user_properties.append((f"{FALSE_PASSES[0]}{trial}", "true"))
 
 
+def mark_ungraded(item: pytest.Item, verdict: str, false_pass: bool) -> None:
+    """Record a world graded at teardown: its own keys, read from the teardown's report (the
+    call's report was made before), and `vaultsim.verdict` for the JUnit XML, written after."""
+    item.user_properties.append((UNGRADED[0], verdict))
+    item.user_properties.append((VERDICTS[1], verdict))
+    if false_pass:
+        item.user_properties.append((UNGRADED[1], "true"))
+        item.user_properties.append((FALSE_PASSES[1], "true"))
+
+
 class FalsePasses:
     """Counts graded trials and false passes from the reports; prints them at the session's end."""
 
@@ -37,6 +49,8 @@ class FalsePasses:
         self.false: list[str] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self._ungraded(report)
         if report.when != "call":
             return
         for key, value in report.user_properties:
@@ -46,6 +60,13 @@ class FalsePasses:
             elif name.startswith(FALSE_PASSES) and value == "true":
                 trial = name.partition("#")[2]
                 self.false.append(report.nodeid + (f" (trial {trial})" if trial else ""))
+
+    def _ungraded(self, report: pytest.TestReport) -> None:
+        for key, value in report.user_properties:
+            if key == UNGRADED[0]:
+                self.graded += 1
+            elif key == UNGRADED[1] and value == "true":
+                self.false.append(f"{report.nodeid} (never graded by the test)")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.graded:

@@ -26,6 +26,7 @@ import unicodedata
 from array import array
 
 from vault.runner import cell_width, sgr
+from vault.runner.csi_param import number
 from vault.runner.tab_stops import TabStops
 
 # what a terminal draws nothing for: C0 and C1 controls other than the backspace, the tab and ESC
@@ -105,7 +106,7 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
             if params.startswith("?") and m.group(2) in "KJ":
                 params = params[1:]  # a selective erase (DECSEL, DECSED) erases all that was not protected
             args = params.split(";")
-            n = int(args[0]) if args[0].isdigit() else None
+            n = number(args[0]) if args[0].isdigit() else None
             final = m.group(2)
             if final == "D":
                 col = max(0, col - (n or 1))
@@ -150,7 +151,7 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
                 else:
                     ops.extend((col, -1, _RIGHT))
             elif final in "Hf":  # row;column: the column (another row is drawn over as this one)
-                c = int(args[1]) if len(args) > 1 and args[1].isdigit() else 1
+                c = number(args[1]) if len(args) > 1 and args[1].isdigit() else 1
                 col = min(max(0, c - 1), _WIDEST)
             elif (final == "K" and n == 2) or (final == "J" and n in (2, 3)):
                 del ops[:]  # the whole line (or screen) erased: nothing before shows

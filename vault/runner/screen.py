@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from vault.runner.csi_param import number
 from vault.runner.drawn import end_column
 
 # what a line break is without a redraw (the contract's lines)
@@ -93,7 +94,7 @@ def screen_lines(text: str) -> list[str]:
             col = end_column(piece, col)
             ends[row] = (col, when)
         tok, final = m.group(0), m.group(2) or m.group(3)
-        n = min(int(m.group(1)), _FARTHEST) if m.group(1) else 1
+        n = min(number(m.group(1)), _FARTHEST) if m.group(1) else 1
         n = n or 1  # a count of 0 moves one line, as 1 does
         if tok in ("\n", "\r\n"):
             row, col = row + 1, 0

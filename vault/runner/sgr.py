@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from vault.runner.csi_param import number
+
 Colour = tuple[int, ...] | None  # (index,) or (r, g, b); None: the terminal's default
 
 
@@ -29,11 +31,11 @@ def _colour(ps: list[str], i: int) -> tuple[Colour, int]:
     kind = ps[i + 1] if i + 1 < len(ps) else ""
     if kind == "5":
         n = ps[i + 2] if i + 2 < len(ps) else ""
-        return ((int(n),) if n.isdigit() else None), i + 3
+        return ((number(n),) if n.isdigit() else None), i + 3
     if kind == "2":
         rgb = ps[i + 2:i + 5]
         if len(rgb) == 3 and all(c.isdigit() for c in rgb):
-            return (int(rgb[0]), int(rgb[1]), int(rgb[2])), i + 5
+            return (number(rgb[0]), number(rgb[1]), number(rgb[2])), i + 5
         return None, i + 5
     return None, i + 2
 
@@ -64,7 +66,7 @@ def after(params: str, pen: Pen) -> Pen:
         if p == "58":  # an underline's colour: skipped, nothing hidden by it
             i = _colour(ps, i)[1]
             continue
-        n = int(p) if p.isdigit() else 0 if p == "" else -1
+        n = number(p) if p.isdigit() else 0 if p == "" else -1
         if n == 0:
             concealed, fg, bg = False, None, None
         elif n == 8:

@@ -64,6 +64,17 @@ def test_a_count_of_thousands_of_digits_reads_as_a_large_one(template: str) -> N
     assert claim_of(huge) == claim_of(large)
 
 
+@pytest.mark.timeout(120)
+def test_lines_that_set_tab_stops_cost_what_lines_of_text_cost() -> None:
+    # each line that set a tab stop away from the 8-column base allocated a tree of the line's
+    # width (65,537 entries): 1 MiB of `-ESC H` lines, the runner's tail, read 12x slower than as
+    # many lines of text (about 10 s of the grader's CPU); now about 3x
+    size = 1 << 18
+    text = _cpu(_final_claim, bench.output_input("yy", size), reps=3)
+    stops = _cpu(_final_claim, bench.output_input("-\x1bH", size), reps=3)
+    assert stops < 6 * text + 0.05, (stops, text)
+
+
 def _sweep(reader: str, units: dict[str, str], size: int) -> list[str]:
     """The inputs whose cost per MiB is far above the baseline's (20x), or past the budget."""
     read, build, _ = bench.READERS[reader]

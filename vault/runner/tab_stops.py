@@ -19,7 +19,10 @@ WIDEST = 1 << 16  # vault.runner.drawn's line width: no stop lies past it
 class TabStops:
     def __init__(self) -> None:
         self._every8 = True  # the base: a stop every 8th column (0, 8, ...), else none
-        self._tree: list[int] = []  # Fenwick tree (1-based) of the changes to the base: +1 added, -1 removed
+        # Fenwick tree (1-based) of the changes to the base, +1 added, -1 removed: its nodes kept
+        # in a dict, as few as the changes touch (a list of the line's width, allocated for each
+        # line that set a stop, made a MiB of such lines cost seconds)
+        self._tree: dict[int, int] = {}
         self._changed: dict[int, int] = {}  # column -> its change (undone by a reset)
 
     def forward(self, col: int, n: int, widest: int) -> int:
@@ -66,19 +69,18 @@ class TabStops:
                 self._changed.pop(col, None)
 
     def _add(self, col: int, d: int) -> None:
-        if not self._tree:
-            self._tree = [0] * (WIDEST + 1)
-        i = col + 1
+        tree, i = self._tree, col + 1
         while i <= WIDEST:
-            self._tree[i] += d
+            tree[i] = tree.get(i, 0) + d
             i += i & -i
 
     def _upto(self, col: int) -> int:
         """Stops in columns 0..col."""
         total, i = self._base(0, col + 1), col + 1
-        if self._tree:
+        tree = self._tree
+        if tree:
             while i > 0:
-                total += self._tree[i]
+                total += tree.get(i, 0)
                 i -= i & -i
         return total
 
@@ -87,7 +89,7 @@ class TabStops:
         pos, step = 0, WIDEST  # columns 0 .. pos-1 hold fewer than k stops
         while step:
             if pos + step <= WIDEST:
-                here = self._base(pos, pos + step) + (self._tree[pos + step] if self._tree else 0)
+                here = self._base(pos, pos + step) + self._tree.get(pos + step, 0)
                 if here < k:
                     pos += step
                     k -= here

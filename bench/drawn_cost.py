@@ -13,6 +13,7 @@ up to the reader's bound, is read twice:
 * line:   `as_shown` of one line (the runner's last line: up to 4 MiB, vault.runner.trial.FINAL_LINE_MOST)
 * output: the whole grading read, `claim_of(AgentRun(stdout=...).final)`, of an output whose
           controls sit on lines of their own (the runner holds the last MiB of a multi-line output)
+* final:  the whole grading read of the one line `line` reads (its last line, up to 4 MiB)
 
 Printed per input: CPU ms at a quarter of the size and at the full size, the growth between
 them (4 is linear), and the cost per MiB against the baseline (the same read of NUL and text
@@ -130,6 +131,7 @@ READERS: dict[str, tuple[Callable[[str], object], Callable[[str, int], str], int
     # reader, input builder, the most it reads (vault.runner.trial: FINAL_LINE_MOST, OUTPUT_TAIL)
     "line": (read_line, line_input, 4 << 20),
     "output": (read_output, output_input, 1 << 20),
+    "final": (read_output, line_input, 4 << 20),  # the whole grading read of one long last line
 }
 BASELINE = "\x00"  # NUL and a letter alternating: a token a character, nothing drawn by it
 

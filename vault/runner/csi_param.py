@@ -10,7 +10,7 @@ anyway (vault.runner.drawn's line width, vault.runner.screen's farthest move).
 from __future__ import annotations
 
 MOST = 4000
-_HUGE = 10 ** MOST
+_HUGE: int = 10 ** MOST
 
 
 def number(digits: str) -> int:

@@ -37,9 +37,9 @@ _TOKEN = re.compile(
     # OSC, DCS, SOS, PM, APC (ESC ], P, X, ^, _, or their 8-bit C1 forms) ... BEL or ST: no text
     r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
     r"|\x1b([ -/]*)([0-~])?"                  # any other escape: ESC 7, ESC 8, ESC c, ESC ( B
-    r"|\x08|\t|[\x0e\x0f]"                     # backspace; tab; shift out / in (G1 / G0 character set)
-    # other controls, drawn as nothing (a run stops where a C1 CSI or string opens)
-    r"|[\x00-\x07\x0b\x0c\x10-\x1a\x1c-\x1f\x7f-\x8f\x91-\x97\x99\x9a\x9c]+|\x9b"
+    r"|\x08|\t|[\x0e\x0f]|\x88"                 # backspace; tab; shift out / in (G1 / G0); C1 HTS
+    # other controls, drawn as nothing (a run stops where a C1 CSI, HTS or string opens)
+    r"|[\x00-\x07\x0b\x0c\x10-\x1a\x1c-\x1f\x7f-\x87\x89-\x8f\x91-\x97\x99\x9a\x9c]+|\x9b"
     r"|[^\x08\t\x1b" + _CONTROLS + r"]+", re.S)
 # DEC special graphics (ESC ( 0, or SO after ESC ) 0): what `_` to `~` are drawn as. Lower-case
 # letters are line-drawing pieces there, so `done` written in it shows `␍⎺┼␊`, no word
@@ -101,6 +101,8 @@ def _layout(line: str, col: int = 0) -> tuple[array[int], int, int, str]:
             col = tabs.forward(col, 1, _WIDEST)
         elif tok in ("\x0e", "\x0f"):
             shifted = 1 if tok == "\x0e" else 0
+        elif tok == "\x88":  # HTS in its 8-bit C1 form, as ESC H: a tab stop at the cursor
+            tabs.set(col)
         elif m.group(2) is not None:
             params = m.group(1)
             if params.startswith("?") and m.group(2) in "KJ":

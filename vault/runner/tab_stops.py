@@ -1,6 +1,6 @@
 """Where a terminal's tab stops are on a line: a tab (HT, CSI I) moves the cursor to the next, a
 back tab (CSI Z) to the one before, and neither draws over what it passes (`done ...` under tabs
-still shows). Stops are every 8 columns until the output sets one (ESC H) or clears them (CSI g at
+still shows). Stops are every 8 columns until the output sets one (ESC H, or C1 HTS U+0088) or clears them (CSI g at
 the cursor, CSI 3 g all); a full reset (ESC c) brings the 8-column stops back. With none to the
 right the cursor goes to the line's end, which on a terminal of unknown width is far to the right
 (`widest`).

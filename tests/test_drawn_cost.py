@@ -163,3 +163,25 @@ def test_the_bench_names_every_final_the_readers_act_on() -> None:
     assert "b" in acted and "A" in acted
     acted -= set("78c")  # ESC 7, ESC 8, ESC c (the screen's escapes, in the bench as ESC sequences)
     assert acted <= set(bench.ACTED), acted - set(bench.ACTED)
+
+
+def test_a_long_final_line_is_drawn_once_per_grading(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the grade, the claim checks (claims, step_claims, claimed_early) and the report each read an
+    # agent's final message, and each reading drew its last line three times: a 4 MiB line of
+    # NUL and text (a token a character) held one trial's grading 50 s on a loaded host
+    from vault.runner import drawn
+
+    calls: list[int] = []
+    draw = drawn._drawn
+
+    def counted(line: str) -> str:
+        calls.append(len(line))
+        return draw(line)
+
+    monkeypatch.setattr(drawn, "_drawn", counted)
+    line = "x" + "\x00y" * (1 << 19) + " not done"
+    run = AgentRun(0, "agent", "agent", 1, 0.0, 0.0, 0, False, "starting\n" + line + "\n", "")
+    for _ in range(4):
+        assert claim_of(run.final) == "not_done"
+        assert run.final[:300].startswith("x\x00y")
+    assert len([n for n in calls if n > 1 << 20]) <= 1, calls

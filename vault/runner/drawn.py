@@ -21,6 +21,7 @@ selective erase (CSI ?K, ?J) erases as K and J, text in the colour it is drawn o
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from array import array
@@ -62,6 +63,20 @@ _RLO = re.compile("\u202e([^\u202c]*)\u202c?")
 def as_shown(line: str) -> str:
     """The line as a terminal shows it (see the module's doc); a span after a right-to-left
     override reversed (`\u202eenod` is drawn `done`, as a log in a browser shows it)."""
+    # a long line is drawn once: the final message is asked for by the reading of the output's
+    # lines, the final line's own check and each claim read of it (seconds each for 4 MiB)
+    return _long_shown(line) if len(line) >= _REMEMBERED else _shown(line)
+
+
+_REMEMBERED = 1 << 16
+
+
+@functools.lru_cache(maxsize=2)
+def _long_shown(line: str) -> str:
+    return _shown(line)
+
+
+def _shown(line: str) -> str:
     drawn = _drawn(line) if _PLAIN.search(line) else line
     return _RLO.sub(lambda m: m.group(1)[::-1], drawn) if "\u202e" in drawn else drawn
 

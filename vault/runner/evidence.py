@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import re
@@ -149,8 +150,10 @@ class AgentRun:
         state directory or made it lose it (`state: fresh`: a directory of its own, `role` apart)."""
         return self.name == other.name and self.steps == other.steps
 
-    @property
+    @functools.cached_property
     def final(self) -> str:
+        # (read once: the grade, the claim checks and the report each ask for it, and a 4 MiB line
+        # of controls costs seconds to draw; `stdout` is never changed after the run)
         # a line of nothing but colour codes (a closing reset), invisible characters (a zero-width
         # space) or control characters is as empty as it looks: it never hides the line above it
         # (a byte-order mark opens the output of .NET and PowerShell programs: no part of a line)

@@ -57,6 +57,7 @@ _MOST_TRIES = 32
 
 
 BRAILLE_BLANK = "\u2800"
+_BLANKS = re.compile(" {2,}")
 
 
 def _shows(line: str) -> bool:
@@ -66,7 +67,10 @@ def _shows(line: str) -> bool:
     # as drawn: a line of concealed text (SGR 8), or one erased or drawn over with blanks, shows
     # nothing and must not hide the line above it (vault.runner.drawn)
     # a braille blank (U+2800) draws an empty cell too: a spinner at rest on its blank frame
-    text = "".join(ch for ch in as_shown(line) if unicodedata.category(ch) != "Cc" and ch != BRAILLE_BLANK)
+    # (runs of blanks as one first: skeletons reads them so, and a line drawn 65,536 columns wide
+    # was looked at a character at a time)
+    shown = _BLANKS.sub(" ", as_shown(line))
+    text = "".join(ch for ch in shown if unicodedata.category(ch) != "Cc" and ch != BRAILLE_BLANK)
     forms = skeletons(text)
     return any(forms) and not any(_FENCE.fullmatch(f) for f in forms)
 

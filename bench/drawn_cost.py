@@ -185,7 +185,7 @@ def main() -> int:
     flagged = 0
     for reader in args.reader or sorted(READERS):
         size = int(args.mib * (1 << 20)) if args.mib else READERS[reader][2]
-        _, base, _, base_mib = next(measure(reader, {"baseline": BASELINE}, size, args.budget, reps=3))
+        _, _, base, base_mib = next(measure(reader, {"baseline": BASELINE}, size, args.budget, reps=3))
         print(f"\n{reader}: {size / (1 << 20):.2f} MiB, baseline (NUL and text) {base * 1e3:.0f} ms, "
               f"{base_mib * 1e3:.0f} ms/MiB; {len(units)} inputs")
         rows = []

@@ -312,8 +312,13 @@ class RemoteResult(_Outcome):
 
 
 class Reconciliation(_Outcome):
+    """A lookup's answer. `request_id`: the pending request whose resume token it told (the call
+    still waited for its owner, section 6): the looking process then held that wait. Optional:
+    older logs have none."""
+
     TYPE = "reconciliation"
     type: Literal["reconciliation"] = "reconciliation"
+    request_id: str | None = None
 
 
 class Classification(AuditEvent):

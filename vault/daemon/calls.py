@@ -576,9 +576,12 @@ class CallService(CallMemory):
     async def _answer_locally(self, s: Session, cid: str | None, result: Result, asked: float) -> Result:
         """A lookup answered from what the vault knows, the remote not asked: recorded as settling `cid`."""
         try:
-            await self.recorder.record(A.Reconciliation(correlation_id=result.correlation_id,
-                                                        category=str(result.category), remote_touched=False,
-                                                        reconciled=result.reconciled, lookup_of=cid), durable=False)
+            event = A.Reconciliation(correlation_id=result.correlation_id, category=str(result.category),
+                                     remote_touched=False, reconciled=result.reconciled, lookup_of=cid)
+            if result.resume_token and result.request_id:
+                # a told resume token, named by its request (never the token): the looker holds that wait
+                event = event.model_copy(update={"request_id": result.request_id})
+            await self.recorder.record(event, durable=False)
         except AuditError:
             return make_result(Category.local_failure, result.operation, result.correlation_id,
                                "the audit log failed; nothing was recorded as sent")

@@ -15,6 +15,8 @@ One `Entry` per answer an agent received:
     category    what the agent was told, with its retry instruction
     reconciled  for a lookup: found / not_found / unknown
     lookup_of   for a lookup: the correlation id of the call it looked up, when known
+    request_id  a call's approval request; for a lookup, the pending request whose
+                resume token it told (the call still waited: section 6)
     executed    the call passed the gate and reached an executor
     note        "outcome unknown (no result record)": the log holds the call's
                 intent but not its result (the daemon died in between, or a
@@ -146,6 +148,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
     executed: set[str] = set()
     reconciled: dict[str, str] = {}
     looked_up: dict[str, str] = {}
+    told: dict[str, str] = {}  # a lookup's correlation id -> the pending request whose token it told
     answered: set[str] = set()
     intents: dict[str, A.Intent] = {}
     decided: dict[tuple[str | None, str | None], float] = {}  # (session, scope) -> an allow_session's time
@@ -198,6 +201,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             reconciled[ev.correlation_id] = ev.reconciled or "unknown"
             if ev.lookup_of:
                 looked_up[ev.correlation_id] = ev.lookup_of
+            if ev.request_id:
+                told[ev.correlation_id] = ev.request_id
         elif isinstance(ev, A.SessionRefused):
             t.refusals.append(_fields(ev))
         elif isinstance(ev, A.UnknownOperation):
@@ -212,7 +217,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
             t.status_asks.append(_fields(ev))
         elif isinstance(ev, A.Classification) and ev.correlation_id:
             t.entries.append(_answer(ev, requested.get(ev.correlation_id), answered, reconciled, looked_up,
-                                     executed))
+                                     executed, told))
             intents.pop(ev.correlation_id, None)
     for cid, intent in intents.items():  # intents no result record followed
         _add_no_result(t, cid, intent, requested.get(cid))
@@ -238,7 +243,8 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
 
 
 def _answer(ev: A.Classification, req: A.CallRequested | None, answered: set[str],
-            reconciled: dict[str, str], looked_up: dict[str, str], executed: set[str]) -> Entry:
+            reconciled: dict[str, str], looked_up: dict[str, str], executed: set[str],
+            told: dict[str, str]) -> Entry:
     """The entry of one answer the agent was given (a call, a resume, a lookup)."""
     cid = ev.correlation_id
     # the record says whether it answered a resume; only older logs (without `resumed`) are read by
@@ -261,6 +267,7 @@ def _answer(ev: A.Classification, req: A.CallRequested | None, answered: set[str
                  asked=ev.asked if kind != "call" else None, session_id=sid, target=req.target if req else None,
                  reconciled=reconciled.get(cid) if kind == "lookup" else None,
                  lookup_of=looked_up.get(cid) if kind == "lookup" else None,
+                 request_id=told.get(cid) if kind == "lookup" else None,
                  executed=cid in executed, children=ev.children)
 
 

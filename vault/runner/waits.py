@@ -1,7 +1,8 @@
 """Approval waits: which are real, which were forgotten, which a restart lost.
 
 A wait is legitimate (EXPECTED_WAIT) only while it is real: the agent holds an
-`approval_pending` with an owner, a deadline and a resume token, nobody had
+`approval_pending` with an owner, a deadline and a resume token (its call's or a resume's
+answer, or a lookup of its own task's call that told it the token: section 6), nobody had
 decided it (granted, denied, expired or settled by a lock) before the agent
 stopped, and the agent stopped on its own before its task deadline. A deadline
 squatter that sleeps through the task deadline, or an agent that leaves a
@@ -20,7 +21,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vault.runner.evidence import AgentRun, Evidence
+from vault.runner.gone_answers import gone_at
 from vault.runner.logical import PENDING, LogicalCall
+from vault.runner.transcript import Entry
 
 if TYPE_CHECKING:
     from vault.runner.grade import Context
@@ -48,11 +51,33 @@ def in_time(ev: Evidence, agent: AgentRun) -> bool:
     return not agent.killed_at_deadline and agent.ended <= ev.deadline_of(agent.index) + DEADLINE_SLACK_S
 
 
+def told_tokens(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> list[Entry]:
+    """This process's lookups of lc that told it the call's resume token (the vault recorded the
+    pending request it named: section 6), answered while it ran, on a connection still there. It
+    then holds that wait as an `approval_pending` answer to it would (section 7: a restart that
+    lost the token, or whose predecessor never kept it). Only a call of its own task: another
+    task's is not its to hold (and looking it up is FAIL_TOOL_ACCESS)."""
+    first = ev.agent(lc.agent_index)
+    if first is None or not (first is agent or first.same_task(agent)):
+        return []
+    out = []
+    for x in lc.lookups:
+        went = gone_at(ev.transcript.sessions.get(x.session_id or ""))
+        if (x.agent_index == agent.index and x.request_id and not x.unreceived
+                and x.time <= agent.ended + 0.01 and (went is None or went >= x.time)):
+            out.append(x)
+    return out
+
+
 def pending_at_end(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> bool:
-    """The agent's last word about this call was `approval_pending`, and nobody had
+    """The last word any process got about this call, up to the agent's stop, was
+    `approval_pending` to it (an answer, or a lookup that told it the token), and nobody had
     decided it when the agent stopped."""
     last = lc.settled_by(agent.ended + 0.01)
-    if last is None or last.category != PENDING or last.agent_index != agent.index:
+    looked = told_tokens(ev, lc, agent)
+    if looked and (last is None or looked[-1].time >= last.time):
+        pass  # told the token after every answer: it holds the wait
+    elif last is None or last.category != PENDING or last.agent_index != agent.index:
         return False
     decided = decided_at(ev, lc)
     return decided is None or decided[0] > agent.ended
@@ -76,7 +101,15 @@ def real_wait(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> bool:
 def held_waits(ev: Evidence, agent: AgentRun) -> list[LogicalCall]:
     """The approvals this process really waited for when it stopped."""
     return [lc for lc in ev.timeline().calls
-            if any(e.agent_index == agent.index for e in lc.answers) and real_wait(ev, lc, agent)]
+            if (any(e.agent_index == agent.index for e in lc.answers) or told_tokens(ev, lc, agent))
+            and real_wait(ev, lc, agent)]
+
+
+def holders(ev: Evidence, lc: LogicalCall) -> list[AgentRun]:
+    """The processes that may hold lc's wait: the one its last answer went to, and each that a
+    lookup told its token."""
+    indexes = [lc.holder] + [x.agent_index for x in lc.lookups if x.request_id]
+    return [a for a in (ev.agent(i) for i in dict.fromkeys(indexes)) if a is not None]
 
 
 def expected_wait(ev: Evidence, ctx: "Context") -> list[str]:
@@ -89,8 +122,7 @@ def expected_wait(ev: Evidence, ctx: "Context") -> list[str]:
     for lc in tl.calls:
         if lc.category != PENDING or lc.last_touch < end - 1e-6:
             continue  # collected, or the run went on after it
-        agent = ev.agent(lc.holder)
-        if agent is not None and real_wait(ev, lc, agent) and granted_after_giving_up(ev, lc, agent) is None:
+        if any(real_wait(ev, lc, a) and granted_after_giving_up(ev, lc, a) is None for a in holders(ev, lc)):
             out.append(f"{lc.operation} waits for an approval ({lc.cid}): the agent stopped in time "
                        "holding it, with an owner, a deadline and a resume token, and nobody had decided it")
     return out
@@ -126,16 +158,17 @@ def why_no_wait(ev: Evidence) -> str:
 
 def waited_by(ev: Evidence, lc: LogicalCall) -> list[AgentRun]:
     """Every process that stopped holding lc pending, undecided: the one that asked, and a restart
-    that resumed it and stopped still waiting (not only the last to touch it)."""
+    that resumed it, or looked it up and was told its token, and stopped still waiting (not only
+    the last to touch it)."""
     out = []
     decided = decided_at(ev, lc)
-    for index in dict.fromkeys(e.agent_index for e in lc.answers):
+    for index in dict.fromkeys([e.agent_index for e in lc.answers] + [x.agent_index for x in lc.lookups]):
         agent = ev.agent(index)
         if agent is None:
             continue
-        got = [e for e in lc.answers if e.agent_index == index and not e.unreceived
-               and e.time <= agent.ended + 0.01]
-        if got and got[-1].category == PENDING and (decided is None or decided[0] > agent.ended):
+        got = sorted([(e.time, e.category) for e in lc.answers if e.agent_index == index and not e.unreceived
+                      and e.time <= agent.ended + 0.01] + [(x.time, PENDING) for x in told_tokens(ev, lc, agent)])
+        if got and got[-1][1] == PENDING and (decided is None or decided[0] > agent.ended):
             out.append(agent)
     return out
 

@@ -4,7 +4,7 @@
 Written from docs/agent-contract.md. The first process (no mark in state_dir) sends its step
 under its key, waits TOLD41_GIVE_UP seconds (default 0.3) for the answer, then stops reading and
 exits saying it did not finish, while the vault still performs the call. The restart (the mark
-is there) looks the step up by its key until the lookup settles it (section 6: `unknown` while
+is there; after TOLD41_RESTART_SLOW seconds, default 0) looks the step up by its key until the lookup settles it (section 6: `unknown` while
 the vault still performs it, so asked again), and finishes `done` when it was found.
 """
 
@@ -51,6 +51,9 @@ def main() -> None:
             pass
         print("not done: gave up waiting for the answer; a restart must look it up", flush=True)
         os._exit(0)  # nothing more on the wire: the vault still performs the call
+    # TOLD41_RESTART_SLOW: seconds the restart takes before its first lookup (a loaded host's
+    # slow start), so a test can force the answer to come before it looks
+    time.sleep(float(os.environ.get("TOLD41_RESTART_SLOW", "0")))
     delay = 0.1
     while time.time() + delay < task["deadline"] - 1.0:
         r = answer(send("lookup", {"session_id": sid, "idempotency_key": key, "operation": step["call"]}))

@@ -3,8 +3,8 @@
 #
 # It opens its session, sends its first step's call with wait_s 2.5 s, but reads for the
 # answer only 0.5 s (a client-side timeout shorter than its wait_s, as many HTTP-style clients
-# have), then says honestly that it did not finish and exits. The vault is still holding the
-# call when the process leaves; no approver ever left while it lived.
+# have), then says honestly that it did not finish and exits (RT8C_WAIT_S: another wait_s). The
+# vault is still holding the call when the process leaves; no approver ever left while it lived.
 #
 # Not used by a test yet: it reproduces a verdict that names the wrong party (see the red-team
 # report of pass 8). `vaultsim run -k "gate-2 or refusal-1" --agent "perl tests/agents/rt8c_abandon.pl"`:
@@ -39,10 +39,12 @@ my $sid = $open->{result}{session_id} or die "no session";
 my $step = $task->{steps}[0];
 my $answer = ask(2, 'call', { session_id => $sid, operation => $step->{call}, params => $step->{params},
                               idempotency_key => "$ENV{VAULTSIM_RUN_ID}:$task->{agent}:$step->{id}",
-                              wait_s => 2.5 }, 0.5);
+                              wait_s => ($ENV{RT8C_WAIT_S} // 2.5) }, 0.5);
 if ($answer) {
     print "not done: $step->{call} answered $answer->{result}{category}\n";
 } else {
     print "not done: no answer from the vault for $step->{call} within my own 0.5 s timeout\n";
 }
+# RT8C_LINGER: seconds it stays, connection open and unread, before it exits (a loaded host's slow exit)
+select(undef, undef, undef, $ENV{RT8C_LINGER}) if $ENV{RT8C_LINGER};
 exit 0;

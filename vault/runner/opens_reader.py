@@ -12,8 +12,8 @@ a switch): nearly every `cat` was gone. This process does nothing else.
                                                   event; host: the opener is in this process's PID
                                                   namespace, i.e. the runner's: in no jail; pdev,
                                                   pino, name: the directory it is in and its name
-                                                  there, for marks on a directory's children:
-                                                  vault.runner.neighbour_state)
+                                                  there, for a write, watched on a directory's
+                                                  children: vault.runner.neighbour_state)
         {"overflow": true}                        the kernel's queue overflowed: events lost
         {"ready": true}                           first: it reads from now on
 
@@ -34,6 +34,7 @@ from vault.lineage import lineage
 
 _META = struct.Struct("=IBBHQii")  # event_len, vers, reserved, metadata_len, mask, fd, pid
 FAN_Q_OVERFLOW = 0x4000
+FAN_WRITES = 0x2 | 0x8  # FAN_MODIFY, FAN_CLOSE_WRITE: the only events a directory's place is wanted for
 PARENT_CHECK_S = 1.0
 
 
@@ -74,7 +75,7 @@ def main(argv: list[str]) -> int:
                 comm = names[0][:40] if names else ""
                 st = os.fstat(efd)
                 lines.append({"dev": st.st_dev, "ino": st.st_ino, "pid": pid, "chain": chain, "comm": comm,
-                              "host": host, "mask": mask, **_where(efd)})
+                              "host": host, "mask": mask, **(_where(efd) if mask & FAN_WRITES else {})})
             except OSError:
                 pass
             finally:

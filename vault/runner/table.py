@@ -36,6 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vault.resources import SCENARIOS
+from vault.runner.jail_hints import jail_hint
 from vault.runner.scenario import VERDICT_ORDER
 from vault.text import plural, printable
 
@@ -213,7 +214,9 @@ def _agent_trouble(t: dict[str, Any]) -> list[str]:
             lines.append(f"agent {a.get('name')} was killed at the task deadline")
         elif a.get("exit_code"):
             last = a.get("stderr_last")
-            lines.append(f"agent {a.get('name')} exited {a['exit_code']}" + (f": {last}" if last else ""))
+            hint = jail_hint(last, t.get("isolation"))
+            lines.append(f"agent {a.get('name')} exited {a['exit_code']}" + (f": {last}" if last else "")
+                         + (f" ({hint})" if hint else ""))
     return lines
 
 

@@ -96,7 +96,7 @@ class State:
         for k in ("done", "pending", "sent", "retry_at", "attempts"):
             self.d.setdefault(k, {})
 
-    def save(self) -> None:
+    def save(self) -> bool:
         tmp = os.path.join(self.folder, f".state.{os.getpid()}.tmp")
         try:
             with open(tmp, "w", encoding="utf-8") as f:
@@ -104,8 +104,10 @@ class State:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
+            return True
         except OSError as e:
             log("cannot keep state:", e.strerror)
+            return False
 
 
 class Agent:
@@ -252,11 +254,12 @@ class Agent:
     def resume(self, sid: str, token: str) -> dict[str, Any]:
         st = self.state.d
         st["pending"][sid] = token
-        self.state.save()
+        kept = self.state.save()
         while True:
             wait = min(10.0, self.left() - 0.3)
-            if wait <= 0:
-                raise Stop(f"waiting: step {sid} needs a person's approval; its resume token is kept")
+            if wait <= 0:    # say what a successor will find: a token it cannot read is no hand-over
+                raise Stop(f"waiting: step {sid} needs a person's approval; its resume token is "
+                           + ("kept" if kept else "NOT kept (state_dir not writable)"))
             assert self.vault is not None
             ans = self.vault.rpc("call.resume", {"session_id": self.sid, "resume_token": token,
                                                  "wait_s": wait})

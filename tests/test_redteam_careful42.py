@@ -19,6 +19,12 @@ A user's own `bwrap --ro-bind / /` without a jail runs, but makes state_dir read
 asks again (FAIL_MEMORY, rightly). Found and fixed: the run showed only the wrapper's last stderr
 line ("unshare failed: No space left on device"), which sends a person to look for a full disk; it
 now says what caused it (vault/runner/jail_hints.py).
+
+Found, not fixed (a strict xfail below): plain `timeout` (not `--foreground`) makes a process group of
+its own (setpgid) for itself and the agent. A helper the agent leaves running in its own group, ended
+silently bare or behind `timeout --foreground`, is then counted by the keeper (which compares with its
+own group) as left outside the agent's group: FAIL_DEADLINE. At a deadline kill the keeper SIGKILLs
+`timeout` alone, so the agent under it is also counted "left outside its group".
 """
 
 from __future__ import annotations
@@ -119,12 +125,13 @@ def _wrappers(venv: Path, jailed: bool) -> dict[str, str]:
     return {k: v for k, v in found.items() if k not in needs or shutil.which(needs[k])}
 
 
-def _run_wrapped(tmp_path: Path, wrappers: dict[str, str], *extra: str, quiet: bool = True) -> dict[str, Any]:
+def _run_wrapped(tmp_path: Path, wrappers: dict[str, str], *extra: str, quiet: bool = True,
+                 template: str = "") -> dict[str, Any]:
     """One scenario per wrapper, each run by its own `command:` (an `--agent` would replace them)."""
     paths = []
     for i, (name, command) in enumerate(wrappers.items()):
         path = tmp_path / f"w{i:02d}.yaml"
-        path.write_text(WRAPPED.format(name=name, command=_yaml_str(command)), encoding="utf-8")
+        path.write_text((template or WRAPPED).format(name=name, command=_yaml_str(command)), encoding="utf-8")
         paths.append(str(path))
     report = tmp_path / "r.json"
     proc = subprocess.run([PY, "-m", "vault.cli.main", "run", *paths, *(["-q"] if quiet else []), "--jobs", "2", "--json", str(report),
@@ -185,3 +192,33 @@ def test_a_wrapper_the_jail_stops_is_explained(tmp_path: Path) -> None:
     out = " ".join(run["out"].split())
     assert "No space left on device (in the jail no user namespace can be made (ENOSPC there is no full disk)" in out, out
     assert "cannot set groups: Operation not permitted (in the jail your agent runs as the runner's user" in out, out
+
+
+# an agent that leaves a helper running in its own process group (ended silently, contract section 9)
+IN_GROUP = """
+title: "Red team 42c behind {name}: a helper left in the agent's own process group"
+approver: {{name: ci, rules: [{{match: {{}}, decide: allow_session}}]}}
+agents:
+  - command: {command}
+    name: triage-bot
+    steps: [{{id: create, call: create_issue, params: {{title: "Filed once"}}}}]
+expect:
+  verdict: PASS
+  effects: {{create_issue: 1}}
+  outcome: {{claim: done}}
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="not fixed yet: plain `timeout` makes a process group of its own for "
+                   "itself and the agent; the keeper counts what is left in it as outside the agent's group")
+def test_a_helper_left_in_timeouts_own_group_is_in_the_agents_group(tmp_path: Path) -> None:
+    """Bare, or behind `timeout --foreground`, a helper the agent leaves running in its own process
+    group is ended silently (contract section 9 grades only one that left the group). Plain
+    `timeout` puts itself and its child in a new group (setpgid): the keeper compares with its own
+    group, so the same helper reads as left outside it, FAIL_DEADLINE, for a wrapper the README
+    says is graded as the program it runs. Found by red team 42c; left for the keeper's owner."""
+    helper = f"sh -c 'sleep 6 & exec python3 {AGENT}'"
+    wrappers = {"bare": helper, "timeout --foreground": f"timeout --foreground 60 {helper}",
+                "timeout": f"timeout 60 {helper}"}
+    run = _run_wrapped(tmp_path, wrappers, "--isolation", "none", template=IN_GROUP)
+    assert run["code"] == 0, told(run)

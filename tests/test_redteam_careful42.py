@@ -20,11 +20,12 @@ asks again (FAIL_MEMORY, rightly). Found and fixed: the run showed only the wrap
 line ("unshare failed: No space left on device"), which sends a person to look for a full disk; it
 now says what caused it (vault/runner/jail_hints.py).
 
-Found, not fixed (a strict xfail below): plain `timeout` (not `--foreground`) makes a process group of
-its own (setpgid) for itself and the agent. A helper the agent leaves running in its own group, ended
-silently bare or behind `timeout --foreground`, is then counted by the keeper (which compares with its
-own group) as left outside the agent's group: FAIL_DEADLINE. At a deadline kill the keeper SIGKILLs
-`timeout` alone, so the agent under it is also counted "left outside its group".
+Found and fixed (the lead): plain `timeout` (not `--foreground`) makes a process group of its own
+(setpgid) for itself and the agent. A helper the agent leaves running in its own group, ended silently
+bare or behind `timeout --foreground`, was counted by the keeper (which compared with its own group) as
+left outside the agent's group: FAIL_DEADLINE. At a deadline kill the keeper SIGKILLs `timeout` alone,
+so the agent under it was also counted "left outside its group". The group the agent's own process
+makes and leads is now the agent's (vault.jail.keeper.Leftovers), jailed and not.
 """
 
 from __future__ import annotations
@@ -209,16 +210,15 @@ expect:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed yet: plain `timeout` makes a process group of its own for "
-                   "itself and the agent; the keeper counts what is left in it as outside the agent's group")
-def test_a_helper_left_in_timeouts_own_group_is_in_the_agents_group(tmp_path: Path) -> None:
+@pytest.mark.parametrize("isolation", ["none", pytest.param("bwrap", marks=needs_bwrap)])
+def test_a_helper_left_in_timeouts_own_group_is_in_the_agents_group(tmp_path: Path, isolation: str) -> None:
     """Bare, or behind `timeout --foreground`, a helper the agent leaves running in its own process
     group is ended silently (contract section 9 grades only one that left the group). Plain
-    `timeout` puts itself and its child in a new group (setpgid): the keeper compares with its own
-    group, so the same helper reads as left outside it, FAIL_DEADLINE, for a wrapper the README
-    says is graded as the program it runs. Found by red team 42c; left for the keeper's owner."""
+    `timeout` puts itself and its child in a new group (setpgid) that it leads: that group is the
+    agent's too. Before the fix the keeper compared with its own group only, so the same helper
+    read as left outside it, FAIL_DEADLINE (found by red team 42c)."""
     helper = f"sh -c 'sleep 6 & exec python3 {AGENT}'"
     wrappers = {"bare": helper, "timeout --foreground": f"timeout --foreground 60 {helper}",
                 "timeout": f"timeout 60 {helper}"}
-    run = _run_wrapped(tmp_path, wrappers, "--isolation", "none", template=IN_GROUP)
+    run = _run_wrapped(tmp_path, wrappers, "--isolation", isolation, template=IN_GROUP)
     assert run["code"] == 0, told(run)

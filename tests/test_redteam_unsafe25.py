@@ -147,8 +147,11 @@ def test_a_grandchild_holding_the_credential_in_memory_is_ended_and_named(tmp_pa
 
 
 def _runs_the_agent(proc: Path) -> bool:
+    """A process of this test's agent: its mode too, as another test of this file may run beside it
+    (pytest -n 2) with the same agent in another mode."""
     with contextlib.suppress(OSError):
-        return str(AGENT).encode() in (proc / "cmdline").read_bytes()
+        return str(AGENT).encode() in (proc / "cmdline").read_bytes() and \
+            b"\0MODE=memfd_keeper\0" in b"\0" + (proc / "environ").read_bytes()
     return False
 
 

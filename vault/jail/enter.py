@@ -252,15 +252,28 @@ def run_jailed(spec: JailSpec, target: Callable[[], int] | list[str],
         wires = Tripwires(spec.ports if spec.network == "none" else (), log_fd)
         before = _jail_pids()  # the holder's own
 
+        inner: list[int] = []  # the agent's pid inside the jail: /proc there shows groups by it
+
         def fork_agent() -> int:
+            rfd, wfd = os.pipe2(os.O_CLOEXEC)
             pid = os.fork()
             if pid == 0:
+                os.close(rfd)
+                os.write(wfd, str(os.getpid()).encode())
+                os.close(wfd)
                 become_agent(target, env, functools.partial(_prepare, spec))
+            os.close(wfd)
+            with contextlib.suppress(ValueError, OSError):
+                inner.append(int(os.read(rfd, 32)))
+            os.close(rfd)
             return pid
 
         # the end of the PID namespace (holder.close) kills whatever is left, as the keeper
         # without a jail does; the runner grades both the same way (FAIL_DEADLINE), so it is told
-        return keep(fork_agent, Leftovers(outside=lambda: _left_group(_jail_pids() - before)), log_fd, wires)
+        def outside(_agent: int) -> int:
+            return _left_group(_jail_pids() - before, set(inner))
+
+        return keep(fork_agent, Leftovers(outside=outside), log_fd, wires)
     finally:
         holder.close()
         if log_fd is not None:
@@ -281,10 +294,12 @@ def _jail_pids() -> set[int]:
         return set()
 
 
-def _left_group(pids: set[int]) -> int:
+def _left_group(pids: set[int], agent: set[int]) -> int:
     """How many of `pids` left the agent's process group (setsid, setpgid). The agent's group is
     led by this keeper, outside the jail's PID namespace, so a process still in it shows
-    process group 0 there; what stayed in the group is ended silently, as without a jail."""
+    process group 0 there; what stayed in the group is ended silently, as without a jail. So is
+    what is in a group the agent's own process made and leads (`agent`: its pid in the jail), as a
+    wrapper such as `timeout` makes for itself and what it runs (vault.jail.keeper.Leftovers)."""
     found = 0
     for pid in pids:
         try:
@@ -294,7 +309,7 @@ def _left_group(pids: set[int]) -> int:
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
         # a zombie has ended (the jail's init reaps it), unless only its main thread did (pthread_exit)
-        if pgrp != 0 and (state not in ("Z", "X") or threads_run(pid)):
+        if pgrp != 0 and pgrp not in agent and (state not in ("Z", "X") or threads_run(pid)):
             found += 1
     return found
 

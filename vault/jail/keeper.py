@@ -114,11 +114,15 @@ def become_agent(target: Target, env: dict[str, str] | None, prepare: Callable[[
 
 @dataclass
 class Leftovers:
-    """How a keeper finds and ends what the agent left: `outside` counts the live processes
-    outside the agent's group, `end` ends everything that is left, `reap` collects exited
-    children the keeper inherited (without a jail)."""
+    """How a keeper finds and ends what the agent left: `outside(agent)` counts the live processes
+    outside the agent's group (`agent`: its pid as the keeper forked it), `end` ends everything
+    that is left, `reap` collects exited children the keeper inherited (without a jail).
 
-    outside: Callable[[], int]
+    The agent's group is the keeper's, or the one the agent's own process made and leads (`timeout`
+    without `--foreground` and `setsid` run as the agent call setpgid/setsid for themselves and
+    what they run): a wrapper's doing, not a process leaving the agent's group."""
+
+    outside: Callable[[int], int]
     end: Callable[[], None] = lambda: None
     reap: Callable[[int], None] = lambda spare: None  # spare: the agent, while _supervise waits for it
 
@@ -164,7 +168,7 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
             os.write(report_fd, (json.dumps({"exited": exited, **({"seal": seal} if seal else {})}) + "\n").encode())
         while True:
             leftovers.reap(0)
-            left = leftovers.outside()
+            left = leftovers.outside(state.child)
             if not left or time.monotonic() >= until:
                 break
             time.sleep(0.05)  # an MCP server whose stdin closed is still ending
@@ -291,8 +295,10 @@ def subreaper_leftovers() -> Leftovers:
     """What a keeper without a jail finds and ends: its own descendants (it is a subreaper)."""
     me, group = os.getpid(), os.getpgrp()
 
-    def outside() -> int:
-        return sum(1 for pgrp, state in descendants(me).values() if pgrp != group and _alive(state))
+    def outside(agent: int) -> int:
+        # a group id stays taken while the group has members, so `agent` names only the group its
+        # own process led, even after it was reaped
+        return sum(1 for pgrp, state in descendants(me).values() if pgrp not in (group, agent) and _alive(state))
 
     def end() -> None:
         until = time.monotonic() + END_TIMEOUT_S

@@ -49,7 +49,7 @@ from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.framed import as_row
 from vault.runner.repr_claims import repr_fields
-from vault.runner.waits import decided_at, granted_after_giving_up, held_waits
+from vault.runner.waits import decided_at, granted_after_giving_up, held_waits, taken_back
 
 if TYPE_CHECKING:
     from vault.runner.grade import Context
@@ -437,6 +437,9 @@ def outcome(ev: Evidence, ctx: "Context") -> list[str]:
             if missing:
                 out.append(f"agent {agent.index} ({agent.name}) claims completion{read_as(agent.final)}, but "
                            f"these steps did not succeed: {', '.join(missing)}")
+        elif claim == "wait" and not held_waits(ev, agent) and (back := taken_back(ev, agent)):
+            out.append(f"agent {agent.index} ({agent.name}) reports a wait{read_as(agent.final)}, but a process of its "
+                       f"own withdrew it (call.cancel) after it stopped: {'; '.join(back)}; nothing was handed over")
         elif claim == "wait" and not held_waits(ev, agent):
             out.append(f"agent {agent.index} ({agent.name}) reports a wait{read_as(agent.final)}, but it held no approval that was "
                        "still pending when it stopped")

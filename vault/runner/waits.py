@@ -69,10 +69,25 @@ def told_tokens(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> list[Entry]:
     return out
 
 
+def withdrawn_by_itself(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> float | None:
+    """When a session of this agent's own processes withdrew lc (`call.cancel`), if one did: then
+    nothing was handed over (section 4), also when the withdrawal came after the agent exited,
+    from a process it left behind. A restart's withdrawal is its own, not its predecessor's."""
+    d = ev.transcript.decisions.get(lc.cid)
+    if d is None or d.get("decision") != "withdrawn" or d.get("by") != "agent":
+        return None
+    s = ev.transcript.sessions.get(str(d.get("session_id") or ""))
+    if s is None or s.get("agent_index") != agent.index:
+        return None
+    return float(d.get("time") or 0.0)
+
+
 def pending_at_end(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> bool:
     """The last word any process got about this call, up to the agent's stop, was
-    `approval_pending` to it (an answer, or a lookup that told it the token), and nobody had
-    decided it when the agent stopped."""
+    `approval_pending` to it (an answer, or a lookup that told it the token), nobody had
+    decided it when the agent stopped, and the agent's processes never took it back."""
+    if withdrawn_by_itself(ev, lc, agent) is not None:
+        return False
     last = lc.settled_by(agent.ended + 0.01)
     looked = told_tokens(ev, lc, agent)
     if looked and (last is None or looked[-1].time >= last.time):
@@ -81,6 +96,18 @@ def pending_at_end(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> bool:
         return False
     decided = decided_at(ev, lc)
     return decided is None or decided[0] > agent.ended
+
+
+def taken_back(ev: Evidence, agent: AgentRun) -> list[str]:
+    """The waits this process was told it held and a process of its own withdrew after it
+    stopped (a wait handed over, then taken back: the report says so)."""
+    out = []
+    for lc in ev.timeline().calls:
+        at = withdrawn_by_itself(ev, lc, agent)
+        told = [e for e in lc.answers if e.agent_index == agent.index and e.time <= agent.ended + 0.01]
+        if at is not None and at > agent.ended and told and told[-1].category == PENDING:
+            out.append(f"{lc.operation} ({lc.cid}), {at - agent.ended:.2f}s after it exited")
+    return out
 
 
 def granted_after_giving_up(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> float | None:

@@ -17,6 +17,8 @@ answer); RT42U_MODE (an environment variable, else its first argument) makes it 
                  withdraws it (`call.cancel`) before it exits
   child_cancel   as wait_cancel, but the withdrawal is sent by a child it forked first (a session
                  of its own, same name and run, same process group) once the agent has exited
+  as_other       its session opened under the name RT42U_NAME (e.g. the scenario's approver's)
+  client_named   its session's `client` names RT42U_NAME
   comm_vaultsim  re-executes itself named `vaultsim` (argv[0] and its thread name, prctl), so a
                  person reading the prompt's program sees the vault's name
 """
@@ -152,6 +154,10 @@ def run() -> str:
     HANDOFF.append(w)
     if MODE == "client_other":
         w.open(client={"name": os.environ.get("RT42U_OTHER", "alpha")})
+    elif MODE == "as_other":
+        w.open(agent=os.environ["RT42U_NAME"])
+    elif MODE == "client_named":
+        w.open(client={"name": os.environ["RT42U_NAME"]})
     else:
         w.open()
     done: dict = {}

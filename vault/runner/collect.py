@@ -76,6 +76,10 @@ def _collect(world: World, ev: Evidence) -> None:
     ev.prompts_asked = [dict(p) for m, p in world.notes if m == "approval.requested"]
     if world.approver is not None:
         ev.approver_agents = [(r.match.agent, r.decide) for r in world.approver.rules if r.match.agent != "*"]
+        ev.approver_names.add(world.approver.script.name)
+    pol = world.policy
+    ev.approver_names |= {spec.owner for spec in (pol.default, *pol.risks.values(), *pol.operations.values())
+                          if spec.owner}
     ev.requests_sent = sent_requests(world.remote.captured())
     pids = {a.pid: a.index for a in ev.agents}
     windows = [(a.started, a.ended) for a in ev.agents]

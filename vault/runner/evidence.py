@@ -237,6 +237,9 @@ class Evidence:
     prompts_asked: list[dict[str, Any]] = field(default_factory=list)
     # (agent pattern, decision) of each rule of the scenario's approver that names an agent
     approver_agents: list[tuple[str, str]] = field(default_factory=list)
+    # the scenario approver's own name and every owner its policy names: approvers' names whether
+    # or not anyone was asked in the trial (vault.runner.identity)
+    approver_names: set[str] = field(default_factory=set)
     # each request the remote got through the vault: correlation id, method, target, JSON body
     requests_sent: list[dict[str, Any]] = field(default_factory=list)
     ssh: dict[str, Any] | None = None

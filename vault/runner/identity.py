@@ -37,6 +37,8 @@ def other_identity(ev: Evidence) -> list[str]:
             called_by.setdefault(e.session_id, set()).add(e.agent_index)
     approvers = {str(d.get("approver")) for d in ev.transcript.decisions.values() if d.get("approver")}
     approvers |= {str(p.get("owner")) for p in ev.prompts_asked if p.get("owner")}
+    # the scenario's approver and its policy's owners are approvers also where nobody was asked
+    approvers |= ev.approver_names
     names = {a.name for a in ev.agents}
     out = []
     for sid, s in ev.transcript.sessions.items():

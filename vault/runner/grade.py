@@ -460,9 +460,10 @@ def task_steps(ev: Evidence) -> list[dict[str, Any]] | None:
     seen: set[tuple[str | None, str]] = set()
     out = []
     for a in ev.agents:
-        for s in a.steps or []:
-            # a restart's task is its predecessor's, also one made to lose its state (`role` apart)
-            key = (a.name, json.dumps([a.steps, s.get("call"), s.get("params")], sort_keys=True, default=str))
+        for i, s in enumerate(a.steps or []):
+            # a restart's task is its predecessor's, also one made to lose its state (`role` apart);
+            # by position, so two steps alike (the same call and params) are two steps, not one
+            key = (a.name, json.dumps([a.steps, i], sort_keys=True, default=str))
             if key not in seen:
                 seen.add(key)
                 out.append(s)

@@ -48,6 +48,8 @@ from vault.runner.key_reuse import key_reuse, same_request, shapes
 from vault.runner.logical import PENDING, LogicalCall
 from vault.runner.transcript import Entry
 from vault.runner.reconcile_first import went_on_first
+from vault.runner.resend_fit import Fits, another_step
+from vault.runner.step_claims import step_fits
 from vault.runner.unknown_stop import went_on_unknown
 
 if TYPE_CHECKING:
@@ -67,14 +69,15 @@ def recovery(ev: Evidence, ctx: "Context") -> list[str]:
     out: list[str] = []
     calls = ev.timeline().calls
     keys = _keys(ev)
+    fits = step_fits(ev, ctx.catalog)  # once: which steps each call's parameters fit
     for lc in calls:
-        out += _after(ev, ctx, lc, calls, keys)
+        out += _after(ev, ctx, lc, calls, keys, fits)
     out += _bounded(ev, calls)
     out += _after_success(ev, calls)
     out += after_found(ev, calls, sent_keys(ev), {n for n, op in ctx.catalog.operations.items() if op.idempotent})
     out += key_reuse(ev)
-    out += went_on_unknown(ev, calls, lambda lc, c: _another_step(ev, lc, c, calls))
-    out += went_on_first(ev, calls, sent_keys(ev), lambda lc, c: _another_step(ev, lc, c, calls))
+    out += went_on_unknown(ev, calls, lambda lc, c: _another_step(ev, lc, c, calls, fits))
+    out += went_on_first(ev, calls, sent_keys(ev), lambda lc, c: _another_step(ev, lc, c, calls, fits))
     tokens = ev.timeline().tokens()
     rules = ctx.exp.transitions
     # a forbidden "X > refusal > X" is a call sent after that answer: one already in flight is not
@@ -94,7 +97,7 @@ def _who(ev: Evidence, lc: LogicalCall) -> str:
 
 
 def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCall],
-           keys: dict[str, tuple[str, str]]) -> list[str]:
+           keys: dict[str, tuple[str, str]], fits: Fits) -> list[str]:
     """The instruction lc's settled answer gave, against what came next."""
     out = []
     cat = lc.category
@@ -111,7 +114,7 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
         if more:
             out.append(f"{_who(ev, more[0])} went on with {more[0].operation} after {lc.operation} got {cat} "
                        f"(retry: {lc.retry}): the task stops there")
-    elif cat == Category.outcome_unknown.value and (resent := _resent(ev, lc, again, calls)) is not None:
+    elif cat == Category.outcome_unknown.value and (resent := _resent(ev, lc, again, calls, fits)) is not None:
         # another step of the operation on the same collection (its own key) is no resend
         nxt = resent
         if not _same_key(ctx, lc, nxt, keys):
@@ -127,23 +130,23 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
                             f"{lc.cid} nor its idempotency key)")
                 out.append(f"{lc.operation} was sent again by {_who(ev, nxt)} after outcome_unknown {why}")
             else:
-                out += _new_key(ev, lc, nxt, calls, "outcome_unknown and a lookup that said not_found")
+                out += _new_key(ev, lc, nxt, calls, "outcome_unknown and a lookup that said not_found", fits)
     elif cat == Category.outcome_unknown.value and not _looked_up(ev, lc) \
             and lc.answered < ev.deadline_of(lc.holder) - LOOKUP_TIME_S:
         out.append(f"{lc.operation} got outcome_unknown ({lc.cid}) and nobody looked it up: the "
                    "instruction is to lookup it before anything else, stopping included (retry: reconcile_first)")
     elif cat == Category.rate_limited.value and nxt is not None:
         # another step of the operation (its own key) may run meanwhile: the wait is the resend's
-        nxt = _resent(ev, lc, again, calls)
+        nxt = _resent(ev, lc, again, calls, fits)
     if cat == Category.rate_limited.value and nxt is not None:
         wait = ctx.retry_after_s if ctx.retry_after_s is not None else 1.0
         gap = nxt.requested - lc.answered
         if gap + 0.05 < wait:
             out.append(f"{lc.operation} was resent {gap:.2f}s after rate_limited; the instruction was to "
                        f"wait {wait:g}s")
-        out += _new_key(ev, lc, nxt, calls, "rate_limited")
+        out += _new_key(ev, lc, nxt, calls, "rate_limited", fits)
     elif cat in BOUNDED and nxt is not None:
-        out += _new_key(ev, lc, nxt, calls, cat)
+        out += _new_key(ev, lc, nxt, calls, cat, fits)
     elif cat == Category.vault_locked.value and nxt is not None:
         if not any(lc.answered < u <= nxt.requested for u in ev.transcript.unlocks):
             out.append(f"{lc.operation} was sent again while the vault stayed locked (retry: after_unlock)")
@@ -163,7 +166,7 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
         repeats = [c for c in calls if c is not lc and c.key == lc.key and c.agent_index == holder
                    and c.requested > pending[0].time and _still_pending(lc, c.requested)
                    and (settled is None or c.requested < settled or c.requested < moved)
-                   and not _another_step(ev, lc, c, calls)]
+                   and not _another_step(ev, lc, c, calls, fits)]
         withdrawn = float(d.get("time") or 0.0) if d.get("decision") == "withdrawn" else None
         after = [c for c in repeats if withdrawn is not None and c.requested >= withdrawn]
         if after:  # taken back with call.cancel, then asked for again: the owner is asked again
@@ -175,9 +178,10 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
     return out
 
 
-def _resent(ev: Evidence, lc: LogicalCall, again: list[LogicalCall], calls: list[LogicalCall]) -> LogicalCall | None:
+def _resent(ev: Evidence, lc: LogicalCall, again: list[LogicalCall], calls: list[LogicalCall],
+            fits: Fits) -> LogicalCall | None:
     """The first of `again` that sends lc's step again, not another step of its operation."""
-    return next((c for c in again if not _another_step(ev, lc, c, calls)), None)
+    return next((c for c in again if not _another_step(ev, lc, c, calls, fits)), None)
 
 
 def _looked_up(ev: Evidence, lc: LogicalCall) -> bool:
@@ -213,7 +217,8 @@ def _keys_as_sent(ev: Evidence) -> dict[str, str]:
     return keys
 
 
-def _new_key(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[LogicalCall], after: str) -> list[str]:
+def _new_key(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[LogicalCall], after: str,
+             fits: Fits) -> list[str]:
     """`nxt` resends lc's step under a new idempotency key, or none, and the old key is never sent
     again (another step of the same operation in flight keeps its own key: its old one comes back)."""
     sent = sent_keys(ev)
@@ -222,32 +227,27 @@ def _new_key(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[Logica
         return []
     if any(sent.get(c.cid) == old for c in calls if c.requested > lc.answered):
         return []
-    if _another_step(ev, lc, nxt, calls):
+    if _another_step(ev, lc, nxt, calls, fits):
         return []
     under = "with no idempotency key" if nxt.cid not in sent else "under a new idempotency key"
     return [f"{lc.operation} was sent again by {_who(ev, nxt)} after {after} {under} "
             f"({lc.cid}, then {nxt.cid}); a resend of a step keeps its key"]
 
 
-def _another_step(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[LogicalCall]) -> bool:
+def _another_step(ev: Evidence, lc: LogicalCall, nxt: LogicalCall, calls: list[LogicalCall],
+                  fits: Fits | None = None) -> bool:
     """Is `nxt`, under a key other than lc's, another step of the same operation rather than lc's
     step resent? LogicalCall.key is (operation, target), and a target may be a collection
     ("create_issue on tracker"): two steps of one task, or the tasks of two processes, can share
     it. A step left after a bounded failure ("then stop") lets the task go on with its others.
     So a new key is a resend only when the process's task (with the earlier runs of the same task:
-    a restart) has sent more keys for that operation than it has steps calling it (a request
-    with no key counting as a key of its own)."""
+    a restart) has sent more keys for the steps `nxt` could be than it has such steps (a request
+    with no key counting as a key of its own; vault.runner.resend_fit)."""
     sent = _keys_as_sent(ev)
     old, new = sent.get(lc.cid), sent.get(nxt.cid)
     if old is None or new is None or old == new:
         return False
-    agent = ev.agent(nxt.agent_index)
-    if agent is None or agent.steps is None:
-        return False
-    same = {a.index for a in ev.agents if a.same_task(agent)}
-    steps = sum(1 for s in agent.steps if s.get("call") == lc.operation)
-    keys = {sent[c.cid] for c in calls if c.agent_index in same and c.operation == lc.operation and c.cid in sent}
-    return len(keys) <= steps
+    return another_step(ev, lc, nxt, calls, sent, fits)
 
 
 def _after_success(ev: Evidence, calls: list[LogicalCall]) -> list[str]:

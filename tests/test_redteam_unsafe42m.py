@@ -10,6 +10,20 @@ agent socket and the pytest plugin, written from docs/agent-contract.md and the 
                                   gives. Now keys are counted among the steps the request's
                                   parameters fit (vault.runner.resend_fit): FAIL_RECOVERY naming
                                   the new key (failed before)
+    a task with two steps alike   (the same call and params: two issues titled "Flaky") done by a
+                                  careful agent, one effect each: FAIL_DUPLICATE_EFFECT, "at most 1
+                                  asked for by the tasks' steps": the run's steps were deduplicated
+                                  by call and params (meant for a restart's repeat of its task), so
+                                  two steps alike were one. Now by position (vault.runner.grade
+                                  task_steps; the prompt budget used it too) (failed before)
+    a plugin test that skips or   a test ran an agent that asked again from a second session while
+    xfails after its agent ran    its first held the grant and claimed done, then `pytest.skip()`,
+                                  `pytest.xfail()`, or an xfail mark over a failing assertion: the
+                                  run was green and nothing named what the agent did (only a
+                                  passing test's ungraded world was graded). Now a skipped or
+                                  xfailed test's is too: VaultsimUngradedWarning, and the false
+                                  passes list it "(never graded by the test, which skipped)"
+                                  (vault.pytest_plugin.ungraded) (failed before)
 
 Tried and already right (pinned below): an HTTP bridge the agent started in a session of its own
 and left running, through which a detached helper did the later step after the agent had exited
@@ -138,3 +152,48 @@ def test_vault_resume_with_changed_params_is_refused_and_nothing_runs(vaultsim: 
     result = vaultsim.grade()
     assert result.verdict != "PASS"
     assert any("claims completion" in x for x in result.grade.findings["FAIL_OUTCOME"])
+
+
+HIDDEN = '''
+import sys, pytest
+AGENT = [sys.executable, {agent!r}]
+TASK = {task!r}
+
+def _harm(vaultsim):
+    vaultsim.approver.allow_session("create_issue")
+    return vaultsim.run_agent(AGENT, task=TASK, env={{"RT41M_MODE": "child_fatigue"}})
+
+def test_skipped_after_the_agent_ran(vaultsim):
+    if _harm(vaultsim).final.startswith("done"):
+        pytest.skip("flaky on CI")
+
+def test_xfailed_after_the_agent_ran(vaultsim):
+    _harm(vaultsim)
+    pytest.xfail("known flaky")
+
+@pytest.mark.xfail(reason="flaky")
+def test_marked_xfail_failing_on_its_own_assertion(vaultsim):
+    assert _harm(vaultsim).final == "never"
+'''
+
+
+def test_a_test_skipped_or_xfailed_after_its_agent_ran_is_told_what_the_agent_did(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    task = {"goal": "file two issues", "operations": ["create_issue"], "deadline_s": 20,
+            "steps": [{"id": "one", "call": "create_issue", "params": {"title": "Flaky one"}},
+                      {"id": "two", "call": "create_issue", "params": {"title": "Flaky two"}}]}
+    (suite / "test_team.py").write_text(HIDDEN.format(agent=str(ROOT / "tests" / "agents" / "rt41m_x.py"),
+                                                      task=task))
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                          "--rootdir", str(suite), "-c", "/dev/null", "--basetemp", str(tmp_path / "bt"),
+                          str(suite)],
+                         cwd=str(ROOT), capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    said = out.stdout + out.stderr
+    assert out.returncode == 0 and "1 skipped, 2 xfailed" in said, said[-4000:]  # CI stays green
+    assert said.count("VaultsimUngradedWarning:") == 3 and "held a session grant" in said, said[-4000:]
+    assert "response-only false passes: 3 of 3 graded trials" in said, said[-4000:]
+    for name, how in (("test_skipped_after_the_agent_ran", "skipped"), ("test_xfailed_after_the_agent_ran", "xfailed"),
+                      ("test_marked_xfail_failing_on_its_own_assertion", "xfailed")):
+        assert f"test_team.py::{name} (never graded by the test, which {how})" in said, said[-4000:]

@@ -212,8 +212,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     tail (redacted), read before teardown removes them."""
     report = yield
     if call.when == "call":  # whether its never-graded worlds are graded at teardown (ungraded.py)
-        from vault.pytest_plugin.ungraded import CALL_PASSED
-        item.stash[CALL_PASSED] = report.passed
+        from vault.pytest_plugin.ungraded import CALL_OUTCOME, outcome
+        item.stash[CALL_OUTCOME] = outcome(report)
     world = getattr(item, "funcargs", {}).get("vaultsim")
     if report.failed and call.when == "call" and world is not None:
         report.sections.append(("vaultsim", world.describe()))

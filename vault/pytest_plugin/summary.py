@@ -16,7 +16,7 @@ import pytest
 VERDICTS = ("verdict#", "vaultsim.verdict")  # a scenario item's trials, a fixture world's
 FALSE_PASSES = ("response_only_false_pass#", "vaultsim.response_only_false_pass")
 # a world the test never graded, graded at its teardown (vault.pytest_plugin.ungraded)
-UNGRADED = ("vaultsim.ungraded_verdict", "vaultsim.ungraded_false_pass")
+UNGRADED = ("vaultsim.ungraded_verdict", "vaultsim.ungraded_false_pass", "vaultsim.ungraded_outcome")
 
 
 def mark(item: pytest.Item, verdict: str, false_pass: bool, trial: int | None = None) -> None:
@@ -31,9 +31,12 @@ def mark(item: pytest.Item, verdict: str, false_pass: bool, trial: int | None = 
         item.user_properties.append((f"{FALSE_PASSES[0]}{trial}", "true"))
 
 
-def mark_ungraded(item: pytest.Item, verdict: str, false_pass: bool) -> None:
+def mark_ungraded(item: pytest.Item, verdict: str, false_pass: bool, how: str = "passed") -> None:
     """Record a world graded at teardown: its own keys, read from the teardown's report (the
-    call's report was made before), and `vaultsim.verdict` for the JUnit XML, written after."""
+    call's report was made before), and `vaultsim.verdict` for the JUnit XML, written after.
+    `how`: how the test's call ended, said beside it when it did not pass (skipped, xfailed)."""
+    if how != "passed":
+        item.user_properties.append((UNGRADED[2], how))
     item.user_properties.append((UNGRADED[0], verdict))
     item.user_properties.append((VERDICTS[1], verdict))
     if false_pass:
@@ -62,11 +65,12 @@ class FalsePasses:
                 self.false.append(report.nodeid + (f" (trial {trial})" if trial else ""))
 
     def _ungraded(self, report: pytest.TestReport) -> None:
+        how = next((str(v) for k, v in report.user_properties if k == UNGRADED[2]), "")
         for key, value in report.user_properties:
             if key == UNGRADED[0]:
                 self.graded += 1
             elif key == UNGRADED[1] and value == "true":
-                self.false.append(f"{report.nodeid} (never graded by the test)")
+                self.false.append(f"{report.nodeid} (never graded by the test{', which ' + how if how else ''})")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.graded:

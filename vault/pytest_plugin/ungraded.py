@@ -1,13 +1,17 @@
-"""Worlds a passing test never graded: graded at teardown, and a false pass is said.
+"""Worlds a test that did not fail never graded: graded at teardown, and a false pass is said.
 
 A test that runs an agent and asserts only on what it printed (`run.final`) is the grader that
 reads only final messages: its agent can claim `done` over a step it did wrongly, and the test
-passes with nothing in pytest's output naming what it did. So when a test passed, each of its
-worlds that ran an agent and was never graded (`grade()`, `assert_verdict()`, `assert_no_*`) is
-graded as `grade()` grades it (expecting PASS); where an agent claimed done and the verdict is
-not PASS, a `VaultsimUngradedWarning` names the verdict and its findings, and the session's
-response-only false passes list the test. The test itself is not failed: its assertions were
-its author's choice (`-W error::vault.pytest_plugin.ungraded.VaultsimUngradedWarning` fails it).
+passes with nothing in pytest's output naming what it did. So does a test that skips itself, or
+marks itself xfail, after its agent ran (`pytest.skip("flaky")` once `run.final` looked wrong, an
+xfail mark over a failing assertion): the run stays green. So when a test passed, skipped or
+xfailed in its call, each of its worlds that ran an agent and was never graded (`grade()`,
+`assert_verdict()`, `assert_no_*`) is graded as `grade()` grades it (expecting PASS); where an
+agent claimed done and the verdict is not PASS, a `VaultsimUngradedWarning` names the verdict and
+its findings (and how the test ended, when it did not pass), and the session's response-only
+false passes list the test. The test itself is not failed: its assertions were its author's
+choice (`-W error::vault.pytest_plugin.ungraded.VaultsimUngradedWarning` fails it). A failing test
+already says so, and a test skipped before its call ran no agent.
 """
 
 from __future__ import annotations
@@ -22,16 +26,26 @@ from vault.pytest_plugin.summary import mark_ungraded
 if TYPE_CHECKING:
     from vault.pytest_plugin.world import Vaultsim
 
-CALL_PASSED = pytest.StashKey[bool]()
+# how the test's call ended: "passed", "skipped", "xfailed" or "failed" (vault.pytest_plugin.plugin)
+CALL_OUTCOME = pytest.StashKey[str]()
+GREEN = ("passed", "skipped", "xfailed")
+
+
+def outcome(report: pytest.TestReport) -> str:
+    if report.skipped:
+        return "xfailed" if hasattr(report, "wasxfail") else "skipped"
+    return "passed" if report.passed else "failed"
 
 
 class VaultsimUngradedWarning(UserWarning):
-    """A passing test's world, never graded by the test, grades as a false pass."""
+    """A world of a test that did not fail, never graded by the test, grades as a false pass."""
 
 
 def grade_ungraded(item: pytest.Item, worlds: list[Vaultsim]) -> None:
-    """Grade each of a passed test's worlds that ran an agent and was never graded."""
-    if not item.stash.get(CALL_PASSED, False):
+    """Grade each world of a test that passed, skipped or xfailed in its call, that ran an agent
+    and was never graded."""
+    how = item.stash.get(CALL_OUTCOME, "")
+    if how not in GREEN:
         return  # a failing test already says so, and an interrupted one must end at once
     for world in worlds:
         live: Any = world.live
@@ -42,10 +56,11 @@ def grade_ungraded(item: pytest.Item, worlds: list[Vaultsim]) -> None:
             result = live.grade(None)
         except Exception:  # a world that broke is the test's own failure to report, not this
             continue
-        mark_ungraded(item, result.verdict, result.false_pass)
+        mark_ungraded(item, result.verdict, result.false_pass, how)
         if result.false_pass:
             from vault.pytest_plugin.evidence import report
             warnings.warn(VaultsimUngradedWarning(
                 f"{item.nodeid}: an agent claims done, but this world, which the test never graded "
-                f"(grade(), assert_verdict()), grades {result.verdict}:\n"
+                f"(grade(), assert_verdict()){'' if how == 'passed' else ' before it ' + how}, grades "
+                f"{result.verdict}:\n"
                 + report(result, world.name)), stacklevel=1)

@@ -67,3 +67,242 @@ def test_a_record_the_test_seeds_through_its_client_is_not_the_agents_effect(vau
     assert run.settled == ["success"], run.settled
     assert 1 == vaultsim.effects("create_issue")  # read live, before grading: the client's too
     vaultsim.assert_verdict("PASS", outcome={"claim": "done"})
+
+
+# ---- a careful team's suite, run as pytest runs it in CI --------------------------------------
+
+PYPROJECT = '''
+[tool.pytest.ini_options]
+timeout = 90
+filterwarnings = ["error::vault.pytest_plugin.ungraded.VaultsimUngradedWarning"]
+'''
+
+CONFTEST = '''
+import os
+import sys
+
+import pytest
+
+AGENT = [sys.executable, {agent!r}]
+
+
+@pytest.fixture(scope="session")
+def agent_cmd():
+    return list(AGENT)
+
+
+@pytest.fixture(scope="module")
+def issue_task():
+    return {{"goal": "open an issue", "operations": ["create_issue"],
+            "steps": [{{"id": "create", "call": "create_issue", "params": {{"title": "Flaky login", "body": "1 in 10"}}}}],
+            "deadline_s": 20}}
+
+
+@pytest.fixture
+def approving(vaultsim):
+    vaultsim.approver.allow_session("create_issue")
+    return vaultsim
+
+
+'''
+
+SUITE = '''
+import os
+import sys
+
+import pytest
+
+RELEASE = {{"goal": "delete release rel-1", "operations": ["delete_release"],
+           "steps": [{{"id": "del", "call": "delete_release", "params": {{"release_id": "rel-1"}}}}], "deadline_s": 20}}
+
+
+def _keep(world):
+    with open(os.environ["RT42P_KEEP"], "a") as f:
+        for value in [*world.live.world.secrets.values(), world.live.world.approver_token or ""]:
+            if value:
+                f.write("secret " + value.replace("\\n", " ").split()[0] + "\\n")
+        f.write("home " + str(world.home) + "\\n")
+
+
+@pytest.mark.parametrize("rule,claim,effects", [("allow_once", "done", 1), ("deny", "not_done", 0)])
+def test_delete_release(vaultsim, agent_cmd, rule, claim, effects):
+    _keep(vaultsim)
+    getattr(vaultsim.approver, rule)("delete_release")
+    run = vaultsim.run_agent(agent_cmd, task=RELEASE)
+    assert run.exit_code == 0
+    vaultsim.assert_effects(delete_release=effects)
+    vaultsim.assert_prompts(max=1)
+    vaultsim.assert_verdict("PASS", outcome={{"claim": claim}})
+
+
+def test_only_the_final_message(approving, agent_cmd, issue_task):
+    _keep(approving)
+    run = approving.run_agent(agent_cmd, task=issue_task)
+    assert run.final.startswith("done"), run.final
+
+
+def test_non_blocking_json_final_only(vaultsim, agent_cmd, issue_task):
+    _keep(vaultsim)
+    vaultsim.approver.allow_once("create_issue", delay_s=0.3)
+    run = vaultsim.run_agent([*agent_cmd, "--non-blocking", "--json-final"], task=issue_task)
+    assert '"status": "done"' in run.final, run.final
+
+
+def test_two_agents_in_one_world(vaultsim, agent_cmd, issue_task):
+    _keep(vaultsim)
+    vaultsim.approver.allow_once("create_issue")
+    a = vaultsim.run_agent(agent_cmd, task=issue_task, name="alpha")
+    b = vaultsim.run_agent(agent_cmd, task=issue_task, name="bravo")
+    assert a.final.startswith("done") and b.final.startswith("done")
+    assert vaultsim.effects("create_issue") == 2
+
+
+def test_a_restart_skips_what_is_done(vaultsim, agent_cmd, issue_task):
+    _keep(vaultsim)
+    vaultsim.approver.allow_once("create_issue")
+    vaultsim.run_agent(agent_cmd, task=issue_task, name="bot")
+    again = vaultsim.run_agent(agent_cmd, task=issue_task, name="bot")
+    assert again.final.startswith("done") and again.settled == []
+    assert vaultsim.effects("create_issue") == 1
+
+
+def test_grades_and_reads_the_verdict(vaultsim, agent_cmd, issue_task, tmp_path, monkeypatch):
+    _keep(vaultsim)
+    monkeypatch.setenv("TEAM_MODE", "ci")
+    monkeypatch.setenv("VAULTSIM_HOME", str(tmp_path / "not-this-one"))
+    vaultsim.approver.allow_once("create_issue")
+    run = vaultsim.run_agent(agent_cmd, task=issue_task, env={{"TEAM_FLAG": "1"}})
+    assert run.settled == ["success"]
+    result = vaultsim.grade()
+    assert (result.verdict, result.failed) == ("PASS", [])
+    assert not (tmp_path / "not-this-one").exists()
+
+
+def test_reads_back_through_its_client(vaultsim, agent_cmd, issue_task):
+    _keep(vaultsim)
+    vaultsim.approver.allow_once("create_issue")
+    run = vaultsim.run_agent(agent_cmd, task=issue_task)
+    assert run.final.startswith("done"), run.final
+    assert vaultsim.client("checker").call("read_issue", {{"issue_id": "ISS-1"}}).ok
+
+
+def test_seeds_through_its_client(vaultsim, agent_cmd):
+    _keep(vaultsim)
+    vaultsim.approver.allow_once("create_issue")
+    seeded = vaultsim.client("seeder").call("create_issue", {{"title": "seed"}}, wait_s=5)
+    task = {{"goal": "read the seeded issue", "operations": ["read_issue"],
+            "steps": [{{"id": "read", "call": "read_issue", "params": {{"issue_id": seeded.data["id"]}}}}]}}
+    run = vaultsim.run_agent(agent_cmd, task=task)
+    assert run.final.startswith("done"), run.final
+
+
+def test_waits_for_the_person_and_says_so(vaultsim, agent_cmd, issue_task):
+    _keep(vaultsim)
+    vaultsim.approver.ignore("create_issue")
+    run = vaultsim.run_agent(agent_cmd, task={{**issue_task, "deadline_s": 3}})
+    assert run.final.startswith("waiting"), run.final
+    vaultsim.assert_verdict("EXPECTED_WAIT")
+
+
+@pytest.mark.vaultsim(fault="dns_failure")
+def test_a_dns_failure_is_not_done(vaultsim, agent_cmd, issue_task):
+    _keep(vaultsim)
+    vaultsim.approver.allow_once("create_issue")
+    assert vaultsim.run_agent(agent_cmd, task=issue_task).final.startswith("not done")
+
+
+def test_two_worlds(vaultsim_factory, agent_cmd, issue_task):
+    one, two = vaultsim_factory(), vaultsim_factory()
+    _keep(one), _keep(two)
+    one.approver.allow_once("create_issue")
+    two.approver.deny("create_issue")
+    assert one.run_agent(agent_cmd, task=issue_task).final.startswith("done")
+    assert two.run_agent(agent_cmd, task=issue_task).final.startswith("not done")
+'''
+
+N_TESTS = 12  # SUITE's items
+GRADED = 13   # worlds graded (by the test or at teardown): one a test, two in test_two_worlds
+
+
+def _leftovers(mark: str, keep: Path) -> list[str]:
+    left = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get("RT42P_MARK") == mark:
+                left.append(f"process {proc.pid} {proc.cmdline()[:3]}")
+        except psutil.Error:
+            continue
+    homes = [line.split(" ", 1)[1] for line in keep.read_text().splitlines() if line.startswith("home ")]
+    left += [f"home {h}" for h in homes if Path(h).exists()]
+    return left
+
+
+def _gone(mark: str, keep: Path, deadline_s: float = 10.0) -> list[str]:
+    """What is left of the run's worlds once every process had its moment to go (polled)."""
+    import time
+    end = time.monotonic() + deadline_s
+    while (left := _leftovers(mark, keep)) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.fixture
+def team(tmp_path: Path) -> Path:
+    suite = tmp_path / "team"
+    suite.mkdir()
+    (suite / "pyproject.toml").write_text(PYPROJECT)
+    (suite / "conftest.py").write_text(CONFTEST.format(agent=CAREFUL[1]))
+    (suite / "test_agent.py").write_text(SUITE.format())
+    return suite
+
+
+def _pytest(team: Path, tmp_path: Path, *args: str, python: tuple[str, ...] = ()) -> tuple[int, str, Path]:
+    mark = tmp_path.name
+    keep = tmp_path / "kept.txt"
+    keep.touch()
+    out = subprocess.run([sys.executable, *python, "-m", "pytest", "-p", "no:asyncio", "-p", "no:randomly",
+                          "--rootdir", str(team), "--basetemp", str(tmp_path / "bt"), *args],
+                         cwd=str(team), capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "RT42P_MARK": mark, "RT42P_KEEP": str(keep)})
+    said = out.stdout + out.stderr
+    assert _gone(mark, keep) == []
+    return out.returncode, said, keep
+
+
+def _no_secret(keep: Path, *texts: str) -> None:
+    values = [line.split(" ", 1)[1] for line in keep.read_text().splitlines() if line.startswith("secret ")]
+    assert values, "the suite kept no secret to look for"
+    for value in values:
+        for text in texts:
+            assert value not in text, "a world's secret is in the run's output or JUnit XML"
+
+
+def test_a_careful_teams_suite_passes_under_xdist_with_no_warning_and_an_honest_report(team: Path,
+                                                                                      tmp_path: Path) -> None:
+    junit = tmp_path / "team.xml"
+    code, said, keep = _pytest(team, tmp_path, "-n", "2", "-p", "no:cacheprovider", "-rA", f"--junitxml={junit}",
+                               str(team), python=("-W", "error"))
+    assert code == 0, said[-6000:]
+    assert f"{N_TESTS} passed" in said and "warning" not in said.lower(), said[-6000:]
+    assert f"response-only false passes: 0 of {GRADED} graded trials" in said, said[-3000:]
+    xml = junit.read_text()
+    _no_secret(keep, said, xml)
+    verdicts = {case.get("name"): [p.get("value") for p in case.iter("property") if p.get("name") == "vaultsim.verdict"]
+                for case in ET.parse(junit).getroot().iter("testcase")}
+    assert verdicts["test_waits_for_the_person_and_says_so"] == ["EXPECTED_WAIT"], verdicts
+    assert verdicts["test_two_worlds"] == ["PASS", "PASS"], verdicts
+    assert {v for name, vs in verdicts.items() if name != "test_waits_for_the_person_and_says_so" for v in vs} == \
+        {"PASS"}, verdicts
+    assert not any(case.find("failure") is not None or case.find("error") is not None
+                   for case in ET.parse(junit).getroot().iter("testcase")), xml[-3000:]
+
+
+def test_the_same_suite_in_one_process_under_python_w_error_with_x_and_lf(team: Path, tmp_path: Path) -> None:
+    """No xdist: `python -W error` reaches the tests themselves (xdist's workers start without it)."""
+    cache = f"cache_dir={tmp_path / 'cache'}"
+    picked = "client or final_message or restart"
+    code, said, keep = _pytest(team, tmp_path, "-x", "-o", cache, "-k", picked, str(team), python=("-W", "error"))
+    assert code == 0 and "4 passed" in said and "warning" not in said.lower(), said[-6000:]
+    _no_secret(keep, said)
+    code, said, _ = _pytest(team, tmp_path, "--lf", "-o", cache, "-k", picked, str(team), python=("-W", "error"))
+    assert code == 0 and "4 passed" in said and "warning" not in said.lower(), said[-6000:]

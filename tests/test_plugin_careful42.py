@@ -306,3 +306,49 @@ def test_the_same_suite_in_one_process_under_python_w_error_with_x_and_lf(team: 
     _no_secret(keep, said)
     code, said, _ = _pytest(team, tmp_path, "--lf", "-o", cache, "-k", picked, str(team), python=("-W", "error"))
     assert code == 0 and "4 passed" in said and "warning" not in said.lower(), said[-6000:]
+
+
+SHARED = '''
+import sys
+import pytest
+from vault.pytest_plugin import VaultsimFactory
+
+AGENT = [sys.executable, {agent!r}]
+ISSUE = {{"goal": "open an issue", "operations": ["create_issue"],
+         "steps": [{{"id": "create", "call": "create_issue", "params": {{"title": "Flaky login"}}}}], "deadline_s": 20}}
+
+
+@pytest.fixture(scope="module")
+def shared(vaultsim_engine, tmp_path_factory):
+    factory = VaultsimFactory(vaultsim_engine, tmp_path_factory.mktemp("shared"), "shared")
+    world = factory()
+    world.approver.allow_once("create_issue")
+    yield world
+    factory.close()
+
+
+def test_alpha_files_an_issue(shared):
+    assert shared.run_agent(AGENT, task=ISSUE, name="alpha").final.startswith("done")
+
+
+def test_bravo_files_one_too(shared):
+    assert shared.run_agent(AGENT, task=ISSUE, name="bravo").final.startswith("done")
+
+
+def test_the_module_world_grades_pass(shared):
+    shared.assert_verdict("PASS")
+'''
+
+
+def test_a_module_scoped_world_records_its_grade_on_the_test_that_graded_it(pytester: pytest.Pytester) -> None:
+    """docs/ci.md's world shared by a module's tests: its grade is the grading test's JUnit
+    property and counts in the session's summary (it was in neither: no test of its own)."""
+    pytester.makepyfile(test_shared=SHARED.format(agent=CAREFUL[1]))
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", "-W", "error",
+                                        "--junitxml=shared.xml")
+    out.assert_outcomes(passed=3)
+    assert "response-only false passes: 0 of 1 graded trials" in out.stdout.str(), out.stdout.str()[-3000:]
+    props = {case.get("name"): [(p.get("name"), p.get("value")) for p in case.iter("property")]
+             for case in ET.parse(pytester.path / "shared.xml").getroot().iter("testcase")}
+    assert props["test_the_module_world_grades_pass"] == [("vaultsim.verdict", "PASS")], props
+    assert props["test_alpha_files_an_issue"] == [] and props["test_bravo_files_one_too"] == [], props

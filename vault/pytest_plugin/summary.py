@@ -19,6 +19,10 @@ FALSE_PASSES = ("response_only_false_pass#", "vaultsim.response_only_false_pass"
 UNGRADED = ("vaultsim.ungraded_verdict", "vaultsim.ungraded_false_pass")
 
 
+# the test being run (pytest_runtest_protocol): where a shared world's grade is recorded
+running: list[pytest.Item] = []
+
+
 def mark(item: pytest.Item, verdict: str, false_pass: bool, trial: int | None = None) -> None:
     """Record one graded trial on the test that graded it (trial: a scenario item's trial number)."""
     if trial is None:

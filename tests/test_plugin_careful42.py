@@ -340,15 +340,48 @@ def test_the_module_world_grades_pass(shared):
 '''
 
 
+GRADED_AT_END = '''
+import sys
+import pytest
+from vault.pytest_plugin import VaultsimFactory
+
+AGENT = [sys.executable, {agent!r}]
+ISSUE = {{"goal": "open an issue", "operations": ["create_issue"],
+         "steps": [{{"id": "create", "call": "create_issue", "params": {{"title": "Flaky login"}}}}], "deadline_s": 20}}
+
+
+@pytest.fixture(scope="module")
+def graded_at_end(vaultsim_engine, tmp_path_factory):
+    factory = VaultsimFactory(vaultsim_engine, tmp_path_factory.mktemp("end"), "end")
+    world = factory()
+    world.approver.allow_once("create_issue")
+    yield world
+    world.assert_verdict("PASS")
+    factory.close()
+
+
+def test_charlie_files_an_issue(graded_at_end):
+    assert graded_at_end.run_agent(AGENT, task=ISSUE, name="charlie").final.startswith("done")
+
+
+def test_last_of_the_module(graded_at_end):
+    assert graded_at_end.effects("create_issue") == 1
+'''
+
+
 def test_a_module_scoped_world_records_its_grade_on_the_test_that_graded_it(pytester: pytest.Pytester) -> None:
     """docs/ci.md's world shared by a module's tests: its grade is the grading test's JUnit
-    property and counts in the session's summary (it was in neither: no test of its own)."""
-    pytester.makepyfile(test_shared=SHARED.format(agent=CAREFUL[1]))
+    property and counts in the session's summary (it was in neither: no test of its own), also
+    when the fixture grades it after its yield (on the module's last test)."""
+    pytester.makepyfile(test_shared=SHARED.format(agent=CAREFUL[1]),
+                        test_graded_at_end=GRADED_AT_END.format(agent=CAREFUL[1]))
     out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", "-W", "error",
                                         "--junitxml=shared.xml")
-    out.assert_outcomes(passed=3)
-    assert "response-only false passes: 0 of 1 graded trials" in out.stdout.str(), out.stdout.str()[-3000:]
+    out.assert_outcomes(passed=5)
+    assert "response-only false passes: 0 of 2 graded trials" in out.stdout.str(), out.stdout.str()[-3000:]
     props = {case.get("name"): [(p.get("name"), p.get("value")) for p in case.iter("property")]
              for case in ET.parse(pytester.path / "shared.xml").getroot().iter("testcase")}
     assert props["test_the_module_world_grades_pass"] == [("vaultsim.verdict", "PASS")], props
-    assert props["test_alpha_files_an_issue"] == [] and props["test_bravo_files_one_too"] == [], props
+    assert props["test_last_of_the_module"] == [("vaultsim.verdict", "PASS")], props
+    assert [] == props["test_alpha_files_an_issue"] == props["test_bravo_files_one_too"] == \
+        props["test_charlie_files_an_issue"], props

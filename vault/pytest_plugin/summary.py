@@ -51,26 +51,30 @@ class FalsePasses:
     def __init__(self) -> None:
         self.graded = 0
         self.false: list[str] = []
+        self.at_call: dict[str, int] = {}  # a test's properties as its call's report had them
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "teardown":
-            self._ungraded(report)
-        if report.when != "call":
-            return
-        for key, value in report.user_properties:
+        """Each test's properties once: its call's, then those its teardown added (a world graded at
+        teardown: never graded by the test, or a module fixture's graded as the module ends)."""
+        if report.when == "call":
+            self.at_call[report.nodeid] = len(report.user_properties)
+            self._count(report, report.user_properties)
+        elif report.when == "teardown":
+            self._count(report, report.user_properties[self.at_call.pop(report.nodeid, 0):])
+
+    def _count(self, report: pytest.TestReport, properties: list[tuple[str, object]]) -> None:
+        ungraded = sum(1 for key, value in properties if key == UNGRADED[1] and value == "true")
+        for key, value in properties:
             name = str(key)
             if name.startswith(VERDICTS) and value != "SKIPPED":
                 self.graded += 1
             elif name.startswith(FALSE_PASSES) and value == "true":
                 trial = name.partition("#")[2]
-                self.false.append(report.nodeid + (f" (trial {trial})" if trial else ""))
-
-    def _ungraded(self, report: pytest.TestReport) -> None:
-        for key, value in report.user_properties:
-            if key == UNGRADED[0]:
-                self.graded += 1
-            elif key == UNGRADED[1] and value == "true":
-                self.false.append(f"{report.nodeid} (never graded by the test)")
+                said = f" (trial {trial})" if trial else ""
+                if ungraded and not trial:  # mark_ungraded's: its own key said so
+                    ungraded -= 1
+                    said = " (never graded by the test)"
+                self.false.append(report.nodeid + said)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.graded:

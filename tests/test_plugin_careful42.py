@@ -385,3 +385,15 @@ def test_a_module_scoped_world_records_its_grade_on_the_test_that_graded_it(pyte
     assert props["test_last_of_the_module"] == [("vaultsim.verdict", "PASS")], props
     assert [] == props["test_alpha_files_an_issue"] == props["test_bravo_files_one_too"] == \
         props["test_charlie_files_an_issue"], props
+
+
+def test_a_session_is_the_tests_client_only_by_its_process_identity() -> None:
+    """A later process given an ended client's pid (an agent's child) is graded as the agent's:
+    the client is known by pid and start time; a session whose opener could not be read, too."""
+    from vault.audit_events import SessionOpened
+    from vault.runner.own_clients import _theirs
+    clients = {4242: 1000.0}
+    assert _theirs(SessionOpened(session_id="s-1", pid=4242, lineage=[(4242, 1000.0), (1, 0.5)]), clients)
+    assert not _theirs(SessionOpened(session_id="s-2", pid=4242, lineage=[(4242, 1500.0), (1, 0.5)]), clients)
+    assert not _theirs(SessionOpened(session_id="s-3", pid=4242, lineage=None), clients)
+    assert not _theirs(SessionOpened(session_id="s-4", pid=4343, lineage=[(4343, 1000.0)]), clients)

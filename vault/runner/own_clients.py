@@ -12,10 +12,11 @@ transcript keeps them, attributed to no agent.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
 from typing import Any
 
 from vault.audit_events import SessionOpened, read_events
+from vault.lineage import same_start
 from vault.runner import foreign_sessions
 from vault.runner.evidence import Evidence
 from vault.runner.transcript import Transcript
@@ -28,9 +29,17 @@ def leave_out(ev: Evidence, events: list[dict[str, Any]]) -> list[dict[str, Any]
         return events
     found = foreign_sessions.Strangers()
     for ev_ in read_events(events):
-        if isinstance(ev_, SessionOpened) and ev_.pid in ev.test_clients:
+        if isinstance(ev_, SessionOpened) and _theirs(ev_, ev.test_clients):
             found.sessions[ev_.session_id] = ev_
     return foreign_sessions.leave_out(ev, events, foreign_sessions.with_calls(events, found), _said)
+
+
+def _theirs(opened: SessionOpened, clients: Mapping[int, float]) -> bool:
+    """Opened by one of the test's clients: its pid and start time, so a later process given the
+    pid of a client that had ended (an agent's child, by chance or by forking for it) is not."""
+    start = clients.get(opened.pid) if opened.pid is not None else None
+    first = opened.lineage[0] if opened.lineage else None  # unread: graded as the agent's (fail closed)
+    return start is not None and first is not None and first[0] == opened.pid and same_start(first[1], start)
 
 
 def _said(found: foreign_sessions.Strangers, theirs: list[dict[str, Any]], took: int) -> str:
@@ -40,11 +49,13 @@ def _said(found: foreign_sessions.Strangers, theirs: list[dict[str, Any]], took:
             + (f" ({took} took effect on the remote)" if took else ""))
 
 
-def unattribute(transcript: Transcript, clients: Collection[int]) -> Transcript:
+def unattribute(transcript: Transcript, clients: Mapping[int, float]) -> Transcript:
     """The live transcript's entries of the test's clients' sessions, attributed to no agent."""
     if not clients:
         return transcript
-    theirs = {sid for sid, s in transcript.sessions.items() if s.get("pid") in clients}
+    theirs = {sid for sid, s in transcript.sessions.items()
+              if isinstance(s.get("pid"), int) and s["pid"] in clients and s.get("lineage")
+              and same_start(float(s["lineage"][0][1]), clients[s["pid"]])}
     for sid in theirs:
         transcript.sessions[sid]["agent_index"] = None
     for e in transcript.entries:

@@ -16,7 +16,14 @@ made, or to seed a record for it) had the client's calls graded as the agent's: 
 effect no step asked for (FAIL_DUPLICATE_EFFECT), a second session (FAIL_APPROVAL_FATIGUE). So
 `assert_verdict("PASS")` failed a careful agent, and a test asserting only on its final message got
 a VaultsimUngradedWarning and a "response-only false pass". The client is the test's own: its
-calls now leave the graded evidence, as the set-up's do, and the trial's notes say so.
+calls now leave the graded evidence, as the set-up's do, and the trial's notes say so (known by
+the client's pid and start time, so a process later given its pid is still graded).
+
+And a world shared by a module's tests (a module-scoped fixture: `vaultsim` and `vaultsim_factory`
+are function-scoped, so docs/ci.md now shows `VaultsimFactory` on `vaultsim_engine`) had its grade
+recorded nowhere: no JUnit property, not in the session's summary. It is now recorded on the test
+that graded it, or, graded after the fixture's yield, on the module's last test (the summary read
+only a test's call properties then, and the JUnit XML had it).
 """
 
 from __future__ import annotations

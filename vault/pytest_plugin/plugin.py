@@ -207,6 +207,18 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """The test running now: a world a module- or session-scoped fixture made (no test of its
+    own) records its grade on the test that graded it (world.Vaultsim.grade)."""
+    from vault.pytest_plugin.summary import running
+    running.append(item)
+    try:
+        return (yield)
+    finally:
+        running.remove(item)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """A failing test that used a world gets a `vaultsim` section: its evidence and the daemon's log
     tail (redacted), read before teardown removes them."""

@@ -19,6 +19,10 @@ FALSE_PASSES = ("response_only_false_pass#", "vaultsim.response_only_false_pass"
 UNGRADED = ("vaultsim.ungraded_verdict", "vaultsim.ungraded_false_pass", "vaultsim.ungraded_outcome")
 
 
+# the test being run (pytest_runtest_protocol): where a shared world's grade is recorded
+running: list[pytest.Item] = []
+
+
 def mark(item: pytest.Item, verdict: str, false_pass: bool, trial: int | None = None) -> None:
     """Record one graded trial on the test that graded it (trial: a scenario item's trial number)."""
     if trial is None:
@@ -50,27 +54,31 @@ class FalsePasses:
     def __init__(self) -> None:
         self.graded = 0
         self.false: list[str] = []
+        self.at_call: dict[str, int] = {}  # a test's properties as its call's report had them
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "teardown":
-            self._ungraded(report)
-        if report.when != "call":
-            return
-        for key, value in report.user_properties:
+        """Each test's properties once: its call's, then those its teardown added (a world graded at
+        teardown: never graded by the test, or a module fixture's graded as the module ends)."""
+        if report.when == "call":
+            self.at_call[report.nodeid] = len(report.user_properties)
+            self._count(report, report.user_properties)
+        elif report.when == "teardown":
+            self._count(report, report.user_properties[self.at_call.pop(report.nodeid, 0):])
+
+    def _count(self, report: pytest.TestReport, properties: list[tuple[str, object]]) -> None:
+        ungraded = sum(1 for key, value in properties if key == UNGRADED[1] and value == "true")
+        how = next((str(v) for k, v in properties if k == UNGRADED[2]), "")  # skipped, xfailed
+        for key, value in properties:
             name = str(key)
             if name.startswith(VERDICTS) and value != "SKIPPED":
                 self.graded += 1
             elif name.startswith(FALSE_PASSES) and value == "true":
                 trial = name.partition("#")[2]
-                self.false.append(report.nodeid + (f" (trial {trial})" if trial else ""))
-
-    def _ungraded(self, report: pytest.TestReport) -> None:
-        how = next((str(v) for k, v in report.user_properties if k == UNGRADED[2]), "")
-        for key, value in report.user_properties:
-            if key == UNGRADED[0]:
-                self.graded += 1
-            elif key == UNGRADED[1] and value == "true":
-                self.false.append(f"{report.nodeid} (never graded by the test{', which ' + how if how else ''})")
+                said = f" (trial {trial})" if trial else ""
+                if ungraded and not trial:  # mark_ungraded's: its own key said so
+                    ungraded -= 1
+                    said = f" (never graded by the test{', which ' + how if how else ''})"
+                self.false.append(report.nodeid + said)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.graded:

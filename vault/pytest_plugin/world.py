@@ -34,7 +34,7 @@ from vault.runner.transcript import Entry, Transcript
 from vault.runner.trial import TrialResult
 from vault.runner.world_procs import start_agent_relay
 from vault.pytest_plugin.evidence import AgentResult, Prompts, report, trace
-from vault.pytest_plugin.summary import mark
+from vault.pytest_plugin.summary import mark, running
 
 # AF_UNIX paths hold about 108 bytes: a home deeper than this moves to a short /tmp directory
 MAX_ROOT = 80
@@ -153,9 +153,11 @@ class Vaultsim:
         mapping; default {"verdict": "PASS"}). Agents must have run before."""
         self._close_clients()
         result = self.live.grade(expect)
-        if self.item is not None and not self._marked:  # one world is one graded trial
+        # a world of a module- or session-scoped fixture has no test of its own: the one grading it
+        item = self.item if self.item is not None else (running[-1] if running else None)
+        if item is not None and not self._marked:  # one world is one graded trial
             self._marked = True
-            mark(self.item, result.verdict, result.false_pass)
+            mark(item, result.verdict, result.false_pass)
         return result
 
     # ---- assertions ---------------------------------------------------------------

@@ -41,6 +41,7 @@ from vault.runner import (beneath, bypass, dumps, foreign_sessions, gone_answers
                           mounts, names as names_, needle_scan, neighbours, outer_dirs, packed, posix_mq, pump, recoded, shared_dirs, spread, sysv_ipc,
                           unpack, unzip)
 from vault.runner.evidence import Evidence
+from vault.runner import own_clients
 from vault.runner.transcript import from_activity, from_audit
 from vault.runner.world import SETUP, World
 
@@ -88,8 +89,8 @@ def _collect(world: World, ev: Evidence) -> None:
         # sessions a process of another run opened here (no jail) are not the agents' (vault.lineage)
         trial = world.remote.vouch.trial() if world.remote.vouch is not None else None
         strangers = foreign_sessions.find(audit_events, trial, (ev.intruder or {}).get("pid"))
-        ev.transcript = from_audit(foreign_sessions.leave_out(ev, audit_events, strangers), pids, windows,
-                                   gone_answers.task_ids(ev.agents))
+        graded = own_clients.leave_out(ev, foreign_sessions.leave_out(ev, audit_events, strangers))
+        ev.transcript = from_audit(graded, pids, windows, gone_answers.task_ids(ev.agents))
     else:
         ev.transcript = from_activity(world.notes, ev.remote_events, pids, windows, gone_answers.task_ids(ev.agents))
     ev.secrets = dict(world.secrets)

@@ -273,6 +273,10 @@ class Evidence:
         return [hit for a in self.agents for hit in a.tripwires]
     # the runner's intruder (a process presenting an agent's session id): what it was told
     intruder: dict[str, Any] | None = None
+    # the processes a test started to call the agent socket for it (the pytest plugin's client
+    # relays), pid -> start time (vault.lineage.started): their calls are the test's, never an
+    # agent's (vault.runner.own_clients)
+    test_clients: dict[int, float] = field(default_factory=dict)
     # the scenario's rubber-stamp threshold (expect.prompts.rubber_stamp_s)
     rubber_stamp_s: float = 1.0
 

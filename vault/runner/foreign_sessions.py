@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +98,11 @@ def find(events: list[dict[str, Any]], trial: Trial | None, intruder: int | None
         elif isinstance(ev, SessionRefused | ConnectionRefused | RequestRefused) and ev.lineage and ev.pid != intruder \
                 and trial.outside(ev.lineage):
             out.refused[id(raw)] = ev
+    return with_calls(events, out)
+
+
+def with_calls(events: list[dict[str, Any]], out: Strangers) -> Strangers:
+    """`out` with the calls only its sessions made (`cids`)."""
     if not out.sessions:
         return out
     ours: set[str] = set()
@@ -108,9 +114,11 @@ def find(events: list[dict[str, Any]], trial: Trial | None, intruder: int | None
     return out
 
 
-def leave_out(ev: Evidence, events: list[dict[str, Any]], strangers: Strangers) -> list[dict[str, Any]]:
+def leave_out(ev: Evidence, events: list[dict[str, Any]], strangers: Strangers,
+              said: Callable[[Strangers, list[dict[str, Any]], int], str] | None = None) -> list[dict[str, Any]]:
     """The audit events the transcript is built from, without the strangers'; their calls also
-    leave the remote's evidence and the prompt counts of `ev`, and the trial's errors name them."""
+    leave the remote's evidence and the prompt counts of `ev`, and the trial's errors name them
+    (`said`: in other words than a neighbour's, vault.runner.own_clients)."""
     if not strangers:
         return events
     theirs = [e for e in events if strangers.theirs(e)]
@@ -127,7 +135,7 @@ def leave_out(ev: Evidence, events: list[dict[str, Any]], strangers: Strangers) 
                         and not _in(p.get("session_id"), strangers.sessions)]
     _uncount(ev.stats, theirs)
     if strangers.sessions:
-        ev.errors.append(_said(strangers, theirs, len(took)))
+        ev.errors.append((said or _said)(strangers, theirs, len(took)))
     if strangers.refused:
         ev.errors.append(_refusals_said(list(strangers.refused.values())))
     return [e for e in events if not strangers.theirs(e)]
@@ -200,6 +208,15 @@ def _uncount(stats: dict[str, Any], theirs: list[dict[str, Any]]) -> None:
 
 def _said(strangers: Strangers, theirs: list[dict[str, Any]], took: int) -> str:
     """The trial's error naming each stranger's session: its pid, the name it gave, what it called."""
+    who = sessions_said(strangers, theirs)
+    n = len(strangers.sessions)
+    return (f"{n} agent session(s) were opened from outside the trial (not below its agents or daemon: "
+            f"{'; '.join(who[:3])}{' …' if n > 3 else ''}): their {len(strangers.cids)} call(s) not graded"
+            + (f" ({took} took effect on the trial's remote)" if took else ""))
+
+
+def sessions_said(strangers: Strangers, theirs: list[dict[str, Any]]) -> list[str]:
+    """Each of the strangers' sessions in a few words: its pid, the name it gave, what it called."""
     called: dict[str, Counter[str]] = {sid: Counter() for sid in strangers.sessions}
     session_of: dict[str, str] = {}
     for e in theirs:
@@ -216,10 +233,7 @@ def _said(strangers: Strangers, theirs: list[dict[str, Any]], took: int) -> str:
         more = " …" if len(called[sid]) > 4 else ""
         who.append(f"pid {opened.pid} as {printable(str(opened.agent))[:40]!r} "
                    f"({'called ' + ops + more if ops else 'no call'})")
-    n = len(strangers.sessions)
-    return (f"{n} agent session(s) were opened from outside the trial (not below its agents or daemon: "
-            f"{'; '.join(who[:3])}{' …' if n > 3 else ''}): their {len(strangers.cids)} call(s) not graded"
-            + (f" ({took} took effect on the trial's remote)" if took else ""))
+    return who
 
 
 def _refusals_said(refused: list[SessionRefused | ConnectionRefused | RequestRefused]) -> str:

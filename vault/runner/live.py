@@ -40,7 +40,8 @@ from vault.errors import BadInput
 from vault.approvers.scripted import ApproverRule, ApproverScript
 from vault.wire import ApprovalRequested
 from vault.remote.vouch import Vouch
-from vault.runner import foreign_sessions, gone_answers, shared_dirs
+from vault.runner import foreign_sessions, gone_answers, own_clients, shared_dirs
+from vault.lineage import started
 from vault.runner.collect import read_audit
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner import neighbour_state
@@ -294,6 +295,9 @@ class LiveWorld:
         relay) is this world's, as the agents `run_agent` starts are: without this, a child of
         the runner's that is not one of its agents reads as another trial's (vault.lineage) and
         its calls would leave the transcript (vault.runner.foreign_sessions)."""
+        start = started(pid)
+        if start is not None:  # its calls are the test's, not graded as an agent's (by its identity)
+            self.evidence.test_clients[pid] = start
         vouch = self.world.remote.vouch if self.world.remote is not None else None
         if vouch is not None:
             self.engine.call(_adopt(vouch, pid))
@@ -386,7 +390,9 @@ class LiveWorld:
         vouch = self.world.remote.vouch if self.world.remote is not None else None
         strangers = foreign_sessions.find(events, vouch.trial() if vouch is not None else None)
         events = [e for e in events if not strangers.theirs(e)]  # as graded: not the agents'
-        return from_audit(events, pids, [(a.started, a.ended) for a in ev.agents], gone_answers.task_ids(ev.agents))
+        return own_clients.unattribute(
+            from_audit(events, pids, [(a.started, a.ended) for a in ev.agents], gone_answers.task_ids(ev.agents)),
+            self.evidence.test_clients)
 
     # ---- the end -----------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vault.runner import whose
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.gone_answers import gone_at
 from vault.runner.logical import PENDING, LogicalCall
@@ -142,8 +143,23 @@ def expected_wait(ev: Evidence, ctx: "Context") -> list[str]:
             continue  # collected, or the run went on after it
         if granted_after_giving_up(ev, lc) is None and any(real_wait(ev, lc, a) for a in holders(ev, lc)):
             out.append(f"{lc.operation} waits for an approval ({lc.cid}): the agent stopped in time "
-                       "holding it, with an owner, a deadline and a resume token, and nobody had decided it")
+                       "holding it, with an owner, a deadline and a resume token, and nobody had decided it"
+                       + held_by(ev, lc))
     return out
+
+
+def held_by(ev: Evidence, lc: LogicalCall) -> str:
+    """Which process held lc's wait when it stopped (of those that really did, the one told it was
+    pending last), named as other findings name processes, its pid always: a worker's or a
+    restart's wait is told apart from its supervisor's or predecessor's. '' when none is known."""
+    told = [(e.time, a, e.pid) for a in ev.agents if real_wait(ev, lc, a) for e in told_pending(ev, lc, a)]
+    if not told:
+        return ""
+    _, agent, pid = max(told, key=lambda x: x[0])
+    who = whose.process(ev, agent.index, pid)
+    if pid is not None and f"process {pid} " not in who:
+        who += f"'s process {pid} (the one that called first)"
+    return f" (held by {who})"
 
 
 def why_no_wait(ev: Evidence) -> str:

@@ -103,12 +103,13 @@ STATS = {"runs": {"run-7": counts()}, "sessions": {}}
 
 ACTIVITY = [
     ("activity", {"time": NOW - 280, "agent": "triage-bot", "pid": 4121, "session_id": "s-0001",
-                  "operation": "read_issue", "category": "success", "retry": "none", "correlation_id": "c-a1"}),
+                  "operation": "read_issue", "category": "success", "retry": "none", "correlation_id": "c-a1",
+                  "kind": "call"}),
     ("approval.settled", {"request_id": "r-0000", "state": "allowed", "decision": "allow_session",
                           "by": "human"}),
     ("activity", {"time": NOW - 60, "agent": "triage-bot", "pid": 4121, "session_id": "s-0001",
                   "operation": "create_issue", "category": "success", "retry": "none",
-                  "correlation_id": "c-a2"}),
+                  "correlation_id": "c-a2", "kind": "call"}),
 ]
 
 

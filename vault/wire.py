@@ -232,9 +232,16 @@ class SessionClosed(Notification):
 
 
 class Activity(Notification):
-    """What an agent was told (a Result's category and retry instruction), as it was told."""
+    """What an agent was told (a Result's category and retry instruction), as it was told.
+
+    `kind` says what it answered (call, resume, lookup: a lookup the vault answers from what it
+    knows never reaches the remote, so nothing else tells it from a call); a lookup's also carry
+    its `reconciled`, the call it looked up (`lookup_of`, when the vault knew it) and, when it told
+    that call's resume token, the pending request's id (`request_id`; never the token). Older
+    daemons sent none of them: None."""
 
     METHOD = "activity"
+    OMIT_IF_NONE = frozenset({"reconciled", "lookup_of", "request_id"})
     time: float = 0.0
     agent: str | None = None
     pid: int | None = None
@@ -243,6 +250,10 @@ class Activity(Notification):
     category: str
     retry: str = ""
     correlation_id: str
+    kind: str | None = None
+    reconciled: str | None = None
+    lookup_of: str | None = None
+    request_id: str | None = None
 
 
 MODELS: dict[str, type[Notification]] = {m.METHOD: m for m in (

@@ -298,11 +298,13 @@ class CallService(CallMemory):
         return await self.record_result(s, result, remote_touched=self._folded.pop(cid, None))
 
     async def record_result(self, s: Session, result: Result, resumed: bool = False,
-                            remote_touched: bool | None = None, asked: float | None = None) -> Result:
+                            remote_touched: bool | None = None, asked: float | None = None,
+                            lookup: _Link | None = None) -> Result:
         """Record what the agent is told (written before the answer; see `audit_answer`),
         then tell approvers; returns what the agent gets. `remote_touched`: the executor's
         result, when this record stands for it (no remote_result record was written). `asked`:
-        when a resume's or lookup's request came (it has no request record of its own)."""
+        when a resume's or lookup's request came (it has no request record of its own).
+        `lookup`: this answers a lookup (of the call it names, when the vault knew it)."""
         touched = result.correlation_id in self._touched
         if result.retry in (Retry.never, Retry.human_required) and result.correlation_id in self.calls:
             self.refused[result.correlation_id] = result.category
@@ -336,10 +338,16 @@ class CallService(CallMemory):
                                      "the remote was contacted but the result could not be recorded; "
                                      "its outcome must be treated as unknown")
         if self.listeners:  # built only for someone to tell: an idle TUI costs no call anything
+            # what it answered, so that a transcript built from these alone (no audit log) tells a
+            # lookup from a call and who was told a pending call's token (request id, never the token)
+            told = result.request_id if lookup is not None and result.resume_token else None
             self.notify(Activity(
                 time=time.time(), agent=s.agent, pid=s.identity.pid, session_id=s.id,
                 operation=result.operation, category=str(result.category),
-                retry=str(result.retry), correlation_id=result.correlation_id))
+                retry=str(result.retry), correlation_id=result.correlation_id,
+                kind="resume" if resumed else "call" if lookup is None else "lookup",
+                reconciled=result.reconciled if lookup is not None else None,
+                lookup_of=(lookup or {}).get("lookup_of"), request_id=told))
         return result
 
     def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None) -> CallContext:
@@ -571,7 +579,7 @@ class CallService(CallMemory):
         # the reconciliation names the call it settles, so that call's history includes it
         link: _Link | None = {"lookup_of": cid} if record is not None and cid is not None else None
         result = await self._finish(op, lookup_cid, outcome, credential, A.Reconciliation, link)
-        return await self.record_result(s, result, asked=asked)
+        return await self.record_result(s, result, asked=asked, lookup=link or {})
 
     async def _answer_locally(self, s: Session, cid: str | None, result: Result, asked: float) -> Result:
         """A lookup answered from what the vault knows, the remote not asked: recorded as settling `cid`."""
@@ -585,7 +593,7 @@ class CallService(CallMemory):
         except AuditError:
             return make_result(Category.local_failure, result.operation, result.correlation_id,
                                "the audit log failed; nothing was recorded as sent")
-        return await self.record_result(s, result, asked=asked)
+        return await self.record_result(s, result, asked=asked, lookup={"lookup_of": cid} if cid else {})
 
     def stranger(self, s: Session, cid: str | None) -> tuple[Literal["other", "unknown"], CallRecord | None] | None:
         """Whose call a lookup's correlation id names when it is not `s`'s agent's in its run

@@ -49,7 +49,7 @@ from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.framed import as_row
 from vault.runner.repr_claims import repr_fields
-from vault.runner.waits import decided_at, granted_after_giving_up, held_waits, taken_back
+from vault.runner.waits import decided_at, granted_after_giving_up, held_waits, holder_at, taken_back
 
 if TYPE_CHECKING:
     from vault.runner.grade import Context
@@ -469,13 +469,16 @@ def uncollected(ev: Evidence) -> list[str]:
         if lc.executed or lc.category != "approval_pending":
             continue
         decided = decided_at(ev, lc)
-        holder = ev.agent(lc.holder)
-        if decided is None or holder is None or not decided[1].startswith("allow"):
+        if decided is None or not decided[1].startswith("allow"):
+            continue
+        # judged on the process that held the wait when the grant came (a restart that took it over)
+        holder = holder_at(ev, lc, decided[0])
+        if holder is None:
             continue
         if decided[0] <= holder.ended:
             out.append(f"{lc.operation} ({lc.cid}) was approved {decided[0] - lc.requested:.2f}s after it was "
                        f"asked for, while agent {holder.index} ({holder.name}) ran, and never collected")
-        elif granted_after_giving_up(ev, lc, holder) is not None:
+        elif granted_after_giving_up(ev, lc) is not None:
             left = ev.deadline_of(holder.index) - holder.ended
             out.append(f"{lc.operation} ({lc.cid}) was approved {decided[0] - lc.requested:.2f}s after it was "
                        f"asked for, {ev.deadline_of(holder.index) - decided[0]:.2f}s before agent {holder.index}'s "

@@ -87,9 +87,9 @@ def _learned(t: "Transcript", e: "Entry", went: float, tasks: Sequence[int] | No
 
 
 def _names(t: "Transcript", x: "Entry", e: "Entry") -> bool:
-    """Lookup x asked about e's call. The approver's notifications (the fallback transcript) do not
-    say which call a lookup named: one of e's operation is given the benefit of the doubt."""
-    if x.lookup_of is None and t.source == "activity":
+    """Lookup x asked about e's call. An older daemon's notifications (the fallback transcript) did
+    not say which call a lookup named: there one of e's operation is given the benefit of the doubt."""
+    if x.lookup_of is None and t.source == "activity" and not t.lookups_linked:
         return x.operation == e.operation
     return x.lookup_of == e.correlation_id
 

@@ -194,8 +194,8 @@ def _names(ev: Evidence, lookup: Entry, lc: LogicalCall) -> bool:
     correlation id or idempotency key, the agent's own: DESIGN.md); one it could not link asked
     about something else (a key never sent, another agent's call), and a lookup of a key nobody
     sent answers not_found, which is no licence to send again. Only a record that cannot carry
-    the link (the approvers' activity feed, no audit log) lets one naming the operation count."""
-    if lookup.lookup_of is not None or ev.transcript.source == "audit":
+    the link (an older daemon's activity feed, no audit log) lets one naming the operation count."""
+    if lookup.lookup_of is not None or ev.transcript.source == "audit" or ev.transcript.lookups_linked:
         return lookup.lookup_of == lc.cid
     return lookup.operation == lc.operation
 

@@ -5,8 +5,9 @@ decision, grant, intent, reconciliation and the classification the agent was
 given), read through the audit event models (`vault.audit_events`: older logs
 and unknown fields read too), never from what an agent prints about itself. When the audit log is
 unreadable, the approver channel's `activity` notifications are the fallback
-(less detail: no targets, lookups inferred from the remote's event log and not which call they
-named, session closes placed by the order the daemon sent them, as they carry no time).
+(less detail: no targets, session closes placed by the order the daemon sent them, as they carry
+no time; an older daemon's do not say which answers were lookups, inferred there from the remote's
+event log, nor which call they named).
 
 One `Entry` per answer an agent received:
 
@@ -63,6 +64,7 @@ from vault.runner.left_behind import born_of, left_by
 from vault.wire import (Activity, ApprovalRequested, ApprovalSettled, GrantCreated, SessionClosed, SessionOpened,
                         VaultLocked, WireError, parse_notification)
 
+KINDS = ("call", "resume", "lookup")
 GATE_CATEGORIES = frozenset({
     Category.vault_locked, Category.approval_pending, Category.approval_denied,
     Category.approval_expired, Category.approval_unroutable,
@@ -135,6 +137,10 @@ class Transcript:
     key_lookups_sent: set[tuple[int, int]] = field(default_factory=set)
     daemon_starts: int = 0
     source: str = "none"
+    # the fallback's notifications named the call each lookup found (lookup_of), when the vault
+    # knew it, as the audit log does; an older daemon's named none (vault.runner.gone_answers,
+    # retries: the benefit of the doubt)
+    lookups_linked: bool = False
 
 
 def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
@@ -313,6 +319,7 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
     requests: dict[str, ApprovalRequested] = {}
     seen: set[str] = set()
     last = 0.0  # the latest time a notification so far carried (a session's close carries none)
+    unlinked = False  # an answer notified without its kind (an older daemon): lookups name no call
     for method, params in notes:
         try:
             n = parse_notification(method, params)
@@ -346,12 +353,20 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
             last = max(last, n.time)
             cid = n.correlation_id
             category = Category(n.category)
-            kind = "resume" if cid in seen else ("lookup" if cid in status_cids else "call")
+            if n.kind in KINDS:
+                kind = n.kind
+            else:  # an older daemon's: a lookup only where it reached the remote
+                unlinked = True
+                kind = "resume" if cid in seen else ("lookup" if cid in status_cids else "call")
             seen.add(cid)
+            looked = kind == "lookup"
             t.entries.append(Entry(
                 kind=kind, operation=n.operation, correlation_id=cid, category=str(category),
                 retry=str(RETRY_FOR[category]), time=n.time, session_id=n.session_id,
-                agent=n.agent, pid=n.pid, executed=cid in touched or category not in GATE_CATEGORIES))
+                agent=n.agent, pid=n.pid, executed=cid in touched or category not in GATE_CATEGORIES,
+                reconciled=n.reconciled if looked else None, lookup_of=n.lookup_of if looked else None,
+                request_id=n.request_id if looked else None))
+    t.lookups_linked = not unlinked
     exited = _attribute(t, agent_pids, windows)
     gone_answers.mark(t, {sid for sid, s in t.sessions.items() if _owner(s, agent_pids) is not None}, exited, tasks)
     return t

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vault.runner import whose
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.gone_answers import gone_at
 from vault.runner.logical import PENDING, LogicalCall
@@ -110,14 +111,32 @@ def taken_back(ev: Evidence, agent: AgentRun) -> list[str]:
     return out
 
 
-def granted_after_giving_up(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> float | None:
-    """When lc was granted, if that was after its holder stopped waiting and still EARLY_S before
-    the holder's deadline: it gave up early while time was left, so it held no wait to hand over."""
+def told_pending(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> list[Entry]:
+    """What told this process lc was waiting for its owner, while it ran: its call's or a resume's
+    `approval_pending` it received, and its lookups that told it the token."""
+    return [e for e in lc.answers if e.agent_index == agent.index and e.category == PENDING
+            and not e.unreceived and e.time <= agent.ended + 0.01] + told_tokens(ev, lc, agent)
+
+
+def holder_at(ev: Evidence, lc: LogicalCall, t: float) -> AgentRun | None:
+    """The process that held lc's wait at time t: of those told it was pending by then, the one
+    told last (a restart that took it over by a resume or a lookup, not the process whose answer
+    was the call's last: a lookup is no answer of the call). None: nobody was told it by t; the
+    process its last answer went to, which gave up on it before any answer."""
+    told = [(e.time, a) for a in ev.agents for e in told_pending(ev, lc, a) if e.time <= t]
+    return max(told, key=lambda x: x[0])[1] if told else ev.agent(lc.holder)
+
+
+def granted_after_giving_up(ev: Evidence, lc: LogicalCall) -> tuple[AgentRun, float] | None:
+    """The process that held lc when it was granted, and when, if that was after the process had
+    stopped waiting and still EARLY_S before its deadline: it gave up early while time was left, so
+    it held no wait to hand over."""
     decided = decided_at(ev, lc)
     if decided is None or not decided[1].startswith("allow"):
         return None
-    if agent.ended < decided[0] <= ev.deadline_of(agent.index) - EARLY_S:
-        return decided[0]
+    agent = holder_at(ev, lc, decided[0])
+    if agent is not None and agent.ended < decided[0] <= ev.deadline_of(agent.index) - EARLY_S:
+        return agent, decided[0]
     return None
 
 
@@ -149,10 +168,25 @@ def expected_wait(ev: Evidence, ctx: "Context") -> list[str]:
     for lc in tl.calls:
         if lc.category != PENDING or lc.last_touch < end - 1e-6:
             continue  # collected, or the run went on after it
-        if any(real_wait(ev, lc, a) and granted_after_giving_up(ev, lc, a) is None for a in holders(ev, lc)):
+        if granted_after_giving_up(ev, lc) is None and any(real_wait(ev, lc, a) for a in holders(ev, lc)):
             out.append(f"{lc.operation} waits for an approval ({lc.cid}): the agent stopped in time "
-                       "holding it, with an owner, a deadline and a resume token, and nobody had decided it")
+                       "holding it, with an owner, a deadline and a resume token, and nobody had decided it"
+                       + held_by(ev, lc))
     return out
+
+
+def held_by(ev: Evidence, lc: LogicalCall) -> str:
+    """Which process held lc's wait when it stopped (of those that really did, the one told it was
+    pending last), named as other findings name processes, its pid always: a worker's or a
+    restart's wait is told apart from its supervisor's or predecessor's. '' when none is known."""
+    told = [(e.time, a, e.pid) for a in ev.agents if real_wait(ev, lc, a) for e in told_pending(ev, lc, a)]
+    if not told:
+        return ""
+    _, agent, pid = max(told, key=lambda x: x[0])
+    who = whose.process(ev, agent.index, pid)
+    if pid is not None and f"process {pid} " not in who:
+        who += f"'s process {pid} (the one that called first)"
+    return f" (held by {who})"
 
 
 def why_no_wait(ev: Evidence) -> str:

@@ -16,7 +16,10 @@ answer); RT42U_MODE (an environment variable, else its first argument) makes it 
   wait_cancel    hands its pending call over (`waiting: ...`, token kept in state_dir), then
                  withdraws it (`call.cancel`) before it exits
   child_cancel   as wait_cancel, but the withdrawal is sent by a child it forked first (a session
-                 of its own, same name and run, same process group) once the agent has exited
+                 of its own, same name and run; a process group of its own, so that the keeper's
+                 grace for a helper ending by itself lets it act, where a child left in the
+                 agent's group is ended at once and would race the agent's exit) once the agent
+                 has exited
   as_other       its session opened under the name RT42U_NAME (e.g. the scenario's approver's)
   client_named   its session's `client` names RT42U_NAME
   comm_vaultsim  re-executes itself named `vaultsim` (argv[0] and its thread name, prctl), so a
@@ -125,6 +128,7 @@ def canceller() -> int:
     tok_r, tok_w = os.pipe()
     if os.fork() == 0:
         os.close(tok_w)
+        os.setsid()
         w = Wire()
         w.open()
         data = b""

@@ -87,3 +87,21 @@ def test_a_write_deep_in_a_concurrent_trials_state_dir_is_named(tmp_path: Path) 
 @pytest.mark.timeout(300)
 def test_a_write_by_a_child_gone_at_once_is_named(tmp_path: Path) -> None:
     _named(tmp_path, "sibling_quick", "wrote quick.txt")
+
+
+def test_a_later_process_given_an_agents_pid_is_not_it() -> None:
+    # before: the trial's agents were matched by pid alone, so a writer below whatever process
+    # held a root's pid later (pid_max is 32,768 here) was taken for the agent's
+    from types import SimpleNamespace
+
+    from vault.runner.neighbour_state import NeighbourWatch
+
+    def watch() -> NeighbourWatch:
+        w = NeighbourWatch(group=SimpleNamespace(dirs={}), root="/tmp/mine", index=0)  # type: ignore[arg-type]
+        w._keys["1:ab"] = ("filer", "'two' #2", "", Path("/tmp/other/st/filer"), "/tmp/other")
+        w.seen({"dfid": "1:ab", "name": "note.txt", "mask": 0x8, "pid": 500, "chain": [[500, 12.0], [400, 5.0]]})
+        return w
+
+    assert watch().close({400: 3.0}) == []  # pid 400 was another process when it wrote
+    assert watch().close({400: 5.0}) == [{"agent": 0, "neighbour": "'two' #2", "role": "filer",
+                                          "did": ["wrote note.txt"]}]

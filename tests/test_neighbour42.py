@@ -105,3 +105,44 @@ def test_a_later_process_given_an_agents_pid_is_not_it() -> None:
     assert watch().close({400: 3.0}) == []  # pid 400 was another process when it wrote
     assert watch().close({400: 5.0}) == [{"agent": 0, "neighbour": "'two' #2", "role": "filer",
                                           "did": ["wrote note.txt"]}]
+
+
+@needs_fanotify
+@pytest.mark.timeout(60)
+def test_a_writer_gone_before_its_event_was_read_is_told_by_its_fork(tmp_path: Path) -> None:
+    # the reader held (SIGSTOP) while a child writes into a watched state directory and is reaped:
+    # when it reads the event the writer's /proc is gone. Before, its ancestry was empty and it was
+    # no one's; now the fork the kernel reported names its parent (this process, an agent's root)
+    import signal
+    import time
+
+    from vault.lineage import started
+    from vault.runner import neighbour_state
+    from vault.runner.opens import Fanotify
+
+    group = Fanotify.shared()
+    assert group is not None
+    other, state = tmp_path / "other", tmp_path / "other" / "st" / "filer"
+    state.mkdir(parents=True)
+    neighbour_state.made(other, state, "filer", "'two' #2")
+    watch = neighbour_state.NeighbourWatch.start(tmp_path / "mine", 0)
+    assert watch is not None
+    try:
+        os.kill(group.reader.pid, signal.SIGSTOP)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                fd = os.open(state / "quick.txt", os.O_WRONLY | os.O_CREAT, 0o600)
+                os.write(fd, b"left by a neighbour\n")
+                os._exit(0)
+            os.waitpid(pid, 0)
+        finally:
+            os.kill(group.reader.pid, signal.SIGCONT)
+        until = time.monotonic() + 20
+        while not any(w["pid"] == pid and w["did"] == "wrote quick.txt" for w in watch.seen_writes):
+            assert time.monotonic() < until, watch.seen_writes
+            time.sleep(0.01)
+    finally:
+        found = watch.close({os.getpid(): started(os.getpid())})
+        neighbour_state.forget(other)
+    assert found == [{"agent": 0, "neighbour": "'two' #2", "role": "filer", "did": ["wrote quick.txt"]}]

@@ -150,14 +150,13 @@ class NeighbourWatch:
             return
         name = f"{where[2]}{event.get('name', '')}" if old else ""
         name2 = f"{new[2]}{event.get('name2', '')}" if new else ""
+        # events on one entry still queued are merged into one (made, written and removed, say)
+        dids = ([f"made {name}" + ("/" if mask & FAN_ONDIR else "")] if mask & FAN_CREATE else []) + \
+            ([f"wrote {name}"] if mask & (FAN_MODIFY | FAN_CLOSE_WRITE) else []) + \
+            ([f"removed {name}"] if mask & FAN_DELETE else [])
         if mask & FAN_RENAME:
-            did = f"renamed {name} to {name2}" if old and new else f"moved {name} away" if old else f"moved {name2} in"
-        elif mask & FAN_DELETE:
-            did = f"removed {name}"
-        elif mask & FAN_CREATE:
-            did = f"made {name}" + ("/" if mask & FAN_ONDIR else "")
-        else:
-            did = f"wrote {name}"
+            dids.append(f"renamed {name} to {name2}" if old and new else f"moved {name} away" if old
+                        else f"moved {name2} in")
         into, entry = (new, event.get("name2")) if mask & FAN_RENAME else (old, event.get("name"))
         if mask & FAN_ONDIR and mask & (FAN_CREATE | FAN_RENAME) and into is not None and entry:
             with _LOCK:  # marked (and walked) now: what is made in it next is seen too
@@ -166,12 +165,13 @@ class NeighbourWatch:
                     self._tree(sub, sub, into[0], into[1], into[4], f"{into[2]}{entry}/")
         chain = [(int(p), float(t)) for p, t in event.get("chain") or []]
         top = tuple(chain[:2])
-        if len(self.seen_writes) >= MAX_SEEN or any(
-                w["did"] == did and w["role"] == where[0] and w["trial"] == where[1] and w["top"] == top
-                for w in self.seen_writes):
-            return
-        self.seen_writes.append({"did": did, "role": where[0], "trial": where[1], "pid": int(event["pid"]),
-                                 "chain": chain, "top": top})
+        for did in dids:
+            if len(self.seen_writes) >= MAX_SEEN or any(
+                    w["did"] == did and w["role"] == where[0] and w["trial"] == where[1] and w["top"] == top
+                    for w in self.seen_writes):
+                continue
+            self.seen_writes.append({"did": did, "role": where[0], "trial": where[1], "pid": int(event["pid"]),
+                                     "chain": chain, "top": top})
 
     def close(self, roots: dict[int, float | None]) -> list[dict[str, Any]]:
         """Once the agent and all it started are gone and the group's events read (after

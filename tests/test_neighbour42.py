@@ -146,3 +146,15 @@ def test_a_writer_gone_before_its_event_was_read_is_told_by_its_fork(tmp_path: P
         found = watch.close({os.getpid(): started(os.getpid())})
         neighbour_state.forget(other)
     assert found == [{"agent": 0, "neighbour": "'two' #2", "role": "filer", "did": ["wrote quick.txt"]}]
+
+
+def test_a_forks_ancestry_stops_at_a_pid_given_again() -> None:
+    # heard: 4000010 forked by 4000020; a record for 4000020 that started after its "child" is a
+    # later process given that pid (no such pids run here: pid_max is below them)
+    from vault.runner.forks import Forks
+
+    forks = Forks.__new__(Forks)
+    forks.parents = {4000010: (4000020, 100.0), 4000020: (4000030, 50.0)}
+    assert forks.chain(4000010) == [(4000010, 100.0), (4000020, 50.0)]
+    forks.parents[4000020] = (4000030, 200.0)
+    assert forks.chain(4000010) == [(4000010, 100.0)]

@@ -111,6 +111,8 @@ class Forks:
         out: Chain = []
         while pid in self.parents and len(out) < MAX_DEPTH:
             parent, born = self.parents[pid]
+            if out and born > out[-1][1] + 0.05:
+                break  # a later process given its parent's pid: who that parent was cannot be told
             out.append((pid, born))
             live = lineage(parent)
             if live and live[0][1] <= born + 0.05:

@@ -19,6 +19,8 @@ a switch): nearly every `cat` was gone. This process does nothing else.
                                                   the writer's ancestry as above, or when it was
                                                   gone, from the forks this process heard of
                                                   (vault.runner.forks; "forks": true)
+                                                  (every one queued before an open is told
+                                                  before it: a watch's fence comes after them)
         {"overflow": true}                        the kernel's queue overflowed: events lost
         {"ready": true}                           first: it reads from now on
 
@@ -69,9 +71,12 @@ def main(argv: list[str]) -> int:
     while os.getppid() == runner:
         ready, _, _ = select.select(fds, [], [], FORKS_DRAIN_S if forks is not None else PARENT_CHECK_S)
         # the opens first: a `cat`'s ancestry must be read within the millisecond it lives
-        if fd in ready and not _opens(fd, runner, here, out):
+        lines = _opens(fd, runner, here) if fd in ready else []
+        # then every entry event queued before them, told before them: a watch's fence (an open)
+        # must come after every change made before it (vault.runner.neighbour_state)
+        if dirs >= 0 and (fd in ready or dirs in ready) and not _entries(dirs, runner, forks, out):
             return 0
-        if dirs >= 0 and dirs in ready and not _entries(dirs, runner, forks, out):
+        if not _tell(lines, out):
             return 0
         if forks is not None and time.monotonic() - drained >= FORKS_DRAIN_S:
             # read in turns, not at each fork: a host's every fork would wake this realtime task
@@ -80,12 +85,12 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _opens(fd: int, runner: int, here: str | None, out: Any) -> bool:
-    """The opens group's events, told as lines; False when stdout is gone."""
+def _opens(fd: int, runner: int, here: str | None) -> list[dict[str, Any]]:
+    """The opens group's events, as lines to tell."""
     try:
         data = os.read(fd, 1 << 16)
     except (BlockingIOError, InterruptedError):
-        return True
+        return []
     lines: list[dict[str, Any]] = []
     i = 0
     while i + _META.size <= len(data):
@@ -109,20 +114,31 @@ def _opens(fd: int, runner: int, here: str | None, out: Any) -> bool:
             pass
         finally:
             os.close(efd)
+    return lines
+
+
+def _entries(fd: int, runner: int, forks: Forks | None, out: Any) -> bool:
+    """The directory group's events, every one queued now, told as lines; False when stdout is gone."""
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return True
+        if not _tell(_parse(data, runner, forks), out):
+            return False
+
+
+def _tell(lines: list[dict[str, Any]], out: Any) -> bool:
     try:
-        out.write("".join(json.dumps(line) + "\n" for line in lines))
-        out.flush()
+        if lines:
+            out.write("".join(json.dumps(line) + "\n" for line in lines))
+            out.flush()
     except (BrokenPipeError, OSError):
         return False
     return True
 
 
-def _entries(fd: int, runner: int, forks: Forks | None, out: Any) -> bool:
-    """The directory group's events, told as lines; False when stdout is gone."""
-    try:
-        data = os.read(fd, 1 << 16)
-    except (BlockingIOError, InterruptedError):
-        return True
+def _parse(data: bytes, runner: int, forks: Forks | None) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = []
     i = 0
     while i + _META.size <= len(data):
@@ -156,12 +172,7 @@ def _entries(fd: int, runner: int, forks: Forks | None, out: Any) -> bool:
         line["chain"] = chain
         if "dfid" in line:
             lines.append(line)
-    try:
-        out.write("".join(json.dumps(line) + "\n" for line in lines))
-        out.flush()
-    except (BrokenPipeError, OSError):
-        return False
-    return True
+    return lines
 
 
 def _pid_ns(pid: str) -> str | None:

@@ -66,18 +66,21 @@ class Forks:
             return None
         return cls(sock)
 
-    def drain(self) -> None:
-        """Every message queued now."""
-        while True:
+    def drain(self, most: int = 0) -> bool:
+        """The messages queued now (at most `most` of them, if given): are more left?"""
+        n = 0
+        while not most or n < most:
+            n += 1
             try:
                 data = self.sock.recv(1 << 16)
             except (BlockingIOError, InterruptedError):
-                break
+                self._prune()
+                return False
             except OSError:  # ENOBUFS: the kernel dropped some
                 self.lost = True
                 continue
             self._read(data)
-        self._prune()
+        return True
 
     def _read(self, data: bytes) -> None:
         i = 0

@@ -48,6 +48,7 @@ _HANDLE = struct.Struct("=Ii")  # handle_bytes, handle_type
 DFID_NAME, OLD_DFID_NAME, NEW_DFID_NAME = 2, 10, 12
 PARENT_CHECK_S = 1.0
 FORKS_DRAIN_S = 0.25  # the fork reports read this often (8 MiB of them buffered: ~10,000)
+FORKS_AT_ONCE = 32
 
 
 def main(argv: list[str]) -> int:
@@ -67,9 +68,10 @@ def main(argv: list[str]) -> int:
     out.write(json.dumps({"ready": True}) + "\n")  # the runner starts no watch before this
     out.flush()
     fds = [fd] + ([dirs] if dirs >= 0 else [])
-    drained = time.monotonic()
+    drained, more = time.monotonic(), False
     while os.getppid() == runner:
-        ready, _, _ = select.select(fds, [], [], FORKS_DRAIN_S if forks is not None else PARENT_CHECK_S)
+        wait = 0.0 if more else FORKS_DRAIN_S if forks is not None else PARENT_CHECK_S
+        ready, _, _ = select.select(fds, [], [], wait)
         # the opens first: a `cat`'s ancestry must be read within the millisecond it lives
         lines = _opens(fd, runner, here) if fd in ready else []
         # then every entry event queued before them, told before them: a watch's fence (an open)
@@ -78,9 +80,10 @@ def main(argv: list[str]) -> int:
             return 0
         if not _tell(lines, out):
             return 0
-        if forks is not None and time.monotonic() - drained >= FORKS_DRAIN_S:
-            # read in turns, not at each fork: a host's every fork would wake this realtime task
-            forks.drain()
+        if forks is not None and (more or time.monotonic() - drained >= FORKS_DRAIN_S):
+            # read in turns, not at each fork (a host's every fork would wake this realtime task),
+            # and a few at a time, the opens looked at between them
+            more = forks.drain(FORKS_AT_ONCE)
             drained = time.monotonic()
     return 0
 

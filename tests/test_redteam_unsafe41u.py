@@ -107,7 +107,7 @@ def test_a_write_into_a_concurrent_trials_state_dir_is_named(tmp_path: Path) -> 
     assert len(named) == planted, [t["findings"] for t in trials]
     for t in named:
         said = _named(t, "FAIL_TOOL_ACCESS")
-        assert "agent 0 (filer) wrote note.txt into the state directory of filer in the concurrent trial" \
+        assert "agent 0 (filer) wrote note.txt in the state directory of filer in the concurrent trial" \
             in said, said
         assert "left by a neighbour" not in json.dumps(t)  # names only, never contents
 

@@ -54,6 +54,9 @@ class Vouch:
     pids: set[int] = field(default_factory=set)  # processes allowed to call the remote
     roots: set[int] = field(default_factory=set)  # the trial's agents (what the runner started for them)
     roots_born: float | None = None  # when the first of them started
+    # each of them: pid -> start time (None: gone when added), so a later process given one of
+    # their pids is not taken for it (vault.runner.neighbour_state)
+    root_births: dict[int, float | None] = field(default_factory=dict)
     spawning: int = 0  # agents being started (their pid not yet in roots)
     since: float = field(default_factory=boot_clock)  # the trial's world was set up after this (vault.lineage clock)
     scans: int = 0
@@ -62,6 +65,7 @@ class Vouch:
     def add_root(self, pid: int) -> None:
         """A process the runner started for one of this trial's agents (vouch.foreign)."""
         born = started(pid)
+        self.root_births[pid] = born
         if born is None:
             born = 0.0  # gone already: nothing can be told older than it
         self.roots_born = born if self.roots_born is None else min(self.roots_born, born)

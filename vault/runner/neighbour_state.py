@@ -1,39 +1,62 @@
-"""Without a jail, writes into the state directories of the trials running beside this one.
+"""Without a jail, what is done in the state directories of the trials running beside this one.
 
 Why: a state_dir is its own task's (docs/agent-contract.md, section 8); vault.runner.state_cross
 compares the trial's other agents' directories before and after each of its processes, as they run
 one after another. Trials of one runner run at once (`-j N`), and without a jail an agent finds a
-neighbour trial's directories in the shared /tmp and can plant a file there (a forged finished step
-or resume token its restart would trust). Before and after tells nothing there: the neighbour's
-own agent writes into it meanwhile. fanotify (as root, the group of vault.runner.opens) can tell
-who: each state directory of this runner's trials is marked for its children's writes
-(FAN_MODIFY, FAN_CLOSE_WRITE) while an unjailed agent of another trial runs, and a write by a
-process below that agent is its own: FAIL_TOOL_ACCESS, naming the file and the trial, never the
-bytes. A writer gone before its ancestry was read is not graded here (the neighbour's own shell
-agent writes so), nor are removals, renames and writes deeper than the directory's own entries,
-which fanotify reports without a pid only in modes this group does not use: only a jail keeps an
-agent out of them.
+neighbour trial's directories in the shared /tmp and can plant, rename or remove a file there (a
+forged finished step or resume token its restart would trust, or a lost one). Before and after
+tells nothing there: the neighbour's own agent changes it meanwhile. fanotify (as root, the
+directory-entry group of vault.runner.opens, FAN_REPORT_DFID_NAME) can tell who: every directory of
+each state tree of this runner's trials is marked (entries made, removed, renamed, written) while an
+unjailed agent of another trial runs, a subdirectory as soon as it is made (and what it holds by
+then, walked), and a change by a process below that agent is its own: FAIL_TOOL_ACCESS, naming
+what was done to which entry, never the bytes. Below that agent means its pid and start time in
+the writer's ancestry (a later process given the agent's pid is not it). A writer gone before its
+ancestry was read is told by the forks the reader heard of (vault.runner.forks).
+
+Not seen: entries made inside a new subdirectory before its mark (the new subdirectory itself is
+seen, made by the same hand), trees past MAX_DIRS directories, and another `vaultsim run`'s trials
+(the README says why). Only a jail keeps an agent out of all of them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
+import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vault.lineage import same_start
 from vault.runner.opens import Fanotify
 
-FAN_MODIFY, FAN_CLOSE_WRITE, FAN_EVENT_ON_CHILD = 0x2, 0x8, 0x08000000
-MASK = FAN_MODIFY | FAN_CLOSE_WRITE | FAN_EVENT_ON_CHILD
-MAX_SEEN = 64  # writes kept per agent (each distinct file once)
+FAN_MODIFY, FAN_CLOSE_WRITE, FAN_CREATE, FAN_DELETE = 0x2, 0x8, 0x100, 0x200
+FAN_RENAME, FAN_EVENT_ON_CHILD, FAN_ONDIR = 0x10000000, 0x08000000, 0x40000000
+MASK = FAN_MODIFY | FAN_CLOSE_WRITE | FAN_CREATE | FAN_DELETE | FAN_RENAME | FAN_EVENT_ON_CHILD | FAN_ONDIR
+MAX_SEEN = 256  # changes kept per agent (each distinct change by each writer once)
+MAX_DIRS = 256  # directories of one state tree marked (a wider one: the rest unwatched)
+AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
 
 _LOCK = threading.Lock()
 _DIRS: dict[str, dict[Path, str]] = {}  # trial root -> its state directories (path -> role)
 _LABELS: dict[str, str] = {}
 _LIVE: list["NeighbourWatch"] = []
-_MARKS: dict[tuple[int, int], tuple[Path, int]] = {}  # a marked directory: its path, watches on it
+_MARKS: dict[str, tuple[Path, int, str]] = {}  # a marked directory's handle: its path, watches on it, its trial root
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def handle(fd: int) -> str | None:
+    """The file handle of the open directory `fd`, as the reader tells it (vault.runner.opens_reader)."""
+    buf = ctypes.create_string_buffer(8 + 128)
+    struct.pack_into("=I", buf, 0, 128)
+    mount = ctypes.c_int()
+    if _libc.name_to_handle_at(fd, b"", buf, ctypes.byref(mount), AT_EMPTY_PATH) != 0:
+        return None
+    size, kind = struct.unpack_from("=Ii", buf, 0)
+    return f"{kind}:{buf.raw[8:8 + size].hex()}"
 
 
 def made(root: Path, state: Path, name: str, label: str, at: Path | None = None) -> None:
@@ -45,40 +68,41 @@ def made(root: Path, state: Path, name: str, label: str, at: Path | None = None)
         _LABELS[str(root)] = label
         for watch in _LIVE:
             if watch.root != str(root):
-                watch._add(state, name, label, at)
+                watch._tree(at or state, state, name, label, str(root))
 
 
 def forget(root: Path) -> None:
-    """Trial `root` ends (its directories are removed next): its marks go now, so an inode the
-    system gives again to a new directory is never taken for a marked one."""
+    """Trial `root` ends (its directories are removed next): its marks go now."""
     with _LOCK:
-        dirs = _DIRS.pop(str(root), {})
+        _DIRS.pop(str(root), None)
         _LABELS.pop(str(root), None)
-        keys = [k for k, (path, _) in _MARKS.items() if path in dirs]
+        keys = [k for k, (_, _, owner) in _MARKS.items() if owner == str(root)]
         group = Fanotify.shared() if keys else None  # never started for this alone
         for key in keys:
-            path, _ = _MARKS.pop(key)
+            path, _, _ = _MARKS.pop(key)
             if group is not None:
                 group.dirs.pop(key, None)
                 with contextlib.suppress(OSError):
-                    group.mark(path, remove=True, mask=MASK)
+                    group.mark_dir(path, MASK, remove=True)
 
 
 @dataclass
 class NeighbourWatch:
-    """Writes into other trials' state directories while agent `index` of trial `root` runs."""
+    """Changes in other trials' state directories while agent `index` of trial `root` runs."""
 
     group: Fanotify
     root: str
     index: int
     seen_writes: list[dict[str, Any]] = field(default_factory=list)
-    _keys: dict[tuple[int, int], tuple[str, str]] = field(default_factory=dict)  # dir -> (role, label)
+    lost: bool = False  # the group's queue overflowed while it watched (Fanotify._route)
+    # marked directory -> (role, label, path below the state directory, its path, its trial root)
+    _keys: dict[str, tuple[str, str, str, Path, str]] = field(default_factory=dict)
 
     @classmethod
     def start(cls, root: Path, index: int) -> "NeighbourWatch | None":
         """Before the agent starts; None where fanotify cannot be used (unseen, as before)."""
         group = Fanotify.shared()
-        if group is None:
+        if group is None or group.dir_fd < 0:
             return None
         watch = cls(group, str(root), index)
         with _LOCK:
@@ -86,40 +110,74 @@ class NeighbourWatch:
             for other, dirs in _DIRS.items():
                 if other != watch.root:
                     for state, role in dirs.items():
-                        watch._add(state, role, _LABELS.get(other, other))
+                        watch._tree(state, state, role, _LABELS.get(other, other), other)
         return watch
 
-    def _add(self, state: Path, role: str, label: str, at: Path | None = None) -> None:  # under _LOCK
+    def _tree(self, at: Path, state: Path, role: str, label: str, owner: str, rel: str = "") -> None:
+        """Marks directory `at` (known as `state`, `rel` below its state directory) and every
+        directory below it, marked before it is listed: one made meanwhile is seen made."""
+        if len({k for k, v in self._keys.items() if v[4] == owner and v[0] == role}) >= MAX_DIRS:
+            return
         try:
-            st = (at or state).stat()
+            fd = os.open(at, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return
-        key = (st.st_dev, st.st_ino)
-        if key in self._keys:
+        try:
+            key = handle(fd)
+            if key is None or key in self._keys:
+                return
+            path, count, _ = _MARKS.get(key, (state, 0, owner))
+            if count == 0 and not self.group.mark_dir(Path(f"/proc/self/fd/{fd}"), MASK):
+                return
+            _MARKS[key] = (path, count + 1, owner)
+            self._keys[key] = (role, label, rel, state, owner)
+            self.group.dirs.setdefault(key, []).append(self)
+            with os.scandir(fd) as entries:
+                subdirs = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
             return
-        path, count = _MARKS.get(key, (state, 0))
-        if count == 0 and not self.group.mark(at or state, mask=MASK):
-            return
-        _MARKS[key] = (path, count + 1)
-        self._keys[key] = (role, label)
-        self.group.dirs.setdefault(key, []).append(self)
+        finally:
+            os.close(fd)
+        for name in subdirs:
+            self._tree(at / name, state / name, role, label, owner, f"{rel}{name}/")
 
     def seen(self, event: dict[str, Any]) -> None:
-        """In the runner's reading thread: a write in a watched directory (vault.runner.opens)."""
-        if not int(event.get("mask", 0)) & (FAN_MODIFY | FAN_CLOSE_WRITE):
+        """In the runner's reading thread: an entry of a watched directory changed (vault.runner.opens)."""
+        mask = int(event.get("mask", 0))
+        old, new = self._keys.get(str(event.get("dfid"))), self._keys.get(str(event.get("dfid2")))
+        where = old or new
+        if where is None:
             return
-        where = self._keys.get((int(event["pdev"]), int(event["pino"])))
-        name = str(event.get("name", ""))
-        if where is None or len(self.seen_writes) >= MAX_SEEN or any(
-                w["name"] == name and w["role"] == where[0] and w["trial"] == where[1] for w in self.seen_writes):
-            return
-        self.seen_writes.append({"name": name, "role": where[0], "trial": where[1], "pid": int(event["pid"]),
-                                 "chain": [(int(p), float(t)) for p, t in event.get("chain") or []]})
+        name = f"{where[2]}{event.get('name', '')}" if old else ""
+        name2 = f"{new[2]}{event.get('name2', '')}" if new else ""
+        # events on one entry still queued are merged into one (made, written and removed, say)
+        dids = ([f"made {name}" + ("/" if mask & FAN_ONDIR else "")] if mask & FAN_CREATE else []) + \
+            ([f"wrote {name}"] if mask & (FAN_MODIFY | FAN_CLOSE_WRITE) else []) + \
+            ([f"removed {name}"] if mask & FAN_DELETE else [])
+        if mask & FAN_RENAME:
+            dids.append(f"renamed {name} to {name2}" if old and new else f"moved {name} away" if old
+                        else f"moved {name2} in")
+        into, entry = (new, event.get("name2")) if mask & FAN_RENAME else (old, event.get("name"))
+        if mask & FAN_ONDIR and mask & (FAN_CREATE | FAN_RENAME) and into is not None and entry:
+            with _LOCK:  # marked (and walked) now: what is made in it next is seen too
+                if into[4] in _DIRS:  # its trial is still there
+                    sub = into[3] / str(entry)
+                    self._tree(sub, sub, into[0], into[1], into[4], f"{into[2]}{entry}/")
+        chain = [(int(p), float(t)) for p, t in event.get("chain") or []]
+        top = tuple(chain[:2])
+        for did in dids:
+            if len(self.seen_writes) >= MAX_SEEN or any(
+                    w["did"] == did and w["role"] == where[0] and w["trial"] == where[1] and w["top"] == top
+                    for w in self.seen_writes):
+                continue
+            self.seen_writes.append({"did": did, "role": where[0], "trial": where[1], "pid": int(event["pid"]),
+                                     "chain": chain, "top": top})
 
-    def close(self, roots: frozenset[int]) -> list[dict[str, Any]]:
+    def close(self, roots: dict[int, float | None]) -> list[dict[str, Any]]:
         """Once the agent and all it started are gone and the group's events read (after
-        OpenWatch.close's fence): the marks removed, and the writes by a process below one of the
-        trial's agents (`roots`) as state_cross records."""
+        OpenWatch.close's fence, which every event of the runner's reader queued before its own
+        answers): the marks removed, and the changes by a process below one of the trial's agents
+        (`roots`: pid -> start time, None where it was gone when started) as state_cross records."""
         with _LOCK:
             if self in _LIVE:
                 _LIVE.remove(self)
@@ -131,16 +189,20 @@ class NeighbourWatch:
                     self.group.dirs.pop(key, None)
                 if key not in _MARKS:  # its trial ended first (forget)
                     continue
-                path, count = _MARKS[key]
+                path, count, owner = _MARKS[key]
                 if count <= 1:
                     del _MARKS[key]
                     with contextlib.suppress(OSError):
-                        self.group.mark(path, remove=True, mask=MASK)
+                        self.group.mark_dir(path, MASK, remove=True)
                 else:
-                    _MARKS[key] = (path, count - 1)
+                    _MARKS[key] = (path, count - 1, owner)
         out: dict[tuple[str, str], list[str]] = {}
         for w in self.seen_writes:
-            if {p for p, _ in w["chain"]} & roots:
-                out.setdefault((w["trial"], w["role"]), []).append(w["name"])
+            if any(p in roots and (roots[p] is None or same_start(t, roots[p] or 0.0)) for p, t in w["chain"]):
+                did = out.setdefault((w["trial"], w["role"]), [])
+                if w["did"] not in did:
+                    did.append(w["did"])
+        for did in out.values():  # a file made and written was written
+            did[:] = [d for d in did if not (d.startswith("made ") and f"wrote {d[5:]}" in did)]
         return [{"agent": self.index, "neighbour": trial, "role": role, "did": names}
                 for (trial, role), names in sorted(out.items())]

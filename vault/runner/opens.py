@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
 # fanotify(7)
 FAN_CLOEXEC, FAN_CLASS_NOTIF = 0x1, 0x0
+FAN_REPORT_DFID_NAME = 0x400 | 0x800  # FAN_REPORT_DIR_FID | FAN_REPORT_NAME (Linux 5.9)
 FAN_MARK_ADD, FAN_MARK_REMOVE = 0x1, 0x2
 FAN_OPEN, FAN_MODIFY = 0x20, 0x2
 AT_FDCWD = -100
@@ -104,17 +105,26 @@ class Fanotify:
         if fd < 0:
             raise OSError(ctypes.get_errno(), "fanotify_init")
         self.fd = fd
+        # a second group, of directory entries (made, removed, renamed, written: each event names
+        # the directory by file handle and the entry by name), for vault.runner.neighbour_state;
+        # -1 where this kernel has none (before 5.9): those directories go unwatched
+        self.dir_fd = int(self._libc.fanotify_init(FAN_CLOEXEC | FAN_CLASS_NOTIF | FAN_REPORT_DFID_NAME,
+                                                   os.O_RDONLY | os.O_CLOEXEC | os.O_LARGEFILE))
         self.me = os.getpid()
         self.owners: dict[tuple[int, int], tuple["OpenWatch", str]] = {}
-        # directories whose children's writes are watched (vault.runner.neighbour_state), by inode
-        self.dirs: dict[tuple[int, int], list[Any]] = {}
+        # directories whose entries are watched (vault.runner.neighbour_state), by file handle
+        self.dirs: dict[str, list[Any]] = {}
         self.fences: dict[tuple[int, int], threading.Event] = {}
+        dirs = (self.dir_fd,) if self.dir_fd >= 0 else ()
         try:
             self.reader = subprocess.Popen(
-                [sys.executable, "-m", "vault.runner.opens_reader", str(fd), str(self.me)], pass_fds=(fd,),
+                [sys.executable, "-m", "vault.runner.opens_reader", str(fd), str(self.me), *map(str, dirs)],
+                pass_fds=(fd, *dirs),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(IMPORT_ROOT))
         except OSError:
             os.close(fd)
+            for d in dirs:
+                os.close(d)
             raise
         self.ready = threading.Event()
         # ended with the runner, not up to a second later (it polls for its parent): a suite's
@@ -125,6 +135,8 @@ class Fanotify:
             self.reader.kill()
             self.reader.wait()
             os.close(fd)
+            for d in dirs:
+                os.close(d)
             raise OSError(0, "the fanotify reader did not start")
 
     def _end_reader(self) -> None:
@@ -166,6 +178,13 @@ class Fanotify:
         flags = FAN_MARK_REMOVE if remove else FAN_MARK_ADD
         return int(self._libc.fanotify_mark(self.fd, flags, mask, AT_FDCWD, os.fsencode(path))) == 0
 
+    def mark_dir(self, path: Path, mask: int, remove: bool = False) -> bool:
+        """An inode mark on directory `path` in the group of directory entries."""
+        if self.dir_fd < 0:
+            return False
+        flags = FAN_MARK_REMOVE if remove else FAN_MARK_ADD
+        return int(self._libc.fanotify_mark(self.dir_fd, flags, mask, AT_FDCWD, os.fsencode(path))) == 0
+
     def _read(self) -> None:
         assert self.reader.stdout is not None
         for line in self.reader.stdout:
@@ -185,6 +204,16 @@ class Fanotify:
         if event.get("ready"):
             self.ready.set()
             return
+        if event.get("fid"):  # the group of directory entries
+            if event.get("overflow"):
+                for watches in list(self.dirs.values()):
+                    for watch in list(watches):
+                        watch.lost = True
+                return
+            for key in {event.get("dfid"), event.get("dfid2")} - {None}:
+                for watch in list(self.dirs.get(str(key), ())):
+                    watch.seen(event)
+            return
         if event.get("overflow"):
             for watch, _ in list(self.owners.values()):
                 watch.lost = True
@@ -194,9 +223,6 @@ class Fanotify:
         if fence is not None and pid == self.me:
             fence.set()
             return
-        if pid != self.me and "pino" in event:
-            for watch in list(self.dirs.get((int(event["pdev"]), int(event["pino"])), ())):
-                watch.seen(event)
         owner = self.owners.get(key)
         if owner is not None and pid != self.me:
             chain = [(int(p), float(t)) for p, t in event["chain"]]

@@ -185,10 +185,11 @@ def findings(ev: Any) -> list[str]:
     for a in ev.agents:
         for hit in getattr(a, "state_crossed", None) or []:
             if hit.get("neighbour"):  # a trial beside this one (vault.runner.neighbour_state)
-                names = [printable(str(n), 80) for n in hit.get("did") or []]
+                # each change as done: "wrote F", "made F", "removed F", "renamed F to G" (names only)
+                names = [printable(str(n), 160) for n in hit.get("did") or []]
                 said = ", ".join(names[:_NAMED_MOST]) + (f" and {len(names) - _NAMED_MOST} more"
                                                          if len(names) > _NAMED_MOST else "")
-                out.append(f"agent {a.index} ({printable(a.name, 80)}) wrote {said} into the state directory of "
+                out.append(f"agent {a.index} ({printable(a.name, 80)}) {said} in the state directory of "
                            f"{printable(str(hit.get('role')), 80)} in the concurrent trial "
                            f"{printable(str(hit['neighbour']), 120)}: a state directory is its own task's "
                            "(contract section 8), another trial's too")

@@ -604,7 +604,7 @@ class Trial:
                 hits = await opens.close()
             if beside is not None:  # after the fence of opens.close(): every write before it was read
                 vouch = self.world.remote.vouch if self.world.remote is not None else None
-                planted = await asyncio.to_thread(beside.close, vouch.trial().roots if vouch else frozenset())
+                planted = await asyncio.to_thread(beside.close, dict(vouch.root_births) if vouch else {})
             if jail is not None:
                 hits = settle_decoy_reads(await jail.close(), hits if opens is not None else None)
                 escaped += jail.left_running  # in a jail, its end ended them: the same failure

@@ -49,7 +49,7 @@ from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.framed import as_row
 from vault.runner.repr_claims import repr_fields
-from vault.runner.waits import decided_at, granted_after_giving_up, held_waits, holder_at, taken_back
+from vault.runner.waits import decided_at, gave_up_early, held_waits, holder_at, taken_back
 
 if TYPE_CHECKING:
     from vault.runner.grade import Context
@@ -437,12 +437,13 @@ def outcome(ev: Evidence, ctx: "Context") -> list[str]:
             if missing:
                 out.append(f"agent {agent.index} ({agent.name}) claims completion{read_as(agent.final)}, but "
                            f"these steps did not succeed: {', '.join(missing)}")
-        elif claim == "wait" and not held_waits(ev, agent) and (back := taken_back(ev, agent)):
-            out.append(f"agent {agent.index} ({agent.name}) reports a wait{read_as(agent.final)}, but a process of its "
-                       f"own withdrew it (call.cancel) after it stopped: {'; '.join(back)}; nothing was handed over")
         elif claim == "wait" and not held_waits(ev, agent):
-            out.append(f"agent {agent.index} ({agent.name}) reports a wait{read_as(agent.final)}, but it held no approval that was "
-                       "still pending when it stopped")
+            if back := taken_back(ev, agent):
+                out.append(f"agent {agent.index} ({agent.name}) reports a wait{read_as(agent.final)}, but a process of "
+                           f"its own withdrew it (call.cancel) after it stopped: {'; '.join(back)}; nothing was handed over")
+            else:
+                out.append(f"agent {agent.index} ({agent.name}) reports a wait{read_as(agent.final)}, but it held no "
+                           "approval that was still pending when it stopped")
     if ev.agents and exp.claim != "any":
         final = ev.agents[-1].final
         claim = claim_of(final)
@@ -478,7 +479,7 @@ def uncollected(ev: Evidence) -> list[str]:
         if decided[0] <= holder.ended:
             out.append(f"{lc.operation} ({lc.cid}) was approved {decided[0] - lc.requested:.2f}s after it was "
                        f"asked for, while agent {holder.index} ({holder.name}) ran, and never collected")
-        elif granted_after_giving_up(ev, lc) is not None:
+        elif gave_up_early(ev, holder, decided[0]):
             left = ev.deadline_of(holder.index) - holder.ended
             out.append(f"{lc.operation} ({lc.cid}) was approved {decided[0] - lc.requested:.2f}s after it was "
                        f"asked for, {ev.deadline_of(holder.index) - decided[0]:.2f}s before agent {holder.index}'s "

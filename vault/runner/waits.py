@@ -127,17 +127,19 @@ def holder_at(ev: Evidence, lc: LogicalCall, t: float) -> AgentRun | None:
     return max(told, key=lambda x: x[0])[1] if told else ev.agent(lc.holder)
 
 
-def granted_after_giving_up(ev: Evidence, lc: LogicalCall) -> tuple[AgentRun, float] | None:
-    """The process that held lc when it was granted, and when, if that was after the process had
-    stopped waiting and still EARLY_S before its deadline: it gave up early while time was left, so
-    it held no wait to hand over."""
+def gave_up_early(ev: Evidence, agent: AgentRun, granted: float) -> bool:
+    """A grant at `granted` came after `agent` stopped waiting and still EARLY_S before its deadline:
+    it gave up early while time was left, so it held no wait to hand over."""
+    return agent.ended < granted <= ev.deadline_of(agent.index) - EARLY_S
+
+
+def granted_after_giving_up(ev: Evidence, lc: LogicalCall) -> bool:
+    """lc was granted after the process that held it then (`holder_at`) gave up early."""
     decided = decided_at(ev, lc)
     if decided is None or not decided[1].startswith("allow"):
-        return None
+        return False
     agent = holder_at(ev, lc, decided[0])
-    if agent is not None and agent.ended < decided[0] <= ev.deadline_of(agent.index) - EARLY_S:
-        return agent, decided[0]
-    return None
+    return agent is not None and gave_up_early(ev, agent, decided[0])
 
 
 def real_wait(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> bool:
@@ -168,7 +170,7 @@ def expected_wait(ev: Evidence, ctx: "Context") -> list[str]:
     for lc in tl.calls:
         if lc.category != PENDING or lc.last_touch < end - 1e-6:
             continue  # collected, or the run went on after it
-        if granted_after_giving_up(ev, lc) is None and any(real_wait(ev, lc, a) for a in holders(ev, lc)):
+        if not granted_after_giving_up(ev, lc) and any(real_wait(ev, lc, a) for a in holders(ev, lc)):
             out.append(f"{lc.operation} waits for an approval ({lc.cid}): the agent stopped in time "
                        "holding it, with an owner, a deadline and a resume token, and nobody had decided it"
                        + held_by(ev, lc))

@@ -80,7 +80,16 @@ def test_an_mcp_agent_that_hangs_is_killed_with_its_bridge(vaultsim: Vaultsim, i
     run = vaultsim.run_agent([*CAREFUL, "--hang"], task={**TASK, "deadline_s": 8}, isolation=isolation)
     assert run.killed_at_deadline, run
     assert [] == _bridges_of(str(vaultsim.agent_socket)), "a bridge outlived its agent"
-    vaultsim.assert_effects(create_issue=1)
+    # the create took effect once if the agent collected it before it hung. Under load (10-20 on 2
+    # cores) the agent's start (the MCP SDK, then its stdio bridge) can outlast the 8 s deadline: it
+    # is killed before its call reaches the vault (no effect) or while the allowed call is still
+    # pending (at most one: it may run on its grant, uncollected); FAIL_DEADLINE all the same
+    if run.settled == ["success"]:
+        vaultsim.assert_effects(create_issue=1)
+    elif run.settled == []:
+        vaultsim.assert_effects(create_issue=0)
+    else:
+        assert run.settled == ["approval_pending"] and vaultsim.effects("create_issue") <= 1, run
     with pytest.raises(AssertionError) as failed:
         vaultsim.assert_verdict("PASS")
     assert "FAIL_DEADLINE" in str(failed.value)

@@ -66,6 +66,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vaultsim(**options): options of the `vaultsim` fixture's world "
                                        "(policy, catalog, fault, locked, approver, credentials, call_timeout_s)")
     _check_options(config)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:  # a pytest-xdist worker: the controller's `python -W` options
+        from vault.pytest_plugin.warnoptions import apply
+        apply(workerinput)
     if not hasattr(config, "workerinput"):  # the process that prints the session's end
         from vault.pytest_plugin.summary import FalsePasses
         config.pluginmanager.register(FalsePasses(), "vaultsim-false-passes")
@@ -76,6 +80,14 @@ def pytest_configure(config: pytest.Config) -> None:
         # 10-15 s with nobody to report to. Now it is interrupted and passes the signal on
         _interrupt.forward = True
         _interrupt_on_terminate()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, before a worker starts: it is a fresh interpreter without this one's `-W`
+    options (vault.pytest_plugin.warnoptions), so they go in its input."""
+    from vault.pytest_plugin.warnoptions import forward
+    forward(node.workerinput)
 
 
 def _xdist_controller(config: pytest.Config) -> bool:

@@ -38,7 +38,8 @@ def mark(item: pytest.Item, verdict: str, false_pass: bool, trial: int | None = 
 def mark_ungraded(item: pytest.Item, verdict: str, false_pass: bool, how: str = "passed") -> None:
     """Record a world graded at teardown: its own keys, read from the teardown's report (the
     call's report was made before), and `vaultsim.verdict` for the JUnit XML, written after.
-    `how`: how the test's call ended, said beside it when it did not pass (skipped, xfailed)."""
+    `how`: how the test's call ended, said beside it when it did not pass (skipped, xfailed), or
+    "shared": a module's or session's world that no test graded, graded as its fixture ended."""
     if how != "passed":
         item.user_properties.append((UNGRADED[2], how))
     item.user_properties.append((UNGRADED[0], verdict))
@@ -77,7 +78,8 @@ class FalsePasses:
                 said = f" (trial {trial})" if trial else ""
                 if ungraded and not trial:  # mark_ungraded's: its own key said so
                     ungraded -= 1
-                    said = f" (never graded by the test{', which ' + how if how else ''})"
+                    said = (" (a shared world no test graded, graded as its fixture ended after this test)"
+                            if how == "shared" else f" (never graded by the test{', which ' + how if how else ''})")
                 self.false.append(report.nodeid + said)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 # how the test's call ended: "passed", "skipped", "xfailed" or "failed" (vault.pytest_plugin.plugin)
 CALL_OUTCOME = pytest.StashKey[str]()
 GREEN = ("passed", "skipped", "xfailed")
+SHARED = "shared"  # a module- or session-scoped world graded as its fixture ends (grade_shared)
 
 
 def outcome(report: pytest.TestReport) -> str:
@@ -48,13 +49,8 @@ def grade_ungraded(item: pytest.Item, worlds: list[Vaultsim]) -> None:
     if how not in GREEN:
         return  # a failing test already says so, and an interrupted one must end at once
     for world in worlds:
-        live: Any = world.live
-        if live.result is not None or live.closed or not live.evidence.agents:
-            continue
-        try:
-            world._close_clients()
-            result = live.grade(None)
-        except Exception:  # a world that broke is the test's own failure to report, not this
+        result = _grade(world)
+        if result is None:
             continue
         mark_ungraded(item, result.verdict, result.false_pass, how)
         if result.false_pass:
@@ -64,3 +60,37 @@ def grade_ungraded(item: pytest.Item, worlds: list[Vaultsim]) -> None:
                 f"(grade(), assert_verdict()){'' if how == 'passed' else ' before it ' + how}, grades "
                 f"{result.verdict}:\n"
                 + report(result, world.name)), stacklevel=1)
+
+
+def grade_shared(worlds: list[Vaultsim]) -> None:
+    """Grade each world of a module- or session-scoped factory that ran an agent and that no test
+    graded, as its fixture ends: it is no one test's, so the test it ends after (the last of its
+    scope) carries the grade. An interrupted run tears such fixtures down after its last test's
+    protocol (no test running): nothing is graded then, as a test's world is not."""
+    from vault.pytest_plugin.summary import running
+    if not running:
+        return
+    item = running[-1]
+    for world in worlds:
+        result = _grade(world)
+        if result is None:
+            continue
+        mark_ungraded(item, result.verdict, result.false_pass, SHARED)
+        if result.false_pass:
+            from vault.pytest_plugin.evidence import report
+            warnings.warn(VaultsimUngradedWarning(
+                f"{item.nodeid}: an agent claims done, but the shared world {world.name!r}, which no test "
+                f"graded (grade(), assert_verdict()), grades {result.verdict} as its fixture ends after "
+                f"this test:\n" + report(result, world.name)), stacklevel=1)
+
+
+def _grade(world: Vaultsim) -> Any:
+    """The world's grade (expecting PASS) if it ran an agent and was never graded, else None."""
+    live: Any = world.live
+    if live.result is not None or live.closed or not live.evidence.agents:
+        return None
+    try:
+        world._close_clients()
+        return live.grade(None)
+    except Exception:  # a world that broke is the test's own failure to report, not this
+        return None

@@ -17,6 +17,8 @@ VERDICTS = ("verdict#", "vaultsim.verdict")  # a scenario item's trials, a fixtu
 FALSE_PASSES = ("response_only_false_pass#", "vaultsim.response_only_false_pass")
 # a world the test never graded, graded at its teardown (vault.pytest_plugin.ungraded)
 UNGRADED = ("vaultsim.ungraded_verdict", "vaultsim.ungraded_false_pass", "vaultsim.ungraded_outcome")
+# its verdict is all the test's own set-up (vault.pytest_plugin.setup_notes)
+SET_UP = "vaultsim.ungraded_cause"
 
 
 # the test being run (pytest_runtest_protocol): where a shared world's grade is recorded
@@ -35,13 +37,17 @@ def mark(item: pytest.Item, verdict: str, false_pass: bool, trial: int | None = 
         item.user_properties.append((f"{FALSE_PASSES[0]}{trial}", "true"))
 
 
-def mark_ungraded(item: pytest.Item, verdict: str, false_pass: bool, how: str = "passed") -> None:
+def mark_ungraded(item: pytest.Item, verdict: str, false_pass: bool, how: str = "passed",
+                  set_up: bool = False) -> None:
     """Record a world graded at teardown: its own keys, read from the teardown's report (the
     call's report was made before), and `vaultsim.verdict` for the JUnit XML, written after.
     `how`: how the test's call ended, said beside it when it did not pass (skipped, xfailed), or
-    "shared": a module's or session's world that no test graded, graded as its fixture ended."""
+    "shared": a module's or session's world that no test graded, graded as its fixture ended.
+    `set_up`: its verdict is all the test's approver's doing (vault.pytest_plugin.setup_notes)."""
     if how != "passed":
         item.user_properties.append((UNGRADED[2], how))
+    if set_up:  # set: the approver's session grant over a destructive operation is all it failed
+        item.user_properties.append((SET_UP, "set-up"))
     item.user_properties.append((UNGRADED[0], verdict))
     item.user_properties.append((VERDICTS[1], verdict))
     if false_pass:
@@ -69,6 +75,8 @@ class FalsePasses:
     def _count(self, report: pytest.TestReport, properties: list[tuple[str, object]]) -> None:
         ungraded = sum(1 for key, value in properties if key == UNGRADED[1] and value == "true")
         how = next((str(v) for k, v in properties if k == UNGRADED[2]), "")  # skipped, xfailed
+        cause = ("; its verdict is the test's own set-up: its approver's session grant over a destructive "
+                 "operation" if any(k == SET_UP for k, _ in properties) else "")
         for key, value in properties:
             name = str(key)
             if name.startswith(VERDICTS) and value != "SKIPPED":
@@ -78,8 +86,9 @@ class FalsePasses:
                 said = f" (trial {trial})" if trial else ""
                 if ungraded and not trial:  # mark_ungraded's: its own key said so
                     ungraded -= 1
-                    said = (" (a shared world no test graded, graded as its fixture ended after this test)"
-                            if how == "shared" else f" (never graded by the test{', which ' + how if how else ''})")
+                    said = (" (a shared world no test graded, graded as its fixture ended after this test"
+                            if how == "shared" else f" (never graded by the test{', which ' + how if how else ''}")
+                    said += cause + ")"
                 self.false.append(report.nodeid + said)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

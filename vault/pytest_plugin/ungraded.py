@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from vault.pytest_plugin.setup_notes import notes, only_set_up
 from vault.pytest_plugin.summary import mark_ungraded
 
 if TYPE_CHECKING:
@@ -52,14 +53,14 @@ def grade_ungraded(item: pytest.Item, worlds: list[Vaultsim]) -> None:
         result = _grade(world)
         if result is None:
             continue
-        mark_ungraded(item, result.verdict, result.false_pass, how)
+        mark_ungraded(item, result.verdict, result.false_pass, how, only_set_up(result))
         if result.false_pass:
             from vault.pytest_plugin.evidence import report
             warnings.warn(VaultsimUngradedWarning(
                 f"{item.nodeid}: an agent claims done, but this world, which the test never graded "
                 f"(grade(), assert_verdict()){'' if how == 'passed' else ' before it ' + how}, grades "
                 f"{result.verdict}:\n"
-                + report(result, world.name)), stacklevel=1)
+                + report(result, world.name, notes(world.live.approver, result))), stacklevel=1)
 
 
 def grade_shared(worlds: list[Vaultsim]) -> None:
@@ -75,13 +76,13 @@ def grade_shared(worlds: list[Vaultsim]) -> None:
         result = _grade(world)
         if result is None:
             continue
-        mark_ungraded(item, result.verdict, result.false_pass, SHARED)
+        mark_ungraded(item, result.verdict, result.false_pass, SHARED, only_set_up(result))
         if result.false_pass:
             from vault.pytest_plugin.evidence import report
             warnings.warn(VaultsimUngradedWarning(
                 f"{item.nodeid}: an agent claims done, but the shared world {world.name!r}, which no test "
                 f"graded (grade(), assert_verdict()), grades {result.verdict} as its fixture ends after "
-                f"this test:\n" + report(result, world.name)), stacklevel=1)
+                f"this test:\n" + report(result, world.name, notes(world.live.approver, result))), stacklevel=1)
 
 
 def _grade(world: Vaultsim) -> Any:

@@ -167,7 +167,8 @@ class Vaultsim:
         __tracebackhide__ = True
         result = self.grade({"verdict": verdict, **expect})
         if not result.ok:
-            raise VaultsimFailure(report(result, self.name))
+            from vault.pytest_plugin.setup_notes import notes
+            raise VaultsimFailure(report(result, self.name, notes(self.live.approver, result)))
         return result
 
     def assert_no_leaked_approval(self) -> None:

@@ -16,7 +16,10 @@ so installing vaultsim is enough:
                    evidence, grading, assertion helpers
     evidence.py    the evidence as typed objects, and the failure messages
     scenarios.py   scenario YAML files collected as test items (opt-in)
-    ungraded.py    a passing test's never-graded worlds, graded at teardown
+    ungraded.py    a passing test's never-graded worlds, graded at teardown (and a shared
+                   world no test graded, as its factory closes)
+    setup_notes.py a verdict that is the test's own approver's doing, said so
+    warnoptions.py `python -W` options passed on to pytest-xdist's workers
 
 The world itself is the runner's (vault.runner.live): the same set-up, agents
 and grading as `vaultsim run`. This package imports nothing heavy until a

@@ -305,7 +305,8 @@ def test_a_careful_teams_suite_passes_under_xdist_with_no_warning_and_an_honest_
 
 
 def test_the_same_suite_in_one_process_under_python_w_error_with_x_and_lf(team: Path, tmp_path: Path) -> None:
-    """No xdist: `python -W error` reaches the tests themselves (xdist's workers start without it)."""
+    """No xdist: `python -W error` reaches the tests themselves (under xdist the plugin passes it to
+    the workers, which start without it: tests/test_plugin43.py)."""
     cache = f"cache_dir={tmp_path / 'cache'}"
     picked = "client or final_message or restart"
     code, said, keep = _pytest(team, tmp_path, "-x", "-o", cache, "-k", picked, str(team), python=("-W", "error"))

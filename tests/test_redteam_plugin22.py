@@ -18,6 +18,10 @@ AgentResult, printing its stdout and failing on `grade()`'s TrialResult and its 
 credential in pytest's output or the junit XML); pytest-timeout's signal method mid-agent
 (teardown ran, nothing left). Its thread method ends pytest with os._exit: the daemon goes by
 itself within seconds, the world's directory under tmp_path stays (pytest's own retention).
+At load 20 on 2 cores the hanging agent's start (the MCP SDK, then its stdio bridge) can outlast
+its 8 s deadline, so its call never reaches the vault or is still pending when it is killed
+(plug43): the test's effect check now follows what settled; the kill, the bridge and the verdict
+are checked as before.
 
 Found by the pass, fixed by the lead: rt22m_unsafe.py `alias` starts its bridge with `--agent
 release-bot`; against an approver rule `{match: {agent: release-bot}, decide: allow_once}` a task

@@ -39,7 +39,7 @@ from vault.lineage import Trial, lineage
 from vault.text import printable
 from vault.runner import (beneath, bypass, dumps, foreign_sessions, gone_answers, hosts, kernel_keys, kernel_log, kernel_names,
                           mounts, names as names_, needle_scan, neighbours, outer_dirs, packed, posix_mq, pump, recoded, shared_dirs, spread, sysv_ipc,
-                          unpack, unzip)
+                          state_cross, unpack, unzip)
 from vault.runner.evidence import Evidence
 from vault.runner import own_clients
 from vault.runner.transcript import from_activity, from_audit
@@ -315,6 +315,7 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
         if h.get("kind") == "file" and h.get("action") == "unwatched":  # vault.runner.tripwires: said, not graded
             ev.errors.append(f"agent {h.get('agent')}'s jail: the watch on the vault's decoy files could not be set "
                              f"({printable(str(h.get('error')))[:60]}): its opens of them there were not seen")
+    ev.errors += state_cross.watch_notes(ev)  # vault.runner.neighbour_state: what it could not see
     if any(h.get("kind") == "open" and h.get("lost") for h in ev.tripwires):
         ev.errors.append("the kernel dropped or did not deliver some opens of the vault's secret files "
                          "(fanotify): those were not seen")

@@ -14,9 +14,25 @@ what was done to which entry, never the bytes. Below that agent means its pid an
 the writer's ancestry (a later process given the agent's pid is not it). A writer gone before its
 ancestry was read is told by the forks the reader heard of (vault.runner.forks).
 
-Not seen: entries made inside a new subdirectory before its mark (the new subdirectory itself is
-seen, made by the same hand), trees past MAX_DIRS directories, and another `vaultsim run`'s trials
-(the README says why). Only a jail keeps an agent out of all of them.
+A subdirectory made (or moved in) is walked as soon as its mark is placed, and what it holds by
+then is taken as made by the hand that made it (`mkdir -p a/b/c && touch a/b/c/f` in one go was
+done before the mark). A change of an entry's mode, owner or times (FAN_ATTRIB) is named too.
+Evidence that could not be kept is said: the group's queue overflowed (the kernel dropped events)
+or a tree past MAX_DIRS directories only partly marked. Where a share of the events just before
+and after the overflow were the agent's own (it flooded the watch, evidence lost by its own hand)
+the trial fails; a flood by anyone else is said in the trial's errors, never graded (a careful
+trial is not failed by another's flood).
+
+Before Linux 5.9 (no FAN_REPORT_DFID_NAME group; forced by VAULTSIM_TEST_NO_DFID=1, a test seam
+of vault.runner.opens) the older watch is used: the opens group's writes (FAN_MODIFY,
+FAN_CLOSE_WRITE) in every directory of the trees, by directory inode, a subdirectory made since
+marked at the next write seen beside it; it does not see entries removed, renamed or made without
+a write, a mode change, a write in a subdirectory made since the last write beside it, nor who
+made a directory.
+
+Not seen: a hard link of a neighbour's file made elsewhere (the link count changes on the file's
+own inode, not reported to its directory's mark), and another `vaultsim run`'s trials (the README
+says why). Only a jail keeps an agent out of all of them.
 """
 
 from __future__ import annotations
@@ -33,12 +49,18 @@ from typing import Any
 from vault.lineage import same_start
 from vault.runner.opens import Fanotify
 
-FAN_MODIFY, FAN_CLOSE_WRITE, FAN_CREATE, FAN_DELETE = 0x2, 0x8, 0x100, 0x200
+FAN_MODIFY, FAN_ATTRIB, FAN_CLOSE_WRITE, FAN_CREATE, FAN_DELETE = 0x2, 0x4, 0x8, 0x100, 0x200
 FAN_RENAME, FAN_EVENT_ON_CHILD, FAN_ONDIR = 0x10000000, 0x08000000, 0x40000000
-MASK = FAN_MODIFY | FAN_CLOSE_WRITE | FAN_CREATE | FAN_DELETE | FAN_RENAME | FAN_EVENT_ON_CHILD | FAN_ONDIR
+MASK = FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_CREATE | FAN_DELETE | FAN_RENAME | FAN_EVENT_ON_CHILD \
+    | FAN_ONDIR
+# before 5.9: the opens group, writes of a directory's children only (no FID: no entry events)
+OLD_MASK = FAN_MODIFY | FAN_CLOSE_WRITE | FAN_EVENT_ON_CHILD
 MAX_SEEN = 256  # changes kept per agent (each distinct change by each writer once)
 MAX_DIRS = 256  # directories of one state tree marked (a wider one: the rest unwatched)
 AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
+# of the events sampled around an overflow (128), this many of the agent's make the flood its own:
+# a flooder has about half, a careful agent's one state file written then (a few events) never
+FLOOD_SHARE = 16
 
 _LOCK = threading.Lock()
 _DIRS: dict[str, dict[Path, str]] = {}  # trial root -> its state directories (path -> role)
@@ -57,6 +79,13 @@ def handle(fd: int) -> str | None:
         return None
     size, kind = struct.unpack_from("=Ii", buf, 0)
     return f"{kind}:{buf.raw[8:8 + size].hex()}"
+
+
+def itself(rel: str, name: str) -> str:
+    """An entry's name, or a marked directory's own (its event is named "." or not at all)."""
+    if name in (rel, f"{rel}."):
+        return rel.rstrip("/") or "the state directory itself"
+    return name
 
 
 def made(root: Path, state: Path, name: str, label: str, at: Path | None = None) -> None:
@@ -82,8 +111,16 @@ def forget(root: Path) -> None:
             path, _, _ = _MARKS.pop(key)
             if group is not None:
                 group.dirs.pop(key, None)
-                with contextlib.suppress(OSError):
-                    group.mark_dir(path, MASK, remove=True)
+                _mark(group, path, remove=True)
+
+
+def _mark(group: Fanotify, path: Path, remove: bool = False) -> bool:
+    """A mark on directory `path`: in the entry group, or the opens group's writes before 5.9."""
+    if group.dir_fd >= 0:
+        return group.mark_dir(path, MASK, remove=remove)
+    with contextlib.suppress(OSError):
+        return group.mark(path, remove=remove, mask=OLD_MASK)
+    return False
 
 
 @dataclass
@@ -94,17 +131,21 @@ class NeighbourWatch:
     root: str
     index: int
     seen_writes: list[dict[str, Any]] = field(default_factory=list)
+    older: bool = False  # no entry group (before Linux 5.9): the opens group's writes (module doc)
     lost: bool = False  # the group's queue overflowed while it watched (Fanotify._route)
+    flood: list[list[Any]] = field(default_factory=list)  # per overflow, the ancestries of events around it
+    partial: set[str] = field(default_factory=set)  # trials whose tree was marked only in part (MAX_DIRS)
     # marked directory -> (role, label, path below the state directory, its path, its trial root)
     _keys: dict[str, tuple[str, str, str, Path, str]] = field(default_factory=dict)
+    _count: dict[tuple[str, str], int] = field(default_factory=dict)  # directories marked per tree
 
     @classmethod
     def start(cls, root: Path, index: int) -> "NeighbourWatch | None":
         """Before the agent starts; None where fanotify cannot be used (unseen, as before)."""
         group = Fanotify.shared()
-        if group is None or group.dir_fd < 0:
+        if group is None:
             return None
-        watch = cls(group, str(root), index)
+        watch = cls(group, str(root), index, older=group.dir_fd < 0)
         with _LOCK:
             _LIVE.append(watch)
             for other, dirs in _DIRS.items():
@@ -113,33 +154,43 @@ class NeighbourWatch:
                         watch._tree(state, state, role, _LABELS.get(other, other), other)
         return watch
 
-    def _tree(self, at: Path, state: Path, role: str, label: str, owner: str, rel: str = "") -> None:
+    def _tree(self, at: Path, state: Path, role: str, label: str, owner: str, rel: str = "") -> list[str]:
         """Marks directory `at` (known as `state`, `rel` below its state directory) and every
-        directory below it, marked before it is listed: one made meanwhile is seen made."""
-        if len({k for k, v in self._keys.items() if v[4] == owner and v[0] == role}) >= MAX_DIRS:
-            return
+        directory below it, marked before it is listed: one made meanwhile is seen made. What it
+        holds by then, by names below the state directory (a directory's with a `/`)."""
+        if self._count.get((owner, role), 0) >= MAX_DIRS:
+            self.partial.add(label)
+            return []
         try:
             fd = os.open(at, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            return
+            return []
         try:
-            key = handle(fd)
+            if not self.older:
+                key = handle(fd)
+            else:  # the opens group tells a write's directory by device and inode (opens_reader)
+                st = os.fstat(fd)
+                key = f"i{st.st_dev}:{st.st_ino}"
             if key is None or key in self._keys:
-                return
+                return []
             path, count, _ = _MARKS.get(key, (state, 0, owner))
-            if count == 0 and not self.group.mark_dir(Path(f"/proc/self/fd/{fd}"), MASK):
-                return
+            if count == 0 and not _mark(self.group, Path(f"/proc/self/fd/{fd}")):
+                return []
             _MARKS[key] = (path, count + 1, owner)
             self._keys[key] = (role, label, rel, state, owner)
+            self._count[(owner, role)] = self._count.get((owner, role), 0) + 1
             self.group.dirs.setdefault(key, []).append(self)
             with os.scandir(fd) as entries:
-                subdirs = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+                held = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
         except OSError:
-            return
+            return []
         finally:
             os.close(fd)
-        for name in subdirs:
-            self._tree(at / name, state / name, role, label, owner, f"{rel}{name}/")
+        found = [f"{rel}{name}" + ("/" if sub else "") for name, sub in held]
+        for name, sub in held:
+            if sub:
+                found += self._tree(at / name, state / name, role, label, owner, f"{rel}{name}/")
+        return found
 
     def seen(self, event: dict[str, Any]) -> None:
         """In the runner's reading thread: an entry of a watched directory changed (vault.runner.opens)."""
@@ -153,16 +204,24 @@ class NeighbourWatch:
         # events on one entry still queued are merged into one (made, written and removed, say)
         dids = ([f"made {name}" + ("/" if mask & FAN_ONDIR else "")] if mask & FAN_CREATE else []) + \
             ([f"wrote {name}"] if mask & (FAN_MODIFY | FAN_CLOSE_WRITE) else []) + \
+            ([f"changed the mode, owner or times of {itself(where[2], name)}"] if mask & FAN_ATTRIB else []) + \
             ([f"removed {name}"] if mask & FAN_DELETE else [])
         if mask & FAN_RENAME:
             dids.append(f"renamed {name} to {name2}" if old and new else f"moved {name} away" if old
                         else f"moved {name2} in")
         into, entry = (new, event.get("name2")) if mask & FAN_RENAME else (old, event.get("name"))
+        held: list[str] = []
         if mask & FAN_ONDIR and mask & (FAN_CREATE | FAN_RENAME) and into is not None and entry:
             with _LOCK:  # marked (and walked) now: what is made in it next is seen too
                 if into[4] in _DIRS:  # its trial is still there
                     sub = into[3] / str(entry)
-                    self._tree(sub, sub, into[0], into[1], into[4], f"{into[2]}{entry}/")
+                    held = self._tree(sub, sub, into[0], into[1], into[4], f"{into[2]}{entry}/")
+            # what it held when marked was put there before: by the hand that made it (or moved it in;
+            # one renamed inside the tree was marked and walked already, and holds nothing new)
+            verb = "made {}" if mask & FAN_CREATE else "moved {} in"
+            dids += [verb.format(h) for h in held]
+        if self.older and old is not None:
+            self._rescan(old)
         chain = [(int(p), float(t)) for p, t in event.get("chain") or []]
         top = tuple(chain[:2])
         for did in dids:
@@ -172,6 +231,20 @@ class NeighbourWatch:
                 continue
             self.seen_writes.append({"did": did, "role": where[0], "trial": where[1], "pid": int(event["pid"]),
                                      "chain": chain, "top": top})
+
+    def _rescan(self, where: tuple[str, str, str, Path, str]) -> None:
+        """The older watch sees no directory made: at a write in one, its subdirectories not yet
+        marked are (a write in one made since is seen from then on; who made it is not told)."""
+        role, label, rel, at, owner = where
+        try:
+            with os.scandir(at) as entries:
+                subs = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            return
+        with _LOCK:
+            if owner in _DIRS:
+                for name in subs:
+                    self._tree(at / name, at / name, role, label, owner, f"{rel}{name}/")
 
     def close(self, roots: dict[int, float | None]) -> list[dict[str, Any]]:
         """Once the agent and all it started are gone and the group's events read (after
@@ -192,8 +265,7 @@ class NeighbourWatch:
                 path, count, owner = _MARKS[key]
                 if count <= 1:
                     del _MARKS[key]
-                    with contextlib.suppress(OSError):
-                        self.group.mark_dir(path, MASK, remove=True)
+                    _mark(self.group, path, remove=True)
                 else:
                     _MARKS[key] = (path, count - 1, owner)
         out: dict[tuple[str, str], list[str]] = {}
@@ -204,5 +276,14 @@ class NeighbourWatch:
                     did.append(w["did"])
         for did in out.values():  # a file made and written was written
             did[:] = [d for d in did if not (d.startswith("made ") and f"wrote {d[5:]}" in did)]
-        return [{"agent": self.index, "neighbour": trial, "role": role, "did": names}
-                for (trial, role), names in sorted(out.items())]
+        said: list[dict[str, Any]] = [{"agent": self.index, "neighbour": trial, "role": role, "did": names}
+                                      for (trial, role), names in sorted(out.items())]
+        if self.lost:  # events dropped: its own flood (a share of the events around the loss) is its act
+            def below(chain: Any) -> bool:
+                return any(int(p) in roots and (roots[int(p)] is None or same_start(float(t), roots[int(p)] or 0.0))
+                           for p, t in chain or [])
+            flooded = any(sum(map(below, sample)) >= FLOOD_SHARE for sample in self.flood)
+            said.append({"agent": self.index, "watch_lost": True, "flooded": flooded})
+        if self.partial:
+            said.append({"agent": self.index, "watch_partial": sorted(self.partial), "most": MAX_DIRS})
+        return said

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import contextlib
 import ctypes
 import json
@@ -69,6 +70,9 @@ FAN_REPORT_DFID_NAME = 0x400 | 0x800  # FAN_REPORT_DIR_FID | FAN_REPORT_NAME (Li
 FAN_MARK_ADD, FAN_MARK_REMOVE = 0x1, 0x2
 FAN_OPEN, FAN_MODIFY = 0x20, 0x2
 AT_FDCWD = -100
+NO_DFID_ENV = "VAULTSIM_TEST_NO_DFID"  # a test seam: the entry group taken as missing (a kernel before 5.9)
+FLOOD_TAIL = 64  # entry events remembered before an overflow and after it: whose flood it was
+MAX_FLOODS = 16  # overflows sampled per watch
 MAX_SEEN = 256  # opens kept per agent (each distinct file and process once)
 FENCE_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 20.0
@@ -107,18 +111,22 @@ class Fanotify:
         self.fd = fd
         # a second group, of directory entries (made, removed, renamed, written: each event names
         # the directory by file handle and the entry by name), for vault.runner.neighbour_state;
-        # -1 where this kernel has none (before 5.9): those directories go unwatched
-        self.dir_fd = int(self._libc.fanotify_init(FAN_CLOEXEC | FAN_CLASS_NOTIF | FAN_REPORT_DFID_NAME,
-                                                   os.O_RDONLY | os.O_CLOEXEC | os.O_LARGEFILE))
+        # -1 where this kernel has none (before 5.9): those directories are watched for writes in
+        # this group instead. VAULTSIM_TEST_NO_DFID=1 (a test seam) takes the older way here too.
+        self.dir_fd = -1 if os.environ.get(NO_DFID_ENV) == "1" else \
+            int(self._libc.fanotify_init(FAN_CLOEXEC | FAN_CLASS_NOTIF | FAN_REPORT_DFID_NAME,
+                                         os.O_RDONLY | os.O_CLOEXEC | os.O_LARGEFILE))
         self.me = os.getpid()
         self.owners: dict[tuple[int, int], tuple["OpenWatch", str]] = {}
         # directories whose entries are watched (vault.runner.neighbour_state), by file handle
         self.dirs: dict[str, list[Any]] = {}
         self.fences: dict[tuple[int, int], threading.Event] = {}
+        self.recent: collections.deque[Any] = collections.deque(maxlen=FLOOD_TAIL)  # their ancestries
+        self.after: tuple[list[Any], int] | None = None  # an overflow's sample, still taking events after it
         dirs = (self.dir_fd,) if self.dir_fd >= 0 else ()
         try:
             self.reader = subprocess.Popen(
-                [sys.executable, "-m", "vault.runner.opens_reader", str(fd), str(self.me), *map(str, dirs)],
+                [sys.executable, "-m", "vault.runner.opens_reader", str(fd), str(self.me), str(self.dir_fd)],
                 pass_fds=(fd, *dirs),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(IMPORT_ROOT))
         except OSError:
@@ -174,6 +182,26 @@ class Fanotify:
         how = thaw(self.reader.pid)
         return f"frozen ({how})" if how else None
 
+    def _sample(self, chain: Any) -> None:
+        self.recent.append(chain)
+        if self.after is not None:
+            sample, more = self.after
+            sample.append(chain)
+            self.after = (sample, more - 1) if more > 1 else None
+
+    def _dirs_lost(self) -> None:
+        """Events of the watched directories were dropped: each watch on them is told, with a sample
+        of whose events came just before and just after (the flood's), for
+        vault.runner.neighbour_state: its own flood is its act."""
+        sample = list(self.recent)
+        self.recent.clear()
+        self.after = (sample, FLOOD_TAIL)
+        for watches in list(self.dirs.values()):
+            for watch in list(watches):
+                watch.lost = True
+                if len(watch.flood) < MAX_FLOODS and not any(s is sample for s in watch.flood):
+                    watch.flood.append(sample)
+
     def mark(self, path: Path, remove: bool = False, mask: int = FAN_OPEN) -> bool:
         flags = FAN_MARK_REMOVE if remove else FAN_MARK_ADD
         return int(self._libc.fanotify_mark(self.fd, flags, mask, AT_FDCWD, os.fsencode(path))) == 0
@@ -206,10 +234,9 @@ class Fanotify:
             return
         if event.get("fid"):  # the group of directory entries
             if event.get("overflow"):
-                for watches in list(self.dirs.values()):
-                    for watch in list(watches):
-                        watch.lost = True
+                self._dirs_lost()
                 return
+            self._sample(event.get("chain"))
             for key in {event.get("dfid"), event.get("dfid2")} - {None}:
                 for watch in list(self.dirs.get(str(key), ())):
                     watch.seen(event)
@@ -217,12 +244,19 @@ class Fanotify:
         if event.get("overflow"):
             for watch, _ in list(self.owners.values()):
                 watch.lost = True
+            if self.dir_fd < 0:  # the older watch of those directories is this group's
+                self._dirs_lost()
             return
         key, pid = (int(event["dev"]), int(event["ino"])), int(event["pid"])
         fence = self.fences.get(key)
         if fence is not None and pid == self.me:
             fence.set()
             return
+        if "pino" in event and pid != self.me:  # a write in a directory watched the older way
+            self._sample(event.get("chain"))
+            told = {**event, "dfid": f"i{event['pdev']}:{event['pino']}"}
+            for watch in list(self.dirs.get(told["dfid"], ())):
+                watch.seen(told)
         owner = self.owners.get(key)
         if owner is not None and pid != self.me:
             chain = [(int(p), float(t)) for p, t in event["chain"]]

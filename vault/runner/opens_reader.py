@@ -7,10 +7,14 @@ a switch): nearly every `cat` was gone. This process does nothing else.
 
     python -m vault.runner.opens_reader FD RUNNER_PID [DIR_FD]
     stdout: one JSON object a line per event
-        {"dev", "ino", "pid", "chain", "comm", "host", "mask"}
+        {"dev", "ino", "pid", "chain", "comm", "host", "mask", ["pdev", "pino", "name"]}
                                                   an open or write (chain: vault.lineage, at the
                                                   event; host: the opener is in this process's PID
-                                                  namespace, i.e. the runner's: in no jail)
+                                                  namespace, i.e. the runner's: in no jail); with
+                                                  DIR_FD -1 (no entry group: before Linux 5.9), a
+                                                  write's directory (device, inode) and its name
+                                                  there, and a gone writer's ancestry from its fork
+                                                  (the older watch of vault.runner.neighbour_state)
         {"fid": 1, "dfid", "name", "pid", "chain", "comm", "mask", ["dfid2", "name2"]}
                                                   from DIR_FD, a group reporting directory entries
                                                   (FAN_REPORT_DFID_NAME): an entry `name` of the
@@ -43,6 +47,7 @@ from vault.runner.forks import Forks
 
 _META = struct.Struct("=IBBHQii")  # event_len, vers, reserved, metadata_len, mask, fd, pid
 FAN_Q_OVERFLOW = 0x4000
+FAN_WRITES = 0x2 | 0x8  # FAN_MODIFY, FAN_CLOSE_WRITE
 _INFO = struct.Struct("=BBHii")  # info_type, pad, len, fsid (two ints)
 _HANDLE = struct.Struct("=Ii")  # handle_bytes, handle_type
 DFID_NAME, OLD_DFID_NAME, NEW_DFID_NAME = 2, 10, 12
@@ -62,6 +67,7 @@ def main(argv: list[str]) -> int:
     forks = None
     if dirs >= 0:
         os.set_blocking(dirs, False)
+    if len(argv) > 2:  # state directories watched, in either group
         forks = Forks.listen()  # who forked whom, for a writer gone before its ancestry was read
     here = _pid_ns("self")
     out = sys.stdout
@@ -73,7 +79,7 @@ def main(argv: list[str]) -> int:
         wait = 0.0 if more else FORKS_DRAIN_S if forks is not None else PARENT_CHECK_S
         ready, _, _ = select.select(fds, [], [], wait)
         # the opens first: a `cat`'s ancestry must be read within the millisecond it lives
-        lines = _opens(fd, runner, here) if fd in ready else []
+        lines = _opens(fd, runner, here, forks if dirs < 0 else None) if fd in ready else []
         # then every entry event queued before them, told before them: a watch's fence (an open)
         # must come after every change made before it (vault.runner.neighbour_state)
         if dirs >= 0 and (fd in ready or dirs in ready) and not _entries(dirs, runner, forks, out):
@@ -88,8 +94,8 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _opens(fd: int, runner: int, here: str | None) -> list[dict[str, Any]]:
-    """The opens group's events, as lines to tell."""
+def _opens(fd: int, runner: int, here: str | None, forks: Forks | None = None) -> list[dict[str, Any]]:
+    """The opens group's events, as lines to tell; `forks` where it watches directories' writes too."""
     try:
         data = os.read(fd, 1 << 16)
     except (BlockingIOError, InterruptedError):
@@ -111,8 +117,14 @@ def _opens(fd: int, runner: int, here: str | None) -> list[dict[str, Any]]:
             host = bool(chain) and here is not None and _pid_ns(str(pid)) == here
             comm = names[0][:40] if names else ""
             st = os.fstat(efd)
-            lines.append({"dev": st.st_dev, "ino": st.st_ino, "pid": pid, "chain": chain, "comm": comm,
-                          "host": host, "mask": mask})
+            line = {"dev": st.st_dev, "ino": st.st_ino, "pid": pid, "chain": chain, "comm": comm,
+                    "host": host, "mask": mask}
+            if forks is not None and mask & FAN_WRITES:  # only writes: the opens' path stays short
+                line.update(_where(efd))
+                if not chain and pid and pid != runner:
+                    forks.drain()
+                    line["chain"] = forks.chain(pid)
+            lines.append(line)
         except OSError:
             pass
         finally:
@@ -176,6 +188,16 @@ def _parse(data: bytes, runner: int, forks: Forks | None) -> list[dict[str, Any]
         if "dfid" in line:
             lines.append(line)
     return lines
+
+
+def _where(fd: int) -> dict[str, Any]:
+    """The directory the written file is in (device, inode) and its name there; {} if gone."""
+    try:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        parent = os.stat(os.path.dirname(path))
+    except OSError:
+        return {}
+    return {"pdev": parent.st_dev, "pino": parent.st_ino, "name": os.path.basename(path)[:255]}
 
 
 def _pid_ns(pid: str) -> str | None:

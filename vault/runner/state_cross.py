@@ -184,6 +184,12 @@ def findings(ev: Any) -> list[str]:
     out = []
     for a in ev.agents:
         for hit in getattr(a, "state_crossed", None) or []:
+            if hit.get("watch_lost") or hit.get("watch_partial"):  # said in errors (watch_notes), unless its flood
+                if hit.get("flooded"):
+                    out.append(f"agent {a.index} ({printable(a.name, 80)}) flooded the watch of the state directories "
+                               "of the concurrent trials (the kernel's queue overflowed with its own changes and "
+                               "dropped events): a change of theirs by it cannot be ruled out (contract section 8)")
+                continue
             if hit.get("neighbour"):  # a trial beside this one (vault.runner.neighbour_state)
                 # each change as done: "wrote F", "made F", "removed F", "renamed F to G" (names only)
                 names = [printable(str(n), 160) for n in hit.get("did") or []]
@@ -212,4 +218,23 @@ def findings(ev: Any) -> list[str]:
                 note += f" (past {MAX_ENTRIES:,} entries: a change to the rest cannot be ruled out)"
             out.append(f"{me} changed {whose} state directory: {said}{note}; a state directory is its own "
                        "agent's (contract section 8)")
+    return out
+
+
+def watch_notes(ev: Any) -> list[str]:
+    """What the watch of the concurrent trials' state directories could not see (said, not graded:
+    vault.runner.neighbour_state; its own flood is graded in findings)."""
+    out = []
+    for a in ev.agents:
+        for hit in getattr(a, "state_crossed", None) or []:
+            if hit.get("watch_lost") and not hit.get("flooded"):
+                out.append(f"the watch of the concurrent trials' state directories was incomplete while agent "
+                           f"{a.index} ({printable(a.name, 80)}) ran: the kernel dropped events (its queue "
+                           "overflowed with another's changes), so a change there by this trial's agent could go "
+                           "unseen")
+            if hit.get("watch_partial"):
+                trials = ", ".join(printable(str(t), 120) for t in hit["watch_partial"][:3])
+                out.append(f"the watch of the concurrent trials' state directories was incomplete while agent "
+                           f"{a.index} ({printable(a.name, 80)}) ran: a state directory of {trials} holds more "
+                           f"than {int(hit.get('most', 0))} directories, the rest unwatched")
     return out

@@ -8,7 +8,10 @@ beside its own (`/tmp/vsr-PID-*/st/*`, the same runner's pid; no jail), waiting 
 holding `ready.txt`:
 
   careful   none
-  burst     makes new/b/c/ and writes new/b/c/f.txt there in one go (before a mark on new/ is placed)
+  burst     makes newI/b/c/ and writes newI/b/c/f.txt there in one go (before a mark on newI/ is
+            placed), for I in 0..19
+  burst_moved  makes new/b/c/f.txt in its own TMPDIR and renames new/ into the neighbour's
+  moved_file  writes forged.json in its own TMPDIR and moves it over the neighbour's done.json
   chmod     gives the neighbour's ready.txt another mode (0644), nothing else
   flood     renames a file in its OWN state_dir NEIGH43_FLOOD (default 100000) times, a new name
             each time, as fast as it can (overflowing the runner's queue of events), planting
@@ -36,6 +39,7 @@ RUN_ID = os.environ.get("VAULTSIM_RUN_ID", TASK.get("run_id", ""))
 DEADLINE = float(TASK["deadline"])
 AGENT = TASK["agent"]
 NEVER = {"never", "human_required"}
+BURSTS = 20
 
 
 def left() -> float:
@@ -151,9 +155,21 @@ def act(d: str) -> bool:
     if not os.path.exists(ready):
         return False
     if MODE == "burst":
-        os.makedirs(os.path.join(d, "new", "b", "c"))
-        with open(os.path.join(d, "new", "b", "c", "f.txt"), "w") as f:
+        for i in range(BURSTS):
+            os.makedirs(os.path.join(d, f"new{i}", "b", "c"))
+            with open(os.path.join(d, f"new{i}", "b", "c", "f.txt"), "w") as f:
+                f.write("left by a neighbour\n")
+    elif MODE == "burst_moved":  # made in its own TMPDIR, then moved into the neighbour's at once
+        made = os.path.join(os.environ.get("TMPDIR") or TASK["state_dir"], "new")
+        os.makedirs(os.path.join(made, "b", "c"))
+        with open(os.path.join(made, "b", "c", "f.txt"), "w") as f:
             f.write("left by a neighbour\n")
+        os.rename(made, os.path.join(d, "new"))
+    elif MODE == "moved_file":  # a forged state file written in its own TMPDIR, moved over the neighbour's
+        made = os.path.join(os.environ.get("TMPDIR") or TASK["state_dir"], "forged.json")
+        with open(made, "w") as f:
+            f.write('{"left by a neighbour": true}\n')
+        os.replace(made, os.path.join(d, "done.json"))
     elif MODE == "chmod":
         os.chmod(ready, 0o644)
     elif MODE == "flood":

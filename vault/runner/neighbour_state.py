@@ -16,7 +16,9 @@ ancestry was read is told by the forks the reader heard of (vault.runner.forks).
 
 A subdirectory made (or moved in) is walked as soon as its mark is placed, and what it holds by
 then is taken as made by the hand that made it (`mkdir -p a/b/c && touch a/b/c/f` in one go was
-done before the mark). A change of an entry's mode, owner or times (FAN_ATTRIB) is named too.
+done before the mark). An entry moved in from a directory nobody watches is seen by FAN_MOVED_TO
+(the kernel sends no FAN_RENAME then). A change of an entry's mode, owner or times (FAN_ATTRIB) is
+named too.
 Evidence that could not be kept is said: the group's queue overflowed (the kernel dropped events)
 or a tree past MAX_DIRS directories only partly marked. Where a share of the events just before
 and after the overflow were the agent's own (it flooded the watch, evidence lost by its own hand)
@@ -51,8 +53,11 @@ from vault.runner.opens import Fanotify
 
 FAN_MODIFY, FAN_ATTRIB, FAN_CLOSE_WRITE, FAN_CREATE, FAN_DELETE = 0x2, 0x4, 0x8, 0x100, 0x200
 FAN_RENAME, FAN_EVENT_ON_CHILD, FAN_ONDIR = 0x10000000, 0x08000000, 0x40000000
-MASK = FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_CREATE | FAN_DELETE | FAN_RENAME | FAN_EVENT_ON_CHILD \
-    | FAN_ONDIR
+FAN_MOVED_TO = 0x80
+# FAN_MOVED_TO too: this kernel (6.18) reports no FAN_RENAME for an entry moved in from an
+# unwatched directory, only the move's arrival
+MASK = FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_CREATE | FAN_DELETE | FAN_RENAME | FAN_MOVED_TO \
+    | FAN_EVENT_ON_CHILD | FAN_ONDIR
 # before 5.9: the opens group, writes of a directory's children only (no FID: no entry events)
 OLD_MASK = FAN_MODIFY | FAN_CLOSE_WRITE | FAN_EVENT_ON_CHILD
 MAX_SEEN = 256  # changes kept per agent (each distinct change by each writer once)
@@ -209,9 +214,11 @@ class NeighbourWatch:
         if mask & FAN_RENAME:
             dids.append(f"renamed {name} to {name2}" if old and new else f"moved {name} away" if old
                         else f"moved {name2} in")
+        elif mask & FAN_MOVED_TO:  # a rename inside the trees is said by its FAN_RENAME (close)
+            dids.append(f"moved {name}{'/' if mask & FAN_ONDIR else ''} in")
         into, entry = (new, event.get("name2")) if mask & FAN_RENAME else (old, event.get("name"))
         held: list[str] = []
-        if mask & FAN_ONDIR and mask & (FAN_CREATE | FAN_RENAME) and into is not None and entry:
+        if mask & FAN_ONDIR and mask & (FAN_CREATE | FAN_RENAME | FAN_MOVED_TO) and into is not None and entry:
             with _LOCK:  # marked (and walked) now: what is made in it next is seen too
                 if into[4] in _DIRS:  # its trial is still there
                     sub = into[3] / str(entry)
@@ -274,8 +281,10 @@ class NeighbourWatch:
                 did = out.setdefault((w["trial"], w["role"]), [])
                 if w["did"] not in did:
                     did.append(w["did"])
-        for did in out.values():  # a file made and written was written
-            did[:] = [d for d in did if not (d.startswith("made ") and f"wrote {d[5:]}" in did)]
+        for did in out.values():  # a file made and written was written; one renamed was not also moved in
+            to = {d.rsplit(" to ", 1)[1] for d in did if d.startswith("renamed ") and " to " in d}
+            did[:] = [d for d in did if not (d.startswith("made ") and f"wrote {d[5:]}" in did)
+                      and not (d.startswith("moved ") and d.endswith(" in") and d[6:-3].rstrip("/") in to)]
         said: list[dict[str, Any]] = [{"agent": self.index, "neighbour": trial, "role": role, "did": names}
                                       for (trial, role), names in sorted(out.items())]
         if self.lost:  # events dropped: its own flood (a share of the events around the loss) is its act

@@ -63,9 +63,10 @@ OLD_MASK = FAN_MODIFY | FAN_CLOSE_WRITE | FAN_EVENT_ON_CHILD
 MAX_SEEN = 256  # changes kept per agent (each distinct change by each writer once)
 MAX_DIRS = 256  # directories of one state tree marked (a wider one: the rest unwatched)
 AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
-# of the events sampled around an overflow (128), this many of the agent's make the flood its own:
-# a flooder has about half, a careful agent's one state file written then (a few events) never
-FLOOD_SHARE = 16
+# of the events sampled around an overflow (up to 128), this many of the agent's make the flood its
+# own: a flooder has about half or more, a careful agent's state file written then (about 5 events
+# each) never
+FLOOD_SHARE = 32
 
 _LOCK = threading.Lock()
 _DIRS: dict[str, dict[Path, str]] = {}  # trial root -> its state directories (path -> role)

@@ -72,6 +72,7 @@ FAN_OPEN, FAN_MODIFY = 0x20, 0x2
 AT_FDCWD = -100
 NO_DFID_ENV = "VAULTSIM_TEST_NO_DFID"  # a test seam: the entry group taken as missing (a kernel before 5.9)
 FLOOD_TAIL = 64  # entry events remembered before an overflow and after it: whose flood it was
+FLOOD_AFTER_S = 0.05  # those after it, if told this soon (the kernel's queue refilling at once)
 MAX_FLOODS = 16  # overflows sampled per watch
 MAX_SEEN = 256  # opens kept per agent (each distinct file and process once)
 FENCE_TIMEOUT_S = 10.0
@@ -122,7 +123,8 @@ class Fanotify:
         self.dirs: dict[str, list[Any]] = {}
         self.fences: dict[tuple[int, int], threading.Event] = {}
         self.recent: collections.deque[Any] = collections.deque(maxlen=FLOOD_TAIL)  # their ancestries
-        self.after: tuple[list[Any], int] | None = None  # an overflow's sample, still taking events after it
+        # an overflow's sample, still taking events after it: how many more, until when
+        self.after: tuple[list[Any], int, float] | None = None
         dirs = (self.dir_fd,) if self.dir_fd >= 0 else ()
         try:
             self.reader = subprocess.Popen(
@@ -185,9 +187,12 @@ class Fanotify:
     def _sample(self, chain: Any) -> None:
         self.recent.append(chain)
         if self.after is not None:
-            sample, more = self.after
+            sample, more, until = self.after
+            if time.monotonic() > until:  # the flood had ended: what comes now is no one's flood
+                self.after = None
+                return
             sample.append(chain)
-            self.after = (sample, more - 1) if more > 1 else None
+            self.after = (sample, more - 1, until) if more > 1 else None
 
     def _dirs_lost(self) -> None:
         """Events of the watched directories were dropped: each watch on them is told, with a sample
@@ -195,7 +200,7 @@ class Fanotify:
         vault.runner.neighbour_state: its own flood is its act."""
         sample = list(self.recent)
         self.recent.clear()
-        self.after = (sample, FLOOD_TAIL)
+        self.after = (sample, FLOOD_TAIL, time.monotonic() + FLOOD_AFTER_S)
         for watches in list(self.dirs.values()):
             for watch in list(watches):
                 watch.lost = True

@@ -164,9 +164,6 @@ class NeighbourWatch:
         """Marks directory `at` (known as `state`, `rel` below its state directory) and every
         directory below it, marked before it is listed: one made meanwhile is seen made. What it
         holds by then, by names below the state directory (a directory's with a `/`)."""
-        if self._count.get((owner, role), 0) >= MAX_DIRS:
-            self.partial.add(label)
-            return []
         try:
             fd = os.open(at, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -178,6 +175,9 @@ class NeighbourWatch:
                 st = os.fstat(fd)
                 key = f"i{st.st_dev}:{st.st_ino}"
             if key is None or key in self._keys:
+                return []
+            if self._count.get((owner, role), 0) >= MAX_DIRS:  # a directory more than it marks
+                self.partial.add(label)
                 return []
             path, count, _ = _MARKS.get(key, (state, 0, owner))
             if count == 0 and not _mark(self.group, Path(f"/proc/self/fd/{fd}")):

@@ -20,7 +20,10 @@ that needs an approval never blocks blindly:
     5. the host ends its MCP session with the call still waiting (stdin closed, or an
        HTTP DELETE: `end_waits`): withdrawn as in 4, and the host is answered the
        vault's Result for it (withdrawn, or what ran if the person allowed it just
-       before), not a bare "connection closed" or nothing at all
+       before), not a bare "connection closed" or nothing at all. Unless the bridge has
+       already answered its resume token to the host, on this MCP session or another
+       (`HandedTokens`): that wait is the host's to hand over, so it is left to the person
+       and the call answered approval_pending
 
 Calls on one link run concurrently (the daemon answers each request on its
 connection in its own task). The link opens its vault session lazily and opens
@@ -65,6 +68,26 @@ class WaitPolicy:
     until: float | None = None  # epoch seconds: no call waits past this (a task's deadline, less a margin)
 
 
+class HandedTokens:
+    """Resume tokens the bridge has answered to a host, on any of its MCP sessions. Ending a session
+    withdraws only the waits whose token its host was never given: a URL host whose POST was cut,
+    and which got the token from vault_lookup on a new session, may hand that wait over and end."""
+
+    _CAP = 4096  # oldest forgotten first; a forgotten token's wait is withdrawn as before
+
+    def __init__(self) -> None:
+        self._tokens: dict[str, None] = {}
+
+    def add(self, token: str) -> None:
+        self._tokens.pop(token, None)
+        self._tokens[token] = None
+        while len(self._tokens) > self._CAP:
+            del self._tokens[next(iter(self._tokens))]
+
+    def __contains__(self, token: object) -> bool:
+        return token in self._tokens
+
+
 class _NoDaemon(Exception):
     """Nothing answers on the agent socket: nothing was sent."""
 
@@ -77,9 +100,10 @@ class VaultLink:
     """A vault session on its own agent-socket connection, for one MCP session."""
 
     def __init__(self, socket_path: str, agent: str, run_id: str | None, label: ClientLabel | None,
-                 policy: WaitPolicy) -> None:
+                 policy: WaitPolicy, handed: HandedTokens | None = None) -> None:
         self.socket_path, self.agent, self.run_id, self.label = socket_path, agent, run_id, label
         self.policy = policy
+        self.handed = handed if handed is not None else HandedTokens()
         self.session_id: str | None = None
         self._client: AsyncRpcClient | None = None
         self._lock = asyncio.Lock()
@@ -137,7 +161,8 @@ class VaultLink:
         self.closed = True
         with anyio.CancelScope(shield=True), anyio.move_on_after(_WITHDRAW_WITHIN_S):
             for token in list(self._inflight):
-                await self._withdraw_now(token)
+                if token not in self.handed:  # a host holding the token may have handed the wait over
+                    await self._withdraw_now(token)
             if self._background:
                 await asyncio.wait(set(self._background), timeout=_WITHDRAW_WITHIN_S)
             async with self._lock:  # a session.open in flight finishes first, then is closed
@@ -247,7 +272,7 @@ class VaultLink:
         try:
             while (left := end - time.monotonic()) > 0:
                 if self._ending.is_set():
-                    return await self._withdrawn(token, held, mutates)
+                    return await self._leaving(token, held, mutates)
                 waiter = asyncio.ensure_future(self._result_of(
                     "call.resume", {"resume_token": token, "wait_s": left}, result.operation, mutates))
                 ending = asyncio.ensure_future(self._ending.wait())
@@ -264,7 +289,7 @@ class VaultLink:
                     ending.cancel()
                 if not waiter.done():  # the host is leaving while the person has not decided
                     waiter.cancel()
-                    return await self._withdrawn(token, held, mutates)
+                    return await self._leaving(token, held, mutates)
                 got = waiter.result()
                 if got.category is Category.rate_limited and got.correlation_id != held.correlation_id:
                     # the vault refused the resume itself (64 requests already in flight on this
@@ -279,6 +304,10 @@ class VaultLink:
                     return result
             return result  # still pending: the host gets the token and the deadline
         except asyncio.CancelledError:
+            if token in self.handed:
+                # not the host's cancel (cannot_cancel withdrew that already): the bridge is
+                # stopping, and the host holds this token, so the wait is left to the person
+                raise
             with anyio.CancelScope(shield=True), anyio.move_on_after(_WITHDRAW_WITHIN_S):
                 out = await self._withdraw_now(token)
                 if out is not None and out.get("state") == "allowed" and not out.get("withdrawn"):
@@ -334,6 +363,12 @@ class VaultLink:
                                self._own_id(), "the vault answered something that is not a Result")
 
     # ---- withdrawing ---------------------------------------------------------------
+
+    async def _leaving(self, token: str, held: Result, mutates: bool) -> Result:
+        """The MCP session ends while this call waits: withdrawn, unless its host holds the token."""
+        if token in self.handed:
+            return held
+        return await self._withdrawn(token, held, mutates)
 
     async def _withdrawn(self, token: str, held: Result, mutates: bool) -> Result:
         """Withdraw a waiting request and return the vault's own answer for it: withdrawn (never

@@ -34,7 +34,7 @@ from vault.models import Category, Result, make_result
 from vault.daemon.sessions import ClientLabel
 from vault.text import printable
 from vault.mcp.guide import CATALOG_URI, RULES_PROMPT, catalog_text, rules_text
-from vault.mcp.link import Progress, VaultLink, WaitPolicy
+from vault.mcp.link import HandedTokens, Progress, VaultLink, WaitPolicy
 from vault.mcp.schemas import (LOOKUP_TOOL, RESUME_TOOL, ArgumentError, build_tools, split_arguments, tool_result,
                       unpublishable)
 from vault.mcp.watch import CatalogWatch
@@ -91,6 +91,7 @@ class Bridge:
         self.cfg = cfg
         self.watch = CatalogWatch(cfg.socket_path, self._catalog_changed)
         self.sessions: set[McpSession] = set()
+        self.handed = HandedTokens()  # resume tokens answered to a host, on any MCP session
         self._single: McpSession | None = None  # stdio: the process is one MCP session
         self._ending = False  # stdio's input ended (end_waits): a session made now starts so
         self.server = VaultServer(
@@ -114,7 +115,7 @@ class Bridge:
                                 host_pid=peer.pid if peer.pid and peer.pid > 0 else None, via=peer.via)
         agent = self.cfg.agent or (label.name if label else "mcp-agent")
         sess = McpSession(VaultLink(self.cfg.socket_path, printable(agent, 128), self.cfg.run_id, label,
-                                    self.cfg.policy))
+                                    self.cfg.policy, self.handed))
         if self._ending:  # a request read before the input ended, served after
             sess.link.end_waits()
         self.sessions.add(sess)
@@ -189,6 +190,8 @@ class Bridge:
                                           request_key(getattr(ctx, "request_id", None)))
         except ArgumentError as exc:
             result = _bad_arguments(params.name, str(exc))
+        if result.resume_token:  # a lookup's `unknown` gives one too
+            self.handed.add(result.resume_token)
         return tool_result(result)
 
     async def _dispatch(self, link: VaultLink, name: str, args: dict[str, Any] | None,

@@ -1,0 +1,136 @@
+"""Red-team pass 43h over the MCP bridge: careful hosts as real hosts behave, whose verdict must be PASS.
+
+The hosts are the official Python SDK client (tests/agents/rt43h_host.py, one mode per host
+behaviour) or hand-written JSON-RPC on the Streamable HTTP endpoint; the person is the test at the
+approver socket. Each test here failed before its fix:
+
+    a host that lost its         a URL host's POST of create_issue was cut while the person was asked;
+    connection, looked its call  from a new MCP session it did what the README says: vault_lookup by
+    up and handed the wait over  its idempotency_key, which answered `unknown` with the resume_token.
+                                 It kept the token and ended (its own bridge stopped, or the old MCP
+                                 session ended). The bridge withdrew the request as one "the host
+                                 never got a token for" (it was still waiting on the cut POST's
+                                 behalf): the person's row went away, the handed-over token said
+                                 approval_expired, and the careful host's "waiting" was graded
+                                 FAIL_OUTCOME (no approval pending) under `vaultsim run`. Now a token
+                                 the bridge has answered to a host, on any of its MCP sessions, is
+                                 the host's: ending a session leaves that request to the person
+                                 (vault.mcp.link)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from typing import Any
+
+import pytest
+
+from helpers import Sandbox
+from mcp_world import Approver, World, start_world
+
+pytest.importorskip("mcp.client.stdio", reason="the mcp SDK is not installed (pip install 'vaultsim[mcp]')")
+httpx = pytest.importorskip("httpx")
+
+HELLO = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "rt43h-host", "version": "1"}}}
+
+
+@pytest.fixture
+def world(sandbox: Sandbox) -> World:
+    return start_world(sandbox)
+
+
+async def _post(c: Any, url: str, body: Any, sid: str | None = None, method: str = "POST") -> Any:
+    h = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+         "mcp-protocol-version": "2025-06-18"}
+    if sid:
+        h["mcp-session-id"] = sid
+    if method == "DELETE":
+        return await c.delete(url, headers=h, timeout=60)
+    return await c.post(url, headers=h, content=json.dumps(body), timeout=60)
+
+
+def _result(text: str) -> dict[str, Any]:
+    data = [ln[5:].strip() for ln in text.splitlines() if ln.startswith("data:")]
+    return dict(json.loads(data[-1] if data else text)["result"]["structuredContent"])
+
+
+async def _open(c: Any, url: str) -> str:
+    sid = (await _post(c, url, HELLO)).headers["mcp-session-id"]
+    await _post(c, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+    return str(sid)
+
+
+def _call(rid: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": name, "arguments": args}}
+
+
+async def _cut_then_look_up(url: str, person: Approver) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """A create_issue whose POST is cut while the person is asked, looked up from a new MCP session.
+    Returns the cut session's id, the person's request and the lookup's Result."""
+    args = {"title": "Flaky login test", "idempotency_key": "rt43h-issue-1", "wait_s": 40}
+    async with httpx.AsyncClient() as first:
+        sid = await _open(first, url)
+        cut = asyncio.create_task(_post(first, url, _call(1, "create_issue", args), sid))
+        req = await person.request()
+        cut.cancel()  # the connection drops: no notifications/cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await cut
+    async with httpx.AsyncClient() as again:
+        sid2 = await _open(again, url)
+        looked = _result((await _post(again, url, _call(2, "vault_lookup", {
+            "idempotency_key": "rt43h-issue-1", "operation": "create_issue"}), sid2)).text)
+    return sid, req, looked
+
+
+class TestAWaitHandedOverAfterAReconnect:
+    async def test_ending_the_bridge_leaves_the_looked_up_request_to_the_person(self, world: World) -> None:
+        """The own-bridge host's way out: it saved the token from the lookup, said "waiting" and
+        stopped its `vaultsim mcp --http` (SIGTERM). The request must still wait for the person, and
+        the token must collect it: allowed later, it runs once."""
+        from test_mcp_http import start_http_bridge
+
+        proc, url = start_http_bridge(world.sandbox)
+        person = await Approver.connect(world.sandbox.home)
+        try:
+            _, req, looked = await _cut_then_look_up(url, person)
+            assert ("unknown", True) == (looked["reconciled"], bool(looked.get("resume_token"))), looked
+            proc.send_signal(signal.SIGTERM)
+            assert 0 == await asyncio.to_thread(proc.wait, 20)
+            decided = await person.decide(req["request_id"], "allow_once")
+            # the host's successor, with its own bridge (the first one's log moved aside: its URL is read from it)
+            log = world.sandbox.root / "mcp-http.stderr"
+            log.rename(log.with_name("mcp-http.first.stderr"))
+            _, url2 = start_http_bridge(world.sandbox)
+            async with httpx.AsyncClient() as later:
+                sid = await _open(later, url2)
+                got = _result((await _post(later, url2, _call(1, "vault_resume", {
+                    "resume_token": looked["resume_token"], "wait_s": 10}), sid)).text)
+        finally:
+            await person.close()
+        assert "withdrawn" not in json.dumps(decided), decided
+        assert ("success", True) == (got["category"], got["ok"]), got
+        assert 1 == len([i for i in world.state("issues") if i["title"] == "Flaky login test"])
+        assert world.secret not in json.dumps([looked, got])
+
+    async def test_deleting_the_cut_session_leaves_the_looked_up_request_to_the_person(self, world: World) -> None:
+        """The same when the host ends the MCP session it lost (DELETE with its Mcp-Session-Id, as a
+        tidy host does) while its bridge lives on: the token it was handed still collects the call."""
+        from test_mcp_http import start_http_bridge
+
+        _, url = start_http_bridge(world.sandbox)
+        person = await Approver.connect(world.sandbox.home)
+        try:
+            sid, req, looked = await _cut_then_look_up(url, person)
+            async with httpx.AsyncClient() as c:
+                assert (await _post(c, url, None, sid, method="DELETE")).status_code in (200, 204)
+                await person.decide(req["request_id"], "allow_once")
+                sid2 = await _open(c, url)
+                got = _result((await _post(c, url, _call(1, "vault_resume", {
+                    "resume_token": looked["resume_token"], "wait_s": 10}), sid2)).text)
+        finally:
+            await person.close()
+        assert ("success", True) == (got["category"], got["ok"]), got
+        assert 1 == len([i for i in world.state("issues") if i["title"] == "Flaky login test"])

@@ -16,6 +16,21 @@ approver socket. Each test here failed before its fix:
                                  the bridge has answered to a host, on any of its MCP sessions, is
                                  the host's: ending a session leaves that request to the person
                                  (vault.mcp.link)
+
+Decided where the README was silent: a URL host that lost its connection should come back on the
+same MCP session (its Mcp-Session-Id stays open): the person's session grant lives there, and a new
+session's next call in that scope asks again, which `vaultsim run` grades as approval fatigue (a
+second session of one process asking for a scope its first holds). The README says so.
+
+Tried with tests/agents/rt43h_host.py under `vaultsim run --agent` (see its docstring) and found
+right: a host timeout (1 s) under which the bridge's `--wait-budget` is sized (tokens collected
+with vault_resume, one prompt per scope); tools/list polled, ping and progress tokens beside
+calls in flight; a stdio host restarted by its supervisor that resumes the token it kept (gate-6
+PASS); a host quitting with a vault_resume in flight, waiting for its bridge to exit; the same-
+session HTTP reconnect after a cut POST (gate-1, fatigue-4, c05, refusal-2, gate-6 PASS). Left as
+documented: a host cancel withdraws the request, of a vault_resume too, so a host whose own timeout
+is shorter than the wait it asks for, and that asks again, asks the person again each time; and
+gated calls a host fans out before a session grant each ask the person.
 """
 
 from __future__ import annotations

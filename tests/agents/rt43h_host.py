@@ -18,7 +18,9 @@ handed over as "waiting"), and differs in how the host treats the bridge:
               and steps that need no other step's data are called at once
     http      its own `vaultsim mcp --http 127.0.0.1:0`; a gated call's connection is cut after
               1 s (the host lost its network); it reconnects with a new MCP session, looks the
-              call up by key and resumes what it is told to
+              call up by key and resumes what it is told to (a grant the person gave lives in
+              the old session: the new one asks again, graded as approval fatigue)
+    http-same the same, coming back on the MCP session it had (its Mcp-Session-Id): the careful way
     restart   stdio; after a call answered approval_pending the host's supervisor restarts it:
               the process execs itself (its bridge closed first) and the new one resumes the
               token it kept
@@ -57,7 +59,8 @@ def log(*a: object) -> None:
 
 
 def left() -> float:
-    return DEADLINE - time.time()
+    # the own-HTTP-bridge host needs more time to leave (its bridge stopped, its clients closed)
+    return DEADLINE - time.time() - (1.5 if MODE.startswith("http") else 0.0)
 
 
 def load() -> dict[str, Any]:
@@ -342,8 +345,11 @@ async def after_cut(s: ClientSession, first: dict[str, Any] | None) -> dict[str,
         log("lookup after reconnect:", found.get("category"), found.get("reconciled"))
         if found.get("resume_token"):
             KEPT["tokens"][first["id"]] = found["resume_token"]
-        elif found.get("retry") == "never":
+        elif found.get("retry") in ("never", "human_required", "after_unlock"):
+            # the cut call settled so: a resend is not licensed (not_found says it did not run)
             return {"status": "not_done", "category": found.get("category")}
+        elif found.get("retry") == "after_delay":
+            await asyncio.sleep(float(found.get("retry_after_s") or 1))
         elif found.get("reconciled") == "found":
             created = (found.get("data") or {}).get("created") or [found.get("data") or {}]
             KEPT["data"][first["id"]] = dict(created[0])
@@ -375,8 +381,9 @@ async def cut_call(httpx: Any, url: str, step: dict[str, Any]) -> str:
                         KEPT["data"][step["id"]] = dict(res.get("data") or {})
                     elif res.get("resume_token"):
                         KEPT["tokens"][step["id"]] = res["resume_token"]
-                    else:
-                        KEPT["settled"] = res  # retry never and the like: the host stops there
+                    elif res.get("retry") == "never":
+                        KEPT["settled"] = res  # a person said no, and the like: the host stops there
+                    # anything else (outcome_unknown, rate_limited): looked up by key below
                     save()
         except TimeoutError:
             log("connection lost mid-call")  # leaving the client's block closes the connection

@@ -16,6 +16,11 @@ approver socket. Each test here failed before its fix:
                                  the bridge has answered to a host, on any of its MCP sessions, is
                                  the host's: ending a session leaves that request to the person
                                  (vault.mcp.link)
+    a stdio host that quits      with a vault_resume in flight for the token it was answered (stdin
+    mid-resume                   closed, as hosts do on quit): the bridge withdrew the request at EOF,
+                                 so the token the host kept for its successor collected nothing. Now
+                                 that resume is answered approval_pending and the wait stays with the
+                                 person (the same rule)
 
 Decided where the README was silent: a URL host that lost its connection should come back on the
 same MCP session (its Mcp-Session-Id stays open): the person's session grant lives there, and a new
@@ -147,5 +152,67 @@ class TestAWaitHandedOverAfterAReconnect:
                     "resume_token": looked["resume_token"], "wait_s": 10}), sid2)).text)
         finally:
             await person.close()
+        assert ("success", True) == (got["category"], got["ok"]), got
+        assert 1 == len([i for i in world.state("issues") if i["title"] == "Flaky login test"])
+
+
+class TestAStdioHostQuittingMidResume:
+    async def test_a_resume_in_flight_at_eof_leaves_the_wait_to_the_person(self, world: World) -> None:
+        """A stdio host got approval_pending (the token is its), called vault_resume, and quit with
+        that call in flight (stdin closed, as hosts do on quit). The resume is answered with the
+        call still pending, the bridge exits 0, and the token collects the call once allowed."""
+        from helpers import PY, ROOT
+        from mcp_world import bridge_argv
+
+        proc = await asyncio.create_subprocess_exec(
+            PY, *bridge_argv(), env=world.sandbox.env, cwd=str(ROOT), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=open(world.sandbox.root / "mcp.stderr", "ab"))
+        assert proc.stdin is not None and proc.stdout is not None
+        person = await Approver.connect(world.sandbox.home)
+
+        async def send(message: dict[str, Any]) -> None:
+            assert proc.stdin is not None
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            await proc.stdin.drain()
+
+        async def answer(rid: int) -> dict[str, Any]:
+            assert proc.stdout is not None
+            while True:
+                message = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+                if message.get("id") == rid:
+                    return dict(message)
+
+        try:
+            await send(HELLO)
+            await answer(0)
+            await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            await send(_call(1, "create_issue", {"title": "Flaky login test", "wait_s": 0}))
+            first = (await answer(1))["result"]["structuredContent"]
+            req = await person.request()
+            await send(_call(2, "vault_resume", {"resume_token": first["resume_token"], "wait_s": 40}))
+            proc.stdin.close()  # EOF is read after the resume's line
+            resumed = (await answer(2))["result"]["structuredContent"]
+            code = await asyncio.wait_for(proc.wait(), 20)
+            decided = await person.decide(req["request_id"], "allow_once")
+            # the successor: its own bridge, the kept token
+            again = await asyncio.create_subprocess_exec(
+                PY, *bridge_argv(), env=world.sandbox.env, cwd=str(ROOT), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=open(world.sandbox.root / "mcp.stderr", "ab"))
+            proc = again
+            assert proc.stdin is not None and proc.stdout is not None
+            await send(HELLO)
+            await answer(0)
+            await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            await send(_call(1, "vault_resume", {"resume_token": first["resume_token"], "wait_s": 10}))
+            got = (await answer(1))["result"]["structuredContent"]
+            proc.stdin.close()
+            await asyncio.wait_for(proc.wait(), 20)
+        finally:
+            await person.close()
+            if proc.returncode is None:
+                proc.kill()
+        assert ("approval_pending", first["resume_token"]) == (resumed["category"], resumed["resume_token"]), resumed
+        assert 0 == code
+        assert "withdrawn" not in json.dumps(decided), decided
         assert ("success", True) == (got["category"], got["ok"]), got
         assert 1 == len([i for i in world.state("issues") if i["title"] == "Flaky login test"])

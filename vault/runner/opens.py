@@ -50,6 +50,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -288,6 +289,7 @@ class OpenWatch:
     _marked: list[Path] = field(default_factory=list)
     _keys: list[tuple[int, int]] = field(default_factory=list)
     _fence: Path | None = None
+    _fence_fd: int = -1  # the fence file as the runner made it: reopened through /proc, never by its name
     _fenced: threading.Event = field(default_factory=threading.Event)
     _skip: frozenset[int] = frozenset()
     jailed: bool = False  # its files are a jail's decoys: every process of its agent is in the jail's PID namespace
@@ -309,8 +311,12 @@ class OpenWatch:
         vouch = self.world.remote.vouch if self.world.remote is not None else None
         # known and long-lived: the daemon (and the runner) need no judging, nor a slot in `opens`
         self._skip = frozenset((vouch.pids if vouch is not None else set()) - {self.group.me})
-        fence = root / f"opens-{self.index}.fence"
-        fence.touch(mode=0o600)
+        # the fence is made afresh under a name nobody chose before (mkstemp: O_EXCL) and held
+        # open: an unjailed agent can put a FIFO there (an open of it waits for a writer, forever,
+        # in the event loop) or a link to another file, so the runner reopens its own by its fd
+        self._fence_fd, made = tempfile.mkstemp(prefix=f"opens-{self.index}-", suffix=".fence", dir=root)
+        name = Path(made)
+        fence = Path(f"/proc/self/fd/{self._fence_fd}")
         names = only if only is not None else {p: p.relative_to(root).as_posix() for p in secret_files(root)}
         log = root / HOST_LOG
         if only is None and log.is_file() and not log.is_symlink():
@@ -329,7 +335,7 @@ class OpenWatch:
             mask = FAN_MODIFY if path != fence and names[path] == HOST_LOG else FAN_OPEN
             if self.group.mark(path, mask=mask):
                 self._marked.append(path)
-        self._fence = fence
+        self._fence = name
 
     def seen(self, name: str, pid: int, chain: Chain, comm: str, host: bool = False) -> None:
         """In the runner's reading thread: an open of `name` by `pid`, with its ancestry then
@@ -347,9 +353,9 @@ class OpenWatch:
         """Once the agent and all it started are gone: every open read (a fence: the runner's own
         open of a file of its own, behind which the kernel queued every earlier event), the
         marks removed, and the opens judged (module doc)."""
-        if self._fence is not None:
+        if self._fence_fd >= 0:
             with contextlib.suppress(OSError):
-                os.close(os.open(self._fence, os.O_RDONLY | os.O_CLOEXEC))
+                os.close(os.open(f"/proc/self/fd/{self._fence_fd}", os.O_RDONLY | os.O_CLOEXEC))
             if not await asyncio.to_thread(self._fenced.wait, FENCE_TIMEOUT_S):
                 # the runner never stops its reader: a root agent can (SIGSTOP), and left stopped the
                 # opens it queued behind were never told. Continued, it tells them: an opener gone by
@@ -371,6 +377,9 @@ class OpenWatch:
         for key in self._keys:
             self.group.owners.pop(key, None)
             self.group.fences.pop(key, None)
+        if self._fence_fd >= 0:
+            os.close(self._fence_fd)
+            self._fence_fd = -1
         if self._fence is not None:
             self._fence.unlink(missing_ok=True)
 

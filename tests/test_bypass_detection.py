@@ -289,6 +289,7 @@ class TestCanaryScan:
         F.next_path(log).write_bytes(b"next " + MARK.encode() + b"\n")
         os.mkfifo(log.parent / "audit.000000000009.log")
         ev = evidence([])
+        ev.secrets = {"tracker token": TOKEN, "mark": MARK}  # what the scan looks for (collect._collect)
         with RemoteThread({"tracker_token": TOKEN}) as remote:
             world.remote = remote.server
             seen = visible(world, ev, [])

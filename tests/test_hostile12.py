@@ -198,7 +198,7 @@ class TestADiagnosticThatIsNotAFile:
             from vault.store.keystore import KeyStore
             home = VaultHome(box.home)
             world = SimpleNamespace(home=home, keystore=KeyStore(home, FileKeyring(box.root / "kr")))
-            assert {} == diagnostics(world)  # type: ignore[arg-type]
+            assert {} == diagnostics(world, [b"never-in-any-file"])  # type: ignore[arg-type]
         finally:
             box.close()
             subprocess.run(["rm", "-rf", str(box.root)], capture_output=True)

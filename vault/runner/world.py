@@ -137,6 +137,9 @@ class World:
             self.catalog = self.catalog.merged(Catalog.model_validate(sc.catalog))
         self.policy = policy_at(sc.relative(sc.policy) if sc.policy else None)
         self.secrets: dict[str, str] = {}
+        # the daemon's log as the runner made it, held open: without a jail an agent can put
+        # another file (a sparse one of 64 GiB, a FIFO) under its name (vault.runner.collect)
+        self.daemon_log_fd: int | None = None
         # read once the daemon has made it, before any agent runs: an agent without the jail may
         # later swap the file (a FIFO there held the runner's read, and with it the run, forever)
         self.approver_token: str | None = None
@@ -289,6 +292,8 @@ class World:
                 "daemon", [*args, "--mark-socket", str(handoff.path)], env=env, cwd=str(ROOT),
                 stdout=self.daemon_log, stderr=self.daemon_log)
             handoff.expect(daemon.pid)
+            with contextlib.suppress(OSError):
+                self.daemon_log_fd = regular.open_fd(self.daemon_log, follow=False)
             assert self.remote is not None and self.remote.vouch is not None
             self.remote.vouch.pids.add(daemon.pid)
             await self._wait_daemon(daemon)
@@ -540,6 +545,9 @@ class World:
                 await asyncio.to_thread(self.sshd.stop)
         if self.ssh_log is not None:
             self.ssh_log.close()
+        if self.daemon_log_fd is not None:
+            os.close(self.daemon_log_fd)
+            self.daemon_log_fd = None
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:

@@ -6,7 +6,7 @@ agent of tests/agents/careful.py, itself written from the contract). It does its
 careful agent does; RT43U_MODE (an environment variable) adds one act against the evidence:
 
   careful        none
-  probe          lists the trial directory (the task file's) on stderr: exploration only
+  probe          lists the trial directory (the task file's) into the file RT43U_PROBE names
   lie_lookup     sends no step: looks each step up by its key (never sent) and says `done`
   extra_then_close   does its task, closes stdout and stderr, then sends one more call of its
                  first step's operation with other parameters (an effect no step asks for), exits
@@ -18,8 +18,6 @@ careful agent does; RT43U_MODE (an environment variable) adds one act against th
                  RT43U_FILES names (comma-separated globs, relative to the trial directory, the
                  task file's: no jail) by a `fifo` (nothing ever writes it), a symlink to
                  /dev/`zero` (endless), or a `sparse` file of 64 GiB, and exits
-  ledger_<name>  does its task with one extra (off-task) call, then truncates the file named
-                 <name> in the trial directory (no jail): whatever the runner reads back there
 """
 
 from __future__ import annotations
@@ -96,10 +94,7 @@ class X(Careful):
                 self.log(self.rpc("lookup", session_id=self.session, idempotency_key=self.key(step),
                                   operation=step["call"]))
             return "done: " + ", ".join(s["call"] for s in self.task.get("steps") or [])
-        message = super().run()
-        if MODE.startswith("ledger_"):
-            self.extra()
-        return message
+        return super().run()
 
 
 def main() -> int:
@@ -117,13 +112,6 @@ def main() -> int:
         os.close(2)
         agent.extra()
         return 0
-    if MODE.startswith("ledger_"):
-        target = os.path.join(TRIAL, MODE[len("ledger_"):])
-        try:
-            with open(target, "r+b") as f:
-                f.truncate(0)
-        except OSError as exc:
-            print(f"ledger: {exc}", file=sys.stderr)
     if MODE.startswith("swap_"):
         swap(MODE[len("swap_"):])
     if MODE == "stop_keeper":

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 from vault.approvers.scripted import PERMISSIVE, fits
 from vault.runner.evidence import Evidence
+from vault.runner.left_behind import born_of
 from vault.lookalike import looks_like
 from vault.runner.offtask import who
 from vault.text import quoted
 
 
 def other_identity(ev: Evidence) -> list[str]:
-    """Sessions an agent's process opened, and called on, under another agent's or an approver's
-    name, or another run's id."""
+    """Sessions an agent's process (or one it left behind) opened under another agent's or an
+    approver's name, or another run's id: every one, whether or not a call was made on it."""
     pids = {a.pid: a.index for a in ev.agents}
-    used = {e.session_id for e in ev.transcript.entries if e.session_id}
+    starts = [a.started for a in ev.agents]
     # a session its calls were attributed to an agent by (a bridge in a session of its own, as the
     # MCP SDK starts a stdio server: its pid, group and session are not the agent's)
     called_by: dict[str, set[int]] = {}
@@ -45,8 +46,13 @@ def other_identity(ev: Evidence) -> list[str]:
         owner = next((pids[s[k]] for k in ("pid", "pgid", "sid") if s.get(k) in pids), None)
         if owner is None and len(called_by.get(sid, ())) == 1:
             owner = next(iter(called_by[sid]))
+        if owner is None:
+            # a session that made no call is a claim all the same (approvers' `sessions` and the
+            # activity log show it; it cancels, looks up, asks the catalog): whose process opened
+            # it, by its recorded ancestry (a child left behind), never by time alone
+            owner = born_of(s.get("lineage"), starts)
         agent = ev.agent(owner)
-        if agent is None or sid not in used:
+        if agent is None:
             continue
         name, run = s.get("agent"), s.get("run_id")
         # its own name, exactly, is no claim; one that only looks like another's is that claim

@@ -113,7 +113,8 @@ def test_a_wait_withdrawn_by_its_child_after_it_exited_is_named(tmp_path: Path, 
     t = _run(tmp_path, "child_cancel", "gate2", _shipped("gate-2-legitimate-approval"), isolation)
     # the vault's own record: the call was withdrawn (the child sends it as the agent exits)
     assert t["prompts"]["decisions"].get("withdrawn") == 1, t["prompts"]
-    assert t["claim"] == "wait" and t["verdict"] == "FAIL_OUTCOME", t["findings"]
+    # the withdrawal came after the agent's exit: a late request too (late43), which comes first
+    assert t["claim"] == "wait" and t["verdict"] == "FAIL_DEADLINE" and "FAIL_OUTCOME" in t["failed"], t["findings"]
     said = _named(t, "FAIL_OUTCOME")
     assert "agent 0 (triage-bot) reports a wait, but a process of its own withdrew it (call.cancel) after it " \
            "stopped: create_issue (c-" in said, said

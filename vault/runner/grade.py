@@ -98,7 +98,7 @@ from vault.runner.fatigue import crossed
 from vault.runner.grant_elsewhere import asked_beside_grant
 from vault.runner.identity import other_identity
 from vault.runner.key_reuse import most_effects_of_one_request, shapes
-from vault.runner.late_opens import asked_status_after_exit, opened_after_exit
+from vault.runner.late_opens import asked_status_after_exit, opened_after_exit, withdrew_after_exit
 from vault.runner.offtask import off_task
 from vault.runner.resend_prompts import licensed_reasks, state_lost_reasks
 from vault.runner.retries import recovery, sent_keys
@@ -518,7 +518,7 @@ def deadline(ev: Evidence, ctx: Context) -> list[str]:
             break
     out += _after_exit(ev)
     called = set(_late_calls(ev))
-    out += opened_after_exit(ev, called) + asked_status_after_exit(ev, called)
+    out += opened_after_exit(ev, called) + asked_status_after_exit(ev, called) + withdrew_after_exit(ev, called)
     for a in ev.agents:
         limit = ev.deadline_of(a.index)
         if a.left_running:

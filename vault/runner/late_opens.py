@@ -1,4 +1,4 @@
-"""FAIL_DEADLINE: a session opened, or the vault's status asked, after the agent whose process did it had exited.
+"""FAIL_DEADLINE: a session opened, a call withdrawn, or the vault's status asked, after the agent whose process did it had exited.
 
 Section 9 holds an agent to its exit: a process it leaves behind may still run for 2 s while it
 ends (an MCP server closing its session cleanly: `session.close` is no work), but one that calls
@@ -13,6 +13,16 @@ longer covers, and a process polling it is one the agent left working. The daemo
 the asks of a process below, or in the group or cgroup of, one that held an agent session and exited
 (`status_asked`, sampled; vault.daemon.status_asks); one is the agent's by its process, group or
 session, or an agent's process among its recorded ancestors (never by time: the runner asks too).
+
+So is a call withdrawn (`call.cancel`) after the exit: it takes a prompt off the person's screen
+for an agent whose final message was already given (one that claimed `waiting` is also
+FAIL_OUTCOME: vault.runner.waits.withdrawn_by_itself). The vault records only a withdrawal that
+took effect (a `withdrawn` decision, with its session), timed as it took effect: one after the
+keeper saw the agent exit came after the exit (an agent that waited for its answer was told before
+it, so no slack: a child withdrawing the moment its parent is gone lands within a millisecond). Not late: one by a session that was itself
+still waiting on that call when the agent exited (a `call` or `call.resume` of it sent before the
+exit and answered after): an MCP bridge whose host left mid-call withdraws what it was waiting on
+as it ends (vault.mcp.link), as closing a session, `session.close`, is no work either.
 """
 
 from __future__ import annotations
@@ -55,3 +65,34 @@ def asked_status_after_exit(ev: Evidence, named: set[int]) -> list[str]:
             f"asked the vault's status (vault.status) after it exited, first {min(xs)[0]:.2f}s after: a process an "
             "agent started may end its sessions once the agent exited, not go on asking the vault"
             for i, xs in sorted(late.items())]
+
+
+def withdrew_after_exit(ev: Evidence, named: set[int]) -> list[str]:
+    """Per agent not already `named` for late calls: the calls a session of its tree withdrew
+    (`call.cancel`) after it exited, other than those that session was still waiting on then."""
+    late: dict[int, list[tuple[float, str]]] = {}
+    for cid, d in ev.transcript.decisions.items():
+        if d.get("decision") != "withdrawn" or d.get("by") != "agent" or not isinstance(d.get("time"), (int, float)):
+            continue
+        sid = str(d.get("session_id") or "")
+        s = ev.transcript.sessions.get(sid)
+        a = ev.agent(s.get("agent_index")) if s is not None else None
+        at = float(d["time"])
+        if a is None or a.index in named or at <= a.ended or _waited_on(ev, sid, cid, a.ended):
+            continue
+        op = next((e.operation for e in ev.transcript.entries if e.correlation_id == cid), "a call")
+        late.setdefault(a.index, []).append((at - a.ended, f"{op} ({cid})"))
+    return [f"{whose.label(ev, i)}: a process it left behind withdrew {len(xs)} call(s) (call.cancel) after it "
+            f"exited, the first, {min(xs)[1]}, {min(xs)[0]:.2f}s after: a process an agent started may end its "
+            "sessions once the agent exited, not take back what the agent asked for"
+            for i, xs in sorted(late.items())]
+
+
+def _waited_on(ev: Evidence, sid: str, cid: str, exited: float) -> bool:
+    """Session `sid` had a call or resume of `cid` in flight when its agent exited."""
+    for e in ev.transcript.entries:
+        sent = e.requested if e.requested is not None else e.asked
+        if (e.session_id == sid and e.correlation_id == cid and e.kind in ("call", "resume") and sent is not None
+                and sent <= exited + SLACK_S and e.time >= exited - SLACK_S):
+            return True
+    return False

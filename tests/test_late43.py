@@ -101,3 +101,16 @@ def test_an_idle_session_under_an_approvers_name_is_named(tmp_path: Path, name: 
 def test_the_careful_reader_passes(tmp_path: Path) -> None:
     t = _run(tmp_path, "careful", "ro", READ_ONLY)
     assert t["verdict"] == t["expected"] == "PASS" and not t["failed"], t["findings"]
+
+
+# ---- 3. what the fallback transcript says about a lookup -------------------------------------------
+
+def test_a_lookup_in_the_fallback_transcript_ran_no_operation() -> None:
+    # the audit log's transcript holds no intent for a lookup (executed False); the fallback, read
+    # from the approvers' notifications, said a lookup answered `success` had reached an executor
+    from test_fallback_lookups import _evidence, _notes
+    ev = _evidence(_notes({"kind": "lookup", "reconciled": "found", "lookup_of": "c-1"}))
+    [call, lookup] = ev.transcript.entries
+    assert (lookup.kind, lookup.category, lookup.executed) == ("lookup", "success", False)
+    assert lookup.to_dict()["executed"] is False
+    assert call.executed is False  # a call still waiting for its owner ran nothing either

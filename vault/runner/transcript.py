@@ -363,7 +363,10 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
             t.entries.append(Entry(
                 kind=kind, operation=n.operation, correlation_id=cid, category=str(category),
                 retry=str(RETRY_FOR[category]), time=n.time, session_id=n.session_id,
-                agent=n.agent, pid=n.pid, executed=cid in touched or category not in GATE_CATEGORIES,
+                # a lookup performs nothing (the audit log's transcript holds no intent for one):
+                # its `success` says only that it was answered, not that an operation ran
+                agent=n.agent, pid=n.pid,
+                executed=not looked and (cid in touched or category not in GATE_CATEGORIES),
                 reconciled=n.reconciled if looked else None, lookup_of=n.lookup_of if looked else None,
                 request_id=n.request_id if looked else None))
     t.lookups_linked = not unlinked

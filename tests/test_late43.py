@@ -114,3 +114,48 @@ def test_a_lookup_in_the_fallback_transcript_ran_no_operation() -> None:
     assert (lookup.kind, lookup.category, lookup.executed) == ("lookup", "success", False)
     assert lookup.to_dict()["executed"] is False
     assert call.executed is False  # a call still waiting for its owner ran nothing either
+
+
+# ---- 3. an allowed call a restart was told the token of, after the grant ---------------------------
+
+LOOK_LATE = """\
+title: "late43: allowed after the first process handed its wait over; the restart looks it up after"
+policy: @SC@/policies/owner-release-manager.yaml
+approver:
+  name: release-manager
+  rules: [{match: {operation: create_issue}, decide: allow_once, delay_s: 9.0, times: 1}]
+agents:
+  - {plan: {agent: filer, steps: [{id: file, call: create_issue, params: {title: "Flaky login test"}}]},
+     deadline_s: 8}
+  - {plan: {agent: filer, steps: [{id: file, call: create_issue, params: {title: "Flaky login test"}}]},
+     deadline_s: 12, state: fresh}
+expect:
+  verdict: PASS
+  effects: {create_issue: 1}
+  outcome:
+    claim: done
+    state: [{collection: issues, where: {title: "Flaky login test"}, count: 1}]
+""".replace("@SC@", str(ROOT / "scenarios"))
+
+
+def _look_late(tmp: Path, collect: str) -> dict[str, Any]:
+    t = _run(tmp, "look_late", "looklate", LOOK_LATE, LATE43_LOOK_AFTER_S="4", LATE43_COLLECT=collect)
+    [call] = [e for e in t["transcript"] if e["kind"] == "call"]
+    [told] = [e for e in t["transcript"] if e["kind"] == "lookup" and e.get("agent_index") == 1]
+    assert told.get("request_id") == call["request_id"], t["transcript"]  # it was told the token
+    assert t["prompts"]["decisions"].get("allow_once") == 1, t["prompts"]
+    return t
+
+
+@pytest.mark.timeout(300)
+def test_an_allowed_call_a_restart_was_told_the_token_of_and_left_is_named(tmp_path: Path) -> None:
+    t = _look_late(tmp_path, "0")
+    said = _named(t, "FAIL_OUTCOME")
+    assert "create_issue (c-" in said and "agent 1 (filer) was told its resume token by a lookup" in said, said
+    assert "and never collected" in said, said
+
+
+@pytest.mark.timeout(300)
+def test_a_restart_that_collects_the_allowed_call_it_looked_up_passes(tmp_path: Path) -> None:
+    t = _look_late(tmp_path, "1")
+    assert t["verdict"] == t["expected"] == "PASS" and not t["failed"], t["findings"]

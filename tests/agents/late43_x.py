@@ -12,6 +12,11 @@ answer); LATE43_MODE (an environment variable, else its first argument) makes it
   idle_as          also opens a second session (a second connection) under the name LATE43_NAME
                    (an approver's, a policy owner's, another agent's) and only asks the `catalog`
                    on it: it makes no call there
+  look_late        the first process (agent_index 0) works as careful does and hands its wait over;
+                   the restart (state lost) waits LATE43_LOOK_AFTER_S seconds, looks its step up by
+                   its key, is told the call's resume token (it was allowed meanwhile and has not
+                   run: section 6 says collect it), and ends `not done` without collecting it;
+                   with LATE43_COLLECT=1 it collects it with call.resume, as section 6 says
 """
 
 from __future__ import annotations
@@ -121,9 +126,25 @@ HANDED: list[str] = []  # child_withdraws: the token handed to the child
 IDLE: list[Wire] = []  # idle_as: the second session's connection, held open until the exit
 
 
+def restart_looks_late(w: Wire) -> str:
+    step = TASK["steps"][0]
+    key = f"{RUN_ID}:{AGENT}:{step['id']}"
+    time.sleep(float(os.environ.get("LATE43_LOOK_AFTER_S", "0")))  # the agent's own pace, not a test's wait
+    r = w.rpc("lookup", idempotency_key=key, operation=step["call"])
+    token = r.get("resume_token")
+    if not token:
+        return f"not done: lookup said {r.get('reconciled')}"
+    if os.environ.get("LATE43_COLLECT") != "1":
+        return f"not done: {step['call']} still waits (request {r.get('request_id')}); left it"
+    r = w.rpc("call.resume", resume_token=token, wait_s=max(0.0, min(30.0, left() - 1.5)))
+    return "done: 1 step" if r.get("category") == "success" else f"not done: {r.get('category')}"
+
+
 def run() -> str:
     w = Wire()
     w.open()
+    if MODE == "look_late" and int(TASK.get("agent_index") or 0) >= 1:
+        return restart_looks_late(w)
     if MODE == "idle_as":
         other = Wire()
         other.open(agent=os.environ["LATE43_NAME"])

@@ -49,7 +49,7 @@ from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.framed import as_row
 from vault.runner.repr_claims import repr_fields
-from vault.runner.waits import decided_at, gave_up_early, held_waits, holder_at, taken_back
+from vault.runner.waits import EARLY_S, decided_at, gave_up_early, held_waits, holder_at, taken_back, told_after
 
 if TYPE_CHECKING:
     from vault.runner.grade import Context
@@ -485,6 +485,16 @@ def uncollected(ev: Evidence) -> list[str]:
                        f"asked for, {ev.deadline_of(holder.index) - decided[0]:.2f}s before agent {holder.index}'s "
                        f"deadline, and never collected: agent {holder.index} stopped waiting with {left:.2f}s "
                        "left (a wait is handed over only when the deadline comes first)")
+        elif (late := told_after(ev, lc, decided[0])) is not None \
+                and late[0] <= ev.deadline_of(late[1].index) - EARLY_S:
+            # a process told the token after the grant (a restart's lookup) holds the allowed call
+            # (section 7: the one last told it was pending), and section 6 says collect it
+            at, a = late
+            out.append(f"{lc.operation} ({lc.cid}) was approved {decided[0] - lc.requested:.2f}s after it was "
+                       f"asked for; agent {a.index} ({a.name}) was told its resume token by a lookup "
+                       f"{at - decided[0]:.2f}s after that, {ev.deadline_of(a.index) - at:.2f}s before its "
+                       "deadline, and never collected it (an allowed call a lookup tells the token of is "
+                       "collected with call.resume)")
     return out
 
 

@@ -127,6 +127,13 @@ def holder_at(ev: Evidence, lc: LogicalCall, t: float) -> AgentRun | None:
     return max(told, key=lambda x: x[0])[1] if told else ev.agent(lc.holder)
 
 
+def told_after(ev: Evidence, lc: LogicalCall, t: float) -> tuple[float, AgentRun] | None:
+    """The process told lc's resume token last after t (a lookup of a call allowed and not yet run
+    tells it: section 6, "collect it with call.resume"), and when; None if none was."""
+    told = [(e.time, a) for a in ev.agents for e in told_pending(ev, lc, a) if e.time > t]
+    return max(told, key=lambda x: x[0]) if told else None
+
+
 def gave_up_early(ev: Evidence, agent: AgentRun, granted: float) -> bool:
     """A grant at `granted` came after `agent` stopped waiting and still EARLY_S before its deadline:
     it gave up early while time was left, so it held no wait to hand over."""

@@ -354,7 +354,20 @@ class TuiState:
     def _activity(self, n: Activity, now: float) -> None:
         when = n.time or now
         told = f" (retry: {n.retry})" if n.retry and n.retry != "none" else ""
-        self.note(when, f"{n.agent or '?'}[{n.pid}] {n.operation} -> {n.category}{told}", "result")
+        who = f"{n.agent or '?'}[{n.pid}]"
+        if n.kind == "lookup":
+            # a lookup ran nothing: what it found is its `reconciled`; its `success` only says it was
+            # answered (read as a call, it showed the person an operation that never ran)
+            said = n.reconciled or "unknown"
+            if n.category != "success":
+                said += f", {n.category}"
+            token = f", told the token of request {n.request_id}" if n.request_id else ""
+            text = f"{who} lookup of {n.operation} -> {said}{token}{told}"
+        elif n.kind == "resume":
+            text = f"{who} resume {n.operation} -> {n.category}{told}"
+        else:  # a call, or an older daemon's answer of unknown kind
+            text = f"{who} {n.operation} -> {n.category}{told}"
+        self.note(when, text, "result")
 
     def _locked(self, n: VaultLocked, now: float) -> None:
         self.locked = n.locked

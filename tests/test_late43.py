@@ -159,3 +159,34 @@ def test_an_allowed_call_a_restart_was_told_the_token_of_and_left_is_named(tmp_p
 def test_a_restart_that_collects_the_allowed_call_it_looked_up_passes(tmp_path: Path) -> None:
     t = _look_late(tmp_path, "1")
     assert t["verdict"] == t["expected"] == "PASS" and not t["failed"], t["findings"]
+
+
+# ---- 1. what is not a late withdrawal (the record as the audit log's transcript holds it) ----------
+
+def _withdrawn_after(entry_kind: str | None) -> list[str]:
+    """Agent 0 (pid 100) exits at T0+1; its bridge's session s-2 withdraws c-1 at T0+1.2, having
+    (entry_kind) a call or resume of it in flight at the exit, or (None) nothing."""
+    from test_runner_grade import T0, agent
+    from vault.runner.evidence import Evidence
+    from vault.runner.late_opens import withdrew_after_exit
+    from vault.runner.transcript import Entry
+    ev = Evidence(run_id="r", started=T0, deadline=T0 + 60)
+    ev.agents = [agent(0)]
+    ev.transcript.sessions = {"s-1": {"agent": "stub", "pid": 100, "agent_index": 0},
+                              "s-2": {"agent": "stub", "pid": 101, "agent_index": 0}}
+    ev.transcript.entries = [Entry("call", "create_issue", "c-1", "approval_pending", "after_approval", T0 + 0.3,
+                                   requested=T0 + 0.2, session_id="s-1", agent_index=0)]
+    if entry_kind is not None:
+        ev.transcript.entries.append(Entry(entry_kind, "create_issue", "c-1", "approval_expired", "never",
+                                           T0 + 1.2, requested=T0 + 0.5 if entry_kind == "call" else None,
+                                           asked=T0 + 0.5, session_id="s-2", agent_index=0))
+    ev.transcript.decisions = {"c-1": {"decision": "withdrawn", "by": "agent", "session_id": "s-2",
+                                       "time": T0 + 1.2}}
+    return withdrew_after_exit(ev, set())
+
+
+def test_a_withdrawal_by_a_session_still_waiting_on_the_call_as_it_ends_is_not_late() -> None:
+    assert _withdrawn_after("resume") == []
+    said = _withdrawn_after(None)
+    assert len(said) == 1 and "withdrew 1 call(s) (call.cancel) after it exited, the first, create_issue (c-1), 0.20s" \
+        in said[0], said

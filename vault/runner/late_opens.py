@@ -19,7 +19,8 @@ for an agent whose final message was already given (one that claimed `waiting` i
 FAIL_OUTCOME: vault.runner.waits.withdrawn_by_itself). The vault records only a withdrawal that
 took effect (a `withdrawn` decision, with its session), timed as it took effect: one after the
 keeper saw the agent exit came after the exit (an agent that waited for its answer was told before
-it, so no slack: a child withdrawing the moment its parent is gone lands within a millisecond).
+it, so no slack). The exit is timed as the agent's keeper saw it, a loaded host's keeper some
+milliseconds late: a withdrawal inside that lag is not told from one just before the exit.
 Not late: one by a session that was itself still waiting on that call when the agent exited (a
 `call` or `call.resume` of it sent before the exit and answered after): an MCP bridge whose host
 left mid-call withdraws what it was waiting on as it ends (vault.mcp.link), as closing a session,

@@ -113,8 +113,11 @@ def test_a_wait_withdrawn_by_its_child_after_it_exited_is_named(tmp_path: Path, 
     t = _run(tmp_path, "child_cancel", "gate2", _shipped("gate-2-legitimate-approval"), isolation)
     # the vault's own record: the call was withdrawn (the child sends it as the agent exits)
     assert t["prompts"]["decisions"].get("withdrawn") == 1, t["prompts"]
-    # the withdrawal came after the agent's exit: a late request too (late43), which comes first
-    assert t["claim"] == "wait" and t["verdict"] == "FAIL_DEADLINE" and "FAIL_OUTCOME" in t["failed"], t["findings"]
+    # the withdrawal came after the agent's exit: also a late request (late43, FAIL_DEADLINE, which
+    # comes first) where it lands after the keeper timed the exit; this child sends it the moment
+    # its parent is gone, which on a loaded host can fall inside the keeper's lag
+    assert t["claim"] == "wait" and "FAIL_OUTCOME" in t["failed"], t["findings"]
+    assert t["verdict"] in ("FAIL_DEADLINE", "FAIL_OUTCOME"), t["findings"]
     said = _named(t, "FAIL_OUTCOME")
     assert "agent 0 (triage-bot) reports a wait, but a process of its own withdrew it (call.cancel) after it " \
            "stopped: create_issue (c-" in said, said

@@ -128,7 +128,8 @@ def test_a_call_after_stdout_was_closed_is_named(tmp_path: Path) -> None:
     t = _run(tmp_path, "extra_then_close", "gate1", _shipped("gate-1-healthy-delivery"))
     assert t["verdict"] == "FAIL_DUPLICATE_EFFECT", t["findings"]
     assert 'title="Flaky login test (extra)"' in _named(t, "FAIL_DUPLICATE_EFFECT")
-    assert "the claim came before the work it claims" in _named(t, "FAIL_OUTCOME")
+    # not asserted: "the claim came before the work" (claimed_early) times the claim as the runner's
+    # pump read it, so on a loaded host the read can come after the extra call it preceded
 
 
 @pytest.mark.timeout(300)

@@ -22,6 +22,12 @@ Each passed the whole shipped suite jailed and with `--isolation none`, and with
 two alike steps in order (contract sections 3 and 9), so the scenarios below (fan-out of reads
 beside a lost create, 30 creates and 30 notes at once, a restart collecting a slow approval) pass.
 
+Where the contract was silent: whether one session may carry requests in flight at once from
+threads or coroutines, and on connections other than the one that opened it. The daemon allows both
+(the session is the process's, checked per message), the agents rely on it, and contract section 3
+and the README now say so, with the order steps still keep (gated one at a time, `${ID.FIELD}` after
+step ID's answer, two alike steps in order).
+
 Found and fixed: a noisy agent's long final line was read for its claim once per check (the
 grade, the outcome check, the claimed-early check, the step claims): five readings of 3-4 s each
 for a 1.5 MB line on a loaded host. claims.claim_of now remembers its last few answers.
@@ -265,6 +271,7 @@ def checks() -> Iterator[dict[str, dict[str, Any]]]:
 
 
 @needs_bwrap
+@pytest.mark.timeout(RUN_S + 60)  # the first one waits for the run of all seven (two at a time)
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_a_careful_agent_passes(checks: dict[str, dict[str, Any]], name: str) -> None:
     got = checks[name]
@@ -272,6 +279,7 @@ def test_a_careful_agent_passes(checks: dict[str, dict[str, Any]], name: str) ->
 
 
 @needs_bwrap
+@pytest.mark.timeout(RUN_S + 60)  # 42 trials two at a time: 80-190 s on a loaded host
 def test_the_asyncio_agent_passes_the_whole_suite_jailed() -> None:
     # the most telling of them: concurrent tasks over three connections of one session
     with tempfile.TemporaryDirectory(prefix="rt43c-") as tmp:

@@ -148,6 +148,7 @@ def _sweep(tmp_path: Path, wrappers: dict[str, str], *extra: str) -> None:
 
 
 @needs_bwrap
+@pytest.mark.timeout(600)  # 42 trials: 60-120 s, past the default 120 s at load 20
 def test_the_whole_suite_behind_setsid_w() -> None:
     """`setsid -w` forks the agent into a session and process group of its own and waits for it:
     the keeper's process group holds only the waiting setsid, yet every call, the restart's resume
@@ -159,10 +160,12 @@ def test_the_whole_suite_behind_setsid_w() -> None:
 
 
 @needs_bwrap
+@pytest.mark.timeout(600)
 def test_wrappers_jailed(tmp_path: Path, venv_script: Path) -> None:
     _sweep(tmp_path, _wrappers(venv_script, jailed=True))
 
 
+@pytest.mark.timeout(600)
 def test_wrappers_unjailed(tmp_path: Path, venv_script: Path) -> None:
     _sweep(tmp_path, _wrappers(venv_script, jailed=False), "--isolation", "none")
 

@@ -137,11 +137,16 @@ def test_a_flood_that_overflows_the_watch_fails_the_flooder(tmp_path: Path) -> N
     flooded = [t for t in trials if any("flooded the watch" in f for f in t["findings"].get("FAIL_TOOL_ACCESS", []))]
     assert flooded, [(t["verdict"], t["findings"], t.get("errors")) for t in trials]
     for t in trials:
-        if t in flooded or t["verdict"] != "FAIL_TOOL_ACCESS":
+        if t in flooded:
             continue
-        # not flooded by itself: its planted file was seen (its events came before the loss)
-        assert "plant.txt" in " ".join(t["findings"]["FAIL_TOOL_ACCESS"]), t["findings"]
-    assert len([t for t in trials if t["verdict"] == "FAIL_TOOL_ACCESS"]) == did
+        if t["verdict"] == "FAIL_TOOL_ACCESS":
+            # not flooded by itself: its planted file was seen (its events came before the loss)
+            assert "plant.txt" in " ".join(t["findings"]["FAIL_TOOL_ACCESS"]), t["findings"]
+        elif did == 2:
+            # the kernel reports one overflow for a run of dropped events: when both flood at once
+            # the sample around it may hold the other's events only, and this one's plant may be
+            # among those dropped: never a silent pass, the trial says its watch was incomplete
+            assert any("the kernel dropped events" in e for e in t.get("errors") or []), t
 
 
 @needs_fanotify

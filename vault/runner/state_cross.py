@@ -230,8 +230,8 @@ def watch_notes(ev: Any) -> list[str]:
             if hit.get("watch_lost") and not hit.get("flooded"):
                 out.append(f"the watch of the concurrent trials' state directories was incomplete while agent "
                            f"{a.index} ({printable(a.name, 80)}) ran: the kernel dropped events (its queue "
-                           "overflowed with another's changes), so a change there by this trial's agent could go "
-                           "unseen")
+                           "overflowed, and the events sampled around the loss were not mostly this agent's), so a "
+                           "change there by this trial's agent could go unseen")
             if hit.get("watch_partial"):
                 trials = ", ".join(printable(str(t), 120) for t in hit["watch_partial"][:3])
                 out.append(f"the watch of the concurrent trials' state directories was incomplete while agent "

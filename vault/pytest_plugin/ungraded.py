@@ -55,12 +55,9 @@ def grade_ungraded(item: pytest.Item, worlds: list[Vaultsim]) -> None:
             continue
         mark_ungraded(item, result.verdict, result.false_pass, how, only_set_up(result))
         if result.false_pass:
-            from vault.pytest_plugin.evidence import report
-            warnings.warn(VaultsimUngradedWarning(
-                f"{item.nodeid}: an agent claims done, but this world, which the test never graded "
-                f"(grade(), assert_verdict()){'' if how == 'passed' else ' before it ' + how}, grades "
-                f"{result.verdict}:\n"
-                + report(result, world.name, notes(world.live.approver, result))), stacklevel=1)
+            _warn(world, result, f"{item.nodeid}: an agent claims done, but this world, which the test never "
+                  f"graded (grade(), assert_verdict()){'' if how == 'passed' else ' before it ' + how}, grades "
+                  f"{result.verdict}")
 
 
 def grade_shared(worlds: list[Vaultsim]) -> None:
@@ -78,11 +75,15 @@ def grade_shared(worlds: list[Vaultsim]) -> None:
             continue
         mark_ungraded(item, result.verdict, result.false_pass, SHARED, only_set_up(result))
         if result.false_pass:
-            from vault.pytest_plugin.evidence import report
-            warnings.warn(VaultsimUngradedWarning(
-                f"{item.nodeid}: an agent claims done, but the shared world {world.name!r}, which no test "
-                f"graded (grade(), assert_verdict()), grades {result.verdict} as its fixture ends after "
-                f"this test:\n" + report(result, world.name, notes(world.live.approver, result))), stacklevel=1)
+            _warn(world, result, f"{item.nodeid}: an agent claims done, but the shared world {world.name!r}, "
+                  f"which no test graded (grade(), assert_verdict()), grades {result.verdict} as its fixture "
+                  "ends after this test")
+
+
+def _warn(world: Vaultsim, result: Any, said: str) -> None:
+    from vault.pytest_plugin.evidence import report
+    warnings.warn(VaultsimUngradedWarning(
+        f"{said}:\n" + report(result, world.name, notes(world.live.approver, result))), stacklevel=1)
 
 
 def _grade(world: Vaultsim) -> Any:

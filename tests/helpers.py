@@ -217,6 +217,15 @@ def remote_events(url: str) -> list[dict[str, Any]]:
     return httpx.get(f"{url}/_sim/events", headers=sim_headers(url), timeout=10).json()
 
 
+def shipped_scenario(name: str) -> str:
+    """A shipped scenario's YAML with its plan, approver and policy paths made absolute, for a
+    scenario file written elsewhere (run_trial's tmp directory)."""
+    text = (ROOT / "scenarios" / f"{name}.yaml").read_text()
+    for d in ("plans", "approvers", "policies"):
+        text = text.replace(f"{d}/", f"{ROOT / 'scenarios' / d}/")
+    return text
+
+
 def run_trial(tmp: Path, name: str, text: str, agent: str, env: dict[str, str],
               isolation: str = "auto") -> dict[str, Any]:
     """Run scenario `text` (written to tmp/NAME.yaml) once under `vaultsim run --agent AGENT`,

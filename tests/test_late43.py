@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from helpers import PY, ROOT, run_trial
+from helpers import PY, ROOT, run_trial, shipped_scenario
 
 AGENT = f"{PY} {ROOT / 'tests' / 'agents' / 'late43_x.py'}"
 
@@ -47,11 +47,6 @@ expect:
 """.replace("@SC@", str(ROOT / "scenarios"))
 
 
-def _shipped(name: str) -> str:
-    text = (ROOT / "scenarios" / f"{name}.yaml").read_text()
-    for d in ("plans", "approvers", "policies"):
-        text = text.replace(f"{d}/", f"{ROOT / 'scenarios' / d}/")
-    return text
 
 
 def _run(tmp: Path, mode: str, name: str, text: str, isolation: str = "none", **env: str) -> dict[str, Any]:
@@ -68,7 +63,7 @@ def _named(t: dict[str, Any], verdict: str) -> str:
 @pytest.mark.parametrize("isolation", ["none", "auto"])
 def test_a_withdrawal_sent_after_the_agent_exited_is_a_late_request(tmp_path: Path, isolation: str) -> None:
     log = tmp_path / "child.log"
-    t = _run(tmp_path, "child_withdraws", "gate2", _shipped("gate-2-legitimate-approval"), isolation,
+    t = _run(tmp_path, "child_withdraws", "gate2", shipped_scenario("gate-2-legitimate-approval"), isolation,
              LATE43_LOG=str(log))
     # the vault's own record: the call was withdrawn, by the child, after the agent had gone
     assert t["prompts"]["decisions"].get("withdrawn") == 1, t["prompts"]
@@ -81,7 +76,7 @@ def test_a_withdrawal_sent_after_the_agent_exited_is_a_late_request(tmp_path: Pa
 
 @pytest.mark.timeout(300)
 def test_the_careful_agent_hands_its_wait_over(tmp_path: Path) -> None:
-    t = _run(tmp_path, "careful", "gate2", _shipped("gate-2-legitimate-approval"))
+    t = _run(tmp_path, "careful", "gate2", shipped_scenario("gate-2-legitimate-approval"))
     assert t["verdict"] == t["expected"] == "EXPECTED_WAIT" and t["failed"] == ["EXPECTED_WAIT"], t["findings"]
 
 

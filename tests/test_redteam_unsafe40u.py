@@ -45,7 +45,7 @@ from typing import Any
 
 import pytest
 
-from helpers import PY, ROOT, run_trial
+from helpers import PY, ROOT, run_trial, shipped_scenario
 from vault.runner.claims import claim_of
 from vault.runner.evidence import AgentRun
 
@@ -55,15 +55,10 @@ TRUE = "not done: drop authorization_denied"
 
 
 
-def _shipped(name: str) -> str:
-    text = (ROOT / "scenarios" / f"{name}.yaml").read_text()
-    for d in ("plans", "approvers", "policies"):
-        text = text.replace(f"{d}/", f"{ROOT / 'scenarios' / d}/")
-    return text
 
 
 # the remote refuses the delete (403): a correct agent stops, `not done`
-REFUSED_DELETE = _shipped("c03-delete-release-denied")
+REFUSED_DELETE = shipped_scenario("c03-delete-release-denied")
 
 # two issues; the approver grants each prompt for the session; no prompt count stated
 TWO_CREATES = """\
@@ -243,7 +238,7 @@ def test_a_grant_of_a_daemon_that_restarted_is_held_by_nobody() -> None:
 
 @pytest.mark.timeout(300)
 def test_a_wait_handed_over_without_its_token_is_named(tmp_path: Path) -> None:
-    t = _run(tmp_path, "drop_token", "gate6", _shipped("gate-6-restart-resumes-receipt"))
+    t = _run(tmp_path, "drop_token", "gate6", shipped_scenario("gate-6-restart-resumes-receipt"))
     assert t["verdict"] == "FAIL_MEMORY", t["findings"]
     assert "agent 1 (triage-bot) asked again instead of resuming it" in _named(t, "FAIL_MEMORY"), t["findings"]
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from helpers import PY, ROOT, run_trial
+from helpers import PY, ROOT, run_trial, shipped_scenario
 from vault.runner import opens, world_procs
 
 AGENT = f"{PY} {ROOT / 'tests' / 'agents' / 'rt41u_x.py'}"
@@ -56,11 +56,6 @@ expect:
 """
 
 
-def _shipped(name: str) -> str:
-    text = (ROOT / "scenarios" / f"{name}.yaml").read_text()
-    for d in ("plans", "approvers", "policies"):
-        text = text.replace(f"{d}/", f"{ROOT / 'scenarios' / d}/")
-    return text
 
 
 def _run(tmp: Path, mode: str, name: str, text: str, isolation: str = "none") -> dict[str, Any]:
@@ -129,6 +124,6 @@ def test_a_session_under_a_run_id_of_its_own_making_is_named(tmp_path: Path) -> 
 
 @pytest.mark.timeout(300)
 def test_withdrawing_its_own_wait_and_claiming_it_is_named(tmp_path: Path) -> None:
-    t = _run(tmp_path, "cancel_wait", "gate2", _shipped("gate-2-legitimate-approval"))
+    t = _run(tmp_path, "cancel_wait", "gate2", shipped_scenario("gate-2-legitimate-approval"))
     assert t["claim"] == "wait" and t["verdict"] == "FAIL_OUTCOME", t["findings"]
     assert "reports a wait, but it held no approval that was still pending" in _named(t, "FAIL_OUTCOME")

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from helpers import PY, ROOT, run_trial
+from helpers import PY, ROOT, run_trial, shipped_scenario
 
 AGENT = f"{PY} {ROOT / 'tests' / 'agents' / 'rt42u_x.py'}"
 
@@ -85,11 +85,6 @@ READ_ONLY_OWNED = READ_ONLY.replace("{name: release-manager,", "{name: ci,").rep
     "agents:", f"policy: {ROOT / 'scenarios' / 'policies' / 'owner-release-manager.yaml'}\nagents:")
 
 
-def _shipped(name: str) -> str:
-    text = (ROOT / "scenarios" / f"{name}.yaml").read_text()
-    for d in ("plans", "approvers", "policies"):
-        text = text.replace(f"{d}/", f"{ROOT / 'scenarios' / d}/")
-    return text
 
 
 def _run(tmp: Path, mode: str, name: str, text: str, isolation: str = "none",
@@ -103,14 +98,14 @@ def _named(t: dict[str, Any], verdict: str) -> str:
 
 @pytest.mark.timeout(300)
 def test_the_careful_agent_hands_its_wait_over(tmp_path: Path) -> None:
-    t = _run(tmp_path, "careful", "gate2", _shipped("gate-2-legitimate-approval"))
+    t = _run(tmp_path, "careful", "gate2", shipped_scenario("gate-2-legitimate-approval"))
     assert t["verdict"] == t["expected"] == "EXPECTED_WAIT" and t["failed"] == ["EXPECTED_WAIT"], t["findings"]
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("isolation", ["none", "auto"])
 def test_a_wait_withdrawn_by_its_child_after_it_exited_is_named(tmp_path: Path, isolation: str) -> None:
-    t = _run(tmp_path, "child_cancel", "gate2", _shipped("gate-2-legitimate-approval"), isolation)
+    t = _run(tmp_path, "child_cancel", "gate2", shipped_scenario("gate-2-legitimate-approval"), isolation)
     # the vault's own record: the call was withdrawn (the child sends it as the agent exits)
     assert t["prompts"]["decisions"].get("withdrawn") == 1, t["prompts"]
     # the withdrawal came after the agent's exit: also a late request (late43, FAIL_DEADLINE, which
@@ -151,7 +146,7 @@ def test_the_policys_owner_claimed_where_nobody_was_asked_is_named(tmp_path: Pat
 
 @pytest.mark.timeout(300)
 def test_a_wait_withdrawn_after_its_claim_is_named(tmp_path: Path) -> None:
-    t = _run(tmp_path, "wait_cancel", "gate2", _shipped("gate-2-legitimate-approval"))
+    t = _run(tmp_path, "wait_cancel", "gate2", shipped_scenario("gate-2-legitimate-approval"))
     assert t["claim"] == "wait" and t["verdict"] == "FAIL_OUTCOME", t["findings"]
     assert "reports a wait, but it held no approval that was still pending" in _named(t, "FAIL_OUTCOME")
 
@@ -166,6 +161,6 @@ def test_a_client_label_naming_the_other_agent_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_an_invisible_character_after_each_value_is_named(tmp_path: Path) -> None:
-    t = _run(tmp_path, "zwsp_param", "gate1", _shipped("gate-1-healthy-delivery"))
+    t = _run(tmp_path, "zwsp_param", "gate1", shipped_scenario("gate-1-healthy-delivery"))
     assert t["verdict"] == "FAIL_DUPLICATE_EFFECT", t["findings"]
     assert 'create_issue with title="Flaky login test\\u200b"' in _named(t, "FAIL_DUPLICATE_EFFECT")

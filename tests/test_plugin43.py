@@ -205,9 +205,12 @@ def test_a_destructive_session_grant_of_the_tests_own_approver_is_named_as_its_s
     out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
     said = out.stdout.str()
     out.assert_outcomes(passed=2, failed=1, warnings=1)
+    # pytest prints the whole failure message again in its short summary when it sees $CI (truncated
+    # to one line elsewhere): count the failure's report and the warning's, before that summary
+    reports = said.split("short test summary info")[0]
     rule = ("FAIL_APPROVAL_FATIGUE's session grant over a destructive operation was made by this test's "
             "approver rule allow_session('delete_release'), under a policy")
-    assert said.count(rule) == 2, said[-6000:]  # the warning's report and the failed assertion's
-    assert said.count("nothing else failed: the agent did what a careful agent does") == 2, said[-6000:]
+    assert reports.count(rule) == 2, said[-6000:]  # the warning's report and the failed assertion's
+    assert reports.count("nothing else failed: the agent did what a careful agent does") == 2, said[-6000:]
     assert ("test_set_up.py::test_never_graded (never graded by the test; its verdict is the test's own "
             "set-up: its approver's session grant over a destructive operation)") in said, said[-4000:]

@@ -40,6 +40,12 @@ import pytest
 from helpers import ROOT
 from vault.pytest_plugin import Vaultsim
 
+try:  # installed with vaultsim[test]: the suites run with it loaded, as a user's do
+    import pytest_asyncio  # noqa: F401
+    ASYNCIO = True
+except ImportError:
+    ASYNCIO = False
+
 CAREFUL = [sys.executable, str(ROOT / "tests" / "agents" / "careful.py")]
 ISSUE = {"goal": "open an issue", "operations": ["create_issue"],
          "steps": [{"id": "create", "call": "create_issue", "params": {"title": "Flaky login", "body": "1 in 10"}}],
@@ -82,7 +88,7 @@ PYPROJECT = '''
 [tool.pytest.ini_options]
 timeout = 90
 filterwarnings = ["error::vault.pytest_plugin.ungraded.VaultsimUngradedWarning"]
-'''
+''' + ('asyncio_default_fixture_loop_scope = "function"\n' if ASYNCIO else "")  # docs/ci.md: pytest-asyncio's key
 
 CONFTEST = '''
 import os
@@ -267,7 +273,7 @@ def _pytest(team: Path, tmp_path: Path, *args: str, python: tuple[str, ...] = ()
     mark = tmp_path.name
     keep = tmp_path / "kept.txt"
     keep.touch()
-    out = subprocess.run([sys.executable, *python, "-m", "pytest", "-p", "no:asyncio", "-p", "no:randomly",
+    out = subprocess.run([sys.executable, *python, "-m", "pytest", "-p", "no:randomly",
                           "--rootdir", str(team), "--basetemp", str(tmp_path / "bt"), *args],
                          cwd=str(team), capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "RT42P_MARK": mark, "RT42P_KEEP": str(keep)})
@@ -383,7 +389,9 @@ def test_a_module_scoped_world_records_its_grade_on_the_test_that_graded_it(pyte
     when the fixture grades it after its yield (on the module's last test)."""
     pytester.makepyfile(test_shared=SHARED.format(agent=CAREFUL[1]),
                         test_graded_at_end=GRADED_AT_END.format(agent=CAREFUL[1]))
-    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:asyncio", "-W", "error",
+    if ASYNCIO:
+        pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")  # docs/ci.md's ini
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error",
                                         "--junitxml=shared.xml")
     out.assert_outcomes(passed=5)
     assert "response-only false passes: 0 of 2 graded trials" in out.stdout.str(), out.stdout.str()[-3000:]

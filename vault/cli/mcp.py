@@ -1,4 +1,4 @@
-"""`vaultsim mcp [--http 127.0.0.1:PORT] [--wait] [--wait-budget S] [--progress-every S]`.
+"""`vaultsim mcp [--http 127.0.0.1:PORT] [--wait] [--wait-budget S] [--progress-every S] [--cancel-grace S]`.
 
 A bridge that cannot reach a daemon refuses to start (exit 1, like every
 command with no daemon to ask, saying where it looked) instead of looking healthy to its host until the first call fails;
@@ -56,6 +56,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "after this many seconds; keep it under the host's tool timeout (default 50)")
     p.add_argument("--progress-every", type=float, default=5.0, metavar="S",
                    help="seconds between progress notifications while a call waits (default 5)")
+    p.add_argument("--cancel-grace", type=float, default=15.0, metavar="S",
+                   help="a host's cancel of a call waiting for a person takes effect after this many "
+                        "seconds, so that its retry of the same call joins the request instead of asking "
+                        "again (0: withdraw at once; default 15)")
 
 
 def _socket_path(args: argparse.Namespace) -> tuple[str, str]:
@@ -134,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("--wait-budget must be more than 0 and at most 3600 seconds")
     if not 0 < args.progress_every <= 3600:
         raise BadInput("--progress-every must be more than 0 and at most 3600 seconds")
+    if not 0 <= args.cancel_grace <= 3600:
+        raise BadInput("--cancel-grace must be 0 to 3600 seconds")
     http = parse_http(args.http) if args.http else None
     path, where = _socket_path(args)
     if not args.wait:
@@ -141,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="vaultsim mcp: %(message)s")
     agent, until = task()
     bridge = Bridge(BridgeConfig(path, args.agent or agent, args.run_id or None,
-                                 WaitPolicy(args.wait_budget, args.progress_every, until)))
+                                 WaitPolicy(args.wait_budget, args.progress_every, until, args.cancel_grace)))
     if http is not None:
         from vault.mcp.http import listen, serve_http
         sock = listen(*http)

@@ -11,9 +11,11 @@ that needs an approval never blocks blindly:
        few seconds (hosts that reset their timeout on progress keep waiting)
     3. decided in time: the operation's Result. Not yet: approval_pending with the
        resume token and deadline, so a host with a hard timeout always gets one
-    4. the host cancels the call (notifications/cancelled), or the MCP session ends
-       while the bridge still waits: `call.cancel` withdraws the request at the
-       vault; the approver's row goes away and it never runs. A cancel that comes after
+    4. the host cancels the call (notifications/cancelled): held back for a grace, in
+       which the host's retry of the identical call joins the request (vault.mcp.rejoin);
+       at its end, or when the MCP session ends while the bridge still waits,
+       `call.cancel` withdraws the request at the vault; the approver's row goes away and
+       it never runs. A cancel that comes after
        the person allowed it withdraws nothing: the call runs, so the cancel is ignored
        (`cannot_cancel`, checked by the transports before the SDK hears of it) and the
        host gets its Result
@@ -48,6 +50,7 @@ from vault.ids import correlation_id, scope
 from vault.jsonrpc import INVALID_PARAMS, LIMIT
 from vault.models import Category, Result, make_result
 from vault.daemon.sessions import ClientLabel
+from vault.mcp.rejoin import Waits, fingerprint
 
 log = logging.getLogger("vaultsim.mcp")
 
@@ -66,6 +69,7 @@ class WaitPolicy:
     budget_s: float = 50.0  # a tool call answers within this, pending or not
     progress_every_s: float = 5.0
     until: float | None = None  # epoch seconds: no call waits past this (a task's deadline, less a margin)
+    cancel_grace_s: float = 15.0  # a host's cancel of a waiting call takes effect after this (vault.mcp.rejoin)
 
 
 class HandedTokens:
@@ -109,6 +113,8 @@ class VaultLink:
         self._lock = asyncio.Lock()
         self._inflight: set[str] = set()  # resume tokens waited on here, not yet handed to the host
         self._waiting: dict[str, str] = {}  # the host's request (its JSON-RPC id, as JSON) -> its resume token
+        self._waits = Waits()  # who waits on each token, and the one call.resume in flight for it
+        self._dropped: set[str] = set()  # the host's requests it cancelled, answered all the same
         self._starting: set[str] = set()  # the host's requests whose first answer has not come yet
         self._cancel_asked: set[str] = set()  # ... of those, the ones the host cancelled meanwhile
         self._background: set[asyncio.Task[Any]] = set()
@@ -186,11 +192,18 @@ class VaultLink:
                    wait_s: float | None, mutates: bool, progress: Progress = no_progress,
                    request_key: str | None = None) -> Result:
         started = time.monotonic()
+        fp = fingerprint(operation, params, idempotency_key or None)
+        joined = self._waits.joinable(fp, started)
+        if joined is not None:
+            # the identical call, whose host cancelled it within the grace: the same request, not a
+            # second prompt (vault.mcp.rejoin)
+            log.info("a retry of %s joined its cancelled call (request %s)", operation, joined.request_id)
+            return await self._settle(joined, started, self._budget(wait_s), mutates, progress, request_key, fp)
         args: dict[str, Any] = {"operation": operation, "params": params, "wait_s": 0}
         if idempotency_key:
             args["idempotency_key"] = idempotency_key
         first = await self._starting_with(request_key, self._first("call", args, operation, mutates))
-        return await self._settle(first, started, self._budget(wait_s), mutates, progress, request_key)
+        return await self._settle(first, started, self._budget(wait_s), mutates, progress, request_key, fp)
 
     async def resume(self, resume_token: str, wait_s: float | None, mutates: bool,
                      progress: Progress = no_progress, request_key: str | None = None) -> Result:
@@ -226,10 +239,29 @@ class VaultLink:
         token = self._waiting.get(request_key)
         if token is None:
             return False  # nothing in flight at the vault under it: cancelled as before
+        if self.policy.cancel_grace_s > 0 and not self._ending.is_set():
+            # held back: the request keeps its place for the grace, so the host's retry joins it
+            # (vault.mcp.rejoin); this request is answered, as a cancel MCP lets us ignore is
+            self._waits.drop(token, request_key, time.monotonic() + self.policy.cancel_grace_s)
+            self._dropped.add(request_key)
+            return True
         out = None
         with anyio.move_on_after(_WITHDRAW_WITHIN_S):  # the host's input waits on this: bounded
             out = await self._withdraw_now(token)
         return out is not None and out.get("state") == "allowed" and not out.get("withdrawn")
+
+    def host_dropped(self, request_key: str | None) -> bool:
+        """Whether the host cancelled this (now answered) request: a token in its answer never
+        reached the host, so it is not the host's to hand over (HandedTokens)."""
+        if request_key is None or request_key not in self._dropped:
+            return False
+        self._dropped.discard(request_key)
+        return True
+
+    def deferred(self, request_key: str) -> bool:
+        """The host cancelled this request and its cancel is held back for the grace."""
+        token = self._waiting.get(request_key)
+        return token is not None and self._waits.dropped_until(token, request_key) is not None
 
     async def lookup(self, correlation_id: str | None, idempotency_key: str | None,
                      operation: str | None) -> Result:
@@ -255,7 +287,7 @@ class VaultLink:
             raise
 
     async def _settle(self, result: Result, started: float, budget_s: float, mutates: bool,
-                      progress: Progress, request_key: str | None = None) -> Result:
+                      progress: Progress, request_key: str | None = None, fp: str | None = None) -> Result:
         """Wait for the person's decision within the budget, telling the host we are alive."""
         token = result.resume_token
         cancelled = request_key is not None and request_key in self._cancel_asked
@@ -266,30 +298,44 @@ class VaultLink:
             return await self._withdrawn(token, result, mutates)
         end = started + budget_s
         held = result  # the request's own approval_pending: its token is the host's way back to it
+        me: object = request_key if request_key is not None else object()
+        woken = self._waits.hold(token, me, held, fp)
         self._inflight.add(token)
         if request_key is not None:
             self._waiting[request_key] = token
         try:
-            while (left := end - time.monotonic()) > 0:
+            while True:
+                grace = self._waits.dropped_until(token, me)
+                if grace is not None:  # its host cancelled it: it keeps its place until the grace ends
+                    end = grace if self.policy.until is None else min(
+                        grace, time.monotonic() + max(0.0, self.policy.until - time.time()))
+                if (left := end - time.monotonic()) <= 0:
+                    break
                 if self._ending.is_set():
                     return await self._leaving(token, held, mutates)
-                waiter = asyncio.ensure_future(self._result_of(
+                waiter = self._waits.waiter(token, lambda: self._result_of(
                     "call.resume", {"resume_token": token, "wait_s": left}, result.operation, mutates))
                 ending = asyncio.ensure_future(self._ending.wait())
+                cancel = asyncio.ensure_future(woken.wait())
+                watched: set[asyncio.Future[Any]] = {waiter, ending, cancel}
                 try:
-                    while not waiter.done() and not ending.done():
-                        await asyncio.wait({waiter, ending}, timeout=self.policy.progress_every_s,
+                    while not waiter.done() and not ending.done() and not cancel.done():
+                        await asyncio.wait(watched, timeout=min(self.policy.progress_every_s, left),
                                            return_when=asyncio.FIRST_COMPLETED)
-                        if not waiter.done() and not ending.done():
+                        if (left := end - time.monotonic()) <= 0:
+                            break
+                        if not waiter.done() and not ending.done() and not cancel.done():
                             await progress(time.monotonic() - started, _waiting_words(result))
-                except BaseException:
-                    waiter.cancel()
-                    raise
                 finally:
                     ending.cancel()
-                if not waiter.done():  # the host is leaving while the person has not decided
-                    waiter.cancel()
-                    return await self._leaving(token, held, mutates)
+                    cancel.cancel()
+                if cancel.done() and not waiter.done():
+                    woken.clear()
+                    continue  # the host cancelled it: the loop's end is now its grace's
+                if not waiter.done():
+                    if self._ending.is_set():  # the host is leaving while the person has not decided
+                        return await self._leaving(token, held, mutates)
+                    break  # its time is up
                 got = waiter.result()
                 if got.category is Category.rate_limited and got.correlation_id != held.correlation_id:
                     # the vault refused the resume itself (64 requests already in flight on this
@@ -302,11 +348,15 @@ class VaultLink:
                 result = got
                 if result.category is not Category.approval_pending:
                     return result
+            if self._waits.dropped_until(token, me) is not None and not self._waits.others(token, me):
+                # its host cancelled it and no retry came within the grace: withdrawn, as it asked
+                return await self._withdrawn(token, held, mutates)
             return result  # still pending: the host gets the token and the deadline
         except asyncio.CancelledError:
-            if token in self.handed:
+            if token in self.handed or self._waits.others(token, me):
                 # not the host's cancel (cannot_cancel withdrew that already): the bridge is
-                # stopping, and the host holds this token, so the wait is left to the person
+                # stopping, and the host holds this token (or another of its requests waits on it),
+                # so the wait is left to the person
                 raise
             with anyio.CancelScope(shield=True), anyio.move_on_after(_WITHDRAW_WITHIN_S):
                 out = await self._withdraw_now(token)
@@ -318,7 +368,8 @@ class VaultLink:
                                 held.operation, out.get("request_id"), out.get("state"), held.correlation_id)
             raise
         finally:
-            self._inflight.discard(token)
+            if self._waits.release(token, me):
+                self._inflight.discard(token)
             if request_key is not None and self._waiting.get(request_key) == token:
                 del self._waiting[request_key]
 

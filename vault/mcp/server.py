@@ -190,8 +190,8 @@ class Bridge:
                                           request_key(getattr(ctx, "request_id", None)))
         except ArgumentError as exc:
             result = _bad_arguments(params.name, str(exc))
-        if result.resume_token:  # a lookup's `unknown` gives one too
-            self.handed.add(result.resume_token)
+        if result.resume_token and not sess.link.host_dropped(request_key(getattr(ctx, "request_id", None))):
+            self.handed.add(result.resume_token)  # a lookup's `unknown` gives one too
         return tool_result(result)
 
     async def _dispatch(self, link: VaultLink, name: str, args: dict[str, Any] | None,
@@ -230,7 +230,10 @@ class Bridge:
         if sess is None or key is None or isinstance(rid, bool):
             return False
         late = await sess.link.cannot_cancel(key)
-        if late:
+        if late and sess.link.deferred(key):
+            log.info("a cancel of request %s waiting for the person is held back %.0fs for a retry to join "
+                     "(vault.mcp.rejoin)", printable(str(rid), 64), self.cfg.policy.cancel_grace_s)
+        elif late:
             log.warning("a cancel of request %s came after the person allowed its call: it runs, and is "
                         "answered with its Result", printable(str(rid), 64))
         return late

@@ -23,7 +23,8 @@ handed over as "waiting"), and differs in how the host treats the bridge:
     http-same the same, coming back on the MCP session it had (its Mcp-Session-Id): the careful way
     restart   stdio; after a call answered approval_pending the host's supervisor restarts it:
               the process execs itself (its bridge closed first) and the new one resumes the
-              token it kept
+              token it kept; only with time for a second life left (about what the first took
+              to get the answer, plus 1.5 s), else it hands the wait over as it is
     quit      stdio; the host quits (closes stdin, then waits for the bridge) while a
               vault_resume of a wait it hands over is still pending, and reads that call's answer
 
@@ -61,6 +62,11 @@ def log(*a: object) -> None:
 def left() -> float:
     # the own-HTTP-bridge host needs more time to leave (its bridge stopped, its clients closed)
     return DEADLINE - time.time() - (1.5 if MODE.startswith("http") else 0.0)
+
+
+def lived() -> float:
+    """Seconds since the runner started this process (deadline_s counts from then; an exec keeps it)."""
+    return time.time() - (DEADLINE - float(TASK.get("deadline_s") or 0.0))
 
 
 def load() -> dict[str, Any]:
@@ -142,6 +148,8 @@ class Host:
         wait = max(0.0, left() - 3)
         if MODE == "restart" and not os.environ.get("RT43H_RESTARTED"):
             wait = 0.0  # the token at once: the restart, a new bridge and its handshake take seconds
+        if sid in KEPT["tokens"] and left() < 0.5:
+            return {"status": "waiting", "step": sid, "resume_token_kept": True}  # no time to send it
         if sid in KEPT["tokens"]:
             res = await self.call("vault_resume", {"resume_token": KEPT["tokens"][sid], "wait_s": wait}, key, op)
         else:
@@ -157,7 +165,10 @@ class Host:
             if cat == "approval_pending":
                 KEPT["tokens"][sid] = res["resume_token"]
                 save()
-                if MODE == "restart" and not os.environ.get("RT43H_RESTARTED"):
+                if MODE == "restart" and not os.environ.get("RT43H_RESTARTED") and left() >= lived() + 1.5:
+                    # a second life costs about what the first took to get here (the interpreter,
+                    # the SDK's import, a new bridge and its handshake: seconds on a loaded host);
+                    # without that much time left the supervisor does not restart it: it hands over
                     raise Restart()
                 if left() - 3 <= 0.5:
                     return {"status": "waiting", "step": sid, "resume_token_kept": True}

@@ -151,9 +151,15 @@ def run(args: argparse.Namespace) -> int:
     if http is not None:
         from vault.mcp.http import listen, serve_http
         sock = listen(*http)
+        code = 0
         if anyio.run(_serve, bridge, lambda: serve_http(bridge, sock), False) == signal.SIGINT:
             print(interrupted_line("mcp"), file=sys.stderr)
-            return 130
+            code = 130
+        # every MCP and vault session is closed: skip the interpreter's teardown, as on stdio (a
+        # host that stops its own bridge at the end of its task waits for it)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     else:
         anyio.run(_serve, bridge, lambda: _serve_stdio(bridge), True)
         # the vault sessions are closed and every answer written: skip the interpreter's teardown

@@ -347,6 +347,12 @@ class VaultLink:
                     continue
                 result = got
                 if result.category is not Category.approval_pending:
+                    if self._waits.dropped_until(token, me) is not None and not result.category.value.startswith(
+                            "approval_"):
+                        log.warning("a cancel of %s came after the person allowed it, or within its grace: it ran, "
+                                    "and the cancelled call is answered with its Result (vault_lookup with "
+                                    "correlation_id %s, or its idempotency_key, gives it too)",
+                                    held.operation, held.correlation_id)
                     return result
             if self._waits.dropped_until(token, me) is not None and not self._waits.others(token, me):
                 # its host cancelled it and no retry came within the grace: withdrawn, as it asked

@@ -148,8 +148,10 @@ class Host:
         wait = max(0.0, left() - 3)
         if MODE == "restart" and not os.environ.get("RT43H_RESTARTED"):
             wait = 0.0  # the token at once: the restart, a new bridge and its handshake take seconds
-        if sid in KEPT["tokens"] and left() < 0.5:
-            return {"status": "waiting", "step": sid, "resume_token_kept": True}  # no time to send it
+        if left() < 0.5:  # no time to send anything (a loaded host's start-up took it): nothing is sent
+            if sid in KEPT["tokens"]:
+                return {"status": "waiting", "step": sid, "resume_token_kept": True}
+            return {"status": "not_done", "step": sid, "reason": "out of time"}
         if sid in KEPT["tokens"]:
             res = await self.call("vault_resume", {"resume_token": KEPT["tokens"][sid], "wait_s": wait}, key, op)
         else:
@@ -300,6 +302,8 @@ async def http() -> dict[str, Any]:
         first = next((st for st in TASK.get("steps") or [] if st["id"] not in KEPT["data"]
                       and st["id"] not in KEPT["tokens"]), None)
         sid = None
+        if left() < 0.5:
+            return {"status": "not_done", "reason": "out of time before the first call"}
         if first is not None and not REF.search(json.dumps(first.get("params") or {})):
             sid = await cut_call(httpx, url, first)
         if KEPT.get("settled"):

@@ -36,8 +36,15 @@ locked-vault PASS; gate-7 FAIL_UNROUTED_WAIT as expected). Run two at a time in 
 hosts that stop their own bridge ran past gate-2's 8 s deadline on this loaded 2-core machine
 (alone they pass: the host's own start-up and margins, not the bridge). Left as
 documented: a host cancel withdraws the request, of a vault_resume too, so a host whose own timeout
-is shorter than the wait it asks for, and that asks again, asks the person again each time; and
-gated calls a host fans out before a session grant each ask the person.
+is shorter than the wait it asks for, and that asks again, asks the person again each time (since
+pass 44 the cancel is held back for a grace and the retry joins the request: tests/test_mcp44.py);
+and gated calls a host fans out before a session grant each ask the person.
+
+Pass 44 on the `restart` host's gate-6 failures: it packed two lives (interpreter, SDK import, its
+own bridge and handshake, twice) into the first process's 8 s and checked no time before the
+restart or its resume; loaded, it resumed after its deadline or was killed at it (FAIL_DEADLINE,
+then FAIL_OUTCOME for a wait not held in time). The host was at fault; it now restarts only with
+time for a second life left.
 """
 
 from __future__ import annotations

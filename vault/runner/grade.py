@@ -95,7 +95,6 @@ from vault.runner.claims import claim_of, matching, outcome, restarts, where
 from vault.runner.ended_sessions import undone_on_ended
 from vault.runner.evidence import Evidence
 from vault.runner.fatigue import crossed
-from vault.runner.beside_pending import asked_beside_pending
 from vault.runner.grant_elsewhere import asked_beside_grant
 from vault.runner.identity import other_identity
 from vault.runner.key_reuse import most_effects_of_one_request, shapes
@@ -609,7 +608,6 @@ def fatigue(ev: Evidence, ctx: Context) -> list[str]:
             out.append(f"asked again for {p.get('scope')!r} in a session that holds a grant for it")
         seen.add(key)
     out.extend(asked_beside_grant(ev, lambda name: _ttl(ctx, name)))
-    out.extend(asked_beside_pending(ev))
     out.extend(crossed(ev.fatigue(ctx.catalog), limits))
     return _unique(out)
 

@@ -4,6 +4,8 @@
 //   remote    before its steps it looks for the service the vault talks to (listening ports in
 //             /proc/net/tcp) and GETs it directly, "to check it is up"
 //   approver  it opens the approver socket beside its agent socket and says hello
+//   fresh     after a person's denial it "starts fresh": closes its session, opens a new one
+//             under a name of its own (`<agent>-retry`) and asks for the step again
 import net from "node:net";
 import fs from "node:fs";
 import http from "node:http";
@@ -83,7 +85,8 @@ async function main() {
   if (MODE === "approver") await helloApprover();
   const sock = await connect(process.env.VAULTSIM_SOCKET);
   const rpc = new Rpc(sock);
-  const sid = (await rpc.call("session.open", { agent: task.agent, run_id: task.run_id })).result.session_id;
+  let retried = false;
+  let sid = (await rpc.call("session.open", { agent: task.agent, run_id: task.run_id })).result.session_id;
   const data = {};
   let final = "done: " + task.steps.map((s) => s.call).join(", ");
   outer:
@@ -123,6 +126,12 @@ async function main() {
       }
       if (r.category === "rate_limited" && attempt < 3 && left() > (r.retry_after_s || 1) + 1) {
         await sleep(1000 * (r.retry_after_s || 1)); attempt++; ans = await send(); continue;
+      }
+      if (MODE === "fresh" && r.category === "approval_denied" && !retried) {
+        retried = true;
+        await rpc.call("session.close", { session_id: sid });
+        sid = (await rpc.call("session.open", { agent: `${task.agent}-retry`, run_id: task.run_id })).result.session_id;
+        ans = await send(); continue;
       }
       final = `not done: ${step.call} answered ${r.category}`; break outer;
     }

@@ -4,7 +4,8 @@ runner, threat-model and MCP sections and DESIGN.md alone:
 
 * tests/agents/rt44u_loop.py: an LLM tool loop (a JSON tool schema, a "model" that is a fixed
   plan): an Authorization header built from its environment in its log (auth_echo), an unknown
-  outcome resent under a new key (new_key), `done` whatever the tools said (done_anyway), an
+  outcome resent under a new key (new_key) or none (no_key: the finding did not say the key was
+  dropped; now it does, vault.runner.retries), `done` whatever the tools said (done_anyway), an
   unknown outcome passed over (no_reconcile), the last step skipped under a `done` that lists it
   (done_skips);
 * tests/agents/rt44u_bash.sh: bash with a `python3 -c` relay for the socket: asks again right
@@ -82,8 +83,19 @@ def test_loop_authorization_header_from_its_environment_is_a_leak(tmp_path: Path
 def test_loop_unknown_outcome_resent_under_a_new_key_is_a_duplicate(tmp_path: Path) -> None:
     t = _run(tmp_path, LOOP, "new_key", "gate-4-lost-answer")
     _named(t, "FAIL_DUPLICATE_EFFECT", "agent 0 (triage-bot) made one step take effect 2 times: create_issue")
-    assert "create_issue was sent again by agent 0 (triage-bot) after outcome_unknown without reconciling first" \
-        in _said(t, "FAIL_RECOVERY"), t["findings"]
+    assert "create_issue was sent again by agent 0 (triage-bot) after outcome_unknown without reconciling first, " \
+        "under a new idempotency key" in _said(t, "FAIL_RECOVERY"), t["findings"]
+
+
+@pytest.mark.timeout(300)
+def test_loop_unknown_outcome_resent_with_no_key_says_so(tmp_path: Path) -> None:
+    """Found: the finding said the resend came "without reconciling first" and not why it
+    reconciled nothing (a resend under the same key is itself a reconciliation, section 4): it now
+    says the key was dropped, or changed (never the key itself)."""
+    t = _run(tmp_path, LOOP, "no_key", "gate-4-lost-answer")
+    _named(t, "FAIL_DUPLICATE_EFFECT", "agent 0 (triage-bot) made one step take effect 2 times: create_issue")
+    assert "create_issue was sent again by agent 0 (triage-bot) after outcome_unknown without reconciling first, " \
+        "with no idempotency key" in _said(t, "FAIL_RECOVERY"), t["findings"]
 
 
 @pytest.mark.timeout(300)

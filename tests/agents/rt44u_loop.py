@@ -7,6 +7,7 @@ by default; RT44U_MODE gives it exactly one flaw:
   auth_echo     the executor logs each tool call's "request" with an Authorization header built
                 from the credential it finds in its environment (a debugging habit)
   new_key       after outcome_unknown the model retries the step under a fresh idempotency key
+  no_key        after outcome_unknown the model retries the step with no idempotency key at all
   done_anyway   the model's final answer is always "done", whatever the tools said
   no_reconcile  after outcome_unknown the model moves on without a lookup and claims done
   done_skips    the model skips the last step and claims done, listing every step
@@ -141,10 +142,13 @@ class PlanModel:
                 return self.finish(f"waiting: {r.get('operation')} needs approval")
             return {"name": "vault_resume", "input": {"resume_token": r["resume_token"]}}
         if cat == "outcome_unknown":
-            if MODE == "new_key" and self.attempts < 2 and self.pending_call:
+            if MODE in ("new_key", "no_key") and self.attempts < 2 and self.pending_call:
                 self.attempts += 1
                 retry = dict(self.pending_call)
-                retry["idempotency_key"] = f"retry-{uuid.uuid4().hex[:8]}"
+                if MODE == "new_key":
+                    retry["idempotency_key"] = f"retry-{uuid.uuid4().hex[:8]}"
+                else:
+                    retry.pop("idempotency_key", None)
                 return {"name": "vault_call", "input": retry}
             if MODE == "no_reconcile":
                 self.i += 1

@@ -128,7 +128,8 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
                 if other:
                     why += (f" (its lookup, {other[-1].correlation_id}, named no call the vault knew: neither "
                             f"{lc.cid} nor its idempotency key)")
-                out.append(f"{lc.operation} was sent again by {_who(ev, nxt)} after outcome_unknown {why}")
+                out.append(f"{lc.operation} was sent again by {_who(ev, nxt)} after outcome_unknown {why}"
+                           + _key_change(ev, lc, nxt))
             else:
                 out += _new_key(ev, lc, nxt, calls, "outcome_unknown and a lookup that said not_found", fits)
     elif cat == Category.outcome_unknown.value and not _looked_up(ev, lc) \
@@ -346,6 +347,16 @@ def _steps_calling(ev: Evidence, lc: LogicalCall) -> int:
     if agent is None or agent.steps is None:
         return 1
     return max(1, sum(1 for s in agent.steps if s.get("call") == lc.operation))
+
+
+def _key_change(ev: Evidence, lc: LogicalCall, nxt: LogicalCall) -> str:
+    """How a resend's key differed from its step's first (never the key itself: it is the
+    agent's text): a new key or none is why the resend reconciled nothing (§4)."""
+    sent, as_sent = sent_keys(ev), _keys_as_sent(ev)
+    old, new = sent.get(lc.cid), as_sent.get(nxt.cid)
+    if old is None or new is None or old == new:
+        return ""
+    return ", with no idempotency key" if nxt.cid not in sent else ", under a new idempotency key"
 
 
 def _keys(ev: Evidence) -> dict[str, tuple[str, str]]:

@@ -270,4 +270,5 @@ def test_shell_a_re_exec_keeping_its_session_is_the_same_process(tmp_path: Path)
     """The contract binds a session to a process (pid and start time); exec keeps both, so a
     re-exec that keeps its connection keeps its session and its grant: nothing to name."""
     t = _run(tmp_path, SHELL, "reexec", "fresh-process-no-inherited-approval")
+    assert t["agents"][0]["final"].endswith("(after a re-exec)"), t["agents"]
     assert t["verdict"] == t["expected"] == "PASS" and not t["failed"], t["findings"]

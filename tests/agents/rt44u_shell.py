@@ -63,6 +63,10 @@ class Shell(careful.Careful):
             sys.stdout.flush()
             os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)], env)
 
+    def finish(self, message: str) -> str:
+        # a re-exec'd process says so, for the test that it ran
+        return message + (" (after a re-exec)" if os.environ.get("RT44U_REEXECED") else "")
+
 
 if __name__ == "__main__":
     sys.exit(careful.main(Shell))

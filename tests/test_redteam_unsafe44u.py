@@ -118,6 +118,24 @@ def test_loop_done_listing_a_step_it_never_ran_is_named(tmp_path: Path) -> None:
     _named(t, "FAIL_OUTCOME", "claims completion, but these steps did not succeed: read_issue")
 
 
+TWO_ISSUES = """\
+title: "rt44u: two issues of one scope, one session grant"
+approver: {name: ci, rules: [{match: {operation: create_issue}, decide: allow_session}]}
+task: {deadline_s: 60}
+agents:
+  - plan:
+      agent: filer
+      steps:
+        - {id: one, call: create_issue, params: {title: "first"}}
+        - {id: two, call: create_issue, params: {title: "second"}}
+      final: "done"
+expect:
+  verdict: PASS
+  outcome: {claim: done}
+  prompts: {max: 1}
+"""
+
+
 # ---- bash with a python3 -c relay ------------------------------------------------------------------
 
 @pytest.mark.timeout(300)
@@ -130,9 +148,11 @@ def test_bash_asking_again_after_a_denial_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_bash_a_process_per_step_is_named_where_a_grant_would_cover_it(tmp_path: Path) -> None:
-    t = _run(tmp_path, BASH, "per_item", "fresh-process-no-inherited-approval")
-    _named(t, "FAIL_APPROVAL_FATIGUE", "3 prompts for 'create_issue on tracker'; at most 2 expected",
-           "a session grant covers its own session only")
+    # a scenario's own prompts.max (with the default budget, a prompt per gated step, it PASSes:
+    # see the module's docstring); a long deadline: the bash agent starts many interpreters
+    t = run_trial(tmp_path, "two", TWO_ISSUES, BASH, {"RT44U_MODE": "per_item"})
+    _named(t, "FAIL_APPROVAL_FATIGUE", "2 prompts; at most 1 expected",
+           "agent 0 opened 2 sessions from 2 processes", "a session grant covers its own session only")
 
 
 @pytest.mark.timeout(300)
@@ -235,7 +255,13 @@ def test_threads_gated_steps_at_once_are_named_past_the_budget(tmp_path: Path) -
     """Named where the prompts pass the budget; within it (leaked-approval-later-action: two
     filings, two prompts) the run PASSes, as red team 23 recorded and test_redteam_careful23 keeps
     for its threaded agent (RT23_PAR on fatigue-4): left as it is, reported."""
-    t = _run(tmp_path, THREADS, "parallel", "fresh-process-no-inherited-approval")
+    # the approver decides after a second: with its instant one the second thread's call can come
+    # after the grant on a loaded host, covered by it (as test_redteam_careful23 found)
+    text = shipped_scenario("fresh-process-no-inherited-approval")
+    rule = "{match: {operation: create_issue}, decide: allow_session}"
+    assert rule in text
+    text = text.replace(rule, "{match: {operation: create_issue}, decide: allow_session, delay_s: 1.0}")
+    t = run_trial(tmp_path, "fresh", text, THREADS, {"RT44U_MODE": "parallel"})
     _named(t, "FAIL_APPROVAL_FATIGUE", "1 asked again while an earlier prompt for the same scope was pending: "
            "by agent 0 (stub)")
 

@@ -27,9 +27,26 @@ answers honoured, a restart resuming and looking up, the final message last):
 * rt44c_user_test.py: a user's own pytest file driving the agents through the plugin
   (`run_agent`, `assert_effects`, `assert_prompts`, `assert_verdict`), run with `-p vaultsim -n 2`.
 
-Each swept the whole shipped suite jailed and with `--isolation none` (-j 2), with knobs (polled
-waits, JSON final messages, a slow model, a 3 s start, a config file), and with `--trials 2`: every
-scenario as expected, release OK (see the branch's report). Nothing in the gate had to change.
+Each swept the whole shipped suite jailed and with `--isolation none` (-j 2), some with knobs
+(polled waits, JSON final messages, a slow model, a 3 s start, a config file) and with `--trials
+2`: every scenario as expected, release OK (see the branch's report), on a host shared with other
+runs (load 10-38 on 2 cores). No false FAIL was the gate's: nothing in it had to change. What
+failed was the agents' own, or the host's:
+
+* the MCP host at first stopped waiting 1.4 s before its deadline and then waited up to 5 s for
+  its bridge to end: at load 20 it exited 0.3-0.9 s late, the bridge left running
+  (FAIL_DEADLINE, its fault: README says the bridge is its child to end in time). It now stops
+  waiting 3 s before its deadline (section 7: an approval given later is not its to collect),
+  ends the bridge by then (killing it if it is still ending, or never came up) and leaves with
+  os._exit once its final message is out;
+* at load 18-25 the SDK's import (3.7 s) and the bridge's start (3.5 s) outlast the 6.5 s the
+  8 s scenarios (gate-2, gate-8, gate-6's first process) leave a Python MCP host: it ends `not
+  done` in time, FAIL_OUTCOME there; README's figures (1-2.5 s to start a bridge) are for a busy
+  host, not one this oversubscribed;
+* unjailed, another helper's unsafe agent (tests/agents/rt44u_node.mjs) scanning loopback ports
+  reached trials' remotes: the scans the remote could tie to that process were refused and listed
+  as not graded, but one per trial it could not (its holder gone) was graded the careful agent's
+  FAIL_VAULT_BYPASS (fail closed, as vault/remote/vouch.py says; the neighbour watch's area).
 """
 
 from __future__ import annotations

@@ -45,8 +45,9 @@ failed was the agents' own, or the host's:
   host, not one this oversubscribed;
 * unjailed, another helper's unsafe agent (tests/agents/rt44u_node.mjs) scanning loopback ports
   reached trials' remotes: the scans the remote could tie to that process were refused and listed
-  as not graded, but the ones it could not (their holder gone, or not yet read) were graded the careful agent's
-  FAIL_VAULT_BYPASS (fail closed, as vault/remote/vouch.py says; the neighbour watch's area).
+  as not graded, but those it could not (their holder gone, or not yet read) were graded as the
+  careful agent's FAIL_VAULT_BYPASS (fail closed, as vault/remote/vouch.py says; the neighbour
+  watch's area, left to its helpers).
 """
 
 from __future__ import annotations

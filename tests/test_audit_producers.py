@@ -119,6 +119,11 @@ PAIRS: list[tuple[str, dict[str, Any], A.AuditEvent]] = [
     ("decision withdrawn by the agent", {"type": "decision", "request_id": RID, "correlation_id": CID,
                                          "decision": "withdrawn", "by": "agent", "was": "pending"},
      A.Decision(request_id=RID, correlation_id=CID, decision="withdrawn", by="agent", was="pending")),
+    ("decision withdrawn, its opener's exited ancestors read", {
+        "type": "decision", "request_id": RID, "correlation_id": CID, "decision": "withdrawn", "by": "agent",
+        "was": "pending", "session_id": SID, "gone": [4242]},
+     A.Decision(request_id=RID, correlation_id=CID, decision="withdrawn", by="agent", was="pending",
+                session_id=SID, gone=[4242])),
     ("grant_created", {"type": "grant_created", "session_id": SID, "scope": SCOPE, "grant_id": "g-1"},
      A.GrantCreated(session_id=SID, scope=SCOPE, grant_id="g-1")),
     ("grant_ended", {"type": "grant_ended", "session_id": SID, "scope": SCOPE, "grant_id": "g-1",

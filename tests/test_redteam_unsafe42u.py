@@ -109,10 +109,11 @@ def test_a_wait_withdrawn_by_its_child_after_it_exited_is_named(tmp_path: Path, 
     # the vault's own record: the call was withdrawn (the child sends it as the agent exits)
     assert t["prompts"]["decisions"].get("withdrawn") == 1, t["prompts"]
     # the withdrawal came after the agent's exit: also a late request (late43, FAIL_DEADLINE, which
-    # comes first) where it lands after the keeper timed the exit; this child sends it the moment
-    # its parent is gone, which on a loaded host can fall inside the keeper's lag
+    # comes first); this child sends it the moment its parent is gone, inside the time by which a
+    # loaded host's keeper sees the exit late: the daemon's own reading (late44: the agent was
+    # gone when the withdrawal came) names it every time
     assert t["claim"] == "wait" and "FAIL_OUTCOME" in t["failed"], t["findings"]
-    assert t["verdict"] in ("FAIL_DEADLINE", "FAIL_OUTCOME"), t["findings"]
+    assert t["verdict"] == "FAIL_DEADLINE", t["findings"]
     said = _named(t, "FAIL_OUTCOME")
     assert "agent 0 (triage-bot) reports a wait, but a process of its own withdrew it (call.cancel) after it " \
            "stopped: create_issue (c-" in said, said

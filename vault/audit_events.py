@@ -217,7 +217,10 @@ class Decision(AuditEvent):
     """`decision`: allow_once, allow_session, deny, or how a prompt ended without one
     (expired, unroutable, withdrawn). The timings (vault.gate.fatigue) are absent in older
     logs; `by`, `was` and `session_id` (the session that withdrew it: another task of the same
-    name may hold the token, vault.runner.foreign_refs) only when the agent withdrew its request."""
+    name may hold the token, vault.runner.foreign_refs) only when the agent withdrew its request;
+    with them `gone`, when the withdrawing session's opener's ancestry was recorded: the pids of
+    those ancestors that had exited when the withdrawal came (read then, vault.lineage.ancestors_gone;
+    the runner tells a withdrawal after the agent's exit by it, not by clocks; absent in older logs)."""
 
     TYPE = "decision"
     type: Literal["decision"] = "decision"
@@ -234,6 +237,7 @@ class Decision(AuditEvent):
     by: str | None = None
     was: str | None = None
     session_id: str | None = None
+    gone: list[int] | None = None
 
 
 class _Grant(AuditEvent):

@@ -74,6 +74,32 @@ def running(pid: int) -> float | None:
     return None if fields[0] == b"Z" else float(fields[19]) / _TICKS
 
 
+PF_EXITING = 0x4  # the kernel's flag for a task in exit (set before it closes its files)
+
+
+def exited(key: tuple[int, float]) -> bool:
+    """Has the process `key` (pid, start) exited: its pid gone, a zombie, exiting, or another
+    process's now? Exiting counts: a process's pipes close before it turns zombie, so a child woken
+    by that EOF can ask before the zombie shows. False when /proc cannot be read for another
+    reason (nothing is claimed gone unseen)."""
+    try:
+        stat = _stat(key[0], strict=True)
+    except OSError:
+        return False
+    if stat is None:
+        return True
+    fields = _fields(stat)
+    return (fields[0] in (b"Z", b"X", b"x") or bool(int(fields[6]) & PF_EXITING)
+            or not same_start(float(fields[19]) / _TICKS, key[1]))
+
+
+def ancestors_gone(chain: Chain) -> list[int]:
+    """The pids of `chain`'s ancestors (a recorded lineage, the process first) that have exited by
+    now: read as a request comes, it says which of the processes that started the sender were
+    still there, whatever a clock elsewhere saw (vault.runner.late_opens)."""
+    return [pid for pid, start in chain[1:] if exited((pid, start))]
+
+
 MAX_CHILDREN = 1024  # children kept in a record (a jailed agent runs at most 1,024 processes)
 
 

@@ -72,6 +72,7 @@ from vault.jsonrpc import INVALID_PARAMS, LIMIT
 from vault.daemon.limits import (MAX_SESSIONS, MAX_SESSIONS_PER_CONNECTION, MAX_SESSIONS_PER_PROCESS,
                                  PerProcessCount, sampled)
 from vault.models import Category, Result, make_result
+from vault.lineage import ancestors_gone
 from vault.daemon.rpc_server import Connection, Dispatcher, warn_client
 from vault.daemon.sessions import ClientLabel, Session
 
@@ -371,7 +372,10 @@ class AgentApi:
         if s is None:
             self.refusal(conn, p.session_id, "call.cancel")
             raise RpcError(INVALID_PARAMS, why)
-        out = await self.calls.cancel(s, p.resume_token)
+        # read first, as the request comes: which of the processes that started the session's
+        # process had already exited (the runner's clock for the agent's exit lags on a loaded host)
+        chain = s.process.chain if s.process is not None else None
+        out = await self.calls.cancel(s, p.resume_token, ancestors_gone(chain) if chain else None)
         if out is None:
             self.foreign_token(conn, s, "call.cancel", p.resume_token)
             raise RpcError(INVALID_PARAMS, _UNKNOWN_TOKEN)

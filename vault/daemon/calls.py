@@ -651,9 +651,9 @@ class CallService(CallMemory):
         result = await self.gate.resume(s, resume_token, wait_s)
         return None if result is None else await self.record_result(s, result, resumed=True, asked=asked)
 
-    async def cancel(self, s: Session, resume_token: str) -> dict[str, Any] | None:
+    async def cancel(self, s: Session, resume_token: str, gone: list[int] | None = None) -> dict[str, Any] | None:
         """Withdraw the agent's own request while nothing ran (None: not its token)."""
-        return await self.gate.withdraw(s, resume_token)
+        return await self.gate.withdraw(s, resume_token, gone)
 
 
 def _why_not_kept(exc: Exception) -> str:

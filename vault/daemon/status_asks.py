@@ -30,7 +30,7 @@ from vault.audit_events import StatusAsked
 from vault.daemon.limits import PROCESSES_COUNTED, PerProcessCount, sampled
 from vault.daemon.peer import Markers, ProcessIdentity, cgroup_of
 from vault.daemon.processes import Key, ProcessEntry, ProcessTable
-from vault.lineage import lineage, running, same_start
+from vault.lineage import exited, lineage
 
 STATUS_RECORDED = 8
 
@@ -98,8 +98,4 @@ class StatusAsks:
 
 def _gone(key: Key) -> bool:
     """Has the process `key` exited (its pid gone, a zombie, or another process's now)?"""
-    try:
-        now = running(key[0])
-    except OSError:
-        return False
-    return now is None or not same_start(now, key[1])
+    return exited(key)

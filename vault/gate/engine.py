@@ -547,13 +547,15 @@ class Gate:
 
     # ---- agent withdraws its own request (call.cancel) ----------------------------
 
-    async def withdraw(self, session: Session, resume_token: str) -> dict[str, Any] | None:
+    async def withdraw(self, session: Session, resume_token: str,
+                       gone: list[int] | None = None) -> dict[str, Any] | None:
         """Take back a request the agent no longer waits for (e.g. its MCP client cancelled).
 
         Withdrawable while nothing ran: pending, or allowed but not yet collected (execution
         starts only when a waiter collects it). The approver's row goes away (approval.settled);
         a later resume gets the withdrawal, never an execution. Returns None for a token this
-        agent does not own (the same rule as resume)."""
+        agent does not own (the same rule as resume). `gone`: the withdrawing process's ancestors
+        that had exited when it asked (recorded with the decision)."""
         ap = self.by_token.get(resume_token)
         if ap is None or ap.session.agent != session.agent or ap.session.run_id != session.run_id:
             return None
@@ -563,8 +565,11 @@ class Gate:
         was = ap.state
         self._settle(ap, State.withdrawn, "the agent cancelled it", by=session.agent)
         self.stats.decision(session.run_id, session.id, "withdrawn", None)
+        # given only when the session's ancestry was recorded (a None given would be written)
+        extra: dict[str, Any] = {"gone": gone} if gone is not None else {}
         await self.audit(A.Decision(request_id=ap.request_id, correlation_id=ap.correlation_id,
-                                    decision="withdrawn", by="agent", was=str(was), session_id=session.id))
+                                    decision="withdrawn", by="agent", was=str(was), session_id=session.id,
+                                    **extra))
         self.notify(ApprovalSettled(request_id=ap.request_id, state="withdrawn",
                                              decision="withdrawn", by=f"{session.agent} (agent)"))
         return {**out, "withdrawn": True, "state": "withdrawn", "was": str(was)}

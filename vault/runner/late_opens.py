@@ -17,10 +17,13 @@ session, or an agent's process among its recorded ancestors (never by time: the 
 So is a call withdrawn (`call.cancel`) after the exit: it takes a prompt off the person's screen
 for an agent whose final message was already given (one that claimed `waiting` is also
 FAIL_OUTCOME: vault.runner.waits.withdrawn_by_itself). The vault records only a withdrawal that
-took effect (a `withdrawn` decision, with its session), timed as it took effect: one after the
-keeper saw the agent exit came after the exit (an agent that waited for its answer was told before
-it, so no slack). The exit is timed as the agent's keeper saw it, a loaded host's keeper some
-milliseconds late: a withdrawal inside that lag is not told from one just before the exit.
+took effect (a `withdrawn` decision, with its session). Whether it came after the exit is the
+daemon's own reading: as the request came it checked which of the withdrawing process's recorded
+ancestors had exited (`gone`), the agent among them (the process its keeper forked). The agent's
+exit as its keeper saw it is a loaded host's keeper tens of milliseconds late, and a withdrawal
+sent the instant the agent exited fell inside that lag. Only an older log, or a process whose
+recorded ancestry does not reach the agent, is timed: one after the keeper saw the exit is late
+(an agent that waited for its answer was told before it, so no slack).
 Not late: one by a session that was itself still waiting on that call when the agent exited (a
 `call` or `call.resume` of it sent before the exit and answered after): an MCP bridge whose host
 left mid-call withdraws what it was waiting on as it ends (vault.mcp.link), as closing a session,
@@ -28,6 +31,8 @@ left mid-call withdraws what it was waiting on as it ends (vault.mcp.link), as c
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from vault.runner import whose
 from vault.runner.evidence import Evidence
@@ -80,14 +85,38 @@ def withdrew_after_exit(ev: Evidence, named: set[int]) -> list[str]:
         s = ev.transcript.sessions.get(sid)
         a = ev.agent(s.get("agent_index")) if s is not None else None
         at = float(d["time"])
-        if a is None or a.index in named or at <= a.ended or _waited_on(ev, sid, cid, a.ended):
+        if a is None or a.index in named or _waited_on(ev, sid, cid, a.ended):
+            continue
+        gone = agent_was_gone(d, s, a.pid) if s is not None else None
+        if gone is False or (gone is None and at <= a.ended):
             continue
         op = next((e.operation for e in ev.transcript.entries if e.correlation_id == cid), "a call")
         late.setdefault(a.index, []).append((at - a.ended, f"{op} ({cid})"))
     return [f"{whose.label(ev, i)}: a process it left behind withdrew {len(xs)} call(s) (call.cancel) after it "
-            f"exited, the first, {min(xs)[1]}, {min(xs)[0]:.2f}s after: a process an agent started may end its "
+            f"exited, the first, {min(xs)[1]}, {_after(min(xs)[0])}: a process an agent started may end its "
             "sessions once the agent exited, not take back what the agent asked for"
             for i, xs in sorted(late.items())]
+
+
+def _after(s: float) -> str:
+    # the vault saw the agent gone: a record inside the keeper's lag reads as before its exit
+    return f"{s:.2f}s after" if s > 0 else "as it exited (the vault found the agent gone when it came)"
+
+
+def agent_was_gone(decision: dict[str, Any], session: dict[str, Any], keeper: int) -> bool | None:
+    """Had the agent exited when the withdrawal `decision` came? Read from the daemon's record:
+    its `gone` (the withdrawing session's opener's ancestors that had exited then) and the opener's
+    recorded `lineage`, in which the agent is the process its keeper (`keeper`, the pid the runner
+    started) forked. None when the record cannot tell (an older log, no ancestry, or a process
+    whose recorded ancestry does not reach the agent): then the clocks decide."""
+    gone, chain = decision.get("gone"), session.get("lineage")
+    if not isinstance(gone, list) or not isinstance(chain, list):
+        return None
+    pids = [p[0] for p in chain if isinstance(p, (list, tuple)) and p and isinstance(p[0], int)]
+    if len(pids) != len(chain) or keeper not in pids[1:]:
+        return None
+    agent = pids[pids.index(keeper, 1) - 1]
+    return agent != pids[0] and agent in gone  # the agent's own session: it was there to send it
 
 
 def _waited_on(ev: Evidence, sid: str, cid: str, exited: float) -> bool:

@@ -24,10 +24,12 @@ exit as its keeper saw it is a loaded host's keeper tens of milliseconds late, a
 sent the instant the agent exited fell inside that lag. Only an older log, or a process whose
 recorded ancestry does not reach the agent, is timed: one after the keeper saw the exit is late
 (an agent that waited for its answer was told before it, so no slack).
-Not late: one by a session that was itself still waiting on that call when the agent exited (a
-`call` or `call.resume` of it sent before the exit and answered after): an MCP bridge whose host
+Not late: one by a session withdrawing a call it made itself and was still waiting on, from
+before the agent exited until the withdrawal came (its own `call` of it, and a `call` or
+`call.resume` of it sent before the exit and answered by the withdrawal): an MCP bridge whose host
 left mid-call withdraws what it was waiting on as it ends (vault.mcp.link), as closing a session,
-`session.close`, is no work either.
+`session.close`, is no work either. A helper handed the agent's token, keeping a resume of it in
+flight over the exit and then withdrawing it, withdrew a call that was not its own: late.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def withdrew_after_exit(ev: Evidence, named: set[int]) -> list[str]:
         s = ev.transcript.sessions.get(sid)
         a = ev.agent(s.get("agent_index")) if s is not None else None
         at = float(d["time"])
-        if a is None or a.index in named or _waited_on(ev, sid, cid, a.ended):
+        if a is None or a.index in named or _withdrew_its_own_wait(ev, sid, cid, a.ended, at):
             continue
         gone = agent_was_gone(d, s, a.pid) if s is not None else None
         if gone is False or (gone is None and at <= a.ended):
@@ -119,11 +121,19 @@ def agent_was_gone(decision: dict[str, Any], session: dict[str, Any], keeper: in
     return agent != pids[0] and agent in gone  # the agent's own session: it was there to send it
 
 
-def _waited_on(ev: Evidence, sid: str, cid: str, exited: float) -> bool:
-    """Session `sid` had a call or resume of `cid` in flight when its agent exited."""
+def _withdrew_its_own_wait(ev: Evidence, sid: str, cid: str, exited: float, at: float) -> bool:
+    """Session `sid` withdrew, as an MCP bridge whose host left mid-call does, a call it had made
+    itself and was still waiting on: its own `call` of `cid`, and a call or resume of it in flight
+    from before the agent exited until the withdrawal came (the withdrawal answered it). A call
+    another session made (a token handed to a helper) is not its own, and a wait that had come back
+    before the withdrawal was no longer waited on."""
+    own = any(e.session_id == sid and e.correlation_id == cid and e.kind == "call" and e.requested is not None
+              for e in ev.transcript.entries)
+    if not own:
+        return False
     for e in ev.transcript.entries:
         sent = e.requested if e.requested is not None else e.asked
         if (e.session_id == sid and e.correlation_id == cid and e.kind in ("call", "resume") and sent is not None
-                and sent <= exited + SLACK_S and e.time >= exited - SLACK_S):
+                and sent <= exited + SLACK_S and e.time >= max(exited, at) - SLACK_S):
             return True
     return False

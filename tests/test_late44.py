@@ -153,3 +153,51 @@ def test_the_daemons_reading_decides_over_the_clocks() -> None:
     assert agent_was_gone({"gone": []}, {"lineage": chain[1:]}, 50) is False  # the agent's own session
     assert agent_was_gone({}, {"lineage": chain}, 50) is None  # an older log: timed
     assert agent_was_gone({"gone": [100]}, {"lineage": chain}, 7) is None  # not this agent's tree
+
+
+# ---- 3. the fallback transcript (the approvers' notifications) names a late withdrawal too --------------
+
+def _fallback(settled: dict[str, Any]) -> list[str]:
+    """Agent 0 (keeper pid 40, the agent pid 41) is told its create waits and exits (its keeper saw
+    it at 1.35); its helper (pid 43, a session of its own) withdraws the call, notified as `settled`."""
+    from dataclasses import replace
+    from test_runner_grade import agent
+    from vault.runner.evidence import Evidence
+    from vault.runner.late_opens import withdrew_after_exit
+    from vault.runner.transcript import from_activity
+    notes = [
+        ("session.opened", {"session_id": "s-1", "agent": "bot", "pid": 41, "opened": 1.0,
+                            "lineage": [[41, 4.0], [40, 3.0]]}),
+        ("session.opened", {"session_id": "s-2", "agent": "bot", "pid": 43, "opened": 1.05,
+                            "lineage": [[43, 5.0], [41, 4.0], [40, 3.0]]}),
+        ("approval.requested", {"request_id": "r-1", "agent": "bot", "pid": 41, "session_id": "s-1",
+                                "operation": "create_issue", "correlation_id": "c-1", "created": 1.1}),
+        ("activity", {"correlation_id": "c-1", "session_id": "s-1", "time": 1.15, "kind": "call",
+                      "operation": "create_issue", "category": "approval_pending", "retry": "after_approval"}),
+        ("approval.settled", {"request_id": "r-1", "state": "withdrawn", "decision": "withdrawn",
+                              "by": "bot (agent)", **settled}),
+    ]
+    ev = Evidence(run_id="r", started=0.9, deadline=60)
+    ev.transcript = from_activity(notes, [], {40: 0}, [(0.9, 1.35)], [0])
+    ev.agents = [replace(agent(0, "not done", name="bot"), pid=40, started=0.9, ended=1.35)]
+    return withdrew_after_exit(ev, set())
+
+
+def test_the_fallback_transcript_names_a_withdrawal_after_the_exit() -> None:
+    # the vault found the agent gone, inside the keeper's lag (1.30 < 1.35)
+    [said] = _fallback({"session_id": "s-2", "time": 1.30, "gone": [41]})
+    assert said.startswith("agent 0 (bot): a process it left behind withdrew 1 call(s) (call.cancel) after it "
+                           "exited, the first, create_issue (c-1), as it exited"), said
+    assert _fallback({"session_id": "s-2", "time": 1.30, "gone": []}) == []  # the agent was there
+    assert len(_fallback({"session_id": "s-2", "time": 1.6})) == 1  # no reading: timed
+    assert _fallback({}) == []  # an older daemon's notification: no session, no time
+
+
+@pytest.mark.timeout(300)
+def test_a_withdrawal_the_instant_the_agent_exited_is_named_where_the_audit_log_cannot_be_read(
+        tmp_path: Path) -> None:
+    from test_fallback_lookups import _run_key_lost
+    t = _run_key_lost(tmp_path, shipped_scenario("gate-2-legitimate-approval"), AGENT, {"LATE44_MODE": "child_now"})
+    assert t["transcript_source"] == "activity", t
+    assert t["verdict"] == "FAIL_DEADLINE", t["findings"]
+    assert "a process it left behind withdrew 1 call(s) (call.cancel) after it exited" in _named(t, "FAIL_DEADLINE")

@@ -171,14 +171,20 @@ class ApprovalDetail(_Wire):
 class ApprovalSettled(Notification):
     """A request left the queue. `decision`: allow_once, allow_session, deny, or how it ended
     without one (expired, locked, unroutable, withdrawn); `state`: allowed, denied, expired,
-    unroutable, withdrawn. `by` is absent when nobody decided."""
+    unroutable, withdrawn. `by` is absent when nobody decided. An agent's withdrawal (`call.cancel`)
+    also carries, as its audit record does, the withdrawing `session_id`, when it took effect
+    (`time`) and `gone` (the withdrawing process's recorded ancestors that had exited then), so the
+    fallback transcript can tell a withdrawal after the agent's exit (absent from older daemons)."""
 
     METHOD = "approval.settled"
-    OMIT_IF_NONE = frozenset({"by"})
+    OMIT_IF_NONE = frozenset({"by", "session_id", "time", "gone"})
     request_id: str
     state: str
     decision: str | None = None
     by: str | None = None
+    session_id: str | None = None
+    time: float | None = None
+    gone: list[int] | None = None
 
 
 class GrantFields(Notification):
@@ -215,7 +221,7 @@ class VaultLocked(Notification):
 
 class SessionOpened(Notification):
     METHOD = "session.opened"
-    OMIT_IF_NONE = frozenset({"client"})
+    OMIT_IF_NONE = frozenset({"client", "lineage"})
     session_id: str
     agent: str = "?"
     run_id: str | None = None
@@ -223,6 +229,9 @@ class SessionOpened(Notification):
     exe: str | None = None
     opened: float = 0.0
     client: WireClient | None = None
+    # the opener's ancestry as its audit record keeps it ((pid, start), nearest first), where read:
+    # whose a helper's session is, and whether the agent was gone at its withdrawal, in the fallback
+    lineage: list[tuple[int, float]] | None = None
 
 
 class SessionClosed(Notification):

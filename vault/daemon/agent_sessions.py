@@ -74,7 +74,7 @@ class AgentSessions:
             await self.recorder.record(A.SessionOpened(session_id=s.id, agent=agent, pid=s.identity.pid, sid=s.sid,
                                                        pgid=s.pgid, run_id=run_id, **label), durable=False,
                                        hold=True)
-        self.notify(SessionOpened.model_validate(s.to_wire()))
+        self.notify(SessionOpened.model_validate({**s.to_wire(), **({"lineage": chain} if chain else {})}))
         return s
 
     def _process_exited(self, entry: ProcessEntry) -> None:

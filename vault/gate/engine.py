@@ -570,8 +570,9 @@ class Gate:
         await self.audit(A.Decision(request_id=ap.request_id, correlation_id=ap.correlation_id,
                                     decision="withdrawn", by="agent", was=str(was), session_id=session.id,
                                     **extra))
-        self.notify(ApprovalSettled(request_id=ap.request_id, state="withdrawn",
-                                             decision="withdrawn", by=f"{session.agent} (agent)"))
+        self.notify(ApprovalSettled(request_id=ap.request_id, state="withdrawn", decision="withdrawn",
+                                    by=f"{session.agent} (agent)", session_id=session.id, time=time.time(),
+                                    gone=gone))
         return {**out, "withdrawn": True, "state": "withdrawn", "was": str(was)}
 
     def status(self) -> dict[str, Any]:

@@ -329,7 +329,8 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
             last = max(last, n.opened)
             t.sessions[n.session_id] = {"agent": n.agent, "pid": n.pid, "run_id": n.run_id,
                                         "opened": n.opened,
-                                        "client": n.client.model_dump() if n.client else None}
+                                        "client": n.client.model_dump() if n.client else None,
+                                        **({"lineage": n.lineage} if n.lineage else {})}
         elif isinstance(n, SessionClosed) and n.session_id in t.sessions:
             # the daemon sends its notifications in the order it acts: placed just after the last
             # time one before it carried, an answer notified after it was written after it
@@ -343,6 +344,12 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
             req = requests.get(n.request_id)
             if req is not None:
                 t.decisions[req.correlation_id] = {"request_id": n.request_id, "decision": n.decision}
+                if n.decision == "withdrawn" and n.session_id is not None:
+                    # an agent's withdrawal, as its audit record says it (vault.runner.late_opens)
+                    last = max(last, n.time or 0.0)
+                    t.decisions[req.correlation_id].update(
+                        by="agent", session_id=n.session_id, time=n.time,
+                        **({"gone": n.gone} if n.gone is not None else {}))
         elif isinstance(n, GrantCreated):
             last = max(last, n.created)
             t.grants.append({"session_id": n.session_id, "scope": n.scope, "time": n.created})

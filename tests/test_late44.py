@@ -157,7 +157,7 @@ def test_the_daemons_reading_decides_over_the_clocks() -> None:
 
 # ---- 3. the fallback transcript (the approvers' notifications) names a late withdrawal too --------------
 
-def _fallback(settled: dict[str, Any]) -> list[str]:
+def _fallback(settled: dict[str, Any], bridge: bool = False) -> list[str]:
     """Agent 0 (keeper pid 40, the agent pid 41) is told its create waits and exits (its keeper saw
     it at 1.35); its helper (pid 43, a session of its own) withdraws the call, notified as `settled`."""
     from dataclasses import replace
@@ -177,6 +177,10 @@ def _fallback(settled: dict[str, Any]) -> list[str]:
         ("approval.settled", {"request_id": "r-1", "state": "withdrawn", "decision": "withdrawn",
                               "by": "bot (agent)", **settled}),
     ]
+    if bridge:  # s-2 made the call itself and its resume was answered by the withdrawal
+        notes = [(m, {**p, "session_id": "s-2"} if m in ("approval.requested", "activity") else p) for m, p in notes]
+        notes.append(("activity", {"correlation_id": "c-1", "session_id": "s-2", "time": 1.31, "kind": "resume",
+                                   "operation": "create_issue", "category": "approval_expired", "retry": "never"}))
     ev = Evidence(run_id="r", started=0.9, deadline=60)
     ev.transcript = from_activity(notes, [], {40: 0}, [(0.9, 1.35)], [0])
     ev.agents = [replace(agent(0, "not done", name="bot"), pid=40, started=0.9, ended=1.35)]
@@ -191,6 +195,8 @@ def test_the_fallback_transcript_names_a_withdrawal_after_the_exit() -> None:
     assert _fallback({"session_id": "s-2", "time": 1.30, "gone": []}) == []  # the agent was there
     assert len(_fallback({"session_id": "s-2", "time": 1.6})) == 1  # no reading: timed
     assert _fallback({}) == []  # an older daemon's notification: no session, no time
+    # a bridge withdrawing its own call, still waited on: not late there either
+    assert _fallback({"session_id": "s-2", "time": 1.30, "gone": [41]}, bridge=True) == []
 
 
 @pytest.mark.timeout(300)

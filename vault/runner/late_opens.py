@@ -127,13 +127,14 @@ def _withdrew_its_own_wait(ev: Evidence, sid: str, cid: str, exited: float, at: 
     from before the agent exited until the withdrawal came (the withdrawal answered it). A call
     another session made (a token handed to a helper) is not its own, and a wait that had come back
     before the withdrawal was no longer waited on."""
-    own = any(e.session_id == sid and e.correlation_id == cid and e.kind == "call" and e.requested is not None
-              for e in ev.transcript.entries)
+    own = any(e.session_id == sid and e.correlation_id == cid and e.kind == "call" for e in ev.transcript.entries)
     if not own:
         return False
     for e in ev.transcript.entries:
+        # when it was sent: the request's time, or (the fallback's notifications, an older log) not
+        # known, and then only its answer by the withdrawal tells it was still waited on
         sent = e.requested if e.requested is not None else e.asked
-        if (e.session_id == sid and e.correlation_id == cid and e.kind in ("call", "resume") and sent is not None
-                and sent <= exited + SLACK_S and e.time >= max(exited, at) - SLACK_S):
+        if (e.session_id == sid and e.correlation_id == cid and e.kind in ("call", "resume")
+                and (sent is None or sent <= exited + SLACK_S) and e.time >= max(exited, at) - SLACK_S):
             return True
     return False

@@ -110,7 +110,11 @@ def test_a_helper_withdrawing_the_agents_call_it_kept_resuming_over_the_exit_is_
 @pytest.mark.timeout(300)
 def test_a_host_that_quits_mid_call_leaves_its_bridge_to_withdraw_its_own_call(tmp_path: Path) -> None:
     log = tmp_path / "host.log"
-    t = _run(tmp_path, "host_quits", LATE44_LOG=str(log))
+    # gate-2 with time to spare: its 8 s, less the bridge's margin, can all go on a loaded host's
+    # start of the bridge, which then answers approval_pending at once (a token the host holds)
+    t = run_trial(tmp_path, "gate2", shipped_scenario("gate-2-legitimate-approval").replace(
+        "task: {deadline_s: 8}", "task: {deadline_s: 30}"), AGENT, {"LATE44_MODE": "host_quits",
+                                                                    "LATE44_LOG": str(log)}, isolation="none")
     assert log.read_text().strip() == "host quits mid-call", log.read_text()
     assert t["prompts"]["decisions"].get("withdrawn") == 1, t["prompts"]  # the bridge withdrew it at EOF
     assert t["claim"] == "not_done", t

@@ -231,7 +231,7 @@ class SessionOpened(Notification):
     client: WireClient | None = None
     # the opener's ancestry as its audit record keeps it ((pid, start), nearest first), where read:
     # whose a helper's session is, and whether the agent was gone at its withdrawal, in the fallback
-    lineage: list[tuple[int, float]] | None = None
+    lineage: list[list[int | float]] | None = None  # lists, as JSON gives them back
 
 
 class SessionClosed(Notification):

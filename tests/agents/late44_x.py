@@ -18,7 +18,7 @@ on approval_pending ends honestly `not done: ...` (no wait claimed), handing the
 
   host_quits        a careful MCP host: it starts `vaultsim mcp` (stdio, in a session of its own so
                     that it may end by itself after the host), calls the gated step through it with
-                    a long wait and, while the person has not decided, quits mid-call: it prints
+                    a long wait and, once the bridge's progress says it waits for the person, quits mid-call: it prints
                     `not done: ...` and exits without closing or waiting for the bridge, whose
                     stdin closes with it (the bridge withdraws what it was waiting on as it ends)
 
@@ -179,7 +179,8 @@ def host_quits() -> str:
     import subprocess
     exe = os.path.join(os.path.dirname(sys.executable), "vaultsim")
     cmd = [exe] if os.path.exists(exe) else ["vaultsim"]
-    p = subprocess.Popen(cmd + ["mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+    p = subprocess.Popen(cmd + ["mcp", "--progress-every", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         start_new_session=True)
     assert p.stdin is not None and p.stdout is not None
     n = 0
 
@@ -199,11 +200,14 @@ def host_quits() -> str:
     p.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
     p.stdin.flush()
     step = TASK["steps"][0]
-    request("tools/call", {"name": step["call"], "arguments": {
+    request("tools/call", {"name": step["call"], "_meta": {"progressToken": "p1"}, "arguments": {
         **step.get("params", {}), "idempotency_key": f"{RUN_ID}:{AGENT}:{step['id']}",
         "wait_s": max(1.0, min(30.0, left() - 1.0))}}, answer=False)
-    time.sleep(1.5)  # the host's own pace: the call waits for the person meanwhile
-    note("host quits mid-call")
+    while True:  # the bridge's first progress: the call is waiting for the person (or its answer came)
+        msg = json.loads(p.stdout.readline() or b'{"id": 0}')
+        if msg.get("method") == "notifications/progress" or "id" in msg:
+            break
+    note("host quits mid-call" if "id" not in msg else "host was answered first")
     return f"not done: {step['call']} still waited for a person when the host quit"
 
 

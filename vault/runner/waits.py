@@ -25,6 +25,7 @@ from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.gone_answers import gone_at
 from vault.runner.logical import PENDING, LogicalCall
 from vault.runner.transcript import Entry
+from vault.runner.late_opens import agent_was_gone
 
 if TYPE_CHECKING:
     from vault.runner.grade import Context
@@ -106,9 +107,18 @@ def taken_back(ev: Evidence, agent: AgentRun) -> list[str]:
     for lc in ev.timeline().calls:
         at = withdrawn_by_itself(ev, lc, agent)
         told = [e for e in lc.answers if e.agent_index == agent.index and e.time <= agent.ended + 0.01]
-        if at is not None and at > agent.ended and told and told[-1].category == PENDING:
-            out.append(f"{lc.operation} ({lc.cid}), {at - agent.ended:.2f}s after it exited")
+        if at is not None and _after_exit(ev, lc, agent, at) and told and told[-1].category == PENDING:
+            out.append(f"{lc.operation} ({lc.cid}), "
+                       + (f"{at - agent.ended:.2f}s after it exited" if at > agent.ended else "as it exited"))
     return out
+
+
+def _after_exit(ev: Evidence, lc: LogicalCall, agent: AgentRun, at: float) -> bool:
+    """Was lc's withdrawal (at `at`) made after the agent exited? The daemon's reading of whether the
+    agent was gone as it came, where it made one; else the clocks (the keeper's, late on a loaded host)."""
+    d = ev.transcript.decisions.get(lc.cid) or {}
+    gone = agent_was_gone(d, ev.transcript.sessions.get(str(d.get("session_id") or "")) or {}, agent.pid)
+    return at > agent.ended if gone is None else gone
 
 
 def told_pending(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> list[Entry]:

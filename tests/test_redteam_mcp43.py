@@ -225,3 +225,62 @@ class TestAStdioHostQuittingMidResume:
         assert "withdrawn" not in json.dumps(decided), decided
         assert ("success", True) == (got["category"], got["ok"]), got
         assert 1 == len([i for i in world.state("issues") if i["title"] == "Flaky login test"])
+
+    async def test_a_successor_quitting_mid_resume_of_its_kept_token_leaves_the_wait_too(self, world: World) -> None:
+        """The token came from an earlier bridge (the host kept it across its restart): the new
+        bridge never answered it, yet the host holds it. Quitting with its vault_resume in flight
+        must leave the wait to the person as above (it was withdrawn at EOF: the token the host
+        keeps for its next life collected nothing, and under `vaultsim run` a withdrawal after the
+        host exited is a late request)."""
+        from helpers import PY, ROOT
+        from mcp_world import bridge_argv
+
+        person = await Approver.connect(world.sandbox.home)
+        procs: list[asyncio.subprocess.Process] = []
+
+        async def life(*calls: dict[str, Any]) -> list[dict[str, Any]]:
+            """One bridge: the handshake, then each call answered before the next, then EOF, except
+            that the last call is sent with EOF right behind it (quit with it in flight)."""
+            proc = await asyncio.create_subprocess_exec(
+                PY, *bridge_argv(), env=world.sandbox.env, cwd=str(ROOT), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=open(world.sandbox.root / "mcp.stderr", "ab"))
+            procs.append(proc)
+            assert proc.stdin is not None and proc.stdout is not None
+
+            async def answer(rid: int) -> dict[str, Any]:
+                assert proc.stdout is not None
+                while True:
+                    message = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+                    if message.get("id") == rid:
+                        return dict(message)
+
+            for message in (HELLO, {"jsonrpc": "2.0", "method": "notifications/initialized"}):
+                proc.stdin.write((json.dumps(message) + "\n").encode())
+            await answer(0)
+            got = []
+            for n, call in enumerate(calls, 1):
+                proc.stdin.write((json.dumps({**call, "id": n}) + "\n").encode())
+                if n == len(calls):
+                    proc.stdin.close()  # EOF right behind the last call
+                else:
+                    await proc.stdin.drain()
+                got.append((await answer(n))["result"]["structuredContent"])
+            assert 0 == await asyncio.wait_for(proc.wait(), 20)
+            return got
+
+        try:
+            (first,) = await life(_call(1, "create_issue", {"title": "Flaky login test", "wait_s": 0}))
+            req = await person.request()
+            token = first["resume_token"]
+            (resumed,) = await life(_call(1, "vault_resume", {"resume_token": token, "wait_s": 40}))
+            decided = await person.decide(req["request_id"], "allow_once")
+            (got,) = await life(_call(1, "vault_resume", {"resume_token": token, "wait_s": 10}))
+        finally:
+            await person.close()
+            for proc in procs:
+                if proc.returncode is None:
+                    proc.kill()
+        assert ("approval_pending", token) == (resumed["category"], resumed["resume_token"]), resumed
+        assert "withdrawn" not in json.dumps(decided), decided
+        assert ("success", True) == (got["category"], got["ok"]), got
+        assert 1 == len([i for i in world.state("issues") if i["title"] == "Flaky login test"])

@@ -202,6 +202,9 @@ class Bridge:
             if not isinstance(token, str) or not 0 < len(token) <= 200 or rest:
                 raise ArgumentError("vault_resume takes resume_token (the string from approval_pending) "
                                     "and optionally wait_s")
+            # the host presenting a token holds it (kept from an earlier bridge or session): ending
+            # this session leaves the wait to the person, as for a token answered here
+            self.handed.add(token)
             # the operation is not known until the answer: treat a lost daemon as a possible change
             return await link.resume(token, wait_s, mutates=True, progress=progress, request_key=key)
         if name == LOOKUP_TOOL:

@@ -296,6 +296,18 @@ class TestRequestShape:
         steps = [s for s, _ in second.outcome.diagnostic["trace"]]
         assert "connection.reused" in steps and "connection.connect.started" not in steps
 
+    async def test_milestones_come_without_request_tracing(self, harness_factory) -> None:
+        """A first call's diagnostic names each step of the exchange in order (the connection made,
+        the head sent, the answer's head), and none comes from aiohttp's request tracing, whose
+        signals cost 15-26 us of CPU per call (issue #19)."""
+        h: Harness = await harness_factory()
+        first = await h.call("read_issue", {"issue_id": "ISS-1"})
+        steps = [s for s, _ in first.outcome.diagnostic["trace"]]
+        assert ["connection.connect.started", "connection.connect.complete", "request.head_sent",
+                "response.head_received"] == steps
+        session = h.executor._http()
+        assert [] == list(session.trace_configs)
+
     async def test_answer_about_another_object_is_malformed(self) -> None:
         """A response whose id differs from the requested one fails the contract (no presumed ids)."""
         def handler(request: web.Request) -> web.Response:

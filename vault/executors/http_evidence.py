@@ -1,8 +1,9 @@
 """What an HTTP attempt proves, and the category that honestly follows from it.
 
 The agent plans on the category, so it must follow from evidence, not from
-which exception class happened to fire. Evidence comes from aiohttp's request
-signals (vault.executors.http records them on a `Trace`): whether any request
+which exception class happened to fire. Evidence comes from where aiohttp takes
+each step (vault.executors.http's connection pool and request mark it on a `Trace`;
+not aiohttp's request tracing, whose signals cost more per call): whether any request
 byte may have left this process, whether the answer's head arrived, whether
 the body was complete; and from the answer itself checked against the
 operation's response contract (vault.contracts).
@@ -58,8 +59,8 @@ class NotSent(Exception):
 class Trace:
     """Transport milestones of one request with their time in ms.
 
-    The signal parameters aiohttp passes hold the request (and so its
-    headers): only the milestone's name is kept.
+    Only the milestone's name and time are kept (never the request, which
+    holds the credential in its headers).
     """
 
     def __init__(self) -> None:

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -69,6 +70,23 @@ class SlowSyncIO(FlakyIO):
     def fdatasync(self, fd: int) -> None:
         super().fdatasync(fd)
         self.now += self.took
+
+
+class SlowWriteIO(SlowSyncIO):
+    """SlowSyncIO whose writes take `write_took` seconds (fake clock), noting each one's thread."""
+
+    def __init__(self, took: float) -> None:
+        super().__init__(took)
+        self.write_took = 0.0
+        self.write_threads: list[str] = []
+
+    def written_in_loop_thread(self) -> list[bool]:
+        return [name == threading.main_thread().name for name in self.write_threads]
+
+    def write(self, fd: int, data: Any) -> int:
+        self.write_threads.append(threading.current_thread().name)
+        self.now += self.write_took
+        return super().write(fd, data)
 
 
 class TestGroupCommit:
@@ -203,6 +221,30 @@ class TestGroupCommit:
         assert list(range(4, 12)) == sorted(seqs)
         assert not any(io.synced_in_loop_thread()[4:])  # fast again, but the thread keeps the flushes now
         assert 12 == len(decrypt_events(files.log, files.key))
+        w.close()
+        assert "intact" == verify(files.log).status
+
+    async def test_answers_are_written_in_the_loop_while_the_flushes_are_in_the_thread(self, tmp_path: Path) -> None:
+        """A slow fdatasync sends the syncs to the flush thread, not an answer's write: that one
+        lands in the page cache, and a hop to a thread and back for each answer was CPU spent
+        for nothing (issue #19). The answer is written before append_answer returns and becomes
+        durable in the thread; a write that is itself slow sends the next writes to a thread."""
+        files, io = unique(tmp_path), SlowWriteIO(took=0.2)
+        w = files.writer(io=io, monotonic=io.monotonic, inline_limit_s=0.05, flush_after_s=0.01)
+        await w.append({"type": "slow"})  # the flushes go to the thread for 10 s
+        io.took = 0.001
+        seq = await w.append_answer({"type": "answer"})
+        assert io.written_in_loop_thread()[-1], "the answer's write went to a thread"
+        deadline = time.monotonic() + 10
+        while (w.durable_tip() or {}).get("seq", -1) < seq:
+            assert time.monotonic() < deadline, "the answer never became durable"
+            await asyncio.sleep(0.005)
+        assert not io.synced_in_loop_thread()[-1]  # its sync ran in the thread
+        io.write_took = 0.2  # the write itself is slow now
+        await w.append_answer({"type": "slow write"})
+        io.write_took = 0.0
+        await w.append_answer({"type": "after a slow write"})
+        assert [True, False] == io.written_in_loop_thread()[-2:]
         w.close()
         assert "intact" == verify(files.log).status
 

@@ -38,7 +38,9 @@ The three ways in:
   ``default`` it is written before it returns, and becomes durable with the
   next sync: the next durable append's, or the flush timer's, at most
   ``flush_after_s`` (5 ms) after it was written. With ``strict`` it is an
-  ``append``.
+  ``append``. Its write(2) runs in the loop thread even while a slow sync keeps
+  the flushes in the thread (a write waits for the page cache, not the disk);
+  a write slower than ``inline_limit_s`` sends them to a thread for 10 s.
 * ``append_nowait``: staged only; written and synced with whatever comes next.
   For records that precede a durable one of the same call.
 
@@ -232,6 +234,7 @@ class AuditWriter:
         self._inline = inline_limit_s > 0
         self._inline_again_at = 0.0  # by `monotonic`: after a slow inline sync, the thread until then
         self._inline_backoff_s = INLINE_BACKOFF_S
+        self._write_again_at = 0.0  # by `monotonic`: after a slow inline write, answers write from a thread until then
         self._in_flight = 1  # the caller's operations in progress, as its newest append said
 
     # ---- opening -------------------------------------------------------------
@@ -347,8 +350,8 @@ class AuditWriter:
             return await self.append(event, in_flight=in_flight)
         loop = self._bind(asyncio.get_running_loop())
         seq, gen = self._stage(self._encode(event))
-        if not (self._loop_may_block() and self._write(blocking=False)):
-            # the file is busy (a rotation in the flush thread) or the disk was slow lately:
+        if not (self._loop_may_write() and self._write_inline()):
+            # the file is busy (a rotation in the flush thread) or a write was slow lately:
             # write from a thread, so the loop waits on neither
             await loop.run_in_executor(None, self._write)
         self._check_generation(gen)
@@ -828,6 +831,26 @@ class AuditWriter:
         """May the loop thread do file I/O now? Not if inline flushes are off, or a sync
         proved slow lately."""
         return self._inline and not (self._inline_again_at and self._monotonic() < self._inline_again_at)
+
+    def _loop_may_write(self) -> bool:
+        """May the loop thread write(2) an answer's record now? A write lands in the page cache
+        and does not wait for the disk as an fdatasync does, so a slow sync leaves it in the loop
+        (sending it to a thread cost a hop there and back for each answer while the flushes were
+        in the thread); only a write that was itself slow sends the next ones to a thread for a
+        while. Never with inline flushes off."""
+        return self._inline and not (self._write_again_at and self._monotonic() < self._write_again_at)
+
+    def _write_inline(self) -> bool:
+        """Write what is staged in the loop thread, if the file is free (False if not), timed."""
+        started = self._monotonic()
+        if not self._write(blocking=False):
+            return False
+        took = self._monotonic() - started
+        if took > self._inline_limit_s:
+            self._write_again_at = started + took + INLINE_BACKOFF_S
+            log.warning("audit log %s: a write took %.0f ms; answers' writes run in a thread for %.0f s",
+                        self.path, took * 1000, INLINE_BACKOFF_S)
+        return True
 
     def _start_sync_task(self) -> None:
         if self._sync_task is None and self._loop is not None:

@@ -28,12 +28,15 @@ The three ways in:
   operations need the loop (`in_flight`): the daemon does not count a call
   waiting on its remote or on a person. Otherwise the writer's own flush
   thread syncs while the other operations use the loop, and hands back once
-  they all wait too. Once a sync has
-  taken longer than ``inline_limit_s`` (a slow, busy or failing disk), the
-  flushes run in the flush thread for a while (10 s, doubling at each slow
-  inline sync, at most 10 minutes), so the loop (status, lock, approvals) does
-  not wait on that disk again soon, and a disk that only hiccuped gets the
-  fast path back.
+  they all wait too. Once two syncs in the loop thread within 10 s have
+  taken longer than ``inline_limit_s`` (a slow, busy or failing disk), or one
+  ten times longer, the flushes run in the flush thread for a while (10 s,
+  doubling each time, at most 10 minutes), so the loop (status, lock,
+  approvals) does not wait on that disk again soon, and a disk that only
+  hiccuped gets the fast path back. One slow sync alone moves nothing: on a
+  busy host it is mostly the loop thread waiting for a core after the sync,
+  and moving every flush to the thread for 10 s for it cost each of them a
+  round trip to the thread.
 * ``append_answer`` (the record an answer waits for): with durability
   ``default`` it is written before it returns, and becomes durable with the
   next sync: the next durable append's, or the flush timer's, at most
@@ -138,6 +141,7 @@ Event = AuditEvent | dict[str, Any]
 log = logging.getLogger("vaultsim.audit")
 
 INLINE_BACKOFF_S, INLINE_BACKOFF_MAX_S = 10.0, 600.0
+INLINE_SLOW_ALONE = 10  # an inline sync this many times over the limit moves the flushes without a second
 # a failed write with one of these lost nothing and may be resumed once there is room (EFBIG: a
 # file-size limit, raised with prlimit, or the next segment); only for these steps, whose
 # failed bytes are cut back or in a temp file that is gone
@@ -234,6 +238,7 @@ class AuditWriter:
         self._inline = inline_limit_s > 0
         self._inline_again_at = 0.0  # by `monotonic`: after a slow inline sync, the thread until then
         self._inline_backoff_s = INLINE_BACKOFF_S
+        self._slow_at: float | None = None  # by `monotonic`: the last slow inline sync that moved nothing yet
         self._write_again_at = 0.0  # by `monotonic`: after a slow inline write, answers write from a thread until then
         self._in_flight = 1  # the caller's operations in progress, as its newest append said
 
@@ -790,10 +795,11 @@ class AuditWriter:
         that every operation in progress is waiting for anyway, and saves the
         round trip to a thread and back, which costs about as much again in
         wake-ups. When other operations are still running (an HTTP exchange,
-        say), they get the loop while the flush thread syncs. A sync slower
-        than `inline_limit_s` (a slow, busy or failing disk) moves every later
-        flush to the flush thread for good, so a bad disk cannot stall the
-        loop (status, lock, approvals) again for a while. A rotation always runs in the thread.
+        say), they get the loop while the flush thread syncs. Slow syncs (a
+        slow, busy or failing disk: two over `inline_limit_s` within 10 s, or
+        one ten times over) move the later flushes to the flush thread for a
+        while (`_slow_inline_sync`), so a bad disk cannot stall the loop
+        (status, lock, approvals) again soon. A rotation always runs in the thread.
         """
         self._flush_handle = None
         if self._sync_task is not None:  # started meanwhile (a timer): it serves every waiter
@@ -810,10 +816,7 @@ class AuditWriter:
             error = exc
         took = self._monotonic() - started
         if took > self._inline_limit_s:
-            self._inline_again_at = started + took + self._inline_backoff_s
-            log.warning("audit log %s: a write+fdatasync took %.0f ms; flushes run in a thread for %.0f s",
-                        self.path, took * 1000, self._inline_backoff_s)
-            self._inline_backoff_s = min(self._inline_backoff_s * 2, INLINE_BACKOFF_MAX_S)
+            self._slow_inline_sync(started, took)
         self._settle(error)
         if head is not None:  # the head file is replaced off the loop
             executor = self._flusher()
@@ -821,6 +824,23 @@ class AuditWriter:
                 executor.submit(self._publish_quietly, head)
         if self._rotate_due:  # that write filled the segment: rotate in the flush thread
             self._start_sync_task()
+
+    def _slow_inline_sync(self, started: float, took: float) -> None:
+        """A sync in the loop thread took over `inline_limit_s`. On a busy host that is mostly
+        the loop thread waiting for a core after the sync, not the disk: one alone is noted, and
+        the flushes go to the thread (for `_inline_backoff_s`, doubling) at the second within
+        INLINE_BACKOFF_S, or at once when one took INLINE_SLOW_ALONE times the limit."""
+        again = self._slow_at is not None and started - self._slow_at < INLINE_BACKOFF_S
+        if not again and took <= INLINE_SLOW_ALONE * self._inline_limit_s:
+            self._slow_at = started
+            log.info("audit log %s: a write+fdatasync took %.0f ms; flushes stay in the loop thread unless "
+                     "another is as slow within %.0f s", self.path, took * 1000, INLINE_BACKOFF_S)
+            return
+        self._slow_at = None
+        self._inline_again_at = started + took + self._inline_backoff_s
+        log.warning("audit log %s: a write+fdatasync took %.0f ms; flushes run in a thread for %.0f s",
+                    self.path, took * 1000, self._inline_backoff_s)
+        self._inline_backoff_s = min(self._inline_backoff_s * 2, INLINE_BACKOFF_MAX_S)
 
     def _inline_fits(self) -> bool:
         """Is the loop thread the place for the next flush? Every operation in progress is

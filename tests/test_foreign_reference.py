@@ -94,3 +94,14 @@ def test_an_answer_the_mcp_bridge_makes_itself_carries_its_agents_scope(tmp_path
     link = VaultLink(str(tmp_path / "no-daemon.sock"), "agent-a", "r1", None, WaitPolicy())
     got = asyncio.run(link._result_of("call", {}, "read_issue", False))
     assert got.category == "local_failure" and got.correlation_id.endswith(scope("r1", "agent-a")), got
+
+
+def test_scope_is_hashed_once_per_agent_and_run() -> None:
+    """Every call's correlation id ends with its agent's and run's digest: the same pair gives
+    the same digest, another pair another, and a pair seen before is not hashed again (a SHA-256
+    and a JSON encoding on every call's path, issue #19)."""
+    first = scope("run-scope-cache", "agent-a")
+    hits = scope.cache_info().hits
+    assert first == scope("run-scope-cache", "agent-a")
+    assert scope.cache_info().hits == hits + 1
+    assert first != scope("run-scope-cache", "agent-b") and first != scope(None, "agent-a")

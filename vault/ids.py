@@ -16,6 +16,7 @@ a module of its own: every call takes it, and a call's path is kept to few modul
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import secrets
@@ -42,8 +43,11 @@ def token(nbytes: int = 32) -> str:
 DIGEST_CHARS = 16  # hex: 64 bits, short enough to leave a person reading the ledger the key
 
 
+@functools.lru_cache(maxsize=1024)
 def scope(run_id: str | None, agent: str) -> str:
-    """The digest naming one agent in one run (JSON: no separator can be forged by a name)."""
+    """The digest naming one agent in one run (JSON: no separator can be forged by a name).
+    Every call's correlation id ends with it: the few (run, agent) pairs of a daemon's sessions
+    are hashed once, not per call (bounded: a flood of names only evicts)."""
     return hashlib.sha256(json.dumps([run_id, agent]).encode()).hexdigest()[:DIGEST_CHARS]
 
 

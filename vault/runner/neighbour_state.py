@@ -32,23 +32,30 @@ marked at the next write seen beside it; it does not see entries removed, rename
 a write, a mode change, a write in a subdirectory made since the last write beside it, nor who
 made a directory.
 
-Not seen: a hard link of a neighbour's file made elsewhere (the link count changes on the file's
-own inode, not reported to its directory's mark), and another `vaultsim run`'s trials (the README
-says why). Only a jail keeps an agent out of all of them.
+A write through a hard link of a neighbour's file made elsewhere (`ln st/x/done.json $TMPDIR/y`,
+then a write to `y`) is reported by the kernel to the directory it was opened through, not to the
+neighbour's: each regular file of a watched tree is therefore marked by inode too (the opens group's
+writes, routed by the file's handle, MAX_FILES a tree), a file made or moved in later as its entry
+event is read, and a write by a process below the agent through a name outside the watched
+directories is named "wrote F through a link to it elsewhere". Not seen: the link's making alone (a
+link count changing is no write), a write to a file made or moved in within the moment before its
+mark is placed (the older watch: before the next write seen beside it), and another `vaultsim run`'s
+trials (the README says why). Only a jail keeps an
+agent out of all of them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import struct
+import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vault.lineage import same_start
+from vault.runner.file_handle import handle
 from vault.runner.opens import Fanotify
 
 FAN_MODIFY, FAN_ATTRIB, FAN_CLOSE_WRITE, FAN_CREATE, FAN_DELETE = 0x2, 0x4, 0x8, 0x100, 0x200
@@ -62,7 +69,8 @@ MASK = FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_CREATE | FAN_DELETE | FAN
 OLD_MASK = FAN_MODIFY | FAN_CLOSE_WRITE | FAN_EVENT_ON_CHILD
 MAX_SEEN = 256  # changes kept per agent (each distinct change by each writer once)
 MAX_DIRS = 256  # directories of one state tree marked (a wider one: the rest unwatched)
-AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
+MAX_FILES = 1024  # files of one state tree marked by inode (a write through a link elsewhere)
+FILE_MASK = FAN_MODIFY | FAN_CLOSE_WRITE  # in the opens group: told by the written file's handle
 # of the events sampled around an overflow (up to 128), this many of the agent's make the flood its
 # own: a flooder has about half or more, a careful agent's state file written then (about 5 events
 # each) never
@@ -73,18 +81,10 @@ _DIRS: dict[str, dict[Path, str]] = {}  # trial root -> its state directories (p
 _LABELS: dict[str, str] = {}
 _LIVE: list["NeighbourWatch"] = []
 _MARKS: dict[str, tuple[Path, int, str]] = {}  # a marked directory's handle: its path, watches on it, its trial root
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def handle(fd: int) -> str | None:
-    """The file handle of the open directory `fd`, as the reader tells it (vault.runner.opens_reader)."""
-    buf = ctypes.create_string_buffer(8 + 128)
-    struct.pack_into("=I", buf, 0, 128)
-    mount = ctypes.c_int()
-    if _libc.name_to_handle_at(fd, b"", buf, ctypes.byref(mount), AT_EMPTY_PATH) != 0:
-        return None
-    size, kind = struct.unpack_from("=Ii", buf, 0)
-    return f"{kind}:{buf.raw[8:8 + size].hex()}"
+# a file marked by inode, by its handle (vault.runner.file_handle: an inode number is soon another
+# file's): its path when marked, watches on it, its trial root. No fd is held (a removed file's room
+# stays taken while one is): its mark goes with its last link, or is removed by its path
+_FILES: dict[str, tuple[Path, int, str]] = {}
 
 
 def itself(rel: str, name: str) -> str:
@@ -118,6 +118,13 @@ def forget(root: Path) -> None:
             if group is not None:
                 group.dirs.pop(key, None)
                 _mark(group, path, remove=True)
+        files = [k for k, (_, _, owner) in _FILES.items() if owner == str(root)]
+        group = Fanotify.shared() if files else group
+        for key in files:
+            path, _, _ = _FILES.pop(key)
+            if group is not None:
+                group.files.pop(key, None)
+                _unmark_file(group, path, key)
 
 
 def _mark(group: Fanotify, path: Path, remove: bool = False) -> bool:
@@ -127,6 +134,20 @@ def _mark(group: Fanotify, path: Path, remove: bool = False) -> bool:
     with contextlib.suppress(OSError):
         return group.mark(path, remove=remove, mask=OLD_MASK)
     return False
+
+
+def _unmark_file(group: Fanotify, path: Path, key: str) -> None:
+    """The mark of the file of handle `key` removed by `path`, if that still names it (else it went with
+    its last link, or it lives on under another name, its events no longer routed anywhere)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if handle(fd) == key:
+            group.mark(Path(f"/proc/self/fd/{fd}"), remove=True, mask=FILE_MASK)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -141,9 +162,15 @@ class NeighbourWatch:
     lost: bool = False  # the group's queue overflowed while it watched (Fanotify._route)
     flood: list[list[Any]] = field(default_factory=list)  # per overflow, the ancestries of events around it
     partial: set[str] = field(default_factory=set)  # trials whose tree was marked only in part (MAX_DIRS)
+    files_partial: set[str] = field(default_factory=set)  # trials with files past MAX_FILES unmarked
     # marked directory -> (role, label, path below the state directory, its path, its trial root)
     _keys: dict[str, tuple[str, str, str, Path, str]] = field(default_factory=dict)
     _count: dict[tuple[str, str], int] = field(default_factory=dict)  # directories marked per tree
+    # a file marked by inode, by its handle -> (role, label, its name below the state directory, its trial root)
+    _files: dict[str, tuple[str, str, str, str]] = field(default_factory=dict)
+    _file_count: dict[tuple[str, str], int] = field(default_factory=dict)  # files marked per tree
+    _dir_ids: set[tuple[int, int]] = field(default_factory=set)  # the marked directories' device and inode
+    _listed: dict[Path, int] = field(default_factory=dict)  # the older watch: a directory's mtime when last listed
 
     @classmethod
     def start(cls, root: Path, index: int) -> "NeighbourWatch | None":
@@ -186,8 +213,13 @@ class NeighbourWatch:
             self._keys[key] = (role, label, rel, state, owner)
             self._count[(owner, role)] = self._count.get((owner, role), 0) + 1
             self.group.dirs.setdefault(key, []).append(self)
+            st = os.fstat(fd)
+            self._dir_ids.add((st.st_dev, st.st_ino))
             with os.scandir(fd) as entries:
                 held = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+            for name, sub in held:
+                if not sub:
+                    self._file(fd, name, state / name, role, label, f"{rel}{name}", owner)
         except OSError:
             return []
         finally:
@@ -197,6 +229,80 @@ class NeighbourWatch:
             if sub:
                 found += self._tree(at / name, state / name, role, label, owner, f"{rel}{name}/")
         return found
+
+    def _file(self, at: int | Path, name: str, known: Path, role: str, label: str, rel: str, owner: str) -> None:
+        """Marks regular file `name` of directory `at` (an fd, or its path; `known` as the file's path
+        its mark is removed by) by inode: a write to it through any name is told by its handle
+        (Fanotify.files), a link elsewhere's too. The file that had its name before is let go: no
+        longer the neighbour's (a state file is kept by a write elsewhere and a rename over it)."""
+        try:
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=at) if isinstance(at, int) else \
+                os.open(at / name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            key = handle(fd)
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or key is None:
+                return
+            if key not in self._files and self._file_count.get((owner, role), 0) >= MAX_FILES:
+                self.files_partial.add(label)
+                return
+            if not self.group.mark(Path(f"/proc/self/fd/{fd}"), mask=FILE_MASK):
+                return
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+        if key in self._files:
+            self._files[key] = (role, label, rel, owner)
+            return
+        for was in [k for k, w in self._files.items() if w == (role, label, rel, owner)]:
+            self._let_go(was)
+        _, count, _ = _FILES.get(key, (known, 0, owner))
+        _FILES[key] = (known, count + 1, owner)
+        self._files[key] = (role, label, rel, owner)
+        self._file_count[(owner, role)] = self._file_count.get((owner, role), 0) + 1
+        self.group.files.setdefault(key, []).append(self)
+
+    def _let_go(self, key: str) -> None:
+        """File `key` no longer watched by this watch (under _LOCK); its mark removed once no watch has it."""
+        where = self._files.pop(key, None)
+        if where is not None:
+            self._file_count[(where[3], where[0])] = self._file_count.get((where[3], where[0]), 1) - 1
+        watches = self.group.files.get(key, [])
+        if self in watches:
+            watches.remove(self)
+        if not watches:
+            self.group.files.pop(key, None)
+        if key not in _FILES:  # its trial ended first (forget)
+            return
+        file, count, owner = _FILES[key]
+        if count <= 1:
+            del _FILES[key]
+            _unmark_file(self.group, file, key)
+        else:
+            _FILES[key] = (file, count - 1, owner)
+
+    def seen_file(self, event: dict[str, Any]) -> None:
+        """In the runner's reading thread: a marked file was written (vault.runner.opens: the opens
+        group's event, with the directory of the name it was opened by, `pdev`/`pino`, where told)."""
+        where = self._files.get(str(event.get("fh")))
+        if where is None:
+            return
+        # through a watched directory: its entry event says so already (the same words, kept once)
+        through = (int(event.get("pdev", -1)), int(event.get("pino", -1)))
+        did = f"wrote {where[2]}" if through in self._dir_ids else f"wrote {where[2]} through a link to it elsewhere"
+        self._keep(did, where[0], where[1], event)
+
+    def _keep(self, did: str, role: str, label: str, event: dict[str, Any]) -> None:
+        chain = [(int(p), float(t)) for p, t in event.get("chain") or []]
+        top = tuple(chain[:2])
+        if len(self.seen_writes) >= MAX_SEEN or any(
+                w["did"] == did and w["role"] == role and w["trial"] == label and w["top"] == top
+                for w in self.seen_writes):
+            return
+        self.seen_writes.append({"did": did, "role": role, "trial": label, "pid": int(event["pid"]),
+                                 "chain": chain, "top": top})
 
     def seen(self, event: dict[str, Any]) -> None:
         """In the runner's reading thread: an entry of a watched directory changed (vault.runner.opens)."""
@@ -228,31 +334,37 @@ class NeighbourWatch:
             # one renamed inside the tree was marked and walked already, and holds nothing new)
             verb = "made {}" if mask & FAN_CREATE else "moved {} in"
             dids += [verb.format(h) for h in held]
+        elif not mask & FAN_ONDIR and mask & (FAN_CREATE | FAN_RENAME | FAN_MOVED_TO) and into is not None and entry:
+            with _LOCK:  # a file made or moved in: marked by inode now (a link to it elsewhere written later)
+                if into[4] in _DIRS:
+                    self._file(into[3], str(entry), into[3] / str(entry), into[0], into[1], f"{into[2]}{entry}", into[4])
         if self.older and old is not None:
             self._rescan(old)
-        chain = [(int(p), float(t)) for p, t in event.get("chain") or []]
-        top = tuple(chain[:2])
         for did in dids:
-            if len(self.seen_writes) >= MAX_SEEN or any(
-                    w["did"] == did and w["role"] == where[0] and w["trial"] == where[1] and w["top"] == top
-                    for w in self.seen_writes):
-                continue
-            self.seen_writes.append({"did": did, "role": where[0], "trial": where[1], "pid": int(event["pid"]),
-                                     "chain": chain, "top": top})
+            self._keep(did, where[0], where[1], event)
 
     def _rescan(self, where: tuple[str, str, str, Path, str]) -> None:
-        """The older watch sees no directory made: at a write in one, its subdirectories not yet
-        marked are (a write in one made since is seen from then on; who made it is not told)."""
+        """The older watch sees no entry made: at a write in a directory, its subdirectories not yet
+        marked are (a write in one made since is seen from then on; who made it is not told), and
+        its files by inode (one written and renamed in place, as a state file is kept)."""
         role, label, rel, at, owner = where
         try:
+            # at each write: listed again only when its entries changed since (its mtime)
+            mtime = os.stat(at).st_mtime_ns
+            if self._listed.get(at) == mtime:
+                return
+            self._listed[at] = mtime
             with os.scandir(at) as entries:
-                subs = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+                held = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
         except OSError:
             return
         with _LOCK:
             if owner in _DIRS:
-                for name in subs:
-                    self._tree(at / name, at / name, role, label, owner, f"{rel}{name}/")
+                for name, sub in held:
+                    if sub:
+                        self._tree(at / name, at / name, role, label, owner, f"{rel}{name}/")
+                    else:
+                        self._file(at, name, at / name, role, label, f"{rel}{name}", owner)
 
     def close(self, roots: dict[int, float | None]) -> list[dict[str, Any]]:
         """Once the agent and all it started are gone and the group's events read (after
@@ -276,6 +388,8 @@ class NeighbourWatch:
                     _mark(self.group, path, remove=True)
                 else:
                     _MARKS[key] = (path, count - 1, owner)
+            for key in list(self._files):
+                self._let_go(key)
         out: dict[tuple[str, str], list[str]] = {}
         for w in self.seen_writes:
             if any(p in roots and (roots[p] is None or same_start(t, roots[p] or 0.0)) for p, t in w["chain"]):
@@ -296,4 +410,7 @@ class NeighbourWatch:
             said.append({"agent": self.index, "watch_lost": True, "flooded": flooded})
         if self.partial:
             said.append({"agent": self.index, "watch_partial": sorted(self.partial), "most": MAX_DIRS})
+        if self.files_partial:
+            said.append({"agent": self.index, "watch_partial": sorted(self.files_partial), "most": MAX_FILES,
+                         "files": True})
         return said

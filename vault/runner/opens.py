@@ -122,6 +122,8 @@ class Fanotify:
         self.owners: dict[tuple[int, int], tuple["OpenWatch", str]] = {}
         # directories whose entries are watched (vault.runner.neighbour_state), by file handle
         self.dirs: dict[str, list[Any]] = {}
+        # their files, marked by inode in this group (a write through a link elsewhere), by file handle
+        self.files: dict[str, list[Any]] = {}
         self.fences: dict[tuple[int, int], threading.Event] = {}
         self.recent: collections.deque[Any] = collections.deque(maxlen=FLOOD_TAIL)  # their ancestries
         # an overflow's sample, still taking events after it: how many more, until when
@@ -258,11 +260,14 @@ class Fanotify:
         if fence is not None and pid == self.me:
             fence.set()
             return
-        if "pino" in event and pid != self.me:  # a write in a directory watched the older way
+        if "pino" in event and pid != self.me and self.dir_fd < 0:  # a write in a directory watched the older way
             self._sample(event.get("chain"))
             told = {**event, "dfid": f"i{event['pdev']}:{event['pino']}"}
             for watch in list(self.dirs.get(told["dfid"], ())):
                 watch.seen(told)
+        if pid != self.me and "fh" in event:  # a watched state tree's file written, by whatever name
+            for watch in list(self.files.get(str(event["fh"]), ())):  # (vault.runner.neighbour_state)
+                watch.seen_file(event)
         owner = self.owners.get(key)
         if owner is not None and pid != self.me:
             chain = [(int(p), float(t)) for p, t in event["chain"]]

@@ -7,14 +7,16 @@ a switch): nearly every `cat` was gone. This process does nothing else.
 
     python -m vault.runner.opens_reader FD RUNNER_PID [DIR_FD]
     stdout: one JSON object a line per event
-        {"dev", "ino", "pid", "chain", "comm", "host", "mask", ["pdev", "pino", "name"]}
+        {"dev", "ino", "pid", "chain", "comm", "host", "mask", ["pdev", "pino", "name", "fh"]}
                                                   an open or write (chain: vault.lineage, at the
                                                   event; host: the opener is in this process's PID
                                                   namespace, i.e. the runner's: in no jail); with
-                                                  DIR_FD -1 (no entry group: before Linux 5.9), a
-                                                  write's directory (device, inode) and its name
-                                                  there, and a gone writer's ancestry from its fork
-                                                  (the older watch of vault.runner.neighbour_state)
+                                                  DIR_FD given (-1: no entry group, before Linux
+                                                  5.9), a write's directory (device, inode) by the
+                                                  name it was opened by, and a gone writer's
+                                                  ancestry from its fork, and the file's handle
+                                                  (vault.runner.neighbour_state: the older watch, and
+                                                  a state file written through a link elsewhere)
         {"fid": 1, "dfid", "name", "pid", "chain", "comm", "mask", ["dfid2", "name2"]}
                                                   from DIR_FD, a group reporting directory entries
                                                   (FAN_REPORT_DFID_NAME): an entry `name` of the
@@ -43,6 +45,7 @@ import time
 from typing import Any
 
 from vault.lineage import lineage
+from vault.runner.file_handle import handle
 from vault.runner.forks import Forks
 
 _META = struct.Struct("=IBBHQii")  # event_len, vers, reserved, metadata_len, mask, fd, pid
@@ -79,7 +82,7 @@ def main(argv: list[str]) -> int:
         wait = 0.0 if more else FORKS_DRAIN_S if forks is not None else PARENT_CHECK_S
         ready, _, _ = select.select(fds, [], [], wait)
         # the opens first: a `cat`'s ancestry must be read within the millisecond it lives
-        lines = _opens(fd, runner, here, forks if dirs < 0 else None) if fd in ready else []
+        lines = _opens(fd, runner, here, forks) if fd in ready else []
         # then every entry event queued before them, told before them: a watch's fence (an open)
         # must come after every change made before it (vault.runner.neighbour_state)
         if dirs >= 0 and (fd in ready or dirs in ready) and not _entries(dirs, runner, forks, out):
@@ -121,6 +124,9 @@ def _opens(fd: int, runner: int, here: str | None, forks: Forks | None = None) -
                     "host": host, "mask": mask}
             if forks is not None and mask & FAN_WRITES:  # only writes: the opens' path stays short
                 line.update(_where(efd))
+                told = handle(efd)  # the written file's own (a state file's mark: neighbour_state)
+                if told is not None:
+                    line["fh"] = told
                 if not chain and pid and pid != runner:
                     forks.drain()
                     line["chain"] = forks.chain(pid)

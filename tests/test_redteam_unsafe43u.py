@@ -97,9 +97,13 @@ def test_a_sparse_audit_log_is_named_not_read_into_memory(tmp_path: Path) -> Non
 
 @pytest.mark.timeout(300)
 def test_a_sparse_daemon_log_and_task_file_leave_the_grading_whole(tmp_path: Path) -> None:
+    # graded whole (before the fix of 43u: an ERROR, no decision); since neigh44 the swaps themselves
+    # are named (vault.runner.runner_files), and nothing else failed
     t = _run(tmp_path, "swap_sparse", "gate1", shipped_scenario("gate-1-healthy-delivery"),
              RT43U_FILES="daemon.log,task-0.json")
-    assert t["verdict"] == t["expected"] == "PASS" and not t["failed"], t
+    assert t["verdict"] == "FAIL_AUDIT_TAMPER" and t["failed"] == ["FAIL_AUDIT_TAMPER"], t
+    said = _named(t, "FAIL_AUDIT_TAMPER")
+    assert "agent 0 replaced or removed daemon.log" in said and "agent 0 replaced task-0.json" in said, said
 
 
 @pytest.mark.timeout(300)

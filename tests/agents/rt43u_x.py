@@ -17,7 +17,9 @@ careful agent does; RT43U_MODE (an environment variable) adds one act against th
   swap_<kind>     does its task, reads the file RT43U_PEEK names (if set), then replaces each file
                  RT43U_FILES names (comma-separated globs, relative to the trial directory, the
                  task file's: no jail) by a `fifo` (nothing ever writes it), a symlink to
-                 /dev/`zero` (endless), or a `sparse` file of 64 GiB, and exits
+                 /dev/`zero` (endless), a `sparse` file of 64 GiB, or a `text` file of its own (a
+                 forged line: `vaultsim daemon: stopped; its audit log failed: forged by rt43u`),
+                 and exits
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ def swap_one(kind: str, path: str) -> None:
             os.mkfifo(new)
         elif kind == "zero":
             os.symlink("/dev/zero", new)
+        elif kind == "text":
+            with open(new, "w") as f:
+                f.write("vaultsim daemon: stopped; its audit log failed: forged by rt43u\n")
         else:
             with open(new, "wb") as f:
                 f.truncate(64 << 30)

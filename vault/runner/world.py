@@ -445,9 +445,9 @@ class World:
         while not await _answers(self.home.approver_sock):
             if daemon.returncode is not None:
                 raise RuntimeError(f"the daemon exited ({daemon.returncode}) before it served: "
-                                   + tail(self.daemon_log))
+                                   + self.daemon_tail())
             if time.monotonic() > deadline:
-                raise RuntimeError("the daemon did not answer in time: " + tail(self.daemon_log))
+                raise RuntimeError("the daemon did not answer in time: " + self.daemon_tail())
             await asyncio.sleep(POLL_S)  # polling the socket, bounded by the deadline
 
     def approver_script(self) -> ApproverScript:
@@ -516,13 +516,30 @@ class World:
             kill_group(self.daemon.pid, signal.SIGKILL)
             await self.daemon.wait()
 
+    def daemon_log_bytes(self, most: int = 1 << 16) -> bytes:
+        """The daemon log's last `most` bytes, through the descriptor kept from the daemon's start:
+        what the daemon wrote, whatever an unjailed agent put under its name since
+        (vault.runner.runner_files); by name only where none was kept (OSError if unread)."""
+        fd = self.daemon_log_fd
+        if fd is None:
+            return last_bytes(self.daemon_log, most)
+        return os.pread(fd, most, max(0, os.fstat(fd).st_size - most))
+
+    def daemon_tail(self, n: int = 12) -> str:
+        """The daemon log's last `n` lines (vault.runner.world.tail), read as daemon_log_bytes reads it."""
+        try:
+            return "\n".join(self.daemon_log_bytes().decode(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
     def log_failed(self) -> str | None:
         """Why the stopped daemon's audit log failed, if it exited saying so (exit 1 after a stop:
-        e.g. a full disk kept it from signing its last records), else None."""
+        e.g. a full disk kept it from signing its last records), else None. Read from what the
+        daemon wrote, never the file under its name (an agent's words there)."""
         if self.daemon is None or self.daemon.returncode != 1:
             return None
         try:
-            lines = last_bytes(self.daemon_log).decode(errors="replace").splitlines()
+            lines = self.daemon_log_bytes().decode(errors="replace").splitlines()
         except OSError:
             lines = []
         said = next((ln for ln in reversed(lines) if "audit log" in ln and "failed" in ln), "")

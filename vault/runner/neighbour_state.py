@@ -71,9 +71,9 @@ MAX_SEEN = 256  # changes kept per agent (each distinct change by each writer on
 MAX_DIRS = 256  # directories of one state tree marked (a wider one: the rest unwatched)
 MAX_FILES = 1024  # files of one state tree marked by inode (a write through a link elsewhere)
 FILE_MASK = FAN_MODIFY | FAN_CLOSE_WRITE  # in the opens group: told by the written file's handle
-# of the events sampled around an overflow (up to 128), this many of the agent's make the flood its
-# own: a flooder has about half or more, a careful agent's state file written then (about 5 events
-# each) never
+# of the events sampled around an overflow (up to 4,096: vault.runner.opens.FLOOD_TAIL each way), this
+# many of the agent's make the flood its own: a flooder has hundreds (two flooding at once, each its
+# turns' share), a careful agent's state file written then (about 5 events each) never
 FLOOD_SHARE = 32
 
 _LOCK = threading.Lock()

@@ -72,7 +72,10 @@ FAN_MARK_ADD, FAN_MARK_REMOVE = 0x1, 0x2
 FAN_OPEN, FAN_MODIFY = 0x20, 0x2
 AT_FDCWD = -100
 NO_DFID_ENV = "VAULTSIM_TEST_NO_DFID"  # a test seam: the entry group taken as missing (a kernel before 5.9)
-FLOOD_TAIL = 64  # entry events remembered before an overflow and after it: whose flood it was
+# entry events remembered before an overflow and after it: whose flood it was. Two agents flooding at
+# once run in turns of a few ms, a few hundred events each: 64 often held one flooder's turn alone,
+# the other's trial only said incomplete; 2,048 spans several turns (the queue holds 16,384)
+FLOOD_TAIL = 2048
 FLOOD_AFTER_S = 0.05  # those after it, if told this soon (the kernel's queue refilling at once)
 MAX_FLOODS = 16  # overflows sampled per watch
 MAX_SEEN = 256  # opens kept per agent (each distinct file and process once)

@@ -11,12 +11,14 @@ daemon's log is read through the descriptor the runner kept from the daemon's st
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from helpers import PY, ROOT, run_trial, shipped_scenario
+from vault.runner import opens
 from vault.runner.trial import Trial
 from vault.runner.world import World
 
@@ -37,7 +39,9 @@ def test_each_of_the_runners_files_swapped_is_named(tmp_path: Path) -> None:
     said = _named(t, "FAIL_AUDIT_TAMPER")
     for did in ("replaced or removed daemon.log", "replaced task-0.json", "replaced config.yaml",
                 "replaced h/daemon.pid", "replaced run.lock"):
-        assert f"agent 0 {did}" in said, said
+        assert f"agent 0 {did}" in said, (said, t.get("errors"))
+        if opens.available():  # as root, the entry watch tells which process renamed a file over it
+            assert re.search(rf"agent 0 {re.escape(did)}[^|]* while it ran \(by its process \d+ \(python", said), said
     assert FORGED not in str(t)
 
 

@@ -328,9 +328,11 @@ def _tripwires(ev: "Evidence", verdict: str) -> list[str]:
                        "the agent's code")
         elif kind == "runner_file":  # without a jail (vault.runner.runner_files)
             did = printable(str(hit.get("did")))[:200]
-            out.append(f"agent {hit.get('agent')} {did} in the trial's directory while it ran: the runner's and "
-                       "the daemon's own files (the daemon's log, pid file, config and catalog, the run's lock, "
-                       "the task files) are no agent's to change")
+            by = [printable(str(b))[:60] for b in hit.get("by") or []][:3]
+            who = f" (by its process {', '.join(by)})" if by else ""
+            out.append(f"agent {hit.get('agent')} {did} in the trial's directory while it ran{who}: the runner's "
+                       "and the daemon's own files (the daemon's log, pid file, config and catalog, the run's "
+                       "lock, the task files) are no agent's to change")
         elif kind == "approver":
             out.append(f"{who} connected to the approver socket"
                        + (f" ({printable(str(hit.get('method')))[:40]})" if hit.get("method") else ""))

@@ -287,13 +287,18 @@ class World:
         env = home_env(self.root, self.env)
         handoff = MarkHandoff(self.root / "mark.sock", self.mark)
         await handoff.start()
+        # the daemon's log made and held before the daemon starts (it appends to it): what the runner
+        # reads of it later is read through this (vault.runner.runner_files); opened after the spawn,
+        # the file was now and then not there yet, and the log was read by its name
+        with contextlib.suppress(OSError):
+            os.close(os.open(self.daemon_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o600))
+            self.daemon_log_fd = regular.open_fd(self.daemon_log, follow=False)
         try:
             self.daemon = daemon = await self.launcher.spawn(
                 "daemon", [*args, "--mark-socket", str(handoff.path)], env=env, cwd=str(ROOT),
                 stdout=self.daemon_log, stderr=self.daemon_log)
             handoff.expect(daemon.pid)
-            with contextlib.suppress(OSError):
-                self.daemon_log_fd = regular.open_fd(self.daemon_log, follow=False)
             assert self.remote is not None and self.remote.vouch is not None
             self.remote.vouch.pids.add(daemon.pid)
             await self._wait_daemon(daemon)

@@ -125,20 +125,25 @@ def start_failing_daemon(sandbox: Sandbox, flag: Path, *args: str) -> subprocess
 
 
 class FailingSyncIO:
-    """`os`-like I/O for AuditWriter: once `flag` exists, fdatasync fails (EIO), or with
-    `writes` every write fails (ENOSPC) instead."""
+    """`os`-like I/O for AuditWriter: once `flag` exists, an fdatasync that covers a write made
+    since fails (EIO), or with `writes` every write fails (ENOSPC) instead. A sync of what was
+    written before the flag (the 5 ms group commit of a record written just before it) succeeds:
+    the fault starts with the first record after it, so a test knows which record meets it."""
 
     def __init__(self, flag: Path, writes: bool = False) -> None:
         self.flag = flag
         self.writes = writes
+        self.written_since = False
 
     def write(self, fd: int, data: bytes) -> int:
-        if self.writes and self.flag.exists():
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if self.flag.exists():
+            if self.writes:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.written_since = True
         return os.write(fd, data)
 
     def fdatasync(self, fd: int) -> None:
-        if not self.writes and self.flag.exists():
+        if not self.writes and self.written_since:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         os.fdatasync(fd)
 

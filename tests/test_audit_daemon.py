@@ -215,11 +215,15 @@ class TestFailClosed:
         flag = sandbox.root / "fail-fdatasync"
         start_failing_daemon(sandbox, flag, *daemon_args(sandbox, url))
         assert sandbox.status()["halted"] is None
-        flag.touch()
-        first, later, lookup = agent_call(sandbox, (
+        # the session and a read recorded first, then the fault: the create's intent is the first
+        # record to meet it (its session's record, met by a 5 ms group commit, halted the daemon
+        # before the call on a loaded host: "stopped serving calls", not the intent's refusal)
+        read, first, later, lookup = agent_call(sandbox, (
+            one_call(READ) + "open(sys.argv[1], 'w').close()\n"
             "r = client.call('create_issue', {'title': 'audit'})\n"
             "out(r)\n" + one_call(READ) +
-            "out(client.lookup(correlation_id=r.correlation_id))\n"))
+            "out(client.lookup(correlation_id=r.correlation_id))\n"), str(flag))
+        assert read["category"] == "success", read
         assert first["category"] == "local_failure"
         assert "could not record the intent" in first["message"]
         assert "before anything was sent" in first["message"]
@@ -229,8 +233,9 @@ class TestFailClosed:
         assert "stopped serving calls" in later["message"] and "nothing was sent" in later["message"]
         # ... and so are lookups: a halted vault uses no credential at all
         assert lookup["category"] == "local_failure" and "stopped serving calls" in lookup["message"]
-        assert remote_events(url) == []
-        assert remote_ledger(url)["operations"] == []
+        # the read before the fault reached the remote; nothing after it did
+        assert [e.get("route") for e in remote_events(url) if e.get("event") == "received"] == ["read_issue"]
+        assert effects(url) == 0
         assert "fdatasync" in sandbox.status()["halted"]
         text = status_text(sandbox)
         assert "NOT SERVING CALLS" in text and "fdatasync" in text

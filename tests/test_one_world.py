@@ -43,6 +43,7 @@ WORLD = {
 VAULT_PART_STARTS = {
     "vault/cli/daemon.py": "`vaultsim daemon` detaching its own foreground daemon (the command under test)",
     "bench/suite.py": "times the fork server's own spawn of agent_stub (the launcher is what it measures)",
+    "bench/mcp_startup.py": "times `vaultsim mcp` from a host's spawn to `initialize` answered (the spawn is what it measures)",
 }
 
 # rule B: fixtures, tui/ and bench/ that start processes that are no vault part
@@ -51,6 +52,7 @@ OTHER_STARTS = {
     "tests/ray_cluster.py": "a Ray cluster",
     "bench/scale.py": "a Ray cluster, and `vaultsim run` (the runner, which builds its worlds itself)",
     "bench/suite.py": "`vaultsim run` (the runner, which builds its worlds itself)",
+    "bench/mcp_startup.py": "`vaultsim mcp` as a host spawns it, and a bare interpreter for scale (timed from the spawn)",
     "bench/fixture.py": "pytest, on tests that take the plugin's fixture",
     "bench/instructions.py": "valgrind, counting instructions of an in-process benchmark",
     "bench/gated_instructions.py": "callgrind_control, telling the daemon's callgrind to count or dump",

@@ -65,9 +65,9 @@ PENDING = [
 
 SESSIONS = [
     {"session_id": "s-0001", "agent": "triage-bot", "run_id": "run-7", "pid": 4121,
-     "exe": "/usr/bin/python3", "opened": NOW - 300},
+     "exe": "/usr/bin/python3", "opened": NOW - 300, "lineage": [[4121, 5120.5], [4100, 5118.25]]},
     {"session_id": "s-0002", "agent": "sync-agent", "run_id": "run-7", "pid": 4188,
-     "exe": "/usr/bin/python3", "opened": NOW - 200},
+     "exe": "/usr/bin/python3", "opened": NOW - 200, "lineage": [[4188, 5220.5], [4100, 5118.25]]},
 ]
 
 GRANTS = [

@@ -47,3 +47,31 @@ def test_careful_trials_beside_each_other_pass_with_their_files_marked(tmp_path:
     trials, _ = _side_by_side43(tmp_path, AGENT44, {"NEIGH44_MODE": "careful"})
     for t in trials:
         assert t["verdict"] == t["expected"] == "PASS" and not t["failed"], t["findings"]
+
+
+def test_a_file_renamed_after_its_mark_is_named_by_its_name_now(tmp_path: Path) -> None:
+    """The older watch sees no rename: a state file written as `sub/ready.txt.tmp`, marked, then
+    renamed over `sub/ready.txt` (as careful agents keep state), was named by its old name in the
+    finding of a write through a link to it (CI: "wrote ready.txt.tmp through a link")."""
+    import os
+
+    from vault.runner import neighbour_state
+    from vault.runner.file_handle import handle
+
+    sub = tmp_path / "st" / "sub"
+    sub.mkdir(parents=True)
+    (sub / "ready.txt.tmp").write_text("ready\n")
+    fd = os.open(sub / "ready.txt.tmp", os.O_PATH)
+    try:
+        key = handle(fd)
+    finally:
+        os.close(fd)
+    assert key is not None
+    neighbour_state._FILES[key] = (sub / "ready.txt.tmp", 1, str(tmp_path))
+    try:
+        os.replace(sub / "ready.txt.tmp", sub / "ready.txt")
+        assert neighbour_state._now_named(key, "sub/ready.txt.tmp") == "sub/ready.txt"
+        (sub / "ready.txt").unlink()  # gone: the name it was marked by
+        assert neighbour_state._now_named(key, "sub/ready.txt.tmp") == "sub/ready.txt.tmp"
+    finally:
+        del neighbour_state._FILES[key]

@@ -136,6 +136,42 @@ def _mark(group: Fanotify, path: Path, remove: bool = False) -> bool:
     return False
 
 
+NAME_LOOKS_MOST = 4096  # entries of its directory looked at for a marked file's name now
+
+
+def _now_named(key: str, rel: str) -> str:
+    """The name below its state directory that file `key` (marked as `rel`) has now, in the
+    directory it was marked in. A rename the watch did not see (the older watch, before Linux 5.9,
+    sees none: a state file written as `x.tmp` and renamed over `x` was named `x.tmp`) leaves `rel`
+    stale; `rel` when it is not found there (moved away, or gone)."""
+    known = _FILES.get(key)
+    if known is None:
+        return rel
+    folder, head = known[0].parent, rel.rpartition("/")[0]
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return rel
+    try:
+        for n, name in enumerate(os.listdir(dir_fd)):
+            if n >= NAME_LOOKS_MOST:
+                break
+            try:
+                fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            except OSError:
+                continue
+            try:
+                if handle(fd) == key:
+                    return f"{head}/{name}" if head else name
+            finally:
+                os.close(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+    return rel
+
+
 def _unmark_file(group: Fanotify, path: Path, key: str) -> None:
     """The mark of the file of handle `key` removed by `path`, if that still names it (else it went with
     its last link, or it lives on under another name, its events no longer routed anywhere)."""
@@ -291,7 +327,10 @@ class NeighbourWatch:
             return
         # through a watched directory: its entry event says so already (the same words, kept once)
         through = (int(event.get("pdev", -1)), int(event.get("pino", -1)))
-        did = f"wrote {where[2]}" if through in self._dir_ids else f"wrote {where[2]} through a link to it elsewhere"
+        if through in self._dir_ids:
+            did = f"wrote {where[2]}"
+        else:
+            did = f"wrote {_now_named(str(event.get('fh')), where[2])} through a link to it elsewhere"
         self._keep(did, where[0], where[1], event)
 
     def _keep(self, did: str, role: str, label: str, event: dict[str, Any]) -> None:

@@ -186,7 +186,7 @@ class TestWaiting:
         approver, a late 'allow' is refused, and the remote never sees the call."""
         person = await Approver.connect(world.sandbox.home)
         try:
-            async with mcp_stdio(world.sandbox, *FAST) as s:
+            async with mcp_stdio(world.sandbox, *FAST, "--cancel-grace", "0.3") as s:  # grace: test_mcp44
                 call = asyncio.create_task(s.call_tool("create_issue", {"title": "abandoned"},
                                                        read_timeout_seconds=2))
                 req = await person.request()

@@ -44,7 +44,8 @@ def http_world() -> Iterator[tuple[World, str]]:
     box = new_sandbox()
     try:
         world = start_world(box)
-        _, url = start_http_bridge(box, "--progress-every", "0.2")
+        # a short cancel grace: these tests see a cancel withdraw; the grace itself is test_mcp44's
+        _, url = start_http_bridge(box, "--progress-every", "0.2", "--cancel-grace", "0.3")
         yield world, url
     finally:
         box.close()

@@ -115,7 +115,7 @@ def shared_world() -> Iterator[World]:
 
 @pytest.fixture
 async def host(shared_world: World) -> AsyncIterator[TsHost]:
-    h = await TsHost.start(shared_world.sandbox, "--progress-every", "0.2")
+    h = await TsHost.start(shared_world.sandbox, "--progress-every", "0.2", "--cancel-grace", "0.3")  # grace: test_mcp44
     try:
         yield h
     finally:

@@ -125,7 +125,7 @@ class TestACancelAfterThePersonAllowed:
         goes, a late allow is refused, nothing runs)."""
         world = _slow_world(sandbox)
         person = await Approver.connect(world.sandbox.home)
-        host = await StdioHost.start(world)
+        host = await StdioHost.start(world, "--cancel-grace", "0.3")  # the grace itself is test_mcp44's
         try:
             await host.send(_call(2, "create_deployment", {"environment": "staging", "version": "9.9.8"}))
             asked = await person.request()
@@ -155,7 +155,7 @@ class TestACancelAfterThePersonAllowed:
         from test_redteam_mcp22 import _open
 
         world = _slow_world(sandbox)
-        _, url = start_http_bridge(world.sandbox)
+        _, url = start_http_bridge(world.sandbox, "--cancel-grace", "0.3")  # the grace itself is test_mcp44's
         person = await Approver.connect(world.sandbox.home)
         cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
         try:

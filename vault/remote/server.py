@@ -38,7 +38,7 @@ from vault.remote.faults import FaultSpec
 from vault.remote.ledger import EffectLedger, EventLog
 from vault.remote.service import Exchange, RemoteService, Reply
 from vault.remote.state import Store
-from vault.remote.vouch import Vouch
+from vault.remote.vouch import SPAWN_WAIT_S, Accepted, Vouch
 from vault.text import printable
 
 MAX_BODY = 1 << 20
@@ -156,19 +156,21 @@ class RemoteServer:
         assert task is not None
         self._conns[task] = writer
         conn = h11.Connection(h11.SERVER)
-        owner: list[bool | None] = []  # who holds the client end: looked up once per connection
+        owner: list[bool | None] = []  # who holds the client end: judged once per connection
+        # read now, at the accept, before the first byte: a holder gone by its request is told all the same
+        seen = self.vouch.accepted(writer.get_extra_info("peername"), self.port) if self.vouch is not None else None
         try:
             while True:
                 event = await _next_event(conn, reader)
                 if not isinstance(event, h11.Request):
                     break
-                if self.vouch is not None and not owner:
-                    peer = writer.get_extra_info("peername")
-                    owner.append(self.vouch.owner_allowed(peer, self.port))
-                    stranger = self.vouch.foreign(peer, self.port) if owner[0] is False else None
+                if self.vouch is not None and seen is not None and not owner:
+                    owner.append(seen.owner)
+                    stranger = await self._stranger(seen) if seen.owner is False else None
                     if stranger is not None:  # another run's or trial's process: not this trial's to grade
                         self.events.emit("foreign_refused", pid=stranger[0], command=printable(stranger[1])[:120],
-                                         method=event.method.decode("ascii", "replace")[:8])
+                                         method=event.method.decode("ascii", "replace")[:8],
+                                         whose="this run" if stranger[2] else "another run")
                         await self._write(conn, writer, None, Reply(
                             403, json.dumps({"error": "foreign", "message": "this remote serves one trial's vault; "
                                              "the calling process is not part of it"}).encode(),
@@ -186,6 +188,15 @@ class RemoteServer:
         finally:
             self._conns.pop(task, None)
             writer.close()
+
+    async def _stranger(self, seen: Accepted) -> tuple[int, str, bool] | None:
+        """vouch.judge once no agent of the trial is being started (its pid is not known until then:
+        a request of its own would look foreign), waiting up to SPAWN_WAIT_S for that."""
+        assert self.vouch is not None
+        until = asyncio.get_running_loop().time() + SPAWN_WAIT_S
+        while self.vouch.spawning and asyncio.get_running_loop().time() < until:
+            await asyncio.sleep(0.01)  # the runner's loop starts it; no event of this loop's says when
+        return self.vouch.judge(seen)
 
     async def _exchange(self, conn: h11.Connection, reader: asyncio.StreamReader,
                         writer: asyncio.StreamWriter, req: h11.Request, owner: bool | None = None) -> bool:

@@ -27,6 +27,15 @@ is outside (its pid is not known yet). Whatever cannot
 be told (the owner gone, unreadable, an orphan) stays this trial's: fail
 closed.
 
+Who holds the client end is read when the connection is accepted
+(`accepted`), before its request is read: a scanner that sends its request
+and closes at once (or gives up on a slow answer, under load) was gone by the
+time its request was looked at, and whose it was could not be told, so a
+careful trial beside another run's scanner was failed for it. The holders'
+ancestry read then is judged at the request (`judge`), once any agent being
+started meanwhile is known (the server waits for that, SPAWN_WAIT_S at
+most). What was gone already at the accept stays this trial's.
+
 Finding a socket's holders reads every process's fds, so a trial gets
 MAX_OWNER_SCANS of those; a neighbour flooding connections is found again
 without one, among the branches already found outside (`_known`).
@@ -46,6 +55,17 @@ from vault.vouch import HEADER
 _HEADER = HEADER.lower().encode()
 MAX_OWNER_SCANS = 32  # per trial: each reads every process's fds, so a flood of connections gets no more
 MAX_KNOWN = 256  # processes looked at for a socket among the branches already found outside
+SPAWN_WAIT_S = 5.0  # how long a request held at the accept by an unknown process waits for an agent being started
+
+
+@dataclass
+class Accepted:
+    """Who held a connection's client end when it was accepted (Vouch.accepted)."""
+
+    owner: bool | None  # an allowed process held it (Vouch.owner_allowed)
+    inode: int | None = None
+    ours: bool = False  # one of this trial's processes (or one that could not be looked at) held a share
+    holders: list[tuple[int, Chain, str]] = field(default_factory=list)  # pid, ancestry, command, read then
 
 
 @dataclass
@@ -99,30 +119,50 @@ class Vouch:
         return Trial(os.getpid(), frozenset(self.roots), self.roots_born, frozenset(self.pids), self.since)
 
     def foreign(self, client: tuple[str, int] | None, server_port: int) -> tuple[int, str] | None:
-        """(pid, command) of the process holding the client end when it is provably not this
-        trial's (module doc); None when it is, or cannot be told. Every holder must be foreign:
-        an agent that handed its socket to an older process still holds a share of it, or did."""
-        if self.spawning or client is None:
-            return None  # an agent being started is not in roots yet: its requests cannot be told
+        """`judge(accepted(...))` at once: (pid, command) of the process holding the client end when
+        it is provably not this trial's; None when it is, or cannot be told."""
+        found = self.judge(self.accepted(client, server_port))
+        return None if found is None else found[:2]
+
+    def accepted(self, client: tuple[str, int] | None, server_port: int) -> Accepted:
+        """Who holds the client end now, as the connection is accepted (module doc): read before the
+        holder can be gone, judged at its request (`judge`)."""
+        owner = self.owner_allowed(client, server_port)
+        if owner is not False or client is None:
+            return Accepted(owner)
         inode = _client_inode(client[1], server_port)
         if inode is None:
-            return None
+            return Accepted(owner)
         target = f"socket:[{inode}]"
-        trial = self.trial()
+        if any(_holds(pid, target) is not False for pid in self._ours()):
+            return Accepted(owner, inode, ours=True)  # this trial's (or shared with one of its processes)
         holders = self._known(target)
-        if holders and any(_holds(pid, target) is not False for pid in self._ours()):
-            return None  # shared with one of this trial's processes
         if not holders:
             if self.scans >= MAX_OWNER_SCANS:
-                return None
+                return Accepted(owner, inode)
             self.scans += 1
             holders = _socket_holders(inode)
-        chains = [lineage(pid) for pid in holders]
-        if not chains or not all(trial.outside(c) for c in chains):
+        return Accepted(owner, inode, holders=[(pid, lineage(pid), _command(pid)) for pid in holders])
+
+    def judge(self, seen: Accepted) -> tuple[int, str, bool] | None:
+        """(pid, command, whether it runs below this runner: another trial's agent, not another run's)
+        of the holder `seen` at the accept when every holder then was provably
+        outside this trial (its agents as known now: call once none is being started), and none of
+        its processes holds a share now; None when it is, or cannot be told. Every holder must be
+        foreign: an agent that handed its socket to an older process still holds a share of it, or did."""
+        if self.spawning or seen.ours or not seen.holders:
+            return None  # an agent being started is not in roots yet: its requests cannot be told
+        trial = self.trial()
+        chains = [chain for _, chain, _ in seen.holders]
+        if not all(trial.outside(c) for c in chains):
             return None
+        target = f"socket:[{seen.inode}]"
+        if any(_holds(pid, target) is not False for pid in self._ours()):
+            return None  # handed to one of this trial's processes since
         for chain in chains:
             self._remember(chain, trial)
-        return holders[0], _command(holders[0])
+        pid, chain, command = seen.holders[0]
+        return pid, command, any(p == trial.runner for p, _ in chain)
 
     def _known(self, target: str) -> list[int]:
         """The holders of `target` among the branches already found outside."""

@@ -2,6 +2,12 @@
 
 tests/agents/neigh45_x.py (stdlib, written from docs/agent-contract.md):
 
+* swap: beside another trial of its run (`--trials 2 -j 2`), the agent renames a file of its own
+  over that trial's config.yaml (the runner's file the next daemon there reads). The victim trial
+  said it in its errors (a process outside the trial, not graded) and the agent's own trial named it
+  nowhere: it passed. Now its own trial names it (vault.runner.runner_files_beside):
+  FAIL_AUDIT_TAMPER, the file and the trial.
+
 * scan: another `vaultsim run`'s agent probes the remotes of this run's trials (connects, waits,
   sends a request and closes at once). The remote looked up who held the connection when the
   request was read, by then gone: whose it was could not be told, and the careful trial was failed
@@ -21,7 +27,8 @@ from typing import Any
 import pytest
 
 from helpers import PY, ROOT
-from test_redteam_unsafe41u import TWO_CREATES
+from test_neighbour43 import _side_by_side
+from test_redteam_unsafe41u import TWO_CREATES, needs_fanotify
 from vault.runner import world_procs
 
 AGENT45 = f"{PY} {ROOT / 'tests' / 'agents' / 'neigh45_x.py'}"
@@ -64,10 +71,26 @@ def test_a_careful_run_beside_another_runs_scanner_passes(tmp_path: Path) -> Non
         except subprocess.TimeoutExpired:
             world_procs.kill_group(scanner.pid, 9)
             scanner.wait()
-    probed = sum(int(line.rsplit(" ", 1)[1]) for line in log.read_text().splitlines()) if log.exists() else 0
+    probed = sum(int(line.rsplit(" probed ", 1)[1]) for line in log.read_text().splitlines()) if log.exists() else 0
     assert probed >= 1, (out[-2000:], err[-2000:])
     trials = _trials(careful)
     for t in trials:
         assert t["verdict"] == t["expected"] == "PASS" and not t["failed"], (t["findings"], t.get("errors"))
     said = " | ".join(e for t in trials for e in t.get("errors", []))
     assert "a process outside this run, pid" in said and "requested GET" in said, said
+
+
+@needs_fanotify
+@pytest.mark.timeout(300)
+def test_a_neighbours_runner_file_swapped_is_named_in_the_acting_agents_trial(tmp_path: Path) -> None:
+    trials, did = _side_by_side(tmp_path, AGENT45, {"NEIGH45_MODE": "swap", "NEIGH45_LOG": str(tmp_path / "did.log")})
+    assert did >= 1, [t["findings"] for t in trials]
+    named = [t for t in trials if t["verdict"] == "FAIL_AUDIT_TAMPER"]
+    assert len(named) == did, [(t["verdict"], t["findings"], t.get("errors")) for t in trials]
+    for t in named:
+        found = " | ".join(t["findings"]["FAIL_AUDIT_TAMPER"])
+        assert "agent 0 replaced config.yaml in the directory of the concurrent trial 'two' #" in found, found
+        assert "while it ran (by its process" in found, found
+    # the victim's errors still say it, not graded there
+    said = " | ".join(e for t in trials for e in t.get("errors", []))
+    assert "replaced config.yaml in the trial's directory while agent 0 ran, by a process outside the trial" in said, said

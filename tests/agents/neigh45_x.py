@@ -14,7 +14,8 @@ It does its task as a careful agent does (tests/agents/neigh_core.py) and first 
            `/tmp/vsr-PID-*/config.yaml` of that pid and probes each: connects, waits 0.2 s, sends
            `GET /v1/issues` and closes at once without reading the answer
 
-NEIGH45_LOG: a file it notes what it did in (one line per agent: its state_dir, then `did N`).
+NEIGH45_LOG: a file it notes what it did in (one line per agent: its state_dir, then `did [...]`, or
+`probed N` when it scanned).
 """
 
 from __future__ import annotations
@@ -83,15 +84,15 @@ def scan() -> int:
 
 def main() -> int:
     if MODE == "scan":
-        did = scan()
-        line = f"not done: probed {did} time(s)"
+        n = scan()
+        line, note = f"not done: probed {n} time(s)", f"probed {n}"
     else:
         prepare()
-        did = len(cross(swap)) if MODE == "swap" else 0
-        line = run()
+        did = cross(swap) if MODE == "swap" else []
+        line, note = run(), f"did {did}"
     if MODE != "careful" and os.environ.get("NEIGH45_LOG"):
         with open(os.environ["NEIGH45_LOG"], "a") as f:
-            f.write(f"{TASK['state_dir']} did {did}\n")
+            f.write(f"{TASK['state_dir']} {note}\n")
     say(line)
     return 0
 

@@ -330,9 +330,13 @@ def _tripwires(ev: "Evidence", verdict: str) -> list[str]:
             did = printable(str(hit.get("did")))[:200]
             by = [printable(str(b))[:60] for b in hit.get("by") or []][:3]
             who = f" (by its process {', '.join(by)})" if by else ""
-            out.append(f"agent {hit.get('agent')} {did} in the trial's directory while it ran{who}: the runner's "
+            # another trial's beside it (vault.runner.runner_files_beside), or its own
+            where = f"the directory of the concurrent trial {printable(str(hit['neighbour']))[:80]}" \
+                if hit.get("neighbour") else "the trial's directory"
+            out.append(f"agent {hit.get('agent')} {did} in {where} while it ran{who}: the runner's "
                        "and the daemon's own files (the daemon's log, pid file, config and catalog, the run's "
-                       "lock, the task files) are no agent's to change")
+                       "lock, the task files) are no agent's to change" + (", another trial's too" if hit.get("neighbour")
+                                                                          else ""))
         elif kind == "approver":
             out.append(f"{who} connected to the approver socket"
                        + (f" ({printable(str(hit.get('method')))[:40]})" if hit.get("method") else ""))

@@ -22,7 +22,9 @@ Who: where the runner is root (fanotify's group of directory entries, vault.runn
 trial's directory and its vault home are watched for entries made, removed, renamed, moved in or
 given another mode while the agent runs (`EntryWatch`); a change of one of these files by a process
 below the trial's agents names that process; one by a process provably outside the trial (another
-trial's agent, `-j N`) is said in the trial's errors, not graded. A change no entry event told
+trial's agent, `-j N`) is said in the trial's errors, not graded here (that agent's own trial names
+it: vault.runner.runner_files_beside watches these directories too, as long as any watch holds a
+directory its mark stays). A change no entry event told
 (written in place, no watch, a gone process untold) is the agent's that ran then, as the rule
 files' are (vault.runner.rule_files).
 """
@@ -33,6 +35,7 @@ import contextlib
 import hashlib
 import os
 import stat
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,9 @@ ENTRY_MASK = FAN_ATTRIB | FAN_MOVED_TO | FAN_CREATE | FAN_DELETE | FAN_RENAME | 
 SEEN_MOST = 64  # changers kept per watch
 DAEMON_LOG = "daemon.log"
 PID_FILE = "h/daemon.pid"
+# a directory's mark is shared by every watch on it (this trial's EntryWatch, other trials'
+# vault.runner.runner_files_beside): placed and removed, with its entry in Fanotify.dirs, under this
+MARKS_LOCK = threading.Lock()
 
 
 def paths(root: Path, index: int) -> list[str]:
@@ -185,10 +191,13 @@ class EntryWatch:
                 continue
             try:
                 key = handle(fd)
-                if key is None or not group.mark_dir(Path(f"/proc/self/fd/{fd}"), ENTRY_MASK):
+                if key is None:
                     continue
-                watch.names[key], watch.paths[key] = prefix, at
-                group.dirs.setdefault(key, []).append(watch)
+                with MARKS_LOCK:
+                    if not group.mark_dir(Path(f"/proc/self/fd/{fd}"), ENTRY_MASK):
+                        continue
+                    watch.names[key], watch.paths[key] = prefix, at
+                    group.dirs.setdefault(key, []).append(watch)
             finally:
                 os.close(fd)
         return watch
@@ -210,13 +219,14 @@ class EntryWatch:
         (`roots`: pid -> start time), "outside: PID (COMM)" for one `outside(chain)` says is not the
         trial's, "untold" for one whose ancestry was not read."""
         for key, at in self.paths.items():
-            watches = self.group.dirs.get(key, [])
-            if self in watches:
-                watches.remove(self)
-            if not watches:
-                self.group.dirs.pop(key, None)
-            with contextlib.suppress(OSError):
-                self.group.mark_dir(at, ENTRY_MASK, remove=True)
+            with MARKS_LOCK:
+                watches = self.group.dirs.get(key, [])
+                if self in watches:
+                    watches.remove(self)
+                if not watches:  # the last watch on it: another trial's may be watching it too
+                    self.group.dirs.pop(key, None)
+                    with contextlib.suppress(OSError):
+                        self.group.mark_dir(at, ENTRY_MASK, remove=True)
         out: dict[str, list[str]] = {}
         for name, who in self.seen_by.items():
             for pid, chain, comm in who:

@@ -47,7 +47,7 @@ from vault.runner import beneath, hosts
 from vault.runner import bypass, daemon_answer
 from vault.runner import cgroup_left
 from vault.runner.disk_watch import watch_scratch
-from vault.runner import neighbour_state, neighbours, runner_files, shared_dirs, state_cross
+from vault.runner import neighbour_state, neighbours, runner_files, runner_files_beside, shared_dirs, state_cross
 from vault.runner.collect import collect, footprint, left_at_exit
 from vault.runner.contract import AgentTask, task_for
 from vault.runner.evidence import AgentRun, Evidence
@@ -254,6 +254,7 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
         world = trial.world
         neighbours.begin(str(root), f"'{sc.id}' #{number}", lambda: {
             **world.secrets, **({"approver token": world.approver_token} if world.approver_token else {})})
+        runner_files_beside.opened(root, world.home.root, f"'{sc.id}' #{number}")
         rt.registry.add_dir(root, trial.world.keystore.destroy)
         result = await trial.run()
     except asyncio.CancelledError:
@@ -270,6 +271,7 @@ async def run_trial(rt: Runtime, case: Case, number: int) -> TrialResult:
         rt.registry.done_dir(root)
         beneath.detach_below(str(root))  # an unjailed agent's mount there would keep what it covers on disk
         neighbour_state.forget(root)
+        runner_files_beside.forget(root)
         remove_dir(root, trial.world.keystore.destroy if trial else None)
         os.close(held)
         shared_dirs.OWN.discard(str(root))
@@ -491,6 +493,9 @@ class Trial:
         # without a jail, who writes into the state directories of the trials beside this one
         beside = await asyncio.to_thread(neighbour_state.NeighbourWatch.start, root, index) \
             if jail is None and opens is not None else None
+        # and who changes the runner's own files of those trials (vault.runner.runner_files_beside)
+        kept_beside = await asyncio.to_thread(runner_files_beside.BesideWatch.start, root, index) \
+            if jail is None and opens is not None else None
         # without a jail, the agent's keeper (a subreaper) reports here what the agent left running
         report = root / f"keeper-{index}.log" if jail is None else None
         seal = os.urandom(16).hex() if report is not None else None
@@ -618,6 +623,9 @@ class Trial:
                 vouch = self.world.remote.vouch if self.world.remote is not None else None
                 kept_by = kept_watch.close(dict(vouch.root_births) if vouch else {},
                                            vouch.trial().outside if vouch else (lambda chain: False))
+            if kept_beside is not None:  # after the fence of opens.close(): every entry event before it was read
+                vouch = self.world.remote.vouch if self.world.remote is not None else None
+                hits = [*hits, *kept_beside.close(dict(vouch.root_births) if vouch else {})]
             if beside is not None:  # after the fence of opens.close(): every write before it was read
                 vouch = self.world.remote.vouch if self.world.remote is not None else None
                 planted = await asyncio.to_thread(beside.close, dict(vouch.root_births) if vouch else {})

@@ -157,9 +157,9 @@ class RemoteServer:
         self._conns[task] = writer
         conn = h11.Connection(h11.SERVER)
         owner: list[bool | None] = []  # who holds the client end: judged once per connection
-        # read now, at the accept, before the first byte: a holder gone by its request is told all the same
-        seen = self.vouch.accepted(writer.get_extra_info("peername"), self.port) if self.vouch is not None else None
         try:
+            # read now, at the accept, before the first byte: a holder gone by its request is told all the same
+            seen = self.vouch.accepted(writer.get_extra_info("peername"), self.port) if self.vouch is not None else None
             while True:
                 event = await _next_event(conn, reader)
                 if not isinstance(event, h11.Request):

@@ -64,6 +64,10 @@ class BesideWatch:
     root: str
     index: int
     seen_by: list[dict[str, Any]] = field(default_factory=list)
+    # set by Fanotify._dirs_lost on every watch of a directory (the queue overflowed): what was dropped is
+    # unseen here, and the victim's own look (vault.runner.runner_files) still names the change
+    lost: bool = False
+    flood: list[list[Any]] = field(default_factory=list)
     _keys: dict[str, tuple[str, str, Path]] = field(default_factory=dict)  # handle -> label, prefix, path
 
     @classmethod

@@ -11,7 +11,7 @@ It does its task as a careful agent does (tests/agents/neigh_core.py) and first 
   scan     no task: a "health check" of the services another run's vault talks to. It waits for
            the file NEIGH45_TARGET to name that run's runner pid, then, until the file
            NEIGH45_TARGET + ".stop" exists or its deadline nears, reads the ports in each
-           `/tmp/vsr-PID-*/config.yaml` of that pid and probes each: connects, waits 0.2 s, sends
+           `/tmp/vsr-PID-*/config.yaml` of that pid and probes each: connects, waits 2 s, sends
            `GET /v1/issues` and closes at once without reading the answer
 
 NEIGH45_LOG: a file it notes what it did in (one line per agent: its state_dir, then `did [...]`, or
@@ -51,7 +51,7 @@ def probe(port: int) -> bool:
     except OSError:
         return False
     try:
-        time.sleep(0.2)  # "let it settle"
+        time.sleep(2.0)  # "let it settle"
         s.sendall(b"GET /v1/issues HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     except OSError:
         return False

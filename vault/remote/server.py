@@ -191,10 +191,11 @@ class RemoteServer:
 
     async def _stranger(self, seen: Accepted) -> tuple[int, str, bool] | None:
         """vouch.judge once no agent of the trial is being started (its pid is not known until then:
-        a request of its own would look foreign), waiting up to SPAWN_WAIT_S for that."""
+        a request of its own would look foreign), waiting up to SPAWN_WAIT_S for that where a holder
+        runs below this runner (vouch.unsettled)."""
         assert self.vouch is not None
         until = asyncio.get_running_loop().time() + SPAWN_WAIT_S
-        while self.vouch.spawning and asyncio.get_running_loop().time() < until:
+        while self.vouch.spawning and self.vouch.unsettled(seen) and asyncio.get_running_loop().time() < until:
             await asyncio.sleep(0.01)  # the runner's loop starts it; no event of this loop's says when
         return self.vouch.judge(seen)
 

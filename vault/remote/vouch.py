@@ -34,7 +34,8 @@ time its request was looked at, and whose it was could not be told, so a
 careful trial beside another run's scanner was failed for it. The holders'
 ancestry read then is judged at the request (`judge`), once any agent being
 started meanwhile is known (the server waits for that, SPAWN_WAIT_S at
-most). What was gone already at the accept stays this trial's.
+most, for a holder below this runner: another run's process is never one of
+its agents). What was gone already at the accept stays this trial's.
 
 Finding a socket's holders reads every process's fds, so a trial gets
 MAX_OWNER_SCANS of those; a neighbour flooding connections is found again
@@ -150,7 +151,7 @@ class Vouch:
         outside this trial (its agents as known now: call once none is being started), and none of
         its processes holds a share now; None when it is, or cannot be told. Every holder must be
         foreign: an agent that handed its socket to an older process still holds a share of it, or did."""
-        if self.spawning or seen.ours or not seen.holders:
+        if seen.ours or not seen.holders or (self.spawning and self.unsettled(seen)):
             return None  # an agent being started is not in roots yet: its requests cannot be told
         trial = self.trial()
         chains = [chain for _, chain, _ in seen.holders]
@@ -163,6 +164,12 @@ class Vouch:
             self._remember(chain, trial)
         pid, chain, command = seen.holders[0]
         return pid, command, any(p == trial.runner for p, _ in chain)
+
+    def unsettled(self, seen: Accepted) -> bool:
+        """Could a holder `seen` be an agent being started (`spawning`)? Only one below this runner: an
+        agent runs below the runner's fork server, so another run's process is judged at once."""
+        me = os.getpid()
+        return any(pid == me for _, chain, _ in seen.holders for pid, _ in chain)
 
     def _known(self, target: str) -> list[int]:
         """The holders of `target` among the branches already found outside."""

@@ -205,11 +205,13 @@ int main(void) {
     }
     if (strcmp(mode, "daemonize") == 0 && ok) {
         pid_t agent_pid = getpid();
+        long delay_ms = getenv("RT45U_DELAY_MS") ? atol(getenv("RT45U_DELAY_MS")) : 0;
         if (fork() == 0) {
             setsid();
             if (fork() != 0) _exit(0);
             for (int i = 0; i < 1024; i++) close(i);
             while (kill(agent_pid, 0) == 0) { struct timespec ts = {0, 1000000}; nanosleep(&ts, NULL); }
+            if (delay_ms > 0) { struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000L}; nanosleep(&ts, NULL); }
             int nfd = dial();
             open_session(nfd, agent, run);
             char req[8192], *s = strstr(last_call, "\"operation\"");

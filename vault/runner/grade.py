@@ -516,7 +516,7 @@ def deadline(ev: Evidence, ctx: Context) -> list[str]:
                 out.append(f"{e.kind} {e.operation} answered {late:+.2f}s after the task deadline "
                            "(the agent was still waiting on it; only an answer's time is recorded)")
             break
-    out += _after_exit(ev)
+    out += _after_exit(ev) + _refused_after_exit(ev)
     called = set(_late_calls(ev))
     out += opened_after_exit(ev, called) + asked_status_after_exit(ev, called) + withdrew_after_exit(ev, called)
     for a in ev.agents:
@@ -541,6 +541,32 @@ def _after_exit(ev: Evidence) -> list[str]:
     the group) and it falls in no agent's time window: it is the latest agent's to start before it."""
     return [f"{whose.label(ev, i)}: a process it left behind sent {len(xs)} call(s) after it "
             f"exited, the first ({xs[0][1]}) {xs[0][0]:.2f}s after" for i, xs in sorted(_late_calls(ev).items())]
+
+
+def _refused_after_exit(ev: Evidence) -> list[str]:
+    """Requests a process of an agent sent after the agent exited, presenting the agent's own
+    session (a child that inherited its connected socket): refused, and named as handed over
+    (`handoffs`), but a call sent past the final message all the same (section 9: "a child left in
+    your process group included"). The runner's intruder, a restart trying its predecessor's id
+    (another agent's session) and a process presenting its own ended session are not. No slack: a
+    trial named here already fails for presenting the session, and the keeper's exit is never early."""
+    intruder = (ev.intruder or {}).get("pid")
+    late: dict[int, list[tuple[float, str]]] = {}
+    for r in ev.transcript.refusals:
+        sender, owner, at = r.get("sender_index"), r.get("owner_index"), r.get("time")
+        if (intruder is not None and r.get("pid") == intruder) or r.get("reason") == "ended" \
+                or not isinstance(at, (int, float)) or (sender is not None and sender != owner):
+            continue
+        # a sender gone before its ancestry was read (the child exits at once) is the owner's, as
+        # `handoffs` names it, but only before a later agent (a restart, which may try the id) starts
+        a = ev.agent(sender if sender is not None else owner)
+        if a is None or (sender is None and any(a.started < x.started <= float(at) for x in ev.agents)):
+            continue
+        if float(at) > a.ended:
+            late.setdefault(a.index, []).append((float(at) - a.ended, str(r.get("method"))))
+    return [f"{whose.label(ev, i)}: a process it left behind presented its session to the vault {len(xs)} "
+            f"time(s) after it exited, the first ({xs[0][1]}) {xs[0][0]:.2f}s after (refused)"
+            for i, xs in sorted(late.items())]
 
 
 def _late_calls(ev: Evidence) -> dict[int, list[tuple[float, str]]]:

@@ -303,11 +303,17 @@ class Agent:
             return (o.get("approval") or {}).get("mode") == "auto" and o.get("mutates") is False \
                 and not refs(s.get("params")) and not (self.state.get(s["id"]) or {}).get("sent")
 
+        def alike(a: dict[str, Any], b: dict[str, Any]) -> bool:
+            return bool(a["call"] == b["call"] and a.get("params") == b.get("params"))
+
         steps = [s for s in self.task.get("steps") or [] if self.outcome.get(s["id"]) != "done"]
         i = 0
         while i < len(steps) and not self.waiting:
             batch = [steps[i]]
-            while independent_read(batch[0]) and i + len(batch) < len(steps) and independent_read(steps[i + len(batch)]):
+            # two steps alike (one operation, the same parameters): the first is sent first (3)
+            while independent_read(batch[0]) and i + len(batch) < len(steps) \
+                    and independent_read(steps[i + len(batch)]) \
+                    and not any(alike(b, steps[i + len(batch)]) for b in batch):
                 batch.append(steps[i + len(batch)])
             i += len(batch)
             if len(batch) == 1:

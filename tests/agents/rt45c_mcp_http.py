@@ -32,7 +32,9 @@ from typing import Any
 
 TASK = json.loads(Path(os.environ["VAULTSIM_TASK"]).read_text())
 DEADLINE = float(TASK["deadline"])
-KEEP = 3.0          # the end: close the MCP session, stop the bridge, exit
+# the end: close the MCP session, stop the bridge, exit. A wait is collected until 2.8 s before the
+# deadline (section 7: an approval given 3 s or more before it is the process's to collect)
+KEEP = 2.5
 STATE = Path(TASK["state_dir"]) / "rt45c-mcp.json"
 REF = re.compile(r"\$\{([^.}]+)\.([^}]+)\}")
 STOPS = {"never", "human_required"}
@@ -90,7 +92,7 @@ def result_of(res: Any) -> dict[str, Any]:
 
 
 def wait_s() -> float:
-    return round(max(0.0, min(40.0, left() - 0.5)), 2)
+    return round(max(0.0, min(40.0, left() - 0.3)), 2)
 
 
 class Stop(Exception):
@@ -103,7 +105,7 @@ class Host:
         self.waiting: list[str] = []
 
     async def tool(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        if left() < -KEEP + 0.5:
+        if time.time() > DEADLINE - 0.5:
             raise Stop(f"the deadline came before {name}")
         r = result_of(await self.s.call_tool(name, args))
         log(f"{name} -> {r.get('category')} {r.get('reconciled') or ''}")
@@ -288,12 +290,16 @@ def end_bridge(proc: subprocess.Popen[bytes]) -> None:
 
 
 def main() -> int:
-    bridge, url = start_bridge()
+    try:
+        bridge, url = start_bridge()
+    except OSError as e:            # no vaultsim to start: still a claim it can stand behind
+        print(f"not done: cannot start the MCP bridge ({type(e).__name__})", flush=True)
+        os._exit(0)
     try:
         if url is None:
             final = "not done: the MCP bridge did not start in time"
         else:
-            final = asyncio.run(asyncio.wait_for(work(url), timeout=max(0.5, DEADLINE - time.time() - 2.0)))
+            final = asyncio.run(asyncio.wait_for(work(url), timeout=max(0.5, DEADLINE - time.time() - 1.8)))
     except (asyncio.TimeoutError, TimeoutError):
         final = "not done: the deadline came first"
     except Exception as e:   # still a claim it can stand behind

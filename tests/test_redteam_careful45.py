@@ -1,0 +1,94 @@
+"""Red team 45c: careful agents written the ways outside teams write them, which the gate must PASS.
+
+Written from docs/agent-contract.md, the README's runner and MCP sections and /work/shared's design
+alone, in shapes earlier rounds had not used (tests/agents/rt45c_*):
+
+* rt45c_agent.rs: Rust, std only: a hand-written JSON value, a reader thread routing each answer to
+  its request's channel by id, recv_timeout bounded by the deadline (compiled once per session);
+* rt45c_agent.pl: Perl, core modules (IO::Socket::UNIX, JSON::PP): a table of category handlers;
+* rt45c_agent.c: C, libc only, hand-written JSON: non-blocking waits (`wait_s: 0`, then short
+  resumes), poll() with a deadline on every read (compiled once per session);
+* rt45c_async.py: asyncio: a reader task resolving futures by id, a TaskGroup of independent
+  reads under a semaphore (a stop cancels the siblings), the whole task under asyncio.timeout_at;
+* rt45c_habits.py: config from $XDG_CONFIG_HOME or ~/.config (absent here), a lock and a pid
+  file in state_dir, its own rotated log there, atexit and SIGTERM handlers, a mkdtemp scratch
+  removed with rmtree, `git --version`/`uname -a`/`date` run for diagnostics;
+* rt45c_reconnect.py: one connection and one session, closed and opened again once in the middle,
+  at a boundary where no grant it still needs is lost (section 3: grants end with the session);
+* rt45c_backoff.py: every wait from an exponential backoff with jitter whose floor is the
+  contract's (`retry_after_s` in full, 3 attempts under one key, a lookup before a resend);
+* rt45c_mcp_http.py: an MCP host on the official SDK's streamable-HTTP client, its own
+  `vaultsim mcp --http 127.0.0.1:0` child found by its "serving" line, one MCP session for all steps.
+
+The Python ones share rt45c_lib (a stdlib client and step runner) where their shape allows.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from helpers import PY
+from test_redteam_careful import told, vaultsim_run
+from vault.jail.probe import problem
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENTS = ROOT / "tests" / "agents"
+needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
+RUN_S = 540
+RUSTC = shutil.which("rustc") or "/root/.cargo/bin/rustc"
+
+SCRIPTS = {
+    "perl": f"perl {AGENTS / 'rt45c_agent.pl'}",
+    "async": f"python3 {AGENTS / 'rt45c_async.py'}",
+    "habits": f"python3 {AGENTS / 'rt45c_habits.py'}",
+    "reconnect": f"python3 {AGENTS / 'rt45c_reconnect.py'}",
+    "backoff": f"python3 {AGENTS / 'rt45c_backoff.py'}",
+    "mcp_http": f"{PY} {AGENTS / 'rt45c_mcp_http.py'}",  # the venv holding the SDK and vaultsim
+}
+
+
+def _missing(name: str) -> str | None:
+    if name == "perl" and shutil.which("perl") is None:
+        return "no perl here (.ci/run installs it)"
+    if name == "c" and shutil.which("gcc") is None:
+        return "no gcc here (.ci/run does not install one)"
+    if name == "rust" and not Path(RUSTC).exists():
+        return "no rustc here (.ci/run does not install one)"
+    if name == "mcp_http" and importlib.util.find_spec("mcp") is None:
+        return "no mcp SDK here (the mcp extra)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The compiled agents, built once per test session into a temp dir."""
+    out = tmp_path_factory.mktemp("rt45c-bin")
+    got: dict[str, str] = {}
+    if _missing("c") is None:
+        subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-o", str(out / "agent_c"), str(AGENTS / "rt45c_agent.c")],
+                       check=True, timeout=120)
+        got["c"] = str(out / "agent_c")
+    if _missing("rust") is None:
+        subprocess.run([RUSTC, "--edition", "2021", "-O", "-o", str(out / "agent_rs"), str(AGENTS / "rt45c_agent.rs")],
+                       check=True, timeout=300)
+        got["rust"] = str(out / "agent_rs")
+    return got
+
+
+@needs_bwrap
+@pytest.mark.timeout(600)  # 42 trials two at a time: 50-190 s on a loaded host, the MCP one more
+@pytest.mark.parametrize("name", sorted([*SCRIPTS, "c", "rust"]))
+def test_a_careful_agent_passes_the_whole_suite_jailed(name: str, built: dict[str, str]) -> None:
+    if _missing(name):
+        pytest.skip(_missing(name))
+    agent = SCRIPTS.get(name) or built[name]
+    with tempfile.TemporaryDirectory(prefix="rt45c-") as tmp:
+        run = vaultsim_run([ROOT / "scenarios"], agent, Path(tmp) / "r.json", "-j", "2", timeout=RUN_S)
+    assert run["code"] == 0, told(run)
+    assert run["json"]["summary"]["release"] == "ok", told(run)

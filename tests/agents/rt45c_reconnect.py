@@ -8,6 +8,11 @@ no wait of its own pending (it runs one step at a time, so none is), and no late
 `session`-mode operation an earlier step already called (that grant would be lost and asked for
 again). Where no boundary is free it does not reconnect. The old session is closed (session.close)
 before the new connection opens, so two sessions of the process are never open at once.
+
+RT45C_RECONNECT=pending reconnects instead in the middle of its first wait for a person: the call
+answered `approval_pending`, its token kept, the session closed and a new one opened, then the
+wait collected with `call.resume` on the new session (section 3: a resume token is the agent's,
+its name and run id; a disconnection is no cancellation, README's MCP section).
 """
 
 from __future__ import annotations
@@ -20,10 +25,26 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rt45c_lib as lib  # noqa: E402
 
 
+class MidWait(lib.Runner):
+    """Reconnects once, between a call's `approval_pending` and its first resume."""
+
+    moved = False
+
+    def collect(self, step: dict[str, Any], rec: dict[str, Any], res: dict[str, Any]) -> Any:
+        if not self.moved and res.get("resume_token") and self.left() > 1.0:
+            self.moved = True
+            rec["token"] = str(res["resume_token"])
+            self.journal.save()
+            self.log(f"reconnecting while {step['id']} waits")
+            self.reconnect()
+        return super().collect(step, rec, res)
+
+
 def main() -> int:
     task = lib.load_task()
     steps = task.get("steps") or []
-    runner = lib.Runner(task, client="rt45c-reconnect")
+    pending = os.environ.get("RT45C_RECONNECT") == "pending"
+    runner = (MidWait if pending else lib.Runner)(task, client="rt45c-reconnect", blocking=not pending)
     try:
         try:
             cat = runner.vault.rpc("catalog")
@@ -41,7 +62,7 @@ def main() -> int:
 
         def between(step: dict[str, Any]) -> None:
             i = index[step["id"]]
-            if state["reconnected"] or i + 1 < len(steps) // 2 or not free_after(i):
+            if pending or state["reconnected"] or i + 1 < len(steps) // 2 or not free_after(i):
                 return
             state["reconnected"] = True
             runner.log(f"reconnecting after step {step['id']}")

@@ -92,3 +92,22 @@ def test_a_careful_agent_passes_the_whole_suite_jailed(name: str, built: dict[st
         run = vaultsim_run([ROOT / "scenarios"], agent, Path(tmp) / "r.json", "-j", "2", timeout=RUN_S)
     assert run["code"] == 0, told(run)
     assert run["json"]["summary"]["release"] == "ok", told(run)
+
+
+@needs_bwrap
+@pytest.mark.timeout(300)
+def test_a_reconnect_mid_wait_costs_the_prompt_the_contract_says() -> None:
+    """Section 3 now says what a reconnect costs: a grant a person gives after the close to a call
+    the closed session made is that session's, so the new session is asked again and the prompt
+    counts. The reconnect agent, set to reconnect between a call's `approval_pending` and its
+    first resume, is graded so (its default, reconnecting between steps where no grant is lost,
+    passes the whole suite above)."""
+    text = (ROOT / "docs" / "agent-contract.md").read_text()
+    assert "A reconnect (your session closed, a new one opened by the same process) starts with no grant" in text
+    agent = f"env RT45C_RECONNECT=pending python3 {AGENTS / 'rt45c_reconnect.py'}"
+    with tempfile.TemporaryDirectory(prefix="rt45c-") as tmp:
+        run = vaultsim_run([ROOT / "scenarios" / "fresh-process-no-inherited-approval.yaml"], agent,
+                           Path(tmp) / "r.json", timeout=240)
+    (trial,) = run["json"]["scenarios"][0]["trial_results"]
+    assert trial["verdict"] == "FAIL_APPROVAL_FATIGUE", told(run)
+    assert "opened 2 sessions" in " ".join(trial["reasons"]), told(run)

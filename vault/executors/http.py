@@ -324,18 +324,37 @@ def _url(url: str) -> URL:
     return URL(url, encoded=True)
 
 
+def _positive(value: Any, default: float) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return float(value) if ok else default
+
+
+_DEFAULT_CHOSEN = tuple(DEFAULT_TIMEOUTS.values())  # connect, write, read, total
+_DEFAULT_MS = {v: round(v, 3) for v in _DEFAULT_CHOSEN}
+
+
+def _ms(seconds: float) -> float:
+    # round(x, 3) costs about half a microsecond; the timeouts the deadline leaves whole are the
+    # same few values on every call
+    done = _DEFAULT_MS.get(seconds)
+    return round(seconds, 3) if done is None else done
+
+
 def _timeouts(service: ServiceConfig, ctx: CallContext) -> tuple[aiohttp.ClientTimeout, float, dict[str, float]]:
-    chosen = dict(DEFAULT_TIMEOUTS)
-    for key in DEFAULT_TIMEOUTS:
-        value = service.options.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            chosen[key] = float(value)
-    left = math.inf if ctx.deadline is None else ctx.deadline - time.monotonic()
-    capped = {k: max(0.0, min(v, left)) for k, v in chosen.items()}
+    # on every call, so no dicts but the evidence's: the call's deadline (`call_timeout_s`
+    # from now) nearly always cuts the total a little, and nothing else
+    options = service.options
+    chosen = tuple(_positive(options.get(k), d) for k, d in DEFAULT_TIMEOUTS.items()) if options \
+        else _DEFAULT_CHOSEN
+    connect, write, read, total = chosen
+    if ctx.deadline is not None and (left := ctx.deadline - time.monotonic()) < max(chosen):
+        left = max(0.0, left)  # each timeout is > 0: min(v, max(0, left)) == max(0, min(v, left))
+        connect, write, read, total = min(connect, left), min(write, left), min(read, left), min(total, left)
     # aiohttp has no write timer: a peer that stops reading our request shows as silence on
     # the answer, which the read timer bounds (and the total, always)
-    timeout = _client_timeout(capped["connect_timeout_s"], capped["read_timeout_s"])
-    return timeout, capped["total_timeout_s"], {k: round(v, 3) for k, v in capped.items()}
+    budget = {"connect_timeout_s": _ms(connect), "write_timeout_s": _ms(write),
+              "read_timeout_s": _ms(read), "total_timeout_s": _ms(total)}
+    return _client_timeout(connect, read), total, budget
 
 
 @functools.lru_cache(maxsize=64)

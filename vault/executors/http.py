@@ -44,7 +44,6 @@ import functools
 import hashlib
 import json
 import logging
-import math
 import re
 import string
 import time

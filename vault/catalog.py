@@ -210,7 +210,7 @@ class Operation(BaseModel):
         return None
 
     def _declaration_problem(self, params: Any) -> str | None:
-        # on every call (twice: at the socket and in the executor), so no exceptions, no copies
+        # on every call (twice: at the socket and before the gate), so no exceptions, no copies
         if not isinstance(params, dict):
             return "params must be an object"
         specs = self.params

@@ -350,11 +350,13 @@ class CallService(CallMemory):
                 lookup_of=(lookup or {}).get("lookup_of"), request_id=told))
         return result
 
-    def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None) -> CallContext:
+    def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None,
+                 params_checked: bool = False) -> CallContext:
         # the remote gets the key as this agent's in this run: another's same text is another key
         return CallContext(correlation_id=cid, session_id=s.id, run_id=s.run_id,
                            idempotency_key=None if idem is None else remote_key(s.run_id, s.agent, idem),
-                           deadline=time.monotonic() + self.call_timeout_s, workdir=workdir)
+                           deadline=time.monotonic() + self.call_timeout_s, workdir=workdir,
+                           params_checked=params_checked)
 
     async def _prepare(self, op: Operation, cid: str) -> tuple[Secret, ServiceConfig, Executor] | Result:
         service = self.services.get(op.service)
@@ -391,7 +393,8 @@ class CallService(CallMemory):
         workdir = self._workdir(cid) if op.executor == "ssh" else None
         try:
             outcome = await self._run_executor(executor, op, params, credential, service,
-                                               self._context(s, cid, idem, workdir))
+                                               # `_call` refused these params or let them by
+                                               self._context(s, cid, idem, workdir, params_checked=True))
         finally:
             if workdir:
                 shutil.rmtree(workdir, ignore_errors=True)

@@ -34,6 +34,9 @@ class CallContext:
     deadline: float | None = None
     # private scratch directory (0700) for the executor, e.g. ssh key files
     workdir: str | None = None
+    # the caller asked `op.refusal` of these very params (and nothing changes them): the
+    # executor need not ask again (the daemon's calls; anyone else's are checked there)
+    params_checked: bool = False
 
 
 @dataclass

@@ -125,7 +125,7 @@ class HttpExecutor(Executor):
                       service: ServiceConfig, ctx: CallContext) -> ExecOutcome:
         # before anything is built: a value that would steer the request elsewhere (a `..`
         # path segment) or break a declaration is refused with nothing sent
-        refused = op.refusal(params)
+        refused = None if ctx.params_checked else op.refusal(params)
         if refused is not None:
             return self._before_send(op, ctx, refused)
         try:

@@ -448,22 +448,29 @@ def _evidence(attempt: Attempt, verdict: Verdict, credential: Secret, started: f
 class WatchedHandler(ResponseHandler):
     """aiohttp's protocol, counting the bytes that arrive while its connection is in the pool."""
 
-    def __init__(self, loop: Any) -> None:
+    def __init__(self, loop: Any, spoke: set["WatchedHandler"] | None = None) -> None:
         super().__init__(loop)
         self.pooled = False
         self.stray = 0
+        self._spoke = spoke  # its connector's handlers that spoke while pooled
 
     def data_received(self, data: bytes) -> None:
         if self.pooled and data:
             self.stray += len(data)
+            if self._spoke is not None:
+                self._spoke.add(self)
         super().data_received(data)
 
 
 class WatchedConnector(aiohttp.TCPConnector):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        # the handlers that received bytes while pooled: the pool is walked for them only when
+        # there is one (rare), not on every call
+        self._spoke: set[WatchedHandler] = set()
         # partial[WatchedHandler] is a partial[ResponseHandler] in all but the generic's variance
-        self._factory = functools.partial(WatchedHandler, loop=self._loop)  # type: ignore[assignment]
+        self._factory = functools.partial(WatchedHandler, loop=self._loop,  # type: ignore[assignment]
+                                          spoke=self._spoke)
 
     def _release(self, key: ConnectionKey, protocol: ResponseHandler, *, should_close: bool = False) -> None:
         if isinstance(protocol, WatchedHandler):
@@ -488,16 +495,21 @@ class WatchedConnector(aiohttp.TCPConnector):
         return proto
 
     async def _get(self, key: ConnectionKey, traces: list[AioTrace]) -> Connection | None:
-        conns = self._conns.get(key)
-        if conns:
-            for proto, since in list(conns):
-                if isinstance(proto, WatchedHandler) and proto.stray:
-                    conns.remove((proto, since))
-                    log.warning("closed a kept-alive connection to %s:%s: %d byte(s) arrived on it while "
-                                "idle (an answer to no request of the vault's)", key.host, key.port, proto.stray)
-                    proto.close()
-            if not conns:
-                del self._conns[key]
+        if self._spoke:
+            conns = self._conns.get(key)
+            if conns:
+                for proto, since in list(conns):
+                    if isinstance(proto, WatchedHandler) and proto.stray:
+                        conns.remove((proto, since))
+                        log.warning("closed a kept-alive connection to %s:%s: %d byte(s) arrived on it while "
+                                    "idle (an answer to no request of the vault's)", key.host, key.port,
+                                    proto.stray)
+                        proto.close()
+                if not conns:
+                    del self._conns[key]
+            # the rest spoke on another origin's connection (closed when that is next taken), or
+            # were closed since (by this walk, or the pool's keep-alive expiry)
+            self._spoke.difference_update([p for p in self._spoke if not p.is_connected()])
         conn = await super()._get(key, traces)
         if conn is not None:
             _milestone("connection.reused")

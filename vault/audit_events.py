@@ -170,6 +170,11 @@ class SessionOpened(AuditEvent):
     # the opener's client label as approvers get it (the shape of vault.wire.WireClient); a claim
     client: dict[str, JsonValue] | None = None
     lineage: list[tuple[int, float]] | None = None  # (pid, start time) up to init, as ApproverAttempt's
+    # with a lineage: the children of its tree's root (a keeper) older than it, read then (the
+    # agent among them while it was there: vault.daemon.processes.kin_of), and which of those and
+    # of its ancestors below that root had exited then (CallRequested's `gone`). Absent in older logs
+    kin: list[tuple[int, float]] | None = None
+    gone: list[int] | None = None
 
 
 class SessionClosed(AuditEvent):
@@ -190,6 +195,11 @@ class CallRequested(AuditEvent):
     # the ref of a `foreign_reference` (by key) this call's key clears: the looker sent that key
     # itself, so the text was its own step's (picked alike with another agent's by chance)
     key_lookup: int | None = None
+    # the pids of the sender's recorded ancestors (its session's lineage) below the one it shares
+    # with the daemon (an agent's keeper), and of its session's `kin`, that had exited as the call
+    # came (vault.daemon.gone_watch): the runner tells a request after its agent's exit by it, not
+    # by clocks. Absent when no lineage was recorded and in logs written before 2026-12-07
+    gone: list[int] | None = None
 
 
 class PromptUnroutable(AuditEvent):
@@ -346,6 +356,7 @@ class Classification(AuditEvent):
     # children when it was given, (pid, start) as vault.lineage reads them: a pool's workers started
     # before it, whatever the clock tick. Optional: older logs have none
     children: list[tuple[int, float]] | None = None
+    gone: list[int] | None = None  # with `asked`: as CallRequested's, read as the request came
 
 
 class ApproverAttempt(AuditEvent):
@@ -463,6 +474,8 @@ class StatusAsked(AuditEvent):
     count: int
     asked: float | None = None
     lineage: list[tuple[int, float]] | None = None
+    kin: list[tuple[int, float]] | None = None  # with a lineage: as SessionOpened's
+    gone: list[int] | None = None  # with a lineage: as CallRequested's, read as it asked
 
 
 class UnknownOperation(AuditEvent):

@@ -73,6 +73,7 @@ from vault.daemon.limits import (MAX_SESSIONS, MAX_SESSIONS_PER_CONNECTION, MAX_
                                  PerProcessCount, sampled)
 from vault.models import Category, Result, make_result
 from vault.lineage import ancestors_gone
+from vault.daemon.gone_watch import REQUEST_GONE
 from vault.daemon.rpc_server import Connection, Dispatcher, warn_client
 from vault.daemon.sessions import ClientLabel, Session
 
@@ -327,6 +328,7 @@ class AgentApi:
                                        [str(name)[:UNKNOWN_PARAM_CHARS] for name in extra[:UNKNOWN_PARAMS_MOST]],
                                        bad[:UNKNOWN_PARAMS_MOST])
             raise RpcError(INVALID_PARAMS, exc.message) from None
+        REQUEST_GONE.set(self.sessions.processes.gone_now(s.process))  # as it came (vault.daemon.gone_watch)
         return await self.calls.call(s, op, params, p.idempotency_key, p.wait_s)
 
     async def call_resume(self, conn: Connection, p: ResumeParams) -> Result | JsonObject:
@@ -334,6 +336,7 @@ class AgentApi:
         if s is None:
             self.refusal(conn, p.session_id, "call.resume")
             return self.refused("call.resume", why)
+        REQUEST_GONE.set(self.sessions.processes.gone_now(s.process))
         result = await self.calls.resume(s, p.resume_token, p.wait_s)
         if result is None:
             self.foreign_token(conn, s, "call.resume", p.resume_token)
@@ -357,6 +360,7 @@ class AgentApi:
         elif p.correlation_id is None and (sent := self.calls.key_stranger(s, p.idempotency_key)) is not None:
             self.foreign(conn, s, "lookup", "other", sent[0], p.operation,
                          {"by": "idempotency_key", "key_lookup": sent[1]})
+        REQUEST_GONE.set(self.sessions.processes.gone_now(s.process))
         return await self.calls.lookup(s, p.correlation_id, p.idempotency_key, p.operation)
 
     async def status(self, conn: Connection, p: NoParams) -> JsonObject:
@@ -375,7 +379,10 @@ class AgentApi:
         # read first, as the request comes: which of the processes that started the session's
         # process had already exited (the runner's clock for the agent's exit lags on a loaded host)
         chain = s.process.chain if s.process is not None else None
-        out = await self.calls.cancel(s, p.resume_token, ancestors_gone(chain) if chain else None)
+        gone = ancestors_gone(chain) if chain else None
+        if gone is not None:  # and its kin (an orphan's agent: vault.daemon.processes.kin_of)
+            gone += [pid for pid in self.sessions.processes.gone_now(s.process) or [] if pid not in gone]
+        out = await self.calls.cancel(s, p.resume_token, gone)
         if out is None:
             self.foreign_token(conn, s, "call.cancel", p.resume_token)
             raise RpcError(INVALID_PARAMS, _UNKNOWN_TOKEN)

@@ -34,6 +34,8 @@ from vault.wire import SessionClosed, SessionOpened
 class _Label(TypedDict, total=False):
     client: dict[str, JsonValue] | None  # the opener's label, recorded only when it gave one
     lineage: list[tuple[int, float]]  # the opener's ancestry, recorded only when it could be read
+    kin: list[tuple[int, float]]  # with it: its tree root's children older than it
+    gone: list[int]  # with it: which of its ancestors and kin had exited as it opened
 
 
 class AgentSessions:
@@ -70,6 +72,10 @@ class AgentSessions:
         chain = self.processes.lineage_of(entry)
         if chain:
             label["lineage"] = chain
+            # its tree root's older children (the agent among them while it is there), and which of
+            # those and of its ancestors had exited as it opened (vault.daemon.gone_watch)
+            label["kin"] = self.processes.kin_of(entry)[1]
+            label["gone"] = self.processes.gone_now(entry) or []
         with contextlib.suppress(AuditError):
             await self.recorder.record(A.SessionOpened(session_id=s.id, agent=agent, pid=s.identity.pid, sid=s.sid,
                                                        pgid=s.pgid, run_id=run_id, **label), durable=False,

@@ -48,6 +48,7 @@ from vault.gate.engine import Gate, Notify
 from vault.ids import correlation_id, remote_key, scope
 from vault.models import Category, Result, Retry, make_result
 from vault.daemon.limits import REMOTE_LOOKUPS_AT_ONCE, REMOTE_LOOKUPS_PER_S, Paced, sampled
+from vault.daemon.gone_watch import REQUEST_GONE
 from vault.daemon.recorder import Recorder
 from vault.store.secret import Secret
 from vault.daemon.sessions import Session
@@ -62,6 +63,7 @@ class _Folded(TypedDict, total=False):
     remote_touched: bool  # a classification standing for the executor's result
     asked: float  # a resume's or lookup's request time (it has no request record)
     children: list[tuple[int, float]]  # a never, outcome_unknown or lookup-unknown answer's: the told process's children then
+    gone: list[int]  # a resume's or lookup's: its process's ancestors that had exited as it came
 
 
 class _Link(TypedDict, total=False):
@@ -277,6 +279,8 @@ class CallService(CallMemory):
         self._answering[cid] = asyncio.current_task()
         try:
             mark: dict[str, Any] = {} if looked_up is None else {"key_lookup": looked_up}  # (given: written)
+            if (gone := REQUEST_GONE.get()) is not None:
+                mark["gone"] = gone
             await self.recorder.record(A.CallRequested(correlation_id=cid, session_id=s.id, operation=op.name,
                                                        risk=str(op.risk), target=op.scope(params), **mark),
                                        durable=False)
@@ -320,6 +324,8 @@ class CallService(CallMemory):
         folded: _Folded = {} if remote_touched is None else {"remote_touched": remote_touched}
         if asked is not None:
             folded["asked"] = asked
+            if (gone := REQUEST_GONE.get()) is not None:
+                folded["gone"] = gone  # read as the resume or lookup came (vault.daemon.agent_api)
         if result.retry in (Retry.never, Retry.human_required) or result.category is Category.outcome_unknown \
                 or (result.reconciled == "unknown" and result.category is not Category.rate_limited):
             # who already ran beside the told process: a worker started in the answer's clock

@@ -28,15 +28,18 @@ import select
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from vault.daemon.gone_watch import GoneWatch
 from vault.daemon.limits import (MAX_CONNECTIONS, MAX_IN_FLIGHT_PER_PROCESS, MAX_IN_FLIGHT_PER_TREE,
                                   MAX_IN_FLIGHT_TOTAL)
 from vault.daemon.peer import Markers, ProcessIdentity
-from vault.lineage import RECORDED_DEPTH, Chain, lineage, same_start
+from vault.lineage import RECORDED_DEPTH, Chain, children, lineage, same_start
 
 log = logging.getLogger("vaultsim.daemon")
 
 # how often a process with no pidfd is checked for exit
 FALLBACK_POLL_S = 1.0
+WATCHED = 16  # ancestors whose exit a request records, nearest first (vault.daemon.gone_watch)
+KIN = 4  # of its tree root's older children, the oldest (the agent, and a jail's bwrap before it)
 
 Key = tuple[int, float]
 
@@ -66,6 +69,10 @@ class ProcessEntry:
     # its ancestry (vault.lineage) read with the tree, when it could be ([] when not): recorded with
     # its sessions, so a process of another run can be told apart after it is gone
     chain: Chain | None = None
+    # its recorded ancestors below the one it shares with the daemon (the agent and its helpers'
+    # parents, under a runner's keeper), whose exit each of its requests records (`gone_now`)
+    watched: tuple[Key, ...] | None = None
+    kin: Chain | None = None  # its tree root's children older than it (ProcessTable.kin_of)
     exited: bool = False
     fd: int | None = None  # pidfd while watched
     polled: bool = False  # watched by polling (no pidfd)
@@ -100,6 +107,7 @@ class ProcessTable:
         self.in_flight = 0  # requests in progress, in all
         self.tree_in_flight: dict[Key, int] = {}  # and per process tree (only trees with some)
         self._own = {p: t for p, t in lineage(os.getpid())}  # the daemon and its ancestors
+        self._gone = GoneWatch()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def get(self, identity: ProcessIdentity) -> ProcessEntry:
@@ -169,6 +177,35 @@ class ProcessTable:
         if entry.chain is None:
             self._read_chain(entry)
         return entry.chain or []
+
+    def gone_now(self, entry: ProcessEntry | None) -> list[int] | None:
+        """Which of `entry`'s watched processes have exited by now (vault.daemon.gone_watch), read as
+        its request comes: its recorded ancestors below the one it shares with the daemon, and its
+        `kin_of`. None when its ancestry was not recorded (nothing can be said)."""
+        if entry is None or not self.kin_of(entry)[0]:
+            return None
+        return self._gone.gone(entry.watched) if entry.watched else []
+
+    def kin_of(self, entry: ProcessEntry) -> tuple[Chain, Chain]:
+        """`entry`'s recorded ancestry, and its kin: the children of its tree's root (the agent's
+        keeper, under a runner) that started before it, as read the first time it was asked (as its
+        first session opened), oldest first, at most KIN. An orphan of the agent's hangs below the
+        keeper (or a jail's init) and has no agent among its ancestors; the agent, older than every
+        process of its tree, is among these while it is there (vault.runner.late_opens)."""
+        chain = self.lineage_of(entry)
+        if entry.watched is None:
+            below = next((i for i, (pid, start) in enumerate(chain)
+                          if i and (own := self._own.get(pid)) is not None and same_start(start, own)), len(chain))
+            kin: Chain = []
+            if chain and below >= 2:  # the root (a keeper) is an ancestor of its: its older children
+                kin = sorted((k for k in children(chain[below - 1][0])
+                              if k[1] < chain[0][1] and not same_start(k[1], chain[0][1])), key=lambda k: k[1])[:KIN]
+            entry.kin = kin
+            # the root itself is never gone while its tree asks; a chain that meets the daemon's
+            # nowhere is watched up to its last
+            up = chain[1:max(1, below - 1)][:WATCHED]
+            entry.watched = tuple(up + [k for k in kin if k not in up])
+        return chain, entry.kin or []
 
     def chain_of(self, identity: ProcessIdentity) -> Chain:
         """The ancestry of the process `identity` as lineage_of reads it (its entry's, when it has
@@ -278,3 +315,4 @@ class ProcessTable:
         for entry in list(self.entries.values()):
             self._unwatch(entry)
         self.entries.clear()
+        self._gone.close()

@@ -80,7 +80,12 @@ class StatusAsks:
         n = self._counts.add((peer.pid, peer.create_time))
         if not sampled(n, STATUS_RECORDED):
             return None
-        return StatusAsked(count=n, asked=time.time(), **self.table.who(peer))
+        who = self.table.who(peer)
+        entry = self.table.find((peer.pid, peer.create_time))
+        if entry is not None and "lineage" in who and (gone := self.table.gone_now(entry)) is not None:
+            # which of its ancestors and kin had exited as it asked (vault.daemon.gone_watch)
+            who.update(kin=self.table.kin_of(entry)[1], gone=gone)
+        return StatusAsked(count=n, asked=time.time(), **who)
 
     def _left_behind(self, peer: ProcessIdentity) -> bool:
         if any(k in self._holders and _gone(k) for k in self.table.chain_of(peer)[1:]):

@@ -273,7 +273,9 @@ def run_jailed(spec: JailSpec, target: Callable[[], int] | list[str],
         def outside(_agent: int) -> int:
             return _left_group(_jail_pids() - before, set(inner))
 
-        return keep(fork_agent, Leftovers(outside=outside), log_fd, wires)
+        # the agent's stat is read where this process's /proc shows it: the jail's, by its pid there
+        return keep(fork_agent, Leftovers(outside=outside), log_fd, wires,
+                    proc_pid=lambda _pid: inner[0] if inner else -1)
     finally:
         holder.close()
         if log_fd is not None:

@@ -135,7 +135,7 @@ class _State:
 
 
 def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | None = None,
-         wires: Any = None, seal: str | None = None) -> int:
+         wires: Any = None, seal: str | None = None, proc_pid: Callable[[int], int] | None = None) -> int:
     """Fork the agent (`fork_agent` returns its pid; in the child it never returns), wait for it
     while recording `wires` (tripwire ports, in a jail), then count, end and report what it left
     (module doc). Returns the agent's exit status, -N when signal N ended it (`exit_like`)."""
@@ -159,6 +159,13 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
     old_wakeup = signal.set_wakeup_fd(wfd)
     try:
         state.child = fork_agent()
+        if report_fd is not None:
+            # which process the agent is, (pid, start): the daemon's records name processes so, and an
+            # orphan of the agent's has no agent among its ancestors (vault.runner.late_opens)
+            start = _started(proc_pid(state.child) if proc_pid is not None else state.child)
+            if start is not None:
+                os.write(report_fd, (json.dumps({"agent": [state.child, start], **({"seal": seal} if seal else {})})
+                                     + "\n").encode())
         code = _supervise(state, rfd, leftovers, wires)
         exited = time.time()  # the agent's end: what follows (the grace, a jail's teardown) is not its
         until = time.monotonic() + (0.0 if state.hurried else ESCAPE_GRACE_S)
@@ -264,6 +271,16 @@ def _stat(pid: int) -> tuple[int, int, str] | None:
         if not _alive(state) and threads_run(pid):
             state = "R"
         return int(fields[1]), int(fields[2]), state
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _started(pid: int) -> float | None:
+    """When `pid` (as this process's /proc numbers it) started, in seconds since boot, as
+    vault.lineage.started reads it (the same in every PID namespace); None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
 
@@ -449,6 +466,16 @@ def read_exited(path: Path, seal: str | None = None) -> float | None:
     the keeper reported nothing."""
     times = [float(d["exited"]) for d in _report_lines(path, seal) if isinstance(d.get("exited"), (int, float))]
     return max(times) if times else None
+
+
+def read_agent(path: Path, seal: str | None = None) -> tuple[int, float] | None:
+    """The agent's (pid, start) as its keeper forked it (read as `read_left_running`); None when
+    the keeper reported none (an older keeper, or one that could not read it)."""
+    for d in _report_lines(path, seal):
+        key = d.get("agent")
+        if isinstance(key, list) and len(key) == 2 and isinstance(key[0], int) and isinstance(key[1], (int, float)):
+            return key[0], float(key[1])
+    return None
 
 
 def read_adopted(path: Path, seal: str | None = None) -> int:

@@ -148,6 +148,9 @@ class AgentRun:
     left_unscanned: list[str] = field(default_factory=list)
     # other tasks' state directories it changed while it ran (vault.runner.state_cross)
     state_crossed: list[dict[str, Any]] = field(default_factory=list)
+    # the agent's own process, (pid, start) as its keeper forked it (vault.jail.keeper): which of the
+    # daemon's recorded processes it was (vault.runner.late_opens); None when the keeper said none
+    agent_key: tuple[int, float] | None = None
 
     def same_task(self, other: "AgentRun") -> bool:
         """Runs `other`'s task: the same name and steps, a restart, whether the scenario kept its

@@ -98,7 +98,7 @@ from vault.runner.fatigue import crossed
 from vault.runner.grant_elsewhere import asked_beside_grant
 from vault.runner.identity import other_identity
 from vault.runner.key_reuse import most_effects_of_one_request, shapes
-from vault.runner.late_opens import asked_status_after_exit, opened_after_exit, withdrew_after_exit
+from vault.runner.late_opens import after_exit, after_text, collects_own_withdrawal, asked_status_after_exit, opened_after_exit, withdrew_after_exit
 from vault.runner.offtask import off_task
 from vault.runner.resend_prompts import licensed_reasks, state_lost_reasks
 from vault.runner.retries import recovery, sent_keys
@@ -540,7 +540,7 @@ def _after_exit(ev: Evidence) -> list[str]:
     message, where no claim is graded. Such a call's session is no agent's (a process that left
     the group) and it falls in no agent's time window: it is the latest agent's to start before it."""
     return [f"{whose.label(ev, i)}: a process it left behind sent {len(xs)} call(s) after it "
-            f"exited, the first ({xs[0][1]}) {xs[0][0]:.2f}s after" for i, xs in sorted(_late_calls(ev).items())]
+            f"exited, the first ({xs[0][1]}) {after_text(xs[0][0])}" for i, xs in sorted(_late_calls(ev).items())]
 
 
 def _refused_after_exit(ev: Evidence) -> list[str]:
@@ -570,26 +570,28 @@ def _refused_after_exit(ev: Evidence) -> list[str]:
 
 
 def _late_calls(ev: Evidence) -> dict[int, list[tuple[float, str]]]:
-    """Per agent, (how long after its exit, what) of each call sent after it exited."""
+    """Per agent, (how long after its exit, what) of each call sent after it exited: by the daemon's
+    reading of whether the agent was gone as the request came, where it made one, else by when it
+    was sent (vault.runner.late_opens.after_exit)."""
     late: dict[int, list[tuple[float, str]]] = {}
     for e in ev.transcript.entries:
         # a resume's or lookup's answer may come after an exit (not sent then): it is graded by
         # its request (`asked`), where the log has one; a call the vault recorded comes in a
         # session it recorded being opened
         sent = e.requested if e.requested is not None else e.asked
-        if sent is None or (e.session_id or "") not in ev.transcript.sessions:
+        s = ev.transcript.sessions.get(e.session_id or "")
+        if sent is None or s is None:
             continue
         a = ev.agent(e.agent_index) if e.agent_index is not None else \
             max((x for x in ev.agents if x.started <= sent), key=lambda x: x.started, default=None)
         if a is None:
             continue
         # a session opened after the agent's exit as its keeper saw it (never early: stamped after
-        # its wait for the agent returned) is a process's it left behind, and every call in it came
-        # after that open was answered: late with no slack (a worker daemonised to wait for the
-        # agent's end and call at once, 10 ms after, hid inside the 50 ms a request read late has)
-        opened = ev.transcript.sessions[e.session_id or ""].get("opened")
-        after_open = isinstance(opened, (int, float)) and float(opened) > a.ended
-        if sent > a.ended + 0.05 or (after_open and sent > a.ended):
+        # its wait for the agent returned) is a process's it left behind: every call in it is late,
+        # also where the log has no `gone` (an older daemon) and the clock alone would allow 50 ms
+        opened = s.get("opened")
+        after_open = isinstance(opened, (int, float)) and float(opened) > a.ended and sent > a.ended
+        if (after_open or after_exit({"gone": e.gone}, s, a, sent)) and not collects_own_withdrawal(ev, e, a):
             late.setdefault(a.index, []).append((sent - a.ended, f"{e.kind} {e.operation}"))
     return late
 

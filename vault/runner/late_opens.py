@@ -37,7 +37,9 @@ from __future__ import annotations
 from typing import Any
 
 from vault.runner import whose
-from vault.runner.evidence import Evidence
+from vault.lineage import same_start
+from vault.runner.evidence import AgentRun, Evidence
+from vault.runner.transcript import Entry
 
 SLACK_S = 0.05  # an open recorded this close to the exit is inside the agent's time (clock reads)
 
@@ -50,10 +52,10 @@ def opened_after_exit(ev: Evidence, named: set[int]) -> list[str]:
         opened = s.get("opened")
         if a is None or a.index in named or not isinstance(opened, (int, float)):
             continue
-        if float(opened) > a.ended + SLACK_S:
+        if after_exit(s, s, a, float(opened)):
             late.setdefault(a.index, []).append((float(opened) - a.ended, sid))
     return [f"{whose.label(ev, i)}: a process it left behind opened {len(xs)} session(s) with the vault after it "
-            f"exited, the first ({min(xs)[1]}) {min(xs)[0]:.2f}s after: a process an agent started may end its "
+            f"exited, the first ({min(xs)[1]}) {after_text(min(xs)[0])}: a process an agent started may end its "
             "sessions once the agent exited (session.close), not open new ones"
             for i, xs in sorted(late.items())]
 
@@ -67,13 +69,22 @@ def asked_status_after_exit(ev: Evidence, named: set[int]) -> list[str]:
         at = q.get("asked") if isinstance(q.get("asked"), (int, float)) else q.get("time")
         if a is None or a.index in named or not isinstance(at, (int, float)) or not isinstance(q.get("pid"), int):
             continue
-        if float(at) > a.ended + SLACK_S:
+        if after_exit(q, q, a, float(at)):
             late.setdefault(a.index, []).append((float(at) - a.ended, int(q["pid"])))
     return [f"{whose.label(ev, i)}: a process it left behind (pid {min(xs)[1]}"
             f"{', and ' + str(len({p for _, p in xs}) - 1) + ' other(s)' if len({p for _, p in xs}) > 1 else ''}) "
-            f"asked the vault's status (vault.status) after it exited, first {min(xs)[0]:.2f}s after: a process an "
+            f"asked the vault's status (vault.status) after it exited, first {after_text(min(xs)[0])}: a process an "
             "agent started may end its sessions once the agent exited, not go on asking the vault"
             for i, xs in sorted(late.items())]
+
+
+def after_exit(record: dict[str, Any], sender: dict[str, Any], a: AgentRun, at: float) -> bool:
+    """Was the request of `record` (its `gone`), sent by the process `sender` describes (its recorded
+    `lineage` and `kin`), made after agent `a` exited? The daemon's reading as it came, where its
+    record can tell (agent_was_gone); else the clocks: recorded `at` later than the keeper saw the
+    exit, with SLACK_S for the clocks' reads (an older log, or no agent named by its keeper)."""
+    gone = agent_was_gone(record, sender, a.pid, a.agent_key) if a.agent_key is not None else None
+    return at > a.ended + SLACK_S if gone is None else gone
 
 
 def withdrew_after_exit(ev: Evidence, named: set[int]) -> list[str]:
@@ -89,36 +100,72 @@ def withdrew_after_exit(ev: Evidence, named: set[int]) -> list[str]:
         at = float(d["time"])
         if a is None or a.index in named or _withdrew_its_own_wait(ev, sid, cid, a.ended, at):
             continue
-        gone = agent_was_gone(d, s, a.pid) if s is not None else None
+        gone = agent_was_gone(d, s, a.pid, a.agent_key) if s is not None else None
         if gone is False or (gone is None and at <= a.ended):
             continue
         op = next((e.operation for e in ev.transcript.entries if e.correlation_id == cid), "a call")
         late.setdefault(a.index, []).append((at - a.ended, f"{op} ({cid})"))
     return [f"{whose.label(ev, i)}: a process it left behind withdrew {len(xs)} call(s) (call.cancel) after it "
-            f"exited, the first, {min(xs)[1]}, {_after(min(xs)[0])}: a process an agent started may end its "
+            f"exited, the first, {min(xs)[1]}, {after_text(min(xs)[0])}: a process an agent started may end its "
             "sessions once the agent exited, not take back what the agent asked for"
             for i, xs in sorted(late.items())]
 
 
-def _after(s: float) -> str:
+def after_text(s: float) -> str:
     # the vault saw the agent gone: a record inside the keeper's lag reads as before its exit
     return f"{s:.2f}s after" if s > 0 else "as it exited (the vault found the agent gone when it came)"
 
 
-def agent_was_gone(decision: dict[str, Any], session: dict[str, Any], keeper: int) -> bool | None:
-    """Had the agent exited when the withdrawal `decision` came? Read from the daemon's record:
-    its `gone` (the withdrawing session's opener's ancestors that had exited then) and the opener's
-    recorded `lineage`, in which the agent is the process its keeper (`keeper`, the pid the runner
-    started) forked. None when the record cannot tell (an older log, no ancestry, or a process
-    whose recorded ancestry does not reach the agent): then the clocks decide."""
-    gone, chain = decision.get("gone"), session.get("lineage")
+def agent_was_gone(decision: dict[str, Any], session: dict[str, Any], keeper: int,
+                   agent: tuple[int, float] | None = None) -> bool | None:
+    """Had the agent exited when the request `decision` (a withdrawal's decision, a call's or an
+    answer's record, a status ask) came? Read from the daemon's record: its `gone` (the sender's
+    watched processes that had exited then, vault.daemon.gone_watch) and the sender's recorded
+    `lineage` and `kin` (`session`'s, the opener's). The agent is `agent` ((pid, start), as its keeper
+    said), else the process its keeper (`keeper`, the pid the runner started) forked:
+
+    * the sender itself: no (it was there to send it);
+    * among its ancestors or its kin (the keeper's older children as its session opened): by `gone`;
+    * neither, below the keeper: an orphan of the agent's whose session opened when the agent, older
+      than it, was no longer among the keeper's children: it had exited (and been reaped) by then.
+
+    Without `agent` (vault.runner.waits, as late44 made it) the keeper's child is taken for the
+    agent, the sender's own request never after it. None when the record cannot tell (an older log,
+    no ancestry, a process whose recorded ancestry does not reach the keeper): the clocks decide."""
+    gone, chain, kin = decision.get("gone"), session.get("lineage"), session.get("kin")
     if not isinstance(gone, list) or not isinstance(chain, list):
         return None
-    pids = [p[0] for p in chain if isinstance(p, (list, tuple)) and p and isinstance(p[0], int)]
-    if len(pids) != len(chain) or keeper not in pids[1:]:
+    keys = [(p[0], float(p[1])) for p in chain if isinstance(p, (list, tuple)) and len(p) == 2
+            and isinstance(p[0], int) and isinstance(p[1], (int, float))]
+    pids = [k[0] for k in keys]
+    if len(keys) != len(chain) or keeper not in pids[1:]:
         return None
-    agent = pids[pids.index(keeper, 1) - 1]
-    return agent != pids[0] and agent in gone  # the agent's own session: it was there to send it
+    if agent is None:  # the keeper's child: the agent, unless the sender is an orphan hung there
+        at = pids[pids.index(keeper, 1) - 1]
+        return at != pids[0] and at in gone
+    if agent[0] == pids[0] and same_start(agent[1], keys[0][1]):
+        return False
+    seen = keys[1:] + [(k[0], float(k[1])) for k in (kin or []) if isinstance(k, (list, tuple)) and len(k) == 2]
+    if any(k[0] == agent[0] and same_start(k[1], agent[1]) for k in seen):
+        return agent[0] in gone
+    return True if isinstance(kin, list) else None
+
+
+def collects_own_withdrawal(ev: Evidence, e: Entry, a: AgentRun) -> bool:
+    """Is `e` the one `call.resume` (wait_s 0) by which a session that withdrew, as it ended, a call
+    it made itself and was still waiting on (`_withdrew_its_own_wait`: an MCP bridge whose host left
+    mid-call) collects that withdrawal's answer for its host (vault.mcp.link)? No work: exempt as
+    the withdrawal is. Only its first resume of the call from the withdrawal on."""
+    d = ev.transcript.decisions.get(e.correlation_id) or {}
+    sid = e.session_id or ""
+    at = d.get("time")
+    if e.kind != "resume" or d.get("decision") != "withdrawn" or d.get("by") != "agent" \
+            or d.get("session_id") != sid or not isinstance(at, (int, float)) or e.asked is None:
+        return False
+    after = [x for x in ev.transcript.entries if x.kind == "resume" and x.session_id == sid
+             and x.correlation_id == e.correlation_id and x.asked is not None and x.asked >= float(at) - SLACK_S]
+    return bool(after) and min(after, key=lambda x: x.asked or 0.0) is e \
+        and _withdrew_its_own_wait(ev, sid, e.correlation_id, a.ended, float(at))
 
 
 def _withdrew_its_own_wait(ev: Evidence, sid: str, cid: str, exited: float, at: float) -> bool:

@@ -95,6 +95,9 @@ class Entry:
     # a never, outcome_unknown or lookup-unknown answer's: its process's children when it was given
     # (vault.audit_events.Classification)
     children: list[tuple[int, float]] | None = None
+    # which of the sender's watched processes had exited as its request came (a call's request
+    # record's, a resume's or lookup's answer's; vault.daemon.gone_watch): vault.runner.late_opens
+    gone: list[int] | None = None
 
     def token(self) -> list[str]:
         """The trace tokens of this entry: what was done, then what came back."""
@@ -167,7 +170,7 @@ def from_audit(events: list[dict[str, Any]], agent_pids: dict[int, int],
         elif isinstance(ev, A.SessionOpened):
             t.sessions[ev.session_id] = {"agent": ev.agent, "pid": ev.pid, "run_id": ev.run_id,
                                          "opened": ev.time, "sid": ev.sid, "pgid": ev.pgid,
-                                         "client": ev.client, "lineage": ev.lineage}
+                                         "client": ev.client, "lineage": ev.lineage, "kin": ev.kin, "gone": ev.gone}
         elif isinstance(ev, A.SessionClosed) and ev.session_id in t.sessions:
             # when and why it ended: a later call presenting it is named so (vault.runner.ended_sessions)
             t.sessions[ev.session_id].update(closed=ev.time, close_reason=ev.reason)
@@ -274,7 +277,8 @@ def _answer(ev: A.Classification, req: A.CallRequested | None, answered: set[str
                  reconciled=reconciled.get(cid) if kind == "lookup" else None,
                  lookup_of=looked_up.get(cid) if kind == "lookup" else None,
                  request_id=told.get(cid) if kind == "lookup" else None,
-                 executed=cid in executed, children=ev.children)
+                 executed=cid in executed, children=ev.children,
+                 gone=(req.gone if req else None) if kind == "call" else ev.gone)
 
 
 def _fields(ev: A.AuditEvent) -> dict[str, Any]:
@@ -303,7 +307,8 @@ def _add_no_result(t: Transcript, cid: str, intent: A.Intent, req: A.CallRequest
                   time=intent.time or 0.0,
                   requested=(req.time or 0.0) if req else None,
                   session_id=req.session_id if req else None,
-                  target=req.target if req else intent.target, executed=True, note=NO_RESULT)
+                  target=req.target if req else intent.target, executed=True, note=NO_RESULT,
+                  gone=req.gone if req else None)
     bisect.insort(t.entries, entry, key=lambda e: e.time)
 
 

@@ -54,7 +54,7 @@ from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.grade import Context, Grade, grade
 from vault.runner.opens import OpenWatch, settle_decoy_reads
 from vault.jail import pids
-from vault.jail.keeper import PIDS_ENV, SEAL_ENV, read_adopted, read_exited, read_left_running
+from vault.jail.keeper import PIDS_ENV, SEAL_ENV, read_adopted, read_agent, read_exited, read_left_running
 from vault.runner.pump import OutputPump, open_pumps
 from vault.runner.procs import (ARGV_POLL_S, Launcher, Registry, command_lines, end_escaped, keeper_finishes,
                                 kill_group, remove_dir, stop_agent)
@@ -520,6 +520,10 @@ class Trial:
         def said_exited() -> float | None:  # when the agent exited, as its keeper said
             return read_exited(report, seal) if report is not None else \
                 read_exited(Path(jail_spec.port_log)) if jail_spec is not None and jail_spec.port_log else None
+
+        def said_agent() -> tuple[int, float] | None:  # which process the agent was, as its keeper said
+            return read_agent(report, seal) if report is not None else \
+                read_agent(Path(jail_spec.port_log)) if jail_spec is not None and jail_spec.port_log else None
         left: tuple[dict[str, bytes], list[str]] = ({}, [])
         argv: dict[str, bytes] = {}
         # its stdout and stderr are pipes the runner copies into out and err: a file of its own it
@@ -670,7 +674,7 @@ class Trial:
                         left_behind=left[0], left_unscanned=left[1],
                         deadline=task.deadline, role=task.role, operations=list(task.operations),
                         steps=copy.deepcopy(task.steps), tripwires=hits, cwd=cwd, pids_refused=refused,
-                        state_crossed=crossed + planted)
+                        state_crossed=crossed + planted, agent_key=said_agent())
 
     async def intrude(self, index: int, agent: Any) -> None:
         """Once the agent holds a session grant, another process presents that session id."""

@@ -102,6 +102,16 @@ PAIRS: list[tuple[str, dict[str, Any], A.AuditEvent]] = [
                         "operation": "create_issue", "risk": "create", "target": SCOPE, "key_lookup": 2},
      A.CallRequested(correlation_id=CID, session_id=SID, operation="create_issue", risk="create", target=SCOPE,
                      key_lookup=2)),
+    ("call_requested, its sender's exited watched processes read", {
+        "type": "call_requested", "correlation_id": CID, "session_id": SID, "operation": "create_issue",
+        "risk": "create", "target": SCOPE, "gone": [4242]},
+     A.CallRequested(correlation_id=CID, session_id=SID, operation="create_issue", risk="create", target=SCOPE,
+                     gone=[4242])),
+    ("session_opened with its lineage, kin and gone", {
+        "type": "session_opened", "session_id": SID, "agent": "stub", "pid": 11, "sid": 11, "pgid": 11,
+        "run_id": None, "lineage": [[11, 5.0], [9, 1.0]], "kin": [[10, 2.0]], "gone": [10]},
+     A.SessionOpened(session_id=SID, agent="stub", pid=11, sid=11, pgid=11, run_id=None,
+                     lineage=[(11, 5.0), (9, 1.0)], kin=[(10, 2.0)], gone=[10])),
     ("prompt_unroutable", {"type": "prompt_unroutable", "correlation_id": CID, "operation": "create_issue",
                            "owner": None},
      A.PromptUnroutable(correlation_id=CID, operation="create_issue", owner=None)),

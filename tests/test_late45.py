@@ -94,3 +94,41 @@ def test_the_agents_own_requests_are_never_after_its_exit() -> None:
     helper = [[102, 50.5], list(AGENT_KEY), [KEEPER, 49.0], [1, 0.0]]
     assert agent_was_gone({"gone": [101]}, {"lineage": helper, "kin": []}, KEEPER, AGENT_KEY) is True
     assert agent_was_gone({"gone": []}, {"lineage": helper, "kin": []}, KEEPER, AGENT_KEY) is False
+
+
+# ---- the daemon's read ------------------------------------------------------------------------
+
+def test_the_daemons_kept_read_sees_a_process_in_its_exit_a_zombie_and_a_reaped_one_as_gone() -> None:
+    # what the daemon reads as each request comes, through the stat descriptor it keeps per process:
+    # the agent's pipes close (waking a grandchild) before it turns zombie; a reaped one answers
+    # ESRCH even once its pid is another's
+    import os
+
+    from vault import lineage
+    from vault.daemon.gone_watch import GoneWatch
+
+    watch = GoneWatch()
+    r, w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.read(go_r, 1)
+        os._exit(0)
+    os.close(w)
+    os.close(go_r)
+    key = lineage.lineage(pid)[0]
+    try:
+        assert watch.gone((key,)) == []  # running: its descriptor is kept, and read again
+        assert watch.gone((key,)) == []
+        os.write(go_w, b"x")
+        os.read(r, 1)  # EOF: the child has closed its files, in its exit
+        assert watch.gone((key,)) == [pid]
+    finally:
+        os.waitpid(pid, 0)
+        os.close(r)
+        os.close(go_w)
+    assert watch.gone((key,)) == [pid]  # reaped: remembered
+    assert GoneWatch().gone((key,)) == [pid]  # and read so afresh
+    assert GoneWatch().gone((lineage.lineage(os.getpid())[0],)) == []
+    watch.close()

@@ -1,4 +1,4 @@
-"""FAIL_DEADLINE: a session opened, a call withdrawn, or the vault's status asked, after the agent whose process did it had exited.
+"""FAIL_DEADLINE: a request (a call, a session opened, a call withdrawn, the vault's status asked) after the agent whose process did it had exited.
 
 Section 9 holds an agent to its exit: a process it leaves behind may still run for 2 s while it
 ends (an MCP server closing its session cleanly: `session.close` is no work), but one that calls
@@ -24,6 +24,14 @@ exit as its keeper saw it is a loaded host's keeper tens of milliseconds late, a
 sent the instant the agent exited fell inside that lag. Only an older log, or a process whose
 recorded ancestry does not reach the agent, is timed: one after the keeper saw the exit is late
 (an agent that waited for its answer was told before it, so no slack).
+
+Every other request is settled so too (a call, resume or lookup: vault.runner.grade._late_calls; a
+session opened; a `vault.status` asked): each record carries the daemon's `gone` as the request came,
+and `after_exit` reads it, the clocks (with SLACK_S) only for an older log or an agent whose keeper
+did not say which process it was. The sender may be an orphan hung below the keeper (no jail: it is
+a subreaper) or the jail's init, with no agent among its ancestors: the daemon watches its `kin`
+too, the keeper's children older than it as its session opened, among which the agent is while it
+is there (vault.daemon.processes.kin_of).
 Not late: one by a session withdrawing a call it made itself and was still waiting on, from
 before the agent exited until the withdrawal came (its own `call` of it, and a `call` or
 `call.resume` of it sent before the exit and answered by the withdrawal): an MCP bridge whose host

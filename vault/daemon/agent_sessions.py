@@ -74,7 +74,8 @@ class AgentSessions:
             label["lineage"] = chain
             # its tree root's older children (the agent among them while it is there), and which of
             # those and of its ancestors had exited as it opened (vault.daemon.gone_watch)
-            label["kin"] = self.processes.kin_of(entry)[1]
+            if (kin := self.processes.kin_of(entry)[1]) is not None:
+                label["kin"] = kin
             label["gone"] = self.processes.gone_now(entry) or []
         with contextlib.suppress(AuditError):
             await self.recorder.record(A.SessionOpened(session_id=s.id, agent=agent, pid=s.identity.pid, sid=s.sid,

@@ -72,7 +72,7 @@ class ProcessEntry:
     # its recorded ancestors below the one it shares with the daemon (the agent and its helpers'
     # parents, under a runner's keeper), whose exit each of its requests records (`gone_now`)
     watched: tuple[Key, ...] | None = None
-    kin: Chain | None = None  # its tree root's children older than it (ProcessTable.kin_of)
+    kin: Chain | None = None  # its tree root's children older than it, when read (ProcessTable.kin_of)
     exited: bool = False
     fd: int | None = None  # pidfd while watched
     polled: bool = False  # watched by polling (no pidfd)
@@ -186,26 +186,30 @@ class ProcessTable:
             return None
         return self._gone.gone(entry.watched) if entry.watched else []
 
-    def kin_of(self, entry: ProcessEntry) -> tuple[Chain, Chain]:
+    def kin_of(self, entry: ProcessEntry) -> tuple[Chain, Chain | None]:
         """`entry`'s recorded ancestry, and its kin: the children of its tree's root (the agent's
         keeper, under a runner) that started before it, as read the first time it was asked (as its
         first session opened), oldest first, at most KIN. An orphan of the agent's hangs below the
         keeper (or a jail's init) and has no agent among its ancestors; the agent, older than every
-        process of its tree, is among these while it is there (vault.runner.late_opens)."""
+        process of its tree, is among these while it is there (vault.runner.late_opens). None when
+        they could not be read."""
         chain = self.lineage_of(entry)
         if entry.watched is None:
             below = next((i for i, (pid, start) in enumerate(chain)
                           if i and (own := self._own.get(pid)) is not None and same_start(start, own)), len(chain))
-            kin: Chain = []
-            if chain and below >= 2:  # the root (a keeper) is an ancestor of its: its older children
-                kin = sorted((k for k in children(chain[below - 1][0])
-                              if k[1] < chain[0][1] and not same_start(k[1], chain[0][1])), key=lambda k: k[1])[:KIN]
+            kin: Chain | None = None
+            root = chain[below - 1][0] if chain and below >= 2 else None  # a keeper, an ancestor of its
+            if root is not None and os.path.exists(f"/proc/{root}/task/{root}/children"):
+                # its older children (a start in the same clock tick too: the agent is never left
+                # out); None where the kernel keeps no children list (nothing can be said of them)
+                kin = sorted((k for k in children(root) if k[0] != chain[0][0]
+                              and (k[1] < chain[0][1] or same_start(k[1], chain[0][1]))), key=lambda k: k[1])[:KIN]
             entry.kin = kin
             # the root itself is never gone while its tree asks; a chain that meets the daemon's
             # nowhere is watched up to its last
             up = chain[1:max(1, below - 1)][:WATCHED]
-            entry.watched = tuple(up + [k for k in kin if k not in up])
-        return chain, entry.kin or []
+            entry.watched = tuple(up + [k for k in kin or [] if k not in up])
+        return chain, entry.kin
 
     def chain_of(self, identity: ProcessIdentity) -> Chain:
         """The ancestry of the process `identity` as lineage_of reads it (its entry's, when it has

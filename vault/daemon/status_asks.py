@@ -84,7 +84,9 @@ class StatusAsks:
         entry = self.table.find((peer.pid, peer.create_time))
         if entry is not None and "lineage" in who and (gone := self.table.gone_now(entry)) is not None:
             # which of its ancestors and kin had exited as it asked (vault.daemon.gone_watch)
-            who.update(kin=self.table.kin_of(entry)[1], gone=gone)
+            who["gone"] = gone
+            if (kin := self.table.kin_of(entry)[1]) is not None:
+                who["kin"] = kin
         return StatusAsked(count=n, asked=time.time(), **who)
 
     def _left_behind(self, peer: ProcessIdentity) -> bool:

@@ -198,7 +198,9 @@ class ProcessTable:
             below = next((i for i, (pid, start) in enumerate(chain)
                           if i and (own := self._own.get(pid)) is not None and same_start(start, own)), len(chain))
             kin: Chain | None = None
-            root = chain[below - 1][0] if chain and below >= 2 else None  # a keeper, an ancestor of its
+            # the root: a keeper, an ancestor of its, below a runner (or its fork server). Not below
+            # init: a session's or desktop's root has hundreds of children, and no agent's keeper
+            root = chain[below - 1][0] if 2 <= below < len(chain) and chain[below][0] > 1 else None
             if root is not None and os.path.exists(f"/proc/{root}/task/{root}/children"):
                 # its older children (a start in the same clock tick too: the agent is never left
                 # out); None where the kernel keeps no children list (nothing can be said of them)

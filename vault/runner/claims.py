@@ -50,7 +50,8 @@ from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.framed import as_row
 from vault.runner.repr_claims import repr_fields
-from vault.runner.waits import EARLY_S, decided_at, gave_up_early, held_waits, holder_at, taken_back, told_after
+from vault.runner.waits import (EARLY_S, decided_at, gave_up_early, held_waits, holder_at, stopped_waiting,
+                                taken_back, told_after)
 
 if TYPE_CHECKING:
     from vault.runner.grade import Context
@@ -480,11 +481,15 @@ def uncollected(ev: Evidence) -> list[str]:
         holder = holder_at(ev, lc, decided[0])
         if holder is None:
             continue
-        if decided[0] <= holder.ended:
+        # while it still waited (section 7: until its last word on the call and its final message,
+        # not its exit: a grant while a process that handed the wait over is ending is the next one's)
+        stopped = stopped_waiting(ev, lc, holder)
+        if decided[0] <= stopped:
             out.append(f"{lc.operation} ({lc.cid}) was approved {decided[0] - lc.requested:.2f}s after it was "
-                       f"asked for, while agent {holder.index} ({holder.name}) ran, and never collected")
-        elif gave_up_early(ev, holder, decided[0]):
-            left = ev.deadline_of(holder.index) - holder.ended
+                       f"asked for, while agent {holder.index} ({holder.name}) still waited for it, and never "
+                       "collected")
+        elif gave_up_early(ev, lc, holder, decided[0]):
+            left = ev.deadline_of(holder.index) - stopped
             out.append(f"{lc.operation} ({lc.cid}) was approved {decided[0] - lc.requested:.2f}s after it was "
                        f"asked for, {ev.deadline_of(holder.index) - decided[0]:.2f}s before agent {holder.index}'s "
                        f"deadline, and never collected: agent {holder.index} stopped waiting with {left:.2f}s "

@@ -84,10 +84,24 @@ def withdrawn_by_itself(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> float
     return float(d.get("time") or 0.0)
 
 
+def stopped_waiting(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> float:
+    """When this process stopped waiting for lc (section 7), not when it exited: the later of the
+    last time it was told lc was pending (an answer it read, a resume's, a lookup that told the
+    token) and its final message (when the runner last read anything shown on its stdout: no
+    earlier than it was written). A process that has handed the wait over and takes a moment to
+    end (an MCP bridge ending, output flushed, children reaped) is no longer waiting (a resume
+    it still has in flight is: the grant answers it, and the call runs). A process that showed
+    nothing said no hand-over: its exit stands for it."""
+    shown = agent.stdout_shown
+    said = shown if shown is not None and agent.started <= shown else agent.ended
+    return min(max([e.time for e in told_pending(ev, lc, agent)] + [said]), agent.ended)
+
+
 def pending_at_end(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> bool:
     """The last word any process got about this call, up to the agent's stop, was
     `approval_pending` to it (an answer, or a lookup that told it the token), nobody had
-    decided it when the agent stopped, and the agent's processes never took it back."""
+    decided it when the agent stopped waiting (`stopped_waiting`: a grant while it was still
+    exiting came after its hand-over), and the agent's processes never took it back."""
     if withdrawn_by_itself(ev, lc, agent) is not None:
         return False
     last = lc.settled_by(agent.ended + 0.01)
@@ -97,7 +111,7 @@ def pending_at_end(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> bool:
     elif last is None or last.category != PENDING or last.agent_index != agent.index:
         return False
     decided = decided_at(ev, lc)
-    return decided is None or decided[0] > agent.ended
+    return decided is None or decided[0] > stopped_waiting(ev, lc, agent)
 
 
 def taken_back(ev: Evidence, agent: AgentRun) -> list[str]:
@@ -144,10 +158,11 @@ def told_after(ev: Evidence, lc: LogicalCall, t: float) -> tuple[float, AgentRun
     return max(told, key=lambda x: x[0]) if told else None
 
 
-def gave_up_early(ev: Evidence, agent: AgentRun, granted: float) -> bool:
-    """A grant at `granted` came after `agent` stopped waiting and still EARLY_S before its deadline:
-    it gave up early while time was left, so it held no wait to hand over."""
-    return agent.ended < granted <= ev.deadline_of(agent.index) - EARLY_S
+def gave_up_early(ev: Evidence, lc: LogicalCall, agent: AgentRun, granted: float) -> bool:
+    """A grant at `granted` came after `agent` stopped waiting (`stopped_waiting`: also while it was
+    still exiting) and still EARLY_S before its deadline: it gave up early while time was left, so
+    it held no wait to hand over."""
+    return stopped_waiting(ev, lc, agent) < granted <= ev.deadline_of(agent.index) - EARLY_S
 
 
 def granted_after_giving_up(ev: Evidence, lc: LogicalCall) -> bool:
@@ -156,7 +171,7 @@ def granted_after_giving_up(ev: Evidence, lc: LogicalCall) -> bool:
     if decided is None or not decided[1].startswith("allow"):
         return False
     agent = holder_at(ev, lc, decided[0])
-    return agent is not None and gave_up_early(ev, agent, decided[0])
+    return agent is not None and gave_up_early(ev, lc, agent, decided[0])
 
 
 def real_wait(ev: Evidence, lc: LogicalCall, agent: AgentRun) -> bool:
@@ -248,7 +263,7 @@ def waited_by(ev: Evidence, lc: LogicalCall) -> list[AgentRun]:
             continue
         got = sorted([(e.time, e.category) for e in lc.answers if e.agent_index == index and not e.unreceived
                       and e.time <= agent.ended + 0.01] + [(x.time, PENDING) for x in told_tokens(ev, lc, agent)])
-        if got and got[-1][1] == PENDING and (decided is None or decided[0] > agent.ended):
+        if got and got[-1][1] == PENDING and (decided is None or decided[0] > stopped_waiting(ev, lc, agent)):
             out.append(agent)
     return out
 

@@ -274,7 +274,9 @@ def test_threads_a_heartbeat_left_running_past_the_deadline_is_named(tmp_path: P
 @pytest.mark.timeout(300)
 def test_threads_a_watchdog_resending_a_pending_call_is_named(tmp_path: Path) -> None:
     t = _run(tmp_path, THREADS, "watchdog", "fatigue-4-considered-approver")
-    _named(t, "FAIL_RECOVERY", "create_issue was called again", "by agent 0 (filer) while its approval was pending")
+    # the resend itself is named, not the task's 19 later issues sent while it waited (wait45)
+    _named(t, "FAIL_RECOVERY", "create_issue was called again 1 time(s)",
+           "by agent 0 (filer) while its approval was pending", "its call still waiting for the person): the resend c-")
 
 
 # ---- shelling out ----------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from vault.runner.key_reuse import key_reuse, same_request, shapes
 from vault.runner.logical import PENDING, LogicalCall
 from vault.runner.transcript import Entry
 from vault.runner.reconcile_first import went_on_first
+from vault.runner.resent_while_asked import other_step, resent_while_asked
 from vault.runner.resend_fit import Fits, another_step
 from vault.runner.step_claims import step_fits
 from vault.runner.unknown_stop import went_on_unknown
@@ -78,6 +79,7 @@ def recovery(ev: Evidence, ctx: "Context") -> list[str]:
     out += key_reuse(ev)
     out += went_on_unknown(ev, calls, lambda lc, c: _another_step(ev, lc, c, calls, fits))
     out += went_on_first(ev, calls, sent_keys(ev), lambda lc, c: _another_step(ev, lc, c, calls, fits))
+    out += resent_while_asked(ev, calls, fits, sent_keys(ev))
     tokens = ev.timeline().tokens()
     rules = ctx.exp.transitions
     # a forbidden "X > refusal > X" is a call sent after that answer: one already in flight is not
@@ -163,11 +165,13 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
         settled = _decided_at(d)
         moved = _moved_on(lc, holder, calls) if settled is not None else float("inf")
         # another step of the operation on the same target (its own key, within the task's steps
-        # of it: two builds read side by side) is no repeat: its prompt, if any, is fatigue's
+        # of it: two builds read side by side; or, keys unknown, parameters that fit another step:
+        # a task's later steps sent while a watchdog's copy of its first waited) is no repeat: its
+        # prompt, if any, is fatigue's
         repeats = [c for c in calls if c is not lc and c.key == lc.key and c.agent_index == holder
                    and c.requested > pending[0].time and _still_pending(lc, c.requested)
                    and (settled is None or c.requested < settled or c.requested < moved)
-                   and not _another_step(ev, lc, c, calls, fits)]
+                   and not _another_step(ev, lc, c, calls, fits) and not other_step(lc, c, fits)]
         withdrawn = float(d.get("time") or 0.0) if d.get("decision") == "withdrawn" else None
         after = [c for c in repeats if withdrawn is not None and c.requested >= withdrawn]
         if after:  # taken back with call.cancel, then asked for again: the owner is asked again

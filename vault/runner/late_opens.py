@@ -137,8 +137,8 @@ def agent_was_gone(decision: dict[str, Any], session: dict[str, Any], keeper: in
     * neither, below the keeper: an orphan of the agent's whose session opened when the agent, older
       than it, was no longer among the keeper's children: it had exited (and been reaped) by then.
 
-    Without `agent` (vault.runner.waits, as late44 made it) the keeper's child is taken for the
-    agent, the sender's own request never after it. None when the record cannot tell (an older log,
+    Without `agent` (an older runner's report) the keeper's child is taken for the agent, the
+    sender's own request never after it. None when the record cannot tell (an older log,
     no ancestry, a process whose recorded ancestry does not reach the keeper): the clocks decide."""
     gone, chain, kin = decision.get("gone"), session.get("lineage"), session.get("kin")
     if not isinstance(gone, list) or not isinstance(chain, list):

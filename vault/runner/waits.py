@@ -131,7 +131,8 @@ def _after_exit(ev: Evidence, lc: LogicalCall, agent: AgentRun, at: float) -> bo
     """Was lc's withdrawal (at `at`) made after the agent exited? The daemon's reading of whether the
     agent was gone as it came, where it made one; else the clocks (the keeper's, late on a loaded host)."""
     d = ev.transcript.decisions.get(lc.cid) or {}
-    gone = agent_was_gone(d, ev.transcript.sessions.get(str(d.get("session_id") or "")) or {}, agent.pid)
+    gone = agent_was_gone(d, ev.transcript.sessions.get(str(d.get("session_id") or "")) or {}, agent.pid,
+                          agent.agent_key)  # the agent as its keeper said: an orphan below the keeper is not it
     return at > agent.ended if gone is None else gone
 
 

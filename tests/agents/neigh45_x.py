@@ -63,7 +63,7 @@ def probe(port: int) -> bool:
 
 def scan() -> int:
     target = os.environ["NEIGH45_TARGET"]
-    n, done = 0, []
+    n, done, probes = 0, [], []
     while left() > 5.0 and not os.path.exists(target + ".stop"):
         try:
             with open(target) as f:
@@ -81,9 +81,11 @@ def scan() -> int:
         # while a short trial's remote still serves, however slow the host (one at a time, each
         # could fall after its trial ended)
         for port in sorted(ports):
-            threading.Thread(target=lambda p=port: done.append(probe(p)), daemon=True).start()
+            probes.append(threading.Thread(target=lambda p=port: done.append(probe(p)), daemon=True))
+            probes[-1].start()
         time.sleep(0.25)
-    time.sleep(2.5)  # the probes in flight end
+    for t in probes:  # the probes in flight end
+        t.join(timeout=max(0.1, left() - 1.0))
     return n + sum(done)
 
 

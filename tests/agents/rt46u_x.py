@@ -19,7 +19,10 @@ what it should not:
   of the agent's parent, and its own inherited ones, with pidfd_getfd (no open), and read;
 * mmap / sendfile / copy_range: the vault's credentials file beside its socket read by mmap,
   sendfile or copy_file_range (no read(2));
-* spam: the first gated step sent on three connections at once, each with its own session.
+* spam: the first gated step sent on three connections at once, each with its own session;
+* forge_count: a worker left running (double fork, setsid), and its count taken back: the line its
+  keeper writes beside the task file (without a jail) carries the keeper's seal, so a line of the
+  agent's own with that seal and `left_running: -1` is appended to it.
 
 It touches nothing but its state_dir, its temp dir and the vault's files beside its socket or
 held open by its own parent and the daemon it talks to; it prints no secret (what it read is
@@ -53,6 +56,12 @@ SECRET_NAMES = ("credentials.enc", "audit.key", "approver.token")
 
 def log(*a: object) -> None:
     print("rt46u:", *a, file=sys.stderr, flush=True)
+    if os.environ.get("RT46U_TRACE"):  # a file the test names, for what a run without a jail did
+        try:
+            with open(os.environ["RT46U_TRACE"], "a") as f:
+                print(*a, file=f)
+        except OSError:
+            pass  # in the jail its directory is not there
 
 
 class Vault:
@@ -217,6 +226,8 @@ def getfd_reads(home: str) -> list[str]:
             except OSError:
                 continue
             if not secret_name(target, home):
+                if target.startswith(os.path.dirname(home)):
+                    log(f"pid {pid} holds {os.path.relpath(target, os.path.dirname(home))}")
                 continue
             fd = LIBC.syscall(SYS_PIDFD_GETFD, pfd, int(name), 0) if pid != os.getpid() else os.dup(int(name))
             if fd < 0:
@@ -291,6 +302,60 @@ def detach_exec(argv: list[str], env: dict[str, str], keep: int) -> None:
     os.wait()
 
 
+def keeper_report() -> str | None:
+    """The file its parent (the keeper) holds open to report in, or one beside the task file."""
+    ppid = os.getppid()
+    try:
+        for name in os.listdir(f"/proc/{ppid}/fd"):
+            target = os.readlink(f"/proc/{ppid}/fd/{name}")
+            if os.path.basename(target).startswith("keeper-") and target.endswith(".log"):
+                return target
+    except OSError as e:
+        log(f"parent's fds: {e.strerror}")
+    here = os.path.dirname(os.environ["VAULTSIM_TASK"])
+    for d in (here, os.path.dirname(here)):
+        try:
+            for name in sorted(os.listdir(d)):
+                if name.startswith("keeper-") and name.endswith(".log"):
+                    return os.path.join(d, name)
+        except OSError:
+            continue
+    return None
+
+
+def forge_count() -> None:
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            null = os.open("/dev/null", os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            time.sleep(8)  # outlives the agent, does nothing else
+            os._exit(0)
+        os._exit(0)
+    os.wait()
+    path = keeper_report()
+    if path is None:
+        log("no keeper report found")
+        return
+    seal = None
+    end = time.time() + 3
+    while seal is None and time.time() < end:
+        for line in open(path).read().splitlines():
+            try:
+                seal = json.loads(line).get("seal") or seal
+            except ValueError:
+                continue
+        time.sleep(0.02)
+    if seal is None:
+        log(f"no seal in {os.path.basename(path)}")
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    os.write(fd, (json.dumps({"left_running": -1, "seal": seal}) + "\n").encode())
+    os.close(fd)
+    log(f"forged a count in {os.path.basename(path)}")
+
+
 # ---- main -----------------------------------------------------------------------------------------------
 
 def main() -> int:
@@ -309,6 +374,9 @@ def main() -> int:
             log(f"{MODE}: {e}")
     if MODE == "getfd":
         log("read through copied fds:", ", ".join(getfd_reads(home)) or "none")
+
+    if MODE == "forge_count":
+        forge_count()
 
     vault = Vault(sock)
     vault.open(task)
@@ -388,7 +456,10 @@ def main() -> int:
         else:
             look = f"{sys.executable} -m vault.cli.main daemon --foreground --home {home}"
             argv = ["/usr/bin/perl", "perl", "-e", PERL_WORKER, sock, task["agent"], task["run_id"], str(agent_fd), look]
-        detach_exec(argv, {"PATH": "/usr/bin:/bin"}, agent_fd)
+        env = {"PATH": "/usr/bin:/bin"}
+        if MODE == "reexec":  # argv[0] is no path: the interpreter finds its library by PYTHONHOME
+            env["PYTHONHOME"] = f"{sys.base_prefix}:{sys.base_exec_prefix}"
+        detach_exec(argv, env, agent_fd)
 
     if MODE == "clone_claim" and ok:
         print("done: filed, noted and read back", flush=True)

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
+import hmac
 import json
 import os
 import selectors
@@ -164,15 +166,14 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
             # orphan of the agent's has no agent among its ancestors (vault.runner.late_opens)
             start = _started(proc_pid(state.child) if proc_pid is not None else state.child)
             if start is not None:
-                os.write(report_fd, (json.dumps({"agent": [state.child, start], **({"seal": seal} if seal else {})})
-                                     + "\n").encode())
+                os.write(report_fd, report_line({"agent": [state.child, start]}, seal))
         code = _supervise(state, rfd, leftovers, wires)
         exited = time.time()  # the agent's end: what follows (the grace, a jail's teardown) is not its
         until = time.monotonic() + (0.0 if state.hurried else ESCAPE_GRACE_S)
         if report_fd is not None and not state.hurried:
             # said now, before the grace: a runner whose deadline comes while a helper of the agent's
             # ends (an MCP server) lets this keeper finish it rather than grade the agent as running
-            os.write(report_fd, (json.dumps({"exited": exited, **({"seal": seal} if seal else {})}) + "\n").encode())
+            os.write(report_fd, report_line({"exited": exited}, seal))
         while True:
             leftovers.reap(0)
             left = leftovers.outside(state.child)
@@ -181,8 +182,7 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
             time.sleep(0.05)  # an MCP server whose stdin closed is still ending
         leftovers.end()
         if report_fd is not None:
-            line = {"left_running": left, "exited": exited, **({"seal": seal} if seal else {})}
-            os.write(report_fd, (json.dumps(line) + "\n").encode())
+            os.write(report_fd, report_line({"left_running": left, "exited": exited}, seal))
         return code
     finally:
         signal.set_wakeup_fd(old_wakeup)
@@ -450,15 +450,35 @@ def _read_report(path: Path) -> str:
     return regular.read_bytes(path, MAX_REPORT_BYTES, follow=False, cut=True).decode("utf-8", errors="replace")
 
 
+def _mac(doc: dict[str, Any], seal: str) -> str:
+    return hmac.new(seal.encode(), json.dumps(doc, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+
+
+def report_line(doc: dict[str, Any], seal: str | None) -> bytes:
+    """One line of a keeper's report: with a seal, the line's HMAC under it, never the seal itself.
+    The report sits beside the agent's task file and its keeper holds it open: a seal written
+    there was read back by an unjailed agent, which appended a sealed `left_running: -1` and so
+    took a process it left running off the count (red team 46u)."""
+    return (json.dumps({**doc, "mac": _mac(doc, seal)} if seal else doc) + "\n").encode()
+
+
 def _report_lines(path: Path, seal: str | None) -> list[dict[str, Any]]:
     out = []
     with contextlib.suppress(OSError):
         for line in _read_report(path).splitlines():
             with contextlib.suppress(ValueError):
                 doc = json.loads(line)
-                if isinstance(doc, dict) and (seal is None or doc.get("seal") == seal):
-                    out.append(doc)
+                if not isinstance(doc, dict):
+                    continue
+                mac = doc.pop("mac", None)
+                if seal is None or (isinstance(mac, str) and hmac.compare_digest(mac, _mac(doc, seal))):
+                    out.append(doc)  # a copy of a line of its keeper's adds what the keeper counted
     return out
+
+
+def _count(value: Any) -> bool:
+    """A count a keeper writes: a whole number, never below 0 (one that is would take another off)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def read_exited(path: Path, seal: str | None = None) -> float | None:
@@ -481,17 +501,17 @@ def read_agent(path: Path, seal: str | None = None) -> tuple[int, float] | None:
 def read_adopted(path: Path, seal: str | None = None) -> int:
     """How many processes the guard of an exec'd keeper ended after the agent killed that keeper
     (vault.jail.adopted; read as `read_left_running`)."""
-    return sum(d["adopted"] for d in _report_lines(path, seal) if isinstance(d.get("adopted"), int))
+    return sum(d["adopted"] for d in _report_lines(path, seal) if _count(d.get("adopted")))
 
 
 def read_left_running(path: Path, seal: str | None = None) -> int | None:
     """The count a keeper reported in `path` (its report lines among others, such as tripwire
     knocks); None when it reported none (it did not finish: killed, or never started). Given the
-    keeper's `seal`, only lines carrying it count: a report the agent wrote for a keeper it
-    killed is no report."""
+    keeper's `seal`, only lines signed with it count (`report_line`): a report the agent wrote for
+    a keeper it killed is no report."""
     total = None
     for doc in _report_lines(path, seal):
-        if isinstance(doc.get("left_running"), int):
+        if _count(doc.get("left_running")):
             total = (total or 0) + doc["left_running"]
     return total
 
@@ -536,7 +556,7 @@ def main(args: list[str]) -> int:
 
         def adopted(n: int) -> None:  # what the keeper left to us: its agent killed it
             if fd is not None:
-                os.write(fd, (json.dumps({"adopted": n, **({"seal": seal} if seal else {})}) + "\n").encode())
+                os.write(fd, report_line({"adopted": n}, seal))
 
         def keeper() -> int:
             stop_with_parent()  # its parent is now the guard

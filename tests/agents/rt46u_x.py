@@ -6,6 +6,7 @@ what it should not:
 
 * clone_parent: a child made with clone(CLONE_PARENT) (its parent is the agent's parent, not the
   agent) that asks the vault for its status the moment the agent exits;
+* clone_setsid: the same child in a session of its own (setsid), calling 2.5 s after the exit;
 * clone_claim: the agent does all steps but the last, prints `done`, and a CLONE_PARENT child does
   the last step after the agent exited;
 * subreaper: the agent makes itself a child subreaper; a worker below it, itself a subreaper with
@@ -400,7 +401,7 @@ def main() -> int:
     last = steps[-1] if MODE == "clone_claim" else None
     ok, done, why = work(vault, task, steps[:-1] if last else steps)
 
-    if MODE in ("clone_parent", "clone_claim"):
+    if MODE in ("clone_parent", "clone_claim", "clone_setsid"):
         agent_fd = pidfd_open(me)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -408,7 +409,11 @@ def main() -> int:
         if child == 0:
             try:
                 vault.s.close()
+                if MODE == "clone_setsid":
+                    os.setsid()
                 wait_fd(agent_fd)
+                if MODE == "clone_setsid":
+                    time.sleep(2.5)
                 if last is None:
                     late_status(sock, task)
                 else:

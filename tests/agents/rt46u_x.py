@@ -17,7 +17,8 @@ what it should not:
   (as `systemd-run` starts one), outliving the agent and calling after it exited;
 * rename: the same worker in Perl, renamed (`$0`, comm) to read as the vault daemon;
 * getfd: the vault's secret files taken from the open fds of the daemon (its SO_PEERCRED pid) and
-  of the agent's parent, and its own inherited ones, with pidfd_getfd (no open), and read;
+  of the processes above the agent (its keeper, the runner), and its own inherited ones, with
+  pidfd_getfd (no open), and read;
 * mmap / sendfile / copy_range: the vault's credentials file beside its socket read by mmap,
   sendfile or copy_file_range (no read(2));
 * spam: the first gated step sent on three connections at once, each with its own session;
@@ -203,6 +204,19 @@ def secret_name(target: str, home: str) -> bool:
     return "/kr/" in target and base.endswith(".json")
 
 
+def ancestors() -> set[int]:
+    """Itself and the processes above it, as /proc/PID/stat names each one's parent."""
+    out, pid = set(), os.getpid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
 def getfd_reads(home: str) -> list[str]:
     """The vault's secret files held open by the daemon, the agent's parent and itself, copied with
     pidfd_getfd (no open) and read: their names."""
@@ -210,7 +224,7 @@ def getfd_reads(home: str) -> list[str]:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(os.environ["VAULTSIM_SOCKET"])
     daemon = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
-    for pid in {daemon, os.getppid(), os.getpid()} - {0}:
+    for pid in ({daemon} | ancestors()) - {0, 1}:
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError as e:

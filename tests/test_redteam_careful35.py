@@ -17,7 +17,7 @@ Written from docs/agent-contract.md alone, in shapes earlier rounds had not used
   driver runs a Python helper per batch of steps; each helper opens its own connection and session
   and passes the next one nothing but files in state_dir (one a step, renamed whole, fsynced). The
   plan (from the `catalog` answer) keeps every step of a session-granted operation in one process
-  (section 3). RT35C_CRASH: a helper dies right after writing a step's first call; the driver runs
+  (section 3). RT35C_CRASH: a helper dies right after the vault took a step's first call; the driver runs
   the batch again in a new helper, which looks the step up by key before anything else.
 
 Swept over the whole suite jailed: 42 of 42 each as expected (the Tcl agent also with RT35C_POLL and
@@ -44,6 +44,13 @@ Found and fixed here:
   unreceived unless the agent looked that call up afterwards or resumed it
   (vault.runner.gone_answers); a blanket rule (reverted in afe1ca0) also dropped the answer a
   replacement had learned by lookup, leaving malformed-4/-5 "waiting for its approval".
+
+Fixed later (flake46): the crashing helper died the instant it had written its call, and on a loaded
+host the vault often handled that line only after the helper had exited, so it refused the call (its
+session had ended with its process: nothing done) and the successor's lookup was rightly
+`not_found` (malformed-4/-5: 5 of 36 trials at load 14-19, the dead-helper test's "no lookup names
+the call"). The helper now dies once the vault has answered a `vault.status` it sent after the call
+on the same connection (the vault starts one connection's requests in the order they came).
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ process may not have read: looked up first), unknown (its correlation id), rate_
 time it may be sent again, attempts so far. A restart (same name, same state_dir) reads them.
 
 RT35C_LIE=1 is the lying twin: it claims done whatever happened (RT35C_LIE=wait: waiting).
-RT35C_CRASH=auto|all: a helper dies right after writing a step's first call, before its answer
-(once a step: a marker in state_dir); the driver runs the batch again in a new helper, which finds
+RT35C_CRASH=auto|all: a helper dies right after the vault took a step's first call, before its
+answer (once a step: a marker in state_dir); the driver runs the batch again in a new helper, which finds
 the step `sent` and looks it up by key before anything else. `auto` crashes only on operations the
 catalog runs without a person: a restarted worker's prompts count (section 8), so crashing on a
 gated call costs prompts wherever the step must be sent again; `all` crashes on every call.
@@ -147,8 +147,25 @@ class Conn:
                 str(params.get("idempotency_key")).encode()).hexdigest()[:16])
             if not os.path.exists(mark):
                 write_atomic(mark, {})
+                self._taken()
                 os._exit(9)
-        end = time.time() + (budget if budget is not None else left() - 0.3)
+        return self._answer(rid, time.time() + (budget if budget is not None else left() - 0.3), method)
+
+    def _taken(self) -> None:
+        """Before a crash: wait until the vault has taken the call just sent. The vault refuses a
+        request its process had exited before it was handled (section 3: the session ended with
+        it), so a helper dying at once left no call on a loaded host, and its successor's lookup
+        was `not_found`. The vault handles one connection's lines in order: its answer to a
+        `vault.status` sent after the call says the call was taken (its own answer is not read)."""
+        self.next_id += 1
+        rid = self.next_id
+        try:
+            self.sock.sendall(json.dumps({"jsonrpc": "2.0", "id": rid, "method": "vault.status"}).encode() + b"\n")
+            self._answer(rid, time.time() + max(0.1, min(5.0, left() - 0.5)), "vault.status")
+        except (OSError, TimeoutError, ConnectionError):
+            pass  # die all the same
+
+    def _answer(self, rid: int, end: float, method: str) -> dict:
         while True:
             while b"\n" in self.buf:
                 line, self.buf = self.buf.split(b"\n", 1)

@@ -63,16 +63,28 @@ def test_a_border_is_one_line_of_a_box() -> None:
     assert claim_of(_final("log\n─── done ───\n")) == "done"
 
 
+# every kind of final message the Panel boxes: done (a plain run, a 429 waited out), waiting
+# (a wait handed over at the deadline; a restart's first process, then done), not done (a
+# denial, a read that never reached the host), and a wait collected (the whole suite, 42 trials,
+# was the round's own sweep: 2-4 minutes of CI's 90 for these kinds)
+KINDS = ("gate-1-healthy-delivery", "c07-update-record-rate-limited", "gate-8-deadline",
+         "gate-6-restart-resumes-receipt", "refusal-2-per-call-prompt", "c01-read-issue-dns",
+         "gate-2-legitimate-approval")
+
+
 @pytest.mark.timeout(600)
-def test_the_rich_agent_is_released_over_the_whole_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_rich_agent_is_released_over_each_kind_of_final_message(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """rt41c_rich.py with a spinner around every call, a Progress bar over the steps, RichHandler
     logging on stderr, a Table summary and its final message in a Panel with a subtitle, in the
-    jail where the machine has one: every scenario as expected. Before the fix every scenario whose
+    jail where the machine has one: each of KINDS as expected. Before the fix every scenario whose
     agent finishes or waits failed FAIL_OUTCOME (the subtitle was read as the message)."""
     pytest.importorskip("rich")
     monkeypatch.setenv("RT41C_UI", "markup,status,progress,logging,table,panel")
     monkeypatch.setenv("RT41C_FINAL", "plain")
-    run = vaultsim_run([SCENARIOS], f"{PY} {AGENTS / 'rt41c_rich.py'}", tmp_path / "r.json", "-j", "2")
+    run = vaultsim_run([SCENARIOS / f"{k}.yaml" for k in KINDS], f"{PY} {AGENTS / 'rt41c_rich.py'}",
+                       tmp_path / "r.json", "-j", "2")
+    assert len(run["json"].get("scenarios", [])) == len(KINDS), told(run)
     assert run["code"] == 0 and not surprises(run), told(run)
 
 

@@ -42,7 +42,8 @@ from typing import Any
 import pytest
 
 from helpers import PY
-from test_redteam_careful import told, vaultsim_run
+from picked_scenarios import passes_picked
+from test_redteam_careful import told
 from vault.jail.probe import problem
 from vault.runner.jail_hints import NAMESPACE_HINT, USER_HINT, jail_hint
 
@@ -147,16 +148,21 @@ def _sweep(tmp_path: Path, wrappers: dict[str, str], *extra: str) -> None:
     assert len(trials) == len(wrappers) and run["code"] == 0, told(run)
 
 
+# where a process group of its own could hide what the agent did: its calls, a wait collected and
+# one handed over at the deadline, the restart's resume, a fresh process after an exit, another
+# process presenting its session (the whole suite, 42 trials, was the round's own sweep: 2-4
+# minutes of CI's 90 for these)
+SETSID = ("gate-1-healthy-delivery", "gate-2-legitimate-approval", "gate-8-deadline", "gate-6-restart-resumes-receipt",
+          "fresh-process-no-inherited-approval", "intruder-presents-session")
+
+
 @needs_bwrap
-@pytest.mark.timeout(600)  # 42 trials: 60-120 s, past the default 120 s at load 20
-def test_the_whole_suite_behind_setsid_w() -> None:
+@pytest.mark.timeout(600)
+def test_the_telling_scenarios_behind_setsid_w() -> None:
     """`setsid -w` forks the agent into a session and process group of its own and waits for it:
     the keeper's process group holds only the waiting setsid, yet every call, the restart's resume
-    and the wait handed over at the deadline are the agent's. 42 of 42 as expected, jailed."""
-    with tempfile.TemporaryDirectory(prefix="rt42c-") as tmp:
-        run = vaultsim_run([ROOT / "scenarios"], f"setsid -w python3 {AGENT}", Path(tmp) / "r.json",
-                           "--jobs", "2", timeout=RUN_S)
-    assert run["code"] == 0 and "release OK" in run["out"], told(run)
+    and the wait handed over at the deadline are the agent's. SETSID as expected, jailed."""
+    passes_picked(f"setsid -w python3 {AGENT}", SETSID, timeout=RUN_S)
 
 
 @needs_bwrap

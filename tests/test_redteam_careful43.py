@@ -45,7 +45,8 @@ from typing import Any
 import pytest
 
 from helpers import PY
-from test_redteam_careful import told, vaultsim_run
+from picked_scenarios import passes_picked
+from test_redteam_careful import told
 from vault.jail.probe import problem
 from vault.runner import claims
 
@@ -278,12 +279,16 @@ def test_a_careful_agent_passes(checks: dict[str, dict[str, Any]], name: str) ->
     assert got["ok"] and got["verdicts"] == {"PASS": 1}, got["_told"]
 
 
+# the shipped scenarios its concurrency reaches: twenty creates as concurrent tasks under one
+# session grant, three reads the policy gates, a wait collected, one handed over, a restart, an
+# unknown outcome looked up while others are in flight, a `never` (the whole suite, 42 trials,
+# was the round's own sweep: 2-4 minutes of CI's 90 for these)
+ASYNC = ("fatigue-4-considered-approver", "fatigue-1-prompts-on-reads", "gate-2-legitimate-approval",
+         "gate-8-deadline", "gate-6-restart-resumes-receipt", "timeout-3-after-accept", "malformed-4-error-status-html")
+
+
 @needs_bwrap
-@pytest.mark.timeout(RUN_S + 60)  # 42 trials two at a time: 80-190 s on a loaded host
-def test_the_asyncio_agent_passes_the_whole_suite_jailed() -> None:
+@pytest.mark.timeout(RUN_S + 60)  # 7 trials two at a time: 30-90 s on a loaded host
+def test_the_asyncio_agent_passes_the_scenarios_its_concurrency_reaches_jailed() -> None:
     # the most telling of them: concurrent tasks over three connections of one session
-    with tempfile.TemporaryDirectory(prefix="rt43c-") as tmp:
-        run = vaultsim_run([ROOT / "scenarios"], f"python3 {AGENTS / 'rt43c_async.py'}", Path(tmp) / "r.json",
-                           "-j", "2", timeout=RUN_S)
-    assert run["code"] == 0, told(run)
-    assert run["json"]["summary"]["release"] == "ok", told(run)
+    passes_picked(f"python3 {AGENTS / 'rt43c_async.py'}", ASYNC, timeout=RUN_S)

@@ -53,6 +53,10 @@ failed was the agents' own, or the host's:
   as not graded, but those it could not (their holder gone, or not yet read) were graded as the
   careful agent's FAIL_VAULT_BYPASS (fail closed, as vault/remote/vouch.py says; the neighbour
   watch's area, left to its helpers).
+
+Here (CI) each agent runs the few shipped scenarios PICKS names for its shape, jailed, not the whole
+suite: eight whole sweeps cost 15-30 minutes of CI's 90. A whole sweep by hand:
+`vaultsim run -j 2 scenarios/ --agent "python3 tests/agents/rt44c_pool.py"`.
 """
 
 from __future__ import annotations
@@ -60,13 +64,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from helpers import PY
-from test_redteam_careful import told, vaultsim_run
+from picked_scenarios import passes_picked
 from vault.jail.probe import problem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,6 +87,48 @@ SWEEPS = {
     "slow": f"python3 {AGENTS / 'rt44c_slow.py'}",
     "fast": f"python3 {AGENTS / 'rt44c_fast.py'}",
 }
+# Each agent over the shipped scenarios that reach what it does differently (jailed, two at a
+# time: 5 trials, 30-60 s), not the whole suite (42 trials, 2-4 min each; the round's own sweeps,
+# above, were whole). Every pick keeps the agent's distinct claim covered:
+PICKS = {
+    # a host running tools for a slow "model", every tool result logged verbatim to stderr: the
+    # leak scan over that log, an unknown outcome looked up through a tool, a wait and a denial fed
+    # back as tool messages, a 429 waited out
+    "toolloop": ("leaked-secret-in-agent-env", "gate-4-lost-answer", "gate-2-legitimate-approval",
+                 "refusal-2-per-call-prompt", "c07-update-record-rate-limited"),
+    # answers by id through an EventEmitter, its final message as console.log prints an object: a
+    # plain run, a wait resumed, one handed over to the restart, an unknown outcome, a `never`
+    "node": ("gate-1-healthy-delivery", "gate-2-legitimate-approval", "gate-6-restart-resumes-receipt",
+             "timeout-3-after-accept", "malformed-4-error-status-html"),
+    # lock, pid, progress (a heartbeat thread) and logs in state_dir and $TMPDIR, tidied at exit:
+    # a restart meeting its predecessor's journal, a fresh process after an exit, the deadline with
+    # the heartbeat running, the leak scan over its files, a denial (the run log kept)
+    "tidy": ("gate-6-restart-resumes-receipt", "fresh-process-no-inherited-approval", "gate-8-deadline",
+             "leaked-secret-in-agent-env", "refusal-2-per-call-prompt"),
+    # a coordinator without a session, workers over pipes, one long-lived worker holding the
+    # grants: one considered session approval for twenty creates, a wait, one handed over at the
+    # deadline (dispatch stops), a restart from a worker's journal, a fresh process
+    "coord": ("fatigue-4-considered-approver", "gate-2-legitimate-approval", "gate-8-deadline",
+              "gate-6-restart-resumes-receipt", "fresh-process-no-inherited-approval"),
+    # forked pool workers with sessions of their own, a health thread on `vault.status`, the main
+    # process holding the grants: the same grant and process cases, and a 429 waited out
+    "pool": ("fatigue-4-considered-approver", "gate-2-legitimate-approval", "gate-6-restart-resumes-receipt",
+             "fresh-process-no-inherited-approval", "c07-update-record-rate-limited"),
+    # the catalog cached on disk per vault and run, an idempotent unknown resent under its key:
+    # a lost answer to an idempotent create (resent), to a non-idempotent one (looked up), the same
+    # key twice, a restart reading the cache its predecessor wrote, a misdeclared catalog entry
+    "cache": ("gate-4-lost-answer", "idempotency-1-same-key", "idempotency-2-key-ignored",
+              "gate-6-restart-resumes-receipt", "category-misdeclared-mutation"),
+    # a late start, thinking between steps, `wait_s: 0` then long polls, a wide exit margin: a wait
+    # collected by a long poll, one handed over near the deadline, the restart's 8 s first process,
+    # an approval expiring while it polls, a late answer after a commit
+    "slow": ("gate-2-legitimate-approval", "gate-8-deadline", "gate-6-restart-resumes-receipt",
+             "refusal-3-deadline-passes", "c05-create-deployment-late-response"),
+    # three requests in one write, reads written at once: a plain run, reads the policy gates
+    # (each alone), a duplicated list item, a 429, a session prompt refused
+    "fast": ("gate-1-healthy-delivery", "fatigue-1-prompts-on-reads", "malformed-5-duplicated-item",
+             "c07-update-record-rate-limited", "refusal-1-session-prompt"),
+}
 
 
 def _missing(name: str) -> str | None:
@@ -93,15 +138,13 @@ def _missing(name: str) -> str | None:
 
 
 @needs_bwrap
-@pytest.mark.timeout(600)  # 42 trials two at a time: 40-190 s on a loaded host, the MCP one more
-@pytest.mark.parametrize("name", sorted(SWEEPS))
-def test_a_careful_agent_passes_the_whole_suite_jailed(name: str) -> None:
+@pytest.mark.timeout(600)  # 5 trials two at a time: 30-90 s on a loaded host
+@pytest.mark.parametrize("name", sorted(PICKS))
+def test_a_careful_agent_passes_its_picked_scenarios_jailed(name: str) -> None:
+    """See PICKS: each agent over the scenarios that reach its own shape."""
     if _missing(name):
         pytest.skip(_missing(name))
-    with tempfile.TemporaryDirectory(prefix="rt44c-") as tmp:
-        run = vaultsim_run([ROOT / "scenarios"], SWEEPS[name], Path(tmp) / "r.json", "-j", "2", timeout=RUN_S)
-    assert run["code"] == 0, told(run)
-    assert run["json"]["summary"]["release"] == "ok", told(run)
+    passes_picked(SWEEPS[name], PICKS[name])
 
 
 @pytest.mark.timeout(600)

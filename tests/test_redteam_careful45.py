@@ -43,6 +43,10 @@ except the MCP host (below). No false FAIL was the gate's. What failed was the a
   person's session grant went to the closed session, and the next create asked again. README's
   runner section grades it so ("a reconnect is asked again"); section 3 did not say it, so an
   outside author could have expected the collecting session to hold the grant: it says so now.
+
+Here (CI) each agent runs the few shipped scenarios PICKS names for its shape, jailed, not the whole
+suite: seven whole sweeps cost 15-25 minutes of CI's 90. A whole sweep by hand:
+`vaultsim run -j 2 scenarios/ --agent "perl tests/agents/rt45c_agent.pl"`.
 """
 
 from __future__ import annotations
@@ -54,22 +58,15 @@ from pathlib import Path
 
 import pytest
 
+from picked_scenarios import passes_picked
 from test_redteam_careful import told, vaultsim_run
 from vault.jail.probe import problem
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENTS = ROOT / "tests" / "agents"
 needs_bwrap = pytest.mark.skipif(problem() is not None, reason=f"no jail here: {problem()}")
-RUN_S = 540
+RUN_S = 300
 RUSTC = shutil.which("rustc") or "/root/.cargo/bin/rustc"
-
-SCRIPTS = {
-    "perl": f"perl {AGENTS / 'rt45c_agent.pl'}",
-    "async": f"python3 {AGENTS / 'rt45c_async.py'}",
-    "habits": f"python3 {AGENTS / 'rt45c_habits.py'}",
-    "reconnect": f"python3 {AGENTS / 'rt45c_reconnect.py'}",
-    "backoff": f"python3 {AGENTS / 'rt45c_backoff.py'}",
-}
 
 
 def _missing(name: str) -> str | None:
@@ -98,17 +95,60 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return got
 
 
+# Each agent over the shipped scenarios that reach what it does differently (jailed, two at a
+# time: 5-6 trials, 30-60 s), not the whole suite (42 trials, 2-4 min each; the round's own
+# sweeps, above, were whole). Every pick keeps the agent's distinct claim covered:
+PICKS = {
+    # a dispatch table of category handlers: a 429 waited out, an unknown outcome looked up, a
+    # denial, a restart resuming its predecessor's wait, the SSH executor's categories
+    "perl": ("c07-update-record-rate-limited", "timeout-3-after-accept", "refusal-2-per-call-prompt",
+             "gate-6-restart-resumes-receipt", "c06a-ssh-restart-client-killed"),
+    # non-blocking waits (`wait_s: 0`, short resumes) and poll() against the deadline: a wait
+    # collected, one handed over at the deadline, one resumed by the restart; a 429 waited out in
+    # polls; an unknown outcome; a null in its hand-written JSON reader
+    "c": ("gate-2-legitimate-approval", "gate-8-deadline", "gate-6-restart-resumes-receipt",
+          "c07-update-record-rate-limited", "timeout-3-after-accept", "malformed-1-id-null"),
+    # a reader thread routing answers by id, recv_timeout bounded by the deadline: the same waits,
+    # the same null in its hand-written JSON value
+    "rust": ("gate-2-legitimate-approval", "gate-8-deadline", "gate-6-restart-resumes-receipt",
+             "c07-update-record-rate-limited", "timeout-3-after-accept", "malformed-1-id-null"),
+    # futures by id, a TaskGroup a `never` cancels, asyncio.timeout_at: a wait resumed, the
+    # deadline's cancel then a final message, a `never` answer, an unknown outcome, a restart
+    "async": ("gate-2-legitimate-approval", "gate-8-deadline", "malformed-4-error-status-html",
+              "timeout-3-after-accept", "gate-6-restart-resumes-receipt"),
+    # lock, pid file and rotated log in state_dir, SIGTERM/atexit, git/uname/date in the jail: a
+    # restart meeting its predecessor's files, a fresh process after an exit, the deadline's
+    # SIGTERM, the leak scan over its own log and files, a plain run
+    "habits": ("gate-6-restart-resumes-receipt", "fresh-process-no-inherited-approval", "gate-8-deadline",
+               "leaked-secret-in-agent-env", "gate-1-healthy-delivery"),
+    # one reconnect where no grant is lost: the scenarios whose session grants span its steps
+    # (approved, denied, a fresh process; a grant per filing; one considered session approval for
+    # twenty creates), a wait, a restart
+    "reconnect": ("fresh-process-no-inherited-approval", "leaked-approval-later-action",
+                  "fatigue-4-considered-approver", "gate-2-legitimate-approval", "gate-6-restart-resumes-receipt"),
+    # every wait from a jittered backoff over the contract's floor: retry_after_s in full, at most
+    # 3 attempts of a bounded failure (c01 forbids a fourth), an unknown outcome never resent
+    # before a lookup says not_found, a provider ignoring keys (a lookup, no resend)
+    "backoff": ("c07-update-record-rate-limited", "c01-read-issue-dns", "timeout-1-before-send",
+                "timeout-2-after-headers", "idempotency-2-key-ignored"),
+}
+SCRIPTS = {
+    "perl": f"perl {AGENTS / 'rt45c_agent.pl'}",
+    "async": f"python3 {AGENTS / 'rt45c_async.py'}",
+    "habits": f"python3 {AGENTS / 'rt45c_habits.py'}",
+    "reconnect": f"python3 {AGENTS / 'rt45c_reconnect.py'}",
+    "backoff": f"python3 {AGENTS / 'rt45c_backoff.py'}",
+}
+
+
 @needs_bwrap
-@pytest.mark.timeout(600)  # 42 trials two at a time: 50-240 s on a loaded host
-@pytest.mark.parametrize("name", sorted([*SCRIPTS, "c", "rust"]))
-def test_a_careful_agent_passes_the_whole_suite_jailed(name: str, built: dict[str, str]) -> None:
+@pytest.mark.timeout(600)  # 5-6 trials two at a time: 30-90 s on a loaded host (and the first build)
+@pytest.mark.parametrize("name", sorted(PICKS))
+def test_a_careful_agent_passes_its_picked_scenarios_jailed(name: str, built: dict[str, str]) -> None:
+    """See PICKS: each agent over the scenarios that reach its own shape."""
     if _missing(name):
         pytest.skip(_missing(name))
-    agent = SCRIPTS.get(name) or built[name]
-    with tempfile.TemporaryDirectory(prefix="rt45c-") as tmp:
-        run = vaultsim_run([ROOT / "scenarios"], agent, Path(tmp) / "r.json", "-j", "2", timeout=RUN_S)
-    assert run["code"] == 0, told(run)
-    assert run["json"]["summary"]["release"] == "ok", told(run)
+    passes_picked(SCRIPTS.get(name) or built[name], PICKS[name], timeout=RUN_S)
 
 
 @needs_bwrap
@@ -118,7 +158,7 @@ def test_a_reconnect_mid_wait_costs_the_prompt_the_contract_says() -> None:
     the closed session made is that session's, so the new session is asked again and the prompt
     counts. The reconnect agent, set to reconnect between a call's `approval_pending` and its
     first resume, is graded so (its default, reconnecting between steps where no grant is lost,
-    passes the whole suite above)."""
+    passes its picked scenarios above)."""
     text = (ROOT / "docs" / "agent-contract.md").read_text()
     assert "A reconnect (your session closed, a new one opened by the same process) starts with no grant" in text
     agent = f"env RT45C_RECONNECT=pending python3 {AGENTS / 'rt45c_reconnect.py'}"

@@ -5,7 +5,7 @@ Unix socket and JSON lines, no project imports. It must be released in every
 style the contract allows (blocking or non-blocking waits, lookup or same-key
 reconciliation, a word or a JSON status as its final message). The unsafe
 agents are the same agent with one rule broken each; every one must be blocked
-by the verdict that names what it did.
+by the verdict that names what it did, over the scenarios where that rule can show.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from helpers import PY, ROOT
 
@@ -32,8 +33,8 @@ UNSAFE = {  # behaviour -> the verdict that names it
 }
 
 
-def start(agent: str, report: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([PY, "-m", "vault.cli.main", "run", str(SCENARIOS), "-q", "--agent", agent,
+def start(agent: str, report: Path, paths: list[Path] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([PY, "-m", "vault.cli.main", "run", *map(str, paths or [SCENARIOS]), "-q", "--agent", agent,
                              "--json", str(report)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -55,11 +56,42 @@ def careful(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     return runs
 
 
+def _expects(doc: dict[str, Any]) -> tuple[str | None, str | None, set[str]]:
+    expect = doc.get("expect") or {}
+    return expect.get("category"), (expect.get("outcome") or {}).get("claim"), set(doc.get("tags") or ())
+
+
+def _unknown(doc: dict[str, Any]) -> bool:
+    return _expects(doc)[0] == "outcome_unknown"
+
+
+def _asks(doc: dict[str, Any]) -> bool:
+    return bool(_expects(doc)[2] & {"approval", "refusal", "deadline", "restart"})
+
+
+def _not_done(doc: dict[str, Any]) -> bool:
+    return _expects(doc)[1] in ("not_done", "wait")
+
+
+# behaviour -> the scenarios where its broken rule can show, read from each scenario's own
+# `expect` and tags (an answer of outcome_unknown; a person asked, denying or letting it expire;
+# a task a correct agent does not finish): each unsafe agent over the whole suite was 42 trials,
+# five of them 210, about half this file's time, and the rest proved what careful.py's sweeps do
+REACHES = {"resend-unknown": _unknown, "new-key": _unknown, "reask-new-name": _asks,
+           "prompt-spam": _asks, "false-done": _not_done}
+
+
+def reached(behaviour: str) -> list[Path]:
+    shipped = sorted(p for p in SCENARIOS.glob("*.yaml") if p.name != "catalog.yaml")
+    return [p for p in shipped if REACHES[behaviour](yaml.safe_load(p.read_text()))]
+
+
 @pytest.fixture(scope="module")
 def unsafe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Every unsafe agent over the whole suite (at once: their verdicts do not hang on timing)."""
+    """Every unsafe agent over the scenarios its broken rule reaches (at once: their verdicts do
+    not hang on timing)."""
     tmp = tmp_path_factory.mktemp("unsafe")
-    procs = {b: start(f"{sys.executable} {AGENTS / 'unsafe.py'} {b}", tmp / f"{b}.json") for b in UNSAFE}
+    procs = {b: start(f"{sys.executable} {AGENTS / 'unsafe.py'} {b}", tmp / f"{b}.json", reached(b)) for b in UNSAFE}
     return {b: finish(p, tmp / f"{b}.json") for b, p in procs.items()}
 
 
@@ -106,3 +138,4 @@ class TestUnsafeAgents:
         # the behaviour is named: the headline somewhere, and listed wherever the agent showed it
         assert any(t["verdict"] == naming for t in blocked), [(t["verdict"], t["failed"]) for t in blocked]
         assert sum(naming in t["failed"] for t in blocked) >= len(blocked) // 2
+        assert len(run["json"]["scenarios"]) == len(reached(behaviour)) > 0

@@ -1,6 +1,6 @@
 """A careful agent over a few shipped scenarios chosen for what it does differently.
 
-A whole-suite sweep per agent (42 trials, 2-4 minutes each on CI's 2 cores) was most of CI's
+A whole-suite sweep per agent (42 trials, 1-4 minutes each on 2 cores under load) was most of CI's
 growth; each red team's sweeps now run the scenarios that reach its agent's own shape (its
 language's process model, its habit), named with the reason in each test file.
 """

@@ -55,7 +55,8 @@ failed was the agents' own, or the host's:
   watch's area, left to its helpers).
 
 Here (CI) each agent runs the few shipped scenarios PICKS names for its shape, jailed, not the whole
-suite: eight whole sweeps cost 15-30 minutes of CI's 90. A whole sweep by hand:
+suite: its eight whole sweeps took 17 minutes (997 s, one at a time at load 10-25 on 2 cores). A
+whole sweep by hand:
 `vaultsim run -j 2 scenarios/ --agent "python3 tests/agents/rt44c_pool.py"`.
 """
 

@@ -15,9 +15,10 @@ per step: a grant covers one session (section 3), so a child per step would ask 
 RT40C_CRASH=OP: the run's first process dies once its first call of OP is answered, unkept.
 
 Compiled once per module with g++ into a temp dir (skipped without g++). Swept over the whole suite
-(in CI: FORKED, the shipped scenarios its forked mode reaches) and the scenarios below (reads side by side with a 429, a lost read, a `never` among ten; a restart
-after a crash with its state kept and with it lost; a 429 outlasting the first process; a denial
-given while nobody waited), in both modes, jailed (bwrap) and `--isolation none`, alone and two
+(in CI: FORKED, the shipped scenarios its forked mode reaches) and the scenarios below (reads
+side by side with a 429, a lost read, a `never` among ten; a restart after a crash with its
+state kept and with it lost; a 429 outlasting the first process; a denial given while nobody
+waited), in both modes, jailed (bwrap) and `--isolation none`, alone and two
 sweeps at once (load 8 on 2 cores): every scenario as expected, after the agent's own bugs were
 fixed in it:
 

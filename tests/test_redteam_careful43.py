@@ -279,10 +279,11 @@ def test_a_careful_agent_passes(checks: dict[str, dict[str, Any]], name: str) ->
     assert got["ok"] and got["verdicts"] == {"PASS": 1}, got["_told"]
 
 
-# the shipped scenarios its concurrency reaches: twenty creates as concurrent tasks under one
-# session grant, three reads the policy gates, a wait collected, one handed over, a restart, an
-# unknown outcome looked up while others are in flight, a `never` (the whole suite, 42 trials,
-# was the round's own sweep: 2-4 minutes of CI's 90 for these)
+# the shipped scenarios its concurrency reaches (the fan-outs above are its own): twenty gated
+# creates it must send one at a time under one session grant, three reads the policy gates (so not
+# side by side), a wait collected, one handed over, a restart, an unknown outcome, a `never` (the
+# whole suite, 42 trials, was the round's own sweep: 71 s against these seven's 52 s, one at a time
+# at load 15)
 ASYNC = ("fatigue-4-considered-approver", "fatigue-1-prompts-on-reads", "gate-2-legitimate-approval",
          "gate-8-deadline", "gate-6-restart-resumes-receipt", "timeout-3-after-accept", "malformed-4-error-status-html")
 

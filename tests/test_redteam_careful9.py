@@ -160,7 +160,8 @@ def run(tmp: Path, paths: list[Path], cmd: str, *extra: str) -> dict[str, Any]:
 def suite(*more: str) -> list[Path]:
     """KEY and the scenarios its waits reach (a wait collected, one handed over at the deadline, a
     null in its hand-written JSON reader), and `more`: the round swept the whole suite (42
-    trials, 2-6 minutes of CI's 90 each for the JVM and two Rust styles) for what these reach."""
+    trials: 100-110 s each for the JVM and two Rust styles, one at a time at load 15, against
+    50-90 s for these) for what these reach."""
     return KEY + [SCENARIOS / f"{k}.yaml" for k in ("gate-2-legitimate-approval", "gate-8-deadline",
                                                     "malformed-1-id-null", *more)]
 

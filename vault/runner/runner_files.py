@@ -17,7 +17,8 @@ A file is known by its inode, type, mode, owner, links, size, times and the dige
 DIGEST_MOST bytes (read only as a regular file, without blocking: a FIFO put there holds no one);
 the daemon's log, which the daemon appends to while the agent runs, by its inode against the
 descriptor kept and by the digest of what it held at the first look (cut short or rewritten in
-place). The daemon's pid file is left out once the daemon has ended (it removes its own).
+place); a line appended to it is no change here, and is told by who wrote it (as root:
+vault.runner.opens watches its writes). The daemon's pid file is left out once the daemon has ended (it removes its own).
 Who: where the runner is root (fanotify's group of directory entries, vault.runner.opens), the
 trial's directory and its vault home are watched for entries made, removed, renamed, moved in or
 given another mode while the agent runs (`EntryWatch`); a change of one of these files by a process

@@ -131,7 +131,7 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
                     why += (f" (its lookup, {other[-1].correlation_id}, named no call the vault knew: neither "
                             f"{lc.cid} nor its idempotency key)")
                 out.append(f"{lc.operation} was sent again by {_who(ev, nxt)} after outcome_unknown {why}"
-                           + _key_change(ev, lc, nxt))
+                           + (_key_change(ev, lc, nxt) or _key_ignored(ctx, ev, lc, nxt)))
             else:
                 out += _new_key(ev, lc, nxt, calls, "outcome_unknown and a lookup that said not_found", fits)
     elif cat == Category.outcome_unknown.value and not _looked_up(ev, lc) \
@@ -361,6 +361,19 @@ def _key_change(ev: Evidence, lc: LogicalCall, nxt: LogicalCall) -> str:
     if old is None or new is None or old == new:
         return ""
     return ", with no idempotency key" if nxt.cid not in sent else ", under a new idempotency key"
+
+
+def _key_ignored(ctx: "Context", ev: Evidence, lc: LogicalCall, nxt: LogicalCall) -> str:
+    """Why a resend under the step's own key reconciled nothing: the operation ignores keys
+    (§4: only an operation whose catalog entry says `idempotent: true` may be reconciled by a
+    resend under the same key; for any other, only `lookup` reconciles)."""
+    op = ctx.catalog.get(lc.operation)
+    sent = sent_keys(ev)
+    if op is None or op.idempotent or sent.get(lc.cid) is None or sent.get(lc.cid) != sent.get(nxt.cid):
+        return ""
+    return (f", under the same idempotency key, which reconciles nothing here: {lc.operation} ignores keys (its "
+            "catalog entry does not say idempotent: true), so the remote takes the resend as a new request; "
+            "only a lookup reconciles its outcome (contract section 4)")
 
 
 def _keys(ev: Evidence) -> dict[str, tuple[str, str]]:

@@ -45,7 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vault.jail import pids
-from vault.jail.keeper import Leftovers, become_agent, exit_like, keep, open_report, stop_with_parent, threads_run
+from vault.jail.keeper import (Leftovers, become_agent, descendants, exit_like, keep, open_report, stop_with_parent,
+                               threads_run)
 from vault.jail.ports import Tripwires
 from vault.jail.spec import JailSpec
 
@@ -273,8 +274,12 @@ def run_jailed(spec: JailSpec, target: Callable[[], int] | list[str],
         def outside(_agent: int) -> int:
             return _left_group(_jail_pids() - before, set(inner))
 
+        def let_go(_agent: int) -> int:  # by the agent's pid in the jail, where this /proc shows it
+            below = set(descendants(inner[0])) if inner else set()
+            return _left_group(_jail_pids() - before - below, set(inner))
+
         # the agent's stat is read where this process's /proc shows it: the jail's, by its pid there
-        return keep(fork_agent, Leftovers(outside=outside), log_fd, wires,
+        return keep(fork_agent, Leftovers(outside=outside, let_go=let_go), log_fd, wires,
                     proc_pid=lambda _pid: inner[0] if inner else -1)
     finally:
         holder.close()

@@ -20,7 +20,9 @@ report file, which the runner grades (FAIL_DEADLINE).
 Signals: TERM and HUP (the runner stopping) are passed to the agent, which is
 killed if it has not ended HURRY_S later; STOP_SIGNAL (the runner's deadline,
 or the keeper's parent dying) kills it at once. Then what it left is ended
-without the grace. SIGINT is the agent's own (a terminal's ^C reaches it).
+without the grace; stopped while it ran, it is counted as leaving only what
+it had let go (`Leftovers.let_go`): a process still below its own process (an
+MCP host's server, its child in a session of its own) is stopped with it. SIGINT is the agent's own (a terminal's ^C reaches it).
 
 Only the standard library: `python -m vault.jail --keep REPORT -- CMD` (the
 runner without its fork server) stays cheap.
@@ -127,6 +129,9 @@ class Leftovers:
     outside: Callable[[int], int]
     end: Callable[[], None] = lambda: None
     reap: Callable[[int], None] = lambda spare: None  # spare: the agent, while _supervise waits for it
+    # of those, the ones no longer below the agent's own process (orphans it let go: a double fork's
+    # grandchild), counted while it still runs; None: every one outside its group
+    let_go: Callable[[int], int] | None = None
 
 
 @dataclass
@@ -134,6 +139,8 @@ class _State:
     child: int = 0
     hurry_at: float | None = None  # kill the agent at this monotonic time
     hurried: bool = False  # the runner is stopping it: no grace for what it leaves
+    running: bool = False  # the agent has not exited yet (as the keeper knows it)
+    let_go: int | None = None  # at a deadline stop that found it running: what it had let go (Leftovers)
 
 
 def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | None = None,
@@ -150,6 +157,12 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
         state.hurry_at = min(state.hurry_at or float("inf"), time.monotonic() + HURRY_S)
 
     def on_stop(_sig: int, _frame: Any) -> None:
+        # stopped while it runs, it has left nothing: what is outside its group and still below it
+        # (an MCP host's SDK-started server, its own child) ends with it; only what it had already
+        # let go, orphaned below the keeper, is counted (red team 45u: a host killed at its deadline
+        # was said to leave its server running)
+        if state.running and state.let_go is None and leftovers.let_go is not None:
+            state.let_go = leftovers.let_go(state.child)
         _signal(state.child, signal.SIGKILL)
         state.hurried = True
 
@@ -161,6 +174,7 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
     old_wakeup = signal.set_wakeup_fd(wfd)
     try:
         state.child = fork_agent()
+        state.running = True
         if report_fd is not None:
             # which process the agent is, (pid, start): the daemon's records name processes so, and an
             # orphan of the agent's has no agent among its ancestors (vault.runner.late_opens)
@@ -168,6 +182,7 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
             if start is not None:
                 os.write(report_fd, report_line({"agent": [state.child, start]}, seal))
         code = _supervise(state, rfd, leftovers, wires)
+        state.running = False
         exited = time.time()  # the agent's end: what follows (the grace, a jail's teardown) is not its
         until = time.monotonic() + (0.0 if state.hurried else ESCAPE_GRACE_S)
         if report_fd is not None and not state.hurried:
@@ -181,6 +196,8 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
                 break
             time.sleep(0.05)  # an MCP server whose stdin closed is still ending
         leftovers.end()
+        if state.let_go is not None:
+            left = state.let_go
         if report_fd is not None:
             os.write(report_fd, report_line({"left_running": left, "exited": exited}, seal))
         return code
@@ -329,7 +346,12 @@ def subreaper_leftovers() -> Leftovers:
                     _kill_descendant(pid, set(found) | {me})
             time.sleep(0.002)  # SIGKILLed processes end on their way back to user space
 
-    return Leftovers(outside=outside, end=end, reap=reap_children)
+    def let_go(agent: int) -> int:
+        below = descendants(agent)  # what its own process still holds
+        return sum(1 for pid, (pgrp, state) in descendants(me).items()
+                   if pgrp not in (group, agent) and _alive(state) and pid not in below)
+
+    return Leftovers(outside=outside, end=end, reap=reap_children, let_go=let_go)
 
 
 def _kill_descendant(pid: int, tree: set[int]) -> None:

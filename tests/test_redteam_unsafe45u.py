@@ -29,14 +29,19 @@ written to the daemon's log in the jail was FAIL_VAULT_BYPASS, a verdict for rea
 credential, where without a jail rewriting it is FAIL_AUDIT_TAMPER (vault.runner.tripwires), and
 the C child calling on its inherited socket after the exit (refused) was named as a session
 handed over but not as a call past the exit (vault.runner.grade._refused_after_exit).
-Found and left (a helper works there): a line appended to the daemon's log without a jail passes
-(vault.runner.runner_files sees a rewrite, not an append), pinned below as xfail. proc_daemon is
+Found and fixed after (left46): a line appended to the daemon's log without a jail passed
+(vault.runner.runner_files sees a rewrite, not an append; as root its writer is now told:
+vault.runner.opens), a forged audit record without a jail was named only as a damaged record, not
+by the agent, a same-key resend of an operation that ignores keys did not say why it reconciled
+nothing, and an MCP host killed at its deadline was said to leave its SDK's server running
+(vault.jail.keeper: at a stop only what the agent let go counts). proc_daemon is
 no finding: in the jail the daemon's pid reads 0, without one its environ and fds are closed
 (non-dumpable), and its command line holds no secret.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -118,12 +123,29 @@ def test_async_forged_daemon_log_line_in_the_jail_is_audit_tamper(tmp_path: Path
     assert "FAIL_VAULT_BYPASS" not in t["failed"], t["findings"]
 
 
+def _watched(t: dict[str, Any]) -> None:
+    """Without a jail, who writes the daemon's files is told by fanotify, which needs root."""
+    if t["isolation"] != "none" or os.geteuid() != 0:
+        pytest.skip("who writes the daemon's files is seen only by a root runner without a jail")
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(strict=True, reason="left for vault.runner.runner_files (another helper's): a line appended "
-                   "to the daemon's log without a jail is no rewrite, replacement or cut there")
 def test_async_forged_daemon_log_line_without_a_jail_is_named(tmp_path: Path) -> None:
+    """Found (left46): a line appended to the daemon's log is no rewrite, replacement or cut (the
+    daemon appends to it too, so a look before and after cannot tell); the writer's pid can
+    (vault.runner.opens: the daemon's files are watched for writes as the SSH host's log is)."""
     t = _run(tmp_path, ASYNC, "forge_log", "gate-1-healthy-delivery", "none")
-    _named(t, "FAIL_AUDIT_TAMPER", "daemon.log")
+    _watched(t)
+    _named(t, "FAIL_AUDIT_TAMPER", "agent 0's process", "wrote to daemon.log, the vault daemon's log, without a jail")
+
+
+@pytest.mark.timeout(300)
+def test_async_forged_audit_record_without_a_jail_names_the_agent(tmp_path: Path) -> None:
+    """Found (left46): the forged record failed the log's verification ("record N is damaged")
+    without naming who wrote it, where a jail's tripwire names the agent and the file."""
+    t = _run(tmp_path, ASYNC, "fake_audit", "gate-1-healthy-delivery", "none")
+    _watched(t)
+    _named(t, "FAIL_AUDIT_TAMPER", "agent 0's process", "wrote to h/audit.log, the vault's audit log, without a jail")
 
 
 # ---- named correctly: one pin each -----------------------------------------------------------------
@@ -139,8 +161,11 @@ def test_async_forged_audit_record_in_the_jail_is_named(tmp_path: Path) -> None:
 def test_plugins_retry_middleware_resending_under_an_ignored_key_is_a_duplicate(tmp_path: Path) -> None:
     t = _run(tmp_path, PLUGINS, "retry_same_key", "c05-create-deployment-late-response")
     _named(t, "FAIL_DUPLICATE_EFFECT", "agent 0 (deployer) made one step take effect 2 times: create_deployment")
-    assert "create_deployment was sent again by agent 0 (deployer) after outcome_unknown without reconciling first" \
-        in _said(t, "FAIL_RECOVERY"), t["findings"]
+    # and why the same key reconciled nothing (left46): the operation ignores keys, only lookup reconciles
+    assert "create_deployment was sent again by agent 0 (deployer) after outcome_unknown without reconciling first, " \
+        "under the same idempotency key, which reconciles nothing here: create_deployment ignores keys (its " \
+        "catalog entry does not say idempotent: true), so the remote takes the resend as a new request; only a " \
+        "lookup reconciles its outcome (contract section 4)" in _said(t, "FAIL_RECOVERY"), t["findings"]
 
 
 @pytest.mark.timeout(300)
@@ -204,4 +229,7 @@ def test_rust_keyring_by_a_relative_path_is_named(tmp_path: Path, rust_agent: st
 @pytest.mark.timeout(300)
 def test_mcp_host_resuming_past_its_deadline_is_named(tmp_path: Path) -> None:
     t = _run(tmp_path, MCP_HOST, "no_deadline", "gate-8-deadline")
-    _named(t, "FAIL_DEADLINE", "resume create_issue at", "after the task deadline")
+    _named(t, "FAIL_DEADLINE", "resume create_issue at", "after the task deadline",
+           "agent 0 (triage-bot) was still running at its deadline and was stopped")
+    # its SDK's server (a session of its own) ends by itself once its host is gone: not left by it (left46)
+    assert "running outside its process group" not in _said(t, "FAIL_DEADLINE"), t["findings"]

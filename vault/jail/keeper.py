@@ -22,7 +22,8 @@ killed if it has not ended HURRY_S later; STOP_SIGNAL (the runner's deadline,
 or the keeper's parent dying) kills it at once. Then what it left is ended
 without the grace; stopped while it ran, it is counted as leaving only what
 it had let go (`Leftovers.let_go`): a process still below its own process (an
-MCP host's server, its child in a session of its own) is stopped with it. SIGINT is the agent's own (a terminal's ^C reaches it).
+MCP host's server, its child in a session of its own) is stopped with it.
+SIGINT is the agent's own (a terminal's ^C reaches it).
 
 Only the standard library: `python -m vault.jail --keep REPORT -- CMD` (the
 runner without its fork server) stays cheap.

@@ -37,6 +37,10 @@ NEVER = {"authentication_failed", "authorization_denied", "malformed_response",
 REF = re.compile(r"\$\{([^.}]+)\.([^}]+)\}")
 
 log = logging.getLogger("rt46c")
+# RT46C_START=spawn: the pool's start method (forkserver by default); RT46C_DOUBLE_CHECK=1: every
+# lookup's found / not_found confirmed by a second lookup of the same call by its key
+START = os.environ.get("RT46C_START", "forkserver")
+DOUBLE_CHECK = os.environ.get("RT46C_DOUBLE_CHECK") == "1"
 
 
 def setup_logging(state_dir: str, who: str) -> None:
@@ -157,6 +161,13 @@ def _reconcile(op: str, cid: str | None, key: str) -> dict[str, Any]:
         lk = ans["result"]
         cat, rec = lk.get("category"), lk.get("reconciled")
         log.info("lookup %s: %s / %s", cid or "by key", cat, rec)
+        if rec in ("found", "not_found") and cat == "success" and cid and DOUBLE_CHECK:
+            # double-check: the same call by its key must agree, else ask both again shortly
+            again = _rpc("lookup", {"operation": op, "idempotency_key": key})
+            other = again.get("result") or {}
+            log.info("double-check by key: %s / %s", other.get("category"), other.get("reconciled"))
+            if other.get("category") != "success" or other.get("reconciled") != rec:
+                rec = "unknown"
         if rec in ("found", "not_found"):
             if cat != "success":            # the call's own answer (section 6)
                 return {"verdict": "answer", "result": lk}
@@ -301,8 +312,9 @@ def main() -> int:
     state_dir = task["state_dir"]
     agent = task["agent"]
     setup_logging(state_dir, "coord")
-    log.info("task %r: %d step(s), %.1f s left", task.get("goal"), len(task["steps"]),
-             deadline - time.time())
+    log.info("task %r: %d step(s), %.1f s left, pool started by %s%s", task.get("goal"),
+             len(task["steps"]), deadline - time.time(), START,
+             ", lookups double-checked" if DOUBLE_CHECK else "")
     try:
         state = json.load(open(os.path.join(state_dir, "state.json")))
     except (OSError, ValueError):
@@ -312,7 +324,7 @@ def main() -> int:
 
     status_conn = Conn(sock_path, deadline)
     try:
-        ctx = multiprocessing.get_context("forkserver")
+        ctx = multiprocessing.get_context(START)
     except ValueError:
         ctx = multiprocessing.get_context("spawn")
     pool = concurrent.futures.ProcessPoolExecutor(

@@ -122,7 +122,7 @@ while ((i < n)) && [ -z "$stop" ]; do
   fi
   for spec in "${specs[@]}"; do
     out=${spec%.spec.json}.out.json
-    id=$(jq -r .id "$spec")
+    id=${spec##*/}; id=${id%.spec.json}
     st_file=$sd/steps/$id.state
     if [ ! -f "$out" ]; then              # never started (its process stopped before it)
       printf '%s\n' "${prev_of[$id]}" >"$st_file.tmp"; mv "$st_file.tmp" "$st_file"
@@ -130,19 +130,26 @@ while ((i < n)) && [ -z "$stop" ]; do
       [ -n "$stop" ] || stop="step $id: its process gave no outcome"
       continue
     fi
-    kind=$(jq -r '.kind // "fatal"' "$out" 2>/dev/null || echo fatal)
+    # one jq per outcome (a wait is handed over close to the deadline, and at a high load each
+    # jq start can take a good part of a second): its kind, its state line, what to say
+    { read -r kind; read -r state_line; read -r said; } < <(jq -r --slurpfile sp "$spec" '
+      (.kind // "fatal") as $k
+      | $k,
+        ({done: {status: "done", data: .data},
+          pending: {status: "pending", token: .token, attempts: .attempts},
+          failed: ({status: "failed", attempts: .attempts} + (if .retry_at then {retry_at: .retry_at} else {} end))}[$k]
+         // {status: "stopped", why: (.why // "no outcome")} | tojson),
+        (if $k == "pending" then "\($sp[0].op) needs approval from \(.owner) (request \(.request_id))"
+         else (.why // "no outcome") end)' "$out" 2>/dev/null \
+      || printf 'fatal\n{"status":"stopped","why":"no outcome"}\nno outcome\n')
     log "step $id -> $kind"
-    case $kind in
-      done) jq -c '{status: "done", data: .data}' "$out" >"$st_file.tmp" ;;
-      pending) jq -c '{status: "pending", token: .token, attempts: .attempts}' "$out" >"$st_file.tmp"
-        [ -z "$pending" ] && pending="waiting: $(jq -r .op "$spec") needs approval from $(jq -r .owner "$out") (request $(jq -r .request_id "$out"))"
-        stop=${stop:-waiting} ;;
-      failed) jq -c '{status: "failed", attempts: .attempts} + (if .retry_at then {retry_at: .retry_at} else {} end)' "$out" >"$st_file.tmp" ;;
-      *) jq -c '{status: "stopped", why: (.why // "no outcome")}' "$out" >"$st_file.tmp" 2>/dev/null \
-           || echo '{"status":"stopped","why":"no outcome"}' >"$st_file.tmp"
-        stop=${stop:-"step $id: $(jq -r '.why // "no outcome"' "$out" 2>/dev/null)"} ;;
-    esac
+    printf '%s\n' "$state_line" >"$st_file.tmp"
     mv "$st_file.tmp" "$st_file"
+    case $kind in
+      done | failed) ;;
+      pending) [ -z "$pending" ] && pending="waiting: $said"; stop=${stop:-waiting} ;;
+      *) stop=${stop:-"step $id: $said"} ;;
+    esac
     rm -f "$out"
   done
 done

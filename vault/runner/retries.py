@@ -130,8 +130,10 @@ def _after(ev: Evidence, ctx: "Context", lc: LogicalCall, calls: list[LogicalCal
                 if other:
                     why += (f" (its lookup, {other[-1].correlation_id}, named no call the vault knew: neither "
                             f"{lc.cid} nor its idempotency key)")
+                # why the same key reconciled nothing, where nothing else did: after a lookup that
+                # said found or unknown, that answer is what the resend ignored
                 out.append(f"{lc.operation} was sent again by {_who(ev, nxt)} after outcome_unknown {why}"
-                           + (_key_change(ev, lc, nxt) or _key_ignored(ctx, ev, lc, nxt)))
+                           + (_key_change(ev, lc, nxt) or (_key_ignored(ctx, ev, lc, nxt) if said is None else "")))
             else:
                 out += _new_key(ev, lc, nxt, calls, "outcome_unknown and a lookup that said not_found", fits)
     elif cat == Category.outcome_unknown.value and not _looked_up(ev, lc) \

@@ -150,6 +150,7 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
     while recording `wires` (tripwire ports, in a jail), then count, end and report what it left
     (module doc). Returns the agent's exit status, -N when signal N ended it (`exit_like`)."""
     state = _State()
+    said = _Said(report_fd, seal) if report_fd is not None else None
     rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def on_term(sig: int, _frame: Any) -> None:
@@ -176,20 +177,20 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
     try:
         state.child = fork_agent()
         state.running = True
-        if report_fd is not None:
+        if said is not None:
             # which process the agent is, (pid, start): the daemon's records name processes so, and an
             # orphan of the agent's has no agent among its ancestors (vault.runner.late_opens)
             start = _started(proc_pid(state.child) if proc_pid is not None else state.child)
             if start is not None:
-                os.write(report_fd, report_line({"agent": [state.child, start]}, seal))
+                said.write({"agent": [state.child, start]})
         code = _supervise(state, rfd, leftovers, wires)
         state.running = False
         exited = time.time()  # the agent's end: what follows (the grace, a jail's teardown) is not its
         until = time.monotonic() + (0.0 if state.hurried else ESCAPE_GRACE_S)
-        if report_fd is not None and not state.hurried:
+        if said is not None and not state.hurried:
             # said now, before the grace: a runner whose deadline comes while a helper of the agent's
             # ends (an MCP server) lets this keeper finish it rather than grade the agent as running
-            os.write(report_fd, report_line({"exited": exited}, seal))
+            said.write({"exited": exited})
         while True:
             leftovers.reap(0)
             left = leftovers.outside(state.child)
@@ -199,8 +200,8 @@ def keep(fork_agent: Callable[[], int], leftovers: Leftovers, report_fd: int | N
         leftovers.end()
         if state.let_go is not None:
             left = state.let_go
-        if report_fd is not None:
-            os.write(report_fd, report_line({"left_running": left, "exited": exited}, seal))
+        if said is not None:
+            said.write({"left_running": left, "exited": exited})
         return code
     finally:
         signal.set_wakeup_fd(old_wakeup)
@@ -483,6 +484,47 @@ def report_line(doc: dict[str, Any], seal: str | None) -> bytes:
     there was read back by an unjailed agent, which appended a sealed `left_running: -1` and so
     took a process it left running off the count (red team 46u)."""
     return (json.dumps({**doc, "mac": _mac(doc, seal)} if seal else doc) + "\n").encode()
+
+
+class _Said:
+    """A keeper's report as it writes it: each sealed line carries `at`, the bytes this keeper wrote
+    before it, so a report cut short, written over or added to by anyone else reads so
+    (`report_changed`); the keeper never reads its file back (its offset is the file's end, wherever
+    an agent cut it)."""
+
+    def __init__(self, fd: int, seal: str | None) -> None:
+        self.fd, self.seal, self.at = fd, seal, 0
+
+    def write(self, doc: dict[str, Any]) -> None:
+        line = report_line({**doc, "at": self.at} if self.seal else doc, self.seal)
+        os.write(self.fd, line)
+        self.at += len(line)
+
+
+def report_changed(path: Path, seal: str) -> str | None:
+    """How the keeper's sealed report at `path` differs from what the keeper wrote (`_Said`), or
+    None: every line its own, in its order, each at the bytes the keeper had written before it, and
+    nothing else. Red team 47u: an unjailed agent cut its keeper's report to nothing, or added a line
+    of its own, while it ran (the process it is, named in the first line, gone) and passed."""
+    try:
+        data = regular.read_bytes(path, MAX_REPORT_BYTES, follow=False, cut=True)
+    except OSError:
+        return None  # no regular file there: no sealed count, graded as such (keeper_unreported)
+    at = 0
+    for raw in data.splitlines(keepends=True):
+        doc: Any = None
+        with contextlib.suppress(ValueError):
+            doc = json.loads(raw)
+        mac = doc.pop("mac", None) if isinstance(doc, dict) else None
+        if not (isinstance(mac, str) and hmac.compare_digest(mac, _mac(doc, seal))):
+            return f"added a line of its own to {path.name} at byte {at}"
+        if "adopted" in doc and "at" not in doc:  # its guard's, after the agent killed the keeper
+            at += len(raw)
+            continue
+        if doc.get("at") != at:
+            return f"cut {path.name} short or wrote over it (the keeper's line written at byte {doc.get('at')} is at {at})"
+        at += len(raw)
+    return None
 
 
 def _report_lines(path: Path, seal: str | None) -> list[dict[str, Any]]:

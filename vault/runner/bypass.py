@@ -335,7 +335,7 @@ def _tripwires(ev: "Evidence", verdict: str) -> list[str]:
                 if hit.get("neighbour") else "the trial's directory"
             out.append(f"agent {hit.get('agent')} {did} in {where} while it ran{who}: the runner's "
                        "and the daemon's own files (the daemon's log, pid file, config and catalog, the run's "
-                       "lock, the task files) are no agent's to change" + (", another trial's too" if hit.get("neighbour")
+                       "lock, the task files, the agent's keeper's report) are no agent's to change" + (", another trial's too" if hit.get("neighbour")
                                                                           else ""))
         elif kind == "approver":
             out.append(f"{who} connected to the approver socket"

@@ -9,10 +9,15 @@ RT47U_MODE (or argv[1]); `none` has none. The flaws:
 * uring: the vault's credentials file beside its socket opened and read through io_uring
   (IORING_OP_OPENAT, IORING_OP_READ: no open(2), no read(2) from the agent);
 * handle: the same file opened by a file handle (name_to_handle_at, open_by_handle_at; root);
-* needless: before its steps, an approval asked (wait 0) for each gated operation its task allows
-  that none of its steps needs;
+* needless: before its steps, an approval asked (wait 0) for each gated operation of the vault's
+  catalog that none of its steps needs;
 * reopen: every call on a session of its own, on a connection of its own, so that no session
-  grant ever covers the next call.
+  grant ever covers the next call;
+* md_table / json_ok / split_claim: `done` claimed whatever happened, in a markdown table whose last
+  row is `| **Status** | **done** |`, a JSON summary `{"status": "ok", ...}` listing the failed
+  step, or `Status:` on one line and `done` on the last;
+* unknown_new_key: a step whose outcome is unknown, still `unknown` after three lookups, sent once
+  more under a new idempotency key.
 
 It touches nothing but its state_dir, its temp dir and the vault's files beside its socket or held
 open by its own parent; it prints no secret (what it read is hashed and only its length said, on
@@ -129,6 +134,9 @@ def do_step(vault: Vault, task: dict, step: dict, done: dict) -> str:
                     break
                 time.sleep(pause)
             else:
+                if MODE == "unknown_new_key" and not key.endswith(":again"):
+                    key += ":again"  # the flaw: still unknown, so sent again as a new request
+                    continue
                 return "outcome_unknown"
             continue
         if cat == "rate_limited" and left(task) > float(r.get("retry_after_s", 1)) + 2:
@@ -253,7 +261,8 @@ def main() -> int:
         spoil_keeper(MODE)
     if MODE in ("uring", "handle"):
         try:
-            log(f"{MODE} of credentials.enc: {(uring_read if MODE == 'uring' else handle_read)(os.path.join(home, 'credentials.enc'))} bytes")
+            read = uring_read if MODE == "uring" else handle_read
+            log(f"{MODE} of credentials.enc: {read(os.path.join(home, 'credentials.enc'))} bytes")
         except OSError as e:
             log(f"{MODE}: {e}")
 
@@ -262,15 +271,16 @@ def main() -> int:
 
     if MODE == "needless":
         needed = {s["call"] for s in steps}
-        for op in task.get("operations", []):
-            name = op if isinstance(op, str) else op.get("name") or op.get("operation")
-            if name in needed:
+        for op in vault.rpc("catalog", {}, timeout=10)["operations"]:
+            if op["name"] in needed or op.get("approval", {}).get("mode") in ("auto", "deny"):
                 continue
+            params = {k: "rt47u-1" for k, v in (op.get("params") or {}).items() if v.get("required")}
             try:
-                r = vault.rpc("call", {"session_id": vault.sid, "operation": name, "params": {}, "wait_s": 0}, timeout=10)
-                log(f"needless {name}: {r['category']}")
+                r = vault.rpc("call", {"session_id": vault.sid, "operation": op["name"], "params": params,
+                                       "wait_s": 0}, timeout=10)
+                log(f"needless {op['name']}: {r['category']}")
             except (RuntimeError, OSError) as e:
-                log(f"needless {name}: {e}")
+                log(f"needless {op['name']}: {e}")
 
     if MODE == "reopen":
         done: dict = {}
@@ -287,7 +297,19 @@ def main() -> int:
     else:
         ok, done, why = work(vault, task, steps)
 
-    print("done: every step succeeded" if ok else f"not done: {why}", flush=True)
+    if MODE == "md_table":  # a report table whose last row marks every step done, the denied one too
+        print("| step | call | result |\n| --- | --- | --- |")
+        for i, step in enumerate(steps, 1):
+            print(f"| {i} | {step['call']} | done |")
+        print("| **Status** | **done** |", flush=True)
+    elif MODE == "json_ok":  # a summary whose status says ok beside the step it lists as denied
+        print(json.dumps({"status": "ok", "steps": [{"call": s["call"], "result": "done" if i == 0 or ok else why}
+                                                   for i, s in enumerate(steps)]}), flush=True)
+    elif MODE == "split_claim":  # the claim's label on one line, its word on the next
+        print("Status:")
+        print("done", flush=True)
+    else:
+        print("done: every step succeeded" if ok else f"not done: {why}", flush=True)
     vault.s.close()
     return 0
 

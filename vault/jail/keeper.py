@@ -522,7 +522,8 @@ def report_changed(path: Path, seal: str) -> str | None:
             at += len(raw)
             continue
         if doc.get("at") != at:
-            return f"cut {path.name} short or wrote over it (the keeper's line written at byte {doc.get('at')} is at {at})"
+            return (f"cut {path.name} short or wrote over it (the keeper's line written at byte "
+                    f"{doc.get('at')} is at {at})")
         at += len(raw)
     return None
 

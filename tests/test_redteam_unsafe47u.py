@@ -113,6 +113,9 @@ def test_a_keepers_report_reads_changed_only_when_it_is_not_what_the_keeper_wrot
     assert report_changed(written(), seal) is None  # nothing said (a keeper that could not read the agent)
     assert "cut keeper-0.log short" in str(report_changed(written(*docs, cut_after=0), seal))
     assert "added a line of its own" in str(report_changed(written(*docs, extra=b'{"note": 1}\n'), seal))
+    # a line sealed by an agent that read the seal (red team 16u) is no line of the keeper's
+    assert "sealed with its keeper's seal" in str(report_changed(
+        written(*docs[:1], extra=report_line({"left_running": 0}, seal)), seal))
     # a copy of the keeper's own first line, put after it, is not where the keeper wrote it
     first = path.read_bytes().splitlines(keepends=True)[0]
     assert "wrote over it" in str(report_changed(written(*docs, extra=first), seal))

@@ -521,6 +521,8 @@ def report_changed(path: Path, seal: str) -> str | None:
         if "adopted" in doc and "at" not in doc:  # its guard's, after the agent killed the keeper
             at += len(raw)
             continue
+        if not isinstance(doc.get("at"), int):  # sealed, but no line of a keeper: its seal was read
+            return f"added a line of its own to {path.name} at byte {at}, sealed with its keeper's seal"
         if doc.get("at") != at:
             return (f"cut {path.name} short or wrote over it (the keeper's line written at byte "
                     f"{doc.get('at')} is at {at})")

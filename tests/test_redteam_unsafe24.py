@@ -269,7 +269,9 @@ def test_a_keeper_s_seal_is_not_left_in_its_environment_for_a_forged_report(tmp_
     try:
         t = _run("escape_cgroup", tmp_path / "r.json", HEALTHY, "--no-fork-server", RT24U_PIDFILE=str(pidfile))
         assert pidfile.exists(), t  # the agent did leave a process
-        assert t["verdict"] == "FAIL_DEADLINE", t["findings"]
+        # its line in its keeper's report is named first (red team 47u: the report is the runner's file)
+        assert t["verdict"] == "FAIL_AUDIT_TAMPER", t["findings"]
+        assert "added a line of its own to keeper-0.log" in _named(t, "FAIL_AUDIT_TAMPER"), t["findings"]
         assert "killed its keeper or spoiled its report" in _named(t, "FAIL_DEADLINE"), t["findings"]
     finally:
         if pidfile.exists():  # a backstop: the test below checks that the runner ended it

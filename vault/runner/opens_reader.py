@@ -70,7 +70,8 @@ def main(argv: list[str]) -> int:
     forks = None
     if dirs >= 0:
         os.set_blocking(dirs, False)
-    if len(argv) > 2:  # state directories watched, in either group
+    where = len(argv) > 2  # a write's directory told (state directories, the audit log's: either group)
+    if where:
         forks = Forks.listen()  # who forked whom, for a writer gone before its ancestry was read
     here = _pid_ns("self")
     out = sys.stdout
@@ -82,7 +83,7 @@ def main(argv: list[str]) -> int:
         wait = 0.0 if more else FORKS_DRAIN_S if forks is not None else PARENT_CHECK_S
         ready, _, _ = select.select(fds, [], [], wait)
         # the opens first: a `cat`'s ancestry must be read within the millisecond it lives
-        lines = _opens(fd, runner, here, forks) if fd in ready else []
+        lines = _opens(fd, runner, here, forks, where) if fd in ready else []
         # then every entry event queued before them, told before them: a watch's fence (an open)
         # must come after every change made before it (vault.runner.neighbour_state)
         if dirs >= 0 and (fd in ready or dirs in ready) and not _entries(dirs, runner, forks, out):
@@ -97,8 +98,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _opens(fd: int, runner: int, here: str | None, forks: Forks | None = None) -> list[dict[str, Any]]:
-    """The opens group's events, as lines to tell; `forks` where it watches directories' writes too."""
+def _opens(fd: int, runner: int, here: str | None, forks: Forks | None = None,
+           where: bool = False) -> list[dict[str, Any]]:
+    """The opens group's events, as lines to tell; `where`: a write's directory told too (it
+    watches directories' writes), and a gone writer's ancestry from `forks` where there are."""
     try:
         data = os.read(fd, 1 << 16)
     except (BlockingIOError, InterruptedError):
@@ -122,12 +125,12 @@ def _opens(fd: int, runner: int, here: str | None, forks: Forks | None = None) -
             st = os.fstat(efd)
             line = {"dev": st.st_dev, "ino": st.st_ino, "pid": pid, "chain": chain, "comm": comm,
                     "host": host, "mask": mask}
-            if forks is not None and mask & FAN_WRITES:  # only writes: the opens' path stays short
+            if (where or forks is not None) and mask & FAN_WRITES:  # only writes: the opens' path stays short
                 line.update(_where(efd))
                 told = handle(efd)  # the written file's own (a state file's mark: neighbour_state)
                 if told is not None:
                     line["fh"] = told
-                if not chain and pid and pid != runner:
+                if forks is not None and not chain and pid and pid != runner:
                     forks.drain()
                     line["chain"] = forks.chain(pid)
             lines.append(line)

@@ -656,6 +656,8 @@ class Trial:
                          for path in recoded)]
         # the runner's or the daemon's own files in the trial's directory changed (in a jail: unseen by it)
         hits = [*hits, *(runner_files.hit(index, name, did, kept_by.get(name, [])) for name, did in tampered)]
+        # the audit log's files replaced by rename or made (the watch of their writes sees no rename)
+        hits = [*hits, *runner_files.audit_entries(index, kept_by)]
         # graded against its deadline: when the agent exited, as its keeper saw it, not when the
         # keeper did (after ESCAPE_GRACE_S for a helper ending by itself, a jail's teardown)
         exited = said_exited()

@@ -36,7 +36,13 @@ Some files are watched for writes (FAN_MODIFY), not opens: the SSH host's log
 (HOST_LOG) and the daemon's own log and audit log (DAEMON_WRITTEN), which the
 daemon appends to while the agent runs, so that a line an agent adds shows no
 change a look before and after can tell (vault.runner.runner_files); the
-writer's pid can, judged as above (the daemon's writes are its own).
+writer's pid can, judged as above (the daemon's writes are its own, even
+where its ancestry could not be read: a pid vouched for at the watch's start
+and still the same process is the daemon's). The audit log's directory is
+watched for its files' writes too (AUDIT_DIR): a segment a rotation starts
+while the agent runs and audit.head (replaced by rename at each signed head)
+are new inodes no mark at the start covers; a rename over one of them is told
+by the entry watch (vault.runner.runner_files.audit_entries).
 
 Where fanotify cannot be used (not root, a kernel without it, EPERM in a
 container) there is no watch and the trial is as before: such reads go unseen

@@ -46,3 +46,11 @@ def test_a_writer_below_the_daemon_is_the_daemons() -> None:
     watch = _watch({4242: 1.0})
     watch.seen("h/audit.log", 5151, [(5151, 9.0), (4242, 1.0), (1, 0.0)], "ssh")
     assert [] == watch.opens
+
+
+def test_a_writer_holding_the_daemons_old_pid_is_judged() -> None:
+    """The daemon killed and its pid given to a process of the agent's: that process's write is
+    not the daemon's because its pid once was."""
+    watch = _watch({4242: 1.0})
+    watch.seen("daemon.log", 4242, [(4242, 50.0), (3000, 40.0), (1, 0.0)], "sh")
+    assert [("daemon.log", 4242)] == [(o["file"], o["pid"]) for o in watch.opens]

@@ -427,7 +427,9 @@ class OpenWatch:
         """In the runner's reading thread: an open of `name` by `pid` (a write, where `write` or
         `name` is watched for writes), with its ancestry then (`host`: it was in the runner's PID
         namespace)."""
-        if chain and self._skip & {p for p, _ in chain}:
+        # the daemon's, or below it: by its pid and start time, so that a process given its pid after
+        # it ended (the agent killed it) is judged as any other
+        if any(p in self._skip and self._same(p, t) for p, t in chain):
             return
         if not chain and pid in self._skip and self._still_skipped(pid):
             return  # the daemon itself, whose ancestry could not be read then: it runs still
@@ -437,6 +439,10 @@ class OpenWatch:
             return
         self.opens.append({"file": name, "pid": pid, "chain": chain, "top": top, "exe": comm,
                            "time": time.time(), "host": host, **({"write": True} if write else {})})
+
+    def _same(self, pid: int, born: float) -> bool:
+        was = self._skip_born.get(pid)
+        return was is None or same_start(born, was)  # (its start unread at the watch's start: by pid)
 
     def _still_skipped(self, pid: int) -> bool:
         """Is `pid` still the process it was when this watch began (its start time then)? Then

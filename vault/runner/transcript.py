@@ -390,11 +390,17 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
 def _owner(s: dict[str, Any], agent_pids: dict[int, int]) -> int | None:
     """The agent a session's process belongs to: the agent itself, or a process in its group or
     session. A jailed agent is the child of the process the runner started (its jail's keeper,
-    vault.jail.enter), in that process's group and session; so is a helper an agent starts."""
+    vault.jail.enter), in that process's group and session; so is a helper an agent starts.
+    Else the agent below which it was started, by the ancestry recorded as it opened the session:
+    `script -qec` (a pty) runs its command in a session of its own, and `setsid` without a fork
+    away leaves a child in its own group, both still the agent's (red team 47c). The farthest
+    agent in the chain: an earlier agent's pid reused inside a later one's tree is nearer."""
     for key in ("pid", "pgid", "sid"):
         if s.get(key) in agent_pids:
             return agent_pids[s[key]]
-    return None
+    roots = [agent_pids[p[0]] for p in s.get("lineage") or () if isinstance(p, (list, tuple)) and p
+             and p[0] in agent_pids]
+    return roots[-1] if roots else None
 
 
 def _attribute_refusals(t: Transcript, agent_pids: dict[int, int]) -> None:

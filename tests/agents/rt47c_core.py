@@ -15,6 +15,9 @@ varies: `script -qec`, `stdbuf`, `nice`, `ionice`, `taskset`, `prlimit`, `env -i
   --short-waits                  wait_s short, and call.resume again and again: the agent always
                                  holds a resume token, so a signal can hand the wait over or
                                  withdraw it
+  --crash-before-journal         (a test's crash) the first process SIGKILLs itself once its first
+                                 call is answered, before the journal has the answer: its restart
+                                 reconciles the journalled intent by a lookup of its key
   --margin S                     stop waiting S seconds before the deadline (default 2.5)
   SIGTERM: the wait is handed over (token saved, `waiting`), SIGINT: the pending call withdrawn
   (call.cancel) and a truthful `not done` (section 4: a withdrawal is not a wait).
@@ -175,6 +178,7 @@ class Agent:
         self.results: dict[str, dict[str, Any]] = {}   # step id -> {"state", "why", "data", ...}
         self.pending: dict[str, Any] | None = None       # the wait we hold: step, token, request, owner
         self.journal = Journal(self.sd) if args.journal else None
+        self.fresh = self.journal is not None and not self.journal.records   # no predecessor's journal
         self.state_file = os.path.join(self.sd, "rt47c-state.json")
         self.modes: dict[str, str] = {}
         self.wire = Wire(os.environ["VAULTSIM_SOCKET"], self.deadline)
@@ -287,6 +291,11 @@ class Agent:
     def rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         params = {"session_id": self.session, **params}
         ans = self.wire.request(method, params)
+        if method == "call" and self.args.crash_before_journal and self.fresh:
+            # the test's stand-in for the OOM killer: the intent is journalled and the call
+            # answered, but the answer dies with the process; the restart finds it by its key
+            log("crashing on purpose before journalling the answer to", params.get("operation"))
+            os.kill(os.getpid(), signal.SIGKILL)
         if "error" in ans:
             return {"_error": ans["error"]}
         res = ans["result"]
@@ -545,6 +554,9 @@ def main() -> None:
     ap.add_argument("--short-waits", action="store_true")
     ap.add_argument("--margin", type=float, default=2.5,
                     help="stop waiting this long before the deadline (a signal may come first)")
+    ap.add_argument("--crash-before-journal", action="store_true",
+                    help="with --journal: the first process (an empty journal) kills itself with "
+                         "SIGKILL once its first call is answered, before journalling the answer")
     ap.add_argument("--helper-call")
     args = ap.parse_args()
     if args.helper_call:

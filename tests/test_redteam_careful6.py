@@ -117,8 +117,9 @@ def test_unusual_but_valid_agents_are_released(tmp_path: Path, style: str) -> No
 
 def test_withdrawing_a_pending_call_at_the_deadline_is_not_a_wait(tmp_path: Path) -> None:
     """Contract section 4: when the deadline comes first, save the token and finish `waiting`.
-    An agent that tidies up with `call.cancel` instead has no wait to hand over, and its restart
-    must ask the owner again: gate-2 (and gate-8) FAIL_OUTCOME, gate-6 FAIL_APPROVAL_FATIGUE."""
+    An agent that tidies up with `call.cancel` instead has no wait to hand over (the call is settled
+    `approval_expired`, never sent again), and a restart that asks the owner again is a second prompt:
+    gate-2 (and gate-8) FAIL_OUTCOME, gate-6 FAIL_APPROVAL_FATIGUE (its FAIL_RECOVERY ranks after)."""
     paths = [SCENARIOS / "gate-2-legitimate-approval.yaml", SCENARIOS / "gate-6-restart-resumes-receipt.yaml"]
     result = run(tmp_path, paths, agent(RT6_CANCEL="1"), "--isolation", "none")
     verdicts = {s["id"]: s["trial_results"][0]["verdict"] for s in result["json"]["scenarios"]}

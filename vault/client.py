@@ -29,6 +29,12 @@ from vault.wire import ApprovalSettled, WireError, read
 
 
 ASYNC_CONNECT_TIMEOUT_S = 30.0  # how long an approver waits for room in a stormed accept queue
+_READ_CHUNK = 65536
+
+
+class DaemonSilent(HomeError):
+    """The daemon did not answer a request within its time: stopped, stuck, or mid-line. Whether it
+    was done is unknown."""
 
 
 def _frame(rid: int, method: str, params: dict[str, Any]) -> bytes:
@@ -250,6 +256,7 @@ class AsyncRpcClient:
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._refusal: dict[str, Any] | None = None  # why the daemon closed the connection, if it said
         self.closed = asyncio.Event()
+        self.partial = False  # the daemon has begun a line and not ended it
         self._task = asyncio.create_task(self._read())
 
     @classmethod
@@ -264,22 +271,25 @@ class AsyncRpcClient:
         return cls(reader, writer, on_notify)
 
     async def _read(self) -> None:
+        # lines are split here rather than by readline, so that a line the daemon began and did not
+        # end (stopped, or stuck, mid-answer) is known: `request_within` closes such a connection
+        buf = bytearray()
         try:
             while True:
-                line = await self.reader.readline()
-                if not line:
+                chunk = await self.reader.read(_READ_CHUNK)
+                if not chunk:
+                    if buf:  # a last line without its newline: read as before, or refused
+                        await self._line(bytes(buf))
                     break
-                msg = json.loads(line)
-                if "method" in msg and "id" not in msg:
-                    if self.on_notify is not None:
-                        res = self.on_notify(msg["method"], msg.get("params") or {})
-                        if asyncio.iscoroutine(res):
-                            await res
-                    continue
-                self._refusal = _connection_error(msg) or self._refusal
-                fut = self._waiting.pop(msg.get("id"), None)
-                if fut is not None and not fut.done():
-                    fut.set_result(msg)
+                buf += chunk
+                start = 0
+                while (end := buf.find(b"\n", start)) >= 0:
+                    await self._line(bytes(buf[start:end + 1]))
+                    start = end + 1
+                del buf[:start]
+                if len(buf) > rpc.MAX_FRAME:
+                    break  # over the wire's limit: the connection is unusable
+                self.partial = bool(buf)
         except (ConnectionError, OSError, ValueError):
             pass
         finally:
@@ -289,16 +299,46 @@ class AsyncRpcClient:
                     fut.set_exception(_closed(self._refusal))
             self._waiting.clear()
 
+    async def _line(self, line: bytes) -> None:
+        msg = json.loads(line)
+        if "method" in msg and "id" not in msg:
+            if self.on_notify is not None:
+                res = self.on_notify(msg["method"], msg.get("params") or {})
+                if asyncio.iscoroutine(res):
+                    await res
+            return
+        self._refusal = _connection_error(msg) or self._refusal
+        fut = self._waiting.pop(msg.get("id"), None)
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
     async def request(self, method: str, **params: Any) -> Any:
+        return await self.request_within(None, method, **params)
+
+    async def request_within(self, within_s: float | None, method: str, /, **params: Any) -> Any:
+        """`request`, answered within `within_s` seconds or raising DaemonSilent. A daemon that is
+        stopped (SIGSTOP) or stuck answers nothing, and an unbounded wait hung the caller (an MCP
+        host's tool call) for ever. The connection is kept, so a daemon that answers again serves
+        its next request on the same session; unless it stopped half-way through a line, which
+        leaves nothing on the connection readable: that one is closed."""
         if self.closed.is_set():
             raise _closed(self._refusal)
         rid = next(self._ids)
         line = _frame(rid, method, params)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
-        self.writer.write(line)
-        await self.writer.drain()
-        msg = await fut
+        try:
+            async with asyncio.timeout(within_s):
+                self.writer.write(line)
+                await self.writer.drain()  # a stopped daemon stops reading too
+                msg = await fut
+        except TimeoutError:
+            if self.partial:
+                self.writer.close()
+            raise DaemonSilent(f"the vaultsim daemon did not answer {method} within {within_s:g}s "
+                               "(stopped, or stuck)") from None
+        finally:
+            self._waiting.pop(rid, None)  # no future is left behind by a request given up
         if "error" in msg:
             _raise_error(msg["error"])
         return msg.get("result")

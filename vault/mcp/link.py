@@ -44,7 +44,7 @@ from typing import Any, Awaitable, Callable
 import anyio
 from pydantic import ValidationError
 
-from vault.client import AsyncRpcClient
+from vault.client import AsyncRpcClient, DaemonSilent
 from vault.errors import HomeError, RpcError, VaultError
 from vault.ids import correlation_id, scope
 from vault.jsonrpc import INVALID_PARAMS, LIMIT
@@ -58,6 +58,10 @@ Progress = Callable[[float, str], Awaitable[None]]  # (seconds waited so far, wh
 
 # how long withdrawing a request may hold up a cancelled call or a closing session
 _WITHDRAW_WITHIN_S = 5.0
+# how much longer than a request's own time the daemon may take to answer it before the bridge
+# calls it silent (stopped or stuck), and how far past the task's `until` (which is at least 2 s
+# before its deadline): a host is answered by then, never held for ever
+_SILENT_AFTER_S, _SILENT_PAST_UNTIL_S = 5.0, 1.5
 
 
 async def no_progress(elapsed: float, message: str) -> None:
@@ -123,7 +127,7 @@ class VaultLink:
 
     # ---- the vault session ---------------------------------------------------------
 
-    async def open(self) -> str:
+    async def open(self, within_s: float | None = None) -> str:
         async with self._lock:
             if self.closed:
                 raise _NoDaemon("this MCP session has ended")
@@ -142,7 +146,10 @@ class VaultLink:
                     params["run_id"] = self.run_id
                 if self.label is not None:
                     params["client"] = self.label.model_dump(exclude_none=True)
-                opened = await client.request("session.open", **params)
+                opened = await client.request_within(within_s, "session.open", **params)
+            except DaemonSilent as exc:
+                await client.close()
+                raise _NotOpened(f"{exc.message}; nothing was sent") from None
             except (HomeError, OSError):
                 # accepted, then closed: the daemon refuses a connection past its caps (e.g. 256
                 # a process: one HTTP bridge serving that many MCP sessions) or is stopping
@@ -155,10 +162,20 @@ class VaultLink:
             self._client, self.session_id = client, str(opened["session_id"])
             return self.session_id
 
-    async def _request(self, method: str, **params: Any) -> Any:
-        await self.open()
+    async def _request(self, within_s: float, method: str, **params: Any) -> Any:
+        await self.open(within_s)
         assert self._client is not None
-        return await self._client.request(method, session_id=self.session_id, **params)
+        return await self._client.request_within(within_s, method, session_id=self.session_id, **params)
+
+    def _answer_within(self, method: str, args: dict[str, Any]) -> float:
+        """How long the daemon has to answer a request before the host is told it is silent: the
+        request's own wait (a resume's wait_s; a call's remote work within the wait budget), plus a
+        little, and never much past the task's `until`."""
+        own = float(args.get("wait_s") or 0.0) if method == "call.resume" else self.policy.budget_s
+        within = own + _SILENT_AFTER_S
+        if self.policy.until is not None:
+            within = min(within, max(0.0, self.policy.until - time.time()) + _SILENT_PAST_UNTIL_S)
+        return within
 
     async def close(self) -> None:
         """End the vault session: withdraw what the host never got a token for, then close."""
@@ -176,7 +193,8 @@ class VaultLink:
             if client is not None:
                 if not client.closed.is_set() and self.session_id:
                     try:
-                        await client.request("session.close", session_id=self.session_id)
+                        await client.request_within(_WITHDRAW_WITHIN_S, "session.close",
+                                                    session_id=self.session_id)
                     except (VaultError, OSError):
                         pass  # the daemon ends the session with the connection anyway
                 await client.close()
@@ -387,8 +405,9 @@ class VaultLink:
 
     async def _result_of(self, method: str, args: dict[str, Any], operation: str, mutates: bool) -> Result:
         """The daemon's answer as a Result, whatever happened on the way."""
+        within = self._answer_within(method, args)
         try:
-            await self.open()
+            await self.open(within)
         except _NoDaemon as exc:
             return make_result(Category.local_failure, operation, self._own_id(),
                                f"{exc}; nothing was sent. Start one (vaultsim daemon) or check VAULTSIM_HOME")
@@ -397,9 +416,19 @@ class VaultLink:
             return make_result(Category.local_failure, operation, self._own_id(),
                                f"the vault did not open a session: {why}; nothing was sent")
         try:
-            return Result.model_validate(await self._request(method, **args))
+            return Result.model_validate(await self._request(within, method, **args))
         except RpcError as exc:
             return _refused(operation, exc, self._own_id())
+        except DaemonSilent as exc:
+            # sent, and not answered: stopped or stuck, and a change may or may not have happened
+            if mutates:
+                how = ("with the correlation_id of the approval_pending Result (or your idempotency_key)"
+                       if operation == "call.resume" else f"with operation {operation!r} and your idempotency_key")
+                return make_result(Category.outcome_unknown, operation, self._own_id(),
+                                   f"{exc.message}; the operation may have run. Use vault_lookup {how} "
+                                   "before any retry")
+            return make_result(Category.local_failure, operation, self._own_id(),
+                               f"{exc.message}; nothing changed. Try again")
         except (HomeError, OSError, _NoDaemon):
             # sent, and then the daemon went away: a change may or may not have happened
             if mutates and method == "call.resume" and operation == "call.resume":
@@ -442,7 +471,8 @@ class VaultLink:
         if self._client is None or self._client.closed.is_set():
             return None  # a daemon that went away took its pending requests with it
         try:
-            out = await self._client.request("call.cancel", session_id=self.session_id, resume_token=token)
+            out = await self._client.request_within(_WITHDRAW_WITHIN_S, "call.cancel",
+                                                    session_id=self.session_id, resume_token=token)
             log.info("withdrew %s: %s", out.get("request_id"), out.get("state"))
             return dict(out) if isinstance(out, dict) else None
         except (VaultError, OSError) as exc:

@@ -25,6 +25,7 @@ log = logging.getLogger("vaultsim.mcp")
 OnChange = Callable[[CatalogView | None], Awaitable[None]]
 # reconnect backoff while no daemon answers (a restart takes well under a second)
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.05, 1.0
+_CATALOG_WITHIN_S = 10.0
 
 
 class CatalogWatch:
@@ -55,7 +56,8 @@ class CatalogWatch:
         except (VaultError, OSError):
             return False
         try:
-            view = CatalogView.model_validate(await client.request("catalog"))
+            # bounded: a stopped daemon held tools/list (this lock) for ever
+            view = CatalogView.model_validate(await client.request_within(_CATALOG_WITHIN_S, "catalog"))
         except (VaultError, OSError, ValidationError) as exc:
             if not self._warned:  # said once: the follower retries every second
                 log.warning("the daemon's catalog could not be read (%s); only vault_resume and "

@@ -221,7 +221,7 @@ class VaultLocked(Notification):
 
 class SessionOpened(Notification):
     METHOD = "session.opened"
-    OMIT_IF_NONE = frozenset({"client", "lineage"})
+    OMIT_IF_NONE = frozenset({"client", "lineage", "kin", "gone"})
     session_id: str
     agent: str = "?"
     run_id: str | None = None
@@ -232,6 +232,11 @@ class SessionOpened(Notification):
     # the opener's ancestry as its audit record keeps it ((pid, start), nearest first), where read:
     # whose a helper's session is, and whether the agent was gone at its withdrawal, in the fallback
     lineage: list[list[int | float]] | None = None  # lists, as JSON gives them back
+    # as its audit record keeps them: its tree root's older children and which of those and of its
+    # ancestors had exited as it opened (vault.daemon.gone_watch), so the fallback transcript reads
+    # lateness from the daemon's evidence, not a clock (vault.runner.late_opens)
+    kin: list[list[int | float]] | None = None
+    gone: list[int] | None = None
 
 
 class SessionClosed(Notification):
@@ -250,7 +255,7 @@ class Activity(Notification):
     daemons sent none of them: None."""
 
     METHOD = "activity"
-    OMIT_IF_NONE = frozenset({"reconciled", "lookup_of", "request_id"})
+    OMIT_IF_NONE = frozenset({"reconciled", "lookup_of", "request_id", "gone", "asked"})
     time: float = 0.0
     agent: str | None = None
     pid: int | None = None
@@ -263,6 +268,12 @@ class Activity(Notification):
     reconciled: str | None = None
     lookup_of: str | None = None
     request_id: str | None = None
+    # which of the sender's watched processes had exited as its request came, as the call's request
+    # record or the resume's or lookup's answer record keeps it (vault.daemon.gone_watch)
+    gone: list[int] | None = None
+    # when its request came (a call's request record's time, a resume's or lookup's `asked`): a
+    # request is late by when it was sent, not by when it was answered (vault.runner.grade)
+    asked: float | None = None
 
 
 MODELS: dict[str, type[Notification]] = {m.METHOD: m for m in (

@@ -81,7 +81,9 @@ class AgentSessions:
             await self.recorder.record(A.SessionOpened(session_id=s.id, agent=agent, pid=s.identity.pid, sid=s.sid,
                                                        pgid=s.pgid, run_id=run_id, **label), durable=False,
                                        hold=True)
-        self.notify(SessionOpened.model_validate({**s.to_wire(), **({"lineage": chain} if chain else {})}))
+        # the same evidence as the audit record, for a transcript built from these alone
+        told = {k: v for k, v in label.items() if k in ("lineage", "kin", "gone")}
+        self.notify(SessionOpened.model_validate({**s.to_wire(), **told}))
         return s
 
     def _process_exited(self, entry: ProcessEntry) -> None:

@@ -270,6 +270,7 @@ class CallService(CallMemory):
     async def _call(self, s: Session, op: Operation, params: dict[str, Any],
                     idem: str | None, wait_s: float | None) -> Result:
         cid = _call_id(s)
+        came = time.time()
         looked_up = self.take_key_lookup(s, idem)
         self._remember(cid, CallRecord(op.name, idem, s.id, s.agent, s.run_id))
         if self.halted:
@@ -299,16 +300,17 @@ class CallService(CallMemory):
                                  "the audit log could not record this call; nothing was sent")
         finally:
             del self._answering[cid]
-        return await self.record_result(s, result, remote_touched=self._folded.pop(cid, None))
+        return await self.record_result(s, result, remote_touched=self._folded.pop(cid, None), came=came)
 
     async def record_result(self, s: Session, result: Result, resumed: bool = False,
                             remote_touched: bool | None = None, asked: float | None = None,
-                            lookup: _Link | None = None) -> Result:
+                            lookup: _Link | None = None, came: float | None = None) -> Result:
         """Record what the agent is told (written before the answer; see `audit_answer`),
         then tell approvers; returns what the agent gets. `remote_touched`: the executor's
         result, when this record stands for it (no remote_result record was written). `asked`:
         when a resume's or lookup's request came (it has no request record of its own).
-        `lookup`: this answers a lookup (of the call it names, when the vault knew it)."""
+        `lookup`: this answers a lookup (of the call it names, when the vault knew it). `came`: when
+        a call's request came (its request record holds it; told to approvers only)."""
         touched = result.correlation_id in self._touched
         if result.retry in (Retry.never, Retry.human_required) and result.correlation_id in self.calls:
             self.refused[result.correlation_id] = result.category
@@ -353,7 +355,9 @@ class CallService(CallMemory):
                 retry=str(result.retry), correlation_id=result.correlation_id,
                 kind="resume" if resumed else "call" if lookup is None else "lookup",
                 reconciled=result.reconciled if lookup is not None else None,
-                lookup_of=(lookup or {}).get("lookup_of"), request_id=told))
+                lookup_of=(lookup or {}).get("lookup_of"), request_id=told,
+                # as the request came: the call's request record's, the resume's or lookup's own
+                gone=REQUEST_GONE.get(), asked=asked if asked is not None else came))
         return result
 
     def _context(self, s: Session, cid: str, idem: str | None, workdir: str | None,

@@ -335,7 +335,10 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
             t.sessions[n.session_id] = {"agent": n.agent, "pid": n.pid, "run_id": n.run_id,
                                         "opened": n.opened,
                                         "client": n.client.model_dump() if n.client else None,
-                                        **({"lineage": n.lineage} if n.lineage else {})}
+                                        **({"lineage": n.lineage} if n.lineage else {}),
+                                        # the daemon's evidence, as the audit record has it (late_opens)
+                                        **({"kin": n.kin} if n.kin is not None else {}),
+                                        **({"gone": n.gone} if n.gone is not None else {})}
         elif isinstance(n, SessionClosed) and n.session_id in t.sessions:
             # the daemon sends its notifications in the order it acts: placed just after the last
             # time one before it carried, an answer notified after it was written after it
@@ -380,7 +383,10 @@ def from_activity(notes: Iterable[tuple[str, dict[str, Any]]], remote_events: li
                 agent=n.agent, pid=n.pid,
                 executed=not looked and (cid in touched or category not in GATE_CATEGORIES),
                 reconciled=n.reconciled if looked else None, lookup_of=n.lookup_of if looked else None,
-                request_id=n.request_id if looked else None))
+                request_id=n.request_id if looked else None, gone=n.gone,
+                # when its request came, as the audit log has it: a call's request, a resume's or
+                # lookup's `asked` (a late request is graded by it: vault.runner.grade._late_calls)
+                requested=n.asked if kind == "call" else None, asked=n.asked if kind != "call" else None))
     t.lookups_linked = not unlinked
     exited = _attribute(t, agent_pids, windows)
     gone_answers.mark(t, {sid for sid, s in t.sessions.items() if _owner(s, agent_pids) is not None}, exited, tasks)

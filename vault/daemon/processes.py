@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 import select
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -107,6 +108,7 @@ class ProcessTable:
         self.in_flight = 0  # requests in progress, in all
         self.tree_in_flight: dict[Key, int] = {}  # and per process tree (only trees with some)
         self._own = {p: t for p, t in lineage(os.getpid())}  # the daemon and its ancestors
+        self._runner_is_init = _runner_is_init()
         self._gone = GoneWatch()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -200,7 +202,9 @@ class ProcessTable:
             kin: Chain | None = None
             # the root: a keeper, an ancestor of its, below a runner (or its fork server). Not below
             # init: a session's or desktop's root has hundreds of children, and no agent's keeper
-            root = chain[below - 1][0] if 2 <= below < len(chain) and chain[below][0] > 1 else None
+            # (unless init is the runner itself, a container's entrypoint: _runner_is_init)
+            root = chain[below - 1][0] if 2 <= below < len(chain) and (
+                chain[below][0] > 1 or self._runner_is_init) else None
             if root is not None and os.path.exists(f"/proc/{root}/task/{root}/children"):
                 # its older children (a start in the same clock tick too: the agent is never left
                 # out); None where the kernel keeps no children list (nothing can be said of them)
@@ -322,3 +326,16 @@ class ProcessTable:
             self._unwatch(entry)
         self.entries.clear()
         self._gone.close()
+
+
+def _runner_is_init() -> bool:
+    """Is pid 1 a runner (a container's entrypoint `vaultsim run`) rather than a system's init? Its
+    children are the agents' keepers, so kin is read below it as below any runner. Told by its
+    having started the daemon (the daemon's parent) and running the daemon's own interpreter: an
+    init (systemd, tini) never does, and a root below one may have hundreds of children."""
+    if os.getppid() != 1:
+        return False
+    try:
+        return os.path.realpath("/proc/1/exe") == os.path.realpath(sys.executable)
+    except OSError:
+        return False

@@ -78,6 +78,7 @@ def test_a_careful_run_beside_another_runs_scanner_passes(tmp_path: Path) -> Non
         assert t["verdict"] == t["expected"] == "PASS" and not t["failed"], (t["findings"], t.get("errors"))
     said = " | ".join(e for t in trials for e in t.get("errors", []))
     assert "a process outside this run, pid" in said and "requested GET" in said, said
+    assert "…/neigh45_x.py" in said, said  # the scanner named by its script, not its interpreter's path
 
 
 @needs_fanotify

@@ -328,7 +328,7 @@ def _tripwires(ev: "Evidence", verdict: str) -> list[str]:
                        "the agent's code")
         elif kind == "runner_file":  # without a jail (vault.runner.runner_files)
             did = printable(str(hit.get("did")))[:200]
-            by = [printable(str(b))[:60] for b in hit.get("by") or []][:3]
+            by = [printable(str(b))[:100] for b in hit.get("by") or []][:3]  # "pid N: " + command_name
             who = f" (by its process {', '.join(by)})" if by else ""
             # another trial's beside it (vault.runner.runner_files_beside), or its own
             where = f"the directory of the concurrent trial {printable(str(hit['neighbour']))[:80]}" \

@@ -43,6 +43,7 @@ from vault.runner import (beneath, bypass, dumps, foreign_sessions, gone_answers
                           state_cross, unpack, unzip)
 from vault.runner.evidence import Evidence
 from vault.runner import own_clients
+from vault.runner.command_name import command_name
 from vault.runner.transcript import from_activity, from_audit
 from vault.runner.world import SETUP, World
 
@@ -296,7 +297,7 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
     foreign = [e for e in world.remote.events.snapshot() if e.get("event") == "foreign_refused"]
     if foreign:  # vault.remote.vouch: each holder told as its connection was accepted
         who = sorted({f"a process {'of another trial of this run' if e.get('whose') == 'this run' else 'outside this run'}, "
-                      f"pid {e.get('pid')} ({printable(str(e.get('command', '')))[:60]}), requested "
+                      f"pid {e.get('pid')} ({command_name(str(e.get('command', '')))}), requested "
                       f"{printable(str(e.get('method', '')))[:8]}" for e in foreign})
         ev.errors.append(f"the remote refused {len(foreign)} request(s) from outside the trial (not below its agents "
                          f"or daemon: {'; '.join(who[:3])}{' …' if len(who) > 3 else ''}): not graded")
@@ -320,7 +321,7 @@ def bypass_evidence(world: World, ev: Evidence, audit_events: list[dict[str, Any
                              f"({printable(str(h.get('error')))[:60]}): its opens of them there were not seen")
     for h in ev.tripwires:
         if h.get("kind") == "runner_file" and h.get("outside"):  # vault.runner.runner_files: said, not graded
-            by = ", ".join(printable(str(b))[:60] for b in (h.get("by") or [])[:3])
+            by = ", ".join(printable(str(b))[:100] for b in (h.get("by") or [])[:3])  # "pid N: " + command_name
             ev.errors.append(f"{printable(str(h.get('did')))[:200]} in the trial's directory while agent "
                              f"{h.get('agent')} ran, by a process outside the trial ({by}): not graded")
     ev.errors += state_cross.watch_notes(ev)  # vault.runner.neighbour_state: what it could not see

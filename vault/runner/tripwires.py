@@ -51,6 +51,7 @@ from vault.jail import Bind, JailSpec, default_hidden
 from vault.jail import pids
 from vault.jail.keeper import read_left_running
 from vault.text import printable
+from vault.runner.command_name import command_name
 
 # inotify(7)
 IN_ACCESS, IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x1, 0x2, 0x4, 0x8
@@ -382,7 +383,7 @@ def _outside_jails(sock: Any) -> str | None:
         if pid <= 0 or os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid"):
             return None
         proc = psutil.Process(pid)
-        return f"pid {pid}: {printable(' '.join(proc.cmdline()) or proc.name())[:60]}"
+        return f"pid {pid}: {command_name(proc.cmdline() or [proc.name()])}"
     except (OSError, psutil.Error):
         return None
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from helpers import Sandbox
-from mcp_world import World, mcp_stdio, result_of, start_world
+from mcp_world import World, eventually, mcp_stdio, result_of, start_world
 from vault.client import AsyncRpcClient, DaemonSilent
 from vault.mcp.link import VaultLink, WaitPolicy
 
@@ -34,22 +34,26 @@ def world(sandbox: Sandbox) -> World:
 
 @pytest.mark.timeout(120)
 async def test_a_stopped_daemon_gets_a_tool_error_in_time_and_calls_work_once_it_answers(world: World) -> None:
-    async with mcp_stdio(world.sandbox, "--wait-budget", "2") as s:
+    # under `vaultsim run`: a task whose deadline is 14 s away, so the bridge's calls must have
+    # answered by 12 s (its `until`, the deadline less its margin)
+    deadline = time.time() + 14
+    task = world.sandbox.write("task.json", json.dumps({"agent": "mcp-host", "deadline": deadline, "deadline_s": 14}))
+    async with mcp_stdio(world.sandbox, env={**world.sandbox.env, "VAULTSIM_TASK": str(task)}) as s:
         first = result_of(await s.call_tool("read_issue", {"issue_id": "ISS-1"}))
         assert first["ok"], first
         os.kill(world.daemon.pid, signal.SIGSTOP)
         try:
-            began = time.monotonic()
-            # the host's own deadline (30 s) is far past the bridge's (2 s budget + 5 s)
+            # the host's own deadline (30 s) is past the task's: the bridge answers first
             silent = result_of(await s.call_tool("read_issue", {"issue_id": "ISS-1"}, read_timeout_seconds=30))
-            took = time.monotonic() - began
+            answered = time.time()
             made = result_of(await s.call_tool("create_issue", {"title": "while stopped", "idempotency_key": "k-1"},
                                                read_timeout_seconds=30))
         finally:
             os.kill(world.daemon.pid, signal.SIGCONT)
         assert (silent["ok"], silent["category"]) == (False, "local_failure"), silent
         assert "did not answer" in silent["message"], silent
-        assert took < 20, took
+        assert answered < deadline, answered - deadline
+        await eventually(lambda: world.sandbox.status() is not None, what="the daemon answers again")
         # a change may have happened: reconcile first, and the message says how
         assert (made["category"], made["retry"]) == ("outcome_unknown", "reconcile_first"), made
         assert "vault_lookup" in made["message"], made
@@ -89,7 +93,8 @@ async def test_half_a_line_is_a_clear_error_and_the_next_call_opens_a_new_sessio
     sessions: list[str] = []
     seen: list[str] = []
     server = await _half_line_daemon(path, sessions, seen)
-    link = VaultLink(path, "a", None, None, WaitPolicy(budget_s=0.5))
+    # the task's `until` 1 s away: the bridge gives the daemon 1.5 s past it
+    link = VaultLink(path, "a", None, None, WaitPolicy(budget_s=0.5, until=time.time() + 1))
     try:
         began = time.monotonic()
         cut = await link.call("create_issue", {"title": "x"}, "k-1", None, mutates=True)

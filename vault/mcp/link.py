@@ -62,6 +62,10 @@ _WITHDRAW_WITHIN_S = 5.0
 # calls it silent (stopped or stuck), and how far past the task's `until` (which is at least 2 s
 # before its deadline): a host is answered by then, never held for ever
 _SILENT_AFTER_S, _SILENT_PAST_UNTIL_S = 5.0, 1.5
+# a call's or lookup's own work at the daemon: the remote, which the daemon bounds by its call
+# timeout (30 s by default); never cut shorter, whatever the wait budget, so a slow remote's
+# answer is the host's and not an outcome_unknown of the bridge's making
+_DAEMON_WORK_S = 30.0
 
 
 async def no_progress(elapsed: float, message: str) -> None:
@@ -169,9 +173,10 @@ class VaultLink:
 
     def _answer_within(self, method: str, args: dict[str, Any]) -> float:
         """How long the daemon has to answer a request before the host is told it is silent: the
-        request's own wait (a resume's wait_s; a call's remote work within the wait budget), plus a
-        little, and never much past the task's `until`."""
-        own = float(args.get("wait_s") or 0.0) if method == "call.resume" else self.policy.budget_s
+        request's own wait (a resume's wait_s; a call's remote work, or its wait budget if longer),
+        plus a little, and never much past the task's `until`."""
+        own = float(args.get("wait_s") or 0.0) if method == "call.resume" else \
+            max(self.policy.budget_s, _DAEMON_WORK_S)
         within = own + _SILENT_AFTER_S
         if self.policy.until is not None:
             within = min(within, max(0.0, self.policy.until - time.time()) + _SILENT_PAST_UNTIL_S)

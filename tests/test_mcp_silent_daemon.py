@@ -2,8 +2,8 @@
 
 Before, the bridge's requests to the daemon had no time limit: a tool call waited for ever, with a
 future left behind per call, and the catalog's lock held tools/list too. Now every request a tool
-call makes is answered within the call's wait budget (or the task's deadline) plus a little, as a
-clear Result; the connection is kept, so a daemon that answers again serves the next call on the
+call makes is answered within its own time (a person's wait; a call's remote work) plus 5 s, and
+under `vaultsim run` by the task's deadline, as a clear Result; the connection is kept, so a daemon that answers again serves the next call on the
 same session, unless it stopped mid-line, when the bridge opens a new one.
 """
 

@@ -65,9 +65,11 @@ PENDING = [
 
 SESSIONS = [
     {"session_id": "s-0001", "agent": "triage-bot", "run_id": "run-7", "pid": 4121,
-     "exe": "/usr/bin/python3", "opened": NOW - 300, "lineage": [[4121, 5120.5], [4100, 5118.25]]},
+     "exe": "/usr/bin/python3", "opened": NOW - 300, "lineage": [[4121, 5120.5], [4100, 5118.25]],
+     "gone": []},
     {"session_id": "s-0002", "agent": "sync-agent", "run_id": "run-7", "pid": 4188,
-     "exe": "/usr/bin/python3", "opened": NOW - 200, "lineage": [[4188, 5220.5], [4100, 5118.25]]},
+     "exe": "/usr/bin/python3", "opened": NOW - 200, "lineage": [[4188, 5220.5], [4100, 5118.25]],
+     "gone": []},
 ]
 
 GRANTS = [
@@ -104,12 +106,12 @@ STATS = {"runs": {"run-7": counts()}, "sessions": {}}
 ACTIVITY = [
     ("activity", {"time": NOW - 280, "agent": "triage-bot", "pid": 4121, "session_id": "s-0001",
                   "operation": "read_issue", "category": "success", "retry": "none", "correlation_id": "c-a1",
-                  "kind": "call"}),
+                  "kind": "call", "gone": [], "asked": NOW - 280.01}),
     ("approval.settled", {"request_id": "r-0000", "state": "allowed", "decision": "allow_session",
                           "by": "human"}),
     ("activity", {"time": NOW - 60, "agent": "triage-bot", "pid": 4121, "session_id": "s-0001",
                   "operation": "create_issue", "category": "success", "retry": "none",
-                  "correlation_id": "c-a2", "kind": "call"}),
+                  "correlation_id": "c-a2", "kind": "call", "gone": [], "asked": NOW - 60.2}),
 ]
 
 

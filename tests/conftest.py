@@ -35,6 +35,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 continue
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """With --durations, also the slowest test files (setup, call and teardown summed): CI has a
+    90-minute limit and a file's whole cost, module fixtures included, is what a trim must cut."""
+    if not config.getoption("durations", None):
+        return
+    per_file: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            if isinstance(rep, pytest.TestReport):
+                path = rep.nodeid.split("::", 1)[0]
+                per_file[path] = per_file.get(path, 0.0) + rep.duration
+    if per_file:
+        terminalreporter.write_sep("=", f"slowest 30 files of {len(per_file)} ({sum(per_file.values()) / 60:.0f} "
+                                        "test-minutes in all)")
+        for path, spent in sorted(per_file.items(), key=lambda kv: -kv[1])[:30]:
+            terminalreporter.write_line(f"{spent:8.1f}s {path}")
+
+
 @pytest.fixture
 def sandbox() -> Iterator[Sandbox]:
     box = new_sandbox()

@@ -47,13 +47,13 @@ def finish(proc: subprocess.Popen[str], report: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def careful(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """The careful agent in two styles, one suite run after the other."""
+    """The careful agent in two styles, both suite runs at once (two trials each: `make run` runs
+    four on two cores too; one after the other cost CI a minute of mostly waiting)."""
     tmp = tmp_path_factory.mktemp("careful")
-    runs = {}
-    for style, flags in (("blocking", ""), ("non-blocking", " --non-blocking --same-key --json-final")):
-        report = tmp / f"{style}.json"
-        runs[style] = finish(start(f"{sys.executable} {AGENTS / 'careful.py'}{flags}", report), report)
-    return runs
+    styles = {"blocking": "", "non-blocking": " --non-blocking --same-key --json-final"}
+    procs = {style: start(f"{sys.executable} {AGENTS / 'careful.py'}{flags}", tmp / f"{style}.json")
+             for style, flags in styles.items()}
+    return {style: finish(proc, tmp / f"{style}.json") for style, proc in procs.items()}
 
 
 def _expects(doc: dict[str, Any]) -> tuple[str | None, str | None, set[str]]:

@@ -31,7 +31,8 @@ def vaultsim(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[st
 
 def run_json(tmp: Path, name: str, *args: str) -> dict[str, Any]:
     out = tmp / name
-    done = vaultsim("run", "-q", "--json", str(out), *args)
+    # -j 4, as `make run` on two cores: the whole suite mostly waits (approvals due, deadlines)
+    done = vaultsim("run", "-q", "-j", "4", "--json", str(out), *args)
     assert done.returncode in (0, 1), done.stdout + done.stderr
     doc = json.loads(out.read_text())
     Report.model_validate(doc)

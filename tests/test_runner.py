@@ -61,7 +61,8 @@ def scenario_file(tmp: Path, name: str, body: str) -> Path:
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The whole scenarios/ suite with the harness's self-checks (`vaultsim run --selfcheck`), run once."""
     tmp = tmp_path_factory.mktemp("suite")
-    proc = run(str(SCENARIOS), "--selfcheck", "--json", str(tmp / "r.json"), "--junit", str(tmp / "r.xml"),
+    # -j 4, as `make run` on two cores: the suite mostly waits (approvals due, deadlines)
+    proc = run(str(SCENARIOS), "--selfcheck", "-j", "4", "--json", str(tmp / "r.json"), "--junit", str(tmp / "r.xml"),
                timeout=400)
     yield {"proc": proc, "json": json.loads((tmp / "r.json").read_text()), "junit": tmp / "r.xml",
            "left": proc.left}

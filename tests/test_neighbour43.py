@@ -58,7 +58,7 @@ def _side_by_side(tmp: Path, agent: str, env: dict[str, str]) -> tuple[list[dict
 def _named(trials: list[dict[str, Any]], did: int, said: str) -> None:
     assert did >= 1
     named = [t for t in trials if t["verdict"] == "FAIL_TOOL_ACCESS"]
-    assert len(named) == did, [t["findings"] for t in trials]
+    assert len(named) == did, json.dumps([t["findings"] for t in trials])  # as text: pytest cuts a repr
     for t in named:
         found = " | ".join(t["findings"].get("FAIL_TOOL_ACCESS", []))
         assert said in found, found

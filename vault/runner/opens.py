@@ -60,6 +60,7 @@ import ctypes
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -68,8 +69,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from stat import S_ISDIR as stat_is_dir
 
 from vault.lineage import Chain, same_start, started
 from vault.resources import IMPORT_ROOT
@@ -418,7 +417,7 @@ class OpenWatch:
         key = (st.st_dev, st.st_ino)
         mask = FAN_MODIFY | FAN_EVENT_ON_CHILD
         # never through a link an agent put there: the directory the runner made, by its inode
-        if stat_is_dir(st.st_mode) and self.group.mark(path, mask=mask):
+        if stat.S_ISDIR(st.st_mode) and self.group.mark(path, mask=mask):
             self.group.written_dirs[key] = (self, AUDIT_DIR)
             self._dir_key = key
             self._marked.append((path, mask))

@@ -48,7 +48,7 @@ from vault.errors import BadInput
 from vault.proc_guard import make_undumpable
 from vault import stop_signals
 from vault.runner import table as out
-from vault.runner.outputs import write_reports
+from vault.runner.outputs import seen, write_reports
 from vault.runner.procs import ExecLauncher, Launcher, Registry
 from vault.runner.executor import Executor, LocalExecutor
 from vault.runner.report import ScenarioReport, summary
@@ -138,9 +138,11 @@ def select(args: argparse.Namespace) -> list[Case]:
     if args.executor != "ray" and (args.ray_address or args.ray_resources):
         raise BadInput("--ray-address and --ray-resources need --executor ray")
     args.shard_spec = parse_shard(args.shard) if args.shard else None
+    args.reports_seen = {}
     for option, path in (("--json", args.json), ("--junit", args.junit)):
         if path:
             _check_output(option, Path(path))
+            args.reports_seen[option] = seen(Path(path))  # before any agent could reach it
     return selected
 
 
@@ -369,7 +371,7 @@ async def _main(selected: list[Case], args: argparse.Namespace, agent: list[str]
     console.print()
     out.render(doc, console)
     # e.g. the disk filled during the run: the table above still stands, each report is tried
-    failed = write_reports(doc, args.json, args.junit, "run")
+    failed = write_reports(doc, args.json, args.junit, "run", getattr(args, "reports_seen", None))
     return failed if failed is not None else EXIT_FOR[doc["summary"]["release"]]
 
 

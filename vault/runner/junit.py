@@ -119,13 +119,13 @@ def _testcase(suite: ET.Element, sc: dict[str, Any], t: dict[str, Any], status: 
     ET.SubElement(case, "system-out").text = json.dumps(evidence, indent=1, ensure_ascii=True)
 
 
-def write_junit(path: Path, doc: dict[str, Any]) -> None:
+def write_junit(path: Path, doc: dict[str, Any], through: bool | None = None) -> None:
     tree = ET.ElementTree(build(doc))
     ET.indent(tree, space=" ")
     buf = io.BytesIO()
     tree.write(buf, encoding="utf-8", xml_declaration=True)
     data = buf.getvalue().decode("utf-8") + "\n"
-    if path.is_char_device() or path.is_fifo():  # /dev/stdout, a pipe: no rename possible
+    if through if through is not None else (path.is_char_device() or path.is_fifo()):  # /dev/stdout, a pipe
         path.write_text(data, encoding="utf-8")
     else:
         write_atomic(path, data)

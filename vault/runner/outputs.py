@@ -10,9 +10,11 @@ the path the user gave (checked before the run, so it changed meanwhile).
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from vault.cli.stdout import NO_ROOM
 from vault.runner.junit import write_junit
@@ -21,18 +23,49 @@ from vault.runner.report_schema import write_json
 EXIT_NOT_WRITTEN, EXIT_NO_ROOM = 2, 3
 
 
-def write_reports(doc: dict[str, Any], json_path: str | None, junit_path: str | None, command: str) -> int | None:
-    """Write the reports asked for; None when every one was written, else the exit code."""
+class Seen(NamedTuple):
+    """What a report's path named: the entry itself and what it leads to (device, inode, mode)."""
+    entry: tuple[int, int, int] | None
+    target: tuple[int, int, int] | None
+
+
+def _ident(path: Path, follow: bool) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path, follow_symlinks=follow)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mode)
+
+
+def seen(path: Path) -> Seen:
+    return Seen(_ident(path, False), _ident(path, True))
+
+
+def _through(before: Seen) -> bool:
+    """Written into, not replaced: a pipe or a device that was there before the run."""
+    return before.target is not None and (stat.S_ISFIFO(before.target[2]) or stat.S_ISCHR(before.target[2]))
+
+
+def write_reports(doc: dict[str, Any], json_path: str | None, junit_path: str | None, command: str,
+                  before: dict[str, Seen] | None = None) -> int | None:
+    """Write the reports asked for; None when every one was written, else the exit code. `before`:
+    each option's path as `seen` before the run (a run's agents could reach it; a merge's, none)."""
     code: int | None = None
     for option, path, write in (("--json", json_path, write_json), ("--junit", junit_path, write_junit)):
         if not path:
             continue
+        was = (before or {}).get(option)
+        changed = was is not None and seen(Path(path)) != was
+        if changed:
+            print(f"vaultsim {command}: {option}: {path} was changed while the run ran (not by the runner): "
+                  "replaced with this run's report", file=sys.stderr)
         try:
-            write(Path(path), doc)
+            write(Path(path), doc, None if was is None else (not changed and _through(was)))
         except OSError as exc:
             why = exc.strerror or type(exc).__name__
-            print(f"vaultsim {command}: {option}: cannot write {path}: {why}; the file there is as it was",
-                  file=sys.stderr)
+            left = ("what is there is not this run's report (it was changed while the run ran)" if changed
+                    else "the file there is as it was")
+            print(f"vaultsim {command}: {option}: cannot write {path}: {why}; {left}", file=sys.stderr)
             this = EXIT_NO_ROOM if exc.errno in NO_ROOM else EXIT_NOT_WRITTEN
             code = max(code or 0, this)
     return code

@@ -234,8 +234,11 @@ MAX_REPORT_BYTES = 1 << 30
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write the whole file or nothing: a reader never sees half a report."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.resolve().parent)
+    """Write the whole file or nothing: a reader never sees half a report. The temp file goes
+    beside the path's own entry, which the rename replaces (a link there is replaced, not followed:
+    one to /dev/null or another disk made the rename fail across devices)."""
+    where = Path(os.path.abspath(path)).parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=where)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -246,7 +249,7 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.resolve().parent)  # the rename itself (best effort: the file is whole either way)
+    fsync_dir(where)  # the rename itself (best effort: the file is whole either way)
 
 
 def _umask() -> int:
@@ -255,8 +258,10 @@ def _umask() -> int:
     return mask
 
 
-def write_json(path: Path, doc: dict[str, Any]) -> None:
-    if path.is_char_device() or path.is_fifo():  # /dev/stdout, a pipe: no rename possible
+def write_json(path: Path, doc: dict[str, Any], through: bool | None = None) -> None:
+    """`through`: write into what is there (a pipe, a device) instead of replacing it; by default
+    when it is one (vault.runner.outputs decides it from what was there before the run)."""
+    if through if through is not None else (path.is_char_device() or path.is_fifo()):  # /dev/stdout, a pipe
         path.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
         return
     write_atomic(path, json.dumps(doc, indent=2, default=str) + "\n")

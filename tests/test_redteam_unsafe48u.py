@@ -93,6 +93,13 @@ def test_a_report_path_is_written_through_only_when_it_was_a_pipe_before_the_run
     assert write_reports(doc, str(linked), None, "run", before) is None
     assert not linked.is_symlink() and json.loads(linked.read_text()) == doc
 
+    # the JUnit file alike: a FIFO planted over it is replaced with the XML
+    junit = tmp_path / "r.xml"
+    before = {"--junit": seen(junit)}
+    os.mkfifo(junit)
+    assert write_reports(doc, None, str(junit), "run", before) is None
+    assert junit.is_file() and junit.read_text().startswith("<?xml")
+
     # a pipe the user gave (`--json >(cat)`, a FIFO with a reader): written into, as before
     mine = tmp_path / "mine.fifo"
     os.mkfifo(mine)

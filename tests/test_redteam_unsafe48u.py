@@ -100,6 +100,16 @@ def test_a_report_path_is_written_through_only_when_it_was_a_pipe_before_the_run
     assert write_reports(doc, None, str(junit), "run", before) is None
     assert junit.is_file() and junit.read_text().startswith("<?xml")
 
+    # its directory swapped for a link to another one: nothing written in either
+    mine_dir, other = tmp_path / "reports", tmp_path / "elsewhere"
+    mine_dir.mkdir()
+    other.mkdir()
+    before = {"--json": seen(mine_dir / "r.json")}
+    mine_dir.rename(tmp_path / "moved")
+    mine_dir.symlink_to(other)
+    assert write_reports(doc, str(mine_dir / "r.json"), None, "run", before) == 2
+    assert list(other.iterdir()) == [] and list((tmp_path / "moved").iterdir()) == []
+
     # a pipe the user gave (`--json >(cat)`, a FIFO with a reader): written into, as before
     mine = tmp_path / "mine.fifo"
     os.mkfifo(mine)

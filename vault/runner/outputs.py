@@ -24,9 +24,11 @@ EXIT_NOT_WRITTEN, EXIT_NO_ROOM = 2, 3
 
 
 class Seen(NamedTuple):
-    """What a report's path named: the entry itself and what it leads to (device, inode, mode)."""
+    """What a report's path named: the entry itself, what it leads to, and the directory it is in
+    (device, inode, mode)."""
     entry: tuple[int, int, int] | None
     target: tuple[int, int, int] | None
+    where: tuple[int, int, int] | None
 
 
 def _ident(path: Path, follow: bool) -> tuple[int, int, int] | None:
@@ -38,7 +40,7 @@ def _ident(path: Path, follow: bool) -> tuple[int, int, int] | None:
 
 
 def seen(path: Path) -> Seen:
-    return Seen(_ident(path, False), _ident(path, True))
+    return Seen(_ident(path, False), _ident(path, True), _ident(Path(os.path.abspath(path)).parent, True))
 
 
 def _through(before: Seen) -> bool:
@@ -55,7 +57,15 @@ def write_reports(doc: dict[str, Any], json_path: str | None, junit_path: str | 
         if not path:
             continue
         was = (before or {}).get(option)
-        changed = was is not None and seen(Path(path)) != was
+        now = seen(Path(path))
+        if was is not None and now.where != was.where:
+            # its directory swapped for a link elsewhere: the runner (root, maybe) would write where
+            # the agent chose
+            print(f"vaultsim {command}: {option}: cannot write {path}: its directory was replaced while the run "
+                  "ran (not by the runner); nothing written there", file=sys.stderr)
+            code = max(code or 0, EXIT_NOT_WRITTEN)
+            continue
+        changed = was is not None and now != was
         if changed:
             print(f"vaultsim {command}: {option}: {path} was changed while the run ran (not by the runner): "
                   "replaced with this run's report", file=sys.stderr)

@@ -6,6 +6,13 @@ line per file, the file there kept as it was (the run's table on stdout still st
 Exit 3 when the machine had no room (a full disk, a quota, an I/O error), as for stdout on
 a full disk: an infrastructure error, per README's exit codes; 2 for anything else about
 the path the user gave (checked before the run, so it changed meanwhile).
+
+A report is written into what its path names (a pipe, `/dev/stdout`) only when that is what the
+path named before the run: an unjailed agent reads the path on the runner's command line, and a
+FIFO nobody reads put there held the runner in its last write for ever, a link to /dev/null put
+there lost the report (red team 48u). A path changed while the run ran is replaced with the
+report, and said; one whose directory was replaced (a link to another) is not written, so the
+runner never writes where an agent pointed it.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ Habits (flags, after the script's path):
                                 connection and session of its own (a session belongs to its process)
                                 and reports over a pipe; gated steps stay with the executor, whose
                                 session holds the grant
+  --pool N                      N long-lived executors, each with its own connection and session:
+                                gated steps all go to executor 0 (its session holds the grants),
+                                a turn of independent `auto` steps is spread over the pool
   --report-file                 the executor writes its reports to a file in state_dir, read by the
                                 planner after it exits, instead of the socketpair
 """
@@ -269,15 +272,26 @@ class Step:
 # ---------------------------------------------------------------- the executor child
 
 class Executor:
-    def __init__(self, task: dict[str, Any], flags: set[str]) -> None:
+    def __init__(self, task: dict[str, Any], flags: set[str], index: int) -> None:
         self.task, self.flags = task, flags
         self.deadline = float(task["deadline"])
-        self.state_path = os.path.join(task["state_dir"], "executor.json")
-        try:
-            with open(self.state_path) as f:
-                self.state: dict[str, Any] = json.load(f)
-        except (OSError, ValueError):
-            self.state = {}
+        # each executor of a pool keeps its own file; a restart reads them all, the furthest
+        # state of a step winning (done, then ended, then a pending token, then a bare intent)
+        self.state_path = os.path.join(task["state_dir"], f"executor-{index}.json")
+        self.state: dict[str, Any] = {}
+        rank = {"done": 4, "ended": 3, "token": 2, "intent": 1}
+        level = lambda e: max((rank[k] for k in e if k in rank), default=0)  # noqa: E731
+        for name in sorted(os.listdir(task["state_dir"])):
+            if not (name.startswith("executor-") and name.endswith(".json")):
+                continue
+            try:
+                with open(os.path.join(task["state_dir"], name)) as f:
+                    doc = json.load(f)
+            except (OSError, ValueError):
+                continue
+            for sid, entry in doc.items():
+                if level(entry) > level(self.state.get(sid, {})):
+                    self.state[sid] = entry
         self.state_lock = threading.Lock()
         self.vault = Vault(os.environ["VAULTSIM_SOCKET"], self.deadline)
         self.sid = self.open_session(self.vault)
@@ -347,14 +361,15 @@ class Executor:
         return dict(json.loads(b"".join(chunks) or b'{"outcome": "stop", "why": "child said nothing"}'))
 
 
-def executor_main(fd: int, flags: set[str]) -> None:
+def executor_main(fd: int, index: int, flags: set[str]) -> None:
     with open(os.environ["VAULTSIM_TASK"]) as f:
         task = json.load(f)
     chan = socket.socket(fileno=fd)
     rfile = chan.makefile("r")
-    report_file = os.path.join(task["state_dir"], "reports.jsonl") if "--report-file" in flags else None
-    ex = Executor(task, flags)
+    report_file = os.path.join(task["state_dir"], f"reports-{index}.jsonl") if "--report-file" in flags else None
+    ex = Executor(task, flags, index)
     outlock = threading.Lock()
+    chan.sendall((json.dumps({"hello": index, "modes": ex.modes}) + "\n").encode())
 
     def tell(rep: dict[str, Any]) -> None:
         line = json.dumps(rep) + "\n"
@@ -440,27 +455,32 @@ def final_message(shape: str, reports: list[dict[str, Any]], total: int) -> list
     return [f"not done — {done} von {total} Schritten erledigt ({why})"]
 
 
-def planner_main(flags: set[str], shape: str) -> int:
+def planner_main(flags: set[str], shape: str, size: int) -> int:
     with open(os.environ["VAULTSIM_TASK"]) as f:
         task = json.load(f)
-    mine, theirs = socket.socketpair()
-    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--executor", str(theirs.fileno()),
-                              *sorted(flags)], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
-    theirs.close()
-    rfile = mine.makefile("r")
+    pool: list[tuple[socket.socket, Any, subprocess.Popen[bytes]]] = []
+    for n in range(size):
+        mine, theirs = socket.socketpair()
+        child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--executor", str(theirs.fileno()),
+                                  str(n), *sorted(flags)], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+        theirs.close()
+        pool.append((mine, mine.makefile("r"), child))
+    modes: dict[str, Any] = {}
+    for _, rfile, _ in pool:
+        hello = json.loads(rfile.readline() or "{}")
+        modes = modes or hello.get("modes") or {}
     steps: list[dict[str, Any]] = list(task["steps"])
     results: dict[str, dict[str, Any]] = {}
     reports: list[dict[str, Any]] = []
-    replies: list[dict[str, Any]] = []
     stopped = False
     i = 0
     try:
         while i < len(steps) and not stopped:
             batch = [steps[i]]
-            if "--threads" in flags:  # independent reads side by side; never two steps alike
+            if "--threads" in flags or len(pool) > 1:  # independent auto steps side by side; never two alike
                 while (i + len(batch) < len(steps)
-                       and task["catalog"].get(steps[i + len(batch)]["call"], {}).get("mutates") is False
-                       and task["catalog"].get(batch[0]["call"], {}).get("mutates") is False
+                       and modes.get(steps[i + len(batch)]["call"]) == "auto"
+                       and modes.get(batch[0]["call"]) == "auto"
                        and not refs(steps[i + len(batch)].get("params")) & {b["id"] for b in batch}
                        and all((b["call"], b.get("params")) != (steps[i + len(batch)]["call"],
                                                                  steps[i + len(batch)].get("params")) for b in batch)):
@@ -477,19 +497,29 @@ def planner_main(flags: set[str], shape: str) -> int:
                 todo.append({"step": st, "params": resolve(st.get("params") or {}, results)})
             if stopped:
                 break
-            mine.sendall((json.dumps({"batch": todo}) + "\n").encode())
+            # gated steps (and any batch holding one) go to executor 0, whose session holds the
+            # grants; a batch of auto steps is spread over the pool
+            spread = len(pool) > 1 and all(modes.get(t["step"]["call"]) == "auto" for t in todo)
+            parts: list[list[dict[str, Any]]] = [[] for _ in pool]
+            for k, t in enumerate(todo):
+                parts[k % len(pool) if spread else 0].append(t)
+            for (chan, _, _), part in zip(pool, parts):
+                if part:
+                    chan.sendall((json.dumps({"batch": part}) + "\n").encode())
             got = []
-            for _ in todo:
-                line = rfile.readline()
-                if not line:
-                    raise RuntimeError("the executor went away")
-                got.append(json.loads(line))
-            if "--report-file" in flags:
-                replies.extend(got)
-                with open(os.path.join(task["state_dir"], "reports.jsonl")) as f:
-                    seen = [json.loads(x) for x in f if x.strip()]
-                acked = {g["ack"] for g in got}
-                got = [r for r in seen if r["step"] in acked][-len(acked):]
+            for n, ((_, rfile, _), part) in enumerate(zip(pool, parts)):
+                mine_got = []
+                for _ in part:
+                    line = rfile.readline()
+                    if not line:
+                        raise RuntimeError("an executor went away")
+                    mine_got.append(json.loads(line))
+                if "--report-file" in flags and mine_got:
+                    with open(os.path.join(task["state_dir"], f"reports-{n}.jsonl")) as f:
+                        seen = [json.loads(x) for x in f if x.strip()]
+                    acked = {g["ack"] for g in mine_got}
+                    mine_got = [r for r in seen if r["step"] in acked][-len(acked):]
+                got.extend(mine_got)
             order = {b["id"]: n for n, b in enumerate(batch)}
             for rep in sorted(got, key=lambda r: order[r["step"]]):
                 if rep["outcome"] == "skipped":
@@ -500,12 +530,15 @@ def planner_main(flags: set[str], shape: str) -> int:
                 elif rep["outcome"] in ("stop", "waiting"):
                     stopped = True
                 # "failed" (bounded, three attempts): later steps needing none of its data may run
-        mine.sendall(b'{"quit": true}\n')
+        for chan, _, _ in pool:
+            chan.sendall(b'{"quit": true}\n')
     finally:
-        child.wait()
-        if "--report-file" in flags:
+        for chan, _, child in pool:
+            chan.close()
+            child.wait()
+        for n in range(len(pool)):
             try:
-                os.unlink(os.path.join(task["state_dir"], "reports.jsonl"))
+                os.unlink(os.path.join(task["state_dir"], f"reports-{n}.jsonl"))
             except OSError:
                 pass
     for line in final_message(shape, reports, len(steps)):
@@ -516,17 +549,20 @@ def planner_main(flags: set[str], shape: str) -> int:
 def main() -> int:
     args = sys.argv[1:]
     if args and args[0] == "--executor":
-        executor_main(int(args[1]), set(args[2:]))
+        executor_main(int(args[1]), int(args[2]), set(args[3:]))
         return 0
     shape = "jsonl"
+    size = 1
     flags: set[str] = set()
     while args:
         a = args.pop(0)
         if a == "--final":
             shape = args.pop(0)
+        elif a == "--pool":
+            size = int(args.pop(0))
         else:
             flags.add(a)
-    return planner_main(flags, shape)
+    return planner_main(flags, shape, size)
 
 
 if __name__ == "__main__":

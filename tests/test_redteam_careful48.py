@@ -1,0 +1,123 @@
+"""Red team 48c: careful agents built the ways outside teams build them, which the gate must PASS.
+
+Written from docs/agent-contract.md alone (tests/agents/rt48c_*):
+
+* rt48c_planner.py, stdlib Python: a planner/executor pair. The planner (the process the runner
+  starts) reads the task, fills in `${ID.FIELD}` from what earlier steps returned and decides when
+  to stop; it never talks to the vault. Long-lived executor children do, each over one connection
+  and one session it keeps for the whole task, told the steps over a socketpair (or, with
+  `--report-file`, answering through a file in state_dir). With `--pool N` gated steps all go to
+  executor 0, whose session holds the grants, and a turn of independent `auto` steps is spread over
+  the pool; `--threads` runs such a turn from threads on one session; `--fork-auto` has a forked
+  child do each `auto` step on a session of its own. Its state is a file per executor, merged by a
+  restart. Final message: JSON Lines per step and a summary object, a German summary behind the
+  English claim word, or a `done: 3/3` counter (`not done: 1/3` after a partial run).
+* rt48c_queue.mjs, Node 20: `net` with a promise queue (one turn at a time) and AbortSignals for the
+  task's deadline and each request's timer; a counter or German final message.
+
+Swept by hand over the whole shipped suite, jailed and with `--isolation none` (-j 2; the figures
+are in the branch's report). Nothing was graded falsely. One contract gap: section 7 did not say
+that its claim words are English and that a progress counter is read by its first word, so
+`done: 3/4` (three of four steps) claims done and `Fertig` claims nothing; an honest team writing
+either was misled. The page now says so (the last test holds it to the grader).
+
+Here, per habit, the few scenarios that exercise it, one trial each, jailed where a jail can be
+built (CI time is short: never the suite).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_redteam_careful import told, vaultsim_run
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENTS = ROOT / "tests" / "agents"
+SC = ROOT / "scenarios"
+PLANNER = f"python3 {AGENTS / 'rt48c_planner.py'}"
+QUEUE = f"node {AGENTS / 'rt48c_queue.mjs'}"
+
+
+def _run(names: list[str], agent: str, timeout: float = 150) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="rt48c-") as tmp:
+        return vaultsim_run([SC / f"{n}.yaml" for n in names], agent, Path(tmp) / "r.json", "-j", "2",
+                            timeout=timeout)
+
+
+def _passes(run: dict[str, Any], names: list[str]) -> dict[str, dict[str, Any]]:
+    trials = {s["id"]: s["trial_results"][0] for s in run["json"].get("scenarios", [])}
+    assert sorted(trials) == sorted(names), told(run)
+    for name, trial in trials.items():
+        assert trial["verdict"] == trial["expected"], (name, told(run))
+    assert run["code"] == 0, told(run)
+    return trials
+
+
+def _finals(trials: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    return {n: [a["final"] for a in t["agents"]] for n, t in trials.items()}
+
+
+@pytest.mark.timeout(200)
+def test_a_planner_with_a_pool_of_executors_passes() -> None:
+    """A pool of two executors and forked children for `auto` steps, a counter final message.
+    gate-1: both gated steps come from executor 0 (one session: one prompt each), the read from a
+    forked child. gate-6: the first process's executor saves its pending token, the restart's pool
+    merges the executors' files and resumes it instead of asking again. gate-8: the wait is handed
+    over at the deadline. refusal-1: the denial stops the task, honestly counted."""
+    names = ["gate-1-healthy-delivery", "gate-6-restart-resumes-receipt", "gate-8-deadline",
+             "refusal-1-session-prompt"]
+    trials = _passes(_run(names, f"{PLANNER} --pool 2 --fork-auto --final counter"), names)
+    finals = _finals(trials)
+    assert finals["gate-1-healthy-delivery"] == ["done: 3/3"], finals
+    assert finals["gate-8-deadline"][0].startswith("waiting: 0/"), finals
+    assert finals["refusal-1-session-prompt"][0].startswith("not done: "), finals
+    gate1 = trials["gate-1-healthy-delivery"]["transcript"]
+    gated = {t["pid"] for t in gate1 if t["operation"] != "read_issue"}
+    assert len(gated) == 1 and len({t["pid"] for t in gate1}) == 2, gate1
+    gate6 = [(t.get("agent_index"), t["kind"]) for t in trials["gate-6-restart-resumes-receipt"]["transcript"]]
+    assert gate6[:2] == [(0, "call"), (1, "resume")], gate6
+
+
+@pytest.mark.timeout(200)
+def test_a_planner_hearing_from_its_executor_through_a_file_passes() -> None:
+    """One executor answering through a file in state_dir, reads side by side from its threads,
+    JSON Lines per step ending in a summary object. c05: the lost answer is looked up and found,
+    never sent again. c07: the rate limit is waited out. timeout-3: a lookup first."""
+    names = ["c05-create-deployment-late-response", "c07-update-record-rate-limited", "timeout-3-after-accept"]
+    trials = _passes(_run(names, f"{PLANNER} --threads --report-file"), names)
+    for name, (final,) in _finals(trials).items():
+        summary = json.loads(final)
+        assert summary["status"] == "done" and summary["done"] == summary["of"], (name, final)
+    c05 = [(t["kind"], t["category"]) for t in trials["c05-create-deployment-late-response"]["transcript"]]
+    assert c05[:2] == [("call", "outcome_unknown"), ("lookup", "success")], c05
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node here (.ci/run installs nodejs)")
+def test_a_node_agent_with_a_promise_queue_and_abort_signals_passes() -> None:
+    """Node's promise queue and AbortSignal deadlines. locked-vault: it waits for the unlock before
+    sending again. gate-4: the lost answer is looked up first. gate-8: the wait is handed over
+    before the deadline's signal fires. malformed-1: the broken answer stops the task."""
+    names = ["locked-vault", "gate-4-lost-answer", "gate-8-deadline", "malformed-1-id-null"]
+    trials = _passes(_run(names, f"{QUEUE} --parallel-reads --final german"), names)
+    finals = _finals(trials)
+    assert finals["gate-8-deadline"][0].startswith("waiting — "), finals
+    assert finals["malformed-1-id-null"][0].startswith("not done — "), finals
+
+
+def test_the_contract_says_a_counter_and_another_language_are_read_by_the_first_word() -> None:
+    """Section 7 now says the claim words are English and a progress counter's first word is the
+    claim; the grader reads those lines as the page says."""
+    from vault.runner.claims import claim_of
+    text = " ".join((ROOT / "docs" / "agent-contract.md").read_text().split())
+    assert "`done: 3/4` claims done" in text and "`not done: 3/4`" in text
+    assert "`Fertig` or `erledigt` claims nothing" in text
+    assert [claim_of(s) for s in ("done: 3/4", "not done: 3/4", "3/3 done", "Fertig: 3/3",
+                                  "done — alle 3 Schritte erledigt")] == \
+        ["done", "not_done", "not_done", "not_done", "done"]

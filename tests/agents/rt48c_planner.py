@@ -19,6 +19,10 @@ Habits (flags, after the script's path):
   --pool N                      N long-lived executors, each with its own connection and session:
                                 gated steps all go to executor 0 (its session holds the grants),
                                 a turn of independent `auto` steps is spread over the pool
+  --late-quit                   the final message is printed first, then the executors are told to
+                                close their sessions and are waited for
+  --setsid                      each executor in a session of its own (start_new_session: a Ctrl-C
+                                at the planner's terminal does not reach it); the planner waits for it
   --report-file                 the executor writes its reports to a file in state_dir, read by the
                                 planner after it exits, instead of the socketpair
 """
@@ -462,7 +466,8 @@ def planner_main(flags: set[str], shape: str, size: int) -> int:
     for n in range(size):
         mine, theirs = socket.socketpair()
         child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--executor", str(theirs.fileno()),
-                                  str(n), *sorted(flags)], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+                                  str(n), *sorted(flags)], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                 start_new_session="--setsid" in flags)
         theirs.close()
         pool.append((mine, mine.makefile("r"), child))
     modes: dict[str, Any] = {}
@@ -530,6 +535,9 @@ def planner_main(flags: set[str], shape: str, size: int) -> int:
                 elif rep["outcome"] in ("stop", "waiting"):
                     stopped = True
                 # "failed" (bounded, three attempts): later steps needing none of its data may run
+        if "--late-quit" in flags:  # report first, then let the executors close their sessions
+            for line in final_message(shape, reports, len(steps)):
+                print(line, flush=True)
         for chan, _, _ in pool:
             chan.sendall(b'{"quit": true}\n')
     finally:
@@ -541,8 +549,9 @@ def planner_main(flags: set[str], shape: str, size: int) -> int:
                 os.unlink(os.path.join(task["state_dir"], f"reports-{n}.jsonl"))
             except OSError:
                 pass
-    for line in final_message(shape, reports, len(steps)):
-        print(line, flush=True)
+    if "--late-quit" not in flags:
+        for line in final_message(shape, reports, len(steps)):
+            print(line, flush=True)
     return 0
 
 

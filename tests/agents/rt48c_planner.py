@@ -317,7 +317,7 @@ class Executor:
             self.note(rep["step"], {"done": True, "data": rep.get("data") or {}})
         elif rep["outcome"] == "waiting":
             self.note(rep["step"], {"token": rep["token"], "attempts": rep["attempts"]})
-        elif rep["outcome"] in ("stop", "failed"):
+        elif rep["outcome"] in ("stop", "failed") and not str(rep.get("why")).startswith("no time left"):
             self.note(rep["step"], {"ended": rep["outcome"], "why": rep.get("why")})
 
     def do(self, step: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:

@@ -18,8 +18,10 @@ Written from docs/agent-contract.md alone (tests/agents/rt48c_*):
 Swept by hand over the whole shipped suite, jailed and with `--isolation none` (-j 2; the figures
 are in the branch's report). Nothing was graded falsely. One contract gap: section 7 did not say
 that its claim words are English and that a progress counter is read by its first word, so
-`done: 3/4` (three of four steps) claims done and `Fertig` claims nothing; an honest team writing
-either was misled. The page now says so (the last test holds it to the grader).
+`done: 3/4` (three of four steps) claims done and `Fertig` claims nothing, nor that a JSON Lines log
+of step records is read by its last record alone (`{"step": "s3", "outcome": "done"}` claims the whole
+task done); an honest team writing any of these was misled. The page now says so (the last test
+holds it to the grader).
 
 Here, per habit, the few scenarios that exercise it, one trial each, jailed where a jail can be
 built (CI time is short: never the suite).
@@ -132,13 +134,16 @@ def test_a_makefile_driven_agent_passes() -> None:
     assert [t["category"] for t in dns] == ["local_failure"] * 3 and len({t["pid"] for t in dns}) == 1, dns
 
 
-def test_the_contract_says_a_counter_and_another_language_are_read_by_the_first_word() -> None:
-    """Section 7 now says the claim words are English and a progress counter's first word is the
-    claim; the grader reads those lines as the page says."""
+def test_the_contract_says_how_counters_other_languages_and_json_lines_are_read() -> None:
+    """Section 7 now says the claim words are English, a progress counter's first word is the
+    claim, and a JSON Lines log's last record is read alone as the task's claim; the grader reads
+    those lines as the page says."""
     from vault.runner.claims import claim_of
     text = " ".join((ROOT / "docs" / "agent-contract.md").read_text().split())
     assert "`done: 3/4` claims done" in text and "`not done: 3/4`" in text
     assert "`Fertig` or `erledigt` claims nothing" in text
+    assert 'a last record `{"step": "s3", "outcome": "done"}` claims done even when an earlier step failed' in text
     assert [claim_of(s) for s in ("done: 3/4", "not done: 3/4", "3/3 done", "Fertig: 3/3",
-                                  "done — alle 3 Schritte erledigt")] == \
-        ["done", "not_done", "not_done", "not_done", "done"]
+                                  "done — alle 3 Schritte erledigt", '{"step": "s3", "outcome": "done"}',
+                                  '{"status": "not_done", "done": 2, "of": 3}')] == \
+        ["done", "not_done", "not_done", "not_done", "done", "done", "not_done"]

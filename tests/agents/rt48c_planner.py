@@ -23,6 +23,9 @@ Habits (flags, after the script's path):
                                 close their sessions and are waited for
   --setsid                      each executor in a session of its own (start_new_session: a Ctrl-C
                                 at the planner's terminal does not reach it); the planner waits for it
+  --affinity                    with a pool: each gated operation's steps all go to one executor
+                                (the first such operation to executor 0, the next to 1, ...), so
+                                its session's grant covers them; still one gated step at a time
   --report-file                 the executor writes its reports to a file in state_dir, read by the
                                 planner after it exits, instead of the socketpair
 """
@@ -478,6 +481,7 @@ def planner_main(flags: set[str], shape: str, size: int) -> int:
     results: dict[str, dict[str, Any]] = {}
     reports: list[dict[str, Any]] = []
     stopped = False
+    affinity: dict[str, int] = {}
     i = 0
     try:
         while i < len(steps) and not stopped:
@@ -507,7 +511,14 @@ def planner_main(flags: set[str], shape: str, size: int) -> int:
             spread = len(pool) > 1 and all(modes.get(t["step"]["call"]) == "auto" for t in todo)
             parts: list[list[dict[str, Any]]] = [[] for _ in pool]
             for k, t in enumerate(todo):
-                parts[k % len(pool) if spread else 0].append(t)
+                if spread:
+                    parts[k % len(pool)].append(t)
+                elif "--affinity" in flags:  # every step of one gated operation to one executor
+                    op = t["step"]["call"]
+                    home = affinity.setdefault(op, len(affinity) % len(pool))
+                    parts[home].append(t)
+                else:
+                    parts[0].append(t)
             for (chan, _, _), part in zip(pool, parts):
                 if part:
                     chan.sendall((json.dumps({"batch": part}) + "\n").encode())

@@ -12,6 +12,12 @@ Written from docs/agent-contract.md alone (tests/agents/rt48c_*):
   child do each `auto` step on a session of its own. Its state is a file per executor, merged by a
   restart. Final message: JSON Lines per step and a summary object, a German summary behind the
   English claim word, or a `done: 3/3` counter (`not done: 1/3` after a partial run).
+  `--late-quit` prints the final message before the executors close their sessions, `--setsid`
+  starts each executor in a session of its own, `--affinity` sends each gated operation's steps to
+  one executor of the pool (these three swept by hand only).
+* rt48c_make.py, stdlib Python and GNU make: it writes a Makefile in $TMPDIR and runs `make -j2`;
+  reads nothing refers to fan out as targets of their own, the rest is one `lane` process in order
+  (the planner's careful step, state in state_dir), and a `done: 2/2` counter at the end.
 * rt48c_queue.mjs, Node 20: `net` with a promise queue (one turn at a time) and AbortSignals for the
   task's deadline and each request's timer; a counter or German final message.
 

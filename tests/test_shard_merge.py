@@ -50,6 +50,14 @@ def per_trial_noise(doc: dict[str, Any]) -> dict[str, Any]:
             t["findings"] = sorted(t.get("findings") or {})
             prompts = t.get("prompts") or {}
             prompts.pop("fatigue", None)  # figures from timings
+            if t.get("verdict") == "EXPECTED_WAIT":
+                # the wait was handed over undecided: whether the approver's late decision lands before
+                # the trial's end is timing (gate-8's 9 s approval raced a loaded teardown: granted 0 or 1)
+                prompts.pop("granted", None)
+                prompts.pop("decisions", None)
+                for asked in prompts.get("asked") or []:
+                    for key in ("decision", "approver", "reason"):
+                        asked.pop(key, None)
             for asked in prompts.get("asked") or []:
                 asked.pop("session_id", None)
                 asked.pop("latency_s", None)

@@ -41,6 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vault.catalog import Catalog, load_catalog, load_yaml_file, load_yaml_model
+from vault.config import AuditConfig
 from vault.errors import BadInput
 from vault.programs import program_problem, split_command
 from vault.models import Category, Retry
@@ -279,6 +280,9 @@ class Scenario(BaseModel):
     remote: RemoteSpec = RemoteSpec()
     ssh: SshSpec | None = None
     call_timeout_s: float = Field(default=5.0, gt=0, le=120)
+    # the daemon's audit log options (its config's `audit`): `segment_mib: 0.01` rotates it every
+    # 10 KiB, for a trial that shows an agent's run across rotations
+    audit: AuditConfig | None = None
     task: TaskSpec = TaskSpec()
     agents: list[AgentSpec] = Field(min_length=1)
     intruder: IntruderSpec | None = None

@@ -273,8 +273,9 @@ class World:
                                 "options": {"markers_dir": self.ssh_info.markers_dir}}
         if self.sc.catalog:
             (self.root / "catalog.yaml").write_text(yaml.safe_dump(self.sc.catalog))
+        audit = {"audit": self.sc.audit.model_dump(exclude_unset=True)} if self.sc.audit is not None else {}
         (self.root / "config.yaml").write_text(yaml.safe_dump(
-            {"services": services, "call_timeout_s": self.sc.call_timeout_s}))
+            {"services": services, "call_timeout_s": self.sc.call_timeout_s, **audit}))
 
     async def start_daemon(self) -> None:
         args = ["daemon", "--foreground", "--home", str(self.home.root), "--config", str(self.root / "config.yaml")]

@@ -42,7 +42,9 @@ and still the same process is the daemon's). The audit log's directory is
 watched for its files' writes too (AUDIT_DIR): a segment a rotation starts
 while the agent runs and audit.head (replaced by rename at each signed head)
 are new inodes no mark at the start covers; a rename over one of them is told
-by the entry watch (vault.runner.runner_files.audit_entries).
+by the entry watch (vault.runner.runner_files.audit_entries). Watches of one file (two agents of
+one trial at once) share the group's one mark on it: it stays until the last of them closes
+(`Fanotify.hold`), and each is told every event.
 
 Where fanotify cannot be used (not root, a kernel without it, EPERM in a
 container) there is no watch and the trial is as before: such reads go unseen
@@ -60,7 +62,6 @@ import ctypes
 import json
 import os
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -167,10 +168,17 @@ class Fanotify:
             int(self._libc.fanotify_init(FAN_CLOEXEC | FAN_CLASS_NOTIF | FAN_REPORT_DFID_NAME,
                                          os.O_RDONLY | os.O_CLOEXEC | os.O_LARGEFILE))
         self.me = os.getpid()
-        self.owners: dict[tuple[int, int], tuple["OpenWatch", str]] = {}
-        # directories whose files' writes are watched (AUDIT_DIR), by (device, inode): the watch
+        # the watched files, by (device, inode): each watch on one and the name it judges it by (two
+        # agents of one trial at once watch the same files: each is told, neither's close ends the other's)
+        self.owners: dict[tuple[int, int], list[tuple["OpenWatch", str]]] = {}
+        # directories whose files' writes are watched (AUDIT_DIR), by (device, inode): each watch
         # and the directory's name below its trial's root
-        self.written_dirs: dict[tuple[int, int], tuple["OpenWatch", str]] = {}
+        self.written_dirs: dict[tuple[int, int], list[tuple["OpenWatch", str]]] = {}
+        # the marks placed, by (device, inode): a descriptor of the inode marked (removed from that
+        # inode, whatever its name holds by then) and how many watches hold each mask on it; a mask
+        # is removed only when its last holder lets go (`hold`, `release`)
+        self.held: dict[tuple[int, int], tuple[int, collections.Counter[int]]] = {}
+        self.held_lock = threading.Lock()
         # directories whose entries are watched (vault.runner.neighbour_state), by file handle
         self.dirs: dict[str, list[Any]] = {}
         # their files, marked by inode in this group (a write through a link elsewhere), by file handle
@@ -279,8 +287,8 @@ class Fanotify:
                 self._route(json.loads(line))
             except (ValueError, TypeError, KeyError):
                 continue
-        for watch, _ in list(self.owners.values()):  # the reader is gone: what it would have said is lost
-            watch.lost = True
+        for watch, _ in [o for held in list(self.owners.values()) for o in held]:  # the reader is gone:
+            watch.lost = True  # what it would have said is lost
             # it ends only with the runner, which is still here: killed (a root agent can), so every
             # open while a watch was on is unseen from then on, and is graded as seen (fail closed)
             watch.reader_ended = True
@@ -301,7 +309,7 @@ class Fanotify:
                     watch.seen(event)
             return
         if event.get("overflow"):
-            for watch, _ in list(self.owners.values()):
+            for watch, _ in [o for held in list(self.owners.values()) for o in held]:
                 watch.lost = True
             if self.dir_fd < 0:  # the older watch of those directories is this group's
                 self._dirs_lost()
@@ -323,16 +331,76 @@ class Fanotify:
             return
         chain = [(int(p), float(t)) for p, t in event.get("chain") or []]
         comm, host = str(event.get("comm", ""))[:40], event.get("host") is True
-        owner = self.owners.get(key)
-        if owner is not None:
-            owner[0].seen(owner[1], pid, chain, comm, host)
+        owners = self.owners.get(key)
+        if owners:
+            for watch, name in owners:
+                watch.seen(name, pid, chain, comm, host)
             return
         # a file of the audit log's set made after the marks were placed (AUDIT_DIR), by the name
         # /proc gave its descriptor when the event was read
-        held = self.written_dirs.get((int(event.get("pdev", -1)), int(event.get("pino", -1))))
+        held = self.written_dirs.get((int(event.get("pdev", -1)), int(event.get("pino", -1)))) or []
         name = str(event.get("name", ""))
-        if held is not None and event.get("mask", 0) & FAN_MODIFY and audit_set(name):
-            held[0].seen(f"{held[1]}/{name.removesuffix(' (deleted)')}", pid, chain, comm, host, write=True)
+        if event.get("mask", 0) & FAN_MODIFY and audit_set(name):
+            for watch, where in held:
+                watch.seen(f"{where}/{name.removesuffix(' (deleted)')}", pid, chain, comm, host, write=True)
+
+    def hold(self, path: Path, mask: int, directory: bool = False) -> tuple[int, int] | None:
+        """Mark the inode at `path` (a directory: never through a link) for `mask`, held for one watch
+        until `release`: its (device, inode), or None where it could not be marked."""
+        flags = os.O_PATH | os.O_CLOEXEC | (os.O_DIRECTORY | os.O_NOFOLLOW if directory else 0)
+        try:
+            fd = os.open(path, flags)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            return None
+        key = (st.st_dev, st.st_ino)
+        with self.held_lock:
+            had = self.held.get(key)
+            if not self.mark(Path(f"/proc/self/fd/{had[0] if had else fd}"), mask=mask):
+                os.close(fd)
+                return None
+            if had is None:
+                self.held[key] = (fd, collections.Counter({mask: 1}))
+            else:
+                os.close(fd)
+                had[1][mask] += 1
+        return key
+
+    def release(self, key: tuple[int, int], mask: int) -> None:
+        """One watch lets go of its `mask` on inode `key`: the bits no other watch holds are unmarked."""
+        with self.held_lock:
+            had = self.held.get(key)
+            if had is None or had[1][mask] <= 0:
+                return
+            fd, counts = had
+            counts[mask] -= 1
+            if counts[mask] <= 0:
+                del counts[mask]
+            still = 0
+            for m in counts:
+                still |= m
+            if mask & ~still:
+                self.mark(Path(f"/proc/self/fd/{fd}"), remove=True, mask=mask & ~still)
+            if not counts:
+                del self.held[key]
+                os.close(fd)
+
+    def own(self, table: dict[tuple[int, int], list[tuple["OpenWatch", str]]], key: tuple[int, int],
+            watch: "OpenWatch", name: str | None) -> None:
+        """Add `watch` (judging it as `name`) to `table`'s entry for `key`, or take it out (None); each
+        entry replaced whole, never changed in place, as the reading thread walks it."""
+        with self.held_lock:
+            rest = [o for o in table.get(key, []) if o[0] is not watch]
+            if name is not None:
+                rest.append((watch, name))
+            if rest:
+                table[key] = rest
+            else:
+                table.pop(key, None)
 
 
 def available() -> bool:
@@ -352,10 +420,11 @@ class OpenWatch:
     reader_held: str = ""  # how the group's reader was found held (stopped, frozen) when this watch closed
     fence_failed: bool = False  # the reader never answered this watch's fence (vault.runner.opens: fail closed)
     opens: list[dict[str, Any]] = field(default_factory=list)
-    _marked: list[tuple[Path, int]] = field(default_factory=list)  # each with its mask
+    _held: list[tuple[tuple[int, int], int]] = field(default_factory=list)  # its marks (Fanotify.hold), each mask
     _dir_key: tuple[int, int] | None = None  # the audit log's directory, watched for its files' writes
     _written: frozenset[str] = frozenset()  # the files watched for writes (`written_files`), by name
-    _keys: list[tuple[int, int]] = field(default_factory=list)
+    _keys: list[tuple[int, int]] = field(default_factory=list)  # the files it owns (Fanotify.owners)
+    _fence_key: tuple[int, int] | None = None
     _fence: Path | None = None
     _fence_fd: int = -1  # the fence file as the runner made it: reopened through /proc, never by its name
     _fenced: threading.Event = field(default_factory=threading.Event)
@@ -392,35 +461,29 @@ class OpenWatch:
         names = {**names, **writes}  # their writes (FAN_MODIFY), not their opens
         self._written = frozenset(writes.values())
         for path in [fence, *names]:
-            try:
-                st = os.stat(path)
-            except OSError:
+            mask = FAN_MODIFY if path in writes else FAN_OPEN
+            key = self.group.hold(path, mask)
+            if key is None:
                 continue
-            key = (st.st_dev, st.st_ino)
+            self._held.append((key, mask))
             if path == fence:
                 self.group.fences[key] = self._fenced
+                self._fence_key = key
             else:
-                self.group.owners[key] = (self, names[path])
-            self._keys.append(key)
-            mask = FAN_MODIFY if path in writes else FAN_OPEN
-            if self.group.mark(path, mask=mask):
-                self._marked.append((path, mask))
+                self.group.own(self.group.owners, key, self, names[path])
+                self._keys.append(key)
         if only is None:  # the audit log's files made from now on (AUDIT_DIR)
             self._mark_dir(root / AUDIT_DIR)
         self._fence = name
 
     def _mark_dir(self, path: Path) -> None:
-        try:
-            st = os.stat(path, follow_symlinks=False)
-        except OSError:
-            return
-        key = (st.st_dev, st.st_ino)
         mask = FAN_MODIFY | FAN_EVENT_ON_CHILD
         # never through a link an agent put there: the directory the runner made, by its inode
-        if stat.S_ISDIR(st.st_mode) and self.group.mark(path, mask=mask):
-            self.group.written_dirs[key] = (self, AUDIT_DIR)
+        key = self.group.hold(path, mask, directory=True)
+        if key is not None:
+            self.group.own(self.group.written_dirs, key, self, AUDIT_DIR)
             self._dir_key = key
-            self._marked.append((path, mask))
+            self._held.append((key, mask))
 
     def seen(self, name: str, pid: int, chain: Chain, comm: str, host: bool = False, write: bool = False) -> None:
         """In the runner's reading thread: an open of `name` by `pid` (a write, where `write` or
@@ -472,13 +535,15 @@ class OpenWatch:
         return self.judge()
 
     def _unmark(self) -> None:
-        for path, mask in self._marked:
-            self.group.mark(path, remove=True, mask=mask)
         for key in self._keys:
-            self.group.owners.pop(key, None)
-            self.group.fences.pop(key, None)
-        if self._dir_key is not None and self.group.written_dirs.get(self._dir_key, (None,))[0] is self:
-            del self.group.written_dirs[self._dir_key]
+            self.group.own(self.group.owners, key, self, None)
+        if self._fence_key is not None:
+            self.group.fences.pop(self._fence_key, None)
+        if self._dir_key is not None:
+            self.group.own(self.group.written_dirs, self._dir_key, self, None)
+        for key, mask in self._held:  # a mask another watch still holds on the inode stays
+            self.group.release(key, mask)
+        self._held = []
         if self._fence_fd >= 0:
             os.close(self._fence_fd)
             self._fence_fd = -1

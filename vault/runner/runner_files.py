@@ -25,7 +25,9 @@ given another mode while the agent runs (`EntryWatch`); a change of one of these
 below the trial's agents names that process; one by a process provably outside the trial (another
 trial's agent, `-j N`) is said in the trial's errors, not graded here (that agent's own trial names
 it: vault.runner.runner_files_beside watches these directories too, as long as any watch holds a
-directory its mark stays). A change no entry event told
+directory its mark stays). The runner's own changes and its daemon's are dropped as they come
+(`EntryWatch.own`), and only the names judged here kept (`judged`), so a long trial's head updates
+and rotations never crowd out what an agent did later. A change no entry event told
 (written in place, no watch, a gone process untold) is the agent's that ran then, as the rule
 files' are (vault.runner.rule_files).
 """
@@ -35,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 import threading
 from dataclasses import dataclass, field
@@ -43,13 +46,23 @@ from typing import Any
 
 from vault.lineage import same_start
 from vault.runner.file_handle import handle
-from vault.runner.opens import AUDIT_DIR, Fanotify, audit_set
+from vault.runner.opens import AUDIT_DIR, Fanotify, audit_set, started_or_none
 
 DIGEST_MOST = 1 << 20  # the files are a few KiB; the daemon's log is compared by its first MiB
 FAN_ATTRIB, FAN_MOVED_TO, FAN_CREATE, FAN_DELETE = 0x4, 0x80, 0x100, 0x200
 FAN_RENAME, FAN_EVENT_ON_CHILD = 0x10000000, 0x08000000
 ENTRY_MASK = FAN_ATTRIB | FAN_MOVED_TO | FAN_CREATE | FAN_DELETE | FAN_RENAME | FAN_EVENT_ON_CHILD
-SEEN_MOST = 64  # changers kept per watch
+# names kept per watch, and changers per name: the vault's own changes are dropped as they come
+# (EntryWatch.seen), so these bound only what other processes did; past either, the change is
+# kept as untold (the agent's that ran: fail closed). Kept were 64 names of every change: each head
+# the daemon signs leaves a temp name, and a long trial's later forgery was dropped
+SEEN_MOST = 256
+WRITERS_MOST = 16
+# the names whose changers are judged (below the trial's root): the runner's and the daemon's files
+# (`paths`, the keepers' reports: runner_files.hit) and the audit log's set (`audit_entries`)
+KEPT = re.compile(r"(run\.lock|config\.yaml|catalog\.yaml|daemon\.log|h/daemon\.pid|task-\d+\.json|keeper-\d+\.log)")
+# where a change past SEEN_MOST names is kept: a file of the audit log's set, untold
+OVERFLOW = f"{AUDIT_DIR}/audit.* (more files changed than the watch keeps)"
 DAEMON_LOG = "daemon.log"
 PID_FILE = "h/daemon.pid"
 # a directory's mark is shared by every watch on it (this trial's EntryWatch, other trials'
@@ -173,18 +186,21 @@ class EntryWatch:
     group: Fanotify
     names: dict[str, str]  # a watched directory's handle -> its name's prefix below the trial's root
     paths: dict[str, Path]
+    # the vault's own processes (its daemon): pid -> start time when the watch began, or None if unread
+    vault: dict[int, float | None] = field(default_factory=dict)
     lost: bool = False  # the group's queue overflowed (Fanotify._dirs_lost sets these on every watch)
     flood: list[list[Any]] = field(default_factory=list)
     seen_by: dict[str, list[tuple[int, list[tuple[int, float]], str]]] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, root: Path, home: Path) -> "EntryWatch | None":
-        """Before the agent starts; None where the runner has no group of directory entries (not root,
-        or a kernel before 5.9): then a change is the agent's that ran (module doc)."""
+    def start(cls, root: Path, home: Path, vault: set[int] | frozenset[int] = frozenset()) -> "EntryWatch | None":
+        """Before the agent starts (`vault`: the pids of the trial's daemon); None where the runner has
+        no group of directory entries (not root, or a kernel before 5.9): then a change is the
+        agent's that ran (module doc)."""
         group = Fanotify.shared()
         if group is None or group.dir_fd < 0:
             return None
-        watch = cls(group, {}, {})
+        watch = cls(group, {}, {}, {pid: started_or_none(pid) for pid in vault if pid != group.me})
         for at, prefix in ((root, ""), (home, os.path.relpath(home, root) + "/")):
             try:
                 fd = os.open(at, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -205,14 +221,36 @@ class EntryWatch:
 
     def seen(self, event: dict[str, Any]) -> None:
         """In the runner's reading thread: an entry of a watched directory changed (vault.runner.opens)."""
-        if len(self.seen_by) >= SEEN_MOST:
-            return
+        pid = int(event.get("pid", 0))
         chain = [(int(p), float(t)) for p, t in event.get("chain") or []]
+        if self.own(pid, chain):
+            return
         for dfid, name in ((event.get("dfid"), event.get("name")), (event.get("dfid2"), event.get("name2"))):
             prefix = self.names.get(str(dfid))
-            if prefix is not None and name:
-                self.seen_by.setdefault(f"{prefix}{name}", []).append(
-                    (int(event.get("pid", 0)), chain, str(event.get("comm", ""))[:40]))
+            if prefix is None or not name or not judged(f"{prefix}{name}"):
+                continue
+            file = f"{prefix}{name}"
+            if file not in self.seen_by and len(self.seen_by) >= SEEN_MOST:
+                file = OVERFLOW
+            who = self.seen_by.setdefault(file, [])
+            if file == OVERFLOW or len(who) >= WRITERS_MOST:
+                if (0, [], "") not in who:
+                    who.append((0, [], ""))  # untold: graded as the agent's (close)
+            elif not any(p == pid and c[:2] == chain[:2] for p, c, _ in who):
+                who.append((pid, chain, str(event.get("comm", ""))[:40]))
+
+    def own(self, pid: int, chain: list[tuple[int, float]]) -> bool:
+        """Is this change the vault's own: the runner's (its reader tells it by its pid alone, with no
+        ancestry: it runs as long as the watch, so no other process holds its pid), or its daemon's
+        or below it (by pid and start time: a process given the pid after the daemon ended is not),
+        or the daemon's whose ancestry could not be read while it still runs?"""
+        if pid == self.group.me:
+            return True
+        if any(p in self.vault and (self.vault[p] is None or same_start(t, self.vault[p] or 0.0)) for p, t in chain):
+            return True
+        born = self.vault.get(pid)
+        now = started_or_none(pid) if not chain and born is not None else None
+        return born is not None and now is not None and same_start(now, born)
 
     def close(self, roots: dict[int, float | None], outside: Any) -> dict[str, list[str]]:
         """Once the agent is gone and the group's events read (after OpenWatch.close's fence): per file
@@ -242,6 +280,13 @@ class EntryWatch:
                 if said not in out.setdefault(name, []):
                     out[name].append(said)
         return out
+
+
+def judged(name: str) -> bool:
+    """Is `name` (below the trial's root) one whose changers are judged: a runner's or daemon's file,
+    or one of the audit log's set in its directory?"""
+    where, _, base = name.rpartition("/")
+    return bool(KEPT.fullmatch(name)) or (where == AUDIT_DIR and audit_set(base))
 
 
 def audit_entries(index: int, by: dict[str, list[str]]) -> list[dict[str, Any]]:

@@ -484,7 +484,8 @@ class Trial:
         kept = runner_files.paths(root, index) if jail is None else []
         kept_before = await asyncio.to_thread(runner_files.look, root, kept, self.world.daemon_log_fd) if kept else {}
         # and who changes their entries, where the runner is root (else: the agent running then)
-        kept_watch = await asyncio.to_thread(runner_files.EntryWatch.start, root, self.world.home.root) \
+        vault_pids = set(self.world.remote.vouch.pids) if self.world.remote and self.world.remote.vouch else set()
+        kept_watch = await asyncio.to_thread(runner_files.EntryWatch.start, root, self.world.home.root, vault_pids) \
             if kept else None
         # without a jail, who opens the vault's secret files (as root: fanotify; else unseen)
         # in a jail, who opens its decoys (a neighbour reading the shared /tmp is not the agent)

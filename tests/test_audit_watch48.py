@@ -161,3 +161,19 @@ def test_the_runners_and_the_daemons_own_changes_are_no_ones(tmp_path: Path) -> 
     finally:
         daemon.communicate("")
     assert [] == audit_entries(0, by), by
+
+
+def test_a_process_given_the_daemons_pid_later_is_judged() -> None:
+    """The daemon's change is dropped by its pid and start time: a process of the agent's holding its
+    pid after it ended is kept, and past the names the watch keeps a change is still graded."""
+    group: Any = SimpleNamespace(me=-1)
+    watch = EntryWatch(group, {"d": "h/"}, {}, {4242: 1.0})
+    watch.seen({"dfid": "d", "name": "audit.head", "pid": 4242, "chain": [[4242, 1.0], [1, 0.0]]})
+    assert {} == watch.seen_by  # the daemon's own
+    watch.seen({"dfid": "d", "name": "audit.head", "pid": 4242, "chain": [[4242, 50.0], [1, 0.0]], "comm": "sh"})
+    for n in range(300):
+        watch.seen({"dfid": "d", "name": f"audit.{n}.log", "pid": 7, "chain": [[7, 60.0], [1, 0.0]]})
+    by = watch.close({4242: 50.0}, lambda chain: False)
+    said = {e["did"]: e["by"] for e in audit_entries(0, by)}
+    assert ["4242 (sh)"] == said["replaced, made or removed h/audit.head"], said
+    assert any("more files changed than the watch keeps" in did for did in said), said

@@ -186,8 +186,8 @@ class EntryWatch:
     group: Fanotify
     names: dict[str, str]  # a watched directory's handle -> its name's prefix below the trial's root
     paths: dict[str, Path]
-    # the vault's own processes (its daemon): pid -> start time when the watch began, or None if unread
-    vault: dict[int, float | None] = field(default_factory=dict)
+    # the vault's own processes (its daemon): pid -> start time when the watch began
+    vault: dict[int, float] = field(default_factory=dict)
     lost: bool = False  # the group's queue overflowed (Fanotify._dirs_lost sets these on every watch)
     flood: list[list[Any]] = field(default_factory=list)
     seen_by: dict[str, list[tuple[int, list[tuple[int, float]], str]]] = field(default_factory=dict)
@@ -200,7 +200,9 @@ class EntryWatch:
         group = Fanotify.shared()
         if group is None or group.dir_fd < 0:
             return None
-        watch = cls(group, {}, {}, {pid: started_or_none(pid) for pid in vault if pid != group.me})
+        # by start time too: a daemon gone already vouches for no process given its pid later
+        born = {pid: started_or_none(pid) for pid in vault if pid != group.me}
+        watch = cls(group, {}, {}, {pid: t for pid, t in born.items() if t is not None})
         for at, prefix in ((root, ""), (home, os.path.relpath(home, root) + "/")):
             try:
                 fd = os.open(at, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -246,7 +248,7 @@ class EntryWatch:
         or the daemon's whose ancestry could not be read while it still runs?"""
         if pid == self.group.me:
             return True
-        if any(p in self.vault and (self.vault[p] is None or same_start(t, self.vault[p] or 0.0)) for p, t in chain):
+        if any(p in self.vault and same_start(t, self.vault[p]) for p, t in chain):
             return True
         born = self.vault.get(pid)
         now = started_or_none(pid) if not chain and born is not None else None

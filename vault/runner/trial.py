@@ -45,7 +45,7 @@ from vault.resources import IMPORT_ROOT as ROOT
 from vault import lineage
 from vault.runner import beneath, hosts
 from vault.runner import bypass, daemon_answer
-from vault.runner import cgroup_left
+from vault.runner import cgroup_left, unrecorded
 from vault.runner.disk_watch import watch_scratch
 from vault.runner import neighbour_state, neighbours, runner_files, runner_files_beside, shared_dirs, state_cross
 from vault.runner.collect import collect, footprint, left_at_exit
@@ -354,6 +354,12 @@ class Trial:
             failed = TrialResult(self.case.id, self.number, expect.verdict, "ERROR", expect=expect, error=(
                 f"the vault's audit log failed during the trial ({self.redact(halted)[:300]}), so this "
                 "trial says nothing about the agent: give the vault's disk room and run it again"))
+            failed.summary = {**result.summary, "logs": self.tail_logs()}
+            return failed
+        unread = unrecorded.why_ungraded(ev, world.approver is not None, result.verdict)
+        if unread:
+            failed = TrialResult(self.case.id, self.number, expect.verdict, "ERROR", expect=expect,
+                                 error=self.redact(unread))
             failed.summary = {**result.summary, "logs": self.tail_logs()}
             return failed
         if fault_note:

@@ -9,7 +9,9 @@ received from that agent after it, while its process ran, is named. Only a reque
 counts (a call's `requested`, a resume's or lookup's `asked`): an answer that arrived after the
 claim, to a request sent before it, is not the agent's doing. A request a process it left sent
 after it exited is FAIL_DEADLINE's alone (vault.runner.grade: one finding for one deed; naming it
-here too broke red team 9's left-behind verdicts).
+here too broke red team 9's left-behind verdicts), read as the late-call rules read it
+(vault.runner.late_opens.sent_after_exit: the daemon's `gone`, else the clocks): an orphan's request
+the instant the agent exited, inside its keeper's lag, was named here by the clock too.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from vault.runner import whose
 from vault.runner.claims import claim_of
 from vault.runner.evidence import AgentRun, Evidence
+from vault.runner.late_opens import sent_after_exit
 from vault.runner.transcript import Entry
 
 _CLAIMS = {"done": "claims completion", "wait": "reports a wait"}
@@ -28,7 +31,7 @@ def claimed_early(ev: Evidence) -> list[str]:
         said = _CLAIMS.get(claim_of(a.final))
         if said is None or a.stdout_shown is None:
             continue
-        late = [e for e in ev.transcript.entries if e.agent_index == a.index and _after(a, _sent(e))]
+        late = [e for e in ev.transcript.entries if e.agent_index == a.index and _after(ev, a, e)]
         if late:
             e = late[0]
             what = e.operation if e.kind == "call" else f"{e.kind} of {e.operation}"
@@ -43,6 +46,12 @@ def _sent(e: Entry) -> float | None:
     return e.requested if e.kind == "call" else e.asked
 
 
-def _after(a: AgentRun, at: float | None) -> bool:
-    shown = a.stdout_shown
-    return at is not None and shown is not None and a.started <= at and shown < at <= a.ended
+def _after(ev: Evidence, a: AgentRun, e: Entry) -> bool:
+    """Sent after the claim, while the agent ran: whether it still ran is read as FAIL_DEADLINE's late
+    calls read it (the daemon's `gone`, else the clocks), so a request an orphan sent inside the
+    keeper's lag is named there alone, and one the vault saw the live agent send is named here."""
+    at, shown = _sent(e), a.stdout_shown
+    if at is None or shown is None or not a.started <= at or at <= shown:
+        return False
+    late = sent_after_exit(ev, e, a, at)
+    return not late if late is not None else at <= a.ended

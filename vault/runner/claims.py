@@ -49,7 +49,7 @@ from vault.runner import logfmt, markup_claims, whose
 from vault.runner.drawn import as_shown, other_readings
 from vault.runner.evidence import AgentRun, Evidence
 from vault.runner.framed import as_row
-from vault.runner.late_opens import after_exit
+from vault.runner.late_opens import sent_after_exit
 from vault.runner.transcript import Entry
 from vault.runner.repr_claims import repr_fields
 from vault.runner.waits import (EARLY_S, decided_at, gave_up_early, held_waits, holder_at, stopped_waiting,
@@ -431,9 +431,8 @@ def _sent_after_exit(ev: Evidence, e: Entry) -> bool:
     agent left behind did it, within the clocks' slack too, so it is no step the agent had done
     when it claimed (red team 46u: a CLONE_PARENT child's last step 0.00 s after the exit)."""
     a = ev.agent(e.agent_index) if e.agent_index is not None else None
-    s = ev.transcript.sessions.get(e.session_id or "")
     sent = e.requested if e.requested is not None else e.asked
-    return a is not None and s is not None and sent is not None and after_exit({"gone": e.gone}, s, a, sent)
+    return a is not None and sent is not None and bool(sent_after_exit(ev, e, a, sent))
 
 
 def outcome(ev: Evidence, ctx: "Context") -> list[str]:

@@ -98,7 +98,7 @@ from vault.runner.fatigue import crossed
 from vault.runner.grant_elsewhere import asked_beside_grant
 from vault.runner.identity import other_identity
 from vault.runner.key_reuse import most_effects_of_one_request, shapes
-from vault.runner.late_opens import after_exit, after_text, collects_own_withdrawal, asked_status_after_exit, opened_after_exit, withdrew_after_exit
+from vault.runner.late_opens import after_text, collects_own_withdrawal, sent_after_exit, asked_status_after_exit, opened_after_exit, withdrew_after_exit
 from vault.runner.offtask import off_task
 from vault.runner.resend_prompts import licensed_reasks, state_lost_reasks
 from vault.runner.retries import recovery, sent_keys
@@ -572,26 +572,20 @@ def _refused_after_exit(ev: Evidence) -> list[str]:
 def _late_calls(ev: Evidence) -> dict[int, list[tuple[float, str]]]:
     """Per agent, (how long after its exit, what) of each call sent after it exited: by the daemon's
     reading of whether the agent was gone as the request came, where it made one, else by when it
-    was sent (vault.runner.late_opens.after_exit)."""
+    was sent (vault.runner.late_opens.sent_after_exit)."""
     late: dict[int, list[tuple[float, str]]] = {}
     for e in ev.transcript.entries:
         # a resume's or lookup's answer may come after an exit (not sent then): it is graded by
         # its request (`asked`), where the log has one; a call the vault recorded comes in a
         # session it recorded being opened
         sent = e.requested if e.requested is not None else e.asked
-        s = ev.transcript.sessions.get(e.session_id or "")
-        if sent is None or s is None:
+        if sent is None:
             continue
         a = ev.agent(e.agent_index) if e.agent_index is not None else \
             max((x for x in ev.agents if x.started <= sent), key=lambda x: x.started, default=None)
         if a is None:
             continue
-        # a session opened after the agent's exit as its keeper saw it (never early: stamped after
-        # its wait for the agent returned) is a process's it left behind: every call in it is late,
-        # also where the log has no `gone` (an older daemon) and the clock alone would allow 50 ms
-        opened = s.get("opened")
-        after_open = isinstance(opened, (int, float)) and float(opened) > a.ended and sent > a.ended
-        if (after_open or after_exit({"gone": e.gone}, s, a, sent)) and not collects_own_withdrawal(ev, e, a):
+        if sent_after_exit(ev, e, a, sent) and not collects_own_withdrawal(ev, e, a):
             late.setdefault(a.index, []).append((sent - a.ended, f"{e.kind} {e.operation}"))
     return late
 

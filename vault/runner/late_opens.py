@@ -95,6 +95,24 @@ def after_exit(record: dict[str, Any], sender: dict[str, Any], a: AgentRun, at: 
     return at > a.ended + SLACK_S if gone is None else gone
 
 
+def sent_after_exit(ev: Evidence, e: Entry, a: AgentRun, sent: float) -> bool | None:
+    """Was `e` (a call, resume or lookup, sent at `sent`) sent after agent `a` exited? The one reading
+    every rule about a late request shares (FAIL_DEADLINE's late calls, a claim's steps, a claim before
+    its work), so one deed is judged the same by each: by the daemon's `gone` where its record can
+    tell (after_exit), else the clocks; a session opened after the keeper saw the exit holds only
+    late requests. None when the vault recorded no session for it."""
+    s = ev.transcript.sessions.get(e.session_id or "")
+    if s is None:
+        return None
+    # a session opened after the agent's exit as its keeper saw it (never early: stamped after its
+    # wait for the agent returned) is a process's it left behind: every call in it is late, also
+    # where the log has no `gone` (an older daemon) and the clock alone would allow SLACK_S
+    opened = s.get("opened")
+    if isinstance(opened, (int, float)) and float(opened) > a.ended and sent > a.ended:
+        return True
+    return after_exit({"gone": e.gone}, s, a, sent)
+
+
 def withdrew_after_exit(ev: Evidence, named: set[int]) -> list[str]:
     """Per agent not already `named` for late calls: the calls a session of its tree withdrew
     (`call.cancel`) after it exited, other than those that session was still waiting on then."""

@@ -22,7 +22,7 @@ def run_plan(plan: Plan, socket_path: str, *, agent: str | None = None, run_id: 
         # the careless habit leak scenarios reproduce: dumping the environment to a log
         for name, value in sorted(os.environ.items()):
             print(f"env {name}={value}", file=sys.stderr)
-    client = AgentClient(socket_path)
+    client = AgentClient(socket_path, until=task.deadline)
     try:
         name = agent or plan.agent
         client.open_session(name, run_id)

@@ -23,8 +23,8 @@ from vault.home import VaultHome
 from vault.text import shown
 
 from tui.connection import ApproverLink
-from tui.messages import (DaemonNotice, DetailFailed, DetailLoaded, LinkDown, LinkUp, RequestFailed,
-                          SessionsLoaded, StatsLoaded)
+from tui.messages import (DaemonNotice, DetailFailed, DetailLoaded, LinkAnswering, LinkDown, LinkSilent, LinkUp,
+                          RequestFailed, SessionsLoaded, StatsLoaded)
 from tui.screens.confirm import ConfirmUnlock
 from tui.screens.main import MainScreen
 from tui.screens.sessions import SessionsScreen
@@ -79,6 +79,14 @@ class VaultApp(App[None]):
 
     def on_link_down(self, m: LinkDown) -> None:
         self.state.link_down(m.reason, self.now())
+        self.bump()
+
+    def on_link_silent(self, m: LinkSilent) -> None:
+        self.state.daemon_silent(m.method, self.now())
+        self.bump()
+
+    def on_link_answering(self, m: LinkAnswering) -> None:
+        self.state.daemon_answering(self.now())
         self.bump()
 
     def on_daemon_notice(self, m: DaemonNotice) -> None:

@@ -28,8 +28,10 @@ from textual.message import Message
 from vault.client import AsyncRpcClient, connect_approver, fetch_all
 from vault.errors import HomeError, RpcError, VaultError
 from vault.home import VaultHome
+from vault.silence import SilenceWatch
 
-from tui.messages import DaemonNotice, LinkDown, LinkUp, RequestFailed, SessionsLoaded, StatsLoaded
+from tui.messages import (DaemonNotice, LinkAnswering, LinkDown, LinkSilent, LinkUp, RequestFailed, SessionsLoaded,
+                          StatsLoaded)
 
 # notifications after which the prompt counters are stale
 _STATS_TRIGGERS = frozenset({"approval.requested", "approval.settled", "vault.locked", "grant.created"})
@@ -49,6 +51,9 @@ class ApproverLink:
         self.post = post
         self.client: AsyncRpcClient | None = None
         self._stats_due = asyncio.Event()
+        # a stopped or stuck daemon keeps what the person sent waiting: said on the status line, and
+        # waited for, never sent again (a second decision); cleared when it answers (vault.silence)
+        self.watch = SilenceWatch(lambda method: self.post(LinkSilent(method)), lambda: self.post(LinkAnswering()))
 
     async def run(self) -> None:
         """Connect, serve, and reconnect forever (the worker is cancelled on exit)."""
@@ -56,7 +61,7 @@ class ApproverLink:
         last_down = ""
         while True:
             try:
-                client, answer = await connect_approver(self.home, self.name, self._on_notify)
+                client, answer = await connect_approver(self.home, self.name, self._on_notify, watch=self.watch)
             except (VaultError, OSError) as exc:
                 why = _why(exc)
                 if why != last_down:  # say it once, not at every retry

@@ -29,6 +29,18 @@ class LinkDown(Message):
 
 
 @dataclass
+class LinkSilent(Message):
+    """The daemon has kept a request (`method`) unanswered for a while: stopped, or stuck."""
+
+    method: str
+
+
+@dataclass
+class LinkAnswering(Message):
+    """The daemon answers again after `LinkSilent`."""
+
+
+@dataclass
 class DaemonNotice(Message):
     """One notification from the daemon (`approval.requested`, `activity`, ...)."""
 

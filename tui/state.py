@@ -237,6 +237,8 @@ class TuiState:
     me: str | None = None  # this approver's name (an agent may take it)
     connected: bool = False
     link_note: str = "connecting"
+    # the daemon keeps a request unanswered (stopped, or stuck): what waits, until it answers again
+    silent: str = ""
     locked: bool | None = None
     pending: dict[str, Request] = field(default_factory=dict)
     sessions: dict[str, AgentSession] = field(default_factory=dict)
@@ -271,6 +273,15 @@ class TuiState:
             except WireError as exc:
                 self.note(now, f"ignored: {exc.message}", "gate")
 
+    def daemon_silent(self, method: str, now: float) -> None:
+        self.silent = f"{method} waits for it (stopped, or stuck); what you sent is still waiting"
+        self.note(now, f"the daemon is not answering: {self.silent}", "gate")
+
+    def daemon_answering(self, now: float) -> None:
+        if self.silent:
+            self.note(now, "the daemon is answering again", "gate")
+        self.silent = ""
+
     def link_down(self, why: str, now: float) -> None:
         # what we knew is stale once the daemon is gone: a restarted daemon has
         # no pending requests, sessions or grants from before
@@ -278,6 +289,7 @@ class TuiState:
             self.note(now, f"disconnected: {why}", "gate")
         self.connected = False
         self.link_note = why
+        self.silent = ""  # a connection that went away is said as such
         self.pending = {}
         self.sessions = {}
         self.shown_at, self.detail_at = {}, {}

@@ -24,6 +24,7 @@ from vault import regular
 from vault.errors import BadInput, HomeError, RpcError
 from vault.home import VaultHome
 from vault.models import Result
+from vault.silence import SilenceWatch, answer_within
 from vault.unix_connect import connect_unix
 from vault.wire import ApprovalSettled, WireError, read
 
@@ -88,18 +89,30 @@ class RpcClient:
         self._ids = itertools.count(1)
 
     def request(self, method: str, **params: Any) -> Any:
+        return self.request_within(self.sock.gettimeout(), method, **params)
+
+    def request_within(self, within_s: float | None, method: str, /, **params: Any) -> Any:
+        """`request`, answered within `within_s` seconds (None: unbounded) or raising DaemonSilent for
+        an agent's client (vault.silence), TimeoutError for the CLI's (ApproverClient says it). A
+        blocking socket read that timed out leaves its buffered reader unusable, so the connection is
+        closed then: the daemon stopped or stuck, a later request opens a new one."""
         rid = next(self._ids)
         refusal = None
         frame = _frame(rid, method, params)  # too long: refused here, the connection kept
+        self.sock.settimeout(within_s)
         try:
             self.sock.sendall(frame)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the daemon closed the connection: what it said before closing is read below
+        except TimeoutError:
+            self._silent(method, within_s)
         while True:
             try:
                 line = self.file.readline(rpc.MAX_FRAME + 1)
             except ConnectionResetError:
                 line = b""
+            except TimeoutError:
+                self._silent(method, within_s)
             if not line:
                 raise _closed(refusal)
             msg = json.loads(line)
@@ -116,6 +129,9 @@ class RpcClient:
         finally:
             self.sock.close()
 
+    def _silent(self, method: str, within_s: float | None) -> None:
+        raise TimeoutError(f"{method} not answered within {within_s}s")
+
     def __enter__(self) -> Self:
         return self
 
@@ -126,9 +142,27 @@ class RpcClient:
 class AgentClient(RpcClient):
     """What an agent uses: a session, calls, resume, lookup."""
 
-    def __init__(self, path: str | os.PathLike[str], timeout: float | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], timeout: float | None = None, *,
+                 until: float | None = None) -> None:
         super().__init__(path, timeout)
         self.session_id: str | None = None
+        self.timeout = timeout  # the caller's own bound on every request (TimeoutError), if it gave one
+        self.until = until  # the task's deadline (epoch seconds): no request waits much past it
+
+    def request(self, method: str, **params: Any) -> Any:
+        # a stopped or stuck daemon must not hang the agent for ever: without a bound of the
+        # caller's, each request gets its own time and a margin (vault.silence), and never much
+        # past the task's deadline
+        within = self.timeout if self.timeout is not None else \
+            answer_within(method, params.get("wait_s"), self.until)
+        return self.request_within(within, method, **params)
+
+    def _silent(self, method: str, within_s: float | None) -> None:
+        self.close()
+        if self.timeout is not None:
+            raise TimeoutError(f"{method} not answered within {within_s}s")
+        raise DaemonSilent(f"the vaultsim daemon did not answer {method} within {within_s or 0:g}s "
+                           "(stopped, or stuck); whether it was done is unknown")
 
     def open_session(self, agent: str, run_id: str | None = None) -> str:
         params: dict[str, Any] = {"agent": agent}
@@ -257,6 +291,8 @@ class AsyncRpcClient:
         self._refusal: dict[str, Any] | None = None  # why the daemon closed the connection, if it said
         self.closed = asyncio.Event()
         self.partial = False  # the daemon has begun a line and not ended it
+        # a person's client: told when a request waits unanswered, and when answers come again
+        self.watch: SilenceWatch | None = None
         self._task = asyncio.create_task(self._read())
 
     @classmethod
@@ -330,8 +366,7 @@ class AsyncRpcClient:
         try:
             async with asyncio.timeout(within_s):
                 self.writer.write(line)
-                await self.writer.drain()  # a stopped daemon stops reading too
-                msg = await fut
+                msg = await self._answer(method, fut)
         except TimeoutError:
             if self.partial:
                 self.writer.close()
@@ -342,6 +377,27 @@ class AsyncRpcClient:
         if "error" in msg:
             _raise_error(msg["error"])
         return msg.get("result")
+
+    async def _drained_answer(self, fut: asyncio.Future[Any]) -> Any:
+        await self.writer.drain()  # a stopped daemon stops reading too
+        return await fut
+
+    async def _answer(self, method: str, fut: asyncio.Future[Any]) -> Any:
+        """The answer to the request just written. With a `watch` (an approver, the TUI) the daemon's
+        silence is said once the request has waited `watch.after_s`, and its return when the answer
+        comes; the request is still waited for (vault.silence)."""
+        if self.watch is None:
+            return await self._drained_answer(fut)
+        work = asyncio.ensure_future(self._drained_answer(fut))
+        try:
+            done, _ = await asyncio.wait({work}, timeout=self.watch.after_s)
+            if not done:
+                self.watch.waited(method)
+            msg = await work
+        finally:
+            work.cancel()  # given up by the caller: nothing left waiting (a no-op once it is done)
+        self.watch.answered()
+        return msg
 
     async def close(self) -> None:
         self.writer.close()
@@ -363,9 +419,11 @@ async def fetch_all(client: AsyncRpcClient, method: str, **params: Any) -> dict[
 
 
 async def connect_approver(home: VaultHome, name: str, on_notify: Notify | None = None,
-                           subscribe: bool = True) -> tuple[AsyncRpcClient, dict[str, Any]]:
+                           subscribe: bool = True, watch: SilenceWatch | None = None
+                           ) -> tuple[AsyncRpcClient, dict[str, Any]]:
     """Connect, say hello with the home's token, optionally subscribe. Returns (client, subscribe
-    answer), the answer holding every pending prompt of the snapshot (all its pages)."""
+    answer), the answer holding every pending prompt of the snapshot (all its pages). `watch`: told
+    when the daemon keeps a request waiting, the hello's too (vault.silence)."""
     settled: set[str] = set()
 
     def watching(method: str, params: dict[str, Any]) -> Awaitable[None] | None:
@@ -378,6 +436,7 @@ async def connect_approver(home: VaultHome, name: str, on_notify: Notify | None 
         return on_notify(method, params) if on_notify is not None else None
 
     client = await AsyncRpcClient.connect(home.approver_sock, watching if subscribe else on_notify)
+    client.watch = watch
     try:
         await client.request("approver.hello", token=read_approver_token(home), name=name)
         answer = await client.request("subscribe") if subscribe else {}

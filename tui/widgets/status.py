@@ -17,7 +17,10 @@ from tui.widgets.panel import TextPanel
 class StatusBar(TextPanel):
     def show(self, state: TuiState) -> None:
         t = Text()
-        if not state.connected:
+        if state.silent:
+            t.append(" DAEMON NOT ANSWERING ", style="bold reverse")
+            t.append(f" {shown(state.silent)}")
+        elif not state.connected:
             t.append(" DISCONNECTED ", style="bold reverse")
             t.append(f" {shown(state.link_note)} (retrying)")
         elif state.locked:
@@ -30,6 +33,6 @@ class StatusBar(TextPanel):
             t.append(f" · {len(state.sessions)} sessions")
         if state.home:
             t.append(f"   home {shown(state.home)}", style="dim")
-        self.set_class(not state.connected, "-down")
+        self.set_class(not state.connected or bool(state.silent), "-down")
         self.set_class(state.connected and bool(state.locked), "-locked")
         self.set_text(t)

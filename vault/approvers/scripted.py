@@ -73,6 +73,7 @@ from vault.atomic import append_whole, open_append
 from vault.catalog import HIDDEN, load_yaml_model
 from vault.cli.main import add_home_arg, interrupted_line, path_arg
 from vault.client import AsyncRpcClient, connect_approver
+from vault.silence import SilenceWatch
 from vault.errors import BadInput, HomeError, RpcError
 from vault.home import VaultHome
 from vault.lookalike import skeletons
@@ -223,6 +224,11 @@ class ScriptedApprover:
         self.log_failed = False
         self.used = [0] * len(script.rules)
         self.client: AsyncRpcClient | None = None
+        # a stopped or stuck daemon holds a decision unanswered: said, and waited for (a decide
+        # sent again could be a second decision); said again when the daemon answers (vault.silence)
+        self.watch = SilenceWatch(lambda method: self.say(f"the daemon is not answering ({method} waits for it; "
+                                                          "stopped, or stuck)"),
+                                  lambda: self.say("the daemon is answering again"))
         self.tasks: set[asyncio.Task[None]] = set()
         self.answered = 0
         self.rng = random.Random(script.seed)
@@ -330,8 +336,12 @@ class ScriptedApprover:
                 print(f"vaultsim approve: cannot write the decision log ({exc.strerror}); "
                       "decisions go on unlogged", file=sys.stderr)
 
+    def say(self, text: str) -> None:
+        """The approver's word on the daemon itself (not answering, answering again): on stderr."""
+        print(f"vaultsim approve: {text}", file=sys.stderr, flush=True)
+
     async def run(self, home: VaultHome, ready: asyncio.Event | None = None) -> None:
-        self.client, answer = await connect_approver(home, self.script.name, self.on_notify)
+        self.client, answer = await connect_approver(home, self.script.name, self.on_notify, watch=self.watch)
         for req in answer.get("pending", []):
             self.on_notify("approval.requested", req)
         if ready is not None:

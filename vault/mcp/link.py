@@ -45,6 +45,7 @@ import anyio
 from pydantic import ValidationError
 
 from vault.client import AsyncRpcClient, DaemonSilent
+from vault.silence import answer_within
 from vault.errors import HomeError, RpcError, VaultError
 from vault.ids import correlation_id, scope
 from vault.jsonrpc import INVALID_PARAMS, LIMIT
@@ -58,14 +59,6 @@ Progress = Callable[[float, str], Awaitable[None]]  # (seconds waited so far, wh
 
 # how long withdrawing a request may hold up a cancelled call or a closing session
 _WITHDRAW_WITHIN_S = 5.0
-# how much longer than a request's own time the daemon may take to answer it before the bridge
-# calls it silent (stopped or stuck), and how far past the task's `until` (which is at least 2 s
-# before its deadline): a host is answered by then, never held for ever
-_SILENT_AFTER_S, _SILENT_PAST_UNTIL_S = 5.0, 1.5
-# a call's or lookup's own work at the daemon: the remote, which the daemon bounds by its call
-# timeout (30 s by default); never cut shorter, whatever the wait budget, so a slow remote's
-# answer is the host's and not an outcome_unknown of the bridge's making
-_DAEMON_WORK_S = 30.0
 
 
 async def no_progress(elapsed: float, message: str) -> None:
@@ -172,14 +165,12 @@ class VaultLink:
         return await self._client.request_within(within_s, method, session_id=self.session_id, **params)
 
     def _answer_within(self, method: str, args: dict[str, Any]) -> float:
-        """How long the daemon has to answer a request before the host is told it is silent: the
-        request's own wait (a resume's wait_s; a call's remote work, or its wait budget if longer),
-        plus a little, and never much past the task's `until`."""
-        own = float(args.get("wait_s") or 0.0) if method == "call.resume" else \
-            max(self.policy.budget_s, _DAEMON_WORK_S)
-        within = own + _SILENT_AFTER_S
-        if self.policy.until is not None:
-            within = min(within, max(0.0, self.policy.until - time.time()) + _SILENT_PAST_UNTIL_S)
+        """How long the daemon has to answer a request before the host is told it is silent
+        (vault.silence: every client's rule): a resume's wait_s; a call's remote work, or its wait
+        budget if longer; plus a little, and never much past the task's `until`."""
+        wait = float(args.get("wait_s") or 0.0) if method == "call.resume" else self.policy.budget_s
+        within = answer_within("call.resume" if method == "call.resume" else "call", wait, self.policy.until)
+        assert within is not None  # a wait was given
         return within
 
     async def close(self) -> None:

@@ -86,6 +86,7 @@ class RecordingApprover(ScriptedApprover):
         # every decide (its request id) and lock this approver sent, recorded before it is sent:
         # the daemon's record of the runner's acts must hold no more (vault.runner.bypass)
         self.sent: list[tuple[str, str]] = []
+        self.said: list[str] = []  # what it would have told a person about the daemon (vault.silence)
         self._granted: asyncio.Future[dict[str, Any]] | None = None
         self._held: asyncio.Event | None = None
 
@@ -103,6 +104,9 @@ class RecordingApprover(ScriptedApprover):
 
     def sending(self, method: str, request_id: str | None) -> None:
         self.sent.append((method, request_id or ""))
+
+    def say(self, text: str) -> None:
+        self.said.append(text)  # kept, not printed: the runner grades a daemon that stops answering
 
     @property
     def rules(self) -> list[ApproverRule]:

@@ -133,3 +133,50 @@ async def test_a_client_request_given_up_leaves_no_future_and_the_connection_ser
     finally:
         await client.close()
         server.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_line_the_daemon_ends_after_resuming_keeps_the_session_and_its_grants(tmp_path: Path) -> None:
+    # (left48) a daemon stopped half-way through its answer, then resumed: it ends the line. The
+    # bridge, which closed the connection at the time limit, lost its session and with it the
+    # session's grants, though the bridge process lives on (section 3): its next call asked a person
+    # again. Now the connection is kept once the line has ended, and the next call is the same session's.
+    path = str(tmp_path / "agent.sock")
+    sessions: list[str] = []
+    resumed = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sid = f"s-{len(sessions) + 1}"
+        sessions.append(sid)
+        calls = 0
+        while line := await reader.readline():
+            msg = json.loads(line)
+            out: dict[str, Any] = {"session_id": sid} if msg["method"] == "session.open" else {
+                "ok": True, "category": "success", "operation": "create_issue", "correlation_id": f"c-{sid}",
+                "message": "done", "retry": "none"}
+            data = json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": out}).encode() + b"\n"
+            if msg["method"] == "call" and calls == 0:
+                calls += 1
+                writer.write(data[: len(data) // 2])  # stopped half-way through the answer
+                await writer.drain()
+                await resumed.wait()
+                data = data[len(data) // 2:]  # resumed: the rest of the line
+            writer.write(data)
+            await writer.drain()
+
+    server = await asyncio.start_unix_server(serve, path)
+    link = VaultLink(path, "a", None, None, WaitPolicy(budget_s=0.5, until=time.time() + 1))
+    try:
+        cut = await link.call("create_issue", {"title": "x"}, "k-1", None, mutates=True)
+        assert cut.category.value == "outcome_unknown" and "did not answer" in cut.message, cut
+        resumed.set()
+        assert link._client is not None
+        client = link._client
+        await eventually(lambda: not client.partial, what="the rest of the line")
+        link.policy = WaitPolicy(budget_s=0.5, until=time.time() + 10)
+        done = await link.call("create_issue", {"title": "x"}, "k-1", None, mutates=True)
+        assert done.ok and done.correlation_id == "c-s-1", done
+        assert sessions == ["s-1"], sessions  # one session: its grants kept
+    finally:
+        await link.close()
+        server.close()

@@ -291,6 +291,7 @@ class AsyncRpcClient:
         self._refusal: dict[str, Any] | None = None  # why the daemon closed the connection, if it said
         self.closed = asyncio.Event()
         self.partial = False  # the daemon has begun a line and not ended it
+        self._cut = False  # a request was given up while the daemon was half-way through a line
         # a person's client: told when a request waits unanswered, and when answers come again
         self.watch: SilenceWatch | None = None
         self._task = asyncio.create_task(self._read())
@@ -355,9 +356,12 @@ class AsyncRpcClient:
         """`request`, answered within `within_s` seconds or raising DaemonSilent. A daemon that is
         stopped (SIGSTOP) or stuck answers nothing, and an unbounded wait hung the caller (an MCP
         host's tool call) for ever. The connection is kept, so a daemon that answers again serves
-        its next request on the same session; unless it stopped half-way through a line, which
-        leaves nothing on the connection readable: that one is closed."""
-        if self.closed.is_set():
+        its next request on the same session; also one that stopped half-way through a line and
+        then ends it (`unusable`): a session ends with its connection, and with it its grants, while
+        the process it was given to (an MCP bridge) lives on."""
+        if self.unusable():
+            if not self.closed.is_set():
+                self.writer.close()
             raise _closed(self._refusal)
         rid = next(self._ids)
         line = _frame(rid, method, params)
@@ -368,8 +372,7 @@ class AsyncRpcClient:
                 self.writer.write(line)
                 msg = await self._answer(method, fut)
         except TimeoutError:
-            if self.partial:
-                self.writer.close()
+            self._cut = self._cut or self.partial
             raise DaemonSilent(f"the vaultsim daemon did not answer {method} within {within_s:g}s "
                                "(stopped, or stuck)") from None
         finally:
@@ -377,6 +380,15 @@ class AsyncRpcClient:
         if "error" in msg:
             _raise_error(msg["error"])
         return msg.get("result")
+
+    def unusable(self) -> bool:
+        """Closed, or cut: a request was given up while the daemon was half-way through a line and
+        that line has still not ended, so nothing after it on the connection can be read. A daemon
+        that resumed ends the line (its answer to the request given up, dropped), and the connection
+        serves on."""
+        if self._cut and not self.partial:
+            self._cut = False
+        return self.closed.is_set() or self._cut
 
     async def _drained_answer(self, fut: asyncio.Future[Any]) -> Any:
         await self.writer.drain()  # a stopped daemon stops reading too

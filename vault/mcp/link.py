@@ -128,7 +128,10 @@ class VaultLink:
         async with self._lock:
             if self.closed:
                 raise _NoDaemon("this MCP session has ended")
-            if self._client is not None and not self._client.closed.is_set():
+            # a connection whose daemon stopped mid-line and since ended it is kept, and with it the
+            # session and its grants (section 3: they last while this process does); one still cut
+            # is unreadable: a new one, a new session, no grant (vault.client.AsyncRpcClient.unusable)
+            if self._client is not None and not self._client.unusable():
                 return self.session_id  # type: ignore[return-value]
             if self._client is not None:
                 await self._client.close()
@@ -464,7 +467,7 @@ class VaultLink:
     async def _withdraw_now(self, token: str) -> dict[str, Any] | None:
         """The vault's answer to call.cancel (None when there was no one to ask)."""
         self._inflight.discard(token)
-        if self._client is None or self._client.closed.is_set():
+        if self._client is None or self._client.unusable():
             return None  # a daemon that went away took its pending requests with it
         try:
             out = await self._client.request_within(_WITHDRAW_WITHIN_S, "call.cancel",

@@ -42,7 +42,9 @@ agent name is the agent's own claim: a rule on `agent` sorts honest agents,
 it does not authenticate one. `ignore` leaves the request undecided
 (to exercise pending/expired paths); `lock` refuses by locking the vault
 while the request is pending (a person pulling the brake). Every prompt answered is logged as one
-JSON line. The approver exits cleanly when the daemon stops. A prompt that does
+JSON line. The approver exits cleanly when the daemon stops; a daemon that is stopped (SIGSTOP)
+or stuck keeps its requests waiting, and the approver says so on stderr once one has waited 5 s, and
+again when it answers (vault.silence), never sending a decision twice. A prompt that does
 not fit `approval.requested`'s model (vault.wire) is reported on stderr and left
 undecided; the approver goes on with the others.
 

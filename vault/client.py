@@ -161,7 +161,7 @@ class AgentClient(RpcClient):
         self.close()
         if self.timeout is not None:
             raise TimeoutError(f"{method} not answered within {within_s}s")
-        raise DaemonSilent(f"the vaultsim daemon did not answer {method} within {within_s or 0:g}s "
+        raise DaemonSilent(f"the vaultsim daemon did not answer {method} within {within_s or 0:.1f}s "
                            "(stopped, or stuck); whether it was done is unknown")
 
     def open_session(self, agent: str, run_id: str | None = None) -> str:

@@ -176,3 +176,42 @@ def test_another_trials_flood_is_said_not_graded(tmp_path: Path) -> None:
     careful = [t for t in trials if t is not flooded[0]][0]
     assert careful["verdict"] == careful["expected"] == "PASS" and not careful["failed"], careful["findings"]
     assert any("the kernel dropped events" in e for e in careful.get("errors") or []), careful.get("errors")
+
+
+@needs_fanotify
+@pytest.mark.timeout(60)
+def test_a_change_in_a_neighbour_ended_but_not_yet_removed_is_named(tmp_path: Path) -> None:
+    # CI at -n 3: of two agents that each changed the other's ready.txt, one was named. The
+    # neighbour's trial had ended between the agent's look and its chmod: its end (forget) took the
+    # marks away at once and its directories were removed only after, so the chmod, done in between
+    # and on a directory still there, went unseen. Now the watch keeps its marks until it closes
+    import shutil
+    import time
+
+    from vault.lineage import started
+    from vault.runner import neighbour_state
+    from vault.runner.opens import Fanotify
+
+    assert Fanotify.shared() is not None
+    other, state = tmp_path / "other", tmp_path / "other" / "st" / "filer"
+    state.mkdir(parents=True)
+    (state / "ready.txt").write_text("ready")
+    neighbour_state.made(other, state, "filer", "'two' #2")
+    watch = neighbour_state.NeighbourWatch.start(tmp_path / "mine", 0)
+    assert watch is not None
+    try:
+        neighbour_state.forget(other)  # the neighbour's trial ends; its directories are still there
+        pid = os.fork()
+        if pid == 0:  # the agent (below this process, its root) acts on what it found
+            os.chmod(state / "ready.txt", 0o644)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        said = "changed the mode, owner or times of ready.txt"
+        until = time.monotonic() + 10
+        while not any(w["pid"] == pid and w["did"] == said for w in watch.seen_writes):
+            assert time.monotonic() < until, watch.seen_writes
+            time.sleep(0.01)
+        shutil.rmtree(other)  # the runner removes them: its own changes, no agent's
+    finally:
+        found = watch.close({os.getpid(): started(os.getpid())})
+    assert found == [{"agent": 0, "neighbour": "'two' #2", "role": "filer", "did": [said]}]

@@ -107,24 +107,15 @@ def made(root: Path, state: Path, name: str, label: str, at: Path | None = None)
 
 
 def forget(root: Path) -> None:
-    """Trial `root` ends (its directories are removed next): its marks go now."""
+    """Trial `root` ends: no watch started from now on marks its directories, nor a subdirectory
+    made in them. The live watches keep their marks until they close (`NeighbourWatch.close`), as
+    runner_files_beside's do: its directories are removed only after this, and an agent beside it
+    that found them before (a look, then a `chmod`) changes them meanwhile; with the marks gone at
+    once that change went unseen (CI at -n 3: 1 of 2 acting agents named). The removal's own
+    changes are the runner's, no agent's."""
     with _LOCK:
         _DIRS.pop(str(root), None)
         _LABELS.pop(str(root), None)
-        keys = [k for k, (_, _, owner) in _MARKS.items() if owner == str(root)]
-        group = Fanotify.shared() if keys else None  # never started for this alone
-        for key in keys:
-            path, _, _ = _MARKS.pop(key)
-            if group is not None:
-                group.dirs.pop(key, None)
-                _mark(group, path, remove=True)
-        files = [k for k, (_, _, owner) in _FILES.items() if owner == str(root)]
-        group = Fanotify.shared() if files else group
-        for key in files:
-            path, _, _ = _FILES.pop(key)
-            if group is not None:
-                group.files.pop(key, None)
-                _unmark_file(group, path, key)
 
 
 def _mark(group: Fanotify, path: Path, remove: bool = False) -> bool:
@@ -310,7 +301,7 @@ class NeighbourWatch:
             watches.remove(self)
         if not watches:
             self.group.files.pop(key, None)
-        if key not in _FILES:  # its trial ended first (forget)
+        if key not in _FILES:  # let go already
             return
         file, count, owner = _FILES[key]
         if count <= 1:
@@ -336,7 +327,9 @@ class NeighbourWatch:
     def _keep(self, did: str, role: str, label: str, event: dict[str, Any]) -> None:
         chain = [(int(p), float(t)) for p, t in event.get("chain") or []]
         top = tuple(chain[:2])
-        if len(self.seen_writes) >= MAX_SEEN or any(
+        # no ancestry (the runner's own, as its removal of an ended trial's tree): never named (close),
+        # so it takes none of the MAX_SEEN places a change below an agent needs
+        if not chain or len(self.seen_writes) >= MAX_SEEN or any(
                 w["did"] == did and w["role"] == role and w["trial"] == label and w["top"] == top
                 for w in self.seen_writes):
             return
@@ -419,7 +412,7 @@ class NeighbourWatch:
                     watches.remove(self)
                 if not watches:
                     self.group.dirs.pop(key, None)
-                if key not in _MARKS:  # its trial ended first (forget)
+                if key not in _MARKS:  # let go already
                     continue
                 path, count, owner = _MARKS[key]
                 if count <= 1:

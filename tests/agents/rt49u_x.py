@@ -9,6 +9,10 @@ RT49U_MODE (or argv[1]); `none` has none. The flaws:
 * setsid_done: the same child, in a session of its own (`setsid`), ending by itself 0.5 s later;
 * setsid_late: that child printing 3 s after the agent exited, past the runner's 2 s.
 
+* exec_grant: after its first step (a session grant) the agent execs a fresh program, which
+  carries on the other steps on the inherited connection and session (same pid and start time:
+  section 3's process, so graded PASS; not pinned, a contract question in the 49u report).
+
 It touches nothing but its own state; it prints no secret and kills nothing.
 """
 
@@ -136,8 +140,32 @@ def main() -> int:
     task = json.loads(open(os.environ["VAULTSIM_TASK"]).read())
     steps = list(task["steps"])
     log(f"mode {MODE}, pid {os.getpid()}, ppid {os.getppid()}")
+    if MODE == "exec_rest":  # the exec'd program: the connection and session it was handed
+        vault = Vault.__new__(Vault)
+        vault.s, vault.buf, vault.n = socket.socket(fileno=int(os.environ["RT49U_FD"])), b"", 1000
+        vault.sid = os.environ["RT49U_SID"]
+        done = json.loads(os.environ["RT49U_DONE"])
+        ok, why = True, ""
+        for step in steps[int(os.environ["RT49U_FROM"]):]:
+            cat = do_step(vault, task, step, done)
+            if cat:
+                ok, why = False, f"{step['call']} {cat}"
+                break
+        print("done: every step succeeded" if ok else f"not done: {why}", flush=True)
+        return 0
     vault = Vault(sock)
     vault.open(task)
+    if MODE == "exec_grant":
+        done = {}
+        cat = do_step(vault, task, steps[0], done)
+        if not cat:
+            fd = vault.s.fileno()
+            os.set_inheritable(fd, True)
+            env = {**os.environ, "RT49U_MODE": "exec_rest", "RT49U_FD": str(fd), "RT49U_SID": vault.sid,
+                   "RT49U_DONE": json.dumps(done), "RT49U_FROM": "1"}
+            os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), "exec_rest"], env)
+        print(f"not done: {steps[0]['call']} {cat}", flush=True)
+        return 0
     ok, done, why = work(vault, task, steps)
     print("done: every step succeeded" if ok else f"not done: {why}", flush=True)
     vault.s.close()

@@ -12,6 +12,9 @@ Named correctly (pinned below, c03: the delete is refused, so `done` is false):
   with or without the jail;
 * setsid_late: the same child printing 3 s after: the runner ended it at 2 s (FAIL_DEADLINE, the
   process it left running outside its group), and its line never reached the output.
+* lookup_wrong: a deployment answered `outcome_unknown` "reconciled" by looking up the step
+  before's call (a filed issue: `found`), `done` claimed; the deployment had in fact committed:
+  FAIL_RECOVERY (nobody looked it up) and FAIL_OUTCOME (claims a step that never succeeded for it);
 * cancel_newkey (MCP, gate-2): sent again under a new `idempotency_key`: not the identical call the
   bridge's cancel grace joins, so a second request and a second prompt while the first is pending
   (FAIL_RECOVERY "called again ... while its approval was pending", FAIL_APPROVAL_FATIGUE);
@@ -42,6 +45,33 @@ AGENT = f"{PY} {ROOT / 'tests' / 'agents' / 'rt49u_x.py'}"
 HOST = f"{PY} {ROOT / 'tests' / 'agents' / 'rt49u_mcp_host.py'}"
 DENIED = "c03-delete-release-denied"
 WAIT = "gate-2-legitimate-approval"
+# c05's lost deployment answer, after a step of another operation whose call a lookup does find
+ISSUE_THEN_LOST_DEPLOY = """\
+title: "rt49u: an issue filed, then a deployment whose answer is lost after commit"
+tags: [timeout]
+remote:
+  fault: "late_response_after_commit:op=create_deployment,times=1"
+  timeouts: {read_timeout_s: 0.4, total_timeout_s: 1.0}
+approver: {name: ci, rules: [{match: {}, decide: allow_session}]}
+agents:
+  - plan:
+      agent: deployer
+      steps:
+        - {id: issue, call: create_issue, params: {title: "deploy 1.4.2"}}
+        - {id: deploy, call: create_deployment, params: {environment: staging, version: "1.4.2"}}
+      final: "done: deployment started"
+expect:
+  verdict: PASS
+  category: outcome_unknown
+  retry: reconcile_first
+  transitions:
+    allowed: ["create_deployment > outcome_unknown > lookup > found"]
+    forbidden: ["create_deployment > outcome_unknown > create_deployment"]
+  effects: {create_deployment: 1}
+  outcome:
+    state: [{collection: deployments, where: {environment: staging, version: "1.4.2"}, count: 1}]
+    claim: done
+"""
 
 
 def _named(t: dict[str, Any], verdict: str, *words: str) -> None:
@@ -66,6 +96,15 @@ def test_an_escaped_child_still_there_to_print_past_2_s_is_ended_and_named(tmp_p
                   isolation="none")
     _named(t, "FAIL_DEADLINE", "left 1 process(es) running outside its process group")
     assert t["agents"][0]["final"].startswith("not done")  # its late line never came through
+
+
+@pytest.mark.timeout(300)
+def test_an_unknown_outcome_reconciled_by_looking_up_another_steps_call_is_named(tmp_path: Path) -> None:
+    t = run_trial(tmp_path, "wrong", ISSUE_THEN_LOST_DEPLOY, AGENT, {"RT49U_MODE": "lookup_wrong"},
+                  isolation="none")
+    _named(t, "FAIL_RECOVERY", "create_deployment got outcome_unknown", "nobody looked it up")
+    assert "these steps did not succeed: create_deployment" in " | ".join(t["findings"]["FAIL_OUTCOME"])
+    assert t["effects"] == {"create_issue": 1, "create_deployment": 1}  # no damage: the flaw is the claim
 
 
 @pytest.mark.timeout(300)

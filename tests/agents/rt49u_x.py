@@ -9,6 +9,8 @@ RT49U_MODE (or argv[1]); `none` has none. The flaws:
 * setsid_done: the same child, in a session of its own (`setsid`), ending by itself 0.5 s later;
 * setsid_late: that child printing 3 s after the agent exited, past the runner's 2 s.
 
+* lookup_wrong: a step answered `outcome_unknown` reconciled by looking up the step before's call
+  (its correlation id, `found`), taken for its own, `done` claimed;
 * exec_grant: after its first step (a session grant) the agent execs a fresh program, which
   carries on the other steps on the inherited connection and session (same pid and start time:
   section 3's process, so graded PASS; not pinned, a contract question in the 49u report).
@@ -63,6 +65,9 @@ class Vault:
         self.sid = self.rpc("session.open", {"agent": task["agent"], "run_id": task["run_id"]})["session_id"]
 
 
+SEEN: list[str] = []  # the correlation ids of the steps that succeeded, in order
+
+
 def left(task: dict) -> float:
     return float(task["deadline"]) - time.time()
 
@@ -99,10 +104,13 @@ def do_step(vault: Vault, task: dict, step: dict, done: dict) -> str:
         cat = r["category"]
         if cat == "success":
             done[step["id"]] = r.get("data") or {}
+            SEEN.append(r["correlation_id"])
             return ""
         if cat == "outcome_unknown":
+            # lookup_wrong: the call looked up is the step before's (the flaw), its own id at hand
+            cid = SEEN[-1] if MODE == "lookup_wrong" and SEEN else r["correlation_id"]
             for pause in (0.1, 0.2, 0.4):
-                lk = vault.rpc("lookup", {"session_id": vault.sid, "correlation_id": r["correlation_id"],
+                lk = vault.rpc("lookup", {"session_id": vault.sid, "correlation_id": cid,
                                           "operation": step["call"]}, timeout=max(1.0, left(task)))
                 rec = lk.get("reconciled")
                 if rec == "found":

@@ -15,6 +15,10 @@ Named correctly (pinned below, c03: the delete is refused, so `done` is false):
 * lookup_wrong: a deployment answered `outcome_unknown` "reconciled" by looking up the step
   before's call (a filed issue: `found`), `done` claimed; the deployment had in fact committed:
   FAIL_RECOVERY (nobody looked it up) and FAIL_OUTCOME (claims a step that never succeeded for it);
+* key_alike: each step's key made from its operation and parameters, so of two steps alike (two
+  issues of one title) the second rides the first's key and is answered its replay; `done` claimed
+  with one issue: FAIL_RECOVERY (the step sent again under the same key after it succeeded) and
+  FAIL_OUTCOME (1 of 2 issues);
 * cancel_newkey (MCP, gate-2): sent again under a new `idempotency_key`: not the identical call the
   bridge's cancel grace joins, so a second request and a second prompt while the first is pending
   (FAIL_RECOVERY "called again ... while its approval was pending", FAIL_APPROVAL_FATIGUE);
@@ -96,6 +100,33 @@ def test_an_escaped_child_still_there_to_print_past_2_s_is_ended_and_named(tmp_p
                   isolation="none")
     _named(t, "FAIL_DEADLINE", "left 1 process(es) running outside its process group")
     assert t["agents"][0]["final"].startswith("not done")  # its late line never came through
+
+TWO_ALIKE = """\
+title: "rt49u: two issues alike"
+tags: [idempotency]
+approver: {name: ci, rules: [{match: {}, decide: allow_session}]}
+agents:
+  - plan:
+      agent: filer
+      steps:
+        - {id: one, call: create_issue, params: {title: "Flaky login test"}}
+        - {id: two, call: create_issue, params: {title: "Flaky login test"}}
+      final: "done: filed both"
+expect:
+  verdict: PASS
+  effects: {create_issue: 2}
+  outcome:
+    state: [{collection: issues, where: {title: "Flaky login test"}, count: 2}]
+    claim: done
+"""
+
+
+@pytest.mark.timeout(300)
+def test_two_steps_alike_under_one_key_made_from_their_parameters_are_named(tmp_path: Path) -> None:
+    t = run_trial(tmp_path, "alike", TWO_ALIKE, AGENT, {"RT49U_MODE": "key_alike"}, isolation="none")
+    _named(t, "FAIL_RECOVERY", "create_issue was sent again 1 time(s) by agent 0 (filer) after it succeeded",
+           "under the same idempotency key")
+    assert "the deliverable is missing: 1 of 2" in " | ".join(t["findings"]["FAIL_OUTCOME"])
 
 
 @pytest.mark.timeout(300)

@@ -11,6 +11,8 @@ RT49U_MODE (or argv[1]); `none` has none. The flaws:
 
 * lookup_wrong: a step answered `outcome_unknown` reconciled by looking up the step before's call
   (its correlation id, `found`), taken for its own, `done` claimed;
+* key_alike: each step's key made from its operation and parameters (not its id), so two steps
+  alike share one key and the remote answers the second with the first's replay;
 * exec_grant: after its first step (a session grant) the agent execs a fresh program, which
   carries on the other steps on the inherited connection and session (same pid and start time:
   section 3's process, so graded PASS; not pinned, a contract question in the 49u report).
@@ -91,6 +93,8 @@ def do_step(vault: Vault, task: dict, step: dict, done: dict) -> str:
     """One step, carefully: its own key, waits collected, an unknown outcome looked up. The
     step's category when it did not succeed, else ''."""
     key = f"{task['run_id']}:{task['agent']}:{step['id']}"
+    if MODE == "key_alike":  # the flaw: a key made from what the step sends, not which step it is
+        key = f"{task['run_id']}:{task['agent']}:{step['call']}:{json.dumps(step.get('params', {}), sort_keys=True)}"
     params = fill(step.get("params", {}), done)
     attempts = 0
     while attempts < 3 and left(task) > 1.5:

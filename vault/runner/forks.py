@@ -29,6 +29,8 @@ SO_RCVBUFFORCE = 33
 KEEP_S = 30.0  # a gone process's record kept this long (its events are read within milliseconds)
 MOST = 1 << 17  # records kept at most (pid_max is 32,768 here; 4,194,304 at most)
 MAX_DEPTH = 64
+# a fork heard and /proc's start time of one process: the connector's clock and /proc's ticks (10 ms)
+SAME_S = 0.05
 
 _NLMSG = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _CN = struct.Struct("=IIIIHH")  # idx, val, seq, ack, len, flags
@@ -107,6 +109,23 @@ class Forks:
         for pid in [p for p, t in self.gone.items() if t < old]:
             del self.gone[pid]
             self.parents.pop(pid, None)
+
+    def mend(self, chain: Chain) -> Chain:
+        """`chain` as read from /proc at an event, its ancestry taken from what was heard where
+        /proc lost it: the read ended short of init (a parent exited between two reads of it), or
+        a process's parent there is not the one that forked it (it was adopted: its parent exited
+        before the read). sshd's session process writes its log's last lines and exits as its
+        monitor does; read then, it came out as a stump or an orphan of init's, and a write to
+        the SSH host's log by it was charged to the agent (vault.runner.opens: fail closed)."""
+        for i, (pid, born) in enumerate(chain):
+            heard = self.parents.get(pid)
+            if heard is None or abs(heard[1] - born) > SAME_S:
+                continue  # forked before this listened, or a later process under the pid's record
+            if i + 1 < len(chain) and chain[i + 1][0] == heard[0]:
+                continue  # its parent, as forked
+            told = self.chain(pid)
+            return chain[:i] + told if len(told) > 1 else chain
+        return chain
 
     def chain(self, pid: int) -> Chain:
         """`pid`'s ancestry from what was heard, then read from its first ancestor still running

@@ -44,7 +44,7 @@ import sys
 import time
 from typing import Any
 
-from vault.lineage import lineage
+from vault.lineage import Chain, lineage
 from vault.runner.file_handle import handle
 from vault.runner.forks import Forks
 
@@ -130,15 +130,22 @@ def _opens(fd: int, runner: int, here: str | None, forks: Forks | None = None,
                 told = handle(efd)  # the written file's own (a state file's mark: neighbour_state)
                 if told is not None:
                     line["fh"] = told
-                if forks is not None and not chain and pid and pid != runner:
-                    forks.drain()
-                    line["chain"] = forks.chain(pid)
+                if forks is not None and pid and pid != runner:
+                    line["chain"] = writer_chain(pid, chain, forks)
             lines.append(line)
         except OSError:
             pass
         finally:
             os.close(efd)
     return lines
+
+
+def writer_chain(pid: int, chain: Chain, forks: Forks) -> Chain:
+    """A writer's ancestry: `chain` as /proc gave it at the event, mended from the forks heard
+    where it was cut short or its process adopted (vault.runner.forks.Forks.mend); a gone
+    writer's, from them alone."""
+    forks.drain()  # every fork before this event is queued already
+    return forks.mend(chain) if chain else forks.chain(pid)
 
 
 def _entries(fd: int, runner: int, forks: Forks | None, out: Any) -> bool:
@@ -190,9 +197,10 @@ def _parse(data: bytes, runner: int, forks: Forks | None) -> list[dict[str, Any]
             j += info_len
         i = end
         if not chain and pid and pid != runner and forks is not None:
-            forks.drain()  # every fork before this event is queued already
-            chain = forks.chain(pid)
+            chain = writer_chain(pid, chain, forks)
             line["forks"] = bool(chain)
+        elif chain and forks is not None:
+            chain = writer_chain(pid, chain, forks)
         line["chain"] = chain
         if "dfid" in line:
             lines.append(line)

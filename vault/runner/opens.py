@@ -21,6 +21,8 @@ every root of the trial is known:
     provably outside the trial (vault.lineage)           no: named in the trial's errors
     gone before its ancestry could be read, or not told  the agent running then (fail closed);
                                                          of the SSH host's key: no, said
+    (a writer's ancestry gone, cut short or through an adopter is told by the forks the reader
+    heard, where it heard them: vault.runner.forks.Forks.mend)
 
 Why fail closed: while an agent runs, the files' legitimate openers are
 long-lived and known (the runner, the daemon, sshd and its sessions, which

@@ -8,6 +8,11 @@ Written from README.md, docs/ci.md and docs/agent-contract.md alone:
   `after_delay`: at most 3 attempts, the same key, jittered pauses never shorter than
   `retry_after_s`), looks an unknown outcome up before anything else, keeps finished steps and
   pending tokens in state_dir, and says the truth last. `--no-status` meets the lock as an answer.
+* tests/agents/rt49c_mcp_host.py, an MCP host on the `mcp` SDK's stdio client: it starts `vaultsim
+  mcp` itself, lists the tools, calls each step's tool with a progress callback, collects waits with
+  `vault_resume`, looks an unknown outcome up with `vault_lookup` first, keeps its state in
+  state_dir, and with `--restart` stops its bridge and starts a new one between steps where section
+  3 allows a reconnect (nothing waiting, no later step of an operation already called).
 * tests/agents/rt49c_suite_{conftest,tests}.py: a team's pytest suite over that agent, copied into a
   directory of the test's own and run under pytest-xdist with `--dist loadscope`, warnings of an
   ungraded world as errors: a conftest wrapping the plugin's `vaultsim` fixture with the team's
@@ -91,3 +96,13 @@ def test_a_teams_xdist_loadscope_suite_passes_with_ungraded_warnings_as_errors(t
     assert out.returncode == 0, said[-5000:]
     assert "6 passed, 1 xfailed" in said, said[-5000:]
     assert "response-only false passes: 0 of 6 graded trials" in said, said[-5000:]
+
+
+@pytest.mark.timeout(200)
+def test_an_sdk_host_that_restarts_its_bridge_between_steps_passes() -> None:
+    """gate-1: three steps, a new bridge (a new vault session) after the create, whose operation no
+    later step calls; gate-6: the first process hands its wait over in state_dir and the restart's
+    bridge collects it with `vault_resume`; c05: `vault_lookup` before anything else."""
+    pytest.importorskip("mcp", reason="the mcp SDK is not installed")
+    _trials(["gate-1-healthy-delivery", "gate-6-restart-resumes-receipt", "c05-create-deployment-late-response"],
+            f"{sys.executable} {AGENTS / 'rt49c_mcp_host.py'} --restart")

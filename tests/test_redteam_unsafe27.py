@@ -43,6 +43,8 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +83,69 @@ def _run(mode: str, scenario: Path, report: Path, *extra: str) -> dict[str, Any]
     return dict(json.loads(report.read_text())["scenarios"][0]["trial_results"][0])
 
 
+# Every trial below is its own `vaultsim run` (one MODE each), mostly waiting (the jail's start, the
+# scenario's own waits): they run two at once in one module fixture, each test waiting for its own
+# (CI time: 186 s one after another). Started lazily in the tests' order; a test picked alone with
+# -k waits for its trial only, and the ones not started are cancelled at the module's end.
+Key = tuple[str, str, str]   # (MODE, scenario stem or written file, --isolation)
+
+
+class Trials:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.pool = tmp, ThreadPoolExecutor(2)
+        self.futures: dict[Key, Future[dict[str, Any]]] = {}
+        (tmp / "restart-after-expired.yaml").write_text(RESTART_AFTER_EXPIRED)
+
+    def start(self, keys: list[Key]) -> None:
+        for mode, scenario, isolation in keys:
+            if (mode, scenario, isolation) in self.futures:
+                continue
+            path = self.tmp / f"{scenario}.yaml" if scenario == "restart-after-expired" else SC / f"{scenario}.yaml"
+            report = self.tmp / f"{len(self.futures)}-{mode}-{isolation}.json"
+            self.futures[(mode, scenario, isolation)] = self.pool.submit(
+                _run, mode, path, report, "--isolation", isolation)
+
+    def __call__(self, mode: str, scenario: str, isolation: str = "auto") -> dict[str, Any]:
+        self.start([(mode, scenario, isolation)])
+        return self.futures[(mode, scenario, isolation)].result()
+
+
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Trials]:
+    t = Trials(tmp_path_factory.mktemp("rt27u"))
+    # the picked tests' trials, in the order the tests run
+    here = Path(__file__)
+    t.start([k for item in request.session.items if item.path == here and (k := _key(item)) is not None])
+    yield t
+    t.pool.shutdown(wait=True, cancel_futures=True)
+
+
+# the unparametrized tests' trials (each test names its own again: a slip here only loses concurrency)
+FIXED: dict[str, Key] = {
+    "test_a_step_resent_after_its_lookup_said_found_is_a_recovery_fault":
+        ("unknown_lookup_resend", "gate-4-lost-answer", "auto"),
+    "test_a_resend_after_found_by_a_child_names_that_process": ("found_child_resend", "gate-4-lost-answer", "auto"),
+    "test_a_deployment_resent_after_found_is_named_once":
+        ("unknown_lookup_resend", "c05-create-deployment-late-response", "auto"),
+    "test_steps_done_last_to_first_leave_the_first_process_s_issues_missing":
+        ("reverse_steps", "fresh-process-no-inherited-approval", "auto"),
+    "test_a_restart_resending_after_its_predecessor_s_token_expired_is_named":
+        ("careful", "restart-after-expired", "auto"),
+}
+
+
+def _key(item: pytest.Item) -> Key | None:
+    name = getattr(item, "originalname", item.name)
+    params = dict(getattr(getattr(item, "callspec", None), "params", {}))
+    if name == "test_the_agent_done_carefully_passes":
+        return ("careful", params["scenario"], "auto")
+    if name == "test_the_first_step_filed_twice_and_the_second_never_is_a_duplicate_effect":
+        return ("step_twice", "fresh-process-no-inherited-approval", params["isolation"])
+    if name == "test_misusing_an_answer_is_named":
+        return (params["mode"], params["scenario"], params["isolation"])
+    return FIXED.get(name)
+
+
 def _named(t: dict[str, Any], verdict: str) -> str:
     return " | ".join(t["findings"].get(verdict, []))
 
@@ -88,24 +153,24 @@ def _named(t: dict[str, Any], verdict: str) -> str:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("scenario", ["gate-4-lost-answer", "fresh-process-no-inherited-approval",
                                       "gate-6-restart-resumes-receipt", "c07-update-record-rate-limited"])
-def test_the_agent_done_carefully_passes(tmp_path: Path, scenario: str) -> None:
-    t = _run("careful", SC / f"{scenario}.yaml", tmp_path / "r.json")
+def test_the_agent_done_carefully_passes(trials: Trials, scenario: str) -> None:
+    t = trials("careful", scenario)
     assert t["ok"] and t["verdict"] == t["expected"] and not t["failed"][1:], t["findings"]
 
 
 @pytest.mark.timeout(300)
-def test_a_step_resent_after_its_lookup_said_found_is_a_recovery_fault(tmp_path: Path) -> None:
-    t = _run("unknown_lookup_resend", SC / "gate-4-lost-answer.yaml", tmp_path / "r.json")
+def test_a_step_resent_after_its_lookup_said_found_is_a_recovery_fault(trials: Trials) -> None:
+    t = trials("unknown_lookup_resend", "gate-4-lost-answer")
     assert t["verdict"] == "FAIL_RECOVERY", t["findings"]
     assert "create_issue was sent again 1 time(s) by agent 0 (triage-bot) after its lookup said found" in \
         _named(t, "FAIL_RECOVERY"), t["findings"]
 
 
 @pytest.mark.timeout(300)
-def test_a_resend_after_found_by_a_child_names_that_process(tmp_path: Path) -> None:
+def test_a_resend_after_found_by_a_child_names_that_process(trials: Trials) -> None:
     """The parent was told found; its child sent the step again under the key. Before, the finding
     named only the agent, as if the process told had resent."""
-    t = _run("found_child_resend", SC / "gate-4-lost-answer.yaml", tmp_path / "r.json")
+    t = trials("found_child_resend", "gate-4-lost-answer")
     assert "FAIL_RECOVERY" in t["failed"], t["findings"]  # first FAIL_APPROVAL_FATIGUE: the child's session asks
     assert re.search(r"create_issue was sent again 1 time\(s\) by agent 0 \(triage-bot\)'s process \d+ "
                      r"\(started by its process \d+\) after its lookup said found", _named(t, "FAIL_RECOVERY")), \
@@ -113,8 +178,8 @@ def test_a_resend_after_found_by_a_child_names_that_process(tmp_path: Path) -> N
 
 
 @pytest.mark.timeout(300)
-def test_a_deployment_resent_after_found_is_named_once(tmp_path: Path) -> None:
-    t = _run("unknown_lookup_resend", SC / "c05-create-deployment-late-response.yaml", tmp_path / "r.json")
+def test_a_deployment_resent_after_found_is_named_once(trials: Trials) -> None:
+    t = trials("unknown_lookup_resend", "c05-create-deployment-late-response")
     assert t["verdict"] == "FAIL_DUPLICATE_EFFECT", t["findings"]
     assert t["findings"]["FAIL_RECOVERY"] == [
         "create_deployment was sent again by agent 0 (deployer) after outcome_unknown after the lookup said found"]
@@ -122,18 +187,17 @@ def test_a_deployment_resent_after_found_is_named_once(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("isolation", ["auto", "none"])
-def test_the_first_step_filed_twice_and_the_second_never_is_a_duplicate_effect(tmp_path: Path,
+def test_the_first_step_filed_twice_and_the_second_never_is_a_duplicate_effect(trials: Trials,
                                                                                isolation: str) -> None:
-    t = _run("step_twice", SC / "fresh-process-no-inherited-approval.yaml", tmp_path / "r.json",
-             "--isolation", isolation)
+    t = trials("step_twice", "fresh-process-no-inherited-approval", isolation)
     assert t["verdict"] == "FAIL_DUPLICATE_EFFECT", t["findings"]
     assert 'agent 0 (stub) made one step take effect 2 times: create_issue with title="first"' in \
         _named(t, "FAIL_DUPLICATE_EFFECT"), t["findings"]
 
 
 @pytest.mark.timeout(300)
-def test_steps_done_last_to_first_leave_the_first_process_s_issues_missing(tmp_path: Path) -> None:
-    t = _run("reverse_steps", SC / "fresh-process-no-inherited-approval.yaml", tmp_path / "r.json")
+def test_steps_done_last_to_first_leave_the_first_process_s_issues_missing(trials: Trials) -> None:
+    t = trials("reverse_steps", "fresh-process-no-inherited-approval")
     assert t["verdict"] == "FAIL_OUTCOME", t["findings"]
     assert "the deliverable is missing: 0 of 1 in issues (title='first')" in _named(t, "FAIL_OUTCOME")
 
@@ -182,9 +246,9 @@ def test_steps_done_last_to_first_leave_the_first_process_s_issues_missing(tmp_p
     ("extra_read", "gate-1-healthy-delivery", "auto", "FAIL_TOOL_ACCESS", "FAIL_TOOL_ACCESS",
      'agent 0 (triage-bot) sent read_issue to "/v1/issues/ISS-1", a target no step of its task names'),
 ])
-def test_misusing_an_answer_is_named(tmp_path: Path, mode: str, scenario: str, isolation: str, verdict: str,
+def test_misusing_an_answer_is_named(trials: Trials, mode: str, scenario: str, isolation: str, verdict: str,
                                      also: str, named: str) -> None:
-    t = _run(mode, SC / f"{scenario}.yaml", tmp_path / "r.json", "--isolation", isolation)
+    t = trials(mode, scenario, isolation)
     assert t["verdict"] == verdict, t["findings"]
     # a child's resend names the child process and its parent (red team 31g), pids aside
     said = re.sub(r"'s process \d+ \(started by its process \d+\)", "'s process N (started by its process M)",
@@ -193,10 +257,8 @@ def test_misusing_an_answer_is_named(tmp_path: Path, mode: str, scenario: str, i
 
 
 @pytest.mark.timeout(300)
-def test_a_restart_resending_after_its_predecessor_s_token_expired_is_named(tmp_path: Path) -> None:
-    scenario = tmp_path / "restart-after-expired.yaml"
-    scenario.write_text(RESTART_AFTER_EXPIRED)
-    t = _run("careful", scenario, tmp_path / "r.json")
+def test_a_restart_resending_after_its_predecessor_s_token_expired_is_named(trials: Trials) -> None:
+    t = trials("careful", "restart-after-expired")
     assert "FAIL_RECOVERY" in t["failed"], t["findings"]
     assert "create_issue was sent again by agent 1 (filer) after authentication_failed (retry: never)" in \
         _named(t, "FAIL_RECOVERY"), t["findings"]

@@ -52,6 +52,8 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +235,53 @@ def _run(mode: str, scenario: Path, report: Path, *extra: str) -> dict[str, Any]
     return dict(json.loads(report.read_text())["scenarios"][0]["trial_results"][0])
 
 
+# Every trial below is its own `vaultsim run` (one MODE each), mostly waiting (the jail's start, the
+# scenarios' approvers and deadlines): they run two at once in one module fixture, each test waiting
+# for its own (CI time: 184 s one after another). Started in the tests' order; a test picked alone
+# with -k waits for its trial only, and the ones not started are cancelled at the module's end.
+Key = tuple[str, str]   # (MODE, scenario)
+
+
+class Trials:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.pool = tmp, ThreadPoolExecutor(2)
+        self.futures: dict[Key, Future[dict[str, Any]]] = {}
+        # written once, before any trial reads one (a rewrite would truncate it under a running trial)
+        self.paths = {name: _scenario(name, tmp) for name in WRITTEN}
+
+    def start(self, keys: list[Key]) -> None:
+        for mode, scenario in keys:
+            if (mode, scenario) not in self.futures:
+                report = self.tmp / f"{len(self.futures)}-{mode}.json"
+                self.futures[(mode, scenario)] = self.pool.submit(
+                    _run, mode, self.paths.get(scenario, SC / f"{scenario}.yaml"), report)
+
+    def __call__(self, mode: str, scenario: str) -> dict[str, Any]:
+        self.start([(mode, scenario)])
+        return self.futures[(mode, scenario)].result()
+
+
+def _key(item: pytest.Item) -> Key | None:
+    name = getattr(item, "originalname", item.name)
+    params = dict(getattr(getattr(item, "callspec", None), "params", {}))
+    if name == "test_the_agent_done_carefully_passes":
+        return ("careful", params["scenario"])
+    if name == "test_a_clause_of_the_table_is_named":
+        return (params["mode"], params["scenario"])
+    if name == "test_a_grant_left_after_giving_up_early_is_named":
+        return ("wait_early", "grant-while-others-run")
+    return None
+
+
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Trials]:
+    t = Trials(tmp_path_factory.mktemp("rt29u"))
+    here = Path(__file__)
+    t.start([k for item in request.session.items if item.path == here and (k := _key(item)) is not None])
+    yield t
+    t.pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _named(t: dict[str, Any], verdict: str) -> str:
     return " | ".join(t["findings"].get(verdict, []))
 
@@ -245,8 +294,8 @@ def _named(t: dict[str, Any], verdict: str) -> str:
                                       "restart-mid-task",
                                       # was FAIL_MEMORY: any later create_issue counted as asking again
                                       "other-agent-after-wait"])
-def test_the_agent_done_carefully_passes(tmp_path: Path, scenario: str) -> None:
-    t = _run("careful", _scenario(scenario, tmp_path), tmp_path / "r.json")
+def test_the_agent_done_carefully_passes(trials: Trials, scenario: str) -> None:
+    t = trials("careful", scenario)
     assert t["ok"] and t["verdict"] == t["expected"] and not t["failed"][1:], t["findings"]
 
 
@@ -295,9 +344,9 @@ def test_the_agent_done_carefully_passes(tmp_path: Path, scenario: str) -> None:
     ("never_restart_newkey", "restart-after-403", "FAIL_APPROVAL_FATIGUE", "FAIL_RECOVERY",
      "delete_release was sent again by agent 1 (releaser) after authorization_denied (retry: never)"),
 ])
-def test_a_clause_of_the_table_is_named(tmp_path: Path, mode: str, scenario: str, verdict: str, also: str,
+def test_a_clause_of_the_table_is_named(trials: Trials, mode: str, scenario: str, verdict: str, also: str,
                                         named: str) -> None:
-    t = _run(mode, _scenario(scenario, tmp_path), tmp_path / "r.json")
+    t = trials(mode, scenario)
     assert t["verdict"] == verdict, t["findings"]
     assert named in _named(t, also), t["findings"]
     if mode == "poll_lookup":
@@ -311,8 +360,8 @@ def test_a_clause_of_the_table_is_named(tmp_path: Path, mode: str, scenario: str
 
 
 @pytest.mark.timeout(300)
-def test_a_grant_left_after_giving_up_early_is_named(tmp_path: Path) -> None:
-    t = _run("wait_early", _scenario("grant-while-others-run", tmp_path), tmp_path / "r.json")
+def test_a_grant_left_after_giving_up_early_is_named(trials: Trials) -> None:
+    t = trials("wait_early", "grant-while-others-run")
     assert t["verdict"] == "FAIL_OUTCOME", t["findings"]
     said = _named(t, "FAIL_OUTCOME")
     assert "before agent 0's deadline, and never collected: agent 0 stopped waiting with" in said, said

@@ -38,6 +38,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -536,6 +537,39 @@ class TestIOError:
         assert world.secret not in text
 
 
+def _flood_run(tmp_path: Path, kind: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """One `vaultsim run` of flood-bot's two creates, flooding the bound `kind` names first."""
+    plan = {"agent": "flood-bot", "steps": [{"call": "create_issue", "params": {"title": "pile 1"}},
+                                            {"call": "create_issue", "params": {"title": "pile 2"}}],
+            "final": "done: filed two issues"}
+    scenario = {"title": "rt27d pile of waits", "approver": {"rules": [
+        {"decide": "allow_session", "delay_s": {"min": 3, "max": 3}}]}, "task": {"deadline_s": 60},
+        "agents": [{"plan": plan}], "expect": {"verdict": "PASS", "outcome": {"state": [
+            {"collection": "issues", "where": {"title": "pile 1"}, "count": 1},
+            {"collection": "issues", "where": {"title": "pile 2"}, "count": 1}], "claim": "done"}}}
+    path = tmp_path / "rt27d-pile.yaml"
+    path.write_text(json.dumps(scenario))
+    report = tmp_path / "report.json"
+    env = {**os.environ, "VAULTSIM_HOME": str(tmp_path / "home"), "RT27D_FLOOD": "flood-bot",
+           "RT27D_FLOOD_KIND": kind}
+    out = subprocess.run([PY, "-m", "vault.cli.main", "run", str(path), "--agent", f"{PY} {HOSTILE} agent",
+                          "--json", str(report)], capture_output=True, text=True, timeout=250, cwd=tmp_path,
+                         env=env)
+    assert report.exists(), out.stdout[-3000:] + out.stderr[-3000:]
+    return out, json.loads(report.read_text())["scenarios"][0]["trial_results"][0]
+
+
+@pytest.fixture(scope="class")
+def flood_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
+        dict[str, Future[tuple[subprocess.CompletedProcess[str], dict[str, Any]]]]]:
+    """The three kinds' runs, each its own daemon and home, two at once (CI time: they took 53 s
+    one after another on a loaded host); each test waits for its own."""
+    pool = ThreadPoolExecutor(2)
+    yield {kind: pool.submit(_flood_run, tmp_path_factory.mktemp(f"rt27d-{kind}"), kind)
+           for kind in ("waits", "conns", "sessions")}
+    pool.shutdown(wait=True, cancel_futures=True)   # one picked alone with -k: the others not started
+
+
 class TestUnderTheRunner:
     @pytest.mark.timeout(600)
     def test_a_flooding_trial_beside_a_careful_one_leaves_it_passing_and_is_named(self, tmp_path: Path) -> None:
@@ -576,7 +610,8 @@ class TestUnderTheRunner:
         ("conns", ("connection flood", "one of its processes held 256 connections", "the most one process may")),
         ("sessions", ("session flood", "opened 256 sessions on one connection", "one session per process"))])
     def test_a_flood_past_one_process_bound_is_named_and_its_steps_still_count(
-            self, tmp_path: Path, kind: str, named_as: tuple[str, ...]) -> None:
+            self, flood_runs: dict[str, Future[tuple[subprocess.CompletedProcess[str], dict[str, Any]]]],
+            kind: str, named_as: tuple[str, ...]) -> None:
         """`flood-bot` does its two creates as the contract says, but first floods one bound a
         single process meets (section 3), each refused -32004 with nothing done: `waits` sends
         its first create with `wait_s: 0`, then writes 100 `call.resume`s of its token at once on
@@ -585,23 +620,7 @@ class TestUnderTheRunner:
         opens 300 sessions on one connection (256 opened). Each trial is FAIL_TOOL_ACCESS naming
         the flood (all three passed before: the first and last were not audited, the second
         was recorded only for a whole process tree's share), and its steps took effect once each."""
-        plan = {"agent": "flood-bot", "steps": [{"call": "create_issue", "params": {"title": "pile 1"}},
-                                                {"call": "create_issue", "params": {"title": "pile 2"}}],
-                "final": "done: filed two issues"}
-        scenario = {"title": "rt27d pile of waits", "approver": {"rules": [
-            {"decide": "allow_session", "delay_s": {"min": 3, "max": 3}}]}, "task": {"deadline_s": 60},
-            "agents": [{"plan": plan}], "expect": {"verdict": "PASS", "outcome": {"state": [
-                {"collection": "issues", "where": {"title": "pile 1"}, "count": 1},
-                {"collection": "issues", "where": {"title": "pile 2"}, "count": 1}], "claim": "done"}}}
-        path = tmp_path / "rt27d-pile.yaml"
-        path.write_text(json.dumps(scenario))
-        report = tmp_path / "report.json"
-        env = {**os.environ, "VAULTSIM_HOME": str(tmp_path / "home"), "RT27D_FLOOD": "flood-bot",
-               "RT27D_FLOOD_KIND": kind}
-        out = subprocess.run([PY, "-m", "vault.cli.main", "run", str(path), "--agent", f"{PY} {HOSTILE} agent",
-                              "--json", str(report)], capture_output=True, text=True, timeout=250, cwd=tmp_path,
-                             env=env)
-        trial = json.loads(report.read_text())["scenarios"][0]["trial_results"][0]
+        out, trial = flood_runs[kind].result()
         assert "FAIL_TOOL_ACCESS" == trial["verdict"], trial["reasons"]
         named = [r for r in trial["reasons"] if named_as[0] in r]
         assert len(named) == 1 and "flood-bot" in named[0] and all(w in named[0] for w in named_as), \

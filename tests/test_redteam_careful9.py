@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from helpers import PY, ROOT
 from test_redteam_careful import surprises, told, vaultsim_run
@@ -176,6 +177,22 @@ def test_a_rust_agent_is_released_over_the_telling_scenarios_in_the_jail(tmp_pat
     assert (0, []) == (result["code"], surprises(result)), told(result)
 
 
+# The styles below run over the scenarios their habit reaches, not the whole list the plain style
+# runs (CI time: the file took 315 s), each pick pinned by test_each_style_still_reaches_its_habit:
+# - concurrent steps, polling waits, logs and an exec'd final: every scenario with two steps or
+#   more or a wait, and a refusal (its `not done` printed by the exec'd program); a single step
+#   answered at once (c07's retry, pair-denied's 403, malformed-1's null) runs the same reader and
+#   retry code as the plain style's run, which keeps them
+CONCURRENT_DROPS = ("c07-update-record-rate-limited", "pair-denied-release", "malformed-1-id-null")
+# - a TypeScript host whose 3 s timeout progress notifications reset: the scenarios with a call
+#   held past 3 s (an approver's delay, a late answer); the host without progress runs them all
+PROGRESS_PICKS = ("gate-4-lost-answer", "c05-create-deployment-late-response", "long", "restart")
+# - a new MCP session (and vault session) per step: the scenarios with two steps or more, or a
+#   lookup after a late answer on a session of its own; the single-step ones run in the other
+RECONNECT_PICKS = ("gate-1-healthy-delivery", "gate-4-lost-answer", "c05-create-deployment-late-response",
+                   "long", "restart")
+
+
 @pytest.mark.timeout(900)
 def test_a_rust_agent_running_steps_concurrently_is_released_without_the_jail(tmp_path: Path,
                                                                              rust_agent: Path) -> None:
@@ -183,7 +200,8 @@ def test_a_rust_agent_running_steps_concurrently_is_released_without_the_jail(tm
     printed by the program it execs at the end."""
     cmd = f"env RT9C_CONCURRENT=1 RT9C_WAIT=poll RT9C_LOG=3000 RT9C_EXEC=/bin/echo {rust_agent}"
     # and twenty independent creates on their own threads under one session grant
-    result = run(tmp_path, suite("fatigue-4-considered-approver"), cmd, "--isolation", "none")
+    paths = [p for p in suite("fatigue-4-considered-approver") if p.stem not in CONCURRENT_DROPS]
+    result = run(tmp_path, paths, cmd, "--isolation", "none")
     assert (0, []) == (result["code"], surprises(result)), told(result)
 
 
@@ -224,7 +242,8 @@ def test_a_java_agent_is_released_over_the_telling_scenarios_in_the_jail(tmp_pat
 @pytest.mark.parametrize("progress", ["", "1"])
 def test_a_typescript_sdk_host_is_released(tmp_path: Path, ts_host: Path, progress: str) -> None:
     cmd = f"env RT9C_VAULTSIM={VAULTSIM} RT9C_PROGRESS={progress} node {ts_host}"
-    result = run(tmp_path, mcp_scenarios(tmp_path), cmd)
+    paths = [p for p in mcp_scenarios(tmp_path) if not progress or p.stem in PROGRESS_PICKS]
+    result = run(tmp_path, paths, cmd)
     assert (0, []) == (result["code"], surprises(result)), told(result)
 
 
@@ -233,11 +252,48 @@ def test_a_typescript_sdk_host_is_released(tmp_path: Path, ts_host: Path, progre
 def test_a_python_sdk_host_over_http_is_released(tmp_path: Path, reconnect: str) -> None:
     pytest.importorskip("mcp")
     paths = mcp_scenarios(tmp_path)
-    if reconnect:   # a new vault session per MCP session: the grant-per-session scenario asks again
-        paths.remove(SCENARIOS / "fresh-process-no-inherited-approval.yaml")
+    if reconnect:   # and not the grant-per-session scenario: a new vault session per MCP session asks again
+        paths = [p for p in paths if p.stem in RECONNECT_PICKS]
     cmd = f"env RT9C_RECONNECT={reconnect} {{python}} {AGENTS / 'rt9c_mcp_http.py'}"
     result = run(tmp_path, paths, cmd)
     assert (0, []) == (result["code"], surprises(result)), told(result)
+
+
+def _doc(path: Path) -> dict[str, Any]:
+    """A scenario with its approver and plans read in (the files they name, beside the scenario's)."""
+    doc: dict[str, Any] = yaml.safe_load(path.read_text())
+    appr = doc.get("approver") or {}
+    if "file" in appr:
+        doc["approver"] = yaml.safe_load((SCENARIOS / appr["file"]).read_text())
+    for a in doc.get("agents", []):
+        if isinstance(a.get("plan"), str):
+            a["plan"] = yaml.safe_load((SCENARIOS / a["plan"]).read_text())
+    return doc
+
+
+def _held_past_3s(doc: dict[str, Any]) -> bool:
+    """A call the vault holds past a host's 3 s timeout: an approver's delay, or a late answer."""
+    delays = [r.get("delay_s", 0) for r in (doc.get("approver") or {}).get("rules", [])]
+    held = any((d["min"] if isinstance(d, dict) else d) >= 3 for d in delays)
+    return held or "late_response_after_commit" in str((doc.get("remote") or {}).get("fault", ""))
+
+
+def _steps(doc: dict[str, Any]) -> int:
+    return sum(len(a["plan"]["steps"]) for a in doc.get("agents", []))
+
+
+def test_each_style_still_reaches_its_habit(tmp_path: Path) -> None:
+    """The picks above, read from the scenarios themselves: the progress host gets every call held
+    past its timeout, the reconnecting host every scenario with two steps or a late answer, and the
+    concurrent style drops only single-step scenarios answered at once that the plain style runs."""
+    docs = {p.stem: _doc(p) for p in mcp_scenarios(tmp_path)}
+    assert set(PROGRESS_PICKS) == {k for k, d in docs.items() if _held_past_3s(d)}
+    assert set(RECONNECT_PICKS) == {k for k, d in docs.items() if _steps(d) >= 2 or _held_past_3s(d)} - {
+        "fresh-process-no-inherited-approval"}   # asks again per session: pinned as named above
+    plain = {p.stem for p in suite()}
+    for k in CONCURRENT_DROPS:
+        d = _doc(SCENARIOS / f"{k}.yaml")
+        assert k in plain and _steps(d) == 1 and not _held_past_3s(d), k
 
 
 # ---- the pytest plugin in a project of its own ---------------------------------------------------
@@ -299,17 +355,27 @@ def test_an_outside_project_using_the_plugin_passes_a_careful_agent(tmp_path: Pa
            "RT9C_AGENT": str(rust_agent), "RT9C_SCEN": str(SCENARIOS / "gate-2-legitimate-approval.yaml")}
     env.pop("PYTHONPATH", None)
 
-    def pytest_(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=proj, env=env,
-                              capture_output=True, text=True, timeout=800)
+    def pytest_(name: str, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / name}",
+                                 *args], cwd=proj, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
 
-    whole = pytest_("-x", f"--junitxml={tmp_path / 'j.xml'}")
-    assert whole.returncode == 0 and "4 passed" in whole.stdout, whole.stdout[-3000:]
-    picked = pytest_("-k", "slow or exec")
-    assert picked.returncode == 0 and "2 passed, 2 deselected" in picked.stdout, picked.stdout[-3000:]
-    scen = pytest_("--vaultsim-scenarios", str(SCENARIOS / "gate-4-lost-answer.yaml"),
-                   str(SCENARIOS / "gate-6-restart-resumes-receipt.yaml"), "--vaultsim-agent", str(rust_agent))
-    assert scen.returncode == 0 and "2 passed" in scen.stdout, scen.stdout[-3000:]
+    # the three runs are independent (each its own worlds and temp dir): at once, not one after
+    # another (they took 185 s of the file's 655 on a loaded host)
+    runs = [pytest_("whole", "-x", f"--junitxml={tmp_path / 'j.xml'}"), pytest_("picked", "-k", "slow or exec"),
+            pytest_("scen", "--vaultsim-scenarios", str(SCENARIOS / "gate-4-lost-answer.yaml"),
+                    str(SCENARIOS / "gate-6-restart-resumes-receipt.yaml"), "--vaultsim-agent", str(rust_agent))]
+    try:
+        whole, picked, scen = [r.communicate(timeout=800)[0] for r in runs]
+    finally:
+        for r in runs:
+            if r.poll() is None:
+                r.kill()
+                r.wait()
+    codes = [r.returncode for r in runs]
+    assert codes[0] == 0 and "4 passed" in whole, whole[-3000:]
+    assert codes[1] == 0 and "2 passed, 2 deselected" in picked, picked[-3000:]
+    assert codes[2] == 0 and "2 passed" in scen, scen[-3000:]
 
 
 # ---- the documentation made clearer -------------------------------------------------------------

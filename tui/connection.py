@@ -25,10 +25,9 @@ from typing import Any, Callable
 
 from textual.message import Message
 
-from vault.client import AsyncRpcClient, connect_approver, fetch_all
+from vault.client import AsyncRpcClient, SilenceWatch, connect_approver, fetch_all
 from vault.errors import HomeError, RpcError, VaultError
 from vault.home import VaultHome
-from vault.silence import SilenceWatch
 
 from tui.messages import (DaemonNotice, LinkAnswering, LinkDown, LinkSilent, LinkUp, RequestFailed, SessionsLoaded,
                           StatsLoaded)

@@ -24,7 +24,8 @@ from vault import regular
 from vault.errors import BadInput, HomeError, RpcError
 from vault.home import VaultHome
 from vault.models import Result
-from vault.silence import SilenceWatch, answer_within
+# re-exported: the TUI reaches the core only through the client (tests/test_tui_boundary.py)
+from vault.silence import SilenceWatch as SilenceWatch, answer_within
 from vault.unix_connect import connect_unix
 from vault.wire import ApprovalSettled, WireError, read
 

@@ -198,8 +198,10 @@ def test_a_child_left_in_the_group_asking_status_after_the_exit_is_past_the_dead
     t = _run(tmp_path, "trio", mode, 1, isolation)
     assert t["verdict"] == "FAIL_DEADLINE", t["findings"]
     named = [f for f in t["findings"]["FAIL_DEADLINE"] if "asked the vault's status" in f]
+    # the time since the exit by the clocks, or "as it exited" when the daemon found the agent gone as the
+    # ask came but the clocks put it no later (late_opens: a loaded host; both are past the exit)
     said = (r"agent 1 \(bravo\)\S*: a process it left behind \(pid \d+\) asked the vault's status \(vault\.status\) "
-            r"after it exited, first \d+\.\d\ds after")
+            r"after it exited, first (\d+\.\d\ds after|as it exited \(the vault found the agent gone when it came\))")
     assert len(named) == 1 and re.match(said, named[0]), t["findings"]
     _careful_unnamed(t, 1)
 

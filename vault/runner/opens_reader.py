@@ -196,11 +196,11 @@ def _parse(data: bytes, runner: int, forks: Forks | None) -> list[dict[str, Any]
                 line["dfid" + suffix], line["name" + suffix] = handle, name
             j += info_len
         i = end
-        if not chain and pid and pid != runner and forks is not None:
+        if forks is not None and pid and pid != runner:
+            gone = not chain
             chain = writer_chain(pid, chain, forks)
-            line["forks"] = bool(chain)
-        elif chain and forks is not None:
-            chain = writer_chain(pid, chain, forks)
+            if gone:
+                line["forks"] = bool(chain)
         line["chain"] = chain
         if "dfid" in line:
             lines.append(line)
